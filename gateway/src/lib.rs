@@ -1,0 +1,3 @@
+//! gateway: the browser edge of ptyhub.
+
+#![forbid(unsafe_code)]

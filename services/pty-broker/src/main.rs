@@ -1,0 +1,3 @@
+//! The `pty-broker` binary.
+
+fn main() {}

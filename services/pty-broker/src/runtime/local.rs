@@ -1,0 +1,406 @@
+//! The local runtime: a process on a `nix` PTY on the broker's own host, for development and for
+//! `ptyhub up` without Docker.
+//!
+//! The child becomes a session leader (`setsid`) with the PTY as its controlling terminal, so
+//! every process it starts (job-control groups included) belongs to one Unix session whose id is
+//! the child's pid. Ending a session signals that whole Unix session, found through `/proc`, not
+//! only the leader's process group: an interactive shell puts each background job in a process
+//! group of its own.
+//!
+//! The master is non-blocking and registered with tokio (`AsyncFd`): no thread per session.
+//!
+//! This is the one module of the broker that calls into the PTY system calls directly; every
+//! `unsafe` block says why it is sound.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt as _;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use async_trait::async_trait;
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::pty::{Winsize, openpty};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{Pid, User};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::process::Child;
+use tokio::sync::{Mutex, OnceCell};
+
+use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
+use crate::domain::{ExitStatus, TerminalSize};
+
+/// Spawns processes on PTYs of the broker's host.
+#[derive(Debug, Clone, Default)]
+pub struct LocalRuntime {
+    /// The shell used when a spawn gives no command; `$SHELL`, else `/bin/sh`.
+    default_shell: Option<String>,
+}
+
+impl LocalRuntime {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses `shell` when a spawn gives no command.
+    pub fn with_default_shell(shell: impl Into<String>) -> Self {
+        Self {
+            default_shell: Some(shell.into()),
+        }
+    }
+
+    fn argv(&self, spec: &SpawnSpec) -> Vec<String> {
+        if !spec.command.is_empty() {
+            return spec.command.clone();
+        }
+        let shell = self
+            .default_shell
+            .clone()
+            .or_else(|| {
+                std::env::var("SHELL")
+                    .ok()
+                    .filter(|shell| !shell.is_empty())
+            })
+            .unwrap_or_else(|| "/bin/sh".to_owned());
+        vec![shell]
+    }
+}
+
+#[async_trait]
+impl PtyRuntime for LocalRuntime {
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
+        if spec.target != Target::Local {
+            return Err(RuntimeError::Unavailable(
+                "the local runtime only runs local targets".to_owned(),
+            ));
+        }
+        let argv = self.argv(spec);
+        let pty = openpty(&winsize(spec.size), None)
+            .map_err(|errno| RuntimeError::io("openpty", io::Error::from(errno)))?;
+        // Neither end may leak into other children the broker spawns: a leaked slave would keep
+        // another session's output from ever ending.
+        set_cloexec(&pty.master)?;
+        set_cloexec(&pty.slave)?;
+        fcntl(&pty.master, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|errno| {
+            RuntimeError::io("set pty master non-blocking", io::Error::from(errno))
+        })?;
+
+        let mut command = std::process::Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        if !spec.env.iter().any(|(name, _)| name == "TERM") {
+            command.env("TERM", "xterm-256color");
+        }
+        command.envs(spec.env.iter().map(|(name, value)| (name, value)));
+        if let Some(cwd) = &spec.cwd {
+            command.current_dir(cwd);
+        } else if let Some(home) = std::env::var_os("HOME") {
+            command.current_dir(home);
+        }
+        if let Some(user) = &spec.user {
+            let user = User::from_name(user)
+                .map_err(|errno| {
+                    RuntimeError::SpawnFailed(format!("cannot look up user {user}: {errno}"))
+                })?
+                .ok_or_else(|| RuntimeError::SpawnFailed(format!("unknown user {user}")))?;
+            command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+            command.env("HOME", &user.dir).env("USER", &user.name);
+        }
+        let stdio = |fd: &OwnedFd| -> Result<Stdio, RuntimeError> {
+            fd.try_clone()
+                .map(Stdio::from)
+                .map_err(|error| RuntimeError::io("duplicate pty slave", error))
+        };
+        command
+            .stdin(stdio(&pty.slave)?)
+            .stdout(stdio(&pty.slave)?)
+            .stderr(stdio(&pty.slave)?);
+        // SAFETY: the closure runs in the child between fork and exec, so it may only call
+        // async-signal-safe functions. `setsid` and `ioctl(TIOCSCTTY)` are plain system calls
+        // that allocate nothing and take no locks. stdin is already the slave (dup2'ed by std
+        // before this closure runs).
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid().map_err(io::Error::from)?;
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(false);
+        let child = command.spawn().map_err(|error| {
+            RuntimeError::SpawnFailed(format!("cannot start {}: {error}", argv[0]))
+        })?;
+        // The parent's copies of the slave must go, or the output would never end.
+        drop(pty.slave);
+        let pid = child
+            .id()
+            .ok_or_else(|| RuntimeError::Other("spawned child has no pid".to_owned()))?;
+
+        // SAFETY: an `OwnedFd` is a valid open descriptor, always returns the same raw fd, and
+        // stays open until the `AsyncFd` that owns it is dropped.
+        let master = unsafe { AsyncFd::register(pty.master) }
+            .map_err(|error| RuntimeError::io("register pty master", error.into_parts().1))?;
+        let master = Arc::new(master);
+        Ok(SpawnedPty {
+            output: Box::pin(PtyMasterReader {
+                master: Arc::clone(&master),
+            }),
+            input: Box::pin(PtyMasterWriter {
+                master: Arc::clone(&master),
+            }),
+            process: Box::new(LocalProcess {
+                master,
+                pid,
+                child: Mutex::new(child),
+                exit_status: OnceCell::new(),
+            }),
+        })
+    }
+}
+
+fn winsize(size: TerminalSize) -> Winsize {
+    Winsize {
+        ws_row: size.rows(),
+        ws_col: size.cols(),
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    }
+}
+
+fn set_cloexec(fd: &OwnedFd) -> Result<(), RuntimeError> {
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .map(drop)
+        .map_err(|errno| RuntimeError::io("set close-on-exec", io::Error::from(errno)))
+}
+
+/// The read half of a PTY master.
+struct PtyMasterReader {
+    master: Arc<AsyncFd<OwnedFd>>,
+}
+
+impl AsyncRead for PtyMasterReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.master.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match guard.try_io(|master| {
+                nix::unistd::read(master.get_ref().as_fd(), unfilled).map_err(io::Error::from)
+            }) {
+                Ok(Ok(read)) => {
+                    buf.advance(read);
+                    return Poll::Ready(Ok(()));
+                }
+                // Linux reports EIO on the master once no process holds the slave any more: that
+                // is the end of the output, not a failure.
+                Ok(Err(error)) if error.raw_os_error() == Some(libc::EIO) => {
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(error)) => return Poll::Ready(Err(error)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// The write half of a PTY master.
+struct PtyMasterWriter {
+    master: Arc<AsyncFd<OwnedFd>>,
+}
+
+impl AsyncWrite for PtyMasterWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.master.poll_write_ready(cx))?;
+            match guard.try_io(|master| {
+                nix::unistd::write(master.get_ref().as_fd(), data).map_err(io::Error::from)
+            }) {
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A process on a local PTY. Its pid is also its process group and Unix session id.
+#[derive(Debug)]
+struct LocalProcess {
+    master: Arc<AsyncFd<OwnedFd>>,
+    pid: u32,
+    child: Mutex<Child>,
+    exit_status: OnceCell<ExitStatus>,
+}
+
+#[async_trait]
+impl PtyProcess for LocalProcess {
+    fn pid(&self) -> Option<u32> {
+        if self.exit_status.initialized() {
+            None
+        } else {
+            Some(self.pid)
+        }
+    }
+
+    async fn resize(&self, size: TerminalSize) -> Result<(), RuntimeError> {
+        let winsize = winsize(size);
+        // SAFETY: TIOCSWINSZ reads one `winsize` through the pointer, which points at a live,
+        // initialised value for the duration of the call; the fd is the open master.
+        let result = unsafe {
+            libc::ioctl(
+                self.master.get_ref().as_raw_fd(),
+                libc::TIOCSWINSZ,
+                &winsize as *const Winsize,
+            )
+        };
+        if result == -1 {
+            return Err(RuntimeError::io("resize pty", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {
+        signal_unix_session(self.pid, nix_signal(signal))
+            .map_err(|error| RuntimeError::io("signal session processes", error))
+    }
+
+    async fn group_alive(&self) -> Result<bool, RuntimeError> {
+        Ok(!unix_session_members(self.pid)
+            .map_err(|error| RuntimeError::io("list session processes", error))?
+            .is_empty())
+    }
+
+    async fn wait(&self) -> Result<ExitStatus, RuntimeError> {
+        self.exit_status
+            .get_or_try_init(|| async {
+                let status = self
+                    .child
+                    .lock()
+                    .await
+                    .wait()
+                    .await
+                    .map_err(|error| RuntimeError::io("wait for session process", error))?;
+                Ok(exit_status_from(status))
+            })
+            .await
+            .copied()
+    }
+}
+
+fn exit_status_from(status: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitStatus::exited(code),
+        (None, Some(signal)) => ExitStatus::signalled(signal),
+        // Stopped or continued statuses never come out of a wait for exit.
+        (None, None) => ExitStatus::exited(-1),
+    }
+}
+
+fn nix_signal(signal: GroupSignal) -> Signal {
+    match signal {
+        GroupSignal::Hangup => Signal::SIGHUP,
+        GroupSignal::Terminate => Signal::SIGTERM,
+        GroupSignal::Kill => Signal::SIGKILL,
+        GroupSignal::Interrupt => Signal::SIGINT,
+    }
+}
+
+/// Sends `signal` to every live process of the Unix session led by `session_id`.
+fn signal_unix_session(session_id: u32, signal: Signal) -> io::Result<()> {
+    for pid in unix_session_members(session_id)? {
+        match kill(Pid::from_raw(pid as i32), signal) {
+            // Gone between the scan and the signal: that is what we wanted.
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The pids of the live (not zombie) processes whose Unix session id is `session_id`.
+pub(crate) fn unix_session_members(session_id: u32) -> io::Result<Vec<u32>> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit while we look; its stat file then vanishes.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some(process) = ProcStat::parse(&stat)
+            && process.session == session_id
+            && process.state != 'Z'
+        {
+            members.push(pid);
+        }
+    }
+    Ok(members)
+}
+
+/// The fields of `/proc/<pid>/stat` the broker needs.
+#[derive(Debug, PartialEq, Eq)]
+struct ProcStat {
+    state: char,
+    session: u32,
+}
+
+impl ProcStat {
+    /// Parses `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces and parentheses,
+    /// so the fields are counted from the last `)`.
+    fn parse(stat: &str) -> Option<Self> {
+        let after_comm = &stat[stat.rfind(')')? + 1..];
+        let mut fields = after_comm.split_ascii_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let _parent = fields.next()?;
+        let _process_group = fields.next()?;
+        let session = fields.next()?.parse().ok()?;
+        Some(Self { state, session })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_parses_comm_with_spaces_and_parentheses() {
+        let stat = "4242 (my (odd) name) S 1 4242 4240 34816 4242 4194560 0 0";
+        assert_eq!(
+            ProcStat::parse(stat),
+            Some(ProcStat {
+                state: 'S',
+                session: 4240,
+            })
+        );
+        assert_eq!(ProcStat::parse("garbage"), None);
+    }
+}

@@ -1,0 +1,133 @@
+//! The PTY runtimes: where a session's process actually runs.
+//!
+//! A runtime spawns one process on a fresh PTY and hands back its three faces: the output to read,
+//! the input to write, and a [`PtyProcess`] handle to resize, signal and wait on it. The session
+//! task owns all three; nothing else touches a PTY. Every runtime must behave the same from a
+//! client's point of view: the local one (`nix` PTYs on the broker's host), the Docker one
+//! (`docker exec` with a TTY through bollard) and the fake one used by unit tests.
+//!
+//! The shape follows what `docker exec` can do, the weaker of the two: there is no kill call, so
+//! ending a process is "signal its process group", and the exit status is learnt only after the
+//! output has ended.
+
+use std::fmt;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+use uuid::Uuid;
+
+use crate::domain::{ExitStatus, TerminalSize};
+
+pub mod local;
+
+/// What to run, where, and at which size. Validated before it gets here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSpec {
+    pub session_id: Uuid,
+    pub target: Target,
+    /// argv; empty means the target's default shell.
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub user: Option<String>,
+    /// The size the PTY has from its first byte on; never corrected afterwards.
+    pub size: TerminalSize,
+}
+
+/// Where a session's process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The broker's own host.
+    Local,
+    /// A running container on the broker's Docker engine, by id or name.
+    Docker { container: String },
+}
+
+/// The signals a session sends to its process group when it ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSignal {
+    Hangup,
+    Terminate,
+    Kill,
+    Interrupt,
+}
+
+/// A freshly spawned process and its PTY.
+pub struct SpawnedPty {
+    /// The PTY master's output. Ends (EOF) once every process holding the terminal has gone.
+    pub output: Pin<Box<dyn AsyncRead + Send>>,
+    /// The PTY master's input.
+    pub input: Pin<Box<dyn AsyncWrite + Send>>,
+    pub process: Box<dyn PtyProcess>,
+}
+
+impl fmt::Debug for SpawnedPty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpawnedPty")
+            .field("process", &self.process)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spawns processes on PTYs.
+#[async_trait]
+pub trait PtyRuntime: Send + Sync + fmt::Debug {
+    /// Starts `spec` on a new PTY of `spec.size`.
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError>;
+}
+
+/// Control over one spawned process.
+#[async_trait]
+pub trait PtyProcess: Send + Sync + fmt::Debug {
+    /// The session leader's process id as the broker sees it, while it runs.
+    fn pid(&self) -> Option<u32>;
+
+    /// Applies a new size to the real PTY. Failing after the process exited is expected and
+    /// must never end a session.
+    async fn resize(&self, size: TerminalSize) -> Result<(), RuntimeError>;
+
+    /// Sends `signal` to the session's whole process group.
+    async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError>;
+
+    /// Whether any process of the session's process group is still alive.
+    async fn group_alive(&self) -> Result<bool, RuntimeError>;
+
+    /// Waits for the session leader to exit and returns how it ended. Called once the output has
+    /// ended (or after the group was killed); may be called more than once.
+    async fn wait(&self) -> Result<ExitStatus, RuntimeError>;
+}
+
+/// Why a runtime could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The target asked for has no runtime on this broker (for example no Docker engine).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The container or other target does not exist.
+    #[error("{0}")]
+    TargetNotFound(String),
+    /// The target exists but cannot run a session now (for example a stopped container).
+    #[error("{0}")]
+    TargetNotRunning(String),
+    /// The command could not be started (not found, not executable, bad user or cwd).
+    #[error("{0}")]
+    SpawnFailed(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl RuntimeError {
+    pub fn io(context: &'static str, source: impl Into<std::io::Error>) -> Self {
+        RuntimeError::Io {
+            context,
+            source: source.into(),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! session-api: the authority over instances, sessions, aliases and the per-instance cap.
+
+#![forbid(unsafe_code)]
