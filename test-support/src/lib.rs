@@ -1,0 +1,26 @@
+//! What ptyhub's tests share: access to the real dependencies that `cargo xtask test` starts
+//! (PostgreSQL, a Docker engine), and in-process stacks of the services on port 0.
+//!
+//! A test that needs a dependency asks for it through [`require`]: under `CI=true` a missing
+//! dependency fails the test; elsewhere the test is skipped with a printed reason.
+
+#![forbid(unsafe_code)]
+
+pub mod environment;
+pub mod postgres;
+
+pub use environment::{Requirement, require};
+
+/// Routes `tracing` output to the test's captured output when `TEST_LOG=1`; silent otherwise.
+/// Safe to call from every test.
+pub fn init_test_logging() {
+    if std::env::var_os("TEST_LOG").is_some_and(|value| value == "1") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("debug")),
+            )
+            .with_test_writer()
+            .try_init();
+    }
+}
