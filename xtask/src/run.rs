@@ -1,0 +1,60 @@
+//! Running commands: cargo with the workspace's own toolchain, and system tools, with the command
+//! line echoed so a CI log shows what happened.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// Runs `cargo ARGS...` in the workspace root.
+pub fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// Runs `cargo ARGS...` in the workspace root with extra environment variables.
+pub fn cargo_with_env(args: &[&str], env: &[(String, String)]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command
+        .args(args)
+        .current_dir(workspace_root())
+        .envs(env.iter().map(|(name, value)| (name, value)));
+    status(&mut command)
+}
+
+/// Runs a command to completion, failing when it exits non-zero.
+pub fn status(command: &mut Command) -> Result<()> {
+    eprintln!("$ {}", describe(command));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", describe(command)))?;
+    if !status.success() {
+        bail!("{} failed: {status}", describe(command));
+    }
+    Ok(())
+}
+
+/// Runs a command and reports only whether it succeeded, hiding its output.
+pub fn succeeds(command: &mut Command) -> bool {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+pub fn workspace_root() -> std::path::PathBuf {
+    // xtask lives one level below the workspace root.
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| ".".into())
+}
+
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
