@@ -1,3 +1,334 @@
-//! `ptyhub`: the all-in-one server and the client for people and scripts.
+//! `ptyhub`: the client for people and scripts (attach like `docker exec -it`, run like `kubectl
+//! exec`, manage instances and sessions).
+//!
+//! Errors are one line on stderr and a non-zero exit code; `attach` and `exec` exit with the
+//! remote process's exit code.
 
-fn main() {}
+#![forbid(unsafe_code)]
+
+mod attach;
+mod connection;
+mod manage;
+mod terminal;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::session::v1 as session;
+
+use crate::attach::{AttachOutcome, AttachRequest};
+use crate::connection::ConnectionArgs;
+use crate::manage::Output;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ptyhub",
+    version,
+    about = "Persistent terminals in containers: attach, run and manage sessions"
+)]
+struct Cli {
+    #[command(flatten)]
+    connection: ConnectionArgs,
+    /// Print JSON instead of columns.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Register, list and remove instances (the targets terminals run in).
+    #[command(subcommand)]
+    Instance(InstanceCommand),
+    /// List the sessions of an instance.
+    Ls {
+        instance: String,
+        /// Closed sessions too.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Start a new session.
+    New {
+        instance: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// An alias to open it by later (repeatable).
+        #[arg(long = "alias")]
+        aliases: Vec<String>,
+    },
+    /// Rename a session.
+    Rename {
+        instance: String,
+        session: String,
+        name: String,
+    },
+    /// Restart a session's command (same id, same size).
+    Reset { instance: String, session: String },
+    /// Close a session, ending its processes.
+    Rm { instance: String, session: String },
+    /// Attach this terminal to a session (Ctrl-P Ctrl-Q detaches).
+    Attach(AttachArgs),
+    /// Run a command in a new session, stream its output, exit with its exit code.
+    Exec {
+        instance: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum InstanceCommand {
+    /// Register an instance.
+    Add(manage::InstanceAddArgs),
+    /// List instances.
+    Ls,
+    /// Remove an instance, closing its sessions.
+    Rm { instance: String },
+}
+
+#[derive(Debug, clap::Args)]
+struct AttachArgs {
+    instance: String,
+    /// The session id. Without it (and without --alias), the `default` session.
+    #[arg(conflicts_with_all = ["alias", "default"])]
+    session: Option<String>,
+    /// Open the session with this alias, creating it when absent.
+    #[arg(long)]
+    alias: Option<String>,
+    /// Open the instance's `default` session, creating it when absent.
+    #[arg(long)]
+    default: bool,
+    /// Watch without typing (read-only viewer).
+    #[arg(long)]
+    view: bool,
+    /// The key sequence that detaches and leaves the session running; empty disables it.
+    #[arg(long, default_value = "ctrl-p,ctrl-q", env = "PTYHUB_DETACH_KEYS")]
+    detach_keys: String,
+    /// Replay output from this offset instead of from the oldest byte kept.
+    #[arg(long)]
+    since: Option<u64>,
+}
+
+/// Printed by `exec`'s wrapper once the terminal's echo is off: an OSC sequence a terminal
+/// would ignore, and never part of the command's own output.
+const EXEC_READY_MARKER: &[u8] = b"\x1b]ptyhub-exec-ready\x07";
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ptyhub: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("ptyhub: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error as one line: a gRPC status shows its message, other errors their chain.
+fn one_line(error: &anyhow::Error) -> String {
+    if let Some(status) = error.downcast_ref::<tonic::Status>() {
+        return status.message().to_owned();
+    }
+    format!("{error:#}").replace('\n', " ")
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let output = if cli.json {
+        Output::Json
+    } else {
+        Output::Plain
+    };
+    let connection = &cli.connection;
+    match cli.command {
+        Command::Instance(InstanceCommand::Add(args)) => {
+            manage::instance_add(connection, args, output).await?
+        }
+        Command::Instance(InstanceCommand::Ls) => manage::instance_ls(connection, output).await?,
+        Command::Instance(InstanceCommand::Rm { instance }) => {
+            manage::instance_rm(connection, instance, output).await?
+        }
+        Command::Ls { instance, all } => {
+            manage::session_ls(connection, instance, all, output).await?
+        }
+        Command::New {
+            instance,
+            name,
+            aliases,
+        } => manage::session_new(connection, instance, name, aliases, output).await?,
+        Command::Rename {
+            instance,
+            session,
+            name,
+        } => manage::session_rename(connection, instance, session, name, output).await?,
+        Command::Reset { instance, session } => {
+            manage::session_reset(connection, instance, session, output).await?
+        }
+        Command::Rm { instance, session } => {
+            manage::session_rm(connection, instance, session, output).await?
+        }
+        Command::Attach(args) => return attach_terminal(connection, args).await,
+        Command::Exec { instance, command } => {
+            return exec_command(connection, instance, command).await;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn size_message() -> Option<broker::TerminalSize> {
+    terminal::local_size().map(|(cols, rows)| broker::TerminalSize {
+        cols: cols.into(),
+        rows: rows.into(),
+    })
+}
+
+async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Result<ExitCode> {
+    let detach_keys = terminal::DetachKeys::parse(&args.detach_keys)?;
+    let role = if args.view {
+        broker::Role::Viewer
+    } else {
+        broker::Role::Controller
+    };
+    let selector = match (args.session, args.alias) {
+        (Some(session_id), _) => session::resolve_session_request::Selector::SessionId(session_id),
+        (None, Some(alias)) => session::resolve_session_request::Selector::Alias(alias),
+        (None, None) => session::resolve_session_request::Selector::Default(true),
+    };
+    let create_if_absent = !matches!(
+        selector,
+        session::resolve_session_request::Selector::SessionId(_)
+    ) && !args.view;
+    let mut session_client = connection.session_client().await?;
+    let attachment = session_client
+        .resolve_session(session::ResolveSessionRequest {
+            instance: args.instance.clone(),
+            selector: Some(selector),
+            create_if_absent,
+            size: size_message(),
+            role: role.into(),
+        })
+        .await?
+        .into_inner();
+    let target = attachment
+        .attach
+        .context("the server answered without an attach target")?;
+
+    let mut input = attach::spawn_stdin_reader(detach_keys, false);
+    let mut resizes = attach::spawn_resize_watcher()?;
+    let outcome = {
+        let _raw_mode = terminal::RawModeGuard::enable()?;
+        let request = AttachRequest {
+            instance: args.instance,
+            target,
+            role,
+            since: args.since,
+            tolerate_gaps: true,
+            ready_marker: None,
+        };
+        let stream = attach::run_attach(&mut session_client, request, &mut input, &mut resizes);
+        // In raw mode Ctrl-C is a byte for the remote side; these signals still end the attach
+        // (with the terminal restored by the guard).
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            outcome = stream => outcome,
+            _ = hangup.recv() => Ok(AttachOutcome::Detached),
+            _ = terminate.recv() => Ok(AttachOutcome::Detached),
+        }
+    };
+    match outcome? {
+        AttachOutcome::Exited { code, signal } => {
+            match signal {
+                Some(signal) => eprintln!("\n[process ended by signal {signal}]"),
+                None => eprintln!("\n[process exited with code {code}]"),
+            }
+            Ok(exit_code(code))
+        }
+        AttachOutcome::Detached => {
+            eprintln!("\n[detached; the session keeps running]");
+            Ok(ExitCode::SUCCESS)
+        }
+        AttachOutcome::TakenOver => {
+            bail!("the session was taken over by another client (not reconnecting)")
+        }
+        AttachOutcome::Closed => bail!("the session was closed"),
+    }
+}
+
+async fn exec_command(
+    connection: &ConnectionArgs,
+    instance: String,
+    command: Vec<String>,
+) -> Result<ExitCode> {
+    // The session always has a PTY: turn its echo (so piped input is not printed back) and its
+    // newline translation off before the command starts, then say so with the marker.
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "stty -echo -onlcr 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; exec \"$@\""
+            .to_owned(),
+        "ptyhub-exec".to_owned(),
+    ];
+    argv.extend(command);
+    let mut session_client = connection.session_client().await?;
+    let attachment = session_client
+        .create_session(session::CreateSessionRequest {
+            instance: instance.clone(),
+            name: String::new(),
+            aliases: Vec::new(),
+            size: size_message(),
+            command: argv,
+        })
+        .await?
+        .into_inner();
+    let target = attachment
+        .attach
+        .context("the server answered without an attach target")?;
+    let session_id = target.session_id.clone();
+    let mut input = attach::spawn_stdin_reader(terminal::DetachKeys::parse("")?, true);
+    let (_no_resizes, mut resizes) = tokio::sync::mpsc::channel(1);
+    let request = AttachRequest {
+        instance: instance.clone(),
+        target,
+        role: broker::Role::Controller,
+        since: Some(0),
+        tolerate_gaps: false,
+        ready_marker: Some(EXEC_READY_MARKER),
+    };
+    let outcome = attach::run_attach(&mut session_client, request, &mut input, &mut resizes).await;
+    // The session was only for this command: close it however the command ended.
+    let closed = session_client
+        .close_session(session::CloseSessionRequest {
+            instance,
+            session_id,
+        })
+        .await;
+    match outcome? {
+        AttachOutcome::Exited { code, .. } => Ok(exit_code(code)),
+        AttachOutcome::Closed => bail!("the session was closed before the command finished"),
+        AttachOutcome::TakenOver => bail!("the session was taken over by another client"),
+        AttachOutcome::Detached => {
+            closed?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+}

@@ -1,0 +1,317 @@
+//! The terminal stream of `ptyhub attach` and `ptyhub exec`: one broker `Attach` stream at a time,
+//! resumed from the last offset after a dropped connection, until the process exits, the user
+//! detaches, or another controller takes over.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::broker::v1::{client_frame, server_frame};
+use ptyhub_proto::session::v1 as session;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::connection::{SessionClient, broker_client};
+use crate::terminal;
+
+/// How long a dropped stream is retried before giving up.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(60);
+const BACKOFF_START: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// What the user typed (or piped in), as the stream should forward it.
+#[derive(Debug)]
+pub enum InputEvent {
+    Bytes(Bytes),
+    /// The user typed the detach sequence.
+    Detach,
+}
+
+/// How an attach ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// The process exited with this code (128 + signal when a signal ended it).
+    Exited { code: i32, signal: Option<i32> },
+    /// The user detached; the session goes on.
+    Detached,
+    /// Another controller took the session over.
+    TakenOver,
+    /// The session was closed (by a user, the reaper or a broker shutdown).
+    Closed,
+}
+
+/// Everything one attach needs.
+#[derive(Debug)]
+pub struct AttachRequest {
+    pub instance: String,
+    pub target: session::AttachTarget,
+    pub role: broker::Role,
+    pub since: Option<u64>,
+    /// Report lost bytes on stderr (interactive use); `exec` fails instead.
+    pub tolerate_gaps: bool,
+    /// Hold input back, and drop output, until the process prints this marker (`exec` uses it to
+    /// know the terminal's echo is off before piped input is written).
+    pub ready_marker: Option<&'static [u8]>,
+}
+
+/// Streams the session until it ends one of the ways in [`AttachOutcome`], reconnecting with the
+/// last seen offset when the connection drops.
+pub async fn run_attach(
+    session_client: &mut SessionClient,
+    request: AttachRequest,
+    input: &mut mpsc::Receiver<InputEvent>,
+    resizes: &mut mpsc::Receiver<(u16, u16)>,
+) -> Result<AttachOutcome> {
+    let mut target = request.target.clone();
+    let mut next_offset = request.since;
+    // Output seen while waiting for the ready marker; a marker may be split across chunks.
+    let mut before_ready: Option<Vec<u8>> = request.ready_marker.map(|_| Vec::new());
+    let mut dropped_since: Option<Instant> = None;
+    let mut backoff = BACKOFF_START;
+    loop {
+        match stream_once(
+            &target,
+            &request,
+            &mut next_offset,
+            &mut before_ready,
+            input,
+            resizes,
+        )
+        .await
+        {
+            Ok(outcome) => return Ok(outcome),
+            Err(StreamEnd::Fatal(error)) => return Err(error),
+            Err(StreamEnd::Dropped(reason)) => {
+                let first_drop = *dropped_since.get_or_insert_with(Instant::now);
+                if first_drop.elapsed() > RECONNECT_WINDOW {
+                    bail!("connection lost and not restored within {RECONNECT_WINDOW:?}: {reason}");
+                }
+                tracing::debug!(%reason, "attach stream dropped, resuming");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                // A fresh ticket each time: the old one may have expired while we were away.
+                match session_client
+                    .issue_attach_ticket(session::IssueAttachTicketRequest {
+                        instance: request.instance.clone(),
+                        session_id: target.session_id.clone(),
+                        role: request.role.into(),
+                    })
+                    .await
+                {
+                    Ok(fresh) => {
+                        target = fresh.into_inner();
+                        dropped_since = None;
+                        backoff = BACKOFF_START;
+                    }
+                    Err(status) if is_transient(&status) => continue,
+                    Err(status) => return Err(anyhow!(status.message().to_owned())),
+                }
+            }
+        }
+    }
+}
+
+enum StreamEnd {
+    /// The connection went away; resume from the last offset.
+    Dropped(String),
+    /// The server refused: resuming would not help.
+    Fatal(anyhow::Error),
+}
+
+fn is_transient(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::Internal
+    )
+}
+
+async fn stream_once(
+    target: &session::AttachTarget,
+    request: &AttachRequest,
+    next_offset: &mut Option<u64>,
+    before_ready: &mut Option<Vec<u8>>,
+    input: &mut mpsc::Receiver<InputEvent>,
+    resizes: &mut mpsc::Receiver<(u16, u16)>,
+) -> Result<AttachOutcome, StreamEnd> {
+    let mut broker = broker_client(&target.broker_endpoint)
+        .await
+        .map_err(|error| StreamEnd::Dropped(format!("{error:#}")))?;
+    let (frames, frame_receiver) = mpsc::channel::<broker::ClientFrame>(32);
+    let size = terminal::local_size().map(|(cols, rows)| broker::TerminalSize {
+        cols: cols.into(),
+        rows: rows.into(),
+    });
+    let hello = broker::ClientFrame {
+        frame: Some(client_frame::Frame::Hello(broker::Hello {
+            ticket: target.ticket.clone(),
+            session_id: target.session_id.clone(),
+            role: request.role.into(),
+            size: if request.role == broker::Role::Controller {
+                size
+            } else {
+                None
+            },
+            since: *next_offset,
+        })),
+    };
+    // The channel is empty and open: this cannot fail.
+    let _ = frames.send(hello).await;
+    let mut server = match broker.attach(ReceiverStream::new(frame_receiver)).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if is_transient(&status) => {
+            return Err(StreamEnd::Dropped(status.message().to_owned()));
+        }
+        Err(status) => return Err(StreamEnd::Fatal(anyhow!(status.message().to_owned()))),
+    };
+    let mut stdout = tokio::io::stdout();
+    let mut input_open = true;
+    loop {
+        let ready = before_ready.is_none();
+        tokio::select! {
+            frame = server.message() => {
+                let frame = match frame {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => return Err(StreamEnd::Dropped("the broker ended the stream".into())),
+                    Err(status) if is_transient(&status) => {
+                        return Err(StreamEnd::Dropped(status.message().to_owned()));
+                    }
+                    Err(status) => return Err(StreamEnd::Fatal(anyhow!(status.message().to_owned()))),
+                };
+                match frame.frame {
+                    Some(server_frame::Frame::Output(output)) => {
+                        *next_offset = Some(output.offset + output.data.len() as u64);
+                        let data: &[u8] = match (before_ready.as_mut(), request.ready_marker) {
+                            (Some(pending), Some(marker)) => {
+                                pending.extend_from_slice(&output.data);
+                                let Some(at) = pending.windows(marker.len()).position(|window| window == marker) else {
+                                    continue;
+                                };
+                                let rest = pending.split_off(at + marker.len());
+                                *before_ready = None;
+                                stdout.write_all(&rest).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                                stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                                continue;
+                            }
+                            _ => &output.data,
+                        };
+                        stdout.write_all(data).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                        stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                    }
+                    Some(server_frame::Frame::Connected(connected)) => {
+                        *next_offset = Some(connected.offset);
+                    }
+                    Some(server_frame::Frame::Gap(gap)) => {
+                        if !request.tolerate_gaps {
+                            return Err(StreamEnd::Fatal(anyhow!("{} bytes of output were lost", gap.lost)));
+                        }
+                        eprint!("\r\n[ptyhub: {} bytes of output were lost]\r\n", gap.lost);
+                        *next_offset = Some(gap.offset);
+                    }
+                    Some(server_frame::Frame::Exit(exit)) => {
+                        return Ok(AttachOutcome::Exited { code: exit.code, signal: exit.signal });
+                    }
+                    Some(server_frame::Frame::Detached(_)) => return Ok(AttachOutcome::TakenOver),
+                    Some(server_frame::Frame::Closed(_)) => return Ok(AttachOutcome::Closed),
+                    Some(server_frame::Frame::Error(error)) => {
+                        eprint!("\r\n[ptyhub: {}]\r\n", error.message);
+                    }
+                    Some(server_frame::Frame::Resize(_) | server_frame::Frame::Resetting(_)) | None => {}
+                }
+            }
+            event = input.recv(), if input_open && ready => {
+                let data = match event {
+                    Some(InputEvent::Bytes(data)) => data,
+                    Some(InputEvent::Detach) => return Ok(AttachOutcome::Detached),
+                    // Input ended: keep streaming output until the process ends.
+                    None => {
+                        input_open = false;
+                        continue;
+                    }
+                };
+                let frame = broker::ClientFrame { frame: Some(client_frame::Frame::Input(broker::Input { data })) };
+                if frames.send(frame).await.is_err() {
+                    return Err(StreamEnd::Dropped("the stream closed".into()));
+                }
+            }
+            Some((cols, rows)) = resizes.recv() => {
+                let frame = broker::ClientFrame {
+                    frame: Some(client_frame::Frame::Resize(broker::TerminalSize { cols: cols.into(), rows: rows.into() })),
+                };
+                if frames.send(frame).await.is_err() {
+                    return Err(StreamEnd::Dropped("the stream closed".into()));
+                }
+            }
+        }
+    }
+}
+
+/// Forwards stdin to `events` in chunks, turning the detach sequence into [`InputEvent::Detach`].
+/// With `ctrl_d_at_eof`, the end of input becomes the terminal's end-of-file character (twice
+/// when the last line has no newline: the first only ends that line).
+pub fn spawn_stdin_reader(
+    mut detach_keys: terminal::DetachKeys,
+    ctrl_d_at_eof: bool,
+) -> mpsc::Receiver<InputEvent> {
+    let (events, receiver) = mpsc::channel(16);
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt as _;
+        let mut stdin = tokio::io::stdin();
+        let mut buffer = vec![0u8; 16 * 1024];
+        let mut last_byte = b'\n';
+        loop {
+            let read = match stdin.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            last_byte = buffer[read - 1];
+            let event = match detach_keys.scan(&buffer[..read]) {
+                terminal::InputScan::Forward(bytes) if bytes.is_empty() => continue,
+                terminal::InputScan::Forward(bytes) => InputEvent::Bytes(bytes.into()),
+                terminal::InputScan::Detach(before) => {
+                    if !before.is_empty() {
+                        let _ = events.send(InputEvent::Bytes(before.into())).await;
+                    }
+                    let _ = events.send(InputEvent::Detach).await;
+                    return;
+                }
+            };
+            if events.send(event).await.is_err() {
+                return;
+            }
+        }
+        if ctrl_d_at_eof {
+            let end: &'static [u8] = if last_byte == b'\n' {
+                b"\x04"
+            } else {
+                b"\x04\x04"
+            };
+            let _ = events
+                .send(InputEvent::Bytes(Bytes::from_static(end)))
+                .await;
+        }
+    });
+    receiver
+}
+
+/// Sends the local terminal size on every SIGWINCH.
+pub fn spawn_resize_watcher() -> Result<mpsc::Receiver<(u16, u16)>> {
+    let (sizes, receiver) = mpsc::channel(4);
+    let mut window_changes =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            .context("cannot watch for window size changes")?;
+    tokio::spawn(async move {
+        while window_changes.recv().await.is_some() {
+            if let Some(size) = terminal::local_size()
+                && sizes.send(size).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(receiver)
+}

@@ -1,0 +1,132 @@
+//! How the client commands reach ptyhub: the server URL and the token, from flags, environment or
+//! the data directory that `ptyhub up` writes, and authenticated gRPC clients built from them.
+//!
+//! Session calls go to the gateway's gRPC surface (the gateway checks the token and forwards to
+//! session-api); terminal streams go straight to the broker endpoint that session-api hands out,
+//! with the short-lived ticket it signed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// The file in the data directory that holds the token `ptyhub up` generated.
+pub const TOKEN_FILE: &str = "token";
+/// The file in the data directory that holds the URL `ptyhub up` serves on.
+pub const SERVER_FILE: &str = "server";
+
+pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToken>>;
+
+/// Where the server is and how to authenticate, as the user gave them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectionArgs {
+    /// The ptyhub gateway URL. Default: the URL `ptyhub up` wrote to the data dir, else
+    /// http://127.0.0.1:8080.
+    #[arg(long, env = "PTYHUB_SERVER", global = true)]
+    pub server: Option<String>,
+    /// The API token. Default: the token `ptyhub up` wrote to the data dir.
+    #[arg(long, env = "PTYHUB_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Where `ptyhub up` keeps its database, token and server URL.
+    #[arg(
+        long,
+        env = "PTYHUB_DATA_DIR",
+        global = true,
+        default_value = ".ptyhub"
+    )]
+    pub data_dir: PathBuf,
+}
+
+impl ConnectionArgs {
+    pub fn server_url(&self) -> String {
+        self.server
+            .clone()
+            .or_else(|| read_trimmed(&self.data_dir.join(SERVER_FILE)))
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned())
+    }
+
+    pub fn token(&self) -> Result<String> {
+        if let Some(token) = &self.token {
+            return Ok(token.clone());
+        }
+        read_trimmed(&self.data_dir.join(TOKEN_FILE)).with_context(|| {
+            format!(
+                "no token: pass --token, set PTYHUB_TOKEN, or run `ptyhub up` with --data-dir {}",
+                self.data_dir.display()
+            )
+        })
+    }
+
+    /// A session-api client through the gateway.
+    pub async fn session_client(&self) -> Result<SessionClient> {
+        let server = self.server_url();
+        let channel = connect(&server).await?;
+        Ok(SessionApiClient::with_interceptor(
+            channel,
+            BearerToken::new(&self.token()?)?,
+        ))
+    }
+}
+
+/// A broker client for one attach, authorised by the ticket inside the stream.
+pub async fn broker_client(endpoint: &str) -> Result<PtyBrokerClient<Channel>> {
+    Ok(PtyBrokerClient::new(connect(endpoint).await?))
+}
+
+async fn connect(url: &str) -> Result<Channel> {
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .with_context(|| format!("{url} is not a valid URL"))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .http2_keep_alive_interval(std::time::Duration::from_secs(20))
+        .keep_alive_timeout(std::time::Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to {url}"))
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|text| text.trim().to_owned())
+        .filter(|text| !text.is_empty())
+}
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct BearerToken {
+    header: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+impl BearerToken {
+    pub fn new(token: &str) -> Result<Self> {
+        let Ok(header) = format!("Bearer {token}").parse() else {
+            bail!("the token contains characters that cannot be sent");
+        };
+        Ok(Self { header })
+    }
+}
+
+impl Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.header.clone());
+        Ok(request)
+    }
+}

@@ -1,0 +1,406 @@
+//! The record commands: instances and sessions listed, created, renamed, reset and removed, in
+//! plain columns for people or JSON for scripts.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::session::v1 as session;
+use serde::Serialize;
+
+use crate::connection::ConnectionArgs;
+
+/// How a command prints what it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Plain,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InstanceAddArgs {
+    /// A unique name; instances are addressable by id or name.
+    pub name: String,
+    /// Run terminals in this Docker container (id or name) on the broker's Docker engine.
+    #[arg(long, value_name = "CONTAINER", conflicts_with = "local")]
+    pub docker: Option<String>,
+    /// Run terminals on the broker's own host.
+    #[arg(long)]
+    pub local: bool,
+    /// The default command of new sessions, as argv (repeat for each argument, or give it after
+    /// `--`). May contain `{session_id}`.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+    /// Environment for new sessions, NAME=VALUE (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_pair)]
+    pub env: Vec<(String, String)>,
+    /// Working directory of new sessions.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// User that new sessions run as.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Live sessions allowed at once (1..=50, default 5).
+    #[arg(long)]
+    pub max_sessions: Option<u32>,
+    /// A label, KEY=VALUE (repeatable), for example project_id=42.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub labels: Vec<(String, String)>,
+}
+
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
+}
+
+pub async fn instance_add(
+    connection: &ConnectionArgs,
+    args: InstanceAddArgs,
+    output: Output,
+) -> Result<()> {
+    let target = match (&args.docker, args.local) {
+        (Some(container), _) => broker::target::Kind::Docker(broker::DockerTarget {
+            container: container.clone(),
+        }),
+        (None, true) => broker::target::Kind::Local(broker::LocalTarget {}),
+        (None, false) => bail!("say where terminals run: --local or --docker CONTAINER"),
+    };
+    let instance = connection
+        .session_client()
+        .await?
+        .register_instance(session::RegisterInstanceRequest {
+            name: args.name,
+            target: Some(broker::Target { kind: Some(target) }),
+            command: args.command,
+            env: args.env.into_iter().collect(),
+            cwd: args.cwd.unwrap_or_default(),
+            user: args.user.unwrap_or_default(),
+            max_sessions: args.max_sessions.unwrap_or(0),
+            labels: args.labels.into_iter().collect(),
+            broker_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    print_instances(&[instance], output)
+}
+
+pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<()> {
+    let instances = connection
+        .session_client()
+        .await?
+        .list_instances(session::ListInstancesRequest::default())
+        .await?
+        .into_inner()
+        .instances;
+    print_instances(&instances, output)
+}
+
+pub async fn instance_rm(
+    connection: &ConnectionArgs,
+    instance: String,
+    output: Output,
+) -> Result<()> {
+    let deleted = connection
+        .session_client()
+        .await?
+        .delete_instance(session::DeleteInstanceRequest { instance })
+        .await?
+        .into_inner();
+    match output {
+        Output::Json => print_json(&serde_json::json!({
+            "instance_id": deleted.instance_id,
+            "closed_sessions": deleted.closed_sessions,
+        })),
+        Output::Plain => {
+            println!(
+                "removed {} ({} sessions closed)",
+                deleted.instance_id, deleted.closed_sessions
+            );
+            Ok(())
+        }
+    }
+}
+
+pub async fn session_ls(
+    connection: &ConnectionArgs,
+    instance: String,
+    include_closed: bool,
+    output: Output,
+) -> Result<()> {
+    let sessions = connection
+        .session_client()
+        .await?
+        .list_sessions(session::ListSessionsRequest {
+            instance,
+            include_closed,
+        })
+        .await?
+        .into_inner()
+        .sessions;
+    print_sessions(&sessions, output)
+}
+
+pub async fn session_new(
+    connection: &ConnectionArgs,
+    instance: String,
+    name: Option<String>,
+    aliases: Vec<String>,
+    output: Output,
+) -> Result<()> {
+    let (cols, rows) = crate::terminal::local_size().unwrap_or((80, 24));
+    let attachment = connection
+        .session_client()
+        .await?
+        .create_session(session::CreateSessionRequest {
+            instance,
+            name: name.unwrap_or_default(),
+            aliases,
+            size: Some(broker::TerminalSize {
+                cols: cols.into(),
+                rows: rows.into(),
+            }),
+            command: Vec::new(),
+        })
+        .await?
+        .into_inner();
+    let created = attachment
+        .session
+        .context("the server answered without a session")?;
+    print_sessions(&[created], output)
+}
+
+pub async fn session_rename(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    name: String,
+    output: Output,
+) -> Result<()> {
+    let renamed = connection
+        .session_client()
+        .await?
+        .rename_session(session::RenameSessionRequest {
+            instance,
+            session_id,
+            name,
+        })
+        .await?
+        .into_inner();
+    print_sessions(&[renamed], output)
+}
+
+pub async fn session_reset(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    output: Output,
+) -> Result<()> {
+    let reset = connection
+        .session_client()
+        .await?
+        .reset_session(session::ResetSessionRequest {
+            instance,
+            session_id,
+        })
+        .await?
+        .into_inner();
+    print_sessions(&[reset], output)
+}
+
+pub async fn session_rm(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    output: Output,
+) -> Result<()> {
+    let closed = connection
+        .session_client()
+        .await?
+        .close_session(session::CloseSessionRequest {
+            instance,
+            session_id,
+        })
+        .await?
+        .into_inner();
+    print_sessions(&[closed], output)
+}
+
+/// An instance as scripts see it.
+#[derive(Debug, Serialize)]
+struct InstanceView {
+    id: String,
+    name: String,
+    target: String,
+    command: Vec<String>,
+    max_sessions: u32,
+    live_sessions: u32,
+    labels: BTreeMap<String, String>,
+    broker_id: String,
+}
+
+impl From<&session::Instance> for InstanceView {
+    fn from(instance: &session::Instance) -> Self {
+        Self {
+            id: instance.id.clone(),
+            name: instance.name.clone(),
+            target: describe_target(instance.target.as_ref()),
+            command: instance.command.clone(),
+            max_sessions: instance.max_sessions,
+            live_sessions: instance.live_sessions,
+            labels: instance
+                .labels
+                .iter()
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+            broker_id: instance.broker_id.clone(),
+        }
+    }
+}
+
+fn describe_target(target: Option<&broker::Target>) -> String {
+    match target.and_then(|target| target.kind.as_ref()) {
+        Some(broker::target::Kind::Local(_)) => "local".to_owned(),
+        Some(broker::target::Kind::Docker(docker)) => format!("docker:{}", docker.container),
+        None => "unknown".to_owned(),
+    }
+}
+
+/// A session as scripts see it.
+#[derive(Debug, Serialize)]
+struct SessionView {
+    id: String,
+    name: String,
+    status: String,
+    close_reason: Option<String>,
+    exit_code: Option<i32>,
+    exit_signal: Option<i32>,
+    aliases: Vec<String>,
+    attached_clients: u32,
+    created_at: Option<String>,
+    last_activity_at: Option<String>,
+}
+
+impl From<&session::Session> for SessionView {
+    fn from(record: &session::Session) -> Self {
+        let status = session::SessionStatus::try_from(record.status)
+            .map(|status| status_name(status).to_owned())
+            .unwrap_or_else(|_| "unknown".to_owned());
+        let close_reason = session::CloseReason::try_from(record.close_reason)
+            .ok()
+            .and_then(close_reason_name)
+            .map(str::to_owned);
+        Self {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            status,
+            close_reason,
+            exit_code: record.exit.as_ref().map(|exit| exit.code),
+            exit_signal: record.exit.as_ref().and_then(|exit| exit.signal),
+            aliases: record.aliases.clone(),
+            attached_clients: record.attached_clients,
+            created_at: record.created_at.as_ref().map(ToString::to_string),
+            last_activity_at: record.last_activity_at.as_ref().map(ToString::to_string),
+        }
+    }
+}
+
+fn status_name(status: session::SessionStatus) -> &'static str {
+    match status {
+        session::SessionStatus::Unspecified => "unknown",
+        session::SessionStatus::Starting => "starting",
+        session::SessionStatus::Active => "active",
+        session::SessionStatus::Resetting => "resetting",
+        session::SessionStatus::Exited => "exited",
+        session::SessionStatus::Closed => "closed",
+    }
+}
+
+fn close_reason_name(reason: session::CloseReason) -> Option<&'static str> {
+    Some(match reason {
+        session::CloseReason::Unspecified => return None,
+        session::CloseReason::ClosedByUser => "closed_by_user",
+        session::CloseReason::Exited => "exited",
+        session::CloseReason::IdleReaped => "idle_reaped",
+        session::CloseReason::BrokerLost => "broker_lost",
+        session::CloseReason::InstanceDeleted => "instance_deleted",
+        session::CloseReason::SpawnFailed => "spawn_failed",
+    })
+}
+
+fn print_instances(instances: &[session::Instance], output: Output) -> Result<()> {
+    let views: Vec<InstanceView> = instances.iter().map(InstanceView::from).collect();
+    match output {
+        Output::Json => print_json(&views),
+        Output::Plain => {
+            print_table(
+                &["ID", "NAME", "TARGET", "SESSIONS"],
+                views.iter().map(|view| {
+                    vec![
+                        view.id.clone(),
+                        view.name.clone(),
+                        view.target.clone(),
+                        format!("{}/{}", view.live_sessions, view.max_sessions),
+                    ]
+                }),
+            );
+            Ok(())
+        }
+    }
+}
+
+fn print_sessions(sessions: &[session::Session], output: Output) -> Result<()> {
+    let views: Vec<SessionView> = sessions.iter().map(SessionView::from).collect();
+    match output {
+        Output::Json => print_json(&views),
+        Output::Plain => {
+            print_table(
+                &["ID", "NAME", "STATUS", "CLIENTS", "ALIASES"],
+                views.iter().map(|view| {
+                    let status = match (&view.close_reason, view.exit_code) {
+                        (Some(reason), _) => format!("{} ({reason})", view.status),
+                        (None, Some(code)) => format!("{} ({code})", view.status),
+                        (None, None) => view.status.clone(),
+                    };
+                    vec![
+                        view.id.clone(),
+                        view.name.clone(),
+                        status,
+                        view.attached_clients.to_string(),
+                        view.aliases.join(","),
+                    ]
+                }),
+            );
+            Ok(())
+        }
+    }
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Prints left-aligned columns, as `docker ps` does.
+fn print_table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = headers.iter().map(|header| header.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("   ").trim_end());
+    };
+    line(headers.iter().map(|header| (*header).to_owned()).collect());
+    for row in rows {
+        line(row);
+    }
+}
