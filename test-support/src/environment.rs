@@ -27,7 +27,9 @@ impl Requirement {
                 if std::path::Path::new(&socket).exists() {
                     None
                 } else {
-                    Some(format!("no Docker engine socket at {socket} (cargo xtask test starts one)"))
+                    Some(format!(
+                        "no Docker engine socket at {socket} (cargo xtask test starts one)"
+                    ))
                 }
             }
             Requirement::Chromium => {
@@ -35,7 +37,9 @@ impl Requirement {
                 if std::path::Path::new(&chromium).exists() {
                     None
                 } else {
-                    Some(format!("no Chromium at {chromium} (cargo xtask test installs it)"))
+                    Some(format!(
+                        "no Chromium at {chromium} (cargo xtask test installs it)"
+                    ))
                 }
             }
         }
