@@ -1,0 +1,521 @@
+// One session tab: its xterm.js terminal, its WebSocket (CONTRACT.md "WebSocket (gateway)"),
+// the offsets that make output appear exactly once, and the notices drawn over its pane.
+
+import { Terminal } from '@xterm/xterm';
+import { FitAddon } from '@xterm/addon-fit';
+import { currentToken } from './auth.js';
+import { el } from './dom.js';
+
+/** The dot on a tab. */
+export const Status = Object.freeze({
+  connecting: 'connecting',
+  connected: 'connected',
+  disconnected: 'disconnected',
+  error: 'error',
+  resetting: 'resetting',
+  exited: 'exited',
+});
+
+const RECORD_PREFIX = 'ptyhub.output.';
+/** How much output per session is kept in sessionStorage to redraw the terminal after a reload. */
+const LOG_LIMIT = 256 * 1024;
+const PERSIST_DELAY_MS = 500;
+const BACKOFF_FIRST_MS = 500;
+const BACKOFF_MAX_MS = 10_000;
+
+const encoder = new TextEncoder();
+
+/**
+ * What the tab knows about its session's output:
+ * - `written`: the offset of the next byte not yet written to the terminal. Output below it is
+ *   never written again, so a replay after a reconnect or a reload shows nothing twice.
+ * - `cursor`: the offset of the next byte the server sends on the current socket.
+ * - `log`: the bytes written so far (the last LOG_LIMIT of them), saved with `written` in
+ *   sessionStorage so a reloaded page redraws the terminal and resumes with `since=written`.
+ */
+export class SessionTab {
+  constructor({ instanceId, session, clientId, viewer, size, callbacks }) {
+    this.instanceId = instanceId;
+    this.sessionId = session?.id ?? null;
+    this.clientId = session ? null : clientId;
+    this.name = session?.name ?? 'New session';
+    this.viewer = viewer;
+    this.callbacks = callbacks;
+    this.status = Status.connecting;
+    this.role = null;
+    this.exitCode = session?.exit_code ?? null;
+    this.exited = false;
+    /** 'expired', 'closed', 'taken_over', 'refused' or null: why the tab no longer connects. */
+    this.ended = null;
+    this.socket = null;
+    this.disposed = false;
+    this.reconnectAttempts = 0;
+    this.reconnectTimer = null;
+    this.persistTimer = null;
+    this.cursor = 0;
+    this.written = 0;
+    this.hasRecord = false;
+    this.logChunks = [];
+    this.logBytes = 0;
+    this.socketsOpened = 0;
+
+    this.terminal = new Terminal({
+      cursorBlink: !viewer,
+      disableStdin: viewer,
+      fontFamily: '"DejaVu Sans Mono", "Menlo", "Consolas", monospace',
+      fontSize: 14,
+      scrollback: 5000,
+      allowProposedApi: false,
+      theme: { background: '#11141a', foreground: '#d8dee9', cursor: '#8fbcbb', selectionBackground: '#4c566a' },
+    });
+    this.fitAddon = new FitAddon();
+    this.terminal.loadAddon(this.fitAddon);
+    if (size) this.terminal.resize(size.cols, size.rows);
+
+    this.host = el('div', { class: 'term-host' });
+    this.statusLine = el('div', { class: 'pane-status', role: 'status', hidden: true });
+    this.banner = el('div', { class: 'pane-banner', role: 'alert', hidden: true });
+    this.notice = el('div', { class: 'pane-notice', hidden: true });
+    this.pane = el('section', { class: 'pane', role: 'tabpanel', hidden: true },
+      this.banner, this.host, this.statusLine, this.notice);
+    this.terminal.open(this.host);
+
+    this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
+    this.terminal.onBinary((data) => this.sendBytes(latin1ToBytes(data)));
+    this.terminal.onResize(({ cols, rows }) => this.sendResize(cols, rows));
+    this.terminal.attachCustomKeyEventHandler((event) => this.callbacks.terminalKeyAllowed(event));
+
+    if (this.sessionId) this.restoreRecord();
+  }
+
+  get live() {
+    return !this.ended && !this.disposed;
+  }
+
+  /** Whether closing should ask first: the session still has a running process. */
+  get hasLiveProcess() {
+    return this.live && !this.exited;
+  }
+
+  // ---- connection -------------------------------------------------------------------------
+
+  connect() {
+    if (this.disposed) return;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.ended = null;
+    this.closeSocket();
+    const query = new URLSearchParams();
+    let path = `/ws/tool-instances/${encodeURIComponent(this.instanceId)}/terminal`;
+    if (this.sessionId) {
+      path += `/${encodeURIComponent(this.sessionId)}`;
+      // Without a record the server replays everything its ring still holds.
+      if (this.hasRecord) query.set('since', String(this.written));
+    } else {
+      query.set('client_id', this.clientId);
+    }
+    if (!this.viewer) {
+      query.set('cols', String(this.terminal.cols));
+      query.set('rows', String(this.terminal.rows));
+    } else {
+      query.set('mode', 'view');
+    }
+    const token = currentToken();
+    if (token) query.set('token', token);
+    const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const socket = new WebSocket(`${scheme}//${window.location.host}${path}?${query}`);
+    socket.binaryType = 'arraybuffer';
+    this.socket = socket;
+    this.socketsOpened += 1;
+    this.setStatus(this.reconnectAttempts > 0 ? Status.disconnected : Status.connecting);
+    socket.onmessage = (event) => {
+      if (socket !== this.socket) return;
+      if (typeof event.data === 'string') this.handleMessage(event.data);
+      else this.handleOutput(new Uint8Array(event.data));
+    };
+    socket.onclose = (event) => {
+      if (socket !== this.socket) return;
+      this.socket = null;
+      this.handleClose(event.code, event.reason);
+    };
+  }
+
+  /** Reconnects now, after a manual action (take back, restart) or the network coming back. */
+  reconnectNow() {
+    if (this.disposed || this.ended || this.exited) return;
+    if (this.reconnectTimer !== null || this.socket === null) {
+      this.reconnectAttempts = Math.max(this.reconnectAttempts, 1);
+      this.connect();
+    }
+  }
+
+  takeBack() {
+    this.hideBanner();
+    this.reconnectAttempts = 0;
+    this.connect();
+  }
+
+  closeSocket() {
+    const socket = this.socket;
+    this.socket = null;
+    if (socket && socket.readyState <= WebSocket.OPEN) socket.close(1000, 'tab closed');
+  }
+
+  dispose() {
+    this.disposed = true;
+    clearTimeout(this.reconnectTimer);
+    clearTimeout(this.persistTimer);
+    this.closeSocket();
+    this.forgetRecord();
+    this.terminal.dispose();
+    this.pane.remove();
+  }
+
+  handleMessage(text) {
+    let message;
+    try {
+      message = JSON.parse(text);
+    } catch {
+      return;
+    }
+    switch (message.type) {
+      case 'status':
+        if (message.status === 'connected') this.handleConnected(message);
+        else if (message.status === 'resetting') {
+          this.setStatus(Status.resetting);
+          this.writeNotice('restarting the session…');
+        }
+        break;
+      case 'gap':
+        this.cursor += Number(message.lost) || 0;
+        this.writeNotice(`${message.lost} bytes of output were lost while disconnected`);
+        break;
+      case 'resize':
+        // The controller's own size drives the PTY; a viewer follows whatever the PTY has.
+        if (this.viewer && message.cols > 0 && message.rows > 0) this.terminal.resize(message.cols, message.rows);
+        break;
+      case 'ping':
+        this.sendJson({ type: 'pong' });
+        break;
+      case 'session_detached':
+        this.ended = 'taken_over';
+        break;
+      case 'exit':
+        this.handleExit(message.code, message.signal);
+        break;
+      case 'error':
+        this.writeNotice(`server: ${message.message}`);
+        break;
+      default:
+        break;
+    }
+  }
+
+  handleConnected(message) {
+    const wasResetting = this.status === Status.resetting;
+    if (message.session?.id) {
+      const adopted = this.sessionId === null;
+      this.sessionId = message.session.id;
+      if (adopted) this.restoreRecord();
+    }
+    if (message.session?.name) this.name = message.session.name;
+    this.role = message.role;
+    const offset = Number(message.offset) || 0;
+    this.cursor = offset;
+    if (!this.hasRecord) {
+      // First attach without a record: the ring's oldest byte is where this terminal starts.
+      this.written = Math.max(this.written, offset);
+      this.hasRecord = true;
+    }
+    this.exited = false;
+    this.ended = null;
+    this.reconnectAttempts = 0;
+    this.hideStatusLine();
+    this.hideNotice();
+    this.hideBanner();
+    if (wasResetting) this.writeNotice('session restarted');
+    if (this.viewer && message.cols > 0 && message.rows > 0) {
+      this.terminal.resize(message.cols, message.rows);
+    } else if (!this.viewer && (message.cols !== this.terminal.cols || message.rows !== this.terminal.rows)) {
+      this.sendResize(this.terminal.cols, this.terminal.rows);
+    }
+    this.setStatus(Status.connected);
+    this.callbacks.onChange(this);
+  }
+
+  handleOutput(bytes) {
+    const start = this.cursor;
+    const end = start + bytes.length;
+    this.cursor = end;
+    if (end <= this.written) return;
+    const fresh = start < this.written ? bytes.subarray(this.written - start) : bytes;
+    this.written = end;
+    this.terminal.write(fresh);
+    this.appendLog(fresh);
+    this.schedulePersist();
+    this.callbacks.onOutput?.(this);
+  }
+
+  handleExit(code, signal) {
+    this.exited = true;
+    this.exitCode = code ?? null;
+    const how = signal !== null && signal !== undefined ? `signal ${signal}` : `code ${code}`;
+    this.writeNotice(`process exited with ${how}`);
+    this.setStatus(Status.exited);
+    this.showNotice(`Process exited with ${how}.`, this.viewer ? [] : [
+      { label: 'Restart', onClick: () => this.callbacks.onRestart(this) },
+    ]);
+    this.callbacks.onChange(this);
+  }
+
+  handleClose(code, reason) {
+    if (this.disposed) return;
+    switch (code) {
+      case 4009:
+        this.ended = 'taken_over';
+        this.setStatus(Status.error);
+        this.showBanner('This session is open elsewhere: another window took control of it.',
+          this.viewer ? null : { label: 'Take back', onClick: () => this.takeBack() });
+        break;
+      case 4004:
+        this.ended = 'expired';
+        this.setStatus(Status.error);
+        this.showNotice('Session expired: it is no longer running on the server.', this.viewer ? [] : [
+          { label: 'Start a new session', onClick: () => this.callbacks.onReplace(this) },
+        ]);
+        break;
+      case 4001:
+        this.ended = 'refused';
+        this.setStatus(Status.error);
+        this.callbacks.onUnauthorized();
+        break;
+      case 4003:
+        this.ended = 'refused';
+        this.setStatus(Status.error);
+        this.showNotice(`Not allowed: ${reason || 'this credential may not use this instance'}.`, []);
+        break;
+      case 4029:
+        this.ended = 'refused';
+        this.setStatus(Status.error);
+        this.showNotice(reason || 'The instance has reached its maximum number of sessions.', [
+          { label: 'Try again', onClick: () => this.connect() },
+        ]);
+        break;
+      case 1000:
+        if (this.exited) break;
+        if (this.ended === 'taken_over') {
+          this.handleClose(4009, reason);
+          break;
+        }
+        this.ended = 'closed';
+        this.setStatus(Status.error);
+        this.showNotice('This session was closed.', this.viewer ? [] : [
+          { label: 'Start a new session', onClick: () => this.callbacks.onReplace(this) },
+        ]);
+        break;
+      default:
+        if (this.ended === 'taken_over') {
+          this.handleClose(4009, reason);
+          break;
+        }
+        this.scheduleReconnect();
+    }
+    this.callbacks.onChange(this);
+  }
+
+  scheduleReconnect() {
+    const attempt = this.reconnectAttempts;
+    this.reconnectAttempts += 1;
+    const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** attempt);
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+    this.setStatus(Status.disconnected);
+    this.showStatusLine(`Connection lost: reconnecting (attempt ${attempt + 1})…`);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.connect();
+    }, delay);
+  }
+
+  // ---- input and size -----------------------------------------------------------------------
+
+  get canWrite() {
+    return !this.viewer && this.role === 'controller' && this.socket?.readyState === WebSocket.OPEN && !this.exited;
+  }
+
+  sendText(text) {
+    this.sendBytes(encoder.encode(text));
+  }
+
+  sendBytes(bytes) {
+    if (this.canWrite) this.socket.send(bytes);
+  }
+
+  sendJson(value) {
+    if (this.socket?.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(value));
+  }
+
+  sendResize(cols, rows) {
+    if (!this.viewer && this.role === 'controller' && !this.exited) this.sendJson({ type: 'resize', cols, rows });
+  }
+
+  /** Fits the terminal to its (visible) pane; the new size is sent through `onResize`. */
+  fit() {
+    if (this.pane.hidden || this.disposed) return null;
+    const proposed = this.fitAddon.proposeDimensions();
+    if (!proposed || !Number.isFinite(proposed.cols) || !Number.isFinite(proposed.rows)) return null;
+    const cols = Math.max(2, proposed.cols);
+    const rows = Math.max(1, proposed.rows);
+    if (this.viewer) return { cols, rows };
+    if (cols !== this.terminal.cols || rows !== this.terminal.rows) this.terminal.resize(cols, rows);
+    return { cols, rows };
+  }
+
+  /** Gives a hidden terminal the size of the visible one, so switching to it needs no reflow. */
+  resizeTo({ cols, rows }) {
+    if (this.viewer || this.disposed) return;
+    if (cols !== this.terminal.cols || rows !== this.terminal.rows) this.terminal.resize(cols, rows);
+  }
+
+  // ---- what the pane shows ------------------------------------------------------------------
+
+  setStatus(status) {
+    if (this.status === status) return;
+    this.status = status;
+    this.callbacks.onChange(this);
+  }
+
+  /** A one-line notice in the terminal itself, dimmed so it is not mistaken for output. */
+  writeNotice(text) {
+    this.terminal.write(`\r\n\x1b[2;33m[ptyhub] ${text}\x1b[0m\r\n`);
+  }
+
+  showStatusLine(text) {
+    this.statusLine.textContent = text;
+    this.statusLine.hidden = false;
+  }
+
+  hideStatusLine() {
+    this.statusLine.hidden = true;
+  }
+
+  showBanner(text, action) {
+    this.banner.replaceChildren(el('span', {}, text));
+    if (action) this.banner.append(el('button', { type: 'button', onclick: action.onClick }, action.label));
+    this.banner.hidden = false;
+  }
+
+  hideBanner() {
+    this.banner.hidden = true;
+  }
+
+  showNotice(text, actions) {
+    this.notice.replaceChildren(el('span', { class: 'notice-text' }, text),
+      ...actions.map((action) => el('button', { type: 'button', onclick: action.onClick }, action.label)));
+    this.notice.hidden = false;
+  }
+
+  hideNotice() {
+    this.notice.hidden = true;
+  }
+
+  /** The terminal's text (scrollback and screen), for the copy view. */
+  bufferText() {
+    const buffer = this.terminal.buffer.active;
+    const lines = [];
+    for (let index = 0; index < buffer.length; index += 1) {
+      lines.push(buffer.getLine(index)?.translateToString(true) ?? '');
+    }
+    while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+    return lines.join('\n');
+  }
+
+  // ---- the record in sessionStorage ---------------------------------------------------------
+
+  get recordKey() {
+    return `${RECORD_PREFIX}${this.sessionId}`;
+  }
+
+  restoreRecord() {
+    let record = null;
+    try {
+      record = JSON.parse(sessionStorage.getItem(this.recordKey) ?? 'null');
+    } catch {
+      record = null;
+    }
+    if (!record || !Number.isSafeInteger(record.offset) || typeof record.log !== 'string') return;
+    const bytes = latin1ToBytes(record.log);
+    this.written = record.offset;
+    this.cursor = record.offset;
+    this.hasRecord = true;
+    this.logChunks = [bytes];
+    this.logBytes = bytes.length;
+    this.terminal.write(bytes);
+  }
+
+  appendLog(bytes) {
+    this.logChunks.push(bytes.slice());
+    this.logBytes += bytes.length;
+    if (this.logBytes > LOG_LIMIT * 2) {
+      const all = concat(this.logChunks, this.logBytes);
+      const kept = all.slice(all.length - LOG_LIMIT);
+      this.logChunks = [kept];
+      this.logBytes = kept.length;
+    }
+  }
+
+  schedulePersist() {
+    if (this.persistTimer !== null) return;
+    this.persistTimer = setTimeout(() => {
+      this.persistTimer = null;
+      this.persist();
+    }, PERSIST_DELAY_MS);
+  }
+
+  /** Saves `written` with the bytes it covers; called after output and when the page is hidden. */
+  persist() {
+    if (!this.sessionId || !this.hasRecord || this.disposed) return;
+    let bytes = concat(this.logChunks, this.logBytes);
+    if (bytes.length > LOG_LIMIT) bytes = bytes.slice(bytes.length - LOG_LIMIT);
+    this.logChunks = [bytes];
+    this.logBytes = bytes.length;
+    try {
+      sessionStorage.setItem(this.recordKey, JSON.stringify({ offset: this.written, log: bytesToLatin1(bytes) }));
+    } catch {
+      // Storage full: keep only the offset, so a reload still shows nothing twice.
+      try {
+        sessionStorage.setItem(this.recordKey, JSON.stringify({ offset: this.written, log: '' }));
+      } catch {
+        // Nothing more can be done; a reload then replays what the server still holds.
+      }
+    }
+  }
+
+  forgetRecord() {
+    if (this.sessionId) sessionStorage.removeItem(this.recordKey);
+  }
+}
+
+function concat(chunks, total) {
+  if (chunks.length === 1) return chunks[0];
+  const all = new Uint8Array(total);
+  let position = 0;
+  for (const chunk of chunks) {
+    all.set(chunk, position);
+    position += chunk.length;
+  }
+  return all;
+}
+
+function bytesToLatin1(bytes) {
+  let text = '';
+  for (let index = 0; index < bytes.length; index += 0x8000) {
+    text += String.fromCharCode.apply(null, bytes.subarray(index, index + 0x8000));
+  }
+  return text;
+}
+
+function latin1ToBytes(text) {
+  const bytes = new Uint8Array(text.length);
+  for (let index = 0; index < text.length; index += 1) bytes[index] = text.charCodeAt(index) & 0xff;
+  return bytes;
+}

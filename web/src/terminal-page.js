@@ -1,0 +1,685 @@
+// The terminal page of one instance (`/instances/{iid}`): the tab strip, one SessionTab per live
+// session, shortcuts, fullscreen, the mobile layout and the read-only view.
+
+import { api, ApiError } from './api.js';
+import { tabClientId } from './client-id.js';
+import { el } from './dom.js';
+import { SessionTab, Status } from './session-tab.js';
+
+const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
+const OVERLAY_HIDE_MS = 3000;
+const TOAST_MS = 10_000;
+
+const STATUS_LABELS = {
+  [Status.connecting]: 'connecting',
+  [Status.connected]: 'connected',
+  [Status.disconnected]: 'reconnecting',
+  [Status.error]: 'error',
+  [Status.resetting]: 'resetting',
+  [Status.exited]: 'exited',
+};
+
+/** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
+export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized, onRefused }) {
+  let instance;
+  let sessions;
+  try {
+    [instance, sessions] = await Promise.all([api.getInstance(instanceId), api.listSessions(instanceId)]);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return onUnauthorized();
+    return onRefused(error);
+  }
+  const page = new TerminalPage(app, instance, sessions, { viewer, onUnauthorized });
+  window.ptyhubPage = page;
+  return page;
+}
+
+class TerminalPage {
+  constructor(app, instance, sessions, { viewer, onUnauthorized }) {
+    this.instance = instance;
+    this.instanceId = instance.id;
+    this.maxSessions = Number(instance.max_sessions) || 5;
+    this.viewer = viewer;
+    this.onUnauthorized = onUnauthorized;
+    this.tabs = [];
+    this.active = null;
+    this.size = null;
+    this.fullscreen = false;
+    this.overlayTimer = null;
+    this.ctrlLatched = false;
+    this.toastTimer = null;
+    this.creating = false;
+    this.clientId = tabClientId();
+
+    this.build(app);
+    this.installListeners();
+    document.title = `${instance.name} · ptyhub`;
+
+    for (const session of sessions) this.addTab(this.makeTab({ session }));
+    if (this.tabs.length === 0 && !viewer) this.addTab(this.makeTab({ session: null }));
+    const remembered = sessionStorage.getItem(this.activeKey);
+    const first = this.tabs.find((tab) => tab.sessionId === remembered) ?? this.tabs[0];
+    if (first) this.activate(first);
+    else this.showEmptyViewer();
+    for (const tab of this.tabs) tab.connect();
+    this.updateControls();
+  }
+
+  get activeKey() {
+    return `${ACTIVE_KEY_PREFIX}${this.instanceId}`;
+  }
+
+  // ---- layout ------------------------------------------------------------------------------
+
+  build(app) {
+    const button = (label, text, onClick, extra = {}) =>
+      el('button', { type: 'button', class: 'icon-button', 'aria-label': label, title: label, onclick: onClick, ...extra }, text);
+
+    this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
+    this.viewerSwitch = this.viewer
+      ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
+      : button('Open read-only view', '👁', () => this.openViewer());
+    this.header = el('header', { class: 'topbar' },
+      el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
+      el('span', { class: 'instance-name' }, this.instance.name),
+      this.mobileTitle,
+      this.viewer ? el('span', { class: 'viewer-badge' }, 'Read-only') : null,
+      el('span', { class: 'spacer' }),
+      this.viewerSwitch,
+    );
+
+    this.tablist = el('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Sessions', onkeydown: (event) => this.tablistKey(event) });
+    this.tabsWrap = el('div', { class: 'tabs-wrap' }, this.tablist);
+    this.tablist.addEventListener('scroll', () => this.updateFades(), { passive: true });
+    this.newButton = el('button', { type: 'button', class: 'new-tab', 'aria-label': 'New session', onclick: () => this.createSession() }, '+');
+    this.newWrap = el('span', { class: 'new-wrap' }, this.newButton);
+    this.previousButton = button('Previous session', '‹', () => this.step(-1));
+    this.nextButton = button('Next session', '›', () => this.step(1));
+    this.restartButton = button('Restart session', '⟳', () => this.active && this.restart(this.active));
+    this.fullscreenButton = button('Fullscreen', '⛶', () => this.toggleFullscreen());
+    this.tabbar = el('nav', { class: 'tabbar', 'aria-label': 'Session tabs' },
+      this.tabsWrap, this.newWrap,
+      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.fullscreenButton));
+
+    this.viewerBanner = this.viewer
+      ? el('div', { class: 'viewer-banner', role: 'note' }, 'Read-only view: you are watching these sessions; typing is disabled.')
+      : null;
+    this.panes = el('main', { class: 'panes' });
+
+    this.ctrlKey = el('button', { type: 'button', 'aria-pressed': 'false', 'data-key': 'ctrl' }, 'Ctrl');
+    const key = (label, text, send) => el('button', { type: 'button', 'aria-label': label, 'data-send': send }, text);
+    this.keysRow = el('div', { class: 'keys-row', role: 'toolbar', 'aria-label': 'Special keys' },
+      key('Escape', 'Esc', 'esc'), key('Tab', 'Tab', 'tab'), this.ctrlKey,
+      key('Left', '←', 'left'), key('Up', '↑', 'up'), key('Down', '↓', 'down'), key('Right', '→', 'right'),
+      el('button', { type: 'button', 'data-key': 'select', 'aria-label': 'Select text' }, 'Select'));
+    this.keysRow.addEventListener('pointerdown', (event) => event.preventDefault());
+    this.keysRow.addEventListener('mousedown', (event) => event.preventDefault());
+    this.keysRow.addEventListener('click', (event) => this.specialKey(event));
+
+    this.chromeHandle = el('button', { type: 'button', class: 'chrome-handle', 'aria-label': 'Show tabs', hidden: true, onclick: () => this.showChrome() }, '▾');
+    this.toast = el('div', { class: 'toast', role: 'alert', hidden: true });
+    this.copyText = el('pre', { class: 'copy-text', tabindex: '0' });
+    this.copyView = el('div', { class: 'copy-view', role: 'dialog', 'aria-label': 'Select text', hidden: true },
+      el('div', { class: 'copy-toolbar' },
+        el('span', {}, 'Select text, then copy'),
+        el('button', { type: 'button', onclick: () => this.copySelection() }, 'Copy'),
+        el('button', { type: 'button', onclick: () => this.closeCopyView() }, 'Done')),
+      this.copyText);
+
+    this.root = el('div', { class: `terminal-page${this.viewer ? ' viewer' : ''}` },
+      this.header, this.tabbar, this.viewerBanner, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
+    app.replaceChildren(this.root);
+  }
+
+  installListeners() {
+    window.addEventListener('keydown', (event) => this.globalKey(event), true);
+    window.addEventListener('resize', () => this.scheduleFit());
+    new ResizeObserver(() => this.scheduleFit()).observe(this.panes);
+    window.addEventListener('pagehide', () => this.persistAll());
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'hidden') this.persistAll();
+    });
+    window.addEventListener('online', () => this.tabs.forEach((tab) => tab.reconnectNow()));
+    document.addEventListener('fullscreenchange', () => {
+      if (!document.fullscreenElement && this.fullscreen) this.leaveFullscreen();
+    });
+    this.root.addEventListener('mousemove', () => this.pokeOverlay());
+    window.visualViewport?.addEventListener('resize', () => this.followVisualViewport());
+  }
+
+  // ---- tabs --------------------------------------------------------------------------------
+
+  makeTab({ session }) {
+    const tab = new SessionTab({
+      instanceId: this.instanceId,
+      session,
+      clientId: this.clientId,
+      viewer: this.viewer,
+      size: this.size,
+      callbacks: {
+        onChange: (changed) => this.renderTab(changed),
+        onKeyboardInput: (from, data) => this.keyboardInput(from, data),
+        terminalKeyAllowed: (event) => !isPageShortcut(event) && !(this.fullscreen && event.key === 'Escape'),
+        onRestart: (from) => this.restart(from),
+        onReplace: (from) => this.replace(from),
+        onUnauthorized: () => this.onUnauthorized(),
+      },
+    });
+    const name = el('span', { class: 'tab-name' }, tab.name);
+    const element = el('div', {
+      class: 'tab', role: 'tab', tabindex: '-1', 'aria-selected': 'false',
+      onclick: () => this.activate(tab),
+      ondblclick: () => this.startRename(tab),
+    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name);
+    const exitBadge = el('span', { class: 'tab-exit', hidden: true });
+    const closeButton = el('button', {
+      type: 'button', class: 'tab-close', title: 'Close session (Alt+Shift+W)',
+      onclick: (event) => { event.stopPropagation(); this.requestClose(tab); },
+    }, '×');
+    const confirm = el('span', { class: 'close-confirm', hidden: true });
+    const item = el('div', { class: 'tab-item', role: 'presentation' }, element, exitBadge, closeButton, confirm);
+    tab.ui = { item, element, name, exitBadge, closeButton, confirm };
+    return tab;
+  }
+
+  addTab(tab, { after } = {}) {
+    const index = after ? this.tabs.indexOf(after) + 1 : this.tabs.length;
+    this.tabs.splice(index, 0, tab);
+    const next = this.tabs[index + 1];
+    if (next) this.tablist.insertBefore(tab.ui.item, next.ui.item);
+    else this.tablist.append(tab.ui.item);
+    this.panes.append(tab.pane);
+    this.renderTab(tab);
+    this.updateControls();
+  }
+
+  removeTab(tab) {
+    const index = this.tabs.indexOf(tab);
+    if (index < 0) return;
+    this.tabs.splice(index, 1);
+    tab.ui.item.remove();
+    tab.dispose();
+    if (this.active === tab) {
+      this.active = null;
+      const neighbour = this.tabs[Math.min(index, this.tabs.length - 1)];
+      if (neighbour) this.activate(neighbour);
+    }
+    this.updateControls();
+  }
+
+  renderTab(tab) {
+    if (!tab.ui) return;
+    const { item, element, name, exitBadge, closeButton } = tab.ui;
+    const paneId = `pane-${tab.sessionId ?? `new-${this.tabs.indexOf(tab)}`}`;
+    tab.pane.id = paneId;
+    element.id = `tab-${paneId}`;
+    element.setAttribute('aria-controls', paneId);
+    tab.pane.setAttribute('aria-labelledby', element.id);
+    if (!name.querySelector('input') && name.textContent !== tab.name) name.textContent = tab.name;
+    const status = tab.ended === 'taken_over' ? 'error' : tab.status;
+    element.dataset.status = status;
+    if (tab.sessionId) element.dataset.sessionId = tab.sessionId;
+    item.dataset.status = status;
+    item.title = `${tab.name}: ${tab.ended === 'taken_over' ? 'open elsewhere' : tab.ended === 'expired' ? 'expired' : STATUS_LABELS[status]}`;
+    const showExit = tab.exited && tab.exitCode !== null && tab.exitCode !== undefined;
+    exitBadge.hidden = !showExit;
+    exitBadge.textContent = showExit ? `exit ${tab.exitCode}` : '';
+    closeButton.setAttribute('aria-label', `Close ${tab.name}`);
+    closeButton.hidden = this.viewer;
+    if (tab === this.active) this.mobileTitle.textContent = tab.name;
+    this.updateControls();
+  }
+
+  activate(tab) {
+    if (!this.tabs.includes(tab)) return;
+    const previous = this.active;
+    this.active = tab;
+    for (const other of this.tabs) {
+      const selected = other === tab;
+      other.ui.element.setAttribute('aria-selected', String(selected));
+      other.ui.element.tabIndex = selected ? 0 : -1;
+      other.ui.item.classList.toggle('active', selected);
+      other.pane.hidden = !selected;
+    }
+    if (tab.sessionId) sessionStorage.setItem(this.activeKey, tab.sessionId);
+    this.mobileTitle.textContent = tab.name;
+    tab.ui.item.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+    this.updateFades();
+    this.fitActive();
+    if (previous !== tab || document.activeElement === document.body) tab.terminal.focus();
+    this.updateControls();
+  }
+
+  step(direction) {
+    if (!this.active || this.tabs.length < 2) return;
+    const index = this.tabs.indexOf(this.active);
+    this.activate(this.tabs[(index + direction + this.tabs.length) % this.tabs.length]);
+  }
+
+  tablistKey(event) {
+    if (event.target.closest('input')) return;
+    if (event.key === 'ArrowLeft' || event.key === 'ArrowRight') {
+      if (event.altKey || event.ctrlKey || event.metaKey) return;
+      event.preventDefault();
+      this.step(event.key === 'ArrowLeft' ? -1 : 1);
+      this.active?.ui.element.focus();
+    }
+  }
+
+  get liveCount() {
+    return this.tabs.filter((tab) => tab.live).length;
+  }
+
+  updateControls() {
+    if (!this.newButton) return;
+    const atCap = this.liveCount >= this.maxSessions;
+    this.newButton.disabled = this.viewer || atCap || this.creating;
+    const tip = this.viewer
+      ? 'Read-only view: sessions cannot be created here'
+      : atCap
+        ? `Maximum of ${this.maxSessions} sessions reached for this instance: close one to open another`
+        : 'New session (Alt+Shift+N)';
+    this.newWrap.title = tip;
+    this.newWrap.dataset.tooltip = tip;
+    this.newButton.title = tip;
+    this.restartButton.disabled = this.viewer || !this.active || !this.active.live;
+    this.previousButton.disabled = this.tabs.length < 2;
+    this.nextButton.disabled = this.tabs.length < 2;
+    this.updateFades();
+  }
+
+  updateFades() {
+    const { scrollLeft, scrollWidth, clientWidth } = this.tablist;
+    this.tabsWrap.classList.toggle('fade-left', scrollLeft > 1);
+    this.tabsWrap.classList.toggle('fade-right', scrollLeft + clientWidth < scrollWidth - 1);
+  }
+
+  showEmptyViewer() {
+    this.panes.append(el('div', { class: 'empty' }, 'This instance has no live sessions to watch.'));
+  }
+
+  // ---- actions -----------------------------------------------------------------------------
+
+  async createSession() {
+    if (this.viewer || this.creating) return;
+    if (this.liveCount >= this.maxSessions) {
+      this.showToast(`Maximum of ${this.maxSessions} terminal sessions reached for this instance`);
+      return;
+    }
+    this.creating = true;
+    this.updateControls();
+    try {
+      const size = this.size ?? { cols: this.active?.terminal.cols ?? 80, rows: this.active?.terminal.rows ?? 24 };
+      const created = await api.createSession(this.instanceId, size);
+      const tab = this.makeTab({ session: created });
+      this.addTab(tab);
+      tab.connect();
+      this.activate(tab);
+    } catch (error) {
+      this.reportError(error);
+      if (error instanceof ApiError && error.status === 409) await this.syncSessions();
+    } finally {
+      this.creating = false;
+      this.updateControls();
+    }
+  }
+
+  /** Adds tabs for live sessions that were created elsewhere (after a 409, for instance). */
+  async syncSessions() {
+    try {
+      const sessions = await api.listSessions(this.instanceId);
+      for (const session of sessions) {
+        if (this.tabs.some((tab) => tab.sessionId === session.id)) continue;
+        const tab = this.makeTab({ session });
+        this.addTab(tab);
+        tab.connect();
+      }
+    } catch (error) {
+      this.reportError(error);
+    }
+  }
+
+  requestClose(tab) {
+    if (this.viewer) return;
+    if (!tab.hasLiveProcess) {
+      this.closeTab(tab);
+      return;
+    }
+    const { confirm, closeButton } = tab.ui;
+    const cancel = () => {
+      confirm.hidden = true;
+      closeButton.hidden = false;
+      tab.ui.item.classList.remove('confirming');
+      tab.terminal.focus();
+    };
+    const yes = el('button', { type: 'button', class: 'danger', onclick: () => { cancel(); this.closeTab(tab); } }, 'Close');
+    const no = el('button', { type: 'button', onclick: cancel }, 'Keep');
+    confirm.replaceChildren(el('span', {}, 'End this session?'), yes, no);
+    confirm.onkeydown = (event) => {
+      event.stopPropagation();
+      if (event.key === 'Escape') cancel();
+    };
+    closeButton.hidden = true;
+    confirm.hidden = false;
+    tab.ui.item.classList.add('confirming');
+    tab.ui.item.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+    yes.focus();
+  }
+
+  async closeTab(tab) {
+    if (tab.sessionId) {
+      try {
+        await api.closeSession(this.instanceId, tab.sessionId);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 404)) {
+          this.reportError(error);
+          return;
+        }
+      }
+    }
+    const wasLast = this.tabs.length === 1;
+    this.removeTab(tab);
+    if (wasLast) this.openFreshTab();
+  }
+
+  /** The page always has a tab: after the last one closes, a fresh session under this tab's client id. */
+  openFreshTab() {
+    const tab = this.makeTab({ session: null });
+    this.addTab(tab);
+    this.activate(tab);
+    tab.connect();
+  }
+
+  async replace(tab) {
+    const wasLast = this.tabs.length === 1;
+    this.removeTab(tab);
+    if (wasLast) this.openFreshTab();
+    else await this.createSession();
+  }
+
+  async restart(tab) {
+    if (this.viewer || !tab.sessionId || !tab.live) return;
+    try {
+      await api.resetSession(this.instanceId, tab.sessionId);
+    } catch (error) {
+      this.reportError(error);
+      return;
+    }
+    if (tab.exited || !tab.socket) {
+      tab.exited = false;
+      tab.exitCode = null;
+      tab.hideNotice();
+      tab.setStatus(Status.connecting);
+      tab.connect();
+    }
+    this.renderTab(tab);
+    if (tab === this.active) tab.terminal.focus();
+  }
+
+  startRename(tab) {
+    if (this.viewer || !tab.sessionId || tab.ui.name.querySelector('input')) return;
+    const input = el('input', { class: 'rename-input', type: 'text', value: tab.name, 'aria-label': 'Session name', maxlength: '255' });
+    let finished = false;
+    const finish = async (commit) => {
+      if (finished) return;
+      finished = true;
+      const wanted = input.value;
+      tab.ui.name.textContent = tab.name;
+      if (commit && wanted !== tab.name) {
+        try {
+          const renamed = await api.renameSession(this.instanceId, tab.sessionId, wanted);
+          tab.name = renamed.name;
+        } catch (error) {
+          this.reportError(error);
+        }
+        this.renderTab(tab);
+      }
+      if (tab === this.active) tab.terminal.focus();
+    };
+    input.addEventListener('keydown', (event) => {
+      event.stopPropagation();
+      if (event.key === 'Enter') {
+        event.preventDefault();
+        finish(true);
+      } else if (event.key === 'Escape') {
+        event.preventDefault();
+        finish(false);
+      }
+    });
+    input.addEventListener('blur', () => finish(true));
+    input.addEventListener('click', (event) => event.stopPropagation());
+    input.addEventListener('dblclick', (event) => event.stopPropagation());
+    tab.ui.name.replaceChildren(input);
+    input.focus();
+    input.select();
+  }
+
+  openViewer() {
+    window.open(`/instances/${encodeURIComponent(this.instanceId)}?mode=view`, '_blank');
+  }
+
+  // ---- keyboard ----------------------------------------------------------------------------
+
+  globalKey(event) {
+    if (this.fullscreen && event.key === 'Escape' && !event.target.closest?.('input, .close-confirm')) {
+      event.preventDefault();
+      event.stopPropagation();
+      this.leaveFullscreen();
+      return;
+    }
+    if (event.ctrlKey && event.shiftKey && !event.altKey && event.code === 'KeyF') {
+      event.preventDefault();
+      event.stopPropagation();
+      this.toggleFullscreen();
+      return;
+    }
+    if (!(event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey)) return;
+    const action = {
+      KeyN: () => this.createSession(),
+      KeyW: () => this.active && this.requestClose(this.active),
+      ArrowLeft: () => this.step(-1),
+      ArrowRight: () => this.step(1),
+      KeyR: () => this.active && this.restart(this.active),
+    }[event.code];
+    if (!action) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (event.repeat) return;
+    action();
+  }
+
+  keyboardInput(tab, data) {
+    let text = data;
+    if (this.ctrlLatched && data.length === 1) {
+      text = controlCharacter(data);
+      this.setCtrlLatched(false);
+    }
+    tab.sendText(text);
+    if (this.isMobile()) this.hideChrome();
+  }
+
+  specialKey(event) {
+    const button = event.target.closest('button');
+    if (!button || !this.active) return;
+    if (button.dataset.key === 'ctrl') {
+      this.setCtrlLatched(!this.ctrlLatched);
+      return;
+    }
+    if (button.dataset.key === 'select') {
+      this.openCopyView();
+      return;
+    }
+    const tab = this.active;
+    const application = tab.terminal.modes.applicationCursorKeysMode;
+    const arrow = (letter) => (this.ctrlLatched ? `\x1b[1;5${letter}` : application ? `\x1bO${letter}` : `\x1b[${letter}`);
+    const sequence = {
+      esc: '\x1b',
+      tab: '\t',
+      up: arrow('A'),
+      down: arrow('B'),
+      right: arrow('C'),
+      left: arrow('D'),
+    }[button.dataset.send];
+    if (sequence === undefined) return;
+    tab.sendText(sequence);
+    this.setCtrlLatched(false);
+    tab.terminal.focus();
+  }
+
+  setCtrlLatched(latched) {
+    this.ctrlLatched = latched;
+    this.ctrlKey.setAttribute('aria-pressed', String(latched));
+  }
+
+  // ---- copy view ---------------------------------------------------------------------------
+
+  openCopyView() {
+    if (!this.active) return;
+    this.copyText.textContent = this.active.bufferText();
+    this.copyView.hidden = false;
+    this.copyText.scrollTop = this.copyText.scrollHeight;
+  }
+
+  closeCopyView() {
+    this.copyView.hidden = true;
+    this.active?.terminal.focus();
+  }
+
+  async copySelection() {
+    const selection = window.getSelection();
+    const selected = selection && !selection.isCollapsed && this.copyText.contains(selection.anchorNode)
+      ? selection.toString()
+      : this.copyText.textContent;
+    try {
+      await navigator.clipboard.writeText(selected);
+    } catch {
+      const scratch = el('textarea', { class: 'scratch' });
+      scratch.value = selected;
+      document.body.append(scratch);
+      scratch.select();
+      document.execCommand('copy');
+      scratch.remove();
+    }
+    this.showToast(`Copied ${selected.length} characters`, 'info');
+  }
+
+  // ---- fullscreen and the auto-hiding chrome ------------------------------------------------
+
+  toggleFullscreen() {
+    if (this.fullscreen) this.leaveFullscreen();
+    else this.enterFullscreen();
+  }
+
+  enterFullscreen() {
+    this.fullscreen = true;
+    this.root.classList.add('fullscreen');
+    this.fullscreenButton.setAttribute('aria-label', 'Exit fullscreen');
+    this.fullscreenButton.title = 'Exit fullscreen (Esc)';
+    document.documentElement.requestFullscreen?.().catch(() => {
+      // Not allowed here (no user gesture, an iframe): the page still fills the window.
+    });
+    this.pokeOverlay();
+    this.scheduleFit();
+    this.active?.terminal.focus();
+  }
+
+  leaveFullscreen() {
+    this.fullscreen = false;
+    clearTimeout(this.overlayTimer);
+    this.root.classList.remove('fullscreen', 'overlay-hidden');
+    this.fullscreenButton.setAttribute('aria-label', 'Fullscreen');
+    this.fullscreenButton.title = 'Fullscreen (Ctrl+Shift+F)';
+    if (document.fullscreenElement) document.exitFullscreen().catch(() => {});
+    this.scheduleFit();
+    this.active?.terminal.focus();
+  }
+
+  /** In fullscreen the tab strip is an overlay that hides after 3 s without mouse movement. */
+  pokeOverlay() {
+    if (!this.fullscreen) return;
+    this.root.classList.remove('overlay-hidden');
+    clearTimeout(this.overlayTimer);
+    this.overlayTimer = setTimeout(() => this.root.classList.add('overlay-hidden'), OVERLAY_HIDE_MS);
+  }
+
+  isMobile() {
+    return window.matchMedia('(max-width: 640px)').matches;
+  }
+
+  /** On a phone, typing hides the header and tab strip to give the terminal the room. */
+  hideChrome() {
+    if (this.root.classList.contains('chrome-hidden')) return;
+    this.root.classList.add('chrome-hidden');
+    this.chromeHandle.hidden = false;
+    this.scheduleFit();
+  }
+
+  showChrome() {
+    this.root.classList.remove('chrome-hidden');
+    this.chromeHandle.hidden = true;
+    this.scheduleFit();
+  }
+
+  followVisualViewport() {
+    const viewport = window.visualViewport;
+    if (viewport) this.root.style.setProperty('--viewport-height', `${viewport.height}px`);
+    this.scheduleFit();
+  }
+
+  // ---- sizes -------------------------------------------------------------------------------
+
+  scheduleFit() {
+    if (this.fitFrame) return;
+    this.fitFrame = requestAnimationFrame(() => {
+      this.fitFrame = null;
+      this.fitActive();
+      this.updateFades();
+    });
+  }
+
+  fitActive() {
+    const size = this.active?.fit();
+    if (!size) return;
+    this.size = size;
+    for (const tab of this.tabs) if (tab !== this.active) tab.resizeTo(size);
+  }
+
+  persistAll() {
+    for (const tab of this.tabs) tab.persist();
+  }
+
+  // ---- messages ----------------------------------------------------------------------------
+
+  reportError(error) {
+    if (error instanceof ApiError && error.status === 401) {
+      this.onUnauthorized();
+      return;
+    }
+    this.showToast(error instanceof ApiError ? error.detail : String(error?.message ?? error));
+  }
+
+  showToast(text, kind = 'error') {
+    this.toast.replaceChildren(el('span', { class: 'toast-text' }, text),
+      el('button', { type: 'button', class: 'toast-close', 'aria-label': 'Dismiss', onclick: () => { this.toast.hidden = true; } }, '×'));
+    this.toast.dataset.kind = kind;
+    this.toast.hidden = false;
+    clearTimeout(this.toastTimer);
+    this.toastTimer = setTimeout(() => { this.toast.hidden = true; }, TOAST_MS);
+  }
+}
+
+/** The page's own shortcuts, which the terminal must not also receive. */
+function isPageShortcut(event) {
+  if (event.ctrlKey && event.shiftKey && !event.altKey && event.code === 'KeyF') return true;
+  return event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey
+    && ['KeyN', 'KeyW', 'KeyR', 'ArrowLeft', 'ArrowRight'].includes(event.code);
+}
+
+/** What Ctrl plus a typed character sends: Ctrl+C is 0x03, Ctrl+[ is Escape, and so on. */
+function controlCharacter(character) {
+  if (character === ' ' || character === '@') return '\x00';
+  if (character === '?') return '\x7f';
+  const code = character.toUpperCase().charCodeAt(0);
+  if (code >= 0x40 && code <= 0x5f) return String.fromCharCode(code - 0x40);
+  return character;
+}
