@@ -1,3 +1,95 @@
-//! gateway: the browser edge of ptyhub.
+//! gateway: the browser edge of ptyhub. It authenticates, validates and translates: REST calls
+//! become session-api calls, a terminal WebSocket becomes one broker `Attach` stream, and
+//! gRPC-web reaches session-api's unary and streaming calls. It keeps no state a restart loses.
+//!
+//! [`run`] serves everything on one listener until the shutdown future completes; `main.rs`
+//! only turns flags and environment into a [`Config`].
 
 #![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod grpc;
+pub mod grpc_web;
+pub mod metrics;
+pub mod openapi;
+pub mod rest;
+pub mod server;
+pub mod state;
+pub mod web;
+pub mod ws;
+
+use std::future::Future;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{AuthConfig, Config, ConfigError, Secret};
+
+/// Why the gateway could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Backend(#[from] grpc::BackendError),
+    #[error("serving failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Serves the gateway on `listener` until `shutdown` completes, then closes open WebSockets
+/// (close code 1011, so clients reconnect elsewhere) and waits up to `shutdown_grace` for them.
+pub async fn run(
+    config: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    config.validate()?;
+    let authenticator = auth::Authenticator::new(&config.auth)?;
+    if config.auth.allow_anonymous {
+        tracing::warn!("anonymous access is on: requests without a credential act as admin");
+    }
+    let backends = grpc::Backends::new(
+        &config.session_api_endpoint,
+        &config.service_token,
+        config.backend_timeout,
+    )?;
+    let state = state::AppState {
+        backends,
+        authenticator,
+        metrics: metrics::Metrics::default(),
+        allowed_origins: config.allowed_origins.clone(),
+        static_dir: config.static_dir.clone(),
+        metrics_require_auth: config.metrics_require_auth,
+        heartbeat_interval: config.heartbeat_interval,
+        shutdown: CancellationToken::new(),
+        bridges: TaskTracker::new(),
+    };
+    let app = server::router(state.clone());
+    let address = listener.local_addr().map_err(Error::Serve)?;
+    tracing::info!(%address, session_api = %config.session_api_endpoint, "gateway listening");
+    let root = state.shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            root.cancel();
+        })
+        .await
+        .map_err(Error::Serve)?;
+    state.shutdown.cancel();
+    state.bridges.close();
+    if tokio::time::timeout(config.shutdown_grace, state.bridges.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = state.bridges.len(),
+            "gateway stopped with websockets still closing"
+        );
+    } else {
+        tracing::info!("gateway stopped cleanly");
+    }
+    Ok(())
+}

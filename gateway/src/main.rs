@@ -1,1 +1,156 @@
-fn main() {}
+//! The gateway binary: reads flags and `PTYHUB_GATEWAY_*` variables into a [`gateway::Config`],
+//! starts logging, binds, and runs until SIGINT or SIGTERM.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use gateway::{AuthConfig, Config, Secret};
+
+/// ptyhub's browser edge: REST, terminal WebSockets and gRPC-web on one port.
+#[derive(Debug, Parser)]
+#[command(name = "gateway", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "PTYHUB_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    /// session-api's gRPC endpoint.
+    #[arg(
+        long,
+        env = "PTYHUB_GATEWAY_SESSION_API",
+        default_value = "http://127.0.0.1:7000"
+    )]
+    session_api: String,
+
+    /// The service token sent to session-api.
+    #[arg(long, env = "PTYHUB_GATEWAY_SERVICE_TOKEN", hide_env_values = true)]
+    service_token: String,
+
+    /// Static API tokens (admin over every instance), comma-separated.
+    #[arg(
+        long = "api-token",
+        env = "PTYHUB_GATEWAY_API_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_tokens: Vec<String>,
+
+    /// Secret that verifies HS256 JWTs (at least 16 bytes).
+    #[arg(long, env = "PTYHUB_GATEWAY_JWT_HS256_SECRET", hide_env_values = true)]
+    jwt_hs256_secret: Option<String>,
+
+    /// PEM file with the RSA public key that verifies RS256 JWTs.
+    #[arg(long, env = "PTYHUB_GATEWAY_JWT_RS256_PUBLIC_KEY")]
+    jwt_rs256_public_key: Option<PathBuf>,
+
+    /// Origins allowed to open WebSockets and call gRPC-web, comma-separated (`*` for any).
+    /// Empty allows only the gateway's own origin.
+    #[arg(
+        long = "allowed-origin",
+        env = "PTYHUB_GATEWAY_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    allowed_origins: Vec<String>,
+
+    /// Directory with the web page's `index.html` and `assets/`.
+    #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
+    static_dir: Option<PathBuf>,
+
+    /// Log JSON lines instead of text.
+    #[arg(long, env = "PTYHUB_GATEWAY_LOG_JSON")]
+    log_json: bool,
+
+    /// Serve `/metrics` without a credential.
+    #[arg(long, env = "PTYHUB_GATEWAY_METRICS_PUBLIC")]
+    metrics_public: bool,
+
+    /// Interval of WebSocket heartbeats; a client silent for two is dropped.
+    #[arg(long, env = "PTYHUB_GATEWAY_HEARTBEAT_INTERVAL", default_value = "25s", value_parser = humantime::parse_duration)]
+    heartbeat_interval: Duration,
+
+    /// How long a call to session-api may take.
+    #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    backend_timeout: Duration,
+
+    /// How long shutdown waits for open WebSockets.
+    #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
+
+    /// Treat requests without a credential as admin. Only for a single-user machine.
+    #[arg(long, env = "PTYHUB_GATEWAY_INSECURE_ALLOW_ANONYMOUS")]
+    insecure_allow_anonymous: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_json);
+    let jwt_rs256_public_key_pem = match &args.jwt_rs256_public_key {
+        Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "invalid setting jwt_rs256_public_key: cannot read {}",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
+    let mut config = Config::new(args.session_api, args.service_token);
+    config.auth = AuthConfig {
+        api_tokens: args.api_tokens.into_iter().map(Secret::new).collect(),
+        jwt_hs256_secret: args.jwt_hs256_secret.map(Secret::new),
+        jwt_rs256_public_key_pem,
+        allow_anonymous: args.insecure_allow_anonymous,
+    };
+    config.allowed_origins = args.allowed_origins;
+    config.static_dir = args.static_dir;
+    config.metrics_require_auth = !args.metrics_public;
+    config.heartbeat_interval = args.heartbeat_interval;
+    config.backend_timeout = args.backend_timeout;
+    config.shutdown_grace = args.shutdown_grace;
+    config.validate()?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    gateway::run(config, listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(terminate) => terminate,
+                Err(error) => {
+                    tracing::error!(%error, "cannot listen for SIGTERM");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => tracing::info!("SIGINT received, shutting down"),
+            _ = terminate.recv() => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

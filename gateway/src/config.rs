@@ -1,0 +1,189 @@
+//! The gateway's typed configuration: where session-api is, which credentials it accepts, which
+//! origins may open WebSockets, and the heartbeat and shutdown timings.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything [`crate::run`] needs besides the listener and the shutdown future.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// session-api's gRPC endpoint, for example `http://127.0.0.1:7000`.
+    pub session_api_endpoint: String,
+    /// Sent as `authorization: Bearer <token>` on every call to session-api.
+    pub service_token: Secret,
+    /// Which end-user credentials the gateway accepts.
+    pub auth: AuthConfig,
+    /// Origins (`scheme://host[:port]`) allowed to open WebSockets and call gRPC-web from a
+    /// browser. Empty means only the gateway's own origin (the request's `Host`); `*` allows any.
+    pub allowed_origins: Vec<String>,
+    /// Where the web page lives (`index.html` and its assets). `None` serves no page.
+    pub static_dir: Option<PathBuf>,
+    /// Whether `/metrics` needs a credential like every other route.
+    pub metrics_require_auth: bool,
+    /// How often a WebSocket gets `{"type":"ping"}` and a WebSocket ping. A client silent for
+    /// two intervals is dropped.
+    pub heartbeat_interval: Duration,
+    /// How long a call to session-api or a broker may take before it counts as unavailable.
+    pub backend_timeout: Duration,
+    /// How long shutdown waits for open WebSockets to close before giving up on them.
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// The contract's ping interval.
+    pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
+
+    /// A configuration with the defaults: auth on with no credentials configured (so every call
+    /// is refused until tokens or a JWT key are added), same-origin WebSockets, no web page.
+    pub fn new(session_api_endpoint: impl Into<String>, service_token: impl Into<String>) -> Self {
+        Self {
+            session_api_endpoint: session_api_endpoint.into(),
+            service_token: Secret::new(service_token),
+            auth: AuthConfig::default(),
+            allowed_origins: Vec::new(),
+            static_dir: None,
+            metrics_require_auth: true,
+            heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            backend_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks what can be checked before binding anything; the message names the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.session_api_endpoint.starts_with("http://")
+            || self.session_api_endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "session_api_endpoint",
+                "must start with http:// or https://",
+            ));
+        }
+        if self.service_token.expose().is_empty() {
+            return Err(ConfigError::new("service_token", "must not be empty"));
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err(ConfigError::new(
+                "heartbeat_interval",
+                "must be greater than zero",
+            ));
+        }
+        if self
+            .auth
+            .api_tokens
+            .iter()
+            .any(|token| token.expose().is_empty())
+        {
+            return Err(ConfigError::new(
+                "api_tokens",
+                "must not contain an empty token",
+            ));
+        }
+        if let Some(secret) = &self.auth.jwt_hs256_secret
+            && secret.expose().len() < 16
+        {
+            return Err(ConfigError::new(
+                "jwt_hs256_secret",
+                "must be at least 16 bytes long",
+            ));
+        }
+        for origin in &self.allowed_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return Err(ConfigError::new(
+                    "allowed_origins",
+                    format!("{origin:?} is not `*` or an origin like https://example.com"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The end-user credentials the gateway accepts.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// Static tokens for services and the CLI. Each grants admin over every instance.
+    pub api_tokens: Vec<Secret>,
+    /// Verifies HS256 JWTs.
+    pub jwt_hs256_secret: Option<Secret>,
+    /// Verifies RS256 JWTs: a PEM-encoded RSA public key.
+    pub jwt_rs256_public_key_pem: Option<String>,
+    /// Treats a request without any credential as an admin. Only for a single-user machine.
+    pub allow_anonymous: bool,
+}
+
+/// A string that never shows up in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that needs to send or compare it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A setting that cannot work, named.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid setting {setting}: {message}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(setting: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            setting,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_in_debug_output() {
+        let mut config = Config::new("http://127.0.0.1:1", "service-secret-value");
+        config.auth.api_tokens.push(Secret::new("api-token-value"));
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("service-secret-value"));
+        assert!(!printed.contains("api-token-value"));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let config = Config::new("127.0.0.1:7000", "token");
+        assert_eq!(
+            config.validate().unwrap_err().setting,
+            "session_api_endpoint"
+        );
+
+        let mut config = Config::new("http://127.0.0.1:7000", "token");
+        config.auth.jwt_hs256_secret = Some(Secret::new("short"));
+        assert_eq!(config.validate().unwrap_err().setting, "jwt_hs256_secret");
+
+        let mut config = Config::new("http://127.0.0.1:7000", "token");
+        config.allowed_origins.push("example.com".into());
+        assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
+
+        assert!(
+            Config::new("http://127.0.0.1:7000", "token")
+                .validate()
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,703 @@
+//! The gateway's only contact with generated protobuf types on the way to its backends: typed
+//! calls to session-api, `Attach` streams to brokers, and the conversions to [`crate::domain`].
+//!
+//! The gRPC-web surface (`grpc_web.rs`) forwards protobuf messages as they are; everything else
+//! goes through here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::session::v1 as session;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::Secret;
+use crate::domain::{
+    AttachTarget, CloseReason, ExitStatus, Instance, NewInstance, Role, Session, SessionAttachment,
+    SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent, TerminalSize,
+};
+use crate::error::{ApiError, ErrorKind};
+
+/// The raw session-api client, with the service token on every call.
+pub type SessionApiClient =
+    session::session_api_client::SessionApiClient<InterceptedService<Channel, ServiceToken>>;
+type BrokerRegistryClient = session::broker_registry_client::BrokerRegistryClient<
+    InterceptedService<Channel, ServiceToken>,
+>;
+
+const SESSION_API: &str = "session-api";
+const BROKER: &str = "pty-broker";
+
+/// Adds `authorization: Bearer <service token>` to every call to session-api.
+#[derive(Clone)]
+pub struct ServiceToken {
+    header: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl std::fmt::Debug for ServiceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceToken(<redacted>)")
+    }
+}
+
+impl Interceptor for ServiceToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert(ptyhub_proto::AUTHORIZATION_METADATA, self.header.clone());
+        Ok(request)
+    }
+}
+
+/// Why the backends could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("invalid session-api endpoint {endpoint:?}: {source}")]
+    Endpoint {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("the service token is not a valid header value")]
+    ServiceToken,
+}
+
+/// session-api and the brokers, as the gateway sees them.
+#[derive(Clone, Debug)]
+pub struct Backends {
+    session_api: SessionApiClient,
+    broker_registry: BrokerRegistryClient,
+    brokers: BrokerChannels,
+}
+
+impl Backends {
+    /// Connects lazily: the gateway starts even when session-api is down, and `/healthz` says so.
+    pub fn new(
+        endpoint: &str,
+        service_token: &Secret,
+        timeout: Duration,
+    ) -> Result<Self, BackendError> {
+        let channel = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|source| BackendError::Endpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .connect_lazy();
+        let header = format!("Bearer {}", service_token.expose())
+            .parse()
+            .map_err(|_| BackendError::ServiceToken)?;
+        let interceptor = ServiceToken { header };
+        Ok(Self {
+            session_api: session::session_api_client::SessionApiClient::with_interceptor(
+                channel.clone(),
+                interceptor.clone(),
+            ),
+            broker_registry:
+                session::broker_registry_client::BrokerRegistryClient::with_interceptor(
+                    channel,
+                    interceptor,
+                ),
+            brokers: BrokerChannels::new(timeout),
+        })
+    }
+
+    /// The raw client, for the gRPC-web surface that forwards messages unchanged.
+    pub fn session_api_client(&self) -> SessionApiClient {
+        self.session_api.clone()
+    }
+
+    pub async fn register_instance(&self, new: NewInstance) -> Result<Instance, ApiError> {
+        let request = session::RegisterInstanceRequest {
+            name: new.name,
+            target: Some(target_to_proto(&new.target)),
+            command: new.command,
+            env: new.env.into_iter().collect(),
+            cwd: new.cwd,
+            user: new.user,
+            max_sessions: new.max_sessions,
+            labels: new.labels.into_iter().collect(),
+            broker_id: String::new(),
+        };
+        let instance = self
+            .session_api
+            .clone()
+            .register_instance(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(instance_from_proto(instance))
+    }
+
+    pub async fn get_instance(&self, instance: &str) -> Result<Instance, ApiError> {
+        let request = session::GetInstanceRequest {
+            instance: instance.to_owned(),
+        };
+        let instance = self
+            .session_api
+            .clone()
+            .get_instance(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(instance_from_proto(instance))
+    }
+
+    pub async fn list_instances(&self) -> Result<Vec<Instance>, ApiError> {
+        let response = self
+            .session_api
+            .clone()
+            .list_instances(session::ListInstancesRequest::default())
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(response
+            .instances
+            .into_iter()
+            .map(instance_from_proto)
+            .collect())
+    }
+
+    /// Returns how many sessions the deletion closed.
+    pub async fn delete_instance(&self, instance_id: &str) -> Result<u32, ApiError> {
+        let response = self
+            .session_api
+            .clone()
+            .delete_instance(session::DeleteInstanceRequest {
+                instance: instance_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(response.closed_sessions)
+    }
+
+    pub async fn create_session(
+        &self,
+        instance_id: &str,
+        name: Option<String>,
+        aliases: Vec<String>,
+        size: Option<TerminalSize>,
+    ) -> Result<SessionAttachment, ApiError> {
+        let request = session::CreateSessionRequest {
+            instance: instance_id.to_owned(),
+            name: name.unwrap_or_default(),
+            aliases,
+            size: size.map(size_to_proto),
+            command: Vec::new(),
+        };
+        let attachment = self
+            .session_api
+            .clone()
+            .create_session(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        attachment_from_proto(attachment)
+    }
+
+    pub async fn get_session(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .get_session(session::GetSessionRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(session_from_proto(session))
+    }
+
+    pub async fn list_sessions(
+        &self,
+        instance_id: &str,
+        include_closed: bool,
+    ) -> Result<Vec<Session>, ApiError> {
+        let response = self
+            .session_api
+            .clone()
+            .list_sessions(session::ListSessionsRequest {
+                instance: instance_id.to_owned(),
+                include_closed,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(response
+            .sessions
+            .into_iter()
+            .map(session_from_proto)
+            .collect())
+    }
+
+    pub async fn resolve_session(
+        &self,
+        instance_id: &str,
+        selector: SessionSelector,
+        create_if_absent: bool,
+        size: Option<TerminalSize>,
+        role: Role,
+    ) -> Result<SessionAttachment, ApiError> {
+        use session::resolve_session_request::Selector;
+        let selector = match selector {
+            SessionSelector::Id(id) => Selector::SessionId(id),
+            SessionSelector::Alias(alias) => Selector::Alias(alias),
+            SessionSelector::ClientId(client_id) => Selector::ClientId(client_id),
+            SessionSelector::Default => Selector::Default(true),
+        };
+        let request = session::ResolveSessionRequest {
+            instance: instance_id.to_owned(),
+            selector: Some(selector),
+            create_if_absent,
+            size: size.map(size_to_proto),
+            role: role_to_proto(role) as i32,
+        };
+        let attachment = self
+            .session_api
+            .clone()
+            .resolve_session(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        attachment_from_proto(attachment)
+    }
+
+    pub async fn rename_session(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        name: String,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .rename_session(session::RenameSessionRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                name,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(session_from_proto(session))
+    }
+
+    pub async fn reset_session(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .reset_session(session::ResetSessionRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(session_from_proto(session))
+    }
+
+    pub async fn close_session(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .close_session(session::CloseSessionRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(session_from_proto(session))
+    }
+
+    /// Every registered broker and whether it answers its own health check.
+    pub async fn check_brokers(&self) -> Result<Vec<BrokerHealth>, ApiError> {
+        let brokers = self
+            .broker_registry
+            .clone()
+            .list_brokers(session::ListBrokersRequest {})
+            .await
+            .map_err(session_api_error)?
+            .into_inner()
+            .brokers;
+        let checks = brokers.into_iter().map(|broker| async move {
+            let answered = if broker.up {
+                self.brokers.check_health(&broker.endpoint).await
+            } else {
+                Err("missed its heartbeats".to_owned())
+            };
+            BrokerHealth {
+                id: broker.id,
+                endpoint: broker.endpoint,
+                problem: answered.err(),
+            }
+        });
+        Ok(futures::future::join_all(checks).await)
+    }
+
+    /// Opens an `Attach` stream and sends its `Hello`. The first event is read by the caller.
+    pub async fn attach(
+        &self,
+        target: &AttachTarget,
+        size: Option<TerminalSize>,
+        since: Option<u64>,
+    ) -> Result<(AttachEvents, AttachCommands), ApiError> {
+        let channel = self.brokers.channel(&target.broker_endpoint)?;
+        let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
+        let hello = broker::ClientFrame {
+            frame: Some(broker::client_frame::Frame::Hello(broker::Hello {
+                ticket: target.ticket.clone(),
+                session_id: target.session_id.clone(),
+                role: role_to_proto(target.role) as i32,
+                size: size.map(size_to_proto),
+                since,
+            })),
+        };
+        commands
+            .send(hello)
+            .await
+            .map_err(|_| ApiError::internal("attach stream closed before hello"))?;
+        let events = broker::pty_broker_client::PtyBrokerClient::new(channel)
+            .attach(ReceiverStream::new(command_receiver))
+            .await
+            .map_err(broker_error)?
+            .into_inner();
+        Ok((AttachEvents { events }, AttachCommands { commands }))
+    }
+}
+
+/// How many client frames may wait for the broker before the WebSocket reader waits too.
+const ATTACH_COMMAND_QUEUE: usize = 64;
+
+/// A broker's health as `/healthz` reports it.
+#[derive(Debug, Clone)]
+pub struct BrokerHealth {
+    pub id: String,
+    pub endpoint: String,
+    /// Why the broker is considered down, when it is.
+    pub problem: Option<String>,
+}
+
+/// The server half of an `Attach` stream.
+#[derive(Debug)]
+pub struct AttachEvents {
+    events: tonic::Streaming<broker::ServerFrame>,
+}
+
+impl AttachEvents {
+    /// The next event; `None` when the broker ended the stream.
+    pub async fn next(&mut self) -> Result<Option<TerminalEvent>, ApiError> {
+        loop {
+            match self.events.message().await.map_err(broker_error)? {
+                None => return Ok(None),
+                Some(frame) => {
+                    if let Some(event) = event_from_proto(frame) {
+                        return Ok(Some(event));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next event if one is already here, without waiting.
+    pub fn next_ready(&mut self) -> Option<Result<Option<TerminalEvent>, ApiError>> {
+        self.next().now_or_never()
+    }
+}
+
+/// The client half of an `Attach` stream.
+#[derive(Debug, Clone)]
+pub struct AttachCommands {
+    commands: mpsc::Sender<broker::ClientFrame>,
+}
+
+impl AttachCommands {
+    /// Sends a command; an error means the stream has ended.
+    pub async fn send(&self, command: TerminalCommand) -> Result<(), ApiError> {
+        let frame = match command {
+            TerminalCommand::Input(data) => {
+                broker::client_frame::Frame::Input(broker::Input { data })
+            }
+            TerminalCommand::Resize(size) => {
+                broker::client_frame::Frame::Resize(size_to_proto(size))
+            }
+            TerminalCommand::Reset => broker::client_frame::Frame::Reset(broker::ResetTerminal {}),
+        };
+        self.commands
+            .send(broker::ClientFrame { frame: Some(frame) })
+            .await
+            .map_err(|_| ApiError::new(ErrorKind::Unavailable, "attach stream ended"))
+    }
+}
+
+/// One lazily connected channel per broker endpoint, shared by every stream to it.
+#[derive(Clone, Debug)]
+struct BrokerChannels {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    timeout: Duration,
+}
+
+impl BrokerChannels {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            channels: Arc::default(),
+            timeout,
+        }
+    }
+
+    fn channel(&self, endpoint: &str) -> Result<Channel, ApiError> {
+        let mut channels = self
+            .channels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(channel) = channels.get(endpoint) {
+            return Ok(channel.clone());
+        }
+        // No request timeout here: an Attach stream lives as long as its client. HTTP/2
+        // keepalive finds a dead broker instead.
+        let channel = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|_| {
+                ApiError::internal(format!(
+                    "session-api returned a bad broker endpoint {endpoint:?}"
+                ))
+            })?
+            .connect_timeout(self.timeout)
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        channels.insert(endpoint.to_owned(), channel.clone());
+        Ok(channel)
+    }
+
+    async fn check_health(&self, endpoint: &str) -> Result<(), String> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let channel = self.channel(endpoint).map_err(|error| error.message)?;
+        let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        };
+        match tokio::time::timeout(self.timeout, client.check(request)).await {
+            Err(_) => Err("health check timed out".into()),
+            Ok(Err(status)) => Err(format!("health check failed: {}", status.message())),
+            Ok(Ok(response)) if response.get_ref().status == ServingStatus::Serving as i32 => {
+                Ok(())
+            }
+            Ok(Ok(_)) => Err("not serving".into()),
+        }
+    }
+}
+
+fn session_api_error(status: tonic::Status) -> ApiError {
+    ApiError::from_backend(SESSION_API, &status)
+}
+
+fn broker_error(status: tonic::Status) -> ApiError {
+    ApiError::from_backend(BROKER, &status)
+}
+
+fn timestamp_from_proto(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
+    let timestamp = timestamp?;
+    DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
+}
+
+fn target_to_proto(target: &Target) -> broker::Target {
+    let kind = match target {
+        Target::Local => broker::target::Kind::Local(broker::LocalTarget {}),
+        Target::Docker { container } => broker::target::Kind::Docker(broker::DockerTarget {
+            container: container.clone(),
+        }),
+    };
+    broker::Target { kind: Some(kind) }
+}
+
+fn target_from_proto(target: Option<broker::Target>) -> Option<Target> {
+    match target?.kind? {
+        broker::target::Kind::Local(_) => Some(Target::Local),
+        broker::target::Kind::Docker(docker) => Some(Target::Docker {
+            container: docker.container,
+        }),
+    }
+}
+
+fn size_to_proto(size: TerminalSize) -> broker::TerminalSize {
+    broker::TerminalSize {
+        cols: size.cols,
+        rows: size.rows,
+    }
+}
+
+fn size_from_proto(size: Option<broker::TerminalSize>) -> Option<TerminalSize> {
+    let size = size?;
+    TerminalSize::new(size.cols, size.rows).ok()
+}
+
+fn role_to_proto(role: Role) -> broker::Role {
+    match role {
+        Role::Controller => broker::Role::Controller,
+        Role::Viewer => broker::Role::Viewer,
+    }
+}
+
+fn role_from_proto(role: i32) -> Role {
+    match broker::Role::try_from(role) {
+        Ok(broker::Role::Viewer) => Role::Viewer,
+        _ => Role::Controller,
+    }
+}
+
+fn exit_from_proto(exit: broker::ExitStatus) -> ExitStatus {
+    ExitStatus {
+        code: exit.code,
+        signal: exit.signal,
+    }
+}
+
+fn instance_from_proto(instance: session::Instance) -> Instance {
+    Instance {
+        id: instance.id,
+        name: instance.name,
+        target: target_from_proto(instance.target),
+        command: instance.command,
+        env: instance.env.into_iter().collect::<BTreeMap<_, _>>(),
+        cwd: instance.cwd,
+        user: instance.user,
+        max_sessions: instance.max_sessions,
+        labels: instance.labels.into_iter().collect::<BTreeMap<_, _>>(),
+        broker_id: instance.broker_id,
+        created_at: timestamp_from_proto(instance.created_at),
+        live_sessions: instance.live_sessions,
+    }
+}
+
+fn session_from_proto(session: session::Session) -> Session {
+    let status = match session::SessionStatus::try_from(session.status) {
+        Ok(session::SessionStatus::Starting) | Ok(session::SessionStatus::Unspecified) | Err(_) => {
+            SessionStatus::Starting
+        }
+        Ok(session::SessionStatus::Active) => SessionStatus::Active,
+        Ok(session::SessionStatus::Resetting) => SessionStatus::Resetting,
+        Ok(session::SessionStatus::Exited) => SessionStatus::Exited,
+        Ok(session::SessionStatus::Closed) => SessionStatus::Closed,
+    };
+    let close_reason = match session::CloseReason::try_from(session.close_reason) {
+        Ok(session::CloseReason::ClosedByUser) => Some(CloseReason::ClosedByUser),
+        Ok(session::CloseReason::Exited) => Some(CloseReason::Exited),
+        Ok(session::CloseReason::IdleReaped) => Some(CloseReason::IdleReaped),
+        Ok(session::CloseReason::BrokerLost) => Some(CloseReason::BrokerLost),
+        Ok(session::CloseReason::InstanceDeleted) => Some(CloseReason::InstanceDeleted),
+        Ok(session::CloseReason::SpawnFailed) => Some(CloseReason::SpawnFailed),
+        Ok(session::CloseReason::Unspecified) | Err(_) => None,
+    };
+    Session {
+        id: session.id,
+        instance_id: session.instance_id,
+        name: session.name,
+        status,
+        close_reason,
+        exit: session.exit.map(exit_from_proto),
+        aliases: session.aliases,
+        size: size_from_proto(session.size),
+        created_at: timestamp_from_proto(session.created_at),
+        last_activity_at: timestamp_from_proto(session.last_activity_at),
+        closed_at: timestamp_from_proto(session.closed_at),
+        attached_clients: session.attached_clients,
+    }
+}
+
+fn attachment_from_proto(
+    attachment: session::SessionAttachment,
+) -> Result<SessionAttachment, ApiError> {
+    let session = attachment
+        .session
+        .ok_or_else(|| ApiError::internal("session-api answered without a session"))?;
+    let attach = attachment
+        .attach
+        .ok_or_else(|| ApiError::internal("session-api answered without an attach target"))?;
+    Ok(SessionAttachment {
+        session: session_from_proto(session),
+        attach: AttachTarget {
+            session_id: attach.session_id,
+            broker_endpoint: attach.broker_endpoint,
+            ticket: attach.ticket,
+            role: role_from_proto(attach.role),
+        },
+        created: attachment.created,
+    })
+}
+
+fn event_from_proto(frame: broker::ServerFrame) -> Option<TerminalEvent> {
+    use broker::server_frame::Frame;
+    let event = match frame.frame? {
+        Frame::Connected(connected) => TerminalEvent::Connected {
+            offset: connected.offset,
+            size: size_from_proto(connected.size),
+            role: role_from_proto(connected.role),
+        },
+        Frame::Output(output) => TerminalEvent::Output {
+            offset: output.offset,
+            data: output.data,
+        },
+        Frame::Gap(gap) => TerminalEvent::Gap {
+            lost: gap.lost,
+            offset: gap.offset,
+        },
+        Frame::Resize(size) => TerminalEvent::Resize(size_from_proto(Some(size))?),
+        Frame::Resetting(_) => TerminalEvent::Resetting,
+        Frame::Detached(_) => TerminalEvent::TakenOver,
+        Frame::Exit(exit) => TerminalEvent::Exit(exit_from_proto(exit)),
+        Frame::Error(error) => TerminalEvent::Error {
+            message: error.message,
+        },
+        Frame::Closed(_) => TerminalEvent::Closed,
+    };
+    Some(event)
+}
+
+/// The output bytes of an event, for callers that only count them.
+pub fn output_len(event: &TerminalEvent) -> usize {
+    match event {
+        TerminalEvent::Output { data, .. } => data.len(),
+        _ => 0,
+    }
+}
+
+/// Joins output chunks into one buffer.
+pub fn join_output(chunks: &[Bytes]) -> Bytes {
+    if chunks.len() == 1 {
+        return chunks[0].clone();
+    }
+    let mut joined = bytes::BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for chunk in chunks {
+        joined.extend_from_slice(chunk);
+    }
+    joined.freeze()
+}

@@ -1,0 +1,349 @@
+//! The session-api surface for browsers as gRPC-web (and plain gRPC): every unary call and
+//! `WatchSessions`, checked against the caller's credential and scope, then forwarded to
+//! session-api with the gateway's service token. Messages pass through unchanged.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1::session_api_server::SessionApi;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Principal;
+use crate::domain::Instance;
+use crate::error::ApiError;
+use crate::grpc::SessionApiClient;
+use crate::state::AppState;
+
+/// Implements session-api's service by forwarding, after the gateway's own checks.
+#[derive(Debug, Clone)]
+pub struct SessionApiProxy {
+    state: AppState,
+}
+
+impl SessionApiProxy {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
+    fn client(&self) -> SessionApiClient {
+        self.state.backends.session_api_client()
+    }
+
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
+        let credential = request
+            .metadata()
+            .get(ptyhub_proto::AUTHORIZATION_METADATA)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
+        self.state
+            .authenticator
+            .authenticate(credential)
+            .map_err(|error| ApiError::from(error).to_status())
+    }
+
+    /// Checks the caller may use `instance` and returns its id.
+    async fn authorize_instance(
+        &self,
+        principal: &Principal,
+        instance: &str,
+    ) -> Result<String, Status> {
+        self.authorized_instance(principal, instance)
+            .await
+            .map(|instance| instance.id)
+    }
+
+    async fn authorized_instance(
+        &self,
+        principal: &Principal,
+        instance: &str,
+    ) -> Result<Instance, Status> {
+        if instance.is_empty() {
+            return Err(Status::invalid_argument("instance is required"));
+        }
+        self.state
+            .authorize_instance(principal, instance, None)
+            .await
+            .map_err(|error| error.to_status())
+    }
+
+    fn require_admin(principal: &Principal, action: &str) -> Result<(), Status> {
+        if principal.access.is_admin() {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "{action} needs an admin credential"
+            )))
+        }
+    }
+}
+
+/// A session-api error as the browser should see it: the service token is the gateway's
+/// business, so its refusal is reported as unavailability.
+fn forwarded(status: Status) -> Status {
+    if status.code() == tonic::Code::Unauthenticated {
+        tracing::error!("session-api refused the gateway's service token");
+        return Status::unavailable("session-api refused the gateway's service token");
+    }
+    status
+}
+
+/// Checks that an answer is about the instance that was authorised; a session id of another
+/// instance is never answered.
+fn same_instance(instance_id: &str, session: Option<&session::Session>) -> Result<(), Status> {
+    match session {
+        Some(session) if session.instance_id != instance_id => {
+            Err(Status::not_found("session not found"))
+        }
+        _ => Ok(()),
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<session::SessionChange, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl SessionApi for SessionApiProxy {
+    async fn register_instance(
+        &self,
+        request: Request<session::RegisterInstanceRequest>,
+    ) -> Result<Response<session::Instance>, Status> {
+        let principal = self.authenticate(&request)?;
+        Self::require_admin(&principal, "registering instances")?;
+        self.client()
+            .register_instance(request.into_inner())
+            .await
+            .map_err(forwarded)
+    }
+
+    async fn get_instance(
+        &self,
+        request: Request<session::GetInstanceRequest>,
+    ) -> Result<Response<session::Instance>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        self.client().get_instance(message).await.map_err(forwarded)
+    }
+
+    async fn list_instances(
+        &self,
+        request: Request<session::ListInstancesRequest>,
+    ) -> Result<Response<session::ListInstancesResponse>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut response = self
+            .client()
+            .list_instances(request.into_inner())
+            .await
+            .map_err(forwarded)?;
+        response.get_mut().instances.retain(|instance| {
+            principal
+                .access
+                .allows_id_or_name(&instance.id, &instance.name)
+        });
+        Ok(response)
+    }
+
+    async fn delete_instance(
+        &self,
+        request: Request<session::DeleteInstanceRequest>,
+    ) -> Result<Response<session::DeleteInstanceResponse>, Status> {
+        let principal = self.authenticate(&request)?;
+        Self::require_admin(&principal, "deleting instances")?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        self.client()
+            .delete_instance(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    async fn create_session(
+        &self,
+        request: Request<session::CreateSessionRequest>,
+    ) -> Result<Response<session::SessionAttachment>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .create_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        Ok(response)
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<session::GetSessionRequest>,
+    ) -> Result<Response<session::Session>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .get_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<session::ListSessionsRequest>,
+    ) -> Result<Response<session::ListSessionsResponse>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        self.client()
+            .list_sessions(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    async fn resolve_session(
+        &self,
+        request: Request<session::ResolveSessionRequest>,
+    ) -> Result<Response<session::SessionAttachment>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .resolve_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        Ok(response)
+    }
+
+    async fn issue_attach_ticket(
+        &self,
+        request: Request<session::IssueAttachTicketRequest>,
+    ) -> Result<Response<session::AttachTarget>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        let instance = self
+            .authorized_instance(&principal, &message.instance)
+            .await?;
+        // Make sure the session is this instance's before a ticket for it leaves the gateway.
+        self.state
+            .authorize_session(&instance, &message.session_id)
+            .await
+            .map_err(|error| error.to_status())?;
+        message.instance = instance.id;
+        self.client()
+            .issue_attach_ticket(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    async fn rename_session(
+        &self,
+        request: Request<session::RenameSessionRequest>,
+    ) -> Result<Response<session::Session>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .rename_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    async fn reset_session(
+        &self,
+        request: Request<session::ResetSessionRequest>,
+    ) -> Result<Response<session::Session>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .reset_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<session::CloseSessionRequest>,
+    ) -> Result<Response<session::Session>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        message.instance = self
+            .authorize_instance(&principal, &message.instance)
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = self
+            .client()
+            .close_session(message)
+            .await
+            .map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    type WatchSessionsStream = WatchStream;
+
+    async fn watch_sessions(
+        &self,
+        request: Request<session::WatchSessionsRequest>,
+    ) -> Result<Response<Self::WatchSessionsStream>, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        if message.instance.is_empty() {
+            if !principal.access.covers_all_instances() {
+                return Err(Status::permission_denied(
+                    "watching every instance needs a credential for all instances",
+                ));
+            }
+        } else {
+            message.instance = self
+                .authorize_instance(&principal, &message.instance)
+                .await?;
+        }
+        let changes = self
+            .client()
+            .watch_sessions(message)
+            .await
+            .map_err(forwarded)?
+            .into_inner();
+        // The stream ends with the gateway, so a watching browser never holds up shutdown.
+        let shutdown = self.state.shutdown.clone();
+        let stream = changes
+            .map(|change| change.map_err(forwarded))
+            .take_until(async move { shutdown.cancelled().await });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,208 @@
+//! The gateway's counters and gauges, rendered in the Prometheus text format at `/metrics`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Shared counters. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    inner: Arc<MetricsInner>,
+}
+
+#[derive(Debug)]
+struct MetricsInner {
+    websockets_open: AtomicU64,
+    websockets_opened: AtomicU64,
+    websocket_resumes: AtomicU64,
+    attach_streams_open: AtomicU64,
+    bytes_to_clients: AtomicU64,
+    bytes_from_clients: AtomicU64,
+    /// Indexed by status code minus 100.
+    http_responses: [AtomicU64; 500],
+}
+
+impl Default for MetricsInner {
+    fn default() -> Self {
+        Self {
+            websockets_open: AtomicU64::new(0),
+            websockets_opened: AtomicU64::new(0),
+            websocket_resumes: AtomicU64::new(0),
+            attach_streams_open: AtomicU64::new(0),
+            bytes_to_clients: AtomicU64::new(0),
+            bytes_from_clients: AtomicU64::new(0),
+            http_responses: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts an open WebSocket until the returned guard is dropped. `resumed` is true for an
+    /// open with `since`, which is a client reconnecting.
+    pub fn websocket_opened(&self, resumed: bool) -> GaugeGuard {
+        self.inner.websockets_opened.fetch_add(1, Ordering::Relaxed);
+        if resumed {
+            self.inner.websocket_resumes.fetch_add(1, Ordering::Relaxed);
+        }
+        GaugeGuard::new(self.clone(), Gauge::WebSockets)
+    }
+
+    /// Counts an open broker `Attach` stream until the returned guard is dropped.
+    pub fn attach_stream_opened(&self) -> GaugeGuard {
+        GaugeGuard::new(self.clone(), Gauge::AttachStreams)
+    }
+
+    pub fn bytes_to_client(&self, count: usize) {
+        self.inner
+            .bytes_to_clients
+            .fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    pub fn bytes_from_client(&self, count: usize) {
+        self.inner
+            .bytes_from_clients
+            .fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    pub fn http_response(&self, status: u16) {
+        if let Some(counter) = status
+            .checked_sub(100)
+            .and_then(|index| self.inner.http_responses.get(usize::from(index)))
+        {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let inner = &self.inner;
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        metric(
+            "ptyhub_gateway_websockets_open",
+            "gauge",
+            "Terminal WebSockets open now.",
+            &[("", inner.websockets_open.load(Ordering::Relaxed))],
+        );
+        metric(
+            "ptyhub_gateway_websockets_opened_total",
+            "counter",
+            "Terminal WebSockets opened.",
+            &[("", inner.websockets_opened.load(Ordering::Relaxed))],
+        );
+        metric(
+            "ptyhub_gateway_websocket_reconnects_total",
+            "counter",
+            "Terminal WebSockets opened with `since`, resuming an earlier connection.",
+            &[("", inner.websocket_resumes.load(Ordering::Relaxed))],
+        );
+        metric(
+            "ptyhub_gateway_attach_streams_open",
+            "gauge",
+            "Broker Attach streams open now.",
+            &[("", inner.attach_streams_open.load(Ordering::Relaxed))],
+        );
+        metric(
+            "ptyhub_gateway_terminal_bytes_total",
+            "counter",
+            "Terminal bytes relayed, by direction.",
+            &[
+                (
+                    "{direction=\"to_client\"}",
+                    inner.bytes_to_clients.load(Ordering::Relaxed),
+                ),
+                (
+                    "{direction=\"from_client\"}",
+                    inner.bytes_from_clients.load(Ordering::Relaxed),
+                ),
+            ],
+        );
+        let statuses: Vec<(String, u64)> = inner
+            .http_responses
+            .iter()
+            .enumerate()
+            .filter_map(|(index, counter)| {
+                let value = counter.load(Ordering::Relaxed);
+                (value > 0).then(|| (format!("{{status=\"{}\"}}", index + 100), value))
+            })
+            .collect();
+        let statuses: Vec<(&str, u64)> = statuses
+            .iter()
+            .map(|(labels, value)| (labels.as_str(), *value))
+            .collect();
+        metric(
+            "ptyhub_gateway_http_responses_total",
+            "counter",
+            "HTTP responses, by status code.",
+            &statuses,
+        );
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Gauge {
+    WebSockets,
+    AttachStreams,
+}
+
+/// Holds a gauge up while alive, so every exit path brings it down again.
+#[derive(Debug)]
+pub struct GaugeGuard {
+    metrics: Metrics,
+    gauge: Gauge,
+}
+
+impl GaugeGuard {
+    fn new(metrics: Metrics, gauge: Gauge) -> Self {
+        metrics.gauge(gauge).fetch_add(1, Ordering::Relaxed);
+        Self { metrics, gauge }
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .gauge(self.gauge)
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    fn gauge(&self, gauge: Gauge) -> &AtomicU64 {
+        match gauge {
+            Gauge::WebSockets => &self.inner.websockets_open,
+            Gauge::AttachStreams => &self.inner.attach_streams_open,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_follow_their_guards_and_counters_render() {
+        let metrics = Metrics::default();
+        let guard = metrics.websocket_opened(true);
+        metrics.http_response(404);
+        metrics.bytes_to_client(10);
+        let text = metrics.render();
+        assert!(text.contains("ptyhub_gateway_websockets_open 1\n"));
+        assert!(text.contains("ptyhub_gateway_websocket_reconnects_total 1\n"));
+        assert!(text.contains("ptyhub_gateway_http_responses_total{status=\"404\"} 1\n"));
+        assert!(text.contains("ptyhub_gateway_terminal_bytes_total{direction=\"to_client\"} 10\n"));
+        drop(guard);
+        assert!(
+            metrics
+                .render()
+                .contains("ptyhub_gateway_websockets_open 0\n")
+        );
+    }
+}

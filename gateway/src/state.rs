@@ -1,0 +1,95 @@
+//! What every handler shares, and the checks every instance-scoped request goes through: the
+//! caller's scope covers the instance, the seed labels match, the session belongs to it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::{Authenticator, Principal};
+use crate::domain::{Instance, Session};
+use crate::error::{ApiError, ErrorKind};
+use crate::grpc::Backends;
+use crate::metrics::Metrics;
+
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub backends: Backends,
+    pub authenticator: Authenticator,
+    pub metrics: Metrics,
+    pub allowed_origins: Vec<String>,
+    pub static_dir: Option<PathBuf>,
+    pub metrics_require_auth: bool,
+    pub heartbeat_interval: Duration,
+    /// Cancelled when the gateway shuts down; WebSockets and streams end with it.
+    pub shutdown: CancellationToken,
+    /// Every WebSocket bridge, so shutdown can wait for them.
+    pub bridges: TaskTracker,
+}
+
+/// The seed layout's labels an instance must carry on `/projects/{pid}/repositories/{rid}/...`.
+#[derive(Debug, Clone, Copy)]
+pub struct SeedLabels<'a> {
+    pub project_id: &'a str,
+    pub repository_id: &'a str,
+}
+
+impl AppState {
+    /// Looks up the instance and checks that the principal may use it.
+    ///
+    /// An unknown instance the scope does not name is 403, not 404, so a scoped token cannot
+    /// probe which instances exist.
+    pub async fn authorize_instance(
+        &self,
+        principal: &Principal,
+        instance_reference: &str,
+        seed_labels: Option<SeedLabels<'_>>,
+    ) -> Result<Instance, ApiError> {
+        let instance = match self.backends.get_instance(instance_reference).await {
+            Ok(instance) => instance,
+            Err(error) if error.kind == ErrorKind::NotFound => {
+                return Err(if principal.access.names(instance_reference) {
+                    ApiError::not_found("instance not found")
+                } else {
+                    forbidden_instance()
+                });
+            }
+            Err(error) => return Err(error),
+        };
+        if !principal.access.allows(&instance) {
+            return Err(forbidden_instance());
+        }
+        if let Some(seed) = seed_labels {
+            let matches = instance.labels.get("project_id").map(String::as_str)
+                == Some(seed.project_id)
+                && instance.labels.get("repository_id").map(String::as_str)
+                    == Some(seed.repository_id);
+            if !matches {
+                return Err(ApiError::not_found("instance not found"));
+            }
+        }
+        Ok(instance)
+    }
+
+    /// Looks up a session of an instance the caller may use; a session of another instance is
+    /// 404, never an action on the other instance.
+    pub async fn authorize_session(
+        &self,
+        instance: &Instance,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        if uuid::Uuid::parse_str(session_id).is_err() {
+            return Err(ApiError::not_found("session not found"));
+        }
+        let session = self.backends.get_session(&instance.id, session_id).await?;
+        if session.instance_id != instance.id {
+            return Err(ApiError::not_found("session not found"));
+        }
+        Ok(session)
+    }
+}
+
+fn forbidden_instance() -> ApiError {
+    ApiError::forbidden("not allowed for this instance")
+}
