@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::domain::{ExitStatus, TerminalSize};
 
+pub mod docker;
 pub mod local;
 
 /// What to run, where, and at which size. Validated before it gets here.

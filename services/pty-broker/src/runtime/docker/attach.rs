@@ -1,0 +1,265 @@
+//! Starting an exec with its TTY stream hijacked over a raw connection, so that output arrives
+//! byte for byte.
+//!
+//! bollard's `start_exec` decodes the stream as if it might be multiplexed: a chunk that starts
+//! with byte 0, 1 or 2 is taken for an 8-byte frame header, which corrupts raw TTY output and can
+//! stall the stream waiting for a made-up frame length. It also cannot send the `ConsoleSize` that
+//! engines from API 1.42 on apply before the process starts. So this module speaks the one HTTP
+//! exchange itself: `POST /exec/{id}/start` with `Upgrade: tcp`, then the connection is the TTY.
+
+use std::io::Cursor;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+
+use super::endpoint::{Connection, Endpoint};
+use super::{ApiVersion, DockerError};
+use crate::domain::TerminalSize;
+
+/// The most response head the engine may send before the raw stream starts.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// The most of an error body kept for the message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The two directions of a started exec's TTY.
+pub(crate) struct AttachedExec {
+    pub output: Box<dyn AsyncRead + Send + Unpin>,
+    pub input: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+/// Starts exec `exec_id` attached, with a TTY of `size` on engines that take a console size.
+pub(crate) async fn start_exec_attached(
+    endpoint: &Endpoint,
+    api: ApiVersion,
+    exec_id: &str,
+    size: TerminalSize,
+) -> Result<AttachedExec, DockerError> {
+    let mut connection =
+        endpoint
+            .connect()
+            .await
+            .map_err(|source| DockerError::EngineUnreachable {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+    let body = format!(
+        r#"{{"Detach":false,"Tty":true,"ConsoleSize":[{},{}]}}"#,
+        size.rows(),
+        size.cols()
+    );
+    let request = format!(
+        "POST /v{api}/exec/{exec_id}/start HTTP/1.1\r\n\
+         Host: docker\r\n\
+         User-Agent: ptyhub-pty-broker\r\n\
+         Content-Type: application/json\r\n\
+         Connection: Upgrade\r\n\
+         Upgrade: tcp\r\n\
+         Content-Length: {}\r\n\
+         \r\n\
+         {body}",
+        body.len()
+    );
+    let io_error = |source| DockerError::Stream {
+        context: "start exec",
+        source,
+    };
+    connection
+        .write_all(request.as_bytes())
+        .await
+        .map_err(io_error)?;
+    connection.flush().await.map_err(io_error)?;
+
+    let (head, rest) = read_response_head(&mut connection).await?;
+    match head.status {
+        // 101 is what engines answer to an upgrade request; very old ones answer 200 and then
+        // stream the same raw bytes.
+        101 | 200 => {
+            let (read_half, write_half) = tokio::io::split(connection);
+            Ok(AttachedExec {
+                output: Box::new(Cursor::new(rest).chain(read_half)),
+                input: Box::new(write_half),
+            })
+        }
+        status => {
+            let body = read_error_body(&mut connection, &head, rest).await;
+            Err(DockerError::Engine {
+                status,
+                message: engine_message(&body),
+            })
+        }
+    }
+}
+
+/// The parts of an HTTP response head this module needs.
+#[derive(Debug, PartialEq, Eq)]
+struct ResponseHead {
+    status: u16,
+    content_length: Option<usize>,
+    chunked: bool,
+}
+
+/// Reads up to the blank line that ends the head; returns the head and the bytes after it.
+async fn read_response_head(
+    connection: &mut Box<dyn Connection>,
+) -> Result<(ResponseHead, Vec<u8>), DockerError> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = find(&buffer, b"\r\n\r\n") {
+            let head = parse_response_head(&buffer[..end])?;
+            return Ok((head, buffer[end + 4..].to_vec()));
+        }
+        if buffer.len() > MAX_RESPONSE_HEAD {
+            return Err(DockerError::Protocol(
+                "the engine's response head is too long".to_owned(),
+            ));
+        }
+        let read = connection
+            .read(&mut chunk)
+            .await
+            .map_err(|source| DockerError::Stream {
+                context: "read exec start response",
+                source,
+            })?;
+        if read == 0 {
+            return Err(DockerError::Protocol(
+                "the engine closed the connection before answering exec start".to_owned(),
+            ));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+fn parse_response_head(head: &[u8]) -> Result<ResponseHead, DockerError> {
+    let head = String::from_utf8_lossy(head);
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split_ascii_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| {
+            DockerError::Protocol(format!(
+                "unexpected response from the engine: {status_line}"
+            ))
+        })?;
+    let mut content_length = None;
+    let mut chunked = false;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = value.parse().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        }
+    }
+    Ok(ResponseHead {
+        status,
+        content_length,
+        chunked,
+    })
+}
+
+/// Reads an error response's body as far as it can; a short or broken body still gives a
+/// message with the status.
+async fn read_error_body(
+    connection: &mut Box<dyn Connection>,
+    head: &ResponseHead,
+    mut body: Vec<u8>,
+) -> Vec<u8> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let complete = match head.content_length {
+            Some(length) => body.len() >= length,
+            None if head.chunked => find(&body, b"0\r\n\r\n").is_some(),
+            None => false,
+        };
+        if complete || body.len() > MAX_ERROR_BODY {
+            break;
+        }
+        match connection.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => body.extend_from_slice(&chunk[..read]),
+        }
+    }
+    if head.chunked {
+        body = dechunk(&body);
+    }
+    if let Some(length) = head.content_length {
+        body.truncate(length);
+    }
+    body
+}
+
+/// Decodes a chunked body, stopping at the last chunk or at the first malformed size line.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut decoded = Vec::new();
+    while let Some(line_end) = find(body, b"\r\n") {
+        let size_field = String::from_utf8_lossy(&body[..line_end]);
+        let size_field = size_field.split(';').next().unwrap_or_default().trim();
+        let Ok(size) = usize::from_str_radix(size_field, 16) else {
+            break;
+        };
+        let data_start = line_end + 2;
+        if size == 0 || body.len() < data_start + size {
+            break;
+        }
+        decoded.extend_from_slice(&body[data_start..data_start + size]);
+        body = body.get(data_start + size + 2..).unwrap_or_default();
+    }
+    decoded
+}
+
+/// The engine's `{"message": "..."}`, or the body as text.
+fn engine_message(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct EngineError {
+        message: String,
+    }
+    match serde_json::from_slice::<EngineError>(body) {
+        Ok(error) => error.message,
+        Err(_) => String::from_utf8_lossy(body).trim().to_owned(),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status_and_body_framing() {
+        let head = parse_response_head(
+            b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 42",
+        )
+        .unwrap();
+        assert_eq!(
+            head,
+            ResponseHead {
+                status: 409,
+                content_length: Some(42),
+                chunked: false
+            }
+        );
+        let head =
+            parse_response_head(b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: Chunked\r\nX: y")
+                .unwrap();
+        assert!(head.chunked);
+        assert!(parse_response_head(b"SSH-2.0-OpenSSH").is_err());
+    }
+
+    #[test]
+    fn decodes_chunked_error_bodies_and_engine_messages() {
+        let body = dechunk(b"a\r\n{\"message\"\r\n6\r\n:\"no\"}\r\n0\r\n\r\n");
+        assert_eq!(body, br#"{"message":"no"}"#);
+        assert_eq!(engine_message(&body), "no");
+        assert_eq!(engine_message(b"plain text\n"), "plain text");
+    }
+}

@@ -1,0 +1,187 @@
+//! Reading `/proc` of the broker's own PID namespace: finding and signalling a session's
+//! processes when the broker sees the container's processes directly (the host path).
+
+use std::io;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::group::Leader;
+
+/// The fields of `/proc/<pid>/stat` the Docker runtime needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    pub state: char,
+    pub parent: u32,
+    pub session: u32,
+    /// Clock ticks after boot at which the process started: with the pid, its identity.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Parses `pid (comm) state ppid pgrp session ... starttime ...`; `comm` may hold spaces and
+    /// parentheses, so fields are counted from the last `)`.
+    pub fn parse(stat: &str) -> Option<Self> {
+        let after_comm = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = after_comm.split_ascii_whitespace().collect();
+        Some(Self {
+            state: fields.first()?.chars().next()?,
+            parent: fields.get(1)?.parse().ok()?,
+            session: fields.get(3)?.parse().ok()?,
+            // Field 22 of the whole line; the 20th after `comm`.
+            start_time: fields.get(19)?.parse().ok()?,
+        })
+    }
+
+    pub fn read(pid: u32) -> Option<Self> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .as_deref()
+            .and_then(Self::parse)
+    }
+}
+
+/// The PID namespace `pid` lives in (`pid:[4026531836]`), if the broker may look.
+pub(crate) fn pid_namespace(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
+}
+
+/// Whether `pid`'s environment holds the exact entry `marker` (`NAME=value`).
+pub(crate) fn environment_has(pid: u32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|byte| *byte == 0)
+            .any(|entry| entry == marker.as_bytes())
+    })
+}
+
+/// A process of a session: its pid and start time, to check again before signalling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+/// The live (not zombie) processes in `namespace` that belong to a session: those in the Unix
+/// session `leader` leads, and those whose environment carries `marker`.
+///
+/// A leader pid cannot be reused while any process still has it as its session id, so session
+/// members are found safely even after the leader exited; when a process with the leader's pid
+/// exists but started at another time, the pid was reused, which means none of the session's
+/// members are left, and only the marker is followed.
+pub(crate) fn session_members(
+    namespace: &str,
+    marker: &str,
+    leader: Option<Leader>,
+) -> io::Result<Vec<Member>> {
+    let follow_session = leader.filter(|leader| {
+        ProcStat::read(leader.pid).is_none_or(|stat| stat.start_time == leader.start_time)
+    });
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir(Path::new("/proc"))? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit while we look; its files then vanish.
+        let Some(stat) = ProcStat::read(pid) else {
+            continue;
+        };
+        if stat.state == 'Z' || pid_namespace(pid).as_deref() != Some(namespace) {
+            continue;
+        }
+        let in_session = follow_session.is_some_and(|leader| stat.session == leader.pid);
+        if in_session || environment_has(pid, marker) {
+            members.push(Member {
+                pid,
+                start_time: stat.start_time,
+            });
+        }
+    }
+    Ok(members)
+}
+
+/// Sends `signal` to each member that is still the process it was when found.
+pub(crate) fn signal_members(members: &[Member], signal: Signal) -> io::Result<()> {
+    for member in members {
+        if ProcStat::read(member.pid).is_none_or(|stat| stat.start_time != member.start_time) {
+            continue;
+        }
+        match kill(Pid::from_raw(member.pid as i32), signal) {
+            // Gone between the check and the signal: that is what we wanted.
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(())
+}
+
+/// This boot's id, so that state written before a reboot is never taken for live processes.
+pub(crate) fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parses_comm_with_spaces_and_parentheses() {
+        let stat = "14 (my (odd) name) S 0 14 14 34816 14 4194560 1007 0 0 0 2 0 0 0 20 0 1 0 \
+                    113547 2387968 348 18446744073709551615";
+        assert_eq!(
+            ProcStat::parse(stat),
+            Some(ProcStat {
+                state: 'S',
+                parent: 0,
+                session: 14,
+                start_time: 113547,
+            })
+        );
+        assert_eq!(ProcStat::parse("14 (short) S 0 14"), None);
+        assert_eq!(ProcStat::parse("garbage"), None);
+    }
+
+    #[test]
+    fn finds_and_ends_a_process_by_its_environment_marker() {
+        let marker = format!("PTYHUB_SESSION_ID={}", uuid::Uuid::new_v4());
+        let (name, value) = marker.split_once('=').unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .env(name, value)
+            .spawn()
+            .expect("spawn sleep");
+        let namespace = pid_namespace(std::process::id()).expect("own pid namespace");
+        // The child has the marker only once it has exec'd `sleep`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let members = loop {
+            let members = session_members(&namespace, &marker, None).unwrap();
+            if !members.is_empty() || std::time::Instant::now() > deadline {
+                break members;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(
+            members.iter().map(|member| member.pid).collect::<Vec<_>>(),
+            vec![child.id()]
+        );
+        signal_members(&members, Signal::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        assert!(
+            session_members(&namespace, &marker, None)
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
