@@ -184,4 +184,56 @@ mod tests {
                 .is_empty()
         );
     }
+
+    #[test]
+    fn follows_a_session_only_while_its_leader_pid_names_the_recorded_process() {
+        let mut child = std::process::Command::new("setsid")
+            .args(["sleep", "60"])
+            .spawn()
+            .expect("spawn setsid sleep");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stat = loop {
+            let stat = ProcStat::read(pid).expect("child stat");
+            if stat.session == pid || std::time::Instant::now() > deadline {
+                break stat;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(stat.session, pid, "setsid made the child a session leader");
+        let namespace = pid_namespace(pid).expect("child pid namespace");
+        let unrelated_marker = "PTYHUB_SESSION_ID=unrelated";
+        let recorded = Leader {
+            pid,
+            start_time: stat.start_time,
+        };
+        let found = session_members(&namespace, unrelated_marker, Some(recorded)).unwrap();
+        assert_eq!(
+            found.iter().map(|member| member.pid).collect::<Vec<_>>(),
+            vec![pid]
+        );
+
+        // The same pid with another start time is a reused pid: never followed, never signalled.
+        let reused = Leader {
+            pid,
+            start_time: stat.start_time + 1,
+        };
+        assert!(
+            session_members(&namespace, unrelated_marker, Some(reused))
+                .unwrap()
+                .is_empty()
+        );
+        signal_members(
+            &[Member {
+                pid,
+                start_time: stat.start_time + 1,
+            }],
+            Signal::SIGKILL,
+        )
+        .unwrap();
+        assert!(ProcStat::read(pid).is_some_and(|stat| stat.state != 'Z'));
+
+        signal_members(&found, Signal::SIGKILL).unwrap();
+        assert!(!child.wait().unwrap().success());
+    }
 }
