@@ -15,3 +15,27 @@ export function el(tag, attributes = {}, ...children) {
   element.append(...children.flat().filter((child) => child !== null && child !== undefined && child !== false));
   return element;
 }
+
+const ICONS = {
+  fullscreen: 'M3 7V3h4M13 3h4v4M17 13v4h-4M7 17H3v-4',
+  eye: 'M1.5 10s3-6 8.5-6 8.5 6 8.5 6-3 6-8.5 6S1.5 10 1.5 10zM10 12.5a2.5 2.5 0 1 0 0-5 2.5 2.5 0 0 0 0 5z',
+};
+
+/** A small stroked SVG icon (the system fonts lack most symbol glyphs). */
+export function icon(name) {
+  const namespace = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(namespace, 'svg');
+  svg.setAttribute('viewBox', '0 0 20 20');
+  svg.setAttribute('width', '14');
+  svg.setAttribute('height', '14');
+  svg.setAttribute('aria-hidden', 'true');
+  const path = document.createElementNS(namespace, 'path');
+  path.setAttribute('d', ICONS[name]);
+  path.setAttribute('fill', 'none');
+  path.setAttribute('stroke', 'currentColor');
+  path.setAttribute('stroke-width', '1.8');
+  path.setAttribute('stroke-linecap', 'round');
+  path.setAttribute('stroke-linejoin', 'round');
+  svg.append(path);
+  return svg;
+}

@@ -3,7 +3,7 @@
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
-import { el } from './dom.js';
+import { el, icon } from './dom.js';
 import { SessionTab, Status } from './session-tab.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
@@ -78,7 +78,7 @@ class TerminalPage {
     this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
     this.viewerSwitch = this.viewer
       ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
-      : button('Open read-only view', '👁', () => this.openViewer());
+      : button('Open read-only view', icon('eye'), () => this.openViewer());
     this.header = el('header', { class: 'topbar' },
       el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
       el('span', { class: 'instance-name' }, this.instance.name),
@@ -96,7 +96,7 @@ class TerminalPage {
     this.previousButton = button('Previous session', '‹', () => this.step(-1));
     this.nextButton = button('Next session', '›', () => this.step(1));
     this.restartButton = button('Restart session', '⟳', () => this.active && this.restart(this.active));
-    this.fullscreenButton = button('Fullscreen', '⛶', () => this.toggleFullscreen());
+    this.fullscreenButton = button('Fullscreen', icon('fullscreen'), () => this.toggleFullscreen());
     this.tabbar = el('nav', { class: 'tabbar', 'aria-label': 'Session tabs' },
       this.tabsWrap, this.newWrap,
       el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.fullscreenButton));
@@ -134,7 +134,9 @@ class TerminalPage {
   installListeners() {
     window.addEventListener('keydown', (event) => this.globalKey(event), true);
     window.addEventListener('resize', () => this.scheduleFit());
-    new ResizeObserver(() => this.scheduleFit()).observe(this.panes);
+    // A pane's terminal area changes size with the window and when a banner or notice appears.
+    this.resizeObserver = new ResizeObserver(() => this.scheduleFit());
+    this.resizeObserver.observe(this.panes);
     window.addEventListener('pagehide', () => this.persistAll());
     document.addEventListener('visibilitychange', () => {
       if (document.visibilityState === 'hidden') this.persistAll();
@@ -189,6 +191,7 @@ class TerminalPage {
     if (next) this.tablist.insertBefore(tab.ui.item, next.ui.item);
     else this.tablist.append(tab.ui.item);
     this.panes.append(tab.pane);
+    this.resizeObserver.observe(tab.host);
     this.renderTab(tab);
     this.updateControls();
   }
@@ -198,6 +201,7 @@ class TerminalPage {
     if (index < 0) return;
     this.tabs.splice(index, 1);
     tab.ui.item.remove();
+    this.resizeObserver.unobserve(tab.host);
     tab.dispose();
     if (this.active === tab) {
       this.active = null;

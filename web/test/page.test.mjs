@@ -1,0 +1,487 @@
+// The web page in Debian's Chromium against a real stack (`ptyhub up`): issue 7's behaviours,
+// each observed the way a person would see them (tabs, terminal text, banners), and the
+// screenshots for the docs.
+
+import assert from 'node:assert/strict';
+import { copyFile, mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  activeTabStatus, count, ensureDirectory, launchBrowser, missingRequirement, newDesktopPage,
+  newMobilePage, repositoryRoot, screenText, startRelay, startStack, tabNames, typeLine, waitFor,
+  waitForActiveConnected, waitForScreen, webRoot,
+} from './support.mjs';
+
+const skip = missingRequirement();
+if (skip) console.log(`# skipping the browser tests: ${skip}`);
+
+describe('web page', { skip: skip ?? false }, () => {
+  let stack;
+  let chromium;
+
+  before(async () => {
+    stack = await startStack();
+    chromium = await launchBrowser();
+  });
+
+  after(async () => {
+    await chromium?.close();
+    await stack?.stop();
+  });
+
+  /** Opens an instance's terminal page signed in with the stack's token. */
+  async function openInstance(instanceId, { page, origin = stack.origin, query = '' } = {}) {
+    const target = page ?? await newDesktopPage(chromium.browser);
+    const separator = query ? '&' : '';
+    await target.goto(`${origin}/instances/${instanceId}?${query}${separator}token=${stack.token}`);
+    await target.locator('[role="tablist"] [role="tab"]').first().waitFor();
+    await waitForActiveConnected(target);
+    return target;
+  }
+
+  test('the instances page lists instances with their live session counts', async () => {
+    const instance = await stack.createInstance();
+    for (let index = 0; index < 2; index += 1) {
+      const { status } = await stack.rest('POST', `/api/v1/instances/${instance.id}/terminal/sessions`, {});
+      assert.equal(status, 201);
+    }
+    const page = await newDesktopPage(chromium.browser);
+    await page.goto(`${stack.origin}/?token=${stack.token}`);
+    const entry = page.locator(`[data-instance-id="${instance.id}"]`);
+    await entry.waitFor();
+    assert.match(await entry.textContent(), new RegExp(`${instance.name}.*2 live sessions`));
+    await entry.locator('a').click();
+    await page.waitForURL(`${stack.origin}/instances/${instance.id}`);
+    await waitFor('two tabs', async () => (await page.locator('[role="tab"]').count()) === 2);
+    await page.context().close();
+  });
+
+  test('sign-in takes the token from the address once and refuses a missing or bad one', async () => {
+    const page = await newDesktopPage(chromium.browser);
+    await page.goto(`${stack.origin}/?token=${stack.token}`);
+    await page.locator('.instance-list').waitFor();
+    assert.equal(new URL(page.url()).search, '', 'the token is removed from the address bar');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('ptyhub.token')), stack.token);
+    await page.reload();
+    await page.locator('.instance-list').waitFor();
+
+    const stranger = await newDesktopPage(chromium.browser);
+    await stranger.goto(`${stack.origin}/`);
+    await stranger.getByRole('heading', { name: 'Sign in required' }).waitFor();
+    await stranger.goto(`${stack.origin}/?token=not-the-token`);
+    await stranger.getByRole('heading', { name: 'Access token refused' }).waitFor();
+    assert.equal(new URL(stranger.url()).search, '');
+    // The form signs in with a pasted token.
+    await stranger.getByLabel('Access token').fill(stack.token);
+    await stranger.getByRole('button', { name: 'Sign in' }).click();
+    await stranger.locator('.instance-list').waitFor();
+    await page.context().close();
+    await stranger.context().close();
+  });
+
+  test('typing shows output, tabs keep their scrollback, and + stops at the cap with a 409 shown', async () => {
+    const instance = await stack.createInstance({ maxSessions: 3 });
+    const page = await openInstance(instance.id);
+    assert.deepEqual(await tabNames(page), ['Session 1']);
+    await typeLine(page, 'echo first-$((6*7))');
+    await waitForScreen(page, 'first-42');
+
+    const newButton = page.getByRole('button', { name: 'New session' });
+    await newButton.click();
+    await waitFor('a second, selected tab', async () => (await tabNames(page)).length === 2
+      && (await page.locator('[role="tab"][aria-selected="true"]').textContent()) === 'Session 2');
+    await waitForActiveConnected(page);
+    assert.equal(await page.locator('.xterm').count(), 2, 'every tab keeps its terminal mounted');
+    await typeLine(page, 'echo second-$((7*7))');
+    await waitForScreen(page, 'second-49');
+    assert.ok(!(await screenText(page)).includes('first-42'));
+
+    await page.getByRole('tab', { name: 'Session 1' }).click();
+    const first = await waitForScreen(page, 'first-42');
+    assert.equal(count(first, 'first-42'), 1);
+    await page.getByRole('tab', { name: 'Session 2' }).click();
+    await waitForScreen(page, 'second-49');
+
+    // A session made elsewhere fills the cap: the page's + is refused with the server's words.
+    const { status } = await stack.rest('POST', `/api/v1/instances/${instance.id}/terminal/sessions`, {});
+    assert.equal(status, 201);
+    assert.equal(await newButton.isDisabled(), false);
+    await newButton.click();
+    const toast = page.getByRole('alert').filter({ hasText: 'Maximum of 3 terminal sessions' });
+    await toast.waitFor();
+    await waitFor('the third session to appear as a tab', async () => (await tabNames(page)).length === 3);
+    await waitFor('+ to be disabled at the cap', () => newButton.isDisabled());
+    const tooltip = await page.locator('.new-wrap').getAttribute('title');
+    assert.match(tooltip, /Maximum of 3 sessions/);
+    assert.equal((await stack.listSessions(instance.id)).length, 3);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  test('rename by double-click: Enter confirms, Escape cancels, a bad name shows the server message', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    const tab = page.locator('[role="tab"]').first();
+    await tab.dblclick();
+    const input = page.getByRole('textbox', { name: 'Session name' });
+    await input.fill('build logs');
+    await input.press('Enter');
+    await waitFor('the tab to be renamed', async () => (await tabNames(page))[0] === 'build logs');
+    await waitFor('the server to know the new name', async () => (await stack.listSessions(instance.id))[0].name === 'build logs');
+
+    await tab.dblclick();
+    await input.fill('never saved');
+    await input.press('Escape');
+    assert.equal((await tabNames(page))[0], 'build logs');
+
+    await tab.dblclick();
+    await input.fill('   ');
+    await input.press('Enter');
+    const alert = page.locator('.toast');
+    await alert.waitFor();
+    assert.ok((await alert.textContent()).trim().length > 0);
+    assert.equal((await tabNames(page))[0], 'build logs');
+    assert.equal((await stack.listSessions(instance.id))[0].name, 'build logs');
+    await page.context().close();
+  });
+
+  test('closing asks inline first, and closing the last tab starts a fresh session', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    await page.getByRole('button', { name: 'New session' }).click();
+    await waitFor('two tabs', async () => (await tabNames(page)).length === 2);
+    await waitForActiveConnected(page);
+
+    await page.getByRole('button', { name: 'Close Session 2' }).click();
+    const confirm = page.locator('.close-confirm:not([hidden])');
+    await confirm.waitFor();
+    assert.equal(await page.locator('[role="dialog"]:not([hidden])').count(), 0, 'no modal');
+    await confirm.getByRole('button', { name: 'Keep' }).click();
+    assert.equal((await tabNames(page)).length, 2);
+
+    await page.getByRole('button', { name: 'Close Session 2' }).click();
+    await confirm.getByRole('button', { name: 'Close' }).click();
+    await waitFor('one tab left', async () => (await tabNames(page)).length === 1);
+    await waitFor('the server to close it', async () => (await stack.listSessions(instance.id)).length === 1);
+
+    const [only] = await stack.listSessions(instance.id);
+    await page.getByRole('button', { name: 'Close Session 1' }).click();
+    await confirm.getByRole('button', { name: 'Close' }).click();
+    await waitFor('a fresh session in a new tab', async () => {
+      const sessions = await stack.listSessions(instance.id);
+      return sessions.length === 1 && sessions[0].id !== only.id && (await tabNames(page)).length === 1;
+    });
+    await waitForActiveConnected(page);
+    await typeLine(page, 'echo fresh-$((2*21))');
+    await waitForScreen(page, 'fresh-42');
+    await page.context().close();
+  });
+
+  test('a reload reattaches every tab and shows its output once', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    await typeLine(page, 'echo one-$((5*5))');
+    await waitForScreen(page, 'one-25');
+    await page.getByRole('button', { name: 'New session' }).click();
+    await waitFor('two tabs', async () => (await tabNames(page)).length === 2);
+    await waitForActiveConnected(page);
+    await typeLine(page, 'echo two-$((6*6))');
+    await waitForScreen(page, 'two-36');
+    const before = await tabNames(page);
+
+    await page.reload();
+    await waitFor('the same tabs after the reload', async () => JSON.stringify(await tabNames(page)) === JSON.stringify(before));
+    await waitForActiveConnected(page);
+    assert.equal(await page.locator('[role="tab"][aria-selected="true"]').textContent(), 'Session 2');
+    let screen = await waitForScreen(page, 'two-36');
+    assert.equal(count(screen, 'two-36'), 1);
+    await typeLine(page, 'echo three-$((7*7))');
+    screen = await waitForScreen(page, 'three-49');
+    assert.equal(count(screen, 'two-36'), 1);
+    assert.equal(count(screen, 'three-49'), 1);
+
+    await page.getByRole('tab', { name: 'Session 1' }).click();
+    await waitForActiveConnected(page);
+    screen = await waitForScreen(page, 'one-25');
+    assert.equal(count(screen, 'one-25'), 1);
+    // Reloading again, the output of both loads is still there once each.
+    await page.reload();
+    await waitFor('two tabs again', async () => (await tabNames(page)).length === 2);
+    await waitForActiveConnected(page);
+    screen = await waitForScreen(page, 'one-25');
+    assert.equal(count(screen, 'one-25'), 1);
+    assert.equal(count(screen, 'echo one-$((5*5))'), 1);
+    assert.equal(new Set(await stack.listSessions(instance.id).then((sessions) => sessions.map((s) => s.id))).size, 2);
+    await page.context().close();
+  });
+
+  test('a network drop reconnects with since, shows reconnecting, and prints nothing twice', async () => {
+    const instance = await stack.createInstance();
+    const relay = await startRelay(stack.origin);
+    const flagDir = await mkdtemp(join(tmpdir(), 'ptyhub-web-flag-'));
+    const flag = join(flagDir, 'go');
+    try {
+      const page = await openInstance(instance.id, { origin: relay.origin });
+      await typeLine(page, 'echo before-$((8*8))');
+      await waitForScreen(page, 'before-64');
+      // Output the session produces while the browser is cut off must arrive once, afterwards.
+      await typeLine(page, `while [ ! -e ${flag} ]; do sleep 0.2; done; echo during-$((9*9))`);
+      const opened = page.webSocketsOpened;
+      await relay.cut();
+      await waitFor('the tab to show it is reconnecting', async () => (await activeTabStatus(page)) === 'disconnected');
+      await page.getByText(/reconnecting/).waitFor();
+      await writeFile(flag, '');
+      await relay.restore();
+      await waitForActiveConnected(page);
+      assert.ok(page.webSocketsOpened > opened);
+      const screen = await waitForScreen(page, 'during-81');
+      assert.equal(count(screen, 'during-81'), 1);
+      assert.equal(count(screen, 'before-64'), 1);
+      assert.equal(count(screen, 'echo before-$((8*8))'), 1);
+      await typeLine(page, 'echo after-$((10*10))');
+      await waitForScreen(page, 'after-100');
+      assert.equal(await page.locator('.pane:not([hidden]) .pane-status:not([hidden])').count(), 0);
+      await page.context().close();
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  test('a second page takes the session over: the first shows the banner and does not reconnect', async () => {
+    const instance = await stack.createInstance();
+    const first = await openInstance(instance.id);
+    await typeLine(first, 'echo shared-$((3*3))');
+    await waitForScreen(first, 'shared-9');
+    const firstSockets = first.webSocketsOpened;
+
+    const second = await openInstance(instance.id);
+    await waitForScreen(second, 'shared-9');
+    const banner = first.getByRole('alert').filter({ hasText: 'open elsewhere' });
+    await banner.waitFor();
+    await banner.getByRole('button', { name: 'Take back' }).waitFor();
+
+    // The second page keeps control while it works: the first does not take it back by itself.
+    await typeLine(second, 'echo second-$((4*4))');
+    await waitForScreen(second, 'second-16');
+    await typeLine(second, 'echo again-$((5*4))');
+    await waitForScreen(second, 'again-20');
+    assert.equal(await activeTabStatus(second), 'connected');
+    assert.equal(await second.locator('.pane-banner:not([hidden])').count(), 0);
+    assert.equal(first.webSocketsOpened, firstSockets, 'the first page opened no new socket');
+    assert.equal(await activeTabStatus(first), 'error');
+
+    await banner.getByRole('button', { name: 'Take back' }).click();
+    await waitForActiveConnected(first);
+    await second.getByRole('alert').filter({ hasText: 'open elsewhere' }).waitFor();
+    await typeLine(first, 'echo back-$((6*5))');
+    await waitForScreen(first, 'back-30');
+    await first.context().close();
+    await second.context().close();
+  });
+
+  test('a session that is gone says "Session expired" and offers a new one', async () => {
+    const instance = await stack.createInstance();
+    const relay = await startRelay(stack.origin);
+    try {
+      const page = await openInstance(instance.id, { origin: relay.origin });
+      const [session] = await stack.listSessions(instance.id);
+      await relay.cut();
+      await waitFor('the tab to lose its connection', async () => (await activeTabStatus(page)) === 'disconnected');
+      const { status } = await stack.rest('DELETE', `/api/v1/instances/${instance.id}/terminal/sessions/${session.id}`);
+      assert.equal(status, 200);
+      await relay.restore();
+      await page.getByText('Session expired').waitFor();
+      assert.equal(await activeTabStatus(page), 'error');
+      await page.getByRole('button', { name: 'Start a new session' }).click();
+      await waitForActiveConnected(page);
+      await typeLine(page, 'echo renewed-$((11*11))');
+      await waitForScreen(page, 'renewed-121');
+      const sessions = await stack.listSessions(instance.id);
+      assert.equal(sessions.length, 1);
+      assert.notEqual(sessions[0].id, session.id);
+      await page.context().close();
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  test('an exit shows its code in the terminal and on the tab, and Restart resets the session', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    await typeLine(page, 'exit 3');
+    await waitForScreen(page, 'exited with code 3');
+    await page.locator('.tab-exit', { hasText: 'exit 3' }).waitFor();
+    assert.equal(await activeTabStatus(page), 'exited');
+    await page.locator('.pane:not([hidden]) .pane-notice').getByRole('button', { name: 'Restart' }).click();
+    await waitForActiveConnected(page);
+    assert.equal(await page.locator('.tab-exit:not([hidden])').count(), 0);
+    await typeLine(page, 'echo restarted-$((12*12))');
+    await waitForScreen(page, 'restarted-144');
+    await page.context().close();
+  });
+
+  test('fullscreen by button and Ctrl+Shift+F: the tab strip overlay hides after 3 s and Esc leaves', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    const root = page.locator('.terminal-page');
+    const tablist = page.getByRole('tablist');
+    await page.getByRole('button', { name: 'Fullscreen', exact: true }).click();
+    await waitFor('fullscreen', async () => (await root.getAttribute('class')).includes('fullscreen'));
+    assert.equal(await page.locator('.topbar').isVisible(), false);
+    assert.equal(await tablist.isVisible(), true);
+    await tablist.waitFor({ state: 'hidden', timeout: 20_000 });
+    await page.mouse.move(300, 300);
+    await page.mouse.move(320, 310);
+    await tablist.waitFor({ state: 'visible' });
+    await page.keyboard.press('Escape');
+    await waitFor('fullscreen to end', async () => !(await root.getAttribute('class')).includes('fullscreen'));
+    assert.equal(await page.locator('.topbar').isVisible(), true);
+
+    await page.locator('.pane:not([hidden]) .xterm').click();
+    await page.keyboard.press('Control+Shift+F');
+    await waitFor('fullscreen by shortcut', async () => (await root.getAttribute('class')).includes('fullscreen'));
+    await page.keyboard.press('Control+Shift+F');
+    await waitFor('fullscreen to end by shortcut', async () => !(await root.getAttribute('class')).includes('fullscreen'));
+    await page.context().close();
+  });
+
+  test('Alt+Shift shortcuts: N new, Left/Right switch, R restart, W close', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    const selected = () => page.locator('[role="tab"][aria-selected="true"]').textContent();
+    await page.locator('.pane:not([hidden]) .xterm').click();
+    await page.keyboard.press('Alt+Shift+N');
+    await waitFor('a new tab by shortcut', async () => (await tabNames(page)).length === 2 && (await selected()) === 'Session 2');
+    await waitForActiveConnected(page);
+    await page.keyboard.press('Alt+Shift+ArrowLeft');
+    await waitFor('the previous tab', async () => (await selected()) === 'Session 1');
+    await page.keyboard.press('Alt+Shift+ArrowRight');
+    await waitFor('the next tab', async () => (await selected()) === 'Session 2');
+    await page.keyboard.press('Alt+Shift+ArrowRight');
+    await waitFor('wrapping to the first tab', async () => (await selected()) === 'Session 1');
+
+    await typeLine(page, 'MARK=kept-before-reset; echo "$MARK"');
+    await waitForScreen(page, 'kept-before-reset\n');
+    await page.keyboard.press('Alt+Shift+R');
+    await waitForScreen(page, 'session restarted');
+    await waitForActiveConnected(page);
+    await typeLine(page, 'echo "mark=[$MARK]"');
+    await waitForScreen(page, 'mark=[]');
+
+    await page.keyboard.press('Alt+Shift+W');
+    const confirm = page.locator('.close-confirm:not([hidden])');
+    await confirm.getByRole('button', { name: 'Close' }).click();
+    await waitFor('one tab left', async () => (await tabNames(page)).length === 1);
+    assert.equal(await selected(), 'Session 2');
+    // Every shortcut also has a button.
+    for (const name of ['New session', 'Previous session', 'Next session', 'Restart session', 'Fullscreen', 'Close Session 2']) {
+      assert.equal(await page.getByRole('button', { name, exact: true }).count(), 1, name);
+    }
+    await page.context().close();
+  });
+
+  test('a read-only viewer is marked and cannot type, and does not take control', async () => {
+    const instance = await stack.createInstance();
+    const controller = await openInstance(instance.id);
+    await typeLine(controller, 'echo watched-$((13*3))');
+    await waitForScreen(controller, 'watched-39');
+    const viewer = await openInstance(instance.id, { query: 'mode=view' });
+    await viewer.locator('.viewer-badge', { hasText: 'Read-only' }).waitFor();
+    await viewer.getByRole('note').filter({ hasText: 'Read-only view' }).waitFor();
+    await waitForScreen(viewer, 'watched-39');
+    assert.equal(await viewer.getByRole('button', { name: 'New session' }).isDisabled(), true);
+    await typeLine(viewer, 'echo from-viewer');
+    await typeLine(controller, 'echo control-$((14*3))');
+    await waitForScreen(viewer, 'control-42');
+    const screen = await waitForScreen(controller, 'control-42');
+    assert.ok(!screen.includes('from-viewer'));
+    assert.equal(await controller.locator('.pane-banner:not([hidden])').count(), 0);
+    await controller.context().close();
+    await viewer.context().close();
+  });
+
+  test('mobile: header with the session name, compact tabs, special keys, text selection and copy', async () => {
+    const instance = await stack.createInstance();
+    const page = await newMobilePage(chromium.browser, stack.origin);
+    await page.goto(`${stack.origin}/instances/${instance.id}?token=${stack.token}`);
+    await waitForActiveConnected(page);
+    await page.getByTestId('active-session-name').filter({ hasText: 'Session 1' }).waitFor();
+    const keys = page.getByRole('toolbar', { name: 'Special keys' });
+    await keys.waitFor();
+
+    await page.locator('.pane:not([hidden]) .xterm').tap();
+    await page.keyboard.type('cat -vt');
+    await page.keyboard.press('Enter');
+    await waitForScreen(page, 'cat -vt');
+    for (const key of ['Escape', 'Up', 'Tab']) await keys.getByRole('button', { name: key, exact: true }).tap();
+    await page.keyboard.press('Enter');
+    await waitForScreen(page, '^[^[[A^I');
+    // Ctrl then a typed "c" is Ctrl+C: cat ends and the shell answers again.
+    await keys.getByRole('button', { name: 'Ctrl' }).tap();
+    assert.equal(await keys.getByRole('button', { name: 'Ctrl' }).getAttribute('aria-pressed'), 'true');
+    await page.keyboard.type('c');
+    await typeLine(page, 'echo phone-$((15*3))');
+    await waitForScreen(page, 'phone-45');
+
+    // Typing hid the header and tab strip; the handle brings them back.
+    await page.locator('.topbar').waitFor({ state: 'hidden' });
+    await page.getByRole('button', { name: 'Show tabs' }).tap();
+    await page.getByRole('tablist').waitFor({ state: 'visible' });
+    await page.screenshot({ path: await screenshotPath('web-mobile.png') });
+
+    await keys.getByRole('button', { name: 'Select text' }).tap();
+    const text = page.locator('.copy-text');
+    await text.waitFor();
+    assert.match(await text.textContent(), /phone-45/);
+    await page.evaluate(() => {
+      const node = document.querySelector('.copy-text').firstChild;
+      const start = node.textContent.lastIndexOf('phone-45');
+      const range = document.createRange();
+      range.setStart(node, start);
+      range.setEnd(node, start + 'phone-45'.length);
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+    });
+    await page.getByRole('button', { name: 'Copy' }).tap();
+    await page.getByRole('alert').filter({ hasText: 'Copied 8 characters' }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), 'phone-45');
+    await page.getByRole('button', { name: 'Done' }).tap();
+    await page.context().close();
+  });
+
+  test('desktop screenshot', async () => {
+    const instance = await stack.createInstance({ name: 'demo-container' });
+    const page = await openInstance(instance.id);
+    await typeLine(page, 'echo "hello from ptyhub"; uname -s');
+    await waitForScreen(page, 'hello from ptyhub');
+    for (let index = 0; index < 2; index += 1) {
+      await page.getByRole('button', { name: 'New session' }).click();
+      await waitFor('another tab', async () => (await tabNames(page)).length === index + 2);
+      await waitForActiveConnected(page);
+    }
+    await page.getByRole('tab', { name: 'Session 1' }).click();
+    await waitForScreen(page, 'hello from ptyhub');
+    await page.screenshot({ path: await screenshotPath('web-desktop.png') });
+    await page.context().close();
+  });
+});
+
+/** Screenshots go to web/test-results/; PTYHUB_UPDATE_SCREENSHOTS=1 also copies them to docs/. */
+async function screenshotPath(name) {
+  const directory = join(webRoot, 'test-results');
+  await ensureDirectory(directory);
+  const path = join(directory, name);
+  if (process.env.PTYHUB_UPDATE_SCREENSHOTS === '1') {
+    screenshotsToCopy.push([path, join(repositoryRoot, 'docs', 'screenshots', name)]);
+  }
+  return path;
+}
+
+const screenshotsToCopy = [];
+after(async () => {
+  for (const [from, to] of screenshotsToCopy) {
+    await ensureDirectory(join(to, '..'));
+    await copyFile(from, to);
+  }
+});

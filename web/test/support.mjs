@@ -1,0 +1,304 @@
+// What the browser tests share: a real ptyhub stack (`ptyhub up`), Debian's Chromium driven by
+// playwright-core, a loopback TCP relay that can drop every connection (a network outage between
+// the browser and the gateway), and small helpers that wait for conditions on the page.
+
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+export const webRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const repositoryRoot = resolve(webRoot, '..');
+
+/** Generous: these are liveness limits, not speed expectations. */
+export const PATIENCE_MS = 30_000;
+
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export function inCi() {
+  return process.env.CI === 'true' || process.env.CI === '1';
+}
+
+/**
+ * Why the tests cannot run here (no Chromium, no ptyhub binary, no built page), or null. Under
+ * CI=true a missing requirement throws instead, so the run fails rather than skipping.
+ */
+export function missingRequirement() {
+  const problems = [];
+  const chromiumPath = chromiumExecutable();
+  if (!existsSync(chromiumPath)) problems.push(`no Chromium at ${chromiumPath} (set PTYHUB_TEST_CHROMIUM or apt-get install chromium)`);
+  const binary = process.env.PTYHUB_BINARY;
+  if (!binary) problems.push('PTYHUB_BINARY is not set (the ptyhub binary; `cargo xtask test` sets it)');
+  else if (!existsSync(binary)) problems.push(`no ptyhub binary at ${binary}`);
+  if (!existsSync(join(webDirectory(), 'index.html'))) problems.push(`the page is not built in ${webDirectory()} (npm run build)`);
+  if (problems.length === 0) return null;
+  const reason = problems.join('; ');
+  if (inCi()) throw new Error(`browser tests cannot run under CI=true: ${reason}`);
+  return reason;
+}
+
+export function chromiumExecutable() {
+  return process.env.PTYHUB_TEST_CHROMIUM || '/usr/bin/chromium';
+}
+
+export function webDirectory() {
+  return process.env.PTYHUB_WEB_DIR || join(webRoot, 'dist');
+}
+
+// ---- the stack ------------------------------------------------------------------------------
+
+/**
+ * Starts `ptyhub up` on a free loopback port with a fresh data directory and the built page,
+ * and reads the sign-in URL it prints.
+ */
+export async function startStack() {
+  const dataDir = await mkdtemp(join(tmpdir(), 'ptyhub-web-test-'));
+  const child = spawn(process.env.PTYHUB_BINARY, [
+    'up', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--web-dir', webDirectory(),
+  ], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
+  let output = '';
+  const found = new Promise((resolvePromise, reject) => {
+    const pattern = /(http:\/\/127\.0\.0\.1:\d+)\/\?token=([A-Za-z0-9._~+\/=-]+)/;
+    const look = (chunk) => {
+      output += chunk.toString();
+      if (process.env.TEST_LOG === '1') process.stderr.write(chunk);
+      const match = pattern.exec(output);
+      if (match) resolvePromise({ origin: match[1], token: match[2] });
+    };
+    child.stdout.on('data', look);
+    child.stderr.on('data', look);
+    child.on('exit', (code, signal) => reject(new Error(`ptyhub up ended (${code ?? signal}) before printing its URL:\n${output}`)));
+    setTimeout(() => reject(new Error(`ptyhub up printed no URL within 120 s:\n${output}`)), 120_000).unref();
+  });
+  let address;
+  try {
+    address = await found;
+  } catch (error) {
+    child.kill('SIGKILL');
+    await rm(dataDir, { recursive: true, force: true });
+    throw error;
+  }
+  const stack = {
+    ...address,
+    dataDir,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((resolvePromise) => child.once('exit', resolvePromise));
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      await rm(dataDir, { recursive: true, force: true });
+    },
+    /** A REST call as a program makes it, with the bearer token. */
+    async rest(method, path, body) {
+      const response = await fetch(`${address.origin}${path}`, {
+        method,
+        headers: { Authorization: `Bearer ${address.token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+      });
+      const text = await response.text();
+      return { status: response.status, body: text ? JSON.parse(text) : null };
+    },
+    /** Registers a fresh instance running `sh` on the broker's own host. */
+    async createInstance({ maxSessions = 5, name } = {}) {
+      const { status, body } = await stack.rest('POST', '/api/v1/instances', {
+        name: name ?? `web-test-${Math.random().toString(36).slice(2, 8)}`,
+        target: { local: {} },
+        command: ['/bin/sh'],
+        env: { PS1: '$ ', HOME: dataDir, ENV: '' },
+        cwd: dataDir,
+        max_sessions: maxSessions,
+      });
+      if (status !== 201) throw new Error(`registering an instance failed: ${status} ${JSON.stringify(body)}`);
+      return body;
+    },
+    async listSessions(instanceId) {
+      const { status, body } = await stack.rest('GET', `/api/v1/instances/${instanceId}/terminal/sessions`);
+      if (status !== 200) throw new Error(`listing sessions failed: ${status} ${JSON.stringify(body)}`);
+      return body.sessions;
+    },
+  };
+  return stack;
+}
+
+// ---- a relay that can cut the network ---------------------------------------------------------
+
+/**
+ * A TCP relay on 127.0.0.1 in front of the gateway. `cut()` closes the listener and destroys
+ * every connection (the browser sees its WebSockets drop and its reconnects refused); `restore()`
+ * listens again on the same port.
+ */
+export async function startRelay(targetOrigin) {
+  const target = new URL(targetOrigin);
+  const sockets = new Set();
+  let server = null;
+  let port = 0;
+  const listen = () => new Promise((resolvePromise, reject) => {
+    server = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port), target.hostname);
+      sockets.add(client);
+      sockets.add(upstream);
+      client.pipe(upstream);
+      upstream.pipe(client);
+      const drop = () => {
+        client.destroy();
+        upstream.destroy();
+        sockets.delete(client);
+        sockets.delete(upstream);
+      };
+      client.on('error', drop);
+      upstream.on('error', drop);
+      client.on('close', drop);
+      upstream.on('close', drop);
+    });
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      port = server.address().port;
+      resolvePromise();
+    });
+  });
+  await listen();
+  return {
+    get origin() {
+      return `http://127.0.0.1:${port}`;
+    },
+    async cut() {
+      const closed = new Promise((resolvePromise) => server.close(resolvePromise));
+      for (const socket of sockets) socket.destroy();
+      sockets.clear();
+      await closed;
+    },
+    async restore() {
+      await listen();
+    },
+    async stop() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolvePromise) => server.close(() => resolvePromise()));
+    },
+  };
+}
+
+// ---- the browser ------------------------------------------------------------------------------
+
+export async function launchBrowser() {
+  // playwright-core gives every launch a fresh temporary profile (user data dir) and removes it
+  // on close; each test page gets its own context (its own sessionStorage, like a separate
+  // browser tab).
+  const browser = await chromium.launch({
+    executablePath: chromiumExecutable(),
+    headless: true,
+    args: CHROMIUM_ARGS,
+  });
+  return {
+    browser,
+    async close() {
+      await browser.close();
+    },
+  };
+}
+
+export async function newDesktopPage(browser, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, ...options });
+  const page = await context.newPage();
+  watchPage(page);
+  return page;
+}
+
+export async function newMobilePage(browser, origin) {
+  const context = await browser.newContext({
+    viewport: { width: 390, height: 844 },
+    deviceScaleFactor: 2,
+    isMobile: true,
+    hasTouch: true,
+    userAgent: 'Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Mobile Safari/537.36',
+  });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  const page = await context.newPage();
+  watchPage(page);
+  return page;
+}
+
+/** Counts the page's WebSockets and fails the test on a script error. */
+function watchPage(page) {
+  page.webSocketsOpened = 0;
+  page.errors = [];
+  page.on('websocket', () => {
+    page.webSocketsOpened += 1;
+  });
+  page.on('pageerror', (error) => page.errors.push(error));
+  if (process.env.TEST_LOG === '1') page.on('console', (message) => console.error(`[page] ${message.text()}`));
+}
+
+// ---- conditions -------------------------------------------------------------------------------
+
+/** Polls `probe` until it returns a truthy value; fails with `what` and the last value seen. */
+export async function waitFor(what, probe, timeout = PATIENCE_MS) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    last = await probe();
+    if (last) return last;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last seen: ${JSON.stringify(last)}`);
+    await new Promise((resolvePromise) => setTimeout(resolvePromise, 100));
+  }
+}
+
+/** The text on the visible terminal's screen, one line per row, trailing spaces trimmed. */
+export async function screenText(page) {
+  return page.evaluate(() => {
+    const pane = document.querySelector('.pane:not([hidden])');
+    const rows = pane?.querySelector('.xterm-rows');
+    if (!rows) return '';
+    return Array.from(rows.children, (row) => row.textContent.replace(/\s+$/, '')).join('\n');
+  });
+}
+
+export function count(text, needle) {
+  return text.split(needle).length - 1;
+}
+
+/** Waits until the visible terminal shows `needle` (at least once) and returns the screen. */
+export async function waitForScreen(page, needle, timeout = PATIENCE_MS) {
+  return waitFor(`the terminal to show ${JSON.stringify(needle)}`, async () => {
+    const text = await screenText(page);
+    return text.includes(needle) ? text : false;
+  }, timeout);
+}
+
+/** Types a line into the visible terminal. */
+export async function typeLine(page, line) {
+  await page.locator('.pane:not([hidden]) .xterm').click();
+  await page.keyboard.type(line);
+  await page.keyboard.press('Enter');
+}
+
+export async function activeTabStatus(page) {
+  return page.locator('[role="tab"][aria-selected="true"]').getAttribute('data-status');
+}
+
+export async function waitForActiveConnected(page) {
+  await waitFor('the active tab to be connected', async () => (await activeTabStatus(page)) === 'connected');
+}
+
+export async function tabNames(page) {
+  return page.locator('[role="tab"]').allTextContents();
+}
+
+export async function ensureDirectory(path) {
+  await mkdir(path, { recursive: true });
+}
