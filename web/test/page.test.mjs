@@ -103,6 +103,17 @@ describe('web page', { skip: skip ?? false }, () => {
     await page.getByRole('tab', { name: 'Session 2' }).click();
     await waitForScreen(page, 'second-49');
 
+    // The shown terminal is fitted to the window and the PTY told its size.
+    await page.setViewportSize({ width: 900, height: 520 });
+    await page.getByRole('tab', { name: 'Session 1' }).click();
+    await waitFor('the terminal to fit the smaller window', async () => (await visibleRows(page)) < 30);
+    const rows = await visibleRows(page);
+    await typeLine(page, 'stty size');
+    await waitFor(`stty to report ${rows} rows`, async () => new RegExp(`^${rows} \\d+$`, 'm').test(await screenText(page)));
+    await page.getByRole('tab', { name: 'Session 2' }).click();
+    await typeLine(page, 'stty size');
+    await waitFor(`the other tab's PTY to have ${rows} rows too`, async () => new RegExp(`^${rows} \\d+$`, 'm').test(await screenText(page)));
+
     // A session made elsewhere fills the cap: the page's + is refused with the server's words.
     const { status } = await stack.rest('POST', `/api/v1/instances/${instance.id}/terminal/sessions`, {});
     assert.equal(status, 201);
@@ -428,6 +439,22 @@ describe('web page', { skip: skip ?? false }, () => {
     await page.locator('.topbar').waitFor({ state: 'hidden' });
     await page.getByRole('button', { name: 'Show tabs' }).tap();
     await page.getByRole('tablist').waitFor({ state: 'visible' });
+    // More tabs than fit: the strip scrolls sideways and fades on the side with more.
+    for (let index = 0; index < 3; index += 1) {
+      await page.getByRole('button', { name: 'New session' }).tap();
+      await waitFor('another tab', async () => (await tabNames(page)).length === index + 2);
+      await waitForActiveConnected(page);
+    }
+    await page.getByTestId('active-session-name').filter({ hasText: 'Session 4' }).waitFor();
+    const strip = page.locator('.tabs-wrap');
+    await waitFor('a fade on the left', async () => (await strip.getAttribute('class')).includes('fade-left'));
+    await page.getByRole('tab', { name: 'Session 1' }).tap();
+    await waitFor('a fade on the right only', async () => {
+      const classes = await strip.getAttribute('class');
+      return classes.includes('fade-right') && !classes.includes('fade-left');
+    });
+    await page.getByTestId('active-session-name').filter({ hasText: 'Session 1' }).waitFor();
+    await waitForScreen(page, 'phone-45');
     await page.screenshot({ path: await screenshotPath('web-mobile.png') });
 
     await keys.getByRole('button', { name: 'Select text' }).tap();
@@ -466,6 +493,10 @@ describe('web page', { skip: skip ?? false }, () => {
     await page.context().close();
   });
 });
+
+async function visibleRows(page) {
+  return page.locator('.pane:not([hidden]) .xterm-rows > div').count();
+}
 
 /** Screenshots go to web/test-results/; PTYHUB_UPDATE_SCREENSHOTS=1 also copies them to docs/. */
 async function screenshotPath(name) {
