@@ -186,10 +186,16 @@ export class SessionTab {
           this.writeNotice('restarting the session…');
         }
         break;
-      case 'gap':
+      case 'gap': {
         this.cursor += Number(message.lost) || 0;
-        this.writeNotice(`${message.lost} bytes of output were lost while disconnected`);
+        const text = `${message.lost} bytes of output were lost while disconnected`;
+        this.writeNotice(text);
+        // The replay that follows can scroll the notice away at once; say it above the terminal
+        // too, until the user types.
+        this.showStatusLine(text);
+        this.statusLine.dataset.kind = 'gap';
         break;
+      }
       case 'resize':
         // The controller's own size drives the PTY; a viewer follows whatever the PTY has.
         if (this.viewer && message.cols > 0 && message.rows > 0) this.terminal.resize(message.cols, message.rows);
@@ -390,6 +396,7 @@ export class SessionTab {
   }
 
   showStatusLine(text) {
+    delete this.statusLine.dataset.kind;
     this.statusLine.textContent = text;
     this.statusLine.hidden = false;
   }

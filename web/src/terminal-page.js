@@ -499,6 +499,7 @@ class TerminalPage {
       this.setCtrlLatched(false);
     }
     tab.sendText(text);
+    if (tab.statusLine.dataset.kind === 'gap') tab.hideStatusLine();
     if (this.isMobile()) this.hideChrome();
   }
 

@@ -3,6 +3,7 @@
 // screenshots for the docs.
 
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { copyFile, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -253,6 +254,35 @@ describe('web page', { skip: skip ?? false }, () => {
       await typeLine(page, 'echo after-$((10*10))');
       await waitForScreen(page, 'after-100');
       assert.equal(await page.locator('.pane:not([hidden]) .pane-status:not([hidden])').count(), 0);
+      await page.context().close();
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  test('output lost beyond the ring while disconnected is shown as a one-line gap notice', async () => {
+    const instance = await stack.createInstance();
+    const relay = await startRelay(stack.origin);
+    const flagDir = await mkdtemp(join(tmpdir(), 'ptyhub-web-flag-'));
+    const flag = join(flagDir, 'go');
+    const done = join(flagDir, 'done');
+    try {
+      const page = await openInstance(instance.id, { origin: relay.origin });
+      // Far more than the ring holds (1 MiB by default) is printed while the page is cut off.
+      await typeLine(page, `while [ ! -e ${flag} ]; do sleep 0.2; done; head -c 4000000 /dev/zero | tr '\\0' x; echo; echo flood-$((50*2)); touch ${done}`);
+      await relay.cut();
+      await waitFor('the tab to lose its connection', async () => (await activeTabStatus(page)) === 'disconnected');
+      await writeFile(flag, '');
+      await waitFor('the flood to end while the page is away', () => existsSync(done), 120_000);
+      await relay.restore();
+      await waitForActiveConnected(page);
+      const screen = await waitForScreen(page, 'flood-100', 120_000);
+      assert.equal(count(screen, 'flood-100'), 1);
+      const notice = page.locator('.pane:not([hidden]) .pane-status');
+      assert.match(await notice.textContent(), /^\d+ bytes of output were lost while disconnected$/);
+      await typeLine(page, 'echo next-$((3*7))');
+      await waitForScreen(page, 'next-21');
+      await notice.waitFor({ state: 'hidden' });
       await page.context().close();
     } finally {
       await relay.stop();
