@@ -30,7 +30,6 @@ export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized
     return onRefused(error);
   }
   const page = new TerminalPage(app, instance, sessions, { viewer, onUnauthorized });
-  window.ptyhubPage = page;
   return page;
 }
 
