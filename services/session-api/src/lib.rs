@@ -1,3 +1,141 @@
 //! session-api: the authority over instances, sessions, aliases and the per-instance cap.
+//!
+//! It never touches a PTY: it tells pty-brokers what to spawn, learns from their event streams
+//! what happened, and hands clients an attach target (broker endpoint and a short-lived signed
+//! ticket). Everything that matters is in the database (SQLite or PostgreSQL), so several
+//! replicas can share one PostgreSQL database. [`run`] serves a [`Config`] on a bound listener
+//! until a shutdown future completes.
 
 #![forbid(unsafe_code)]
+
+pub mod broker_client;
+pub mod changes;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod grpc;
+pub mod lifecycle;
+pub mod service;
+pub mod store;
+
+pub use config::{Config, ServiceToken, StaticBroker};
+pub use error::Error;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
+use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker_client::BrokerClients;
+use crate::changes::ChangeFeed;
+use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi, ServiceTokenCheck};
+use crate::lifecycle::LifecycleSettings;
+use crate::service::SessionService;
+use crate::store::Store;
+
+/// Serves session-api (gRPC `SessionApi`, `BrokerRegistry`, `grpc.health.v1` and server
+/// reflection) on `listener` until `shutdown` completes. Connects to the database and applies
+/// migrations first (unless `config.migrate` is off), records the configured brokers, and
+/// follows every broker's events while it runs. Live PTYs are left alone at shutdown.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let store = Store::connect(&config.database_url).await?;
+    if config.migrate {
+        store.migrate().await?;
+    }
+    for broker in &config.brokers {
+        store
+            .upsert_configured_broker(&broker.id, &broker.endpoint)
+            .await?;
+    }
+    let settings = LifecycleSettings {
+        heartbeat_timeout: config.heartbeat_timeout,
+        activity_flush_interval: config.activity_flush_interval,
+        spawn_grace: config.broker_call_timeout * 2,
+    };
+    let service = Arc::new(SessionService::new(
+        store.clone(),
+        BrokerClients::new(config.service_token.expose(), config.broker_call_timeout)?,
+        Arc::new(ChangeFeed::new()),
+        config.ticket_key.clone(),
+        config.ticket_ttl,
+        config.broker_call_timeout + Duration::from_secs(5),
+        settings.heartbeat_interval(),
+    ));
+
+    let root = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    lifecycle::start(
+        service.clone(),
+        settings,
+        root.child_token(),
+        tracker.clone(),
+    );
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for name in [
+        "ptyhub.session.v1.SessionApi",
+        "ptyhub.session.v1.BrokerRegistry",
+    ] {
+        health_reporter
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcio's reflection client still speaks v1alpha.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let token_check = ServiceTokenCheck::new(config.service_token.expose());
+
+    tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
+        "session-api serving");
+    let stop = root.clone();
+    let served = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(config.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.keepalive_interval))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_v1alpha)
+        .add_service(SessionApiServer::with_interceptor(
+            GrpcSessionApi::new(service.clone(), root.clone()),
+            token_check.clone(),
+        ))
+        .add_service(BrokerRegistryServer::with_interceptor(
+            GrpcBrokerRegistry::new(service.clone()),
+            token_check,
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            // Ends the change streams, so that the server can finish its connections.
+            stop.cancel();
+        })
+        .await;
+
+    root.cancel();
+    tracker.close();
+    let stopped_in_time = tokio::time::timeout(config.shutdown_grace, tracker.wait())
+        .await
+        .is_ok();
+    store.close().await;
+    if stopped_in_time {
+        tracing::info!("session-api stopped gracefully");
+    } else {
+        tracing::warn!(grace = ?config.shutdown_grace,
+            "session-api stopped; background tasks outlived the grace period");
+    }
+    served.map_err(Error::from)
+}

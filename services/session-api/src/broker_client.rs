@@ -1,0 +1,365 @@
+//! The adapter to the pty-brokers' gRPC API: one lazily connected channel per broker, the
+//! service token on every call, and the broker's messages converted to domain types here, so
+//! nothing else in session-api names a generated broker type.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::{Stream, StreamExt};
+use ptyhub_proto::broker::v1 as wire;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use uuid::Uuid;
+
+use crate::domain::{Broker, CloseReason, ExitStatus, Target, TerminalSize};
+use crate::error::Error;
+
+/// What to start on a broker.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub session_id: Uuid,
+    pub target: Target,
+    /// Already substituted (`{session_id}` replaced).
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+    pub user: String,
+    pub size: TerminalSize,
+}
+
+/// A session's state as its broker reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerSessionState {
+    Starting,
+    Running,
+    Resetting,
+    Exited,
+    Closed,
+}
+
+impl BrokerSessionState {
+    /// Whether the broker still has a process (or is about to) for the session.
+    pub fn has_process(self) -> bool {
+        matches!(
+            self,
+            BrokerSessionState::Starting
+                | BrokerSessionState::Running
+                | BrokerSessionState::Resetting
+        )
+    }
+}
+
+/// One session as its broker reports it.
+#[derive(Debug, Clone)]
+pub struct BrokerSession {
+    pub session_id: Uuid,
+    pub state: BrokerSessionState,
+    pub exit: Option<ExitStatus>,
+    pub close_reason: Option<CloseReason>,
+    pub attached_clients: u32,
+    pub last_activity_at: Option<DateTime<Utc>>,
+}
+
+/// A lifecycle event from a broker's WatchEvents stream.
+#[derive(Debug, Clone)]
+pub enum BrokerEvent {
+    /// Always first on a stream: every session the broker has.
+    Snapshot {
+        boot_id: String,
+        sessions: Vec<BrokerSession>,
+    },
+    Started(BrokerSession),
+    Exited {
+        session_id: Uuid,
+        exit: ExitStatus,
+    },
+    Activity {
+        session_id: Uuid,
+        at: DateTime<Utc>,
+    },
+    Closed {
+        session_id: Uuid,
+        reason: CloseReason,
+    },
+    Attachments {
+        session_id: Uuid,
+        attached_clients: u32,
+    },
+    ResetDone(BrokerSession),
+}
+
+type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, TokenInterceptor>>;
+
+/// Calls to brokers, with one channel per broker endpoint kept for reuse.
+#[derive(Debug, Clone)]
+pub struct BrokerClients {
+    authorization: MetadataValue<tonic::metadata::Ascii>,
+    call_timeout: Duration,
+    channels: Arc<Mutex<HashMap<String, (String, Channel)>>>,
+}
+
+/// Puts the service token on every call to a broker.
+#[derive(Clone)]
+pub struct TokenInterceptor {
+    authorization: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl std::fmt::Debug for TokenInterceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenInterceptor(<redacted>)")
+    }
+}
+
+impl tonic::service::Interceptor for TokenInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert(
+            ptyhub_proto::AUTHORIZATION_METADATA,
+            self.authorization.clone(),
+        );
+        Ok(request)
+    }
+}
+
+impl BrokerClients {
+    /// Clients that authenticate with `service_token` and give up on a unary call after
+    /// `call_timeout`.
+    pub fn new(service_token: &str, call_timeout: Duration) -> Result<Self, Error> {
+        let authorization =
+            format!("Bearer {service_token}")
+                .parse()
+                .map_err(|_| Error::Config {
+                    setting: "service_token",
+                    reason: "must be printable ASCII".into(),
+                })?;
+        Ok(Self {
+            authorization,
+            call_timeout,
+            channels: Arc::default(),
+        })
+    }
+
+    fn client(&self, broker: &Broker) -> Result<BrokerGrpcClient, Error> {
+        let mut channels = self
+            .channels
+            .lock()
+            .expect("channel map lock is never poisoned");
+        let channel = match channels.get(&broker.id) {
+            Some((endpoint, channel)) if *endpoint == broker.endpoint => channel.clone(),
+            _ => {
+                let channel = Endpoint::from_shared(broker.endpoint.clone())
+                    .map_err(|error| Error::BrokerUnavailable {
+                        broker_id: broker.id.clone(),
+                        message: format!("invalid endpoint {:?}: {error}", broker.endpoint),
+                    })?
+                    .connect_timeout(self.call_timeout)
+                    .http2_keep_alive_interval(Duration::from_secs(20))
+                    .keep_alive_timeout(Duration::from_secs(20))
+                    .keep_alive_while_idle(true)
+                    .connect_lazy();
+                channels.insert(
+                    broker.id.clone(),
+                    (broker.endpoint.clone(), channel.clone()),
+                );
+                channel
+            }
+        };
+        Ok(PtyBrokerClient::with_interceptor(
+            channel,
+            TokenInterceptor {
+                authorization: self.authorization.clone(),
+            },
+        ))
+    }
+
+    fn unary<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.call_timeout);
+        request
+    }
+
+    /// Starts the session's process on `broker`.
+    pub async fn spawn(&self, broker: &Broker, spec: &SpawnSpec) -> Result<(), Error> {
+        let target = match &spec.target {
+            Target::Local => wire::target::Kind::Local(wire::LocalTarget {}),
+            Target::Docker { container } => wire::target::Kind::Docker(wire::DockerTarget {
+                container: container.clone(),
+            }),
+        };
+        let request = wire::SpawnRequest {
+            session_id: spec.session_id.to_string(),
+            target: Some(wire::Target { kind: Some(target) }),
+            command: spec.command.clone(),
+            env: spec.env.clone().into_iter().collect(),
+            cwd: spec.cwd.clone(),
+            user: spec.user.clone(),
+            size: Some(wire::TerminalSize {
+                cols: u32::from(spec.size.cols()),
+                rows: u32::from(spec.size.rows()),
+            }),
+        };
+        self.client(broker)?
+            .spawn(self.unary(request))
+            .await
+            .map_err(|status| Error::from_broker_status(&broker.id, status))?;
+        Ok(())
+    }
+
+    /// Ends the session's process group. A session the broker does not have is not an error.
+    pub async fn kill(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
+        let request = wire::KillRequest {
+            session_id: session_id.to_string(),
+        };
+        match self.client(broker)?.kill(self.unary(request)).await {
+            Ok(_) => Ok(()),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
+            Err(status) => Err(Error::from_broker_status(&broker.id, status)),
+        }
+    }
+
+    /// Restarts the session's command on the same PTY.
+    pub async fn reset(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
+        let request = wire::ResetRequest {
+            session_id: session_id.to_string(),
+        };
+        self.client(broker)?
+            .reset(self.unary(request))
+            .await
+            .map_err(|status| Error::from_broker_status(&broker.id, status))?;
+        Ok(())
+    }
+
+    /// Whether the broker has the session at all (live or tombstoned).
+    pub async fn has_session(&self, broker: &Broker, session_id: Uuid) -> Result<bool, Error> {
+        let request = wire::GetRequest {
+            session_id: session_id.to_string(),
+        };
+        match self.client(broker)?.get(self.unary(request)).await {
+            Ok(reply) => Ok(session_from_wire(reply.into_inner())
+                .is_some_and(|s| s.state != BrokerSessionState::Closed)),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+            Err(status) => Err(Error::from_broker_status(&broker.id, status)),
+        }
+    }
+
+    /// Subscribes to the broker's lifecycle events. The stream ends (or yields an error) when
+    /// the connection is lost; events that cannot be understood are logged and skipped.
+    pub async fn watch_events(
+        &self,
+        broker: &Broker,
+    ) -> Result<impl Stream<Item = Result<BrokerEvent, Error>> + Send + use<>, Error> {
+        // No deadline: the stream lives as long as the connection, which HTTP/2 keepalive
+        // watches.
+        let stream = self
+            .client(broker)?
+            .watch_events(tonic::Request::new(wire::WatchEventsRequest {}))
+            .await
+            .map_err(|status| Error::from_broker_status(&broker.id, status))?
+            .into_inner();
+        let broker_id = broker.id.clone();
+        Ok(stream.filter_map(move |item| {
+            let broker_id = broker_id.clone();
+            async move {
+                match item {
+                    Ok(event) => {
+                        let event = event_from_wire(event);
+                        if event.is_none() {
+                            tracing::warn!(
+                                broker_id,
+                                "skipped a broker event that could not be read"
+                            );
+                        }
+                        event.map(Ok)
+                    }
+                    Err(status) => Some(Err(Error::from_broker_status(&broker_id, status))),
+                }
+            }
+        }))
+    }
+}
+
+fn parse_session_id(text: &str) -> Option<Uuid> {
+    Uuid::parse_str(text).ok()
+}
+
+fn timestamp_from_wire(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
+    let timestamp = timestamp?;
+    DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
+}
+
+fn exit_from_wire(exit: Option<wire::ExitStatus>) -> Option<ExitStatus> {
+    exit.map(|exit| ExitStatus {
+        code: exit.code,
+        signal: exit.signal,
+    })
+}
+
+/// The contract's close reason for a broker's.
+fn close_reason_from_wire(reason: i32) -> Option<CloseReason> {
+    match wire::CloseReason::try_from(reason).ok()? {
+        wire::CloseReason::Unspecified => None,
+        wire::CloseReason::Killed => Some(CloseReason::ClosedByUser),
+        wire::CloseReason::Exited => Some(CloseReason::Exited),
+        wire::CloseReason::IdleReaped => Some(CloseReason::IdleReaped),
+        // The broker went away with its sessions: to the user, they are lost with it.
+        wire::CloseReason::Shutdown => Some(CloseReason::BrokerLost),
+        wire::CloseReason::SpawnFailed => Some(CloseReason::SpawnFailed),
+    }
+}
+
+fn session_from_wire(info: wire::SessionInfo) -> Option<BrokerSession> {
+    let state = match wire::SessionState::try_from(info.state).ok()? {
+        wire::SessionState::Unspecified => return None,
+        wire::SessionState::Starting => BrokerSessionState::Starting,
+        wire::SessionState::Running => BrokerSessionState::Running,
+        wire::SessionState::Resetting => BrokerSessionState::Resetting,
+        wire::SessionState::Exited => BrokerSessionState::Exited,
+        wire::SessionState::Closed => BrokerSessionState::Closed,
+    };
+    Some(BrokerSession {
+        session_id: parse_session_id(&info.session_id)?,
+        state,
+        exit: exit_from_wire(info.exit),
+        close_reason: close_reason_from_wire(info.close_reason),
+        attached_clients: info.controllers.saturating_add(info.viewers),
+        last_activity_at: timestamp_from_wire(info.last_activity_at),
+    })
+}
+
+fn event_from_wire(event: wire::BrokerEvent) -> Option<BrokerEvent> {
+    use wire::broker_event::Event;
+    Some(match event.event? {
+        Event::Snapshot(snapshot) => BrokerEvent::Snapshot {
+            boot_id: snapshot.boot_id,
+            sessions: snapshot
+                .sessions
+                .into_iter()
+                .filter_map(session_from_wire)
+                .collect(),
+        },
+        Event::Started(started) => BrokerEvent::Started(session_from_wire(started.session?)?),
+        Event::Exited(exited) => BrokerEvent::Exited {
+            session_id: parse_session_id(&exited.session_id)?,
+            exit: exit_from_wire(exited.exit)?,
+        },
+        Event::Activity(activity) => BrokerEvent::Activity {
+            session_id: parse_session_id(&activity.session_id)?,
+            at: timestamp_from_wire(activity.last_activity_at)?,
+        },
+        Event::Closed(closed) => BrokerEvent::Closed {
+            session_id: parse_session_id(&closed.session_id)?,
+            reason: close_reason_from_wire(closed.reason).unwrap_or(CloseReason::BrokerLost),
+        },
+        Event::AttachmentsChanged(changed) => BrokerEvent::Attachments {
+            session_id: parse_session_id(&changed.session_id)?,
+            attached_clients: changed.controllers.saturating_add(changed.viewers),
+        },
+        Event::Reset(reset) => BrokerEvent::ResetDone(session_from_wire(reset.session?)?),
+    })
+}

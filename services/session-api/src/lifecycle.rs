@@ -1,0 +1,364 @@
+//! What happens to sessions outside any API call: one watcher per broker follows its event
+//! stream (reconnecting with backoff), records exits, closes, activity and attachments (the last
+//! two batched), and reconciles the records with the broker's Snapshot each time the stream
+//! (re)connects; a supervisor starts watchers for new brokers and marks silent brokers down.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::broker_client::{BrokerEvent, BrokerSession, BrokerSessionState};
+use crate::domain::{Broker, ChangeKind, CloseReason, SessionStatus};
+use crate::error::Error;
+use crate::service::SessionService;
+use crate::store::{ActivityUpdate, now};
+
+const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+
+/// The settings of the lifecycle tasks.
+#[derive(Debug, Clone)]
+pub struct LifecycleSettings {
+    /// A broker with no heartbeat (its own, or a watcher's live stream) for this long is down.
+    pub heartbeat_timeout: Duration,
+    /// How often batched activity and attachment counts are written.
+    pub activity_flush_interval: Duration,
+    /// A `starting` session younger than this is being spawned by some replica: reconciliation
+    /// leaves it to that replica.
+    pub spawn_grace: Duration,
+}
+
+impl LifecycleSettings {
+    /// How often brokers (and watchers on their behalf) send a heartbeat.
+    pub fn heartbeat_interval(&self) -> Duration {
+        (self.heartbeat_timeout / 3).max(Duration::from_millis(100))
+    }
+}
+
+/// Starts the supervisor; it and its watchers stop when `cancel` is cancelled.
+pub(crate) fn start(
+    service: Arc<SessionService>,
+    settings: LifecycleSettings,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let supervisor = Supervisor {
+        watcher: Arc::new(Watcher { service, settings }),
+        cancel,
+        tracker: tracker.clone(),
+    };
+    tracker.spawn(supervisor.run());
+}
+
+struct Supervisor {
+    watcher: Arc<Watcher>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let mut running: HashMap<String, (String, CancellationToken)> = HashMap::new();
+        let mut tick = tokio::time::interval(self.watcher.settings.heartbeat_interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let brokers_changed = self.watcher.service.brokers_changed.clone();
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                _ = tick.tick() => {}
+                () = brokers_changed.notified() => {}
+            }
+            let store = &self.watcher.service.store;
+            let cutoff = now()
+                - chrono::Duration::from_std(self.watcher.settings.heartbeat_timeout)
+                    .unwrap_or(chrono::Duration::MAX);
+            match store.mark_stale_brokers_down(cutoff).await {
+                Ok(down) => {
+                    for broker_id in down {
+                        tracing::warn!(broker_id, "broker missed its heartbeats: marked down");
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not check broker heartbeats"),
+            }
+            let brokers = match store.list_brokers().await {
+                Ok(brokers) => brokers,
+                Err(error) => {
+                    tracing::warn!(%error, "could not list brokers");
+                    continue;
+                }
+            };
+            for broker in brokers {
+                if let Some((endpoint, token)) = running.get(&broker.id) {
+                    if *endpoint == broker.endpoint {
+                        continue;
+                    }
+                    token.cancel();
+                }
+                let token = self.cancel.child_token();
+                running.insert(broker.id.clone(), (broker.endpoint.clone(), token.clone()));
+                self.tracker
+                    .spawn(self.watcher.clone().watch_broker(broker, token));
+            }
+        }
+        tracing::debug!("broker supervisor stopped");
+    }
+}
+
+struct Watcher {
+    service: Arc<SessionService>,
+    settings: LifecycleSettings,
+}
+
+impl Watcher {
+    /// Follows one broker's events until cancelled, reconnecting with backoff.
+    async fn watch_broker(self: Arc<Self>, broker: Broker, cancel: CancellationToken) {
+        let mut delay = FIRST_RECONNECT_DELAY;
+        loop {
+            let mut connected = false;
+            let outcome = tokio::select! {
+                () = cancel.cancelled() => break,
+                outcome = self.follow_events(&broker, &mut connected) => outcome,
+            };
+            if connected {
+                delay = FIRST_RECONNECT_DELAY;
+                if let Err(error) = self.service.store.mark_broker_down(&broker.id).await {
+                    tracing::warn!(broker_id = %broker.id, %error, "could not mark broker down");
+                }
+            }
+            match outcome {
+                Ok(()) => tracing::info!(broker_id = %broker.id, "broker event stream ended"),
+                Err(error) => {
+                    tracing::info!(broker_id = %broker.id, %error, "broker event stream failed")
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+        }
+        tracing::debug!(broker_id = %broker.id, "broker watcher stopped");
+    }
+
+    /// One connection's worth of events. Sets `connected` once the Snapshot has been applied.
+    async fn follow_events(&self, broker: &Broker, connected: &mut bool) -> Result<(), Error> {
+        let events = self.service.brokers.watch_events(broker).await?;
+        let mut events = std::pin::pin!(events);
+        let mut pending: HashMap<Uuid, ActivityUpdate> = HashMap::new();
+        let mut flush = tokio::time::interval(self.settings.activity_flush_interval);
+        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval());
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    None => break Ok(()),
+                    Some(Err(error)) => break Err(error),
+                    Some(Ok(event)) => {
+                        let snapshot = matches!(event, BrokerEvent::Snapshot { .. });
+                        if let Err(error) = self.apply(broker, event, &mut pending).await {
+                            break Err(error);
+                        }
+                        if snapshot && !*connected {
+                            *connected = true;
+                            self.service.store.record_heartbeat(&broker.id).await?;
+                        }
+                    }
+                },
+                _ = flush.tick() => self.flush(&mut pending).await?,
+                _ = heartbeat.tick(), if *connected => {
+                    self.service.store.record_heartbeat(&broker.id).await?;
+                }
+            }
+        };
+        // What was gathered before the stream ended is still true.
+        let flushed = self.flush(&mut pending).await;
+        result.and(flushed)
+    }
+
+    async fn flush(&self, pending: &mut HashMap<Uuid, ActivityUpdate>) -> Result<(), Error> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let changed = self.service.store.record_activity(pending).await?;
+        pending.clear();
+        for session in &changed {
+            self.service
+                .changes
+                .publish(ChangeKind::Attachments, session);
+        }
+        Ok(())
+    }
+
+    async fn apply(
+        &self,
+        broker: &Broker,
+        event: BrokerEvent,
+        pending: &mut HashMap<Uuid, ActivityUpdate>,
+    ) -> Result<(), Error> {
+        let store = &self.service.store;
+        let changes = &self.service.changes;
+        match event {
+            BrokerEvent::Snapshot { boot_id, sessions } => {
+                self.flush(pending).await?;
+                let previous = store.record_broker_boot(&broker.id, &boot_id).await?;
+                if previous
+                    .as_deref()
+                    .is_some_and(|previous| previous != boot_id)
+                {
+                    tracing::info!(broker_id = %broker.id, boot_id, "broker restarted");
+                }
+                self.reconcile(broker, sessions, pending).await?;
+            }
+            BrokerEvent::Started(started) => {
+                note_attachments(pending, &started);
+                match store.mark_session_running(started.session_id).await? {
+                    Some(session) => changes.publish(ChangeKind::Status, &session),
+                    None => self.kill_if_unknown(broker, started.session_id).await?,
+                }
+            }
+            BrokerEvent::ResetDone(reset) => {
+                note_attachments(pending, &reset);
+                if let Some(session) = store.mark_session_running(reset.session_id).await? {
+                    changes.publish(ChangeKind::Status, &session);
+                }
+            }
+            BrokerEvent::Exited { session_id, exit } => {
+                if let Some(session) = store.record_exit(session_id, exit).await? {
+                    changes.publish(ChangeKind::Status, &session);
+                }
+            }
+            BrokerEvent::Closed { session_id, reason } => {
+                if let Some(session) = store.close_session(session_id, reason).await? {
+                    changes.publish(ChangeKind::Closed, &session);
+                }
+            }
+            BrokerEvent::Activity { session_id, at } => {
+                let update = pending.entry(session_id).or_default();
+                update.last_activity_at =
+                    Some(update.last_activity_at.map_or(at, |seen| seen.max(at)));
+            }
+            BrokerEvent::Attachments {
+                session_id,
+                attached_clients,
+            } => {
+                pending.entry(session_id).or_default().attached_clients = Some(attached_clients);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the records agree with what the broker has:
+    /// - a session the broker no longer has is closed (`broker_lost`);
+    /// - one the broker reports exited or closed is recorded so;
+    /// - a process the broker has that no open record knows is killed.
+    async fn reconcile(
+        &self,
+        broker: &Broker,
+        reported: Vec<BrokerSession>,
+        pending: &mut HashMap<Uuid, ActivityUpdate>,
+    ) -> Result<(), Error> {
+        let store = &self.service.store;
+        let changes = &self.service.changes;
+        let reported: HashMap<Uuid, BrokerSession> = reported
+            .into_iter()
+            .map(|session| (session.session_id, session))
+            .collect();
+        let spawn_cutoff = now()
+            - chrono::Duration::from_std(self.settings.spawn_grace)
+                .unwrap_or(chrono::Duration::MAX);
+
+        for session in store.open_sessions_on_broker(&broker.id).await? {
+            let Some(on_broker) = reported.get(&session.id) else {
+                if session.status == SessionStatus::Starting && session.created_at > spawn_cutoff {
+                    continue;
+                }
+                // The Snapshot was taken before this read: a session spawned in between is
+                // missing from it but known to the broker now.
+                if session.status != SessionStatus::Starting
+                    && self.service.brokers.has_session(broker, session.id).await?
+                {
+                    continue;
+                }
+                if let Some(closed) = store
+                    .close_session(session.id, CloseReason::BrokerLost)
+                    .await?
+                {
+                    tracing::info!(session_id = %session.id, broker_id = %broker.id,
+                        "session lost with its broker");
+                    changes.publish(ChangeKind::Closed, &closed);
+                }
+                continue;
+            };
+            note_attachments(pending, on_broker);
+            if let Some(at) = on_broker.last_activity_at {
+                pending.entry(session.id).or_default().last_activity_at = Some(at);
+            }
+            match on_broker.state {
+                BrokerSessionState::Closed => {
+                    if let Some(exit) = on_broker.exit {
+                        store.record_exit(session.id, exit).await?;
+                    }
+                    let reason = on_broker.close_reason.unwrap_or(CloseReason::BrokerLost);
+                    if let Some(closed) = store.close_session(session.id, reason).await? {
+                        changes.publish(ChangeKind::Closed, &closed);
+                    }
+                }
+                BrokerSessionState::Exited => {
+                    if let Some(exit) = on_broker.exit
+                        && let Some(exited) = store.record_exit(session.id, exit).await?
+                    {
+                        changes.publish(ChangeKind::Status, &exited);
+                    }
+                }
+                BrokerSessionState::Running => {
+                    if matches!(
+                        session.status,
+                        SessionStatus::Starting | SessionStatus::Resetting
+                    ) && let Some(active) = store.mark_session_running(session.id).await?
+                    {
+                        changes.publish(ChangeKind::Status, &active);
+                    }
+                }
+                BrokerSessionState::Starting | BrokerSessionState::Resetting => {}
+            }
+        }
+
+        let with_process: Vec<Uuid> = reported
+            .values()
+            .filter(|session| session.state.has_process())
+            .map(|session| session.session_id)
+            .collect();
+        let known = store.session_statuses(&with_process).await?;
+        for session_id in with_process {
+            if matches!(known.get(&session_id), None | Some(SessionStatus::Closed)) {
+                tracing::info!(%session_id, broker_id = %broker.id,
+                    "ending a process that no open record knows");
+                self.service.brokers.kill(broker, session_id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills a process the broker started whose record is missing or closed.
+    async fn kill_if_unknown(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
+        let known = self.service.store.session_statuses(&[session_id]).await?;
+        if matches!(known.get(&session_id), None | Some(SessionStatus::Closed)) {
+            tracing::info!(%session_id, broker_id = %broker.id,
+                "ending a process that no open record knows");
+            self.service.brokers.kill(broker, session_id).await?;
+        }
+        Ok(())
+    }
+}
+
+fn note_attachments(pending: &mut HashMap<Uuid, ActivityUpdate>, session: &BrokerSession) {
+    pending
+        .entry(session.session_id)
+        .or_default()
+        .attached_clients = Some(session.attached_clients);
+}

@@ -1,0 +1,474 @@
+//! What session-api does, in domain terms: instances, sessions and their aliases, attach
+//! tickets, and the broker registry. `grpc.rs` calls this after validating its input.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use attach_ticket::{TicketKey, TicketRole};
+use tokio::sync::{Notify, broadcast};
+use uuid::Uuid;
+
+use crate::broker_client::{BrokerClients, SpawnSpec};
+use crate::changes::ChangeFeed;
+use crate::domain::{
+    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, Role, Session,
+    SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus, TerminalSize,
+};
+use crate::error::Error;
+use crate::store::{Reservation, SessionReservation, Store};
+
+/// The placeholder in a command that is replaced by the new session's id at spawn.
+pub const SESSION_ID_PLACEHOLDER: &str = "{session_id}";
+
+/// How often a resolve that found its session still starting looks again.
+const STARTING_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// A request to create a session, validated.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSession {
+    pub name: Option<SessionName>,
+    pub aliases: Vec<Alias>,
+    pub size: TerminalSize,
+    /// Replaces the instance's command for this session.
+    pub command: Option<Vec<String>>,
+}
+
+/// The operations of session-api.
+#[derive(Debug)]
+pub struct SessionService {
+    pub(crate) store: Store,
+    pub(crate) brokers: BrokerClients,
+    pub(crate) changes: Arc<ChangeFeed>,
+    ticket_key: TicketKey,
+    ticket_ttl: Duration,
+    /// How long a resolve waits for a session another caller is starting.
+    start_wait: Duration,
+    heartbeat_interval: Duration,
+    /// Woken when a broker registers, so watchers start at once.
+    pub(crate) brokers_changed: Arc<Notify>,
+}
+
+impl SessionService {
+    pub(crate) fn new(
+        store: Store,
+        brokers: BrokerClients,
+        changes: Arc<ChangeFeed>,
+        ticket_key: TicketKey,
+        ticket_ttl: Duration,
+        start_wait: Duration,
+        heartbeat_interval: Duration,
+    ) -> Self {
+        Self {
+            store,
+            brokers,
+            changes,
+            ticket_key,
+            ticket_ttl,
+            start_wait,
+            heartbeat_interval,
+            brokers_changed: Arc::new(Notify::new()),
+        }
+    }
+
+    // ---- instances ----------------------------------------------------------------------
+
+    /// Stores an instance on its explicit broker, or on the least-loaded up broker that can
+    /// run its target.
+    pub async fn register_instance(&self, new: NewInstance) -> Result<Instance, Error> {
+        let broker = match &new.broker_id {
+            Some(broker_id) => {
+                let broker = self.store.get_broker(broker_id).await?;
+                if new.target.needs_docker() && !broker.docker {
+                    return Err(Error::BrokerUnsuitable {
+                        broker_id: broker.id,
+                        kind: new.target.kind_name(),
+                    });
+                }
+                broker
+            }
+            None => self
+                .store
+                .least_loaded_broker(&new.target)
+                .await?
+                .ok_or(Error::NoBrokerAvailable(new.target.kind_name()))?,
+        };
+        self.store.insert_instance(&new, &broker.id).await
+    }
+
+    pub async fn get_instance(&self, id_or_name: &str) -> Result<Instance, Error> {
+        self.store.find_instance(id_or_name).await
+    }
+
+    /// Every instance whose labels contain all of `label_selector`.
+    pub async fn list_instances(
+        &self,
+        label_selector: &BTreeMap<String, String>,
+    ) -> Result<Vec<Instance>, Error> {
+        Ok(self
+            .store
+            .list_instances()
+            .await?
+            .into_iter()
+            .filter(|instance| {
+                label_selector
+                    .iter()
+                    .all(|(key, value)| instance.labels.get(key) == Some(value))
+            })
+            .collect())
+    }
+
+    /// Closes the instance's sessions (`instance_deleted`), ends their processes, and removes
+    /// the instance. Returns its id and how many sessions were closed.
+    pub async fn delete_instance(&self, id_or_name: &str) -> Result<(Uuid, u32), Error> {
+        let instance = self.store.find_instance(id_or_name).await?;
+        let closed = self.store.delete_instance(instance.id).await?;
+        let broker = self.store.get_broker(&instance.broker_id).await.ok();
+        for session in &closed {
+            self.changes.publish(ChangeKind::Closed, session);
+            if let Some(broker) = &broker {
+                self.kill_quietly(broker, session.id).await;
+            }
+        }
+        Ok((instance.id, closed.len() as u32))
+    }
+
+    // ---- sessions -----------------------------------------------------------------------
+
+    /// Creates a session: reserves a slot (the cap and the aliases are checked there), spawns
+    /// the process, and returns where to attach as a controller.
+    pub async fn create_session(
+        &self,
+        instance: &str,
+        request: CreateSession,
+    ) -> Result<SessionAttachment, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        let reservation = SessionReservation {
+            instance_id: instance.id,
+            name: request.name,
+            aliases: request.aliases,
+            size: request.size,
+            reuse_alias_holder: false,
+        };
+        match self.store.reserve_session(&reservation).await? {
+            Reservation::Created { instance, session } => {
+                self.spawn_reserved(&instance, session, request.command, Role::Controller)
+                    .await
+            }
+            Reservation::Existing { session, .. } => Err(Error::AliasTaken {
+                alias: session.aliases.first().cloned().unwrap_or_default(),
+                session_id: session.id,
+            }),
+        }
+    }
+
+    /// Finds the live session that `selector` names, creating it (for an alias) when asked to
+    /// and absent. Concurrent resolves of one alias give one session and one process.
+    pub async fn resolve_session(
+        &self,
+        instance: &str,
+        selector: SessionSelector,
+        create_if_absent: bool,
+        size: TerminalSize,
+        role: Role,
+    ) -> Result<SessionAttachment, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        let alias = match selector {
+            SessionSelector::Id(session_id) => {
+                if create_if_absent {
+                    return Err(Error::InvalidArgument(
+                        "create_if_absent applies to aliases only, never to a session id".into(),
+                    ));
+                }
+                let session = self.store.get_session(instance.id, session_id).await?;
+                if session.status == SessionStatus::Closed {
+                    return Err(Error::SessionClosed(session_id));
+                }
+                let session = self.wait_until_started(session).await?;
+                return self.attachment(session, role, false).await;
+            }
+            SessionSelector::Alias(alias) => alias,
+        };
+        // A found session may turn out to have failed to start, releasing the alias; then
+        // the resolve starts over. Each round either returns or saw a session close.
+        loop {
+            if !create_if_absent {
+                let session = self
+                    .store
+                    .find_live_session_by_alias(instance.id, &alias)
+                    .await?
+                    .ok_or_else(|| Error::AliasNotFound(alias.to_text()))?;
+                let session = self.wait_until_started(session).await?;
+                if session.status.is_live() {
+                    return self.attachment(session, role, false).await;
+                }
+                return Err(Error::AliasNotFound(alias.to_text()));
+            }
+            let reservation = SessionReservation {
+                instance_id: instance.id,
+                name: None,
+                aliases: vec![alias.clone()],
+                size,
+                reuse_alias_holder: true,
+            };
+            match self.store.reserve_session(&reservation).await? {
+                Reservation::Created { instance, session } => {
+                    return self.spawn_reserved(&instance, session, None, role).await;
+                }
+                Reservation::Existing { session, .. } => {
+                    let session = self.wait_until_started(session).await?;
+                    if session.status.is_live() {
+                        return self.attachment(session, role, false).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Spawns the process of a session reserved in `starting`. On failure the session is
+    /// closed (`spawn_failed`) and the broker's error returned.
+    async fn spawn_reserved(
+        &self,
+        instance: &Instance,
+        session: Session,
+        command: Option<Vec<String>>,
+        role: Role,
+    ) -> Result<SessionAttachment, Error> {
+        self.changes.publish(ChangeKind::Created, &session);
+        let spawned = async {
+            let broker = self.store.get_broker(&session.broker_id).await?;
+            let command = command
+                .unwrap_or_else(|| instance.command.clone())
+                .into_iter()
+                .map(|argument| argument.replace(SESSION_ID_PLACEHOLDER, &session.id.to_string()))
+                .collect();
+            let spec = SpawnSpec {
+                session_id: session.id,
+                target: instance.target.clone(),
+                command,
+                env: instance.env.clone(),
+                cwd: instance.cwd.clone(),
+                user: instance.user.clone(),
+                size: session.size,
+            };
+            self.brokers.spawn(&broker, &spec).await?;
+            Ok::<_, Error>(broker)
+        }
+        .await;
+        let broker = match spawned {
+            Ok(broker) => broker,
+            Err(error) => {
+                tracing::warn!(session_id = %session.id, %error, "spawn failed");
+                if let Some(closed) = self
+                    .store
+                    .close_session(session.id, CloseReason::SpawnFailed)
+                    .await?
+                {
+                    self.changes.publish(ChangeKind::Closed, &closed);
+                }
+                return Err(error);
+            }
+        };
+        // The broker's Started event may have made it active already, through any replica.
+        let current = match self.store.mark_session_active(session.id).await? {
+            Some(active) => {
+                self.changes.publish(ChangeKind::Status, &active);
+                Some(active)
+            }
+            None => self.store.find_session(session.id).await?,
+        };
+        match current {
+            Some(current) if current.status != SessionStatus::Closed => {
+                self.attachment(current, role, true).await
+            }
+            current => {
+                // Closed while it was starting (by a user, or with its instance): the process
+                // must not outlive its record.
+                self.kill_quietly(&broker, session.id).await;
+                Err(Error::SessionNotLive {
+                    session_id: session.id,
+                    status: current
+                        .map(|session| session.status.to_string())
+                        .unwrap_or_else(|| "deleted".into()),
+                })
+            }
+        }
+    }
+
+    /// Waits while another caller is starting `session`, and returns it once it is not.
+    async fn wait_until_started(&self, session: Session) -> Result<Session, Error> {
+        if session.status != SessionStatus::Starting {
+            return Ok(session);
+        }
+        let session_id = session.id;
+        let waited = tokio::time::timeout(self.start_wait, async {
+            loop {
+                tokio::time::sleep(STARTING_POLL_INTERVAL).await;
+                match self.store.find_session(session_id).await? {
+                    Some(session) if session.status == SessionStatus::Starting => continue,
+                    Some(session) => return Ok(session),
+                    None => return Err(Error::SessionNotFound(session_id)),
+                }
+            }
+        })
+        .await;
+        waited.map_err(|_| Error::StartTimedOut(session_id))?
+    }
+
+    pub async fn get_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        self.store.get_session(instance.id, session_id).await
+    }
+
+    pub async fn list_sessions(
+        &self,
+        instance: &str,
+        include_closed: bool,
+    ) -> Result<Vec<Session>, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        self.store.list_sessions(instance.id, include_closed).await
+    }
+
+    /// A fresh ticket for a session that is not closed.
+    pub async fn issue_attach_ticket(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+        role: Role,
+    ) -> Result<AttachTarget, Error> {
+        let session = self.get_session(instance, session_id).await?;
+        if session.status == SessionStatus::Closed {
+            return Err(Error::SessionClosed(session_id));
+        }
+        Ok(self.attachment(session, role, false).await?.attach)
+    }
+
+    pub async fn rename_session(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+        name: &SessionName,
+    ) -> Result<Session, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        let session = self
+            .store
+            .rename_session(instance.id, session_id, name)
+            .await?;
+        self.changes.publish(ChangeKind::Renamed, &session);
+        Ok(session)
+    }
+
+    /// Restarts the session's command on its PTY (same id, offsets go on).
+    pub async fn reset_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
+        let session = self.get_session(instance, session_id).await?;
+        let broker = self.store.get_broker(&session.broker_id).await?;
+        let Some(resetting) = self.store.mark_session_resetting(session_id).await? else {
+            return Err(Error::SessionNotLive {
+                session_id,
+                status: session.status.to_string(),
+            });
+        };
+        self.changes.publish(ChangeKind::Status, &resetting);
+        let reset = self.brokers.reset(&broker, session_id).await;
+        // Back to active whether or not the broker managed: on failure the process is as it
+        // was, and the broker's events report anything else.
+        let session = self
+            .store
+            .mark_session_running(session_id)
+            .await?
+            .inspect(|active| self.changes.publish(ChangeKind::Status, active));
+        reset?;
+        match session {
+            Some(session) => Ok(session),
+            None => {
+                self.store
+                    .get_session(resetting.instance_id, session_id)
+                    .await
+            }
+        }
+    }
+
+    /// Closes a session (`closed_by_user`), freeing its slot and aliases, and ends its
+    /// process. Closing a closed session returns it unchanged.
+    pub async fn close_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
+        let session = self.get_session(instance, session_id).await?;
+        let Some(closed) = self
+            .store
+            .close_session(session_id, CloseReason::ClosedByUser)
+            .await?
+        else {
+            return Ok(session);
+        };
+        self.changes.publish(ChangeKind::Closed, &closed);
+        match self.store.get_broker(&closed.broker_id).await {
+            Ok(broker) => self.kill_quietly(&broker, session_id).await,
+            Err(error) => tracing::warn!(%session_id, %error, "no broker to end the process on"),
+        }
+        Ok(closed)
+    }
+
+    /// Session changes from now on; the caller filters by instance.
+    pub fn watch_sessions(&self) -> broadcast::Receiver<SessionChange> {
+        self.changes.subscribe()
+    }
+
+    /// Ends a process; on failure the broker's next Snapshot leads to another try, since the
+    /// record is closed by then.
+    async fn kill_quietly(&self, broker: &Broker, session_id: Uuid) {
+        if let Err(error) = self.brokers.kill(broker, session_id).await {
+            tracing::warn!(%session_id, broker_id = %broker.id, %error,
+                "could not end the process now; the next reconciliation will");
+        }
+    }
+
+    async fn attachment(
+        &self,
+        session: Session,
+        role: Role,
+        created: bool,
+    ) -> Result<SessionAttachment, Error> {
+        let broker = self.store.get_broker(&session.broker_id).await?;
+        let ticket_expires_at = SystemTime::now() + self.ticket_ttl;
+        let ticket_role = match role {
+            Role::Controller => TicketRole::Controller,
+            Role::Viewer => TicketRole::Viewer,
+        };
+        let ticket = self
+            .ticket_key
+            .sign(session.id, ticket_role, ticket_expires_at);
+        Ok(SessionAttachment {
+            attach: AttachTarget {
+                session_id: session.id,
+                broker_endpoint: broker.endpoint,
+                ticket,
+                ticket_expires_at,
+                role,
+            },
+            session,
+            created,
+        })
+    }
+
+    // ---- brokers ------------------------------------------------------------------------
+
+    pub async fn register_broker(
+        &self,
+        id: &str,
+        endpoint: &str,
+        docker: bool,
+    ) -> Result<Broker, Error> {
+        let broker = self.store.register_broker(id, endpoint, docker).await?;
+        self.brokers_changed.notify_one();
+        Ok(broker)
+    }
+
+    /// Records a heartbeat and returns how often the broker should send one.
+    pub async fn heartbeat(&self, id: &str) -> Result<Duration, Error> {
+        self.store.record_heartbeat(id).await?;
+        Ok(self.heartbeat_interval)
+    }
+
+    pub async fn list_brokers(&self) -> Result<Vec<Broker>, Error> {
+        self.store.list_brokers().await
+    }
+}

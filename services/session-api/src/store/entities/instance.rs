@@ -1,0 +1,32 @@
+//! The `instances` table: targets that terminals run in, and their caps.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "instances")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    #[sea_orm(unique)]
+    pub name: String,
+    /// `local` or `docker`.
+    pub target_kind: String,
+    pub target_container: Option<String>,
+    /// The argv as a JSON array of strings.
+    pub command: Json,
+    /// A JSON object of strings.
+    pub env: Json,
+    pub cwd: String,
+    pub run_as_user: String,
+    pub max_sessions: i32,
+    /// A JSON object of strings.
+    pub labels: Json,
+    pub broker_id: String,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

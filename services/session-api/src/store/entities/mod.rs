@@ -1,0 +1,6 @@
+//! The sea-orm entities: one module per table, the rows exactly as stored.
+
+pub mod broker;
+pub mod instance;
+pub mod session_alias;
+pub mod terminal_session;

@@ -1,0 +1,297 @@
+//! The schema, as `sea-orm-migration` migrations that session-api applies at start.
+//!
+//! Migrations are append-only: a released one is never edited, a change is a new migration.
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, TransactionTrait};
+use sea_orm_migration::prelude::*;
+
+/// Every migration of session-api, oldest first.
+#[derive(Debug)]
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(CreateTables)]
+    }
+}
+
+/// Applies the pending migrations. On PostgreSQL the whole run holds a transaction-scoped
+/// advisory lock, so replicas that start together migrate one after the other.
+pub async fn apply_migrations(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => {
+            let transaction = db.begin().await?;
+            transaction
+                .execute_unprepared("SELECT pg_advisory_xact_lock(7417720253661)")
+                .await?;
+            Migrator::up(&transaction, None).await?;
+            transaction.commit().await
+        }
+        _ => Migrator::up(db, None).await,
+    }
+}
+
+#[derive(DeriveIden)]
+enum Instances {
+    Table,
+    Id,
+    Name,
+    TargetKind,
+    TargetContainer,
+    Command,
+    Env,
+    Cwd,
+    RunAsUser,
+    MaxSessions,
+    Labels,
+    BrokerId,
+    CreatedAt,
+    UpdatedAt,
+}
+
+#[derive(DeriveIden)]
+enum TerminalSessions {
+    Table,
+    Id,
+    InstanceId,
+    Name,
+    Status,
+    CloseReason,
+    ExitCode,
+    ExitSignal,
+    Cols,
+    Rows,
+    BrokerId,
+    AttachedClients,
+    CreatedAt,
+    LastActivityAt,
+    ClosedAt,
+    UpdatedAt,
+}
+
+#[derive(DeriveIden)]
+enum SessionAliases {
+    Table,
+    SessionId,
+    Alias,
+    InstanceId,
+    CreatedAt,
+    ReleasedAt,
+}
+
+#[derive(DeriveIden)]
+enum Brokers {
+    Table,
+    Id,
+    Endpoint,
+    Docker,
+    Configured,
+    Up,
+    LastHeartbeatAt,
+    BootId,
+    CreatedAt,
+    UpdatedAt,
+}
+
+#[derive(DeriveMigrationName)]
+struct CreateTables;
+
+fn timestamp(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column)
+        .timestamp_with_time_zone()
+        .not_null()
+        .take()
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateTables {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Brokers::Table)
+                    .col(
+                        ColumnDef::new(Brokers::Id)
+                            .string()
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(ColumnDef::new(Brokers::Endpoint).string().not_null())
+                    .col(ColumnDef::new(Brokers::Docker).boolean().not_null())
+                    .col(ColumnDef::new(Brokers::Configured).boolean().not_null())
+                    .col(ColumnDef::new(Brokers::Up).boolean().not_null())
+                    .col(ColumnDef::new(Brokers::LastHeartbeatAt).timestamp_with_time_zone())
+                    .col(ColumnDef::new(Brokers::BootId).string())
+                    .col(timestamp(Brokers::CreatedAt))
+                    .col(timestamp(Brokers::UpdatedAt))
+                    .to_owned(),
+            )
+            .await?;
+
+        manager
+            .create_table(
+                Table::create()
+                    .table(Instances::Table)
+                    .col(
+                        ColumnDef::new(Instances::Id)
+                            .uuid()
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(Instances::Name)
+                            .string()
+                            .not_null()
+                            .unique_key(),
+                    )
+                    .col(ColumnDef::new(Instances::TargetKind).string().not_null())
+                    .col(ColumnDef::new(Instances::TargetContainer).string())
+                    .col(ColumnDef::new(Instances::Command).json().not_null())
+                    .col(ColumnDef::new(Instances::Env).json().not_null())
+                    .col(ColumnDef::new(Instances::Cwd).string().not_null())
+                    .col(ColumnDef::new(Instances::RunAsUser).string().not_null())
+                    .col(ColumnDef::new(Instances::MaxSessions).integer().not_null())
+                    .col(ColumnDef::new(Instances::Labels).json().not_null())
+                    .col(ColumnDef::new(Instances::BrokerId).string().not_null())
+                    .col(timestamp(Instances::CreatedAt))
+                    .col(timestamp(Instances::UpdatedAt))
+                    .to_owned(),
+            )
+            .await?;
+
+        manager
+            .create_table(
+                Table::create()
+                    .table(TerminalSessions::Table)
+                    .col(
+                        ColumnDef::new(TerminalSessions::Id)
+                            .uuid()
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(TerminalSessions::InstanceId)
+                            .uuid()
+                            .not_null(),
+                    )
+                    .col(ColumnDef::new(TerminalSessions::Name).string().not_null())
+                    .col(ColumnDef::new(TerminalSessions::Status).string().not_null())
+                    .col(ColumnDef::new(TerminalSessions::CloseReason).string())
+                    .col(ColumnDef::new(TerminalSessions::ExitCode).integer())
+                    .col(ColumnDef::new(TerminalSessions::ExitSignal).integer())
+                    .col(ColumnDef::new(TerminalSessions::Cols).integer().not_null())
+                    .col(ColumnDef::new(TerminalSessions::Rows).integer().not_null())
+                    .col(
+                        ColumnDef::new(TerminalSessions::BrokerId)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(TerminalSessions::AttachedClients)
+                            .integer()
+                            .not_null(),
+                    )
+                    .col(timestamp(TerminalSessions::CreatedAt))
+                    .col(timestamp(TerminalSessions::LastActivityAt))
+                    .col(ColumnDef::new(TerminalSessions::ClosedAt).timestamp_with_time_zone())
+                    .col(timestamp(TerminalSessions::UpdatedAt))
+                    .foreign_key(
+                        ForeignKey::create()
+                            .name("fk_terminal_sessions_instance")
+                            .from(TerminalSessions::Table, TerminalSessions::InstanceId)
+                            .to(Instances::Table, Instances::Id)
+                            .on_delete(ForeignKeyAction::Cascade),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        // Counting live sessions for the cap, listing an instance's sessions.
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_terminal_sessions_instance_status")
+                    .table(TerminalSessions::Table)
+                    .col(TerminalSessions::InstanceId)
+                    .col(TerminalSessions::Status)
+                    .to_owned(),
+            )
+            .await?;
+        // Reconciling a broker's sessions, and load for placement.
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_terminal_sessions_broker_status")
+                    .table(TerminalSessions::Table)
+                    .col(TerminalSessions::BrokerId)
+                    .col(TerminalSessions::Status)
+                    .to_owned(),
+            )
+            .await?;
+
+        manager
+            .create_table(
+                Table::create()
+                    .table(SessionAliases::Table)
+                    .col(ColumnDef::new(SessionAliases::SessionId).uuid().not_null())
+                    .col(ColumnDef::new(SessionAliases::Alias).string().not_null())
+                    .col(ColumnDef::new(SessionAliases::InstanceId).uuid().not_null())
+                    .col(timestamp(SessionAliases::CreatedAt))
+                    .col(ColumnDef::new(SessionAliases::ReleasedAt).timestamp_with_time_zone())
+                    .primary_key(
+                        Index::create()
+                            .col(SessionAliases::SessionId)
+                            .col(SessionAliases::Alias),
+                    )
+                    .foreign_key(
+                        ForeignKey::create()
+                            .name("fk_session_aliases_session")
+                            .from(SessionAliases::Table, SessionAliases::SessionId)
+                            .to(TerminalSessions::Table, TerminalSessions::Id)
+                            .on_delete(ForeignKeyAction::Cascade),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        // One live holder per instance and alias, whatever the callers race: the backstop of
+        // the per-instance serialisation in the store.
+        manager
+            .create_index(
+                Index::create()
+                    .name("uq_session_aliases_live_alias")
+                    .table(SessionAliases::Table)
+                    .col(SessionAliases::InstanceId)
+                    .col(SessionAliases::Alias)
+                    .unique()
+                    .and_where(Expr::col(SessionAliases::ReleasedAt).is_null())
+                    .to_owned(),
+            )
+            .await?;
+        // Alias lookups that include released aliases (history).
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_session_aliases_instance_alias")
+                    .table(SessionAliases::Table)
+                    .col(SessionAliases::InstanceId)
+                    .col(SessionAliases::Alias)
+                    .to_owned(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        for table in [
+            SessionAliases::Table.into_iden(),
+            TerminalSessions::Table.into_iden(),
+            Instances::Table.into_iden(),
+            Brokers::Table.into_iden(),
+        ] {
+            manager
+                .drop_table(Table::drop().table(table).to_owned())
+                .await?;
+        }
+        Ok(())
+    }
+}
