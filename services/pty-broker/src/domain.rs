@@ -1,6 +1,10 @@
 //! The broker's domain types: validated on the way in by `grpc.rs`, used everywhere inside.
 
 use std::fmt;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use uuid::Uuid;
 
 /// A terminal size that is within the contract's bounds (1..=1000 columns, 1..=500 rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,6 +80,129 @@ impl ExitStatus {
             signal: Some(signal),
         }
     }
+}
+
+/// What an attached client may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// May write input, resize and reset. At most one per session; a new one takes over.
+    Controller,
+    /// Read-only; any number.
+    Viewer,
+}
+
+/// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
+/// to `Resetting` and back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionPhase {
+    Starting,
+    Running,
+    Resetting,
+    Exited,
+    Closed(CloseReason),
+}
+
+/// Why a session was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Kill was called.
+    Killed,
+    /// The process exited and the tombstone period ran out.
+    Exited,
+    /// No client was attached for the detached timeout.
+    IdleReaped,
+    /// The broker is shutting down.
+    Shutdown,
+    /// A reset could not start the command again.
+    SpawnFailed,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Killed => "killed",
+            CloseReason::Exited => "exited",
+            CloseReason::IdleReaped => "idle_reaped",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::SpawnFailed => "spawn_failed",
+        }
+    }
+}
+
+/// A point-in-time view of one session, as List, Get and the event stream report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub session_id: Uuid,
+    pub phase: SessionPhase,
+    pub size: TerminalSize,
+    pub created_at: SystemTime,
+    pub last_activity_at: SystemTime,
+    /// Offset of the next byte the PTY will produce.
+    pub output_offset: u64,
+    pub controllers: u32,
+    pub viewers: u32,
+    pub exit: Option<ExitStatus>,
+    /// The session leader's pid while it runs.
+    pub pid: Option<u32>,
+}
+
+/// A lifecycle event, as `WatchEvents` streams it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEvent {
+    pub at: SystemTime,
+    pub kind: BrokerEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerEventKind {
+    Started(SessionInfo),
+    Exited {
+        session_id: Uuid,
+        exit: ExitStatus,
+    },
+    /// Batched: at most once a second per session.
+    Activity {
+        session_id: Uuid,
+        last_activity_at: SystemTime,
+        output_offset: u64,
+    },
+    Closed {
+        session_id: Uuid,
+        reason: CloseReason,
+    },
+    AttachmentsChanged {
+        session_id: Uuid,
+        controllers: u32,
+        viewers: u32,
+    },
+    ResetDone(SessionInfo),
+}
+
+/// What an attached client is sent, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// First, and again after a reset: `offset` is the position of the next output byte sent.
+    Connected {
+        role: Role,
+        offset: u64,
+        size: TerminalSize,
+        phase: SessionPhase,
+    },
+    Output {
+        offset: u64,
+        data: Bytes,
+    },
+    /// `lost` bytes are no longer held; the stream goes on at `offset`.
+    Gap {
+        lost: u64,
+        offset: u64,
+    },
+    Resize(TerminalSize),
+    Resetting,
+    /// Another controller took over; this client may no longer write, resize or reset.
+    TakenOver,
+    Exit(ExitStatus),
+    Closed(CloseReason),
 }
 
 #[cfg(test)]

@@ -1,7 +1,39 @@
 //! pty-broker: owns PTY processes on one host and streams them to clients over gRPC without
 //! losing or duplicating a byte.
+//!
+//! [`run`] serves a [`Config`] on a bound listener until a shutdown future completes. Tests and
+//! `ptyhub up` that need their own runtimes build a [`Broker`] with [`Broker::builder`] and call
+//! [`Broker::serve`].
 
 #![deny(unsafe_code)]
 
+mod broker;
+pub mod config;
 pub mod domain;
+mod error;
+pub mod grpc;
+mod registry;
+pub mod ring;
 pub mod runtime;
+mod server;
+pub mod session;
+
+pub use broker::{Broker, BrokerBuilder, Hello};
+pub use config::{BackendKind, Config, DockerConfig, ServiceToken};
+pub use error::Error;
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+
+/// Serves the broker described by `config` on `listener` (gRPC `PtyBroker`, `grpc.health.v1` and
+/// server reflection) until `shutdown` completes, then closes every session and returns within
+/// the configured grace period.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let broker = Broker::builder(config).configured_runtimes().await?.build();
+    broker.serve(listener, shutdown).await
+}

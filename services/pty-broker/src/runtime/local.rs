@@ -340,8 +340,9 @@ fn signal_unix_session(session_id: u32, signal: Signal) -> io::Result<()> {
     Ok(())
 }
 
-/// The pids of the live (not zombie) processes whose Unix session id is `session_id`.
-pub(crate) fn unix_session_members(session_id: u32) -> io::Result<Vec<u32>> {
+/// The pids of the live (not zombie) processes whose Unix session id is `session_id`: for a local
+/// session, every process it started (its leader's pid is the Unix session id).
+pub fn unix_session_members(session_id: u32) -> io::Result<Vec<u32>> {
     let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;

@@ -1,0 +1,235 @@
+//! The broker: its runtimes, its session registry, and the operations the gRPC service offers,
+//! in domain types.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use attach_ticket::{TicketKey, TicketRole};
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::config::{BackendKind, Config, ServiceToken};
+use crate::domain::{BrokerEvent, Role, SessionInfo};
+use crate::error::Error;
+use crate::registry::Registry;
+use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
+use crate::runtime::local::LocalRuntime;
+use crate::runtime::{PtyRuntime, SpawnSpec, Target};
+use crate::session::{AttachRequest, Attachment, Session, SessionSettings, TaskContext};
+
+/// A running broker. Cheap to clone; every clone is the same broker.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    settings: SessionSettings,
+    runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
+    registry: Arc<Registry>,
+    boot_id: Uuid,
+    /// Cancelled when shutdown begins: every session ends its process group and closes.
+    shutdown: CancellationToken,
+    /// Every session task and every background group ending.
+    tracker: TaskTracker,
+}
+
+/// Builds a [`Broker`] with explicit runtimes (tests inject theirs) or the configured ones.
+#[derive(Debug)]
+pub struct BrokerBuilder {
+    config: Config,
+    runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
+}
+
+/// A client's first frame, validated.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    pub ticket: String,
+    pub session_id: Uuid,
+    pub request: AttachRequest,
+}
+
+impl BrokerBuilder {
+    /// Serves targets of `kind` with `runtime`.
+    pub fn runtime(mut self, kind: BackendKind, runtime: Arc<dyn PtyRuntime>) -> Self {
+        self.runtimes.insert(kind, runtime);
+        self
+    }
+
+    /// Adds the runtimes `config.backends` names that were not given explicitly. For Docker,
+    /// first ends whatever sessions a previous run that crashed left in `config.data_dir`.
+    pub async fn configured_runtimes(mut self) -> Result<Self, Error> {
+        for kind in self.config.backends.clone() {
+            if self.runtimes.contains_key(&kind) {
+                continue;
+            }
+            let runtime: Arc<dyn PtyRuntime> = match kind {
+                BackendKind::Local => Arc::new(LocalRuntime::new()),
+                BackendKind::Docker => Arc::new(self.docker_runtime().await?),
+            };
+            self.runtimes.insert(kind, runtime);
+        }
+        Ok(self)
+    }
+
+    async fn docker_runtime(&self) -> Result<DockerRuntime, Error> {
+        let docker_config = DockerRuntimeConfig::with_endpoint(self.config.docker.host.clone());
+        let mut runtime = DockerRuntime::new(docker_config.clone())
+            .map_err(|error| Error::Config(format!("--docker-host: {error}")))?;
+        if let Some(data_dir) = &self.config.data_dir {
+            match reap_orphans_from_state(data_dir, &docker_config).await {
+                Ok(report) => tracing::info!(
+                    sessions = report.sessions,
+                    processes_ended = report.processes_ended,
+                    "ended what the previous run left behind"
+                ),
+                Err(error) => {
+                    tracing::warn!(%error, "could not end what the previous run left behind");
+                }
+            }
+            runtime = runtime.with_data_dir(data_dir);
+        }
+        Ok(runtime)
+    }
+
+    pub fn build(self) -> Broker {
+        let config = self.config;
+        let settings = SessionSettings {
+            ring_bytes: usize::try_from(config.ring_bytes).unwrap_or(usize::MAX),
+            tombstone: config.tombstone,
+            detached_timeout: config.detached_timeout,
+            kill_grace: config.kill_grace,
+        };
+        Broker {
+            inner: Arc::new(Inner {
+                config,
+                settings,
+                runtimes: self.runtimes,
+                registry: Arc::new(Registry::new()),
+                boot_id: Uuid::new_v4(),
+                shutdown: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+}
+
+impl Broker {
+    pub fn builder(config: Config) -> BrokerBuilder {
+        BrokerBuilder {
+            config,
+            runtimes: HashMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Changes every time a broker starts.
+    pub fn boot_id(&self) -> Uuid {
+        self.inner.boot_id
+    }
+
+    pub(crate) fn service_token(&self) -> &ServiceToken {
+        &self.inner.config.service_token
+    }
+
+    fn ticket_key(&self) -> &TicketKey {
+        &self.inner.config.ticket_key
+    }
+
+    /// Starts `spec` on a new PTY; answers once the process runs.
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<SessionInfo, Error> {
+        let kind = match spec.target {
+            Target::Local => BackendKind::Local,
+            Target::Docker { .. } => BackendKind::Docker,
+        };
+        let runtime =
+            self.inner
+                .runtimes
+                .get(&kind)
+                .cloned()
+                .ok_or(Error::BackendNotConfigured(match kind {
+                    BackendKind::Local => "local",
+                    BackendKind::Docker => "docker",
+                }))?;
+        let context = TaskContext {
+            runtime,
+            spec: spec.clone(),
+            registry: Arc::clone(&self.inner.registry),
+            shutdown: self.inner.shutdown.child_token(),
+            tracker: self.inner.tracker.clone(),
+        };
+        let (session, task) =
+            Session::new(spec.session_id, spec.size, self.inner.settings, context);
+        self.inner.registry.insert(session)?;
+        let (started, answer) = oneshot::channel();
+        self.inner.tracker.spawn(task.run(started));
+        answer
+            .await
+            .map_err(|_| Error::SessionNotFound(spec.session_id))?
+    }
+
+    pub async fn kill(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
+        self.inner.registry.get(session_id)?.kill().await
+    }
+
+    pub async fn reset(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
+        self.inner.registry.get(session_id)?.reset().await
+    }
+
+    pub fn get(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
+        Ok(self.inner.registry.get(session_id)?.info())
+    }
+
+    /// Every live and tombstoned session, oldest first.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        self.inner.registry.list()
+    }
+
+    /// Lifecycle events from now on, and every session as of now.
+    pub fn watch_events(&self) -> (Vec<SessionInfo>, broadcast::Receiver<BrokerEvent>) {
+        self.inner.registry.subscribe()
+    }
+
+    /// Completes when shutdown begins.
+    pub async fn shutting_down(&self) {
+        self.inner.shutdown.cancelled().await;
+    }
+
+    /// Checks the ticket, then attaches. The ticket is checked before the session is looked up,
+    /// so that an unauthenticated caller learns nothing about which sessions exist.
+    pub async fn attach(&self, hello: Hello) -> Result<Attachment, Error> {
+        let role = match hello.request.role {
+            Role::Controller => TicketRole::Controller,
+            Role::Viewer => TicketRole::Viewer,
+        };
+        self.ticket_key()
+            .verify(&hello.ticket, hello.session_id, role, SystemTime::now())
+            .map_err(|error| {
+                if error.is_unauthenticated() {
+                    Error::Unauthenticated(error.to_string())
+                } else {
+                    Error::PermissionDenied(error.to_string())
+                }
+            })?;
+        let session = self.inner.registry.get(hello.session_id)?;
+        session.attach(hello.request).await
+    }
+
+    /// Stops taking sessions, closes every one (their clients hear `Closed` with reason
+    /// shutdown, their process groups end) and waits for all of it.
+    pub async fn shutdown(&self) {
+        let sessions = self.inner.registry.stop_accepting();
+        tracing::info!(sessions = sessions.len(), "closing every session");
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+}

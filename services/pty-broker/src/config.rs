@@ -1,0 +1,172 @@
+//! The broker's configuration: defaults, then `PTYHUB_BROKER_*` environment variables, then flags.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use attach_ticket::TicketKey;
+
+/// Everything a broker needs to run. Build it with [`Config::new`] in code, or parse it from
+/// flags and `PTYHUB_BROKER_*` variables with `clap` (as `main.rs` does).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Bytes of output kept per session for replay on reattach.
+    #[arg(long, env = "PTYHUB_BROKER_RING_BYTES", default_value_t = Config::DEFAULT_RING_BYTES,
+          value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
+    pub ring_bytes: u64,
+
+    /// How long an exited session keeps its final output and exit status for late attaches.
+    #[arg(long, env = "PTYHUB_BROKER_TOMBSTONE", default_value = "5m", value_parser = parse_duration)]
+    pub tombstone: Duration,
+
+    /// A session with no attached client for this long is closed (reason idle_reaped).
+    #[arg(long, env = "PTYHUB_BROKER_DETACHED_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    pub detached_timeout: Duration,
+
+    /// Wait between SIGHUP/SIGTERM and SIGKILL when ending a session's process group.
+    #[arg(long, env = "PTYHUB_BROKER_KILL_GRACE", default_value = "2s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+
+    /// How long a graceful shutdown may take before the server is stopped hard.
+    #[arg(long, env = "PTYHUB_BROKER_SHUTDOWN_GRACE", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Interval of HTTP/2 keepalive pings; a peer that does not answer within the same time again
+    /// is treated as gone.
+    #[arg(long, env = "PTYHUB_BROKER_KEEPALIVE", default_value = "20s", value_parser = parse_duration)]
+    pub keepalive_interval: Duration,
+
+    /// Token that session-api sends as `authorization: Bearer <token>` on every internal call.
+    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: ServiceToken,
+
+    /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
+    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true,
+          value_parser = parse_ticket_key)]
+    pub ticket_key: TicketKey,
+
+    /// Where the broker records the processes it started, so that the next start after a crash
+    /// ends any that survived it. No record is kept when unset.
+    #[arg(long, env = "PTYHUB_BROKER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// This broker's name in logs and in session-api's registry.
+    #[arg(long, env = "PTYHUB_BROKER_ID", default_value = "local")]
+    pub broker_id: String,
+
+    /// Which runtimes to offer (comma separated): `local` runs on this host, `docker` in
+    /// containers of the Docker engine.
+    #[arg(
+        long,
+        env = "PTYHUB_BROKER_BACKENDS",
+        value_delimiter = ',',
+        default_value = "local"
+    )]
+    pub backends: Vec<BackendKind>,
+
+    #[command(flatten)]
+    pub docker: DockerConfig,
+}
+
+impl Config {
+    pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
+
+    /// The defaults, with the two secrets every broker needs.
+    pub fn new(service_token: ServiceToken, ticket_key: TicketKey) -> Self {
+        Self {
+            ring_bytes: Self::DEFAULT_RING_BYTES,
+            tombstone: Duration::from_secs(5 * 60),
+            detached_timeout: Duration::from_secs(30 * 60),
+            kill_grace: Duration::from_secs(2),
+            shutdown_grace: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(20),
+            service_token,
+            ticket_key,
+            data_dir: None,
+            broker_id: "local".to_owned(),
+            backends: vec![BackendKind::Local],
+            docker: DockerConfig::default(),
+        }
+    }
+}
+
+/// Settings of the Docker runtime.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DockerConfig {
+    /// Docker engine address (`unix:///var/run/docker.sock`, `tcp://...`); the usual
+    /// `DOCKER_HOST` resolution when unset.
+    #[arg(long = "docker-host", env = "PTYHUB_BROKER_DOCKER_HOST")]
+    pub host: Option<String>,
+}
+
+/// A runtime the broker can offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum BackendKind {
+    Local,
+    Docker,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Local => "local",
+            BackendKind::Docker => "docker",
+        })
+    }
+}
+
+/// The service token. Its `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServiceToken(String);
+
+impl ServiceToken {
+    pub const MIN_LEN: usize = 16;
+
+    pub fn new(token: impl Into<String>) -> Result<Self, String> {
+        let token = token.into();
+        if token.len() < Self::MIN_LEN {
+            return Err(format!(
+                "service token must be at least {} characters",
+                Self::MIN_LEN
+            ));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("service token must not contain whitespace".to_owned());
+        }
+        Ok(Self(token))
+    }
+
+    /// The token itself, for a client that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares in constant time.
+    pub fn matches(&self, presented: &str) -> bool {
+        use subtle::ConstantTimeEq as _;
+        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+}
+
+impl fmt::Debug for ServiceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ServiceToken(<redacted>)")
+    }
+}
+
+impl FromStr for ServiceToken {
+    type Err = String;
+
+    fn from_str(token: &str) -> Result<Self, Self::Err> {
+        Self::new(token)
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|error| format!("{error} (use for example 30s, 5m)"))
+}
+
+fn parse_ticket_key(secret: &str) -> Result<TicketKey, String> {
+    TicketKey::new(secret.as_bytes().to_vec()).map_err(|error| error.to_string())
+}

@@ -1,0 +1,239 @@
+//! The output ring: the last `capacity` bytes a session's PTY produced, addressed by absolute
+//! offsets that count from 0 at spawn and never restart.
+//!
+//! The ring holds the chunks exactly as they were read (`Bytes`, shared with every client that
+//! sends them), so keeping and replaying output copies nothing. It grows as output arrives and
+//! never allocates its capacity up front: an idle session costs a few dozen bytes.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+/// The last `capacity` bytes of a session's output.
+#[derive(Debug)]
+pub struct OutputRing {
+    capacity: usize,
+    /// Chunks in offset order; `chunks[0]` starts at `start`.
+    chunks: VecDeque<Bytes>,
+    /// Offset of the oldest byte held.
+    start: u64,
+    /// Offset of the next byte the PTY will produce.
+    end: u64,
+}
+
+/// Where a reader at some offset goes next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingRead {
+    /// Output that starts exactly at the requested offset.
+    Data(Bytes),
+    /// The ring no longer holds the requested offset: `lost` bytes are gone and the reader goes on
+    /// at `resume_at` (the oldest byte held).
+    Gap { lost: u64, resume_at: u64 },
+    /// Nothing new yet: the requested offset is the end.
+    UpToDate,
+}
+
+impl OutputRing {
+    /// An empty ring that will hold at most `capacity` bytes (at least one).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            chunks: VecDeque::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Offset of the oldest byte still held.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Offset of the next byte the PTY will produce.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Bytes currently held.
+    pub fn len(&self) -> usize {
+        // Never more than `capacity`, which is a usize.
+        (self.end - self.start) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Appends a chunk of output and returns the offset of its first byte. The oldest bytes are
+    /// dropped so that at most `capacity` bytes stay.
+    pub fn push(&mut self, chunk: Bytes) -> u64 {
+        let offset = self.end;
+        if chunk.is_empty() {
+            return offset;
+        }
+        self.end += chunk.len() as u64;
+        self.chunks.push_back(chunk);
+        self.evict_beyond_capacity();
+        offset
+    }
+
+    fn evict_beyond_capacity(&mut self) {
+        while self.len() > self.capacity {
+            let excess = self.len() - self.capacity;
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if front.len() <= excess {
+                self.start += front.len() as u64;
+                self.chunks.pop_front();
+            } else {
+                // Keep the tail of the oldest chunk: the ring holds exactly `capacity` bytes, so a
+                // controller allowed to lag by `capacity` never loses a byte.
+                let _ = front.split_to(excess);
+                self.start += excess as u64;
+            }
+        }
+    }
+
+    /// The output at `offset`, at most `max_len` bytes of it, or how far the reader must skip.
+    /// An `offset` beyond the end is treated as the end.
+    pub fn read_at(&self, offset: u64, max_len: usize) -> RingRead {
+        if offset < self.start {
+            return RingRead::Gap {
+                lost: self.start - offset,
+                resume_at: self.start,
+            };
+        }
+        if offset >= self.end {
+            return RingRead::UpToDate;
+        }
+        // Chunks are contiguous: find the one that holds `offset` by walking back from the end
+        // (readers are nearly always close to the end), or by binary search for long replays.
+        let (index, chunk_start) = self.locate(offset);
+        let chunk = &self.chunks[index];
+        let skip = (offset - chunk_start) as usize;
+        let len = (chunk.len() - skip).min(max_len.max(1));
+        RingRead::Data(chunk.slice(skip..skip + len))
+    }
+
+    /// The index of the chunk holding `offset` and that chunk's first offset. `offset` must be in
+    /// `start..end`.
+    fn locate(&self, offset: u64) -> (usize, u64) {
+        let mut chunk_end = self.end;
+        for (index, chunk) in self.chunks.iter().enumerate().rev().take(8) {
+            let chunk_start = chunk_end - chunk.len() as u64;
+            if offset >= chunk_start {
+                return (index, chunk_start);
+            }
+            chunk_end = chunk_start;
+        }
+        // A long replay: walk forward from the start, summing lengths. Replays are rare (one per
+        // attach), so a linear walk over at most `capacity / chunk size` entries is fine.
+        let mut chunk_start = self.start;
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            let next = chunk_start + chunk.len() as u64;
+            if offset < next {
+                return (index, chunk_start);
+            }
+            chunk_start = next;
+        }
+        unreachable!("offset {offset} is inside the ring but in no chunk")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(ring: &OutputRing, mut offset: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let RingRead::Data(data) = ring.read_at(offset, usize::MAX) {
+            offset += data.len() as u64;
+            out.extend_from_slice(&data);
+        }
+        out
+    }
+
+    #[test]
+    fn offsets_count_every_byte_from_zero() {
+        let mut ring = OutputRing::new(100);
+        assert_eq!(ring.push(Bytes::from_static(b"hello")), 0);
+        assert_eq!(ring.push(Bytes::from_static(b"")), 5);
+        assert_eq!(ring.push(Bytes::from_static(b" world")), 5);
+        assert_eq!((ring.start(), ring.end()), (0, 11));
+        assert_eq!(collect(&ring, 0), b"hello world");
+        assert_eq!(collect(&ring, 3), b"lo world");
+        assert_eq!(collect(&ring, 5), b" world");
+        assert_eq!(ring.read_at(11, 10), RingRead::UpToDate);
+        assert_eq!(ring.read_at(500, 10), RingRead::UpToDate);
+    }
+
+    #[test]
+    fn wrap_around_keeps_exactly_the_last_capacity_bytes() {
+        let mut ring = OutputRing::new(10);
+        ring.push(Bytes::from_static(b"0123456"));
+        ring.push(Bytes::from_static(b"789abc"));
+        assert_eq!((ring.start(), ring.end(), ring.len()), (3, 13, 10));
+        assert_eq!(collect(&ring, 3), b"3456789abc");
+        // A chunk larger than the ring keeps only its tail.
+        ring.push(Bytes::from(vec![b'x'; 25]));
+        assert_eq!((ring.start(), ring.end(), ring.len()), (28, 38, 10));
+        assert_eq!(collect(&ring, 28), vec![b'x'; 10]);
+    }
+
+    #[test]
+    fn gap_says_how_many_bytes_were_lost_and_where_to_resume() {
+        let mut ring = OutputRing::new(4);
+        ring.push(Bytes::from_static(b"abcdefgh"));
+        assert_eq!(
+            ring.read_at(1, 10),
+            RingRead::Gap {
+                lost: 3,
+                resume_at: 4
+            }
+        );
+        assert_eq!(
+            ring.read_at(4, 10),
+            RingRead::Data(Bytes::from_static(b"efgh"))
+        );
+        assert_eq!(ring.read_at(6, 1), RingRead::Data(Bytes::from_static(b"g")));
+    }
+
+    #[test]
+    fn reads_are_bounded_and_continue_across_chunks() {
+        let mut ring = OutputRing::new(1 << 20);
+        for index in 0..100u8 {
+            ring.push(Bytes::from(vec![index; 3]));
+        }
+        let expected: Vec<u8> = (0..100u8).flat_map(|index| [index; 3]).collect();
+        assert_eq!(collect(&ring, 0), expected);
+        // A reader in the middle of an old chunk (found by the forward walk).
+        assert_eq!(
+            ring.read_at(4, 10),
+            RingRead::Data(Bytes::from(vec![1u8; 2]))
+        );
+        assert_eq!(
+            ring.read_at(4, 1),
+            RingRead::Data(Bytes::from(vec![1u8; 1]))
+        );
+        assert_eq!(collect(&ring, 298), vec![99u8; 2]);
+    }
+
+    #[test]
+    fn offsets_never_restart_after_many_wraps() {
+        let mut ring = OutputRing::new(7);
+        let mut expected_end = 0u64;
+        for round in 0..1000u64 {
+            let chunk = Bytes::from(vec![(round % 251) as u8; (round % 13) as usize]);
+            assert_eq!(ring.push(chunk.clone()), expected_end);
+            expected_end += chunk.len() as u64;
+            assert_eq!(ring.end(), expected_end);
+            assert!(ring.len() <= 7);
+            assert_eq!(ring.start(), expected_end.saturating_sub(7));
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Who is attached to one session: the controller lease, the viewers, and what each still has to
+//! be sent.
+//!
+//! The controller lease carries a generation number that grows with every controller attach.
+//! Input, resize and reset carry the generation of the client that sent them and are applied only
+//! while it is still the current one; a superseded controller's late detach leaves the lease of
+//! its successor alone (the stale-close guard).
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::domain::{ClientEvent, Role};
+
+/// Identifies one attached stream for as long as it lives. Never reused within a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId(u64);
+
+/// A queued event is held back until the client has been sent every output byte before
+/// `after_offset`, so that events and output arrive in the order they happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedEvent {
+    pub after_offset: u64,
+    pub event: ClientEvent,
+}
+
+/// Most events a client may have queued before it is considered lost. Events are rare (resizes
+/// are coalesced), so only a client that stopped reading for a long time gets here.
+pub const MAX_QUEUED_EVENTS: usize = 256;
+
+/// One attached client.
+#[derive(Debug)]
+pub struct Client {
+    /// The controller generation this client was given; `None` for viewers.
+    pub generation: Option<u64>,
+    /// Offset of the next output byte to send to this client.
+    pub cursor: u64,
+    pub events: VecDeque<QueuedEvent>,
+    /// Set once an event that ends the stream (exit, closed) was handed out.
+    pub finished: bool,
+    /// Set when the queue overflowed: the client is dropped.
+    pub overflowed: bool,
+}
+
+/// The current controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerLease {
+    pub client: ClientId,
+    pub generation: u64,
+}
+
+/// Every client attached to one session.
+#[derive(Debug, Default)]
+pub struct Attachments {
+    next_client: u64,
+    generation: u64,
+    controller: Option<ControllerLease>,
+    clients: HashMap<ClientId, Client>,
+}
+
+/// The result of [`Attachments::attach`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attached {
+    pub client: ClientId,
+    pub generation: Option<u64>,
+    /// The controller this attach took over from, if any; it has been sent `TakenOver`.
+    pub superseded: Option<ClientId>,
+}
+
+impl Attachments {
+    /// Adds a client that will be sent output from `cursor` on. A controller takes the lease from
+    /// the current one, which is queued a `TakenOver` event at `end`.
+    pub fn attach(&mut self, role: Role, cursor: u64, end: u64) -> Attached {
+        self.next_client += 1;
+        let client = ClientId(self.next_client);
+        let mut generation = None;
+        let mut superseded = None;
+        if role == Role::Controller {
+            self.generation += 1;
+            generation = Some(self.generation);
+            if let Some(previous) = self.controller.replace(ControllerLease {
+                client,
+                generation: self.generation,
+            }) {
+                superseded = Some(previous.client);
+                self.push_event(previous.client, end, ClientEvent::TakenOver);
+            }
+        }
+        self.clients.insert(
+            client,
+            Client {
+                generation,
+                cursor,
+                events: VecDeque::new(),
+                finished: false,
+                overflowed: false,
+            },
+        );
+        Attached {
+            client,
+            generation,
+            superseded,
+        }
+    }
+
+    /// Removes a client whose stream ended. Releases the lease only if that client still holds
+    /// it: the end of a superseded stream never detaches the current controller.
+    pub fn detach(&mut self, client: ClientId) -> bool {
+        if self.controller.is_some_and(|lease| lease.client == client) {
+            self.controller = None;
+        }
+        self.clients.remove(&client).is_some()
+    }
+
+    /// Whether `generation` is the current controller's.
+    pub fn is_current_controller(&self, generation: Option<u64>) -> bool {
+        generation.is_some() && self.controller.map(|lease| lease.generation) == generation
+    }
+
+    #[cfg(test)]
+    pub fn controller(&self) -> Option<ControllerLease> {
+        self.controller
+    }
+
+    /// The offset the current controller has been sent up to.
+    pub fn controller_cursor(&self) -> Option<u64> {
+        let lease = self.controller?;
+        self.clients.get(&lease.client).map(|client| client.cursor)
+    }
+
+    pub fn get_mut(&mut self, client: ClientId) -> Option<&mut Client> {
+        self.clients.get_mut(&client)
+    }
+
+    #[cfg(test)]
+    pub fn get(&self, client: ClientId) -> Option<&Client> {
+        self.clients.get(&client)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Attached controllers and viewers. A superseded controller still reading counts as a
+    /// viewer: it is attached, but controls nothing.
+    pub fn counts(&self) -> (u32, u32) {
+        let controllers = u32::from(self.controller.is_some());
+        let total = u32::try_from(self.clients.len()).unwrap_or(u32::MAX);
+        (controllers, total - controllers)
+    }
+
+    /// Queues `event` for one client, to be sent once it has been sent the output before
+    /// `after_offset`.
+    pub fn push_event(&mut self, client: ClientId, after_offset: u64, event: ClientEvent) {
+        if let Some(client) = self.clients.get_mut(&client) {
+            queue_event(client, after_offset, event);
+        }
+    }
+
+    /// Queues `event` for every client.
+    pub fn broadcast(&mut self, after_offset: u64, event: &ClientEvent) {
+        for client in self.clients.values_mut() {
+            queue_event(client, after_offset, event.clone());
+        }
+    }
+
+    /// Queues a connected event for every client, each with its own role.
+    pub fn broadcast_connected(
+        &mut self,
+        after_offset: u64,
+        connected: impl Fn(Role) -> ClientEvent,
+    ) {
+        for client in self.clients.values_mut() {
+            let role = if self
+                .controller
+                .is_some_and(|lease| Some(lease.generation) == client.generation)
+            {
+                Role::Controller
+            } else {
+                Role::Viewer
+            };
+            queue_event(client, after_offset, connected(role));
+        }
+    }
+
+    /// Replaces whatever every client still had queued with `event`, sent next.
+    pub fn broadcast_final(&mut self, event: &ClientEvent) {
+        for client in self.clients.values_mut() {
+            client.events.clear();
+            client.events.push_back(QueuedEvent {
+                after_offset: 0,
+                event: event.clone(),
+            });
+        }
+    }
+}
+
+fn queue_event(client: &mut Client, after_offset: u64, event: ClientEvent) {
+    // A burst of resizes is worth only its last one to a client that has not been sent them.
+    if let ClientEvent::Resize(_) = event
+        && let Some(last) = client.events.back_mut()
+        && matches!(last.event, ClientEvent::Resize(_))
+    {
+        *last = QueuedEvent {
+            after_offset: last.after_offset.max(after_offset),
+            event,
+        };
+        return;
+    }
+    if client.events.len() >= MAX_QUEUED_EVENTS {
+        client.overflowed = true;
+        return;
+    }
+    client.events.push_back(QueuedEvent {
+        after_offset,
+        event,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::TerminalSize;
+
+    #[test]
+    fn takeover_moves_the_lease_and_tells_the_previous_controller() {
+        let mut attachments = Attachments::default();
+        let first = attachments.attach(Role::Controller, 0, 10);
+        let viewer = attachments.attach(Role::Viewer, 0, 10);
+        assert_eq!(first.superseded, None);
+        assert_eq!(viewer.generation, None);
+        assert!(attachments.is_current_controller(first.generation));
+
+        let second = attachments.attach(Role::Controller, 10, 10);
+        assert_eq!(second.superseded, Some(first.client));
+        assert!(second.generation > first.generation);
+        assert!(!attachments.is_current_controller(first.generation));
+        assert!(attachments.is_current_controller(second.generation));
+        assert!(!attachments.is_current_controller(viewer.generation));
+        let told = &attachments.get(first.client).unwrap().events;
+        assert_eq!(
+            told.iter().map(|queued| &queued.event).collect::<Vec<_>>(),
+            vec![&ClientEvent::TakenOver]
+        );
+        assert!(attachments.get(second.client).unwrap().events.is_empty());
+        assert_eq!(attachments.counts(), (1, 2));
+    }
+
+    #[test]
+    fn stale_close_of_a_superseded_controller_keeps_the_current_lease() {
+        let mut attachments = Attachments::default();
+        let first = attachments.attach(Role::Controller, 0, 0);
+        let second = attachments.attach(Role::Controller, 0, 0);
+        // The first stream ends late, after it was superseded.
+        assert!(attachments.detach(first.client));
+        assert_eq!(
+            attachments.controller(),
+            Some(ControllerLease {
+                client: second.client,
+                generation: second.generation.unwrap()
+            })
+        );
+        assert!(attachments.is_current_controller(second.generation));
+        // Detaching twice changes nothing.
+        assert!(!attachments.detach(first.client));
+        assert!(attachments.is_current_controller(second.generation));
+        // The current controller's own end releases the lease.
+        assert!(attachments.detach(second.client));
+        assert_eq!(attachments.controller(), None);
+        assert!(attachments.is_empty());
+    }
+
+    #[test]
+    fn resizes_coalesce_and_a_flooded_queue_overflows() {
+        let mut attachments = Attachments::default();
+        let viewer = attachments.attach(Role::Viewer, 0, 0);
+        for cols in 1..=1000 {
+            attachments.broadcast(
+                5,
+                &ClientEvent::Resize(TerminalSize::new(cols, 10).unwrap()),
+            );
+        }
+        let client = attachments.get(viewer.client).unwrap();
+        assert_eq!(client.events.len(), 1);
+        assert_eq!(
+            client.events[0].event,
+            ClientEvent::Resize(TerminalSize::new(1000, 10).unwrap())
+        );
+        for _ in 0..MAX_QUEUED_EVENTS {
+            attachments.broadcast(5, &ClientEvent::Resetting);
+        }
+        assert!(attachments.get(viewer.client).unwrap().overflowed);
+    }
+}

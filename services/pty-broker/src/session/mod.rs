@@ -1,0 +1,449 @@
+//! One session: the task that owns its PTY, the state that clients read, and the handle clients
+//! and the registry talk to it through.
+//!
+//! The session task alone touches the PTY: it reads output into the ring, writes input, resizes
+//! and signals. Everything else reaches it through two bounded channels (commands, and input
+//! kept apart so that a burst of input never delays a kill) or reads the shared state under a
+//! short lock. Each attached client pulls output from the ring at its own cursor, so a slow client
+//! slows nobody but itself; the controller's cursor is what the task waits for before reading
+//! more than a ring's worth ahead (flow control).
+
+mod attachments;
+mod task;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use attachments::ClientId;
+pub(crate) use task::{SessionTask, TaskContext};
+
+use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};
+use crate::error::Error;
+use crate::ring::{OutputRing, RingRead};
+use attachments::Attachments;
+
+/// Largest output frame sent to a client.
+const MAX_OUTPUT_FRAME: usize = 64 * 1024;
+
+/// Bounded queues between clients and the session task.
+const COMMAND_QUEUE: usize = 16;
+const INPUT_QUEUE: usize = 16;
+
+/// The per-session timing and sizes, taken from the broker's `Config`.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSettings {
+    pub ring_bytes: usize,
+    pub tombstone: Duration,
+    pub detached_timeout: Duration,
+    pub kill_grace: Duration,
+}
+
+/// A client's request to attach, after its ticket was checked.
+#[derive(Debug, Clone, Copy)]
+pub struct AttachRequest {
+    pub role: Role,
+    /// Applied by a controller on attach.
+    pub size: Option<TerminalSize>,
+    /// Resume offset; `None` means the oldest byte held.
+    pub since: Option<u64>,
+}
+
+/// The registry's handle on a session.
+#[derive(Debug)]
+pub struct Session {
+    pub id: Uuid,
+    shared: Arc<Shared>,
+    commands: mpsc::Sender<Command>,
+    input: mpsc::Sender<InputChunk>,
+}
+
+/// What the session task and the clients share.
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Bumped whenever a client may have something new to send (output, an event, the end).
+    changed: watch::Sender<()>,
+    /// Wakes the session task: a client left, or the controller took output the task waits on.
+    task_wake: Notify,
+    /// Cancelled once the session is closed and its clients had their chance to hear it.
+    closed: CancellationToken,
+}
+
+#[derive(Debug)]
+struct State {
+    phase: SessionPhase,
+    size: TerminalSize,
+    ring: OutputRing,
+    exit: Option<ExitStatus>,
+    pid: Option<u32>,
+    created_at: SystemTime,
+    last_activity_at: SystemTime,
+    attachments: Attachments,
+    /// Set by the task while it waits for the controller to take output before reading more.
+    reader_waiting: bool,
+}
+
+impl State {
+    fn info(&self, session_id: Uuid) -> SessionInfo {
+        let (controllers, viewers) = self.attachments.counts();
+        SessionInfo {
+            session_id,
+            phase: self.phase,
+            size: self.size,
+            created_at: self.created_at,
+            last_activity_at: self.last_activity_at,
+            output_offset: self.ring.end(),
+            controllers,
+            viewers,
+            exit: self.exit,
+            pid: self.pid,
+        }
+    }
+
+    /// How many bytes the task may read from the PTY now: as many as keep the controller within a
+    /// ring's length of the end.
+    fn read_allowance(&self) -> usize {
+        match self.attachments.controller_cursor() {
+            None => usize::MAX,
+            Some(cursor) => {
+                let lag = self.ring.end().saturating_sub(cursor);
+                (self.ring.capacity() as u64).saturating_sub(lag) as usize
+            }
+        }
+    }
+}
+
+/// Requests to the session task.
+#[derive(Debug)]
+enum Command {
+    Attach {
+        request: AttachRequest,
+        reply: oneshot::Sender<Result<AttachedClient, Error>>,
+    },
+    Resize {
+        generation: Option<u64>,
+        size: TerminalSize,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    /// `generation` is `None` for the service's own Reset call.
+    Reset {
+        generation: Option<u64>,
+        reply: oneshot::Sender<Result<SessionInfo, Error>>,
+    },
+    Kill {
+        reply: oneshot::Sender<SessionInfo>,
+    },
+}
+
+#[derive(Debug)]
+struct AttachedClient {
+    client: ClientId,
+    generation: Option<u64>,
+}
+
+#[derive(Debug)]
+struct InputChunk {
+    generation: u64,
+    data: Bytes,
+}
+
+impl Session {
+    /// Creates a session in `Starting` and the task that will run it; the caller spawns the task.
+    pub(crate) fn new(
+        id: Uuid,
+        size: TerminalSize,
+        settings: SessionSettings,
+        context: TaskContext,
+    ) -> (Arc<Session>, SessionTask) {
+        let now = SystemTime::now();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                phase: SessionPhase::Starting,
+                size,
+                ring: OutputRing::new(settings.ring_bytes),
+                exit: None,
+                pid: None,
+                created_at: now,
+                last_activity_at: now,
+                attachments: Attachments::default(),
+                reader_waiting: false,
+            }),
+            changed: watch::Sender::new(()),
+            task_wake: Notify::new(),
+            closed: CancellationToken::new(),
+        });
+        let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let session = Arc::new(Session {
+            id,
+            shared: Arc::clone(&shared),
+            commands: command_tx,
+            input: input_tx,
+        });
+        let task = SessionTask::new(id, shared, settings, context, command_rx, input_rx);
+        (session, task)
+    }
+
+    pub fn info(&self) -> SessionInfo {
+        self.shared.lock().info(self.id)
+    }
+
+    /// Ends the session's process group and closes it.
+    pub async fn kill(&self) -> Result<SessionInfo, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Kill { reply }).await?;
+        answer.await.map_err(|_| Error::SessionNotFound(self.id))
+    }
+
+    /// Restarts the command at the current size; offsets go on.
+    pub async fn reset(&self) -> Result<SessionInfo, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Reset {
+            generation: None,
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| Error::SessionNotFound(self.id))?
+    }
+
+    /// Attaches a client whose ticket was checked.
+    pub async fn attach(self: &Arc<Self>, request: AttachRequest) -> Result<Attachment, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Attach { request, reply }).await?;
+        let attached = answer
+            .await
+            .map_err(|_| Error::SessionNotFound(self.id))??;
+        Ok(Attachment {
+            handle: AttachmentHandle {
+                session: Arc::clone(self),
+                client: attached.client,
+                generation: attached.generation,
+                role: request.role,
+            },
+            changed: self.shared.changed.subscribe(),
+        })
+    }
+
+    async fn send(&self, command: Command) -> Result<(), Error> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| Error::SessionNotFound(self.id))
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn notify_clients(&self) {
+        self.changed.send_modify(|_| {});
+    }
+}
+
+/// One attached client's stream: pulls what it must send next. Dropping it detaches the client.
+#[derive(Debug)]
+pub struct Attachment {
+    handle: AttachmentHandle,
+    changed: watch::Receiver<()>,
+}
+
+/// What an attached client may ask of the session (input, resize, reset). Cheap to clone; the
+/// client stays attached as long as its [`Attachment`] lives.
+#[derive(Debug, Clone)]
+pub struct AttachmentHandle {
+    session: Arc<Session>,
+    client: ClientId,
+    generation: Option<u64>,
+    role: Role,
+}
+
+impl Attachment {
+    pub fn handle(&self) -> AttachmentHandle {
+        self.handle.clone()
+    }
+
+    /// The next event to send this client, waiting for one if needed. `None` once the stream is
+    /// over (after exit or close); an error when the client fell too far behind to keep.
+    pub async fn next_event(&mut self) -> Option<Result<ClientEvent, Error>> {
+        loop {
+            self.changed.borrow_and_update();
+            match self.poll_event() {
+                Poll::Event(event) => return Some(Ok(event)),
+                Poll::Finished => return None,
+                Poll::Overflowed => {
+                    return Some(Err(Error::ResourceExhausted(
+                        "client fell too far behind and was dropped".to_owned(),
+                    )));
+                }
+                Poll::Wait => {}
+            }
+            if self.changed.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Completes once the session is closed and its clients had their chance to hear it.
+    pub async fn session_closed(&self) {
+        self.handle.session.shared.closed.cancelled().await;
+    }
+
+    fn poll_event(&mut self) -> Poll {
+        let shared = &self.handle.session.shared;
+        let mut state = shared.lock();
+        let state = &mut *state;
+        let Some(client) = state.attachments.get_mut(self.handle.client) else {
+            return Poll::Finished;
+        };
+        if client.finished {
+            return Poll::Finished;
+        }
+        if client.overflowed {
+            return Poll::Overflowed;
+        }
+        if let Some(queued) = client.events.front()
+            && queued.after_offset <= client.cursor
+        {
+            let event = client.events.pop_front().map(|queued| queued.event);
+            if matches!(event, Some(ClientEvent::Exit(_) | ClientEvent::Closed(_))) {
+                client.finished = true;
+            }
+            return event.map_or(Poll::Wait, Poll::Event);
+        }
+        let limit = client
+            .events
+            .front()
+            .map_or(u64::MAX, |queued| queued.after_offset);
+        let max_len = limit
+            .saturating_sub(client.cursor)
+            .min(MAX_OUTPUT_FRAME as u64) as usize;
+        match state.ring.read_at(client.cursor, max_len) {
+            RingRead::Gap { lost, resume_at } => {
+                client.cursor = resume_at;
+                Poll::Event(ClientEvent::Gap {
+                    lost,
+                    offset: resume_at,
+                })
+            }
+            RingRead::Data(data) => {
+                let offset = client.cursor;
+                client.cursor += data.len() as u64;
+                let is_controller = state
+                    .attachments
+                    .is_current_controller(self.handle.generation);
+                if is_controller && state.reader_waiting {
+                    shared.task_wake.notify_one();
+                }
+                Poll::Event(ClientEvent::Output { offset, data })
+            }
+            RingRead::UpToDate => Poll::Wait,
+        }
+    }
+}
+
+enum Poll {
+    Event(ClientEvent),
+    Wait,
+    Finished,
+    Overflowed,
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let shared = &self.handle.session.shared;
+        let detached = shared.lock().attachments.detach(self.handle.client);
+        if detached {
+            shared.task_wake.notify_one();
+        }
+    }
+}
+
+impl AttachmentHandle {
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn session_id(&self) -> Uuid {
+        self.session.id
+    }
+
+    /// Writes input to the PTY if this client is the current controller.
+    pub async fn write_input(&self, data: Bytes) -> Result<(), Error> {
+        let generation = self.check_controller("write input")?;
+        {
+            let state = self.session.shared.lock();
+            if matches!(state.phase, SessionPhase::Exited | SessionPhase::Closed(_)) {
+                return Err(Error::FailedPrecondition(
+                    "the session's process has exited".to_owned(),
+                ));
+            }
+        }
+        self.session
+            .input
+            .send(InputChunk { generation, data })
+            .await
+            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))
+    }
+
+    /// Resizes the PTY if this client is the current controller.
+    pub async fn resize(&self, size: TerminalSize) -> Result<(), Error> {
+        self.check_controller("resize")?;
+        let (reply, answer) = oneshot::channel();
+        self.session
+            .send(Command::Resize {
+                generation: self.generation,
+                size,
+                reply,
+            })
+            .await?;
+        answer
+            .await
+            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))?
+    }
+
+    /// Resets the session if this client is the current controller.
+    pub async fn reset(&self) -> Result<(), Error> {
+        self.check_controller("reset")?;
+        let (reply, answer) = oneshot::channel();
+        self.session
+            .send(Command::Reset {
+                generation: self.generation,
+                reply,
+            })
+            .await?;
+        answer
+            .await
+            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))?
+            .map(drop)
+    }
+
+    fn check_controller(&self, action: &str) -> Result<u64, Error> {
+        let Some(generation) = self.generation else {
+            return Err(Error::PermissionDenied(format!(
+                "a viewer may not {action}"
+            )));
+        };
+        if !self
+            .session
+            .shared
+            .lock()
+            .attachments
+            .is_current_controller(Some(generation))
+        {
+            return Err(Error::PermissionDenied(format!(
+                "another controller took over; this client may not {action}"
+            )));
+        }
+        Ok(generation)
+    }
+}

@@ -1,0 +1,710 @@
+//! The task that owns one session's PTY from spawn to close: reads output into the ring, writes
+//! input, resizes, resets, ends the process group, reaps the idle session and keeps the
+//! tombstone of an exited one.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::{AttachRequest, AttachedClient, Command, InputChunk, SessionSettings, Shared};
+use crate::domain::{
+    BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo, SessionPhase,
+};
+use crate::error::Error;
+use crate::registry::Registry;
+use crate::runtime::{GroupSignal, PtyProcess, PtyRuntime, SpawnSpec};
+
+/// Bytes reserved for PTY reads at a time. Chunks are split off this block, so a session's
+/// output shares a few blocks rather than allocating per read.
+const READ_BLOCK: usize = 16 * 1024;
+/// Below this much free space the read buffer gets a new block.
+const MIN_READ_SPACE: usize = 2 * 1024;
+/// After the session leader exits, output still readable is taken for at most this long ...
+const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+/// ... and until the PTY stays quiet this long (a background process may hold it open forever).
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+/// How often an ending process group is checked for survivors.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+/// How long processes get to vanish after SIGKILL.
+const KILL_CONFIRM: Duration = Duration::from_secs(1);
+/// How long the leader's exit status may take to arrive once its group was ended.
+const REAP_LIMIT: Duration = Duration::from_secs(1);
+/// How long attached clients get to hear that the session closed before their streams end.
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
+/// Activity reaches `WatchEvents` at most this often per session.
+const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What a session task needs from the broker around it.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskContext {
+    pub runtime: Arc<dyn PtyRuntime>,
+    pub spec: SpawnSpec,
+    pub registry: Arc<Registry>,
+    pub shutdown: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+/// The session task's own state.
+#[derive(Debug)]
+pub(crate) struct SessionTask {
+    id: Uuid,
+    shared: Arc<Shared>,
+    settings: SessionSettings,
+    context: TaskContext,
+    commands: mpsc::Receiver<Command>,
+    input: mpsc::Receiver<InputChunk>,
+    /// The one idle-reaping deadline; set while no client is attached.
+    idle_deadline: Option<Instant>,
+    reported_counts: (u32, u32),
+    activity: ActivityReport,
+}
+
+/// A running process and its PTY.
+struct Pty {
+    output: Pin<Box<dyn AsyncRead + Send>>,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    process: Arc<dyn PtyProcess>,
+}
+
+/// Why `drive` stopped.
+enum ProcessEnd {
+    Exited(ExitStatus),
+    Reset {
+        reply: oneshot::Sender<Result<SessionInfo, Error>>,
+    },
+    Close {
+        reason: CloseReason,
+        reply: Option<oneshot::Sender<SessionInfo>>,
+    },
+}
+
+impl SessionTask {
+    pub(super) fn new(
+        id: Uuid,
+        shared: Arc<Shared>,
+        settings: SessionSettings,
+        context: TaskContext,
+        commands: mpsc::Receiver<Command>,
+        input: mpsc::Receiver<InputChunk>,
+    ) -> Self {
+        Self {
+            id,
+            shared,
+            settings,
+            context,
+            commands,
+            input,
+            idle_deadline: None,
+            reported_counts: (0, 0),
+            activity: ActivityReport::default(),
+        }
+    }
+
+    /// Runs the session to its end. `started` hears whether the first spawn worked.
+    pub async fn run(mut self, started: oneshot::Sender<Result<SessionInfo, Error>>) {
+        let spec = self.context.spec.clone();
+        let mut pty = match self.spawn(&spec).await {
+            Ok(pty) => pty,
+            Err(error) => {
+                tracing::info!(session_id = %self.id, %error, "spawn failed");
+                self.shared.lock().phase = SessionPhase::Closed(CloseReason::SpawnFailed);
+                self.context.registry.remove(self.id);
+                self.shared.closed.cancel();
+                let _ = started.send(Err(error));
+                return;
+            }
+        };
+        let info = self.shared.lock().info(self.id);
+        tracing::info!(session_id = %self.id, pid = ?info.pid, size = %info.size, "session started");
+        self.context
+            .registry
+            .publish(BrokerEventKind::Started(info.clone()));
+        // The caller may have gone away (a cancelled Spawn call); the session lives on and the
+        // event stream tells its owner about it.
+        let _ = started.send(Ok(info));
+        self.attachments_changed();
+
+        loop {
+            match self.drive(&mut pty).await {
+                ProcessEnd::Exited(status) => {
+                    self.exited(status, pty);
+                    let (reason, reply) = self.keep_tombstone().await;
+                    self.close(reason, reply).await;
+                    return;
+                }
+                ProcessEnd::Reset { reply } => match self.reset(pty).await {
+                    Ok(new_pty) => {
+                        pty = new_pty;
+                        let _ = reply.send(Ok(self.shared.lock().info(self.id)));
+                    }
+                    Err(error) => {
+                        tracing::warn!(session_id = %self.id, %error, "reset could not restart the command");
+                        let _ = reply.send(Err(error));
+                        self.close(CloseReason::SpawnFailed, None).await;
+                        return;
+                    }
+                },
+                ProcessEnd::Close { reason, reply } => {
+                    self.end_process(&pty.process).await;
+                    drop(pty);
+                    self.close(reason, reply).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn spawn(&mut self, spec: &SpawnSpec) -> Result<Pty, Error> {
+        let spawned = self.context.runtime.spawn(spec).await?;
+        let process: Arc<dyn PtyProcess> = Arc::from(spawned.process);
+        let mut state = self.shared.lock();
+        state.phase = SessionPhase::Running;
+        state.pid = process.pid();
+        Ok(Pty {
+            output: spawned.output,
+            input: spawned.input,
+            process,
+        })
+    }
+
+    /// Serves one process until it exits or must end.
+    async fn drive(&mut self, pty: &mut Pty) -> ProcessEnd {
+        let Pty {
+            output,
+            input,
+            process,
+        } = pty;
+        let mut wait = process.wait();
+        let mut read_buf = BytesMut::new();
+        let mut pending_input: Option<Bytes> = None;
+        let mut output_ended = false;
+        loop {
+            let allowance = if output_ended {
+                0
+            } else {
+                self.read_allowance()
+            };
+            if allowance > 0 && read_buf.capacity() - read_buf.len() < MIN_READ_SPACE {
+                read_buf.reserve(READ_BLOCK);
+            }
+            let idle_deadline = self.idle_deadline;
+            let activity_due = self.activity.due();
+            tokio::select! {
+                biased;
+                () = self.context.shutdown.cancelled() => {
+                    return ProcessEnd::Close { reason: CloseReason::Shutdown, reply: None };
+                }
+                command = self.commands.recv() => {
+                    let Some(command) = command else {
+                        return ProcessEnd::Close { reason: CloseReason::Killed, reply: None };
+                    };
+                    if let Some(end) = self.command_while_running(command, process.as_ref()).await {
+                        return end;
+                    }
+                }
+                () = self.shared.task_wake.notified() => self.attachments_changed(),
+                written = write_some(input, pending_input.as_ref()), if pending_input.is_some() => {
+                    match written {
+                        Ok(written) => {
+                            if let Some(data) = pending_input.as_mut() {
+                                data.advance(written);
+                                if data.is_empty() {
+                                    pending_input = None;
+                                }
+                            }
+                        }
+                        Err(error) => {
+                            tracing::debug!(session_id = %self.id, %error, "input dropped: pty not writable");
+                            pending_input = None;
+                        }
+                    }
+                }
+                chunk = self.input.recv(), if pending_input.is_none() => {
+                    if let Some(chunk) = chunk && self.accepts_input(chunk.generation) {
+                        pending_input = Some(chunk.data);
+                    }
+                }
+                read = read_some(output, &mut read_buf, allowance), if allowance > 0 => {
+                    match read {
+                        Ok(0) => output_ended = true,
+                        Ok(_) => self.push_output(read_buf.split().freeze()),
+                        Err(error) => {
+                            tracing::debug!(session_id = %self.id, %error, "pty output ended with an error");
+                            output_ended = true;
+                        }
+                    }
+                }
+                status = &mut wait => {
+                    let status = status.unwrap_or_else(|error| {
+                        tracing::warn!(session_id = %self.id, %error, "exit status unknown");
+                        ExitStatus::exited(-1)
+                    });
+                    if !output_ended {
+                        self.drain_output(output, &mut read_buf).await;
+                    }
+                    return ProcessEnd::Exited(status);
+                }
+                () = sleep_until(idle_deadline.unwrap_or_else(Instant::now)), if idle_deadline.is_some() => {
+                    tracing::info!(session_id = %self.id, "no client attached for the detached timeout");
+                    return ProcessEnd::Close { reason: CloseReason::IdleReaped, reply: None };
+                }
+                () = sleep_until(activity_due.unwrap_or_else(Instant::now)), if activity_due.is_some() => {
+                    self.report_activity();
+                }
+            }
+        }
+    }
+
+    async fn command_while_running(
+        &mut self,
+        command: Command,
+        process: &dyn PtyProcess,
+    ) -> Option<ProcessEnd> {
+        match command {
+            Command::Attach { request, reply } => {
+                let attached = self.attach(request, Some(process)).await;
+                let _ = reply.send(attached);
+            }
+            Command::Resize {
+                generation,
+                size,
+                reply,
+            } => {
+                let result = if self
+                    .shared
+                    .lock()
+                    .attachments
+                    .is_current_controller(generation)
+                {
+                    self.resize(size, process).await;
+                    Ok(())
+                } else {
+                    Err(Error::PermissionDenied(
+                        "another controller took over; this client may not resize".to_owned(),
+                    ))
+                };
+                let _ = reply.send(result);
+            }
+            Command::Reset { generation, reply } => {
+                if generation.is_some()
+                    && !self
+                        .shared
+                        .lock()
+                        .attachments
+                        .is_current_controller(generation)
+                {
+                    let _ = reply.send(Err(Error::PermissionDenied(
+                        "another controller took over; this client may not reset".to_owned(),
+                    )));
+                } else {
+                    return Some(ProcessEnd::Reset { reply });
+                }
+            }
+            Command::Kill { reply } => {
+                return Some(ProcessEnd::Close {
+                    reason: CloseReason::Killed,
+                    reply: Some(reply),
+                });
+            }
+        }
+        None
+    }
+
+    /// Registers a client. A controller's size is applied first, so its `Connected` already
+    /// shows it. `process` is `None` once the process has exited.
+    async fn attach(
+        &mut self,
+        request: AttachRequest,
+        process: Option<&dyn PtyProcess>,
+    ) -> Result<AttachedClient, Error> {
+        {
+            let state = self.shared.lock();
+            let end = state.ring.end();
+            if let Some(since) = request.since
+                && since > end
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "resume offset {since} is beyond the session's output ({end} bytes so far)"
+                )));
+            }
+        }
+        if request.role == Role::Controller
+            && let (Some(size), Some(process)) = (request.size, process)
+        {
+            self.resize(size, process).await;
+        }
+        let attached = {
+            let mut state = self.shared.lock();
+            let state = &mut *state;
+            let start = state.ring.start();
+            let end = state.ring.end();
+            let since = request.since.unwrap_or(start);
+            let attached = state.attachments.attach(request.role, since, end);
+            state.attachments.push_event(
+                attached.client,
+                0,
+                ClientEvent::Connected {
+                    role: request.role,
+                    offset: since.max(start),
+                    size: state.size,
+                    phase: state.phase,
+                },
+            );
+            if let (SessionPhase::Exited, Some(exit)) = (state.phase, state.exit) {
+                state
+                    .attachments
+                    .push_event(attached.client, end, ClientEvent::Exit(exit));
+            }
+            attached
+        };
+        if let Some(previous) = attached.superseded {
+            tracing::info!(session_id = %self.id, ?previous, "controller taken over");
+        }
+        self.shared.notify_clients();
+        self.attachments_changed();
+        Ok(AttachedClient {
+            client: attached.client,
+            generation: attached.generation,
+        })
+    }
+
+    /// Applies `size` to the PTY and tells every client. A failed resize is logged and never
+    /// ends the session.
+    async fn resize(&mut self, size: crate::domain::TerminalSize, process: &dyn PtyProcess) {
+        if let Err(error) = process.resize(size).await {
+            tracing::warn!(session_id = %self.id, %error, "resize failed");
+            return;
+        }
+        let mut state = self.shared.lock();
+        if state.size != size {
+            state.size = size;
+            let end = state.ring.end();
+            state.attachments.broadcast(end, &ClientEvent::Resize(size));
+            drop(state);
+            self.shared.notify_clients();
+        }
+    }
+
+    fn accepts_input(&mut self, generation: u64) -> bool {
+        let mut state = self.shared.lock();
+        let accepted = state.attachments.is_current_controller(Some(generation));
+        if accepted {
+            state.last_activity_at = SystemTime::now();
+            drop(state);
+            self.activity.mark();
+        }
+        accepted
+    }
+
+    /// How much may be read now (flow control), noting whether the task waits for the controller.
+    fn read_allowance(&self) -> usize {
+        let mut state = self.shared.lock();
+        let allowance = state.read_allowance();
+        state.reader_waiting = allowance == 0;
+        allowance
+    }
+
+    fn push_output(&mut self, chunk: Bytes) {
+        {
+            let mut state = self.shared.lock();
+            state.ring.push(chunk);
+            state.last_activity_at = SystemTime::now();
+        }
+        self.shared.notify_clients();
+        self.activity.mark();
+    }
+
+    /// Takes what is still readable after the leader exited: until the end of output, a quiet
+    /// moment or a time limit, whichever comes first, and never beyond what flow control allows.
+    async fn drain_output(
+        &mut self,
+        output: &mut Pin<Box<dyn AsyncRead + Send>>,
+        read_buf: &mut BytesMut,
+    ) {
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        loop {
+            let allowance = self.read_allowance();
+            if allowance == 0 {
+                break;
+            }
+            if read_buf.capacity() - read_buf.len() < MIN_READ_SPACE {
+                read_buf.reserve(READ_BLOCK);
+            }
+            let quiet_until = (Instant::now() + DRAIN_QUIET).min(deadline);
+            match timeout_at(quiet_until, read_some(output, read_buf, allowance)).await {
+                Ok(Ok(read)) if read > 0 => self.push_output(read_buf.split().freeze()),
+                _ => break,
+            }
+        }
+    }
+
+    /// Records the exit, tells every client, and ends what is left of the process group.
+    fn exited(&mut self, status: ExitStatus, pty: Pty) {
+        {
+            let mut state = self.shared.lock();
+            state.phase = SessionPhase::Exited;
+            state.exit = Some(status);
+            state.pid = None;
+            let end = state.ring.end();
+            state.attachments.broadcast(end, &ClientEvent::Exit(status));
+        }
+        self.shared.notify_clients();
+        tracing::info!(session_id = %self.id, code = status.code, signal = ?status.signal, "process exited");
+        self.context.registry.publish(BrokerEventKind::Exited {
+            session_id: self.id,
+            exit: status,
+        });
+        self.report_activity();
+        let Pty { process, .. } = pty;
+        let grace = self.settings.kill_grace;
+        let session_id = self.id;
+        // Background processes may still hold the terminal; they go now, without delaying the
+        // exit report.
+        self.context.tracker.spawn(async move {
+            end_process_group(process.as_ref(), grace, session_id).await;
+        });
+    }
+
+    /// Keeps an exited session's output and status for late attaches until the tombstone
+    /// period ends, a kill, or shutdown.
+    async fn keep_tombstone(&mut self) -> (CloseReason, Option<oneshot::Sender<SessionInfo>>) {
+        let deadline = Instant::now() + self.settings.tombstone;
+        loop {
+            tokio::select! {
+                biased;
+                () = self.context.shutdown.cancelled() => return (CloseReason::Shutdown, None),
+                command = self.commands.recv() => match command {
+                    None => return (CloseReason::Killed, None),
+                    Some(Command::Kill { reply }) => return (CloseReason::Killed, Some(reply)),
+                    Some(Command::Attach { request, reply }) => {
+                        let attached = self.attach(request, None).await;
+                        let _ = reply.send(attached);
+                    }
+                    Some(Command::Resize { reply, .. }) => {
+                        let _ = reply.send(Err(exited_error()));
+                    }
+                    Some(Command::Reset { reply, .. }) => {
+                        let _ = reply.send(Err(exited_error()));
+                    }
+                },
+                () = self.shared.task_wake.notified() => self.attachments_changed(),
+                // Input that raced the exit has nowhere to go.
+                Some(_) = self.input.recv() => {}
+                () = sleep_until(deadline) => return (CloseReason::Exited, None),
+            }
+        }
+    }
+
+    /// Ends the process group and starts the command again at the current size.
+    async fn reset(&mut self, mut pty: Pty) -> Result<Pty, Error> {
+        let size = {
+            let mut state = self.shared.lock();
+            state.phase = SessionPhase::Resetting;
+            let end = state.ring.end();
+            state.attachments.broadcast(end, &ClientEvent::Resetting);
+            state.size
+        };
+        self.shared.notify_clients();
+        tracing::info!(session_id = %self.id, "resetting");
+        self.end_process(&pty.process).await;
+        let mut read_buf = BytesMut::new();
+        self.drain_output(&mut pty.output, &mut read_buf).await;
+        drop(pty);
+
+        let mut spec = self.context.spec.clone();
+        spec.size = size;
+        let new_pty = self.spawn(&spec).await?;
+        let info = {
+            let mut state = self.shared.lock();
+            let end = state.ring.end();
+            let size = state.size;
+            state
+                .attachments
+                .broadcast_connected(end, |role| ClientEvent::Connected {
+                    role,
+                    offset: end,
+                    size,
+                    phase: SessionPhase::Running,
+                });
+            state.info(self.id)
+        };
+        self.shared.notify_clients();
+        self.context
+            .registry
+            .publish(BrokerEventKind::ResetDone(info));
+        Ok(new_pty)
+    }
+
+    /// Ends the running process's group and collects the leader's exit status.
+    async fn end_process(&mut self, process: &Arc<dyn PtyProcess>) {
+        end_process_group(process.as_ref(), self.settings.kill_grace, self.id).await;
+        if timeout(REAP_LIMIT, process.wait()).await.is_err() {
+            tracing::warn!(session_id = %self.id, "session leader did not report its exit");
+        }
+    }
+
+    /// Marks the session closed, tells clients and subscribers, and lets the registry forget it.
+    async fn close(&mut self, reason: CloseReason, reply: Option<oneshot::Sender<SessionInfo>>) {
+        let info = {
+            let mut state = self.shared.lock();
+            state.phase = SessionPhase::Closed(reason);
+            state.pid = None;
+            state
+                .attachments
+                .broadcast_final(&ClientEvent::Closed(reason));
+            state.info(self.id)
+        };
+        self.shared.notify_clients();
+        self.context.registry.remove(self.id);
+        self.context.registry.publish(BrokerEventKind::Closed {
+            session_id: self.id,
+            reason,
+        });
+        tracing::info!(session_id = %self.id, reason = reason.as_str(), "session closed");
+        if let Some(reply) = reply {
+            let _ = reply.send(info);
+        }
+        // Clients that keep reading hear `Closed` and leave; a stalled one is cut off.
+        let _ = timeout(CLOSE_FLUSH, async {
+            while !self.shared.lock().attachments.is_empty() {
+                self.shared.task_wake.notified().await;
+            }
+        })
+        .await;
+        self.shared.closed.cancel();
+    }
+
+    /// Re-reads who is attached: publishes changed counts and arms or disarms the idle timer.
+    fn attachments_changed(&mut self) {
+        let (counts, nobody) = {
+            let state = self.shared.lock();
+            (state.attachments.counts(), state.attachments.is_empty())
+        };
+        if counts != self.reported_counts {
+            self.reported_counts = counts;
+            self.context
+                .registry
+                .publish(BrokerEventKind::AttachmentsChanged {
+                    session_id: self.id,
+                    controllers: counts.0,
+                    viewers: counts.1,
+                });
+        }
+        if !nobody {
+            self.idle_deadline = None;
+        } else if self.idle_deadline.is_none() {
+            self.idle_deadline = Some(Instant::now() + self.settings.detached_timeout);
+        }
+    }
+
+    fn report_activity(&mut self) {
+        if !self.activity.pending {
+            return;
+        }
+        let (last_activity_at, output_offset) = {
+            let state = self.shared.lock();
+            (state.last_activity_at, state.ring.end())
+        };
+        self.activity.reported();
+        self.context.registry.publish(BrokerEventKind::Activity {
+            session_id: self.id,
+            last_activity_at,
+            output_offset,
+        });
+    }
+}
+
+fn exited_error() -> Error {
+    Error::FailedPrecondition("the session's process has exited".to_owned())
+}
+
+/// Batches activity: at most one report per interval, and only after something happened.
+#[derive(Debug, Default)]
+struct ActivityReport {
+    pending: bool,
+    last_report: Option<Instant>,
+}
+
+impl ActivityReport {
+    fn mark(&mut self) {
+        self.pending = true;
+    }
+
+    fn due(&self) -> Option<Instant> {
+        if !self.pending {
+            return None;
+        }
+        Some(
+            self.last_report
+                .map_or_else(Instant::now, |last| last + ACTIVITY_INTERVAL),
+        )
+    }
+
+    fn reported(&mut self) {
+        self.pending = false;
+        self.last_report = Some(Instant::now());
+    }
+}
+
+async fn read_some(
+    output: &mut Pin<Box<dyn AsyncRead + Send>>,
+    read_buf: &mut BytesMut,
+    allowance: usize,
+) -> io::Result<usize> {
+    let mut limited = read_buf.limit(allowance);
+    output.read_buf(&mut limited).await
+}
+
+async fn write_some(
+    input: &mut Pin<Box<dyn AsyncWrite + Send>>,
+    data: Option<&Bytes>,
+) -> io::Result<usize> {
+    match data {
+        Some(data) => input.write(data).await,
+        None => Ok(0),
+    }
+}
+
+/// Ends every process of a session: SIGHUP, then SIGTERM, then SIGKILL, each only if something
+/// is still alive, with the grace period split between the first two.
+pub(crate) async fn end_process_group(process: &dyn PtyProcess, grace: Duration, session_id: Uuid) {
+    let steps = [
+        (GroupSignal::Hangup, grace / 2),
+        (GroupSignal::Terminate, grace / 2),
+        (GroupSignal::Kill, KILL_CONFIRM),
+    ];
+    for (signal, patience) in steps {
+        if !group_alive(process, session_id).await {
+            return;
+        }
+        if let Err(error) = process.signal_group(signal).await {
+            tracing::warn!(%session_id, ?signal, %error, "signalling the process group failed");
+        }
+        let deadline = Instant::now() + patience;
+        while Instant::now() < deadline {
+            tokio::time::sleep(GROUP_POLL).await;
+            if !group_alive(process, session_id).await {
+                tracing::debug!(%session_id, ?signal, "process group ended");
+                return;
+            }
+        }
+    }
+    tracing::warn!(%session_id, "processes of the session survived SIGKILL");
+}
+
+async fn group_alive(process: &dyn PtyProcess, session_id: Uuid) -> bool {
+    process.group_alive().await.unwrap_or_else(|error| {
+        tracing::warn!(%session_id, %error, "cannot tell whether the process group is alive");
+        // Assume it is: signalling a dead group is harmless, leaving a live one is not.
+        true
+    })
+}

@@ -1,0 +1,493 @@
+//! The broker test harness: a real broker on 127.0.0.1:0 with one backend (local PTYs or Docker),
+//! typed gRPC clients, signed tickets, and a backend-neutral way to list a session's processes.
+//!
+//! Scenarios take a [`Backend`] and use only POSIX sh/busybox commands, so that the same scenario
+//! runs against both runtimes; `backend_scenarios!` generates one test per backend for each.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail};
+use attach_ticket::{TicketKey, TicketRole};
+use bytes::Bytes;
+use pty_broker::runtime::PtyRuntime;
+use pty_broker::runtime::docker::{DockerRuntime, DockerRuntimeConfig};
+use pty_broker::runtime::local::LocalRuntime;
+use pty_broker::{BackendKind, Broker, Config, ServiceToken};
+use ptyhub_proto::broker::v1 as pb;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tonic::{Request, Status, Streaming};
+use uuid::Uuid;
+
+/// How long any single wait in a scenario may take before it fails: generous, because this is a
+/// liveness bound on a shared machine, never a speed assertion.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+pub const TICKET_SECRET: &[u8] = b"test-ticket-secret-0123456789";
+
+pub mod docker;
+
+/// Generates `mod local { ... }` and `mod docker { ... }` with
+/// one test per scenario function `async fn name(backend: Backend) -> anyhow::Result<()>`.
+macro_rules! backend_scenarios {
+    ($($scenario:ident),* $(,)?) => {
+        mod local {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() -> anyhow::Result<()> {
+                    super::support::init_logging();
+                    super::$scenario(super::support::Backend::Local).await
+                }
+            )*
+        }
+
+        mod docker {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() -> anyhow::Result<()> {
+                    super::support::init_logging();
+                    // Skips with a reason without an engine; fails under CI=true.
+                    if !test_support::require(test_support::Requirement::Docker) {
+                        return Ok(());
+                    }
+                    super::$scenario(super::support::Backend::Docker).await
+                }
+            )*
+        }
+    };
+}
+
+/// Which runtime a scenario runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    Docker,
+}
+
+pub fn init_logging() {
+    test_support::init_test_logging();
+}
+
+/// A broker serving on 127.0.0.1:0, and what a test needs to talk to it.
+#[derive(Debug)]
+pub struct TestBroker {
+    pub backend: Backend,
+    pub address: std::net::SocketAddr,
+    pub client: PtyBrokerClient<Channel>,
+    pub ticket_key: TicketKey,
+    stop: CancellationToken,
+    server: Option<JoinHandle<Result<(), pty_broker::Error>>>,
+    /// The Docker backend's own container, removed when the broker is dropped.
+    container: Option<docker::DockerFixture>,
+}
+
+/// Adjusts the broker's configuration before it starts.
+pub type Configure = Box<dyn FnOnce(&mut Config) + Send>;
+
+impl TestBroker {
+    pub async fn start(backend: Backend) -> anyhow::Result<Self> {
+        Self::start_with(backend, Box::new(|_| {})).await
+    }
+
+    pub async fn start_with(backend: Backend, configure: Configure) -> anyhow::Result<Self> {
+        let ticket_key = TicketKey::new(TICKET_SECRET.to_vec())?;
+        let mut config = Config::new(
+            ServiceToken::new(SERVICE_TOKEN).map_err(anyhow::Error::msg)?,
+            ticket_key.clone(),
+        );
+        config.kill_grace = Duration::from_millis(500);
+        configure(&mut config);
+        let mut container = None;
+        let (kind, runtime): (BackendKind, Arc<dyn PtyRuntime>) = match backend {
+            Backend::Local => (
+                BackendKind::Local,
+                Arc::new(LocalRuntime::with_default_shell("/bin/sh")),
+            ),
+            Backend::Docker => {
+                let fixture = docker::DockerFixture::start()
+                    .await
+                    .context("a docker engine for the docker backend")?;
+                container = Some(fixture);
+                (
+                    BackendKind::Docker,
+                    Arc::new(DockerRuntime::new(DockerRuntimeConfig::default())?),
+                )
+            }
+        };
+        let broker = Broker::builder(config).runtime(kind, runtime).build();
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(broker.serve(listener, stop.clone().cancelled_owned()));
+        let client = PtyBrokerClient::connect(format!("http://{address}"))
+            .await
+            .context("connect to the broker")?
+            .max_decoding_message_size(8 << 20)
+            .max_encoding_message_size(8 << 20);
+        Ok(Self {
+            backend,
+            address,
+            client,
+            ticket_key,
+            stop,
+            server: Some(server),
+            container,
+        })
+    }
+
+    /// A client of the same broker on a connection of its own.
+    pub async fn new_client(&self) -> anyhow::Result<PtyBrokerClient<Channel>> {
+        Ok(PtyBrokerClient::connect(format!("http://{}", self.address))
+            .await?
+            .max_decoding_message_size(8 << 20)
+            .max_encoding_message_size(8 << 20))
+    }
+
+    pub fn target(&self) -> pb::Target {
+        let kind = match self.backend {
+            Backend::Local => pb::target::Kind::Local(pb::LocalTarget {}),
+            Backend::Docker => pb::target::Kind::Docker(pb::DockerTarget {
+                container: self
+                    .container
+                    .as_ref()
+                    .map(|fixture| fixture.name().to_owned())
+                    .unwrap_or_default(),
+            }),
+        };
+        pb::Target { kind: Some(kind) }
+    }
+
+    /// Spawns `sh -c script` at 80x24.
+    pub async fn spawn_sh(&self, script: &str) -> anyhow::Result<pb::SessionInfo> {
+        self.spawn(&["sh", "-c", script], 80, 24).await
+    }
+
+    pub async fn spawn(
+        &self,
+        command: &[&str],
+        cols: u32,
+        rows: u32,
+    ) -> anyhow::Result<pb::SessionInfo> {
+        let request = pb::SpawnRequest {
+            session_id: Uuid::new_v4().to_string(),
+            target: Some(self.target()),
+            command: command.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: Default::default(),
+            cwd: String::new(),
+            user: String::new(),
+            size: Some(pb::TerminalSize { cols, rows }),
+        };
+        let response = self.client.clone().spawn(authorized(request)).await?;
+        response
+            .into_inner()
+            .session
+            .context("spawn answered without a session")
+    }
+
+    pub async fn kill(&self, session_id: &str) -> anyhow::Result<pb::SessionInfo> {
+        let request = pb::KillRequest {
+            session_id: session_id.to_owned(),
+        };
+        let response = self.client.clone().kill(authorized(request)).await?;
+        response
+            .into_inner()
+            .session
+            .context("kill answered without a session")
+    }
+
+    pub async fn reset(&self, session_id: &str) -> anyhow::Result<pb::SessionInfo> {
+        let request = pb::ResetRequest {
+            session_id: session_id.to_owned(),
+        };
+        let response = self.client.clone().reset(authorized(request)).await?;
+        response
+            .into_inner()
+            .session
+            .context("reset answered without a session")
+    }
+
+    pub async fn get(&self, session_id: &str) -> Result<pb::SessionInfo, Status> {
+        let request = pb::GetRequest {
+            session_id: session_id.to_owned(),
+        };
+        Ok(self
+            .client
+            .clone()
+            .get(authorized(request))
+            .await?
+            .into_inner())
+    }
+
+    pub fn ticket(&self, session_id: &str, role: TicketRole) -> String {
+        let session_id = Uuid::parse_str(session_id).expect("session ids are uuids");
+        self.ticket_key.sign(
+            session_id,
+            role,
+            SystemTime::now() + Duration::from_secs(300),
+        )
+    }
+
+    /// Attaches as `role` with a valid ticket.
+    pub async fn attach(
+        &self,
+        session_id: &str,
+        role: pb::Role,
+        since: Option<u64>,
+    ) -> anyhow::Result<AttachedClient> {
+        let ticket_role = match role {
+            pb::Role::Controller => TicketRole::Controller,
+            _ => TicketRole::Viewer,
+        };
+        let hello = pb::Hello {
+            ticket: self.ticket(session_id, ticket_role),
+            session_id: session_id.to_owned(),
+            role: role as i32,
+            size: None,
+            since,
+        };
+        Ok(self.attach_with(hello).await?)
+    }
+
+    /// Sends `hello` as the first frame; the error is the call's status.
+    pub async fn attach_with(&self, hello: pb::Hello) -> Result<AttachedClient, Status> {
+        self.attach_with_first_frame(pb::ClientFrame {
+            frame: Some(pb::client_frame::Frame::Hello(hello)),
+        })
+        .await
+    }
+
+    pub async fn attach_with_first_frame(
+        &self,
+        first: pb::ClientFrame,
+    ) -> Result<AttachedClient, Status> {
+        let (sender, receiver) = mpsc::channel(64);
+        sender
+            .send(first)
+            .await
+            .map_err(|_| Status::internal("test channel closed"))?;
+        let mut client = self
+            .new_client()
+            .await
+            .map_err(|error| Status::unavailable(error.to_string()))?;
+        let inbound = client
+            .attach(ReceiverStream::new(receiver))
+            .await?
+            .into_inner();
+        let mut attached = AttachedClient {
+            sender,
+            inbound,
+            pending: Vec::new(),
+            connected: None,
+        };
+        match attached.next_frame().await {
+            Ok(pb::server_frame::Frame::Connected(connected)) => {
+                attached.connected = Some(connected);
+                Ok(attached)
+            }
+            Ok(other) => Err(Status::internal(format!(
+                "first server frame was not connected: {other:?}"
+            ))),
+            Err(error) => Err(Status::internal(error.to_string())),
+        }
+    }
+
+    /// The processes of the session whose leader was `leader_pid`, however the backend lists
+    /// them. Empty once the session's process group has ended.
+    pub async fn session_processes(&self, leader_pid: u32) -> anyhow::Result<Vec<u32>> {
+        match self.backend {
+            Backend::Local => Ok(pty_broker::runtime::local::unix_session_members(
+                leader_pid,
+            )?),
+            // Each Docker broker has a container of its own: every process there that was not
+            // there at its start belongs to one of this broker's sessions.
+            Backend::Docker => {
+                let fixture = self
+                    .container
+                    .as_ref()
+                    .context("docker broker without container")?;
+                Ok(fixture
+                    .session_processes()
+                    .await
+                    .into_iter()
+                    .map(|process| process.pid)
+                    .collect())
+            }
+        }
+    }
+
+    /// Waits, within [`PATIENCE`], until the session's processes are gone.
+    pub async fn assert_no_processes_left(&self, leader_pid: u32) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let left = self.session_processes(leader_pid).await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("processes of the session are still running: {left:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the broker the way a signal would and waits for it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            server.await??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Adds the service token to an internal call.
+pub fn authorized<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {SERVICE_TOKEN}").parse().expect("ascii"),
+    );
+    request
+}
+
+/// One attached stream.
+#[derive(Debug)]
+pub struct AttachedClient {
+    pub sender: mpsc::Sender<pb::ClientFrame>,
+    pub inbound: Streaming<pb::ServerFrame>,
+    /// Frames read ahead while looking for something else.
+    pending: Vec<pb::server_frame::Frame>,
+    pub connected: Option<pb::Connected>,
+}
+
+impl AttachedClient {
+    pub fn connected(&self) -> &pb::Connected {
+        self.connected
+            .as_ref()
+            .expect("attached clients are connected")
+    }
+
+    pub async fn send(&self, frame: pb::client_frame::Frame) -> anyhow::Result<()> {
+        self.sender
+            .send(pb::ClientFrame { frame: Some(frame) })
+            .await
+            .context("the attach stream is closed")
+    }
+
+    pub async fn send_input(&self, data: impl Into<Bytes>) -> anyhow::Result<()> {
+        self.send(pb::client_frame::Frame::Input(pb::Input {
+            data: data.into(),
+        }))
+        .await
+    }
+
+    pub async fn send_resize(&self, cols: u32, rows: u32) -> anyhow::Result<()> {
+        self.send(pb::client_frame::Frame::Resize(pb::TerminalSize {
+            cols,
+            rows,
+        }))
+        .await
+    }
+
+    /// The next server frame, within [`PATIENCE`]. Fails when the stream ends.
+    pub async fn next_frame(&mut self) -> anyhow::Result<pb::server_frame::Frame> {
+        if !self.pending.is_empty() {
+            return Ok(self.pending.remove(0));
+        }
+        match self.next_message().await? {
+            Some(frame) => Ok(frame),
+            None => bail!("the attach stream ended"),
+        }
+    }
+
+    /// The next server frame, or `None` when the stream ended cleanly.
+    pub async fn next_message(&mut self) -> anyhow::Result<Option<pb::server_frame::Frame>> {
+        if !self.pending.is_empty() {
+            return Ok(Some(self.pending.remove(0)));
+        }
+        let message = tokio::time::timeout(PATIENCE, self.inbound.message())
+            .await
+            .context("no server frame in time")??;
+        Ok(message.map(|frame| frame.frame.expect("server frames are never empty")))
+    }
+
+    /// Collects output until it contains `needle`; returns all output read and every non-output
+    /// frame seen on the way is kept for later.
+    pub async fn read_until(&mut self, needle: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let mut output = Vec::new();
+        let mut others = Vec::new();
+        let found = loop {
+            if output.windows(needle.len()).any(|window| window == needle) {
+                break true;
+            }
+            match self.next_message().await {
+                Ok(Some(pb::server_frame::Frame::Output(chunk))) => {
+                    output.extend_from_slice(&chunk.data)
+                }
+                Ok(Some(other)) => others.push(other),
+                Ok(None) => break false,
+                Err(error) => {
+                    return Err(error.context(format!(
+                        "waiting for {:?}; output so far: {:?}",
+                        String::from_utf8_lossy(needle),
+                        String::from_utf8_lossy(&output)
+                    )));
+                }
+            }
+        };
+        self.pending.splice(0..0, others);
+        if !found {
+            bail!(
+                "stream ended before {:?} arrived; output: {:?}",
+                String::from_utf8_lossy(needle),
+                String::from_utf8_lossy(&output)
+            );
+        }
+        Ok(output)
+    }
+
+    /// Reads frames, collecting output, until one matches `wanted`; returns the output and it.
+    pub async fn read_until_frame(
+        &mut self,
+        wanted: impl Fn(&pb::server_frame::Frame) -> bool,
+    ) -> anyhow::Result<(Vec<u8>, pb::server_frame::Frame)> {
+        let mut output = Vec::new();
+        loop {
+            let frame = self.next_frame().await.with_context(|| {
+                format!("output so far: {:?}", String::from_utf8_lossy(&output))
+            })?;
+            if wanted(&frame) {
+                return Ok((output, frame));
+            }
+            if let pb::server_frame::Frame::Output(chunk) = frame {
+                output.extend_from_slice(&chunk.data);
+            }
+        }
+    }
+
+    /// Output (with its offsets checked for continuity) until the process exits.
+    pub async fn read_to_exit(&mut self) -> anyhow::Result<(Vec<u8>, pb::ExitStatus)> {
+        let (output, frame) = self
+            .read_until_frame(|frame| matches!(frame, pb::server_frame::Frame::Exit(_)))
+            .await?;
+        let pb::server_frame::Frame::Exit(exit) = frame else {
+            unreachable!()
+        };
+        Ok((output, exit))
+    }
+}
