@@ -76,3 +76,257 @@ macro_rules! both_databases {
         }
     };
 }
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use attach_ticket::TicketKey;
+use ptyhub_proto::broker::v1 as broker_wire;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use tokio::sync::oneshot;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+pub const TICKET_SECRET: &[u8] = b"test ticket secret 0123456789abcdef";
+/// Generous bound for things that happen asynchronously (events, reconnects).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A server running on a runtime of its own, so that a test can kill it as a crash would:
+/// every task and connection dropped at once, nothing said to peers.
+#[derive(Debug)]
+pub struct Isolated {
+    pub address: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+    shutdown: Option<oneshot::Sender<()>>,
+    finished: Option<oneshot::Receiver<String>>,
+}
+
+impl Isolated {
+    fn start<F>(serve: impl FnOnce(tokio::net::TcpListener, oneshot::Receiver<()>) -> F) -> Self
+    where
+        F: std::future::Future<Output = String> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let address = listener.local_addr().expect("address");
+        let (shutdown, shutdown_requested) = oneshot::channel();
+        let (done, finished) = oneshot::channel();
+        let served = {
+            let _entered = runtime.enter();
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            serve(listener, shutdown_requested)
+        };
+        runtime.spawn(async move {
+            let outcome = served.await;
+            let _ = done.send(outcome);
+        });
+        Self {
+            address,
+            runtime: Some(runtime),
+            shutdown: Some(shutdown),
+            finished: Some(finished),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Asks for a graceful shutdown and waits for it; returns how the server ended.
+    pub async fn stop(mut self) -> String {
+        let _ = self.shutdown.take().expect("running").send(());
+        tokio::time::timeout(PATIENCE, self.finished.take().expect("running"))
+            .await
+            .expect("server stops within the patience")
+            .unwrap_or_else(|_| "server task vanished".into())
+    }
+
+    /// Ends the server as a crash would.
+    pub fn kill(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn ticket_key() -> TicketKey {
+    TicketKey::new(TICKET_SECRET.to_vec()).unwrap()
+}
+
+/// A real pty-broker with the local backend.
+pub fn start_broker() -> Isolated {
+    let config = pty_broker::Config::new(
+        pty_broker::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        ticket_key(),
+    );
+    Isolated::start(move |listener, shutdown| async move {
+        match pty_broker::run(config, listener, async {
+            let _ = shutdown.await;
+        })
+        .await
+        {
+            Ok(()) => "stopped".to_owned(),
+            Err(error) => format!("failed: {error}"),
+        }
+    })
+}
+
+/// session-api on `database_url` with the static brokers `id=endpoint`.
+pub fn start_session_api(database_url: &str, brokers: &[(&str, String)]) -> Isolated {
+    let mut config = session_api::Config::new(
+        database_url,
+        session_api::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        ticket_key(),
+    );
+    config.brokers = brokers
+        .iter()
+        .map(|(id, endpoint)| session_api::StaticBroker {
+            id: (*id).to_owned(),
+            endpoint: endpoint.clone(),
+        })
+        .collect();
+    config.activity_flush_interval = Duration::from_millis(100);
+    config.heartbeat_timeout = Duration::from_secs(3);
+    Isolated::start(move |listener, shutdown| async move {
+        match session_api::run(config, listener, async {
+            let _ = shutdown.await;
+        })
+        .await
+        {
+            Ok(()) => "stopped".to_owned(),
+            Err(error) => format!("failed: {error}"),
+        }
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct BearerToken;
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {SERVICE_TOKEN}").parse().unwrap(),
+        );
+        Ok(request)
+    }
+}
+
+pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToken>>;
+pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerToken>>;
+pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerToken>>;
+
+async fn channel(endpoint: &str) -> Channel {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        match Channel::from_shared(endpoint.to_owned())
+            .unwrap()
+            .connect()
+            .await
+        {
+            Ok(channel) => return channel,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(%error, "not up yet");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("cannot connect to {endpoint}: {error}"),
+        }
+    }
+}
+
+pub async fn session_client(server: &Isolated) -> SessionClient {
+    SessionApiClient::with_interceptor(channel(&server.endpoint()).await, BearerToken)
+}
+
+pub async fn registry_client(server: &Isolated) -> RegistryClient {
+    BrokerRegistryClient::with_interceptor(channel(&server.endpoint()).await, BearerToken)
+}
+
+pub async fn broker_client(broker: &Isolated) -> BrokerClient {
+    PtyBrokerClient::with_interceptor(channel(&broker.endpoint()).await, BearerToken)
+}
+
+/// Ids of the sessions the broker has a process for.
+pub async fn broker_processes(broker: &mut BrokerClient) -> Vec<String> {
+    broker
+        .list(broker_wire::ListRequest {})
+        .await
+        .expect("broker list")
+        .into_inner()
+        .sessions
+        .into_iter()
+        .filter(|session| {
+            matches!(
+                broker_wire::SessionState::try_from(session.state),
+                Ok(broker_wire::SessionState::Starting
+                    | broker_wire::SessionState::Running
+                    | broker_wire::SessionState::Resetting)
+            )
+        })
+        .map(|session| session.session_id)
+        .collect()
+}
+
+/// Registers an instance that runs an interactive `sh` on the local backend of `broker_id`.
+pub async fn register_instance(
+    client: &mut SessionClient,
+    name: &str,
+    broker_id: &str,
+    max_sessions: u32,
+) -> session_wire::Instance {
+    client
+        .register_instance(session_wire::RegisterInstanceRequest {
+            name: name.to_owned(),
+            target: Some(broker_wire::Target {
+                kind: Some(broker_wire::target::Kind::Local(
+                    broker_wire::LocalTarget {},
+                )),
+            }),
+            command: vec!["sh".into()],
+            max_sessions,
+            broker_id: broker_id.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("register instance")
+        .into_inner()
+}
+
+/// Polls `check` until it returns `Some`, within [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

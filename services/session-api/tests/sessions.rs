@@ -1,0 +1,640 @@
+//! session-api over gRPC with a real pty-broker (local backend) in-process, on both databases:
+//! the cap under concurrency (one replica and two), aliases, names, the lifecycle.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::*;
+use futures::StreamExt;
+use ptyhub_proto::broker::v1 as broker_wire;
+use ptyhub_proto::session::v1 as wire;
+use tonic::Code;
+
+const CAP_MESSAGE: &str = "Maximum of 5 terminal sessions reached for this instance";
+
+fn create(instance: &wire::Instance) -> wire::CreateSessionRequest {
+    wire::CreateSessionRequest {
+        instance: instance.id.clone(),
+        ..Default::default()
+    }
+}
+
+fn resolve_alias(instance: &wire::Instance, alias: &str) -> wire::ResolveSessionRequest {
+    wire::ResolveSessionRequest {
+        instance: instance.id.clone(),
+        selector: Some(wire::resolve_session_request::Selector::Alias(alias.into())),
+        create_if_absent: true,
+        ..Default::default()
+    }
+}
+
+async fn live_sessions(
+    client: &mut SessionClient,
+    instance: &wire::Instance,
+) -> Vec<wire::Session> {
+    client
+        .list_sessions(wire::ListSessionsRequest {
+            instance: instance.id.clone(),
+            include_closed: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+}
+
+async fn all_sessions(client: &mut SessionClient, instance: &wire::Instance) -> Vec<wire::Session> {
+    client
+        .list_sessions(wire::ListSessionsRequest {
+            instance: instance.id.clone(),
+            include_closed: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+}
+
+/// Sends `count` creates at once, spread over `clients`; returns (successes, cap refusals).
+async fn concurrent_creates(
+    clients: &[SessionClient],
+    instance: &wire::Instance,
+    count: usize,
+) -> (usize, usize) {
+    let mut tasks = Vec::new();
+    for index in 0..count {
+        let mut client = clients[index % clients.len()].clone();
+        let request = create(instance);
+        tasks.push(tokio::spawn(
+            async move { client.create_session(request).await },
+        ));
+    }
+    let (mut created, mut refused) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert_eq!(status.message(), CAP_MESSAGE);
+                refused += 1;
+            }
+            Err(status) => panic!("unexpected {status:?}"),
+        }
+    }
+    (created, refused)
+}
+
+both_databases!(
+    fifty_concurrent_creates_give_exactly_the_cap,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "cap", "b1", 5).await;
+
+        let (created, refused) = concurrent_creates(&[client.clone()], &instance, 50).await;
+
+        assert_eq!((created, refused), (5, 45));
+        assert_eq!(
+            all_sessions(&mut client, &instance).await.len(),
+            5,
+            "no row left by a refusal"
+        );
+        let mut broker_client = broker_client(&broker).await;
+        assert_eq!(broker_processes(&mut broker_client).await.len(), 5);
+    }
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_one_postgres_database_share_the_cap() {
+    let Some(database) = FreshDatabase::create(Backend::Postgres).await else {
+        return;
+    };
+    let broker = start_broker();
+    let first = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut first_client = session_client(&first).await;
+    let second = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let second_client = session_client(&second).await;
+    let instance = register_instance(&mut first_client, "replicas", "b1", 5).await;
+
+    let (created, refused) =
+        concurrent_creates(&[first_client.clone(), second_client], &instance, 50).await;
+
+    assert_eq!((created, refused), (5, 45));
+    assert_eq!(all_sessions(&mut first_client, &instance).await.len(), 5);
+    let mut broker_client = broker_client(&broker).await;
+    assert_eq!(broker_processes(&mut broker_client).await.len(), 5);
+}
+
+both_databases!(
+    twenty_concurrent_alias_resolves_give_one_session,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "alias", "b1", 5).await;
+
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let mut client = client.clone();
+            let request = resolve_alias(&instance, "conversation-42");
+            tasks.push(tokio::spawn(async move {
+                client.resolve_session(request).await
+            }));
+        }
+        let mut ids = HashSet::new();
+        let mut created = 0;
+        for task in tasks {
+            let attachment = task.await.unwrap().expect("resolve").into_inner();
+            assert!(!attachment.attach.unwrap().ticket.is_empty());
+            created += usize::from(attachment.created);
+            ids.insert(attachment.session.unwrap().id);
+        }
+        assert_eq!((ids.len(), created), (1, 1));
+        let mut broker_client = broker_client(&broker).await;
+        assert_eq!(
+            broker_processes(&mut broker_client).await,
+            ids.into_iter().collect::<Vec<_>>()
+        );
+    }
+);
+
+both_databases!(
+    default_counts_and_closing_frees_the_slot_and_the_alias,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "default", "b1", 2).await;
+
+        let default = client
+            .resolve_session(wire::ResolveSessionRequest {
+                instance: instance.id.clone(),
+                selector: Some(wire::resolve_session_request::Selector::Default(true)),
+                create_if_absent: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap();
+        assert_eq!(default.aliases, vec!["default".to_owned()]);
+        client
+            .create_session(create(&instance))
+            .await
+            .expect("second slot");
+        let refused = client.create_session(create(&instance)).await.unwrap_err();
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        assert_eq!(
+            refused.message(),
+            "Maximum of 2 terminal sessions reached for this instance"
+        );
+
+        let closed = client
+            .close_session(wire::CloseSessionRequest {
+                instance: instance.id.clone(),
+                session_id: default.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(closed.status, wire::SessionStatus::Closed as i32);
+        assert_eq!(closed.close_reason, wire::CloseReason::ClosedByUser as i32);
+
+        let reopened = client
+            .resolve_session(resolve_alias(&instance, "default"))
+            .await
+            .expect("the slot and the alias are free again")
+            .into_inner();
+        assert!(reopened.created);
+        assert_ne!(reopened.session.unwrap().id, default.id);
+        let mut broker_client = broker_client(&broker).await;
+        let processes = broker_processes(&mut broker_client).await;
+        assert_eq!(processes.len(), 2);
+        assert!(
+            !processes.contains(&default.id),
+            "the closed session's process is gone"
+        );
+    }
+);
+
+both_databases!(
+    default_names_reuse_the_smallest_free_number,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "names", "b1", 5).await;
+        let mut sessions = Vec::new();
+        for _ in 0..3 {
+            let attachment = client
+                .create_session(create(&instance))
+                .await
+                .unwrap()
+                .into_inner();
+            sessions.push(attachment.session.unwrap());
+        }
+        let names: Vec<&str> = sessions.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["Session 1", "Session 2", "Session 3"]);
+        client
+            .close_session(wire::CloseSessionRequest {
+                instance: instance.id.clone(),
+                session_id: sessions[0].id.clone(),
+            })
+            .await
+            .unwrap();
+        let next = client
+            .create_session(create(&instance))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(next.session.unwrap().name, "Session 1");
+    }
+);
+
+both_databases!(
+    bad_names_are_invalid_and_change_nothing,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "bad-names", "b1", 5).await;
+        let session = client
+            .create_session(wire::CreateSessionRequest {
+                name: "  build  ".into(),
+                ..create(&instance)
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap();
+        assert_eq!(session.name, "build");
+
+        let bad_names = [
+            "   ".to_owned(),
+            "x".repeat(256),
+            "a\u{1}b".to_owned(),
+            "tab\there".to_owned(),
+        ];
+        for name in &bad_names {
+            let refused = client
+                .create_session(wire::CreateSessionRequest {
+                    name: name.clone(),
+                    ..create(&instance)
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), Code::InvalidArgument, "create {name:?}");
+            assert_eq!(refused.message(), refused.message().to_lowercase());
+        }
+        for name in bad_names.iter().chain([&String::new()]) {
+            let refused = client
+                .rename_session(wire::RenameSessionRequest {
+                    instance: instance.id.clone(),
+                    session_id: session.id.clone(),
+                    name: name.clone(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), Code::InvalidArgument, "rename {name:?}");
+        }
+        let after = all_sessions(&mut client, &instance).await;
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].name, "build");
+        let mut broker_client = broker_client(&broker).await;
+        assert_eq!(broker_processes(&mut broker_client).await.len(), 1);
+
+        let renamed = client
+            .rename_session(wire::RenameSessionRequest {
+                instance: instance.id.clone(),
+                session_id: session.id.clone(),
+                name: "x".repeat(255),
+            })
+            .await
+            .expect("255 characters is allowed")
+            .into_inner();
+        assert_eq!(renamed.name.len(), 255);
+    }
+);
+
+both_databases!(
+    an_exit_reaches_the_record_and_the_change_stream,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "exits", "b1", 5).await;
+        let mut changes = client
+            .watch_sessions(wire::WatchSessionsRequest {
+                instance: instance.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+
+        let mut expected = Vec::new();
+        for (command, code, signal) in [("exit 7", 7, None), ("kill -TERM $$", 143, Some(15))] {
+            let session = client
+                .create_session(wire::CreateSessionRequest {
+                    command: vec!["sh".into(), "-c".into(), format!("sleep 0.2; {command}")],
+                    ..create(&instance)
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .session
+                .unwrap();
+            expected.push((session.id, code, signal));
+        }
+
+        let mut seen_exits = HashSet::new();
+        while seen_exits.len() < expected.len() {
+            let change = tokio::time::timeout(PATIENCE, changes.next())
+                .await
+                .expect("a change within the patience")
+                .expect("stream open")
+                .expect("change");
+            let session = change.session.unwrap();
+            if session.status == wire::SessionStatus::Exited as i32 {
+                let exit = session.exit.expect("an exited session has its exit status");
+                let (_, code, signal) = expected.iter().find(|(id, ..)| *id == session.id).unwrap();
+                assert_eq!((exit.code, exit.signal), (*code, *signal));
+                assert_eq!(change.kind, wire::session_change::Kind::Status as i32);
+                seen_exits.insert(session.id);
+            }
+        }
+        for (id, code, signal) in &expected {
+            let session = client
+                .get_session(wire::GetSessionRequest {
+                    instance: instance.id.clone(),
+                    session_id: id.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(
+                session.status == wire::SessionStatus::Exited as i32
+                    || session.status == wire::SessionStatus::Closed as i32
+            );
+            let exit = session.exit.unwrap();
+            assert_eq!((exit.code, exit.signal), (*code, *signal));
+        }
+        // An exited session holds no slot.
+        assert!(
+            live_sessions(&mut client, &instance)
+                .await
+                .iter()
+                .all(|s| s.status == wire::SessionStatus::Exited as i32)
+        );
+    }
+);
+
+both_databases!(
+    a_broker_killed_and_restarted_loses_its_old_sessions,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "broker-dies", "b1", 5).await;
+        let mut old = Vec::new();
+        for _ in 0..2 {
+            let attachment = client
+                .create_session(create(&instance))
+                .await
+                .unwrap()
+                .into_inner();
+            old.push(attachment.session.unwrap().id);
+        }
+
+        broker.kill();
+        let restarted = start_broker();
+        let mut registry = registry_client(&api).await;
+        registry
+            .register_broker(wire::RegisterBrokerRequest {
+                id: "b1".into(),
+                endpoint: restarted.endpoint(),
+                docker: false,
+            })
+            .await
+            .unwrap();
+
+        for id in &old {
+            let session = eventually("old session closed as broker_lost", || {
+                let mut client = client.clone();
+                let request = wire::GetSessionRequest {
+                    instance: instance.id.clone(),
+                    session_id: id.clone(),
+                };
+                async move {
+                    let session = client.get_session(request).await.unwrap().into_inner();
+                    (session.status == wire::SessionStatus::Closed as i32).then_some(session)
+                }
+            })
+            .await;
+            assert_eq!(session.close_reason, wire::CloseReason::BrokerLost as i32);
+        }
+        let fresh = client
+            .create_session(create(&instance))
+            .await
+            .expect("the restarted broker serves")
+            .into_inner();
+        let mut broker_client = broker_client(&restarted).await;
+        assert_eq!(
+            broker_processes(&mut broker_client).await,
+            vec![fresh.session.unwrap().id]
+        );
+    }
+);
+
+both_databases!(
+    session_api_restarted_keeps_records_and_leaves_live_ptys_alone,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let mut broker_client = broker_client(&broker).await;
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "restart", "b1", 5).await;
+        let mut sessions = Vec::new();
+        for _ in 0..3 {
+            let attachment = client
+                .create_session(create(&instance))
+                .await
+                .unwrap()
+                .into_inner();
+            sessions.push(attachment.session.unwrap().id);
+        }
+        let pids_before: Vec<(String, u32)> = broker_pids(&mut broker_client).await;
+
+        api.kill();
+        // While session-api is away: one process is killed behind its back, and one appears
+        // that no record knows.
+        broker_client
+            .kill(broker_wire::KillRequest {
+                session_id: sessions[2].clone(),
+            })
+            .await
+            .unwrap();
+        let stranger = uuid::Uuid::new_v4().to_string();
+        broker_client
+            .spawn(broker_wire::SpawnRequest {
+                session_id: stranger.clone(),
+                target: Some(broker_wire::Target {
+                    kind: Some(broker_wire::target::Kind::Local(
+                        broker_wire::LocalTarget {},
+                    )),
+                }),
+                command: vec!["sh".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        eventually("the unknown process is ended", || {
+            let mut broker_client = broker_client.clone();
+            let stranger = stranger.clone();
+            async move {
+                (!broker_processes(&mut broker_client)
+                    .await
+                    .contains(&stranger))
+                .then_some(())
+            }
+        })
+        .await;
+        let killed = eventually("the killed session is closed", || {
+            let mut client = client.clone();
+            let request = wire::GetSessionRequest {
+                instance: instance.id.clone(),
+                session_id: sessions[2].clone(),
+            };
+            async move {
+                let session = client.get_session(request).await.unwrap().into_inner();
+                (session.status == wire::SessionStatus::Closed as i32).then_some(session)
+            }
+        })
+        .await;
+        assert_ne!(killed.close_reason, wire::CloseReason::Unspecified as i32);
+
+        let records = all_sessions(&mut client, &instance).await;
+        assert_eq!(records.len(), 3, "every record kept");
+        for id in &sessions[..2] {
+            let record = records.iter().find(|s| s.id == *id).unwrap();
+            assert_eq!(record.status, wire::SessionStatus::Active as i32);
+        }
+        let pids_after = broker_pids(&mut broker_client).await;
+        for id in &sessions[..2] {
+            let before = pids_before.iter().find(|(s, _)| s == id).unwrap();
+            assert!(pids_after.contains(before), "live PTY {id} untouched");
+        }
+        drop(api);
+    }
+);
+
+async fn broker_pids(broker: &mut BrokerClient) -> Vec<(String, u32)> {
+    broker
+        .list(broker_wire::ListRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .filter(|s| s.state == broker_wire::SessionState::Running as i32)
+        .map(|s| (s.session_id, s.pid))
+        .collect()
+}
+
+#[tokio::test]
+async fn calls_without_the_service_token_are_unauthenticated() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api(database.url(), &[]);
+    let channel = tonic::transport::Channel::from_shared(api.endpoint()).unwrap();
+    let channel = loop {
+        match channel.connect().await {
+            Ok(channel) => break channel,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    };
+    let mut anonymous =
+        ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(channel);
+    let refused = anonymous
+        .list_instances(wire::ListInstancesRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    let mut wrong = tonic::Request::new(wire::ListInstancesRequest::default());
+    wrong.metadata_mut().insert(
+        "authorization",
+        "Bearer not-the-token-at-all".parse().unwrap(),
+    );
+    assert_eq!(
+        anonymous.list_instances(wrong).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+}
+
+both_databases!(
+    graceful_shutdown_ends_change_streams_and_leaves_ptys_running,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "shutdown", "b1", 5).await;
+        let session = client
+            .create_session(create(&instance))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut changes = client
+            .watch_sessions(wire::WatchSessionsRequest {
+                instance: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+
+        assert_eq!(api.stop().await, "stopped");
+
+        let ended = tokio::time::timeout(PATIENCE, async {
+            while let Some(Ok(_)) = changes.next().await {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the change stream ends at shutdown");
+        let mut broker_client = broker_client(&broker).await;
+        assert_eq!(
+            broker_processes(&mut broker_client).await,
+            vec![session.session.unwrap().id]
+        );
+    }
+);
