@@ -1,4 +1,4 @@
-//! `ptyhub`: the client for people and scripts (attach like `docker exec -it`, run like `kubectl
+//! `ptyhub`: the whole system in one process (`ptyhub up`), and the client for people and scripts (attach like `docker exec -it`, run like `kubectl
 //! exec`, manage instances and sessions).
 //!
 //! Errors are one line on stderr and a non-zero exit code; `attach` and `exec` exit with the
@@ -10,6 +10,7 @@ mod attach;
 mod connection;
 mod manage;
 mod terminal;
+mod up;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run pty-broker, session-api and the gateway in this process (SQLite in the data dir,
+    /// local PTYs, Docker when an engine answers) and print the web page's URL.
+    Up(up::UpArgs),
     /// Register, list and remove instances (the targets terminals run in).
     #[command(subcommand)]
     Instance(InstanceCommand),
@@ -155,6 +159,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let connection = &cli.connection;
     match cli.command {
+        Command::Up(args) => {
+            up::run_up(args, &connection.data_dir, connection.token.clone()).await?
+        }
         Command::Instance(InstanceCommand::Add(args)) => {
             manage::instance_add(connection, args, output).await?
         }
