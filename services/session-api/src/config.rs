@@ -31,7 +31,7 @@ pub struct Config {
     pub service_token: ServiceToken,
 
     /// Secret shared with the brokers to sign attach tickets (at least 16 bytes).
-    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true,
+    #[arg(long = "ticket-secret", env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true,
           value_parser = parse_ticket_key)]
     pub ticket_key: TicketKey,
 

@@ -132,8 +132,12 @@ impl Watcher {
             }
             match outcome {
                 Ok(()) => tracing::info!(broker_id = %broker.id, "broker event stream ended"),
+                // A stream that was up is news; retries of one that never came up are not.
+                Err(error) if connected => {
+                    tracing::warn!(broker_id = %broker.id, %error, "broker event stream failed")
+                }
                 Err(error) => {
-                    tracing::info!(broker_id = %broker.id, %error, "broker event stream failed")
+                    tracing::debug!(broker_id = %broker.id, %error, "broker not reachable yet")
                 }
             }
             tokio::select! {

@@ -638,3 +638,120 @@ both_databases!(
         );
     }
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("real", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let mut registry = registry_client(&api).await;
+
+    // A broker that registers and then falls silent (nothing listens at its endpoint).
+    let silent = registry
+        .register_broker(wire::RegisterBrokerRequest {
+            id: "silent".into(),
+            endpoint: "http://127.0.0.1:9".into(),
+            docker: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(silent.up);
+    let unknown = registry
+        .heartbeat(wire::HeartbeatRequest {
+            id: "never-registered".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+
+    eventually("the silent broker is down and the real one up", || {
+        let mut registry = registry.clone();
+        async move {
+            let brokers = registry
+                .list_brokers(wire::ListBrokersRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+                .brokers;
+            let up = |id: &str| brokers.iter().find(|b| b.id == id).map(|b| b.up);
+            (up("silent") == Some(false) && up("real") == Some(true)).then_some(())
+        }
+    })
+    .await;
+
+    let placed = client
+        .register_instance(wire::RegisterInstanceRequest {
+            name: "placed".into(),
+            target: Some(broker_wire::Target {
+                kind: Some(broker_wire::target::Kind::Local(
+                    broker_wire::LocalTarget {},
+                )),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(placed.broker_id, "real");
+    assert_eq!(placed.max_sessions, 5);
+
+    let bad = client
+        .register_instance(wire::RegisterInstanceRequest {
+            name: "too-many".into(),
+            target: Some(broker_wire::Target {
+                kind: Some(broker_wire::target::Kind::Local(
+                    broker_wire::LocalTarget {},
+                )),
+            }),
+            max_sessions: 51,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    let missing = client
+        .get_instance(wire::GetInstanceRequest {
+            instance: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+}
+
+both_databases!(
+    deleting_an_instance_closes_its_sessions_and_ends_their_processes,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "doomed", "b1", 5).await;
+        for _ in 0..2 {
+            client.create_session(create(&instance)).await.unwrap();
+        }
+        let deleted = client
+            .delete_instance(wire::DeleteInstanceRequest {
+                instance: "doomed".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(deleted.closed_sessions, 2);
+        let mut broker_client = broker_client(&broker).await;
+        assert!(broker_processes(&mut broker_client).await.is_empty());
+        let gone = client
+            .list_sessions(wire::ListSessionsRequest {
+                instance: instance.id.clone(),
+                include_closed: true,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(gone.code(), Code::NotFound);
+    }
+);

@@ -94,8 +94,14 @@ enum Brokers {
     UpdatedAt,
 }
 
-#[derive(DeriveMigrationName)]
 struct CreateTables;
+
+impl MigrationName for CreateTables {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261129_000001_create_tables"
+    }
+}
 
 fn timestamp(column: impl IntoIden) -> ColumnDef {
     ColumnDef::new(column)
