@@ -1,14 +1,16 @@
 //! `cargo xtask`: the project's build, test and CI entry points, in Rust rather than shell.
 //!
 //! `cargo xtask test` is the one command that runs every test on a fresh machine: it installs and
-//! starts what the tests need (a Docker engine with the test image, PostgreSQL) and then runs the
-//! workspace's tests with nextest. `cargo xtask ci` adds the format and lint gates; `.ci/run`
-//! calls it.
+//! starts what the tests need (a Docker engine with the test image, PostgreSQL, Chromium, the
+//! page's npm packages), runs the workspace's tests with nextest, then the web page's browser
+//! tests against a real `ptyhub up`. `cargo xtask ci` adds the format and lint gates; `.ci/run`
+//! calls it. `cargo xtask up` builds the web page and runs `ptyhub up`.
 
 #![forbid(unsafe_code)]
 
 mod deps;
 mod run;
+mod web;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -22,9 +24,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
+    /// Build the web page and run the whole system here (`ptyhub up`); extra arguments go to
+    /// `ptyhub up` (for example `--listen 0.0.0.0:8080`).
+    Up {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        up_args: Vec<String>,
+    },
     /// Install and start the test dependencies, then run every test.
     Test {
-        /// Extra arguments for `cargo nextest run` (a filter, `--no-capture`, ...).
+        /// Skip the browser tests of the web page.
+        #[arg(long)]
+        no_browser: bool,
+        /// Extra arguments for `cargo nextest run` (a filter, `--no-capture`, ...). A filter
+        /// also skips the browser tests.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         nextest_args: Vec<String>,
     },
@@ -38,7 +50,11 @@ enum Task {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
-        Task::Test { nextest_args } => test(&nextest_args),
+        Task::Up { up_args } => up(&up_args),
+        Task::Test {
+            no_browser,
+            nextest_args,
+        } => test(&nextest_args, !no_browser && nextest_args.is_empty()),
         Task::Ci => {
             run::cargo(&["fmt", "--all", "--", "--check"])?;
             run::cargo(&[
@@ -49,7 +65,7 @@ fn main() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
-            test(&[])
+            test(&[], true)
         }
         Task::Deps => {
             let environment = deps::prepare()?;
@@ -61,12 +77,50 @@ fn main() -> Result<()> {
     }
 }
 
-fn test(nextest_args: &[String]) -> Result<()> {
+fn up(up_args: &[String]) -> Result<()> {
+    let root = run::workspace_root();
+    let web_dir = web::build_page(&root)?;
+    let web_dir = web_dir.to_string_lossy();
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--package",
+        "cli",
+        "--bin",
+        "ptyhub",
+        "--",
+        "up",
+        "--web-dir",
+    ];
+    args.push(&web_dir);
+    args.extend(up_args.iter().map(String::as_str));
+    run::cargo(&args)
+}
+
+fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
     let environment = deps::prepare()?;
     let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
     if deps::in_ci() {
         args.extend(["--profile", "ci"]);
     }
     args.extend(nextest_args.iter().map(String::as_str));
-    run::cargo_with_env(&args, &environment.variables())
+    let workspace_tests = run::cargo_with_env(&args, &environment.variables());
+    if !with_browser {
+        return workspace_tests;
+    }
+    // The browser tests run even when a workspace test failed, so one run shows everything.
+    let browser_tests = run::cargo(&["build", "--quiet", "--package", "cli", "--bin", "ptyhub"])
+        .and_then(|()| {
+            web::run_browser_tests(
+                &run::workspace_root(),
+                &run::target_dir().join("debug/ptyhub"),
+            )
+        });
+    match (workspace_tests, browser_tests) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
+        (Err(workspace), Err(browser)) => {
+            Err(workspace.context(format!("and the browser tests failed too: {browser:#}")))
+        }
+    }
 }

@@ -43,6 +43,13 @@ pub fn succeeds(command: &mut Command) -> bool {
         .is_ok_and(|status| status.success())
 }
 
+/// Where cargo puts build output: `CARGO_TARGET_DIR`, else `target/` in the workspace.
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 pub fn workspace_root() -> std::path::PathBuf {
     // xtask lives one level below the workspace root.
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
