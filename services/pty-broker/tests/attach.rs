@@ -1,13 +1,36 @@
-//! Attach scenarios over real gRPC and real PTYs, run against every backend.
+//! Attach scenarios over real gRPC and real PTYs, run against every backend: echo, resume, gap,
+//! takeover, viewers, resize, exit, byte transparency, flow control, Ctrl-C, no leftover
+//! processes, no leaked descriptors, and bad input.
 
 #[macro_use]
 mod support;
 
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use attach_ticket::TicketRole;
+use pb::server_frame::Frame;
 use ptyhub_proto::broker::v1 as pb;
-use support::{Backend, TestBroker};
+use support::{Backend, PATIENCE, TestBroker};
+use tonic::Code;
 
 backend_scenarios! {
     echo_round_trip,
+    resume_replays_exactly_the_missed_bytes,
+    gap_reports_bytes_lost_beyond_the_ring,
+    takeover_notifies_previous_controller_and_refuses_its_input,
+    viewer_input_resize_and_reset_are_refused,
+    resize_reaches_the_pty_and_every_client,
+    exit_code_reaches_attached_and_late_clients,
+    signal_exit_is_reported,
+    every_byte_value_arrives_unchanged,
+    stalled_controller_does_not_stop_another_session,
+    ctrl_c_interrupts_a_flood,
+    kill_leaves_no_process_of_the_session,
+    reset_keeps_id_and_offsets_and_ends_old_processes,
+    spawn_and_close_many_sessions_without_leaking_descriptors,
+    bad_input_gets_clear_codes_and_the_broker_keeps_serving,
+    shutdown_tells_clients_and_ends_processes,
 }
 
 async fn echo_round_trip(backend: Backend) -> anyhow::Result<()> {
@@ -17,8 +40,762 @@ async fn echo_round_trip(backend: Backend) -> anyhow::Result<()> {
         .attach(&session.session_id, pb::Role::Controller, None)
         .await?;
     assert_eq!(client.connected().role, pb::Role::Controller as i32);
+    assert_eq!(client.connected().session_id, session.session_id);
     client.send_input(&b"hello broker\n"[..]).await?;
     client.read_until(b"hello broker").await?;
     broker.kill(&session.session_id).await?;
     broker.stop().await
+}
+
+/// The script prints a marker, waits, then prints numbered lines: a client that left after the
+/// marker and came back with `since` gets exactly what it missed.
+async fn resume_replays_exactly_the_missed_bytes(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh(
+            "printf 'start\\n'; sleep 1; i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done; echo END; sleep 600",
+        )
+        .await?;
+    let mut first = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let seen = first.read_until(b"start").await?;
+    let resume_at = first.connected().offset + seen.len() as u64;
+    drop(first);
+
+    // Everything the script printed, as a viewer that replays from 0 sees it.
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    let everything = viewer.read_until(b"END").await?;
+    drop(viewer);
+
+    let mut resumed = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(resume_at))
+        .await?;
+    assert_eq!(resumed.connected().offset, resume_at);
+    let missed = resumed.read_until(b"END").await?;
+    let mut joined = seen.clone();
+    joined.extend_from_slice(&missed);
+    ensure!(
+        joined == everything[..joined.len()],
+        "resumed bytes differ from the session's output:\n{:?}\nvs\n{:?}",
+        String::from_utf8_lossy(&joined),
+        String::from_utf8_lossy(&everything)
+    );
+    let text = String::from_utf8_lossy(&missed);
+    ensure!(text.contains("line0") && text.contains("line299"), "{text}");
+    ensure!(!text.contains("start"), "replayed a byte twice: {text}");
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn gap_reports_bytes_lost_beyond_the_ring(backend: Backend) -> anyhow::Result<()> {
+    let broker =
+        TestBroker::start_with(backend, Box::new(|config| config.ring_bytes = 1024)).await?;
+    let session = broker
+        .spawn_sh(
+            "i=0; while [ $i -lt 400 ]; do echo 0123456789abcdefghij; i=$((i+1)); done; echo END; sleep 600",
+        )
+        .await?;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let produced = loop {
+        let info = broker.get(&session.session_id).await?;
+        // 400 lines of 22 bytes (the terminal turns \n into \r\n), then END.
+        if info.output_offset >= 400 * 22 + 5 {
+            break info.output_offset;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "output stopped at {}",
+            info.output_offset
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut client = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    assert_eq!(client.connected().offset, produced - 1024);
+    let Frame::Gap(gap) = client.next_frame().await? else {
+        anyhow::bail!("expected a gap first");
+    };
+    assert_eq!(gap.lost, produced - 1024);
+    assert_eq!(gap.offset, produced - 1024);
+    let tail = client.read_until(b"END").await?;
+    ensure!(
+        (1022..=1024).contains(&tail.len()),
+        "the ring's {} bytes are not the last 1024",
+        tail.len()
+    );
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn takeover_notifies_previous_controller_and_refuses_its_input(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("stty -echo; printf 'ready\\n'; cat")
+        .await?;
+    let mut first = broker
+        .attach(&session.session_id, pb::Role::Controller, None)
+        .await?;
+    first.read_until(b"ready").await?;
+    let mut second = broker
+        .attach(&session.session_id, pb::Role::Controller, None)
+        .await?;
+    let (_, detached) = first
+        .read_until_frame(|frame| matches!(frame, Frame::Detached(_)))
+        .await?;
+    assert_eq!(
+        detached,
+        Frame::Detached(pb::Detached {
+            reason: pb::DetachReason::TakenOver as i32
+        })
+    );
+
+    first.send_input(&b"from-old\n"[..]).await?;
+    let (_, refused) = first
+        .read_until_frame(|frame| matches!(frame, Frame::Error(_)))
+        .await?;
+    let Frame::Error(refused) = refused else {
+        unreachable!()
+    };
+    assert_eq!(refused.code, Code::PermissionDenied as i32);
+    first.send_resize(100, 40).await?;
+    let (_, refused) = first
+        .read_until_frame(|frame| matches!(frame, Frame::Error(_)))
+        .await?;
+    let Frame::Error(refused) = refused else {
+        unreachable!()
+    };
+    assert_eq!(refused.code, Code::PermissionDenied as i32);
+
+    // The old stream ends late: the new controller keeps control.
+    drop(first);
+    second.send_input(&b"from-new\n"[..]).await?;
+    let output = second.read_until(b"from-new").await?;
+    ensure!(
+        !String::from_utf8_lossy(&output).contains("from-old"),
+        "the superseded controller's input was applied"
+    );
+    let info = broker.get(&session.session_id).await?;
+    assert_eq!(info.size.map(|size| (size.cols, size.rows)), Some((80, 24)));
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn viewer_input_resize_and_reset_are_refused(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("stty -echo; printf 'ready\\n'; cat")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, None)
+        .await?;
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, None)
+        .await?;
+    assert_eq!(viewer.connected().role, pb::Role::Viewer as i32);
+    viewer.send_input(&b"from-viewer\n"[..]).await?;
+    viewer.send_resize(100, 40).await?;
+    viewer
+        .send(pb::client_frame::Frame::Reset(pb::ResetTerminal {}))
+        .await?;
+    for _ in 0..3 {
+        let (_, refused) = viewer
+            .read_until_frame(|frame| matches!(frame, Frame::Error(_)))
+            .await?;
+        let Frame::Error(refused) = refused else {
+            unreachable!()
+        };
+        assert_eq!(
+            refused.code,
+            Code::PermissionDenied as i32,
+            "{}",
+            refused.message
+        );
+    }
+    controller.send_input(&b"from-controller\n"[..]).await?;
+    let output = controller.read_until(b"from-controller").await?;
+    ensure!(!String::from_utf8_lossy(&output).contains("from-viewer"));
+    // The viewer sees the controller's output.
+    viewer.read_until(b"from-controller").await?;
+    let info = broker.get(&session.session_id).await?;
+    assert_eq!(info.controllers, 1);
+    assert_eq!(info.viewers, 1);
+    assert_eq!(info.size.map(|size| (size.cols, size.rows)), Some((80, 24)));
+    assert_eq!(info.state, pb::SessionState::Running as i32);
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn resize_reaches_the_pty_and_every_client(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn(
+            &["sh", "-c", "stty size; while read line; do stty size; done"],
+            100,
+            30,
+        )
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"30 100").await?;
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, None)
+        .await?;
+    controller.send_resize(132, 43).await?;
+    for client in [&mut controller, &mut viewer] {
+        let (_, resize) = client
+            .read_until_frame(|frame| matches!(frame, Frame::Resize(_)))
+            .await?;
+        assert_eq!(
+            resize,
+            Frame::Resize(pb::TerminalSize {
+                cols: 132,
+                rows: 43
+            })
+        );
+    }
+    controller.send_input(&b"\n"[..]).await?;
+    controller.read_until(b"43 132").await?;
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn exit_code_reaches_attached_and_late_clients(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("printf 'ready\\n'; read line; printf 'bye\\n'; exit 3")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    controller.send_input(&b"go\n"[..]).await?;
+    for client in [&mut controller, &mut viewer] {
+        let (output, exit) = client.read_to_exit().await?;
+        ensure!(String::from_utf8_lossy(&output).contains("bye"));
+        assert_eq!(
+            exit,
+            pb::ExitStatus {
+                code: 3,
+                signal: None
+            }
+        );
+        ensure!(
+            client.next_message().await?.is_none(),
+            "the stream ends after exit"
+        );
+    }
+    let info = broker.get(&session.session_id).await?;
+    assert_eq!(info.state, pb::SessionState::Exited as i32);
+    assert_eq!(
+        info.exit,
+        Some(pb::ExitStatus {
+            code: 3,
+            signal: None
+        })
+    );
+
+    // A client attaching within the tombstone period gets the final output and the exit code.
+    let mut late = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    assert_eq!(late.connected().state, pb::SessionState::Exited as i32);
+    let (output, exit) = late.read_to_exit().await?;
+    ensure!(String::from_utf8_lossy(&output).contains("bye"));
+    assert_eq!(
+        exit,
+        pb::ExitStatus {
+            code: 3,
+            signal: None
+        }
+    );
+    // Input after exit is refused, not applied.
+    broker.kill(&session.session_id).await?;
+    let status = broker.get(&session.session_id).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    broker.stop().await
+}
+
+async fn signal_exit_is_reported(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("printf 'ready\\n'; read line; kill -9 $$")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    controller.send_input(&b"go\n"[..]).await?;
+    let (_, exit) = controller.read_to_exit().await?;
+    assert_eq!(
+        exit,
+        pb::ExitStatus {
+            code: 137,
+            signal: Some(9)
+        }
+    );
+    let mut late = broker
+        .attach(&session.session_id, pb::Role::Viewer, None)
+        .await?;
+    let (_, exit) = late.read_to_exit().await?;
+    assert_eq!(
+        exit,
+        pb::ExitStatus {
+            code: 137,
+            signal: Some(9)
+        }
+    );
+    broker.stop().await
+}
+
+async fn every_byte_value_arrives_unchanged(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    // Octal escapes for every byte; `%` is doubled so printf prints it.
+    let format: String = (0u32..=255)
+        .map(|byte| {
+            if byte == u32::from(b'%') {
+                "%%".to_owned()
+            } else {
+                format!("\\{byte:03o}")
+            }
+        })
+        .collect();
+    let session = broker
+        .spawn(
+            &[
+                "sh",
+                "-c",
+                "stty raw -echo; printf 'ready'; read line; printf \"$1\"; printf 'DONE'; read line",
+                "sh",
+                &format,
+            ],
+            80,
+            24,
+        )
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    controller.send_input(&b"\n"[..]).await?;
+    let output = controller.read_until(b"DONE").await?;
+    let expected: Vec<u8> = (0u8..=255).chain(*b"DONE").collect();
+    ensure!(
+        output.ends_with(&expected),
+        "bytes changed on the way: {:?}",
+        output
+    );
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> anyhow::Result<()> {
+    let ring = 64 * 1024;
+    let broker =
+        TestBroker::start_with(backend, Box::new(move |config| config.ring_bytes = ring)).await?;
+    let flood = broker.spawn(&["yes"], 80, 24).await?;
+    // Attached and never reading: it holds the flood back, and nothing else.
+    let mut stalled = broker
+        .attach(&flood.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let echo = broker.spawn_sh("stty -echo; cat").await?;
+    let mut controller = broker
+        .attach(&echo.session_id, pb::Role::Controller, None)
+        .await?;
+    for round in 0..20 {
+        let line = format!("round-{round}\n");
+        controller.send_input(line.clone().into_bytes()).await?;
+        controller.read_until(line.trim_end().as_bytes()).await?;
+    }
+    // A viewer of the flood is never held back by the stalled controller, and never holds
+    // anything back itself.
+    let mut viewer = broker
+        .attach(&flood.session_id, pb::Role::Viewer, None)
+        .await?;
+    viewer.read_until(b"y\r\ny\r\n").await?;
+
+    // Flow control: the PTY is read no further than a ring ahead of what the stalled controller
+    // took (plus what transport buffers hold for it).
+    let info = broker.get(&flood.session_id).await?;
+    ensure!(
+        info.output_offset < 64 << 20,
+        "the flood was read without waiting for the controller: {} bytes",
+        info.output_offset
+    );
+    // The stalled controller, once it reads, gets every byte in order: no gap.
+    let mut taken = 0usize;
+    while taken < 4 * ring as usize {
+        match stalled.next_frame().await? {
+            Frame::Output(chunk) => taken += chunk.data.len(),
+            Frame::Gap(gap) => anyhow::bail!("the controller lost {} bytes", gap.lost),
+            _ => {}
+        }
+    }
+    broker.kill(&flood.session_id).await?;
+    broker.kill(&echo.session_id).await?;
+    broker.stop().await
+}
+
+async fn ctrl_c_interrupts_a_flood(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("trap 'echo INTERRUPTED' INT; yes; echo AFTER; sleep 600")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"y\r\ny\r\ny\r\n").await?;
+    controller.send_input(vec![0x03]).await?;
+    controller.read_until(b"AFTER").await?;
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn kill_leaves_no_process_of_the_session(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    // Background children that ignore SIGHUP and SIGTERM: only SIGKILL ends them.
+    let session = broker
+        .spawn_sh("trap '' HUP TERM; sleep 600 & sleep 600 & printf 'ready\\n'; wait")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    let processes = broker.wait_for_processes(session.pid, 3).await?;
+    let killed = broker.kill(&session.session_id).await?;
+    assert_eq!(killed.state, pb::SessionState::Closed as i32);
+    assert_eq!(killed.close_reason, pb::CloseReason::Killed as i32);
+    let (_, closed) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Closed(_)))
+        .await?;
+    let Frame::Closed(closed) = closed else {
+        unreachable!()
+    };
+    assert_eq!(closed.reason, pb::CloseReason::Killed as i32);
+    broker.assert_all_ended(&processes).await?;
+    let status = broker.get(&session.session_id).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    broker.stop().await
+}
+
+async fn reset_keeps_id_and_offsets_and_ends_old_processes(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn(
+            &["sh", "-c", "sleep 600 & printf 'generation\\n'; wait"],
+            90,
+            20,
+        )
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let first = controller.read_until(b"generation").await?;
+    let old_processes = broker.wait_for_processes(session.pid, 2).await?;
+
+    let reset = broker.reset(&session.session_id).await?;
+    assert_eq!(reset.session_id, session.session_id);
+    assert_eq!(reset.state, pb::SessionState::Running as i32);
+    assert_eq!(reset.size, Some(pb::TerminalSize { cols: 90, rows: 20 }));
+    ensure!(reset.output_offset >= first.len() as u64);
+
+    let (_, resetting) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Resetting(_)))
+        .await?;
+    assert_eq!(resetting, Frame::Resetting(pb::Resetting {}));
+    let (_, connected) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Connected(_)))
+        .await?;
+    let Frame::Connected(connected) = connected else {
+        unreachable!()
+    };
+    assert_eq!(connected.role, pb::Role::Controller as i32);
+    ensure!(connected.offset >= first.len() as u64, "offsets restarted");
+    let (_, output) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Output(_)))
+        .await?;
+    let Frame::Output(output) = output else {
+        unreachable!()
+    };
+    ensure!(output.offset >= connected.offset);
+    broker.assert_all_ended(&old_processes).await?;
+
+    let new_processes = broker.wait_for_processes(reset.pid, 2).await?;
+    broker.kill(&session.session_id).await?;
+    broker.assert_all_ended(&new_processes).await?;
+    broker.stop().await
+}
+
+async fn spawn_and_close_many_sessions_without_leaking_descriptors(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    // Warm up: the first session sets up what every later one shares.
+    let warm_up = broker.spawn_sh("sleep 600").await?;
+    broker.kill(&warm_up.session_id).await?;
+    let before = open_descriptors()?;
+    let mut sessions = Vec::new();
+    for _ in 0..50 {
+        sessions.push(broker.spawn_sh("sleep 600").await?);
+    }
+    ensure!(open_descriptors()? > before, "sessions hold PTYs open");
+    for session in &sessions {
+        let closed = broker.kill(&session.session_id).await?;
+        assert_eq!(closed.state, pb::SessionState::Closed as i32);
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let after = open_descriptors()?;
+        if after <= before {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "descriptors leaked: {before} before, {after} after closing 50 sessions"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    broker.stop().await
+}
+
+fn open_descriptors() -> anyhow::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/fd")
+        .context("list /proc/self/fd")?
+        .count())
+}
+
+async fn bad_input_gets_clear_codes_and_the_broker_keeps_serving(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker.spawn_sh("stty -echo; cat").await?;
+    let id = session.session_id.clone();
+    let hello =
+        |ticket: String, session_id: &str, role: pb::Role, size: Option<(u32, u32)>| pb::Hello {
+            ticket,
+            session_id: session_id.to_owned(),
+            role: role as i32,
+            size: size.map(|(cols, rows)| pb::TerminalSize { cols, rows }),
+            since: None,
+        };
+    let code = |result: Result<support::AttachedClient, tonic::Status>| match result {
+        Ok(_) => None,
+        Err(status) => Some(status.code()),
+    };
+    let controller_ticket = broker.ticket(&id, TicketRole::Controller);
+
+    // Unknown session, with a valid ticket for it.
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let ticket = broker.ticket(&unknown, TicketRole::Controller);
+    assert_eq!(
+        code(
+            broker
+                .attach_with(hello(ticket, &unknown, pb::Role::Controller, None))
+                .await
+        ),
+        Some(Code::NotFound)
+    );
+    // First frame not a hello.
+    let first = pb::ClientFrame {
+        frame: Some(pb::client_frame::Frame::Input(pb::Input {
+            data: b"ls\n"[..].into(),
+        })),
+    };
+    assert_eq!(
+        code(broker.attach_with_first_frame(first).await),
+        Some(Code::InvalidArgument)
+    );
+    // Sizes out of bounds.
+    for size in [
+        (0, 24),
+        (80, 0),
+        (1001, 24),
+        (80, 501),
+        (u32::MAX, u32::MAX),
+    ] {
+        assert_eq!(
+            code(
+                broker
+                    .attach_with(hello(
+                        controller_ticket.clone(),
+                        &id,
+                        pb::Role::Controller,
+                        Some(size)
+                    ))
+                    .await
+            ),
+            Some(Code::InvalidArgument),
+            "size {size:?}"
+        );
+    }
+    // Garbage, empty and forged tickets; a ticket for another session or a weaker role.
+    for ticket in [
+        "",
+        "garbage",
+        "v1.AAAA.BBBB",
+        "v1..",
+        &format!("{controller_ticket}x"),
+    ] {
+        assert_eq!(
+            code(
+                broker
+                    .attach_with(hello(ticket.to_owned(), &id, pb::Role::Controller, None))
+                    .await
+            ),
+            Some(Code::Unauthenticated),
+            "ticket {ticket:?}"
+        );
+    }
+    let other_ticket = broker.ticket(&unknown, TicketRole::Controller);
+    assert_eq!(
+        code(
+            broker
+                .attach_with(hello(other_ticket, &id, pb::Role::Controller, None))
+                .await
+        ),
+        Some(Code::PermissionDenied)
+    );
+    let viewer_ticket = broker.ticket(&id, TicketRole::Viewer);
+    assert_eq!(
+        code(
+            broker
+                .attach_with(hello(viewer_ticket, &id, pb::Role::Controller, None))
+                .await
+        ),
+        Some(Code::PermissionDenied)
+    );
+    assert_eq!(
+        code(
+            broker
+                .attach_with(hello(
+                    controller_ticket.clone(),
+                    "not-a-uuid",
+                    pb::Role::Controller,
+                    None
+                ))
+                .await
+        ),
+        Some(Code::InvalidArgument)
+    );
+    assert_eq!(
+        code(
+            broker
+                .attach_with(hello(
+                    controller_ticket.clone(),
+                    &id,
+                    pb::Role::Unspecified,
+                    None
+                ))
+                .await
+        ),
+        Some(Code::InvalidArgument)
+    );
+
+    // Oversized input ends that stream with RESOURCE_EXHAUSTED.
+    for size in [1024 * 1024 + 1, 3 * 1024 * 1024] {
+        let mut client = broker.attach(&id, pb::Role::Controller, None).await?;
+        client.send_input(vec![b'x'; size]).await?;
+        let status = loop {
+            match client.inbound.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => anyhow::bail!("stream ended without a status"),
+                Err(status) => break status,
+            }
+        };
+        assert_eq!(status.code(), Code::ResourceExhausted, "{size}: {status:?}");
+    }
+    // A bad resize from a controller is refused with an error frame; the stream goes on.
+    let mut controller = broker.attach(&id, pb::Role::Controller, None).await?;
+    controller.send_resize(0, 0).await?;
+    let (_, refused) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Error(_)))
+        .await?;
+    let Frame::Error(refused) = refused else {
+        unreachable!()
+    };
+    assert_eq!(refused.code, Code::InvalidArgument as i32);
+
+    // Internal calls need the service token.
+    let mut client = broker.client.clone();
+    let status = client.list(pb::ListRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    let mut request = tonic::Request::new(pb::ListRequest {});
+    request
+        .metadata_mut()
+        .insert("authorization", "Bearer wrong-token-0123456789".parse()?);
+    assert_eq!(
+        client.list(request).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    // Bad spawns.
+    let mut spawn = pb::SpawnRequest {
+        session_id: id.clone(),
+        target: Some(broker.target()),
+        command: vec!["sh".to_owned()],
+        ..Default::default()
+    };
+    let status = client
+        .spawn(support::authorized(spawn.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists);
+    spawn.session_id = uuid::Uuid::new_v4().to_string();
+    spawn.size = Some(pb::TerminalSize { cols: 0, rows: 24 });
+    let status = client
+        .spawn(support::authorized(spawn.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    spawn.size = None;
+    spawn.session_id = "nope".to_owned();
+    let status = client
+        .spawn(support::authorized(spawn.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let status = client
+        .kill(support::authorized(pb::KillRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+
+    // The broker still serves the session.
+    controller.send_input(&b"still-here\n"[..]).await?;
+    controller.read_until(b"still-here").await?;
+    broker.kill(&id).await?;
+    broker.stop().await
+}
+
+async fn shutdown_tells_clients_and_ends_processes(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("sleep 600 & printf 'ready\\n'; wait")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    let processes = broker.wait_for_processes(session.pid, 2).await?;
+    let stopping = tokio::spawn(broker.stop_and_keep());
+    let (_, closed) = controller
+        .read_until_frame(|frame| matches!(frame, Frame::Closed(_)))
+        .await?;
+    let Frame::Closed(closed) = closed else {
+        unreachable!()
+    };
+    assert_eq!(closed.reason, pb::CloseReason::Shutdown as i32);
+    let broker = tokio::time::timeout(PATIENCE, stopping).await???;
+    broker.assert_all_ended(&processes).await?;
+    Ok(())
 }

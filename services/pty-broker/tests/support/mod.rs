@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod docker;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -33,8 +35,6 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 pub const TICKET_SECRET: &[u8] = b"test-ticket-secret-0123456789";
-
-pub mod docker;
 
 /// Generates `mod local { ... }` and `mod docker { ... }` with
 /// one test per scenario function `async fn name(backend: Backend) -> anyhow::Result<()>`.
@@ -287,9 +287,11 @@ impl TestBroker {
             inbound,
             pending: Vec::new(),
             connected: None,
+            next_offset: None,
         };
         match attached.next_frame().await {
             Ok(pb::server_frame::Frame::Connected(connected)) => {
+                attached.next_offset = Some(connected.offset);
                 attached.connected = Some(connected);
                 Ok(attached)
             }
@@ -324,11 +326,35 @@ impl TestBroker {
         }
     }
 
-    /// Waits, within [`PATIENCE`], until the session's processes are gone.
-    pub async fn assert_no_processes_left(&self, leader_pid: u32) -> anyhow::Result<()> {
+    /// Which of `pids` (from [`Self::session_processes`]) are still alive.
+    pub async fn still_alive(&self, pids: &[u32]) -> anyhow::Result<Vec<u32>> {
+        match self.backend {
+            Backend::Local => Ok(pids
+                .iter()
+                .copied()
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                        stat.rsplit_once(')')
+                            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+                    })
+                })
+                .collect()),
+            Backend::Docker => {
+                let now = self.session_processes(0).await?;
+                Ok(pids
+                    .iter()
+                    .copied()
+                    .filter(|pid| now.contains(pid))
+                    .collect())
+            }
+        }
+    }
+
+    /// Waits, within [`PATIENCE`], until none of `pids` is alive.
+    pub async fn assert_all_ended(&self, pids: &[u32]) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
-            let left = self.session_processes(leader_pid).await?;
+            let left = self.still_alive(pids).await?;
             if left.is_empty() {
                 return Ok(());
             }
@@ -337,6 +363,36 @@ impl TestBroker {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Waits, within [`PATIENCE`], until the running session has at least `count` processes,
+    /// and returns them.
+    pub async fn wait_for_processes(
+        &self,
+        leader_pid: u32,
+        count: usize,
+    ) -> anyhow::Result<Vec<u32>> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let processes = self.session_processes(leader_pid).await?;
+            if processes.len() >= count {
+                return Ok(processes);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the session has only {processes:?}, expected {count} processes");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the broker the way a signal would and waits for it, keeping the harness (and the
+    /// container) for checks afterwards.
+    pub async fn stop_and_keep(mut self) -> anyhow::Result<Self> {
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            server.await??;
+        }
+        Ok(self)
     }
 
     /// Stops the broker the way a signal would and waits for it.
@@ -373,6 +429,8 @@ pub struct AttachedClient {
     /// Frames read ahead while looking for something else.
     pending: Vec<pb::server_frame::Frame>,
     pub connected: Option<pb::Connected>,
+    /// The offset the next output frame must have, when known.
+    next_offset: Option<u64>,
 }
 
 impl AttachedClient {
@@ -423,7 +481,16 @@ impl AttachedClient {
         let message = tokio::time::timeout(PATIENCE, self.inbound.message())
             .await
             .context("no server frame in time")??;
-        Ok(message.map(|frame| frame.frame.expect("server frames are never empty")))
+        let frame = message.map(|frame| frame.frame.expect("server frames are never empty"));
+        match &frame {
+            Some(pb::server_frame::Frame::Output(chunk)) => self.check_offset(chunk)?,
+            Some(pb::server_frame::Frame::Gap(gap)) => self.next_offset = Some(gap.offset),
+            Some(pb::server_frame::Frame::Connected(connected)) => {
+                self.next_offset = Some(connected.offset);
+            }
+            _ => {}
+        }
+        Ok(frame)
     }
 
     /// Collects output until it contains `needle`; returns all output read and every non-output
@@ -431,10 +498,15 @@ impl AttachedClient {
     pub async fn read_until(&mut self, needle: &[u8]) -> anyhow::Result<Vec<u8>> {
         let mut output = Vec::new();
         let mut others = Vec::new();
+        let mut searched = 0;
         let found = loop {
-            if output.windows(needle.len()).any(|window| window == needle) {
+            if output[searched..]
+                .windows(needle.len())
+                .any(|window| window == needle)
+            {
                 break true;
             }
+            searched = output.len().saturating_sub(needle.len());
             match self.next_message().await {
                 Ok(Some(pb::server_frame::Frame::Output(chunk))) => {
                     output.extend_from_slice(&chunk.data)
@@ -459,6 +531,20 @@ impl AttachedClient {
             );
         }
         Ok(output)
+    }
+
+    /// Checks that `chunk` follows the output before it, without a hole or an overlap.
+    fn check_offset(&mut self, chunk: &pb::Output) -> anyhow::Result<()> {
+        if let Some(expected) = self.next_offset
+            && chunk.offset != expected
+        {
+            bail!(
+                "output at offset {} after output up to {expected}",
+                chunk.offset
+            );
+        }
+        self.next_offset = Some(chunk.offset + chunk.data.len() as u64);
+        Ok(())
     }
 
     /// Reads frames, collecting output, until one matches `wanted`; returns the output and it.
