@@ -424,6 +424,7 @@ async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedA
             session_name: prepared.session_name,
             heartbeat_interval: state.heartbeat_interval,
             heard,
+            closing: closing.clone(),
             shutdown: state.shutdown.clone(),
         };
         let ending = writer.run(connected, events, control_receiver).await;
@@ -630,6 +631,8 @@ struct BrokerWriter {
     session_name: String,
     heartbeat_interval: Duration,
     heard: Heard,
+    /// Set before the last frames go out, so input the client sends meanwhile is not applied.
+    closing: Arc<AtomicBool>,
     shutdown: CancellationToken,
 }
 
@@ -788,6 +791,7 @@ impl BrokerWriter {
                     .await
             }
             TerminalEvent::TakenOver => {
+                self.closing.store(true, Ordering::Release);
                 tracing::info!("controller taken over");
                 let _ = self
                     .client
@@ -800,6 +804,7 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("taken over"));
             }
             TerminalEvent::Exit(exit) => {
+                self.closing.store(true, Ordering::Release);
                 tracing::info!(code = exit.code, signal = exit.signal, "session exited");
                 let _ = self
                     .client
@@ -812,6 +817,7 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("session exited"));
             }
             TerminalEvent::Closed => {
+                self.closing.store(true, Ordering::Release);
                 let _ = self
                     .client
                     .close(close_code::NORMAL, "session closed")

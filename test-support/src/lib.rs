@@ -8,6 +8,8 @@
 
 pub mod environment;
 pub mod postgres;
+#[cfg(feature = "stack")]
+pub mod stack;
 
 pub use environment::{Requirement, require};
 

@@ -1,0 +1,153 @@
+//! The session-api surface through the gateway as gRPC-web, with tonic-web's client layer over
+//! a plain HTTP/1.1 hyper client, as a browser program would reach it.
+
+mod common;
+
+use common::{PATIENCE, create_session};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use serde_json::json;
+use test_support::stack::TestStack;
+use tonic_web::{GrpcWebClientLayer, GrpcWebClientService};
+
+type GrpcWebClient = SessionApiClient<
+    GrpcWebClientService<
+        Client<
+            hyper_util::client::legacy::connect::HttpConnector,
+            tonic_web::GrpcWebCall<tonic::body::Body>,
+        >,
+    >,
+>;
+
+fn grpc_web_client(stack: &TestStack) -> GrpcWebClient {
+    let http = Client::builder(TokioExecutor::new()).build_http();
+    let service = tower::ServiceBuilder::new()
+        .layer(GrpcWebClientLayer::new())
+        .service(http);
+    SessionApiClient::with_origin(service, stack.gateway_url.parse().unwrap())
+}
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn unary_calls_are_checked_and_forwarded() {
+    let stack = TestStack::builder().start().await;
+    let mut client = grpc_web_client(&stack);
+
+    let listed = client
+        .list_instances(with_token(
+            session::ListInstancesRequest::default(),
+            &stack.admin_token,
+        ))
+        .await
+        .expect("list instances")
+        .into_inner();
+    assert!(
+        listed
+            .instances
+            .iter()
+            .any(|instance| instance.id == stack.instance_id)
+    );
+
+    let created = client
+        .create_session(with_token(
+            session::CreateSessionRequest {
+                instance: stack.instance_id.clone(),
+                name: "over grpc-web".into(),
+                ..Default::default()
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("create session")
+        .into_inner();
+    assert_eq!(created.session.unwrap().name, "over grpc-web");
+
+    let refused = client
+        .list_instances(tonic::Request::new(session::ListInstancesRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+
+    let other = stack.register_instance("other", 5, &[]).await;
+    let scoped = stack.jwt("carol", &["local"], false);
+    let forbidden = client
+        .list_sessions(with_token(
+            session::ListSessionsRequest {
+                instance: other,
+                include_closed: false,
+            },
+            &scoped,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(forbidden.code(), tonic::Code::PermissionDenied);
+    let not_admin = client
+        .delete_instance(with_token(
+            session::DeleteInstanceRequest {
+                instance: stack.instance_id.clone(),
+            },
+            &scoped,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(not_admin.code(), tonic::Code::PermissionDenied);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn session_changes_stream_through_the_gateway() {
+    let stack = TestStack::builder().start().await;
+    let mut client = grpc_web_client(&stack);
+    let mut changes = client
+        .watch_sessions(with_token(
+            session::WatchSessionsRequest {
+                instance: stack.instance_id.clone(),
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("watch sessions")
+        .into_inner();
+
+    let id = create_session(&stack, &stack.instance_id, json!({"name": "watched"})).await;
+    let seen = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let change = changes
+                .message()
+                .await
+                .expect("stream error")
+                .expect("stream ended");
+            if change
+                .session
+                .as_ref()
+                .is_some_and(|session| session.id == id)
+            {
+                return change;
+            }
+        }
+    })
+    .await
+    .expect("a change for the new session");
+    assert_eq!(seen.session.unwrap().name, "watched");
+
+    // A scoped credential cannot watch every instance.
+    let scoped = stack.jwt("dave", &["local"], false);
+    let refused = client
+        .watch_sessions(with_token(
+            session::WatchSessionsRequest::default(),
+            &scoped,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    stack.shutdown().await;
+}

@@ -1,0 +1,495 @@
+//! The terminal WebSocket against a real stack: frames, close codes, heartbeats, resume.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Terminal, create_session, get, post};
+use serde_json::json;
+use test_support::stack::TestStack;
+use tokio_tungstenite::tungstenite::Message;
+
+fn default_path(stack: &TestStack) -> String {
+    format!("/ws/tool-instances/{}/terminal", stack.instance_id)
+}
+
+#[tokio::test]
+async fn connected_status_comes_first_then_input_is_echoed() {
+    let stack = TestStack::builder().start().await;
+    let mut terminal =
+        Terminal::open(&stack, &format!("{}?cols=90&rows=30", default_path(&stack))).await;
+    let connected = terminal.connected().await;
+    assert_eq!(connected["role"], "controller");
+    assert!(connected["offset"].is_u64());
+    assert_eq!(
+        (connected["cols"].as_u64(), connected["rows"].as_u64()),
+        (Some(90), Some(30))
+    );
+    assert!(connected["session"]["id"].is_string());
+    assert!(connected["session"]["name"].is_string());
+
+    // Arithmetic, so the typed command's own echo does not count as the answer.
+    terminal.send_input("echo binary-$((40+2))\n").await;
+    terminal.read_until_output("binary-42").await;
+    terminal
+        .send_json(json!({"type": "input", "data": "echo text-$((50+5))\n"}))
+        .await;
+    terminal.read_until_output("text-55").await;
+
+    // The default session is the instance's `default` alias, and it reports the attached
+    // client once the broker's counts have reached session-api (batched, about once a second).
+    let sessions = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    loop {
+        let (_, listed) = get(&stack, &sessions).await;
+        let session = &listed["sessions"][0];
+        assert_eq!(session["id"], connected["session"]["id"]);
+        if session["has_websockets"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never reported attached: {session}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn resize_reaches_the_pty() {
+    let stack = TestStack::builder().start().await;
+    let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
+    terminal.connected().await;
+    terminal
+        .send_json(json!({"type": "resize", "cols": 132, "rows": 43}))
+        .await;
+    let resized = terminal.read_until_text("resize").await;
+    assert_eq!(resized, json!({"type": "resize", "cols": 132, "rows": 43}));
+    terminal.send_input("stty size\n").await;
+    terminal.read_until_output("43 132").await;
+
+    terminal
+        .send_json(json!({"type": "resize", "cols": 0, "rows": 43}))
+        .await;
+    let error = terminal.read_until_text("error").await;
+    assert!(
+        error["message"].as_str().unwrap().contains("out of bounds"),
+        "{error}"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_ids_get_their_own_sessions_and_reattach() {
+    let stack = TestStack::builder().start().await;
+    let path = default_path(&stack);
+    let mut tab_a = Terminal::open(&stack, &format!("{path}?client_id=tab-a")).await;
+    let a = tab_a.connected().await["session"]["id"].clone();
+    let mut tab_b = Terminal::open(&stack, &format!("{path}?client_id=tab-b")).await;
+    let b = tab_b.connected().await["session"]["id"].clone();
+    assert_ne!(a, b, "two tabs, two PTYs");
+
+    tab_a
+        .send_input("echo $$ > /dev/null; export MARK=tab-a-$((1+1))\n")
+        .await;
+    tab_a.send_input("echo $MARK\n").await;
+    tab_a.read_until_output("tab-a-2").await;
+    drop(tab_a);
+
+    let mut again = Terminal::open(&stack, &format!("{path}?client_id=tab-a")).await;
+    assert_eq!(
+        again.connected().await["session"]["id"],
+        a,
+        "same tab, same PTY"
+    );
+    again.send_input("echo again-$MARK\n").await;
+    again.read_until_output("again-tab-a-2").await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn takeover_detaches_the_previous_controller() {
+    let stack = TestStack::builder().start().await;
+    let path = format!("{}?client_id=shared", default_path(&stack));
+    let mut first = Terminal::open(&stack, &path).await;
+    first.connected().await;
+    let mut second = Terminal::open(&stack, &path).await;
+    second.connected().await;
+
+    let detached = first.read_until_text("session_detached").await;
+    assert_eq!(
+        detached,
+        json!({"type": "session_detached", "reason": "taken_over"})
+    );
+    // Input the old controller sends now must never reach the PTY.
+    let _ = first.send_input("echo stale-$((6*7))\n").await;
+    let closed = first.read_until_closed().await;
+    assert_eq!(closed.code, 4009);
+
+    second.send_input("echo fresh-$((7*7))\n").await;
+    second.read_until_output("fresh-49").await;
+    assert!(
+        !second.output_text().contains("stale-42"),
+        "{}",
+        second.output_text()
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn viewer_input_is_refused() {
+    let stack = TestStack::builder().start().await;
+    let id = create_session(&stack, &stack.instance_id, json!({})).await;
+    let session_path = format!("/ws/tool-instances/{}/terminal/{id}", stack.instance_id);
+    let mut controller = Terminal::open(&stack, &session_path).await;
+    controller.connected().await;
+    let mut viewer = Terminal::open(&stack, &format!("{session_path}?mode=view")).await;
+    assert_eq!(viewer.connected().await["role"], "viewer");
+
+    viewer.send_input("echo viewer-$((3*3))\n").await;
+    let error = viewer.read_until_text("error").await;
+    assert!(
+        error["message"].as_str().unwrap().contains("viewer"),
+        "{error}"
+    );
+    viewer
+        .send_json(json!({"type": "resize", "cols": 10, "rows": 10}))
+        .await;
+    viewer.read_until_text("error").await;
+
+    controller.send_input("echo controller-$((4*4))\n").await;
+    controller.read_until_output("controller-16").await;
+    viewer.read_until_output("controller-16").await;
+    assert!(!controller.output_text().contains("viewer-9"));
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn resume_with_since_replays_exactly_the_missed_bytes() {
+    let stack = TestStack::builder().start().await;
+    let path = format!("{}?client_id=resumer", default_path(&stack));
+    let mut first = Terminal::open(&stack, &path).await;
+    let start = first.connected().await["offset"].as_u64().unwrap();
+    first.send_input("echo before-$((1+1))\n").await;
+    first.read_until_output("before-2").await;
+    // Output that appears only after the socket is gone.
+    first
+        .send_input("sleep 1; echo missed-$((2+2)); echo end-$((3+3))\n")
+        .await;
+    first.read_until_output("sleep 1").await;
+    let resume_at = start + first.output.len() as u64;
+    drop(first);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut resumed = Terminal::open(&stack, &format!("{path}&since={resume_at}")).await;
+    assert_eq!(
+        resumed.connected().await["offset"].as_u64(),
+        Some(resume_at)
+    );
+    resumed.read_until_output("end-6").await;
+    assert!(resumed.output_text().contains("missed-4"));
+
+    // The replay is exactly the ring's bytes from that offset: compare with a full replay.
+    let mut full = Terminal::open(&stack, &format!("{path}&since={start}&mode=view")).await;
+    assert_eq!(full.connected().await["offset"].as_u64(), Some(start));
+    full.read_until_output("end-6").await;
+    let skip = usize::try_from(resume_at - start).unwrap();
+    assert!(full.output.len() >= skip + resumed.output.len());
+    assert_eq!(
+        &full.output[skip..skip + resumed.output.len()],
+        &resumed.output[..]
+    );
+    assert!(
+        full.texts.iter().all(|text| text["type"] != "gap"),
+        "{:?}",
+        full.texts
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_resume_beyond_the_ring_reports_the_gap() {
+    let stack = TestStack::builder().ring_bytes(4096).start().await;
+    let path = format!("{}?client_id=gappy", default_path(&stack));
+    let mut terminal = Terminal::open(&stack, &path).await;
+    let start = terminal.connected().await["offset"].as_u64().unwrap();
+    terminal.send_input("i=0; while [ $i -lt 400 ]; do echo line-$i-padding-padding; i=$((i+1)); done; echo done-$((9*9))\n").await;
+    terminal.read_until_output("done-81").await;
+    let end = start + terminal.output.len() as u64;
+    drop(terminal);
+
+    let mut resumed = Terminal::open(&stack, &format!("{path}&since={start}")).await;
+    resumed.connected().await;
+    let gap = resumed.read_until_text("gap").await;
+    let lost = gap["lost"].as_u64().unwrap();
+    assert!(lost > 0, "{gap}");
+    resumed.read_until_output("done-81").await;
+    // Nothing twice, nothing missing: lost + replayed covers exactly what was produced.
+    assert!(lost + resumed.output.len() as u64 >= end - start);
+    assert!(
+        resumed.output.len() <= 4096 + 1024,
+        "replay larger than the ring"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn exit_sends_the_code_then_closes_1000() {
+    let stack = TestStack::builder().start().await;
+    let id = create_session(&stack, &stack.instance_id, json!({})).await;
+    let mut terminal = Terminal::open(
+        &stack,
+        &format!("/ws/tool-instances/{}/terminal/{id}", stack.instance_id),
+    )
+    .await;
+    terminal.connected().await;
+    terminal.send_input("exit 3\n").await;
+    let closed = terminal.read_until_closed().await;
+    assert_eq!(closed.code, 1000);
+    let exit = terminal
+        .texts
+        .iter()
+        .find(|text| text["type"] == "exit")
+        .expect("exit frame");
+    assert_eq!(exit, &json!({"type": "exit", "code": 3, "signal": null}));
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_sessions_close_4004() {
+    let stack = TestStack::builder().start().await;
+    for path in [
+        format!(
+            "/ws/tool-instances/{}/terminal/00000000-0000-4000-8000-000000000000",
+            stack.instance_id
+        ),
+        format!(
+            "/ws/tool-instances/{}/terminal/not-a-uuid",
+            stack.instance_id
+        ),
+        format!("{}?alias=nobody-has-this", default_path(&stack)),
+        "/ws/tool-instances/no-such-instance/terminal".to_owned(),
+    ] {
+        let mut terminal = Terminal::open(&stack, &path).await;
+        assert_eq!(terminal.read_until_closed().await.code, 4004, "{path}");
+    }
+    // A closed session is gone too.
+    let id = create_session(&stack, &stack.instance_id, json!({})).await;
+    common::delete(
+        &stack,
+        &format!(
+            "/api/v1/instances/{}/terminal/sessions/{id}",
+            stack.instance_id
+        ),
+    )
+    .await;
+    let mut terminal = Terminal::open(
+        &stack,
+        &format!("/ws/tool-instances/{}/terminal/{id}", stack.instance_id),
+    )
+    .await;
+    assert_eq!(terminal.read_until_closed().await.code, 4004);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_open_beyond_the_cap_closes_4029() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.register_instance("tiny", 1, &[]).await;
+    let mut first = Terminal::open(
+        &stack,
+        &format!("/ws/tool-instances/{instance}/terminal?client_id=one"),
+    )
+    .await;
+    first.connected().await;
+    let mut second = Terminal::open(
+        &stack,
+        &format!("/ws/tool-instances/{instance}/terminal?client_id=two"),
+    )
+    .await;
+    let closed = second.read_until_closed().await;
+    assert_eq!(closed.code, 4029);
+    assert_eq!(
+        closed.reason,
+        "Maximum of 1 terminal sessions reached for this instance"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_json_gets_an_error_frame_and_the_socket_stays_open() {
+    let stack = TestStack::builder().start().await;
+    let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
+    terminal.connected().await;
+    for bad in [
+        "not json",
+        r#"{"type":"dance"}"#,
+        r#"{"type":"resize","cols":"wide"}"#,
+    ] {
+        terminal.send(Message::Text(bad.into())).await.unwrap();
+        let error = terminal.read_until_text("error").await;
+        assert!(error["message"].is_string(), "{error}");
+    }
+    terminal.send_json(json!({"type": "pong"})).await;
+    terminal.send_input("echo still-$((8*8))\n").await;
+    terminal.read_until_output("still-64").await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_frame_over_one_mebibyte_closes_1009() {
+    let stack = TestStack::builder().start().await;
+    let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
+    terminal.connected().await;
+    let oversized = vec![b'a'; 1024 * 1024 + 1];
+    terminal
+        .send(Message::Binary(oversized.into()))
+        .await
+        .unwrap();
+    assert_eq!(terminal.read_until_closed().await.code, 1009);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused_with_403() {
+    let stack = TestStack::builder().start().await;
+    let url = format!(
+        "{}{}?token={}",
+        stack.websocket_url(),
+        default_path(&stack),
+        stack.admin_token
+    );
+    let refused = Terminal::open_url(&url, &[("origin", "http://evil.example")]).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status().as_u16(), 403)
+        }
+        other => panic!("expected a 403, got {:?}", other.map(|_| "a websocket")),
+    }
+    let own_origin = stack.gateway_url.clone();
+    let mut allowed = Terminal::open_url(&url, &[("origin", &own_origin)])
+        .await
+        .unwrap();
+    allowed.connected().await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn credentials_missing_or_out_of_scope_close_4001_and_4003() {
+    let stack = TestStack::builder().start().await;
+    let url = format!("{}{}", stack.websocket_url(), default_path(&stack));
+    let mut anonymous = Terminal::open_url(&url, &[]).await.unwrap();
+    assert_eq!(anonymous.read_until_closed().await.code, 4001);
+    let (status, body) = common::send(
+        &stack,
+        reqwest::Method::GET,
+        &default_path(&stack),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &body),
+        (401, &json!({"detail": "missing credential"}))
+    );
+
+    let other = stack.register_instance("other", 5, &[]).await;
+    let token = stack.jwt("bob", &[&other], false);
+    let mut forbidden = Terminal::open_url(&format!("{url}?token={token}"), &[])
+        .await
+        .unwrap();
+    assert_eq!(forbidden.read_until_closed().await.code, 4003);
+
+    // Browsers may carry the token as a subprotocol instead of in the address.
+    let protocols = format!("ptyhub, bearer.{}", stack.admin_token);
+    let mut by_protocol = Terminal::open_url(&url, &[("sec-websocket-protocol", &protocols)])
+        .await
+        .unwrap();
+    by_protocol.connected().await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_live_client_and_drop_a_silent_one() {
+    let interval = Duration::from_millis(300);
+    let stack = TestStack::builder()
+        .heartbeat_interval(interval)
+        .start()
+        .await;
+    let path = format!("{}?client_id=sleepy", default_path(&stack));
+
+    // A client that keeps reading answers WebSocket pings and stays.
+    let mut live = Terminal::open(&stack, &path).await;
+    live.connected().await;
+    let mut pings = 0;
+    while pings < 5 {
+        if live.read_until_text("ping").await == json!({"type": "ping"}) {
+            pings += 1;
+            live.send_json(json!({"type": "pong"})).await;
+        }
+    }
+    drop(live);
+
+    // A client that neither reads nor writes is dropped; its session lives on.
+    let mut silent = Terminal::open(&stack, &path).await;
+    let session = silent.connected().await["session"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(interval * 5).await;
+    let closed = silent.read_until_closed().await;
+    assert_eq!(closed.code, 1011, "{closed:?}");
+    let (status, after) = get(
+        &stack,
+        &format!(
+            "/api/v1/instances/{}/terminal/sessions/{session}",
+            stack.instance_id
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(after["status"], "active");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn reset_sends_resetting_then_connected() {
+    let stack = TestStack::builder().start().await;
+    let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
+    let session = terminal.connected().await["session"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    terminal.send_json(json!({"type": "reset"})).await;
+    terminal.read_until_text("status").await;
+    assert!(
+        terminal
+            .texts
+            .iter()
+            .any(|text| text["status"] == "resetting"),
+        "{:?}",
+        terminal.texts
+    );
+    let reconnected = loop {
+        let status = terminal.read_until_text("status").await;
+        if status["status"] == "connected" {
+            break status;
+        }
+    };
+    assert_eq!(reconnected["session"]["id"], session.as_str());
+    terminal.send_input("echo after-reset-$((2*5))\n").await;
+    terminal.read_until_output("after-reset-10").await;
+
+    let (status, _) = post(
+        &stack,
+        &format!(
+            "/api/v1/instances/{}/terminal/sessions/{session}/reset",
+            stack.instance_id
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    stack.shutdown().await;
+}
