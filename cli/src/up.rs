@@ -209,18 +209,31 @@ async fn register_local_instance(session_api_endpoint: &str, service_token: &str
         Err(status) if status.code() == tonic::Code::NotFound => {}
         Err(status) => return Err(status).context("cannot look up the local instance"),
     }
-    client
-        .register_instance(session::RegisterInstanceRequest {
-            name: LOCAL_INSTANCE.to_owned(),
-            target: Some(broker::Target {
-                kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
-            }),
-            labels: [("description".to_owned(), "this host's shell".to_owned())].into(),
-            ..Default::default()
-        })
-        .await
-        .context("cannot register the local instance")?;
-    Ok(())
+    let request = session::RegisterInstanceRequest {
+        name: LOCAL_INSTANCE.to_owned(),
+        target: Some(broker::Target {
+            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        }),
+        labels: [("description".to_owned(), "this host's shell".to_owned())].into(),
+        ..Default::default()
+    };
+    // session-api counts the broker as up once its event stream is connected, a moment after
+    // both have started.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match client.register_instance(request.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::Unavailable
+                ) && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(status) => return Err(status).context("cannot register the local instance"),
+        }
+    }
 }
 
 /// session-api may still be migrating its database when we first call it.
