@@ -380,6 +380,36 @@ mod tests {
         );
     }
 
+    /// A key pair made for these tests only (`openssl genrsa 2048`).
+    const RS256_PRIVATE: &str = include_str!("../tests/fixtures/rs256-private.pem");
+    const RS256_PUBLIC: &str = include_str!("../tests/fixtures/rs256-public.pem");
+
+    #[test]
+    fn rs256_tokens_verify_with_the_public_key() {
+        let authenticator = Authenticator::new(&AuthConfig {
+            jwt_rs256_public_key_pem: Some(RS256_PUBLIC.to_owned()),
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        let key = EncodingKey::from_rsa_pem(RS256_PRIVATE.as_bytes()).unwrap();
+        let claims = serde_json::json!({"sub": "svc", "exp": now() + 60, "instances": ["a"]});
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &key).unwrap();
+        let principal = authenticator.authenticate(Some(&token)).unwrap();
+        assert_eq!(principal.subject, "svc");
+        assert!(principal.access.names("a") && !principal.access.names("b"));
+
+        // An HS256 token signed with the public key as its secret must not pass as RS256.
+        let confused = hs256(claims, RS256_PUBLIC);
+        assert!(authenticator.authenticate(Some(&confused)).is_err());
+        assert!(
+            Authenticator::new(&AuthConfig {
+                jwt_rs256_public_key_pem: Some("not a key".into()),
+                ..AuthConfig::default()
+            })
+            .is_err()
+        );
+    }
+
     #[test]
     fn rs256_tokens_need_a_configured_key() {
         // No RS256 key configured: an RS256 header is refused before anything is verified.

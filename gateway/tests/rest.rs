@@ -660,3 +660,43 @@ async fn web_page_routes_serve_the_static_index() {
     );
     without.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_unreachable_session_api_is_503() {
+    // A listener that accepts connections but never speaks: session-api hung, not refused.
+    let silent_backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = gateway::Config::new(
+        format!("http://{}", silent_backend.local_addr().unwrap()),
+        "service-token-for-this-test",
+    );
+    config.auth.api_tokens = vec![gateway::Secret::new("admin-token")];
+    config.backend_timeout = std::time::Duration::from_millis(300);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let gateway = tokio::spawn(gateway::run(
+        config,
+        listener,
+        stop.clone().cancelled_owned(),
+    ));
+
+    let http = reqwest::Client::new();
+    let response = http.get(format!("{url}/healthz")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "unavailable");
+    assert!(
+        body["detail"].as_str().unwrap().contains("session-api"),
+        "{body}"
+    );
+    let response = http
+        .get(format!("{url}/api/v1/instances"))
+        .bearer_auth("admin-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+
+    stop.cancel();
+    gateway.await.unwrap().unwrap();
+}

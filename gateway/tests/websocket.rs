@@ -493,3 +493,30 @@ async fn reset_sends_resetting_then_connected() {
     assert_eq!(status, 200);
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn gateway_shutdown_closes_websockets_so_clients_reconnect() {
+    let mut stack = TestStack::builder().start().await;
+    let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
+    let session = terminal.connected().await["session"]["id"].clone();
+    let (closed, ()) = tokio::join!(terminal.read_until_closed(), stack.stop_gateway());
+    assert_eq!(closed.code, 1011);
+    assert_eq!(closed.reason, "gateway shutting down");
+
+    // The session outlives the gateway.
+    let live = stack
+        .session_api
+        .list_sessions(ptyhub_proto::session::v1::ListSessionsRequest {
+            instance: stack.instance_id.clone(),
+            include_closed: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        live.sessions
+            .iter()
+            .any(|live| live.id == session.as_str().unwrap())
+    );
+    stack.shutdown().await;
+}

@@ -172,6 +172,7 @@ impl TestStackBuilder {
 
         let gateway_listener = bind().await;
         let gateway_url = endpoint(&gateway_listener);
+        let gateway_shutdown = shutdown.child_token();
         let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
         gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
         gateway_config.auth.jwt_hs256_secret = Some(gateway::Secret::new(JWT_SECRET));
@@ -181,13 +182,13 @@ impl TestStackBuilder {
         if let Some(interval) = self.heartbeat_interval {
             gateway_config.heartbeat_interval = interval;
         }
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
+        let stop = gateway_shutdown.clone();
+        let gateway_task = tokio::spawn(async move {
             let stopped = stop.cancelled_owned();
             if let Err(error) = gateway::run(gateway_config, gateway_listener, stopped).await {
                 panic!("gateway failed: {error}");
             }
-        }));
+        });
 
         let session_channel = Channel::from_shared(session_api_endpoint.clone())
             .expect("session-api endpoint")
@@ -214,6 +215,8 @@ impl TestStackBuilder {
             session_api_endpoint,
             broker_endpoint,
             shutdown,
+            gateway_shutdown,
+            gateway_task: Some(gateway_task),
             tasks,
             _data: data,
         };
@@ -248,6 +251,9 @@ pub struct TestStack {
     pub session_api_endpoint: String,
     pub broker_endpoint: String,
     shutdown: CancellationToken,
+    gateway_shutdown: CancellationToken,
+    gateway_task: Option<JoinHandle<()>>,
+    /// The broker's and session-api's tasks.
     tasks: Vec<JoinHandle<()>>,
     _data: tempfile::TempDir,
 }
@@ -321,16 +327,21 @@ impl TestStack {
             .id
     }
 
+    /// Stops the gateway only (its shutdown future completes) and waits for it; session-api
+    /// and the broker go on.
+    pub async fn stop_gateway(&mut self) {
+        self.gateway_shutdown.cancel();
+        if let Some(task) = self.gateway_task.take() {
+            await_stopped(task).await;
+        }
+    }
+
     /// Stops every service and waits for them to finish.
     pub async fn shutdown(mut self) {
+        self.stop_gateway().await;
         self.shutdown.cancel();
         for task in self.tasks.drain(..) {
-            match tokio::time::timeout(Duration::from_secs(15), task).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-                Ok(Err(_)) => {}
-                Err(_) => panic!("a service did not stop within 15 s of shutdown"),
-            }
+            await_stopped(task).await;
         }
     }
 
@@ -339,8 +350,11 @@ impl TestStack {
         let deadline = tokio::time::Instant::now() + START_PATIENCE;
         let mut last = String::new();
         loop {
-            if let Some(finished) = self.tasks.iter().find(|task| task.is_finished()) {
-                let _ = finished;
+            let gateway_stopped = self
+                .gateway_task
+                .as_ref()
+                .is_none_or(JoinHandle::is_finished);
+            if gateway_stopped || self.tasks.iter().any(JoinHandle::is_finished) {
                 panic!("a service stopped while the stack was starting; last health: {last}");
             }
             match self.http.get(&url).send().await {
@@ -367,6 +381,16 @@ impl TestStack {
 impl Drop for TestStack {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+/// Waits for a service task, passing its panic on.
+async fn await_stopped(task: JoinHandle<()>) {
+    match tokio::time::timeout(Duration::from_secs(15), task).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Ok(Err(_)) => {}
+        Err(_) => panic!("a service did not stop within 15 s of shutdown"),
     }
 }
 
