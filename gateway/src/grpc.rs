@@ -682,14 +682,6 @@ fn event_from_proto(frame: broker::ServerFrame) -> Option<TerminalEvent> {
     Some(event)
 }
 
-/// The output bytes of an event, for callers that only count them.
-pub fn output_len(event: &TerminalEvent) -> usize {
-    match event {
-        TerminalEvent::Output { data, .. } => data.len(),
-        _ => 0,
-    }
-}
-
 /// Joins output chunks into one buffer.
 pub fn join_output(chunks: &[Bytes]) -> Bytes {
     if chunks.len() == 1 {

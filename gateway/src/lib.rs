@@ -35,6 +35,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Backend(#[from] grpc::BackendError),
+    #[error(transparent)]
+    Router(#[from] server::RouterError),
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -67,7 +69,7 @@ pub async fn run(
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
     };
-    let app = server::router(state.clone());
+    let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(%address, session_api = %config.session_api_endpoint, "gateway listening");
     let root = state.shutdown.clone();

@@ -1,5 +1,6 @@
 //! Puts the gateway on one port: axum routes for REST, WebSocket and the web page, gRPC-web and
-//! gRPC (chosen by content type) for the session-api surface, JSON 404s for everything else.
+//! gRPC (chosen by content type) for the session-api surface with `grpc.health.v1` and server
+//! reflection, JSON 404s for everything else.
 
 use std::convert::Infallible;
 
@@ -26,12 +27,16 @@ use crate::{openapi, rest, web, ws};
 /// The path prefix of every session-api gRPC method.
 const GRPC_PATH_PREFIX: &str = "/ptyhub.session.v1.SessionApi/";
 
-type GrpcService =
-    tower_http::cors::Cors<tonic_web::GrpcWebService<SessionApiServer<SessionApiProxy>>>;
+type GrpcService = tower_http::cors::Cors<tonic_web::GrpcWebService<tonic::service::Routes>>;
+
+/// Why the router could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("server reflection: {0}")]
+pub struct RouterError(#[from] tonic_reflection::server::Error);
 
 /// The whole gateway as one axum router.
-pub fn router(state: AppState) -> Router {
-    let grpc = grpc_service(state.clone());
+pub async fn router(state: AppState) -> Result<Router, RouterError> {
+    let grpc = grpc_service(state.clone()).await?;
     let api = Router::new()
         .route(
             "/api/v1/instances",
@@ -104,7 +109,8 @@ pub fn router(state: AppState) -> Router {
                 }),
             )
         });
-    api.layer(middleware::from_fn_with_state(grpc, route_grpc))
+    let router = api
+        .layer(middleware::from_fn_with_state(grpc, route_grpc))
         .layer(middleware::from_fn_with_state(state.clone(), count_status))
         .layer(
             TraceLayer::new_for_http()
@@ -114,10 +120,11 @@ pub fn router(state: AppState) -> Router {
                 })
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )
-        .with_state(state)
+        .with_state(state);
+    Ok(router)
 }
 
-fn grpc_service(state: AppState) -> GrpcService {
+async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
     let allowed_origins = state.allowed_origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, parts| {
@@ -135,11 +142,21 @@ fn grpc_service(state: AppState) -> GrpcService {
             header::HeaderName::from_static("grpc-status"),
             header::HeaderName::from_static("grpc-message"),
         ]);
-    let server = SessionApiServer::new(SessionApiProxy::new(state));
-    tower::Layer::layer(
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<SessionApiServer<SessionApiProxy>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let routes = tonic::service::Routes::new(SessionApiServer::new(SessionApiProxy::new(state)))
+        .add_service(health_service)
+        .add_service(reflection);
+    Ok(tower::Layer::layer(
         &cors,
-        tower::Layer::layer(&tonic_web::GrpcWebLayer::new(), server),
-    )
+        tower::Layer::layer(&tonic_web::GrpcWebLayer::new(), routes),
+    ))
 }
 
 /// gRPC-web, gRPC and their CORS preflights go to the session-api surface; the rest to axum.

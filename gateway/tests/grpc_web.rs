@@ -151,3 +151,38 @@ async fn session_changes_stream_through_the_gateway() {
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn plain_grpc_with_health_is_served_on_the_same_port() {
+    let stack = TestStack::builder().start().await;
+    let channel = tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .expect("http/2 connection to the gateway");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "ptyhub.session.v1.SessionApi".into(),
+        })
+        .await
+        .expect("health check")
+        .into_inner();
+    assert_eq!(
+        answer.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let mut client = SessionApiClient::new(channel);
+    let instance = client
+        .get_instance(with_token(
+            session::GetInstanceRequest {
+                instance: "local".into(),
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("get instance over grpc")
+        .into_inner();
+    assert_eq!(instance.id, stack.instance_id);
+    stack.shutdown().await;
+}
