@@ -274,6 +274,27 @@ async fn unknown_sessions_close_4004() {
         let mut terminal = Terminal::open(&stack, &path).await;
         assert_eq!(terminal.read_until_closed().await.code, 4004, "{path}");
     }
+    // Another instance's session is unknown through this instance, and out of scope through
+    // its own for a token that does not cover it.
+    let other = stack.register_instance("other", 5, &[]).await;
+    let foreign = create_session(&stack, &other, json!({})).await;
+    let mut terminal = Terminal::open(
+        &stack,
+        &format!(
+            "/ws/tool-instances/{}/terminal/{foreign}",
+            stack.instance_id
+        ),
+    )
+    .await;
+    assert_eq!(terminal.read_until_closed().await.code, 4004);
+    let scoped = stack.jwt("erin", &["local"], false);
+    let url = format!(
+        "{}/ws/tool-instances/{other}/terminal/{foreign}?token={scoped}",
+        stack.websocket_url()
+    );
+    let mut terminal = Terminal::open_url(&url, &[]).await.unwrap();
+    assert_eq!(terminal.read_until_closed().await.code, 4003);
+
     // A closed session is gone too.
     let id = create_session(&stack, &stack.instance_id, json!({})).await;
     common::delete(
