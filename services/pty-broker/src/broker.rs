@@ -233,3 +233,159 @@ impl Broker {
         self.inner.tracker.wait().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt as _;
+    use tokio::time::{Instant, advance};
+
+    use super::*;
+    use crate::domain::{BrokerEventKind, CloseReason, TerminalSize};
+    use crate::runtime::fake::FakeRuntime;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn broker_with_fake_runtime() -> (Broker, Arc<FakeRuntime>) {
+        let mut config = Config::new(
+            ServiceToken::new("unit-test-service-token").unwrap(),
+            TicketKey::new(b"unit-test-ticket-secret".to_vec()).unwrap(),
+        );
+        config.detached_timeout = 30 * MINUTE;
+        let runtime = Arc::new(FakeRuntime::default());
+        let broker = Broker::builder(config)
+            .runtime(BackendKind::Local, runtime.clone())
+            .build();
+        (broker, runtime)
+    }
+
+    fn spec() -> SpawnSpec {
+        SpawnSpec {
+            session_id: Uuid::new_v4(),
+            target: Target::Local,
+            command: vec!["fake".to_owned()],
+            env: Vec::new(),
+            cwd: None,
+            user: None,
+            size: TerminalSize::DEFAULT,
+        }
+    }
+
+    fn hello(broker: &Broker, session_id: Uuid) -> Hello {
+        let ticket = broker.ticket_key().sign(
+            session_id,
+            TicketRole::Controller,
+            SystemTime::now() + Duration::from_secs(3600),
+        );
+        Hello {
+            ticket,
+            session_id,
+            request: AttachRequest {
+                role: Role::Controller,
+                size: None,
+                since: None,
+            },
+        }
+    }
+
+    /// Lets every task that a timer or a message woke run to its next wait.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn next_attachments_change(events: &mut broadcast::Receiver<BrokerEvent>) -> (u32, u32) {
+        loop {
+            if let BrokerEventKind::AttachmentsChanged {
+                controllers,
+                viewers,
+                ..
+            } = events.recv().await.unwrap().kind
+            {
+                return (controllers, viewers);
+            }
+        }
+    }
+
+    async fn next_close(events: &mut broadcast::Receiver<BrokerEvent>) -> CloseReason {
+        loop {
+            if let BrokerEventKind::Closed { reason, .. } = events.recv().await.unwrap().kind {
+                return reason;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_session_is_reaped_by_one_timer_that_attach_cancels() {
+        let (broker, _runtime) = broker_with_fake_runtime();
+        let (_, mut events) = broker.watch_events();
+        let start = Instant::now();
+        let session = broker.spawn(spec()).await.unwrap();
+        let id = session.session_id;
+
+        // Attached for a while: the timer armed at spawn (due at 30 min) is disarmed.
+        advance(10 * MINUTE).await;
+        let attachment = broker.attach(hello(&broker, id)).await.unwrap();
+        assert_eq!(next_attachments_change(&mut events).await, (1, 0));
+        advance(10 * MINUTE).await;
+        drop(attachment);
+        assert_eq!(next_attachments_change(&mut events).await, (0, 0));
+
+        // Past the first deadline: one timer, re-armed at the detach, so nothing happens.
+        advance(15 * MINUTE).await;
+        // Give a reap that started by mistake (virtual) time to finish: none may arrive.
+        let premature = tokio::time::timeout(Duration::from_secs(5), next_close(&mut events)).await;
+        assert!(premature.is_err(), "reaped early: {premature:?}");
+        assert!(broker.get(id).is_ok());
+
+        // A full detached timeout after the detach, the session is reaped.
+        advance(15 * MINUTE + Duration::from_secs(1)).await;
+        let reason = next_close(&mut events).await;
+        let reaped_after = start.elapsed();
+        assert_eq!(reason, CloseReason::IdleReaped);
+        assert!(
+            (50 * MINUTE..51 * MINUTE).contains(&reaped_after),
+            "reaped after {reaped_after:?}"
+        );
+        assert!(matches!(broker.get(id), Err(Error::SessionNotFound(_))));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_is_reported_at_most_once_a_second() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let (_, mut events) = broker.watch_events();
+        let session = broker.spawn(spec()).await.unwrap();
+        let mut terminal = runtime.take_terminal().unwrap();
+        let mut reports = Vec::new();
+        let start = Instant::now();
+        // 100 chunks over 5 seconds.
+        for _ in 0..100 {
+            terminal.terminal.write_all(b"chunk").await.unwrap();
+            advance(Duration::from_millis(50)).await;
+            settle().await;
+            while let Ok(event) = events.try_recv() {
+                if let BrokerEventKind::Activity { output_offset, .. } = event.kind {
+                    reports.push((Instant::now() - start, output_offset));
+                }
+            }
+        }
+        assert!(
+            (4..=6).contains(&reports.len()),
+            "{} activity reports for 5 seconds of output: {reports:?}",
+            reports.len()
+        );
+        for pair in reports.windows(2) {
+            assert!(
+                pair[1].0 - pair[0].0 >= Duration::from_secs(1),
+                "{reports:?}"
+            );
+            assert!(pair[1].1 > pair[0].1);
+        }
+        terminal.exit(crate::domain::ExitStatus::exited(0));
+        broker.kill(session.session_id).await.unwrap();
+        broker.shutdown().await;
+    }
+}

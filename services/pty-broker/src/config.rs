@@ -42,12 +42,12 @@ pub struct Config {
     pub service_token: ServiceToken,
 
     /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
-    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true,
+    #[arg(long = "ticket-secret", env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true,
           value_parser = parse_ticket_key)]
     pub ticket_key: TicketKey,
 
-    /// Where the broker records the processes it started, so that the next start after a crash
-    /// ends any that survived it. No record is kept when unset.
+    /// Where the broker records the Docker sessions it started, so that the next start after a
+    /// crash ends any process that survived it. No record is kept when unset.
     #[arg(long, env = "PTYHUB_BROKER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 

@@ -35,6 +35,11 @@ impl Broker {
             .await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // The descriptor set holds every ptyhub proto; advertise only what this serves.
+            .with_service_name("ptyhub.broker.v1.PtyBroker")
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
             .build_v1()
             .map_err(|error| Error::Config(format!("server reflection: {error}")))?;
 

@@ -20,6 +20,8 @@ use uuid::Uuid;
 use crate::domain::{ExitStatus, TerminalSize};
 
 pub mod docker;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod local;
 
 /// What to run, where, and at which size. Validated before it gets here.

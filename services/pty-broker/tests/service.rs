@@ -1,0 +1,205 @@
+//! The broker as a gRPC service beyond Attach: the lifecycle event stream, health, reflection
+//! and the service token.
+
+#[allow(unused_macros)]
+#[macro_use]
+mod support;
+
+use anyhow::{Context as _, ensure};
+use pb::broker_event::Event;
+use ptyhub_proto::broker::v1 as pb;
+use support::{Backend, PATIENCE, TestBroker, authorized};
+use tonic::Code;
+use tonic::codec::Streaming;
+
+async fn next_event(events: &mut Streaming<pb::BrokerEvent>) -> anyhow::Result<Event> {
+    let event = tokio::time::timeout(PATIENCE, events.message())
+        .await
+        .context("no event in time")??
+        .context("event stream ended")?;
+    ensure!(event.at.is_some(), "events carry their time");
+    event.event.context("empty event")
+}
+
+/// Skips events until one matches.
+async fn wait_for(
+    events: &mut Streaming<pb::BrokerEvent>,
+    wanted: impl Fn(&Event) -> bool,
+) -> anyhow::Result<Event> {
+    loop {
+        let event = next_event(events).await?;
+        if wanted(&event) {
+            return Ok(event);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_events_starts_with_a_snapshot_then_follows_each_session() -> anyhow::Result<()> {
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let existing = broker.spawn_sh("sleep 600").await?;
+
+    let mut client = broker.client.clone();
+    let status = client
+        .watch_events(pb::WatchEventsRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    let mut events = client
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+    let Event::Snapshot(snapshot) = next_event(&mut events).await? else {
+        anyhow::bail!("the first event must be a snapshot");
+    };
+    ensure!(uuid::Uuid::parse_str(&snapshot.boot_id).is_ok());
+    assert_eq!(snapshot.sessions.len(), 1);
+    assert_eq!(snapshot.sessions[0].session_id, existing.session_id);
+
+    let session = broker
+        .spawn_sh("printf 'ready\\n'; read line; printf 'bye\\n'; exit 7")
+        .await?;
+    let id = session.session_id.clone();
+    let Event::Started(started) =
+        wait_for(&mut events, |event| matches!(event, Event::Started(_))).await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        started
+            .session
+            .context("started carries the session")?
+            .session_id,
+        id
+    );
+
+    // The script's first output.
+    let Event::Activity(activity) = wait_for(
+        &mut events,
+        |event| matches!(event, Event::Activity(a) if a.session_id == id),
+    )
+    .await?
+    else {
+        unreachable!()
+    };
+    ensure!(activity.output_offset > 0 && activity.last_activity_at.is_some());
+
+    let mut controller = broker.attach(&id, pb::Role::Controller, Some(0)).await?;
+    let Event::AttachmentsChanged(attached) = wait_for(&mut events, |event| {
+        matches!(event, Event::AttachmentsChanged(_))
+    })
+    .await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (
+            attached.session_id.as_str(),
+            attached.controllers,
+            attached.viewers
+        ),
+        (id.as_str(), 1, 0)
+    );
+    controller.read_until(b"ready").await?;
+    controller.send_input(&b"go\n"[..]).await?;
+    let Event::Exited(exited) =
+        wait_for(&mut events, |event| matches!(event, Event::Exited(_))).await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(exited.session_id, id);
+    assert_eq!(
+        exited.exit,
+        Some(pb::ExitStatus {
+            code: 7,
+            signal: None
+        })
+    );
+    drop(controller);
+
+    let reset = broker.reset(&existing.session_id).await?;
+    let Event::Reset(reset_done) =
+        wait_for(&mut events, |event| matches!(event, Event::Reset(_))).await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        reset_done.session.map(|session| session.pid),
+        Some(reset.pid)
+    );
+
+    broker.kill(&id).await?;
+    let Event::Closed(closed) =
+        wait_for(&mut events, |event| matches!(event, Event::Closed(_))).await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(closed.session_id, id);
+    assert_eq!(closed.reason, pb::CloseReason::Killed as i32);
+
+    // List shows what is left, with counts.
+    let listed = client
+        .list(authorized(pb::ListRequest {}))
+        .await?
+        .into_inner()
+        .sessions;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session_id, existing.session_id);
+    assert_eq!(listed[0].state, pb::SessionState::Running as i32);
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_are_served() -> anyhow::Result<()> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", broker.address))?
+        .connect()
+        .await?;
+    let health = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "ptyhub.broker.v1.PtyBroker".to_owned(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await?
+        .into_inner();
+    let response = responses
+        .message()
+        .await?
+        .context("reflection answered nothing")?;
+    let Some(MessageResponse::ListServicesResponse(services)) = response.message_response else {
+        anyhow::bail!("unexpected reflection answer");
+    };
+    let names: Vec<String> = services
+        .service
+        .into_iter()
+        .map(|service| service.name)
+        .collect();
+    ensure!(
+        names.contains(&"ptyhub.broker.v1.PtyBroker".to_owned()),
+        "{names:?}"
+    );
+    ensure!(
+        names.contains(&"grpc.health.v1.Health".to_owned()),
+        "{names:?}"
+    );
+    broker.stop().await
+}
