@@ -28,6 +28,7 @@ backend_scenarios! {
     ctrl_c_interrupts_a_flood,
     kill_leaves_no_process_of_the_session,
     reset_keeps_id_and_offsets_and_ends_old_processes,
+    reset_after_exit_restarts_the_command_in_place,
     spawn_and_close_many_sessions_without_leaking_descriptors,
     bad_input_gets_clear_codes_and_the_broker_keeps_serving,
     shutdown_tells_clients_and_ends_processes,
@@ -532,6 +533,48 @@ async fn reset_keeps_id_and_offsets_and_ends_old_processes(backend: Backend) -> 
     let new_processes = broker.wait_for_processes(reset.pid, 2).await?;
     broker.kill(&session.session_id).await?;
     broker.assert_all_ended(&new_processes).await?;
+    broker.stop().await
+}
+
+/// A reset of an exited session (within its tombstone) starts the command again with the same
+/// id, offsets going on from where the first run stopped.
+async fn reset_after_exit_restarts_the_command_in_place(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker
+        .spawn_sh("printf 'run\\n'; read line; exit 5")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"run").await?;
+    controller.send_input(&b"done\n"[..]).await?;
+    let (_, exit) = controller.read_to_exit().await?;
+    assert_eq!(exit.code, 5);
+    let exited = broker.get(&session.session_id).await?;
+    assert_eq!(exited.state, pb::SessionState::Exited as i32);
+
+    let restarted = broker.reset(&session.session_id).await?;
+    assert_eq!(restarted.session_id, session.session_id);
+    assert_eq!(restarted.state, pb::SessionState::Running as i32);
+    assert_eq!(restarted.exit, None, "the old exit status is gone");
+    ensure!(
+        restarted.output_offset >= exited.output_offset,
+        "offsets restarted"
+    );
+
+    let mut again = broker
+        .attach(
+            &session.session_id,
+            pb::Role::Controller,
+            Some(exited.output_offset),
+        )
+        .await?;
+    assert_eq!(again.connected().state, pb::SessionState::Running as i32);
+    again.read_until(b"run").await?;
+    again.send_input(&b"done\n"[..]).await?;
+    let (_, exit) = again.read_to_exit().await?;
+    assert_eq!(exit.code, 5);
+    broker.kill(&session.session_id).await?;
     broker.stop().await
 }
 

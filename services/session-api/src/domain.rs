@@ -220,13 +220,15 @@ pub enum SessionStatus {
 }
 
 impl SessionStatus {
-    /// Statuses that count toward `max_sessions` and hold aliases. An exited session keeps its
-    /// tombstone on the broker (final output, exit code) but no longer holds a slot, so a tab
-    /// whose shell exited can open a new one at once.
-    pub const LIVE: [SessionStatus; 3] = [
+    /// Statuses that count toward `max_sessions` and hold aliases: every status but `closed`,
+    /// as the contract says. An exited session keeps its slot and aliases while the broker keeps
+    /// its tombstone (final output, exit code), so it can be restarted in place (reset) with the
+    /// same id and aliases; closing it, or the end of the tombstone, frees them.
+    pub const LIVE: [SessionStatus; 4] = [
         SessionStatus::Starting,
         SessionStatus::Active,
         SessionStatus::Resetting,
+        SessionStatus::Exited,
     ];
 
     pub fn is_live(self) -> bool {

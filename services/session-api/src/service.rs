@@ -370,13 +370,15 @@ impl SessionService {
         };
         self.changes.publish(ChangeKind::Status, &resetting);
         let reset = self.brokers.reset(&broker, session_id).await;
-        // Back to active whether or not the broker managed: on failure the process is as it
-        // was, and the broker's events report anything else.
-        let session = self
-            .store
-            .mark_session_running(session_id)
-            .await?
-            .inspect(|active| self.changes.publish(ChangeKind::Status, active));
+        // On success the new process runs. On failure the old one is as it was: running, or
+        // exited (restarting an exited session is what failed); the broker's events report
+        // anything else.
+        let back = if reset.is_err() && session.status == SessionStatus::Exited {
+            self.store.mark_session_exited_again(session_id).await?
+        } else {
+            self.store.mark_session_running(session_id).await?
+        };
+        let session = back.inspect(|changed| self.changes.publish(ChangeKind::Status, changed));
         reset?;
         match session {
             Some(session) => Ok(session),

@@ -399,13 +399,13 @@ both_databases!(
             let exit = session.exit.unwrap();
             assert_eq!((exit.code, exit.signal), (*code, *signal));
         }
-        // An exited session holds no slot.
+        // An exited session keeps its slot until it is closed: it can still be restarted.
+        let live = live_sessions(&mut client, &instance).await;
         assert!(
-            live_sessions(&mut client, &instance)
-                .await
-                .iter()
+            live.iter()
                 .all(|s| s.status == wire::SessionStatus::Exited as i32)
         );
+        assert_eq!(live.len(), expected.len());
     }
 );
 

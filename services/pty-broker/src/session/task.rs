@@ -75,6 +75,18 @@ struct Pty {
     process: Arc<dyn PtyProcess>,
 }
 
+/// Why an exited session's tombstone ended.
+enum TombstoneEnd {
+    Close {
+        reason: CloseReason,
+        reply: Option<oneshot::Sender<SessionInfo>>,
+    },
+    /// A reset: the same command starts again in place, with the same id and offsets.
+    Restart {
+        reply: oneshot::Sender<Result<SessionInfo, Error>>,
+    },
+}
+
 /// Why `drive` stopped.
 enum ProcessEnd {
     Exited(ExitStatus),
@@ -137,9 +149,24 @@ impl SessionTask {
             match self.drive(&mut pty).await {
                 ProcessEnd::Exited(status) => {
                     self.exited(status, pty);
-                    let (reason, reply) = self.keep_tombstone().await;
-                    self.close(reason, reply).await;
-                    return;
+                    match self.keep_tombstone().await {
+                        TombstoneEnd::Close { reason, reply } => {
+                            self.close(reason, reply).await;
+                            return;
+                        }
+                        TombstoneEnd::Restart { reply } => match self.restart_exited().await {
+                            Ok(new_pty) => {
+                                pty = new_pty;
+                                let _ = reply.send(Ok(self.shared.lock().info(self.id)));
+                            }
+                            Err(error) => {
+                                tracing::warn!(session_id = %self.id, %error, "restart after exit failed");
+                                let _ = reply.send(Err(error));
+                                self.close(CloseReason::SpawnFailed, None).await;
+                                return;
+                            }
+                        },
+                    }
                 }
                 ProcessEnd::Reset { reply } => match self.reset(pty).await {
                     Ok(new_pty) => {
@@ -475,16 +502,17 @@ impl SessionTask {
     }
 
     /// Keeps an exited session's output and status for late attaches until the tombstone
-    /// period ends, a kill, or shutdown.
-    async fn keep_tombstone(&mut self) -> (CloseReason, Option<oneshot::Sender<SessionInfo>>) {
+    /// period ends, a kill, shutdown, or a reset that starts the command again.
+    async fn keep_tombstone(&mut self) -> TombstoneEnd {
+        let close = |reason, reply| TombstoneEnd::Close { reason, reply };
         let deadline = Instant::now() + self.settings.tombstone;
         loop {
             tokio::select! {
                 biased;
-                () = self.context.shutdown.cancelled() => return (CloseReason::Shutdown, None),
+                () = self.context.shutdown.cancelled() => return close(CloseReason::Shutdown, None),
                 command = self.commands.recv() => match command {
-                    None => return (CloseReason::Killed, None),
-                    Some(Command::Kill { reply }) => return (CloseReason::Killed, Some(reply)),
+                    None => return close(CloseReason::Killed, None),
+                    Some(Command::Kill { reply }) => return close(CloseReason::Killed, Some(reply)),
                     Some(Command::Attach { request, reply }) => {
                         let attached = self.attach(request, None).await;
                         let _ = reply.send(attached);
@@ -492,14 +520,21 @@ impl SessionTask {
                     Some(Command::Resize { reply, .. }) => {
                         let _ = reply.send(Err(exited_error()));
                     }
-                    Some(Command::Reset { reply, .. }) => {
-                        let _ = reply.send(Err(exited_error()));
+                    Some(Command::Reset { generation, reply }) => {
+                        if generation.is_none()
+                            || self.shared.lock().attachments.is_current_controller(generation)
+                        {
+                            return TombstoneEnd::Restart { reply };
+                        }
+                        let _ = reply.send(Err(Error::PermissionDenied(
+                            "another controller took over; this client may not reset".to_owned(),
+                        )));
                     }
                 },
                 () = self.shared.task_wake.notified() => self.attachments_changed(),
                 // Input that raced the exit has nowhere to go.
                 Some(_) = self.input.recv() => {}
-                () = sleep_until(deadline) => return (CloseReason::Exited, None),
+                () = sleep_until(deadline) => return close(CloseReason::Exited, None),
             }
         }
     }
@@ -519,7 +554,26 @@ impl SessionTask {
         let mut read_buf = BytesMut::new();
         self.drain_output(&mut pty.output, &mut read_buf).await;
         drop(pty);
+        self.start_again(size).await
+    }
 
+    /// Starts the command of an exited session again, in place: same id, offsets go on.
+    async fn restart_exited(&mut self) -> Result<Pty, Error> {
+        let size = {
+            let mut state = self.shared.lock();
+            state.phase = SessionPhase::Resetting;
+            state.exit = None;
+            let end = state.ring.end();
+            state.attachments.broadcast(end, &ClientEvent::Resetting);
+            state.size
+        };
+        self.shared.notify_clients();
+        tracing::info!(session_id = %self.id, "restarting after exit");
+        self.start_again(size).await
+    }
+
+    /// Spawns the session's command at `size` and tells clients and subscribers it runs.
+    async fn start_again(&mut self, size: crate::domain::TerminalSize) -> Result<Pty, Error> {
         let mut spec = self.context.spec.clone();
         spec.size = size;
         let new_pty = self.spawn(&spec).await?;

@@ -433,8 +433,22 @@ impl Store {
     pub async fn mark_session_resetting(&self, session_id: Uuid) -> Result<Option<Session>, Error> {
         self.transition(
             session_id,
-            &[SessionStatus::Active],
+            &[SessionStatus::Active, SessionStatus::Exited],
             SessionStatus::Resetting,
+        )
+        .await
+    }
+
+    /// `resetting` → `exited`, when a reset of an exited session failed and its old process
+    /// status stands.
+    pub async fn mark_session_exited_again(
+        &self,
+        session_id: Uuid,
+    ) -> Result<Option<Session>, Error> {
+        self.transition(
+            session_id,
+            &[SessionStatus::Resetting],
+            SessionStatus::Exited,
         )
         .await
     }
@@ -525,9 +539,9 @@ impl Store {
         Ok(Some(session))
     }
 
-    /// Records how the process ended: a live session becomes `exited` and releases its
-    /// aliases; a session already closed keeps its status but gains the exit status. `None`
-    /// when nothing changed.
+    /// Records how the process ended: a running session becomes `exited` (keeping its slot and
+    /// aliases until it is closed); a session already exited or closed keeps its status but
+    /// gains the exit status. `None` when nothing changed.
     pub async fn record_exit(
         &self,
         session_id: Uuid,
@@ -547,11 +561,14 @@ impl Store {
             )
             .col_expr(terminal_session::Column::UpdatedAt, Expr::value(at))
             .filter(terminal_session::Column::Id.eq(session_id))
-            .filter(terminal_session::Column::Status.is_in(live_status_names()))
+            .filter(terminal_session::Column::Status.is_in([
+                SessionStatus::Starting.as_str(),
+                SessionStatus::Active.as_str(),
+                SessionStatus::Resetting.as_str(),
+            ]))
             .exec(&transaction)
             .await?;
         let changed = if exited.rows_affected > 0 {
-            release_aliases(&transaction, session_id, at).await?;
             true
         } else {
             let filled = terminal_session::Entity::update_many()
@@ -816,7 +833,7 @@ impl Store {
     }
 }
 
-fn live_status_names() -> [&'static str; 3] {
+fn live_status_names() -> [&'static str; 4] {
     SessionStatus::LIVE.map(SessionStatus::as_str)
 }
 
