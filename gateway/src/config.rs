@@ -8,7 +8,7 @@ use std::time::Duration;
 /// Everything [`crate::run`] needs besides the listener and the shutdown future.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// session-api's gRPC endpoint, for example `http://127.0.0.1:7000`.
+    /// session-api's gRPC endpoint, for example `http://127.0.0.1:50051`.
     pub session_api_endpoint: String,
     /// Sent as `authorization: Bearer <token>` on every call to session-api.
     pub service_token: Secret,
@@ -166,22 +166,22 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let config = Config::new("127.0.0.1:7000", "token");
+        let config = Config::new("127.0.0.1:50051", "token");
         assert_eq!(
             config.validate().unwrap_err().setting,
             "session_api_endpoint"
         );
 
-        let mut config = Config::new("http://127.0.0.1:7000", "token");
+        let mut config = Config::new("http://127.0.0.1:50051", "token");
         config.auth.jwt_hs256_secret = Some(Secret::new("short"));
         assert_eq!(config.validate().unwrap_err().setting, "jwt_hs256_secret");
 
-        let mut config = Config::new("http://127.0.0.1:7000", "token");
+        let mut config = Config::new("http://127.0.0.1:50051", "token");
         config.allowed_origins.push("example.com".into());
         assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
 
         assert!(
-            Config::new("http://127.0.0.1:7000", "token")
+            Config::new("http://127.0.0.1:50051", "token")
                 .validate()
                 .is_ok()
         );

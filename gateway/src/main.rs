@@ -23,7 +23,7 @@ struct Args {
     #[arg(
         long,
         env = "PTYHUB_GATEWAY_SESSION_API",
-        default_value = "http://127.0.0.1:7000"
+        default_value = "http://127.0.0.1:50051"
     )]
     session_api: String,
 
