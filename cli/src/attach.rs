@@ -65,22 +65,15 @@ pub async fn run_attach(
     resizes: &mut mpsc::Receiver<(u16, u16)>,
 ) -> Result<AttachOutcome> {
     let mut target = request.target.clone();
-    let mut next_offset = request.since;
-    // Output seen while waiting for the ready marker; a marker may be split across chunks.
-    let mut before_ready: Option<Vec<u8>> = request.ready_marker.map(|_| Vec::new());
+    let mut progress = Progress {
+        next_offset: request.since,
+        before_ready: request.ready_marker.map(|_| Vec::new()),
+        told_read_only: false,
+    };
     let mut dropped_since: Option<Instant> = None;
     let mut backoff = BACKOFF_START;
     loop {
-        match stream_once(
-            &target,
-            &request,
-            &mut next_offset,
-            &mut before_ready,
-            input,
-            resizes,
-        )
-        .await
-        {
+        match stream_once(&target, &request, &mut progress, input, resizes).await {
             Ok(outcome) => return Ok(outcome),
             Err(StreamEnd::Fatal(error)) => return Err(error),
             Err(StreamEnd::Dropped(reason)) => {
@@ -113,6 +106,18 @@ pub async fn run_attach(
     }
 }
 
+/// What one attach has got so far, carried across reconnections.
+#[derive(Debug)]
+struct Progress {
+    /// The offset to resume from: the byte after the last one written to stdout.
+    next_offset: Option<u64>,
+    /// Output seen while waiting for the ready marker (a marker may be split across chunks);
+    /// `None` once it was seen, or when there is no marker.
+    before_ready: Option<Vec<u8>>,
+    /// A viewer has been told once that its typing goes nowhere.
+    told_read_only: bool,
+}
+
 enum StreamEnd {
     /// The connection went away; resume from the last offset.
     Dropped(String),
@@ -133,8 +138,7 @@ fn is_transient(status: &tonic::Status) -> bool {
 async fn stream_once(
     target: &session::AttachTarget,
     request: &AttachRequest,
-    next_offset: &mut Option<u64>,
-    before_ready: &mut Option<Vec<u8>>,
+    progress: &mut Progress,
     input: &mut mpsc::Receiver<InputEvent>,
     resizes: &mut mpsc::Receiver<(u16, u16)>,
 ) -> Result<AttachOutcome, StreamEnd> {
@@ -156,7 +160,7 @@ async fn stream_once(
             } else {
                 None
             },
-            since: *next_offset,
+            since: progress.next_offset,
         })),
     };
     // The channel is empty and open: this cannot fail.
@@ -171,7 +175,7 @@ async fn stream_once(
     let mut stdout = tokio::io::stdout();
     let mut input_open = true;
     loop {
-        let ready = before_ready.is_none();
+        let ready = progress.before_ready.is_none();
         tokio::select! {
             frame = server.message() => {
                 let frame = match frame {
@@ -184,15 +188,15 @@ async fn stream_once(
                 };
                 match frame.frame {
                     Some(server_frame::Frame::Output(output)) => {
-                        *next_offset = Some(output.offset + output.data.len() as u64);
-                        let data: &[u8] = match (before_ready.as_mut(), request.ready_marker) {
+                        progress.next_offset = Some(output.offset + output.data.len() as u64);
+                        let data: &[u8] = match (progress.before_ready.as_mut(), request.ready_marker) {
                             (Some(pending), Some(marker)) => {
                                 pending.extend_from_slice(&output.data);
                                 let Some(at) = pending.windows(marker.len()).position(|window| window == marker) else {
                                     continue;
                                 };
                                 let rest = pending.split_off(at + marker.len());
-                                *before_ready = None;
+                                progress.before_ready = None;
                                 stdout.write_all(&rest).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
                                 stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
                                 continue;
@@ -203,14 +207,14 @@ async fn stream_once(
                         stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
                     }
                     Some(server_frame::Frame::Connected(connected)) => {
-                        *next_offset = Some(connected.offset);
+                        progress.next_offset = Some(connected.offset);
                     }
                     Some(server_frame::Frame::Gap(gap)) => {
                         if !request.tolerate_gaps {
                             return Err(StreamEnd::Fatal(anyhow!("{} bytes of output were lost", gap.lost)));
                         }
                         eprint!("\r\n[ptyhub: {} bytes of output were lost]\r\n", gap.lost);
-                        *next_offset = Some(gap.offset);
+                        progress.next_offset = Some(gap.offset);
                     }
                     Some(server_frame::Frame::Exit(exit)) => {
                         return Ok(AttachOutcome::Exited { code: exit.code, signal: exit.signal });
@@ -233,12 +237,25 @@ async fn stream_once(
                         continue;
                     }
                 };
+                // A viewer's input would be refused by the broker, keystroke by keystroke: say
+                // it once here instead.
+                if request.role == broker::Role::Viewer {
+                    if !progress.told_read_only {
+                        progress.told_read_only = true;
+                        eprint!("\r\n[ptyhub: read-only viewer: typing is not sent; the detach keys still work]\r\n");
+                    }
+                    continue;
+                }
                 let frame = broker::ClientFrame { frame: Some(client_frame::Frame::Input(broker::Input { data })) };
                 if frames.send(frame).await.is_err() {
                     return Err(StreamEnd::Dropped("the stream closed".into()));
                 }
             }
             Some((cols, rows)) = resizes.recv() => {
+                // A viewer watches at the controller's size.
+                if request.role == broker::Role::Viewer {
+                    continue;
+                }
                 let frame = broker::ClientFrame {
                     frame: Some(client_frame::Frame::Resize(broker::TerminalSize { cols: cols.into(), rows: rows.into() })),
                 };

@@ -64,18 +64,22 @@ impl ConnectionArgs {
 
     /// A session-api client through the gateway.
     pub async fn session_client(&self) -> Result<SessionClient> {
+        // The token first: without one there is no point in reaching the server.
+        let token = BearerToken::new(&self.token()?)?;
         let server = self.server_url();
-        let channel = connect(&server).await?;
-        Ok(SessionApiClient::with_interceptor(
-            channel,
-            BearerToken::new(&self.token()?)?,
-        ))
+        let channel = connect(&server).await.with_context(|| {
+            format!("cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)")
+        })?;
+        Ok(SessionApiClient::with_interceptor(channel, token))
     }
 }
 
 /// A broker client for one attach, authorised by the ticket inside the stream.
 pub async fn broker_client(endpoint: &str) -> Result<PtyBrokerClient<Channel>> {
-    Ok(PtyBrokerClient::new(connect(endpoint).await?))
+    let channel = connect(endpoint)
+        .await
+        .with_context(|| format!("cannot reach the terminal broker at {endpoint}"))?;
+    Ok(PtyBrokerClient::new(channel))
 }
 
 async fn connect(url: &str) -> Result<Channel> {
@@ -85,10 +89,7 @@ async fn connect(url: &str) -> Result<Channel> {
         .http2_keep_alive_interval(std::time::Duration::from_secs(20))
         .keep_alive_timeout(std::time::Duration::from_secs(20))
         .keep_alive_while_idle(true);
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to {url}"))
+    Ok(endpoint.connect().await?)
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {

@@ -134,7 +134,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // Tokio reads stdin on a blocking thread that cannot be cancelled: waiting for it would
+    // hang until the user pressed a key after the session ended.
+    runtime.shutdown_background();
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("ptyhub: {}", one_line(&error));
@@ -143,12 +147,37 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error as one line: a gRPC status shows its message, other errors their chain.
+/// The error as one line: each cause once, a gRPC status by its message (with a hint where the
+/// user can act on it), never a multi-line dump.
 fn one_line(error: &anyhow::Error) -> String {
-    if let Some(status) = error.downcast_ref::<tonic::Status>() {
-        return status.message().to_owned();
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let part = match cause.downcast_ref::<tonic::Status>() {
+            Some(status) => describe_status(status),
+            None => cause.to_string(),
+        };
+        // Transport errors repeat their source in their own message.
+        if parts.last().is_some_and(|last| last.ends_with(&part)) {
+            continue;
+        }
+        parts.push(part);
     }
-    format!("{error:#}").replace('\n', " ")
+    parts.join(": ").replace(['\n', '\r'], " ")
+}
+
+fn describe_status(status: &tonic::Status) -> String {
+    let message = if status.message().is_empty() {
+        format!("{:?}", status.code()).to_lowercase()
+    } else {
+        status.message().to_owned()
+    };
+    match status.code() {
+        tonic::Code::Unauthenticated => format!(
+            "{message} (the server refused the token: check --token, PTYHUB_TOKEN or the data dir)"
+        ),
+        tonic::Code::PermissionDenied => format!("{message} (the token does not allow this)"),
+        _ => message,
+    }
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
@@ -215,6 +244,13 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         (None, Some(alias)) => session::resolve_session_request::Selector::Alias(alias),
         (None, None) => session::resolve_session_request::Selector::Default(true),
     };
+    let what = match &selector {
+        session::resolve_session_request::Selector::SessionId(id) => format!("session {id}"),
+        session::resolve_session_request::Selector::Alias(alias) => {
+            format!("the session with alias {alias:?}")
+        }
+        _ => "the default session".to_owned(),
+    };
     let create_if_absent = !matches!(
         selector,
         session::resolve_session_request::Selector::SessionId(_)
@@ -228,7 +264,8 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
             size: size_message(),
             role: role.into(),
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot open {what} on instance {:?}", args.instance))?
         .into_inner();
     let target = attachment
         .attach
@@ -287,8 +324,14 @@ async fn exec_command(
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        "stty -echo -onlcr 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; exec \"$@\""
-            .to_owned(),
+        concat!(
+            "stty -echo -onlcr 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; ",
+            // The same clear message whichever shell the instance has.
+            "command -v \"$1\" >/dev/null 2>&1 || ",
+            "{ printf 'ptyhub: %s: command not found\\n' \"$1\" >&2; exit 127; }; ",
+            "exec \"$@\"",
+        )
+        .to_owned(),
         "ptyhub-exec".to_owned(),
     ];
     argv.extend(command);
@@ -301,7 +344,8 @@ async fn exec_command(
             size: size_message(),
             command: argv,
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot start the command on instance {instance:?}"))?
         .into_inner();
     let target = attachment
         .attach

@@ -67,11 +67,12 @@ pub async fn instance_add(
         (None, true) => broker::target::Kind::Local(broker::LocalTarget {}),
         (None, false) => bail!("say where terminals run: --local or --docker CONTAINER"),
     };
+    let name = args.name;
     let instance = connection
         .session_client()
         .await?
         .register_instance(session::RegisterInstanceRequest {
-            name: args.name,
+            name: name.clone(),
             target: Some(broker::Target { kind: Some(target) }),
             command: args.command,
             env: args.env.into_iter().collect(),
@@ -81,7 +82,8 @@ pub async fn instance_add(
             labels: args.labels.into_iter().collect(),
             broker_id: String::new(),
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot register instance {name:?}"))?
         .into_inner();
     print_instances(&[instance], output)
 }
@@ -91,7 +93,8 @@ pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<
         .session_client()
         .await?
         .list_instances(session::ListInstancesRequest::default())
-        .await?
+        .await
+        .context("cannot list the instances")?
         .into_inner()
         .instances;
     print_instances(&instances, output)
@@ -105,8 +108,11 @@ pub async fn instance_rm(
     let deleted = connection
         .session_client()
         .await?
-        .delete_instance(session::DeleteInstanceRequest { instance })
-        .await?
+        .delete_instance(session::DeleteInstanceRequest {
+            instance: instance.clone(),
+        })
+        .await
+        .with_context(|| format!("cannot remove instance {instance:?}"))?
         .into_inner();
     match output {
         Output::Json => print_json(&serde_json::json!({
@@ -133,10 +139,11 @@ pub async fn session_ls(
         .session_client()
         .await?
         .list_sessions(session::ListSessionsRequest {
-            instance,
+            instance: instance.clone(),
             include_closed,
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot list the sessions of instance {instance:?}"))?
         .into_inner()
         .sessions;
     print_sessions(&sessions, output)
@@ -154,7 +161,7 @@ pub async fn session_new(
         .session_client()
         .await?
         .create_session(session::CreateSessionRequest {
-            instance,
+            instance: instance.clone(),
             name: name.unwrap_or_default(),
             aliases,
             size: Some(broker::TerminalSize {
@@ -163,7 +170,8 @@ pub async fn session_new(
             }),
             command: Vec::new(),
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot start a session on instance {instance:?}"))?
         .into_inner();
     let created = attachment
         .session
@@ -182,11 +190,12 @@ pub async fn session_rename(
         .session_client()
         .await?
         .rename_session(session::RenameSessionRequest {
-            instance,
-            session_id,
+            instance: instance.clone(),
+            session_id: session_id.clone(),
             name,
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot rename session {session_id} of instance {instance:?}"))?
         .into_inner();
     print_sessions(&[renamed], output)
 }
@@ -201,10 +210,11 @@ pub async fn session_reset(
         .session_client()
         .await?
         .reset_session(session::ResetSessionRequest {
-            instance,
-            session_id,
+            instance: instance.clone(),
+            session_id: session_id.clone(),
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot reset session {session_id} of instance {instance:?}"))?
         .into_inner();
     print_sessions(&[reset], output)
 }
@@ -219,10 +229,11 @@ pub async fn session_rm(
         .session_client()
         .await?
         .close_session(session::CloseSessionRequest {
-            instance,
-            session_id,
+            instance: instance.clone(),
+            session_id: session_id.clone(),
         })
-        .await?
+        .await
+        .with_context(|| format!("cannot close session {session_id} of instance {instance:?}"))?
         .into_inner();
     print_sessions(&[closed], output)
 }
