@@ -109,8 +109,10 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
         return workspace_tests;
     }
     // The browser tests run even when a workspace test failed, so one run shows everything.
-    let browser_tests = run::cargo(&["build", "--quiet", "--package", "cli", "--bin", "ptyhub"])
-        .and_then(|()| {
+    // Built with every target, as nextest built them, so that feature unification is the same
+    // and this is a no-op after a full test run rather than a rebuild of the dependencies.
+    let browser_tests =
+        run::cargo(&["build", "--quiet", "--workspace", "--all-targets"]).and_then(|()| {
             web::run_browser_tests(
                 &run::workspace_root(),
                 &run::target_dir().join("debug/ptyhub"),
