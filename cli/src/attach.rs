@@ -38,8 +38,10 @@ pub enum AttachOutcome {
     Detached,
     /// Another controller took the session over.
     TakenOver,
-    /// The session was closed (by a user, the reaper or a broker shutdown).
-    Closed,
+    /// The session was closed (by a user, the reaper or a broker shutdown), for this reason.
+    Closed { reason: &'static str },
+    /// ptyhub itself got a signal that ends it (SIGHUP, SIGINT, SIGQUIT, SIGTERM).
+    Interrupted { signal: i32 },
 }
 
 /// Everything one attach needs.
@@ -49,15 +51,17 @@ pub struct AttachRequest {
     pub target: session::AttachTarget,
     pub role: broker::Role,
     pub since: Option<u64>,
-    /// Report lost bytes on stderr (interactive use); `exec` fails instead.
-    pub tolerate_gaps: bool,
+    /// A person is watching (`attach`): lost bytes and reconnections are said on stderr. `exec`
+    /// fails on lost bytes instead.
+    pub interactive: bool,
     /// Hold input back, and drop output, until the process prints this marker (`exec` uses it to
     /// know the terminal's echo is off before piped input is written).
     pub ready_marker: Option<&'static [u8]>,
 }
 
 /// Streams the session until it ends one of the ways in [`AttachOutcome`], reconnecting with the
-/// last seen offset when the connection drops.
+/// last seen offset when the connection drops. While it is away the detach keys still work, and
+/// what the user types meanwhile is sent once the stream is back.
 pub async fn run_attach(
     session_client: &mut SessionClient,
     request: AttachRequest,
@@ -69,39 +73,104 @@ pub async fn run_attach(
         next_offset: request.since,
         before_ready: request.ready_marker.map(|_| Vec::new()),
         told_read_only: false,
+        input_open: true,
+        held_input: Vec::new(),
+        connected: false,
+        reconnecting: false,
     };
     let mut dropped_since: Option<Instant> = None;
     let mut backoff = BACKOFF_START;
     loop {
-        match stream_once(&target, &request, &mut progress, input, resizes).await {
+        let reason = match stream_once(&target, &request, &mut progress, input, resizes).await {
             Ok(outcome) => return Ok(outcome),
             Err(StreamEnd::Fatal(error)) => return Err(error),
-            Err(StreamEnd::Dropped(reason)) => {
-                let first_drop = *dropped_since.get_or_insert_with(Instant::now);
-                if first_drop.elapsed() > RECONNECT_WINDOW {
-                    bail!("connection lost and not restored within {RECONNECT_WINDOW:?}: {reason}");
-                }
-                tracing::debug!(%reason, "attach stream dropped, resuming");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                // A fresh ticket each time: the old one may have expired while we were away.
-                match session_client
-                    .issue_attach_ticket(session::IssueAttachTicketRequest {
-                        instance: request.instance.clone(),
-                        session_id: target.session_id.clone(),
-                        role: request.role.into(),
-                    })
-                    .await
-                {
-                    Ok(fresh) => {
-                        target = fresh.into_inner();
-                        dropped_since = None;
-                        backoff = BACKOFF_START;
+            Err(StreamEnd::Dropped(reason)) => reason,
+        };
+        // The window starts again only once a stream really worked: a ticket alone proves
+        // nothing about the broker.
+        if progress.connected {
+            dropped_since = None;
+            backoff = BACKOFF_START;
+        }
+        let first_drop = *dropped_since.get_or_insert_with(Instant::now);
+        if first_drop.elapsed() > RECONNECT_WINDOW {
+            bail!("connection lost and not restored within {RECONNECT_WINDOW:?}: {reason}");
+        }
+        if request.interactive && !progress.reconnecting {
+            eprint!(
+                "\r\n[ptyhub: connection lost ({reason}); reconnecting (the detach keys still work)]\r\n"
+            );
+        }
+        progress.reconnecting = true;
+        tracing::debug!(%reason, "attach stream dropped, resuming");
+        if watching_input(tokio::time::sleep(backoff), &request, &mut progress, input)
+            .await
+            .is_none()
+        {
+            return Ok(AttachOutcome::Detached);
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        // A fresh ticket each time: the old one may have expired while we were away.
+        let ticket = session_client.issue_attach_ticket(session::IssueAttachTicketRequest {
+            instance: request.instance.clone(),
+            session_id: target.session_id.clone(),
+            role: request.role.into(),
+        });
+        match watching_input(ticket, &request, &mut progress, input).await {
+            None => return Ok(AttachOutcome::Detached),
+            Some(Ok(fresh)) => target = fresh.into_inner(),
+            Some(Err(status)) if is_transient(&status) => {}
+            Some(Err(status)) => return Err(anyhow!(status.message().to_owned())),
+        }
+    }
+}
+
+/// Why the broker closed a session, as the user should read it.
+fn close_reason(reason: i32) -> &'static str {
+    match broker::CloseReason::try_from(reason) {
+        Ok(broker::CloseReason::Killed) => "someone closed it",
+        Ok(broker::CloseReason::Exited) => "its process had exited",
+        Ok(broker::CloseReason::IdleReaped) => "nobody was attached for too long",
+        Ok(broker::CloseReason::Shutdown) => "the server is shutting down",
+        Ok(broker::CloseReason::SpawnFailed) => "its command could not be started again",
+        Ok(broker::CloseReason::Unspecified) | Err(_) => "no reason given",
+    }
+}
+
+/// Input kept while the stream is away, at most this much; beyond it keystrokes are dropped
+/// (and the user told) rather than piling up.
+const HELD_INPUT_LIMIT: usize = 64 * 1024;
+
+/// Runs `work` while no stream is open, still reading the input: the detach keys end the wait
+/// (`None`), and other input is held for the next stream.
+async fn watching_input<T>(
+    work: impl std::future::Future<Output = T>,
+    request: &AttachRequest,
+    progress: &mut Progress,
+    input: &mut mpsc::Receiver<InputEvent>,
+) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        // Before `exec`'s marker, input must wait in the channel: the terminal still echoes.
+        let ready = progress.before_ready.is_none();
+        tokio::select! {
+            done = &mut work => return Some(done),
+            event = input.recv(), if progress.input_open && ready => match event {
+                Some(InputEvent::Detach) => return None,
+                Some(InputEvent::Bytes(data)) => {
+                    if request.role == broker::Role::Viewer {
+                        continue;
                     }
-                    Err(status) if is_transient(&status) => continue,
-                    Err(status) => return Err(anyhow!(status.message().to_owned())),
+                    if progress.held_input.len() + data.len() > HELD_INPUT_LIMIT {
+                        if request.interactive {
+                            eprint!("\r\n[ptyhub: not connected: input dropped]\r\n");
+                        }
+                        continue;
+                    }
+                    progress.held_input.extend_from_slice(&data);
                 }
-            }
+                None => progress.input_open = false,
+            },
         }
     }
 }
@@ -116,6 +185,14 @@ struct Progress {
     before_ready: Option<Vec<u8>>,
     /// A viewer has been told once that its typing goes nowhere.
     told_read_only: bool,
+    /// The input has not ended.
+    input_open: bool,
+    /// Input typed while no stream was open, sent first on the next one.
+    held_input: Vec<u8>,
+    /// The current stream got its `connected` frame.
+    connected: bool,
+    /// A stream dropped and no new one is connected yet.
+    reconnecting: bool,
 }
 
 enum StreamEnd {
@@ -142,6 +219,7 @@ async fn stream_once(
     input: &mut mpsc::Receiver<InputEvent>,
     resizes: &mut mpsc::Receiver<(u16, u16)>,
 ) -> Result<AttachOutcome, StreamEnd> {
+    progress.connected = false;
     let mut broker = broker_client(&target.broker_endpoint)
         .await
         .map_err(|error| StreamEnd::Dropped(format!("{error:#}")))?;
@@ -163,8 +241,16 @@ async fn stream_once(
             since: progress.next_offset,
         })),
     };
-    // The channel is empty and open: this cannot fail.
+    // The channel is empty and open: these cannot fail.
     let _ = frames.send(hello).await;
+    if !progress.held_input.is_empty() {
+        let data = Bytes::from(std::mem::take(&mut progress.held_input));
+        let _ = frames
+            .send(broker::ClientFrame {
+                frame: Some(client_frame::Frame::Input(broker::Input { data })),
+            })
+            .await;
+    }
     let mut server = match broker.attach(ReceiverStream::new(frame_receiver)).await {
         Ok(response) => response.into_inner(),
         Err(status) if is_transient(&status) => {
@@ -173,7 +259,6 @@ async fn stream_once(
         Err(status) => return Err(StreamEnd::Fatal(anyhow!(status.message().to_owned()))),
     };
     let mut stdout = tokio::io::stdout();
-    let mut input_open = true;
     loop {
         let ready = progress.before_ready.is_none();
         tokio::select! {
@@ -208,9 +293,13 @@ async fn stream_once(
                     }
                     Some(server_frame::Frame::Connected(connected)) => {
                         progress.next_offset = Some(connected.offset);
+                        progress.connected = true;
+                        if std::mem::take(&mut progress.reconnecting) && request.interactive {
+                            eprint!("\r\n[ptyhub: reconnected]\r\n");
+                        }
                     }
                     Some(server_frame::Frame::Gap(gap)) => {
-                        if !request.tolerate_gaps {
+                        if !request.interactive {
                             return Err(StreamEnd::Fatal(anyhow!("{} bytes of output were lost", gap.lost)));
                         }
                         eprint!("\r\n[ptyhub: {} bytes of output were lost]\r\n", gap.lost);
@@ -220,20 +309,22 @@ async fn stream_once(
                         return Ok(AttachOutcome::Exited { code: exit.code, signal: exit.signal });
                     }
                     Some(server_frame::Frame::Detached(_)) => return Ok(AttachOutcome::TakenOver),
-                    Some(server_frame::Frame::Closed(_)) => return Ok(AttachOutcome::Closed),
+                    Some(server_frame::Frame::Closed(closed)) => {
+                        return Ok(AttachOutcome::Closed { reason: close_reason(closed.reason) });
+                    }
                     Some(server_frame::Frame::Error(error)) => {
                         eprint!("\r\n[ptyhub: {}]\r\n", error.message);
                     }
                     Some(server_frame::Frame::Resize(_) | server_frame::Frame::Resetting(_)) | None => {}
                 }
             }
-            event = input.recv(), if input_open && ready => {
+            event = input.recv(), if progress.input_open && ready => {
                 let data = match event {
                     Some(InputEvent::Bytes(data)) => data,
                     Some(InputEvent::Detach) => return Ok(AttachOutcome::Detached),
                     // Input ended: keep streaming output until the process ends.
                     None => {
-                        input_open = false;
+                        progress.input_open = false;
                         continue;
                     }
                 };

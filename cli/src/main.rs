@@ -273,6 +273,10 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
 
     let mut input = attach::spawn_stdin_reader(detach_keys, false);
     let mut resizes = attach::spawn_resize_watcher()?;
+    // Installed before raw mode: from then on no signal may end the process without the guard
+    // restoring the terminal. In raw mode Ctrl-C is a byte for the remote side; a SIGINT from
+    // elsewhere still ends the attach.
+    let mut signals = EndingSignals::install()?;
     let outcome = {
         let _raw_mode = terminal::RawModeGuard::enable()?;
         let request = AttachRequest {
@@ -280,19 +284,13 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
             target,
             role,
             since: args.since,
-            tolerate_gaps: true,
+            interactive: true,
             ready_marker: None,
         };
         let stream = attach::run_attach(&mut session_client, request, &mut input, &mut resizes);
-        // In raw mode Ctrl-C is a byte for the remote side; these signals still end the attach
-        // (with the terminal restored by the guard).
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             outcome = stream => outcome,
-            _ = hangup.recv() => Ok(AttachOutcome::Detached),
-            _ = terminate.recv() => Ok(AttachOutcome::Detached),
+            signal = signals.recv() => Ok(AttachOutcome::Interrupted { signal }),
         }
     };
     match outcome? {
@@ -310,7 +308,14 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         AttachOutcome::TakenOver => {
             bail!("the session was taken over by another client (not reconnecting)")
         }
-        AttachOutcome::Closed => bail!("the session was closed"),
+        AttachOutcome::Closed { reason } => bail!("the session was closed: {reason}"),
+        AttachOutcome::Interrupted { signal } => {
+            eprintln!(
+                "\n[ptyhub ended by {}; the session keeps running]",
+                signal_name(signal)
+            );
+            Ok(exit_code(128 + signal))
+        }
     }
 }
 
@@ -358,10 +363,15 @@ async fn exec_command(
         target,
         role: broker::Role::Controller,
         since: Some(0),
-        tolerate_gaps: false,
+        interactive: false,
         ready_marker: Some(EXEC_READY_MARKER),
     };
-    let outcome = attach::run_attach(&mut session_client, request, &mut input, &mut resizes).await;
+    let mut signals = EndingSignals::install()?;
+    let outcome = tokio::select! {
+        outcome = attach::run_attach(&mut session_client, request, &mut input, &mut resizes) => outcome,
+        // Ending ptyhub ends the command, as it would end a local one.
+        signal = signals.recv() => Ok(AttachOutcome::Interrupted { signal }),
+    };
     // The session was only for this command: close it however the command ended.
     let closed = session_client
         .close_session(session::CloseSessionRequest {
@@ -371,13 +381,60 @@ async fn exec_command(
         .await;
     match outcome? {
         AttachOutcome::Exited { code, .. } => Ok(exit_code(code)),
-        AttachOutcome::Closed => bail!("the session was closed before the command finished"),
+        AttachOutcome::Closed { reason } => {
+            bail!("the session was closed before the command finished: {reason}")
+        }
         AttachOutcome::TakenOver => bail!("the session was taken over by another client"),
         AttachOutcome::Detached => {
             closed?;
             Ok(ExitCode::SUCCESS)
         }
+        AttachOutcome::Interrupted { signal } => {
+            closed.with_context(|| format!("ended by {} but", signal_name(signal)))?;
+            Ok(exit_code(128 + signal))
+        }
     }
+}
+
+/// The signals that end `attach` and `exec` cleanly instead of killing them outright: the
+/// terminal is restored, and `exec` closes its session.
+#[derive(Debug)]
+struct EndingSignals {
+    hangup: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl EndingSignals {
+    fn install() -> Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind: SignalKind| signal(kind).context("cannot install a signal handler");
+        Ok(Self {
+            hangup: install(SignalKind::hangup())?,
+            interrupt: install(SignalKind::interrupt())?,
+            quit: install(SignalKind::quit())?,
+            terminate: install(SignalKind::terminate())?,
+        })
+    }
+
+    /// Waits for one of them and returns its number.
+    async fn recv(&mut self) -> i32 {
+        use nix::sys::signal::Signal;
+        let signal = tokio::select! {
+            _ = self.hangup.recv() => Signal::SIGHUP,
+            _ = self.interrupt.recv() => Signal::SIGINT,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+            _ = self.terminate.recv() => Signal::SIGTERM,
+        };
+        signal as i32
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|signal| signal.as_str().to_owned())
+        .unwrap_or_else(|_| format!("signal {signal}"))
 }
 
 fn exit_code(code: i32) -> ExitCode {

@@ -10,6 +10,7 @@ mod common;
 
 use common::pty::{Terminal, termios_summary};
 use common::{Up, eventually};
+use nix::sys::signal::Signal;
 use nix::sys::termios::LocalFlags;
 
 const CTRL_P_CTRL_Q: &str = "\x10\x11";
@@ -244,4 +245,64 @@ fn custom_detach_keys_detach_and_the_default_ones_are_typed() {
     terminal.expect("still-attached-15");
     terminal.type_keys("\x18q");
     assert_eq!(terminal.wait().code(), Some(0));
+}
+
+#[test]
+fn a_signal_ends_the_attach_and_restores_the_terminal() {
+    let up = Up::start();
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+        let mut terminal =
+            Terminal::spawn(&up, &["attach", "local", "--alias", "signalled"], 24, 80);
+        terminal.type_keys("echo attached-$((2*3))\r");
+        terminal.expect("attached-6");
+        terminal.signal(signal);
+        let status = terminal.wait();
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "{signal}: {:?}",
+            terminal.shown()
+        );
+        terminal.expect("keeps running");
+        assert_eq!(
+            termios_summary(&terminal.modes()),
+            termios_summary(terminal.initial_modes()),
+            "the terminal modes are restored after {signal}"
+        );
+        assert_eq!(status_of(&up, "signalled").as_deref(), Some("active"));
+    }
+}
+
+#[test]
+fn the_server_stopping_ends_the_attach_with_a_clear_line() {
+    let up = Up::start();
+    let mut terminal = Terminal::spawn(&up, &["attach", "local", "--alias", "stopping"], 24, 80);
+    terminal.type_keys("echo attached-$((3*7))\r");
+    terminal.expect("attached-21");
+    let _ = up.stop();
+    let status = terminal.wait();
+    assert!(!status.success(), "{status}: {:?}", terminal.shown());
+    terminal.expect("ptyhub: the session was closed: the server is shutting down");
+    assert_eq!(
+        termios_summary(&terminal.modes()),
+        termios_summary(terminal.initial_modes()),
+        "the terminal modes are restored"
+    );
+}
+
+#[test]
+fn while_the_server_is_gone_the_detach_keys_still_work() {
+    let up = Up::start();
+    let mut terminal = Terminal::spawn(&up, &["attach", "local", "--alias", "vanishing"], 24, 80);
+    terminal.type_keys("echo attached-$((4*7))\r");
+    terminal.expect("attached-28");
+    up.kill();
+    terminal.expect("reconnecting");
+    terminal.type_keys(CTRL_P_CTRL_Q);
+    assert_eq!(terminal.wait().code(), Some(0), "{:?}", terminal.shown());
+    assert_eq!(
+        termios_summary(&terminal.modes()),
+        termios_summary(terminal.initial_modes()),
+        "the terminal modes are restored"
+    );
 }

@@ -124,3 +124,35 @@ fn exec_requires_a_command() {
         "{output:?}"
     );
 }
+
+#[test]
+fn a_signal_ends_exec_and_closes_its_session() {
+    use std::io::BufRead as _;
+    let up = Up::start();
+    let mut ptyhub = up.ptyhub();
+    ptyhub
+        .args([
+            "exec",
+            "local",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 600",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = ptyhub.spawn().expect("spawn exec");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read the first line");
+    assert_eq!(line, "started\n");
+    assert_eq!(up.sessions("local")[0]["status"], "active");
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = common::wait_bounded(&mut child, common::PATIENCE).expect("exec ends");
+    assert_eq!(status.code(), Some(143));
+    let sessions = up.sessions("local");
+    assert_eq!(sessions[0]["status"], "closed", "{sessions:?}");
+}

@@ -203,6 +203,15 @@ impl Up {
     }
 }
 
+impl Up {
+    /// Kills it outright (SIGKILL): the server vanishes without closing anything.
+    pub fn kill(mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 impl Drop for Up {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {

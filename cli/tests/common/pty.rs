@@ -157,6 +157,12 @@ impl Terminal {
         tcgetattr(&self.slave).expect("tcgetattr on the slave")
     }
 
+    /// Sends `signal` to `ptyhub` (setsid did not fork, so the child is ptyhub itself).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal ptyhub");
+    }
+
     /// Waits for `ptyhub` to exit, failing the test after [`PATIENCE`].
     pub fn wait(&mut self) -> ExitStatus {
         match wait_bounded(&mut self.child, PATIENCE) {
