@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod deps;
 mod run;
 mod web;
@@ -45,6 +46,12 @@ enum Task {
     /// Install and start the test dependencies only (Docker engine, test image, PostgreSQL) and
     /// print the environment the tests expect.
     Deps,
+    /// Measure throughput, echo latency, Ctrl-C, isolation and session start (BENCHMARKS.md).
+    Bench {
+        /// Small sizes: only checks that every scenario completes with the right bytes.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -74,6 +81,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Task::Bench { quick } => bench::bench(quick),
     }
 }
 
@@ -104,7 +112,15 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
         args.extend(["--profile", "ci"]);
     }
     args.extend(nextest_args.iter().map(String::as_str));
-    let workspace_tests = run::cargo_with_env(&args, &environment.variables());
+    let workspace_tests = run::cargo_with_env(&args, &environment.variables())
+        // The benchmarks at a small size, so that they never rot (not a speed check).
+        .and_then(|()| {
+            if nextest_args.is_empty() {
+                bench::run_bench(true, &environment)
+            } else {
+                Ok(())
+            }
+        });
     if !with_browser {
         return workspace_tests;
     }

@@ -1,0 +1,398 @@
+//! `bench`: measures ptyhub against the limits of this machine, side by side in one run, and
+//! prints a Markdown table (`cargo xtask bench [--quick]` runs it; BENCHMARKS.md explains it).
+
+mod scenarios;
+mod stack;
+mod stats;
+mod term;
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::Parser;
+
+use crate::stack::{Backend, Stack, StackOptions};
+use crate::stats::{Latency, Spread, micros};
+use crate::term::Path;
+
+#[derive(Debug, Parser)]
+#[command(name = "bench", about = "ptyhub benchmarks (see BENCHMARKS.md)")]
+struct Args {
+    /// Every scenario at a small size: checks that they complete and the bytes are right.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the table to this file.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+/// Sizes of one run.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    repeats: usize,
+    flood_bytes: u64,
+    echo_keys: usize,
+    ctrl_c_flood: usize,
+    starts: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                repeats: 2,
+                flood_bytes: 4 << 20,
+                echo_keys: 100,
+                ctrl_c_flood: 256 << 10,
+                starts: 5,
+            }
+        } else {
+            Self {
+                repeats: 5,
+                flood_bytes: 256 << 20,
+                echo_keys: 2000,
+                ctrl_c_flood: 4 << 20,
+                starts: 100,
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let sizes = Sizes::new(args.quick);
+    let stack = Stack::start(StackOptions {
+        ring_bytes: pty_broker::Config::DEFAULT_RING_BYTES,
+        max_sessions: 50,
+    })
+    .await?;
+    let started = Instant::now();
+    let result = run(&stack, sizes).await;
+    stack.stop().await;
+    let (table, failures) = result?;
+    println!("{table}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &table)?;
+    }
+    eprintln!("bench finished in {:.1} s", started.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        bail!(
+            "{} measurement(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// Runs every scenario; the table, and the failures (a failed path is reported, the rest go on).
+async fn run(stack: &Stack, sizes: Sizes) -> Result<(String, Vec<String>)> {
+    let mut out = String::new();
+    let mut failures = Vec::new();
+    let paths: Vec<Path> = Path::ALL
+        .into_iter()
+        .filter(|path| !path.needs_docker() || stack.docker.is_some())
+        .collect();
+    if stack.docker.is_none() {
+        writeln!(
+            out,
+            "Docker is not available: its paths are not measured.\n"
+        )?;
+    }
+
+    // (1) Throughput, the paths interleaved in each round so that they share the noise.
+    eprintln!("(1) throughput");
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    for _ in 0..sizes.repeats {
+        for (index, path) in paths.iter().enumerate() {
+            match scenarios::throughput_once(stack, *path, sizes.flood_bytes).await {
+                Ok(rate) => rates[index].push(rate),
+                Err(error) => failures.push(format!("throughput {}: {error:#}", path.label())),
+            }
+        }
+    }
+    let bare = Spread::of(&rates[0]).map(|spread| spread.median);
+    let exec = paths
+        .iter()
+        .position(|path| *path == Path::DockerExec)
+        .and_then(|index| Spread::of(&rates[index]))
+        .map(|spread| spread.median);
+    writeln!(
+        out,
+        "### (1) Output throughput: {} MiB written, median of {} runs\n",
+        sizes.flood_bytes >> 20,
+        sizes.repeats
+    )?;
+    writeln!(
+        out,
+        "| path | MiB/s median | min | max | vs (a) | vs (b) | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+    for (index, path) in paths.iter().enumerate() {
+        let Some(spread) = Spread::of(&rates[index]) else {
+            writeln!(out, "| {} | failed | | | | | |", path.label())?;
+            continue;
+        };
+        let ratio = |base: Option<f64>| {
+            base.map_or("".to_owned(), |base| {
+                format!("{:.2}x", spread.median / base)
+            })
+        };
+        let target = match path {
+            Path::Gateway(Backend::Local) => "≥ 0.90x (a)",
+            Path::Gateway(Backend::Docker) => "≥ 0.90x (b)",
+            _ => "",
+        };
+        writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {target} |",
+            path.label(),
+            spread.median,
+            spread.min,
+            spread.max,
+            ratio(bare),
+            if path.needs_docker() {
+                ratio(exec)
+            } else {
+                String::new()
+            },
+        )?;
+    }
+
+    // (2) Echo.
+    eprintln!("(2) echo");
+    let rounds = sizes.repeats.min(3);
+    let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
+    for _ in 0..rounds {
+        for (index, path) in paths.iter().enumerate() {
+            match scenarios::echo_once(stack, *path, sizes.echo_keys).await {
+                Ok(samples) => echoes[index].extend(Latency::of(&samples)),
+                Err(error) => failures.push(format!("echo {}: {error:#}", path.label())),
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\n### (2) Keystroke echo round trip: {} keystrokes per run, µs, median of {rounds} runs (min-max)\n",
+        sizes.echo_keys
+    )?;
+    writeln!(out, "| path | p50 | p99 | p99.9 | target |")?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    for (index, path) in paths.iter().enumerate() {
+        let series = &echoes[index];
+        if series.is_empty() {
+            writeln!(out, "| {} | failed | | | |", path.label())?;
+            continue;
+        }
+        let target = if *path == Path::Gateway(Backend::Local) {
+            "p50 < 150, p99 < 300"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {target} |",
+            path.label(),
+            spread_micros(series.iter().map(|latency| latency.p50)),
+            spread_micros(series.iter().map(|latency| latency.p99)),
+            spread_micros(series.iter().map(|latency| latency.p999)),
+        )?;
+    }
+
+    // (5) Ctrl-C.
+    eprintln!("(5) ctrl-c");
+    let ctrl_c_paths: Vec<Path> = paths
+        .iter()
+        .copied()
+        .filter(|path| *path != Path::BarePty)
+        .collect();
+    let mut ctrl_c: Vec<Vec<f64>> = vec![Vec::new(); ctrl_c_paths.len()];
+    for _ in 0..sizes.repeats {
+        for (index, path) in ctrl_c_paths.iter().enumerate() {
+            match scenarios::ctrl_c_once(stack, *path, sizes.ctrl_c_flood).await {
+                Ok(elapsed) => ctrl_c[index].push(elapsed.as_secs_f64() * 1e3),
+                Err(error) => failures.push(format!("ctrl-c {}: {error:#}", path.label())),
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\n### (5) Ctrl-C under a `yes` flood (controller reading, {} KiB in first): ms until the prompt, median of {} runs\n",
+        sizes.ctrl_c_flood >> 10,
+        sizes.repeats
+    )?;
+    writeln!(out, "| path | median | min | max | target |")?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    for (index, path) in ctrl_c_paths.iter().enumerate() {
+        let target = if path.needs_docker() && *path == Path::DockerExec {
+            ""
+        } else {
+            "< 50 ms"
+        };
+        match Spread::of(&ctrl_c[index]) {
+            Some(spread) => writeln!(
+                out,
+                "| {} | {:.1} | {:.1} | {:.1} | {target} |",
+                path.label(),
+                spread.median,
+                spread.min,
+                spread.max
+            )?,
+            None => writeln!(out, "| {} | failed | | | {target} |", path.label())?,
+        }
+    }
+
+    // (6) Isolation.
+    eprintln!("(6) isolation");
+    writeln!(
+        out,
+        "\n### (6) Isolation: echo of a quiet session (gateway) while another floods with a stalled controller, {} keystrokes, µs\n",
+        sizes.echo_keys
+    )?;
+    writeln!(
+        out,
+        "| backend | unloaded p50 | unloaded p99 | loaded p50 | loaded p99 | loaded/unloaded p99 | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+    for backend in [Backend::Local, Backend::Docker] {
+        if stack.instance(backend).is_none() {
+            continue;
+        }
+        let name = backend_name(backend);
+        match scenarios::isolation_once(stack, backend, sizes.echo_keys).await {
+            Ok((unloaded, loaded)) => {
+                if let (Some(unloaded), Some(loaded)) =
+                    (Latency::of(&unloaded), Latency::of(&loaded))
+                {
+                    writeln!(
+                        out,
+                        "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | ≤ 2x |",
+                        micros(unloaded.p50),
+                        micros(unloaded.p99),
+                        micros(loaded.p50),
+                        micros(loaded.p99),
+                        loaded.p99.as_secs_f64() / unloaded.p99.as_secs_f64()
+                    )?;
+                }
+            }
+            Err(error) => {
+                failures.push(format!("isolation {name}: {error:#}"));
+                writeln!(out, "| {name} | failed | | | | | ≤ 2x |")?;
+            }
+        }
+    }
+
+    // (3) Session start.
+    eprintln!("(3) session start");
+    writeln!(
+        out,
+        "\n### (3) Session start: {} sessions, ms from the REST create (p50 / p99)\n",
+        sizes.starts
+    )?;
+    writeln!(
+        out,
+        "| path | created (REST 201) | WebSocket connected | first prompt byte | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    let mut bare_starts = Vec::new();
+    for _ in 0..sizes.starts {
+        match scenarios::bare_pty_start_once(stack).await {
+            Ok(elapsed) => bare_starts.push(elapsed),
+            Err(error) => failures.push(format!("start bare PTY: {error:#}")),
+        }
+    }
+    writeln!(
+        out,
+        "| bare local PTY, spawn `sh -i` | | | {} | |",
+        p50_p99_ms(&bare_starts)
+    )?;
+    let mut exec_starts = Vec::new();
+    if stack.docker.is_some() {
+        for _ in 0..sizes.starts {
+            match scenarios::docker_exec_start_once(stack).await {
+                Ok(elapsed) => exec_starts.push(elapsed),
+                Err(error) => failures.push(format!("start docker exec: {error:#}")),
+            }
+        }
+        writeln!(
+            out,
+            "| bare `docker exec -it sh -i` (bollard) | | | {} | |",
+            p50_p99_ms(&exec_starts)
+        )?;
+    }
+    for backend in [Backend::Local, Backend::Docker] {
+        if stack.instance(backend).is_none() {
+            continue;
+        }
+        let mut times = Vec::new();
+        for _ in 0..sizes.starts {
+            match scenarios::session_start_once(stack, backend).await {
+                Ok(start) => times.push(start),
+                Err(error) => failures.push(format!(
+                    "start gateway {}: {error:#}",
+                    backend_name(backend)
+                )),
+            }
+        }
+        let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
+        let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
+        let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
+        let target = match backend {
+            Backend::Local => "p50 < 20 ms".to_owned(),
+            Backend::Docker => match Latency::of(&exec_starts) {
+                Some(exec) => format!(
+                    "p50 ≤ 1.5x docker exec = {:.1} ms",
+                    exec.p50.as_secs_f64() * 1.5e3
+                ),
+                None => "p50 ≤ 1.5x docker exec".to_owned(),
+            },
+        };
+        writeln!(
+            out,
+            "| gateway, {} | {} | {} | {} | {target} |",
+            backend_name(backend),
+            p50_p99_ms(&created),
+            p50_p99_ms(&connected),
+            p50_p99_ms(&first)
+        )?;
+    }
+
+    writeln!(
+        out,
+        "\n### (4) Scale\n\nNot measured yet: 1,000 sessions on one broker (RSS per session), 2,000 WebSockets on one gateway, 200 sessions typing 10 keys/s."
+    )?;
+    Ok((out, failures))
+}
+
+fn backend_name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Local => "local",
+        Backend::Docker => "Docker",
+    }
+}
+
+/// `median (min-max)` in µs of one percentile across runs.
+fn spread_micros(values: impl Iterator<Item = Duration>) -> String {
+    let values: Vec<f64> = values.map(micros).collect();
+    match Spread::of(&values) {
+        Some(spread) if values.len() > 1 => {
+            format!("{:.0} ({:.0}-{:.0})", spread.median, spread.min, spread.max)
+        }
+        Some(spread) => format!("{:.0}", spread.median),
+        None => "failed".to_owned(),
+    }
+}
+
+/// `p50 / p99` in ms.
+fn p50_p99_ms(samples: &[Duration]) -> String {
+    match Latency::of(samples) {
+        Some(latency) => format!(
+            "{:.1} / {:.1}",
+            latency.p50.as_secs_f64() * 1e3,
+            latency.p99.as_secs_f64() * 1e3
+        ),
+        None => "failed".to_owned(),
+    }
+}

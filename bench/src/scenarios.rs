@@ -1,0 +1,295 @@
+//! The measurements of issue 9, each over every path that applies, side by side in one run:
+//! output throughput, keystroke echo, Ctrl-C under a flood, isolation from a stalled flood, and
+//! session start. Every loop is bounded in count and in time.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use futures::StreamExt as _;
+use serde_json::Value;
+
+use crate::stack::{ADMIN_TOKEN, Backend, Stack};
+use crate::term::{Path, Term, close_session, connect_gateway};
+
+/// One line of the flood: 63 printable bytes and a newline.
+const LINE: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.";
+
+/// `stty raw -echo`, then `R` to say so, then wait for a newline, then `bytes` of `LINE`s, then
+/// wait for another newline before exiting (so the end of the output never races the exit).
+fn flood_script(bytes: u64) -> String {
+    format!("stty raw -echo; printf R; read -r go; yes {LINE} | head -c {bytes}; read -r done")
+}
+
+/// An echo server in the terminal's process, as a shell's line editor is: raw mode, no kernel
+/// echo, `cat` writes back each byte it reads.
+const ECHO_SCRIPT: &str = "stty raw -echo; printf R; exec cat";
+
+/// Checks that `chunk`, starting at stream position `position`, is the flood's pattern.
+fn verify_flood(chunk: &[u8], position: u64) -> Result<()> {
+    let line = LINE.as_bytes();
+    for (index, byte) in chunk.iter().enumerate() {
+        let at = position + index as u64;
+        let expected = if at % 64 == 63 {
+            b'\n'
+        } else {
+            line[(at % 64) as usize]
+        };
+        if *byte != expected {
+            bail!("byte {at} of the output is {byte:#04x}, expected {expected:#04x}");
+        }
+    }
+    Ok(())
+}
+
+/// One throughput run: MiB/s from the go keystroke until the client has all `bytes`, checked.
+pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<f64> {
+    let mut term = Term::open(stack, path, &flood_script(bytes)).await?;
+    let result = async {
+        let ready = term.read_until(b"R", 4096).await?;
+        ensure!(
+            ready == b"R",
+            "unexpected output before the flood: {ready:?}"
+        );
+        let started = Instant::now();
+        term.send(b"\n").await?;
+        let mut received = 0u64;
+        while received < bytes {
+            let chunk = term
+                .recv()
+                .await?
+                .context("the terminal ended before all output arrived")?;
+            let wanted = (bytes - received).min(chunk.len() as u64) as usize;
+            verify_flood(&chunk[..wanted], received)?;
+            ensure!(
+                wanted == chunk.len(),
+                "more output than the {bytes} bytes written"
+            );
+            received += chunk.len() as u64;
+        }
+        let elapsed = started.elapsed();
+        term.send(b"\n").await?;
+        Ok(bytes as f64 / (1024.0 * 1024.0) / elapsed.as_secs_f64())
+    }
+    .await;
+    term.close(stack).await;
+    result
+}
+
+/// Sends `keys` single keystrokes one at a time, each after the previous one's echo, after a
+/// few unrecorded warm-up keys; the round trip of each.
+pub async fn echo_series(term: &mut Term, keys: usize) -> Result<Vec<Duration>> {
+    const WARM_UP: usize = 20;
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz";
+    let mut samples = Vec::with_capacity(keys);
+    for index in 0..keys + WARM_UP {
+        let key = alphabet[index % alphabet.len()];
+        let sent = Instant::now();
+        term.send(&[key]).await?;
+        let mut echoed = Vec::new();
+        while echoed.is_empty() {
+            let chunk = term.recv().await?.context("the terminal ended")?;
+            echoed.extend_from_slice(&chunk);
+        }
+        let round_trip = sent.elapsed();
+        ensure!(
+            echoed == [key],
+            "keystroke {:?} came back as {:?}",
+            key as char,
+            String::from_utf8_lossy(&echoed)
+        );
+        if index >= WARM_UP {
+            samples.push(round_trip);
+        }
+    }
+    Ok(samples)
+}
+
+/// Opens an echo terminal on `path` and waits until it is ready.
+pub async fn open_echo(stack: &Stack, path: Path) -> Result<Term> {
+    let mut term = Term::open(stack, path, ECHO_SCRIPT).await?;
+    let ready = term.read_until(b"R", 4096).await?;
+    ensure!(ready == b"R", "unexpected output before echo: {ready:?}");
+    Ok(term)
+}
+
+/// One echo run of `keys` keystrokes in a fresh terminal.
+pub async fn echo_once(stack: &Stack, path: Path, keys: usize) -> Result<Vec<Duration>> {
+    let mut term = open_echo(stack, path).await?;
+    let result = echo_series(&mut term, keys).await;
+    term.close(stack).await;
+    result
+}
+
+/// Ctrl-C under a `yes` flood with the controller reading: from the ^C keystroke until the
+/// shell's prompt is back. `flood_bytes` of the flood arrive first.
+pub async fn ctrl_c_once(stack: &Stack, path: Path, flood_bytes: usize) -> Result<Duration> {
+    let mut term = match path {
+        Path::Broker(_) | Path::Gateway(_) | Path::DockerExec => {
+            Term::open(stack, path, "exec /bin/sh -i").await?
+        }
+        Path::BarePty => bail!("the bare PTY has no controlling terminal for ^C"),
+    };
+    let result = async {
+        term.read_until(b"$ ", 64 * 1024).await?;
+        term.send(b"yes\r").await?;
+        let mut flooded = 0usize;
+        while flooded < flood_bytes {
+            let chunk = term.recv().await?.context("the terminal ended")?;
+            flooded += chunk.len();
+        }
+        let sent = Instant::now();
+        term.send(&[0x03]).await?;
+        // Bounded: the flood stops at ^C; what is buffered until then is far below this.
+        term.read_until(b"$ ", 4 << 30).await?;
+        Ok(sent.elapsed())
+    }
+    .await;
+    term.close(stack).await;
+    result
+}
+
+/// Isolation: the echo of a quiet session, unloaded and then while another session of the
+/// same backend floods with a controller that stopped reading. (unloaded, loaded) samples.
+pub async fn isolation_once(
+    stack: &Stack,
+    backend: Backend,
+    keys: usize,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
+    let path = Path::Gateway(backend);
+    let mut quiet = open_echo(stack, path).await?;
+    let result = async {
+        let unloaded = echo_series(&mut quiet, keys).await?;
+        let flood = Term::open(stack, path, &format!("exec yes {LINE}")).await?;
+        // The flood's controller never reads again: its socket, the gateway's and the
+        // broker's buffers fill and the broker must stop reading that PTY only.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let loaded = echo_series(&mut quiet, keys).await;
+        flood.close(stack).await;
+        Ok((unloaded, loaded?))
+    }
+    .await;
+    quiet.close(stack).await;
+    result
+}
+
+/// Session start through the gateway: REST create, WebSocket `connected`, first prompt byte.
+#[derive(Debug, Clone, Copy)]
+pub struct StartTimes {
+    pub created: Duration,
+    pub connected: Duration,
+    pub first_byte: Duration,
+}
+
+pub async fn session_start_once(stack: &Stack, backend: Backend) -> Result<StartTimes> {
+    let instance = stack
+        .instance(backend)
+        .context("that backend is not available")?
+        .to_owned();
+    let started = Instant::now();
+    let response = stack
+        .http
+        .post(format!(
+            "{}/api/v1/instances/{instance}/terminal/sessions",
+            stack.gateway_url
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    ensure!(status.as_u16() == 201, "create session: {status} {body}");
+    let session_id = body["id"].as_str().context("no session id")?.to_owned();
+    let created = started.elapsed();
+    let result = async {
+        let mut term = connect_gateway(stack, &instance, &session_id, "").await?;
+        let connected = started.elapsed();
+        let first = term.recv().await?.context("the terminal ended")?;
+        ensure!(!first.is_empty(), "empty first output");
+        let first_byte = started.elapsed();
+        Ok(StartTimes {
+            created,
+            connected,
+            first_byte,
+        })
+    }
+    .await;
+    close_session(stack, &instance, &session_id).await;
+    result
+}
+
+/// A bare `docker exec -it sh -i` in the same container: create, start, first output byte.
+pub async fn docker_exec_start_once(stack: &Stack) -> Result<Duration> {
+    let docker = stack.docker.as_ref().context("Docker is not available")?;
+    let started = Instant::now();
+    let exec = docker
+        .engine
+        .create_exec(
+            &docker.container_id,
+            CreateExecOptions {
+                cmd: Some(vec!["/bin/sh".to_owned(), "-i".to_owned()]),
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(true),
+                env: Some(vec!["PS1=$ ".to_owned()]),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let StartExecResults::Attached { mut output, input } = docker
+        .engine
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: true,
+                output_capacity: None,
+            }),
+        )
+        .await?
+    else {
+        bail!("the exec started detached");
+    };
+    let first = tokio::time::timeout(crate::term::READ_PATIENCE, output.next())
+        .await
+        .context("no prompt from docker exec")?
+        .context("docker exec ended")??;
+    let elapsed = started.elapsed();
+    ensure!(!first.into_bytes().is_empty(), "empty first output");
+    // Closing stdin ends the shell.
+    drop(input);
+    Ok(elapsed)
+}
+
+/// A bare local PTY running `sh -i`: spawn until the first prompt byte.
+pub async fn bare_pty_start_once(stack: &Stack) -> Result<Duration> {
+    let started = Instant::now();
+    let mut term = Term::open(stack, Path::BarePty, "exec /bin/sh -i").await?;
+    let first = term.recv().await?.context("the terminal ended")?;
+    let elapsed = started.elapsed();
+    ensure!(!first.is_empty(), "empty first output");
+    term.close(stack).await;
+    Ok(elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flood_pattern_is_checked_across_chunks() {
+        let mut stream = Vec::new();
+        for _ in 0..3 {
+            stream.extend_from_slice(LINE.as_bytes());
+            stream.push(b'\n');
+        }
+        assert!(verify_flood(&stream[..70], 0).is_ok());
+        assert!(verify_flood(&stream[70..], 70).is_ok());
+        assert!(verify_flood(&stream[1..], 0).is_err());
+        let mut broken = stream.clone();
+        broken[100] = b'!';
+        assert!(verify_flood(&broken, 0).is_err());
+    }
+}

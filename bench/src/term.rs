@@ -1,0 +1,471 @@
+//! One terminal as the bench drives it, over each path under test: a bare local PTY, a
+//! `docker exec` with a TTY through bollard, the broker's gRPC `Attach`, and the gateway's
+//! WebSocket. Each gives `send` (keystrokes) and `recv` (output bytes, in order).
+
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bytes::Bytes;
+use futures::{SinkExt as _, Stream, StreamExt as _};
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::pty::{Winsize, openpty};
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::session::v1 as session;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::stack::{ADMIN_TOKEN, Backend, Stack};
+
+/// How long one read may wait before the bench calls the path stuck.
+pub const READ_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A path from the bench to a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// A PTY pair of this process, the child on the slave: the machine's limit.
+    BarePty,
+    /// `docker exec` with a TTY, read straight through bollard: the container limit.
+    DockerExec,
+    /// The broker's gRPC Attach (ticket from session-api).
+    Broker(Backend),
+    /// The gateway's WebSocket, end to end.
+    Gateway(Backend),
+}
+
+impl Path {
+    pub fn label(self) -> &'static str {
+        match self {
+            Path::BarePty => "(a) bare local PTY",
+            Path::DockerExec => "(b) docker exec (bollard)",
+            Path::Broker(Backend::Local) => "(c) broker Attach, local",
+            Path::Broker(Backend::Docker) => "(c) broker Attach, Docker",
+            Path::Gateway(Backend::Local) => "(d) gateway WebSocket, local",
+            Path::Gateway(Backend::Docker) => "(d) gateway WebSocket, Docker",
+        }
+    }
+
+    pub fn needs_docker(self) -> bool {
+        matches!(
+            self,
+            Path::DockerExec | Path::Broker(Backend::Docker) | Path::Gateway(Backend::Docker)
+        )
+    }
+
+    /// Every path, in table order.
+    pub const ALL: [Path; 6] = [
+        Path::BarePty,
+        Path::DockerExec,
+        Path::Broker(Backend::Local),
+        Path::Broker(Backend::Docker),
+        Path::Gateway(Backend::Local),
+        Path::Gateway(Backend::Docker),
+    ];
+}
+
+type ExecOutput = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// An open terminal.
+pub enum Term {
+    Pty {
+        master: AsyncFd<OwnedFd>,
+        child: Child,
+        buffer: Vec<u8>,
+    },
+    Exec {
+        output: ExecOutput,
+        input: Pin<Box<dyn AsyncWrite + Send>>,
+    },
+    Broker {
+        input: mpsc::Sender<broker::ClientFrame>,
+        output: tonic::Streaming<broker::ServerFrame>,
+        instance: String,
+        session_id: String,
+    },
+    Gateway {
+        socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+        instance: String,
+        session_id: String,
+    },
+}
+
+impl std::fmt::Debug for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Term::Pty { .. } => "Term::Pty",
+            Term::Exec { .. } => "Term::Exec",
+            Term::Broker { .. } => "Term::Broker",
+            Term::Gateway { .. } => "Term::Gateway",
+        })
+    }
+}
+
+impl Term {
+    /// Runs `sh -c script` on `path` in an 80x24 terminal and attaches to it as controller.
+    pub async fn open(stack: &Stack, path: Path, script: &str) -> Result<Self> {
+        let command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+        match path {
+            Path::BarePty => open_pty(&command),
+            Path::DockerExec => open_exec(stack, command).await,
+            Path::Broker(backend) => {
+                let (instance, attach) = create_session(stack, backend, command).await?;
+                attach_broker(stack, instance, attach).await
+            }
+            Path::Gateway(backend) => {
+                let (instance, attach) = create_session(stack, backend, command).await?;
+                connect_gateway(stack, &instance, &attach.session_id, "").await
+            }
+        }
+    }
+
+    /// Writes input bytes.
+    pub async fn send(&mut self, data: &[u8]) -> Result<()> {
+        match self {
+            Term::Pty { master, .. } => {
+                let mut written = 0;
+                while written < data.len() {
+                    let mut guard = master.writable().await?;
+                    match guard.try_io(|fd| {
+                        nix::unistd::write(fd.get_ref(), &data[written..])
+                            .map_err(std::io::Error::from)
+                    }) {
+                        Ok(result) => written += result?,
+                        Err(_would_block) => continue,
+                    }
+                }
+                Ok(())
+            }
+            Term::Exec { input, .. } => {
+                input.write_all(data).await?;
+                input.flush().await?;
+                Ok(())
+            }
+            Term::Broker { input, .. } => input
+                .send(broker::ClientFrame {
+                    frame: Some(broker::client_frame::Frame::Input(broker::Input {
+                        data: Bytes::copy_from_slice(data),
+                    })),
+                })
+                .await
+                .map_err(|_| anyhow!("the attach stream closed")),
+            Term::Gateway { socket, .. } => {
+                socket
+                    .send(Message::Binary(Bytes::copy_from_slice(data)))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The next output bytes; `None` when the terminal ended.
+    pub async fn recv(&mut self) -> Result<Option<Bytes>> {
+        tokio::time::timeout(READ_PATIENCE, self.recv_unbounded())
+            .await
+            .map_err(|_| anyhow!("no output for {READ_PATIENCE:?}"))?
+    }
+
+    async fn recv_unbounded(&mut self) -> Result<Option<Bytes>> {
+        match self {
+            Term::Pty { master, buffer, .. } => loop {
+                let mut guard = master.readable().await?;
+                match guard.try_io(|fd| {
+                    nix::unistd::read(fd.get_ref(), buffer).map_err(std::io::Error::from)
+                }) {
+                    Ok(Ok(0)) => return Ok(None),
+                    Ok(Ok(count)) => return Ok(Some(Bytes::copy_from_slice(&buffer[..count]))),
+                    // EIO: the slave side is closed.
+                    Ok(Err(error)) if error.raw_os_error() == Some(nix::libc::EIO) => {
+                        return Ok(None);
+                    }
+                    Ok(Err(error)) => return Err(error.into()),
+                    Err(_would_block) => continue,
+                }
+            },
+            Term::Exec { output, .. } => match output.next().await {
+                None => Ok(None),
+                Some(Ok(chunk)) => Ok(Some(chunk.into_bytes())),
+                Some(Err(error)) => Err(error.into()),
+            },
+            Term::Broker { output, .. } => loop {
+                let Some(frame) = output.message().await? else {
+                    return Ok(None);
+                };
+                match frame.frame {
+                    Some(broker::server_frame::Frame::Output(chunk)) => {
+                        return Ok(Some(chunk.data));
+                    }
+                    Some(broker::server_frame::Frame::Exit(_))
+                    | Some(broker::server_frame::Frame::Closed(_)) => return Ok(None),
+                    Some(broker::server_frame::Frame::Gap(gap)) => {
+                        bail!("the broker reported a gap of {} bytes", gap.lost)
+                    }
+                    Some(broker::server_frame::Frame::Error(error)) => {
+                        bail!("the broker reported an error: {}", error.message)
+                    }
+                    _ => {}
+                }
+            },
+            Term::Gateway { socket, .. } => loop {
+                let Some(message) = socket.next().await else {
+                    return Ok(None);
+                };
+                match message? {
+                    Message::Binary(data) => return Ok(Some(data)),
+                    Message::Text(text) => {
+                        if text.contains("\"gap\"") || text.contains("\"error\"") {
+                            bail!("the gateway said {text}");
+                        }
+                        if text.contains("\"exit\"") {
+                            return Ok(None);
+                        }
+                    }
+                    Message::Close(_) => return Ok(None),
+                    _ => {}
+                }
+            },
+        }
+    }
+
+    /// Reads until `needle` has arrived (searching across chunk borders); returns every byte
+    /// read. Bounded by `limit` bytes and [`READ_PATIENCE`] per read.
+    pub async fn read_until(&mut self, needle: &[u8], limit: usize) -> Result<Vec<u8>> {
+        let mut seen = Vec::new();
+        loop {
+            let Some(chunk) = self.recv().await? else {
+                bail!(
+                    "the terminal ended before {:?} arrived",
+                    String::from_utf8_lossy(needle)
+                );
+            };
+            let from = seen.len().saturating_sub(needle.len());
+            seen.extend_from_slice(&chunk);
+            if seen[from..]
+                .windows(needle.len())
+                .any(|window| window == needle)
+            {
+                return Ok(seen);
+            }
+            if seen.len() > limit {
+                bail!(
+                    "{:?} did not arrive within {limit} bytes",
+                    String::from_utf8_lossy(needle)
+                );
+            }
+        }
+    }
+
+    /// Ends the terminal: closes the session, or kills the local child.
+    pub async fn close(self, stack: &Stack) {
+        match self {
+            Term::Pty { mut child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Term::Exec { .. } => {}
+            Term::Broker {
+                instance,
+                session_id,
+                ..
+            }
+            | Term::Gateway {
+                instance,
+                session_id,
+                ..
+            } => close_session(stack, &instance, &session_id).await,
+        }
+    }
+}
+
+/// Closes a session through session-api, ignoring one that is already gone.
+pub async fn close_session(stack: &Stack, instance: &str, session_id: &str) {
+    let request = session::CloseSessionRequest {
+        instance: instance.to_owned(),
+        session_id: session_id.to_owned(),
+    };
+    if let Err(status) = stack.session_api.clone().close_session(request).await
+        && status.code() != tonic::Code::NotFound
+    {
+        eprintln!("close session {session_id}: {status}");
+    }
+}
+
+fn open_pty(command: &[String]) -> Result<Term> {
+    let size = Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(&size, None).context("openpty")?;
+    let child = Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(Stdio::from(pty.slave.try_clone()?))
+        .stdout(Stdio::from(pty.slave.try_clone()?))
+        .stderr(Stdio::from(pty.slave))
+        .env("TERM", "xterm-256color")
+        .env("PS1", "$ ")
+        .spawn()
+        .context("spawn on the bare PTY")?;
+    let flags = fcntl(&pty.master, FcntlArg::F_GETFL)?;
+    fcntl(
+        &pty.master,
+        FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+    )?;
+    // `AsyncFd::new` is deprecated for wrappers that do not own their descriptor; an `OwnedFd`
+    // does, and the safe alternative (`register`) is `unsafe`, which this workspace denies.
+    #[allow(deprecated)]
+    let master = AsyncFd::new(pty.master)?;
+    Ok(Term::Pty {
+        master,
+        child,
+        buffer: vec![0; 64 * 1024],
+    })
+}
+
+async fn open_exec(stack: &Stack, command: Vec<String>) -> Result<Term> {
+    let docker = stack.docker.as_ref().context("Docker is not available")?;
+    let exec = docker
+        .engine
+        .create_exec(
+            &docker.container_id,
+            CreateExecOptions {
+                cmd: Some(command),
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(true),
+                env: Some(vec!["TERM=xterm-256color".to_owned(), "PS1=$ ".to_owned()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("create exec")?;
+    let started = docker
+        .engine
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: true,
+                output_capacity: Some(64 * 1024),
+            }),
+        )
+        .await
+        .context("start exec")?;
+    match started {
+        StartExecResults::Attached { output, input } => Ok(Term::Exec { output, input }),
+        StartExecResults::Detached => bail!("the exec started detached"),
+    }
+}
+
+/// Creates a session running `command` through session-api; its instance and attach target.
+async fn create_session(
+    stack: &Stack,
+    backend: Backend,
+    command: Vec<String>,
+) -> Result<(String, session::AttachTarget)> {
+    let instance = stack
+        .instance(backend)
+        .context("that backend is not available")?
+        .to_owned();
+    let created = stack
+        .session_api
+        .clone()
+        .create_session(session::CreateSessionRequest {
+            instance: instance.clone(),
+            name: String::new(),
+            aliases: Vec::new(),
+            size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+            command,
+        })
+        .await
+        .context("create session")?
+        .into_inner();
+    let attach = created.attach.context("no attach target")?;
+    Ok((instance, attach))
+}
+
+async fn attach_broker(
+    stack: &Stack,
+    instance: String,
+    attach: session::AttachTarget,
+) -> Result<Term> {
+    if attach.broker_endpoint != stack.broker_endpoint {
+        bail!(
+            "session-api sent the bench to {}, not its broker",
+            attach.broker_endpoint
+        );
+    }
+    let (input, receiver) = mpsc::channel(256);
+    input
+        .send(broker::ClientFrame {
+            frame: Some(broker::client_frame::Frame::Hello(broker::Hello {
+                ticket: attach.ticket,
+                session_id: attach.session_id.clone(),
+                role: broker::Role::Controller as i32,
+                size: None,
+                since: None,
+            })),
+        })
+        .await
+        .map_err(|_| anyhow!("attach channel closed"))?;
+    let mut output = stack
+        .broker
+        .clone()
+        .attach(ReceiverStream::new(receiver))
+        .await
+        .context("attach")?
+        .into_inner();
+    match output.message().await?.and_then(|frame| frame.frame) {
+        Some(broker::server_frame::Frame::Connected(_)) => {}
+        other => bail!("the first attach frame was not connected: {other:?}"),
+    }
+    Ok(Term::Broker {
+        input,
+        output,
+        instance,
+        session_id: attach.session_id,
+    })
+}
+
+/// Opens the gateway WebSocket of a session and waits for its `connected` status.
+pub async fn connect_gateway(
+    stack: &Stack,
+    instance: &str,
+    session_id: &str,
+    extra_query: &str,
+) -> Result<Term> {
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={ADMIN_TOKEN}{extra_query}",
+        stack.websocket_url()
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .context("open the gateway WebSocket")?;
+    loop {
+        let message = tokio::time::timeout(READ_PATIENCE, socket.next())
+            .await
+            .map_err(|_| anyhow!("no connected status"))?
+            .context("the WebSocket closed before connected")??;
+        if let Message::Text(text) = &message {
+            if text.contains("\"connected\"") {
+                break;
+            }
+            bail!("the first text frame was not connected: {text}");
+        }
+    }
+    Ok(Term::Gateway {
+        socket,
+        instance: instance.to_owned(),
+        session_id: session_id.to_owned(),
+    })
+}
