@@ -65,21 +65,30 @@ pub struct Up {
 }
 
 impl Up {
-    /// Starts `ptyhub up` on a fresh data directory.
+    /// Starts `ptyhub up` with the local backend on a fresh data directory.
     pub fn start() -> Self {
+        Self::start_with_backends("local")
+    }
+
+    /// Starts `ptyhub up` with these `--backend`s on a fresh data directory.
+    pub fn start_with_backends(backends: &str) -> Self {
         let data_dir = tempfile::tempdir().expect("data dir");
         let web_dir = tempfile::tempdir().expect("web dir");
         std::fs::write(web_dir.path().join("index.html"), TEST_PAGE).expect("write index.html");
-        Self::start_on(data_dir, web_dir)
+        Self::launch(data_dir, web_dir, backends)
     }
 
-    /// Starts `ptyhub up` on an existing data directory (a restart).
+    /// Starts `ptyhub up` (local backend) on an existing data directory: a restart.
     pub fn start_on(data_dir: TempDir, web_dir: TempDir) -> Self {
+        Self::launch(data_dir, web_dir, "local")
+    }
+
+    fn launch(data_dir: TempDir, web_dir: TempDir, backends: &str) -> Self {
         let mut command = ptyhub_command();
         command
             .arg("--data-dir")
             .arg(data_dir.path())
-            .args(["up", "--listen", "127.0.0.1:0", "--backend", "local"])
+            .args(["up", "--listen", "127.0.0.1:0", "--backend", backends])
             .arg("--web-dir")
             .arg(web_dir.path())
             .args(["--log", "warn"])
