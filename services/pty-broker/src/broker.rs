@@ -16,7 +16,7 @@ use crate::domain::{BrokerEvent, Role, SessionInfo};
 use crate::error::Error;
 use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
-use crate::runtime::local::LocalRuntime;
+use crate::runtime::local::{LocalRuntime, reap_local_orphans};
 use crate::runtime::{PtyRuntime, SpawnSpec, Target};
 use crate::session::{AttachRequest, Attachment, Session, SessionSettings, TaskContext};
 
@@ -69,12 +69,35 @@ impl BrokerBuilder {
                 continue;
             }
             let runtime: Arc<dyn PtyRuntime> = match kind {
-                BackendKind::Local => Arc::new(LocalRuntime::new()),
+                BackendKind::Local => Arc::new(self.local_runtime().await),
                 BackendKind::Docker => Arc::new(self.docker_runtime().await?),
             };
             self.runtimes.insert(kind, runtime);
         }
         Ok(self)
+    }
+
+    /// The local runtime; with a data dir, it first ends what a crashed previous run left.
+    async fn local_runtime(&self) -> LocalRuntime {
+        let Some(data_dir) = self.config.data_dir.clone() else {
+            return LocalRuntime::new();
+        };
+        let reaped = {
+            let data_dir = data_dir.clone();
+            tokio::task::spawn_blocking(move || reap_local_orphans(&data_dir)).await
+        };
+        match reaped {
+            Ok(Ok(report)) => tracing::info!(
+                sessions = report.sessions,
+                processes_ended = report.processes_ended,
+                "ended the local sessions the previous run left behind"
+            ),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "could not end the local sessions the previous run left behind");
+            }
+            Err(join_error) => tracing::warn!(%join_error, "reaping local orphans panicked"),
+        }
+        LocalRuntime::new().with_data_dir(&data_dir)
     }
 
     async fn docker_runtime(&self) -> Result<DockerRuntime, Error> {

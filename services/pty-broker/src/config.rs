@@ -46,8 +46,8 @@ pub struct Config {
           value_parser = parse_ticket_key)]
     pub ticket_key: TicketKey,
 
-    /// Where the broker records the Docker sessions it started, so that the next start after a
-    /// crash ends any process that survived it. No record is kept when unset.
+    /// Where the broker records the sessions it started (local and Docker), so that the next
+    /// start after a crash ends any process that survived it. No record is kept when unset.
     #[arg(long, env = "PTYHUB_BROKER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 

@@ -82,13 +82,14 @@ use bollard::exec::ResizeExecOptions;
 use bollard::models::ExecConfig;
 use tokio::sync::OnceCell;
 
-use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
+use super::{
+    GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target, procfs,
+};
 use crate::domain::{ExitStatus, TerminalSize};
 
 mod attach;
 mod endpoint;
 mod group;
-mod procfs;
 mod state;
 
 pub use endpoint::{DEFAULT_DOCKER_SOCKET, Endpoint};

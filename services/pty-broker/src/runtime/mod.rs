@@ -23,6 +23,7 @@ pub mod docker;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod local;
+pub(crate) mod procfs;
 
 /// What to run, where, and at which size. Validated before it gets here.
 #[derive(Debug, Clone, PartialEq, Eq)]

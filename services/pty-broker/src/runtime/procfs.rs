@@ -1,5 +1,6 @@
 //! Reading `/proc` of the broker's own PID namespace: finding and signalling a session's
-//! processes when the broker sees the container's processes directly (the host path).
+//! processes by identity (pid and start time), for local sessions and for Docker sessions whose
+//! processes the broker sees directly (the host path).
 
 use std::io;
 use std::path::Path;
@@ -8,9 +9,26 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::group::Leader;
+use serde::{Deserialize, Serialize};
 
-/// The fields of `/proc/<pid>/stat` the Docker runtime needs.
+/// A session leader's identity in one PID namespace: a pid alone could have been reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Leader {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+impl Leader {
+    /// The identity of the running process `pid`.
+    pub fn of(pid: u32) -> Option<Self> {
+        ProcStat::read(pid).map(|stat| Self {
+            pid,
+            start_time: stat.start_time,
+        })
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` the runtimes need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ProcStat {
     pub state: char,
@@ -66,16 +84,16 @@ pub(crate) struct Member {
     pub start_time: u64,
 }
 
-/// The live (not zombie) processes in `namespace` that belong to a session: those in the Unix
-/// session `leader` leads, and those whose environment carries `marker`.
+/// The live (not zombie) processes that belong to a session: those in the Unix session `leader`
+/// leads, and those whose environment carries `marker`; only those in `namespace` when given.
 ///
 /// A leader pid cannot be reused while any process still has it as its session id, so session
 /// members are found safely even after the leader exited; when a process with the leader's pid
 /// exists but started at another time, the pid was reused, which means none of the session's
 /// members are left, and only the marker is followed.
 pub(crate) fn session_members(
-    namespace: &str,
-    marker: &str,
+    namespace: Option<&str>,
+    marker: Option<&str>,
     leader: Option<Leader>,
 ) -> io::Result<Vec<Member>> {
     let follow_session = leader.filter(|leader| {
@@ -95,11 +113,13 @@ pub(crate) fn session_members(
         let Some(stat) = ProcStat::read(pid) else {
             continue;
         };
-        if stat.state == 'Z' || pid_namespace(pid).as_deref() != Some(namespace) {
+        if stat.state == 'Z'
+            || namespace.is_some_and(|namespace| pid_namespace(pid).as_deref() != Some(namespace))
+        {
             continue;
         }
         let in_session = follow_session.is_some_and(|leader| stat.session == leader.pid);
-        if in_session || environment_has(pid, marker) {
+        if in_session || marker.is_some_and(|marker| environment_has(pid, marker)) {
             members.push(Member {
                 pid,
                 start_time: stat.start_time,
@@ -165,7 +185,7 @@ mod tests {
         // The child has the marker only once it has exec'd `sleep`.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let members = loop {
-            let members = session_members(&namespace, &marker, None).unwrap();
+            let members = session_members(Some(&namespace), Some(&marker), None).unwrap();
             if !members.is_empty() || std::time::Instant::now() > deadline {
                 break members;
             }
@@ -179,7 +199,7 @@ mod tests {
         let status = child.wait().unwrap();
         assert!(!status.success());
         assert!(
-            session_members(&namespace, &marker, None)
+            session_members(Some(&namespace), Some(&marker), None)
                 .unwrap()
                 .is_empty()
         );
@@ -207,7 +227,8 @@ mod tests {
             pid,
             start_time: stat.start_time,
         };
-        let found = session_members(&namespace, unrelated_marker, Some(recorded)).unwrap();
+        let found =
+            session_members(Some(&namespace), Some(unrelated_marker), Some(recorded)).unwrap();
         assert_eq!(
             found.iter().map(|member| member.pid).collect::<Vec<_>>(),
             vec![pid]
@@ -219,7 +240,7 @@ mod tests {
             start_time: stat.start_time + 1,
         };
         assert!(
-            session_members(&namespace, unrelated_marker, Some(reused))
+            session_members(Some(&namespace), Some(unrelated_marker), Some(reused))
                 .unwrap()
                 .is_empty()
         );

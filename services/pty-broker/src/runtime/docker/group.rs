@@ -17,23 +17,16 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt as _;
 use nix::sys::signal::Signal;
-use serde::{Deserialize, Serialize};
 
-use super::{DockerError, procfs};
-use crate::runtime::GroupSignal;
+use super::DockerError;
+pub(crate) use crate::runtime::procfs::Leader;
+use crate::runtime::{GroupSignal, procfs};
 
 /// The environment variable every Docker session carries, naming its session id.
 pub const SESSION_MARKER_VARIABLE: &str = "PTYHUB_SESSION_ID";
 
 /// How long a helper exec may take before the scan counts as failed.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A session leader's identity in one PID namespace: a pid alone could have been reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Leader {
-    pub pid: u32,
-    pub start_time: u64,
-}
 
 /// Where the broker looks for a session's processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,13 +81,15 @@ impl SessionGroup {
         let namespace = pid_namespace.to_owned();
         let marker = self.marker.clone();
         let leader = self.leader;
-        tokio::task::spawn_blocking(move || procfs::session_members(&namespace, &marker, leader))
-            .await
-            .map_err(|error| DockerError::Internal(error.to_string()))?
-            .map_err(|source| DockerError::Host {
-                context: "list session processes",
-                source,
-            })
+        tokio::task::spawn_blocking(move || {
+            procfs::session_members(Some(&namespace), Some(&marker), leader)
+        })
+        .await
+        .map_err(|error| DockerError::Internal(error.to_string()))?
+        .map_err(|source| DockerError::Host {
+            context: "list session processes",
+            source,
+        })
     }
 
     async fn run_helper(&self, docker: &Docker, action: &str) -> Result<Vec<u32>, DockerError> {

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::group::{GroupView, Leader, SESSION_MARKER_VARIABLE, SessionGroup};
-use super::{DockerError, DockerRuntimeConfig, Engine, procfs};
-use crate::runtime::GroupSignal;
+use super::{DockerError, DockerRuntimeConfig, Engine};
+use crate::runtime::{GroupSignal, procfs};
 
 /// The directory under the broker's data directory that holds the session records.
 pub const STATE_DIRECTORY: &str = "docker-sessions";

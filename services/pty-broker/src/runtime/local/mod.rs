@@ -17,30 +17,39 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use async_trait::async_trait;
-use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, User};
+use nix::sys::signal::Signal;
+use nix::unistd::User;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::process::Child;
 use tokio::sync::{Mutex, OnceCell};
 
+use super::procfs::{self, Leader};
 use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use crate::domain::{ExitStatus, TerminalSize};
+
+mod records;
+
+pub use records::{LocalReapReport, reap_local_orphans};
+use records::{RecordDirectory, RecordGuard};
 
 /// Spawns processes on PTYs of the broker's host.
 #[derive(Debug, Clone, Default)]
 pub struct LocalRuntime {
     /// The shell used when a spawn gives no command; `$SHELL`, else `/bin/sh`.
     default_shell: Option<String>,
+    /// Where each live session's leader is recorded, so that the next start after a crash can
+    /// end what survived it. No records without a data directory.
+    records: Option<RecordDirectory>,
 }
 
 impl LocalRuntime {
@@ -52,7 +61,14 @@ impl LocalRuntime {
     pub fn with_default_shell(shell: impl Into<String>) -> Self {
         Self {
             default_shell: Some(shell.into()),
+            records: None,
         }
+    }
+
+    /// Records every live session under `data_dir`, for [`reap_local_orphans`] after a crash.
+    pub fn with_data_dir(mut self, data_dir: &Path) -> Self {
+        self.records = Some(RecordDirectory::under(data_dir));
+        self
     }
 
     fn argv(&self, spec: &SpawnSpec) -> Vec<String> {
@@ -143,6 +159,14 @@ impl PtyRuntime for LocalRuntime {
         let pid = child
             .id()
             .ok_or_else(|| RuntimeError::Other("spawned child has no pid".to_owned()))?;
+        // Not reaped yet (we hold the child), so its /proc entry is there even if it exited.
+        let leader = Leader::of(pid).unwrap_or(Leader { pid, start_time: 0 });
+        let record = match &self.records {
+            Some(records) => Some(records.record(spec.session_id, leader).map_err(|error| {
+                RuntimeError::io("write the session's crash-recovery record", error)
+            })?),
+            None => None,
+        };
 
         // SAFETY: an `OwnedFd` is a valid open descriptor, always returns the same raw fd, and
         // stays open until the `AsyncFd` that owns it is dropped.
@@ -159,8 +183,10 @@ impl PtyRuntime for LocalRuntime {
             process: Box::new(LocalProcess {
                 master,
                 pid,
+                leader,
                 child: Mutex::new(child),
                 exit_status: OnceCell::new(),
+                _record: record,
             }),
         })
     }
@@ -250,8 +276,13 @@ impl AsyncWrite for PtyMasterWriter {
 struct LocalProcess {
     master: Arc<AsyncFd<OwnedFd>>,
     pid: u32,
+    /// The leader's identity, so that its session's members are found by a pid that cannot
+    /// have been reused.
+    leader: Leader,
     child: Mutex<Child>,
     exit_status: OnceCell<ExitStatus>,
+    /// Removes the crash-recovery record when the session is done with the process.
+    _record: Option<RecordGuard>,
 }
 
 #[async_trait]
@@ -282,12 +313,14 @@ impl PtyProcess for LocalProcess {
     }
 
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {
-        signal_unix_session(self.pid, nix_signal(signal))
+        let members = procfs::session_members(None, None, Some(self.leader))
+            .map_err(|error| RuntimeError::io("list session processes", error))?;
+        procfs::signal_members(&members, nix_signal(signal))
             .map_err(|error| RuntimeError::io("signal session processes", error))
     }
 
     async fn group_alive(&self) -> Result<bool, RuntimeError> {
-        Ok(!unix_session_members(self.pid)
+        Ok(!procfs::session_members(None, None, Some(self.leader))
             .map_err(|error| RuntimeError::io("list session processes", error))?
             .is_empty())
     }
@@ -328,80 +361,16 @@ fn nix_signal(signal: GroupSignal) -> Signal {
     }
 }
 
-/// Sends `signal` to every live process of the Unix session led by `session_id`.
-fn signal_unix_session(session_id: u32, signal: Signal) -> io::Result<()> {
-    for pid in unix_session_members(session_id)? {
-        match kill(Pid::from_raw(pid as i32), signal) {
-            // Gone between the scan and the signal: that is what we wanted.
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(())
-}
-
-/// The pids of the live (not zombie) processes whose Unix session id is `session_id`: for a local
-/// session, every process it started (its leader's pid is the Unix session id).
+/// The pids of the live (not zombie) processes whose Unix session id is `session_id`.
 pub fn unix_session_members(session_id: u32) -> io::Result<Vec<u32>> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process may exit while we look; its stat file then vanishes.
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        if let Some(process) = ProcStat::parse(&stat)
-            && process.session == session_id
-            && process.state != 'Z'
-        {
-            members.push(pid);
-        }
-    }
-    Ok(members)
-}
-
-/// The fields of `/proc/<pid>/stat` the broker needs.
-#[derive(Debug, PartialEq, Eq)]
-struct ProcStat {
-    state: char,
-    session: u32,
-}
-
-impl ProcStat {
-    /// Parses `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces and parentheses,
-    /// so the fields are counted from the last `)`.
-    fn parse(stat: &str) -> Option<Self> {
-        let after_comm = &stat[stat.rfind(')')? + 1..];
-        let mut fields = after_comm.split_ascii_whitespace();
-        let state = fields.next()?.chars().next()?;
-        let _parent = fields.next()?;
-        let _process_group = fields.next()?;
-        let session = fields.next()?.parse().ok()?;
-        Some(Self { state, session })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn proc_stat_parses_comm_with_spaces_and_parentheses() {
-        let stat = "4242 (my (odd) name) S 1 4242 4240 34816 4242 4194560 0 0";
-        assert_eq!(
-            ProcStat::parse(stat),
-            Some(ProcStat {
-                state: 'S',
-                session: 4240,
-            })
-        );
-        assert_eq!(ProcStat::parse("garbage"), None);
-    }
+    // A session outlives its leader; with the leader gone, its pid cannot have been reused
+    // while members still carry it as their session id.
+    let leader = Leader::of(session_id).unwrap_or(Leader {
+        pid: session_id,
+        start_time: 0,
+    });
+    Ok(procfs::session_members(None, None, Some(leader))?
+        .into_iter()
+        .map(|member| member.pid)
+        .collect())
 }

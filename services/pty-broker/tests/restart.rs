@@ -1,0 +1,193 @@
+//! A broker killed with SIGKILL and started again on the same data directory leaves no process of
+//! its old sessions running, local or in a container: the real `pty-broker` binary, twice.
+
+#[allow(unused_macros)]
+#[macro_use]
+mod support;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use ptyhub_proto::broker::v1 as pb;
+use support::docker::DockerFixture;
+use support::{SERVICE_TOKEN, TICKET_SECRET, authorized};
+
+/// A session whose processes ignore SIGHUP and SIGTERM, so only the SIGKILL step ends them.
+const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
+
+/// A `pty-broker` process on an ephemeral port.
+struct BrokerProcess {
+    child: Child,
+    endpoint: String,
+}
+
+impl BrokerProcess {
+    fn start(data_dir: &std::path::Path, backends: &str) -> anyhow::Result<Self> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-json",
+                "--backends",
+                backends,
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("PTYHUB_BROKER_SERVICE_TOKEN", SERVICE_TOKEN)
+            .env(
+                "PTYHUB_BROKER_TICKET_SECRET",
+                std::str::from_utf8(TICKET_SECRET)?,
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start pty-broker")?;
+        let stdout = child.stdout.take().context("broker stdout")?;
+        // The serving line carries the bound address; the reaping of old sessions comes before it.
+        let mut lines = BufReader::new(stdout).lines();
+        let address = loop {
+            let Some(line) = lines.next() else {
+                bail!("pty-broker exited before serving");
+            };
+            let line: serde_json::Value = serde_json::from_str(&line?)?;
+            if line["fields"]["message"] == "pty-broker serving" {
+                break line["fields"]["address"]
+                    .as_str()
+                    .context("serving line without address")?
+                    .to_owned();
+            }
+        };
+        // Keep draining the logs so the broker never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self {
+            child,
+            endpoint: format!("http://{address}"),
+        })
+    }
+
+    async fn spawn(&self, target: pb::target::Kind) -> anyhow::Result<pb::SessionInfo> {
+        let mut client = pb::pty_broker_client::PtyBrokerClient::connect(self.endpoint.clone())
+            .await
+            .context("connect to the broker")?;
+        let response = client
+            .spawn(authorized(pb::SpawnRequest {
+                session_id: uuid::Uuid::new_v4().to_string(),
+                target: Some(pb::Target { kind: Some(target) }),
+                command: vec!["sh".into(), "-c".into(), STUBBORN_SESSION.into()],
+                ..Default::default()
+            }))
+            .await?
+            .into_inner();
+        response.session.context("spawn answered without a session")
+    }
+
+    fn kill_hard(mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `condition` for up to 20 s.
+async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    condition()
+}
+
+#[tokio::test]
+async fn local_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> anyhow::Result<()> {
+    test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let first = BrokerProcess::start(data_dir.path(), "local")?;
+    let session = first
+        .spawn(pb::target::Kind::Local(pb::LocalTarget {}))
+        .await?;
+    let leader = session.pid;
+    let members = || pty_broker::runtime::local::unix_session_members(leader).unwrap_or_default();
+    ensure!(
+        eventually(|| members().len() >= 3).await,
+        "the session runs sh and two sleeps"
+    );
+
+    first.kill_hard()?;
+    // The processes outlive their broker: that is what the next start must clean up.
+    ensure!(
+        members().len() >= 3,
+        "session processes ended with the broker"
+    );
+
+    let second = BrokerProcess::start(data_dir.path(), "local")?;
+    ensure!(
+        eventually(|| members().is_empty()).await,
+        "processes of the old session are still running: {:?}",
+        members()
+    );
+    drop(second);
+    Ok(())
+}
+
+#[tokio::test]
+async fn docker_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> anyhow::Result<()> {
+    let Some(container) = DockerFixture::start().await else {
+        return Ok(());
+    };
+    let data_dir = tempfile::tempdir()?;
+    let first = BrokerProcess::start(data_dir.path(), "docker")?;
+    first
+        .spawn(pb::target::Kind::Docker(pb::DockerTarget {
+            container: container.name().to_owned(),
+        }))
+        .await?;
+    let mut running = Vec::new();
+    for _ in 0..200 {
+        running = container.session_processes().await;
+        if running
+            .iter()
+            .filter(|p| p.command.contains("sleep"))
+            .count()
+            >= 2
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(
+        running
+            .iter()
+            .filter(|p| p.command.contains("sleep"))
+            .count()
+            >= 2,
+        "the session runs two sleeps: {running:?}"
+    );
+
+    first.kill_hard()?;
+    ensure!(
+        !container.session_processes().await.is_empty(),
+        "session processes ended with the broker"
+    );
+
+    let second = BrokerProcess::start(data_dir.path(), "docker")?;
+    let left = container.wait_for_no_session_processes().await;
+    ensure!(
+        left.is_empty(),
+        "processes of the old session are still running: {left:?}"
+    );
+    drop(second);
+    container.stop().await;
+    Ok(())
+}
