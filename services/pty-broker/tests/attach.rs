@@ -27,6 +27,7 @@ backend_scenarios! {
     stalled_controller_does_not_stop_another_session,
     ctrl_c_interrupts_a_flood,
     kill_leaves_no_process_of_the_session,
+    idle_reaping_leaves_no_process_of_the_session,
     reset_keeps_id_and_offsets_and_ends_old_processes,
     reset_after_exit_restarts_the_command_in_place,
     spawn_and_close_many_sessions_without_leaking_descriptors,
@@ -485,6 +486,48 @@ async fn kill_leaves_no_process_of_the_session(backend: Backend) -> anyhow::Resu
     broker.assert_all_ended(&processes).await?;
     let status = broker.get(&session.session_id).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
+    broker.stop().await
+}
+
+/// A session nobody is attached to is closed after the detached timeout (`IDLE_REAPED`) and
+/// its whole process group ends with it, also processes that ignore SIGHUP and SIGTERM.
+async fn idle_reaping_leaves_no_process_of_the_session(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.detached_timeout = Duration::from_secs(1)),
+    )
+    .await?;
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(support::authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+    let session = broker
+        .spawn_sh("trap '' HUP TERM; sleep 600 & sleep 600 & printf 'ready\\n'; wait")
+        .await?;
+    // Attached while the processes are counted: no reaping while a client is there.
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    viewer.read_until(b"ready").await?;
+    let processes = broker.wait_for_processes(session.pid, 3).await?;
+    // The timer starts when the last client leaves.
+    drop(viewer);
+    let closed = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(pb::broker_event::Event::Closed(closed)) =
+                events.message().await?.and_then(|event| event.event)
+                && closed.session_id == session.session_id
+            {
+                return anyhow::Ok(closed);
+            }
+        }
+    })
+    .await
+    .context("the idle session was not reaped in time")??;
+    assert_eq!(closed.reason, pb::CloseReason::IdleReaped as i32);
+    broker.assert_all_ended(&processes).await?;
     broker.stop().await
 }
 
