@@ -1,0 +1,261 @@
+//! The README's first command on a clean checkout: clone the repository's HEAD into a temporary
+//! directory, run `cargo xtask up` there as a newcomer would, and check that the printed URL
+//! reaches the page, the health check and the API, then stop it with Ctrl-C (SIGINT to its
+//! process group, as a terminal sends it) and wait until every process of it has gone.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// How long the clone may take to build (the workspace crates compile again at their new path;
+/// dependencies come from the shared target directory) and print its URL.
+const STARTUP_LIMIT: Duration = Duration::from_secs(30 * 60);
+/// How long a request, and the shutdown after Ctrl-C, may take.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Clones `root`'s HEAD into a temporary directory, runs `cargo xtask up --listen 127.0.0.1:0`
+/// there (with this process's `CARGO_TARGET_DIR`, if any), fetches `/` and `/healthz` and checks
+/// the token on the API, then stops it. The temporary directory is removed in every case.
+pub fn fresh_clone_up(root: &Path) -> Result<()> {
+    let scratch = ScratchDir::create()?;
+    let checkout = scratch.path.join("ptyhub");
+    let data_dir = scratch.path.join("data");
+    crate::run::status(
+        Command::new("git")
+            .args(["clone", "--quiet", "--no-hardlinks"])
+            .arg(root)
+            .arg(&checkout),
+    )?;
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command
+        .args(["xtask", "up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .current_dir(&checkout)
+        .env_remove("PTYHUB_TOKEN")
+        .env_remove("PTYHUB_SERVER")
+        .env_remove("PTYHUB_DATA_DIR")
+        .env_remove("PTYHUB_LISTEN")
+        .env_remove("PTYHUB_WEB_DIR")
+        // Its own process group, so that Ctrl-C reaches every process of it (cargo, xtask,
+        // ptyhub) and nothing else.
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    eprintln!(
+        "$ cargo xtask up --listen 127.0.0.1:0 (in {})",
+        checkout.display()
+    );
+    let child = command.spawn().context("cannot run cargo xtask up")?;
+    let mut running = Running {
+        child,
+        stopped: false,
+    };
+    let result = check_running_system(&mut running);
+    let stopped = running.interrupt_and_wait();
+    result.and(stopped)
+}
+
+/// Waits for the URL, then checks what it serves.
+fn check_running_system(running: &mut Running) -> Result<()> {
+    let (address, token) = wait_for_page_url(running)?;
+    eprintln!("up at {address}; checking /, /healthz and the API");
+    let health = http_get(address, "/healthz", None)?;
+    if health.status != 200 || !health.body.contains("ok") {
+        bail!("/healthz answered {}: {}", health.status, health.body);
+    }
+    let page = http_get(address, "/", Some(&token))?;
+    if page.status != 200 || !page.body.to_ascii_lowercase().contains("<html") {
+        bail!("/ answered {} without a page: {}", page.status, page.body);
+    }
+    let api = http_get(address, "/api/v1/instances", Some(&token))?;
+    if api.status != 200 || !api.body.contains("\"local\"") {
+        bail!(
+            "/api/v1/instances with the printed token answered {}: {}",
+            api.status,
+            api.body
+        );
+    }
+    let refused = http_get(address, "/api/v1/instances", Some("not-the-token"))?;
+    if refused.status != 401 {
+        bail!(
+            "/api/v1/instances with a wrong token answered {} instead of 401",
+            refused.status
+        );
+    }
+    Ok(())
+}
+
+/// Reads the output of `cargo xtask up` until the `web page:` line, within [`STARTUP_LIMIT`].
+fn wait_for_page_url(running: &mut Running) -> Result<(SocketAddr, String)> {
+    let stdout = running
+        .child
+        .stdout
+        .take()
+        .context("no stdout pipe from cargo xtask up")?;
+    let (lines, printed) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            println!("{line}");
+            // Keep draining after the URL, so the system never blocks on a full pipe.
+            let _ = lines.send(line);
+        }
+    });
+    let deadline = Instant::now() + STARTUP_LIMIT;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match printed.recv_timeout(remaining) {
+            Ok(line) => {
+                if let Some(url) = line.trim().strip_prefix("web page:") {
+                    return parse_page_url(url.trim());
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                bail!("cargo xtask up printed no web page URL within {STARTUP_LIMIT:?}")
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = running.child.wait()?;
+                bail!("cargo xtask up ended ({status}) before printing the web page URL");
+            }
+        }
+    }
+}
+
+/// `http://IP:PORT/?token=TOKEN` into the address and the token.
+fn parse_page_url(url: &str) -> Result<(SocketAddr, String)> {
+    let (authority, token) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once("/?token="))
+        .with_context(|| format!("the printed URL {url:?} is not http://ADDRESS/?token=TOKEN"))?;
+    let address = authority
+        .parse()
+        .with_context(|| format!("the printed URL {url:?} has no IP:port"))?;
+    if token.is_empty() {
+        bail!("the printed URL {url:?} has an empty token");
+    }
+    Ok((address, token.to_owned()))
+}
+
+/// The process group of `cargo xtask up`.
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    stopped: bool,
+}
+
+impl Running {
+    /// Sends SIGINT to the whole group, as Ctrl-C in a terminal does, and waits until no process
+    /// of the group is left; SIGKILL after [`PATIENCE`].
+    fn interrupt_and_wait(&mut self) -> Result<()> {
+        self.stopped = true;
+        let group = self.child.id();
+        signal_group(group, "INT");
+        let deadline = Instant::now() + PATIENCE;
+        // The direct child (cargo, which became xtask) ends at once; ptyhub, its child, shuts
+        // down cleanly in its own time.
+        loop {
+            let child_done = self.child.try_wait()?.is_some();
+            if child_done && !group_alive(group) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                signal_group(group, "KILL");
+                let _ = self.child.wait();
+                bail!("cargo xtask up did not stop within {PATIENCE:?} of Ctrl-C");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.stopped {
+            signal_group(self.child.id(), "KILL");
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `kill -s SIGNAL -- -GROUP` (the kill command, since xtask has no signal bindings).
+fn signal_group(group: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args(["-s", signal, "--", &format!("-{group}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn group_alive(group: u32) -> bool {
+    crate::run::succeeds(Command::new("kill").args(["-s", "0", "--", &format!("-{group}")]))
+}
+
+/// A directory under the system's temporary directory, removed when dropped.
+#[derive(Debug)]
+struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    fn create() -> Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.subsec_nanos())
+            .unwrap_or_default();
+        let path =
+            std::env::temp_dir().join(format!("ptyhub-fresh-clone-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// An HTTP answer: the status code and the body.
+#[derive(Debug)]
+struct HttpAnswer {
+    status: u16,
+    body: String,
+}
+
+/// A plain HTTP/1.1 GET, enough for a smoke check without an HTTP client dependency.
+fn http_get(address: SocketAddr, path: &str, token: Option<&str>) -> Result<HttpAnswer> {
+    let mut stream = TcpStream::connect_timeout(&address, PATIENCE)
+        .with_context(|| format!("cannot connect to {address}"))?;
+    stream.set_read_timeout(Some(PATIENCE))?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .with_context(|| format!("no answer to GET {path}"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET {path}: not an HTTP answer"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("GET {path}: no status in {head:?}"))?;
+    Ok(HttpAnswer {
+        status,
+        body: body.to_owned(),
+    })
+}
