@@ -358,52 +358,112 @@ async fn stream_once(
     }
 }
 
+/// How stdin reaches the session's terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputMode {
+    /// Keystrokes from a person's terminal in raw mode, forwarded unchanged.
+    Keystrokes,
+    /// A script's piped input for a terminal in canonical mode (`exec`): encoded so that it
+    /// arrives byte for byte ([`CanonicalInput`]) and its end is an end of file.
+    Piped,
+}
+
 /// Forwards stdin to `events` in chunks, turning the detach sequence into [`InputEvent::Detach`].
-/// With `ctrl_d_at_eof`, the end of input becomes the terminal's end-of-file character (twice
-/// when the last line has no newline: the first only ends that line).
 pub fn spawn_stdin_reader(
     mut detach_keys: terminal::DetachKeys,
-    ctrl_d_at_eof: bool,
+    mode: InputMode,
 ) -> mpsc::Receiver<InputEvent> {
     let (events, receiver) = mpsc::channel(16);
     tokio::spawn(async move {
         use tokio::io::AsyncReadExt as _;
         let mut stdin = tokio::io::stdin();
         let mut buffer = vec![0u8; 16 * 1024];
-        let mut last_byte = b'\n';
+        let mut canonical = CanonicalInput::default();
         loop {
             let read = match stdin.read(&mut buffer).await {
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
-            last_byte = buffer[read - 1];
-            let event = match detach_keys.scan(&buffer[..read]) {
-                terminal::InputScan::Forward(bytes) if bytes.is_empty() => continue,
-                terminal::InputScan::Forward(bytes) => InputEvent::Bytes(bytes.into()),
-                terminal::InputScan::Detach(before) => {
-                    if !before.is_empty() {
-                        let _ = events.send(InputEvent::Bytes(before.into())).await;
+            let chunk = &buffer[..read];
+            let event = match mode {
+                InputMode::Piped => InputEvent::Bytes(canonical.encode(chunk).into()),
+                InputMode::Keystrokes => match detach_keys.scan(chunk) {
+                    terminal::InputScan::Forward(bytes) if bytes.is_empty() => continue,
+                    terminal::InputScan::Forward(bytes) => InputEvent::Bytes(bytes.into()),
+                    terminal::InputScan::Detach(before) => {
+                        if !before.is_empty() {
+                            let _ = events.send(InputEvent::Bytes(before.into())).await;
+                        }
+                        let _ = events.send(InputEvent::Detach).await;
+                        return;
                     }
-                    let _ = events.send(InputEvent::Detach).await;
-                    return;
-                }
+                },
             };
             if events.send(event).await.is_err() {
                 return;
             }
         }
-        if ctrl_d_at_eof {
-            let end: &'static [u8] = if last_byte == b'\n' {
-                b"\x04"
-            } else {
-                b"\x04\x04"
-            };
+        if mode == InputMode::Piped {
             let _ = events
-                .send(InputEvent::Bytes(Bytes::from_static(end)))
+                .send(InputEvent::Bytes(canonical.finish().into()))
                 .await;
         }
     });
     receiver
+}
+
+/// Encodes piped input for a terminal in canonical mode with echo off, so that the command
+/// reading it gets exactly the bytes that were piped in, then end of file:
+///
+/// - every control character the line discipline would act on (Ctrl-C, Ctrl-D, Ctrl-U,
+///   carriage return, DEL...) is quoted with the literal-next character (Ctrl-V);
+/// - a line is handed over with Ctrl-D (which passes a non-empty partial line to the reader
+///   without adding anything) before it reaches the terminal's 4 KiB line limit, beyond which
+///   the kernel would drop bytes;
+/// - the end of input is Ctrl-D on an empty line (twice when the last line was not ended).
+#[derive(Debug, Default)]
+pub struct CanonicalInput {
+    /// Bytes of the current line not yet handed over.
+    pending_line: usize,
+}
+
+/// Under the kernel's canonical line buffer (4096 bytes including the line's end).
+const CANONICAL_LINE_LIMIT: usize = 4000;
+const LITERAL_NEXT: u8 = 0x16;
+const END_OF_FILE: u8 = 0x04;
+
+impl CanonicalInput {
+    pub fn encode(&mut self, input: &[u8]) -> Vec<u8> {
+        let mut encoded = Vec::with_capacity(input.len() + input.len() / 64 + 2);
+        for &byte in input {
+            if byte == b'\n' {
+                encoded.push(byte);
+                self.pending_line = 0;
+                continue;
+            }
+            if byte < 0x20 || byte == 0x7f {
+                encoded.push(LITERAL_NEXT);
+            }
+            encoded.push(byte);
+            self.pending_line += 1;
+            if self.pending_line == CANONICAL_LINE_LIMIT {
+                encoded.push(END_OF_FILE);
+                self.pending_line = 0;
+            }
+        }
+        encoded
+    }
+
+    /// The end of input: hands over an unfinished line, then an empty read (end of file).
+    pub fn finish(&mut self) -> Vec<u8> {
+        let encoded = if self.pending_line > 0 {
+            vec![END_OF_FILE, END_OF_FILE]
+        } else {
+            vec![END_OF_FILE]
+        };
+        self.pending_line = 0;
+        encoded
+    }
 }
 
 /// Sends the local terminal size on every SIGWINCH.
@@ -422,4 +482,36 @@ pub fn spawn_resize_watcher() -> Result<mpsc::Receiver<(u16, u16)>> {
         }
     });
     Ok(receiver)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_quoted_and_newlines_are_not() {
+        let mut canonical = CanonicalInput::default();
+        assert_eq!(
+            canonical.encode(b"a\x03b\rc\x7f\n"),
+            b"a\x16\x03b\x16\rc\x16\x7f\n".to_vec()
+        );
+        assert_eq!(canonical.finish(), vec![END_OF_FILE]);
+    }
+
+    #[test]
+    fn long_lines_are_handed_over_before_the_kernel_limit() {
+        let mut canonical = CanonicalInput::default();
+        let encoded = canonical.encode(&[b'x'; CANONICAL_LINE_LIMIT + 10]);
+        assert_eq!(encoded.len(), CANONICAL_LINE_LIMIT + 10 + 1);
+        assert_eq!(encoded[CANONICAL_LINE_LIMIT], END_OF_FILE);
+        // Ten bytes are pending: the end hands them over, then ends the input.
+        assert_eq!(canonical.finish(), vec![END_OF_FILE, END_OF_FILE]);
+    }
+
+    #[test]
+    fn a_line_handed_over_exactly_at_the_end_needs_one_end_of_file() {
+        let mut canonical = CanonicalInput::default();
+        canonical.encode(&[b'x'; CANONICAL_LINE_LIMIT]);
+        assert_eq!(canonical.finish(), vec![END_OF_FILE]);
+    }
 }

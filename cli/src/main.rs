@@ -271,7 +271,7 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         .attach
         .context("the server answered without an attach target")?;
 
-    let mut input = attach::spawn_stdin_reader(detach_keys, false);
+    let mut input = attach::spawn_stdin_reader(detach_keys, attach::InputMode::Keystrokes);
     let mut resizes = attach::spawn_resize_watcher()?;
     // Installed before raw mode: from then on no signal may end the process without the guard
     // restoring the terminal. In raw mode Ctrl-C is a byte for the remote side; a SIGINT from
@@ -330,7 +330,7 @@ async fn exec_command(
         "/bin/sh".to_owned(),
         "-c".to_owned(),
         concat!(
-            "stty -echo -onlcr 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; ",
+            "stty -echo -onlcr icanon iexten 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; ",
             // The same clear message whichever shell the instance has.
             "command -v \"$1\" >/dev/null 2>&1 || ",
             "{ printf 'ptyhub: %s: command not found\\n' \"$1\" >&2; exit 127; }; ",
@@ -356,7 +356,8 @@ async fn exec_command(
         .attach
         .context("the server answered without an attach target")?;
     let session_id = target.session_id.clone();
-    let mut input = attach::spawn_stdin_reader(terminal::DetachKeys::parse("")?, true);
+    let mut input =
+        attach::spawn_stdin_reader(terminal::DetachKeys::parse("")?, attach::InputMode::Piped);
     let (_no_resizes, mut resizes) = tokio::sync::mpsc::channel(1);
     let request = AttachRequest {
         instance: instance.clone(),

@@ -92,6 +92,31 @@ fn exec_passes_a_large_input_through_unchanged() {
 }
 
 #[test]
+fn exec_passes_every_byte_and_long_lines_through() {
+    let up = Up::start();
+    // Every byte value, control characters included (Ctrl-C, Ctrl-D, Ctrl-U, CR, DEL would each
+    // mean something to a terminal), then one line longer than a terminal's 4 KiB line buffer,
+    // and no final newline.
+    let mut input: Vec<u8> = (0..=255u8).cycle().take(256 * 8).collect();
+    input.push(b'\n');
+    input.extend(std::iter::repeat_n(b'y', 10_000));
+    input.extend_from_slice(b"\x04\x03end");
+    let output = exec_with_input(&up, &input, &["cat"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.stdout.len(), input.len());
+    let first_difference = output
+        .stdout
+        .iter()
+        .zip(&input)
+        .position(|(got, sent)| got != sent);
+    assert_eq!(first_difference, None, "the output differs from the input");
+}
+
+#[test]
 fn exec_of_a_missing_command_fails_clearly() {
     let up = Up::start();
     let output = up.run(&["exec", "local", "--", "ptyhub-no-such-command", "arg"]);
