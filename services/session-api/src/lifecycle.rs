@@ -1,7 +1,8 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
 //! stream (reconnecting with backoff), records exits, closes, activity and attachments (the last
 //! two batched), and reconciles the records with the broker's Snapshot each time the stream
-//! (re)connects; a supervisor starts watchers for new brokers and marks silent brokers down.
+//! (re)connects; a supervisor starts watchers for new brokers, marks silent brokers down, and
+//! closes (`broker_lost`) the sessions of a broker that stays down past the heartbeat timeout.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +93,9 @@ impl Supervisor {
                     continue;
                 }
             };
+            for broker in brokers.iter().filter(|broker| is_lost(broker, cutoff)) {
+                self.watcher.close_lost_sessions(broker, cutoff).await;
+            }
             for broker in brokers {
                 if let Some((endpoint, token)) = running.get(&broker.id) {
                     if *endpoint == broker.endpoint {
@@ -115,6 +119,52 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Closes (`broker_lost`) the open sessions of a broker that has been down for longer than
+    /// the heartbeat timeout: its processes died with it (a broker restart leaves none), and no
+    /// client can reach them. A session still being spawned is left to the replica spawning it,
+    /// and the broker is read again first, so one that just came back keeps its sessions.
+    async fn close_lost_sessions(&self, broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) {
+        let store = &self.service.store;
+        match store.get_broker(&broker.id).await {
+            Ok(current) if is_lost(&current, cutoff) => {}
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(broker_id = %broker.id, %error, "could not read broker");
+                return;
+            }
+        }
+        let sessions = match store.open_sessions_on_broker(&broker.id).await {
+            Ok(sessions) => sessions,
+            Err(error) => {
+                tracing::warn!(broker_id = %broker.id, %error, "could not list a lost broker's sessions");
+                return;
+            }
+        };
+        let spawn_cutoff = now()
+            - chrono::Duration::from_std(self.settings.spawn_grace)
+                .unwrap_or(chrono::Duration::MAX);
+        for session in sessions {
+            if session.status == SessionStatus::Starting && session.created_at > spawn_cutoff {
+                continue;
+            }
+            match store
+                .close_session(session.id, CloseReason::BrokerLost)
+                .await
+            {
+                Ok(Some(closed)) => {
+                    tracing::info!(session_id = %session.id, broker_id = %broker.id,
+                        "broker is down past its heartbeat timeout: session lost");
+                    self.service.changes.publish(ChangeKind::Closed, &closed);
+                }
+                // Another replica closed it first.
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(session_id = %session.id, %error, "could not close a lost session");
+                }
+            }
+        }
+    }
+
     /// Follows one broker's events until cancelled, reconnecting with backoff.
     async fn watch_broker(self: Arc<Self>, broker: Broker, cancel: CancellationToken) {
         let mut delay = FIRST_RECONNECT_DELAY;
@@ -358,6 +408,12 @@ impl Watcher {
         }
         Ok(())
     }
+}
+
+/// A broker is lost when it is down and its last heartbeat is older than `cutoff` (or it never
+/// had one).
+fn is_lost(broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) -> bool {
+    !broker.up && broker.last_heartbeat_at.is_none_or(|at| at < cutoff)
 }
 
 fn note_attachments(pending: &mut HashMap<Uuid, ActivityUpdate>, session: &BrokerSession) {
