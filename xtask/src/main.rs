@@ -11,6 +11,7 @@
 mod bench;
 mod deps;
 mod run;
+mod smoke;
 mod web;
 
 use anyhow::Result;
@@ -33,7 +34,7 @@ enum Task {
     },
     /// Install and start the test dependencies, then run every test.
     Test {
-        /// Skip the browser tests of the web page.
+        /// Skip the browser tests of the web page and the fresh-clone run of `cargo xtask up`.
         #[arg(long)]
         no_browser: bool,
         /// Extra arguments for `cargo nextest run` (a filter, `--no-capture`, ...). A filter
@@ -107,38 +108,47 @@ fn up(up_args: &[String]) -> Result<()> {
 
 fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
     let environment = deps::prepare()?;
+    let root = run::workspace_root();
     let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
     if deps::in_ci() {
         args.extend(["--profile", "ci"]);
     }
     args.extend(nextest_args.iter().map(String::as_str));
-    let workspace_tests = run::cargo_with_env(&args, &environment.variables())
-        // The benchmarks at a small size, so that they never rot (not a speed check).
-        .and_then(|()| {
-            if nextest_args.is_empty() {
-                bench::run_bench(true, &environment)
-            } else {
-                Ok(())
-            }
-        });
-    if !with_browser {
-        return workspace_tests;
-    }
-    // The browser tests run even when a workspace test failed, so one run shows everything.
-    // Built with every target, as nextest built them, so that feature unification is the same
-    // and this is a no-op after a full test run rather than a rebuild of the dependencies.
-    let browser_tests =
-        run::cargo(&["build", "--quiet", "--workspace", "--all-targets"]).and_then(|()| {
-            web::run_browser_tests(
-                &run::workspace_root(),
-                &run::target_dir().join("debug/ptyhub"),
-            )
-        });
-    match (workspace_tests, browser_tests) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
-        (Err(workspace), Err(browser)) => {
-            Err(workspace.context(format!("and the browser tests failed too: {browser:#}")))
+    // Every stage runs even when an earlier one failed, so one run shows every failure.
+    let mut failures = Vec::new();
+    let mut stage = |name: &str, result: Result<()>| {
+        if let Err(error) = result {
+            eprintln!("FAILED: {name}: {error:#}");
+            failures.push(name.to_owned());
         }
+    };
+    stage(
+        "workspace tests",
+        run::cargo_with_env(&args, &environment.variables()),
+    );
+    // A filter asks for some tests only: the suites below are whole-system runs.
+    if nextest_args.is_empty() {
+        // The benchmarks at a small size, so that they never rot (not a speed check).
+        stage("quick benchmarks", bench::run_bench(true, &environment));
+        if with_browser {
+            // Built with every target, as nextest built them, so that feature unification is
+            // the same and this is a no-op after the tests rather than a rebuild.
+            stage(
+                "browser tests",
+                run::cargo(&["build", "--quiet", "--workspace", "--all-targets"]).and_then(|()| {
+                    web::run_browser_tests(&root, &run::target_dir().join("debug/ptyhub"))
+                }),
+            );
+            // The README's first command, on a clean checkout.
+            stage(
+                "cargo xtask up on a fresh clone",
+                smoke::fresh_clone_up(&root),
+            );
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("failed: {}", failures.join(", "))
     }
 }
