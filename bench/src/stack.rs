@@ -71,8 +71,6 @@ pub struct Stack {
     pub broker: BrokerClient,
     pub http: reqwest::Client,
     pub local_instance: String,
-    /// The key the broker checks attach tickets with.
-    pub ticket_key: TicketKey,
     /// The Docker instance's id and its container, when Docker answers.
     pub docker: Option<DockerTarget>,
     shutdown: CancellationToken,
@@ -152,11 +150,7 @@ impl Stack {
             }
         }));
 
-        let gateway_listener = if std::env::var_os("BENCH_GATEWAY_NODELAY").is_some() {
-            bind_nodelay()?
-        } else {
-            bind().await?
-        };
+        let gateway_listener = bind().await?;
         let gateway_url = endpoint(&gateway_listener)?;
         let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
         gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
@@ -187,7 +181,6 @@ impl Stack {
             broker,
             http: reqwest::Client::new(),
             local_instance: String::new(),
-            ticket_key: TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?,
             docker: None,
             shutdown,
             tasks,
@@ -354,15 +347,6 @@ async fn bind() -> Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
         .await
         .context("bind 127.0.0.1:0")
-}
-
-/// A listener whose accepted sockets inherit `TCP_NODELAY` (Linux copies it to them): an
-/// experiment to show what the gateway's own `TCP_NODELAY` would change.
-fn bind_nodelay() -> Result<TcpListener> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.set_nodelay(true)?;
-    socket.bind(([127, 0, 0, 1], 0).into())?;
-    Ok(socket.listen(1024)?)
 }
 
 fn endpoint(listener: &TcpListener) -> Result<String> {

@@ -448,8 +448,7 @@ pub async fn connect_gateway(
         "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={ADMIN_TOKEN}{extra_query}",
         stack.websocket_url()
     );
-    // Without Nagle, as browsers open WebSockets.
-    let (mut socket, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
+    let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .context("open the gateway WebSocket")?;
     loop {
