@@ -1,0 +1,95 @@
+//! session-api's lifecycle across broker faults: a broker that dies and stays away past the
+//! heartbeat timeout has its sessions closed (`broker_lost`); another broker's sessions are not.
+
+mod common;
+
+use common::*;
+use ptyhub_proto::session::v1 as wire;
+
+async fn session_state(
+    client: &mut SessionClient,
+    instance: &wire::Instance,
+    session_id: &str,
+) -> (wire::SessionStatus, wire::CloseReason) {
+    let session = client
+        .get_session(wire::GetSessionRequest {
+            instance: instance.id.clone(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .expect("get session")
+        .into_inner();
+    (session.status(), session.close_reason())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let doomed = start_broker();
+    let survivor = start_broker();
+    let api = start_session_api(
+        database.url(),
+        &[
+            ("doomed", doomed.endpoint()),
+            ("survivor", survivor.endpoint()),
+        ],
+    );
+    let mut client = session_client(&api).await;
+    let on_doomed = register_instance(&mut client, "on-doomed", "doomed", 5).await;
+    let on_survivor = register_instance(&mut client, "on-survivor", "survivor", 5).await;
+    let mut created = Vec::new();
+    for instance in [&on_doomed, &on_survivor] {
+        let attachment = client
+            .create_session(wire::CreateSessionRequest {
+                instance: instance.id.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("create session")
+            .into_inner();
+        created.push(attachment.session.expect("session").id);
+    }
+    for (instance, id) in [(&on_doomed, &created[0]), (&on_survivor, &created[1])] {
+        eventually("the session is active", || {
+            let mut client = client.clone();
+            async move {
+                let (status, _) = session_state(&mut client, instance, id).await;
+                (status == wire::SessionStatus::Active).then_some(())
+            }
+        })
+        .await;
+    }
+
+    doomed.kill();
+
+    eventually("the dead broker's session is closed as broker_lost", || {
+        let mut client = client.clone();
+        let id = created[0].clone();
+        let instance = on_doomed.clone();
+        async move {
+            let state = session_state(&mut client, &instance, &id).await;
+            (state == (wire::SessionStatus::Closed, wire::CloseReason::BrokerLost)).then_some(())
+        }
+    })
+    .await;
+    let (status, reason) = session_state(&mut client, &on_survivor, &created[1]).await;
+    assert_eq!(status, wire::SessionStatus::Active);
+    assert_eq!(reason, wire::CloseReason::Unspecified);
+
+    // The dead broker's instance is at zero live sessions again: the lost one no longer counts.
+    let live = client
+        .list_sessions(wire::ListSessionsRequest {
+            instance: on_doomed.id.clone(),
+            include_closed: false,
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .sessions;
+    assert!(
+        live.is_empty(),
+        "no live session left on the dead broker: {live:?}"
+    );
+}
