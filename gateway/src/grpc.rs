@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use ptyhub_proto::broker::v1 as broker;
@@ -680,16 +679,4 @@ fn event_from_proto(frame: broker::ServerFrame) -> Option<TerminalEvent> {
         Frame::Closed(_) => TerminalEvent::Closed,
     };
     Some(event)
-}
-
-/// Joins output chunks into one buffer.
-pub fn join_output(chunks: &[Bytes]) -> Bytes {
-    if chunks.len() == 1 {
-        return chunks[0].clone();
-    }
-    let mut joined = bytes::BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-    for chunk in chunks {
-        joined.extend_from_slice(chunk);
-    }
-    joined.freeze()
 }

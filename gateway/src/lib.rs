@@ -26,6 +26,8 @@ use std::future::Future;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use axum::serve::ListenerExt as _;
+
 pub use config::{AuthConfig, Config, ConfigError, Secret};
 
 /// Why the gateway could not start or stopped serving.
@@ -73,6 +75,13 @@ pub async fn run(
     let address = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(%address, session_api = %config.session_api_endpoint, "gateway listening");
     let root = state.shutdown.clone();
+    // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+    // back until the previous is acknowledged, which delayed acknowledgements stretch to ~40 ms.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

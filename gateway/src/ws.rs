@@ -838,23 +838,32 @@ fn collect_output(
     first: Bytes,
     events: &mut AttachEvents,
 ) -> (Bytes, Option<Result<Option<TerminalEvent>, ApiError>>) {
-    let mut chunks = vec![first];
-    let mut total = chunks[0].len();
+    if first.len() >= OUTPUT_BATCH_BYTES {
+        return (first, None);
+    }
+    // The common case (an echo, a prompt): nothing else is waiting, and the chunk goes out as it
+    // came, with no allocation.
+    let second = match events.next_ready() {
+        None => return (first, None),
+        Some(Ok(Some(TerminalEvent::Output { data, .. }))) => data,
+        Some(other) => return (first, Some(other)),
+    };
+    let mut batch =
+        bytes::BytesMut::with_capacity(OUTPUT_BATCH_BYTES.max(first.len() + second.len()));
+    batch.extend_from_slice(&first);
+    batch.extend_from_slice(&second);
     let mut after = None;
-    while total < OUTPUT_BATCH_BYTES {
+    while batch.len() < OUTPUT_BATCH_BYTES {
         match events.next_ready() {
             None => break,
-            Some(Ok(Some(TerminalEvent::Output { data, .. }))) => {
-                total += data.len();
-                chunks.push(data);
-            }
+            Some(Ok(Some(TerminalEvent::Output { data, .. }))) => batch.extend_from_slice(&data),
             Some(other) => {
                 after = Some(other);
                 break;
             }
         }
     }
-    (crate::grpc::join_output(&chunks), after)
+    (batch.freeze(), after)
 }
 
 #[cfg(test)]
