@@ -56,6 +56,18 @@ impl SessionApiProxy {
             .map(|instance| instance.id)
     }
 
+    /// Authenticates the caller and checks its scope for the request's instance, which it
+    /// replaces by the instance's id: what every instance-scoped call does first.
+    async fn scoped<M: InstanceScoped>(&self, request: Request<M>) -> Result<M, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        let instance = self
+            .authorize_instance(&principal, message.instance())
+            .await?;
+        *message.instance_mut() = instance;
+        Ok(message)
+    }
+
     async fn authorized_instance(
         &self,
         principal: &Principal,
@@ -102,6 +114,36 @@ fn same_instance(instance_id: &str, session: Option<&session::Session>) -> Resul
     }
 }
 
+/// A request about one instance, named by id or name in its `instance` field.
+trait InstanceScoped {
+    fn instance(&self) -> &str;
+    fn instance_mut(&mut self) -> &mut String;
+}
+
+macro_rules! instance_scoped {
+    ($($request:ty),* $(,)?) => {
+        $(impl InstanceScoped for $request {
+            fn instance(&self) -> &str {
+                &self.instance
+            }
+            fn instance_mut(&mut self) -> &mut String {
+                &mut self.instance
+            }
+        })*
+    };
+}
+
+instance_scoped!(
+    session::GetInstanceRequest,
+    session::CreateSessionRequest,
+    session::GetSessionRequest,
+    session::ListSessionsRequest,
+    session::ResolveSessionRequest,
+    session::RenameSessionRequest,
+    session::ResetSessionRequest,
+    session::CloseSessionRequest,
+);
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<session::SessionChange, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -122,11 +164,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::GetInstanceRequest>,
     ) -> Result<Response<session::Instance>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         self.client().get_instance(message).await.map_err(forwarded)
     }
 
@@ -168,11 +206,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::CreateSessionRequest>,
     ) -> Result<Response<session::SessionAttachment>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -187,11 +221,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::GetSessionRequest>,
     ) -> Result<Response<session::Session>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -206,11 +236,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::ListSessionsRequest>,
     ) -> Result<Response<session::ListSessionsResponse>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         self.client()
             .list_sessions(message)
             .await
@@ -221,11 +247,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::ResolveSessionRequest>,
     ) -> Result<Response<session::SessionAttachment>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -261,11 +283,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::RenameSessionRequest>,
     ) -> Result<Response<session::Session>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -280,11 +298,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::ResetSessionRequest>,
     ) -> Result<Response<session::Session>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -299,11 +313,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<session::CloseSessionRequest>,
     ) -> Result<Response<session::Session>, Status> {
-        let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
-        message.instance = self
-            .authorize_instance(&principal, &message.instance)
-            .await?;
+        let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
