@@ -51,8 +51,13 @@ pub fn target_dir() -> std::path::PathBuf {
 }
 
 pub fn workspace_root() -> std::path::PathBuf {
-    // xtask lives one level below the workspace root.
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // xtask lives one level below the workspace root. The directory comes from `cargo run` at
+    // run time: with a target dir shared between checkouts (as CI's fresh-clone check does), the
+    // binary may have been built in another checkout, so its compile-time path can be wrong.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    manifest_dir
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_else(|| ".".into())
