@@ -26,6 +26,9 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// How long a call to session-api or a broker may take before it counts as unavailable.
     pub backend_timeout: Duration,
+    /// How long the gateway keeps serving after a shutdown begins, with `/readyz` at 503, so
+    /// that load balancers stop sending it new clients before its sockets close.
+    pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
 }
@@ -46,6 +49,7 @@ impl Config {
             metrics_require_auth: true,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             backend_timeout: Duration::from_secs(10),
+            drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
         }
     }

@@ -84,6 +84,8 @@ pub mod close_code {
     pub const TOO_BIG: u16 = 1009;
     /// A backend failed; reconnect with backoff.
     pub const BACKEND_FAILURE: u16 = 1011;
+    /// This gateway is shutting down (a rolling restart); reconnect now, to another replica.
+    pub const SERVICE_RESTART: u16 = 1012;
     pub const UNAUTHENTICATED: u16 = 4001;
     pub const FORBIDDEN: u16 = 4003;
     pub const NOT_FOUND: u16 = 4004;

@@ -337,6 +337,16 @@ impl Backends {
         Ok(session_from_proto(session))
     }
 
+    /// Whether session-api answers (a registry read, which also proves its database answers).
+    pub async fn check_session_api(&self) -> Result<(), ApiError> {
+        self.broker_registry
+            .clone()
+            .list_brokers(session::ListBrokersRequest {})
+            .await
+            .map_err(session_api_error)?;
+        Ok(())
+    }
+
     /// Every registered broker and whether it answers its own health check.
     pub async fn check_brokers(&self) -> Result<Vec<BrokerHealth>, ApiError> {
         let brokers = self

@@ -43,8 +43,10 @@ pub enum Error {
     Serve(#[source] std::io::Error),
 }
 
-/// Serves the gateway on `listener` until `shutdown` completes, then closes open WebSockets
-/// (close code 1011, so clients reconnect elsewhere) and waits up to `shutdown_grace` for them.
+/// Serves the gateway on `listener` until `shutdown` completes. Then it answers `/readyz` with
+/// 503 and goes on serving for `drain_delay`; after that it stops accepting connections, closes every WebSocket with
+/// 1012 (service restart: reconnect now, to another replica), ends gRPC-web streams, and waits
+/// up to `shutdown_grace` for the sockets to finish closing.
 pub async fn run(
     config: Config,
     listener: tokio::net::TcpListener,
@@ -68,6 +70,7 @@ pub async fn run(
         static_dir: config.static_dir.clone(),
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
+        draining: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
     };
@@ -75,6 +78,8 @@ pub async fn run(
     let address = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(%address, session_api = %config.session_api_endpoint, "gateway listening");
     let root = state.shutdown.clone();
+    let draining = state.draining.clone();
+    let drain_delay = config.drain_delay;
     // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
     // back until the previous is acknowledged, which delayed acknowledgements stretch to ~40 ms.
     let listener = listener.tap_io(|stream| {
@@ -85,6 +90,12 @@ pub async fn run(
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            draining.cancel();
+            if !drain_delay.is_zero() {
+                tracing::info!(?drain_delay, "shutdown: not ready, still serving");
+                tokio::time::sleep(drain_delay).await;
+            }
+            tracing::info!("shutdown: closing websockets with 1012");
             root.cancel();
         })
         .await

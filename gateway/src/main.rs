@@ -77,6 +77,11 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     backend_timeout: Duration,
 
+    /// After SIGTERM, how long to keep serving with /readyz at 503 before closing, so load
+    /// balancers stop sending new clients first.
+    #[arg(long, env = "PTYHUB_GATEWAY_DRAIN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    drain_delay: Duration,
+
     /// How long shutdown waits for open WebSockets.
     #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
@@ -111,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
     config.metrics_require_auth = !args.metrics_public;
     config.heartbeat_interval = args.heartbeat_interval;
     config.backend_timeout = args.backend_timeout;
+    config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -12,6 +12,8 @@ use crate::{rest, ws};
     info(title = "ptyhub gateway", description = "Terminal sessions in containers: REST and WebSocket. See CONTRACT.md."),
     paths(
         rest::healthz,
+        rest::livez,
+        rest::readyz,
         rest::metrics,
         rest::register_instance,
         rest::list_instances,

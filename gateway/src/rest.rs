@@ -163,6 +163,16 @@ pub struct HealthBody {
     pub brokers: Vec<BrokerHealthBody>,
 }
 
+/// The answer of `/livez` and `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProbeBody {
+    /// `ok` or `unavailable`.
+    pub status: String,
+    /// Why the gateway is not ready, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BrokerHealthBody {
     pub id: String,
@@ -999,6 +1009,56 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
                 )
             }
         }
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Liveness: the process serves HTTP. Needs no credential and asks no backend, so a slow
+/// session-api or broker never gets a healthy gateway restarted.
+#[utoipa::path(
+    get, path = "/livez", tag = "operations",
+    responses((status = 200, body = ProbeBody)),
+)]
+pub async fn livez() -> Json<ProbeBody> {
+    Json(ProbeBody {
+        status: "ok".into(),
+        detail: None,
+    })
+}
+
+/// Readiness: this replica should get new work. 503 once it is shutting down (a rolling
+/// restart) or while session-api does not answer; brokers are not asked, since one lost node
+/// must not take every gateway out of service. Needs no credential.
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations",
+    responses((status = 200, body = ProbeBody), (status = 503, body = ProbeBody)),
+)]
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let problem = if state.draining.is_cancelled() {
+        Some("gateway shutting down".to_owned())
+    } else {
+        state
+            .backends
+            .check_session_api()
+            .await
+            .err()
+            .map(|error| error.message)
+    };
+    let (status, body) = match problem {
+        None => (
+            StatusCode::OK,
+            ProbeBody {
+                status: "ok".into(),
+                detail: None,
+            },
+        ),
+        Some(detail) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProbeBody {
+                status: "unavailable".into(),
+                detail: Some(detail),
+            },
+        ),
     };
     (status, Json(body)).into_response()
 }

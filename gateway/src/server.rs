@@ -88,6 +88,8 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
         )
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
         .route("/healthz", get(rest::healthz))
+        .route("/livez", get(rest::livez))
+        .route("/readyz", get(rest::readyz))
         .route("/metrics", get(rest::metrics))
         .route(
             "/ws/tool-instances/{iid}/terminal",

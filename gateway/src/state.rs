@@ -22,7 +22,10 @@ pub struct AppState {
     pub static_dir: Option<PathBuf>,
     pub metrics_require_auth: bool,
     pub heartbeat_interval: Duration,
-    /// Cancelled when the gateway shuts down; WebSockets and streams end with it.
+    /// Cancelled when a shutdown begins: `/readyz` answers 503 from then on, while everything
+    /// else keeps serving for the drain delay.
+    pub draining: CancellationToken,
+    /// Cancelled when the gateway stops serving; WebSockets and streams end with it.
     pub shutdown: CancellationToken,
     /// Every WebSocket bridge, so shutdown can wait for them.
     pub bridges: TaskTracker,

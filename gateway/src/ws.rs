@@ -687,7 +687,7 @@ impl BrokerWriter {
                 None => tokio::select! {
                     biased;
                     () = self.shutdown.cancelled() => {
-                        let _ = self.client.close(close_code::BACKEND_FAILURE, "gateway shutting down").await;
+                        let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
                         return Ending::closed("gateway shutdown");
                     }
                     request = control.recv() => match request {

@@ -35,9 +35,11 @@ async fn routes_need_a_credential_except_healthz() {
     let (status, _) = send(&stack, Method::GET, "/metrics", None, None).await;
     assert_eq!(status, 401);
 
-    let (status, body) = send(&stack, Method::GET, "/healthz", None, None).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["status"], "ok");
+    for probe in ["/healthz", "/livez", "/readyz"] {
+        let (status, body) = send(&stack, Method::GET, probe, None, None).await;
+        assert_eq!(status, 200, "{probe}: {body}");
+        assert_eq!(body["status"], "ok", "{probe}");
+    }
     stack.shutdown().await;
 }
 
@@ -553,6 +555,8 @@ async fn openapi_lists_every_contract_route() {
     ];
     let mut expected = vec![
         ("get", "/healthz".to_owned()),
+        ("get", "/livez".to_owned()),
+        ("get", "/readyz".to_owned()),
         ("post", "/api/v1/instances".to_owned()),
         ("get", "/api/v1/instances".to_owned()),
         ("get", "/api/v1/instances/{iid}".to_owned()),
@@ -681,14 +685,19 @@ async fn an_unreachable_session_api_is_503() {
     ));
 
     let http = reqwest::Client::new();
-    let response = http.get(format!("{url}/healthz")).send().await.unwrap();
-    assert_eq!(response.status().as_u16(), 503);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["status"], "unavailable");
-    assert!(
-        body["detail"].as_str().unwrap().contains("session-api"),
-        "{body}"
-    );
+    for probe in ["/healthz", "/readyz"] {
+        let response = http.get(format!("{url}{probe}")).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 503, "{probe}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["status"], "unavailable", "{probe}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("session-api"),
+            "{probe}: {body}"
+        );
+    }
+    // Liveness asks no backend: a hung session-api must not get the gateway restarted.
+    let response = http.get(format!("{url}/livez")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
     let response = http
         .get(format!("{url}/api/v1/instances"))
         .bearer_auth("admin-token")

@@ -521,7 +521,7 @@ async fn gateway_shutdown_closes_websockets_so_clients_reconnect() {
     let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
     let session = terminal.connected().await["session"]["id"].clone();
     let (closed, ()) = tokio::join!(terminal.read_until_closed(), stack.stop_gateway());
-    assert_eq!(closed.code, 1011);
+    assert_eq!(closed.code, 1012, "service restart: reconnect at once");
     assert_eq!(closed.reason, "gateway shutting down");
 
     // The session outlives the gateway.
