@@ -325,7 +325,13 @@ impl SessionApi for GrpcSessionApi {
                     }
                 }
             })
-            .take_until(self.shutdown.clone().cancelled_owned());
+            .take_until(self.shutdown.clone().cancelled_owned())
+            // The feed ends only when this replica shuts down: tell the client to reconnect.
+            .chain(futures::stream::once(async {
+                Err(Status::unavailable(
+                    "session-api is shutting down; watch again (another replica answers)",
+                ))
+            }));
         Ok(Response::new(Box::pin(changes)))
     }
 }

@@ -82,14 +82,7 @@ pub async fn run(
     );
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    for name in [
-        "ptyhub.session.v1.SessionApi",
-        "ptyhub.session.v1.BrokerRegistry",
-    ] {
-        health_reporter
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
+    set_health(&health_reporter, tonic_health::ServingStatus::Serving).await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -104,7 +97,7 @@ pub async fn run(
     tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
         "session-api serving");
     let stop = root.clone();
-    let served = tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_interval))
         .add_service(health_service)
@@ -120,14 +113,33 @@ pub async fn run(
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.await;
-            // Ends the change streams, so that the server can finish its connections.
+            tracing::info!("shutting down: not serving, change streams end with UNAVAILABLE");
+            set_health(&health_reporter, tonic_health::ServingStatus::NotServing).await;
+            // Ends the change streams (their clients reconnect to another replica), so that the
+            // server can finish its connections; unary calls in flight complete.
             stop.cancel();
-        })
-        .await;
+        });
+    tokio::pin!(server);
+    // The grace period runs from the shutdown signal: streams the server does not own (a
+    // health Watch, say) would otherwise hold the graceful stop open for ever.
+    let (served, deadline) = tokio::select! {
+        served = &mut server => (served, tokio::time::Instant::now() + config.shutdown_grace),
+        () = root.cancelled() => {
+            let deadline = tokio::time::Instant::now() + config.shutdown_grace;
+            match tokio::time::timeout_at(deadline, &mut server).await {
+                Ok(served) => (served, deadline),
+                Err(_) => {
+                    tracing::warn!(grace = ?config.shutdown_grace,
+                        "connections outlived the grace period: closing them");
+                    (Ok(()), deadline)
+                }
+            }
+        }
+    };
 
     root.cancel();
     tracker.close();
-    let stopped_in_time = tokio::time::timeout(config.shutdown_grace, tracker.wait())
+    let stopped_in_time = tokio::time::timeout_at(deadline, tracker.wait())
         .await
         .is_ok();
     store.close().await;
@@ -138,4 +150,18 @@ pub async fn run(
             "session-api stopped; background tasks outlived the grace period");
     }
     served.map_err(Error::from)
+}
+
+/// Sets the health of the whole server (`""`) and of each of its services.
+async fn set_health(
+    reporter: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    for name in [
+        "",
+        "ptyhub.session.v1.SessionApi",
+        "ptyhub.session.v1.BrokerRegistry",
+    ] {
+        reporter.set_service_status(name, status).await;
+    }
 }

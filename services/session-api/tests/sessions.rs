@@ -624,13 +624,44 @@ both_databases!(
             .unwrap()
             .into_inner();
 
+        let mut health = tonic_health::pb::health_client::HealthClient::new(
+            tonic::transport::Channel::from_shared(api.endpoint())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        )
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: "ptyhub.session.v1.SessionApi".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+        let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+        assert_eq!(health.message().await.unwrap().unwrap().status, serving);
+
+        // A health Watch is a stream the server does not end itself: the grace period bounds it.
         assert_eq!(api.stop().await, "stopped");
 
+        let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+        assert_eq!(
+            health.message().await.unwrap().unwrap().status,
+            not_serving,
+            "probes see the replica leave before it stops"
+        );
         let ended = tokio::time::timeout(PATIENCE, async {
-            while let Some(Ok(_)) = changes.next().await {}
+            loop {
+                match changes.next().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(status)) => return Some(status),
+                    None => return None,
+                }
+            }
         })
-        .await;
-        assert!(ended.is_ok(), "the change stream ends at shutdown");
+        .await
+        .expect("the change stream ends at shutdown");
+        let status = ended.expect("the stream ends with a status that says reconnect");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
         let mut broker_client = broker_client(&broker).await;
         assert_eq!(
             broker_processes(&mut broker_client).await,
