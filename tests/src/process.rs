@@ -74,6 +74,26 @@ impl Service {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The process id, while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The resident memory of the process (`VmRSS`), in bytes.
+    pub fn resident_bytes(&self) -> anyhow::Result<u64> {
+        let pid = self
+            .pid()
+            .with_context(|| format!("{} is not running", self.name))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().strip_suffix("kB"))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+        Ok(kib * 1024)
+    }
+
     /// What the service has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
