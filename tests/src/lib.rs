@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod binaries;
+pub mod churn;
 pub mod cluster;
 pub mod process;
 pub mod terminal;
