@@ -184,8 +184,39 @@ async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
         report.max_total,
         started.elapsed(),
     );
+    // Not failures by themselves, but worth a look when the run is read.
+    let logs = strip_ansi(&run.cluster.logs());
+    if let Ok(path) = std::env::var("PTYHUB_CHURN_LOGS") {
+        std::fs::write(&path, &logs).expect("write the logs");
+    }
+    let complaints: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+        .collect();
+    println!("{} warning or error lines in the logs", complaints.len());
+    for line in complaints.iter().take(20) {
+        println!("  {line}");
+    }
     memory_is_back_near_where_it_started(&run, &warm, &report.peak_rss, &end);
     assert_eq!(run.created.load(Ordering::SeqCst), TOTAL_SESSIONS);
+}
+
+/// `text` without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 /// Panics with `message` and every process's log.
@@ -401,6 +432,12 @@ async fn drive(
         reconnects: 0,
     };
     controller.connect(run.gateway_port(rng.below(2))).await?;
+    if rng.chance(1, 4) {
+        // Drop before anything arrived, and resume from offset 0 elsewhere.
+        controller.drop_connection();
+        controller.connect(run.gateway_port(rng.below(2))).await?;
+        controller.reconnects += 1;
+    }
     controller
         .read_until(format!("{READY_LINE}\r\n").as_bytes())
         .await?;
