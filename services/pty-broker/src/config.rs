@@ -55,6 +55,16 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_ID", default_value = "local")]
     pub broker_id: String,
 
+    /// session-api's gRPC URL: the broker registers there under `--broker-id` and sends
+    /// heartbeats, so session-api needs no static list of brokers. Unset: no registration.
+    #[arg(long, env = "PTYHUB_BROKER_SESSION_API", value_parser = parse_endpoint)]
+    pub session_api: Option<String>,
+
+    /// The URL session-api and gateways reach this broker at, as registered. Default:
+    /// `http://` and the listen address, which then must not be 0.0.0.0 or [::].
+    #[arg(long, env = "PTYHUB_BROKER_ADVERTISE", value_parser = parse_endpoint)]
+    pub advertise: Option<String>,
+
     /// Which runtimes to offer (comma separated): `local` runs on this host, `docker` in
     /// containers of the Docker engine.
     #[arg(
@@ -85,6 +95,8 @@ impl Config {
             ticket_key,
             data_dir: None,
             broker_id: "local".to_owned(),
+            session_api: None,
+            advertise: None,
             backends: vec![BackendKind::Local],
             docker: DockerConfig::default(),
         }
@@ -165,6 +177,16 @@ impl FromStr for ServiceToken {
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{error} (use for example 30s, 5m)"))
+}
+
+/// An `http://` or `https://` URL with a host, as tonic can dial it.
+pub(crate) fn parse_endpoint(text: &str) -> Result<String, String> {
+    if !(text.starts_with("http://") || text.starts_with("https://")) {
+        return Err(format!("{text:?} must be an http:// or https:// URL"));
+    }
+    tonic::transport::Endpoint::from_shared(text.to_owned())
+        .map_err(|error| format!("{text:?} is not a valid URL: {error}"))?;
+    Ok(text.trim_end_matches('/').to_owned())
 }
 
 fn parse_ticket_key(secret: &str) -> Result<TicketKey, String> {

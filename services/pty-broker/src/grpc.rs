@@ -583,3 +583,76 @@ fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFrame {
     };
     pb::ServerFrame { frame: Some(frame) }
 }
+
+/// A client of session-api's `BrokerRegistry`, for [`crate::registration`]: the broker's own
+/// registration and heartbeats.
+#[derive(Debug, Clone)]
+pub(crate) struct RegistryClient {
+    client: ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient<
+        tonic::transport::Channel,
+    >,
+    authorization: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    timeout: Duration,
+}
+
+impl RegistryClient {
+    /// Connects lazily: session-api may start after the broker.
+    pub(crate) fn new(
+        session_api: &str,
+        token: &crate::config::ServiceToken,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
+        let channel = tonic::transport::Endpoint::from_shared(session_api.to_owned())
+            .map_err(|error| Error::Config(format!("session-api url {session_api:?}: {error}")))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        let authorization = format!("Bearer {}", token.expose())
+            .parse()
+            .map_err(|_| Error::Config("the service token is not a valid header value".into()))?;
+        Ok(Self {
+            client: ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient::new(
+                channel,
+            ),
+            authorization,
+            timeout,
+        })
+    }
+
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.set_timeout(self.timeout);
+        request.metadata_mut().insert(
+            ptyhub_proto::AUTHORIZATION_METADATA,
+            self.authorization.clone(),
+        );
+        request
+    }
+
+    /// Registers (or re-registers) this broker as up at `endpoint`.
+    pub(crate) async fn register(
+        &mut self,
+        id: &str,
+        endpoint: &str,
+        docker: bool,
+    ) -> Result<(), Status> {
+        let request = self.request(ptyhub_proto::session::v1::RegisterBrokerRequest {
+            id: id.to_owned(),
+            endpoint: endpoint.to_owned(),
+            docker,
+        });
+        self.client.register_broker(request).await?;
+        Ok(())
+    }
+
+    /// Sends a heartbeat; returns how long to wait before the next one. `NOT_FOUND` means
+    /// session-api does not know this broker (any more): register again.
+    pub(crate) async fn heartbeat(&mut self, id: &str) -> Result<Duration, Status> {
+        let request =
+            self.request(ptyhub_proto::session::v1::HeartbeatRequest { id: id.to_owned() });
+        let response = self.client.heartbeat(request).await?.into_inner();
+        Ok(Duration::from_secs(u64::from(
+            response.interval_seconds.max(1),
+        )))
+    }
+}

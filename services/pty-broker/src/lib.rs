@@ -12,6 +12,7 @@ pub mod config;
 pub mod domain;
 mod error;
 pub mod grpc;
+mod registration;
 mod registry;
 pub mod ring;
 pub mod runtime;

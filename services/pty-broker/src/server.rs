@@ -1,6 +1,7 @@
 //! Serving a broker over gRPC, and its graceful shutdown.
 
 use std::future::Future;
+use std::net::SocketAddr;
 
 use ptyhub_proto::broker::v1::pty_broker_server::PtyBrokerServer;
 use tokio::net::TcpListener;
@@ -10,8 +11,10 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::broker::Broker;
+use crate::config::{BackendKind, Config};
 use crate::error::Error;
 use crate::grpc::PtyBrokerService;
+use crate::registration::{self, Registration};
 
 impl Broker {
     /// Serves this broker on `listener` until `shutdown` completes or the server fails. Then it
@@ -43,6 +46,11 @@ impl Broker {
             .build_v1()
             .map_err(|error| Error::Config(format!("server reflection: {error}")))?;
 
+        let registration = match &config.session_api {
+            Some(session_api) => Some((session_api, advertised_endpoint(config, local_addr)?)),
+            None => None,
+        };
+
         let stop_accepting = CancellationToken::new();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = Server::builder()
@@ -61,6 +69,22 @@ impl Broker {
             "pty-broker serving"
         );
 
+        // Heartbeats stop when serving does: on shutdown, or when the server fails.
+        let stop_registering = CancellationToken::new();
+        let _stop_registering = stop_registering.clone().drop_guard();
+        if let Some((session_api, endpoint)) = registration {
+            registration::start(
+                session_api,
+                &config.service_token,
+                Registration {
+                    broker_id: config.broker_id.clone(),
+                    endpoint,
+                    docker: config.backends.contains(&BackendKind::Docker),
+                },
+                stop_registering.clone(),
+            )?;
+        }
+
         tokio::select! {
             result = &mut server => {
                 // The server stopped by itself: end the sessions anyway, then report why.
@@ -75,6 +99,7 @@ impl Broker {
 
         let deadline = Instant::now() + grace;
         tracing::info!(grace = ?grace, "shutting down");
+        stop_registering.cancel();
         health_reporter
             .set_not_serving::<PtyBrokerServer<PtyBrokerService>>()
             .await;
@@ -105,5 +130,69 @@ impl Broker {
             );
         }
         Ok(())
+    }
+}
+
+/// The endpoint the broker registers: `--advertise`, else `http://` and the listen address when
+/// that names a reachable interface.
+fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String, Error> {
+    if let Some(advertise) = &config.advertise {
+        return Ok(advertise.clone());
+    }
+    if local_addr.ip().is_unspecified() {
+        return Err(Error::Config(format!(
+            "listening on {local_addr}, which names no address others can dial: set --advertise \
+             (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
+        )));
+    }
+    Ok(format!("http://{local_addr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServiceToken;
+
+    fn config() -> Config {
+        Config::new(
+            ServiceToken::new("a-service-token-for-tests").unwrap(),
+            attach_ticket::TicketKey::new(b"a ticket secret for tests 0123456789".to_vec())
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_advertised_endpoint_is_the_flag_or_the_listen_address() {
+        let listen: SocketAddr = "127.0.0.1:50061".parse().unwrap();
+        assert_eq!(
+            advertised_endpoint(&config(), listen).unwrap(),
+            "http://127.0.0.1:50061"
+        );
+        let mut advertised = config();
+        advertised.advertise = Some("http://broker-1.internal:50061".into());
+        let anywhere: SocketAddr = "0.0.0.0:50061".parse().unwrap();
+        assert_eq!(
+            advertised_endpoint(&advertised, anywhere).unwrap(),
+            "http://broker-1.internal:50061"
+        );
+    }
+
+    #[test]
+    fn an_unspecified_listen_address_needs_advertise() {
+        for listen in ["0.0.0.0:50061", "[::]:50061"] {
+            let error = advertised_endpoint(&config(), listen.parse().unwrap()).unwrap_err();
+            assert!(error.to_string().contains("--advertise"), "{error}");
+        }
+    }
+
+    #[test]
+    fn endpoints_must_be_http_urls() {
+        assert_eq!(
+            crate::config::parse_endpoint("http://session-api:50051/").unwrap(),
+            "http://session-api:50051"
+        );
+        for bad in ["session-api:50051", "ftp://session-api", "http://", ""] {
+            assert!(crate::config::parse_endpoint(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -93,3 +93,82 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
         "no live session left on the dead broker: {live:?}"
     );
 }
+
+/// Whether `registry` lists `broker_id` as up at `endpoint`.
+async fn registered_up(registry: &mut RegistryClient, broker_id: &str, endpoint: &str) -> bool {
+    registry
+        .list_brokers(wire::ListBrokersRequest {})
+        .await
+        .is_ok_and(|response| {
+            response.into_inner().brokers.iter().any(|broker| {
+                broker.id == broker_id && broker.up && broker.endpoint == endpoint && !broker.docker
+            })
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
+    let Some(first_database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    // The broker starts first, pointed at an address where session-api is not serving yet.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = reserved.local_addr().expect("address");
+    let broker = start_registering_broker("self-registered", &format!("http://{address}"));
+    let api = start_session_api_on(reserved, first_database.url(), &[]);
+
+    let mut registry = registry_client(&api).await;
+    eventually("the broker registers once session-api answers", || {
+        let mut registry = registry.clone();
+        let endpoint = broker.endpoint();
+        async move {
+            registered_up(&mut registry, "self-registered", &endpoint)
+                .await
+                .then_some(())
+        }
+    })
+    .await;
+    // Sessions are placed on it and run there.
+    let mut client = session_client(&api).await;
+    let instance = register_instance(&mut client, "on-registered", "self-registered", 5).await;
+    let attachment = client
+        .create_session(wire::CreateSessionRequest {
+            instance: instance.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("create session")
+        .into_inner();
+    assert_eq!(
+        attachment.attach.expect("attach target").broker_endpoint,
+        broker.endpoint()
+    );
+    let mut broker_client = broker_client(&broker).await;
+    assert_eq!(
+        broker_processes(&mut broker_client).await,
+        vec![attachment.session.expect("session").id]
+    );
+
+    // session-api comes back on an empty database at the same address: the broker's heartbeat
+    // gets NOT_FOUND and it registers again, with nobody telling it to.
+    api.kill();
+    let Some(second_database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let listener = eventually("the old address is free again", || async move {
+        std::net::TcpListener::bind(address).ok()
+    })
+    .await;
+    let api = start_session_api_on(listener, second_database.url(), &[]);
+    registry = registry_client(&api).await;
+    eventually("the broker registers with the new session-api", || {
+        let mut registry = registry.clone();
+        let endpoint = broker.endpoint();
+        async move {
+            registered_up(&mut registry, "self-registered", &endpoint)
+                .await
+                .then_some(())
+        }
+    })
+    .await;
+}

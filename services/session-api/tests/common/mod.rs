@@ -110,12 +110,24 @@ impl Isolated {
     where
         F: std::future::Future<Output = String> + Send + 'static,
     {
+        Self::start_on(
+            std::net::TcpListener::bind("127.0.0.1:0").expect("bind"),
+            serve,
+        )
+    }
+
+    fn start_on<F>(
+        listener: std::net::TcpListener,
+        serve: impl FnOnce(tokio::net::TcpListener, oneshot::Receiver<()>) -> F,
+    ) -> Self
+    where
+        F: std::future::Future<Output = String> + Send + 'static,
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime");
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let address = listener.local_addr().expect("address");
         let (shutdown, shutdown_requested) = oneshot::channel();
@@ -172,10 +184,25 @@ fn ticket_key() -> TicketKey {
 
 /// A real pty-broker with the local backend.
 pub fn start_broker() -> Isolated {
-    let config = pty_broker::Config::new(
+    start_broker_with(pty_broker::Config::new(
+        pty_broker::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        ticket_key(),
+    ))
+}
+
+/// A real pty-broker with the local backend that registers itself as `broker_id` with the
+/// session-api at `session_api` and heartbeats.
+pub fn start_registering_broker(broker_id: &str, session_api: &str) -> Isolated {
+    let mut config = pty_broker::Config::new(
         pty_broker::ServiceToken::new(SERVICE_TOKEN).unwrap(),
         ticket_key(),
     );
+    config.broker_id = broker_id.to_owned();
+    config.session_api = Some(session_api.to_owned());
+    start_broker_with(config)
+}
+
+fn start_broker_with(config: pty_broker::Config) -> Isolated {
     Isolated::start(move |listener, shutdown| async move {
         match pty_broker::run(config, listener, async {
             let _ = shutdown.await;
@@ -190,6 +217,19 @@ pub fn start_broker() -> Isolated {
 
 /// session-api on `database_url` with the static brokers `id=endpoint`.
 pub fn start_session_api(database_url: &str, brokers: &[(&str, String)]) -> Isolated {
+    start_session_api_on(
+        std::net::TcpListener::bind("127.0.0.1:0").expect("bind"),
+        database_url,
+        brokers,
+    )
+}
+
+/// [`start_session_api`] on a listener the test bound.
+pub fn start_session_api_on(
+    listener: std::net::TcpListener,
+    database_url: &str,
+    brokers: &[(&str, String)],
+) -> Isolated {
     let mut config = session_api::Config::new(
         database_url,
         session_api::ServiceToken::new(SERVICE_TOKEN).unwrap(),
@@ -204,7 +244,7 @@ pub fn start_session_api(database_url: &str, brokers: &[(&str, String)]) -> Isol
         .collect();
     config.activity_flush_interval = Duration::from_millis(100);
     config.heartbeat_timeout = Duration::from_secs(3);
-    Isolated::start(move |listener, shutdown| async move {
+    Isolated::start_on(listener, move |listener, shutdown| async move {
         match session_api::run(config, listener, async {
             let _ = shutdown.await;
         })

@@ -1,0 +1,99 @@
+//! Self-registration: with `--session-api` set, the broker registers itself in session-api's
+//! broker registry under its id and advertised endpoint, then heartbeats at the interval
+//! session-api asks for, registering again whenever session-api no longer knows it. Failures
+//! are retried with backoff for as long as the broker runs; they never stop it serving.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use crate::error::Error;
+use crate::grpc::RegistryClient;
+
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(10);
+/// Deadline of one registry call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the broker registers as.
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    pub broker_id: String,
+    /// Where session-api and gateways reach this broker.
+    pub endpoint: String,
+    /// Whether this broker offers the Docker runtime.
+    pub docker: bool,
+}
+
+/// Keeps `registration` registered with the session-api at `session_api` until `cancel`.
+pub(crate) fn start(
+    session_api: &str,
+    token: &crate::config::ServiceToken,
+    registration: Registration,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let client = RegistryClient::new(session_api, token, CALL_TIMEOUT)?;
+    tracing::info!(session_api, broker_id = %registration.broker_id,
+        endpoint = %registration.endpoint, "registering with session-api");
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = keep_registered(client, registration) => {}
+        }
+    }))
+}
+
+async fn keep_registered(mut client: RegistryClient, registration: Registration) {
+    let mut registered = false;
+    let mut retry_delay = FIRST_RETRY_DELAY;
+    loop {
+        let outcome = if registered {
+            client.heartbeat(&registration.broker_id).await
+        } else {
+            match client
+                .register(
+                    &registration.broker_id,
+                    &registration.endpoint,
+                    registration.docker,
+                )
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(broker_id = %registration.broker_id, "registered with session-api");
+                    registered = true;
+                    // The first heartbeat says how often to send them.
+                    client.heartbeat(&registration.broker_id).await
+                }
+                Err(status) => Err(status),
+            }
+        };
+        let wait = match outcome {
+            Ok(interval) => {
+                retry_delay = FIRST_RETRY_DELAY;
+                interval
+            }
+            Err(status) if status.code() == Code::NotFound => {
+                tracing::warn!(broker_id = %registration.broker_id,
+                    "session-api does not know this broker: registering again");
+                registered = false;
+                Duration::ZERO
+            }
+            Err(status) => {
+                let wait = retry_delay;
+                retry_delay = (retry_delay * 2).min(MAX_RETRY_DELAY);
+                match status.code() {
+                    // A configuration mistake: loud, but the broker keeps serving.
+                    Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument => {
+                        tracing::error!(code = ?status.code(), message = status.message(),
+                            "session-api refused this broker's registration");
+                    }
+                    _ => tracing::warn!(code = ?status.code(), message = status.message(),
+                        retry_in = ?wait, "cannot reach session-api's broker registry"),
+                }
+                wait
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
