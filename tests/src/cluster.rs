@@ -1,6 +1,7 @@
-//! A ptyhub cluster of real processes on 127.0.0.1: two brokers (local backend, separate data
-//! directories), two session-api replicas on one PostgreSQL database, and two gateways, gateway
-//! `i` talking to session-api `i`. Clients for its REST and gRPC surfaces.
+//! A ptyhub cluster of real processes on 127.0.0.1: two session-api replicas on one PostgreSQL
+//! database, two brokers (local backend, separate data directories) that register themselves
+//! with them, and two gateways, broker and gateway `i` talking to session-api `i`. Clients for
+//! its REST and gRPC surfaces, and restarts of its processes.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use anyhow::{Context, bail};
 use ptyhub_proto::broker::v1 as broker_wire;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tempfile::TempDir;
 use test_support::postgres::TestDatabase;
@@ -27,6 +29,7 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
 pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToken>>;
+pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerToken>>;
 pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerToken>>;
 
 /// Adds the service token to every gRPC call.
@@ -72,14 +75,20 @@ impl Cluster {
             logs,
             _database: database,
         };
+        // session-api first, with no broker list: the brokers register themselves. One replica
+        // after the other: the first applies the migrations.
         for index in 0..2 {
-            let broker = cluster.start_broker(index)?;
+            let api = cluster.start_session_api(index, free_port()?)?;
+            cluster.apis.push(api);
+            cluster.wait_session_api(index).await?;
+        }
+        // Broker `i` registers with replica `i` (in Kubernetes: with the Service).
+        for index in 0..2 {
+            let broker = cluster.start_broker(index, free_port()?)?;
             cluster.brokers.push(broker);
         }
-        // One replica after the other: the first applies the migrations.
+        cluster.wait_brokers_registered().await?;
         for index in 0..2 {
-            let api = cluster.start_session_api(index)?;
-            cluster.apis.push(api);
             let gateway = cluster.start_gateway(index)?;
             cluster.gateways.push(gateway);
             cluster.wait_healthy(index).await?;
@@ -87,13 +96,13 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn start_broker(&self, index: usize) -> anyhow::Result<Service> {
-        let port = free_port()?;
+    fn start_broker(&self, index: usize, port: u16) -> anyhow::Result<Service> {
         let data_dir = self.logs.path().join(format!("broker-{index}-data"));
         std::fs::create_dir_all(&data_dir)?;
         let args = vec![
             format!("--listen=127.0.0.1:{port}"),
             format!("--broker-id={}", broker_id(index)),
+            format!("--session-api={}", self.apis[index].endpoint()),
             format!("--data-dir={}", data_dir.display()),
             format!("--service-token={SERVICE_TOKEN}"),
             format!("--ticket-secret={TICKET_SECRET}"),
@@ -109,23 +118,24 @@ impl Cluster {
         )
     }
 
-    fn start_session_api(&self, index: usize) -> anyhow::Result<Service> {
-        let port = free_port()?;
-        let mut args = vec![
+    /// Starts broker `index` again after it ended (same id, data directory and port), as a
+    /// node's supervisor would, and waits until it has registered again.
+    pub async fn restart_broker(&mut self, index: usize) -> anyhow::Result<()> {
+        let port = self.brokers[index].port();
+        self.brokers[index] = self.start_broker(index, port)?;
+        self.wait_brokers_registered().await
+    }
+
+    fn start_session_api(&self, index: usize, port: u16) -> anyhow::Result<Service> {
+        let args = vec![
             format!("--listen=127.0.0.1:{port}"),
             format!("--database-url={}", self._database.url()),
             format!("--service-token={SERVICE_TOKEN}"),
             format!("--ticket-secret={TICKET_SECRET}"),
             format!("--heartbeat-timeout={}ms", HEARTBEAT_TIMEOUT.as_millis()),
             "--activity-flush-interval=200ms".to_owned(),
+            "--shutdown-grace=5s".to_owned(),
         ];
-        for (broker_index, broker) in self.brokers.iter().enumerate() {
-            args.push(format!(
-                "--broker={}={}",
-                broker_id(broker_index),
-                broker.endpoint()
-            ));
-        }
         Service::spawn(
             &format!("session-api-{index}"),
             &binary("session-api")?,
@@ -135,6 +145,76 @@ impl Cluster {
         )
     }
 
+    /// Starts session-api replica `index` again after it ended, on the same port, and waits
+    /// until it answers.
+    pub async fn restart_session_api(&mut self, index: usize) -> anyhow::Result<()> {
+        let port = self.apis[index].port();
+        self.apis[index] = self.start_session_api(index, port)?;
+        self.wait_session_api(index).await
+    }
+
+    /// Waits until session-api replica `index` answers a registry call.
+    async fn wait_session_api(&mut self, index: usize) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Ok(mut registry) = self.registry_client(index).await
+                && registry
+                    .list_brokers(session_wire::ListBrokersRequest {})
+                    .await
+                    .is_ok()
+            {
+                return Ok(());
+            }
+            if !self.apis[index].is_running() {
+                bail!("session-api-{index} exited:\n{}", self.apis[index].log());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("session-api-{index} never answered:\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every broker is registered, up, at its endpoint (asking a running replica).
+    async fn wait_brokers_registered(&mut self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let mut registered = Vec::new();
+            for index in 0..self.apis.len() {
+                if let Ok(mut registry) = self.registry_client(index).await
+                    && let Ok(response) = registry
+                        .list_brokers(session_wire::ListBrokersRequest {})
+                        .await
+                {
+                    registered = response.into_inner().brokers;
+                    break;
+                }
+            }
+            let all_up = self.brokers.iter().enumerate().all(|(index, service)| {
+                registered.iter().any(|broker| {
+                    broker.id == broker_id(index)
+                        && broker.up
+                        && broker.endpoint == service.endpoint()
+                })
+            });
+            if all_up {
+                return Ok(());
+            }
+            for broker in &mut self.brokers {
+                if !broker.is_running() {
+                    bail!("{} exited:\n{}", broker.name(), broker.log());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "the brokers never registered ({registered:?}):\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     fn start_gateway(&self, index: usize) -> anyhow::Result<Service> {
         let port = free_port()?;
         let args = vec![
@@ -142,6 +222,7 @@ impl Cluster {
             format!("--session-api={}", self.apis[index].endpoint()),
             format!("--service-token={SERVICE_TOKEN}"),
             format!("--api-token={API_TOKEN}"),
+            "--drain-delay=2s".to_owned(),
             "--shutdown-grace=5s".to_owned(),
         ];
         Service::spawn(
@@ -198,6 +279,15 @@ impl Cluster {
             .await
             .context("cannot connect to session-api")?;
         Ok(SessionApiClient::with_interceptor(channel, BearerToken))
+    }
+
+    /// A gRPC client of session-api replica `index`'s broker registry.
+    pub async fn registry_client(&self, index: usize) -> anyhow::Result<RegistryClient> {
+        let channel = Channel::from_shared(self.apis[index].endpoint())?
+            .connect()
+            .await
+            .context("cannot connect to session-api")?;
+        Ok(BrokerRegistryClient::with_interceptor(channel, BearerToken))
     }
 
     /// A gRPC client of broker `index`.

@@ -540,8 +540,8 @@ fn the_compose_file_matches_the_binaries() {
     assert!(problems.is_empty(), "{problems:#?}");
 
     let mut drifted = compose.clone();
-    drifted["services"]["session-api"]["environment"]["PTYHUB_SESSION_API_BROKERS"] =
-        Value::from("host-1=http://pty-broker:50099");
+    drifted["services"]["pty-broker"]["environment"]["PTYHUB_BROKER_SESSION_API"] =
+        Value::from("http://session-api:50099");
     drifted["services"]["gateway"]["environment"]["PTYHUB_GATEWAY_NO_SUCH"] = Value::from("1");
     let problems = check_compose(&helps, &drifted).join("\n");
     assert!(problems.contains("50099"), "{problems}");
