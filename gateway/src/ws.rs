@@ -41,6 +41,11 @@ pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 /// this size; what is there is always sent at once.
 const OUTPUT_BATCH_BYTES: usize = 64 * 1024;
 
+/// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
+/// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
+/// frame (a paste) still arrives whole, the buffer grows for it.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// How long a closing socket may take to answer our close frame before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
@@ -147,6 +152,7 @@ async fn open_terminal(
     .await;
     let bridges = state.bridges.clone();
     select_protocol(upgrade, &headers)
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| {
