@@ -1,6 +1,8 @@
 //! `bench`: measures ptyhub against the limits of this machine, side by side in one run, and
 //! prints a Markdown table (`cargo xtask bench [--quick]` runs it; BENCHMARKS.md explains it).
 
+mod child;
+mod scale;
 mod scenarios;
 mod stack;
 mod stats;
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use clap::Parser;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::stack::{Backend, Stack, StackOptions};
 use crate::stats::{Latency, Spread, micros};
@@ -22,6 +25,18 @@ struct Args {
     /// Every scenario at a small size: checks that they complete and the bytes are right.
     #[arg(long)]
     quick: bool,
+    /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale"])]
+    only: Vec<String>,
+    /// Override the number of sessions of the broker-memory scale scenario.
+    #[arg(long)]
+    scale_sessions: Option<usize>,
+    /// Override the number of WebSockets of the gateway-memory scale scenario.
+    #[arg(long)]
+    sockets: Option<usize>,
+    /// Override the number of typing sessions of the scale scenario.
+    #[arg(long)]
+    typists: Option<usize>,
     /// Also write the table to this file.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -35,6 +50,11 @@ struct Sizes {
     echo_keys: usize,
     ctrl_c_flood: usize,
     starts: usize,
+    scale_sessions: usize,
+    scale_output: u64,
+    sockets: usize,
+    typists: usize,
+    typing: Duration,
 }
 
 impl Sizes {
@@ -46,6 +66,11 @@ impl Sizes {
                 echo_keys: 100,
                 ctrl_c_flood: 256 << 10,
                 starts: 5,
+                scale_sessions: 20,
+                scale_output: 1 << 20,
+                sockets: 40,
+                typists: 10,
+                typing: Duration::from_secs(3),
             }
         } else {
             Self {
@@ -54,6 +79,11 @@ impl Sizes {
                 echo_keys: 2000,
                 ctrl_c_flood: 4 << 20,
                 starts: 100,
+                scale_sessions: 1000,
+                scale_output: 1 << 20,
+                sockets: 2000,
+                typists: 200,
+                typing: Duration::from_secs(10),
             }
         }
     }
@@ -62,14 +92,24 @@ impl Sizes {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let sizes = Sizes::new(args.quick);
+    let mut sizes = Sizes::new(args.quick);
+    sizes.scale_sessions = args.scale_sessions.unwrap_or(sizes.scale_sessions);
+    sizes.sockets = args.sockets.unwrap_or(sizes.sockets);
+    sizes.typists = args.typists.unwrap_or(sizes.typists);
+    // Handling these signals (instead of inheriting them ignored, as a background job or
+    // `nohup` leaves them) also gives every process the in-process broker spawns their default
+    // action: a session's shell must see ^C as SIGINT whatever started the bench.
+    let mut interrupted = Interrupts::new()?;
     let stack = Stack::start(StackOptions {
         ring_bytes: pty_broker::Config::DEFAULT_RING_BYTES,
         max_sessions: 50,
     })
     .await?;
     let started = Instant::now();
-    let result = run(&stack, sizes).await;
+    let result = tokio::select! {
+        result = run(&stack, sizes, &args.only) => result,
+        signal = interrupted.recv() => Err(anyhow::anyhow!("interrupted by {signal}")),
+    };
     stack.stop().await;
     let (table, failures) = result?;
     println!("{table}");
@@ -87,8 +127,47 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, handled so that the bench stops cleanly (its container
+/// removed) and its children start with their default actions.
+struct Interrupts {
+    signals: Vec<(&'static str, Signal)>,
+}
+
+impl std::fmt::Debug for Interrupts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupts")
+    }
+}
+
+impl Interrupts {
+    fn new() -> Result<Self> {
+        let mut signals = Vec::new();
+        for (name, kind) in [
+            ("SIGINT", SignalKind::interrupt()),
+            ("SIGTERM", SignalKind::terminate()),
+            ("SIGHUP", SignalKind::hangup()),
+            ("SIGQUIT", SignalKind::quit()),
+        ] {
+            signals.push((name, signal(kind)?));
+        }
+        Ok(Self { signals })
+    }
+
+    /// The name of the first signal that arrives.
+    async fn recv(&mut self) -> &'static str {
+        let waits = self.signals.iter_mut().map(|(name, signal)| {
+            Box::pin(async move {
+                signal.recv().await;
+                *name
+            })
+        });
+        futures::future::select_all(waits).await.0
+    }
+}
+
 /// Runs every scenario; the table, and the failures (a failed path is reported, the rest go on).
-async fn run(stack: &Stack, sizes: Sizes) -> Result<(String, Vec<String>)> {
+async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Vec<String>)> {
+    let selected = |name: &str| only.is_empty() || only.iter().any(|wanted| wanted == name);
     let mut out = String::new();
     let mut failures = Vec::new();
     let paths: Vec<Path> = Path::ALL
@@ -102,268 +181,403 @@ async fn run(stack: &Stack, sizes: Sizes) -> Result<(String, Vec<String>)> {
         )?;
     }
 
-    // (1) Throughput, the paths interleaved in each round so that they share the noise.
-    eprintln!("(1) throughput");
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
-    for _ in 0..sizes.repeats {
-        for (index, path) in paths.iter().enumerate() {
-            match scenarios::throughput_once(stack, *path, sizes.flood_bytes).await {
-                Ok(rate) => rates[index].push(rate),
-                Err(error) => failures.push(format!("throughput {}: {error:#}", path.label())),
+    if selected("throughput") {
+        // (1) Throughput, the paths interleaved in each round so that they share the noise.
+        eprintln!("(1) throughput");
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+        for _ in 0..sizes.repeats {
+            for (index, path) in paths.iter().enumerate() {
+                match scenarios::throughput_once(stack, *path, sizes.flood_bytes).await {
+                    Ok(rate) => rates[index].push(rate),
+                    Err(error) => failures.push(format!("throughput {}: {error:#}", path.label())),
+                }
             }
         }
-    }
-    let bare = Spread::of(&rates[0]).map(|spread| spread.median);
-    let exec = paths
-        .iter()
-        .position(|path| *path == Path::DockerExec)
-        .and_then(|index| Spread::of(&rates[index]))
-        .map(|spread| spread.median);
-    writeln!(
-        out,
-        "### (1) Output throughput: {} MiB written, median of {} runs\n",
-        sizes.flood_bytes >> 20,
-        sizes.repeats
-    )?;
-    writeln!(
-        out,
-        "| path | MiB/s median | min | max | vs (a) | vs (b) | target |"
-    )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
-    for (index, path) in paths.iter().enumerate() {
-        let Some(spread) = Spread::of(&rates[index]) else {
-            writeln!(out, "| {} | failed | | | | | |", path.label())?;
-            continue;
-        };
-        let ratio = |base: Option<f64>| {
-            base.map_or("".to_owned(), |base| {
-                format!("{:.2}x", spread.median / base)
-            })
-        };
-        let target = match path {
-            Path::Gateway(Backend::Local) => "≥ 0.90x (a)",
-            Path::Gateway(Backend::Docker) => "≥ 0.90x (b)",
-            _ => "",
-        };
+        let bare = Spread::of(&rates[0]).map(|spread| spread.median);
+        let exec = paths
+            .iter()
+            .position(|path| *path == Path::DockerExec)
+            .and_then(|index| Spread::of(&rates[index]))
+            .map(|spread| spread.median);
         writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {target} |",
-            path.label(),
-            spread.median,
-            spread.min,
-            spread.max,
-            ratio(bare),
-            if path.needs_docker() {
-                ratio(exec)
-            } else {
-                String::new()
-            },
+            "### (1) Output throughput: {} MiB written, median of {} runs\n",
+            sizes.flood_bytes >> 20,
+            sizes.repeats
         )?;
-    }
-
-    // (2) Echo.
-    eprintln!("(2) echo");
-    let rounds = sizes.repeats.min(3);
-    let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
-    for _ in 0..rounds {
-        for (index, path) in paths.iter().enumerate() {
-            match scenarios::echo_once(stack, *path, sizes.echo_keys).await {
-                Ok(samples) => echoes[index].extend(Latency::of(&samples)),
-                Err(error) => failures.push(format!("echo {}: {error:#}", path.label())),
-            }
-        }
-    }
-    writeln!(
-        out,
-        "\n### (2) Keystroke echo round trip: {} keystrokes per run, µs, median of {rounds} runs (min-max)\n",
-        sizes.echo_keys
-    )?;
-    writeln!(out, "| path | p50 | p99 | p99.9 | target |")?;
-    writeln!(out, "|---|---:|---:|---:|---|")?;
-    for (index, path) in paths.iter().enumerate() {
-        let series = &echoes[index];
-        if series.is_empty() {
-            writeln!(out, "| {} | failed | | | |", path.label())?;
-            continue;
-        }
-        let target = if *path == Path::Gateway(Backend::Local) {
-            "p50 < 150, p99 < 300"
-        } else {
-            ""
-        };
         writeln!(
             out,
-            "| {} | {} | {} | {} | {target} |",
-            path.label(),
-            spread_micros(series.iter().map(|latency| latency.p50)),
-            spread_micros(series.iter().map(|latency| latency.p99)),
-            spread_micros(series.iter().map(|latency| latency.p999)),
+            "| path | MiB/s median | min | max | vs (a) | vs (b) | target |"
         )?;
-    }
-
-    // (5) Ctrl-C.
-    eprintln!("(5) ctrl-c");
-    let ctrl_c_paths: Vec<Path> = paths
-        .iter()
-        .copied()
-        .filter(|path| *path != Path::BarePty)
-        .collect();
-    let mut ctrl_c: Vec<Vec<f64>> = vec![Vec::new(); ctrl_c_paths.len()];
-    for _ in 0..sizes.repeats {
-        for (index, path) in ctrl_c_paths.iter().enumerate() {
-            match scenarios::ctrl_c_once(stack, *path, sizes.ctrl_c_flood).await {
-                Ok(elapsed) => ctrl_c[index].push(elapsed.as_secs_f64() * 1e3),
-                Err(error) => failures.push(format!("ctrl-c {}: {error:#}", path.label())),
-            }
-        }
-    }
-    writeln!(
-        out,
-        "\n### (5) Ctrl-C under a `yes` flood (controller reading, {} KiB in first): ms until the prompt, median of {} runs\n",
-        sizes.ctrl_c_flood >> 10,
-        sizes.repeats
-    )?;
-    writeln!(out, "| path | median | min | max | target |")?;
-    writeln!(out, "|---|---:|---:|---:|---|")?;
-    for (index, path) in ctrl_c_paths.iter().enumerate() {
-        let target = if path.needs_docker() && *path == Path::DockerExec {
-            ""
-        } else {
-            "< 50 ms"
-        };
-        match Spread::of(&ctrl_c[index]) {
-            Some(spread) => writeln!(
+        writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+        for (index, path) in paths.iter().enumerate() {
+            let Some(spread) = Spread::of(&rates[index]) else {
+                writeln!(out, "| {} | failed | | | | | |", path.label())?;
+                continue;
+            };
+            let ratio = |base: Option<f64>| {
+                base.map_or("".to_owned(), |base| {
+                    format!("{:.2}x", spread.median / base)
+                })
+            };
+            let target = match path {
+                Path::Gateway(Backend::Local) => "≥ 0.90x (a)",
+                Path::Gateway(Backend::Docker) => "≥ 0.90x (b)",
+                _ => "",
+            };
+            writeln!(
                 out,
-                "| {} | {:.1} | {:.1} | {:.1} | {target} |",
+                "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {target} |",
                 path.label(),
                 spread.median,
                 spread.min,
-                spread.max
-            )?,
-            None => writeln!(out, "| {} | failed | | | {target} |", path.label())?,
+                spread.max,
+                ratio(bare),
+                if path.needs_docker() {
+                    ratio(exec)
+                } else {
+                    String::new()
+                },
+            )?;
         }
     }
-
-    // (6) Isolation.
-    eprintln!("(6) isolation");
-    writeln!(
-        out,
-        "\n### (6) Isolation: echo of a quiet session (gateway) while another floods with a stalled controller, {} keystrokes, µs\n",
-        sizes.echo_keys
-    )?;
-    writeln!(
-        out,
-        "| backend | unloaded p50 | unloaded p99 | loaded p50 | loaded p99 | loaded/unloaded p99 | target |"
-    )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
-    for backend in [Backend::Local, Backend::Docker] {
-        if stack.instance(backend).is_none() {
-            continue;
-        }
-        let name = backend_name(backend);
-        match scenarios::isolation_once(stack, backend, sizes.echo_keys).await {
-            Ok((unloaded, loaded)) => {
-                if let (Some(unloaded), Some(loaded)) =
-                    (Latency::of(&unloaded), Latency::of(&loaded))
-                {
-                    writeln!(
-                        out,
-                        "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | ≤ 2x |",
-                        micros(unloaded.p50),
-                        micros(unloaded.p99),
-                        micros(loaded.p50),
-                        micros(loaded.p99),
-                        loaded.p99.as_secs_f64() / unloaded.p99.as_secs_f64()
-                    )?;
+    if selected("echo") {
+        // (2) Echo.
+        eprintln!("(2) echo");
+        let rounds = sizes.repeats.min(3);
+        let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
+        for _ in 0..rounds {
+            for (index, path) in paths.iter().enumerate() {
+                match scenarios::echo_once(stack, *path, sizes.echo_keys).await {
+                    Ok(samples) => echoes[index].extend(Latency::of(&samples)),
+                    Err(error) => failures.push(format!("echo {}: {error:#}", path.label())),
                 }
             }
-            Err(error) => {
-                failures.push(format!("isolation {name}: {error:#}"));
-                writeln!(out, "| {name} | failed | | | | | ≤ 2x |")?;
+        }
+        writeln!(
+            out,
+            "\n### (2) Keystroke echo round trip: {} keystrokes per run, µs, median of {rounds} runs (min-max)\n",
+            sizes.echo_keys
+        )?;
+        writeln!(out, "| path | p50 | p99 | p99.9 | target |")?;
+        writeln!(out, "|---|---:|---:|---:|---|")?;
+        for (index, path) in paths.iter().enumerate() {
+            let series = &echoes[index];
+            if series.is_empty() {
+                writeln!(out, "| {} | failed | | | |", path.label())?;
+                continue;
             }
+            let target = if *path == Path::Gateway(Backend::Local) {
+                "p50 < 150, p99 < 300"
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {target} |",
+                path.label(),
+                spread_micros(series.iter().map(|latency| latency.p50)),
+                spread_micros(series.iter().map(|latency| latency.p99)),
+                spread_micros(series.iter().map(|latency| latency.p999)),
+            )?;
         }
     }
-
-    // (3) Session start.
-    eprintln!("(3) session start");
-    writeln!(
-        out,
-        "\n### (3) Session start: {} sessions, ms from the REST create (p50 / p99)\n",
-        sizes.starts
-    )?;
-    writeln!(
-        out,
-        "| path | created (REST 201) | WebSocket connected | first prompt byte | target |"
-    )?;
-    writeln!(out, "|---|---:|---:|---:|---|")?;
-    let mut bare_starts = Vec::new();
-    for _ in 0..sizes.starts {
-        match scenarios::bare_pty_start_once(stack).await {
-            Ok(elapsed) => bare_starts.push(elapsed),
-            Err(error) => failures.push(format!("start bare PTY: {error:#}")),
-        }
-    }
-    writeln!(
-        out,
-        "| bare local PTY, spawn `sh -i` | | | {} | |",
-        p50_p99_ms(&bare_starts)
-    )?;
-    let mut exec_starts = Vec::new();
-    if stack.docker.is_some() {
-        for _ in 0..sizes.starts {
-            match scenarios::docker_exec_start_once(stack).await {
-                Ok(elapsed) => exec_starts.push(elapsed),
-                Err(error) => failures.push(format!("start docker exec: {error:#}")),
+    if selected("ctrl-c") {
+        // (5) Ctrl-C.
+        eprintln!("(5) ctrl-c");
+        let ctrl_c_paths: Vec<Path> = paths
+            .iter()
+            .copied()
+            .filter(|path| *path != Path::BarePty)
+            .collect();
+        let mut ctrl_c: Vec<Vec<f64>> = vec![Vec::new(); ctrl_c_paths.len()];
+        for _ in 0..sizes.repeats {
+            for (index, path) in ctrl_c_paths.iter().enumerate() {
+                match scenarios::ctrl_c_once(stack, *path, sizes.ctrl_c_flood).await {
+                    Ok(elapsed) => ctrl_c[index].push(elapsed.as_secs_f64() * 1e3),
+                    Err(error) => failures.push(format!("ctrl-c {}: {error:#}", path.label())),
+                }
             }
         }
         writeln!(
             out,
-            "| bare `docker exec -it sh -i` (bollard) | | | {} | |",
-            p50_p99_ms(&exec_starts)
+            "\n### (5) Ctrl-C under a `yes` flood (controller reading, {} KiB in first): ms until the prompt, median of {} runs\n",
+            sizes.ctrl_c_flood >> 10,
+            sizes.repeats
         )?;
-    }
-    for backend in [Backend::Local, Backend::Docker] {
-        if stack.instance(backend).is_none() {
-            continue;
-        }
-        let mut times = Vec::new();
-        for _ in 0..sizes.starts {
-            match scenarios::session_start_once(stack, backend).await {
-                Ok(start) => times.push(start),
-                Err(error) => failures.push(format!(
-                    "start gateway {}: {error:#}",
-                    backend_name(backend)
-                )),
+        writeln!(out, "| path | median | min | max | target |")?;
+        writeln!(out, "|---|---:|---:|---:|---|")?;
+        for (index, path) in ctrl_c_paths.iter().enumerate() {
+            let target = if path.needs_docker() && *path == Path::DockerExec {
+                ""
+            } else {
+                "< 50 ms"
+            };
+            match Spread::of(&ctrl_c[index]) {
+                Some(spread) => writeln!(
+                    out,
+                    "| {} | {:.1} | {:.1} | {:.1} | {target} |",
+                    path.label(),
+                    spread.median,
+                    spread.min,
+                    spread.max
+                )?,
+                None => writeln!(out, "| {} | failed | | | {target} |", path.label())?,
             }
         }
-        let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
-        let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
-        let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
-        let target = match backend {
-            Backend::Local => "p50 < 20 ms".to_owned(),
-            Backend::Docker => match Latency::of(&exec_starts) {
-                Some(exec) => format!(
-                    "p50 ≤ 1.5x docker exec = {:.1} ms",
-                    exec.p50.as_secs_f64() * 1.5e3
-                ),
-                None => "p50 ≤ 1.5x docker exec".to_owned(),
-            },
-        };
+    }
+    if selected("isolation") {
+        // (6) Isolation.
+        eprintln!("(6) isolation");
         writeln!(
             out,
-            "| gateway, {} | {} | {} | {} | {target} |",
-            backend_name(backend),
-            p50_p99_ms(&created),
-            p50_p99_ms(&connected),
-            p50_p99_ms(&first)
+            "\n### (6) Isolation: echo of a quiet session (gateway) while another floods with a stalled controller, {} keystrokes, µs\n",
+            sizes.echo_keys
         )?;
+        writeln!(
+            out,
+            "| backend | unloaded p50 | unloaded p99 | loaded p50 | loaded p99 | loaded/unloaded p99 | target |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+        for backend in [Backend::Local, Backend::Docker] {
+            if stack.instance(backend).is_none() {
+                continue;
+            }
+            let name = backend_name(backend);
+            match scenarios::isolation_once(stack, backend, sizes.echo_keys).await {
+                Ok((unloaded, loaded)) => {
+                    if let (Some(unloaded), Some(loaded)) =
+                        (Latency::of(&unloaded), Latency::of(&loaded))
+                    {
+                        writeln!(
+                            out,
+                            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | ≤ 2x |",
+                            micros(unloaded.p50),
+                            micros(unloaded.p99),
+                            micros(loaded.p50),
+                            micros(loaded.p99),
+                            loaded.p99.as_secs_f64() / unloaded.p99.as_secs_f64()
+                        )?;
+                    }
+                }
+                Err(error) => {
+                    failures.push(format!("isolation {name}: {error:#}"));
+                    writeln!(out, "| {name} | failed | | | | | ≤ 2x |")?;
+                }
+            }
+        }
     }
-
-    writeln!(
-        out,
-        "\n### (4) Scale\n\nNot measured yet: 1,000 sessions on one broker (RSS per session), 2,000 WebSockets on one gateway, 200 sessions typing 10 keys/s."
-    )?;
+    if selected("start") {
+        // (3) Session start.
+        eprintln!("(3) session start");
+        writeln!(
+            out,
+            "\n### (3) Session start: {} sessions, ms from the REST create (p50 / p99)\n",
+            sizes.starts
+        )?;
+        writeln!(
+            out,
+            "| path | created (REST 201) | WebSocket connected | first prompt byte | target |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---|")?;
+        let mut bare_starts = Vec::new();
+        for _ in 0..sizes.starts {
+            match scenarios::bare_pty_start_once(stack).await {
+                Ok(elapsed) => bare_starts.push(elapsed),
+                Err(error) => failures.push(format!("start bare PTY: {error:#}")),
+            }
+        }
+        writeln!(
+            out,
+            "| bare local PTY, spawn `sh -i` | | | {} | |",
+            p50_p99_ms(&bare_starts)
+        )?;
+        let mut exec_starts = Vec::new();
+        if stack.docker.is_some() {
+            for _ in 0..sizes.starts {
+                match scenarios::docker_exec_start_once(stack).await {
+                    Ok(elapsed) => exec_starts.push(elapsed),
+                    Err(error) => failures.push(format!("start docker exec: {error:#}")),
+                }
+            }
+            writeln!(
+                out,
+                "| bare `docker exec -it sh -i` (bollard) | | | {} | |",
+                p50_p99_ms(&exec_starts)
+            )?;
+        }
+        for backend in [Backend::Local, Backend::Docker] {
+            if stack.instance(backend).is_none() {
+                continue;
+            }
+            let mut times = Vec::new();
+            for _ in 0..sizes.starts {
+                match scenarios::session_start_once(stack, backend).await {
+                    Ok(start) => times.push(start),
+                    Err(error) => failures.push(format!(
+                        "start gateway {}: {error:#}",
+                        backend_name(backend)
+                    )),
+                }
+            }
+            let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
+            let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
+            let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
+            let target = match backend {
+                Backend::Local => "p50 < 20 ms".to_owned(),
+                Backend::Docker => match Latency::of(&exec_starts) {
+                    Some(exec) => format!(
+                        "p50 ≤ 1.5x docker exec = {:.1} ms",
+                        exec.p50.as_secs_f64() * 1.5e3
+                    ),
+                    None => "p50 ≤ 1.5x docker exec".to_owned(),
+                },
+            };
+            writeln!(
+                out,
+                "| gateway, {} | {} | {} | {} | {target} |",
+                backend_name(backend),
+                p50_p99_ms(&created),
+                p50_p99_ms(&connected),
+                p50_p99_ms(&first)
+            )?;
+        }
+        // The same without the gateway, to show which hop the time goes to.
+        for backend in [Backend::Local, Backend::Docker] {
+            if stack.instance(backend).is_none() {
+                continue;
+            }
+            let mut times = Vec::new();
+            for _ in 0..sizes.starts {
+                match scenarios::grpc_start_once(stack, backend).await {
+                    Ok(start) => times.push(start),
+                    Err(error) => {
+                        failures.push(format!("start gRPC {}: {error:#}", backend_name(backend)))
+                    }
+                }
+            }
+            let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
+            let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
+            let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
+            writeln!(
+                out,
+                "| no gateway: session-api `CreateSession` + broker `Attach` (gRPC), {} | {} | {} | {} | |",
+                backend_name(backend),
+                p50_p99_ms(&created),
+                p50_p99_ms(&connected),
+                p50_p99_ms(&first)
+            )?;
+        }
+    }
+    if selected("scale") {
+        scale_section(stack, sizes, &mut out, &mut failures).await?;
+    }
     Ok((out, failures))
+}
+
+/// (4) Scale: broker memory per session, gateway memory per socket, many typists' echo.
+async fn scale_section(
+    stack: &Stack,
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    eprintln!("(4) scale: {} sessions on one broker", sizes.scale_sessions);
+    let ring_bytes = pty_broker::Config::DEFAULT_RING_BYTES;
+    writeln!(out, "\n### (4) Scale\n")?;
+    writeln!(out, "| measure | value | target |")?;
+    writeln!(out, "|---|---:|---|")?;
+    let sessions = sizes.scale_sessions;
+    match scale::broker_memory(sessions, sizes.scale_output, ring_bytes).await {
+        Ok(memory) => {
+            writeln!(
+                out,
+                "| {} live sessions on one broker (local), broker RSS per session, idle | {:.1} KiB | |",
+                memory.sessions, memory.idle_kib
+            )?;
+            writeln!(
+                out,
+                "| same, after each printed {} KiB with no client (ring {} KiB): RSS per session | {:.1} KiB (ring holds {:.1} KiB) | |",
+                memory.output_bytes >> 10,
+                ring_bytes >> 10,
+                memory.after_kib,
+                memory.ring_kib
+            )?;
+            writeln!(
+                out,
+                "| same, beyond the ring bytes used | {:.1} KiB | < 64 KiB |",
+                memory.beyond_ring_kib
+            )?;
+            writeln!(
+                out,
+                "| broker RSS with one session (baseline) | {:.1} MiB | |",
+                memory.baseline_kib as f64 / 1024.0
+            )?;
+        }
+        Err(error) => {
+            failures.push(format!("scale {sessions} sessions: {error:#}"));
+            writeln!(
+                out,
+                "| {sessions} live sessions on one broker: RSS per session | failed | < 64 KiB beyond the ring |"
+            )?;
+        }
+    }
+
+    eprintln!("(4) scale: {} WebSockets on one gateway", sizes.sockets);
+    let sockets = sizes.sockets;
+    match scale::gateway_memory(stack, sockets).await {
+        Ok(memory) => {
+            writeln!(
+                out,
+                "| {} attached WebSockets on one gateway ({} sessions, 1 controller + {} viewers each), gateway RSS per socket | {:.1} KiB | |",
+                memory.sockets,
+                memory.sessions,
+                memory.sockets / memory.sessions - 1,
+                memory.per_socket_kib
+            )?;
+            writeln!(
+                out,
+                "| gateway RSS with one socket (baseline) | {:.1} MiB | |",
+                memory.baseline_kib as f64 / 1024.0
+            )?;
+        }
+        Err(error) => {
+            failures.push(format!("scale {sockets} sockets: {error:#}"));
+            writeln!(
+                out,
+                "| {sockets} attached WebSockets on one gateway: RSS per socket | failed | |"
+            )?;
+        }
+    }
+
+    eprintln!("(4) scale: {} typists", sizes.typists);
+    let typists = sizes.typists;
+    match scale::typing(stack, typists, sizes.typing).await {
+        Ok(typing) => match Latency::of(&typing.samples) {
+            Some(latency) => {
+                writeln!(
+                    out,
+                    "| {} sessions typing 10 keys/s through the gateway (local), {} s: echo p50 / p99 / p99.9 | {:.0} / {:.0} / {:.0} µs ({} of {} keystrokes) | p99 < 300 µs (one session's target) |",
+                    typing.typists,
+                    typing.duration.as_secs(),
+                    micros(latency.p50),
+                    micros(latency.p99),
+                    micros(latency.p999),
+                    typing.samples.len(),
+                    typing.planned
+                )?;
+            }
+            None => {
+                failures.push(format!("scale {typists} typists: no keystroke was timed"));
+                writeln!(out, "| {typists} sessions typing: echo | failed | |")?;
+            }
+        },
+        Err(error) => {
+            failures.push(format!("scale {typists} typists: {error:#}"));
+            writeln!(out, "| {typists} sessions typing: echo | failed | |")?;
+        }
+    }
+    Ok(())
 }
 
 fn backend_name(backend: Backend) -> &'static str {

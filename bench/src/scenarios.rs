@@ -10,10 +10,10 @@ use futures::StreamExt as _;
 use serde_json::Value;
 
 use crate::stack::{ADMIN_TOKEN, Backend, Stack};
-use crate::term::{Path, Term, close_session, connect_gateway};
+use crate::term::{Path, Term, attach_broker, close_session, connect_gateway, create_session_on};
 
 /// One line of the flood: 63 printable bytes and a newline.
-const LINE: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.";
+pub const LINE: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.";
 
 /// `stty raw -echo`, then `R` to say so, then wait for a newline, then `bytes` of `LINE`s, then
 /// wait for another newline before exiting (so the end of the output never races the exit).
@@ -23,7 +23,7 @@ fn flood_script(bytes: u64) -> String {
 
 /// An echo server in the terminal's process, as a shell's line editor is: raw mode, no kernel
 /// echo, `cat` writes back each byte it reads.
-const ECHO_SCRIPT: &str = "stty raw -echo; printf R; exec cat";
+pub const ECHO_SCRIPT: &str = "stty raw -echo; printf R; exec cat";
 
 /// Checks that `chunk`, starting at stream position `position`, is the flood's pattern.
 fn verify_flood(chunk: &[u8], position: u64) -> Result<()> {
@@ -121,6 +121,9 @@ pub async fn echo_once(stack: &Stack, path: Path, keys: usize) -> Result<Vec<Dur
     result
 }
 
+/// Liveness bound from ^C to the prompt.
+const CTRL_C_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Ctrl-C under a `yes` flood with the controller reading: from the ^C keystroke until the
 /// shell's prompt is back. `flood_bytes` of the flood arrive first.
 pub async fn ctrl_c_once(stack: &Stack, path: Path, flood_bytes: usize) -> Result<Duration> {
@@ -140,8 +143,15 @@ pub async fn ctrl_c_once(stack: &Stack, path: Path, flood_bytes: usize) -> Resul
         }
         let sent = Instant::now();
         term.send(&[0x03]).await?;
-        // Bounded: the flood stops at ^C; what is buffered until then is far below this.
-        term.read_until(b"$ ", 4 << 30).await?;
+        // The flood stops at ^C; what is buffered until then is far below these bounds. A
+        // flood that goes on (SIGINT ignored by the shell's children) fails here.
+        tokio::time::timeout(CTRL_C_PATIENCE, term.read_until(b"$ ", 256 << 20))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "no prompt within {CTRL_C_PATIENCE:?} of ^C: does the session ignore SIGINT?"
+                )
+            })??;
         Ok(sent.elapsed())
     }
     .await;
@@ -212,6 +222,34 @@ pub async fn session_start_once(stack: &Stack, backend: Backend) -> Result<Start
             created,
             connected,
             first_byte,
+        })
+    }
+    .await;
+    close_session(stack, &instance, &session_id).await;
+    result
+}
+
+/// Session start without the gateway: session-api's `CreateSession` over gRPC (which spawns on
+/// the broker), the broker's `Attach` with the ticket it returned, the first prompt byte. Beside
+/// the gateway's figures, it shows which hop the time goes to.
+pub async fn grpc_start_once(stack: &Stack, backend: Backend) -> Result<StartTimes> {
+    let instance = stack
+        .instance(backend)
+        .context("that backend is not available")?
+        .to_owned();
+    let started = Instant::now();
+    let attach = create_session_on(stack, &instance, Vec::new()).await?;
+    let created = started.elapsed();
+    let session_id = attach.session_id.clone();
+    let result = async {
+        let mut term = attach_broker(stack, instance.clone(), attach).await?;
+        let connected = started.elapsed();
+        let first = term.recv().await?.context("the terminal ended")?;
+        ensure!(!first.is_empty(), "empty first output");
+        Ok(StartTimes {
+            created,
+            connected,
+            first_byte: started.elapsed(),
         })
     }
     .await;

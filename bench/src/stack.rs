@@ -19,8 +19,8 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
-const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
+pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
+pub const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
 /// The gateway's static API token the bench uses for REST and WebSockets.
 pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
 /// The image `cargo xtask test` builds (static busybox).
@@ -66,6 +66,8 @@ pub enum Backend {
 #[derive(Debug)]
 pub struct Stack {
     pub gateway_url: String,
+    /// session-api's gRPC endpoint, for a gateway started as a separate process.
+    pub session_api_endpoint: String,
     pub broker_endpoint: String,
     pub session_api: SessionApiClient,
     pub broker: BrokerClient,
@@ -125,7 +127,14 @@ impl Stack {
             }
         }));
 
-        let session_listener = bind().await?;
+        // An experiment, off by default: with BENCH_SESSION_API_NODELAY set, session-api's
+        // accepted connections get TCP_NODELAY (Linux copies it from the listener), which its
+        // own server does not set; the session-start figures show what that costs.
+        let session_listener = if std::env::var_os("BENCH_SESSION_API_NODELAY").is_some() {
+            bind_nodelay()?
+        } else {
+            bind().await?
+        };
         let session_api_endpoint = endpoint(&session_listener)?;
         let database_url = format!(
             "sqlite://{}?mode=rwc",
@@ -165,7 +174,7 @@ impl Stack {
         }));
 
         let session_api = session::session_api_client::SessionApiClient::with_interceptor(
-            Channel::from_shared(session_api_endpoint)?.connect_lazy(),
+            Channel::from_shared(session_api_endpoint.clone())?.connect_lazy(),
             ServiceAuth,
         )
         .max_decoding_message_size(16 << 20);
@@ -176,6 +185,7 @@ impl Stack {
         .max_decoding_message_size(16 << 20);
         let mut stack = Self {
             gateway_url,
+            session_api_endpoint,
             broker_endpoint,
             session_api,
             broker,
@@ -232,7 +242,7 @@ impl Stack {
     }
 
     /// Registers an instance, retrying until session-api sees the broker (bounded).
-    async fn register(
+    pub async fn register(
         &self,
         name: &str,
         target: broker::Target,
@@ -347,6 +357,14 @@ async fn bind() -> Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
         .await
         .context("bind 127.0.0.1:0")
+}
+
+/// A listener whose accepted sockets inherit `TCP_NODELAY` (Linux copies it to them).
+fn bind_nodelay() -> Result<TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_nodelay(true)?;
+    socket.bind(([127, 0, 0, 1], 0).into())?;
+    Ok(socket.listen(1024)?)
 }
 
 fn endpoint(listener: &TcpListener) -> Result<String> {

@@ -95,6 +95,8 @@ pub enum Term {
         socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
         instance: String,
         session_id: String,
+        /// The role the gateway's `connected` status gave.
+        controller: bool,
     },
 }
 
@@ -125,6 +127,17 @@ impl Term {
                 connect_gateway(stack, &instance, &attach.session_id, "").await
             }
         }
+    }
+
+    /// Whether this is a gateway WebSocket attached as the controller.
+    pub fn is_controller(&self) -> bool {
+        matches!(
+            self,
+            Term::Gateway {
+                controller: true,
+                ..
+            }
+        )
     }
 
     /// Writes input bytes.
@@ -377,11 +390,21 @@ async fn create_session(
         .instance(backend)
         .context("that backend is not available")?
         .to_owned();
+    let attach = create_session_on(stack, &instance, command).await?;
+    Ok((instance, attach))
+}
+
+/// Creates a session running `command` on `instance` through session-api; its attach target.
+pub async fn create_session_on(
+    stack: &Stack,
+    instance: &str,
+    command: Vec<String>,
+) -> Result<session::AttachTarget> {
     let created = stack
         .session_api
         .clone()
         .create_session(session::CreateSessionRequest {
-            instance: instance.clone(),
+            instance: instance.to_owned(),
             name: String::new(),
             aliases: Vec::new(),
             size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
@@ -390,11 +413,11 @@ async fn create_session(
         .await
         .context("create session")?
         .into_inner();
-    let attach = created.attach.context("no attach target")?;
-    Ok((instance, attach))
+    created.attach.context("no attach target")
 }
 
-async fn attach_broker(
+/// Attaches to a session on the broker with the ticket session-api gave, as controller.
+pub async fn attach_broker(
     stack: &Stack,
     instance: String,
     attach: session::AttachTarget,
@@ -444,28 +467,44 @@ pub async fn connect_gateway(
     session_id: &str,
     extra_query: &str,
 ) -> Result<Term> {
+    connect_gateway_at(&stack.websocket_url(), instance, session_id, extra_query).await
+}
+
+/// [`connect_gateway`] to the gateway at `ws_base` (`ws://127.0.0.1:<port>`).
+pub async fn connect_gateway_at(
+    ws_base: &str,
+    instance: &str,
+    session_id: &str,
+    extra_query: &str,
+) -> Result<Term> {
     let url = format!(
-        "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={ADMIN_TOKEN}{extra_query}",
-        stack.websocket_url()
+        "{ws_base}/ws/tool-instances/{instance}/terminal/{session_id}?token={ADMIN_TOKEN}{extra_query}"
     );
-    let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .context("open the gateway WebSocket")?;
-    loop {
+    let (mut socket, _) = tokio::time::timeout(
+        READ_PATIENCE,
+        tokio_tungstenite::connect_async(url.as_str()),
+    )
+    .await
+    .map_err(|_| anyhow!("the WebSocket upgrade took over {READ_PATIENCE:?}"))?
+    .context("open the gateway WebSocket")?;
+    let controller = loop {
         let message = tokio::time::timeout(READ_PATIENCE, socket.next())
             .await
             .map_err(|_| anyhow!("no connected status"))?
             .context("the WebSocket closed before connected")??;
         if let Message::Text(text) = &message {
-            if text.contains("\"connected\"") {
-                break;
+            let status: serde_json::Value = serde_json::from_str(text)
+                .with_context(|| format!("the first text frame is not JSON: {text}"))?;
+            if status["status"] == "connected" {
+                break status["role"] == "controller";
             }
             bail!("the first text frame was not connected: {text}");
         }
-    }
+    };
     Ok(Term::Gateway {
         socket,
         instance: instance.to_owned(),
         session_id: session_id.to_owned(),
+        controller,
     })
 }

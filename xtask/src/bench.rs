@@ -1,7 +1,10 @@
-//! `cargo xtask bench [--quick]`: prepares the dependencies (Docker engine and test image) and
-//! runs the `bench` binary, in release mode for the full run, writing its table to
-//! `target/bench-table.md`; the quick mode (small sizes, dev build) is a check that every
-//! scenario still completes with the right bytes, and `cargo xtask test` runs it.
+//! `cargo xtask bench [--quick]`: prepares the dependencies (Docker engine and test image),
+//! builds the `bench` binary and the service binaries it runs as separate processes for the
+//! scale scenario (release for the full run, dev for the quick one), and runs it, writing its
+//! table to `target/bench-table.md`; the quick mode (small sizes) is a check that every scenario
+//! still completes with the right bytes, and `cargo xtask test` runs it.
+
+use std::process::Command;
 
 use anyhow::Result;
 
@@ -14,19 +17,49 @@ pub fn bench(quick: bool) -> Result<()> {
 
 /// Runs the benchmarks with the dependencies already prepared.
 pub fn run_bench(quick: bool, environment: &deps::TestEnvironment) -> Result<()> {
-    let table = run::target_dir().join(if quick {
+    let target = run::target_dir();
+    let table = target.join(if quick {
         "bench-table-quick.md"
     } else {
         "bench-table.md"
     });
-    let table = table.to_string_lossy();
-    let mut args = vec!["run", "--quiet", "--package", "bench", "--bin", "bench"];
-    if !quick {
-        args.push("--release");
-    }
-    args.extend(["--", "--out", &table]);
+    // The bench finds pty-broker and gateway next to its own executable.
     if quick {
-        args.push("--quick");
+        // Every target of the workspace, as `cargo nextest run --workspace` builds them, so that
+        // after the tests this is a no-op rather than a rebuild with other features.
+        run::cargo(&["build", "--quiet", "--workspace", "--all-targets"])?;
+    } else {
+        run::cargo(&[
+            "build",
+            "--quiet",
+            "--release",
+            "--package",
+            "bench",
+            "--package",
+            "pty-broker",
+            "--package",
+            "session-api",
+            "--package",
+            "gateway",
+            "--bins",
+        ])?;
     }
-    run::cargo_with_env(&args, &environment.variables())
+    let binary = target
+        .join(if quick { "debug" } else { "release" })
+        .join("bench");
+    let mut command = Command::new(binary);
+    command
+        .arg("--out")
+        .arg(&table)
+        .current_dir(run::workspace_root())
+        .envs(
+            environment
+                .variables()
+                .iter()
+                .map(|(name, value)| (name, value)),
+        );
+    if quick {
+        command.arg("--quick");
+    }
+    run::status(&mut command)
 }

@@ -1,0 +1,653 @@
+//! (4) Scale: many live sessions on one broker and the resident memory each costs (idle, and
+//! after each printed output into its ring); many WebSockets on one gateway and the memory each
+//! costs; many sessions typing at once and their echo. The broker and the gateway under
+//! measurement run as separate processes (the real binaries), so that their `VmRSS` is theirs
+//! alone. Every call and every wait is bounded; spawning and connecting go in bounded batches.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use futures::StreamExt as _;
+use nix::sys::stat::Mode;
+use ptyhub_proto::broker::v1 as broker;
+use tonic::transport::Channel;
+use uuid::Uuid;
+
+use crate::child::{Service, open_files_limit};
+use crate::scenarios::{ECHO_SCRIPT, LINE};
+use crate::stack::{ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, ServiceAuth, Stack, TICKET_SECRET};
+use crate::term::{Term, close_session, connect_gateway, connect_gateway_at, create_session_on};
+
+/// Bound of one call (spawn, create, connect).
+const CALL_PATIENCE: Duration = Duration::from_secs(30);
+/// Bound of a phase in which nothing progresses (sessions reaching an offset, a batch).
+const PROGRESS_PATIENCE: Duration = Duration::from_secs(60);
+/// How many spawns, creates or connects are in flight at once (the machine has two cores).
+const BATCH: usize = 16;
+/// Time for the allocator and the kernel to settle before `VmRSS` is read.
+const SETTLE: Duration = Duration::from_millis(1000);
+/// The per-instance session cap is 1..=50 (the contract).
+const INSTANCE_CAP: usize = 50;
+
+/// Resident memory of a broker holding many live sessions.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerMemory {
+    pub sessions: usize,
+    pub output_bytes: u64,
+    /// The broker's `VmRSS` with one session (the baseline), KiB.
+    pub baseline_kib: u64,
+    /// RSS per additional session, all idle (each printed one byte), KiB.
+    pub idle_kib: f64,
+    /// RSS per additional session after each printed `output_bytes`, KiB.
+    pub after_kib: f64,
+    /// Ring bytes each session holds after its output (from the broker's offsets), KiB.
+    pub ring_kib: f64,
+    /// `after_kib` minus the ring bytes each additional session holds, KiB.
+    pub beyond_ring_kib: f64,
+}
+
+/// Spawns `sessions` local shells on a broker of its own (a separate process, ring of
+/// `ring_bytes`), reads its RSS with them idle, makes each print `output_bytes` with no client
+/// attached, and reads it again.
+///
+/// The sessions wait on a FIFO rather than on their terminal, so that releasing them needs no
+/// attach (which would add the attach's own buffers to the figure): each reads one line from it
+/// and the bench writes the lines in batches.
+pub async fn broker_memory(
+    sessions: usize,
+    output_bytes: u64,
+    ring_bytes: u64,
+) -> Result<BrokerMemory> {
+    ensure!(
+        sessions >= 2,
+        "the scale scenario needs at least two sessions"
+    );
+    let needed = sessions as u64 * 4 + 256;
+    let limit = open_files_limit()?;
+    ensure!(
+        limit >= needed,
+        "the open-files limit is {limit}, {sessions} sessions need about {needed} (raise `ulimit -n`)"
+    );
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let fifo = dir.path().join("go");
+    nix::unistd::mkfifo(&fifo, Mode::S_IRUSR | Mode::S_IWUSR).context("mkfifo")?;
+    // Read and write: opening it never blocks, and the sessions' `< fifo` opens never block
+    // either (a writer exists).
+    let mut release = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .context("open the FIFO")?;
+    let mut service = Service::spawn(
+        "pty-broker",
+        &[
+            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--ticket-secret={TICKET_SECRET}"),
+            "--broker-id=bench-scale".to_owned(),
+            "--backends=local".to_owned(),
+            format!("--ring-bytes={ring_bytes}"),
+            "--kill-grace=500ms".to_owned(),
+            "--shutdown-grace=30s".to_owned(),
+        ],
+        dir.path(),
+    )?;
+    let result = async {
+        let client = connect_broker(&mut service).await?;
+        // Raw mode: the output is the bytes written, so the final offset is known exactly.
+        let script = format!(
+            "stty raw -echo; printf R; read -r go < '{}'; yes {LINE} | head -c {output_bytes}; exec sleep 3600",
+            fifo.display()
+        );
+        let ids: Vec<String> = (0..sessions).map(|_| Uuid::new_v4().to_string()).collect();
+
+        // The first session is the baseline: the broker's runtime, its first PTY and its gRPC
+        // connection are not a per-session cost.
+        spawn_session(&client, &ids[0], &script).await?;
+        wait_offsets(&client, &mut service, &ids[..1], 1).await?;
+        tokio::time::sleep(SETTLE).await;
+        let baseline = service.resident_kib()?;
+
+        let spawned: Vec<Result<()>> = futures::stream::iter(&ids[1..])
+            .map(|id| spawn_session(&client, id, &script))
+            .buffer_unordered(BATCH)
+            .collect()
+            .await;
+        let failed = spawned.iter().filter(|result| result.is_err()).count();
+        if let Some(Err(error)) = spawned.into_iter().find(Result::is_err) {
+            bail!("{failed} of {} spawns failed, first: {error:#}", sessions - 1);
+        }
+        wait_offsets(&client, &mut service, &ids, 1).await?;
+        tokio::time::sleep(SETTLE).await;
+        let idle = service.resident_kib()?;
+
+        // Release the sessions a batch at a time: each batch's output arrives before the next.
+        let final_offset = 1 + output_bytes;
+        let mut released = 0;
+        while released < sessions {
+            let batch = (sessions - released).min(BATCH * 2);
+            release
+                .write_all(&vec![b'\n'; batch])
+                .context("write to the FIFO")?;
+            released += batch;
+            wait_count(&client, &mut service, &ids, final_offset, released).await?;
+        }
+        wait_offsets(&client, &mut service, &ids, final_offset).await?;
+        tokio::time::sleep(SETTLE).await;
+        let after = service.resident_kib()?;
+        let offsets = list_offsets(&client).await?;
+        let ring_total: u64 = ids
+            .iter()
+            .map(|id| offsets.get(id).copied().unwrap_or(0).min(ring_bytes))
+            .sum();
+        let others = (sessions - 1) as f64;
+        // The baseline session held 1 byte of ring then; what every ring gained since.
+        let ring_growth = ring_total.saturating_sub(1) as f64;
+        let after_bytes = after.saturating_sub(baseline) as f64 * 1024.0;
+        Ok(BrokerMemory {
+            sessions,
+            output_bytes,
+            baseline_kib: baseline,
+            idle_kib: idle.saturating_sub(baseline) as f64 / others,
+            after_kib: after_bytes / 1024.0 / others,
+            ring_kib: ring_total as f64 / sessions as f64 / 1024.0,
+            beyond_ring_kib: (after_bytes - ring_growth) / 1024.0 / others,
+        })
+    }
+    .await;
+    // Ending the broker ends every session's process group (SIGHUP first: the shells and
+    // `sleep`s go at once); anything still waiting on the FIFO goes with it.
+    service.stop(Duration::from_secs(40)).await;
+    drop(release);
+    result
+}
+
+/// A client of the broker at `service`, once it answers `List` (bounded).
+async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
+    let deadline = tokio::time::Instant::now() + CALL_PATIENCE;
+    loop {
+        service.check_running()?;
+        let attempt = async {
+            let channel = Channel::from_shared(service.endpoint())?.connect().await?;
+            let mut client =
+                broker::pty_broker_client::PtyBrokerClient::with_interceptor(channel, ServiceAuth)
+                    .max_decoding_message_size(64 << 20);
+            client.list(broker::ListRequest {}).await?;
+            anyhow::Ok(client)
+        };
+        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(error)) if tokio::time::Instant::now() >= deadline => {
+                bail!(
+                    "the broker never answered: {error:#}\n{}",
+                    service.log_tail()
+                )
+            }
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                bail!("the broker never answered:\n{}", service.log_tail())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<()> {
+    let request = broker::SpawnRequest {
+        session_id: id.to_owned(),
+        target: Some(broker::Target {
+            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        }),
+        command: vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()],
+        env: HashMap::new(),
+        cwd: String::new(),
+        user: String::new(),
+        size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+    };
+    tokio::time::timeout(CALL_PATIENCE, client.clone().spawn(request))
+        .await
+        .map_err(|_| anyhow!("spawn took over {CALL_PATIENCE:?}"))?
+        .context("spawn")?;
+    Ok(())
+}
+
+/// Every session's output offset, by session id.
+async fn list_offsets(client: &BrokerClient) -> Result<HashMap<String, u64>> {
+    let listed = tokio::time::timeout(CALL_PATIENCE, client.clone().list(broker::ListRequest {}))
+        .await
+        .map_err(|_| anyhow!("list took over {CALL_PATIENCE:?}"))?
+        .context("list")?
+        .into_inner();
+    Ok(listed
+        .sessions
+        .into_iter()
+        .map(|session| (session.session_id, session.output_offset))
+        .collect())
+}
+
+/// Waits until every session of `ids` has produced at least `offset` bytes.
+async fn wait_offsets(
+    client: &BrokerClient,
+    service: &mut Service,
+    ids: &[String],
+    offset: u64,
+) -> Result<()> {
+    wait_count(client, service, ids, offset, ids.len()).await
+}
+
+/// Waits until at least `count` sessions of `ids` have produced `offset` bytes; fails when the
+/// count has not grown for [`PROGRESS_PATIENCE`].
+async fn wait_count(
+    client: &BrokerClient,
+    service: &mut Service,
+    ids: &[String],
+    offset: u64,
+    count: usize,
+) -> Result<()> {
+    let mut best = 0;
+    let mut progressed = tokio::time::Instant::now();
+    loop {
+        service.check_running()?;
+        let offsets = list_offsets(client).await?;
+        let reached = ids
+            .iter()
+            .filter(|id| offsets.get(*id).is_some_and(|at| *at >= offset))
+            .count();
+        if reached >= count {
+            return Ok(());
+        }
+        if reached > best {
+            best = reached;
+            progressed = tokio::time::Instant::now();
+        } else if progressed.elapsed() > PROGRESS_PATIENCE {
+            bail!(
+                "{reached} of {count} sessions reached offset {offset}, no progress for {PROGRESS_PATIENCE:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Resident memory of a gateway holding many attached WebSockets.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayMemory {
+    pub sockets: usize,
+    pub sessions: usize,
+    pub baseline_kib: u64,
+    /// RSS per additional socket, KiB.
+    pub per_socket_kib: f64,
+}
+
+/// Opens `sockets` WebSockets on a gateway of its own (a separate process, in front of the
+/// stack's session-api and broker), spread over `ceil(sockets / 100)` echo sessions: one
+/// controller each, the rest viewers. Reads the gateway's RSS before and after, then checks that
+/// every socket is live (each controller types a byte; every socket of its session must get its
+/// echo).
+pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemory> {
+    ensure!(
+        sockets >= 2,
+        "the socket scenario needs at least two sockets"
+    );
+    let sessions = sockets.div_ceil(100).clamp(1, INSTANCE_CAP);
+    let needed = sockets as u64 * 2 + 256;
+    let limit = open_files_limit()?;
+    ensure!(
+        limit >= needed,
+        "the open-files limit is {limit}, {sockets} sockets need about {needed} (raise `ulimit -n`)"
+    );
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let mut service = Service::spawn(
+        "gateway",
+        &[
+            format!("--session-api={}", stack.session_api_endpoint),
+            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--api-token={ADMIN_TOKEN}"),
+            // Sockets that are not read for a while must not be dropped as silent.
+            "--heartbeat-interval=300s".to_owned(),
+            "--shutdown-grace=5s".to_owned(),
+        ],
+        dir.path(),
+    )?;
+    let local = broker::Target {
+        kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+    };
+    let instance = stack
+        .register("bench-sockets", local, INSTANCE_CAP as u32)
+        .await?;
+    let mut session_ids: Vec<String> = Vec::new();
+    let mut terms: Vec<Term> = Vec::new();
+    let result = async {
+        wait_healthy(stack, &mut service).await?;
+        let ws_base = service.endpoint().replacen("http://", "ws://", 1);
+        for _ in 0..sessions {
+            let command = vec![
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                ECHO_SCRIPT.to_owned(),
+            ];
+            let attach =
+                tokio::time::timeout(CALL_PATIENCE, create_session_on(stack, &instance, command))
+                    .await
+                    .map_err(|_| anyhow!("create session took over {CALL_PATIENCE:?}"))??;
+            session_ids.push(attach.session_id);
+        }
+        // The first controller is the baseline (the gateway's channels to session-api and the
+        // broker open with it).
+        let mut first = connect_gateway_at(&ws_base, &instance, &session_ids[0], "").await?;
+        first.read_until(b"R", 4096).await?;
+        terms.push(first);
+        tokio::time::sleep(SETTLE).await;
+        let baseline = service.resident_kib()?;
+
+        let opened: Vec<Result<Term>> = futures::stream::iter(1..sockets)
+            .map(|index| {
+                let session = &session_ids[index % sessions];
+                let query = if index < sessions { "" } else { "&mode=view" };
+                connect_gateway_at(&ws_base, &instance, session, query)
+            })
+            .buffer_unordered(BATCH * 2)
+            .collect()
+            .await;
+        let failed = opened.iter().filter(|result| result.is_err()).count();
+        let mut first_error = None;
+        for result in opened {
+            match result {
+                Ok(term) => terms.push(term),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            bail!(
+                "{failed} of {} sockets did not connect, first: {error:#}",
+                sockets - 1
+            );
+        }
+        service.check_running()?;
+        tokio::time::sleep(SETTLE).await;
+        let after = service.resident_kib()?;
+
+        // Every socket is attached at the broker and live end to end.
+        let listed = tokio::time::timeout(
+            CALL_PATIENCE,
+            stack.broker.clone().list(broker::ListRequest {}),
+        )
+        .await
+        .map_err(|_| anyhow!("list took over {CALL_PATIENCE:?}"))??
+        .into_inner();
+        let attached: u32 = listed
+            .sessions
+            .iter()
+            .filter(|session| session_ids.contains(&session.session_id))
+            .map(|session| session.controllers + session.viewers)
+            .sum();
+        ensure!(
+            attached as usize == sockets,
+            "the broker counts {attached} clients on the sessions, {sockets} sockets are open"
+        );
+        // Controllers are the first `sessions` terms (the first, then indexes 1..sessions in
+        // whatever order they connected): find them by role instead.
+        let mut typed = 0;
+        for term in terms.iter_mut() {
+            if term.is_controller() {
+                term.send(b"x").await?;
+                typed += 1;
+            }
+        }
+        ensure!(
+            typed == sessions,
+            "{typed} controllers among the sockets, {sessions} sessions"
+        );
+        let echoed: Vec<Result<Vec<u8>>> = futures::stream::iter(terms.iter_mut())
+            .map(|term| term.read_until(b"x", 64 * 1024))
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let silent = echoed.iter().filter(|result| result.is_err()).count();
+        if let Some(Err(error)) = echoed.into_iter().find(Result::is_err) {
+            bail!("{silent} of {sockets} sockets did not get the echo, first: {error:#}");
+        }
+        Ok(GatewayMemory {
+            sockets,
+            sessions,
+            baseline_kib: baseline,
+            per_socket_kib: after.saturating_sub(baseline) as f64 / (sockets - 1) as f64,
+        })
+    }
+    .await;
+    drop(terms);
+    service.stop(Duration::from_secs(15)).await;
+    close_all(stack, &instance, &session_ids).await;
+    let _ = tokio::time::timeout(
+        CALL_PATIENCE,
+        stack.session_api.clone().delete_instance(
+            ptyhub_proto::session::v1::DeleteInstanceRequest {
+                instance: instance.clone(),
+            },
+        ),
+    )
+    .await;
+    result
+}
+
+/// Waits until the gateway at `service` answers `/healthz` with 200 (bounded).
+async fn wait_healthy(stack: &Stack, service: &mut Service) -> Result<()> {
+    let url = format!("{}/healthz", service.endpoint());
+    let deadline = tokio::time::Instant::now() + CALL_PATIENCE;
+    loop {
+        service.check_running()?;
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), stack.http.get(&url).send()).await;
+        if let Ok(Ok(response)) = answer
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the gateway never became healthy:\n{}", service.log_tail());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Closes sessions through session-api, a batch at a time, each bounded.
+async fn close_all(stack: &Stack, instance: &str, session_ids: &[String]) {
+    futures::stream::iter(session_ids)
+        .for_each_concurrent(BATCH, |id| async move {
+            if tokio::time::timeout(CALL_PATIENCE, close_session(stack, instance, id))
+                .await
+                .is_err()
+            {
+                eprintln!("close session {id}: no answer within {CALL_PATIENCE:?}");
+            }
+        })
+        .await;
+}
+
+/// Echo of many sessions typing at once.
+#[derive(Debug, Clone)]
+pub struct Typing {
+    pub typists: usize,
+    pub duration: Duration,
+    /// Every keystroke's round trip.
+    pub samples: Vec<Duration>,
+    /// Keystrokes the typists were to send at 10 a second.
+    pub planned: usize,
+}
+
+/// Keystrokes per second of one typist.
+const KEYS_PER_SECOND: u32 = 10;
+
+/// `typists` echo sessions through the stack's gateway (local backend, spread over instances of
+/// at most 50 sessions), each typing 10 keystrokes a second for `duration`, each keystroke timed
+/// until its echo. A typist whose echo is late sends its next key late (at most one keystroke in
+/// flight per session, as a person waiting on a laggy terminal).
+pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result<Typing> {
+    ensure!(typists >= 1, "the typing scenario needs a typist");
+    let needed = typists as u64 * 3 + 256;
+    let limit = open_files_limit()?;
+    ensure!(
+        limit >= needed,
+        "the open-files limit is {limit}, {typists} typists need about {needed} (raise `ulimit -n`)"
+    );
+    let mut instances = Vec::new();
+    for index in 0..typists.div_ceil(INSTANCE_CAP) {
+        let local = broker::Target {
+            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        };
+        instances.push(
+            stack
+                .register(&format!("bench-typing-{index}"), local, INSTANCE_CAP as u32)
+                .await?,
+        );
+    }
+    // Which (instance, session) each typist has, for the cleanup whatever happens.
+    let created = std::sync::Mutex::new(Vec::<(String, String)>::new());
+    let result = async {
+        let opened: Vec<Result<Term>> = futures::stream::iter(0..typists)
+            .map(|index| {
+                let instance = instances[index / INSTANCE_CAP].clone();
+                let created = &created;
+                async move {
+                    let command = vec![
+                        "/bin/sh".to_owned(),
+                        "-c".to_owned(),
+                        ECHO_SCRIPT.to_owned(),
+                    ];
+                    let attach = tokio::time::timeout(
+                        CALL_PATIENCE,
+                        create_session_on(stack, &instance, command),
+                    )
+                    .await
+                    .map_err(|_| anyhow!("create session took over {CALL_PATIENCE:?}"))??;
+                    if let Ok(mut created) = created.lock() {
+                        created.push((instance.clone(), attach.session_id.clone()));
+                    }
+                    let mut term =
+                        connect_gateway(stack, &instance, &attach.session_id, "").await?;
+                    let ready = term.read_until(b"R", 4096).await?;
+                    ensure!(ready == b"R", "unexpected output before echo: {ready:?}");
+                    Ok(term)
+                }
+            })
+            .buffer_unordered(BATCH)
+            .collect()
+            .await;
+        let mut terms = Vec::with_capacity(typists);
+        let mut first_error = None;
+        for result in opened {
+            match result {
+                Ok(term) => terms.push(term),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            bail!(
+                "{} of {typists} typing sessions did not open, first: {error:#}",
+                typists - terms.len()
+            );
+        }
+
+        let period = Duration::from_secs(1) / KEYS_PER_SECOND;
+        let tasks: Vec<_> = terms
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut term)| {
+                // Spread the typists' phases over one period.
+                let phase = period * index as u32 / typists as u32;
+                tokio::spawn(async move {
+                    tokio::time::sleep(phase).await;
+                    type_for(&mut term, period, duration).await
+                })
+            })
+            .collect();
+        let mut samples = Vec::new();
+        let mut first_error = None;
+        let mut failed = 0;
+        let bound = duration + PROGRESS_PATIENCE;
+        for task in tasks {
+            let abort = task.abort_handle();
+            match tokio::time::timeout(bound, task).await {
+                Ok(Ok(Ok(series))) => samples.extend(series),
+                Ok(Ok(Err(error))) => {
+                    failed += 1;
+                    first_error.get_or_insert(error);
+                }
+                Ok(Err(join_error)) => {
+                    failed += 1;
+                    first_error.get_or_insert(anyhow!("typist task failed: {join_error}"));
+                }
+                Err(_) => {
+                    abort.abort();
+                    failed += 1;
+                    first_error.get_or_insert(anyhow!("a typist did not finish within {bound:?}"));
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            bail!("{failed} of {typists} typists failed, first: {error:#}");
+        }
+        Ok(Typing {
+            typists,
+            duration,
+            planned: typists * (duration.as_millis() / period.as_millis()) as usize,
+            samples,
+        })
+    }
+    .await;
+    let created = created.into_inner().unwrap_or_default();
+    futures::stream::iter(&created)
+        .for_each_concurrent(BATCH, |(instance, id)| async move {
+            let _ = tokio::time::timeout(CALL_PATIENCE, close_session(stack, instance, id)).await;
+        })
+        .await;
+    for instance in instances {
+        let _ = tokio::time::timeout(
+            CALL_PATIENCE,
+            stack
+                .session_api
+                .clone()
+                .delete_instance(ptyhub_proto::session::v1::DeleteInstanceRequest { instance }),
+        )
+        .await;
+    }
+    result
+}
+
+/// One typist: a keystroke every `period` for `duration`, each timed until its echo.
+async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Result<Vec<Duration>> {
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz";
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let end = tokio::time::Instant::now() + duration;
+    let mut samples = Vec::new();
+    let mut index = 0;
+    loop {
+        ticker.tick().await;
+        if tokio::time::Instant::now() >= end {
+            return Ok(samples);
+        }
+        let key = alphabet[index % alphabet.len()];
+        index += 1;
+        let sent = Instant::now();
+        term.send(&[key]).await?;
+        let mut echoed = Vec::new();
+        while echoed.is_empty() {
+            let chunk = tokio::time::timeout(CALL_PATIENCE, term.recv())
+                .await
+                .map_err(|_| anyhow!("no echo within {CALL_PATIENCE:?}"))??
+                .context("the terminal ended")?;
+            echoed.extend_from_slice(&chunk);
+        }
+        samples.push(sent.elapsed());
+        ensure!(
+            echoed == [key],
+            "keystroke {:?} came back as {:?}",
+            key as char,
+            String::from_utf8_lossy(&echoed)
+        );
+    }
+}
