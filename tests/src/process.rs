@@ -120,11 +120,24 @@ impl Service {
 
     /// Sends SIGTERM and waits up to `patience` for the process to exit.
     pub fn terminate(&mut self, patience: Duration) -> anyhow::Result<ExitStatus> {
-        let Some(child) = self.child.as_mut() else {
+        self.send_terminate()?;
+        self.wait(patience)
+    }
+
+    /// Sends SIGTERM, as an operator or Kubernetes would, and returns at once.
+    pub fn send_terminate(&self) -> anyhow::Result<()> {
+        let Some(child) = self.child.as_ref() else {
             bail!("{} is not running", self.name);
         };
         let pid = Pid::from_raw(i32::try_from(child.id())?);
-        kill(pid, Signal::SIGTERM).with_context(|| format!("cannot signal {}", self.name))?;
+        kill(pid, Signal::SIGTERM).with_context(|| format!("cannot signal {}", self.name))
+    }
+
+    /// Waits up to `patience` for the process to exit.
+    pub fn wait(&mut self, patience: Duration) -> anyhow::Result<ExitStatus> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("{} is not running", self.name);
+        };
         let deadline = Instant::now() + patience;
         loop {
             if let Some(status) = child.try_wait()? {
@@ -132,7 +145,7 @@ impl Service {
                 return Ok(status);
             }
             if Instant::now() >= deadline {
-                bail!("{} did not exit within {patience:?} of SIGTERM", self.name);
+                bail!("{} did not exit within {patience:?}", self.name);
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -1,7 +1,7 @@
 //! A cluster of real processes on this machine (two brokers, two session-api replicas on one
 //! PostgreSQL database, two gateways) under faults: routing across brokers, the cap across
-//! replicas, SIGKILL of a session-api replica and of a gateway while clients stream, SIGKILL of
-//! a broker.
+//! replicas, SIGKILL of a session-api replica and of a gateway while clients stream, a rolling
+//! restart (SIGTERM) of both, SIGKILL of a broker and its restart.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -177,6 +177,8 @@ struct StreamOutcome {
     bytes: Vec<u8>,
     /// The first connection broke before the process exited.
     broke: bool,
+    /// The close code that ended the first connection, when it ended with a close frame.
+    first_close: Option<u16>,
 }
 
 /// Attaches through `first` from offset 0 and reads until that connection breaks, then resumes
@@ -192,19 +194,24 @@ async fn stream_across_gateways(
     let (mut terminal, offset) =
         Terminal::attach(first, &instance_id, &session_id, Some(0)).await?;
     anyhow::ensure!(offset == 0, "the first attach starts at {offset}");
-    let broke = loop {
+    let (broke, first_close) = loop {
         match terminal.next().await {
             Ok(Event::Output(chunk)) => {
                 bytes.extend(chunk);
                 received.store(bytes.len(), Ordering::SeqCst);
             }
-            Ok(Event::Json(frame)) if frame["type"] == "exit" => break false,
+            Ok(Event::Json(frame)) if frame["type"] == "exit" => break (false, None),
             Ok(Event::Json(frame)) => anyhow::bail!("unexpected frame {frame}"),
-            Ok(Event::Closed(_)) | Err(_) => break true,
+            Ok(Event::Closed(code)) => break (true, code),
+            Err(_) => break (true, None),
         }
     };
     if !broke {
-        return Ok(StreamOutcome { bytes, broke });
+        return Ok(StreamOutcome {
+            bytes,
+            broke,
+            first_close,
+        });
     }
     let since = bytes.len() as u64;
     let (mut terminal, offset) =
@@ -221,7 +228,84 @@ async fn stream_across_gateways(
             Event::Closed(code) => anyhow::bail!("closed ({code:?}) before the exit"),
         }
     }
-    Ok(StreamOutcome { bytes, broke })
+    Ok(StreamOutcome {
+        bytes,
+        broke,
+        first_close,
+    })
+}
+
+/// Checks that `outcome` is exactly the stream of [`expected_stream`]`(lines)`.
+fn assert_exact_stream(index: usize, outcome: &StreamOutcome, expected: &[u8]) {
+    assert!(
+        outcome.bytes == expected,
+        "client {index}: {} bytes, expected {}; first difference at {:?}",
+        outcome.bytes.len(),
+        expected.len(),
+        outcome.bytes.iter().zip(expected).position(|(a, b)| a != b)
+    );
+}
+
+/// Starts one client per session that attaches through gateway 0 and resumes through gateway 1
+/// (see [`stream_across_gateways`]), and waits until each has received a few lines.
+async fn stream_clients(
+    cluster: &Cluster,
+    sessions: &[(String, String)],
+) -> (
+    Vec<tokio::task::JoinHandle<anyhow::Result<StreamOutcome>>>,
+    Vec<Arc<AtomicUsize>>,
+) {
+    let counters: Vec<Arc<AtomicUsize>> = sessions.iter().map(|_| Arc::default()).collect();
+    let (first, second) = (cluster.gateways[0].port(), cluster.gateways[1].port());
+    let clients = sessions
+        .iter()
+        .zip(&counters)
+        .map(|((instance_id, session_id), received)| {
+            tokio::spawn(stream_across_gateways(
+                first,
+                second,
+                instance_id.clone(),
+                session_id.clone(),
+                received.clone(),
+            ))
+        })
+        .collect();
+    let marks = vec![3 * "line-0\r\n".len(); sessions.len()];
+    wait_past(
+        cluster,
+        "every client streams through gateway-0",
+        &counters,
+        &marks,
+    )
+    .await;
+    (clients, counters)
+}
+
+/// Waits until every counter has reached its mark.
+async fn wait_past(cluster: &Cluster, what: &str, counters: &[Arc<AtomicUsize>], marks: &[usize]) {
+    eventually(cluster, what, || {
+        let past = counters
+            .iter()
+            .zip(marks)
+            .all(|(counter, mark)| counter.load(Ordering::SeqCst) >= *mark);
+        async move { past.then_some(()) }
+    })
+    .await;
+}
+
+/// Marks a few lines beyond where each counter is now.
+fn marks_ahead(counters: &[Arc<AtomicUsize>]) -> Vec<usize> {
+    counters
+        .iter()
+        .map(|counter| counter.load(Ordering::SeqCst) + 3 * "line-0\r\n".len())
+        .collect()
+}
+
+/// `GET /readyz` of gateway `index`: the status, or `None` when nothing answers.
+async fn readiness(cluster: &Cluster, index: usize) -> Option<u16> {
+    let url = format!("{}/readyz", cluster.gateways[index].endpoint());
+    let response = cluster.http.get(url).send().await.ok()?;
+    Some(response.status().as_u16())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -252,44 +336,17 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
             create(&cluster, index % 2, instance).await,
         ));
     }
-    let counters: Vec<Arc<AtomicUsize>> = (0..CLIENTS).map(|_| Arc::default()).collect();
-    let (first, second) = (cluster.gateways[0].port(), cluster.gateways[1].port());
-    let clients: Vec<_> = sessions
-        .iter()
-        .zip(&counters)
-        .map(|((instance_id, session_id), received)| {
-            tokio::spawn(stream_across_gateways(
-                first,
-                second,
-                instance_id.clone(),
-                session_id.clone(),
-                received.clone(),
-            ))
-        })
-        .collect();
-    let line = "line-0\r\n".len();
-    let all_past = |counters: &[Arc<AtomicUsize>], marks: &[usize]| {
-        counters
-            .iter()
-            .zip(marks)
-            .all(|(counter, mark)| counter.load(Ordering::SeqCst) >= *mark)
-    };
-    eventually(&cluster, "every client streams through gateway-0", || {
-        let ready = all_past(&counters, &[3 * line; CLIENTS]);
-        async move { ready.then_some(()) }
-    })
-    .await;
+    let (clients, counters) = stream_clients(&cluster, &sessions).await;
 
     // session-api 0 (gateway-0's) dies: the streams through gateway-0 go on.
     cluster.apis[0].kill().unwrap();
-    let marks: Vec<usize> = counters
-        .iter()
-        .map(|counter| counter.load(Ordering::SeqCst) + 3 * line)
-        .collect();
-    eventually(&cluster, "the streams go on without session-api 0", || {
-        let moved = all_past(&counters, &marks);
-        async move { moved.then_some(()) }
-    })
+    let marks = marks_ahead(&counters);
+    wait_past(
+        &cluster,
+        "the streams go on without session-api 0",
+        &counters,
+        &marks,
+    )
     .await;
     // Creates work through the other replica.
     let extra = create(&cluster, 1, &instances[1]).await;
@@ -313,17 +370,101 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
             outcome.broke,
             "client {index}: the stream ended before the gateway died"
         );
-        assert!(
-            outcome.bytes == expected,
-            "client {index}: {} bytes, expected {}; first difference at {:?}",
-            outcome.bytes.len(),
-            expected.len(),
-            outcome
-                .bytes
-                .iter()
-                .zip(&expected)
-                .position(|(a, b)| a != b)
+        assert_exact_stream(index, &outcome, &expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
+    const CLIENTS: usize = 10;
+    const LINES: usize = 1000;
+    let Some(mut cluster) = start_cluster().await else {
+        return;
+    };
+    let script =
+        format!("i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
+    let command = ["sh", "-c", script.as_str()];
+    let instances = [
+        cluster
+            .register_instance("rolling-0", 0, &command, 50)
+            .await
+            .unwrap(),
+        cluster
+            .register_instance("rolling-1", 1, &command, 50)
+            .await
+            .unwrap(),
+    ];
+    let mut sessions = Vec::new();
+    for index in 0..CLIENTS {
+        let instance = &instances[index % 2];
+        sessions.push((
+            instance.id.clone(),
+            create(&cluster, index % 2, instance).await,
+        ));
+    }
+    let (clients, counters) = stream_clients(&cluster, &sessions).await;
+
+    // session-api 0 is rolled: it stops within its grace period (5 s) with a clean exit, the
+    // streams through gateway-0 go on, and creates work through the other replica meanwhile.
+    let status = tokio::task::block_in_place(|| cluster.apis[0].terminate(PATIENCE))
+        .expect("session-api exits after SIGTERM");
+    assert!(status.success(), "session-api 0 exited with {status}");
+    let marks = marks_ahead(&counters);
+    wait_past(
+        &cluster,
+        "the streams go on while session-api 0 is away",
+        &counters,
+        &marks,
+    )
+    .await;
+    create(&cluster, 1, &instances[0]).await;
+    assert_eq!(
+        readiness(&cluster, 0).await,
+        Some(503),
+        "gateway-0 without its session-api"
+    );
+    cluster.restart_session_api(0).await.unwrap();
+    eventually(&cluster, "gateway-0 is ready again", || {
+        let cluster = &cluster;
+        async move { (readiness(cluster, 0).await == Some(200)).then_some(()) }
+    })
+    .await;
+    create(&cluster, 0, &instances[1]).await;
+
+    // gateway-0 is rolled under its 10 clients: /readyz turns 503 while it drains (2 s), then
+    // every client is closed with 1012 and resumes through gateway-1 with nothing lost.
+    cluster.gateways[0].send_terminate().unwrap();
+    eventually(
+        &cluster,
+        "gateway-0 reports not ready once it drains",
+        || {
+            let cluster = &cluster;
+            async move {
+                match readiness(cluster, 0).await {
+                    Some(503) => Some(()),
+                    Some(200) => None,
+                    other => panic!("gateway-0 answered {other:?} while draining"),
+                }
+            }
+        },
+    )
+    .await;
+    let status = tokio::task::block_in_place(|| cluster.gateways[0].wait(PATIENCE))
+        .expect("gateway-0 exits after SIGTERM");
+    assert!(status.success(), "gateway-0 exited with {status}");
+    let expected = expected_stream(LINES);
+    for (index, client) in clients.into_iter().enumerate() {
+        let outcome = tokio::time::timeout(PATIENCE * 2, client)
+            .await
+            .expect("the client finishes")
+            .expect("the client task")
+            .unwrap_or_else(|error| panic!("client {index}: {error:#}\n{}", cluster.logs()));
+        assert_eq!(
+            (outcome.broke, outcome.first_close),
+            (true, Some(1012)),
+            "client {index}: the gateway's close says restart"
         );
+        assert_exact_stream(index, &outcome, &expected);
     }
 }
 
@@ -350,6 +491,11 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
         .unwrap();
     kept.input(b"echo before-$((1+1))\n").await.unwrap();
     read_until(&mut kept, "before-2").await;
+    // The doomed shell and a background job of its own, which a hangup does not reach.
+    lost.input(b"sleep 7919 & echo \"pids=$$,$!.\"\n")
+        .await
+        .unwrap();
+    let session_processes = read_pids(&mut lost).await;
 
     cluster.brokers[0].kill().unwrap();
     // The client attached to the dead broker is closed (the gateway's stream to it broke).
@@ -403,4 +549,58 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
             .unwrap()
             .contains(&kept_id)
     );
+
+    // The broker comes back (same id and data directory): it registers again, nothing of its
+    // old sessions is left running, and its instance gets new sessions.
+    cluster.restart_broker(0).await.unwrap();
+    for pid in session_processes {
+        eventually(
+            &cluster,
+            "no process of the lost session is left",
+            || async move { (!process_alive(pid)).then_some(()) },
+        )
+        .await;
+    }
+    assert!(cluster.broker_processes(0).await.unwrap().is_empty());
+    let fresh_id = create(&cluster, 0, &doomed).await;
+    let (mut fresh, _) = Terminal::attach(cluster.gateways[1].port(), &doomed.id, &fresh_id, None)
+        .await
+        .unwrap();
+    fresh.input(b"echo back-$((3+3))\n").await.unwrap();
+    read_until(&mut fresh, "back-6").await;
+    let lost = get_session(&cluster, 1, &doomed, &lost_id).await;
+    assert_eq!(lost.close_reason(), session_wire::CloseReason::BrokerLost);
+}
+
+/// Reads output until `pids=<shell>,<job>.` and returns the two pids.
+async fn read_pids(terminal: &mut Terminal) -> [u32; 2] {
+    let mut seen = String::new();
+    loop {
+        match terminal.next().await.expect("the terminal stays up") {
+            Event::Output(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            Event::Json(_) => continue,
+            Event::Closed(code) => panic!("closed ({code:?}) before the pids; saw {seen:?}"),
+        }
+        // The echoed command line has `pids=$$`; the answer has digits.
+        for (at, _) in seen.match_indices("pids=") {
+            let rest = &seen[at + "pids=".len()..];
+            if let Some((pids, _)) = rest.split_once('.')
+                && let Some((shell, job)) = pids.split_once(',')
+                && let (Ok(shell), Ok(job)) = (shell.parse(), job.parse())
+            {
+                return [shell, job];
+            }
+        }
+    }
+}
+
+/// Whether `pid` is a live process (a zombie waiting for its reaper counts as gone).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        // `pid (comm) S ...`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+    }
 }
