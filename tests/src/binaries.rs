@@ -5,6 +5,8 @@
 //! one is missing (`cargo nextest run -p tests` on a fresh target directory) the first call runs
 //! `cargo build --workspace --all-targets`, nextest's own feature set, so that the build does not
 //! rebuild the dependencies with other features and replace the binaries nextest would build.
+//! A binary that exists is not rebuilt: after editing a service, select these tests from a
+//! workspace run (`cargo nextest run --workspace -E 'package(tests)'`), which builds it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
