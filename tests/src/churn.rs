@@ -134,6 +134,26 @@ pub fn processes_with_marker(marker: &str) -> Vec<(u32, String)> {
     found
 }
 
+/// Of [`processes_with_marker`], the pids whose parent does not carry the marker: one per
+/// process tree, so a shell's child between `fork` and `exec` is not counted twice.
+pub fn marked_tree_roots(marker: &str) -> Vec<u32> {
+    let marked = processes_with_marker(marker);
+    let pids: std::collections::HashSet<u32> = marked.iter().map(|(pid, _)| *pid).collect();
+    marked
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| parent(*pid).is_none_or(|parent| !pids.contains(&parent)))
+        .collect()
+}
+
+/// The parent pid from `/proc/<pid>/stat` (`pid (comm) state ppid ...`; `comm` may hold
+/// spaces and parentheses, so the fields are read after the last `)`).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, fields) = stat.rsplit_once(')')?;
+    fields.split_whitespace().nth(1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,24 +213,27 @@ mod tests {
     #[test]
     fn processes_are_found_by_a_marker_in_their_command_line() {
         let marker = format!("churn-helper-test-{}", std::process::id());
-        // `read` is a builtin: the shell itself waits, with the marker as its `$0`, until its
-        // input closes.
+        // `read` is a builtin: the shell's subshell (a fork with the same command line) waits
+        // until the input closes, and the shell waits for it.
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "read -r line; :", &marker])
+            .args(["-c", "(read -r line); :", &marker])
             .stdin(std::process::Stdio::piped())
             .spawn()
             .expect("sh starts");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let found = loop {
             let found = processes_with_marker(&marker);
-            if !found.is_empty() || std::time::Instant::now() >= deadline {
+            if found.len() >= 2 || std::time::Instant::now() >= deadline {
                 break found;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
+        let roots = marked_tree_roots(&marker);
         drop(child.stdin.take());
         child.wait().expect("sh ends when its input closes");
+        assert_eq!(found.len(), 2, "{found:?}");
         assert!(found.iter().any(|(pid, _)| *pid == child.id()), "{found:?}");
+        assert_eq!(roots, vec![child.id()]);
         assert!(processes_with_marker(&marker).is_empty());
     }
 }

@@ -14,7 +14,9 @@ use ptyhub_proto::broker::v1 as broker_wire;
 use ptyhub_proto::session::v1 as session_wire;
 use test_support::Requirement;
 use test_support::postgres::TestDatabase;
-use tests::churn::{ECHO_PREFIX, READY_LINE, Rng, check_transcript, processes_with_marker};
+use tests::churn::{
+    ECHO_PREFIX, READY_LINE, Rng, check_transcript, marked_tree_roots, processes_with_marker,
+};
 use tests::cluster::{API_TOKEN, Cluster, SessionClient};
 use tests::terminal::{Event, Terminal};
 
@@ -77,6 +79,11 @@ fn broker_of(instance: usize) -> usize {
     instance / 2
 }
 
+/// The marker of instance `index`'s processes (the run's marker is a prefix of it).
+fn instance_marker(marker: &str, index: usize) -> String {
+    format!("{marker}-i{index}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
     if !test_support::require(Requirement::Postgres) {
@@ -104,9 +111,10 @@ async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
     let script = format!(
         "stty -echo; echo {READY_LINE}; while read -r l; do echo \"{ECHO_PREFIX}$l\"; done"
     );
-    let command = ["sh", "-c", script.as_str(), marker.as_str()];
     let mut instances = Vec::new();
     for index in 0..INSTANCES {
+        let instance_marker = instance_marker(&marker, index);
+        let command = ["sh", "-c", script.as_str(), instance_marker.as_str()];
         let instance = cluster
             .register_instance(
                 &format!("churn-{index}"),
@@ -173,7 +181,7 @@ async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
     println!(
         "churn: {} sessions created, {} creates refused at the cap (409), {} reconnects, {} bytes \
          checked; monitor: {} samples, at most {:?} live per instance, {:?} processes per broker, \
-         {} in total; warm-up done at {warm_at:?}, churn done at {churned_at:?}, test {:?}",
+         {} in total, {:?} process trees per instance in /proc; warm-up done at {warm_at:?}, churn done at {churned_at:?}, test {:?}",
         run.created.load(Ordering::SeqCst),
         run.refused.load(Ordering::SeqCst),
         run.reconnects.load(Ordering::SeqCst),
@@ -182,6 +190,7 @@ async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
         report.max_per_instance,
         report.max_per_broker,
         report.max_total,
+        report.max_trees_per_instance,
         started.elapsed(),
     );
     // Not failures by themselves, but worth a look when the run is read.
@@ -599,6 +608,8 @@ struct MonitorReport {
     samples: usize,
     max_per_instance: [usize; INSTANCES],
     max_per_broker: [usize; 2],
+    /// Process trees in `/proc` per instance (sessions, and processes still ending).
+    max_trees_per_instance: [usize; INSTANCES],
     max_total: usize,
     /// The highest resident memory seen of each broker and gateway.
     peak_rss: Vec<(String, u64)>,
@@ -660,6 +671,17 @@ async fn monitor(run: Arc<Run>, stop: Arc<AtomicBool>) -> anyhow::Result<Monitor
                 if let Some(instance) = live.get(id) {
                     per_instance[*instance] += 1;
                 }
+            }
+        }
+        for index in 0..INSTANCES {
+            let trees = marked_tree_roots(&instance_marker(&run.marker, index));
+            report.max_trees_per_instance[index] =
+                report.max_trees_per_instance[index].max(trees.len());
+            if trees.len() > MAX_SESSIONS {
+                report.violations.push(format!(
+                    "{} process trees of churn-{index} in /proc: {trees:?}",
+                    trees.len()
+                ));
             }
         }
         report.max_total = report.max_total.max(total);
