@@ -44,9 +44,9 @@ pub enum Error {
 }
 
 /// Serves the gateway on `listener` until `shutdown` completes. Then it answers `/readyz` with
-/// 503 and goes on serving for `drain_delay`; after that it stops accepting connections, closes every WebSocket with
-/// 1012 (service restart: reconnect now, to another replica), ends gRPC-web streams, and waits
-/// up to `shutdown_grace` for the sockets to finish closing.
+/// 503 and goes on serving for `drain_delay`; after that it stops accepting connections, closes
+/// every WebSocket with 1012 (service restart: reconnect now, to another replica), ends gRPC-web
+/// streams, and waits up to `shutdown_grace` for the sockets to finish closing.
 pub async fn run(
     config: Config,
     listener: tokio::net::TcpListener,

@@ -26,22 +26,37 @@ pub(crate) struct Registration {
     pub docker: bool,
 }
 
-/// Keeps `registration` registered with the session-api at `session_api` until `cancel`.
-pub(crate) fn start(
-    session_api: &str,
-    token: &crate::config::ServiceToken,
+/// Keeps a broker registered with session-api: built before the broker serves (so a bad URL
+/// fails the start), started once it does.
+#[derive(Debug)]
+pub(crate) struct Registrar {
+    client: RegistryClient,
     registration: Registration,
-    cancel: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let client = RegistryClient::new(session_api, token, CALL_TIMEOUT)?;
-    tracing::info!(session_api, broker_id = %registration.broker_id,
-        endpoint = %registration.endpoint, "registering with session-api");
-    Ok(tokio::spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            () = keep_registered(client, registration) => {}
-        }
-    }))
+}
+
+impl Registrar {
+    pub(crate) fn new(
+        session_api: &str,
+        token: &crate::config::ServiceToken,
+        registration: Registration,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            client: RegistryClient::new(session_api, token, CALL_TIMEOUT)?,
+            registration,
+        })
+    }
+
+    /// Registers and heartbeats in a task of its own until `cancel`.
+    pub(crate) fn start(self, cancel: CancellationToken) {
+        tracing::info!(broker_id = %self.registration.broker_id,
+            endpoint = %self.registration.endpoint, "registering with session-api");
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = keep_registered(self.client, self.registration) => {}
+            }
+        });
+    }
 }
 
 async fn keep_registered(mut client: RegistryClient, registration: Registration) {

@@ -14,7 +14,7 @@ use crate::broker::Broker;
 use crate::config::{BackendKind, Config};
 use crate::error::Error;
 use crate::grpc::PtyBrokerService;
-use crate::registration::{self, Registration};
+use crate::registration::{Registrar, Registration};
 
 impl Broker {
     /// Serves this broker on `listener` until `shutdown` completes or the server fails. Then it
@@ -46,8 +46,16 @@ impl Broker {
             .build_v1()
             .map_err(|error| Error::Config(format!("server reflection: {error}")))?;
 
-        let registration = match &config.session_api {
-            Some(session_api) => Some((session_api, advertised_endpoint(config, local_addr)?)),
+        let registrar = match &config.session_api {
+            Some(session_api) => Some(Registrar::new(
+                session_api,
+                &config.service_token,
+                Registration {
+                    broker_id: config.broker_id.clone(),
+                    endpoint: advertised_endpoint(config, local_addr)?,
+                    docker: config.backends.contains(&BackendKind::Docker),
+                },
+            )?),
             None => None,
         };
 
@@ -72,17 +80,8 @@ impl Broker {
         // Heartbeats stop when serving does: on shutdown, or when the server fails.
         let stop_registering = CancellationToken::new();
         let _stop_registering = stop_registering.clone().drop_guard();
-        if let Some((session_api, endpoint)) = registration {
-            registration::start(
-                session_api,
-                &config.service_token,
-                Registration {
-                    broker_id: config.broker_id.clone(),
-                    endpoint,
-                    docker: config.backends.contains(&BackendKind::Docker),
-                },
-                stop_registering.clone(),
-            )?;
+        if let Some(registrar) = registrar {
+            registrar.start(stop_registering.clone());
         }
 
         tokio::select! {
