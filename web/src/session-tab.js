@@ -319,6 +319,12 @@ export class SessionTab {
           { label: 'Start a new session', onClick: () => this.callbacks.onReplace(this) },
         ]);
         break;
+      case 1012:
+        // A rolling restart of the gateway: another replica answers at once, so start the
+        // backoff over (it still has jitter, so every tab does not come back at the same moment).
+        this.reconnectAttempts = 0;
+        this.scheduleReconnect('Server restarting: reconnecting');
+        break;
       default:
         if (this.ended === 'taken_over') {
           this.handleClose(4009, reason);
@@ -329,13 +335,13 @@ export class SessionTab {
     this.callbacks.onChange(this);
   }
 
-  scheduleReconnect() {
+  scheduleReconnect(why = 'Connection lost: reconnecting') {
     const attempt = this.reconnectAttempts;
     this.reconnectAttempts += 1;
     const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** attempt);
     const delay = ceiling / 2 + Math.random() * (ceiling / 2);
     this.setStatus(Status.disconnected);
-    this.showStatusLine(`Connection lost: reconnecting (attempt ${attempt + 1})…`);
+    this.showStatusLine(`${why} (attempt ${attempt + 1})…`);
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.connect();
