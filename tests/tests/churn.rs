@@ -788,13 +788,13 @@ fn resident(cluster: &Cluster) -> Vec<(String, u64)> {
 
 /// RSS after the churn against RSS after the warm-up.
 ///
-/// Measured on this machine (2 cores, loaded by other builds, debug build; 84 sessions after
-/// the warm-up, ~700 reconnects, ~1.5 MB of output in all): brokers 12.7-13.1 MiB warm, at
-/// most +0.4 MiB at the peak and at the end; gateways 14.3-14.9 MiB warm, at most +0.6 MiB at
-/// the peak and +0.5 MiB at the end. Allocators keep freed memory, but the peak with twelve
-/// sessions live is itself under +1 MiB, so 8 MiB (over ten times what was seen) leaves room
-/// for that and still fails on a leak of about 12 KiB per connection or 100 KiB per session
-/// (a ring kept after its session ended, a buffer or task per attach).
+/// Measured on this machine over 20 runs (2 cores loaded by other builds, debug build; 84
+/// sessions after the warm-up, ~700-780 reconnects, ~1.5 MB of output in all): brokers
+/// 12.5-13.1 MiB warm and at most +0.5 MiB at the peak and at the end; gateways 14.3-15.5 MiB
+/// warm, at most +1.0 MiB at the peak and +0.8 MiB at the end. Allocators keep freed memory,
+/// but the peak with twelve sessions live is itself about +1 MiB, so 8 MiB (eight times the
+/// most seen) leaves room for that and still fails on a leak of about 12 KiB per connection
+/// or 100 KiB per session (a ring kept after its session ended, a buffer or task per attach).
 fn memory_is_back_near_where_it_started(
     run: &Run,
     warm: &[(String, u64)],
