@@ -442,7 +442,39 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                 p50_p99_ms(&first)
             )?;
         }
-        // The same without the gateway, to show which hop the time goes to.
+        // The broker alone, then session-api and the broker without the gateway: which hop the
+        // time goes to.
+        let mut times = Vec::new();
+        let log_dir = tempfile::tempdir()?;
+        match scale::spawn_broker(pty_broker::Config::DEFAULT_RING_BYTES, log_dir.path()) {
+            Ok(mut alone) => {
+                match scale::connect_broker(&mut alone).await {
+                    Ok(client) => {
+                        for _ in 0..sizes.starts {
+                            match scenarios::broker_start_once(&client, &alone.endpoint()).await {
+                                Ok(start) => times.push(start),
+                                Err(error) => {
+                                    failures.push(format!("start broker alone: {error:#}"))
+                                }
+                            }
+                        }
+                    }
+                    Err(error) => failures.push(format!("start broker alone: {error:#}")),
+                }
+                alone.stop(Duration::from_secs(15)).await;
+            }
+            Err(error) => failures.push(format!("start broker alone: {error:#}")),
+        }
+        let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
+        let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
+        let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
+        writeln!(
+            out,
+            "| pty-broker process alone: `Spawn` + `Attach` (gRPC), local | {} | {} | {} | |",
+            p50_p99_ms(&created),
+            p50_p99_ms(&connected),
+            p50_p99_ms(&first)
+        )?;
         for backend in [Backend::Local, Backend::Docker] {
             if stack.instance(backend).is_none() {
                 continue;

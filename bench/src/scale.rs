@@ -80,19 +80,7 @@ pub async fn broker_memory(
         .write(true)
         .open(&fifo)
         .context("open the FIFO")?;
-    let mut service = Service::spawn(
-        "pty-broker",
-        &[
-            format!("--service-token={SERVICE_TOKEN}"),
-            format!("--ticket-secret={TICKET_SECRET}"),
-            "--broker-id=bench-scale".to_owned(),
-            "--backends=local".to_owned(),
-            format!("--ring-bytes={ring_bytes}"),
-            "--kill-grace=500ms".to_owned(),
-            "--shutdown-grace=30s".to_owned(),
-        ],
-        dir.path(),
-    )?;
+    let mut service = spawn_broker(ring_bytes, dir.path())?;
     let result = async {
         let client = connect_broker(&mut service).await?;
         // Raw mode: the output is the bytes written, so the final offset is known exactly.
@@ -163,8 +151,26 @@ pub async fn broker_memory(
     result
 }
 
+/// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`), known to no
+/// session-api (which would end sessions it did not create); logs go to `log_dir`.
+pub fn spawn_broker(ring_bytes: u64, log_dir: &std::path::Path) -> Result<Service> {
+    Service::spawn(
+        "pty-broker",
+        &[
+            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--ticket-secret={TICKET_SECRET}"),
+            "--broker-id=bench-alone".to_owned(),
+            "--backends=local".to_owned(),
+            format!("--ring-bytes={ring_bytes}"),
+            "--kill-grace=500ms".to_owned(),
+            "--shutdown-grace=30s".to_owned(),
+        ],
+        log_dir,
+    )
+}
+
 /// A client of the broker at `service`, once it answers `List` (bounded).
-async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
+pub async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
     let deadline = tokio::time::Instant::now() + CALL_PATIENCE;
     loop {
         service.check_running()?;

@@ -2,15 +2,22 @@
 //! output throughput, keystroke echo, Ctrl-C under a flood, isolation from a stalled flood, and
 //! session start. Every loop is bounded in count and in time.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+use attach_ticket::{TicketKey, TicketRole};
+use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::session::v1 as session;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt as _;
 use serde_json::Value;
 
-use crate::stack::{ADMIN_TOKEN, Backend, Stack};
-use crate::term::{Path, Term, attach_broker, close_session, connect_gateway, create_session_on};
+use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Stack, TICKET_SECRET};
+use crate::term::{
+    Path, READ_PATIENCE, Term, attach_broker, attach_broker_at, close_session, connect_gateway,
+    create_session_on,
+};
 
 /// One line of the flood: 63 printable bytes and a newline.
 pub const LINE: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.";
@@ -254,6 +261,58 @@ pub async fn grpc_start_once(stack: &Stack, backend: Backend) -> Result<StartTim
     }
     .await;
     close_session(stack, &instance, &session_id).await;
+    result
+}
+
+/// Session start on a broker alone (`client` at `endpoint`), local backend: `Spawn` of the
+/// `sh -i` over gRPC, `Attach` with a ticket the bench signs itself, the first prompt byte; the
+/// session killed after.
+pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<StartTimes> {
+    let session_id = uuid::Uuid::new_v4();
+    let started = Instant::now();
+    let request = broker::SpawnRequest {
+        session_id: session_id.to_string(),
+        target: Some(broker::Target {
+            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        }),
+        command: vec!["/bin/sh".to_owned(), "-i".to_owned()],
+        env: [("PS1".to_owned(), "$ ".to_owned())].into_iter().collect(),
+        cwd: String::new(),
+        user: String::new(),
+        size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+    };
+    tokio::time::timeout(READ_PATIENCE, client.clone().spawn(request))
+        .await
+        .context("spawn took too long")?
+        .context("spawn")?;
+    let created = started.elapsed();
+    let result = async {
+        let ticket = TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?.sign(
+            session_id,
+            TicketRole::Controller,
+            SystemTime::now() + Duration::from_secs(60),
+        );
+        let attach = session::AttachTarget {
+            session_id: session_id.to_string(),
+            broker_endpoint: endpoint.to_owned(),
+            ticket,
+            ..Default::default()
+        };
+        let mut term = attach_broker_at(client, endpoint, String::new(), attach).await?;
+        let connected = started.elapsed();
+        let first = term.recv().await?.context("the terminal ended")?;
+        ensure!(!first.is_empty(), "empty first output");
+        Ok(StartTimes {
+            created,
+            connected,
+            first_byte: started.elapsed(),
+        })
+    }
+    .await;
+    let kill = broker::KillRequest {
+        session_id: session_id.to_string(),
+    };
+    let _ = tokio::time::timeout(READ_PATIENCE, client.clone().kill(kill)).await;
     result
 }
 

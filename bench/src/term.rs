@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::stack::{ADMIN_TOKEN, Backend, Stack};
+use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Stack};
 
 /// How long one read may wait before the bench calls the path stuck.
 pub const READ_PATIENCE: Duration = Duration::from_secs(60);
@@ -422,7 +422,17 @@ pub async fn attach_broker(
     instance: String,
     attach: session::AttachTarget,
 ) -> Result<Term> {
-    if attach.broker_endpoint != stack.broker_endpoint {
+    attach_broker_at(&stack.broker, &stack.broker_endpoint, instance, attach).await
+}
+
+/// [`attach_broker`] on the broker `client` at `endpoint`.
+pub async fn attach_broker_at(
+    client: &BrokerClient,
+    endpoint: &str,
+    instance: String,
+    attach: session::AttachTarget,
+) -> Result<Term> {
+    if attach.broker_endpoint != endpoint {
         bail!(
             "session-api sent the bench to {}, not its broker",
             attach.broker_endpoint
@@ -441,14 +451,18 @@ pub async fn attach_broker(
         })
         .await
         .map_err(|_| anyhow!("attach channel closed"))?;
-    let mut output = stack
-        .broker
-        .clone()
-        .attach(ReceiverStream::new(receiver))
+    let mut output = tokio::time::timeout(
+        READ_PATIENCE,
+        client.clone().attach(ReceiverStream::new(receiver)),
+    )
+    .await
+    .map_err(|_| anyhow!("attach took over {READ_PATIENCE:?}"))?
+    .context("attach")?
+    .into_inner();
+    let first = tokio::time::timeout(READ_PATIENCE, output.message())
         .await
-        .context("attach")?
-        .into_inner();
-    match output.message().await?.and_then(|frame| frame.frame) {
+        .map_err(|_| anyhow!("no connected frame within {READ_PATIENCE:?}"))??;
+    match first.and_then(|frame| frame.frame) {
         Some(broker::server_frame::Frame::Connected(_)) => {}
         other => bail!("the first attach frame was not connected: {other:?}"),
     }
