@@ -594,16 +594,38 @@ impl Store {
 
     /// Writes a batch of activity and attachment updates in one transaction. Returns the
     /// sessions whose attachment count changed.
+    ///
+    /// Every replica writes the batches of every broker it follows, so two replicas update the
+    /// same rows at once: rows are locked in id order, so that the batches never deadlock each
+    /// other, and a deadlock with some other transaction is retried.
     pub async fn record_activity(
         &self,
         updates: &HashMap<Uuid, ActivityUpdate>,
+    ) -> Result<Vec<Session>, Error> {
+        let mut ordered: Vec<(&Uuid, &ActivityUpdate)> = updates.iter().collect();
+        ordered.sort_unstable_by_key(|(session_id, _)| **session_id);
+        let mut attempt = 1;
+        loop {
+            match self.record_activity_once(&ordered).await {
+                Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
+                    tracing::debug!(attempt, "activity batch deadlocked: retrying");
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn record_activity_once(
+        &self,
+        updates: &[(&Uuid, &ActivityUpdate)],
     ) -> Result<Vec<Session>, Error> {
         if updates.is_empty() {
             return Ok(Vec::new());
         }
         let transaction = self.begin_write().await?;
         let mut attachment_changes = Vec::new();
-        for (session_id, update) in updates {
+        for &(session_id, update) in updates {
             if let Some(at) = update.last_activity_at {
                 terminal_session::Entity::update_many()
                     .col_expr(
@@ -1024,4 +1046,20 @@ fn broker_from_model(model: broker::Model) -> Broker {
 /// A stored count or size as unsigned; a negative value (never written) reads as 0.
 fn non_negative(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
+}
+
+/// Whether the database ended the statement's transaction to break a deadlock (PostgreSQL's
+/// SQLSTATE 40P01); retrying the transaction is then the right answer.
+fn is_deadlock(error: &sea_orm::DbErr) -> bool {
+    let runtime = match error {
+        sea_orm::DbErr::Exec(runtime) | sea_orm::DbErr::Query(runtime) => runtime,
+        _ => return false,
+    };
+    match runtime {
+        sea_orm::RuntimeErr::SqlxError(sqlx) => match sqlx.as_ref() {
+            sea_orm::sqlx::Error::Database(database) => database.code().as_deref() == Some("40P01"),
+            _ => false,
+        },
+        _ => false,
+    }
 }
