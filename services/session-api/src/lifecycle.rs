@@ -143,10 +143,24 @@ impl Watcher {
         let spawn_cutoff = now()
             - chrono::Duration::from_std(self.settings.spawn_grace)
                 .unwrap_or(chrono::Duration::MAX);
-        for session in sessions {
-            if session.status == SessionStatus::Starting && session.created_at > spawn_cutoff {
-                continue;
+        let sessions: Vec<_> = sessions
+            .into_iter()
+            .filter(|session| {
+                session.status != SessionStatus::Starting || session.created_at <= spawn_cutoff
+            })
+            .collect();
+        // The records lag a broker that just came back (its watcher reconnects with backoff),
+        // and a create may already have spawned on it: a broker that answers is not lost.
+        if let Some(first) = sessions.first() {
+            let probe = self.service.brokers.has_session(broker, first.id);
+            if let Ok(Ok(_)) = tokio::time::timeout(self.settings.heartbeat_interval(), probe).await
+            {
+                tracing::info!(broker_id = %broker.id,
+                    "a broker marked down answers again: its sessions are kept");
+                return;
             }
+        }
+        for session in sessions {
             match store
                 .close_session(session.id, CloseReason::BrokerLost)
                 .await
@@ -410,10 +424,11 @@ impl Watcher {
     }
 }
 
-/// A broker is lost when it is down and its last heartbeat is older than `cutoff` (or it never
-/// had one).
+/// A broker is lost when it is down and its last heartbeat is older than `cutoff`. A broker that
+/// never had a heartbeat is not: none of its sessions can have outlived it, and one just
+/// configured may already run sessions its watcher has not seen yet.
 fn is_lost(broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) -> bool {
-    !broker.up && broker.last_heartbeat_at.is_none_or(|at| at < cutoff)
+    !broker.up && broker.last_heartbeat_at.is_some_and(|at| at < cutoff)
 }
 
 fn note_attachments(pending: &mut HashMap<Uuid, ActivityUpdate>, session: &BrokerSession) {
@@ -421,4 +436,32 @@ fn note_attachments(pending: &mut HashMap<Uuid, ActivityUpdate>, session: &Broke
         .entry(session.session_id)
         .or_default()
         .attached_clients = Some(session.attached_clients);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(up: bool, last_heartbeat_at: Option<chrono::DateTime<chrono::Utc>>) -> Broker {
+        Broker {
+            id: "b".into(),
+            endpoint: "http://127.0.0.1:1".into(),
+            up,
+            docker: false,
+            configured: true,
+            last_heartbeat_at,
+        }
+    }
+
+    #[test]
+    fn only_a_down_broker_silent_past_the_cutoff_is_lost() {
+        let cutoff = now();
+        let before = cutoff - chrono::Duration::seconds(1);
+        let after = cutoff + chrono::Duration::seconds(1);
+        assert!(is_lost(&broker(false, Some(before)), cutoff));
+        assert!(!is_lost(&broker(false, Some(after)), cutoff));
+        assert!(!is_lost(&broker(true, Some(before)), cutoff));
+        // Configured and never reached yet: a create may already have spawned on it.
+        assert!(!is_lost(&broker(false, None), cutoff));
+    }
 }
