@@ -28,6 +28,12 @@ struct Args {
     /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale.
     #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale"])]
     only: Vec<String>,
+    /// Override the MiB written by each throughput run.
+    #[arg(long)]
+    flood_mib: Option<u64>,
+    /// Override the number of runs of the repeated scenarios.
+    #[arg(long)]
+    repeats: Option<usize>,
     /// Override the number of sessions of the broker-memory scale scenario.
     #[arg(long)]
     scale_sessions: Option<usize>,
@@ -93,6 +99,8 @@ impl Sizes {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let mut sizes = Sizes::new(args.quick);
+    sizes.flood_bytes = args.flood_mib.map_or(sizes.flood_bytes, |mib| mib << 20);
+    sizes.repeats = args.repeats.unwrap_or(sizes.repeats).max(1);
     sizes.scale_sessions = args.scale_sessions.unwrap_or(sizes.scale_sessions);
     sizes.sockets = args.sockets.unwrap_or(sizes.sockets);
     sizes.typists = args.typists.unwrap_or(sizes.typists);

@@ -64,8 +64,9 @@ pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<f6
         while received < bytes {
             let chunk = term
                 .recv()
-                .await?
-                .context("the terminal ended before all output arrived")?;
+                .await
+                .with_context(|| format!("after {received} of {bytes} bytes"))?
+                .with_context(|| format!("the terminal ended after {received} of {bytes} bytes"))?;
             let wanted = (bytes - received).min(chunk.len() as u64) as usize;
             verify_flood(&chunk[..wanted], received)?;
             ensure!(

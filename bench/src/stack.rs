@@ -127,14 +127,7 @@ impl Stack {
             }
         }));
 
-        // An experiment, off by default: with BENCH_SESSION_API_NODELAY set, session-api's
-        // accepted connections get TCP_NODELAY (Linux copies it from the listener), which its
-        // own server does not set; the session-start figures show what that costs.
-        let session_listener = if std::env::var_os("BENCH_SESSION_API_NODELAY").is_some() {
-            bind_nodelay()?
-        } else {
-            bind().await?
-        };
+        let session_listener = bind().await?;
         let session_api_endpoint = endpoint(&session_listener)?;
         let database_url = format!(
             "sqlite://{}?mode=rwc",
@@ -357,14 +350,6 @@ async fn bind() -> Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
         .await
         .context("bind 127.0.0.1:0")
-}
-
-/// A listener whose accepted sockets inherit `TCP_NODELAY` (Linux copies it to them).
-fn bind_nodelay() -> Result<TcpListener> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.set_nodelay(true)?;
-    socket.bind(([127, 0, 0, 1], 0).into())?;
-    Ok(socket.listen(1024)?)
 }
 
 fn endpoint(listener: &TcpListener) -> Result<String> {

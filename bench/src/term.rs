@@ -216,8 +216,12 @@ impl Term {
                     Some(broker::server_frame::Frame::Output(chunk)) => {
                         return Ok(Some(chunk.data));
                     }
-                    Some(broker::server_frame::Frame::Exit(_))
-                    | Some(broker::server_frame::Frame::Closed(_)) => return Ok(None),
+                    Some(broker::server_frame::Frame::Exit(exit)) => {
+                        bail!("the process exited: {exit:?}")
+                    }
+                    Some(broker::server_frame::Frame::Closed(closed)) => {
+                        bail!("the broker closed the stream: {closed:?}")
+                    }
                     Some(broker::server_frame::Frame::Gap(gap)) => {
                         bail!("the broker reported a gap of {} bytes", gap.lost)
                     }
@@ -240,6 +244,13 @@ impl Term {
                         if text.contains("\"exit\"") {
                             return Ok(None);
                         }
+                    }
+                    Message::Close(Some(frame)) if u16::from(frame.code) != 1000 => {
+                        bail!(
+                            "the gateway closed the socket: {} {}",
+                            u16::from(frame.code),
+                            frame.reason
+                        )
                     }
                     Message::Close(_) => return Ok(None),
                     _ => {}
