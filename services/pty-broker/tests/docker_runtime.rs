@@ -116,6 +116,46 @@ async fn shell_echoes_input_and_reports_its_exit_code() {
 }
 
 #[tokio::test]
+async fn a_session_outlives_the_exit_status_timeout_while_it_runs() {
+    let Some(container) = DockerFixture::start().await else {
+        return;
+    };
+    // The timeout bounds the wait for the status after the output ended, not the session's life:
+    // the session task waits on the exit from the start, as here.
+    let runtime = DockerRuntime::new(DockerRuntimeConfig {
+        exit_status_timeout: Duration::from_millis(300),
+        ..DockerRuntimeConfig::default()
+    })
+    .expect("docker runtime");
+    let mut pty = runtime
+        .spawn(&spec(
+            container.name(),
+            &["sh", "-c", "sleep 2; echo still-here; exit 4"],
+        ))
+        .await
+        .expect("spawn");
+    let process = &pty.process;
+    let output = &mut pty.output;
+    let (status, output) = tokio::join!(
+        tokio::time::timeout(PATIENCE, process.wait()),
+        tokio::time::timeout(PATIENCE, async {
+            let mut collected = Vec::new();
+            output.read_to_end(&mut collected).await.map(|_| collected)
+        }),
+    );
+    let output = output.expect("output ends").expect("read output");
+    assert!(
+        find(&output, b"still-here").is_some(),
+        "{:?}",
+        String::from_utf8_lossy(&output)
+    );
+    assert_eq!(
+        status.expect("wait returns").expect("exit status"),
+        ExitStatus::exited(4)
+    );
+}
+
+#[tokio::test]
 async fn every_byte_value_passes_unchanged_in_both_directions() {
     let Some(container) = DockerFixture::start().await else {
         return;

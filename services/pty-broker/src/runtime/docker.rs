@@ -22,8 +22,10 @@
 //!
 //! # Exit
 //!
-//! The exit status is learnt from `inspect_exec` once the output has ended (polled until the
-//! engine reports the exec stopped, for at most [`DockerRuntimeConfig::exit_status_timeout`]). Docker
+//! Docker has no wait call for an exec: the exit status is learnt from `inspect_exec`, every two
+//! seconds while the output flows (the leader may exit while a background job holds the terminal)
+//! and quickly once the output has ended, until the engine reports the exec stopped (for at most
+//! [`DockerRuntimeConfig::exit_status_timeout`] after the end of the output). Docker
 //! reports a process killed by signal N as 128+N; the runtime reports that as "killed by N", as
 //! the local runtime does for a real signal. An exec whose container was removed is reported as
 //! killed by SIGKILL.
@@ -501,8 +503,12 @@ impl PtyRuntime for DockerRuntime {
             directory.write(&record)?;
         }
 
+        let (ended, output_ended) = tokio::sync::watch::channel(false);
         Ok(SpawnedPty {
-            output: Box::pin(attached.output),
+            output: Box::pin(SignalsEnd {
+                inner: attached.output,
+                ended,
+            }),
             input: Box::pin(attached.input),
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
@@ -512,6 +518,7 @@ impl PtyRuntime for DockerRuntime {
                 group,
                 exit_status_timeout: self.config.exit_status_timeout,
                 exit_status: OnceCell::new(),
+                output_ended,
                 _record: record_guard,
             }),
         })
@@ -697,27 +704,37 @@ struct DockerProcess {
     group: SessionGroup,
     exit_status_timeout: Duration,
     exit_status: OnceCell<ExitStatus>,
+    /// Turns true when the output stream has ended.
+    output_ended: tokio::sync::watch::Receiver<bool>,
     _record: Option<RecordGuard>,
 }
 
+/// How often a running exec is asked whether it has exited while its output still flows (its
+/// leader can exit while a background job keeps the terminal open).
+const RUNNING_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
 impl DockerProcess {
+    /// The exit status, once the engine reports the exec stopped. Docker has no wait call for an
+    /// exec: while the output flows the engine is asked every [`RUNNING_POLL_INTERVAL`]; once
+    /// the output ended, the status follows within moments, so it is asked at a quickening pace
+    /// for at most `exit_status_timeout`.
     async fn poll_exit_status(&self) -> Result<ExitStatus, RuntimeError> {
+        let mut output_ended = self.output_ended.clone();
+        loop {
+            if let Some(status) = self.exit_status_now().await? {
+                return Ok(status);
+            }
+            tokio::select! {
+                // A dropped sender means the output reader is gone: as good as ended.
+                _ = output_ended.wait_for(|ended| *ended) => break,
+                () = tokio::time::sleep(RUNNING_POLL_INTERVAL) => {}
+            }
+        }
         let deadline = tokio::time::Instant::now() + self.exit_status_timeout;
         let mut interval = Duration::from_millis(5);
         loop {
-            match self.engine.docker.inspect_exec(&self.exec_id).await {
-                Ok(inspected) if inspected.running != Some(true) => {
-                    return Ok(exit_status_from_code(inspected.exit_code.unwrap_or(-1)));
-                }
-                Ok(_) => {}
-                // The container was removed, and every process in it with it.
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {
-                    tracing::warn!(container = %self.container, exec_id = %self.exec_id, "exec vanished with its container");
-                    return Ok(ExitStatus::signalled(libc::SIGKILL));
-                }
-                Err(error) => return Err(DockerError::from(error).into()),
+            if let Some(status) = self.exit_status_now().await? {
+                return Ok(status);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(RuntimeError::Other(format!(
@@ -728,6 +745,52 @@ impl DockerProcess {
             tokio::time::sleep(interval).await;
             interval = (interval * 2).min(Duration::from_millis(200));
         }
+    }
+
+    /// One look at the exec: its exit status if it has stopped.
+    async fn exit_status_now(&self) -> Result<Option<ExitStatus>, RuntimeError> {
+        match self.engine.docker.inspect_exec(&self.exec_id).await {
+            Ok(inspected) if inspected.running != Some(true) => Ok(Some(exit_status_from_code(
+                inspected.exit_code.unwrap_or(-1),
+            ))),
+            Ok(_) => Ok(None),
+            // The container was removed, and every process in it with it.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {
+                tracing::warn!(container = %self.container, exec_id = %self.exec_id, "exec vanished with its container");
+                Ok(Some(ExitStatus::signalled(libc::SIGKILL)))
+            }
+            Err(error) => Err(DockerError::from(error).into()),
+        }
+    }
+}
+
+/// The exec's output stream, which says when it has ended (end of stream or an error), since
+/// the end of the output is when the exec's exit status is due.
+struct SignalsEnd<R> {
+    inner: R,
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SignalsEnd<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let filled = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(())) if buf.filled().len() == filled => {
+                self.ended.send_replace(true);
+            }
+            std::task::Poll::Ready(Err(_)) => {
+                self.ended.send_replace(true);
+            }
+            _ => {}
+        }
+        polled
     }
 }
 

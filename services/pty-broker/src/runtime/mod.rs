@@ -97,8 +97,9 @@ pub trait PtyProcess: Send + Sync + fmt::Debug {
     /// Whether any process of the session's process group is still alive.
     async fn group_alive(&self) -> Result<bool, RuntimeError>;
 
-    /// Waits for the session leader to exit and returns how it ended. Called once the output has
-    /// ended (or after the group was killed); may be called more than once.
+    /// Waits for the session leader to exit and returns how it ended. The session task waits on
+    /// it for the whole life of the process, alongside reading the output; may be called more
+    /// than once.
     async fn wait(&self) -> Result<ExitStatus, RuntimeError>;
 }
 
