@@ -137,11 +137,18 @@ impl PtyRuntime for LocalRuntime {
             .stdout(stdio(&pty.slave)?)
             .stderr(stdio(&pty.slave)?);
         // SAFETY: the closure runs in the child between fork and exec, so it may only call
-        // async-signal-safe functions. `setsid` and `ioctl(TIOCSCTTY)` are plain system calls
-        // that allocate nothing and take no locks. stdin is already the slave (dup2'ed by std
-        // before this closure runs).
+        // async-signal-safe functions. `signal` (sigaction), `setsid` and `ioctl(TIOCSCTTY)` are
+        // plain system calls that allocate nothing and take no locks. stdin is already the slave
+        // (dup2'ed by std before this closure runs).
         unsafe {
             command.pre_exec(|| {
+                // Handlers do not survive exec, but ignored signals do: a broker started with
+                // SIGINT or SIGHUP ignored (nohup, some supervisors) would hand that on, and the
+                // terminal's ^C and the teardown's SIGHUP would do nothing. (std already resets
+                // the signal mask and SIGPIPE.) SIGKILL and SIGSTOP refuse, harmlessly.
+                for signal in 1..32 {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
                 nix::unistd::setsid().map_err(io::Error::from)?;
                 if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                     return Err(io::Error::last_os_error());
