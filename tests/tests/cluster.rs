@@ -246,6 +246,39 @@ fn assert_exact_stream(index: usize, outcome: &StreamOutcome, expected: &[u8]) {
     );
 }
 
+/// Two instances, one per broker, whose sessions write `line-0` .. `line-{lines-1}`, one line
+/// every 40 ms, and `clients` sessions alternating between them, created through alternating
+/// gateways: the instances and the (instance id, session id) pairs.
+async fn streaming_sessions(
+    cluster: &Cluster,
+    name: &str,
+    clients: usize,
+    lines: usize,
+) -> ([session_wire::Instance; 2], Vec<(String, String)>) {
+    let script =
+        format!("i=0; while [ $i -lt {lines} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
+    let command = ["sh", "-c", script.as_str()];
+    let instances = [
+        cluster
+            .register_instance(&format!("{name}-0"), 0, &command, 50)
+            .await
+            .unwrap(),
+        cluster
+            .register_instance(&format!("{name}-1"), 1, &command, 50)
+            .await
+            .unwrap(),
+    ];
+    let mut sessions = Vec::new();
+    for index in 0..clients {
+        let instance = &instances[index % 2];
+        sessions.push((
+            instance.id.clone(),
+            create(cluster, index % 2, instance).await,
+        ));
+    }
+    (instances, sessions)
+}
+
 /// Starts one client per session that attaches through gateway 0 and resumes through gateway 1
 /// (see [`stream_across_gateways`]), and waits until each has received a few lines.
 async fn stream_clients(
@@ -315,27 +348,7 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
     let Some(mut cluster) = start_cluster().await else {
         return;
     };
-    let script =
-        format!("i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
-    let command = ["sh", "-c", script.as_str()];
-    let instances = [
-        cluster
-            .register_instance("stream-0", 0, &command, 50)
-            .await
-            .unwrap(),
-        cluster
-            .register_instance("stream-1", 1, &command, 50)
-            .await
-            .unwrap(),
-    ];
-    let mut sessions = Vec::new();
-    for index in 0..CLIENTS {
-        let instance = &instances[index % 2];
-        sessions.push((
-            instance.id.clone(),
-            create(&cluster, index % 2, instance).await,
-        ));
-    }
+    let (instances, sessions) = streaming_sessions(&cluster, "stream", CLIENTS, LINES).await;
     let (clients, counters) = stream_clients(&cluster, &sessions).await;
 
     // session-api 0 (gateway-0's) dies: the streams through gateway-0 go on.
@@ -381,27 +394,7 @@ async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
     let Some(mut cluster) = start_cluster().await else {
         return;
     };
-    let script =
-        format!("i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
-    let command = ["sh", "-c", script.as_str()];
-    let instances = [
-        cluster
-            .register_instance("rolling-0", 0, &command, 50)
-            .await
-            .unwrap(),
-        cluster
-            .register_instance("rolling-1", 1, &command, 50)
-            .await
-            .unwrap(),
-    ];
-    let mut sessions = Vec::new();
-    for index in 0..CLIENTS {
-        let instance = &instances[index % 2];
-        sessions.push((
-            instance.id.clone(),
-            create(&cluster, index % 2, instance).await,
-        ));
-    }
+    let (instances, sessions) = streaming_sessions(&cluster, "rolling", CLIENTS, LINES).await;
     let (clients, counters) = stream_clients(&cluster, &sessions).await;
 
     // session-api 0 is rolled: it stops within its grace period (5 s) with a clean exit, the

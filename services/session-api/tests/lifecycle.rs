@@ -94,16 +94,27 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
     );
 }
 
-/// Whether `registry` lists `broker_id` as up at `endpoint`.
-async fn registered_up(registry: &mut RegistryClient, broker_id: &str, endpoint: &str) -> bool {
-    registry
-        .list_brokers(wire::ListBrokersRequest {})
-        .await
-        .is_ok_and(|response| {
-            response.into_inner().brokers.iter().any(|broker| {
-                broker.id == broker_id && broker.up && broker.endpoint == endpoint && !broker.docker
-            })
-        })
+/// Waits until `api` lists `broker_id` as up at `endpoint`, without Docker.
+async fn wait_registered(api: &Isolated, broker_id: &str, endpoint: &str) {
+    let registry = registry_client(api).await;
+    eventually("the broker is registered and up", || {
+        let mut registry = registry.clone();
+        async move {
+            registry
+                .list_brokers(wire::ListBrokersRequest {})
+                .await
+                .is_ok_and(|response| {
+                    response.into_inner().brokers.iter().any(|broker| {
+                        broker.id == broker_id
+                            && broker.up
+                            && broker.endpoint == endpoint
+                            && !broker.docker
+                    })
+                })
+                .then_some(())
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -117,17 +128,7 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     let broker = start_registering_broker("self-registered", &format!("http://{address}"));
     let api = start_session_api_on(reserved, first_database.url(), &[]);
 
-    let mut registry = registry_client(&api).await;
-    eventually("the broker registers once session-api answers", || {
-        let mut registry = registry.clone();
-        let endpoint = broker.endpoint();
-        async move {
-            registered_up(&mut registry, "self-registered", &endpoint)
-                .await
-                .then_some(())
-        }
-    })
-    .await;
+    wait_registered(&api, "self-registered", &broker.endpoint()).await;
     // Sessions are placed on it and run there.
     let mut client = session_client(&api).await;
     let instance = register_instance(&mut client, "on-registered", "self-registered", 5).await;
@@ -160,15 +161,5 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     })
     .await;
     let api = start_session_api_on(listener, second_database.url(), &[]);
-    registry = registry_client(&api).await;
-    eventually("the broker registers with the new session-api", || {
-        let mut registry = registry.clone();
-        let endpoint = broker.endpoint();
-        async move {
-            registered_up(&mut registry, "self-registered", &endpoint)
-                .await
-                .then_some(())
-        }
-    })
-    .await;
+    wait_registered(&api, "self-registered", &broker.endpoint()).await;
 }
