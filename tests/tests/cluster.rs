@@ -235,6 +235,27 @@ async fn stream_across_gateways(
     })
 }
 
+/// Waits for every client of [`stream_clients`] and checks that each received exactly what its
+/// process wrote (`lines` lines), no gap and no duplicate; returns how each went.
+async fn finished_streams(
+    cluster: &Cluster,
+    clients: Vec<tokio::task::JoinHandle<anyhow::Result<StreamOutcome>>>,
+    lines: usize,
+) -> Vec<StreamOutcome> {
+    let expected = expected_stream(lines);
+    let mut outcomes = Vec::new();
+    for (index, client) in clients.into_iter().enumerate() {
+        let outcome = tokio::time::timeout(PATIENCE * 2, client)
+            .await
+            .expect("the client finishes")
+            .expect("the client task")
+            .unwrap_or_else(|error| panic!("client {index}: {error:#}\n{}", cluster.logs()));
+        assert_exact_stream(index, &outcome, &expected);
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
 /// Checks that `outcome` is exactly the stream of [`expected_stream`]`(lines)`.
 fn assert_exact_stream(index: usize, outcome: &StreamOutcome, expected: &[u8]) {
     assert!(
@@ -372,18 +393,15 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
 
     // gateway-0 dies under its 20 clients: each resumes through gateway-1.
     cluster.gateways[0].kill().unwrap();
-    let expected = expected_stream(LINES);
-    for (index, client) in clients.into_iter().enumerate() {
-        let outcome = tokio::time::timeout(PATIENCE * 2, client)
-            .await
-            .expect("the client finishes")
-            .expect("the client task")
-            .unwrap_or_else(|error| panic!("client {index}: {error:#}\n{}", cluster.logs()));
+    for (index, outcome) in finished_streams(&cluster, clients, LINES)
+        .await
+        .iter()
+        .enumerate()
+    {
         assert!(
             outcome.broke,
             "client {index}: the stream ended before the gateway died"
         );
-        assert_exact_stream(index, &outcome, &expected);
     }
 }
 
@@ -445,19 +463,16 @@ async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
     let status = tokio::task::block_in_place(|| cluster.gateways[0].wait(PATIENCE))
         .expect("gateway-0 exits after SIGTERM");
     assert!(status.success(), "gateway-0 exited with {status}");
-    let expected = expected_stream(LINES);
-    for (index, client) in clients.into_iter().enumerate() {
-        let outcome = tokio::time::timeout(PATIENCE * 2, client)
-            .await
-            .expect("the client finishes")
-            .expect("the client task")
-            .unwrap_or_else(|error| panic!("client {index}: {error:#}\n{}", cluster.logs()));
+    for (index, outcome) in finished_streams(&cluster, clients, LINES)
+        .await
+        .iter()
+        .enumerate()
+    {
         assert_eq!(
             (outcome.broke, outcome.first_close),
             (true, Some(1012)),
             "client {index}: the gateway's close says restart"
         );
-        assert_exact_stream(index, &outcome, &expected);
     }
 }
 
