@@ -21,6 +21,10 @@ use crate::connection::{BearerToken, SERVER_FILE, TOKEN_FILE};
 
 /// The instance registered on first start: the user's shell on this host.
 const LOCAL_INSTANCE: &str = "local";
+/// The id of the in-process broker in session-api's registry.
+const LOCAL_BROKER: &str = "local";
+/// How long the services get to come up before `up` gives up.
+const STARTUP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -96,7 +100,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         ticket_key,
     );
     session_config.brokers = vec![session_api::config::StaticBroker {
-        id: "local".to_owned(),
+        id: LOCAL_BROKER.to_owned(),
         endpoint: broker_endpoint,
     }];
     let session_shutdown = shutdown.clone().cancelled_owned();
@@ -128,7 +132,12 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
             .context("gateway failed")
     });
 
-    register_local_instance(&session_api_endpoint, &service_token).await?;
+    let channel = connect_with_retry(&session_api_endpoint).await?;
+    let token = BearerToken::new(&service_token)?;
+    register_local_instance(channel.clone(), token.clone()).await?;
+    // The URL is printed once it works: on a restart the instance is already there, but
+    // session-api counts the broker as down until its event stream reconnects.
+    wait_for_broker(channel, token).await?;
 
     let server_url = format!("http://{gateway_address}");
     std::fs::write(data_dir.join(SERVER_FILE), format!("{server_url}\n"))
@@ -193,12 +202,12 @@ fn default_backends() -> Vec<pty_broker::BackendKind> {
 }
 
 /// Registers the `local` instance unless it exists (first start only).
-async fn register_local_instance(session_api_endpoint: &str, service_token: &str) -> Result<()> {
-    let channel = connect_with_retry(session_api_endpoint).await?;
-    let mut client = session::session_api_client::SessionApiClient::with_interceptor(
-        channel,
-        BearerToken::new(service_token)?,
-    );
+async fn register_local_instance(
+    channel: tonic::transport::Channel,
+    token: BearerToken,
+) -> Result<()> {
+    let mut client =
+        session::session_api_client::SessionApiClient::with_interceptor(channel, token);
     match client
         .get_instance(session::GetInstanceRequest {
             instance: LOCAL_INSTANCE.to_owned(),
@@ -219,7 +228,7 @@ async fn register_local_instance(session_api_endpoint: &str, service_token: &str
     };
     // session-api counts the broker as up once its event stream is connected, a moment after
     // both have started.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + STARTUP_DEADLINE;
     loop {
         match client.register_instance(request.clone()).await {
             Ok(_) => return Ok(()),
@@ -233,6 +242,32 @@ async fn register_local_instance(session_api_endpoint: &str, service_token: &str
             }
             Err(status) => return Err(status).context("cannot register the local instance"),
         }
+    }
+}
+
+/// Waits until session-api's registry shows the in-process broker up.
+async fn wait_for_broker(channel: tonic::transport::Channel, token: BearerToken) -> Result<()> {
+    let mut registry =
+        session::broker_registry_client::BrokerRegistryClient::with_interceptor(channel, token);
+    let deadline = tokio::time::Instant::now() + STARTUP_DEADLINE;
+    loop {
+        let brokers = registry
+            .list_brokers(session::ListBrokersRequest {})
+            .await
+            .context("cannot read session-api's broker registry")?
+            .into_inner()
+            .brokers;
+        if brokers
+            .iter()
+            .any(|broker| broker.id == LOCAL_BROKER && broker.up)
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "session-api did not see the local broker come up within {STARTUP_DEADLINE:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 
