@@ -9,7 +9,6 @@ use futures::Stream;
 use ptyhub_proto::broker::v1 as pb;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status, Streaming};
 use uuid::Uuid;
 
@@ -29,8 +28,8 @@ pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
 pub const MAX_CLIENT_FRAME_BYTES: usize = MAX_INPUT_BYTES + 1024;
 /// How long a client has to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Frames queued per attached client between the broker and the transport.
-const OUTBOUND_FRAMES: usize = 8;
+/// Replies (error frames) queued per attached client between its inbound and outbound sides.
+const OUTBOUND_REPLIES: usize = 8;
 /// Events queued per `WatchEvents` subscriber between the broker and the transport.
 const OUTBOUND_EVENTS: usize = 64;
 
@@ -165,9 +164,14 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         };
         let hello = Hello::try_from(hello)?;
         let attachment = self.broker.attach(hello).await?;
-        let (sender, receiver) = mpsc::channel(OUTBOUND_FRAMES);
-        tokio::spawn(serve_attachment(attachment, inbound, sender));
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+        let (replies, reply_receiver) = mpsc::channel(OUTBOUND_REPLIES);
+        let inbound_task = tokio::spawn(apply_client_frames(attachment.handle(), inbound, replies));
+        Ok(Response::new(Box::pin(outbound_frames(Outbound {
+            attachment,
+            replies: Some(reply_receiver),
+            _inbound_task: AbortOnDrop(inbound_task),
+            ended: false,
+        }))))
     }
 }
 
@@ -209,39 +213,63 @@ fn snapshot_event(broker: &Broker, sessions: Vec<SessionInfo>) -> pb::BrokerEven
     }
 }
 
-/// Runs one attached client: this task sends what the session has for it, a second one applies
-/// what the client sends. Either ending ends both; dropping the attachment detaches the client.
-async fn serve_attachment(
-    mut attachment: Attachment,
-    inbound: Streaming<pb::ClientFrame>,
-    sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
-) {
-    let stop = CancellationToken::new();
-    let session_id = attachment.handle().session_id();
-    let inbound_task = tokio::spawn(apply_client_frames(
-        attachment.handle(),
-        inbound,
-        sender.clone(),
-        stop.clone(),
-    ));
-    loop {
-        let event = tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            () = sender.closed() => break,
-            event = attachment.next_event() => event,
-        };
-        let Some(event) = event else { break };
-        let frame = event
-            .map(|event| server_frame(session_id, event))
-            .map_err(Status::from);
-        tokio::select! {
-            sent = sender.send(frame) => if sent.is_err() { break },
-            () = stop.cancelled() => break,
-            () = attachment.session_closed() => break,
-        }
+/// One attached client's side of the `Attach` response. The transport polls it directly, so
+/// output goes from the ring to the connection without another task in between.
+struct Outbound {
+    attachment: Attachment,
+    /// What the inbound side answers (error frames, and the error that ends the stream);
+    /// `None` once the client closed its side.
+    replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
+    _inbound_task: AbortOnDrop,
+    /// Set after the last frame: the stream ends at the next poll.
+    ended: bool,
+}
+
+/// Ends the inbound task with the response stream: the client left, or its stream failed.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    inbound_task.abort();
+}
+
+/// The frames for one attached client: what the session has for it, with the inbound side's
+/// replies in between. Dropping the stream detaches the client.
+fn outbound_frames(outbound: Outbound) -> impl Stream<Item = Result<pb::ServerFrame, Status>> {
+    let session_id = outbound.attachment.handle().session_id();
+    futures::stream::unfold(outbound, move |mut outbound| async move {
+        if outbound.ended {
+            return None;
+        }
+        loop {
+            let reply = async {
+                match outbound.replies.as_mut() {
+                    Some(replies) => replies.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let frame = tokio::select! {
+                biased;
+                reply = reply => match reply {
+                    Some(reply) => reply,
+                    // The client closed its side; it may still be reading.
+                    None => {
+                        outbound.replies = None;
+                        continue;
+                    }
+                },
+                event = outbound.attachment.next_event() => match event {
+                    Some(event) => event
+                        .map(|event| server_frame(session_id, event))
+                        .map_err(Status::from),
+                    None => return None,
+                },
+            };
+            outbound.ended = frame.is_err();
+            return Some((frame, outbound));
+        }
+    })
 }
 
 /// Applies a client's frames after its hello. Refused frames are answered with an error frame
@@ -250,7 +278,6 @@ async fn apply_client_frames(
     handle: AttachmentHandle,
     mut inbound: Streaming<pb::ClientFrame>,
     sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
-    stop: CancellationToken,
 ) {
     loop {
         let frame = match inbound.message().await {
@@ -259,7 +286,6 @@ async fn apply_client_frames(
             Ok(None) => return,
             Err(status) => {
                 let _ = sender.send(Err(inbound_status(status))).await;
-                stop.cancel();
                 return;
             }
         };
@@ -272,7 +298,6 @@ async fn apply_client_frames(
                             input.data.len()
                         ))))
                         .await;
-                    stop.cancel();
                     return;
                 }
                 handle.write_input(input.data).await

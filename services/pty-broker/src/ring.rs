@@ -81,6 +81,12 @@ impl OutputRing {
         offset
     }
 
+    /// Drops every byte held; offsets go on from the same end.
+    pub fn clear(&mut self) {
+        self.chunks = VecDeque::new();
+        self.start = self.end;
+    }
+
     fn evict_beyond_capacity(&mut self) {
         while self.len() > self.capacity {
             let excess = self.len() - self.capacity;
@@ -221,6 +227,23 @@ mod tests {
             RingRead::Data(Bytes::from(vec![1u8; 1]))
         );
         assert_eq!(collect(&ring, 298), vec![99u8; 2]);
+    }
+
+    #[test]
+    fn clear_drops_the_bytes_and_keeps_the_offsets() {
+        let mut ring = OutputRing::new(100);
+        ring.push(Bytes::from_static(b"hello"));
+        ring.clear();
+        assert_eq!((ring.start(), ring.end(), ring.len()), (5, 5, 0));
+        assert_eq!(
+            ring.read_at(2, 10),
+            RingRead::Gap {
+                lost: 3,
+                resume_at: 5
+            }
+        );
+        assert_eq!(ring.push(Bytes::from_static(b"!")), 5);
+        assert_eq!(collect(&ring, 5), b"!");
     }
 
     #[test]

@@ -27,6 +27,7 @@ backend_scenarios! {
     stalled_controller_does_not_stop_another_session,
     ctrl_c_interrupts_a_flood,
     kill_leaves_no_process_of_the_session,
+    unread_input_never_delays_a_kill,
     idle_reaping_leaves_no_process_of_the_session,
     reset_keeps_id_and_offsets_and_ends_old_processes,
     reset_after_exit_restarts_the_command_in_place,
@@ -486,6 +487,45 @@ async fn kill_leaves_no_process_of_the_session(backend: Backend) -> anyhow::Resu
     broker.assert_all_ended(&processes).await?;
     let status = broker.get(&session.session_id).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
+    broker.stop().await
+}
+
+/// Input goes straight from the controller's stream to the PTY and waits there while the process
+/// does not read it; a kill must not wait behind it.
+async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    // Raw mode: a canonical terminal would drop input beyond a line instead of holding it.
+    let session = broker
+        .spawn_sh("stty raw -echo; printf 'ready\\n'; exec sleep 600")
+        .await?;
+    let mut controller = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller.read_until(b"ready").await?;
+    // Far more than a terminal's input buffer holds: the writes block in the broker.
+    let sender = controller.sender.clone();
+    let typing = tokio::spawn(async move {
+        for _ in 0..64 {
+            let frame = pb::ClientFrame {
+                frame: Some(pb::client_frame::Frame::Input(pb::Input {
+                    data: vec![b'x'; 16 * 1024].into(),
+                })),
+            };
+            if sender.send(frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Let the writes reach the broker and block there.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = tokio::time::timeout(PATIENCE, broker.kill(&session.session_id))
+        .await
+        .context("kill waited behind unread input")??;
+    assert_eq!(killed.close_reason, pb::CloseReason::Killed as i32);
+    controller
+        .read_until_frame(|frame| matches!(frame, Frame::Closed(_)))
+        .await?;
+    typing.abort();
     broker.stop().await
 }
 

@@ -1,20 +1,24 @@
 //! One session: the task that owns its PTY, the state that clients read, and the handle clients
 //! and the registry talk to it through.
 //!
-//! The session task alone touches the PTY: it reads output into the ring, writes input, resizes
-//! and signals. Everything else reaches it through two bounded channels (commands, and input
-//! kept apart so that a burst of input never delays a kill) or reads the shared state under a
-//! short lock. Each attached client pulls output from the ring at its own cursor, so a slow client
+//! The session task owns the PTY: it reads output into the ring, resizes, signals and respawns.
+//! Clients reach it through a bounded command channel or read the shared state under a short
+//! lock. Input is the one exception: the controller's handler writes it straight to the PTY's
+//! input side, which the task installs at every spawn and takes back when the process ends, so a
+//! keystroke does not wait for the task to be scheduled (and a burst of input never delays a
+//! kill). Each attached client pulls output from the ring at its own cursor, so a slow client
 //! slows nobody but itself; the controller's cursor is what the task waits for before reading
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
 mod task;
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -30,9 +34,8 @@ use attachments::Attachments;
 /// Largest output frame sent to a client.
 const MAX_OUTPUT_FRAME: usize = 64 * 1024;
 
-/// Bounded queues between clients and the session task.
+/// Bounded queue of commands from clients to the session task.
 const COMMAND_QUEUE: usize = 16;
-const INPUT_QUEUE: usize = 16;
 
 /// The per-session timing and sizes, taken from the broker's `Config`.
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +62,6 @@ pub struct Session {
     pub id: Uuid,
     shared: Arc<Shared>,
     commands: mpsc::Sender<Command>,
-    input: mpsc::Sender<InputChunk>,
 }
 
 /// What the session task and the clients share.
@@ -70,8 +72,28 @@ struct Shared {
     changed: watch::Sender<()>,
     /// Wakes the session task: a client left, or the controller took output the task waits on.
     task_wake: Notify,
-    /// Cancelled once the session is closed and its clients had their chance to hear it.
-    closed: CancellationToken,
+    /// The running process's input side; `None` once no process runs. The task holds the lock
+    /// while it starts a process, so input sent meanwhile waits for the new process.
+    input: Arc<tokio::sync::Mutex<Option<PtyInput>>>,
+}
+
+/// The session task's hold on the input side (see [`Shared::input`]).
+type InputGuard = tokio::sync::OwnedMutexGuard<Option<PtyInput>>;
+
+/// The PTY's input side while its process runs.
+struct PtyInput {
+    writer: Pin<Box<dyn AsyncWrite + Send>>,
+    /// Cancelled when the process ends: a write blocked on a process that stopped reading its
+    /// input gives way, so the task can take the input side back.
+    ended: CancellationToken,
+}
+
+impl std::fmt::Debug for PtyInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyInput")
+            .field("ended", &self.ended.is_cancelled())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +108,9 @@ struct State {
     attachments: Attachments,
     /// Set by the task while it waits for the controller to take output before reading more.
     reader_waiting: bool,
+    /// Input arrived since the task last reported activity (set by the writer, which wakes the
+    /// task once per report rather than once per keystroke).
+    input_since_report: bool,
 }
 
 impl State {
@@ -146,12 +171,6 @@ struct AttachedClient {
     generation: Option<u64>,
 }
 
-#[derive(Debug)]
-struct InputChunk {
-    generation: u64,
-    data: Bytes,
-}
-
 impl Session {
     /// Creates a session in `Starting` and the task that will run it; the caller spawns the task.
     pub(crate) fn new(
@@ -172,20 +191,23 @@ impl Session {
                 last_activity_at: now,
                 attachments: Attachments::default(),
                 reader_waiting: false,
+                input_since_report: false,
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),
-            closed: CancellationToken::new(),
+            input: Arc::new(tokio::sync::Mutex::new(None)),
         });
+        // Held from the start, so input waits for the first spawn rather than finding nothing.
+        let input = Arc::clone(&shared.input)
+            .try_lock_owned()
+            .expect("a new session's input lock is free");
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
-        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let session = Arc::new(Session {
             id,
             shared: Arc::clone(&shared),
             commands: command_tx,
-            input: input_tx,
         });
-        let task = SessionTask::new(id, shared, settings, context, command_rx, input_rx);
+        let task = SessionTask::new(id, shared, settings, context, command_rx, input);
         (session, task)
     }
 
@@ -248,6 +270,17 @@ impl Shared {
     fn notify_clients(&self) {
         self.changed.send_modify(|_| {});
     }
+
+    /// Notes input for the activity report; the task hears of it once per report.
+    fn note_input(&self) {
+        let mut state = self.lock();
+        state.last_activity_at = SystemTime::now();
+        if !state.input_since_report {
+            state.input_since_report = true;
+            drop(state);
+            self.task_wake.notify_one();
+        }
+    }
 }
 
 /// One attached client's stream: pulls what it must send next. Dropping it detaches the client.
@@ -291,11 +324,6 @@ impl Attachment {
                 return None;
             }
         }
-    }
-
-    /// Completes once the session is closed and its clients had their chance to hear it.
-    pub async fn session_closed(&self) {
-        self.handle.session.shared.closed.cancelled().await;
     }
 
     fn poll_event(&mut self) -> Poll {
@@ -377,22 +405,35 @@ impl AttachmentHandle {
         self.session.id
     }
 
-    /// Writes input to the PTY if this client is the current controller.
+    /// Writes input to the PTY if this client is the current controller. Returns once the PTY
+    /// took all of it; while the process does not read its input, that waits (and so does the
+    /// client's stream: flow control) until it does or the process ends.
     pub async fn write_input(&self, data: Bytes) -> Result<(), Error> {
-        let generation = self.check_controller("write input")?;
-        {
-            let state = self.session.shared.lock();
-            if matches!(state.phase, SessionPhase::Exited | SessionPhase::Closed(_)) {
+        self.check_controller("write input")?;
+        let shared = &self.session.shared;
+        let mut input = shared.input.lock().await;
+        // Control may have moved while this client waited for the input side.
+        self.check_controller("write input")?;
+        let Some(PtyInput { writer, ended }) = input.as_mut() else {
+            return Err(Error::FailedPrecondition(
+                "the session's process has exited".to_owned(),
+            ));
+        };
+        let written = tokio::select! {
+            biased;
+            () = ended.cancelled() => {
                 return Err(Error::FailedPrecondition(
-                    "the session's process has exited".to_owned(),
+                    "the session's process ended before it read the input".to_owned(),
                 ));
             }
-        }
-        self.session
-            .input
-            .send(InputChunk { generation, data })
-            .await
-            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))
+            written = writer.write_all(&data) => written,
+        };
+        drop(input);
+        written.map_err(|error| {
+            Error::FailedPrecondition(format!("the terminal did not take the input: {error}"))
+        })?;
+        shared.note_input();
+        Ok(())
     }
 
     /// Resizes the PTY if this client is the current controller.

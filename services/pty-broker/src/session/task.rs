@@ -1,21 +1,23 @@
-//! The task that owns one session's PTY from spawn to close: reads output into the ring, writes
-//! input, resizes, resets, ends the process group, reaps the idle session and keeps the
-//! tombstone of an exited one.
+//! The task that owns one session's PTY from spawn to close: reads output into the ring, hands
+//! the input side to the controller's writes, resizes, resets, ends the process group, reaps the
+//! idle session and keeps the tombstone of an exited one.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use bytes::{BufMut as _, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::{AttachRequest, AttachedClient, Command, InputChunk, SessionSettings, Shared};
+use super::{
+    AttachRequest, AttachedClient, Command, InputGuard, PtyInput, SessionSettings, Shared,
+};
 use crate::domain::{
     BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo, SessionPhase,
 };
@@ -61,17 +63,20 @@ pub(crate) struct SessionTask {
     settings: SessionSettings,
     context: TaskContext,
     commands: mpsc::Receiver<Command>,
-    input: mpsc::Receiver<InputChunk>,
+    /// Held while no process takes input yet: from creation to the first spawn, and during a
+    /// reset or restart.
+    input: Option<InputGuard>,
     /// The one idle-reaping deadline; set while no client is attached.
     idle_deadline: Option<Instant>,
     reported_counts: (u32, u32),
     activity: ActivityReport,
 }
 
-/// A running process and its PTY.
+/// A running process and its PTY's output; its input side is in [`Shared::input`].
 struct Pty {
     output: Pin<Box<dyn AsyncRead + Send>>,
-    input: Pin<Box<dyn AsyncWrite + Send>>,
+    /// Cancels writes waiting on this process's input.
+    input_ended: CancellationToken,
     process: Arc<dyn PtyProcess>,
 }
 
@@ -106,7 +111,7 @@ impl SessionTask {
         settings: SessionSettings,
         context: TaskContext,
         commands: mpsc::Receiver<Command>,
-        input: mpsc::Receiver<InputChunk>,
+        input: InputGuard,
     ) -> Self {
         Self {
             id,
@@ -114,7 +119,7 @@ impl SessionTask {
             settings,
             context,
             commands,
-            input,
+            input: Some(input),
             idle_deadline: None,
             reported_counts: (0, 0),
             activity: ActivityReport::default(),
@@ -130,7 +135,6 @@ impl SessionTask {
                 tracing::info!(session_id = %self.id, %error, "spawn failed");
                 self.shared.lock().phase = SessionPhase::Closed(CloseReason::SpawnFailed);
                 self.context.registry.remove(self.id);
-                self.shared.closed.cancel();
                 let _ = started.send(Err(error));
                 return;
             }
@@ -148,6 +152,7 @@ impl SessionTask {
         loop {
             match self.drive(&mut pty).await {
                 ProcessEnd::Exited(status) => {
+                    self.take_input(&pty.input_ended).await;
                     self.exited(status, pty);
                     match self.keep_tombstone().await {
                         TombstoneEnd::Close { reason, reply } => {
@@ -181,6 +186,7 @@ impl SessionTask {
                     }
                 },
                 ProcessEnd::Close { reason, reply } => {
+                    self.take_input(&pty.input_ended).await;
                     self.end_process(&pty.process).await;
                     drop(pty);
                     self.close(reason, reply).await;
@@ -190,29 +196,60 @@ impl SessionTask {
         }
     }
 
+    /// Starts `spec` and gives its input side to the controller's writes.
     async fn spawn(&mut self, spec: &SpawnSpec) -> Result<Pty, Error> {
+        let mut input = match self.input.take() {
+            Some(held) => held,
+            None => Arc::clone(&self.shared.input).lock_owned().await,
+        };
+        // On failure the guard goes with `None` in it: input is refused as for an exited process.
         let spawned = self.context.runtime.spawn(spec).await?;
         let process: Arc<dyn PtyProcess> = Arc::from(spawned.process);
-        let mut state = self.shared.lock();
-        state.phase = SessionPhase::Running;
-        state.pid = process.pid();
+        {
+            let mut state = self.shared.lock();
+            state.phase = SessionPhase::Running;
+            state.pid = process.pid();
+        }
+        let input_ended = CancellationToken::new();
+        *input = Some(PtyInput {
+            writer: spawned.input,
+            ended: input_ended.clone(),
+        });
         Ok(Pty {
             output: spawned.output,
-            input: spawned.input,
+            input_ended,
             process,
         })
+    }
+
+    /// Takes the input side back before the process is ended or replaced, and holds it (input
+    /// sent meanwhile waits for the next process, or finds none). A write blocked on the old
+    /// process gives way first.
+    async fn hold_input(&mut self, input_ended: Option<&CancellationToken>) {
+        if let Some(ended) = input_ended {
+            ended.cancel();
+        }
+        let mut held = match self.input.take() {
+            Some(held) => held,
+            None => Arc::clone(&self.shared.input).lock_owned().await,
+        };
+        *held = None;
+        self.input = Some(held);
+    }
+
+    /// Takes the input side away for good: the process ended and no other follows now.
+    async fn take_input(&mut self, input_ended: &CancellationToken) {
+        self.hold_input(Some(input_ended)).await;
+        self.input = None;
     }
 
     /// Serves one process until it exits or must end.
     async fn drive(&mut self, pty: &mut Pty) -> ProcessEnd {
         let Pty {
-            output,
-            input,
-            process,
+            output, process, ..
         } = pty;
         let mut wait = process.wait();
         let mut read_buf = BytesMut::new();
-        let mut pending_input: Option<Bytes> = None;
         let mut output_ended = false;
         loop {
             let allowance = if output_ended {
@@ -238,27 +275,11 @@ impl SessionTask {
                         return end;
                     }
                 }
-                () = self.shared.task_wake.notified() => self.attachments_changed(),
-                written = write_some(input, pending_input.as_ref()), if pending_input.is_some() => {
-                    match written {
-                        Ok(written) => {
-                            if let Some(data) = pending_input.as_mut() {
-                                data.advance(written);
-                                if data.is_empty() {
-                                    pending_input = None;
-                                }
-                            }
-                        }
-                        Err(error) => {
-                            tracing::debug!(session_id = %self.id, %error, "input dropped: pty not writable");
-                            pending_input = None;
-                        }
+                () = self.shared.task_wake.notified() => {
+                    if self.shared.lock().input_since_report {
+                        self.activity.mark();
                     }
-                }
-                chunk = self.input.recv(), if pending_input.is_none() => {
-                    if let Some(chunk) = chunk && self.accepts_input(chunk.generation) {
-                        pending_input = Some(chunk.data);
-                    }
+                    self.attachments_changed();
                 }
                 read = read_some(output, &mut read_buf, allowance), if allowance > 0 => {
                     match read {
@@ -421,17 +442,6 @@ impl SessionTask {
         }
     }
 
-    fn accepts_input(&mut self, generation: u64) -> bool {
-        let mut state = self.shared.lock();
-        let accepted = state.attachments.is_current_controller(Some(generation));
-        if accepted {
-            state.last_activity_at = SystemTime::now();
-            drop(state);
-            self.activity.mark();
-        }
-        accepted
-    }
-
     /// How much may be read now (flow control), noting whether the task waits for the controller.
     fn read_allowance(&self) -> usize {
         let mut state = self.shared.lock();
@@ -532,8 +542,6 @@ impl SessionTask {
                     }
                 },
                 () = self.shared.task_wake.notified() => self.attachments_changed(),
-                // Input that raced the exit has nowhere to go.
-                Some(_) = self.input.recv() => {}
                 () = sleep_until(deadline) => return close(CloseReason::Exited, None),
             }
         }
@@ -550,6 +558,7 @@ impl SessionTask {
         };
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, "resetting");
+        self.hold_input(Some(&pty.input_ended)).await;
         self.end_process(&pty.process).await;
         let mut read_buf = BytesMut::new();
         self.drain_output(&mut pty.output, &mut read_buf).await;
@@ -559,6 +568,7 @@ impl SessionTask {
 
     /// Starts the command of an exited session again, in place: same id, offsets go on.
     async fn restart_exited(&mut self) -> Result<Pty, Error> {
+        self.hold_input(None).await;
         let size = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
@@ -627,14 +637,15 @@ impl SessionTask {
         if let Some(reply) = reply {
             let _ = reply.send(info);
         }
-        // Clients that keep reading hear `Closed` and leave; a stalled one is cut off.
+        // Clients that keep reading hear `Closed` and leave; a stalled one is cut off, and the
+        // output it never read is not kept for it.
         let _ = timeout(CLOSE_FLUSH, async {
             while !self.shared.lock().attachments.is_empty() {
                 self.shared.task_wake.notified().await;
             }
         })
         .await;
-        self.shared.closed.cancel();
+        self.shared.lock().ring.clear();
     }
 
     /// Re-reads who is attached: publishes changed counts and arms or disarms the idle timer.
@@ -665,7 +676,8 @@ impl SessionTask {
             return;
         }
         let (last_activity_at, output_offset) = {
-            let state = self.shared.lock();
+            let mut state = self.shared.lock();
+            state.input_since_report = false;
             (state.last_activity_at, state.ring.end())
         };
         self.activity.reported();
@@ -716,16 +728,6 @@ async fn read_some(
 ) -> io::Result<usize> {
     let mut limited = read_buf.limit(allowance);
     output.read_buf(&mut limited).await
-}
-
-async fn write_some(
-    input: &mut Pin<Box<dyn AsyncWrite + Send>>,
-    data: Option<&Bytes>,
-) -> io::Result<usize> {
-    match data {
-        Some(data) => input.write(data).await,
-        None => Ok(0),
-    }
 }
 
 /// Ends every process of a session: SIGHUP, then SIGTERM, then SIGKILL, each only if something
