@@ -394,19 +394,31 @@ impl SessionService {
     /// process. Closing a closed session returns it unchanged.
     pub async fn close_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
         let session = self.get_session(instance, session_id).await?;
-        let Some(closed) = self
-            .store
-            .close_session(session_id, CloseReason::ClosedByUser)
-            .await?
-        else {
+        if session.status == SessionStatus::Closed {
             return Ok(session);
-        };
-        self.changes.publish(ChangeKind::Closed, &closed);
-        match self.store.get_broker(&closed.broker_id).await {
+        }
+        // The process ends before the record closes, so the slot the close frees under the cap
+        // is free for real: a create it lets in never runs beside the process it replaces.
+        match self.store.get_broker(&session.broker_id).await {
             Ok(broker) => self.kill_quietly(&broker, session_id).await,
             Err(error) => tracing::warn!(%session_id, %error, "no broker to end the process on"),
         }
-        Ok(closed)
+        match self
+            .store
+            .close_session(session_id, CloseReason::ClosedByUser)
+            .await?
+        {
+            Some(closed) => {
+                self.changes.publish(ChangeKind::Closed, &closed);
+                Ok(closed)
+            }
+            // The broker's report of the kill closed it first, through this or another replica.
+            None => {
+                self.store
+                    .get_session(session.instance_id, session_id)
+                    .await
+            }
+        }
     }
 
     /// Session changes from now on; the caller filters by instance.

@@ -108,6 +108,68 @@ both_databases!(
     }
 );
 
+/// A close frees its slot under the cap only once the process has ended: a create it lets in
+/// never runs beside the process it replaces. The process ignores SIGHUP and SIGTERM, so it
+/// lives through the broker's kill grace while the close is under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_frees_its_slot_only_once_the_process_ended() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let instance = register_instance(&mut client, "one-slot", "b1", 1).await;
+    let mut request = create(&instance);
+    request.command = vec![
+        "sh".into(),
+        "-c".into(),
+        "trap '' HUP TERM; exec sleep 600".into(),
+    ];
+    let first = client
+        .create_session(request)
+        .await
+        .expect("first create")
+        .into_inner()
+        .session
+        .expect("a session");
+    let mut broker_client = broker_client(&broker).await;
+    assert_eq!(
+        broker_processes(&mut broker_client).await,
+        [first.id.clone()]
+    );
+
+    let mut closer = client.clone();
+    let close = wire::CloseSessionRequest {
+        instance: instance.id.clone(),
+        session_id: first.id.clone(),
+    };
+    let closing = tokio::spawn(async move { closer.close_session(close).await });
+    let mut refused_while_running = 0;
+    let second = loop {
+        match client.create_session(create(&instance)).await {
+            Ok(created) => break created.into_inner().session.expect("a session"),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                refused_while_running += 1;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let running = broker_processes(&mut broker_client).await;
+    assert!(
+        !running.contains(&first.id),
+        "a create got the slot while the closed session's process still ran: {running:?}"
+    );
+    assert_eq!(running, [second.id.clone()]);
+    assert!(
+        refused_while_running > 0,
+        "no create was tried while the close was under way"
+    );
+    let closed = closing.await.unwrap().expect("close").into_inner();
+    assert_eq!(closed.status, wire::SessionStatus::Closed as i32);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_on_one_postgres_database_share_the_cap() {
     let Some(database) = FreshDatabase::create(Backend::Postgres).await else {
