@@ -136,7 +136,7 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
     let mut broker_client = broker_client(&broker).await;
     assert_eq!(
         broker_processes(&mut broker_client).await,
-        [first.id.clone()]
+        vec![first.id.clone()]
     );
 
     let mut closer = client.clone();
@@ -161,7 +161,7 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
         !running.contains(&first.id),
         "a create got the slot while the closed session's process still ran: {running:?}"
     );
-    assert_eq!(running, [second.id.clone()]);
+    assert_eq!(running, vec![second.id.clone()]);
     assert!(
         refused_while_running > 0,
         "no create was tried while the close was under way"
