@@ -296,7 +296,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
         let ctrl_c_paths: Vec<Path> = paths
             .iter()
             .copied()
-            .filter(|path| *path != Path::BarePty)
+            .filter(|path| path.has_controlling_terminal())
             .collect();
         let mut ctrl_c: Vec<Vec<f64>> = vec![Vec::new(); ctrl_c_paths.len()];
         for _ in 0..sizes.repeats {

@@ -135,12 +135,10 @@ const CTRL_C_PATIENCE: Duration = Duration::from_secs(30);
 /// Ctrl-C under a `yes` flood with the controller reading: from the ^C keystroke until the
 /// shell's prompt is back. `flood_bytes` of the flood arrive first.
 pub async fn ctrl_c_once(stack: &Stack, path: Path, flood_bytes: usize) -> Result<Duration> {
-    let mut term = match path {
-        Path::Broker(_) | Path::Gateway(_) | Path::DockerExec => {
-            Term::open(stack, path, "exec /bin/sh -i").await?
-        }
-        Path::BarePty => bail!("the bare PTY has no controlling terminal for ^C"),
-    };
+    if !path.has_controlling_terminal() {
+        bail!("{} has no controlling terminal for ^C", path.label());
+    }
+    let mut term = Term::open(stack, path, "exec /bin/sh -i").await?;
     let result = async {
         term.read_until(b"$ ", 64 * 1024).await?;
         term.send(b"yes\r").await?;

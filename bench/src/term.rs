@@ -1,6 +1,7 @@
-//! One terminal as the bench drives it, over each path under test: a bare local PTY, a
-//! `docker exec` with a TTY through bollard, the broker's gRPC `Attach`, and the gateway's
-//! WebSocket. Each gives `send` (keystrokes) and `recv` (output bytes, in order).
+//! One terminal as the bench drives it, over each path under test: a bare local PTY, the same
+//! behind two plain TCP relays, a `docker exec` with a TTY through bollard, the broker's gRPC
+//! `Attach`, and the gateway's WebSocket. Each gives `send` (keystrokes) and `recv` (output
+//! bytes, in order).
 
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
@@ -17,8 +18,8 @@ use nix::pty::{Winsize, openpty};
 use ptyhub_proto::broker::v1 as broker;
 use ptyhub_proto::session::v1 as session;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -34,6 +35,10 @@ pub const READ_PATIENCE: Duration = Duration::from_secs(60);
 pub enum Path {
     /// A PTY pair of this process, the child on the slave: the machine's limit.
     BarePty,
+    /// The same PTY behind two relay tasks that copy bytes over loopback TCP and do nothing
+    /// else: the limit of any design with ptyhub's two network hops (client → gateway →
+    /// broker → PTY) on this machine and runtime.
+    Relayed,
     /// `docker exec` with a TTY, read straight through bollard: the container limit.
     DockerExec,
     /// The broker's gRPC Attach (ticket from session-api).
@@ -46,6 +51,7 @@ impl Path {
     pub fn label(self) -> &'static str {
         match self {
             Path::BarePty => "(a) bare local PTY",
+            Path::Relayed => "(a2) bare PTY behind two TCP relays",
             Path::DockerExec => "(b) docker exec (bollard)",
             Path::Broker(Backend::Local) => "(c) broker Attach, local",
             Path::Broker(Backend::Docker) => "(c) broker Attach, Docker",
@@ -61,9 +67,15 @@ impl Path {
         )
     }
 
+    /// Whether the process has the terminal as its controlling terminal (so ^C reaches it).
+    pub fn has_controlling_terminal(self) -> bool {
+        !matches!(self, Path::BarePty | Path::Relayed)
+    }
+
     /// Every path, in table order.
-    pub const ALL: [Path; 6] = [
+    pub const ALL: [Path; 7] = [
         Path::BarePty,
+        Path::Relayed,
         Path::DockerExec,
         Path::Broker(Backend::Local),
         Path::Broker(Backend::Docker),
@@ -79,6 +91,12 @@ pub enum Term {
     Pty {
         master: AsyncFd<OwnedFd>,
         child: Child,
+        buffer: Vec<u8>,
+    },
+    Relayed {
+        stream: TcpStream,
+        child: Child,
+        relays: [tokio::task::JoinHandle<()>; 2],
         buffer: Vec<u8>,
     },
     Exec {
@@ -104,6 +122,7 @@ impl std::fmt::Debug for Term {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Term::Pty { .. } => "Term::Pty",
+            Term::Relayed { .. } => "Term::Relayed",
             Term::Exec { .. } => "Term::Exec",
             Term::Broker { .. } => "Term::Broker",
             Term::Gateway { .. } => "Term::Gateway",
@@ -117,6 +136,7 @@ impl Term {
         let command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
         match path {
             Path::BarePty => open_pty(&command),
+            Path::Relayed => open_relayed(&command).await,
             Path::DockerExec => open_exec(stack, command).await,
             Path::Broker(backend) => {
                 let (instance, attach) = create_session(stack, backend, command).await?;
@@ -155,6 +175,10 @@ impl Term {
                         Err(_would_block) => continue,
                     }
                 }
+                Ok(())
+            }
+            Term::Relayed { stream, .. } => {
+                stream.write_all(data).await?;
                 Ok(())
             }
             Term::Exec { input, .. } => {
@@ -202,6 +226,10 @@ impl Term {
                     Ok(Err(error)) => return Err(error.into()),
                     Err(_would_block) => continue,
                 }
+            },
+            Term::Relayed { stream, buffer, .. } => match stream.read(buffer).await? {
+                0 => Ok(None),
+                count => Ok(Some(Bytes::copy_from_slice(&buffer[..count]))),
             },
             Term::Exec { output, .. } => match output.next().await {
                 None => Ok(None),
@@ -294,6 +322,15 @@ impl Term {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+            Term::Relayed {
+                mut child, relays, ..
+            } => {
+                for relay in relays {
+                    relay.abort();
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
             Term::Exec { .. } => {}
             Term::Broker {
                 instance,
@@ -353,6 +390,83 @@ fn open_pty(command: &[String]) -> Result<Term> {
         child,
         buffer: vec![0; 64 * 1024],
     })
+}
+
+/// A bare PTY with two relays in front: the bench's stream → relay 1 → relay 2 → the PTY
+/// master, each hop a loopback TCP connection, each relay a task on the runtime that serves
+/// ptyhub (as the gateway and the broker are).
+async fn open_relayed(command: &[String]) -> Result<Term> {
+    let Term::Pty { master, child, .. } = open_pty(command)? else {
+        unreachable!("open_pty opens a PTY")
+    };
+    let pty_side = TcpListener::bind("127.0.0.1:0").await?;
+    let pty_address = pty_side.local_addr()?;
+    let middle = TcpListener::bind("127.0.0.1:0").await?;
+    let middle_address = middle.local_addr()?;
+    let near = tokio::spawn(async move {
+        let Ok((mut client, _)) = middle.accept().await else {
+            return;
+        };
+        let Ok(mut upstream) = TcpStream::connect(pty_address).await else {
+            return;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = upstream.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    });
+    let far = tokio::spawn(async move {
+        let Ok((stream, _)) = pty_side.accept().await else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let _ = relay_to_pty(stream, master).await;
+    });
+    let stream = TcpStream::connect(middle_address).await?;
+    stream.set_nodelay(true)?;
+    Ok(Term::Relayed {
+        stream,
+        child,
+        relays: [near, far],
+        buffer: vec![0; 64 * 1024],
+    })
+}
+
+/// Copies both ways between a TCP connection and a PTY master until either side ends.
+async fn relay_to_pty(stream: TcpStream, master: AsyncFd<OwnedFd>) -> Result<()> {
+    let (mut from_client, mut to_client) = stream.into_split();
+    let mut input = vec![0; 64 * 1024];
+    let mut output = vec![0; 64 * 1024];
+    loop {
+        tokio::select! {
+            guard = master.readable() => {
+                let mut guard = guard?;
+                let read = guard.try_io(|fd| {
+                    nix::unistd::read(fd.get_ref(), &mut output).map_err(std::io::Error::from)
+                });
+                match read {
+                    Ok(Ok(0)) | Ok(Err(_)) => return Ok(()),
+                    Ok(Ok(count)) => to_client.write_all(&output[..count]).await?,
+                    Err(_would_block) => {}
+                }
+            }
+            read = from_client.read(&mut input) => {
+                let count = read?;
+                if count == 0 {
+                    return Ok(());
+                }
+                let mut written = 0;
+                while written < count {
+                    let mut guard = master.writable().await?;
+                    if let Ok(result) = guard.try_io(|fd| {
+                        nix::unistd::write(fd.get_ref(), &input[written..count])
+                            .map_err(std::io::Error::from)
+                    }) {
+                        written += result?;
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn open_exec(stack: &Stack, command: Vec<String>) -> Result<Term> {
