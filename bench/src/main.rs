@@ -80,7 +80,9 @@ impl Sizes {
             }
         } else {
             Self {
-                repeats: 5,
+                // Docker's throughput moves by ±30% from run to run on two shared cores;
+                // fewer runs cannot tell a real difference from that.
+                repeats: 7,
                 flood_bytes: 256 << 20,
                 echo_keys: 2000,
                 ctrl_c_flood: 4 << 20,
@@ -252,7 +254,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
     if selected("echo") {
         // (2) Echo.
         eprintln!("(2) echo");
-        let rounds = sizes.repeats.min(3);
+        let rounds = sizes.repeats.min(5);
         let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
         for _ in 0..rounds {
             for (index, path) in paths.iter().enumerate() {
