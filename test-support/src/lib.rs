@@ -7,11 +7,13 @@
 #![forbid(unsafe_code)]
 
 pub mod environment;
+pub mod poll;
 pub mod postgres;
 #[cfg(feature = "stack")]
 pub mod stack;
 
 pub use environment::{Requirement, require};
+pub use poll::{poll_until, poll_until_blocking};
 
 /// Routes `tracing` output to the test's captured output when `TEST_LOG=1`; silent otherwise.
 /// Safe to call from every test.

@@ -25,23 +25,14 @@ async fn start_cluster() -> Option<Cluster> {
 }
 
 /// Polls `check` until it returns `Some`, within [`PATIENCE`].
-async fn eventually<T, F, Fut>(cluster: &Cluster, what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(cluster: &Cluster, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting: {what}\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    test_support::poll_until(PATIENCE, Duration::from_millis(100), check)
+        .await
+        .unwrap_or_else(|| panic!("gave up waiting: {what}\n{}", cluster.logs()))
 }
 
 async fn get_session(

@@ -400,11 +400,10 @@ fn dechunk(mut body: &str) -> String {
 
 /// Polls `condition` until it holds, failing the test after [`PATIENCE`].
 pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "{what}: not within {PATIENCE:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let held = test_support::poll_until_blocking(PATIENCE, Duration::from_millis(50), || {
+        condition().then_some(())
+    });
+    assert!(held.is_some(), "{what}: not within {PATIENCE:?}");
 }
 
 /// Asserts the command failed with exactly one non-empty line on stderr, and returns it.

@@ -100,13 +100,12 @@ impl Drop for BrokerProcess {
 
 /// Polls `condition` for up to 20 s.
 async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    condition()
+    test_support::poll_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        let holds = condition().then_some(());
+        async move { holds }
+    })
+    .await
+    .is_some()
 }
 
 #[tokio::test]

@@ -353,20 +353,12 @@ pub async fn register_instance(
 }
 
 /// Polls `check` until it returns `Some`, within [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    test_support::poll_until(PATIENCE, Duration::from_millis(50), check)
+        .await
+        .unwrap_or_else(|| panic!("gave up waiting: {what}"))
 }
