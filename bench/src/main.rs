@@ -430,9 +430,6 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                     )),
                 }
             }
-            let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
-            let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
-            let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
             let target = match backend {
                 Backend::Local => "p50 < 20 ms".to_owned(),
                 Backend::Docker => match Latency::of(&exec_starts) {
@@ -443,14 +440,8 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                     None => "p50 ≤ 1.5x docker exec".to_owned(),
                 },
             };
-            writeln!(
-                out,
-                "| gateway, {} | {} | {} | {} | {target} |",
-                backend_name(backend),
-                p50_p99_ms(&created),
-                p50_p99_ms(&connected),
-                p50_p99_ms(&first)
-            )?;
+            let label = format!("gateway, {}", backend_name(backend));
+            write_start_row(&mut out, &label, &times, &target)?;
         }
         // The broker alone, then session-api and the broker without the gateway: which hop the
         // time goes to.
@@ -475,15 +466,11 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
             }
             Err(error) => failures.push(format!("start broker alone: {error:#}")),
         }
-        let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
-        let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
-        let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
-        writeln!(
-            out,
-            "| pty-broker process alone: `Spawn` + `Attach` (gRPC), local | {} | {} | {} | |",
-            p50_p99_ms(&created),
-            p50_p99_ms(&connected),
-            p50_p99_ms(&first)
+        write_start_row(
+            &mut out,
+            "pty-broker process alone: `Spawn` + `Attach` (gRPC), local",
+            &times,
+            "",
         )?;
         for backend in [Backend::Local, Backend::Docker] {
             if stack.instance(backend).is_none() {
@@ -498,17 +485,11 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                     }
                 }
             }
-            let created: Vec<Duration> = times.iter().map(|time| time.created).collect();
-            let connected: Vec<Duration> = times.iter().map(|time| time.connected).collect();
-            let first: Vec<Duration> = times.iter().map(|time| time.first_byte).collect();
-            writeln!(
-                out,
-                "| no gateway: session-api `CreateSession` + broker `Attach` (gRPC), {} | {} | {} | {} | |",
-                backend_name(backend),
-                p50_p99_ms(&created),
-                p50_p99_ms(&connected),
-                p50_p99_ms(&first)
-            )?;
+            let label = format!(
+                "no gateway: session-api `CreateSession` + broker `Attach` (gRPC), {}",
+                backend_name(backend)
+            );
+            write_start_row(&mut out, &label, &times, "")?;
         }
     }
     if selected("scale") {
@@ -642,6 +623,25 @@ fn spread_micros(values: impl Iterator<Item = Duration>) -> String {
 }
 
 /// `p50 / p99` in ms.
+/// One row of the session-start table: p50 / p99 of each stage of `times`.
+fn write_start_row(
+    out: &mut String,
+    label: &str,
+    times: &[scenarios::StartTimes],
+    target: &str,
+) -> std::fmt::Result {
+    let stage = |of: fn(&scenarios::StartTimes) -> Duration| {
+        p50_p99_ms(&times.iter().map(of).collect::<Vec<_>>())
+    };
+    writeln!(
+        out,
+        "| {label} | {} | {} | {} | {target} |",
+        stage(|time| time.created),
+        stage(|time| time.connected),
+        stage(|time| time.first_byte)
+    )
+}
+
 fn p50_p99_ms(samples: &[Duration]) -> String {
     match Latency::of(samples) {
         Some(latency) => format!(

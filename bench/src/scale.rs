@@ -354,21 +354,12 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
             .buffer_unordered(BATCH * 2)
             .collect()
             .await;
-        let failed = opened.iter().filter(|result| result.is_err()).count();
-        let mut first_error = None;
-        for result in opened {
-            match result {
-                Ok(term) => terms.push(term),
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = first_error {
-            bail!(
+        match all_opened(opened) {
+            Ok(opened) => terms.extend(opened),
+            Err((failed, error)) => bail!(
                 "{failed} of {} sockets did not connect, first: {error:#}",
                 sockets - 1
-            );
+            ),
         }
         service.check_running()?;
         tokio::time::sleep(SETTLE).await;
@@ -540,22 +531,12 @@ pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result
             .buffer_unordered(BATCH)
             .collect()
             .await;
-        let mut terms = Vec::with_capacity(typists);
-        let mut first_error = None;
-        for result in opened {
-            match result {
-                Ok(term) => terms.push(term),
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
+        let terms = match all_opened(opened) {
+            Ok(terms) => terms,
+            Err((failed, error)) => {
+                bail!("{failed} of {typists} typing sessions did not open, first: {error:#}")
             }
-        }
-        if let Some(error) = first_error {
-            bail!(
-                "{} of {typists} typing sessions did not open, first: {error:#}",
-                typists - terms.len()
-            );
-        }
+        };
 
         let period = Duration::from_secs(1) / KEYS_PER_SECOND;
         let tasks: Vec<_> = terms
@@ -655,5 +636,24 @@ async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Resu
             key as char,
             String::from_utf8_lossy(&echoed)
         );
+    }
+}
+
+/// The terminals if every one opened; otherwise how many failed and the first error.
+fn all_opened(opened: Vec<Result<Term>>) -> Result<Vec<Term>, (usize, anyhow::Error)> {
+    let failed = opened.iter().filter(|result| result.is_err()).count();
+    let mut terms = Vec::with_capacity(opened.len() - failed);
+    let mut first_error = None;
+    for result in opened {
+        match result {
+            Ok(term) => terms.push(term),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) => Err((failed, error)),
+        None => Ok(terms),
     }
 }

@@ -248,15 +248,8 @@ pub async fn grpc_start_once(stack: &Stack, backend: Backend) -> Result<StartTim
     let created = started.elapsed();
     let session_id = attach.session_id.clone();
     let result = async {
-        let mut term = attach_broker(stack, instance.clone(), attach).await?;
-        let connected = started.elapsed();
-        let first = term.recv().await?.context("the terminal ended")?;
-        ensure!(!first.is_empty(), "empty first output");
-        Ok(StartTimes {
-            created,
-            connected,
-            first_byte: started.elapsed(),
-        })
+        let term = attach_broker(stack, instance.clone(), attach).await?;
+        attached_times(term, started, created).await
     }
     .await;
     close_session(stack, &instance, &session_id).await;
@@ -297,15 +290,8 @@ pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<
             ticket,
             ..Default::default()
         };
-        let mut term = attach_broker_at(client, endpoint, String::new(), attach).await?;
-        let connected = started.elapsed();
-        let first = term.recv().await?.context("the terminal ended")?;
-        ensure!(!first.is_empty(), "empty first output");
-        Ok(StartTimes {
-            created,
-            connected,
-            first_byte: started.elapsed(),
-        })
+        let term = attach_broker_at(client, endpoint, String::new(), attach).await?;
+        attached_times(term, started, created).await
     }
     .await;
     let kill = broker::KillRequest {
@@ -368,6 +354,18 @@ pub async fn bare_pty_start_once(stack: &Stack) -> Result<Duration> {
     ensure!(!first.is_empty(), "empty first output");
     term.close(stack).await;
     Ok(elapsed)
+}
+
+/// A start's times once its terminal is attached: connected now, then the first output byte.
+async fn attached_times(mut term: Term, started: Instant, created: Duration) -> Result<StartTimes> {
+    let connected = started.elapsed();
+    let first = term.recv().await?.context("the terminal ended")?;
+    ensure!(!first.is_empty(), "empty first output");
+    Ok(StartTimes {
+        created,
+        connected,
+        first_byte: started.elapsed(),
+    })
 }
 
 #[cfg(test)]
