@@ -1,0 +1,195 @@
+//! The closed table of error codes: every error of every service names one, and this table says
+//! what that code is on each wire (gRPC code, HTTP status, WebSocket close code).
+
+use http::StatusCode;
+use tonic::Code;
+
+/// What went wrong, in the terms every client of ptyhub can act on. Each service maps its own
+/// errors to one of these, and each transport adapter maps the code to its wire through the
+/// methods below: there is no other table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The request cannot be parsed: bad JSON, a bad query parameter, a frame of unknown type.
+    Malformed,
+    /// Well-formed but invalid: a bad name, an out-of-bounds size, an unknown role.
+    Invalid,
+    /// No credential, or one that does not verify.
+    Unauthenticated,
+    /// A valid credential that does not cover this instance or action.
+    Forbidden,
+    /// A browser request from an origin that is not on the allow-list.
+    OriginRefused,
+    /// An unknown instance or session, or one that belongs to another instance.
+    NotFound,
+    /// The thing to create exists already: a taken name or alias, a session id in use.
+    AlreadyExists,
+    /// The target is in a state that does not allow this: a reset after exit, a closed session.
+    WrongState,
+    /// The instance's session cap is reached.
+    CapReached,
+    /// A client sent more than a limit allows, or fell so far behind that it is no longer served.
+    LimitExceeded,
+    /// A service or a container runtime did not answer, or is shutting down.
+    Unavailable,
+    /// A bug, or an answer no code above describes.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The gRPC status code (docs/CONTRACT.md, "gRPC").
+    pub fn grpc_code(self) -> Code {
+        match self {
+            ErrorCode::Malformed | ErrorCode::Invalid => Code::InvalidArgument,
+            ErrorCode::Unauthenticated => Code::Unauthenticated,
+            ErrorCode::Forbidden | ErrorCode::OriginRefused => Code::PermissionDenied,
+            ErrorCode::NotFound => Code::NotFound,
+            ErrorCode::AlreadyExists => Code::AlreadyExists,
+            ErrorCode::WrongState => Code::FailedPrecondition,
+            ErrorCode::CapReached | ErrorCode::LimitExceeded => Code::ResourceExhausted,
+            ErrorCode::Unavailable => Code::Unavailable,
+            ErrorCode::Internal => Code::Internal,
+        }
+    }
+
+    /// The HTTP status of a REST answer (docs/CONTRACT.md, "REST").
+    pub fn http_status(self) -> StatusCode {
+        match self {
+            ErrorCode::Malformed => StatusCode::BAD_REQUEST,
+            ErrorCode::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden | ErrorCode::OriginRefused => StatusCode::FORBIDDEN,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::AlreadyExists | ErrorCode::WrongState | ErrorCode::CapReached => {
+                StatusCode::CONFLICT
+            }
+            ErrorCode::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The close code of a WebSocket that ends with this error (docs/CONTRACT.md, "Close
+    /// codes").
+    pub fn websocket_close_code(self) -> u16 {
+        match self {
+            ErrorCode::Unauthenticated => close_code::UNAUTHENTICATED,
+            ErrorCode::Forbidden => close_code::FORBIDDEN,
+            ErrorCode::NotFound => close_code::NOT_FOUND,
+            ErrorCode::CapReached => close_code::CAP_REACHED,
+            ErrorCode::LimitExceeded => close_code::TOO_BIG,
+            ErrorCode::Malformed
+            | ErrorCode::Invalid
+            | ErrorCode::OriginRefused
+            | ErrorCode::AlreadyExists
+            | ErrorCode::WrongState => close_code::POLICY,
+            ErrorCode::Unavailable | ErrorCode::Internal => close_code::BACKEND_FAILURE,
+        }
+    }
+
+    /// The code of a status another ptyhub service answered with. Each gRPC code that
+    /// [`ErrorCode::grpc_code`] produces comes back as the code that produced it, except that
+    /// `RESOURCE_EXHAUSTED` reads as [`ErrorCode::CapReached`] (the one a caller of session-api
+    /// meets) and `INVALID_ARGUMENT` as [`ErrorCode::Invalid`]. Codes no ptyhub service sends
+    /// are read as what a caller can do about them.
+    pub fn from_grpc(code: Code) -> Self {
+        match code {
+            Code::InvalidArgument | Code::OutOfRange => ErrorCode::Invalid,
+            Code::Unauthenticated => ErrorCode::Unauthenticated,
+            Code::PermissionDenied => ErrorCode::Forbidden,
+            Code::NotFound => ErrorCode::NotFound,
+            Code::AlreadyExists => ErrorCode::AlreadyExists,
+            Code::FailedPrecondition | Code::Aborted => ErrorCode::WrongState,
+            Code::ResourceExhausted => ErrorCode::CapReached,
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => ErrorCode::Unavailable,
+            Code::Ok | Code::Unknown | Code::Unimplemented | Code::Internal | Code::DataLoss => {
+                ErrorCode::Internal
+            }
+        }
+    }
+
+    /// A gRPC status with this code and `message`.
+    pub fn status(self, message: impl Into<String>) -> tonic::Status {
+        tonic::Status::new(self.grpc_code(), message)
+    }
+}
+
+/// The WebSocket close codes of the contract, including those no [`ErrorCode`] produces.
+pub mod close_code {
+    /// The session exited or was closed.
+    pub const NORMAL: u16 = 1000;
+    /// Policy: a refused origin, a malformed open.
+    pub const POLICY: u16 = 1008;
+    /// A frame of more than [`crate::limits::MAX_FRAME_BYTES`].
+    pub const TOO_BIG: u16 = 1009;
+    /// A backend failed; reconnect with backoff.
+    pub const BACKEND_FAILURE: u16 = 1011;
+    /// This gateway is shutting down (a rolling restart); reconnect now, to another replica.
+    pub const SERVICE_RESTART: u16 = 1012;
+    /// No credential, or one that does not verify.
+    pub const UNAUTHENTICATED: u16 = 4001;
+    /// The credential does not cover this instance.
+    pub const FORBIDDEN: u16 = 4003;
+    /// The session is unknown or closed.
+    pub const NOT_FOUND: u16 = 4004;
+    /// Another controller took over; do not reconnect automatically.
+    pub const TAKEN_OVER: u16 = 4009;
+    /// Opening would create a session beyond the instance's cap.
+    pub const CAP_REACHED: u16 = 4029;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [ErrorCode; 12] = [
+        ErrorCode::Malformed,
+        ErrorCode::Invalid,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::OriginRefused,
+        ErrorCode::NotFound,
+        ErrorCode::AlreadyExists,
+        ErrorCode::WrongState,
+        ErrorCode::CapReached,
+        ErrorCode::LimitExceeded,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+    ];
+
+    #[test]
+    fn the_table_gives_the_contract_status_and_close_code() {
+        let expected = [
+            (ErrorCode::Malformed, 400, 1008),
+            (ErrorCode::Invalid, 422, 1008),
+            (ErrorCode::Unauthenticated, 401, 4001),
+            (ErrorCode::Forbidden, 403, 4003),
+            (ErrorCode::OriginRefused, 403, 1008),
+            (ErrorCode::NotFound, 404, 4004),
+            (ErrorCode::AlreadyExists, 409, 1008),
+            (ErrorCode::WrongState, 409, 1008),
+            (ErrorCode::CapReached, 409, 4029),
+            (ErrorCode::LimitExceeded, 413, 1009),
+            (ErrorCode::Unavailable, 503, 1011),
+            (ErrorCode::Internal, 500, 1011),
+        ];
+        assert_eq!(expected.len(), ALL.len(), "every code has a row");
+        for (code, http, close) in expected {
+            assert_eq!(code.http_status().as_u16(), http, "{code:?}");
+            assert_eq!(code.websocket_close_code(), close, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_grpc_code_reads_back_as_the_code_that_sent_it() {
+        for code in ALL {
+            let read_back = ErrorCode::from_grpc(code.grpc_code());
+            let expected = match code {
+                ErrorCode::Malformed => ErrorCode::Invalid,
+                ErrorCode::OriginRefused => ErrorCode::Forbidden,
+                ErrorCode::LimitExceeded => ErrorCode::CapReached,
+                other => other,
+            };
+            assert_eq!(read_back, expected, "{code:?}");
+        }
+    }
+}

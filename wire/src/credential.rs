@@ -1,0 +1,251 @@
+//! Credentials on internal gRPC calls: the service credential every tier holds, the one client
+//! interceptor that sends a bearer token, and the one server check that verifies it.
+//!
+//! A credential travels as `authorization: Bearer <token>` metadata. It is compared in constant
+//! time, never printed (`Debug` redacts it) and marked sensitive in metadata so that HTTP/2 header
+//! compression does not index it.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use secrecy::{ExposeSecret, SecretString};
+use subtle::ConstantTimeEq;
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
+
+/// The metadata key that carries a credential on gRPC calls.
+pub const AUTHORIZATION_METADATA: &str = "authorization";
+
+/// The shared secret that services present to each other. At least 16 printable ASCII characters
+/// without spaces, so that it always fits in a header.
+#[derive(Clone)]
+pub struct ServiceCredential(Arc<SecretString>);
+
+impl ServiceCredential {
+    /// The shortest credential accepted.
+    pub const MIN_LEN: usize = 16;
+
+    pub fn new(token: impl Into<String>) -> Result<Self, InvalidCredential> {
+        let token = token.into();
+        if token.len() < Self::MIN_LEN {
+            return Err(InvalidCredential::TooShort {
+                min_len: Self::MIN_LEN,
+            });
+        }
+        if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(InvalidCredential::NotPrintable);
+        }
+        Ok(Self(Arc::new(SecretString::from(token))))
+    }
+
+    /// The credential itself, for the one place that must hand it to another program (the
+    /// environment of a child service, say).
+    pub fn expose(&self) -> &str {
+        self.0.expose_secret()
+    }
+
+    /// Whether `presented` is this credential, compared in constant time.
+    pub fn matches(&self, presented: &str) -> bool {
+        self.expose().as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+
+    /// The interceptor that sends this credential on every call of a client.
+    pub fn bearer_auth(&self) -> BearerAuth {
+        BearerAuth::new(self.expose()).expect("a service credential is printable ascii")
+    }
+
+    /// The interceptor that admits only calls presenting this credential.
+    pub fn require(&self) -> RequireCredential {
+        RequireCredential {
+            credential: self.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServiceCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceCredential(<redacted>)")
+    }
+}
+
+impl PartialEq for ServiceCredential {
+    fn eq(&self, other: &Self) -> bool {
+        self.matches(other.expose())
+    }
+}
+
+impl Eq for ServiceCredential {}
+
+impl FromStr for ServiceCredential {
+    type Err = InvalidCredential;
+
+    fn from_str(token: &str) -> Result<Self, InvalidCredential> {
+        Self::new(token)
+    }
+}
+
+/// A token that cannot be a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCredential {
+    #[error("a service credential must be at least {min_len} characters")]
+    TooShort { min_len: usize },
+    #[error("a service credential must be printable ascii without spaces")]
+    NotPrintable,
+    #[error("a token must be printable ascii to be sent in a header")]
+    NotAHeaderValue,
+}
+
+/// Adds `authorization: Bearer <token>` to every call of a tonic client: the one client-side
+/// interceptor for service credentials and users' tokens alike.
+#[derive(Clone)]
+pub struct BearerAuth {
+    header: MetadataValue<Ascii>,
+}
+
+impl BearerAuth {
+    /// An interceptor that sends `token`, which must be printable ascii.
+    pub fn new(token: &str) -> Result<Self, InvalidCredential> {
+        let mut header: MetadataValue<Ascii> = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| InvalidCredential::NotAHeaderValue)?;
+        header.set_sensitive(true);
+        Ok(Self { header })
+    }
+
+    /// Adds the credential to one request, for a client that is not intercepted.
+    pub fn authorize<T>(&self, request: &mut Request<T>) {
+        request
+            .metadata_mut()
+            .insert(AUTHORIZATION_METADATA, self.header.clone());
+    }
+}
+
+impl std::fmt::Debug for BearerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerAuth(<redacted>)")
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        self.authorize(&mut request);
+        Ok(request)
+    }
+}
+
+/// Admits only calls that present a service credential: the one server-side check, as a tonic
+/// interceptor for whole services and as [`RequireCredential::check`] for the calls of a service
+/// that admits some calls by other means (the broker's `Attach` takes a ticket).
+#[derive(Clone, Debug)]
+pub struct RequireCredential {
+    credential: ServiceCredential,
+}
+
+impl RequireCredential {
+    /// `UNAUTHENTICATED` unless `metadata` carries the expected credential.
+    pub fn check(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let header = metadata
+            .get(AUTHORIZATION_METADATA)
+            .ok_or_else(|| Status::unauthenticated("missing service credential"))?
+            .to_str()
+            .map_err(|_| Status::unauthenticated("malformed authorization metadata"))?;
+        let token = bearer_token(header)
+            .ok_or_else(|| Status::unauthenticated("authorization must be a bearer token"))?;
+        if self.credential.matches(token) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated("invalid service credential"))
+        }
+    }
+}
+
+impl Interceptor for RequireCredential {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        self.check(request.metadata())?;
+        Ok(request)
+    }
+}
+
+/// The token of an `Authorization` header value `Bearer <token>` (the scheme in any case, as RFC
+/// 9110 says), or `None` for another scheme or an empty token. Every service and the gateway
+/// parse the header with this.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef-service";
+
+    fn request_with(header: Option<&str>) -> Request<()> {
+        let mut request = Request::new(());
+        if let Some(header) = header {
+            request.metadata_mut().insert(
+                AUTHORIZATION_METADATA,
+                header.parse().expect("a valid header"),
+            );
+        }
+        request
+    }
+
+    #[test]
+    fn credentials_must_be_long_printable_and_never_show_in_debug() {
+        assert_eq!(
+            ServiceCredential::new("short"),
+            Err(InvalidCredential::TooShort { min_len: 16 })
+        );
+        assert_eq!(
+            ServiceCredential::new("0123456789abcdef ghi"),
+            Err(InvalidCredential::NotPrintable)
+        );
+        let credential = ServiceCredential::new(TOKEN).expect("a valid credential");
+        assert!(!format!("{credential:?}").contains(TOKEN));
+        assert!(!format!("{:?}", credential.bearer_auth()).contains(TOKEN));
+        assert!(credential.matches(TOKEN));
+        assert!(!credential.matches("0123456789abcdef-servicf"));
+    }
+
+    #[test]
+    fn the_bearer_header_is_parsed_one_way_everywhere() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn what_the_client_sends_the_server_admits_and_nothing_else() {
+        let credential = ServiceCredential::new(TOKEN).expect("a valid credential");
+        let mut check = credential.require();
+        let sent = credential
+            .bearer_auth()
+            .call(Request::new(()))
+            .expect("the interceptor never fails");
+        assert!(
+            sent.metadata()
+                .get(AUTHORIZATION_METADATA)
+                .expect("sent")
+                .is_sensitive()
+        );
+        assert!(check.call(sent).is_ok());
+
+        for header in [
+            None,
+            Some("Bearer 0123456789abcdef-other"),
+            Some(TOKEN),
+            Some("Basic 0123456789abcdef-service"),
+        ] {
+            let refused = check
+                .call(request_with(header))
+                .expect_err("refused without the credential");
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{header:?}");
+        }
+    }
+}

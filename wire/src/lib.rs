@@ -1,0 +1,24 @@
+//! The edge that every ptyhub service shares, written once: the contract's limits, the terminal
+//! vocabulary (`TerminalSize`, `Role`), service credentials with one client interceptor and one
+//! server check, health and reflection set up by one function, and the closed table of error
+//! codes that every transport (gRPC, HTTP, WebSocket) maps from.
+//!
+//! Nothing here knows a service's domain: a service turns its own errors into an [`ErrorCode`],
+//! and this crate says what that code is on each wire.
+
+#![forbid(unsafe_code)]
+
+mod code;
+mod credential;
+mod introspection;
+pub mod limits;
+mod terminal;
+
+pub use code::{ErrorCode, close_code};
+pub use credential::{
+    AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
+    bearer_token,
+};
+pub use introspection::{HealthHandle, Introspection, IntrospectionError};
+pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
+pub use tonic_health::ServingStatus;
