@@ -10,6 +10,7 @@
 
 mod bench;
 mod deps;
+mod interop;
 mod run;
 mod smoke;
 mod web;

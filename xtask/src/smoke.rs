@@ -21,7 +21,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Clones `root`'s HEAD into a temporary directory, runs `cargo xtask up --listen 127.0.0.1:0`
 /// there (with this process's `CARGO_TARGET_DIR`, if any), fetches `/` and `/healthz` and checks
-/// the token on the API, then stops it. The temporary directory is removed in every case.
+/// the token on the API, lists and calls the gRPC services with Python's `grpcio` (see
+/// `interop`), then stops it. The temporary directory is removed in every case.
 pub fn fresh_clone_up(root: &Path) -> Result<()> {
     let scratch = ScratchDir::create()?;
     let checkout = scratch.path.join("ptyhub");
@@ -59,13 +60,13 @@ pub fn fresh_clone_up(root: &Path) -> Result<()> {
         child,
         stopped: false,
     };
-    let result = check_running_system(&mut running);
+    let result = check_running_system(&mut running, &checkout);
     let stopped = running.interrupt_and_wait();
     result.and(stopped)
 }
 
 /// Waits for the URL, then checks what it serves.
-fn check_running_system(running: &mut Running) -> Result<()> {
+fn check_running_system(running: &mut Running, checkout: &Path) -> Result<()> {
     let (address, token) = wait_for_page_url(running)?;
     eprintln!("up at {address}; checking /, /healthz and the API");
     let health = http_get(address, "/healthz", None)?;
@@ -91,7 +92,8 @@ fn check_running_system(running: &mut Running) -> Result<()> {
             refused.status
         );
     }
-    Ok(())
+    // The gRPC surface on the same port, as a client that is not ours sees it.
+    crate::interop::python_grpc_reflection_client(checkout, address, &token)
 }
 
 /// Reads the output of `cargo xtask up` until the `web page:` line, within [`STARTUP_LIMIT`].

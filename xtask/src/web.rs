@@ -105,7 +105,7 @@ fn ensure_chromium() -> Result<Option<PathBuf>> {
     }
 }
 
-fn install_debian_packages(packages: &[&str]) -> Result<()> {
+pub(crate) fn install_debian_packages(packages: &[&str]) -> Result<()> {
     run::status(Command::new("apt-get").args(["update", "-q"]))?;
     run::status(
         Command::new("apt-get")
