@@ -86,13 +86,7 @@ fn install_missing_packages() -> Result<()> {
             missing.join(" ")
         );
     }
-    run::status(Command::new("apt-get").args(["update", "-qq"]))?;
-    run::status(
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    run::install_debian_packages(&missing)
 }
 
 fn package_installed(package: &str) -> bool {

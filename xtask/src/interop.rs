@@ -35,7 +35,7 @@ fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
     let python = venv.join("bin/python");
     if !python.is_file() {
         if !run::succeeds(Command::new("python3").args(["-m", "venv", "--help"])) {
-            crate::web::install_debian_packages(&["python3-venv"])?;
+            run::install_debian_packages(&["python3-venv"])?;
         }
         run::status(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }

@@ -21,6 +21,27 @@ pub fn cargo_with_env(args: &[&str], env: &[(String, String)]) -> Result<()> {
     status(&mut command)
 }
 
+/// Installs Debian packages with apt-get. Waits for the package lock rather than failing when
+/// another apt-get holds it (a second test run, or a person installing something).
+pub fn install_debian_packages(packages: &[&str]) -> Result<()> {
+    const LOCK_WAIT: &str = "DPkg::Lock::Timeout=600";
+    status(Command::new("apt-get").args(["-o", LOCK_WAIT, "update", "-qq"]))?;
+    status(
+        Command::new("apt-get")
+            .args([
+                "-o",
+                LOCK_WAIT,
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+            ])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .with_context(|| format!("cannot install {}", packages.join(" ")))
+}
+
 /// Runs a command to completion, failing when it exits non-zero.
 pub fn status(command: &mut Command) -> Result<()> {
     eprintln!("$ {}", describe(command));

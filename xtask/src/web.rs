@@ -77,7 +77,7 @@ fn ensure_node() -> Result<()> {
     if tool_runs("node") && tool_runs("npm") {
         return Ok(());
     }
-    install_debian_packages(&["nodejs", "npm"])?;
+    run::install_debian_packages(&["nodejs", "npm"])?;
     if !(tool_runs("node") && tool_runs("npm")) {
         bail!("node and npm are still missing after installing Debian's nodejs and npm");
     }
@@ -94,7 +94,7 @@ fn ensure_chromium() -> Result<Option<PathBuf>> {
     if default.is_file() {
         return Ok(Some(default));
     }
-    match install_debian_packages(&["chromium"]) {
+    match run::install_debian_packages(&["chromium"]) {
         Ok(()) if default.is_file() => Ok(Some(default)),
         Ok(()) => bail!("Debian's chromium package installed no {DEFAULT_CHROMIUM}"),
         Err(error) if deps::in_ci() => Err(error.context("Chromium is required under CI=true")),
@@ -103,17 +103,6 @@ fn ensure_chromium() -> Result<Option<PathBuf>> {
             Ok(None)
         }
     }
-}
-
-pub(crate) fn install_debian_packages(packages: &[&str]) -> Result<()> {
-    run::status(Command::new("apt-get").args(["update", "-q"]))?;
-    run::status(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(packages)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-    .with_context(|| format!("cannot install {}", packages.join(" ")))
 }
 
 fn tool_runs(program: &str) -> bool {
