@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { copyFile, mkdtemp, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -242,7 +242,10 @@ describe('web page', { skip: skip ?? false }, () => {
       await typeLine(page, 'echo before-$((8*8))');
       await waitForScreen(page, 'before-64');
       // Output the session produces while the browser is cut off must arrive once, afterwards.
-      await typeLine(page, `while [ ! -e ${flag} ]; do sleep 0.2; done; echo during-$((9*9))`);
+      // The cut comes only once the shell runs the line (it printed "armed"): a cut while the
+      // keystrokes are still on their way would lose them, and nothing would print later.
+      await typeLine(page, `echo armed-$((4*4)); while [ ! -e ${flag} ]; do sleep 0.2; done; echo during-$((9*9))`);
+      await waitForScreen(page, 'armed-16');
       const connectedBefore = connectedSockets(page).length;
       await relay.cut();
       await waitForConnectionState(page, 'Reconnecting…');
@@ -250,24 +253,26 @@ describe('web page', { skip: skip ?? false }, () => {
       await writeFile(flag, '');
       await relay.restore();
       await waitForActiveConnected(page);
+      const screen = await waitForScreen(page, 'during-81');
+      assert.equal(count(screen, 'during-81'), 1);
+      assert.equal(count(screen, 'before-64'), 1);
+      assert.equal(count(screen, 'echo before-$((8*8))'), 1);
       // Exactly one new socket reached the session (refused attempts during the cut do not
-      // count), and it asked to resume where the terminal stopped: the server starts there.
+      // count), and it asked to resume where the terminal stopped: the server starts there,
+      // with nothing lost. Read after the replay, so every frame before it has been seen.
       const reconnected = connectedSockets(page).slice(connectedBefore);
       assert.equal(reconnected.length, 1, 'one reconnected socket');
       const since = reconnected[0].url.searchParams.get('since');
       assert.match(since ?? '', /^[1-9]\d*$/, `the reconnect resumes with since (${reconnected[0].url})`);
       assert.equal(reconnected[0].connected.offset, Number(since));
       assert.deepEqual(reconnected[0].gaps, []);
-      const screen = await waitForScreen(page, 'during-81');
-      assert.equal(count(screen, 'during-81'), 1);
-      assert.equal(count(screen, 'before-64'), 1);
-      assert.equal(count(screen, 'echo before-$((8*8))'), 1);
       await typeLine(page, 'echo after-$((10*10))');
       await waitForScreen(page, 'after-100');
       assert.equal(await page.locator('.pane:not([hidden]) .pane-status:not([hidden])').count(), 0);
       await closePage(page);
     } finally {
       await relay.stop();
+      await rm(flagDir, { recursive: true, force: true });
     }
   });
 
@@ -280,7 +285,8 @@ describe('web page', { skip: skip ?? false }, () => {
     try {
       const page = await openInstance(instance.id, { origin: relay.origin });
       // Far more than the ring holds (1 MiB by default) is printed while the page is cut off.
-      await typeLine(page, `while [ ! -e ${flag} ]; do sleep 0.2; done; head -c 4000000 /dev/zero | tr '\\0' x; echo; echo flood-$((50*2)); touch ${done}`);
+      await typeLine(page, `echo armed-$((4*4)); while [ ! -e ${flag} ]; do sleep 0.2; done; head -c 4000000 /dev/zero | tr '\\0' x; echo; echo flood-$((50*2)); touch ${done}`);
+      await waitForScreen(page, 'armed-16');
       const connectedBefore = connectedSockets(page).length;
       await relay.cut();
       await waitForConnectionState(page, 'Reconnecting…');
@@ -303,6 +309,7 @@ describe('web page', { skip: skip ?? false }, () => {
       await closePage(page);
     } finally {
       await relay.stop();
+      await rm(flagDir, { recursive: true, force: true });
     }
   });
 
