@@ -372,7 +372,7 @@ describe('web page', { skip: skip ?? false }, () => {
     }
   });
 
-  test('an exit shows its code in the terminal and on the tab, and Restart resets the session', async () => {
+  test('an exit shows its code or signal in the terminal, on the tab and in the state, and Restart resets the session', async () => {
     const instance = await stack.createInstance();
     const page = await openInstance(instance.id);
     await typeLine(page, 'exit 3');
@@ -384,6 +384,10 @@ describe('web page', { skip: skip ?? false }, () => {
     assert.equal(await page.locator('.tab-exit:not([hidden])').count(), 0);
     await typeLine(page, 'echo restarted-$((12*12))');
     await waitForScreen(page, 'restarted-144');
+    // A process ended by a signal is said to have ended by that signal.
+    await typeLine(page, 'kill -KILL $$');
+    await waitForConnectionState(page, 'Session ended (signal 9)');
+    await waitForScreen(page, 'exited with signal 9');
     await closePage(page);
   });
 
