@@ -6,7 +6,7 @@ import { FitAddon } from '@xterm/addon-fit';
 import { currentToken } from './auth.js';
 import { el } from './dom.js';
 
-/** The dot on a tab. */
+/** Where the tab's connection is: drives the dot on the tab and, with `ended`, the words. */
 export const Status = Object.freeze({
   connecting: 'connecting',
   connected: 'connected',
@@ -24,6 +24,16 @@ const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 10_000;
 
 const encoder = new TextEncoder();
+
+/** The connection state in words once the tab no longer connects, by `SessionTab.ended`. */
+const ENDED_WORDS = Object.freeze({
+  taken_over: 'Taken over by another tab',
+  expired: 'Session expired',
+  closed: 'Session closed',
+  unauthenticated: 'Sign-in refused',
+  forbidden: 'Not allowed on this instance',
+  cap_reached: 'Session limit reached',
+});
 
 /**
  * What the tab knows about its session's output:
@@ -44,8 +54,9 @@ export class SessionTab {
     this.status = Status.connecting;
     this.role = null;
     this.exitCode = session?.exit_code ?? null;
+    this.exitSignal = null;
     this.exited = false;
-    /** 'expired', 'closed', 'taken_over', 'refused' or null: why the tab no longer connects. */
+    /** A key of ENDED_WORDS, or null while the tab connects: why the tab no longer connects. */
     this.ended = null;
     this.socket = null;
     this.disposed = false;
@@ -74,10 +85,17 @@ export class SessionTab {
 
     this.host = el('div', { class: 'term-host' });
     this.statusLine = el('div', { class: 'pane-status', role: 'status', hidden: true });
+    // The connection state in words, for assistive technology: the dot on the tab says it only
+    // by colour. A hidden pane hides its region too, so only the shown tab's changes are spoken;
+    // the tab itself points at its region (aria-describedby), so every tab's state can be heard.
+    this.stateRegion = el('div', {
+      class: 'pane-state visually-hidden', role: 'status', 'aria-live': 'polite', 'aria-atomic': 'true',
+      'aria-label': 'Connection',
+    }, this.stateText);
     this.banner = el('div', { class: 'pane-banner', role: 'alert', hidden: true });
     this.notice = el('div', { class: 'pane-notice', hidden: true });
     this.pane = el('section', { class: 'pane', role: 'tabpanel', hidden: true },
-      this.banner, this.host, this.statusLine, this.notice);
+      this.banner, this.host, this.statusLine, this.notice, this.stateRegion);
     this.terminal.open(this.host);
 
     this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
@@ -95,6 +113,26 @@ export class SessionTab {
   /** Whether closing should ask first: the session still has a running process. */
   get hasLiveProcess() {
     return this.live && !this.exited;
+  }
+
+  /** The connection state as a person reads it: "Connected", "Reconnecting…", and so on. */
+  get stateText() {
+    if (this.ended) return ENDED_WORDS[this.ended];
+    switch (this.status) {
+      case Status.connecting:
+        return 'Connecting…';
+      case Status.connected:
+        return this.viewer ? 'Connected, read-only' : 'Connected';
+      case Status.disconnected:
+        return 'Reconnecting…';
+      case Status.resetting:
+        return 'Restarting…';
+      case Status.exited:
+        if (this.exitSignal !== null) return `Session ended (signal ${this.exitSignal})`;
+        return this.exitCode === null ? 'Session ended' : `Session ended (exit code ${this.exitCode})`;
+      default:
+        return 'Disconnected';
+    }
   }
 
   // ---- connection -------------------------------------------------------------------------
@@ -205,6 +243,7 @@ export class SessionTab {
         break;
       case 'session_detached':
         this.ended = 'taken_over';
+        this.changed();
         break;
       case 'exit':
         this.handleExit(message.code, message.signal);
@@ -246,7 +285,7 @@ export class SessionTab {
       this.sendResize(this.terminal.cols, this.terminal.rows);
     }
     this.setStatus(Status.connected);
-    this.callbacks.onChange(this);
+    this.changed();
   }
 
   handleOutput(bytes) {
@@ -265,13 +304,14 @@ export class SessionTab {
   handleExit(code, signal) {
     this.exited = true;
     this.exitCode = code ?? null;
+    this.exitSignal = signal ?? null;
     const how = signal !== null && signal !== undefined ? `signal ${signal}` : `code ${code}`;
     this.writeNotice(`process exited with ${how}`);
     this.setStatus(Status.exited);
     this.showNotice(`Process exited with ${how}.`, this.viewer ? [] : [
       { label: 'Restart', onClick: () => this.callbacks.onRestart(this) },
     ]);
-    this.callbacks.onChange(this);
+    this.changed();
   }
 
   handleClose(code, reason) {
@@ -291,17 +331,17 @@ export class SessionTab {
         ]);
         break;
       case 4001:
-        this.ended = 'refused';
+        this.ended = 'unauthenticated';
         this.setStatus(Status.error);
         this.callbacks.onUnauthorized();
         break;
       case 4003:
-        this.ended = 'refused';
+        this.ended = 'forbidden';
         this.setStatus(Status.error);
         this.showNotice(`Not allowed: ${reason || 'this credential may not use this instance'}.`, []);
         break;
       case 4029:
-        this.ended = 'refused';
+        this.ended = 'cap_reached';
         this.setStatus(Status.error);
         this.showNotice(reason || 'The instance has reached its maximum number of sessions.', [
           { label: 'Try again', onClick: () => this.connect() },
@@ -332,7 +372,7 @@ export class SessionTab {
         }
         this.scheduleReconnect();
     }
-    this.callbacks.onChange(this);
+    this.changed();
   }
 
   scheduleReconnect(why = 'Connection lost: reconnecting') {
@@ -393,6 +433,16 @@ export class SessionTab {
   setStatus(status) {
     if (this.status === status) return;
     this.status = status;
+    this.changed();
+  }
+
+  /**
+   * Puts the state's words in the status region and tells the page. The text is replaced only
+   * when the words change, so a screen reader does not say the same state twice.
+   */
+  changed() {
+    const text = this.stateText;
+    if (this.stateRegion.textContent !== text) this.stateRegion.textContent = text;
     this.callbacks.onChange(this);
   }
 

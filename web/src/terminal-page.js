@@ -10,15 +10,6 @@ const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
 const OVERLAY_HIDE_MS = 3000;
 const TOAST_MS = 10_000;
 
-const STATUS_LABELS = {
-  [Status.connecting]: 'connecting',
-  [Status.connected]: 'connected',
-  [Status.disconnected]: 'reconnecting',
-  [Status.error]: 'error',
-  [Status.resetting]: 'resetting',
-  [Status.exited]: 'exited',
-};
-
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
 export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized, onRefused }) {
   let instance;
@@ -218,12 +209,14 @@ class TerminalPage {
     element.id = `tab-${paneId}`;
     element.setAttribute('aria-controls', paneId);
     tab.pane.setAttribute('aria-labelledby', element.id);
+    tab.stateRegion.id = `${paneId}-state`;
+    element.setAttribute('aria-describedby', tab.stateRegion.id);
     if (!name.querySelector('input') && name.textContent !== tab.name) name.textContent = tab.name;
     const status = tab.ended === 'taken_over' ? 'error' : tab.status;
     element.dataset.status = status;
     if (tab.sessionId) element.dataset.sessionId = tab.sessionId;
     item.dataset.status = status;
-    item.title = `${tab.name}: ${tab.ended === 'taken_over' ? 'open elsewhere' : tab.ended === 'expired' ? 'expired' : STATUS_LABELS[status]}`;
+    item.title = `${tab.name}: ${tab.stateText}`;
     const showExit = tab.exited && tab.exitCode !== null && tab.exitCode !== undefined;
     exitBadge.hidden = !showExit;
     exitBadge.textContent = showExit ? `exit ${tab.exitCode}` : '';

@@ -233,15 +233,54 @@ export async function newMobilePage(browser, origin) {
   return page;
 }
 
-/** Counts the page's WebSockets and fails the test on a script error. */
+/**
+ * Records the page's WebSockets (`page.sockets`: the URL, the `connected` status frame once it
+ * came, the `gap` frames, the frames the page sent) and its script errors (`page.errors`, which
+ * `closePage` requires to be empty).
+ */
 function watchPage(page) {
-  page.webSocketsOpened = 0;
+  page.sockets = [];
   page.errors = [];
-  page.on('websocket', () => {
-    page.webSocketsOpened += 1;
+  page.on('websocket', (socket) => {
+    const record = { url: new URL(socket.url()), connected: null, gaps: [], sent: [] };
+    page.sockets.push(record);
+    socket.on('framereceived', ({ payload }) => {
+      const message = jsonFrame(payload);
+      if (message?.type === 'status' && message.status === 'connected' && !record.connected) record.connected = message;
+      if (message?.type === 'gap') record.gaps.push(message);
+    });
+    socket.on('framesent', ({ payload }) => record.sent.push(payload));
   });
   page.on('pageerror', (error) => page.errors.push(error));
   if (process.env.TEST_LOG === '1') page.on('console', (message) => console.error(`[page] ${message.text()}`));
+}
+
+/** A text frame's JSON object, or null for binary frames (terminal bytes). */
+function jsonFrame(payload) {
+  if (typeof payload !== 'string') return null;
+  try {
+    return JSON.parse(payload);
+  } catch {
+    return null;
+  }
+}
+
+/** The sockets that reached the session: the server answered with a `connected` status. */
+export function connectedSockets(page) {
+  return page.sockets.filter((socket) => socket.connected !== null);
+}
+
+/** Whether a frame the page sent is terminal input (binary bytes or an `input` message). */
+export function isInputFrame(payload) {
+  return typeof payload !== 'string' || jsonFrame(payload)?.type === 'input';
+}
+
+/** Closes a page's browser context, failing the test if a script error happened on it. */
+export async function closePage(page) {
+  await page.context().close();
+  if (page.errors.length > 0) {
+    throw new Error(`the page had script errors: ${page.errors.map((error) => error.stack ?? String(error)).join('\n')}`);
+  }
 }
 
 // ---- conditions -------------------------------------------------------------------------------
@@ -287,12 +326,42 @@ export async function typeLine(page, line) {
   await page.keyboard.press('Enter');
 }
 
-export async function activeTabStatus(page) {
-  return page.locator('[role="tab"][aria-selected="true"]').getAttribute('data-status');
+/**
+ * The shown tab's connection state as assistive technology reads it: the pane's status region
+ * named "Connection" (a hidden pane's region is out of the accessibility tree, so there is one).
+ */
+export function connectionState(page) {
+  return page.getByRole('status', { name: 'Connection', exact: true });
+}
+
+/** Waits, with Playwright's own waiting, until the shown tab's state says exactly `words`. */
+export async function waitForConnectionState(page, words, timeout = PATIENCE_MS) {
+  const region = connectionState(page);
+  try {
+    await region.filter({ hasText: exactly(words) }).waitFor({ timeout });
+  } catch (error) {
+    const seen = await region.allTextContents().catch(() => []);
+    throw new Error(`the connection state did not become ${JSON.stringify(words)}; it says ${JSON.stringify(seen)}`, { cause: error });
+  }
 }
 
 export async function waitForActiveConnected(page) {
-  await waitFor('the active tab to be connected', async () => (await activeTabStatus(page)) === 'connected');
+  await waitForConnectionState(page, 'Connected');
+}
+
+/** A tab's connection state as its accessible description gives it (the tab's aria-describedby). */
+export async function tabState(page, name) {
+  const tab = page.getByRole('tab', { name, exact: true });
+  const described = await tab.getAttribute('aria-describedby');
+  if (!described) throw new Error(`the tab ${JSON.stringify(name)} has no accessible description`);
+  const words = await Promise.all(described.split(/\s+/).map((id) => page.locator(`[id="${id}"]`).textContent()));
+  return words.join(' ').trim();
+}
+
+/** A regular expression matching exactly `text` (Playwright's `hasText` string is a substring). */
+export function exactly(text) {
+  const escaped = text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`^${escaped}$`);
 }
 
 export async function tabNames(page) {
