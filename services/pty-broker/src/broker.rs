@@ -1,5 +1,6 @@
-//! The broker: its runtimes, its session registry, and the operations the gRPC service offers,
-//! in domain types.
+//! The broker: its runtimes, its session registry, its event bus, and the operations the gRPC
+//! service offers, in domain types. The broker is where sessions join the registry (at spawn)
+//! and leave it (when their task ends).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::config::{BackendKind, Config, ServiceToken};
+use crate::config::{BackendKind, Config};
 use crate::domain::{BrokerEvent, Role, SessionInfo};
-use crate::error::Error;
+use crate::error::{Error, StartError};
+use crate::events::EventBus;
 use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
@@ -32,6 +34,7 @@ struct Inner {
     settings: SessionSettings,
     runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
     registry: Arc<Registry>,
+    events: EventBus,
     boot_id: Uuid,
     /// Cancelled when shutdown begins: every session ends its process group and closes.
     shutdown: CancellationToken,
@@ -63,7 +66,7 @@ impl BrokerBuilder {
 
     /// Adds the runtimes `config.backends` names that were not given explicitly. For Docker,
     /// first ends whatever sessions a previous run that crashed left in `config.data_dir`.
-    pub async fn configured_runtimes(mut self) -> Result<Self, Error> {
+    pub async fn configured_runtimes(mut self) -> Result<Self, StartError> {
         for kind in self.config.backends.clone() {
             if self.runtimes.contains_key(&kind) {
                 continue;
@@ -100,10 +103,10 @@ impl BrokerBuilder {
         LocalRuntime::new().with_data_dir(&data_dir)
     }
 
-    async fn docker_runtime(&self) -> Result<DockerRuntime, Error> {
+    async fn docker_runtime(&self) -> Result<DockerRuntime, StartError> {
         let docker_config = DockerRuntimeConfig::with_endpoint(self.config.docker.host.clone());
-        let mut runtime = DockerRuntime::new(docker_config.clone())
-            .map_err(|error| Error::Config(format!("--docker-host: {error}")))?;
+        let mut runtime =
+            DockerRuntime::new(docker_config.clone()).map_err(StartError::DockerEndpoint)?;
         if let Some(data_dir) = &self.config.data_dir {
             match reap_orphans_from_state(data_dir, &docker_config).await {
                 Ok(report) => tracing::info!(
@@ -134,6 +137,7 @@ impl BrokerBuilder {
                 settings,
                 runtimes: self.runtimes,
                 registry: Arc::new(Registry::new()),
+                events: EventBus::new(),
                 boot_id: Uuid::new_v4(),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
@@ -159,10 +163,6 @@ impl Broker {
         self.inner.boot_id
     }
 
-    pub(crate) fn service_token(&self) -> &ServiceToken {
-        &self.inner.config.service_token
-    }
-
     fn ticket_key(&self) -> &TicketKey {
         &self.inner.config.ticket_key
     }
@@ -173,27 +173,28 @@ impl Broker {
             Target::Local => BackendKind::Local,
             Target::Docker { .. } => BackendKind::Docker,
         };
-        let runtime =
-            self.inner
-                .runtimes
-                .get(&kind)
-                .cloned()
-                .ok_or(Error::BackendNotConfigured(match kind {
-                    BackendKind::Local => "local",
-                    BackendKind::Docker => "docker",
-                }))?;
+        let runtime = self
+            .inner
+            .runtimes
+            .get(&kind)
+            .cloned()
+            .ok_or(Error::RuntimeNotConfigured(kind))?;
         let context = TaskContext {
             runtime,
             spec: spec.clone(),
-            registry: Arc::clone(&self.inner.registry),
+            events: self.inner.events.clone(),
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
         };
         let (session, task) =
             Session::new(spec.session_id, spec.size, self.inner.settings, context);
-        self.inner.registry.insert(session)?;
+        self.inner.registry.insert(Arc::clone(&session))?;
         let (started, answer) = oneshot::channel();
-        self.inner.tracker.spawn(task.run(started));
+        let registry = Arc::clone(&self.inner.registry);
+        self.inner.tracker.spawn(async move {
+            task.run(started).await;
+            registry.remove(&session);
+        });
         answer
             .await
             .map_err(|_| Error::SessionNotFound(spec.session_id))?
@@ -218,7 +219,10 @@ impl Broker {
 
     /// Lifecycle events from now on, and every session as of now.
     pub fn watch_events(&self) -> (Vec<SessionInfo>, broadcast::Receiver<BrokerEvent>) {
-        self.inner.registry.subscribe()
+        // Subscribed before the snapshot is taken, so that nothing between the two is missed (an
+        // event may repeat what the snapshot already shows, which a subscriber tolerates).
+        let events = self.inner.events.subscribe();
+        (self.inner.registry.list(), events)
     }
 
     /// Completes when shutdown begins.
@@ -234,14 +238,7 @@ impl Broker {
             Role::Viewer => TicketRole::Viewer,
         };
         self.ticket_key()
-            .verify(&hello.ticket, hello.session_id, role, SystemTime::now())
-            .map_err(|error| {
-                if error.is_unauthenticated() {
-                    Error::Unauthenticated(error.to_string())
-                } else {
-                    Error::PermissionDenied(error.to_string())
-                }
-            })?;
+            .verify(&hello.ticket, hello.session_id, role, SystemTime::now())?;
         let session = self.inner.registry.get(hello.session_id)?;
         session.attach(hello.request).await
     }
@@ -250,7 +247,7 @@ impl Broker {
     /// shutdown, their process groups end) and waits for all of it.
     pub async fn shutdown(&self) {
         let sessions = self.inner.registry.stop_accepting();
-        tracing::info!(sessions = sessions.len(), "closing every session");
+        tracing::info!(sessions, "closing every session");
         self.inner.shutdown.cancel();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
@@ -261,18 +258,19 @@ impl Broker {
 mod tests {
     use std::time::Duration;
 
-    use tokio::io::AsyncWriteExt as _;
+    use bytes::Bytes;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::time::{Instant, advance};
 
     use super::*;
-    use crate::domain::{BrokerEventKind, CloseReason, TerminalSize};
+    use crate::domain::{BrokerEventKind, ClientEvent, CloseReason, TerminalSize};
     use crate::runtime::fake::FakeRuntime;
 
     const MINUTE: Duration = Duration::from_secs(60);
 
     fn broker_with_fake_runtime() -> (Broker, Arc<FakeRuntime>) {
         let mut config = Config::new(
-            ServiceToken::new("unit-test-service-token").unwrap(),
+            ptyhub_wire::ServiceCredential::new("unit-test-service-token").unwrap(),
             TicketKey::new(b"unit-test-ticket-secret".to_vec()).unwrap(),
         );
         config.detached_timeout = 30 * MINUTE;
@@ -373,6 +371,43 @@ mod tests {
             "reaped after {reaped_after:?}"
         );
         assert!(matches!(broker.get(id), Err(Error::SessionNotFound(_))));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn input_after_exit_is_refused_and_never_reaches_the_process() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let session = broker.spawn(spec()).await.unwrap();
+        let mut terminal = runtime.take_terminal().unwrap();
+        let mut attachment = broker
+            .attach(hello(&broker, session.session_id))
+            .await
+            .unwrap();
+        let handle = attachment.handle();
+        handle
+            .write_input(Bytes::from_static(b"before"))
+            .await
+            .unwrap();
+
+        terminal.exit(crate::domain::ExitStatus::exited(0));
+        loop {
+            match attachment.next_event().await {
+                Some(Ok(ClientEvent::Exit(_))) => break,
+                Some(Ok(_)) => {}
+                other => panic!("expected the exit, got {other:?}"),
+            }
+        }
+        let refused = handle
+            .write_input(Bytes::from_static(b"after"))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::ProcessExited), "{refused:?}");
+        assert_eq!(refused.code(), ptyhub_wire::ErrorCode::WrongState);
+
+        // The process's side ends with the input written while it ran, and nothing after.
+        let mut received = Vec::new();
+        terminal.terminal.read_to_end(&mut received).await.unwrap();
+        assert_eq!(received, b"before");
         broker.shutdown().await;
     }
 

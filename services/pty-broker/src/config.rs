@@ -2,10 +2,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
+use ptyhub_wire::ServiceCredential;
 
 /// Everything a broker needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_BROKER_*` variables with `clap` (as `main.rs` does).
@@ -37,9 +37,11 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_KEEPALIVE", default_value = "20s", value_parser = parse_duration)]
     pub keepalive_interval: Duration,
 
-    /// Token that session-api sends as `authorization: Bearer <token>` on every internal call.
+    /// Token that session-api sends as `authorization: Bearer <token>` on every internal call,
+    /// and that the broker sends to session-api when it registers (at least 16 printable ASCII
+    /// characters).
     #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
-    pub service_token: ServiceToken,
+    pub service_token: ServiceCredential,
 
     /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
     #[arg(long = "ticket-secret", env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true,
@@ -83,7 +85,7 @@ impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
 
     /// The defaults, with the two secrets every broker needs.
-    pub fn new(service_token: ServiceToken, ticket_key: TicketKey) -> Self {
+    pub fn new(service_token: ServiceCredential, ticket_key: TicketKey) -> Self {
         Self {
             ring_bytes: Self::DEFAULT_RING_BYTES,
             tombstone: Duration::from_secs(5 * 60),
@@ -112,6 +114,11 @@ pub struct DockerConfig {
     pub host: Option<String>,
 }
 
+/// The service credential under the name this crate gave it before `ptyhub-wire` held the one
+/// definition; kept so that callers outside the crate build unchanged while they move to
+/// [`ServiceCredential`].
+pub type ServiceToken = ServiceCredential;
+
 /// A runtime the broker can offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum BackendKind {
@@ -125,53 +132,6 @@ impl fmt::Display for BackendKind {
             BackendKind::Local => "local",
             BackendKind::Docker => "docker",
         })
-    }
-}
-
-/// The service token. Its `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServiceToken(String);
-
-impl ServiceToken {
-    pub const MIN_LEN: usize = 16;
-
-    pub fn new(token: impl Into<String>) -> Result<Self, String> {
-        let token = token.into();
-        if token.len() < Self::MIN_LEN {
-            return Err(format!(
-                "service token must be at least {} characters",
-                Self::MIN_LEN
-            ));
-        }
-        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("service token must not contain whitespace".to_owned());
-        }
-        Ok(Self(token))
-    }
-
-    /// The token itself, for a client that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Compares in constant time.
-    pub fn matches(&self, presented: &str) -> bool {
-        use subtle::ConstantTimeEq as _;
-        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
-    }
-}
-
-impl fmt::Debug for ServiceToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ServiceToken(<redacted>)")
-    }
-}
-
-impl FromStr for ServiceToken {
-    type Err = String;
-
-    fn from_str(token: &str) -> Result<Self, Self::Err> {
-        Self::new(token)
     }
 }
 

@@ -1,64 +1,12 @@
-//! The broker's domain types: validated on the way in by `grpc.rs`, used everywhere inside.
+//! The broker's domain types: validated on the way in by `grpc.rs`, used everywhere inside. The
+//! terminal vocabulary every service shares (`TerminalSize`, `Role`) comes from `ptyhub-wire`.
 
-use std::fmt;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use uuid::Uuid;
 
-/// A terminal size that is within the contract's bounds (1..=1000 columns, 1..=500 rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TerminalSize {
-    cols: u16,
-    rows: u16,
-}
-
-impl TerminalSize {
-    pub const MAX_COLS: u16 = 1000;
-    pub const MAX_ROWS: u16 = 500;
-    pub const DEFAULT: TerminalSize = TerminalSize { cols: 80, rows: 24 };
-
-    pub fn new(cols: u32, rows: u32) -> Result<Self, InvalidSize> {
-        let in_bounds = (1..=u32::from(Self::MAX_COLS)).contains(&cols)
-            && (1..=u32::from(Self::MAX_ROWS)).contains(&rows);
-        if !in_bounds {
-            return Err(InvalidSize { cols, rows });
-        }
-        // Both fit in u16: checked just above.
-        Ok(Self {
-            cols: cols as u16,
-            rows: rows as u16,
-        })
-    }
-
-    pub fn cols(self) -> u16 {
-        self.cols
-    }
-
-    pub fn rows(self) -> u16 {
-        self.rows
-    }
-}
-
-impl Default for TerminalSize {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
-impl fmt::Display for TerminalSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}x{}", self.cols, self.rows)
-    }
-}
-
-/// A size outside the contract's bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("terminal size {cols}x{rows} is out of bounds (columns 1..=1000, rows 1..=500)")]
-pub struct InvalidSize {
-    pub cols: u32,
-    pub rows: u32,
-}
+pub use ptyhub_wire::{InvalidSize, Role, TerminalSize};
 
 /// How a session's process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,15 +28,6 @@ impl ExitStatus {
             signal: Some(signal),
         }
     }
-}
-
-/// What an attached client may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// May write input, resize and reset. At most one per session; a new one takes over.
-    Controller,
-    /// Read-only; any number.
-    Viewer,
 }
 
 /// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
@@ -203,20 +142,4 @@ pub enum ClientEvent {
     TakenOver,
     Exit(ExitStatus),
     Closed(CloseReason),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn size_bounds_are_inclusive() {
-        assert!(TerminalSize::new(1, 1).is_ok());
-        assert!(TerminalSize::new(1000, 500).is_ok());
-        assert!(TerminalSize::new(0, 24).is_err());
-        assert!(TerminalSize::new(80, 0).is_err());
-        assert!(TerminalSize::new(1001, 24).is_err());
-        assert!(TerminalSize::new(80, 501).is_err());
-        assert!(TerminalSize::new(u32::MAX, u32::MAX).is_err());
-    }
 }

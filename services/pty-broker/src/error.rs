@@ -1,40 +1,152 @@
-//! The broker's one error type. `grpc.rs` maps it to gRPC codes; nothing else knows the wire.
+//! The broker's errors, named by what went wrong: [`Error`] for a request that was refused or
+//! failed (each names its [`ErrorCode`], which `grpc/` turns into a status), and [`StartError`]
+//! for a broker that could not start or keep serving. Nothing here knows the wire.
 
+use std::fmt;
+use std::net::SocketAddr;
+
+use attach_ticket::TicketError;
+use ptyhub_wire::{ErrorCode, IntrospectionError};
 use uuid::Uuid;
 
+use crate::config::BackendKind;
 use crate::domain::InvalidSize;
 use crate::runtime::RuntimeError;
+use crate::runtime::docker::DockerError;
 
+/// Why a request was refused or failed. The session it concerns, if any, goes on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("session {0} not found")]
     SessionNotFound(Uuid),
     #[error("session {0} already exists")]
     SessionExists(Uuid),
+    /// A client frame out of the `Attach` protocol's order: no hello first, a second hello, an
+    /// empty frame.
     #[error("{0}")]
-    InvalidArgument(String),
+    MalformedStream(String),
+    /// A request whose fields do not describe something the broker can do: a session id that is
+    /// not a uuid, a spawn without a target, a NUL in an argument.
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error(transparent)]
     InvalidSize(#[from] InvalidSize),
-    #[error("{0}")]
-    Unauthenticated(String),
-    #[error("{0}")]
-    PermissionDenied(String),
-    /// The session is in a state that does not allow this (for example reset after exit).
-    #[error("{0}")]
-    FailedPrecondition(String),
-    /// A client fell so far behind, or sent so much, that the broker stopped serving it.
-    #[error("{0}")]
-    ResourceExhausted(String),
+    #[error("resume offset {since} is beyond the session's output ({end} bytes so far)")]
+    ResumeBeyondOutput { since: u64, end: u64 },
+    #[error("hello carries no attach ticket")]
+    MissingTicket,
+    /// The ticket cannot be trusted (malformed, forged, expired), or it is valid but not for this
+    /// session or role.
+    #[error(transparent)]
+    TicketRefused(#[from] TicketError),
+    #[error("a viewer may not {0}")]
+    ViewerMayNot(ClientAction),
+    #[error("another controller took over; this client may not {0}")]
+    TakenOver(ClientAction),
+    #[error("the session's process has exited")]
+    ProcessExited,
+    #[error("the session's process ended before it read the input")]
+    ProcessEndedBeforeInput,
+    #[error("the terminal did not take the input: {0}")]
+    InputNotTaken(#[source] std::io::Error),
+    #[error("the session is closed")]
+    SessionClosed,
+    #[error("client fell too far behind and was dropped")]
+    ClientTooSlow,
+    #[error("input frame of {0} bytes is over the 1 MiB limit")]
+    InputTooLarge(usize),
+    #[error("client frame is over the 1 MiB limit")]
+    FrameTooLarge,
     #[error("no {0} runtime is configured on this broker")]
-    BackendNotConfigured(&'static str),
+    RuntimeNotConfigured(BackendKind),
     #[error("the broker is shutting down")]
     ShuttingDown,
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    #[error("invalid configuration: {0}")]
-    Config(String),
+}
+
+impl Error {
+    /// Where this error sits in the closed table every transport maps from.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::SessionNotFound(_) => ErrorCode::NotFound,
+            Error::SessionExists(_) => ErrorCode::AlreadyExists,
+            Error::MalformedStream(_) => ErrorCode::Malformed,
+            Error::InvalidRequest(_) | Error::InvalidSize(_) | Error::ResumeBeyondOutput { .. } => {
+                ErrorCode::Invalid
+            }
+            Error::MissingTicket => ErrorCode::Unauthenticated,
+            Error::TicketRefused(error) if error.is_unauthenticated() => ErrorCode::Unauthenticated,
+            Error::TicketRefused(_) | Error::ViewerMayNot(_) | Error::TakenOver(_) => {
+                ErrorCode::Forbidden
+            }
+            Error::ProcessExited
+            | Error::ProcessEndedBeforeInput
+            | Error::InputNotTaken(_)
+            | Error::SessionClosed => ErrorCode::WrongState,
+            Error::ClientTooSlow | Error::InputTooLarge(_) | Error::FrameTooLarge => {
+                ErrorCode::LimitExceeded
+            }
+            Error::RuntimeNotConfigured(_) | Error::ShuttingDown => ErrorCode::Unavailable,
+            Error::Runtime(error) => error.code(),
+        }
+    }
+}
+
+impl RuntimeError {
+    /// Where a runtime's failure sits in the closed code table.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RuntimeError::Unavailable(_) => ErrorCode::Unavailable,
+            RuntimeError::TargetNotFound(_) => ErrorCode::NotFound,
+            RuntimeError::TargetNotRunning(_) | RuntimeError::SpawnFailed(_) => {
+                ErrorCode::WrongState
+            }
+            RuntimeError::Io { .. } | RuntimeError::Other(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+/// What a controller asks of its session, for the messages that refuse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAction {
+    WriteInput,
+    Resize,
+    Reset,
+}
+
+impl fmt::Display for ClientAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientAction::WriteInput => "write input",
+            ClientAction::Resize => "resize",
+            ClientAction::Reset => "reset",
+        })
+    }
+}
+
+/// Why a broker could not start, or stopped serving on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("--docker-host: {0}")]
+    DockerEndpoint(#[source] DockerError),
+    #[error("--session-api {url:?}: {source}")]
+    SessionApiUrl {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error(
+        "listening on {0}, which names no address others can dial: set --advertise \
+         (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
+    )]
+    NoAdvertisedEndpoint(SocketAddr),
+    #[error(transparent)]
+    Introspection(#[from] IntrospectionError),
     #[error("grpc server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("grpc server task failed: {0}")]
+    ServerTask(#[from] tokio::task::JoinError),
     #[error("{context}: {source}")]
     Io {
         context: &'static str,
@@ -43,8 +155,43 @@ pub enum Error {
     },
 }
 
-impl Error {
-    pub(crate) fn io(context: &'static str, source: std::io::Error) -> Self {
-        Error::Io { context, source }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticket_refusals_split_into_unauthenticated_and_forbidden() {
+        for unauthenticated in [
+            TicketError::Malformed,
+            TicketError::BadSignature,
+            TicketError::Expired,
+        ] {
+            assert_eq!(
+                Error::from(unauthenticated).code(),
+                ErrorCode::Unauthenticated
+            );
+        }
+        for forbidden in [
+            TicketError::WrongSession,
+            TicketError::RoleNotGranted("controller"),
+        ] {
+            assert_eq!(Error::from(forbidden).code(), ErrorCode::Forbidden);
+        }
+    }
+
+    #[test]
+    fn refusals_keep_the_messages_clients_know() {
+        assert_eq!(
+            Error::TakenOver(ClientAction::WriteInput).to_string(),
+            "another controller took over; this client may not write input"
+        );
+        assert_eq!(
+            Error::ViewerMayNot(ClientAction::Resize).to_string(),
+            "a viewer may not resize"
+        );
+        assert_eq!(
+            Error::RuntimeNotConfigured(BackendKind::Docker).to_string(),
+            "no docker runtime is configured on this broker"
+        );
     }
 }

@@ -11,6 +11,7 @@ mod broker;
 pub mod config;
 pub mod domain;
 mod error;
+mod events;
 pub mod grpc;
 mod registration;
 mod registry;
@@ -21,7 +22,8 @@ pub mod session;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
 pub use config::{BackendKind, Config, DockerConfig, ServiceToken};
-pub use error::Error;
+pub use error::{ClientAction, Error, StartError};
+pub use ptyhub_wire::ServiceCredential;
 
 use std::future::Future;
 
@@ -34,7 +36,7 @@ pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
+) -> Result<(), StartError> {
     let broker = Broker::builder(config).configured_runtimes().await?.build();
     broker.serve(listener, shutdown).await
 }

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use ptyhub_wire::ServiceCredential;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::error::Error;
+use crate::error::StartError;
 use crate::grpc::RegistryClient;
 
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
@@ -37,11 +38,11 @@ pub(crate) struct Registrar {
 impl Registrar {
     pub(crate) fn new(
         session_api: &str,
-        token: &crate::config::ServiceToken,
+        credential: &ServiceCredential,
         registration: Registration,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, StartError> {
         Ok(Self {
-            client: RegistryClient::new(session_api, token, CALL_TIMEOUT)?,
+            client: RegistryClient::new(session_api, credential, CALL_TIMEOUT)?,
             registration,
         })
     }

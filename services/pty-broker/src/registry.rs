@@ -1,24 +1,26 @@
-//! The sessions a broker holds, keyed by session id, and the lifecycle event bus.
+//! The sessions a broker holds, keyed by session id: the one owner of session membership.
+//!
+//! Only the broker inserts (at spawn) and removes (when a session's task has ended); session
+//! tasks never touch this map. A session that has closed but whose task is still telling its
+//! clients so is already gone as far as lookups go: [`Registry::get`] and [`Registry::list`]
+//! skip it, and a new session may take its id.
+//!
+//! The registry reaps nothing: each session's task keeps its own idle deadline and closes the
+//! session itself (see `session/task.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
 
-use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use crate::domain::{BrokerEvent, BrokerEventKind, SessionInfo};
+use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
 use crate::session::Session;
-
-/// Events a `WatchEvents` subscriber may lag behind before it is sent a fresh snapshot.
-const EVENT_BACKLOG: usize = 4096;
 
 /// Every live and tombstoned session of this broker.
 #[derive(Debug)]
 pub(crate) struct Registry {
     inner: Mutex<Inner>,
-    events: broadcast::Sender<BrokerEvent>,
 }
 
 #[derive(Debug)]
@@ -34,7 +36,6 @@ impl Registry {
                 sessions: HashMap::new(),
                 accepting: true,
             }),
-            events: broadcast::Sender::new(EVENT_BACKLOG),
         }
     }
 
@@ -44,59 +45,60 @@ impl Registry {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Adds a new session; refuses a duplicate id and anything after shutdown began.
+    /// Adds a new session; refuses an id in use and anything after shutdown began.
     pub fn insert(&self, session: Arc<Session>) -> Result<(), Error> {
         let mut inner = self.lock();
         if !inner.accepting {
             return Err(Error::ShuttingDown);
         }
-        if inner.sessions.contains_key(&session.id) {
+        if inner
+            .sessions
+            .get(&session.id)
+            .is_some_and(|existing| !existing.is_closed())
+        {
             return Err(Error::SessionExists(session.id));
         }
         inner.sessions.insert(session.id, session);
         Ok(())
     }
 
-    /// Removes `session` if it is still the one registered under its id.
-    pub fn remove(&self, session_id: Uuid) {
-        self.lock().sessions.remove(&session_id);
+    /// Removes `session` if it is still the one registered under its id (a closed session's id
+    /// may have been taken by a new one meanwhile).
+    pub fn remove(&self, session: &Arc<Session>) {
+        let mut inner = self.lock();
+        if inner
+            .sessions
+            .get(&session.id)
+            .is_some_and(|registered| Arc::ptr_eq(registered, session))
+        {
+            inner.sessions.remove(&session.id);
+        }
     }
 
+    /// The session `session_id` unless it is unknown or closed.
     pub fn get(&self, session_id: Uuid) -> Result<Arc<Session>, Error> {
-        self.lock()
-            .sessions
-            .get(&session_id)
-            .cloned()
+        let session = self.lock().sessions.get(&session_id).cloned();
+        session
+            .filter(|session| !session.is_closed())
             .ok_or(Error::SessionNotFound(session_id))
     }
 
-    /// Every session, oldest first.
+    /// Every session that is not closed, oldest first.
     pub fn list(&self) -> Vec<SessionInfo> {
         let sessions: Vec<Arc<Session>> = self.lock().sessions.values().cloned().collect();
-        let mut infos: Vec<SessionInfo> = sessions.iter().map(|session| session.info()).collect();
+        let mut infos: Vec<SessionInfo> = sessions
+            .iter()
+            .map(|session| session.info())
+            .filter(|info| !matches!(info.phase, SessionPhase::Closed(_)))
+            .collect();
         infos.sort_by_key(|info| (info.created_at, info.session_id));
         infos
     }
 
-    /// Stops accepting new sessions and returns the current ones.
-    pub fn stop_accepting(&self) -> Vec<Arc<Session>> {
+    /// Stops accepting new sessions and returns how many are held.
+    pub fn stop_accepting(&self) -> usize {
         let mut inner = self.lock();
         inner.accepting = false;
-        inner.sessions.values().cloned().collect()
-    }
-
-    pub fn publish(&self, kind: BrokerEventKind) {
-        // No subscriber is fine: events are for whoever listens now.
-        let _ = self.events.send(BrokerEvent {
-            at: SystemTime::now(),
-            kind,
-        });
-    }
-
-    /// Subscribes to events, then takes a snapshot, so that nothing between the two is missed
-    /// (an event may repeat what the snapshot already shows, which a subscriber tolerates).
-    pub fn subscribe(&self) -> (Vec<SessionInfo>, broadcast::Receiver<BrokerEvent>) {
-        let receiver = self.events.subscribe();
-        (self.list(), receiver)
+        inner.sessions.len()
     }
 }

@@ -4,15 +4,17 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use ptyhub_proto::broker::v1::pty_broker_server::PtyBrokerServer;
+use ptyhub_wire::{Introspection, ServingStatus};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::broker::Broker;
 use crate::config::{BackendKind, Config};
-use crate::error::Error;
+use crate::error::StartError;
 use crate::grpc::PtyBrokerService;
 use crate::registration::{Registrar, Registration};
 
@@ -24,27 +26,19 @@ impl Broker {
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), Error> {
+    ) -> Result<(), StartError> {
         let config = self.config();
-        let local_addr = listener
-            .local_addr()
-            .map_err(|error| Error::io("read the listener's address", error))?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Io {
+            context: "read the listener's address",
+            source,
+        })?;
         let grace = config.shutdown_grace;
         let keepalive = config.keepalive_interval;
 
-        let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<PtyBrokerServer<PtyBrokerService>>()
-            .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            // The descriptor set holds every ptyhub proto; advertise only what this serves.
-            .with_service_name("ptyhub.broker.v1.PtyBroker")
-            .with_service_name("grpc.health.v1.Health")
-            .with_service_name("grpc.reflection.v1.ServerReflection")
-            .build_v1()
-            .map_err(|error| Error::Config(format!("server reflection: {error}")))?;
+        let introspection =
+            Introspection::new(&[<PtyBrokerServer<PtyBrokerService> as NamedService>::NAME])
+                .await?;
+        let health = introspection.health_handle();
 
         let registrar = match &config.session_api {
             Some(session_api) => Some(Registrar::new(
@@ -65,8 +59,7 @@ impl Broker {
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))
             .tcp_nodelay(true)
-            .add_service(health_service)
-            .add_service(reflection)
+            .add_routes(introspection.into_routes())
             .add_service(PtyBrokerService::new(self.clone()).into_server())
             .serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
         let mut server = tokio::spawn(server);
@@ -88,10 +81,7 @@ impl Broker {
             result = &mut server => {
                 // The server stopped by itself: end the sessions anyway, then report why.
                 self.shutdown().await;
-                return match result {
-                    Ok(result) => result.map_err(Error::from),
-                    Err(join_error) => Err(Error::Config(format!("grpc server task failed: {join_error}"))),
-                };
+                return Ok(result??);
             }
             () = shutdown => {}
         }
@@ -99,9 +89,7 @@ impl Broker {
         let deadline = Instant::now() + grace;
         tracing::info!(grace = ?grace, "shutting down");
         stop_registering.cancel();
-        health_reporter
-            .set_not_serving::<PtyBrokerServer<PtyBrokerService>>()
-            .await;
+        health.set_status(ServingStatus::NotServing).await;
         stop_accepting.cancel();
         let sessions_closed = timeout_at(deadline, self.shutdown()).await.is_ok();
         let server_stopped = match timeout_at(deadline, &mut server).await {
@@ -134,15 +122,12 @@ impl Broker {
 
 /// The endpoint the broker registers: `--advertise`, else `http://` and the listen address when
 /// that names a reachable interface.
-fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String, Error> {
+fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String, StartError> {
     if let Some(advertise) = &config.advertise {
         return Ok(advertise.clone());
     }
     if local_addr.ip().is_unspecified() {
-        return Err(Error::Config(format!(
-            "listening on {local_addr}, which names no address others can dial: set --advertise \
-             (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
-        )));
+        return Err(StartError::NoAdvertisedEndpoint(local_addr));
     }
     Ok(format!("http://{local_addr}"))
 }
@@ -150,11 +135,9 @@ fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ServiceToken;
-
     fn config() -> Config {
         Config::new(
-            ServiceToken::new("a-service-token-for-tests").unwrap(),
+            ptyhub_wire::ServiceCredential::new("a-service-token-for-tests").unwrap(),
             attach_ticket::TicketKey::new(b"a ticket secret for tests 0123456789".to_vec())
                 .unwrap(),
         )

@@ -1,5 +1,5 @@
 //! One session: the task that owns its PTY, the state that clients read, and the handle clients
-//! and the registry talk to it through.
+//! and the broker talk to it through.
 //!
 //! The session task owns the PTY: it reads output into the ring, resizes, signals and respawns.
 //! Clients reach it through a bounded command channel or read the shared state under a short
@@ -27,7 +27,7 @@ pub use attachments::ClientId;
 pub(crate) use task::{SessionTask, TaskContext};
 
 use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};
-use crate::error::Error;
+use crate::error::{ClientAction, Error};
 use crate::ring::{OutputRing, RingRead};
 use attachments::Attachments;
 
@@ -56,7 +56,7 @@ pub struct AttachRequest {
     pub since: Option<u64>,
 }
 
-/// The registry's handle on a session.
+/// The handle on a session that the registry holds and clients reach it through.
 #[derive(Debug)]
 pub struct Session {
     pub id: Uuid,
@@ -215,6 +215,11 @@ impl Session {
         self.shared.lock().info(self.id)
     }
 
+    /// Whether the session has closed (its task may still be telling its clients).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.shared.lock().phase, SessionPhase::Closed(_))
+    }
+
     /// Ends the session's process group and closes it.
     pub async fn kill(&self) -> Result<SessionInfo, Error> {
         let (reply, answer) = oneshot::channel();
@@ -314,9 +319,7 @@ impl Attachment {
                 Poll::Event(event) => return Some(Ok(event)),
                 Poll::Finished => return None,
                 Poll::Overflowed => {
-                    return Some(Err(Error::ResourceExhausted(
-                        "client fell too far behind and was dropped".to_owned(),
-                    )));
+                    return Some(Err(Error::ClientTooSlow));
                 }
                 Poll::Wait => {}
             }
@@ -409,36 +412,28 @@ impl AttachmentHandle {
     /// took all of it; while the process does not read its input, that waits (and so does the
     /// client's stream: flow control) until it does or the process ends.
     pub async fn write_input(&self, data: Bytes) -> Result<(), Error> {
-        self.check_controller("write input")?;
+        self.check_controller(ClientAction::WriteInput)?;
         let shared = &self.session.shared;
         let mut input = shared.input.lock().await;
         // Control may have moved while this client waited for the input side.
-        self.check_controller("write input")?;
+        self.check_controller(ClientAction::WriteInput)?;
         let Some(PtyInput { writer, ended }) = input.as_mut() else {
-            return Err(Error::FailedPrecondition(
-                "the session's process has exited".to_owned(),
-            ));
+            return Err(Error::ProcessExited);
         };
         let written = tokio::select! {
             biased;
-            () = ended.cancelled() => {
-                return Err(Error::FailedPrecondition(
-                    "the session's process ended before it read the input".to_owned(),
-                ));
-            }
+            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
             written = writer.write_all(&data) => written,
         };
         drop(input);
-        written.map_err(|error| {
-            Error::FailedPrecondition(format!("the terminal did not take the input: {error}"))
-        })?;
+        written.map_err(Error::InputNotTaken)?;
         shared.note_input();
         Ok(())
     }
 
     /// Resizes the PTY if this client is the current controller.
     pub async fn resize(&self, size: TerminalSize) -> Result<(), Error> {
-        self.check_controller("resize")?;
+        self.check_controller(ClientAction::Resize)?;
         let (reply, answer) = oneshot::channel();
         self.session
             .send(Command::Resize {
@@ -447,14 +442,12 @@ impl AttachmentHandle {
                 reply,
             })
             .await?;
-        answer
-            .await
-            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))?
+        answer.await.map_err(|_| Error::SessionClosed)?
     }
 
     /// Resets the session if this client is the current controller.
     pub async fn reset(&self) -> Result<(), Error> {
-        self.check_controller("reset")?;
+        self.check_controller(ClientAction::Reset)?;
         let (reply, answer) = oneshot::channel();
         self.session
             .send(Command::Reset {
@@ -462,17 +455,12 @@ impl AttachmentHandle {
                 reply,
             })
             .await?;
-        answer
-            .await
-            .map_err(|_| Error::FailedPrecondition("the session is closed".to_owned()))?
-            .map(drop)
+        answer.await.map_err(|_| Error::SessionClosed)?.map(drop)
     }
 
-    fn check_controller(&self, action: &str) -> Result<u64, Error> {
+    fn check_controller(&self, action: ClientAction) -> Result<u64, Error> {
         let Some(generation) = self.generation else {
-            return Err(Error::PermissionDenied(format!(
-                "a viewer may not {action}"
-            )));
+            return Err(Error::ViewerMayNot(action));
         };
         if !self
             .session
@@ -481,9 +469,7 @@ impl AttachmentHandle {
             .attachments
             .is_current_controller(Some(generation))
         {
-            return Err(Error::PermissionDenied(format!(
-                "another controller took over; this client may not {action}"
-            )));
+            return Err(Error::TakenOver(action));
         }
         Ok(generation)
     }

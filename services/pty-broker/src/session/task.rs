@@ -1,6 +1,11 @@
 //! The task that owns one session's PTY from spawn to close: reads output into the ring, hands
 //! the input side to the controller's writes, resizes, resets, ends the process group, reaps the
-//! idle session and keeps the tombstone of an exited one.
+//! idle session and keeps the tombstone of an exited one. It publishes what happens on the
+//! [`EventBus`].
+//!
+//! Idle reaping is this task's: it keeps the session's one idle deadline, armed when the last
+//! client leaves and disarmed by an attach, and closes the session itself (reason `idle_reaped`)
+//! when the deadline passes. The broker's registry only forgets a session once its task ended.
 
 use std::io;
 use std::pin::Pin;
@@ -21,8 +26,8 @@ use super::{
 use crate::domain::{
     BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo, SessionPhase,
 };
-use crate::error::Error;
-use crate::registry::Registry;
+use crate::error::{ClientAction, Error};
+use crate::events::EventBus;
 use crate::runtime::{GroupSignal, PtyProcess, PtyRuntime, SpawnSpec};
 
 /// Bytes reserved for PTY reads at a time. Chunks are split off this block, so a session's
@@ -50,7 +55,7 @@ const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) struct TaskContext {
     pub runtime: Arc<dyn PtyRuntime>,
     pub spec: SpawnSpec,
-    pub registry: Arc<Registry>,
+    pub events: EventBus,
     pub shutdown: CancellationToken,
     pub tracker: TaskTracker,
 }
@@ -133,8 +138,8 @@ impl SessionTask {
             Ok(pty) => pty,
             Err(error) => {
                 tracing::info!(session_id = %self.id, %error, "spawn failed");
+                // Closed before the caller hears of it: the id is free again at once.
                 self.shared.lock().phase = SessionPhase::Closed(CloseReason::SpawnFailed);
-                self.context.registry.remove(self.id);
                 let _ = started.send(Err(error));
                 return;
             }
@@ -142,7 +147,7 @@ impl SessionTask {
         let info = self.shared.lock().info(self.id);
         tracing::info!(session_id = %self.id, pid = ?info.pid, size = %info.size, "session started");
         self.context
-            .registry
+            .events
             .publish(BrokerEventKind::Started(info.clone()));
         // The caller may have gone away (a cancelled Spawn call); the session lives on and the
         // event stream tells its owner about it.
@@ -336,9 +341,7 @@ impl SessionTask {
                     self.resize(size, process).await;
                     Ok(())
                 } else {
-                    Err(Error::PermissionDenied(
-                        "another controller took over; this client may not resize".to_owned(),
-                    ))
+                    Err(Error::TakenOver(ClientAction::Resize))
                 };
                 let _ = reply.send(result);
             }
@@ -350,9 +353,7 @@ impl SessionTask {
                         .attachments
                         .is_current_controller(generation)
                 {
-                    let _ = reply.send(Err(Error::PermissionDenied(
-                        "another controller took over; this client may not reset".to_owned(),
-                    )));
+                    let _ = reply.send(Err(Error::TakenOver(ClientAction::Reset)));
                 } else {
                     return Some(ProcessEnd::Reset { reply });
                 }
@@ -380,9 +381,7 @@ impl SessionTask {
             if let Some(since) = request.since
                 && since > end
             {
-                return Err(Error::InvalidArgument(format!(
-                    "resume offset {since} is beyond the session's output ({end} bytes so far)"
-                )));
+                return Err(Error::ResumeBeyondOutput { since, end });
             }
         }
         if request.role == Role::Controller
@@ -496,7 +495,7 @@ impl SessionTask {
         }
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, code = status.code, signal = ?status.signal, "process exited");
-        self.context.registry.publish(BrokerEventKind::Exited {
+        self.context.events.publish(BrokerEventKind::Exited {
             session_id: self.id,
             exit: status,
         });
@@ -528,7 +527,7 @@ impl SessionTask {
                         let _ = reply.send(attached);
                     }
                     Some(Command::Resize { reply, .. }) => {
-                        let _ = reply.send(Err(exited_error()));
+                        let _ = reply.send(Err(Error::ProcessExited));
                     }
                     Some(Command::Reset { generation, reply }) => {
                         if generation.is_none()
@@ -536,9 +535,7 @@ impl SessionTask {
                         {
                             return TombstoneEnd::Restart { reply };
                         }
-                        let _ = reply.send(Err(Error::PermissionDenied(
-                            "another controller took over; this client may not reset".to_owned(),
-                        )));
+                        let _ = reply.send(Err(Error::TakenOver(ClientAction::Reset)));
                     }
                 },
                 () = self.shared.task_wake.notified() => self.attachments_changed(),
@@ -603,7 +600,7 @@ impl SessionTask {
         };
         self.shared.notify_clients();
         self.context
-            .registry
+            .events
             .publish(BrokerEventKind::ResetDone(info));
         Ok(new_pty)
     }
@@ -616,7 +613,7 @@ impl SessionTask {
         }
     }
 
-    /// Marks the session closed, tells clients and subscribers, and lets the registry forget it.
+    /// Marks the session closed (lookups stop finding it) and tells clients and subscribers.
     async fn close(&mut self, reason: CloseReason, reply: Option<oneshot::Sender<SessionInfo>>) {
         let info = {
             let mut state = self.shared.lock();
@@ -628,8 +625,9 @@ impl SessionTask {
             state.info(self.id)
         };
         self.shared.notify_clients();
-        self.context.registry.remove(self.id);
-        self.context.registry.publish(BrokerEventKind::Closed {
+        // Lookups no longer find the session from here on (its phase is closed); the broker
+        // removes it from the registry once this task ends.
+        self.context.events.publish(BrokerEventKind::Closed {
             session_id: self.id,
             reason,
         });
@@ -657,7 +655,7 @@ impl SessionTask {
         if counts != self.reported_counts {
             self.reported_counts = counts;
             self.context
-                .registry
+                .events
                 .publish(BrokerEventKind::AttachmentsChanged {
                     session_id: self.id,
                     controllers: counts.0,
@@ -681,16 +679,12 @@ impl SessionTask {
             (state.last_activity_at, state.ring.end())
         };
         self.activity.reported();
-        self.context.registry.publish(BrokerEventKind::Activity {
+        self.context.events.publish(BrokerEventKind::Activity {
             session_id: self.id,
             last_activity_at,
             output_offset,
         });
     }
-}
-
-fn exited_error() -> Error {
-    Error::FailedPrecondition("the session's process has exited".to_owned())
 }
 
 /// Batches activity: at most one report per interval, and only after something happened.

@@ -11,8 +11,9 @@ use std::io::Cursor;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
+use super::DockerError;
 use super::endpoint::{Connection, Endpoint};
-use super::{ApiVersion, DockerError};
+use super::engine::ApiVersion;
 use crate::domain::TerminalSize;
 
 /// The most response head the engine may send before the raw stream starts.
@@ -97,6 +98,9 @@ struct ResponseHead {
     chunked: bool,
 }
 
+/// Headers an engine's answer to exec start may carry; more is refused as a protocol error.
+const MAX_RESPONSE_HEADERS: usize = 64;
+
 /// Reads up to the blank line that ends the head; returns the head and the bytes after it.
 async fn read_response_head(
     connection: &mut Box<dyn Connection>,
@@ -104,9 +108,8 @@ async fn read_response_head(
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
-        if let Some(end) = find(&buffer, b"\r\n\r\n") {
-            let head = parse_response_head(&buffer[..end])?;
-            return Ok((head, buffer[end + 4..].to_vec()));
+        if let Some((head, length)) = parse_response_head(&buffer)? {
+            return Ok((head, buffer[length..].to_vec()));
         }
         if buffer.len() > MAX_RESPONSE_HEAD {
             return Err(DockerError::Protocol(
@@ -129,37 +132,37 @@ async fn read_response_head(
     }
 }
 
-fn parse_response_head(head: &[u8]) -> Result<ResponseHead, DockerError> {
-    let head = String::from_utf8_lossy(head);
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split_ascii_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse::<u16>().ok())
-        .ok_or_else(|| {
-            DockerError::Protocol(format!(
-                "unexpected response from the engine: {status_line}"
-            ))
-        })?;
-    let mut content_length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = value.parse().ok();
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
+/// The response head at the start of `buffer` and its length in bytes, or `None` while the head
+/// is incomplete.
+fn parse_response_head(buffer: &[u8]) -> Result<Option<(ResponseHead, usize)>, DockerError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let length = match response.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(error) => {
+            let start = &buffer[..buffer.len().min(80)];
+            return Err(DockerError::Protocol(format!(
+                "unexpected response from the engine ({error}): {}",
+                String::from_utf8_lossy(start)
+            )));
+        }
+    };
+    let mut head = ResponseHead {
+        // A complete parse always has a status code.
+        status: response.code.unwrap_or_default(),
+        content_length: None,
+        chunked: false,
+    };
+    for header in response.headers.iter() {
+        let value = String::from_utf8_lossy(header.value);
+        if header.name.eq_ignore_ascii_case("content-length") {
+            head.content_length = value.trim().parse().ok();
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            head.chunked = value.to_ascii_lowercase().contains("chunked");
         }
     }
-    Ok(ResponseHead {
-        status,
-        content_length,
-        chunked,
-    })
+    Ok(Some((head, length)))
 }
 
 /// Reads an error response's body as far as it can; a short or broken body still gives a
@@ -196,13 +199,11 @@ async fn read_error_body(
 /// Decodes a chunked body, stopping at the last chunk or at the first malformed size line.
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut decoded = Vec::new();
-    while let Some(line_end) = find(body, b"\r\n") {
-        let size_field = String::from_utf8_lossy(&body[..line_end]);
-        let size_field = size_field.split(';').next().unwrap_or_default().trim();
-        let Ok(size) = usize::from_str_radix(size_field, 16) else {
+    while let Ok(httparse::Status::Complete((data_start, size))) = httparse::parse_chunk_size(body)
+    {
+        let Ok(size) = usize::try_from(size) else {
             break;
         };
-        let data_start = line_end + 2;
         if size == 0 || body.len() < data_start + size {
             break;
         }
@@ -236,10 +237,8 @@ mod tests {
 
     #[test]
     fn parses_status_and_body_framing() {
-        let head = parse_response_head(
-            b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 42",
-        )
-        .unwrap();
+        let text = b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n{";
+        let (head, length) = parse_response_head(text).unwrap().expect("a complete head");
         assert_eq!(
             head,
             ResponseHead {
@@ -248,11 +247,19 @@ mod tests {
                 chunked: false
             }
         );
-        let head =
-            parse_response_head(b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: Chunked\r\nX: y")
-                .unwrap();
+        assert_eq!(&text[length..], b"{");
+        let (head, _) = parse_response_head(
+            b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: Chunked\r\nX: y\r\n\r\n",
+        )
+        .unwrap()
+        .expect("a complete head");
         assert!(head.chunked);
-        assert!(parse_response_head(b"SSH-2.0-OpenSSH").is_err());
+        assert_eq!(
+            parse_response_head(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgr").unwrap(),
+            None,
+            "a head without its blank line is incomplete"
+        );
+        assert!(parse_response_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
     }
 
     #[test]

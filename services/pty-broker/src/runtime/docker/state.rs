@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::engine::Engine;
 use super::group::{GroupView, Leader, SESSION_MARKER_VARIABLE, SessionGroup};
-use super::{DockerError, DockerRuntimeConfig, Engine};
+use super::{DockerError, DockerRuntimeConfig};
 use crate::runtime::{GroupSignal, procfs};
 
 /// The directory under the broker's data directory that holds the session records.

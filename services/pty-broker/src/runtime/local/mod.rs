@@ -10,12 +10,12 @@
 //! The master is non-blocking and registered with tokio (`AsyncFd`): no thread per session.
 //!
 //! This is the one module of the broker that calls into the PTY system calls directly; every
-//! `unsafe` block says why it is sound.
+//! `unsafe` block says why it is sound. The window size goes through `rustix`, which needs none.
 
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::pin::Pin;
@@ -303,20 +303,15 @@ impl PtyProcess for LocalProcess {
     }
 
     async fn resize(&self, size: TerminalSize) -> Result<(), RuntimeError> {
-        let winsize = winsize(size);
-        // SAFETY: TIOCSWINSZ reads one `winsize` through the pointer, which points at a live,
-        // initialised value for the duration of the call; the fd is the open master.
-        let result = unsafe {
-            libc::ioctl(
-                self.master.get_ref().as_raw_fd(),
-                libc::TIOCSWINSZ,
-                &winsize as *const Winsize,
-            )
+        // rustix wraps TIOCSWINSZ safely; nix offers it only as an unsafe ioctl.
+        let winsize = rustix::termios::Winsize {
+            ws_row: size.rows(),
+            ws_col: size.cols(),
+            ws_xpixel: 0,
+            ws_ypixel: 0,
         };
-        if result == -1 {
-            return Err(RuntimeError::io("resize pty", io::Error::last_os_error()));
-        }
-        Ok(())
+        rustix::termios::tcsetwinsize(self.master.get_ref(), winsize)
+            .map_err(|errno| RuntimeError::io("resize pty", io::Error::from(errno)))
     }
 
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {

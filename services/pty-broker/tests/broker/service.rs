@@ -1,16 +1,15 @@
 //! The broker as a gRPC service beyond Attach: the lifecycle event stream, health, reflection
 //! and the service token.
 
-#[allow(unused_macros)]
-#[macro_use]
-mod support;
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use pb::broker_event::Event;
 use ptyhub_proto::broker::v1 as pb;
-use support::{Backend, PATIENCE, TestBroker, authorized};
 use tonic::Code;
 use tonic::codec::Streaming;
+
+use crate::support::{self, Backend, PATIENCE, TestBroker, authorized};
 
 async fn next_event(events: &mut Streaming<pb::BrokerEvent>) -> anyhow::Result<Event> {
     let event = tokio::time::timeout(PATIENCE, events.message())
@@ -151,55 +150,142 @@ async fn watch_events_starts_with_a_snapshot_then_follows_each_session() -> anyh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_and_reflection_are_served() -> anyhow::Result<()> {
+async fn health_and_both_reflection_versions_are_served() -> anyhow::Result<()> {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
     support::init_logging();
     let broker = TestBroker::start(Backend::Local).await?;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", broker.address))?
         .connect()
         .await?;
-    let health = HealthClient::new(channel.clone())
-        .check(HealthCheckRequest {
-            service: "ptyhub.broker.v1.PtyBroker".to_owned(),
-        })
-        .await?
-        .into_inner();
-    assert_eq!(health.status, ServingStatus::Serving as i32);
+    for service in ["", BROKER_SERVICE] {
+        let health = HealthClient::new(channel.clone())
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await?
+            .into_inner();
+        assert_eq!(health.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+
+    let expected = [
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+        BROKER_SERVICE,
+    ];
+    assert_eq!(services_listed_by_v1(channel.clone()).await?, expected);
+    // What Python's grpcio-reflection and other older clients speak.
+    assert_eq!(services_listed_by_v1alpha(channel).await?, expected);
+    broker.stop().await
+}
+
+const BROKER_SERVICE: &str = "ptyhub.broker.v1.PtyBroker";
+
+/// The services `grpc.reflection.v1` lists, sorted.
+async fn services_listed_by_v1(channel: tonic::transport::Channel) -> anyhow::Result<Vec<String>> {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
     };
-    let mut responses = ServerReflectionClient::new(channel)
+    let response = ServerReflectionClient::new(channel)
         .server_reflection_info(tokio_stream::iter([request]))
         .await?
-        .into_inner();
-    let response = responses
+        .into_inner()
         .message()
         .await?
-        .context("reflection answered nothing")?;
-    let Some(MessageResponse::ListServicesResponse(services)) = response.message_response else {
-        anyhow::bail!("unexpected reflection answer");
+        .context("v1 reflection answered nothing")?;
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        anyhow::bail!("unexpected v1 reflection answer: {response:?}");
     };
-    let names: Vec<String> = services
+    let mut names: Vec<String> = list
         .service
         .into_iter()
         .map(|service| service.name)
         .collect();
-    ensure!(
-        names.contains(&"ptyhub.broker.v1.PtyBroker".to_owned()),
-        "{names:?}"
-    );
-    ensure!(
-        names.contains(&"grpc.health.v1.Health".to_owned()),
-        "{names:?}"
-    );
+    names.sort();
+    Ok(names)
+}
+
+/// The services `grpc.reflection.v1alpha` lists, sorted.
+async fn services_listed_by_v1alpha(
+    channel: tonic::transport::Channel,
+) -> anyhow::Result<Vec<String>> {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let response = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await?
+        .into_inner()
+        .message()
+        .await?
+        .context("v1alpha reflection answered nothing")?;
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        anyhow::bail!("unexpected v1alpha reflection answer: {response:?}");
+    };
+    let mut names: Vec<String> = list
+        .service
+        .into_iter()
+        .map(|service| service.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The idle timer through the real API: armed at spawn, cancelled by an attach (a session stays
+/// while a client is attached, well past the timeout), armed again by the last detach, and then
+/// the session is reaped with reason `IDLE_REAPED`. One timer per session: the one armed at
+/// spawn would have closed the session while the client was attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_cancels_the_idle_timer_and_the_last_detach_rearms_it() -> anyhow::Result<()> {
+    support::init_logging();
+    let timeout = Duration::from_secs(6);
+    let broker = TestBroker::start_with(
+        Backend::Local,
+        Box::new(move |config| config.detached_timeout = timeout),
+    )
+    .await?;
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+    let session = broker.spawn_sh("printf 'ready\\n'; sleep 600").await?;
+    let id = session.session_id.clone();
+    let viewer = broker.attach(&id, pb::Role::Viewer, Some(0)).await?;
+
+    // Not synchronisation: the deadline armed at spawn must pass while the viewer is attached.
+    tokio::time::sleep(timeout + Duration::from_secs(2)).await;
+    let info = broker.get(&id).await?;
+    assert_eq!(info.state, pb::SessionState::Running as i32);
+    assert_eq!(info.viewers, 1);
+
+    drop(viewer);
+    let Event::Closed(closed) = wait_for(
+        &mut events,
+        |event| matches!(event, Event::Closed(closed) if closed.session_id == id),
+    )
+    .await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(closed.reason, pb::CloseReason::IdleReaped as i32);
+    let status = broker.get(&id).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
     broker.stop().await
 }

@@ -2,12 +2,8 @@
 //! exit codes, ending every process of a session in both process views, crash recovery from the
 //! state directory, and each error a client must see clearly.
 
-#[path = "support/docker.rs"]
-mod docker_support;
-
 use std::time::Duration;
 
-use docker_support::DockerFixture;
 use pty_broker::domain::{ExitStatus, TerminalSize};
 use pty_broker::runtime::docker::{
     DockerRuntime, DockerRuntimeConfig, ProcessView, reap_orphans_from_state,
@@ -15,6 +11,8 @@ use pty_broker::runtime::docker::{
 use pty_broker::runtime::{GroupSignal, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use uuid::Uuid;
+
+use crate::support::docker::DockerFixture;
 
 /// Generous bound for anything a test waits on; only a hang reaches it.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -299,18 +297,18 @@ async fn spawn_busy_session(runtime: &DockerRuntime, container: &DockerFixture) 
     pty
 }
 
+/// Sends the teardown signals in their order; the last one ends whatever ignored the others.
 async fn end_group(pty: &SpawnedPty) {
-    for signal in [GroupSignal::Hangup, GroupSignal::Terminate] {
+    for signal in [
+        GroupSignal::Hangup,
+        GroupSignal::Terminate,
+        GroupSignal::Kill,
+    ] {
         pty.process
             .signal_group(signal)
             .await
             .expect("signal group");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    pty.process
-        .signal_group(GroupSignal::Kill)
-        .await
-        .expect("kill group");
 }
 
 async fn assert_signal_group_leaves_no_process(runtime: DockerRuntime) {
@@ -406,7 +404,6 @@ async fn assert_reaping_after_crash_leaves_no_process(view: ProcessView) {
     } = pty;
     drop((output, input));
     std::mem::forget(process);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!container.session_processes().await.is_empty());
 
     let report = reap_orphans_from_state(data_dir.path(), &config)
@@ -470,12 +467,10 @@ async fn missing_socket_is_unavailable() {
 
 #[tokio::test]
 async fn refused_tcp_endpoint_is_unavailable() {
-    // Bound and dropped: nothing listens on this port any more.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Bound but never listening: the port stays this test's, and every connection is refused.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
     let runtime = DockerRuntime::new(DockerRuntimeConfig::with_endpoint(Some(format!(
         "tcp://127.0.0.1:{port}"
     ))))

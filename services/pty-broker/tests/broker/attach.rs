@@ -2,18 +2,15 @@
 //! takeover, viewers, resize, exit, byte transparency, flow control, Ctrl-C, no leftover
 //! processes, no leaked descriptors, and bad input.
 
-#[macro_use]
-mod support;
-
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use attach_ticket::TicketRole;
 use pb::server_frame::Frame;
 use ptyhub_proto::broker::v1 as pb;
-use support::{Backend, PATIENCE, TestBroker};
 use tonic::Code;
 
+use crate::support::{self, Backend, PATIENCE, TestBroker};
 backend_scenarios! {
     echo_round_trip,
     resume_replays_exactly_the_missed_bytes,
@@ -101,20 +98,16 @@ async fn gap_reports_bytes_lost_beyond_the_ring(backend: Backend) -> anyhow::Res
             "i=0; while [ $i -lt 400 ]; do echo 0123456789abcdefghij; i=$((i+1)); done; echo END; sleep 600",
         )
         .await?;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let produced = loop {
-        let info = broker.get(&session.session_id).await?;
-        // 400 lines of 22 bytes (the terminal turns \n into \r\n), then END.
-        if info.output_offset >= 400 * 22 + 5 {
-            break info.output_offset;
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "output stopped at {}",
-            info.output_offset
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Everything the script prints, as the terminal turns each \n into \r\n.
+    let mut expected = b"0123456789abcdefghij\r\n".repeat(400);
+    expected.extend_from_slice(b"END\r\n");
+    let produced = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+        let info = broker.get(&session.session_id).await.ok()?;
+        (info.output_offset >= expected.len() as u64).then_some(info.output_offset)
+    })
+    .await
+    .context("the script's output never reached its end")?;
+    assert_eq!(produced, expected.len() as u64, "the script printed more");
     let mut client = broker
         .attach(&session.session_id, pb::Role::Viewer, Some(0))
         .await?;
@@ -124,11 +117,18 @@ async fn gap_reports_bytes_lost_beyond_the_ring(backend: Backend) -> anyhow::Res
     };
     assert_eq!(gap.lost, produced - 1024);
     assert_eq!(gap.offset, produced - 1024);
-    let tail = client.read_until(b"END").await?;
+    // Then exactly the ring's bytes, each once and in order (the client checks every offset).
+    let mut tail = Vec::new();
+    while tail.len() < 1024 {
+        match client.next_frame().await? {
+            Frame::Output(chunk) => tail.extend_from_slice(&chunk.data),
+            other => anyhow::bail!("expected output after the gap, got {other:?}"),
+        }
+    }
     ensure!(
-        (1022..=1024).contains(&tail.len()),
-        "the ring's {} bytes are not the last 1024",
-        tail.len()
+        tail == expected[expected.len() - 1024..],
+        "the replay is not the last 1024 bytes of the output: {:?}",
+        String::from_utf8_lossy(&tail)
     );
     broker.kill(&session.session_id).await?;
     broker.stop().await
@@ -321,7 +321,6 @@ async fn exit_code_reaches_attached_and_late_clients(backend: Backend) -> anyhow
             signal: None
         }
     );
-    // Input after exit is refused, not applied.
     broker.kill(&session.session_id).await?;
     let status = broker.get(&session.session_id).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
@@ -502,13 +501,14 @@ async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()
         .attach(&session.session_id, pb::Role::Controller, Some(0))
         .await?;
     controller.read_until(b"ready").await?;
-    // Far more than a terminal's input buffer holds: the writes block in the broker.
+    // Far more than a terminal's input buffer and every transport buffer on the way hold: the
+    // writes block in the broker, and the transport stops taking frames from this stream.
     let sender = controller.sender.clone();
     let typing = tokio::spawn(async move {
-        for _ in 0..64 {
+        for _ in 0..256 {
             let frame = pb::ClientFrame {
                 frame: Some(pb::client_frame::Frame::Input(pb::Input {
-                    data: vec![b'x'; 16 * 1024].into(),
+                    data: vec![b'x'; 64 * 1024].into(),
                 })),
             };
             if sender.send(frame).await.is_err() {
@@ -516,8 +516,12 @@ async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()
             }
         }
     });
-    // Let the writes reach the broker and block there.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The outgoing queue fills once the broker stopped reading: its write waits on the PTY.
+    test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+        (controller.sender.capacity() == 0).then_some(())
+    })
+    .await
+    .context("the input never backed up: the broker kept reading it")?;
     let killed = tokio::time::timeout(PATIENCE, broker.kill(&session.session_id))
         .await
         .context("kill waited behind unread input")??;
@@ -534,7 +538,8 @@ async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()
 async fn idle_reaping_leaves_no_process_of_the_session(backend: Backend) -> anyhow::Result<()> {
     let broker = TestBroker::start_with(
         backend,
-        Box::new(|config| config.detached_timeout = Duration::from_secs(1)),
+        // Long enough that the viewer below attaches before the timer armed at spawn runs out.
+        Box::new(|config| config.detached_timeout = Duration::from_secs(5)),
     )
     .await?;
     let mut events = broker
@@ -678,18 +683,17 @@ async fn spawn_and_close_many_sessions_without_leaking_descriptors(
         let closed = broker.kill(&session.session_id).await?;
         assert_eq!(closed.state, pb::SessionState::Closed as i32);
     }
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let after = open_descriptors()?;
-        if after <= before {
-            break;
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "descriptors leaked: {before} before, {after} after closing 50 sessions"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let released = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+        open_descriptors()
+            .is_ok_and(|after| after <= before)
+            .then_some(())
+    })
+    .await;
+    ensure!(
+        released.is_some(),
+        "descriptors leaked: {before} before, {} after closing 50 sessions",
+        open_descriptors()?
+    );
     broker.stop().await
 }
 

@@ -1,18 +1,14 @@
 //! A broker killed with SIGKILL and started again on the same data directory leaves no process of
 //! its old sessions running, local or in a container: the real `pty-broker` binary, twice.
 
-#[allow(unused_macros)]
-#[macro_use]
-mod support;
-
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use ptyhub_proto::broker::v1 as pb;
-use support::docker::DockerFixture;
-use support::{SERVICE_TOKEN, TICKET_SECRET, authorized};
+
+use crate::support::docker::DockerFixture;
+use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
 
 /// A session whose processes ignore SIGHUP and SIGTERM, so only the SIGKILL step ends them.
 const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
@@ -98,9 +94,9 @@ impl Drop for BrokerProcess {
     }
 }
 
-/// Polls `condition` for up to 20 s.
+/// Polls `condition` for up to [`PATIENCE`].
 async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    test_support::poll_until(Duration::from_secs(20), Duration::from_millis(100), || {
+    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let holds = condition().then_some(());
         async move { holds }
     })
@@ -152,26 +148,19 @@ async fn docker_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> any
             container: container.name().to_owned(),
         }))
         .await?;
-    let mut running = Vec::new();
-    for _ in 0..200 {
-        running = container.session_processes().await;
-        if running
+    let sleeping = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+        let running = container.session_processes().await;
+        let sleeps = running
             .iter()
-            .filter(|p| p.command.contains("sleep"))
-            .count()
-            >= 2
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .filter(|process| process.command.contains("sleep"))
+            .count();
+        (sleeps >= 2).then_some(())
+    })
+    .await;
     ensure!(
-        running
-            .iter()
-            .filter(|p| p.command.contains("sleep"))
-            .count()
-            >= 2,
-        "the session runs two sleeps: {running:?}"
+        sleeping.is_some(),
+        "the session runs two sleeps: {:?}",
+        container.session_processes().await
     );
 
     first.kill_hard()?;

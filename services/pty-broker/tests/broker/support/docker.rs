@@ -1,8 +1,6 @@
 //! A throwaway container from the test image for Docker-backed tests, removed on drop even when
 //! the test fails, and a look at which processes run in it.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeSet, HashMap};
 
 use bollard::Docker;
@@ -17,6 +15,15 @@ use futures::StreamExt as _;
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 /// The label every test container carries, so leftovers can be found and removed.
 pub const TEST_LABEL: &str = "ptyhub.test";
+
+/// Whether a test container runs an init process as PID 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerInit {
+    /// Docker's init: it reaps orphans, so finished processes do not linger as zombies.
+    Init,
+    /// None: PID 1 is the container's command (`sleep`), as in many images.
+    None,
+}
 
 /// A running container, removed (forcibly) when dropped.
 #[derive(Debug)]
@@ -40,6 +47,11 @@ impl DockerFixture {
     /// Starts a container, or returns `None` when Docker is unavailable and the test should be
     /// skipped (under `CI=true` a missing engine fails the test instead).
     pub async fn start() -> Option<Self> {
+        Self::start_with(ContainerInit::Init).await
+    }
+
+    /// [`DockerFixture::start`] with or without an init process.
+    pub async fn start_with(init: ContainerInit) -> Option<Self> {
         if !test_support::require(test_support::Requirement::Docker) {
             return None;
         }
@@ -56,8 +68,7 @@ impl DockerFixture {
             labels: Some(HashMap::from([(TEST_LABEL.to_owned(), "1".to_owned())])),
             host_config: Some(HostConfig {
                 network_mode: Some("none".to_owned()),
-                // A real init reaps orphans, so that finished processes do not linger as zombies.
-                init: Some(true),
+                init: Some(init == ContainerInit::Init),
                 ..Default::default()
             }),
             ..Default::default()
@@ -97,14 +108,6 @@ impl DockerFixture {
         &self.name
     }
 
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    pub fn docker(&self) -> &Docker {
-        &self.docker
-    }
-
     /// Every live (not zombie) process in the container but the listing's own.
     pub async fn all_processes(&self) -> Vec<ContainerProcess> {
         let output = self.exec_output(&["ps", "-o", "pid,stat,args"]).await;
@@ -136,15 +139,16 @@ impl DockerFixture {
             .collect()
     }
 
-    /// Waits (up to 20 s) until no session process is left, and returns what is left then.
+    /// Waits (within [`super::PATIENCE`]) until no session process is left, and returns what
+    /// is left then.
     pub async fn wait_for_no_session_processes(&self) -> Vec<ContainerProcess> {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let left = self.session_processes().await;
-            if left.is_empty() || tokio::time::Instant::now() >= deadline {
-                return left;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let gone = test_support::poll_until(super::PATIENCE, super::POLL_INTERVAL, || async {
+            self.session_processes().await.is_empty().then_some(())
+        })
+        .await;
+        match gone {
+            Some(()) => Vec::new(),
+            None => self.session_processes().await,
         }
     }
 

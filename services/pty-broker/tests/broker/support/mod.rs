@@ -4,9 +4,9 @@
 //! Scenarios take a [`Backend`] and use only POSIX sh/busybox commands, so that the same scenario
 //! runs against both runtimes; `backend_scenarios!` generates one test per backend for each.
 
-#![allow(dead_code)]
-
 pub mod docker;
+
+pub use docker::ContainerInit;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,7 +17,7 @@ use bytes::Bytes;
 use pty_broker::runtime::PtyRuntime;
 use pty_broker::runtime::docker::{DockerRuntime, DockerRuntimeConfig};
 use pty_broker::runtime::local::LocalRuntime;
-use pty_broker::{BackendKind, Broker, Config, ServiceToken};
+use pty_broker::{BackendKind, Broker, Config, ServiceCredential};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::net::TcpListener;
@@ -33,6 +33,9 @@ use uuid::Uuid;
 /// liveness bound on a shared machine, never a speed assertion.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// How often a test looks again for what it waits for.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 pub const TICKET_SECRET: &[u8] = b"test-ticket-secret-0123456789";
 
@@ -44,8 +47,8 @@ macro_rules! backend_scenarios {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() -> anyhow::Result<()> {
-                    super::support::init_logging();
-                    super::$scenario(super::support::Backend::Local).await
+                    crate::support::init_logging();
+                    super::$scenario(crate::support::Backend::Local).await
                 }
             )*
         }
@@ -54,12 +57,12 @@ macro_rules! backend_scenarios {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() -> anyhow::Result<()> {
-                    super::support::init_logging();
+                    crate::support::init_logging();
                     // Skips with a reason without an engine; fails under CI=true.
                     if !test_support::require(test_support::Requirement::Docker) {
                         return Ok(());
                     }
-                    super::$scenario(super::support::Backend::Docker).await
+                    super::$scenario(crate::support::Backend::Docker).await
                 }
             )*
         }
@@ -85,7 +88,7 @@ pub struct TestBroker {
     pub client: PtyBrokerClient<Channel>,
     pub ticket_key: TicketKey,
     stop: CancellationToken,
-    server: Option<JoinHandle<Result<(), pty_broker::Error>>>,
+    server: Option<JoinHandle<Result<(), pty_broker::StartError>>>,
     /// The Docker backend's own container, removed when the broker is dropped.
     container: Option<docker::DockerFixture>,
 }
@@ -99,11 +102,22 @@ impl TestBroker {
     }
 
     pub async fn start_with(backend: Backend, configure: Configure) -> anyhow::Result<Self> {
+        Self::start_on(backend, configure, ContainerInit::Init).await
+    }
+
+    /// A Docker broker whose container has no init process: PID 1 is the container's own
+    /// command, which reaps nothing and forwards no signal.
+    pub async fn start_docker_without_init(configure: Configure) -> anyhow::Result<Self> {
+        Self::start_on(Backend::Docker, configure, ContainerInit::None).await
+    }
+
+    async fn start_on(
+        backend: Backend,
+        configure: Configure,
+        init: ContainerInit,
+    ) -> anyhow::Result<Self> {
         let ticket_key = TicketKey::new(TICKET_SECRET.to_vec())?;
-        let mut config = Config::new(
-            ServiceToken::new(SERVICE_TOKEN).map_err(anyhow::Error::msg)?,
-            ticket_key.clone(),
-        );
+        let mut config = Config::new(ServiceCredential::new(SERVICE_TOKEN)?, ticket_key.clone());
         config.kill_grace = Duration::from_millis(500);
         configure(&mut config);
         let mut container = None;
@@ -113,7 +127,7 @@ impl TestBroker {
                 Arc::new(LocalRuntime::with_default_shell("/bin/sh")),
             ),
             Backend::Docker => {
-                let fixture = docker::DockerFixture::start()
+                let fixture = docker::DockerFixture::start_with(init)
                     .await
                     .context("a docker engine for the docker backend")?;
                 container = Some(fixture);
@@ -352,16 +366,20 @@ impl TestBroker {
 
     /// Waits, within [`PATIENCE`], until none of `pids` is alive.
     pub async fn assert_all_ended(&self, pids: &[u32]) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let left = self.still_alive(pids).await?;
-            if left.is_empty() {
-                return Ok(());
+        let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+            match self.still_alive(pids).await {
+                Ok(left) if left.is_empty() => Some(Ok(())),
+                Ok(_) => None,
+                Err(error) => Some(Err(error)),
             }
-            if tokio::time::Instant::now() > deadline {
-                bail!("processes of the session are still running: {left:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        match ended {
+            Some(result) => result,
+            None => bail!(
+                "processes of the session are still running: {:?}",
+                self.still_alive(pids).await?
+            ),
         }
     }
 
@@ -372,16 +390,35 @@ impl TestBroker {
         leader_pid: u32,
         count: usize,
     ) -> anyhow::Result<Vec<u32>> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let processes = self.session_processes(leader_pid).await?;
-            if processes.len() >= count {
-                return Ok(processes);
+        let found = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+            match self.session_processes(leader_pid).await {
+                Ok(processes) if processes.len() >= count => Some(Ok(processes)),
+                Ok(_) => None,
+                Err(error) => Some(Err(error)),
             }
-            if tokio::time::Instant::now() > deadline {
-                bail!("the session has only {processes:?}, expected {count} processes");
+        })
+        .await;
+        match found {
+            Some(result) => result,
+            None => bail!(
+                "the session has only {:?}, expected {count} processes",
+                self.session_processes(leader_pid).await?
+            ),
+        }
+    }
+
+    /// The text of the file at `path` where this broker's sessions run: this host for the
+    /// local backend, the broker's own container for Docker.
+    pub async fn read_session_file(&self, path: &str) -> anyhow::Result<String> {
+        match self.backend {
+            Backend::Local => std::fs::read_to_string(path).with_context(|| format!("read {path}")),
+            Backend::Docker => {
+                let fixture = self
+                    .container
+                    .as_ref()
+                    .context("docker broker without container")?;
+                Ok(fixture.exec_output(&["cat", path]).await)
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -411,13 +448,13 @@ impl Drop for TestBroker {
     }
 }
 
-/// Adds the service token to an internal call.
+/// Adds the service credential to an internal call.
 pub fn authorized<T>(message: T) -> Request<T> {
     let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {SERVICE_TOKEN}").parse().expect("ascii"),
-    );
+    ServiceCredential::new(SERVICE_TOKEN)
+        .expect("the test credential is valid")
+        .bearer_auth()
+        .authorize(&mut request);
     request
 }
 

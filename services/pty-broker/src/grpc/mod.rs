@@ -1,0 +1,322 @@
+//! The gRPC adapter: the `PtyBroker` service over the domain, and the one mapping from
+//! [`Error`] to `tonic::Status` (through the closed [`ptyhub_wire::ErrorCode`] table). Generated
+//! types go no further than this module and its children: `convert` (protobuf to domain,
+//! validated, and back) and `registry_client` (the broker's client of session-api).
+
+mod convert;
+mod registry_client;
+
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use futures::Stream;
+use ptyhub_proto::broker::v1 as pb;
+use ptyhub_wire::{RequireCredential, limits};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::broker::{Broker, Hello};
+use crate::domain::SessionInfo;
+use crate::error::Error;
+use crate::runtime::SpawnSpec;
+use crate::session::{Attachment, AttachmentHandle};
+use convert::{parse_session_id, server_frame, terminal_size, timestamp};
+pub(crate) use registry_client::RegistryClient;
+
+/// The decoder's limit: an input frame of the contract's largest size
+/// ([`limits::MAX_FRAME_BYTES`]) plus protobuf framing. Anything larger ends the stream with
+/// RESOURCE_EXHAUSTED.
+pub const MAX_CLIENT_FRAME_BYTES: usize = limits::MAX_FRAME_BYTES + 1024;
+/// How long a client has to send its Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Replies (error frames) queued per attached client between its inbound and outbound sides.
+const OUTBOUND_REPLIES: usize = 8;
+/// Events queued per `WatchEvents` subscriber between the broker and the transport.
+const OUTBOUND_EVENTS: usize = 64;
+
+/// The `PtyBroker` gRPC service.
+#[derive(Debug, Clone)]
+pub struct PtyBrokerService {
+    broker: Broker,
+    /// Admits the unary calls and `WatchEvents`; `Attach` is admitted by its ticket instead.
+    credential_check: RequireCredential,
+}
+
+impl PtyBrokerService {
+    pub fn new(broker: Broker) -> Self {
+        let credential_check = broker.config().service_token.require();
+        Self {
+            broker,
+            credential_check,
+        }
+    }
+
+    /// The tonic server for this service, with the client frame limit set.
+    pub fn into_server(self) -> pb::pty_broker_server::PtyBrokerServer<Self> {
+        pb::pty_broker_server::PtyBrokerServer::new(self)
+            .max_decoding_message_size(MAX_CLIENT_FRAME_BYTES)
+    }
+
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.credential_check.check(request.metadata())
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
+    async fn spawn(
+        &self,
+        request: Request<pb::SpawnRequest>,
+    ) -> Result<Response<pb::SpawnResponse>, Status> {
+        self.authorize(&request)?;
+        let spec = SpawnSpec::try_from(request.into_inner())?;
+        let session = self.broker.spawn(spec).await?;
+        Ok(Response::new(pb::SpawnResponse {
+            session: Some(session.into()),
+        }))
+    }
+
+    async fn kill(
+        &self,
+        request: Request<pb::KillRequest>,
+    ) -> Result<Response<pb::KillResponse>, Status> {
+        self.authorize(&request)?;
+        let session_id = parse_session_id(&request.get_ref().session_id)?;
+        let session = self.broker.kill(session_id).await?;
+        Ok(Response::new(pb::KillResponse {
+            session: Some(session.into()),
+        }))
+    }
+
+    async fn reset(
+        &self,
+        request: Request<pb::ResetRequest>,
+    ) -> Result<Response<pb::ResetResponse>, Status> {
+        self.authorize(&request)?;
+        let session_id = parse_session_id(&request.get_ref().session_id)?;
+        let session = self.broker.reset(session_id).await?;
+        Ok(Response::new(pb::ResetResponse {
+            session: Some(session.into()),
+        }))
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(pb::ListResponse {
+            sessions: self.broker.list().into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::SessionInfo>, Status> {
+        self.authorize(&request)?;
+        let session_id = parse_session_id(&request.get_ref().session_id)?;
+        Ok(Response::new(self.broker.get(session_id)?.into()))
+    }
+
+    type WatchEventsStream = BoxStream<pb::BrokerEvent>;
+
+    async fn watch_events(
+        &self,
+        request: Request<pb::WatchEventsRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        self.authorize(&request)?;
+        let (sender, receiver) = mpsc::channel(OUTBOUND_EVENTS);
+        tokio::spawn(forward_events(self.broker.clone(), sender));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    type AttachStream = BoxStream<pb::ServerFrame>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<pb::ClientFrame>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let malformed = |message: &str| Status::from(Error::MalformedStream(message.to_owned()));
+        let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+            Err(_) => return Err(malformed("no hello frame within 10 seconds")),
+            Ok(Err(status)) => return Err(inbound_status(status)),
+            Ok(Ok(None)) => return Err(malformed("stream ended before the hello frame")),
+            Ok(Ok(Some(frame))) => frame,
+        };
+        let Some(pb::client_frame::Frame::Hello(hello)) = first.frame else {
+            return Err(malformed("the first client frame must be a hello"));
+        };
+        let hello = Hello::try_from(hello)?;
+        let attachment = self.broker.attach(hello).await?;
+        let (replies, reply_receiver) = mpsc::channel(OUTBOUND_REPLIES);
+        let inbound_task = tokio::spawn(apply_client_frames(attachment.handle(), inbound, replies));
+        Ok(Response::new(Box::pin(outbound_frames(Outbound {
+            attachment,
+            replies: Some(reply_receiver),
+            _inbound_task: AbortOnDropHandle::new(inbound_task),
+            ended: false,
+        }))))
+    }
+}
+
+/// Sends the snapshot, then every event; a subscriber that fell behind is sent a fresh snapshot.
+async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEvent, Status>>) {
+    let (sessions, mut events) = broker.watch_events();
+    let mut next = Some(snapshot_event(&broker, sessions));
+    loop {
+        if let Some(event) = next.take() {
+            tokio::select! {
+                sent = sender.send(Ok(event)) => if sent.is_err() { return },
+                () = broker.shutting_down() => return,
+            }
+        }
+        tokio::select! {
+            received = events.recv() => match received {
+                Ok(event) => next = Some(event.into()),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "event subscriber lagged; sending a new snapshot");
+                    let (sessions, resubscribed) = broker.watch_events();
+                    events = resubscribed;
+                    next = Some(snapshot_event(&broker, sessions));
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            () = sender.closed() => return,
+            () = broker.shutting_down() => return,
+        }
+    }
+}
+
+fn snapshot_event(broker: &Broker, sessions: Vec<SessionInfo>) -> pb::BrokerEvent {
+    pb::BrokerEvent {
+        at: Some(timestamp(SystemTime::now())),
+        event: Some(pb::broker_event::Event::Snapshot(pb::Snapshot {
+            boot_id: broker.boot_id().to_string(),
+            sessions: sessions.into_iter().map(Into::into).collect(),
+        })),
+    }
+}
+
+/// One attached client's side of the `Attach` response. The transport polls it directly, so
+/// output goes from the ring to the connection without another task in between.
+struct Outbound {
+    attachment: Attachment,
+    /// What the inbound side answers (error frames, and the error that ends the stream);
+    /// `None` once the client closed its side.
+    replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
+    /// Ends the inbound task with the response stream: the client left, or its stream failed.
+    _inbound_task: AbortOnDropHandle<()>,
+    /// Set after the last frame: the stream ends at the next poll.
+    ended: bool,
+}
+
+/// The frames for one attached client: what the session has for it, with the inbound side's
+/// replies in between. Dropping the stream detaches the client.
+fn outbound_frames(outbound: Outbound) -> impl Stream<Item = Result<pb::ServerFrame, Status>> {
+    let session_id = outbound.attachment.handle().session_id();
+    futures::stream::unfold(outbound, move |mut outbound| async move {
+        if outbound.ended {
+            return None;
+        }
+        loop {
+            let reply = async {
+                match outbound.replies.as_mut() {
+                    Some(replies) => replies.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let frame = tokio::select! {
+                biased;
+                reply = reply => match reply {
+                    Some(reply) => reply,
+                    // The client closed its side; it may still be reading.
+                    None => {
+                        outbound.replies = None;
+                        continue;
+                    }
+                },
+                event = outbound.attachment.next_event() => match event {
+                    Some(event) => event
+                        .map(|event| server_frame(session_id, event))
+                        .map_err(Status::from),
+                    None => return None,
+                },
+            };
+            outbound.ended = frame.is_err();
+            return Some((frame, outbound));
+        }
+    })
+}
+
+/// Applies a client's frames after its hello. Refused frames are answered with an error frame
+/// and the stream goes on; an oversized or undecodable frame ends the stream.
+async fn apply_client_frames(
+    handle: AttachmentHandle,
+    mut inbound: Streaming<pb::ClientFrame>,
+    sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
+) {
+    loop {
+        let frame = match inbound.message().await {
+            Ok(Some(frame)) => frame,
+            // The client closed its side; it may still be reading.
+            Ok(None) => return,
+            Err(status) => {
+                let _ = sender.send(Err(inbound_status(status))).await;
+                return;
+            }
+        };
+        let result = match frame.frame {
+            Some(pb::client_frame::Frame::Input(input)) => {
+                if input.data.len() > limits::MAX_FRAME_BYTES {
+                    let too_large = Error::InputTooLarge(input.data.len());
+                    let _ = sender.send(Err(too_large.into())).await;
+                    return;
+                }
+                handle.write_input(input.data).await
+            }
+            Some(pb::client_frame::Frame::Resize(size)) => match terminal_size(size) {
+                Ok(size) => handle.resize(size).await,
+                Err(error) => Err(error),
+            },
+            Some(pb::client_frame::Frame::Reset(_)) => handle.reset().await,
+            Some(pb::client_frame::Frame::Hello(_)) => Err(Error::MalformedStream(
+                "hello was already sent on this stream".to_owned(),
+            )),
+            None => Err(Error::MalformedStream("empty client frame".to_owned())),
+        };
+        if let Err(error) = result {
+            let status = Status::from(error);
+            let frame = pb::ServerFrame {
+                frame: Some(pb::server_frame::Frame::Error(pb::Error {
+                    code: status.code() as i32,
+                    message: status.message().to_owned(),
+                })),
+            };
+            if sender.send(Ok(frame)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A decoding failure of a client frame, as the client should see it.
+fn inbound_status(status: Status) -> Status {
+    if status.code() == Code::OutOfRange {
+        // tonic's code for a message over the decoding limit.
+        Error::FrameTooLarge.into()
+    } else {
+        status
+    }
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Self {
+        error.code().status(error.to_string())
+    }
+}

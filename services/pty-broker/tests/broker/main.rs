@@ -1,0 +1,19 @@
+//! pty-broker's integration tests, linked once as one binary: real brokers on 127.0.0.1:0, real
+//! PTYs, and (where a test says so) a real Docker engine. Tests that need Docker skip with a
+//! reason without one, and fail under `CI=true`.
+//!
+//! - `attach`: the Attach scenarios over gRPC, each run against the local and the Docker runtime;
+//! - `service`: the event stream, health, reflection, the service credential, idle reaping;
+//! - `teardown`: the order in which a session's processes are ended;
+//! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
+//! - `restart`: the real `pty-broker` binary killed and started again on the same data directory.
+
+#[macro_use]
+mod support;
+
+mod attach;
+mod docker_runtime;
+mod local_runtime;
+mod restart;
+mod service;
+mod teardown;
