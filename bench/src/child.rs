@@ -1,10 +1,13 @@
 //! A ptyhub service run as a separate process (the real binary, built next to the bench's own
-//! executable), so that its resident memory can be read from `/proc/PID/status` alone. Ended by
-//! SIGTERM with a bounded wait, and by SIGKILL when dropped still running.
+//! executable), so that its resident memory can be read from `/proc/PID/status` alone. It listens
+//! on `127.0.0.1:0` and the bench reads the port it bound from `/proc`, so no port is guessed.
+//! Ended by SIGTERM with a bounded wait, and by SIGKILL when dropped still running.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -15,17 +18,17 @@ use nix::unistd::Pid;
 #[derive(Debug)]
 pub struct Service {
     name: &'static str,
-    port: u16,
+    /// The port it listens on, once it does.
+    port: OnceLock<u16>,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Service {
-    /// Starts the binary `name` from the bench's own directory on a free loopback port; `args`
-    /// gets `--listen=127.0.0.1:<port>` first. Its output goes to a log file in `log_dir`.
+    /// Starts the binary `name` from the bench's own directory with `--listen=127.0.0.1:0` and
+    /// then `args`. Its output goes to a log file in `log_dir`.
     pub fn spawn(name: &'static str, args: &[String], log_dir: &Path) -> Result<Self> {
         let binary = sibling_binary(name)?;
-        let port = free_port()?;
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
@@ -36,7 +39,7 @@ impl Service {
             }
         }
         let child = command
-            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg("--listen=127.0.0.1:0")
             .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -46,15 +49,24 @@ impl Service {
             .with_context(|| format!("start {}", binary.display()))?;
         Ok(Self {
             name,
-            port,
+            port: OnceLock::new(),
             log,
             child: Some(child),
         })
     }
 
-    /// `http://127.0.0.1:<port>`.
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+    /// `http://127.0.0.1:<port>`; an error until the process listens (callers poll).
+    pub fn endpoint(&self) -> Result<String> {
+        let port = match self.port.get() {
+            Some(port) => *port,
+            None => {
+                let child = self.child.as_ref().context("the process was stopped")?;
+                let port = listening_port(child.id())?
+                    .with_context(|| format!("{} does not listen yet", self.name))?;
+                *self.port.get_or_init(|| port)
+            }
+        };
+        Ok(format!("http://127.0.0.1:{port}"))
     }
 
     /// Fails with the end of the log when the process has exited.
@@ -155,10 +167,44 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A port on 127.0.0.1 that was free a moment ago (the services take their address as a flag).
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+/// The TCP port the process `pid` listens on: the listening sockets of its network namespace
+/// (`/proc/PID/net/tcp`) that are open in the process (`/proc/PID/fd`). `None` while there is
+/// none.
+fn listening_port(pid: u32) -> Result<Option<u16>> {
+    let fds = format!("/proc/{pid}/fd");
+    let mut sockets = HashSet::new();
+    for entry in std::fs::read_dir(&fds).with_context(|| format!("read {fds}"))? {
+        // A descriptor closed since the listing has no link to read.
+        let Ok(target) = std::fs::read_link(entry?.path()) else {
+            continue;
+        };
+        if let Some(inode) = target
+            .to_str()
+            .and_then(|target| target.strip_prefix("socket:["))
+            .and_then(|target| target.strip_suffix(']'))
+        {
+            sockets.insert(inode.to_owned());
+        }
+    }
+    let table_path = format!("/proc/{pid}/net/tcp");
+    let table =
+        std::fs::read_to_string(&table_path).with_context(|| format!("read {table_path}"))?;
+    Ok(parse_listening_port(&table, &sockets))
+}
+
+/// The port of the first listening socket (state `0A`) in a `/proc/net/tcp` table whose inode is
+/// one of `sockets`.
+fn parse_listening_port(table: &str, sockets: &HashSet<String>) -> Option<u16> {
+    const LISTEN: &str = "0A";
+    table.lines().skip(1).find_map(|line| {
+        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+        if *state != LISTEN || !sockets.contains(*inode) {
+            return None;
+        }
+        u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()
+    })
 }
 
 #[cfg(test)]
@@ -170,6 +216,31 @@ mod tests {
         let status = "Name:\tpty-broker\nVmPeak:\t  10 kB\nVmRSS:\t    5120 kB\nThreads:\t3\n";
         assert_eq!(parse_vm_rss(status), Some(5120));
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn the_listening_port_is_the_one_of_the_process_own_listening_socket() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0
+   1: 0100007F:C350 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 222 1 0 100 0 0 10 0
+   2: 0100007F:C351 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 333 1 0 20 4 30 10 -1
+";
+        let ours: HashSet<String> = ["222".to_owned(), "333".to_owned()].into();
+        assert_eq!(parse_listening_port(table, &ours), Some(0xC350));
+        let connected_only: HashSet<String> = ["333".to_owned()].into();
+        assert_eq!(parse_listening_port(table, &connected_only), None);
+    }
+
+    #[test]
+    fn the_port_of_a_listener_of_this_process_is_found() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("bound").port();
+        // No other test of this binary listens.
+        assert_eq!(
+            listening_port(std::process::id()).expect("read /proc"),
+            Some(port)
+        );
+        drop(listener);
     }
 
     #[test]

@@ -452,7 +452,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                 match scale::connect_broker(&mut alone).await {
                     Ok(client) => {
                         for _ in 0..sizes.starts {
-                            match scenarios::broker_start_once(&client, &alone.endpoint()).await {
+                            match scenarios::broker_start_once(&client, &alone.endpoint()?).await {
                                 Ok(start) => times.push(start),
                                 Err(error) => {
                                     failures.push(format!("start broker alone: {error:#}"))

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::child::{Service, open_files_limit};
 use crate::scenarios::{ECHO_SCRIPT, LINE};
-use crate::stack::{ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, ServiceAuth, Stack, TICKET_SECRET};
+use crate::stack::{ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth};
 use crate::term::{Term, close_session, connect_gateway, connect_gateway_at, create_session_on};
 
 /// Bound of one call (spawn, create, connect).
@@ -175,10 +175,12 @@ pub async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
     loop {
         service.check_running()?;
         let attempt = async {
-            let channel = Channel::from_shared(service.endpoint())?.connect().await?;
-            let mut client =
-                broker::pty_broker_client::PtyBrokerClient::with_interceptor(channel, ServiceAuth)
-                    .max_decoding_message_size(64 << 20);
+            let channel = Channel::from_shared(service.endpoint()?)?.connect().await?;
+            let mut client = broker::pty_broker_client::PtyBrokerClient::with_interceptor(
+                channel,
+                service_auth(),
+            )
+            .max_decoding_message_size(64 << 20);
             client.list(broker::ListRequest {}).await?;
             anyhow::Ok(client)
         };
@@ -324,7 +326,7 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
     let mut terms: Vec<Term> = Vec::new();
     let result = async {
         wait_healthy(stack, &mut service).await?;
-        let ws_base = service.endpoint().replacen("http://", "ws://", 1);
+        let ws_base = service.endpoint()?.replacen("http://", "ws://", 1);
         for _ in 0..sessions {
             let command = vec![
                 "/bin/sh".to_owned(),
@@ -430,13 +432,21 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
 
 /// Waits until the gateway at `service` answers `/healthz` with 200 (bounded).
 async fn wait_healthy(stack: &Stack, service: &mut Service) -> Result<()> {
-    let url = format!("{}/healthz", service.endpoint());
     let deadline = tokio::time::Instant::now() + CALL_PATIENCE;
     loop {
         service.check_running()?;
-        let answer =
-            tokio::time::timeout(Duration::from_secs(5), stack.http.get(&url).send()).await;
-        if let Ok(Ok(response)) = answer
+        // The port is known once the process listens.
+        let answer = match service.endpoint() {
+            Ok(endpoint) => Some(
+                tokio::time::timeout(
+                    Duration::from_secs(5),
+                    stack.http.get(format!("{endpoint}/healthz")).send(),
+                )
+                .await,
+            ),
+            Err(_) => None,
+        };
+        if let Some(Ok(Ok(response))) = answer
             && response.status().is_success()
         {
             return Ok(());

@@ -1,6 +1,6 @@
-//! The system under test, in this process on 127.0.0.1:0: a pty-broker offering local PTYs and
-//! (when the engine answers) Docker, session-api on a fresh SQLite file, the gateway in front,
-//! one `local` instance and one instance in a throwaway busybox container.
+//! The system under test, in this process on 127.0.0.1:0, started by `ptyhub-stack`: a pty-broker
+//! offering local PTYs and (when the engine answers) Docker, session-api on a fresh SQLite file,
+//! the gateway in front, one `local` instance and one instance in a throwaway busybox container.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,12 +12,10 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use ptyhub_proto::broker::v1 as broker;
 use ptyhub_proto::session::v1 as session;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
+use ptyhub_stack::BackendKind;
+use ptyhub_wire::{BearerAuth, ServiceCredential};
+
+pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
 pub const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
@@ -29,30 +27,10 @@ const CONTAINER_LABEL: &str = "ptyhub.bench";
 /// Liveness bound for start-up, not a performance figure.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
-/// session-api's client with the service token on every call.
-pub type SessionApiClient =
-    session::session_api_client::SessionApiClient<InterceptedService<Channel, ServiceAuth>>;
-/// The broker's client with the service token on every call.
-pub type BrokerClient =
-    broker::pty_broker_client::PtyBrokerClient<InterceptedService<Channel, ServiceAuth>>;
-
-/// Adds `authorization: Bearer <service token>`.
-#[derive(Debug, Clone)]
-pub struct ServiceAuth;
-
-impl Interceptor for ServiceAuth {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        let value = format!("Bearer {SERVICE_TOKEN}")
-            .parse()
-            .map_err(|_| tonic::Status::internal("bad service token"))?;
-        request
-            .metadata_mut()
-            .insert(ptyhub_proto::AUTHORIZATION_METADATA, value);
-        Ok(request)
-    }
+/// The credential the bench's services share, for a client of a broker the bench started as a
+/// process of its own.
+pub fn service_auth() -> BearerAuth {
+    BearerAuth::new(SERVICE_TOKEN).expect("the bench's service token is printable ascii")
 }
 
 /// Which runtime a session runs on.
@@ -75,9 +53,7 @@ pub struct Stack {
     pub local_instance: String,
     /// The Docker instance's id and its container, when Docker answers.
     pub docker: Option<DockerTarget>,
-    shutdown: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    _data: tempfile::TempDir,
+    services: ptyhub_stack::Stack,
 }
 
 /// The container the Docker instance runs in.
@@ -96,98 +72,49 @@ pub struct StackOptions {
 }
 
 impl Stack {
+    /// Starts the services and registers the instances. Without a Docker engine (or its test
+    /// image) the Docker paths are left out with a printed SKIP line; under `CI=true`, where
+    /// nothing may be skipped, that is an error instead.
     pub async fn start(options: StackOptions) -> Result<Self> {
-        let data = tempfile::tempdir().context("temporary directory")?;
-        let shutdown = CancellationToken::new();
-        let mut tasks = Vec::new();
-        let engine = docker_engine().await;
-
-        let broker_listener = bind().await?;
-        let broker_endpoint = endpoint(&broker_listener)?;
-        let mut broker_config = pty_broker::Config::new(
-            pty_broker::ServiceToken::new(SERVICE_TOKEN).map_err(anyhow::Error::msg)?,
-            TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?,
-        );
-        broker_config.broker_id = "bench".to_owned();
-        broker_config.ring_bytes = options.ring_bytes;
-        broker_config.shutdown_grace = Duration::from_secs(3);
-        broker_config.kill_grace = Duration::from_millis(500);
-        if engine.is_some() {
-            broker_config.backends = vec![
-                pty_broker::BackendKind::Local,
-                pty_broker::BackendKind::Docker,
-            ];
-        }
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) =
-                pty_broker::run(broker_config, broker_listener, stop.cancelled_owned()).await
-            {
-                eprintln!("pty-broker failed: {error}");
+        let engine = match docker_engine().await {
+            Ok(engine) => Some(engine),
+            Err(reason) if in_ci() => {
+                bail!("Docker is required under CI=true and does not answer: {reason}")
             }
-        }));
-
-        let session_listener = bind().await?;
-        let session_api_endpoint = endpoint(&session_listener)?;
-        let database_url = format!(
-            "sqlite://{}?mode=rwc",
-            data.path().join("sessions.db").display()
-        );
-        let mut session_config = session_api::Config::new(
-            database_url,
-            session_api::ServiceToken::new(SERVICE_TOKEN).map_err(anyhow::Error::msg)?,
-            TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?,
-        );
-        session_config.brokers = vec![session_api::StaticBroker {
-            id: "bench".to_owned(),
-            endpoint: broker_endpoint.clone(),
-        }];
-        session_config.shutdown_grace = Duration::from_secs(3);
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) =
-                session_api::run(session_config, session_listener, stop.cancelled_owned()).await
-            {
-                eprintln!("session-api failed: {error}");
+            Err(reason) => {
+                eprintln!("SKIP: bench Docker paths: {reason}");
+                None
             }
-        }));
-
-        let gateway_listener = bind().await?;
-        let gateway_url = endpoint(&gateway_listener)?;
-        let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
-        gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
-        gateway_config.shutdown_grace = Duration::from_secs(3);
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) =
-                gateway::run(gateway_config, gateway_listener, stop.cancelled_owned()).await
-            {
-                eprintln!("gateway failed: {error}");
-            }
-        }));
-
-        let session_api = session::session_api_client::SessionApiClient::with_interceptor(
-            Channel::from_shared(session_api_endpoint.clone())?.connect_lazy(),
-            ServiceAuth,
-        )
-        .max_decoding_message_size(16 << 20);
-        let broker = broker::pty_broker_client::PtyBrokerClient::with_interceptor(
-            Channel::from_shared(broker_endpoint.clone())?.connect_lazy(),
-            ServiceAuth,
-        )
-        .max_decoding_message_size(16 << 20);
+        };
+        let backends = if engine.is_some() {
+            vec![BackendKind::Local, BackendKind::Docker]
+        } else {
+            vec![BackendKind::Local]
+        };
+        let services = ptyhub_stack::Stack::builder()
+            .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
+            .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
+            .broker_id("bench")
+            .backends(backends)
+            .ring_bytes(options.ring_bytes)
+            .shutdown_grace(Duration::from_secs(3))
+            .kill_grace(Duration::from_millis(500))
+            .api_token(ADMIN_TOKEN)
+            .start_patience(START_PATIENCE)
+            .start()
+            .await?;
         let mut stack = Self {
-            gateway_url,
-            session_api_endpoint,
-            broker_endpoint,
-            session_api,
-            broker,
+            gateway_url: services.gateway_url(),
+            session_api_endpoint: services.session_api_endpoint(),
+            broker_endpoint: services.broker_endpoint(),
+            session_api: services
+                .session_api_client()
+                .max_decoding_message_size(16 << 20),
+            broker: services.broker_client().max_decoding_message_size(16 << 20),
             http: reqwest::Client::new(),
             local_instance: String::new(),
             docker: None,
-            shutdown,
-            tasks,
-            _data: data,
+            services,
         };
         let local = broker::Target {
             kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
@@ -234,7 +161,7 @@ impl Stack {
         }
     }
 
-    /// Registers an instance, retrying until session-api sees the broker (bounded).
+    /// Registers an instance (the stack is up: session-api sees the broker).
     pub async fn register(
         &self,
         name: &str,
@@ -256,29 +183,19 @@ impl Stack {
             labels: HashMap::new(),
             broker_id: String::new(),
         };
-        let deadline = tokio::time::Instant::now() + START_PATIENCE;
-        loop {
-            match self
-                .session_api
-                .clone()
-                .register_instance(request.clone())
-                .await
-            {
-                Ok(instance) => return Ok(instance.into_inner().id),
-                Err(status) if tokio::time::Instant::now() < deadline => {
-                    tracing_status(&status);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(status) => bail!("register instance {name}: {status}"),
-            }
-        }
+        let instance = self
+            .session_api
+            .clone()
+            .register_instance(request)
+            .await
+            .with_context(|| format!("register instance {name}"))?;
+        Ok(instance.into_inner().id)
     }
 
     /// Stops the services and removes the container.
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        for task in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+        if let Err(error) = self.services.shutdown().await {
+            eprintln!("the bench's services did not stop cleanly: {error}");
         }
         if let Some(docker) = &self.docker {
             remove_container(&docker.engine, &docker.container_id).await;
@@ -286,21 +203,24 @@ impl Stack {
     }
 }
 
-fn tracing_status(status: &tonic::Status) {
-    if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!("register instance: {status}");
-    }
+/// True under CI, where no part of the bench may be left out.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true" || value == "1")
 }
 
-/// The Docker engine when it answers and has the test image; `None` otherwise.
-async fn docker_engine() -> Option<Docker> {
-    let engine = Docker::connect_with_defaults().ok()?;
+/// The Docker engine when it answers and has the test image; why not otherwise.
+async fn docker_engine() -> Result<Docker, String> {
+    let engine =
+        Docker::connect_with_defaults().map_err(|error| format!("no Docker client: {error}"))?;
     let engine = tokio::time::timeout(Duration::from_secs(5), engine.negotiate_version())
         .await
-        .ok()?
-        .ok()?;
-    engine.inspect_image(TEST_IMAGE).await.ok()?;
-    Some(engine)
+        .map_err(|_| "the engine did not answer within 5 s".to_owned())?
+        .map_err(|error| format!("the engine does not answer: {error}"))?;
+    engine
+        .inspect_image(TEST_IMAGE)
+        .await
+        .map_err(|error| format!("no {TEST_IMAGE} image (cargo xtask deps builds it): {error}"))?;
+    Ok(engine)
 }
 
 async fn start_container(engine: &Docker) -> Result<String> {
@@ -344,14 +264,4 @@ async fn remove_container(engine: &Docker, id: &str) {
     if let Err(error) = engine.remove_container(id, Some(options)).await {
         eprintln!("could not remove container {id}: {error}");
     }
-}
-
-async fn bind() -> Result<TcpListener> {
-    TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("bind 127.0.0.1:0")
-}
-
-fn endpoint(listener: &TcpListener) -> Result<String> {
-    Ok(format!("http://{}", listener.local_addr()?))
 }

@@ -7,11 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
-use tonic::metadata::MetadataValue;
-use tonic::service::Interceptor;
+use ptyhub_wire::BearerAuth;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -20,7 +19,7 @@ pub const TOKEN_FILE: &str = "token";
 /// The file in the data directory that holds the URL `ptyhub up` serves on.
 pub const SERVER_FILE: &str = "server";
 
-pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToken>>;
+pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerAuth>>;
 
 /// Where the server is and how to authenticate, as the user gave them.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,7 +64,8 @@ impl ConnectionArgs {
     /// A session-api client through the gateway.
     pub async fn session_client(&self) -> Result<SessionClient> {
         // The token first: without one there is no point in reaching the server.
-        let token = BearerToken::new(&self.token()?)?;
+        let token = BearerAuth::new(&self.token()?)
+            .context("the token contains characters that cannot be sent")?;
         let server = self.server_url();
         let channel = connect(&server).await.with_context(|| {
             format!("cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)")
@@ -97,37 +97,4 @@ fn read_trimmed(path: &Path) -> Option<String> {
         .ok()
         .map(|text| text.trim().to_owned())
         .filter(|text| !text.is_empty())
-}
-
-/// Adds `authorization: Bearer <token>` to every call.
-#[derive(Clone)]
-pub struct BearerToken {
-    header: MetadataValue<tonic::metadata::Ascii>,
-}
-
-impl std::fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BearerToken(<redacted>)")
-    }
-}
-
-impl BearerToken {
-    pub fn new(token: &str) -> Result<Self> {
-        let Ok(header) = format!("Bearer {token}").parse() else {
-            bail!("the token contains characters that cannot be sent");
-        };
-        Ok(Self { header })
-    }
-}
-
-impl Interceptor for BearerToken {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.header.clone());
-        Ok(request)
-    }
 }

@@ -1,5 +1,6 @@
-//! An in-process ptyhub on port 0: a pty-broker with local PTYs, session-api on a fresh SQLite
-//! file, and the gateway in front, each started through its library's `run` on 127.0.0.1:0.
+//! An in-process ptyhub on port 0 for tests: `ptyhub-stack`'s pty-broker with local PTYs,
+//! session-api on a fresh SQLite file and the gateway in front, with fixed test secrets, an admin
+//! token, JWTs, and a registered `local` instance.
 //!
 //! ```ignore
 //! let stack = TestStack::builder().ring_bytes(4096).start().await;
@@ -15,20 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker;
 use ptyhub_proto::session::v1 as session;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
+use ptyhub_stack::Stack;
+use ptyhub_wire::ServiceCredential;
 
-/// session-api's client as the stack hands it out: with the service token on every call.
-pub type SessionApiClient =
-    session::session_api_client::SessionApiClient<InterceptedService<Channel, ServiceAuth>>;
-
-/// The pty-broker's client, with the service token on every call.
-pub type BrokerClient =
-    broker::pty_broker_client::PtyBrokerClient<InterceptedService<Channel, ServiceAuth>>;
+pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
 const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
@@ -37,25 +28,8 @@ const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
 /// How long the stack may take to come up: a liveness bound, not a performance assertion.
 const START_PATIENCE: Duration = Duration::from_secs(60);
-
-/// Adds `authorization: Bearer <service token>`.
-#[derive(Debug, Clone)]
-pub struct ServiceAuth;
-
-impl Interceptor for ServiceAuth {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        let value = format!("Bearer {SERVICE_TOKEN}")
-            .parse()
-            .map_err(|_| tonic::Status::internal("bad service token"))?;
-        request
-            .metadata_mut()
-            .insert(ptyhub_proto::AUTHORIZATION_METADATA, value);
-        Ok(request)
-    }
-}
+/// How long the services may take to stop after shutdown: their grace is 2 s each.
+const STOP_PATIENCE: Duration = Duration::from_secs(15);
 
 /// Configures a [`TestStack`].
 #[derive(Debug)]
@@ -66,6 +40,8 @@ pub struct TestStackBuilder {
     allowed_origins: Vec<String>,
     local_max_sessions: u32,
     local_command: Vec<String>,
+    detached_timeout: Option<Duration>,
+    kill_grace: Duration,
 }
 
 impl Default for TestStackBuilder {
@@ -77,6 +53,8 @@ impl Default for TestStackBuilder {
             allowed_origins: Vec::new(),
             local_max_sessions: 5,
             local_command: vec!["/bin/sh".to_owned()],
+            detached_timeout: None,
+            kill_grace: Duration::from_millis(500),
         }
     }
 }
@@ -118,110 +96,64 @@ impl TestStackBuilder {
         self
     }
 
+    /// How long a session with no attached client lives before the broker reaps it
+    /// (`idle_reaped`); the broker's default is 30 minutes.
+    pub fn detached_timeout(mut self, timeout: Duration) -> Self {
+        self.detached_timeout = Some(timeout);
+        self
+    }
+
+    /// The broker's wait between SIGHUP/SIGTERM and SIGKILL when it ends a session (default
+    /// 500 ms).
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
         crate::init_test_logging();
-        let data = tempfile::tempdir().expect("temporary directory");
-        let shutdown = CancellationToken::new();
-        let mut tasks = Vec::new();
-
-        let broker_listener = bind().await;
-        let broker_endpoint = endpoint(&broker_listener);
-        let mut broker_config = pty_broker::Config::new(
-            pty_broker::ServiceToken::new(SERVICE_TOKEN).expect("service token"),
-            TicketKey::new(TICKET_SECRET.as_bytes().to_vec()).expect("ticket key"),
-        );
-        broker_config.broker_id = "local".to_owned();
-        broker_config.shutdown_grace = Duration::from_secs(2);
-        broker_config.kill_grace = Duration::from_millis(500);
+        let mut builder = Stack::builder()
+            .service_credential(ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
+            .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec()).expect("ticket key"))
+            .broker_id("local")
+            .shutdown_grace(Duration::from_secs(2))
+            .kill_grace(self.kill_grace)
+            .api_token(ADMIN_TOKEN)
+            .jwt_hs256_secret(JWT_SECRET)
+            .allowed_origins(self.allowed_origins)
+            .start_patience(START_PATIENCE);
         if let Some(ring_bytes) = self.ring_bytes {
-            broker_config.ring_bytes = ring_bytes;
+            builder = builder.ring_bytes(ring_bytes);
         }
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            let stopped = stop.cancelled_owned();
-            if let Err(error) = pty_broker::run(broker_config, broker_listener, stopped).await {
-                panic!("pty-broker failed: {error}");
-            }
-        }));
-
-        let session_listener = bind().await;
-        let session_api_endpoint = endpoint(&session_listener);
-        let database_url = format!(
-            "sqlite://{}?mode=rwc",
-            data.path().join("sessions.db").display()
-        );
-        let mut session_config = session_api::Config::new(
-            database_url,
-            session_api::ServiceToken::new(SERVICE_TOKEN).expect("service token"),
-            TicketKey::new(TICKET_SECRET.as_bytes().to_vec()).expect("ticket key"),
-        );
-        session_config.brokers = vec![session_api::StaticBroker {
-            id: "local".to_owned(),
-            endpoint: broker_endpoint.clone(),
-        }];
-        session_config.shutdown_grace = Duration::from_secs(2);
-        let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            let stopped = stop.cancelled_owned();
-            if let Err(error) = session_api::run(session_config, session_listener, stopped).await {
-                panic!("session-api failed: {error}");
-            }
-        }));
-
-        let gateway_listener = bind().await;
-        let gateway_url = endpoint(&gateway_listener);
-        let gateway_shutdown = shutdown.child_token();
-        let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
-        gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
-        gateway_config.auth.jwt_hs256_secret = Some(gateway::Secret::new(JWT_SECRET));
-        gateway_config.allowed_origins = self.allowed_origins;
-        gateway_config.static_dir = self.static_dir;
-        gateway_config.shutdown_grace = Duration::from_secs(2);
+        if let Some(timeout) = self.detached_timeout {
+            builder = builder.detached_timeout(timeout);
+        }
         if let Some(interval) = self.heartbeat_interval {
-            gateway_config.heartbeat_interval = interval;
+            builder = builder.heartbeat_interval(interval);
         }
-        let stop = gateway_shutdown.clone();
-        let gateway_task = tokio::spawn(async move {
-            let stopped = stop.cancelled_owned();
-            if let Err(error) = gateway::run(gateway_config, gateway_listener, stopped).await {
-                panic!("gateway failed: {error}");
-            }
-        });
+        if let Some(directory) = self.static_dir {
+            builder = builder.static_dir(directory);
+        }
+        let stack = builder
+            .start()
+            .await
+            .unwrap_or_else(|error| panic!("the stack did not start: {}", chain(&error)));
 
-        let session_channel = Channel::from_shared(session_api_endpoint.clone())
-            .expect("session-api endpoint")
-            .connect_lazy();
-        let session_api = session::session_api_client::SessionApiClient::with_interceptor(
-            session_channel,
-            ServiceAuth,
-        );
-        let broker_channel = Channel::from_shared(broker_endpoint.clone())
-            .expect("broker endpoint")
-            .connect_lazy();
-        let broker = broker::pty_broker_client::PtyBrokerClient::with_interceptor(
-            broker_channel,
-            ServiceAuth,
-        );
-
-        let mut stack = TestStack {
-            gateway_url,
+        let mut test_stack = TestStack {
+            gateway_url: stack.gateway_url(),
             admin_token: ADMIN_TOKEN.to_owned(),
             instance_id: String::new(),
             http: reqwest::Client::new(),
-            session_api,
-            broker,
-            session_api_endpoint,
-            broker_endpoint,
-            shutdown,
-            gateway_shutdown,
-            gateway_task: Some(gateway_task),
-            tasks,
-            _data: data,
+            session_api: stack.session_api_client(),
+            broker: stack.broker_client(),
+            session_api_endpoint: stack.session_api_endpoint(),
+            broker_endpoint: stack.broker_endpoint(),
+            stack: Some(stack),
         };
-        stack.wait_until_healthy().await;
-        stack.instance_id = stack
+        test_stack.wait_until_healthy().await;
+        test_stack.instance_id = test_stack
             .register_instance_with(
                 "local",
                 self.local_max_sessions,
@@ -229,7 +161,7 @@ impl TestStackBuilder {
                 self.local_command.clone(),
             )
             .await;
-        stack
+        test_stack
     }
 }
 
@@ -250,12 +182,8 @@ pub struct TestStack {
     pub broker: BrokerClient,
     pub session_api_endpoint: String,
     pub broker_endpoint: String,
-    shutdown: CancellationToken,
-    gateway_shutdown: CancellationToken,
-    gateway_task: Option<JoinHandle<()>>,
-    /// The broker's and session-api's tasks.
-    tasks: Vec<JoinHandle<()>>,
-    _data: tempfile::TempDir,
+    /// The services; `None` once shut down.
+    stack: Option<Stack>,
 }
 
 impl TestStack {
@@ -266,6 +194,11 @@ impl TestStack {
     /// `ws://127.0.0.1:<port>` of the gateway.
     pub fn websocket_url(&self) -> String {
         self.gateway_url.replacen("http://", "ws://", 1)
+    }
+
+    /// The gateway's bound address.
+    pub fn gateway_address(&self) -> std::net::SocketAddr {
+        self.running().gateway_address()
     }
 
     /// An HS256 JWT the gateway accepts, valid for an hour, scoped to `instances` (ids or
@@ -330,45 +263,53 @@ impl TestStack {
     /// Stops the gateway only (its shutdown future completes) and waits for it; session-api
     /// and the broker go on.
     pub async fn stop_gateway(&mut self) {
-        self.gateway_shutdown.cancel();
-        if let Some(task) = self.gateway_task.take() {
-            await_stopped(task).await;
+        let Some(stack) = self.stack.as_mut() else {
+            return;
+        };
+        match tokio::time::timeout(STOP_PATIENCE, stack.stop_gateway()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => panic!("{}", chain(&error)),
+            Err(_) => panic!("the gateway did not stop within {STOP_PATIENCE:?} of shutdown"),
         }
     }
 
     /// Stops every service and waits for them to finish.
     pub async fn shutdown(mut self) {
         self.stop_gateway().await;
-        self.shutdown.cancel();
-        for task in self.tasks.drain(..) {
-            await_stopped(task).await;
+        let Some(stack) = self.stack.take() else {
+            return;
+        };
+        match tokio::time::timeout(STOP_PATIENCE, stack.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => panic!("{}", chain(&error)),
+            Err(_) => panic!("a service did not stop within {STOP_PATIENCE:?} of shutdown"),
         }
+    }
+
+    fn running(&self) -> &Stack {
+        self.stack.as_ref().expect("the stack is running")
     }
 
     async fn wait_until_healthy(&self) {
         let url = format!("{}/healthz", self.gateway_url);
         let deadline = tokio::time::Instant::now() + START_PATIENCE;
-        let mut last = String::new();
         loop {
-            let gateway_stopped = self
-                .gateway_task
-                .as_ref()
-                .is_none_or(JoinHandle::is_finished);
-            if gateway_stopped || self.tasks.iter().any(JoinHandle::is_finished) {
-                panic!("a service stopped while the stack was starting; last health: {last}");
-            }
-            match self.http.get(&url).send().await {
-                Ok(response) if response.status().is_success() => {
+            assert!(
+                self.running().is_running(),
+                "a service stopped while the gateway was becoming healthy"
+            );
+            let last = match self.http.get(&url).send().await {
+                Ok(response) => {
+                    let success = response.status().is_success();
                     let body = response.text().await.unwrap_or_default();
                     // All brokers must be listed and up, not merely none of them down.
-                    if body.contains("\"brokers\":[{") {
+                    if success && body.contains("\"brokers\":[{") {
                         return;
                     }
-                    last = body;
+                    body
                 }
-                Ok(response) => last = response.text().await.unwrap_or_default(),
-                Err(error) => last = error.to_string(),
-            }
+                Err(error) => error.to_string(),
+            };
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the stack was not healthy within {START_PATIENCE:?}: {last}"
@@ -378,30 +319,16 @@ impl TestStack {
     }
 }
 
-impl Drop for TestStack {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+/// An error with its causes, on one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
     }
-}
-
-/// Waits for a service task, passing its panic on.
-async fn await_stopped(task: JoinHandle<()>) {
-    match tokio::time::timeout(Duration::from_secs(15), task).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Ok(Err(_)) => {}
-        Err(_) => panic!("a service did not stop within 15 s of shutdown"),
-    }
-}
-
-async fn bind() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0")
-}
-
-fn endpoint(listener: &TcpListener) -> String {
-    format!("http://{}", listener.local_addr().expect("local address"))
+    text
 }
 
 fn unix_now() -> u64 {

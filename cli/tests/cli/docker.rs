@@ -2,15 +2,13 @@
 //! with `ptyhub instance add --docker`, then `exec` and `attach` running inside it. Needs a
 //! Docker engine with the test image (`cargo xtask test` provides both).
 
-mod common;
-
 use std::collections::HashMap;
 
+use crate::support::Up;
+use crate::support::pty::Terminal;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use common::Up;
-use common::pty::Terminal;
 use test_support::Requirement;
 
 /// The image `cargo xtask test` builds: static busybox.
@@ -125,7 +123,7 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
     );
     assert_eq!(output.status.code(), Some(4));
 
-    let input = common::run_bounded(
+    let input = crate::support::run_bounded(
         up.ptyhub().args(["exec", "box", "--", "cat"]),
         Some(b"piped\ninto the container".to_vec()),
     );
@@ -157,6 +155,6 @@ fn an_unknown_container_is_one_clear_error() {
         "ptyhub-no-such-container",
     ]);
     let output = up.run(&["exec", "ghost", "--", "true"]);
-    let line = common::one_error_line(&output);
+    let line = crate::support::one_error_line(&output);
     assert!(line.contains("ptyhub-no-such-container"), "{line}");
 }

@@ -2,8 +2,6 @@
 //! directory, the client commands pointed at it, plain HTTP requests to the gateway, and a real
 //! pseudo-terminal to drive `ptyhub attach` through.
 
-#![allow(dead_code)] // Each test binary uses a different part of this module.
-
 pub mod pty;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};

@@ -6,10 +6,8 @@
 //! Markers are printed by shell arithmetic (`echo M$((6*7))` shows `M42`) so that the echo of
 //! the typed command line never counts as its output.
 
-mod common;
-
-use common::pty::{Terminal, termios_summary};
-use common::{Up, eventually};
+use crate::support::pty::{Terminal, termios_summary};
+use crate::support::{Up, eventually};
 use nix::sys::signal::Signal;
 use nix::sys::termios::LocalFlags;
 

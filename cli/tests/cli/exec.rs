@@ -1,9 +1,7 @@
 //! `ptyhub exec` as scripts use it: the command's output on stdout byte for byte, its exit code
 //! as ours, stdin piped through, and clear failures.
 
-mod common;
-
-use common::{Up, one_error_line, run_bounded};
+use crate::support::{Up, one_error_line, run_bounded};
 
 fn exec_with_input(up: &Up, input: &[u8], command: &[&str]) -> std::process::Output {
     let mut ptyhub = up.ptyhub();
@@ -176,7 +174,8 @@ fn a_signal_ends_exec_and_closes_its_session() {
 
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    let status = common::wait_bounded(&mut child, common::PATIENCE).expect("exec ends");
+    let status =
+        crate::support::wait_bounded(&mut child, crate::support::PATIENCE).expect("exec ends");
     assert_eq!(status.code(), Some(143));
     let sessions = up.sessions("local");
     assert_eq!(sessions[0]["status"], "closed", "{sessions:?}");

@@ -2,9 +2,7 @@
 //! takes the printed token and no other, and a restart on the same data directory keeps the
 //! token, the instances and the session history.
 
-mod common;
-
-use common::{TEST_PAGE, Up, eventually};
+use crate::support::{TEST_PAGE, Up, eventually};
 
 #[test]
 fn up_serves_health_page_and_api_to_the_printed_token_only() {

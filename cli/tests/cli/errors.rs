@@ -1,9 +1,7 @@
 //! Failures a user meets: each is one clear line on stderr and a non-zero exit, never a dump or
 //! a hang; and `--help` works on every command.
 
-mod common;
-
-use common::{Up, one_error_line, ptyhub_command, run_bounded};
+use crate::support::{Up, one_error_line, ptyhub_command, run_bounded};
 
 const UNKNOWN_SESSION: &str = "0b4a8a5e-1111-4222-8333-444455556666";
 
@@ -61,10 +59,12 @@ fn token_and_server_from_the_environment_work_without_a_data_dir() {
 #[test]
 fn unreachable_server_is_one_clear_line() {
     let up = Up::start();
-    // A port that was free a moment ago: nothing answers there.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = free.local_addr().expect("address");
-    drop(free);
+    // A port this test holds bound but not listening: nothing can answer there, and no other
+    // process can take it meanwhile.
+    let held = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    held.bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("bind 127.0.0.1:0");
+    let address = held.local_addr().expect("the bound address");
     let line = one_error_line(&up.run(&["--server", &format!("http://{address}"), "ls", "local"]));
     assert!(line.contains("cannot reach ptyhub"), "{line}");
 }

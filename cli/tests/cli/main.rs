@@ -1,0 +1,9 @@
+//! The `ptyhub` binary as its users meet it: `ptyhub up` on port 0, the client commands against
+//! it, and `ptyhub attach` on a real pseudo-terminal. One test binary, so the graph links once.
+
+mod attach;
+mod docker;
+mod errors;
+mod exec;
+mod support;
+mod up;

@@ -1,0 +1,449 @@
+//! The settings of a stack and how they become each service's `Config`: the one place that knows
+//! the three services' configuration types. A setting left unset keeps the service's default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use attach_ticket::TicketKey;
+use pty_broker::BackendKind;
+use ptyhub_wire::ServiceCredential;
+use secrecy::{ExposeSecret as _, SecretString};
+use tokio::net::TcpListener;
+
+use crate::error::{Service, StackError};
+use crate::running::{self, Stack};
+
+/// How long [`StackBuilder::start`] waits, by default, for session-api to see the broker up: a
+/// liveness bound for a busy machine, not a performance figure.
+const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Configures a [`Stack`]; [`StackBuilder::start`] starts it.
+#[derive(Debug)]
+pub struct StackBuilder {
+    service_credential: Option<ServiceCredential>,
+    ticket_key: Option<TicketKey>,
+    database_url: Option<String>,
+    broker_id: String,
+    backends: Option<Vec<BackendKind>>,
+    broker_data_dir: Option<PathBuf>,
+    ring_bytes: Option<u64>,
+    detached_timeout: Option<Duration>,
+    kill_grace: Option<Duration>,
+    shutdown_grace: Option<Duration>,
+    gateway_listener: Option<TcpListener>,
+    api_tokens: Vec<SecretString>,
+    jwt_hs256_secret: Option<SecretString>,
+    allowed_origins: Vec<String>,
+    static_dir: Option<PathBuf>,
+    heartbeat_interval: Option<Duration>,
+    start_patience: Duration,
+}
+
+impl Default for StackBuilder {
+    fn default() -> Self {
+        Self {
+            service_credential: None,
+            ticket_key: None,
+            database_url: None,
+            broker_id: "local".to_owned(),
+            backends: None,
+            broker_data_dir: None,
+            ring_bytes: None,
+            detached_timeout: None,
+            kill_grace: None,
+            shutdown_grace: None,
+            gateway_listener: None,
+            api_tokens: Vec::new(),
+            jwt_hs256_secret: None,
+            allowed_origins: Vec::new(),
+            static_dir: None,
+            heartbeat_interval: None,
+            start_patience: DEFAULT_START_PATIENCE,
+        }
+    }
+}
+
+impl StackBuilder {
+    /// The credential the services present to each other. Default: a new random one, since
+    /// nothing outside the process needs it.
+    pub fn service_credential(mut self, credential: ServiceCredential) -> Self {
+        self.service_credential = Some(credential);
+        self
+    }
+
+    /// The key session-api signs attach tickets with and the broker verifies them with.
+    /// Default: a new random one.
+    pub fn ticket_key(mut self, key: TicketKey) -> Self {
+        self.ticket_key = Some(key);
+        self
+    }
+
+    /// session-api's database. Default: a fresh SQLite file in a temporary directory that is
+    /// removed with the stack.
+    pub fn database_url(mut self, url: impl Into<String>) -> Self {
+        self.database_url = Some(url.into());
+        self
+    }
+
+    /// The broker's name in session-api's registry (default `local`).
+    pub fn broker_id(mut self, id: impl Into<String>) -> Self {
+        self.broker_id = id.into();
+        self
+    }
+
+    /// The runtimes the broker offers (the broker's default: local only).
+    pub fn backends(mut self, backends: Vec<BackendKind>) -> Self {
+        self.backends = Some(backends);
+        self
+    }
+
+    /// Where the broker records the sessions it started, so that a restart ends survivors.
+    pub fn broker_data_dir(mut self, directory: PathBuf) -> Self {
+        self.broker_data_dir = Some(directory);
+        self
+    }
+
+    /// The broker's per-session replay ring (at least 1024 bytes).
+    pub fn ring_bytes(mut self, bytes: u64) -> Self {
+        self.ring_bytes = Some(bytes);
+        self
+    }
+
+    /// How long a session with no attached client lives before the broker reaps it
+    /// (`idle_reaped`).
+    pub fn detached_timeout(mut self, timeout: Duration) -> Self {
+        self.detached_timeout = Some(timeout);
+        self
+    }
+
+    /// The broker's wait between SIGHUP/SIGTERM and SIGKILL when it ends a session.
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = Some(grace);
+        self
+    }
+
+    /// How long each service's graceful shutdown may take.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = Some(grace);
+        self
+    }
+
+    /// The gateway's listener, for a caller that chose its address. Default: `127.0.0.1:0`.
+    pub fn gateway_listener(mut self, listener: TcpListener) -> Self {
+        self.gateway_listener = Some(listener);
+        self
+    }
+
+    /// A static API token the gateway accepts (admin over every instance); may be repeated.
+    pub fn api_token(mut self, token: impl Into<String>) -> Self {
+        self.api_tokens.push(SecretString::from(token.into()));
+        self
+    }
+
+    /// The secret of the HS256 JWTs the gateway accepts.
+    pub fn jwt_hs256_secret(mut self, secret: impl Into<String>) -> Self {
+        self.jwt_hs256_secret = Some(SecretString::from(secret.into()));
+        self
+    }
+
+    /// Origins the gateway allows besides its own.
+    pub fn allowed_origins(mut self, origins: Vec<String>) -> Self {
+        self.allowed_origins = origins;
+        self
+    }
+
+    /// The web page the gateway serves.
+    pub fn static_dir(mut self, directory: PathBuf) -> Self {
+        self.static_dir = Some(directory);
+        self
+    }
+
+    /// The gateway's WebSocket heartbeat interval.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = Some(interval);
+        self
+    }
+
+    /// How long [`StackBuilder::start`] waits for session-api to see the broker up (default
+    /// 60 s).
+    pub fn start_patience(mut self, patience: Duration) -> Self {
+        self.start_patience = patience;
+        self
+    }
+
+    /// Binds the broker and session-api on `127.0.0.1:0` (and the gateway, unless it was given a
+    /// listener), starts the three services, and waits until session-api sees the broker up.
+    /// A service that fails meanwhile fails the start with its error; the others are stopped.
+    pub async fn start(mut self) -> Result<Stack, StackError> {
+        let credential = match self.service_credential.clone() {
+            Some(credential) => credential,
+            None => random_credential(),
+        };
+        let ticket_key = self.ticket_key.clone().unwrap_or_else(TicketKey::generate);
+        let (database_url, data) = match &self.database_url {
+            Some(url) => (url.clone(), None),
+            None => {
+                let data = tempfile::tempdir().map_err(StackError::DataDirectory)?;
+                let url = format!(
+                    "sqlite://{}?mode=rwc",
+                    data.path().join("sessions.db").display()
+                );
+                (url, Some(data))
+            }
+        };
+
+        let broker_listener = bind_loopback(Service::Broker).await?;
+        let session_api_listener = bind_loopback(Service::SessionApi).await?;
+        let gateway_listener = match self.gateway_listener.take() {
+            Some(listener) => listener,
+            None => bind_loopback(Service::Gateway).await?,
+        };
+        let addresses = running::Addresses {
+            broker: local_address(&broker_listener, Service::Broker)?,
+            session_api: local_address(&session_api_listener, Service::SessionApi)?,
+            gateway: local_address(&gateway_listener, Service::Gateway)?,
+        };
+
+        let broker_config = broker_config(
+            &self_settings(&self),
+            &credential,
+            ticket_key.clone(),
+            self.broker_data_dir.clone(),
+        )?;
+        let session_api_config = session_api_config(
+            &self_settings(&self),
+            &credential,
+            ticket_key,
+            database_url,
+            &addresses.broker_endpoint(),
+        )?;
+        let gateway_config = gateway_config(&self, &credential, &addresses.session_api_endpoint());
+
+        let stack = Stack::spawn(
+            running::Services {
+                broker: (broker_config, broker_listener),
+                session_api: (session_api_config, session_api_listener),
+                gateway: (gateway_config, gateway_listener),
+            },
+            addresses,
+            credential,
+            self.broker_id.clone(),
+            data,
+        );
+        stack.wait_until_broker_is_up(self.start_patience).await
+    }
+}
+
+/// The settings both back-end services read, apart from secrets and addresses.
+#[derive(Debug)]
+struct BackendSettings<'a> {
+    broker_id: &'a str,
+    backends: Option<&'a [BackendKind]>,
+    ring_bytes: Option<u64>,
+    detached_timeout: Option<Duration>,
+    kill_grace: Option<Duration>,
+    shutdown_grace: Option<Duration>,
+}
+
+fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
+    BackendSettings {
+        broker_id: &builder.broker_id,
+        backends: builder.backends.as_deref(),
+        ring_bytes: builder.ring_bytes,
+        detached_timeout: builder.detached_timeout,
+        kill_grace: builder.kill_grace,
+        shutdown_grace: builder.shutdown_grace,
+    }
+}
+
+fn broker_config(
+    settings: &BackendSettings<'_>,
+    credential: &ServiceCredential,
+    ticket_key: TicketKey,
+    data_dir: Option<PathBuf>,
+) -> Result<pty_broker::Config, StackError> {
+    let token = pty_broker::ServiceToken::new(credential.expose()).map_err(|message| {
+        StackError::Config {
+            service: Service::Broker,
+            message,
+        }
+    })?;
+    let mut config = pty_broker::Config::new(token, ticket_key);
+    config.broker_id = settings.broker_id.to_owned();
+    config.data_dir = data_dir;
+    if let Some(backends) = settings.backends {
+        config.backends = backends.to_vec();
+    }
+    if let Some(ring_bytes) = settings.ring_bytes {
+        config.ring_bytes = ring_bytes;
+    }
+    if let Some(timeout) = settings.detached_timeout {
+        config.detached_timeout = timeout;
+    }
+    if let Some(grace) = settings.kill_grace {
+        config.kill_grace = grace;
+    }
+    if let Some(grace) = settings.shutdown_grace {
+        config.shutdown_grace = grace;
+    }
+    Ok(config)
+}
+
+fn session_api_config(
+    settings: &BackendSettings<'_>,
+    credential: &ServiceCredential,
+    ticket_key: TicketKey,
+    database_url: String,
+    broker_endpoint: &str,
+) -> Result<session_api::Config, StackError> {
+    let token = session_api::ServiceToken::new(credential.expose()).map_err(|message| {
+        StackError::Config {
+            service: Service::SessionApi,
+            message,
+        }
+    })?;
+    let mut config = session_api::Config::new(database_url, token, ticket_key);
+    config.brokers = vec![session_api::StaticBroker {
+        id: settings.broker_id.to_owned(),
+        endpoint: broker_endpoint.to_owned(),
+    }];
+    if let Some(grace) = settings.shutdown_grace {
+        config.shutdown_grace = grace;
+    }
+    Ok(config)
+}
+
+fn gateway_config(
+    builder: &StackBuilder,
+    credential: &ServiceCredential,
+    session_api_endpoint: &str,
+) -> gateway::Config {
+    let mut config = gateway::Config::new(session_api_endpoint, credential.expose());
+    config.auth.api_tokens = builder
+        .api_tokens
+        .iter()
+        .map(|token| gateway::Secret::new(token.expose_secret()))
+        .collect();
+    config.auth.jwt_hs256_secret = builder
+        .jwt_hs256_secret
+        .as_ref()
+        .map(|secret| gateway::Secret::new(secret.expose_secret()));
+    config.allowed_origins = builder.allowed_origins.clone();
+    config.static_dir = builder.static_dir.clone();
+    if let Some(interval) = builder.heartbeat_interval {
+        config.heartbeat_interval = interval;
+    }
+    if let Some(grace) = builder.shutdown_grace {
+        config.shutdown_grace = grace;
+    }
+    config
+}
+
+/// A credential for one process's services: 64 random hex digits.
+fn random_credential() -> ServiceCredential {
+    let token: String = rand::random::<[u8; 32]>()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    ServiceCredential::new(token).expect("64 hex digits make a valid credential")
+}
+
+async fn bind_loopback(service: Service) -> Result<TcpListener, StackError> {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|source| StackError::Bind { service, source })
+}
+
+fn local_address(
+    listener: &TcpListener,
+    service: Service,
+) -> Result<std::net::SocketAddr, StackError> {
+    listener
+        .local_addr()
+        .map_err(|source| StackError::Bind { service, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_settings_keep_each_services_defaults_and_set_ones_reach_it() {
+        let credential = random_credential();
+        let defaults = StackBuilder::default();
+        let broker = broker_config(
+            &self_settings(&defaults),
+            &credential,
+            TicketKey::generate(),
+            None,
+        )
+        .expect("a valid broker config");
+        let untouched = pty_broker::Config::new(
+            pty_broker::ServiceToken::new(credential.expose()).expect("valid"),
+            TicketKey::generate(),
+        );
+        assert_eq!(broker.detached_timeout, untouched.detached_timeout);
+        assert_eq!(broker.kill_grace, untouched.kill_grace);
+        assert_eq!(broker.ring_bytes, untouched.ring_bytes);
+        assert_eq!(broker.backends, untouched.backends);
+
+        let tuned = StackBuilder::default()
+            .broker_id("bench")
+            .detached_timeout(Duration::from_millis(300))
+            .kill_grace(Duration::from_millis(100))
+            .ring_bytes(4096)
+            .shutdown_grace(Duration::from_secs(2))
+            .backends(vec![BackendKind::Local, BackendKind::Docker]);
+        let broker = broker_config(
+            &self_settings(&tuned),
+            &credential,
+            TicketKey::generate(),
+            None,
+        )
+        .expect("a valid broker config");
+        assert_eq!(broker.broker_id, "bench");
+        assert_eq!(broker.detached_timeout, Duration::from_millis(300));
+        assert_eq!(broker.kill_grace, Duration::from_millis(100));
+        assert_eq!(broker.ring_bytes, 4096);
+        assert_eq!(broker.shutdown_grace, Duration::from_secs(2));
+        assert_eq!(broker.backends, [BackendKind::Local, BackendKind::Docker]);
+
+        let session_api = session_api_config(
+            &self_settings(&tuned),
+            &credential,
+            TicketKey::generate(),
+            "sqlite::memory:".to_owned(),
+            "http://127.0.0.1:1",
+        )
+        .expect("a valid session-api config");
+        assert_eq!(session_api.brokers.len(), 1);
+        assert_eq!(session_api.brokers[0].id, "bench");
+        assert_eq!(session_api.brokers[0].endpoint, "http://127.0.0.1:1");
+        assert_eq!(session_api.shutdown_grace, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn gateway_secrets_are_passed_on_and_never_printed() {
+        let builder = StackBuilder::default()
+            .api_token("stack-test-api-token-0123")
+            .jwt_hs256_secret("stack-test-jwt-secret-0123456789");
+        assert!(!format!("{builder:?}").contains("stack-test-api-token-0123"));
+        assert!(!format!("{builder:?}").contains("stack-test-jwt-secret"));
+        let config = gateway_config(&builder, &random_credential(), "http://127.0.0.1:1");
+        assert_eq!(config.auth.api_tokens.len(), 1);
+        assert_eq!(
+            config.auth.api_tokens[0].expose(),
+            "stack-test-api-token-0123"
+        );
+        assert_eq!(
+            config.auth.jwt_hs256_secret.as_ref().map(|s| s.expose()),
+            Some("stack-test-jwt-secret-0123456789")
+        );
+        assert_eq!(config.session_api_endpoint, "http://127.0.0.1:1");
+    }
+
+    #[test]
+    fn random_credentials_differ() {
+        assert_ne!(random_credential(), random_credential());
+    }
+}

@@ -1,0 +1,31 @@
+//! The three ptyhub services wired together in one process, written once: a pty-broker,
+//! session-api on SQLite and the gateway, each started through its library's `run` on a bound
+//! listener, with one service credential and one ticket key between them.
+//!
+//! `ptyhub up`, the tests' `TestStack` and the bench are thin users of [`StackBuilder`]:
+//!
+//! ```ignore
+//! let stack = Stack::builder().ring_bytes(4096).start().await?;
+//! let mut sessions = stack.session_api_client();
+//! // ... use stack.gateway_url() ...
+//! stack.shutdown().await?;
+//! ```
+//!
+//! The broker and session-api always listen on `127.0.0.1:0`; the gateway does too unless the
+//! caller hands it a listener of its own. The stack reports the ports that were bound, so nothing
+//! ever guesses a free port. [`StackBuilder::start`] returns once session-api sees the broker up,
+//! so instances can be registered at once.
+
+#![forbid(unsafe_code)]
+
+mod builder;
+mod error;
+mod running;
+
+pub use builder::StackBuilder;
+pub use error::{Service, StackError};
+pub use pty_broker::BackendKind;
+pub use running::{BrokerClient, BrokerRegistryClient, SessionApiClient, Stack};
+
+#[cfg(test)]
+mod tests;
