@@ -51,26 +51,6 @@ async fn create(cluster: &Cluster, gateway: usize, instance: &session_wire::Inst
     body["id"].as_str().expect("a session id").to_owned()
 }
 
-/// Reads output until `needle` shows up; fails on exit or close.
-async fn read_until(terminal: &mut Terminal, needle: &str) {
-    let mut seen = Vec::new();
-    loop {
-        match terminal.next().await.expect("the terminal stays up") {
-            Event::Output(bytes) => {
-                seen.extend(bytes);
-                if String::from_utf8_lossy(&seen).contains(needle) {
-                    return;
-                }
-            }
-            Event::Json(_) => {}
-            Event::Closed(code) => panic!(
-                "closed ({code:?}) before {needle:?}; saw {:?}",
-                String::from_utf8_lossy(&seen)
-            ),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sessions_land_on_their_broker_and_the_cap_holds_across_replicas() {
     let Some(cluster) = start_cluster().await else {
@@ -116,7 +96,7 @@ async fn sessions_land_on_their_broker_and_the_cap_holds_across_replicas() {
             .await
             .expect("attach");
             terminal.input(b"echo routed-$((40+2))\n").await.unwrap();
-            read_until(&mut terminal, "routed-42").await;
+            terminal.read_until("routed-42").await.unwrap();
         }
     }
 
@@ -476,7 +456,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
         .await
         .unwrap();
     kept.input(b"echo before-$((1+1))\n").await.unwrap();
-    read_until(&mut kept, "before-2").await;
+    kept.read_until("before-2").await.unwrap();
     // The doomed shell and a background job of its own, which a hangup does not reach.
     lost.input(b"sleep 7919 & echo \"pids=$$,$!.\"\n")
         .await
@@ -514,19 +494,13 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
             Terminal::open(cluster.gateways[gateway].port(), &doomed.id, &lost_id, None)
                 .await
                 .unwrap();
-        let code = loop {
-            match reattached.next().await.expect("a close") {
-                Event::Closed(code) => break code,
-                Event::Json(_) => {}
-                Event::Output(bytes) => panic!("output from a lost session: {bytes:?}"),
-            }
-        };
+        let code = reattached.close_code().await.expect("a close");
         assert_eq!(code, Some(4004), "reattach through gateway-{gateway}");
     }
 
     // The other broker's session is untouched: same stream, still typing.
     kept.input(b"echo after-$((2+2))\n").await.unwrap();
-    read_until(&mut kept, "after-4").await;
+    kept.read_until("after-4").await.unwrap();
     let session = get_session(&cluster, 0, &survivor, &kept_id).await;
     assert_eq!(session.status(), session_wire::SessionStatus::Active);
     assert!(
@@ -553,7 +527,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
         .await
         .unwrap();
     fresh.input(b"echo back-$((3+3))\n").await.unwrap();
-    read_until(&mut fresh, "back-6").await;
+    fresh.read_until("back-6").await.unwrap();
     let lost = get_session(&cluster, 1, &doomed, &lost_id).await;
     assert_eq!(lost.close_reason(), session_wire::CloseReason::BrokerLost);
 }
