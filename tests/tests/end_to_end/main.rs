@@ -7,6 +7,7 @@ mod cluster;
 mod deployment;
 mod health;
 mod idle_reaping;
+mod keepalive;
 mod teardown;
 mod tickets;
 
