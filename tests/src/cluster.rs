@@ -1,8 +1,16 @@
-//! A ptyhub cluster of real processes on 127.0.0.1: two session-api replicas on one PostgreSQL
-//! database, two brokers (local backend, separate data directories) that register themselves
-//! with them, and two gateways, broker and gateway `i` talking to session-api `i`. Clients for
-//! its REST and gRPC surfaces, and restarts of its processes.
+//! A ptyhub cluster of real processes on 127.0.0.1: session-api replicas on one PostgreSQL
+//! database, brokers (local runtime, separate data directories) that register themselves with
+//! them, and gateways; broker and gateway `i` talk to replica `i` modulo the replica count.
+//! By default two of each; [`Cluster::builder`] picks other counts and flags. Clients for its
+//! REST and gRPC surfaces, and restarts of its processes.
+//!
+//! Every process listens on a port the kernel chose (see [`Service::start`]). A restarted broker
+//! comes back on a new port and registers it, as a rescheduled pod would. Gateways and brokers
+//! reach session-api replica `i` through a [`Front`] the test holds, so a restarted replica can
+//! listen anywhere and still be found at the address they were given.
 
+use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -17,13 +25,14 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::binaries::binary;
-use crate::process::{Service, free_port};
+use crate::front::Front;
+use crate::process::Service;
 
 pub const SERVICE_TOKEN: &str = "cluster-test-service-token";
 pub const TICKET_SECRET: &str = "cluster-test-ticket-secret-0123456789";
 pub const API_TOKEN: &str = "cluster-test-api-token";
-/// session-api's heartbeat timeout in the cluster: a broker silent this long is down, and its
-/// sessions are lost.
+/// session-api's default heartbeat timeout in the cluster: a broker silent this long is down,
+/// and its sessions are lost.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Generous bound for things that happen asynchronously.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -49,6 +58,135 @@ impl tonic::service::Interceptor for BearerToken {
     }
 }
 
+/// The shape of a cluster and the flags of its processes. A flag set here replaces the
+/// cluster's default for it.
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    session_apis: usize,
+    brokers: usize,
+    gateways: usize,
+    session_api_flags: BTreeMap<String, String>,
+    broker_flags: BTreeMap<String, String>,
+    gateway_flags: BTreeMap<String, String>,
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        let flags = |pairs: &[(&str, String)]| {
+            pairs
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                .collect()
+        };
+        Self {
+            session_apis: 2,
+            brokers: 2,
+            gateways: 2,
+            session_api_flags: flags(&[
+                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("ticket-secret", TICKET_SECRET.to_owned()),
+                (
+                    "heartbeat-timeout",
+                    format!("{}ms", HEARTBEAT_TIMEOUT.as_millis()),
+                ),
+                ("activity-flush-interval", "200ms".to_owned()),
+                ("shutdown-grace", "5s".to_owned()),
+            ]),
+            broker_flags: flags(&[
+                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("ticket-secret", TICKET_SECRET.to_owned()),
+                ("backends", "local".to_owned()),
+                ("kill-grace", "500ms".to_owned()),
+            ]),
+            gateway_flags: flags(&[
+                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("api-token", API_TOKEN.to_owned()),
+                ("drain-delay", "2s".to_owned()),
+                ("shutdown-grace", "5s".to_owned()),
+            ]),
+        }
+    }
+}
+
+impl ClusterBuilder {
+    /// How many session-api replicas (at least one).
+    pub fn session_apis(mut self, count: usize) -> Self {
+        self.session_apis = count.max(1);
+        self
+    }
+
+    pub fn brokers(mut self, count: usize) -> Self {
+        self.brokers = count;
+        self
+    }
+
+    pub fn gateways(mut self, count: usize) -> Self {
+        self.gateways = count;
+        self
+    }
+
+    /// `--<name>=<value>` for every session-api replica.
+    pub fn session_api_flag(mut self, name: &str, value: impl Display) -> Self {
+        self.session_api_flags
+            .insert(name.to_owned(), value.to_string());
+        self
+    }
+
+    /// `--<name>=<value>` for every broker.
+    pub fn broker_flag(mut self, name: &str, value: impl Display) -> Self {
+        self.broker_flags.insert(name.to_owned(), value.to_string());
+        self
+    }
+
+    /// `--<name>=<value>` for every gateway.
+    pub fn gateway_flag(mut self, name: &str, value: impl Display) -> Self {
+        self.gateway_flags
+            .insert(name.to_owned(), value.to_string());
+        self
+    }
+
+    /// Starts the cluster on `database` (fresh) and waits until every broker is registered and
+    /// every gateway is healthy.
+    pub async fn start(self, database: TestDatabase) -> anyhow::Result<Cluster> {
+        let logs = tempfile::tempdir()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let mut api_fronts = Vec::new();
+        for _ in 0..self.session_apis {
+            api_fronts.push(Front::bind().await?);
+        }
+        let mut cluster = Cluster {
+            brokers: Vec::new(),
+            apis: Vec::new(),
+            gateways: Vec::new(),
+            http,
+            api_fronts,
+            shape: self,
+            logs,
+            database,
+        };
+        // session-api first, with no broker list: the brokers register themselves. One replica
+        // after the other: the first applies the migrations.
+        for index in 0..cluster.shape.session_apis {
+            let api = cluster.start_session_api(index).await?;
+            cluster.apis.push(api);
+            cluster.wait_session_api(index).await?;
+        }
+        for index in 0..cluster.shape.brokers {
+            let broker = cluster.start_broker(index).await?;
+            cluster.brokers.push(broker);
+        }
+        cluster.wait_brokers_registered().await?;
+        for index in 0..cluster.shape.gateways {
+            let gateway = cluster.start_gateway(index).await?;
+            cluster.gateways.push(gateway);
+            cluster.wait_healthy(index).await?;
+        }
+        Ok(cluster)
+    }
+}
+
 /// The running cluster. Dropping it ends every process.
 #[derive(Debug)]
 pub struct Cluster {
@@ -56,100 +194,91 @@ pub struct Cluster {
     pub apis: Vec<Service>,
     pub gateways: Vec<Service>,
     pub http: reqwest::Client,
+    /// The stable address of each session-api replica.
+    api_fronts: Vec<Front>,
+    shape: ClusterBuilder,
     logs: TempDir,
-    _database: TestDatabase,
+    database: TestDatabase,
+}
+
+fn args(flags: &BTreeMap<String, String>, own: &[(&str, String)]) -> Vec<String> {
+    let mut flags = flags.clone();
+    for (name, value) in own {
+        flags.insert((*name).to_owned(), value.clone());
+    }
+    flags
+        .into_iter()
+        .map(|(name, value)| format!("--{name}={value}"))
+        .collect()
 }
 
 impl Cluster {
-    /// Starts the cluster on `database` (fresh) and waits until both gateways are healthy.
-    pub async fn start(database: TestDatabase) -> anyhow::Result<Self> {
-        let logs = tempfile::tempdir()?;
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()?;
-        let mut cluster = Self {
-            brokers: Vec::new(),
-            apis: Vec::new(),
-            gateways: Vec::new(),
-            http,
-            logs,
-            _database: database,
-        };
-        // session-api first, with no broker list: the brokers register themselves. One replica
-        // after the other: the first applies the migrations.
-        for index in 0..2 {
-            let api = cluster.start_session_api(index, free_port()?)?;
-            cluster.apis.push(api);
-            cluster.wait_session_api(index).await?;
-        }
-        // Broker `i` registers with replica `i` (in Kubernetes: with the Service).
-        for index in 0..2 {
-            let broker = cluster.start_broker(index, free_port()?)?;
-            cluster.brokers.push(broker);
-        }
-        cluster.wait_brokers_registered().await?;
-        for index in 0..2 {
-            let gateway = cluster.start_gateway(index)?;
-            cluster.gateways.push(gateway);
-            cluster.wait_healthy(index).await?;
-        }
-        Ok(cluster)
+    /// Two session-api replicas, two brokers and two gateways with the default flags.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
     }
 
-    fn start_broker(&self, index: usize, port: u16) -> anyhow::Result<Service> {
+    /// Starts the default cluster on `database` (fresh).
+    pub async fn start(database: TestDatabase) -> anyhow::Result<Self> {
+        Self::builder().start(database).await
+    }
+
+    /// The endpoint brokers and gateways reach session-api replica `index` at.
+    pub fn session_api_endpoint(&self, index: usize) -> String {
+        self.api_fronts[index].endpoint()
+    }
+
+    async fn start_broker(&self, index: usize) -> anyhow::Result<Service> {
         let data_dir = self.logs.path().join(format!("broker-{index}-data"));
         std::fs::create_dir_all(&data_dir)?;
-        let args = vec![
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--broker-id={}", broker_id(index)),
-            format!("--session-api={}", self.apis[index].endpoint()),
-            format!("--data-dir={}", data_dir.display()),
-            format!("--service-token={SERVICE_TOKEN}"),
-            format!("--ticket-secret={TICKET_SECRET}"),
-            "--backends=local".to_owned(),
-            "--kill-grace=500ms".to_owned(),
-        ];
-        Service::spawn(
+        let args = args(
+            &self.shape.broker_flags,
+            &[
+                ("broker-id", broker_id(index)),
+                (
+                    "session-api",
+                    self.session_api_endpoint(index % self.apis.len()),
+                ),
+                ("data-dir", data_dir.display().to_string()),
+            ],
+        );
+        Service::start(
             &format!("broker-{index}"),
             &binary("pty-broker")?,
-            port,
             &args,
             self.logs.path(),
         )
+        .await
     }
 
-    /// Starts broker `index` again after it ended (same id, data directory and port), as a
-    /// node's supervisor would, and waits until it has registered again.
+    /// Starts broker `index` again after it ended (same id and data directory), as a node's
+    /// supervisor would, and waits until it has registered again, with the endpoint of the
+    /// port it listens on now.
     pub async fn restart_broker(&mut self, index: usize) -> anyhow::Result<()> {
-        let port = self.brokers[index].port();
-        self.brokers[index] = self.start_broker(index, port)?;
+        self.brokers[index] = self.start_broker(index).await?;
         self.wait_brokers_registered().await
     }
 
-    fn start_session_api(&self, index: usize, port: u16) -> anyhow::Result<Service> {
-        let args = vec![
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--database-url={}", self._database.url()),
-            format!("--service-token={SERVICE_TOKEN}"),
-            format!("--ticket-secret={TICKET_SECRET}"),
-            format!("--heartbeat-timeout={}ms", HEARTBEAT_TIMEOUT.as_millis()),
-            "--activity-flush-interval=200ms".to_owned(),
-            "--shutdown-grace=5s".to_owned(),
-        ];
-        Service::spawn(
+    async fn start_session_api(&self, index: usize) -> anyhow::Result<Service> {
+        let args = args(
+            &self.shape.session_api_flags,
+            &[("database-url", self.database.url().to_owned())],
+        );
+        let service = Service::start(
             &format!("session-api-{index}"),
             &binary("session-api")?,
-            port,
             &args,
             self.logs.path(),
         )
+        .await?;
+        self.api_fronts[index].route_to(service.address());
+        Ok(service)
     }
 
-    /// Starts session-api replica `index` again after it ended, on the same port, and waits
-    /// until it answers.
+    /// Starts session-api replica `index` again after it ended, and waits until it answers at
+    /// its stable address.
     pub async fn restart_session_api(&mut self, index: usize) -> anyhow::Result<()> {
-        let port = self.apis[index].port();
-        self.apis[index] = self.start_session_api(index, port)?;
+        self.apis[index] = self.start_session_api(index).await?;
         self.wait_session_api(index).await
     }
 
@@ -215,23 +344,21 @@ impl Cluster {
         }
     }
 
-    fn start_gateway(&self, index: usize) -> anyhow::Result<Service> {
-        let port = free_port()?;
-        let args = vec![
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--session-api={}", self.apis[index].endpoint()),
-            format!("--service-token={SERVICE_TOKEN}"),
-            format!("--api-token={API_TOKEN}"),
-            "--drain-delay=2s".to_owned(),
-            "--shutdown-grace=5s".to_owned(),
-        ];
-        Service::spawn(
+    async fn start_gateway(&self, index: usize) -> anyhow::Result<Service> {
+        let args = args(
+            &self.shape.gateway_flags,
+            &[(
+                "session-api",
+                self.session_api_endpoint(index % self.apis.len()),
+            )],
+        );
+        Service::start(
             &format!("gateway-{index}"),
             &binary("gateway")?,
-            port,
             &args,
             self.logs.path(),
         )
+        .await
     }
 
     /// Waits until gateway `index` answers `/healthz` with 200 (its session-api and every
@@ -272,9 +399,35 @@ impl Cluster {
             .collect()
     }
 
-    /// A gRPC client of session-api replica `index`.
+    /// Polls `check` until it returns `Some`, within [`PATIENCE`]; panics with `what` and every
+    /// process's log when it never does.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        self.eventually_within(PATIENCE, what, check).await
+    }
+
+    /// [`Cluster::eventually`] with another patience.
+    pub async fn eventually_within<T, F, Fut>(&self, patience: Duration, what: &str, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        test_support::poll_until(patience, Duration::from_millis(100), check)
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "gave up after {patience:?} waiting: {what}\n{}",
+                    self.logs()
+                )
+            })
+    }
+
+    /// A gRPC client of session-api replica `index` (at its stable address).
     pub async fn session_client(&self, index: usize) -> anyhow::Result<SessionClient> {
-        let channel = Channel::from_shared(self.apis[index].endpoint())?
+        let channel = Channel::from_shared(self.session_api_endpoint(index))?
             .connect()
             .await
             .context("cannot connect to session-api")?;
@@ -283,7 +436,7 @@ impl Cluster {
 
     /// A gRPC client of session-api replica `index`'s broker registry.
     pub async fn registry_client(&self, index: usize) -> anyhow::Result<RegistryClient> {
-        let channel = Channel::from_shared(self.apis[index].endpoint())?
+        let channel = Channel::from_shared(self.session_api_endpoint(index))?
             .connect()
             .await
             .context("cannot connect to session-api")?;
@@ -299,7 +452,7 @@ impl Cluster {
         Ok(PtyBrokerClient::with_interceptor(channel, BearerToken))
     }
 
-    /// Registers an instance on broker `broker` (local backend) running `command`.
+    /// Registers an instance on broker `broker` (local runtime) running `command`.
     pub async fn register_instance(
         &self,
         name: &str,
@@ -307,9 +460,9 @@ impl Cluster {
         command: &[&str],
         max_sessions: u32,
     ) -> anyhow::Result<session_wire::Instance> {
-        let mut client = self.session_client(0).await?;
-        let instance = client
-            .register_instance(session_wire::RegisterInstanceRequest {
+        self.register_instance_with(
+            broker,
+            session_wire::RegisterInstanceRequest {
                 name: name.to_owned(),
                 target: Some(broker_wire::Target {
                     kind: Some(broker_wire::target::Kind::Local(
@@ -318,13 +471,58 @@ impl Cluster {
                 }),
                 command: command.iter().map(|part| (*part).to_owned()).collect(),
                 max_sessions,
-                broker_id: broker_id(broker),
                 ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Registers the instance `request` describes on broker `broker`.
+    pub async fn register_instance_with(
+        &self,
+        broker: usize,
+        request: session_wire::RegisterInstanceRequest,
+    ) -> anyhow::Result<session_wire::Instance> {
+        let mut client = self.session_client(0).await?;
+        let instance = client
+            .register_instance(session_wire::RegisterInstanceRequest {
+                broker_id: broker_id(broker),
+                ..request
             })
             .await
             .context("register instance")?
             .into_inner();
         Ok(instance)
+    }
+
+    /// A REST call through gateway `gateway` with the API token: the status and the JSON body
+    /// (`null` when the body is empty).
+    pub async fn rest(
+        &self,
+        gateway: usize,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
+        let url = format!("{}{path}", self.gateways[gateway].endpoint());
+        let mut request = self.http.request(method, url).bearer_auth(API_TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await?;
+        let body = if bytes.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(&bytes).with_context(|| {
+                format!(
+                    "the answer ({status}) is not JSON: {:?}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?
+        };
+        Ok((status, body))
     }
 
     /// `POST /api/v1/instances/{iid}/terminal/sessions` through gateway `gateway`: the status
@@ -334,20 +532,13 @@ impl Cluster {
         gateway: usize,
         instance_id: &str,
     ) -> anyhow::Result<(u16, serde_json::Value)> {
-        let url = format!(
-            "{}/api/v1/instances/{instance_id}/terminal/sessions",
-            self.gateways[gateway].endpoint()
-        );
-        let response = self
-            .http
-            .post(url)
-            .bearer_auth(API_TOKEN)
-            .json(&serde_json::json!({}))
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        let body = response.json().await.context("the answer is not JSON")?;
-        Ok((status, body))
+        self.rest(
+            gateway,
+            reqwest::Method::POST,
+            &format!("/api/v1/instances/{instance_id}/terminal/sessions"),
+            Some(serde_json::json!({})),
+        )
+        .await
     }
 
     /// Ids of the sessions broker `index` has a process for.

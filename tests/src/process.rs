@@ -1,8 +1,9 @@
-//! One service as a child process on a loopback port, with its output in a log file, ended by
-//! SIGKILL (a crash) or SIGTERM (an operator), and always ended when dropped.
+//! One service as a child process listening on a port of `127.0.0.1` that the kernel chose,
+//! with its output in a log file; ended by SIGKILL (a crash) or SIGTERM (an operator), frozen by
+//! SIGSTOP (a hung peer), and always ended when dropped.
 
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -11,28 +12,28 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// A port on 127.0.0.1 that was free a moment ago. The services take their listen address as a
-/// flag and must be known to their peers before they start, so the port is chosen here.
-pub fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot bind 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
+use crate::sockets::listening_addresses;
+
+/// How long a service may take to start listening.
+const START_PATIENCE: Duration = Duration::from_secs(60);
 
 /// A running service.
 #[derive(Debug)]
 pub struct Service {
     name: String,
-    port: u16,
+    address: SocketAddr,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Service {
-    /// Starts `binary` with `args`, without any `PTYHUB_*` variable of the caller's environment.
-    pub fn spawn(
+    /// Starts `binary` with `args` and `--listen=127.0.0.1:0`, without any `PTYHUB_*` variable
+    /// of the caller's environment, and waits until it listens. The port is the one the
+    /// process holds, read from `/proc` (see [`crate::sockets`]): no port is chosen before the
+    /// process binds it, so no other process can take it in between.
+    pub async fn start(
         name: &str,
         binary: &Path,
-        port: u16,
         args: &[String],
         log_dir: &Path,
     ) -> anyhow::Result<Self> {
@@ -46,6 +47,7 @@ impl Service {
             }
         }
         let child = command
+            .arg("--listen=127.0.0.1:0")
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -53,25 +55,60 @@ impl Service {
             .stderr(err)
             .spawn()
             .with_context(|| format!("cannot start {name} ({})", binary.display()))?;
-        Ok(Self {
+        let mut service = Self {
             name: name.to_owned(),
-            port,
+            address: SocketAddr::from(([127, 0, 0, 1], 0)),
             log,
             child: Some(child),
-        })
+        };
+        service.address = service.wait_listening().await?;
+        Ok(service)
+    }
+
+    /// Waits until the process listens on one address, and returns it.
+    async fn wait_listening(&mut self) -> anyhow::Result<SocketAddr> {
+        let pid = self.pid().context("the process is gone")?;
+        let deadline = tokio::time::Instant::now() + START_PATIENCE;
+        loop {
+            // Read the sockets before checking the process, so that a socket seen belongs to
+            // the live process and not to a reused pid.
+            let listening = listening_addresses(pid);
+            if !self.is_running() {
+                bail!("{} exited before listening:\n{}", self.name, self.log());
+            }
+            match listening.as_deref() {
+                Ok([address]) => return Ok(*address),
+                Ok([]) => {}
+                Ok(several) => bail!("{} listens on several addresses: {several:?}", self.name),
+                Err(error) => bail!("cannot read the sockets of {} ({pid}): {error}", self.name),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "{} did not listen within {START_PATIENCE:?}:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Where the process listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
     pub fn port(&self) -> u16 {
-        self.port
+        self.address.port()
     }
 
     /// `http://127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.address)
     }
 
     /// The process id, while the process runs.
@@ -126,11 +163,26 @@ impl Service {
 
     /// Sends SIGTERM, as an operator or Kubernetes would, and returns at once.
     pub fn send_terminate(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGTERM)
+    }
+
+    /// Stops the process with SIGSTOP: its sockets stay open and the kernel still acknowledges
+    /// what its peers send, but it answers nothing, as a hung or partitioned peer would.
+    pub fn freeze(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Lets a frozen process go on (SIGCONT).
+    pub fn thaw(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    fn signal(&self, signal: Signal) -> anyhow::Result<()> {
         let Some(child) = self.child.as_ref() else {
             bail!("{} is not running", self.name);
         };
         let pid = Pid::from_raw(i32::try_from(child.id())?);
-        kill(pid, Signal::SIGTERM).with_context(|| format!("cannot signal {}", self.name))
+        kill(pid, signal).with_context(|| format!("cannot send {signal} to {}", self.name))
     }
 
     /// Waits up to `patience` for the process to exit.

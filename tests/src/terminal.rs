@@ -35,11 +35,16 @@ impl Terminal {
         session_id: &str,
         since: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let mut url =
-            format!("ws://127.0.0.1:{port}/ws/tool-instances/{instance_id}/terminal/{session_id}");
+        let mut path = format!("/ws/tool-instances/{instance_id}/terminal/{session_id}");
         if let Some(since) = since {
-            url.push_str(&format!("?since={since}"));
+            path.push_str(&format!("?since={since}"));
         }
+        Self::open_path(port, &path).await
+    }
+
+    /// Opens the WebSocket at `path_and_query` on the gateway at `port`, with the API token.
+    pub async fn open_path(port: u16, path_and_query: &str) -> anyhow::Result<Self> {
+        let url = format!("ws://127.0.0.1:{port}{path_and_query}");
         let mut request = url.into_client_request()?;
         request.headers_mut().insert(
             "authorization",
@@ -64,15 +69,67 @@ impl Terminal {
         since: Option<u64>,
     ) -> anyhow::Result<(Self, u64)> {
         let mut terminal = Self::open(port, instance_id, session_id, since).await?;
-        match terminal.next().await? {
-            Event::Json(status) if status["status"] == "connected" => {
-                let offset = status["offset"]
-                    .as_u64()
-                    .context("connected status without an offset")?;
-                Ok((terminal, offset))
-            }
+        let status = terminal.connected().await?;
+        let offset = status["offset"]
+            .as_u64()
+            .context("connected status without an offset")?;
+        Ok((terminal, offset))
+    }
+
+    /// Reads the first frame, which must be the `connected` status, and returns it.
+    pub async fn connected(&mut self) -> anyhow::Result<serde_json::Value> {
+        match self.next().await? {
+            Event::Json(status) if status["status"] == "connected" => Ok(status),
             other => bail!("expected the connected status first, got {other:?}"),
         }
+    }
+
+    /// Reads until the server closes, skipping JSON frames, and returns the close code. Output
+    /// is an error: callers expect a session that has nothing (more) to say.
+    pub async fn close_code(&mut self) -> anyhow::Result<Option<u16>> {
+        loop {
+            match self.next().await? {
+                Event::Closed(code) => return Ok(code),
+                Event::Json(_) => {}
+                Event::Output(bytes) => bail!(
+                    "output before the close: {:?}",
+                    String::from_utf8_lossy(&bytes)
+                ),
+            }
+        }
+    }
+
+    /// Reads output until `needle` shows up, and returns what was read; fails on a close.
+    pub async fn read_until(&mut self, needle: &str) -> anyhow::Result<String> {
+        let mut seen = Vec::new();
+        loop {
+            match self.next().await? {
+                Event::Output(bytes) => {
+                    seen.extend(bytes);
+                    if String::from_utf8_lossy(&seen).contains(needle) {
+                        return Ok(String::from_utf8_lossy(&seen).into_owned());
+                    }
+                }
+                Event::Json(_) => {}
+                Event::Closed(code) => bail!(
+                    "closed ({code:?}) before {needle:?}; saw {:?}",
+                    String::from_utf8_lossy(&seen)
+                ),
+            }
+        }
+    }
+
+    /// Closes the WebSocket with a normal close frame, as a tab that is closed does.
+    pub async fn close(mut self) -> anyhow::Result<()> {
+        self.socket
+            .close(None)
+            .await
+            .context("cannot close the WebSocket")?;
+        // Read until the server's close answer, so the close is complete on both sides.
+        while let Ok(Some(Ok(_))) =
+            tokio::time::timeout(Duration::from_secs(30), self.socket.next()).await
+        {}
+        Ok(())
     }
 
     /// The next event, answering pings on the way. A broken connection is an error.
@@ -99,6 +156,14 @@ impl Terminal {
                 }
                 Some(Ok(_)) => continue,
             }
+        }
+    }
+
+    /// The client's end of the connection.
+    pub fn local_addr(&self) -> anyhow::Result<std::net::SocketAddr> {
+        match self.socket.get_ref() {
+            MaybeTlsStream::Plain(stream) => Ok(stream.local_addr()?),
+            _ => bail!("not a plain TCP connection"),
         }
     }
 

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use futures::future::join_all;
 use ptyhub_proto::session::v1 as session_wire;
@@ -22,17 +21,6 @@ async fn start_cluster() -> Option<Cluster> {
     }
     let database = TestDatabase::create().await.expect("a fresh database");
     Some(Cluster::start(database).await.expect("the cluster starts"))
-}
-
-/// Polls `check` until it returns `Some`, within [`PATIENCE`].
-async fn eventually<T, F, Fut>(cluster: &Cluster, what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    test_support::poll_until(PATIENCE, Duration::from_millis(100), check)
-        .await
-        .unwrap_or_else(|| panic!("gave up waiting: {what}\n{}", cluster.logs()))
 }
 
 async fn get_session(
@@ -61,26 +49,6 @@ async fn create(cluster: &Cluster, gateway: usize, instance: &session_wire::Inst
         .expect("create session");
     assert_eq!(status, 201, "create through gateway-{gateway}: {body}");
     body["id"].as_str().expect("a session id").to_owned()
-}
-
-/// Reads output until `needle` shows up; fails on exit or close.
-async fn read_until(terminal: &mut Terminal, needle: &str) {
-    let mut seen = Vec::new();
-    loop {
-        match terminal.next().await.expect("the terminal stays up") {
-            Event::Output(bytes) => {
-                seen.extend(bytes);
-                if String::from_utf8_lossy(&seen).contains(needle) {
-                    return;
-                }
-            }
-            Event::Json(_) => {}
-            Event::Closed(code) => panic!(
-                "closed ({code:?}) before {needle:?}; saw {:?}",
-                String::from_utf8_lossy(&seen)
-            ),
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -128,7 +96,7 @@ async fn sessions_land_on_their_broker_and_the_cap_holds_across_replicas() {
             .await
             .expect("attach");
             terminal.input(b"echo routed-$((40+2))\n").await.unwrap();
-            read_until(&mut terminal, "routed-42").await;
+            terminal.read_until("routed-42").await.unwrap();
         }
     }
 
@@ -328,14 +296,15 @@ async fn stream_clients(
 
 /// Waits until every counter has reached its mark.
 async fn wait_past(cluster: &Cluster, what: &str, counters: &[Arc<AtomicUsize>], marks: &[usize]) {
-    eventually(cluster, what, || {
-        let past = counters
-            .iter()
-            .zip(marks)
-            .all(|(counter, mark)| counter.load(Ordering::SeqCst) >= *mark);
-        async move { past.then_some(()) }
-    })
-    .await;
+    cluster
+        .eventually(what, || {
+            let past = counters
+                .iter()
+                .zip(marks)
+                .all(|(counter, mark)| counter.load(Ordering::SeqCst) >= *mark);
+            async move { past.then_some(()) }
+        })
+        .await;
 }
 
 /// Marks a few lines beyond where each counter is now.
@@ -426,20 +395,19 @@ async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
         "gateway-0 without its session-api"
     );
     cluster.restart_session_api(0).await.unwrap();
-    eventually(&cluster, "gateway-0 is ready again", || {
-        let cluster = &cluster;
-        async move { (readiness(cluster, 0).await == Some(200)).then_some(()) }
-    })
-    .await;
+    cluster
+        .eventually("gateway-0 is ready again", || {
+            let cluster = &cluster;
+            async move { (readiness(cluster, 0).await == Some(200)).then_some(()) }
+        })
+        .await;
     create(&cluster, 0, &instances[1]).await;
 
     // gateway-0 is rolled under its 10 clients: /readyz turns 503 while it drains (2 s), then
     // every client is closed with 1012 and resumes through gateway-1 with nothing lost.
     cluster.gateways[0].send_terminate().unwrap();
-    eventually(
-        &cluster,
-        "gateway-0 reports not ready once it drains",
-        || {
+    cluster
+        .eventually("gateway-0 reports not ready once it drains", || {
             let cluster = &cluster;
             async move {
                 match readiness(cluster, 0).await {
@@ -448,9 +416,8 @@ async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
                     other => panic!("gateway-0 answered {other:?} while draining"),
                 }
             }
-        },
-    )
-    .await;
+        })
+        .await;
     let status = tokio::task::block_in_place(|| cluster.gateways[0].wait(PATIENCE))
         .expect("gateway-0 exits after SIGTERM");
     assert!(status.success(), "gateway-0 exited with {status}");
@@ -489,7 +456,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
         .await
         .unwrap();
     kept.input(b"echo before-$((1+1))\n").await.unwrap();
-    read_until(&mut kept, "before-2").await;
+    kept.read_until("before-2").await.unwrap();
     // The doomed shell and a background job of its own, which a hangup does not reach.
     lost.input(b"sleep 7919 & echo \"pids=$$,$!.\"\n")
         .await
@@ -508,37 +475,32 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
     assert_ne!(ended, Some(1000), "a broker crash is no normal close");
 
     for api in 0..2 {
-        eventually(&cluster, "the dead broker's session is broker_lost", || {
-            let cluster = &cluster;
-            let doomed = &doomed;
-            let lost_id = &lost_id;
-            async move {
-                let session = get_session(cluster, api, doomed, lost_id).await;
-                (session.status() == session_wire::SessionStatus::Closed
-                    && session.close_reason() == session_wire::CloseReason::BrokerLost)
-                    .then_some(())
-            }
-        })
-        .await;
+        cluster
+            .eventually("the dead broker's session is broker_lost", || {
+                let cluster = &cluster;
+                let doomed = &doomed;
+                let lost_id = &lost_id;
+                async move {
+                    let session = get_session(cluster, api, doomed, lost_id).await;
+                    (session.status() == session_wire::SessionStatus::Closed
+                        && session.close_reason() == session_wire::CloseReason::BrokerLost)
+                        .then_some(())
+                }
+            })
+            .await;
     }
     for gateway in 0..2 {
         let mut reattached =
             Terminal::open(cluster.gateways[gateway].port(), &doomed.id, &lost_id, None)
                 .await
                 .unwrap();
-        let code = loop {
-            match reattached.next().await.expect("a close") {
-                Event::Closed(code) => break code,
-                Event::Json(_) => {}
-                Event::Output(bytes) => panic!("output from a lost session: {bytes:?}"),
-            }
-        };
+        let code = reattached.close_code().await.expect("a close");
         assert_eq!(code, Some(4004), "reattach through gateway-{gateway}");
     }
 
     // The other broker's session is untouched: same stream, still typing.
     kept.input(b"echo after-$((2+2))\n").await.unwrap();
-    read_until(&mut kept, "after-4").await;
+    kept.read_until("after-4").await.unwrap();
     let session = get_session(&cluster, 0, &survivor, &kept_id).await;
     assert_eq!(session.status(), session_wire::SessionStatus::Active);
     assert!(
@@ -549,16 +511,15 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
             .contains(&kept_id)
     );
 
-    // The broker comes back (same id and data directory): it registers again, nothing of its
-    // old sessions is left running, and its instance gets new sessions.
+    // The broker comes back (same id and data directory, a new port): it registers again,
+    // nothing of its old sessions is left running, and its instance gets new sessions.
     cluster.restart_broker(0).await.unwrap();
     for pid in session_processes {
-        eventually(
-            &cluster,
-            "no process of the lost session is left",
-            || async move { (!process_alive(pid)).then_some(()) },
-        )
-        .await;
+        cluster
+            .eventually("no process of the lost session is left", || async move {
+                (!process_alive(pid)).then_some(())
+            })
+            .await;
     }
     assert!(cluster.broker_processes(0).await.unwrap().is_empty());
     let fresh_id = create(&cluster, 0, &doomed).await;
@@ -566,7 +527,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
         .await
         .unwrap();
     fresh.input(b"echo back-$((3+3))\n").await.unwrap();
-    read_until(&mut fresh, "back-6").await;
+    fresh.read_until("back-6").await.unwrap();
     let lost = get_session(&cluster, 1, &doomed, &lost_id).await;
     assert_eq!(lost.close_reason(), session_wire::CloseReason::BrokerLost);
 }

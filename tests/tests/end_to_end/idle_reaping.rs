@@ -1,0 +1,185 @@
+//! Idle reaping through the real binaries: a broker started with a short `--detached-timeout`
+//! closes a session that no client is attached to, session-api records it as `idle_reaped` and
+//! frees its slot and aliases, and the gateway refuses a reattach with 4004. Attaching cancels
+//! the timer, and a session has one timer however often it is detached and attached.
+//!
+//! No test measures time: "the timeout has passed" is shown by a witness session, created and
+//! left alone at a known point, being reaped.
+
+use std::time::Duration;
+
+use ptyhub_proto::broker::v1 as broker_wire;
+use ptyhub_proto::session::v1 as session_wire;
+use serde_json::json;
+use tests::cluster::{Cluster, PATIENCE};
+use tests::terminal::Terminal;
+use tokio::sync::mpsc;
+
+use crate::{create_session, created_session, session_record, start};
+
+/// Short, so that the tests take seconds, yet many times what a create or an attach takes on
+/// a loaded machine, so that a client always attaches well within it.
+const DETACHED_TIMEOUT: Duration = Duration::from_secs(4);
+
+async fn start_reaping_cluster() -> Option<Cluster> {
+    start(
+        Cluster::builder()
+            .session_apis(1)
+            .brokers(1)
+            .gateways(1)
+            .broker_flag(
+                "detached-timeout",
+                format!("{}s", DETACHED_TIMEOUT.as_secs()),
+            ),
+    )
+    .await
+}
+
+async fn register_shell(
+    cluster: &Cluster,
+    name: &str,
+    max_sessions: u32,
+) -> session_wire::Instance {
+    cluster
+        .register_instance(name, 0, &["sh"], max_sessions)
+        .await
+        .expect("register an instance")
+}
+
+/// Waits until the record of `session_id` is closed, and checks that it was reaped.
+async fn wait_reaped(cluster: &Cluster, instance_id: &str, session_id: &str) {
+    let record = cluster
+        .eventually(&format!("session {session_id} is closed"), || async move {
+            let record = session_record(cluster, instance_id, session_id).await;
+            (record["status"] == "closed").then_some(record)
+        })
+        .await;
+    assert_eq!(record["close_reason"], "idle_reaped", "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_reaped_and_frees_its_slot_and_its_alias() {
+    let Some(cluster) = start_reaping_cluster().await else {
+        return;
+    };
+    let instance = register_shell(&cluster, "reaped", 2).await;
+    let aliased = created_session(&cluster, &instance.id, json!({"aliases": ["agent-7"]})).await;
+    let other = created_session(&cluster, &instance.id, json!({})).await;
+    let (status, body) = create_session(&cluster, &instance.id, json!({})).await;
+    assert_eq!(status, 409, "the cap holds while both are live: {body}");
+
+    wait_reaped(&cluster, &instance.id, &aliased).await;
+    wait_reaped(&cluster, &instance.id, &other).await;
+
+    // Both slots are free again, and so is the alias.
+    let (status, body) =
+        create_session(&cluster, &instance.id, json!({"aliases": ["agent-7"]})).await;
+    assert_eq!(status, 201, "the alias of a reaped session is free: {body}");
+    let successor = body["id"].as_str().expect("a session id");
+    assert_ne!(successor, aliased);
+    let record = session_record(&cluster, &instance.id, successor).await;
+    assert_eq!(record["aliases"], json!(["agent-7"]), "{record}");
+    created_session(&cluster, &instance.id, json!({})).await;
+
+    // The reaped session is gone for clients: a reattach is refused as not found.
+    let mut reattach = Terminal::open(cluster.gateways[0].port(), &instance.id, &aliased, None)
+        .await
+        .expect("the WebSocket opens");
+    assert_eq!(
+        reattach.close_code().await.expect("a close"),
+        Some(4004),
+        "reattach to a reaped session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attaching_cancels_the_timer_and_one_timer_reaps_a_session_once() {
+    let Some(cluster) = start_reaping_cluster().await else {
+        return;
+    };
+    let instance = register_shell(&cluster, "attached", 5).await;
+    let mut events = broker_events(&cluster).await;
+    let port = cluster.gateways[0].port();
+    let tab_path = format!(
+        "/ws/tool-instances/{}/terminal?client_id=reaping-tab",
+        instance.id
+    );
+
+    // The tab's open creates its session and attaches to it.
+    let mut tab = Terminal::open_path(port, &tab_path).await.expect("open");
+    let status = tab.connected().await.expect("connected");
+    let session = status["session"]["id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    // Each close starts a timer and each open cancels it: five timers that must never fire.
+    for round in 0..5 {
+        tab.close().await.expect("close");
+        tab = Terminal::open_path(port, &tab_path).await.expect("open");
+        let status = tab.connected().await.expect("connected");
+        assert_eq!(
+            status["session"]["id"], session,
+            "round {round}: the tab reattaches to its session"
+        );
+    }
+
+    // Attached now. A witness left alone from here is reaped one timeout later, when every
+    // timer the detaches above started would have run out too.
+    let witness = created_session(&cluster, &instance.id, json!({})).await;
+    wait_reaped(&cluster, &instance.id, &witness).await;
+    let record = session_record(&cluster, &instance.id, &session).await;
+    assert_eq!(
+        record["status"], "active",
+        "an attached session outlives the timeout: {record}"
+    );
+
+    // Detached for good: the session is reaped. A second witness, left alone after that, is
+    // reaped after any other timer of the session would have fired; the broker's event stream
+    // is in order, so every close of the session comes before the witness's.
+    tab.close().await.expect("close");
+    wait_reaped(&cluster, &instance.id, &session).await;
+    let late_witness = created_session(&cluster, &instance.id, json!({})).await;
+    wait_reaped(&cluster, &instance.id, &late_witness).await;
+    let mut closes = Vec::new();
+    loop {
+        let closed = tokio::time::timeout(PATIENCE, events.recv())
+            .await
+            .expect("the broker reports the witness's close")
+            .expect("the event stream goes on");
+        if closed.session_id == late_witness {
+            break;
+        }
+        if closed.session_id == session {
+            closes.push(closed.reason());
+        }
+    }
+    assert_eq!(
+        closes,
+        [broker_wire::CloseReason::IdleReaped],
+        "the session is closed once, by its timer"
+    );
+}
+
+/// The `Closed` events of the broker's event stream, from now on.
+async fn broker_events(cluster: &Cluster) -> mpsc::UnboundedReceiver<broker_wire::Closed> {
+    let mut stream = cluster
+        .broker_client(0)
+        .await
+        .expect("a broker client")
+        .watch_events(broker_wire::WatchEventsRequest {})
+        .await
+        .expect("watch the broker's events")
+        .into_inner();
+    let (sender, receiver) = mpsc::unbounded_channel();
+    // Drained as it comes, so that the broker never sees this subscriber lag.
+    tokio::spawn(async move {
+        while let Ok(Some(event)) = stream.message().await {
+            if let Some(broker_wire::broker_event::Event::Closed(closed)) = event.event
+                && sender.send(closed).is_err()
+            {
+                return;
+            }
+        }
+    });
+    receiver
+}
