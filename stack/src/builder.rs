@@ -262,13 +262,7 @@ fn broker_config(
     ticket_key: TicketKey,
     data_dir: Option<PathBuf>,
 ) -> Result<pty_broker::Config, StackError> {
-    let token = pty_broker::ServiceToken::new(credential.expose()).map_err(|message| {
-        StackError::Config {
-            service: Service::Broker,
-            message,
-        }
-    })?;
-    let mut config = pty_broker::Config::new(token, ticket_key);
+    let mut config = pty_broker::Config::new(credential.clone(), ticket_key);
     config.broker_id = settings.broker_id.to_owned();
     config.data_dir = data_dir;
     if let Some(backends) = settings.backends {
