@@ -67,7 +67,21 @@ async fn a_late_attach_to_an_exited_session_gets_the_final_output_then_exit_then
 #[tokio::test]
 async fn a_signal_exit_carries_the_signal_to_attached_and_late_clients() {
     let stack = TestStack::builder().start().await;
-    let instance = stack.instance_id.clone();
+    // A program that, once told to, ends itself with SIGTERM. It is started directly with every
+    // signal at its default, unlike a command typed into an interactive shell that ignores
+    // SIGTERM and may hand that on.
+    let instance = stack
+        .register_instance_with(
+            "terminates-itself",
+            5,
+            &[],
+            vec![
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                "echo ready; read go; echo \"going=$((5*5))\"; kill -TERM $$".to_owned(),
+            ],
+        )
+        .await;
     let session_id = create_session(&stack, &instance, json!({"name": "terminated"})).await;
     let mut attached = Terminal::open(
         &stack,
@@ -75,11 +89,8 @@ async fn a_signal_exit_carries_the_signal_to_attached_and_late_clients() {
     )
     .await;
     attached.connected().await;
-    // The session's shell becomes a non-interactive one that ends itself with SIGTERM (an
-    // interactive shell would ignore it).
-    attached
-        .send_input("exec /bin/sh -c 'echo \"going=$((5*5))\"; kill -TERM $$'\n")
-        .await;
+    attached.read_until_output("ready").await;
+    attached.send_input("go\n").await;
     let closed = attached.read_until_closed().await;
     assert_eq!(closed.code, 1000, "{closed:?}");
     assert!(attached.output_tail().contains("going=25"));

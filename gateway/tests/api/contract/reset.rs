@@ -54,6 +54,16 @@ async fn assert_replaced(terminal: &mut Terminal, old_pid: u64) {
     );
 }
 
+/// A change that reports the session's status as `status`.
+fn status_is(
+    status: session::SessionStatus,
+) -> impl Fn(&session::SessionChange, &session::Session) -> bool {
+    move |change, changed| {
+        change.kind == session::session_change::Kind::Status as i32
+            && changed.status == status as i32
+    }
+}
+
 #[tokio::test]
 async fn reset_over_rest_replaces_the_process_and_shows_resetting() {
     let stack = TestStack::builder().start().await;
@@ -80,12 +90,6 @@ async fn reset_over_rest_replaces_the_process_and_shows_resetting() {
         json!({"id": session_id, "name": "resettable", "status": "active"})
     );
 
-    let status_is = |status: session::SessionStatus| {
-        move |change: &session::SessionChange, changed: &session::Session| {
-            change.kind == session::session_change::Kind::Status as i32
-                && changed.status == status as i32
-        }
-    };
     next_change_of(
         &mut changes,
         &session_id,
