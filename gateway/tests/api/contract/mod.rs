@@ -1,0 +1,18 @@
+//! End-to-end tests of docs/CONTRACT.md through the gateway's public REST, WebSocket and gRPC
+//! surface, against the in-process stack (broker with local PTYs, session-api on SQLite, gateway).
+//! One module per behaviour group; `support` holds the clients they share.
+//!
+//! What the in-process stack cannot reach is left to the process-level tests: the end of a
+//! tombstone (the `exited` close reason and the slot it frees) and idle reaping need a broker
+//! with a short tombstone and detached timeout, which the stack does not configure.
+
+mod attach_tickets;
+mod bad_input;
+mod broker_down;
+mod client_ids;
+mod closed_sessions;
+mod exits;
+mod flow_control;
+mod project_routes;
+mod reset;
+mod support;
