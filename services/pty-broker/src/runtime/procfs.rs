@@ -153,7 +153,15 @@ pub(crate) fn boot_id() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use test_support::poll_until_blocking;
+
     use super::*;
+
+    /// A generous bound for waiting on a child process; only a hang reaches it.
+    const PATIENCE: Duration = Duration::from_secs(30);
+    const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
     #[test]
     fn stat_parses_comm_with_spaces_and_parentheses() {
@@ -183,14 +191,11 @@ mod tests {
             .expect("spawn sleep");
         let namespace = pid_namespace(std::process::id()).expect("own pid namespace");
         // The child has the marker only once it has exec'd `sleep`.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let members = loop {
+        let members = poll_until_blocking(PATIENCE, POLL_INTERVAL, || {
             let members = session_members(Some(&namespace), Some(&marker), None).unwrap();
-            if !members.is_empty() || std::time::Instant::now() > deadline {
-                break members;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
+            (!members.is_empty()).then_some(members)
+        })
+        .unwrap_or_default();
         assert_eq!(
             members.iter().map(|member| member.pid).collect::<Vec<_>>(),
             vec![child.id()]
@@ -212,14 +217,10 @@ mod tests {
             .spawn()
             .expect("spawn setsid sleep");
         let pid = child.id();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let stat = loop {
-            let stat = ProcStat::read(pid).expect("child stat");
-            if stat.session == pid || std::time::Instant::now() > deadline {
-                break stat;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
+        let stat = poll_until_blocking(PATIENCE, POLL_INTERVAL, || {
+            ProcStat::read(pid).filter(|stat| stat.session == pid)
+        })
+        .unwrap_or_else(|| ProcStat::read(pid).expect("child stat"));
         assert_eq!(stat.session, pid, "setsid made the child a session leader");
         let namespace = pid_namespace(pid).expect("child pid namespace");
         let unrelated_marker = "PTYHUB_SESSION_ID=unrelated";

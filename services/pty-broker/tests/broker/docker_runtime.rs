@@ -13,9 +13,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use uuid::Uuid;
 
 use crate::support::docker::DockerFixture;
-
-/// Generous bound for anything a test waits on; only a hang reaches it.
-const PATIENCE: Duration = Duration::from_secs(30);
+use crate::support::{PATIENCE, POLL_INTERVAL};
 
 fn spec(container: &str, command: &[&str]) -> SpawnSpec {
     SpawnSpec {
@@ -285,15 +283,15 @@ async fn spawn_busy_session(runtime: &DockerRuntime, container: &DockerFixture) 
         .expect("spawn");
     let mut collected = Vec::new();
     read_until(&mut pty, &mut collected, 0, b"started").await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while container.session_processes().await.len() < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "session processes never all started: {:?}",
-            container.session_processes().await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let started = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+        (container.session_processes().await.len() >= 4).then_some(())
+    })
+    .await;
+    assert!(
+        started.is_some(),
+        "session processes never all started: {:?}",
+        container.session_processes().await
+    );
     pty
 }
 
@@ -320,11 +318,11 @@ async fn assert_signal_group_leaves_no_process(runtime: DockerRuntime) {
     end_group(&pty).await;
     read_to_end(&mut pty).await;
     assert_ne!(wait(&pty).await.code, 0);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while pty.process.group_alive().await.unwrap() {
-        assert!(tokio::time::Instant::now() < deadline, "group stays alive");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+        (!pty.process.group_alive().await.unwrap()).then_some(())
+    })
+    .await;
+    assert!(ended.is_some(), "group stays alive");
     assert_eq!(container.wait_for_no_session_processes().await, vec![]);
     // Signalling a group that is gone is not an error.
     pty.process
