@@ -82,7 +82,7 @@ impl Stack {
                 bail!("Docker is required under CI=true and does not answer: {reason}")
             }
             Err(reason) => {
-                eprintln!("SKIP: bench Docker paths: {reason}");
+                report_skip(&format!("SKIP: bench Docker paths: {reason}"));
                 None
             }
         };
@@ -199,6 +199,26 @@ impl Stack {
         }
         if let Some(docker) = &self.docker {
             remove_container(&docker.engine, &docker.container_id).await;
+        }
+    }
+}
+
+/// Prints a skip, and appends it to the list `cargo xtask test` prints at the end (the file
+/// named by `PTYHUB_TEST_SKIP_LOG`, as the tests do).
+fn report_skip(line: &str) {
+    use std::io::Write as _;
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os("PTYHUB_TEST_SKIP_LOG") {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+        if let Err(error) = appended {
+            eprintln!(
+                "cannot record the skip in {}: {error}",
+                log.to_string_lossy()
+            );
         }
     }
 }

@@ -1,4 +1,13 @@
-//! Which real dependencies this test run has, and what a test does when one is missing.
+//! Which real dependencies this test run has, and what a test does when one is missing: fail
+//! under CI, else skip and say so where `cargo xtask test` lists the skipped tests at the end.
+
+use std::io::Write as _;
+use std::path::Path;
+
+/// The file that `cargo xtask test` names (under the target directory) for the skipped tests:
+/// [`require`] appends one `SKIP: <test>: <reason>` line per skip, and the run lists them at the
+/// end, so that a skipped test is never counted as a pass without a word.
+pub const SKIP_LOG_VARIABLE: &str = "PTYHUB_TEST_SKIP_LOG";
 
 /// A real dependency a test may need. `cargo xtask test` starts each one and exports where it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +67,9 @@ pub fn in_ci() -> bool {
 
 /// Checks that `requirement` is available. Returns `true` when the test should go on.
 ///
-/// Under `CI=true` a missing dependency panics, failing the test. Elsewhere it prints why the
-/// test is skipped and returns `false`; the caller then returns early:
+/// Under `CI=true` a missing dependency panics, failing the test. Elsewhere it prints
+/// `SKIP: <test>: <reason>` (and appends it to the file named by [`SKIP_LOG_VARIABLE`], if any)
+/// and returns `false`; the caller then returns early:
 ///
 /// ```ignore
 /// if !test_support::require(Requirement::Docker) { return; }
@@ -71,6 +81,76 @@ pub fn require(requirement: Requirement) -> bool {
     if in_ci() {
         panic!("{requirement:?} is required under CI=true: {reason}");
     }
-    eprintln!("skipped: {requirement:?} unavailable: {reason}");
+    let line = skip_line(&current_test_name(), requirement, &reason);
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os(SKIP_LOG_VARIABLE)
+        && let Err(error) = append_line(Path::new(&log), &line)
+    {
+        eprintln!(
+            "cannot record the skip in {}: {error}",
+            Path::new(&log).display()
+        );
+    }
     false
+}
+
+/// The running test's name: nextest's, or the thread libtest names after the test.
+fn current_test_name() -> String {
+    std::env::var("NEXTEST_TEST_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::thread::current()
+                .name()
+                .filter(|name| *name != "main")
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "an unnamed test".to_owned())
+}
+
+fn skip_line(test: &str, requirement: Requirement, reason: &str) -> String {
+    format!("SKIP: {test}: {requirement:?} unavailable: {reason}")
+}
+
+/// Appends one line in one write, so that lines of tests running at once do not interleave.
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(format!("{line}\n").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_are_appended_one_line_each_with_the_test_and_the_reason() {
+        let log = std::env::temp_dir().join(format!(
+            "ptyhub-skip-log-test-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let first = skip_line("cli::docker::boxed", Requirement::Docker, "no socket");
+        let second = skip_line("store::on_postgres", Requirement::Postgres, "no url");
+        append_line(&log, &first).expect("append");
+        append_line(&log, &second).expect("append");
+        let written = std::fs::read_to_string(&log).expect("read the log");
+        std::fs::remove_file(&log).expect("remove the log");
+        assert_eq!(
+            written,
+            "SKIP: cli::docker::boxed: Docker unavailable: no socket\n\
+             SKIP: store::on_postgres: Postgres unavailable: no url\n"
+        );
+    }
+
+    #[test]
+    fn the_current_test_is_named() {
+        assert!(
+            current_test_name().contains("the_current_test_is_named"),
+            "{}",
+            current_test_name()
+        );
+    }
 }

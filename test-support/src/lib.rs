@@ -12,7 +12,7 @@ pub mod postgres;
 #[cfg(feature = "stack")]
 pub mod stack;
 
-pub use environment::{Requirement, require};
+pub use environment::{Requirement, SKIP_LOG_VARIABLE, require};
 pub use poll::{poll_until, poll_until_blocking};
 
 /// Routes `tracing` output to the test's captured output when `TEST_LOG=1`; silent otherwise.

@@ -12,11 +12,11 @@ use crate::{deps, run};
 
 /// Runs the benchmarks; `quick` for the small check that `cargo xtask test` runs.
 pub fn bench(quick: bool) -> Result<()> {
-    run_bench(quick, &deps::prepare()?)
+    run_bench(quick, &deps::prepare()?.variables())
 }
 
-/// Runs the benchmarks with the dependencies already prepared.
-pub fn run_bench(quick: bool, environment: &deps::TestEnvironment) -> Result<()> {
+/// Runs the benchmarks with the dependencies already prepared, `variables` in its environment.
+pub fn run_bench(quick: bool, variables: &[(String, String)]) -> Result<()> {
     let target = run::target_dir();
     let table = target.join(if quick {
         "bench-table-quick.md"
@@ -52,12 +52,7 @@ pub fn run_bench(quick: bool, environment: &deps::TestEnvironment) -> Result<()>
         .arg("--out")
         .arg(&table)
         .current_dir(run::workspace_root())
-        .envs(
-            environment
-                .variables()
-                .iter()
-                .map(|(name, value)| (name, value)),
-        );
+        .envs(variables.iter().map(|(name, value)| (name, value)));
     if quick {
         command.arg("--quick");
     }

@@ -3,8 +3,8 @@
 //! `cargo xtask test` is the one command that runs every test on a fresh machine: it installs and
 //! starts what the tests need (a Docker engine with the test image, PostgreSQL, Chromium, the
 //! page's npm packages), runs the workspace's tests with nextest, then the web page's browser
-//! tests against a real `ptyhub up`. `cargo xtask ci` adds the format and lint gates; `.ci/run`
-//! calls it. `cargo xtask up` builds the web page and runs `ptyhub up`.
+//! tests against a real `ptyhub up`. `cargo xtask ci` adds the format and lint gates and the
+//! dependency checks (`cargo deny`, `cargo machete`); `.ci/run` calls it. `cargo xtask up` builds the web page and runs `ptyhub up`.
 
 #![forbid(unsafe_code)]
 
@@ -13,9 +13,10 @@ mod deps;
 mod interop;
 mod run;
 mod smoke;
+mod tools;
 mod web;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -43,7 +44,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         nextest_args: Vec<String>,
     },
-    /// Format check, clippy with warnings denied, then `test`.
+    /// Format check, clippy with warnings denied, `cargo deny check`, `cargo machete`, then
+    /// `test`.
     Ci,
     /// Install and start the test dependencies only (Docker engine, test image, PostgreSQL) and
     /// print the environment the tests expect.
@@ -74,6 +76,8 @@ fn main() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
+            tools::deny()?;
+            tools::machete()?;
             test(&[], true)
         }
         Task::Deps => {
@@ -110,6 +114,18 @@ fn up(up_args: &[String]) -> Result<()> {
 fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
     let environment = deps::prepare()?;
     let root = run::workspace_root();
+    // Tests skipped for a missing dependency (never under CI) say so here, one line each.
+    let skip_log = run::target_dir().join("ptyhub-skipped-tests.log");
+    if let Err(error) = std::fs::remove_file(&skip_log)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(error).with_context(|| format!("cannot reset {}", skip_log.display()));
+    }
+    let mut variables = environment.variables();
+    variables.push((
+        SKIP_LOG_VARIABLE.to_owned(),
+        skip_log.to_string_lossy().into_owned(),
+    ));
     let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
     if deps::in_ci() {
         args.extend(["--profile", "ci"]);
@@ -123,14 +139,11 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
             failures.push(name.to_owned());
         }
     };
-    stage(
-        "workspace tests",
-        run::cargo_with_env(&args, &environment.variables()),
-    );
+    stage("workspace tests", run::cargo_with_env(&args, &variables));
     // A filter asks for some tests only: the suites below are whole-system runs.
     if nextest_args.is_empty() {
         // The benchmarks at a small size, so that they never rot (not a speed check).
-        stage("quick benchmarks", bench::run_bench(true, &environment));
+        stage("quick benchmarks", bench::run_bench(true, &variables));
         if with_browser {
             // Built with every target, as nextest built them, so that feature unification is
             // the same and this is a no-op after the tests rather than a rebuild.
@@ -147,9 +160,31 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
             );
         }
     }
+    print_skipped(&skip_log);
     if failures.is_empty() {
         Ok(())
     } else {
         anyhow::bail!("failed: {}", failures.join(", "))
+    }
+}
+
+/// The name of the variable through which the tests and the bench report a skip; the same as
+/// `test_support::SKIP_LOG_VARIABLE` (xtask does not depend on the workspace's crates).
+const SKIP_LOG_VARIABLE: &str = "PTYHUB_TEST_SKIP_LOG";
+
+/// Lists the skipped tests after the run, so that a skip never reads as a pass.
+fn print_skipped(skip_log: &std::path::Path) {
+    let skipped = std::fs::read_to_string(skip_log).unwrap_or_default();
+    let lines: Vec<&str> = skipped.lines().filter(|line| !line.is_empty()).collect();
+    if lines.is_empty() {
+        eprintln!("skipped: none");
+        return;
+    }
+    eprintln!(
+        "skipped: {} (counted as passed above; install the dependency or run `cargo xtask deps`):",
+        lines.len()
+    );
+    for line in lines {
+        eprintln!("  {line}");
     }
 }
