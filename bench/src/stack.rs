@@ -154,8 +154,11 @@ impl Stack {
 
         let gateway_listener = bind().await?;
         let gateway_url = endpoint(&gateway_listener)?;
-        let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
-        gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
+        let mut gateway_config = gateway::Config::new(
+            session_api_endpoint.clone(),
+            gateway::ServiceCredential::new(SERVICE_TOKEN)?,
+        );
+        gateway_config.auth.api_tokens = vec![gateway::SecretString::from(ADMIN_TOKEN)];
         gateway_config.shutdown_grace = Duration::from_secs(3);
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {

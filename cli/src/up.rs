@@ -114,9 +114,11 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         .await
         .with_context(|| format!("cannot bind --listen {}", args.listen))?;
     let gateway_address = gateway_listener.local_addr()?;
-    let mut gateway_config =
-        gateway::Config::new(session_api_endpoint.clone(), service_token.clone());
-    gateway_config.auth.api_tokens = vec![gateway::config::Secret::new(user_token.clone())];
+    let mut gateway_config = gateway::Config::new(
+        session_api_endpoint.clone(),
+        gateway::ServiceCredential::new(service_token.clone())?,
+    );
+    gateway_config.auth.api_tokens = vec![gateway::SecretString::from(user_token.clone())];
     if args.web_dir.join("index.html").is_file() {
         gateway_config.static_dir = Some(args.web_dir.clone());
     } else {

@@ -173,9 +173,12 @@ impl TestStackBuilder {
         let gateway_listener = bind().await;
         let gateway_url = endpoint(&gateway_listener);
         let gateway_shutdown = shutdown.child_token();
-        let mut gateway_config = gateway::Config::new(session_api_endpoint.clone(), SERVICE_TOKEN);
-        gateway_config.auth.api_tokens = vec![gateway::Secret::new(ADMIN_TOKEN)];
-        gateway_config.auth.jwt_hs256_secret = Some(gateway::Secret::new(JWT_SECRET));
+        let mut gateway_config = gateway::Config::new(
+            session_api_endpoint.clone(),
+            gateway::ServiceCredential::new(SERVICE_TOKEN).expect("service token"),
+        );
+        gateway_config.auth.api_tokens = vec![gateway::SecretString::from(ADMIN_TOKEN)];
+        gateway_config.auth.jwt_hs256_secret = Some(gateway::SecretString::from(JWT_SECRET));
         gateway_config.allowed_origins = self.allowed_origins;
         gateway_config.static_dir = self.static_dir;
         gateway_config.shutdown_grace = Duration::from_secs(2);
