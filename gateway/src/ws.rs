@@ -15,6 +15,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
+use ptyhub_wire::limits::MAX_FRAME_BYTES;
+use ptyhub_wire::{ErrorCode, Role, TerminalSize, close_code};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -25,17 +27,12 @@ use utoipa::IntoParams;
 use crate::auth::{
     WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
 };
-use crate::domain::{
-    Role, SessionSelector, SessionStatus, TerminalCommand, TerminalEvent, TerminalSize,
-};
-use crate::error::{ApiError, ErrorBody, ErrorKind, close_code};
+use crate::domain::{SessionSelector, SessionStatus, TerminalCommand, TerminalEvent};
+use crate::error::{ApiError, ErrorBody};
 use crate::grpc::{AttachCommands, AttachEvents};
 use crate::metrics::Metrics;
 use crate::rest::{InstancePath, SessionPath};
 use crate::state::AppState;
-
-/// Frames (and messages) larger than this close the socket with 1009.
-pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 
 /// Output that piled up while the client was busy is coalesced into frames of at most about
 /// this size; what is there is always sent at once.
@@ -160,7 +157,7 @@ async fn open_terminal(
                 match prepared {
                     Ok(prepared) => bridge_terminal(state, socket, prepared).await,
                     Err(error) => {
-                        tracing::info!(instance = %instance_reference, code = error.kind.websocket_close_code(), reason = %error.message, "terminal websocket refused");
+                        tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
                         refuse(socket, &error).await;
                     }
                 }
@@ -203,7 +200,7 @@ pub fn check_origin(allowed_origins: &[String], headers: &HeaderMap) -> Result<(
         Ok(())
     } else {
         Err(ApiError::new(
-            ErrorKind::OriginRefused,
+            ErrorCode::OriginRefused,
             "origin not allowed",
         ))
     }
@@ -255,7 +252,8 @@ async fn prepare_attach(
     let principal = state.authenticator.authenticate(credential)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
-    let size = TerminalSize::from_optional(cols, rows).map_err(ApiError::bad_request)?;
+    let size = TerminalSize::from_optional(cols, rows)
+        .map_err(|error| ApiError::bad_request(error.to_string()))?;
     let since = parse_number::<u64>("since", query.since.as_deref())?;
     let role = match query.mode.as_deref() {
         None | Some("") => Role::Controller,
@@ -286,14 +284,15 @@ async fn prepare_attach(
         .authorize_instance(&principal, instance_reference, None)
         .await?;
     let resolved = state
-        .backends
+        .upstreams
         .resolve_session(&instance.id, selector, create_if_absent, size, role)
         .await
-        .map_err(|error| match error.kind {
-            ErrorKind::CapReached => ApiError::cap_reached(instance.max_sessions),
+        .map_err(|error| match error.code {
             // session-api refuses a session id it will not attach to (closed, another
             // instance's) as a failed precondition; for the client that is "not found".
-            ErrorKind::Conflict if !create_if_absent => ApiError::not_found(error.message),
+            ErrorCode::WrongState | ErrorCode::AlreadyExists if !create_if_absent => {
+                ApiError::not_found(error.message)
+            }
             _ => error,
         })?;
     let session = resolved.session;
@@ -327,10 +326,7 @@ fn parse_number<T: std::str::FromStr>(
 /// Closes a just-upgraded socket with the error's close code.
 async fn refuse(mut socket: WebSocket, error: &ApiError) {
     let _ = socket
-        .send(close_message(
-            error.kind.websocket_close_code(),
-            &error.message,
-        ))
+        .send(close_message(error.websocket_close_code(), &error.message))
         .await;
     // Wait briefly for the client's close answer so our frame is not lost to a reset.
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
@@ -366,7 +362,7 @@ async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedA
             "terminal websocket opened"
         );
         let attached = state
-            .backends
+            .upstreams
             .attach(&prepared.attach, prepared.size, prepared.since)
             .await;
         let (mut events, commands) = match attached {
@@ -395,8 +391,7 @@ async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedA
                 return refuse(socket, &error).await;
             }
             Err(_) => {
-                let error =
-                    ApiError::new(ErrorKind::Unavailable, "broker did not answer the attach");
+                let error = ApiError::unavailable("broker did not answer the attach");
                 return refuse(socket, &error).await;
             }
         };
@@ -581,9 +576,9 @@ fn parse_client_message(text: &str) -> Result<Option<TerminalCommand>, String> {
         serde_json::from_str(text).map_err(|error| format!("invalid message: {error}"))?;
     Ok(match message {
         ClientMessage::Input { data } => Some(TerminalCommand::Input(Bytes::from(data))),
-        ClientMessage::Resize { cols, rows } => {
-            Some(TerminalCommand::Resize(TerminalSize::new(cols, rows)?))
-        }
+        ClientMessage::Resize { cols, rows } => Some(TerminalCommand::Resize(
+            TerminalSize::new(cols, rows).map_err(|error| error.to_string())?,
+        )),
         ClientMessage::Reset => Some(TerminalCommand::Reset),
         ClientMessage::Pong => None,
     })
@@ -744,8 +739,8 @@ impl BrokerWriter {
                 }
                 Err(error) => {
                     tracing::warn!(error = %error, "attach stream failed");
-                    let code = match error.kind {
-                        ErrorKind::NotFound => close_code::NOT_FOUND,
+                    let code = match error.code {
+                        ErrorCode::NotFound => close_code::NOT_FOUND,
                         _ => close_code::BACKEND_FAILURE,
                     };
                     let _ = self.client.close(code, &error.message).await;
@@ -762,7 +757,7 @@ impl BrokerWriter {
     async fn forward_event(&mut self, event: TerminalEvent) -> Flow {
         let sent = match event {
             TerminalEvent::Connected { offset, size, role } => {
-                let size = size.unwrap_or(TerminalSize { cols: 80, rows: 24 });
+                let size = size.unwrap_or_default();
                 self.client
                     .send_json(json!({
                         "type": "status",
@@ -770,8 +765,8 @@ impl BrokerWriter {
                         "session": {"id": self.session_id, "name": self.session_name},
                         "role": role.as_str(),
                         "offset": offset,
-                        "cols": size.cols,
-                        "rows": size.rows,
+                        "cols": size.cols(),
+                        "rows": size.rows(),
                     }))
                     .await
             }
@@ -783,7 +778,7 @@ impl BrokerWriter {
             }
             TerminalEvent::Resize(size) => {
                 self.client
-                    .send_json(json!({"type": "resize", "cols": size.cols, "rows": size.rows}))
+                    .send_json(json!({"type": "resize", "cols": size.cols(), "rows": size.rows()}))
                     .await
             }
             TerminalEvent::Resetting => {

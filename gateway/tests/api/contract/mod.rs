@@ -1,0 +1,1 @@
+//! End-to-end checks of docs/CONTRACT.md behaviours through the in-process stack.
