@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
@@ -112,7 +113,7 @@ pub struct Authenticator {
 }
 
 struct AuthenticatorInner {
-    api_tokens: Vec<Vec<u8>>,
+    api_tokens: Vec<SecretString>,
     hs256: Option<DecodingKey>,
     rs256: Option<DecodingKey>,
     allow_anonymous: bool,
@@ -154,7 +155,7 @@ impl Authenticator {
         };
         let hs256 = match &config.jwt_hs256_secret {
             Some(secret) => Some(
-                DecodingKey::from_secret(secret.expose().as_bytes()).map_err(|error| {
+                DecodingKey::from_secret(secret.expose_secret().as_bytes()).map_err(|error| {
                     ConfigError::new("jwt_hs256_secret", format!("unusable secret: {error}"))
                 })?,
             ),
@@ -162,11 +163,7 @@ impl Authenticator {
         };
         Ok(Self {
             inner: Arc::new(AuthenticatorInner {
-                api_tokens: config
-                    .api_tokens
-                    .iter()
-                    .map(|token| token.expose().as_bytes().to_vec())
-                    .collect(),
+                api_tokens: config.api_tokens.clone(),
                 hs256,
                 rs256,
                 allow_anonymous: config.allow_anonymous,
@@ -202,7 +199,12 @@ impl Authenticator {
     fn matching_api_token(&self, credential: &str) -> Option<usize> {
         let mut found = None;
         for (index, token) in self.inner.api_tokens.iter().enumerate() {
-            if bool::from(token.as_slice().ct_eq(credential.as_bytes())) {
+            if bool::from(
+                token
+                    .expose_secret()
+                    .as_bytes()
+                    .ct_eq(credential.as_bytes()),
+            ) {
                 found = Some(index);
             }
         }
@@ -235,14 +237,13 @@ impl Authenticator {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header.
+/// The token of an `Authorization: Bearer <token>` header, parsed as every service parses it.
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers
         .get(axum::http::header::AUTHORIZATION)?
         .to_str()
         .ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    ptyhub_wire::bearer_token(value)
 }
 
 /// The prefix of a `Sec-WebSocket-Protocol` entry that carries a credential:
@@ -271,14 +272,13 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header};
 
     use super::*;
-    use crate::config::Secret;
 
     const SECRET: &str = "a-test-secret-of-enough-bytes";
 
     fn authenticator() -> Authenticator {
         Authenticator::new(&AuthConfig {
-            api_tokens: vec![Secret::new("static-token")],
-            jwt_hs256_secret: Some(Secret::new(SECRET)),
+            api_tokens: vec!["static-token".into()],
+            jwt_hs256_secret: Some(SECRET.into()),
             ..AuthConfig::default()
         })
         .unwrap()
@@ -381,8 +381,8 @@ mod tests {
     }
 
     /// A key pair made for these tests only (`openssl genrsa 2048`).
-    const RS256_PRIVATE: &str = include_str!("../tests/fixtures/rs256-private.pem");
-    const RS256_PUBLIC: &str = include_str!("../tests/fixtures/rs256-public.pem");
+    const RS256_PRIVATE: &str = include_str!("../tests/api/fixtures/rs256-private.pem");
+    const RS256_PUBLIC: &str = include_str!("../tests/api/fixtures/rs256-public.pem");
 
     #[test]
     fn rs256_tokens_verify_with_the_public_key() {

@@ -1,17 +1,19 @@
 //! The gateway's typed configuration: where session-api is, which credentials it accepts, which
 //! origins may open WebSockets, and the heartbeat and shutdown timings.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use ptyhub_wire::ServiceCredential;
+use secrecy::{ExposeSecret, SecretString};
 
 /// Everything [`crate::run`] needs besides the listener and the shutdown future.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// session-api's gRPC endpoint, for example `http://127.0.0.1:50051`.
     pub session_api_endpoint: String,
-    /// Sent as `authorization: Bearer <token>` on every call to session-api.
-    pub service_token: Secret,
+    /// Sent as `authorization: Bearer <credential>` on every call to session-api.
+    pub service_credential: ServiceCredential,
     /// Which end-user credentials the gateway accepts.
     pub auth: AuthConfig,
     /// Origins (`scheme://host[:port]`) allowed to open WebSockets and call gRPC-web from a
@@ -39,10 +41,13 @@ impl Config {
 
     /// A configuration with the defaults: auth on with no credentials configured (so every call
     /// is refused until tokens or a JWT key are added), same-origin WebSockets, no web page.
-    pub fn new(session_api_endpoint: impl Into<String>, service_token: impl Into<String>) -> Self {
+    pub fn new(
+        session_api_endpoint: impl Into<String>,
+        service_credential: ServiceCredential,
+    ) -> Self {
         Self {
             session_api_endpoint: session_api_endpoint.into(),
-            service_token: Secret::new(service_token),
+            service_credential,
             auth: AuthConfig::default(),
             allowed_origins: Vec::new(),
             static_dir: None,
@@ -64,9 +69,6 @@ impl Config {
                 "must start with http:// or https://",
             ));
         }
-        if self.service_token.expose().is_empty() {
-            return Err(ConfigError::new("service_token", "must not be empty"));
-        }
         if self.heartbeat_interval.is_zero() {
             return Err(ConfigError::new(
                 "heartbeat_interval",
@@ -77,7 +79,7 @@ impl Config {
             .auth
             .api_tokens
             .iter()
-            .any(|token| token.expose().is_empty())
+            .any(|token| token.expose_secret().is_empty())
         {
             return Err(ConfigError::new(
                 "api_tokens",
@@ -85,7 +87,7 @@ impl Config {
             ));
         }
         if let Some(secret) = &self.auth.jwt_hs256_secret
-            && secret.expose().len() < 16
+            && secret.expose_secret().len() < 16
         {
             return Err(ConfigError::new(
                 "jwt_hs256_secret",
@@ -108,34 +110,13 @@ impl Config {
 #[derive(Debug, Clone, Default)]
 pub struct AuthConfig {
     /// Static tokens for services and the CLI. Each grants admin over every instance.
-    pub api_tokens: Vec<Secret>,
+    pub api_tokens: Vec<SecretString>,
     /// Verifies HS256 JWTs.
-    pub jwt_hs256_secret: Option<Secret>,
+    pub jwt_hs256_secret: Option<SecretString>,
     /// Verifies RS256 JWTs: a PEM-encoded RSA public key.
     pub jwt_rs256_public_key_pem: Option<String>,
     /// Treats a request without any credential as an admin. Only for a single-user machine.
     pub allow_anonymous: bool,
-}
-
-/// A string that never shows up in `Debug` output or logs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that needs to send or compare it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
 }
 
 /// A setting that cannot work, named.
@@ -159,33 +140,39 @@ impl ConfigError {
 mod tests {
     use super::*;
 
+    fn credential() -> ServiceCredential {
+        ServiceCredential::new("service-secret-value").expect("a valid credential")
+    }
+
     #[test]
     fn secrets_are_redacted_in_debug_output() {
-        let mut config = Config::new("http://127.0.0.1:1", "service-secret-value");
-        config.auth.api_tokens.push(Secret::new("api-token-value"));
+        let mut config = Config::new("http://127.0.0.1:1", credential());
+        config.auth.api_tokens.push("api-token-value".into());
+        config.auth.jwt_hs256_secret = Some("jwt-secret-value-0123".into());
         let printed = format!("{config:?}");
         assert!(!printed.contains("service-secret-value"));
         assert!(!printed.contains("api-token-value"));
+        assert!(!printed.contains("jwt-secret-value"));
     }
 
     #[test]
     fn bad_settings_are_named() {
-        let config = Config::new("127.0.0.1:50051", "token");
+        let config = Config::new("127.0.0.1:50051", credential());
         assert_eq!(
             config.validate().unwrap_err().setting,
             "session_api_endpoint"
         );
 
-        let mut config = Config::new("http://127.0.0.1:50051", "token");
-        config.auth.jwt_hs256_secret = Some(Secret::new("short"));
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config.auth.jwt_hs256_secret = Some("short".into());
         assert_eq!(config.validate().unwrap_err().setting, "jwt_hs256_secret");
 
-        let mut config = Config::new("http://127.0.0.1:50051", "token");
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
         config.allowed_origins.push("example.com".into());
         assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
 
         assert!(
-            Config::new("http://127.0.0.1:50051", "token")
+            Config::new("http://127.0.0.1:50051", credential())
                 .validate()
                 .is_ok()
         );

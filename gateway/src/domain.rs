@@ -1,10 +1,12 @@
 //! The gateway's own view of instances, sessions and terminal streams, converted from protobuf in
-//! `grpc.rs` and rendered as JSON by the REST and WebSocket layers.
+//! `grpc.rs` and rendered as JSON by the REST and WebSocket layers. Sizes and roles are the
+//! shared [`ptyhub_wire`] types.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use ptyhub_wire::{Role, TerminalSize};
 
 /// Where an instance's terminals run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,38 +95,6 @@ pub struct ExitStatus {
     pub signal: Option<i32>,
 }
 
-/// A terminal size within the contract's bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TerminalSize {
-    pub cols: u32,
-    pub rows: u32,
-}
-
-impl TerminalSize {
-    pub const MAX_COLS: u32 = 1000;
-    pub const MAX_ROWS: u32 = 500;
-
-    /// A size within 1..=1000 columns and 1..=500 rows.
-    pub fn new(cols: u32, rows: u32) -> Result<Self, String> {
-        if (1..=Self::MAX_COLS).contains(&cols) && (1..=Self::MAX_ROWS).contains(&rows) {
-            Ok(Self { cols, rows })
-        } else {
-            Err(format!(
-                "terminal size {cols}x{rows} is out of bounds (cols 1..=1000, rows 1..=500)"
-            ))
-        }
-    }
-
-    /// Both or neither of `cols` and `rows`.
-    pub fn from_optional(cols: Option<u32>, rows: Option<u32>) -> Result<Option<Self>, String> {
-        match (cols, rows) {
-            (None, None) => Ok(None),
-            (Some(cols), Some(rows)) => Self::new(cols, rows).map(Some),
-            _ => Err("cols and rows must be given together".into()),
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Session {
     pub id: String,
@@ -139,21 +109,6 @@ pub struct Session {
     pub last_activity_at: Option<DateTime<Utc>>,
     pub closed_at: Option<DateTime<Utc>>,
     pub attached_clients: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Controller,
-    Viewer,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Controller => "controller",
-            Role::Viewer => "viewer",
-        }
-    }
 }
 
 /// Where and with which ticket to attach to a session's PTY.

@@ -1,184 +1,91 @@
-//! The gateway's errors and the one table that maps them to HTTP statuses, WebSocket close codes
-//! and gRPC codes.
+//! The gateway's request error: an [`ErrorCode`] of the shared table (docs/CONTRACT.md) and a
+//! lowercase message, rendered as a REST answer, a WebSocket close or a gRPC status through that
+//! one table.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use ptyhub_wire::ErrorCode;
 use serde::Serialize;
 
-/// What went wrong, independent of the transport that reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Malformed input: bad JSON, a bad query parameter.
-    BadRequest,
-    /// No credential, or one that does not verify.
-    Unauthenticated,
-    /// A valid credential that does not cover this instance or action.
-    Forbidden,
-    /// An unknown instance or session, or one that belongs elsewhere.
-    NotFound,
-    /// A conflict with the current state: a taken alias or name.
-    Conflict,
-    /// The instance's session cap is reached.
-    CapReached,
-    /// Well-formed but invalid input: a bad name, an out-of-bounds size.
-    Invalid,
-    /// The origin of a browser request is not allowed.
-    OriginRefused,
-    /// session-api or a broker did not answer.
-    Unavailable,
-    /// A bug or an unexpected answer from a backend.
-    Internal,
-}
-
-impl ErrorKind {
-    pub fn http_status(self) -> StatusCode {
-        match self {
-            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
-            ErrorKind::Forbidden | ErrorKind::OriginRefused => StatusCode::FORBIDDEN,
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::Conflict | ErrorKind::CapReached => StatusCode::CONFLICT,
-            ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// The close code a WebSocket gets for this error (CONTRACT.md, "Close codes").
-    pub fn websocket_close_code(self) -> u16 {
-        match self {
-            ErrorKind::Unauthenticated => close_code::UNAUTHENTICATED,
-            ErrorKind::Forbidden => close_code::FORBIDDEN,
-            ErrorKind::NotFound => close_code::NOT_FOUND,
-            ErrorKind::CapReached => close_code::CAP_REACHED,
-            ErrorKind::BadRequest
-            | ErrorKind::Invalid
-            | ErrorKind::Conflict
-            | ErrorKind::OriginRefused => close_code::POLICY,
-            ErrorKind::Unavailable | ErrorKind::Internal => close_code::BACKEND_FAILURE,
-        }
-    }
-
-    pub fn grpc_code(self) -> tonic::Code {
-        match self {
-            ErrorKind::BadRequest | ErrorKind::Invalid => tonic::Code::InvalidArgument,
-            ErrorKind::Unauthenticated => tonic::Code::Unauthenticated,
-            ErrorKind::Forbidden | ErrorKind::OriginRefused => tonic::Code::PermissionDenied,
-            ErrorKind::NotFound => tonic::Code::NotFound,
-            ErrorKind::Conflict => tonic::Code::FailedPrecondition,
-            ErrorKind::CapReached => tonic::Code::ResourceExhausted,
-            ErrorKind::Unavailable => tonic::Code::Unavailable,
-            ErrorKind::Internal => tonic::Code::Internal,
-        }
-    }
-}
-
-/// The WebSocket close codes of the contract.
-pub mod close_code {
-    /// The session exited or was closed.
-    pub const NORMAL: u16 = 1000;
-    /// Policy: a refused origin, a malformed open.
-    pub const POLICY: u16 = 1008;
-    /// A frame of more than 1 MiB.
-    pub const TOO_BIG: u16 = 1009;
-    /// A backend failed; reconnect with backoff.
-    pub const BACKEND_FAILURE: u16 = 1011;
-    /// This gateway is shutting down (a rolling restart); reconnect now, to another replica.
-    pub const SERVICE_RESTART: u16 = 1012;
-    pub const UNAUTHENTICATED: u16 = 4001;
-    pub const FORBIDDEN: u16 = 4003;
-    pub const NOT_FOUND: u16 = 4004;
-    /// Another controller took over; do not reconnect automatically.
-    pub const TAKEN_OVER: u16 = 4009;
-    pub const CAP_REACHED: u16 = 4029;
-}
-
-/// An error with its kind and a lowercase message for the client.
+/// An error with its code and a lowercase message for the client.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
-    pub kind: ErrorKind,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            kind,
+            code,
             message: message.into(),
         }
     }
 
+    /// Input that cannot be parsed: bad JSON, a bad query parameter.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::BadRequest, message)
+        Self::new(ErrorCode::Malformed, message)
     }
 
     pub fn unauthenticated(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Unauthenticated, message)
+        Self::new(ErrorCode::Unauthenticated, message)
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Forbidden, message)
+        Self::new(ErrorCode::Forbidden, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::NotFound, message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
+    /// Well-formed but invalid input: a bad name, an out-of-bounds size.
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Invalid, message)
+        Self::new(ErrorCode::Invalid, message)
+    }
+
+    /// session-api or a broker did not answer, or ended a stream.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unavailable, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Internal, message)
+        Self::new(ErrorCode::Internal, message)
     }
 
-    /// The contract's exact message for a create beyond the cap.
-    pub fn cap_reached(max_sessions: u32) -> Self {
-        Self::new(
-            ErrorKind::CapReached,
-            format!("Maximum of {max_sessions} terminal sessions reached for this instance"),
-        )
-    }
-
-    /// Translates an error status from session-api or a broker.
+    /// Translates an error status from session-api or a broker. Its message goes to the client
+    /// as it is: session-api words the contract's messages (the cap's among them) once.
     pub fn from_backend(service: &str, status: &tonic::Status) -> Self {
-        let message = status.message().to_owned();
-        let kind = match status.code() {
-            tonic::Code::NotFound => ErrorKind::NotFound,
-            tonic::Code::InvalidArgument | tonic::Code::OutOfRange => ErrorKind::Invalid,
-            tonic::Code::AlreadyExists | tonic::Code::FailedPrecondition | tonic::Code::Aborted => {
-                ErrorKind::Conflict
+        let message = status.message();
+        match ErrorCode::from_grpc(status.code()) {
+            ErrorCode::Unauthenticated => {
+                // The end user was checked here; a refusal means the gateway's own service
+                // credential is wrong, which the user cannot fix.
+                tracing::error!(service, "backend refused the gateway's service credential");
+                Self::unavailable(format!("{service} refused the gateway's service token"))
             }
-            tonic::Code::ResourceExhausted => ErrorKind::CapReached,
-            tonic::Code::PermissionDenied => ErrorKind::Forbidden,
-            tonic::Code::Unauthenticated => {
-                // The end user was checked here; a refusal means the gateway's own service token
-                // is wrong, which the user cannot fix.
-                tracing::error!(service, "backend refused the gateway's service token");
-                return Self::new(
-                    ErrorKind::Unavailable,
-                    format!("{service} refused the gateway's service token"),
-                );
+            ErrorCode::Unavailable => {
+                Self::unavailable(format!("{service} is unavailable: {message}"))
             }
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                return Self::new(
-                    ErrorKind::Unavailable,
-                    format!("{service} is unavailable: {message}"),
-                );
-            }
-            code => {
+            ErrorCode::Internal => {
+                let code = status.code();
                 tracing::error!(service, ?code, message, "unexpected backend error");
-                ErrorKind::Internal
+                Self::internal(message)
             }
-        };
-        Self::new(kind, message)
+            code => Self::new(code, message),
+        }
     }
 
     /// The error as a gRPC status, for the gRPC-web surface.
     pub fn to_status(&self) -> tonic::Status {
-        tonic::Status::new(self.kind.grpc_code(), self.message.clone())
+        self.code.status(self.message.clone())
+    }
+
+    /// The close code of a WebSocket that ends with this error.
+    pub fn websocket_close_code(&self) -> u16 {
+        self.code.websocket_close_code()
     }
 }
 
@@ -192,17 +99,16 @@ pub struct ErrorBody {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (
-            self.kind.http_status(),
+            self.code.http_status(),
             Json(ErrorBody {
                 detail: self.message,
             }),
         )
             .into_response();
-        if self.kind == ErrorKind::Unauthenticated {
-            response.headers_mut().insert(
-                axum::http::header::WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
+        if self.code == ErrorCode::Unauthenticated {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -210,6 +116,8 @@ impl IntoResponse for ApiError {
 
 #[cfg(test)]
 mod tests {
+    use ptyhub_wire::close_code;
+
     use super::*;
 
     #[test]
@@ -226,19 +134,40 @@ mod tests {
                 close_code::BACKEND_FAILURE,
             ),
             (tonic::Code::AlreadyExists, 409, close_code::POLICY),
+            (tonic::Code::FailedPrecondition, 409, close_code::POLICY),
+            (tonic::Code::Unknown, 500, close_code::BACKEND_FAILURE),
         ];
         for (code, http, close) in cases {
             let error = ApiError::from_backend("session-api", &tonic::Status::new(code, "x"));
-            assert_eq!(error.kind.http_status().as_u16(), http, "{code:?}");
-            assert_eq!(error.kind.websocket_close_code(), close, "{code:?}");
+            assert_eq!(error.code.http_status().as_u16(), http, "{code:?}");
+            assert_eq!(error.websocket_close_code(), close, "{code:?}");
         }
     }
 
     #[test]
-    fn cap_message_is_the_contract_text() {
+    fn a_backend_message_reaches_the_client_unchanged_except_for_unavailability() {
+        let cap = "Maximum of 5 terminal sessions reached for this instance";
+        let error = ApiError::from_backend("session-api", &tonic::Status::resource_exhausted(cap));
         assert_eq!(
-            ApiError::cap_reached(5).message,
-            "Maximum of 5 terminal sessions reached for this instance"
+            (error.code, error.message.as_str()),
+            (ErrorCode::CapReached, cap)
         );
+
+        let down = ApiError::from_backend("pty-broker", &tonic::Status::unavailable("refused"));
+        assert_eq!(down.message, "pty-broker is unavailable: refused");
+        let refused = ApiError::from_backend("session-api", &tonic::Status::unauthenticated("no"));
+        assert_eq!(
+            refused.message,
+            "session-api refused the gateway's service token"
+        );
+    }
+
+    #[test]
+    fn an_unauthenticated_answer_asks_for_a_bearer_token() {
+        let response = ApiError::unauthenticated("missing credential").into_response();
+        assert_eq!(response.status().as_u16(), 401);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let response = ApiError::forbidden("no").into_response();
+        assert!(!response.headers().contains_key(header::WWW_AUTHENTICATE));
     }
 }

@@ -10,85 +10,55 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_wire::{BearerAuth, Role, ServiceCredential, TerminalSize};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
-use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::config::Secret;
 use crate::domain::{
-    AttachTarget, CloseReason, ExitStatus, Instance, NewInstance, Role, Session, SessionAttachment,
-    SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent, TerminalSize,
+    AttachTarget, CloseReason, ExitStatus, Instance, NewInstance, Session, SessionAttachment,
+    SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent,
 };
-use crate::error::{ApiError, ErrorKind};
+use crate::error::ApiError;
 
-/// The raw session-api client, with the service token on every call.
+/// The raw session-api client, with the service credential on every call.
 pub type SessionApiClient =
-    session::session_api_client::SessionApiClient<InterceptedService<Channel, ServiceToken>>;
-type BrokerRegistryClient = session::broker_registry_client::BrokerRegistryClient<
-    InterceptedService<Channel, ServiceToken>,
+    session_pb::session_api_client::SessionApiClient<InterceptedService<Channel, BearerAuth>>;
+type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
+    InterceptedService<Channel, BearerAuth>,
 >;
 
 const SESSION_API: &str = "session-api";
 const BROKER: &str = "pty-broker";
 
-/// Adds `authorization: Bearer <service token>` to every call to session-api.
-#[derive(Clone)]
-pub struct ServiceToken {
-    header: MetadataValue<tonic::metadata::Ascii>,
-}
-
-impl std::fmt::Debug for ServiceToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ServiceToken(<redacted>)")
-    }
-}
-
-impl Interceptor for ServiceToken {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        request
-            .metadata_mut()
-            .insert(ptyhub_proto::AUTHORIZATION_METADATA, self.header.clone());
-        Ok(request)
-    }
-}
-
-/// Why the backends could not be set up.
+/// The session-api endpoint cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    #[error("invalid session-api endpoint {endpoint:?}: {source}")]
-    Endpoint {
-        endpoint: String,
-        source: tonic::transport::Error,
-    },
-    #[error("the service token is not a valid header value")]
-    ServiceToken,
+#[error("invalid session-api endpoint {endpoint:?}: {source}")]
+pub struct UpstreamError {
+    endpoint: String,
+    source: tonic::transport::Error,
 }
 
-/// session-api and the brokers, as the gateway sees them.
+/// The services the gateway forwards to: session-api, and the brokers it names.
 #[derive(Clone, Debug)]
-pub struct Backends {
+pub struct Upstreams {
     session_api: SessionApiClient,
     broker_registry: BrokerRegistryClient,
     brokers: BrokerChannels,
 }
 
-impl Backends {
+impl Upstreams {
     /// Connects lazily: the gateway starts even when session-api is down, and `/healthz` says so.
     pub fn new(
         endpoint: &str,
-        service_token: &Secret,
+        service_credential: &ServiceCredential,
         timeout: Duration,
-    ) -> Result<Self, BackendError> {
+    ) -> Result<Self, UpstreamError> {
         let channel = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|source| BackendError::Endpoint {
+            .map_err(|source| UpstreamError {
                 endpoint: endpoint.to_owned(),
                 source,
             })?
@@ -97,17 +67,14 @@ impl Backends {
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(20))
             .connect_lazy();
-        let header = format!("Bearer {}", service_token.expose())
-            .parse()
-            .map_err(|_| BackendError::ServiceToken)?;
-        let interceptor = ServiceToken { header };
+        let interceptor = service_credential.bearer_auth();
         Ok(Self {
-            session_api: session::session_api_client::SessionApiClient::with_interceptor(
+            session_api: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 channel.clone(),
                 interceptor.clone(),
             ),
             broker_registry:
-                session::broker_registry_client::BrokerRegistryClient::with_interceptor(
+                session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
                     channel,
                     interceptor,
                 ),
@@ -121,7 +88,7 @@ impl Backends {
     }
 
     pub async fn register_instance(&self, new: NewInstance) -> Result<Instance, ApiError> {
-        let request = session::RegisterInstanceRequest {
+        let request = session_pb::RegisterInstanceRequest {
             name: new.name,
             target: Some(target_to_proto(&new.target)),
             command: new.command,
@@ -143,7 +110,7 @@ impl Backends {
     }
 
     pub async fn get_instance(&self, instance: &str) -> Result<Instance, ApiError> {
-        let request = session::GetInstanceRequest {
+        let request = session_pb::GetInstanceRequest {
             instance: instance.to_owned(),
         };
         let instance = self
@@ -160,7 +127,7 @@ impl Backends {
         let response = self
             .session_api
             .clone()
-            .list_instances(session::ListInstancesRequest::default())
+            .list_instances(session_pb::ListInstancesRequest::default())
             .await
             .map_err(session_api_error)?
             .into_inner();
@@ -176,7 +143,7 @@ impl Backends {
         let response = self
             .session_api
             .clone()
-            .delete_instance(session::DeleteInstanceRequest {
+            .delete_instance(session_pb::DeleteInstanceRequest {
                 instance: instance_id.to_owned(),
             })
             .await
@@ -192,7 +159,7 @@ impl Backends {
         aliases: Vec<String>,
         size: Option<TerminalSize>,
     ) -> Result<SessionAttachment, ApiError> {
-        let request = session::CreateSessionRequest {
+        let request = session_pb::CreateSessionRequest {
             instance: instance_id.to_owned(),
             name: name.unwrap_or_default(),
             aliases,
@@ -217,7 +184,7 @@ impl Backends {
         let session = self
             .session_api
             .clone()
-            .get_session(session::GetSessionRequest {
+            .get_session(session_pb::GetSessionRequest {
                 instance: instance_id.to_owned(),
                 session_id: session_id.to_owned(),
             })
@@ -235,7 +202,7 @@ impl Backends {
         let response = self
             .session_api
             .clone()
-            .list_sessions(session::ListSessionsRequest {
+            .list_sessions(session_pb::ListSessionsRequest {
                 instance: instance_id.to_owned(),
                 include_closed,
             })
@@ -257,14 +224,14 @@ impl Backends {
         size: Option<TerminalSize>,
         role: Role,
     ) -> Result<SessionAttachment, ApiError> {
-        use session::resolve_session_request::Selector;
+        use session_pb::resolve_session_request::Selector;
         let selector = match selector {
             SessionSelector::Id(id) => Selector::SessionId(id),
             SessionSelector::Alias(alias) => Selector::Alias(alias),
             SessionSelector::ClientId(client_id) => Selector::ClientId(client_id),
             SessionSelector::Default => Selector::Default(true),
         };
-        let request = session::ResolveSessionRequest {
+        let request = session_pb::ResolveSessionRequest {
             instance: instance_id.to_owned(),
             selector: Some(selector),
             create_if_absent,
@@ -290,7 +257,7 @@ impl Backends {
         let session = self
             .session_api
             .clone()
-            .rename_session(session::RenameSessionRequest {
+            .rename_session(session_pb::RenameSessionRequest {
                 instance: instance_id.to_owned(),
                 session_id: session_id.to_owned(),
                 name,
@@ -309,7 +276,7 @@ impl Backends {
         let session = self
             .session_api
             .clone()
-            .reset_session(session::ResetSessionRequest {
+            .reset_session(session_pb::ResetSessionRequest {
                 instance: instance_id.to_owned(),
                 session_id: session_id.to_owned(),
             })
@@ -327,7 +294,7 @@ impl Backends {
         let session = self
             .session_api
             .clone()
-            .close_session(session::CloseSessionRequest {
+            .close_session(session_pb::CloseSessionRequest {
                 instance: instance_id.to_owned(),
                 session_id: session_id.to_owned(),
             })
@@ -341,7 +308,7 @@ impl Backends {
     pub async fn check_session_api(&self) -> Result<(), ApiError> {
         self.broker_registry
             .clone()
-            .list_brokers(session::ListBrokersRequest {})
+            .list_brokers(session_pb::ListBrokersRequest {})
             .await
             .map_err(session_api_error)?;
         Ok(())
@@ -352,7 +319,7 @@ impl Backends {
         let brokers = self
             .broker_registry
             .clone()
-            .list_brokers(session::ListBrokersRequest {})
+            .list_brokers(session_pb::ListBrokersRequest {})
             .await
             .map_err(session_api_error)?
             .into_inner()
@@ -381,8 +348,8 @@ impl Backends {
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
         let channel = self.brokers.channel(&target.broker_endpoint)?;
         let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
-        let hello = broker::ClientFrame {
-            frame: Some(broker::client_frame::Frame::Hello(broker::Hello {
+        let hello = broker_pb::ClientFrame {
+            frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
                 ticket: target.ticket.clone(),
                 session_id: target.session_id.clone(),
                 role: role_to_proto(target.role) as i32,
@@ -394,7 +361,7 @@ impl Backends {
             .send(hello)
             .await
             .map_err(|_| ApiError::internal("attach stream closed before hello"))?;
-        let events = broker::pty_broker_client::PtyBrokerClient::new(channel)
+        let events = broker_pb::pty_broker_client::PtyBrokerClient::new(channel)
             .attach(ReceiverStream::new(command_receiver))
             .await
             .map_err(broker_error)?
@@ -418,7 +385,7 @@ pub struct BrokerHealth {
 /// The server half of an `Attach` stream.
 #[derive(Debug)]
 pub struct AttachEvents {
-    events: tonic::Streaming<broker::ServerFrame>,
+    events: tonic::Streaming<broker_pb::ServerFrame>,
 }
 
 impl AttachEvents {
@@ -445,7 +412,7 @@ impl AttachEvents {
 /// The client half of an `Attach` stream.
 #[derive(Debug, Clone)]
 pub struct AttachCommands {
-    commands: mpsc::Sender<broker::ClientFrame>,
+    commands: mpsc::Sender<broker_pb::ClientFrame>,
 }
 
 impl AttachCommands {
@@ -453,17 +420,19 @@ impl AttachCommands {
     pub async fn send(&self, command: TerminalCommand) -> Result<(), ApiError> {
         let frame = match command {
             TerminalCommand::Input(data) => {
-                broker::client_frame::Frame::Input(broker::Input { data })
+                broker_pb::client_frame::Frame::Input(broker_pb::Input { data })
             }
             TerminalCommand::Resize(size) => {
-                broker::client_frame::Frame::Resize(size_to_proto(size))
+                broker_pb::client_frame::Frame::Resize(size_to_proto(size))
             }
-            TerminalCommand::Reset => broker::client_frame::Frame::Reset(broker::ResetTerminal {}),
+            TerminalCommand::Reset => {
+                broker_pb::client_frame::Frame::Reset(broker_pb::ResetTerminal {})
+            }
         };
         self.commands
-            .send(broker::ClientFrame { frame: Some(frame) })
+            .send(broker_pb::ClientFrame { frame: Some(frame) })
             .await
-            .map_err(|_| ApiError::new(ErrorKind::Unavailable, "attach stream ended"))
+            .map_err(|_| ApiError::unavailable("attach stream ended"))
     }
 }
 
@@ -538,59 +507,59 @@ fn timestamp_from_proto(timestamp: Option<prost_types::Timestamp>) -> Option<Dat
     DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
 }
 
-fn target_to_proto(target: &Target) -> broker::Target {
+fn target_to_proto(target: &Target) -> broker_pb::Target {
     let kind = match target {
-        Target::Local => broker::target::Kind::Local(broker::LocalTarget {}),
-        Target::Docker { container } => broker::target::Kind::Docker(broker::DockerTarget {
+        Target::Local => broker_pb::target::Kind::Local(broker_pb::LocalTarget {}),
+        Target::Docker { container } => broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
             container: container.clone(),
         }),
     };
-    broker::Target { kind: Some(kind) }
+    broker_pb::Target { kind: Some(kind) }
 }
 
-fn target_from_proto(target: Option<broker::Target>) -> Option<Target> {
+fn target_from_proto(target: Option<broker_pb::Target>) -> Option<Target> {
     match target?.kind? {
-        broker::target::Kind::Local(_) => Some(Target::Local),
-        broker::target::Kind::Docker(docker) => Some(Target::Docker {
+        broker_pb::target::Kind::Local(_) => Some(Target::Local),
+        broker_pb::target::Kind::Docker(docker) => Some(Target::Docker {
             container: docker.container,
         }),
     }
 }
 
-fn size_to_proto(size: TerminalSize) -> broker::TerminalSize {
-    broker::TerminalSize {
-        cols: size.cols,
-        rows: size.rows,
+fn size_to_proto(size: TerminalSize) -> broker_pb::TerminalSize {
+    broker_pb::TerminalSize {
+        cols: size.cols().into(),
+        rows: size.rows().into(),
     }
 }
 
-fn size_from_proto(size: Option<broker::TerminalSize>) -> Option<TerminalSize> {
+fn size_from_proto(size: Option<broker_pb::TerminalSize>) -> Option<TerminalSize> {
     let size = size?;
     TerminalSize::new(size.cols, size.rows).ok()
 }
 
-fn role_to_proto(role: Role) -> broker::Role {
+fn role_to_proto(role: Role) -> broker_pb::Role {
     match role {
-        Role::Controller => broker::Role::Controller,
-        Role::Viewer => broker::Role::Viewer,
+        Role::Controller => broker_pb::Role::Controller,
+        Role::Viewer => broker_pb::Role::Viewer,
     }
 }
 
 fn role_from_proto(role: i32) -> Role {
-    match broker::Role::try_from(role) {
-        Ok(broker::Role::Viewer) => Role::Viewer,
+    match broker_pb::Role::try_from(role) {
+        Ok(broker_pb::Role::Viewer) => Role::Viewer,
         _ => Role::Controller,
     }
 }
 
-fn exit_from_proto(exit: broker::ExitStatus) -> ExitStatus {
+fn exit_from_proto(exit: broker_pb::ExitStatus) -> ExitStatus {
     ExitStatus {
         code: exit.code,
         signal: exit.signal,
     }
 }
 
-fn instance_from_proto(instance: session::Instance) -> Instance {
+fn instance_from_proto(instance: session_pb::Instance) -> Instance {
     Instance {
         id: instance.id,
         name: instance.name,
@@ -607,24 +576,24 @@ fn instance_from_proto(instance: session::Instance) -> Instance {
     }
 }
 
-fn session_from_proto(session: session::Session) -> Session {
-    let status = match session::SessionStatus::try_from(session.status) {
-        Ok(session::SessionStatus::Starting) | Ok(session::SessionStatus::Unspecified) | Err(_) => {
-            SessionStatus::Starting
-        }
-        Ok(session::SessionStatus::Active) => SessionStatus::Active,
-        Ok(session::SessionStatus::Resetting) => SessionStatus::Resetting,
-        Ok(session::SessionStatus::Exited) => SessionStatus::Exited,
-        Ok(session::SessionStatus::Closed) => SessionStatus::Closed,
+fn session_from_proto(session: session_pb::Session) -> Session {
+    let status = match session_pb::SessionStatus::try_from(session.status) {
+        Ok(session_pb::SessionStatus::Starting)
+        | Ok(session_pb::SessionStatus::Unspecified)
+        | Err(_) => SessionStatus::Starting,
+        Ok(session_pb::SessionStatus::Active) => SessionStatus::Active,
+        Ok(session_pb::SessionStatus::Resetting) => SessionStatus::Resetting,
+        Ok(session_pb::SessionStatus::Exited) => SessionStatus::Exited,
+        Ok(session_pb::SessionStatus::Closed) => SessionStatus::Closed,
     };
-    let close_reason = match session::CloseReason::try_from(session.close_reason) {
-        Ok(session::CloseReason::ClosedByUser) => Some(CloseReason::ClosedByUser),
-        Ok(session::CloseReason::Exited) => Some(CloseReason::Exited),
-        Ok(session::CloseReason::IdleReaped) => Some(CloseReason::IdleReaped),
-        Ok(session::CloseReason::BrokerLost) => Some(CloseReason::BrokerLost),
-        Ok(session::CloseReason::InstanceDeleted) => Some(CloseReason::InstanceDeleted),
-        Ok(session::CloseReason::SpawnFailed) => Some(CloseReason::SpawnFailed),
-        Ok(session::CloseReason::Unspecified) | Err(_) => None,
+    let close_reason = match session_pb::CloseReason::try_from(session.close_reason) {
+        Ok(session_pb::CloseReason::ClosedByUser) => Some(CloseReason::ClosedByUser),
+        Ok(session_pb::CloseReason::Exited) => Some(CloseReason::Exited),
+        Ok(session_pb::CloseReason::IdleReaped) => Some(CloseReason::IdleReaped),
+        Ok(session_pb::CloseReason::BrokerLost) => Some(CloseReason::BrokerLost),
+        Ok(session_pb::CloseReason::InstanceDeleted) => Some(CloseReason::InstanceDeleted),
+        Ok(session_pb::CloseReason::SpawnFailed) => Some(CloseReason::SpawnFailed),
+        Ok(session_pb::CloseReason::Unspecified) | Err(_) => None,
     };
     Session {
         id: session.id,
@@ -643,7 +612,7 @@ fn session_from_proto(session: session::Session) -> Session {
 }
 
 fn attachment_from_proto(
-    attachment: session::SessionAttachment,
+    attachment: session_pb::SessionAttachment,
 ) -> Result<SessionAttachment, ApiError> {
     let session = attachment
         .session
@@ -663,8 +632,8 @@ fn attachment_from_proto(
     })
 }
 
-fn event_from_proto(frame: broker::ServerFrame) -> Option<TerminalEvent> {
-    use broker::server_frame::Frame;
+fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {
+    use broker_pb::server_frame::Frame;
     let event = match frame.frame? {
         Frame::Connected(connected) => TerminalEvent::Connected {
             offset: connected.offset,

@@ -12,11 +12,11 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod grpc;
-pub mod grpc_web;
 pub mod metrics;
 pub mod openapi;
 pub mod rest;
 pub mod server;
+pub mod session_proxy;
 pub mod state;
 pub mod web;
 pub mod ws;
@@ -28,7 +28,10 @@ use tokio_util::task::TaskTracker;
 
 use axum::serve::ListenerExt as _;
 
-pub use config::{AuthConfig, Config, ConfigError, Secret};
+pub use config::{AuthConfig, Config, ConfigError};
+// What a caller needs to fill in a [`Config`].
+pub use ptyhub_wire::ServiceCredential;
+pub use secrecy::SecretString;
 
 /// Why the gateway could not start or stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +39,7 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Backend(#[from] grpc::BackendError),
+    Upstream(#[from] grpc::UpstreamError),
     #[error(transparent)]
     Router(#[from] server::RouterError),
     #[error("serving failed: {0}")]
@@ -57,13 +60,13 @@ pub async fn run(
     if config.auth.allow_anonymous {
         tracing::warn!("anonymous access is on: requests without a credential act as admin");
     }
-    let backends = grpc::Backends::new(
+    let upstreams = grpc::Upstreams::new(
         &config.session_api_endpoint,
-        &config.service_token,
+        &config.service_credential,
         config.backend_timeout,
     )?;
     let state = state::AppState {
-        backends,
+        upstreams,
         authenticator,
         metrics: metrics::Metrics::default(),
         allowed_origins: config.allowed_origins.clone(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use gateway::{AuthConfig, Config, Secret};
+use gateway::{AuthConfig, Config, SecretString, ServiceCredential};
 
 /// ptyhub's browser edge: REST, terminal WebSockets and gRPC-web on one port.
 #[derive(Debug, Parser)]
@@ -104,10 +104,17 @@ async fn main() -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let mut config = Config::new(args.session_api, args.service_token);
+    // Parsed here rather than by clap, whose error would print the refused value.
+    let service_credential = ServiceCredential::new(args.service_token)
+        .map_err(|error| anyhow::anyhow!("invalid setting service_token: {error}"))?;
+    let mut config = Config::new(args.session_api, service_credential);
     config.auth = AuthConfig {
-        api_tokens: args.api_tokens.into_iter().map(Secret::new).collect(),
-        jwt_hs256_secret: args.jwt_hs256_secret.map(Secret::new),
+        api_tokens: args
+            .api_tokens
+            .into_iter()
+            .map(SecretString::from)
+            .collect(),
+        jwt_hs256_secret: args.jwt_hs256_secret.map(SecretString::from),
         jwt_rs256_public_key_pem,
         allow_anonymous: args.insecure_allow_anonymous,
     };

@@ -10,15 +10,14 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use ptyhub_wire::{InvalidSize, Role, TerminalSize};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Principal, bearer_token};
-use crate::domain::{
-    Instance, NewInstance, Role, Session, SessionSelector, SessionStatus, Target, TerminalSize,
-};
-use crate::error::{ApiError, ErrorBody, ErrorKind};
+use crate::domain::{Instance, NewInstance, Session, SessionSelector, SessionStatus, Target};
+use crate::error::{ApiError, ErrorBody};
 use crate::state::{AppState, SeedLabels};
 
 // ---------------------------------------------------------------------------------------------
@@ -323,8 +322,8 @@ impl From<Session> for SessionBody {
             aliases: session.aliases,
             exit_code: session.exit.map(|exit| exit.code),
             exit_signal: session.exit.and_then(|exit| exit.signal),
-            cols: session.size.map(|size| size.cols),
-            rows: session.size.map(|size| size.rows),
+            cols: session.size.map(|size| size.cols().into()),
+            rows: session.size.map(|size| size.rows().into()),
         }
     }
 }
@@ -346,8 +345,8 @@ pub fn validate_name(name: &str) -> Result<String, ApiError> {
     Ok(trimmed.to_owned())
 }
 
-fn invalid_size(message: String) -> ApiError {
-    ApiError::invalid(message)
+fn invalid_size(error: InvalidSize) -> ApiError {
+    ApiError::invalid(error.to_string())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,7 +398,7 @@ pub async fn register_instance(
         max_sessions: body.max_sessions.unwrap_or(0),
         labels: body.labels.unwrap_or_default(),
     };
-    let instance = state.backends.register_instance(new_instance).await?;
+    let instance = state.upstreams.register_instance(new_instance).await?;
     tracing::info!(instance_id = %instance.id, subject = %principal.subject, "instance registered");
     Ok((StatusCode::CREATED, Json(instance.into())))
 }
@@ -415,7 +414,7 @@ pub async fn list_instances(
     Caller(principal): Caller,
 ) -> Result<Json<InstanceList>, ApiError> {
     let instances = state
-        .backends
+        .upstreams
         .list_instances()
         .await?
         .into_iter()
@@ -463,7 +462,7 @@ pub async fn delete_instance(
     let instance = state
         .authorize_instance(&principal, &path.iid, None)
         .await?;
-    let closed_sessions = state.backends.delete_instance(&instance.id).await?;
+    let closed_sessions = state.upstreams.delete_instance(&instance.id).await?;
     tracing::info!(instance_id = %instance.id, closed_sessions, subject = %principal.subject, "instance deleted");
     Ok(Json(DeletedInstance {
         status: "deleted".into(),
@@ -505,7 +504,7 @@ async fn list_sessions_of(
         .authorize_instance(principal, instance_reference, seed)
         .await?;
     let sessions = state
-        .backends
+        .upstreams
         .list_sessions(&instance.id, include_closed)
         .await?
         .into_iter()
@@ -527,13 +526,9 @@ async fn create_session_in(
     let name = body.name.as_deref().map(validate_name).transpose()?;
     let size = TerminalSize::from_optional(body.cols, body.rows).map_err(invalid_size)?;
     let created = state
-        .backends
+        .upstreams
         .create_session(&instance.id, name, body.aliases.unwrap_or_default(), size)
-        .await
-        .map_err(|error| match error.kind {
-            ErrorKind::CapReached => ApiError::cap_reached(instance.max_sessions),
-            _ => error,
-        })?;
+        .await?;
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");
     Ok((
@@ -574,7 +569,7 @@ async fn close_session_of(
     let session = state.authorize_session(&instance, session_id).await?;
     if session.status != SessionStatus::Closed {
         state
-            .backends
+            .upstreams
             .close_session(&instance.id, &session.id)
             .await?;
     }
@@ -597,7 +592,7 @@ async fn reset_session_of(
         .await?;
     let session = state.authorize_session(&instance, session_id).await?;
     let session = state
-        .backends
+        .upstreams
         .reset_session(&instance.id, &session.id)
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
@@ -622,7 +617,7 @@ async fn rename_session_of(
     let name = validate_name(&body.name)?;
     let session = state.authorize_session(&instance, session_id).await?;
     let session = state
-        .backends
+        .upstreams
         .rename_session(&instance.id, &session.id, name)
         .await?;
     Ok(Json(RenamedSession {
@@ -643,7 +638,7 @@ async fn reset_default_session_of(
         .authorize_instance(principal, instance_reference, seed)
         .await?;
     let resolved = state
-        .backends
+        .upstreams
         .resolve_session(
             &instance.id,
             SessionSelector::Default,
@@ -651,16 +646,12 @@ async fn reset_default_session_of(
             None,
             Role::Controller,
         )
-        .await
-        .map_err(|error| match error.kind {
-            ErrorKind::CapReached => ApiError::cap_reached(instance.max_sessions),
-            _ => error,
-        })?;
+        .await?;
     let session = if resolved.created {
         resolved.session
     } else {
         state
-            .backends
+            .upstreams
             .reset_session(&instance.id, &resolved.session.id)
             .await?
     };
@@ -966,7 +957,7 @@ pub async fn seed_reset_default_session(
     responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
 )]
 pub async fn healthz(State(state): State<AppState>) -> Response {
-    let (status, body) = match state.backends.check_brokers().await {
+    let (status, body) = match state.upstreams.check_brokers().await {
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             HealthBody {
@@ -1038,7 +1029,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Some("gateway shutting down".to_owned())
     } else {
         state
-            .backends
+            .upstreams
             .check_session_api()
             .await
             .err()
@@ -1088,29 +1079,31 @@ pub async fn metrics(
 
 #[cfg(test)]
 mod tests {
+    use ptyhub_wire::ErrorCode;
+
     use super::*;
 
     #[test]
     fn names_are_trimmed_and_checked() {
         assert_eq!(validate_name("  build  ").unwrap(), "build");
-        assert_eq!(validate_name("   ").unwrap_err().kind, ErrorKind::Invalid);
+        assert_eq!(validate_name("   ").unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(
-            validate_name(&"x".repeat(256)).unwrap_err().kind,
-            ErrorKind::Invalid
+            validate_name(&"x".repeat(256)).unwrap_err().code,
+            ErrorCode::Invalid
         );
         assert!(validate_name(&"é".repeat(255)).is_ok());
         assert_eq!(
-            validate_name("a\u{7}b").unwrap_err().kind,
-            ErrorKind::Invalid
+            validate_name("a\u{7}b").unwrap_err().code,
+            ErrorCode::Invalid
         );
     }
 
     #[test]
     fn bodies_distinguish_malformed_from_invalid() {
         let malformed = parse_json::<RenameSessionBody>(b"{\"name\":").unwrap_err();
-        assert_eq!(malformed.kind, ErrorKind::BadRequest);
+        assert_eq!(malformed.code, ErrorCode::Malformed);
         let wrong_shape = parse_json::<RenameSessionBody>(b"{\"name\": 5}").unwrap_err();
-        assert_eq!(wrong_shape.kind, ErrorKind::Invalid);
+        assert_eq!(wrong_shape.code, ErrorCode::Invalid);
     }
 
     #[test]

@@ -13,16 +13,20 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+use ptyhub_wire::{Introspection, IntrospectionError};
 use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::grpc_web::SessionApiProxy;
+use crate::session_proxy::SessionApiProxy;
 use crate::state::AppState;
 use crate::ws::origin_allowed;
 use crate::{openapi, rest, web, ws};
+
+/// The one gRPC service the gateway offers (besides health and reflection).
+const SESSION_API_SERVICE: &str = "ptyhub.session.v1.SessionApi";
 
 /// The path prefix of every session-api gRPC method.
 const GRPC_PATH_PREFIX: &str = "/ptyhub.session.v1.SessionApi/";
@@ -31,8 +35,8 @@ type GrpcService = tower_http::cors::Cors<tonic_web::GrpcWebService<tonic::servi
 
 /// Why the router could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("server reflection: {0}")]
-pub struct RouterError(#[from] tonic_reflection::server::Error);
+#[error(transparent)]
+pub struct RouterError(#[from] IntrospectionError);
 
 /// The whole gateway as one axum router.
 pub async fn router(state: AppState) -> Result<Router, RouterError> {
@@ -144,17 +148,11 @@ async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
             header::HeaderName::from_static("grpc-status"),
             header::HeaderName::from_static("grpc-message"),
         ]);
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<SessionApiServer<SessionApiProxy>>()
-        .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let routes = tonic::service::Routes::new(SessionApiServer::new(SessionApiProxy::new(state)))
-        .add_service(health_service)
-        .add_service(reflection);
+    // Health, and reflection in both versions (Python's grpcio-reflection speaks v1alpha only).
+    let routes = Introspection::new(&[SESSION_API_SERVICE])
+        .await?
+        .into_routes()
+        .add_service(SessionApiServer::new(SessionApiProxy::new(state)));
     Ok(tower::Layer::layer(
         &cors,
         tower::Layer::layer(&tonic_web::GrpcWebLayer::new(), routes),

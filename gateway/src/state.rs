@@ -9,13 +9,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::{Authenticator, Principal};
 use crate::domain::{Instance, Session};
-use crate::error::{ApiError, ErrorKind};
-use crate::grpc::Backends;
+use ptyhub_wire::ErrorCode;
+
+use crate::error::ApiError;
+use crate::grpc::Upstreams;
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
 pub struct AppState {
-    pub backends: Backends,
+    pub upstreams: Upstreams,
     pub authenticator: Authenticator,
     pub metrics: Metrics,
     pub allowed_origins: Vec<String>,
@@ -49,9 +51,9 @@ impl AppState {
         instance_reference: &str,
         seed_labels: Option<SeedLabels<'_>>,
     ) -> Result<Instance, ApiError> {
-        let instance = match self.backends.get_instance(instance_reference).await {
+        let instance = match self.upstreams.get_instance(instance_reference).await {
             Ok(instance) => instance,
-            Err(error) if error.kind == ErrorKind::NotFound => {
+            Err(error) if error.code == ErrorCode::NotFound => {
                 return Err(if principal.access.names(instance_reference) {
                     ApiError::not_found("instance not found")
                 } else {
@@ -85,7 +87,7 @@ impl AppState {
         if uuid::Uuid::parse_str(session_id).is_err() {
             return Err(ApiError::not_found("session not found"));
         }
-        let session = self.backends.get_session(&instance.id, session_id).await?;
+        let session = self.upstreams.get_session(&instance.id, session_id).await?;
         if session.instance_id != instance.id {
             return Err(ApiError::not_found("session not found"));
         }

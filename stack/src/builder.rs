@@ -7,7 +7,7 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use pty_broker::BackendKind;
 use ptyhub_wire::ServiceCredential;
-use secrecy::{ExposeSecret as _, SecretString};
+use secrecy::SecretString;
 use tokio::net::TcpListener;
 
 use crate::error::{Service, StackError};
@@ -312,16 +312,9 @@ fn gateway_config(
     credential: &ServiceCredential,
     session_api_endpoint: &str,
 ) -> gateway::Config {
-    let mut config = gateway::Config::new(session_api_endpoint, credential.expose());
-    config.auth.api_tokens = builder
-        .api_tokens
-        .iter()
-        .map(|token| gateway::Secret::new(token.expose_secret()))
-        .collect();
-    config.auth.jwt_hs256_secret = builder
-        .jwt_hs256_secret
-        .as_ref()
-        .map(|secret| gateway::Secret::new(secret.expose_secret()));
+    let mut config = gateway::Config::new(session_api_endpoint, credential.clone());
+    config.auth.api_tokens = builder.api_tokens.clone();
+    config.auth.jwt_hs256_secret = builder.jwt_hs256_secret.clone();
     config.allowed_origins = builder.allowed_origins.clone();
     config.static_dir = builder.static_dir.clone();
     if let Some(interval) = builder.heartbeat_interval {
@@ -359,6 +352,8 @@ fn local_address(
 
 #[cfg(test)]
 mod tests {
+    use secrecy::ExposeSecret;
+
     use super::*;
 
     #[test]
@@ -426,11 +421,15 @@ mod tests {
         let config = gateway_config(&builder, &random_credential(), "http://127.0.0.1:1");
         assert_eq!(config.auth.api_tokens.len(), 1);
         assert_eq!(
-            config.auth.api_tokens[0].expose(),
+            config.auth.api_tokens[0].expose_secret(),
             "stack-test-api-token-0123"
         );
         assert_eq!(
-            config.auth.jwt_hs256_secret.as_ref().map(|s| s.expose()),
+            config
+                .auth
+                .jwt_hs256_secret
+                .as_ref()
+                .map(ExposeSecret::expose_secret),
             Some("stack-test-jwt-secret-0123456789")
         );
         assert_eq!(config.session_api_endpoint, "http://127.0.0.1:1");

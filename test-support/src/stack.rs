@@ -17,12 +17,14 @@ use attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker;
 use ptyhub_proto::session::v1 as session;
 use ptyhub_stack::Stack;
-use ptyhub_wire::ServiceCredential;
+use ptyhub_wire::{BearerAuth, ServiceCredential};
 
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
 const SERVICE_TOKEN: &str = "test-service-token-0123456789";
-const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
+/// The secret the stack's session-api signs attach tickets with, for tests that make tickets of
+/// their own (expired, forged, for another session) the way an outside signer would.
+pub const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
 const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
 const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -30,6 +32,13 @@ const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 const START_PATIENCE: Duration = Duration::from_secs(60);
 /// How long the services may take to stop after shutdown: their grace is 2 s each.
 const STOP_PATIENCE: Duration = Duration::from_secs(15);
+
+/// Presents the stack's service credential, for calls straight to session-api or the broker.
+pub fn service_auth() -> BearerAuth {
+    ServiceCredential::new(SERVICE_TOKEN)
+        .expect("service token")
+        .bearer_auth()
+}
 
 /// Configures a [`TestStack`].
 #[derive(Debug)]

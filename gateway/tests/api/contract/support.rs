@@ -29,10 +29,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// How often a polled condition is checked again.
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
-/// The attach-ticket secret `test_support::stack` gives session-api and the broker. A test that
-/// signs with it first proves it reproduces a ticket session-api issued, so a change of the
-/// secret fails that check instead of passing the refusals for the wrong reason.
-pub const STACK_TICKET_SECRET: &str = "test-ticket-secret-0123456789";
+/// The attach-ticket secret the stack gives session-api and the broker.
+pub use test_support::stack::TICKET_SECRET as STACK_TICKET_SECRET;
 
 // ---- waiting ------------------------------------------------------------------------------
 

@@ -1,10 +1,8 @@
 //! The terminal WebSocket against a real stack: frames, close codes, heartbeats, resume.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Terminal, create_session, get, post};
+use crate::common::{Terminal, create_session, get, post};
 use serde_json::json;
 use test_support::stack::TestStack;
 use tokio_tungstenite::tungstenite::Message;
@@ -39,7 +37,7 @@ async fn connected_status_comes_first_then_input_is_echoed() {
     // The default session is the instance's `default` alias, and it reports the attached
     // client once the broker's counts have reached session-api (batched, about once a second).
     let sessions = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
-    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    let deadline = tokio::time::Instant::now() + crate::common::PATIENCE;
     loop {
         let (_, listed) = get(&stack, &sessions).await;
         let session = &listed["sessions"][0];
@@ -297,7 +295,7 @@ async fn unknown_sessions_close_4004() {
 
     // A closed session is gone too.
     let id = create_session(&stack, &stack.instance_id, json!({})).await;
-    common::delete(
+    crate::common::delete(
         &stack,
         &format!(
             "/api/v1/instances/{}/terminal/sessions/{id}",
@@ -402,7 +400,7 @@ async fn credentials_missing_or_out_of_scope_close_4001_and_4003() {
     let url = format!("{}{}", stack.websocket_url(), default_path(&stack));
     let mut anonymous = Terminal::open_url(&url, &[]).await.unwrap();
     assert_eq!(anonymous.read_until_closed().await.code, 4001);
-    let (status, body) = common::send(
+    let (status, body) = crate::common::send(
         &stack,
         reqwest::Method::GET,
         &default_path(&stack),

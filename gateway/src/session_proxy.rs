@@ -1,12 +1,14 @@
-//! The session-api surface for browsers as gRPC-web (and plain gRPC): every unary call and
-//! `WatchSessions`, checked against the caller's credential and scope, then forwarded to
-//! session-api with the gateway's service token. Messages pass through unchanged.
+//! An authorising proxy of session-api's service: every unary call and `WatchSessions`, checked
+//! against the caller's credential and scope, then forwarded to session-api with the gateway's
+//! service credential. Messages pass through unchanged. `server.rs` serves it as plain gRPC and,
+//! through tonic-web, as gRPC-web for browsers.
 
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
+use ptyhub_wire::ErrorCode;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Principal;
@@ -27,18 +29,15 @@ impl SessionApiProxy {
     }
 
     fn client(&self) -> SessionApiClient {
-        self.state.backends.session_api_client()
+        self.state.upstreams.session_api_client()
     }
 
     fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
         let credential = request
             .metadata()
-            .get(ptyhub_proto::AUTHORIZATION_METADATA)
+            .get(ptyhub_wire::AUTHORIZATION_METADATA)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            });
+            .and_then(ptyhub_wire::bearer_token);
         self.state
             .authenticator
             .authenticate(credential)
@@ -74,7 +73,7 @@ impl SessionApiProxy {
         instance: &str,
     ) -> Result<Instance, Status> {
         if instance.is_empty() {
-            return Err(Status::invalid_argument("instance is required"));
+            return Err(ErrorCode::Invalid.status("instance is required"));
         }
         self.state
             .authorize_instance(principal, instance, None)
@@ -86,29 +85,27 @@ impl SessionApiProxy {
         if principal.access.is_admin() {
             Ok(())
         } else {
-            Err(Status::permission_denied(format!(
-                "{action} needs an admin credential"
-            )))
+            Err(ErrorCode::Forbidden.status(format!("{action} needs an admin credential")))
         }
     }
 }
 
-/// A session-api error as the browser should see it: the service token is the gateway's
+/// A session-api error as the browser should see it: the service credential is the gateway's
 /// business, so its refusal is reported as unavailability.
 fn forwarded(status: Status) -> Status {
     if status.code() == tonic::Code::Unauthenticated {
-        tracing::error!("session-api refused the gateway's service token");
-        return Status::unavailable("session-api refused the gateway's service token");
+        tracing::error!("session-api refused the gateway's service credential");
+        return ErrorCode::Unavailable.status("session-api refused the gateway's service token");
     }
     status
 }
 
 /// Checks that an answer is about the instance that was authorised; a session id of another
 /// instance is never answered.
-fn same_instance(instance_id: &str, session: Option<&session::Session>) -> Result<(), Status> {
+fn same_instance(instance_id: &str, session: Option<&pb::Session>) -> Result<(), Status> {
     match session {
         Some(session) if session.instance_id != instance_id => {
-            Err(Status::not_found("session not found"))
+            Err(ErrorCode::NotFound.status("session not found"))
         }
         _ => Ok(()),
     }
@@ -134,24 +131,24 @@ macro_rules! instance_scoped {
 }
 
 instance_scoped!(
-    session::GetInstanceRequest,
-    session::CreateSessionRequest,
-    session::GetSessionRequest,
-    session::ListSessionsRequest,
-    session::ResolveSessionRequest,
-    session::RenameSessionRequest,
-    session::ResetSessionRequest,
-    session::CloseSessionRequest,
+    pb::GetInstanceRequest,
+    pb::CreateSessionRequest,
+    pb::GetSessionRequest,
+    pb::ListSessionsRequest,
+    pb::ResolveSessionRequest,
+    pb::RenameSessionRequest,
+    pb::ResetSessionRequest,
+    pb::CloseSessionRequest,
 );
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<session::SessionChange, Status>> + Send>>;
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl SessionApi for SessionApiProxy {
     async fn register_instance(
         &self,
-        request: Request<session::RegisterInstanceRequest>,
-    ) -> Result<Response<session::Instance>, Status> {
+        request: Request<pb::RegisterInstanceRequest>,
+    ) -> Result<Response<pb::Instance>, Status> {
         let principal = self.authenticate(&request)?;
         Self::require_admin(&principal, "registering instances")?;
         self.client()
@@ -162,16 +159,16 @@ impl SessionApi for SessionApiProxy {
 
     async fn get_instance(
         &self,
-        request: Request<session::GetInstanceRequest>,
-    ) -> Result<Response<session::Instance>, Status> {
+        request: Request<pb::GetInstanceRequest>,
+    ) -> Result<Response<pb::Instance>, Status> {
         let message = self.scoped(request).await?;
         self.client().get_instance(message).await.map_err(forwarded)
     }
 
     async fn list_instances(
         &self,
-        request: Request<session::ListInstancesRequest>,
-    ) -> Result<Response<session::ListInstancesResponse>, Status> {
+        request: Request<pb::ListInstancesRequest>,
+    ) -> Result<Response<pb::ListInstancesResponse>, Status> {
         let principal = self.authenticate(&request)?;
         let mut response = self
             .client()
@@ -188,8 +185,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn delete_instance(
         &self,
-        request: Request<session::DeleteInstanceRequest>,
-    ) -> Result<Response<session::DeleteInstanceResponse>, Status> {
+        request: Request<pb::DeleteInstanceRequest>,
+    ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let principal = self.authenticate(&request)?;
         Self::require_admin(&principal, "deleting instances")?;
         let mut message = request.into_inner();
@@ -204,8 +201,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn create_session(
         &self,
-        request: Request<session::CreateSessionRequest>,
-    ) -> Result<Response<session::SessionAttachment>, Status> {
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::SessionAttachment>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -219,8 +216,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn get_session(
         &self,
-        request: Request<session::GetSessionRequest>,
-    ) -> Result<Response<session::Session>, Status> {
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -234,8 +231,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn list_sessions(
         &self,
-        request: Request<session::ListSessionsRequest>,
-    ) -> Result<Response<session::ListSessionsResponse>, Status> {
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let message = self.scoped(request).await?;
         self.client()
             .list_sessions(message)
@@ -245,8 +242,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn resolve_session(
         &self,
-        request: Request<session::ResolveSessionRequest>,
-    ) -> Result<Response<session::SessionAttachment>, Status> {
+        request: Request<pb::ResolveSessionRequest>,
+    ) -> Result<Response<pb::SessionAttachment>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -260,8 +257,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn issue_attach_ticket(
         &self,
-        request: Request<session::IssueAttachTicketRequest>,
-    ) -> Result<Response<session::AttachTarget>, Status> {
+        request: Request<pb::IssueAttachTicketRequest>,
+    ) -> Result<Response<pb::AttachTarget>, Status> {
         let principal = self.authenticate(&request)?;
         let mut message = request.into_inner();
         let instance = self
@@ -281,8 +278,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn rename_session(
         &self,
-        request: Request<session::RenameSessionRequest>,
-    ) -> Result<Response<session::Session>, Status> {
+        request: Request<pb::RenameSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -296,8 +293,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn reset_session(
         &self,
-        request: Request<session::ResetSessionRequest>,
-    ) -> Result<Response<session::Session>, Status> {
+        request: Request<pb::ResetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -311,8 +308,8 @@ impl SessionApi for SessionApiProxy {
 
     async fn close_session(
         &self,
-        request: Request<session::CloseSessionRequest>,
-    ) -> Result<Response<session::Session>, Status> {
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
         let response = self
@@ -328,15 +325,14 @@ impl SessionApi for SessionApiProxy {
 
     async fn watch_sessions(
         &self,
-        request: Request<session::WatchSessionsRequest>,
+        request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
         let principal = self.authenticate(&request)?;
         let mut message = request.into_inner();
         if message.instance.is_empty() {
             if !principal.access.covers_all_instances() {
-                return Err(Status::permission_denied(
-                    "watching every instance needs a credential for all instances",
-                ));
+                return Err(ErrorCode::Forbidden
+                    .status("watching every instance needs a credential for all instances"));
             }
         } else {
             message.instance = self

@@ -1,9 +1,7 @@
 //! The session-api surface through the gateway as gRPC-web, with tonic-web's client layer over
 //! a plain HTTP/1.1 hyper client, as a browser program would reach it.
 
-mod common;
-
-use common::{PATIENCE, create_session};
+use crate::common::{PATIENCE, create_session};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ptyhub_proto::session::v1 as session;
@@ -182,6 +180,88 @@ async fn plain_grpc_with_health_is_served_on_the_same_port() {
         ))
         .await
         .expect("get instance over grpc")
+        .into_inner();
+    assert_eq!(instance.id, stack.instance_id);
+    stack.shutdown().await;
+}
+
+/// What Python's `grpcio-reflection` and older `grpcurl` builds speak: reflection v1alpha on the
+/// gateway's own port lists the services, describes them, and a listed method answers.
+#[tokio::test]
+async fn v1alpha_reflection_lists_and_describes_the_services_and_a_listed_call_answers() {
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1alpha::{ServerReflectionRequest, ServerReflectionResponse};
+
+    let stack = TestStack::builder().start().await;
+    let channel = tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .expect("http/2 connection to the gateway");
+    let mut reflection = ServerReflectionClient::new(channel.clone());
+    let mut ask = async |request: MessageRequest| -> ServerReflectionResponse {
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(request),
+        };
+        reflection
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .expect("v1alpha reflection is served")
+            .into_inner()
+            .message()
+            .await
+            .expect("a reflection answer")
+            .expect("one answer per request")
+    };
+
+    let listed = ask(MessageRequest::ListServices(String::new())).await;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed.message_response else {
+        panic!("expected a list of services, got {listed:?}");
+    };
+    let mut names: Vec<String> = list
+        .service
+        .into_iter()
+        .map(|service| service.name)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "ptyhub.session.v1.SessionApi",
+        ]
+    );
+
+    let described = ask(MessageRequest::FileContainingSymbol(
+        "ptyhub.session.v1.SessionApi".into(),
+    ))
+    .await;
+    let Some(MessageResponse::FileDescriptorResponse(files)) = described.message_response else {
+        panic!("expected file descriptors, got {described:?}");
+    };
+    assert!(
+        files
+            .file_descriptor_proto
+            .iter()
+            .any(|file| file.windows(10).any(|bytes| bytes == b"SessionApi")),
+        "no descriptor names the service"
+    );
+
+    let mut client = SessionApiClient::new(channel);
+    let instance = client
+        .get_instance(with_token(
+            session::GetInstanceRequest {
+                instance: "local".into(),
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("a listed service answers")
         .into_inner();
     assert_eq!(instance.id, stack.instance_id);
     stack.shutdown().await;

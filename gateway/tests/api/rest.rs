@@ -1,8 +1,6 @@
 //! The REST API against a real stack (broker with local PTYs, session-api on SQLite, gateway).
 
-mod common;
-
-use common::{create_session, delete, get, post, send};
+use crate::common::{create_session, delete, get, post, send};
 use reqwest::Method;
 use serde_json::{Value, json};
 use test_support::stack::TestStack;
@@ -673,9 +671,9 @@ async fn an_unreachable_session_api_is_503() {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let mut config = gateway::Config::new(
         format!("http://{}", silent_backend.local_addr().unwrap()),
-        "service-token-for-this-test",
+        gateway::ServiceCredential::new("service-token-for-this-test").unwrap(),
     );
-    config.auth.api_tokens = vec![gateway::Secret::new("admin-token")];
+    config.auth.api_tokens = vec![gateway::SecretString::from("admin-token")];
     config.backend_timeout = std::time::Duration::from_millis(300);
     let stop = tokio_util::sync::CancellationToken::new();
     let gateway = tokio::spawn(gateway::run(

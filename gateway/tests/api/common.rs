@@ -1,8 +1,6 @@
 //! What the gateway's tests share: a WebSocket client that speaks the contract's frames, and
 //! small REST helpers over the in-process stack.
 
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};

@@ -1,0 +1,9 @@
+//! The gateway's integration tests, linked as one binary: each module drives a real in-process
+//! stack (a broker with local PTYs, session-api on SQLite, the gateway, all on 127.0.0.1:0)
+//! through the gateway's public surfaces.
+
+mod common;
+mod contract;
+mod grpc_web;
+mod rest;
+mod websocket;
