@@ -1,5 +1,5 @@
 //! The adapter to the pty-brokers' gRPC API: one lazily connected channel per broker, the
-//! service token on every call, and the broker's messages converted to domain types here, so
+//! service credential on every call, and the broker's messages converted to domain types here, so
 //! nothing else in session-api names a generated broker type.
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use ptyhub_proto::broker::v1 as wire;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use tonic::metadata::MetadataValue;
+use ptyhub_wire::{BearerAuth, ServiceCredential, TerminalSize};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use uuid::Uuid;
 
-use crate::domain::{Broker, CloseReason, ExitStatus, Target, TerminalSize};
+use crate::domain::{Broker, CloseReason, ExitStatus, Target};
 use crate::error::Error;
 
 /// What to start on a broker.
@@ -92,57 +92,24 @@ pub enum BrokerEvent {
     ResetDone(BrokerSession),
 }
 
-type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, TokenInterceptor>>;
+type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
 
 /// Calls to brokers, with one channel per broker endpoint kept for reuse.
 #[derive(Debug, Clone)]
 pub struct BrokerClients {
-    authorization: MetadataValue<tonic::metadata::Ascii>,
+    authorization: BearerAuth,
     call_timeout: Duration,
     channels: Arc<Mutex<HashMap<String, (String, Channel)>>>,
 }
 
-/// Puts the service token on every call to a broker.
-#[derive(Clone)]
-pub struct TokenInterceptor {
-    authorization: MetadataValue<tonic::metadata::Ascii>,
-}
-
-impl std::fmt::Debug for TokenInterceptor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenInterceptor(<redacted>)")
-    }
-}
-
-impl tonic::service::Interceptor for TokenInterceptor {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        request.metadata_mut().insert(
-            ptyhub_proto::AUTHORIZATION_METADATA,
-            self.authorization.clone(),
-        );
-        Ok(request)
-    }
-}
-
 impl BrokerClients {
-    /// Clients that authenticate with `service_token` and give up on a unary call after
-    /// `call_timeout`.
-    pub fn new(service_token: &str, call_timeout: Duration) -> Result<Self, Error> {
-        let authorization =
-            format!("Bearer {service_token}")
-                .parse()
-                .map_err(|_| Error::Config {
-                    setting: "service_token",
-                    reason: "must be printable ASCII".into(),
-                })?;
-        Ok(Self {
-            authorization,
+    /// Clients that present `credential` and give up on a unary call after `call_timeout`.
+    pub fn new(credential: &ServiceCredential, call_timeout: Duration) -> Self {
+        Self {
+            authorization: credential.bearer_auth(),
             call_timeout,
             channels: Arc::default(),
-        })
+        }
     }
 
     fn client(&self, broker: &Broker) -> Result<BrokerGrpcClient, Error> {
@@ -172,9 +139,7 @@ impl BrokerClients {
         };
         Ok(PtyBrokerClient::with_interceptor(
             channel,
-            TokenInterceptor {
-                authorization: self.authorization.clone(),
-            },
+            self.authorization.clone(),
         ))
     }
 

@@ -1,11 +1,15 @@
 //! session-api's configuration: defaults, then `PTYHUB_SESSION_API_*` environment variables,
 //! then flags.
 
-use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
+use ptyhub_wire::ServiceCredential;
+
+/// The name callers used before the credential moved to `ptyhub-wire`; it is the same type.
+/// Remove it once `cli`, `test-support` and `bench` name [`ServiceCredential`].
+pub use ptyhub_wire::ServiceCredential as ServiceToken;
 
 /// Everything session-api needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
@@ -27,8 +31,12 @@ pub struct Config {
 
     /// Token callers and brokers present as `authorization: Bearer <token>` (at least 16
     /// characters); session-api sends the same token to the brokers.
-    #[arg(long, env = "PTYHUB_SESSION_API_SERVICE_TOKEN", hide_env_values = true)]
-    pub service_token: ServiceToken,
+    #[arg(
+        long = "service-token",
+        env = "PTYHUB_SESSION_API_SERVICE_TOKEN",
+        hide_env_values = true
+    )]
+    pub service_credential: ServiceCredential,
 
     /// Secret shared with the brokers to sign attach tickets (at least 16 bytes).
     #[arg(long = "ticket-secret", env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true,
@@ -80,13 +88,13 @@ impl Config {
     /// The defaults, with a database and the two secrets.
     pub fn new(
         database_url: impl Into<String>,
-        service_token: ServiceToken,
+        service_credential: ServiceCredential,
         ticket_key: TicketKey,
     ) -> Self {
         Self {
             database_url: database_url.into(),
             migrate: true,
-            service_token,
+            service_credential,
             ticket_key,
             ticket_ttl: attach_ticket::DEFAULT_TICKET_TTL,
             brokers: Vec::new(),
@@ -136,47 +144,6 @@ impl FromStr for StaticBroker {
     }
 }
 
-/// The service token. Its `Debug` never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServiceToken(String);
-
-impl ServiceToken {
-    pub const MIN_LEN: usize = 16;
-
-    pub fn new(token: impl Into<String>) -> Result<Self, String> {
-        let token = token.into();
-        if token.len() < Self::MIN_LEN {
-            return Err(format!(
-                "service token must be at least {} characters",
-                Self::MIN_LEN
-            ));
-        }
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("service token must be printable ascii without spaces".to_owned());
-        }
-        Ok(Self(token))
-    }
-
-    /// The token itself, for a client that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ServiceToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ServiceToken(<redacted>)")
-    }
-}
-
-impl FromStr for ServiceToken {
-    type Err = String;
-
-    fn from_str(token: &str) -> Result<Self, Self::Err> {
-        Self::new(token)
-    }
-}
-
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{error} (use for example 30s, 5m)"))
 }
@@ -197,13 +164,5 @@ mod tests {
         assert!("no-endpoint".parse::<StaticBroker>().is_err());
         assert!("b=ftp://x".parse::<StaticBroker>().is_err());
         assert!("bad id=http://x".parse::<StaticBroker>().is_err());
-    }
-
-    #[test]
-    fn service_tokens_are_long_and_redacted() {
-        assert!(ServiceToken::new("short").is_err());
-        assert!(ServiceToken::new("has a space in it!!").is_err());
-        let token = ServiceToken::new("0123456789abcdef").unwrap();
-        assert_eq!(format!("{token:?}"), "ServiceToken(<redacted>)");
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
+use ptyhub_wire::{Role, TerminalSize};
 use uuid::Uuid;
 
 use crate::error::Error;
@@ -149,44 +150,6 @@ impl fmt::Display for Alias {
     }
 }
 
-/// A PTY size within the contract's bounds (1..=1000 columns, 1..=500 rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TerminalSize {
-    cols: u16,
-    rows: u16,
-}
-
-impl TerminalSize {
-    pub const DEFAULT: TerminalSize = TerminalSize { cols: 80, rows: 24 };
-
-    pub fn new(cols: u32, rows: u32) -> Result<Self, Error> {
-        if !(1..=1000).contains(&cols) || !(1..=500).contains(&rows) {
-            return Err(Error::InvalidArgument(format!(
-                "terminal size {cols}x{rows} is out of bounds (columns 1..=1000, rows 1..=500)"
-            )));
-        }
-        // Both fit in u16: checked just above.
-        Ok(Self {
-            cols: cols as u16,
-            rows: rows as u16,
-        })
-    }
-
-    pub fn cols(self) -> u16 {
-        self.cols
-    }
-
-    pub fn rows(self) -> u16 {
-        self.rows
-    }
-}
-
-impl Default for TerminalSize {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
 /// Where an instance's terminals run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -304,13 +267,6 @@ impl CloseReason {
 pub struct ExitStatus {
     pub code: i32,
     pub signal: Option<i32>,
-}
-
-/// What a ticket grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Controller,
-    Viewer,
 }
 
 /// The settings of a new instance, validated.
@@ -465,12 +421,5 @@ mod tests {
         assert!(Alias::parse("has space").is_err());
         assert!(Alias::parse(&"a".repeat(129)).is_err());
         assert_eq!(Alias::Client("t".into()).to_text(), "client:t");
-    }
-
-    #[test]
-    fn sizes_are_bounded() {
-        assert!(TerminalSize::new(1000, 500).is_ok());
-        assert!(TerminalSize::new(0, 24).is_err());
-        assert!(TerminalSize::new(80, 501).is_err());
     }
 }

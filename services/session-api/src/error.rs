@@ -1,5 +1,6 @@
 //! The one error type of session-api; `grpc.rs` maps it to status codes in one place.
 
+use ptyhub_wire::ErrorCode;
 use uuid::Uuid;
 
 /// Everything that can go wrong in session-api. Messages are lowercase, except the cap's, whose
@@ -8,8 +9,6 @@ use uuid::Uuid;
 pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
-    #[error("missing or invalid service token")]
-    Unauthenticated,
     #[error("instance {0} not found")]
     InstanceNotFound(String),
     #[error("session {0} not found")]
@@ -55,13 +54,37 @@ pub enum Error {
     Database(#[from] sea_orm::DbErr),
     #[error("corrupt record: {0}")]
     CorruptRecord(String),
-    #[error("server reflection could not be built: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
+    #[error(transparent)]
+    Introspection(#[from] ptyhub_wire::IntrospectionError),
     #[error("grpc server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
 
 impl Error {
+    /// What this error means to a caller, in the closed table every transport maps from.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidArgument(_) => ErrorCode::Invalid,
+            Error::InstanceNotFound(_)
+            | Error::SessionNotFound(_)
+            | Error::SessionClosed(_)
+            | Error::AliasNotFound(_)
+            | Error::BrokerNotFound(_) => ErrorCode::NotFound,
+            Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
+            Error::CapReached(_) => ErrorCode::CapReached,
+            Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => ErrorCode::WrongState,
+            Error::NoBrokerAvailable(_)
+            | Error::BrokerUnavailable { .. }
+            | Error::StartTimedOut(_) => ErrorCode::Unavailable,
+            Error::Broker { code, .. } => ErrorCode::from_grpc(*code),
+            Error::Config { .. }
+            | Error::Database(_)
+            | Error::CorruptRecord(_)
+            | Error::Introspection(_)
+            | Error::Serve(_) => ErrorCode::Internal,
+        }
+    }
+
     /// The broker's answer to a call, as an error of this crate.
     pub(crate) fn from_broker_status(broker_id: &str, status: tonic::Status) -> Self {
         match status.code() {

@@ -1,6 +1,5 @@
 //! The gRPC adapter: `SessionApi` and `BrokerRegistry` served over the generated types, input
-//! validated into domain types here, the service-token check, and the one mapping of
-//! [`Error`] to `tonic::Status`.
+//! validated into domain types here, and the one mapping of [`Error`] to `tonic::Status`.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -13,84 +12,31 @@ use ptyhub_proto::broker::v1 as broker_wire;
 use ptyhub_proto::session::v1 as wire;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use subtle::ConstantTimeEq;
+use ptyhub_wire::{ErrorCode, Role, TerminalSize};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::domain::{
     Alias, AttachTarget, Broker, ChangeKind, CloseReason, DEFAULT_MAX_SESSIONS, Instance,
-    MAX_SESSIONS_LIMIT, NewInstance, Role, Session, SessionAttachment, SessionChange, SessionName,
-    SessionSelector, SessionStatus, Target, TerminalSize,
+    MAX_SESSIONS_LIMIT, NewInstance, Session, SessionAttachment, SessionChange, SessionName,
+    SessionSelector, SessionStatus, Target,
 };
 use crate::error::Error;
 use crate::service::{CreateSession, SessionService};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Self {
-        let code = match &error {
-            Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::Unauthenticated => Code::Unauthenticated,
-            Error::InstanceNotFound(_)
-            | Error::SessionNotFound(_)
-            | Error::SessionClosed(_)
-            | Error::AliasNotFound(_)
-            | Error::BrokerNotFound(_) => Code::NotFound,
-            Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => Code::AlreadyExists,
-            Error::CapReached(_) => Code::ResourceExhausted,
-            Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => {
-                Code::FailedPrecondition
-            }
-            Error::NoBrokerAvailable(_)
-            | Error::BrokerUnavailable { .. }
-            | Error::StartTimedOut(_) => Code::Unavailable,
-            Error::Broker { code, .. } => *code,
-            Error::Config { .. }
-            | Error::Database(_)
-            | Error::CorruptRecord(_)
-            | Error::Reflection(_)
-            | Error::Serve(_) => Code::Internal,
-        };
-        if code == Code::Internal {
+        let code = error.code();
+        if code == ErrorCode::Internal {
             tracing::error!(%error, "internal error");
         }
-        Status::new(code, error.to_string())
-    }
-}
-
-/// Checks `authorization: Bearer <service token>` on every call, in constant time.
-#[derive(Clone)]
-pub struct ServiceTokenCheck {
-    expected: Arc<[u8]>,
-}
-
-impl std::fmt::Debug for ServiceTokenCheck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ServiceTokenCheck(<redacted>)")
-    }
-}
-
-impl ServiceTokenCheck {
-    pub fn new(service_token: &str) -> Self {
-        Self {
-            expected: format!("Bearer {service_token}").into_bytes().into(),
-        }
-    }
-}
-
-impl tonic::service::Interceptor for ServiceTokenCheck {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let presented = request
-            .metadata()
-            .get(ptyhub_proto::AUTHORIZATION_METADATA)
-            .map(|value| value.as_bytes())
-            .unwrap_or_default();
-        if bool::from(presented.ct_eq(&self.expected)) {
-            Ok(request)
-        } else {
-            Err(Error::Unauthenticated.into())
+        match error {
+            // The broker's own code goes on unchanged, even one the table has no entry for.
+            Error::Broker { code, .. } => Status::new(code, error.to_string()),
+            error => code.status(error.to_string()),
         }
     }
 }
@@ -404,7 +350,8 @@ fn session_id_from_wire(text: &str) -> Result<Uuid, Error> {
 fn size_from_wire(size: Option<broker_wire::TerminalSize>) -> Result<TerminalSize, Error> {
     match size {
         None => Ok(TerminalSize::DEFAULT),
-        Some(size) => TerminalSize::new(size.cols, size.rows),
+        Some(size) => TerminalSize::new(size.cols, size.rows)
+            .map_err(|error| Error::InvalidArgument(error.to_string())),
     }
 }
 

@@ -20,6 +20,7 @@ pub mod store;
 
 pub use config::{Config, ServiceToken, StaticBroker};
 pub use error::Error;
+pub use ptyhub_wire::ServiceCredential;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+use ptyhub_wire::{Introspection, ServingStatus};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,7 +36,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::broker_client::BrokerClients;
 use crate::changes::ChangeFeed;
-use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi, ServiceTokenCheck};
+use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi};
 use crate::lifecycle::LifecycleSettings;
 use crate::service::SessionService;
 use crate::store::Store;
@@ -64,7 +66,7 @@ pub async fn run(
     };
     let service = Arc::new(SessionService::new(
         store.clone(),
-        BrokerClients::new(config.service_token.expose(), config.broker_call_timeout)?,
+        BrokerClients::new(&config.service_credential, config.broker_call_timeout),
         Arc::new(ChangeFeed::new()),
         config.ticket_key.clone(),
         config.ticket_ttl,
@@ -81,18 +83,13 @@ pub async fn run(
         tracker.clone(),
     );
 
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    set_health(&health_reporter, tonic_health::ServingStatus::Serving).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    // grpcio's reflection client still speaks v1alpha.
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(ptyhub_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-    let token_check = ServiceTokenCheck::new(config.service_token.expose());
+    let introspection = Introspection::new(&[
+        "ptyhub.session.v1.SessionApi",
+        "ptyhub.session.v1.BrokerRegistry",
+    ])
+    .await?;
+    let health = introspection.health_handle();
+    let require_credential = config.service_credential.require();
 
     tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
         "session-api serving");
@@ -100,16 +97,14 @@ pub async fn run(
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_interval))
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(reflection_v1alpha)
+        .add_routes(introspection.into_routes())
         .add_service(SessionApiServer::with_interceptor(
             GrpcSessionApi::new(service.clone(), root.clone()),
-            token_check.clone(),
+            require_credential.clone(),
         ))
         .add_service(BrokerRegistryServer::with_interceptor(
             GrpcBrokerRegistry::new(service.clone()),
-            token_check,
+            require_credential,
         ))
         // Every answer is one small write: without TCP_NODELAY, Nagle's algorithm holds it
         // until the peer's delayed acknowledgement, ~40 ms per call (most of a session start).
@@ -118,7 +113,7 @@ pub async fn run(
             async move {
                 shutdown.await;
                 tracing::info!("shutting down: not serving, change streams end with UNAVAILABLE");
-                set_health(&health_reporter, tonic_health::ServingStatus::NotServing).await;
+                health.set_status(ServingStatus::NotServing).await;
                 // Ends the change streams (their clients reconnect to another replica), so that the
                 // server can finish its connections; unary calls in flight complete.
                 stop.cancel();
@@ -155,18 +150,4 @@ pub async fn run(
             "session-api stopped; background tasks outlived the grace period");
     }
     served.map_err(Error::from)
-}
-
-/// Sets the health of the whole server (`""`) and of each of its services.
-async fn set_health(
-    reporter: &tonic_health::server::HealthReporter,
-    status: tonic_health::ServingStatus,
-) {
-    for name in [
-        "",
-        "ptyhub.session.v1.SessionApi",
-        "ptyhub.session.v1.BrokerRegistry",
-    ] {
-        reporter.set_service_status(name, status).await;
-    }
 }

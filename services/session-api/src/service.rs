@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use attach_ticket::{TicketKey, TicketRole};
+use ptyhub_wire::{Role, TerminalSize};
 use tokio::sync::{Notify, broadcast};
 use uuid::Uuid;
 
 use crate::broker_client::{BrokerClients, SpawnSpec};
 use crate::changes::ChangeFeed;
 use crate::domain::{
-    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, Role, Session,
-    SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus, TerminalSize,
+    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, Session,
+    SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus,
 };
 use crate::error::Error;
 use crate::store::{Reservation, SessionReservation, Store};

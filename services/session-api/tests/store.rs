@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{Backend, FreshDatabase};
+use ptyhub_wire::TerminalSize;
 use session_api::Error;
-use session_api::domain::{Alias, NewInstance, SessionName, Target, TerminalSize};
+use session_api::domain::{Alias, NewInstance, SessionName, Target};
 use session_api::store::{Reservation, SessionReservation, Store};
 
 async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use ptyhub_wire::TerminalSize;
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
@@ -20,7 +21,7 @@ use uuid::Uuid;
 
 use crate::domain::{
     Alias, Broker, CloseReason, ExitStatus, Instance, NewInstance, Session, SessionName,
-    SessionStatus, Target, TerminalSize, smallest_free_session_number,
+    SessionStatus, Target, smallest_free_session_number,
 };
 use crate::error::Error;
 use entities::{broker, instance, session_alias, terminal_session};

@@ -185,7 +185,7 @@ fn ticket_key() -> TicketKey {
 /// A real pty-broker with the local backend.
 pub fn start_broker() -> Isolated {
     start_broker_with(pty_broker::Config::new(
-        pty_broker::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        SERVICE_TOKEN.parse().expect("a valid service token"),
         ticket_key(),
     ))
 }
@@ -194,7 +194,7 @@ pub fn start_broker() -> Isolated {
 /// session-api at `session_api` and heartbeats.
 pub fn start_registering_broker(broker_id: &str, session_api: &str) -> Isolated {
     let mut config = pty_broker::Config::new(
-        pty_broker::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        SERVICE_TOKEN.parse().expect("a valid service token"),
         ticket_key(),
     );
     config.broker_id = broker_id.to_owned();
@@ -232,7 +232,7 @@ pub fn start_session_api_on(
 ) -> Isolated {
     let mut config = session_api::Config::new(
         database_url,
-        session_api::ServiceToken::new(SERVICE_TOKEN).unwrap(),
+        session_api::ServiceCredential::new(SERVICE_TOKEN).unwrap(),
         ticket_key(),
     );
     config.brokers = brokers
