@@ -75,9 +75,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             "/ws/tool-instances/{iid}/terminal/{sid}",
             get(ws::open_session_terminal),
         )
-        .route("/", get(web::index_page))
-        .route("/instances/{iid}", get(web::instance_page))
-        .route("/assets/{*path}", get(web::asset))
+        .merge(web::routes(state.static_dir.as_deref()))
         .fallback(|| async { ApiError::not_found("not found") })
         .method_not_allowed_fallback(|| async {
             (

@@ -651,6 +651,22 @@ async fn web_page_routes_serve_the_static_index() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body, json!({"detail": "not found"}));
+
+    // No path leaves assets/: sent raw, since an HTTP client library would resolve the dots.
+    std::fs::write(static_dir.path().join("secret.txt"), "not an asset").unwrap();
+    for path in [
+        "/assets/../secret.txt",
+        "/assets/%2e%2e/secret.txt",
+        "/assets/..%2fsecret.txt",
+        "/assets/%2e%2e%2fsecret.txt",
+        "/assets/../../etc/passwd",
+    ] {
+        let (status, body) = raw_get(&stack.gateway_url, path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body, r#"{"detail":"not found"}"#, "{path}");
+    }
     stack.shutdown().await;
 
     let without = TestStack::builder().start().await;
@@ -661,6 +677,41 @@ async fn web_page_routes_serve_the_static_index() {
         "{body}"
     );
     without.shutdown().await;
+
+    let empty_dir = tempfile::tempdir().unwrap();
+    let not_built = TestStack::builder()
+        .static_dir(empty_dir.path().to_owned())
+        .start()
+        .await;
+    let (status, body) = send(&not_built, Method::GET, "/", None, None).await;
+    assert_eq!(status, 404);
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("web page not installed: no index.html in"),
+        "{body}"
+    );
+    not_built.shutdown().await;
+}
+
+/// A `GET` whose path reaches the server byte for byte, with the status and body it answered.
+async fn raw_get(base_url: &str, path: &str) -> (u16, String) {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let uri: http::Uri = format!("{base_url}{path}").parse().expect("a valid uri");
+    let response = client.get(uri).await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a whole body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test]
