@@ -445,68 +445,101 @@ async fn scoped_jwt_is_forbidden_outside_its_instances() {
 }
 
 #[tokio::test]
-async fn seed_routes_need_matching_labels() {
+async fn project_repository_routes_need_matching_labels() {
     let stack = TestStack::builder().start().await;
     let instance = stack
         .register_instance(
-            "seeded",
+            "labelled",
             5,
             &[("project_id", "p1"), ("repository_id", "r1")],
         )
         .await;
-    let seed = format!("/projects/p1/repositories/r1/instances/{instance}/terminal");
+    let layout = format!("/projects/p1/repositories/r1/instances/{instance}/terminal");
 
     let (status, created) = post(
         &stack,
-        &format!("{seed}/sessions"),
-        Some(json!({"name": "seeded one"})),
+        &format!("{layout}/sessions"),
+        Some(json!({"name": "labelled one"})),
     )
     .await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
-    let (status, listed) = get(&stack, &format!("{seed}/sessions")).await;
+    let (status, listed) = get(&stack, &format!("{layout}/sessions")).await;
     assert_eq!(
         (status, listed["sessions"][0]["id"].as_str()),
         (200, Some(id.as_str()))
     );
-    let (status, _) = get(&stack, &format!("{seed}/sessions/{id}")).await;
+    let (status, _) = get(&stack, &format!("{layout}/sessions/{id}")).await;
     assert_eq!(status, 200);
     let (status, _) = post(
         &stack,
-        &format!("{seed}/sessions/{id}/rename"),
+        &format!("{layout}/sessions/{id}/rename"),
         Some(json!({"name": "renamed"})),
     )
     .await;
     assert_eq!(status, 200);
-    let (status, _) = post(&stack, &format!("{seed}/sessions/{id}/reset"), None).await;
+    let (status, _) = post(&stack, &format!("{layout}/sessions/{id}/reset"), None).await;
     assert_eq!(status, 200);
-    let (status, reset) = post(&stack, &format!("{seed}/reset"), None).await;
+    let (status, reset) = post(&stack, &format!("{layout}/reset"), None).await;
     assert_eq!(status, 200, "{reset}");
-    let (status, _) = delete(&stack, &format!("{seed}/sessions/{id}")).await;
+    let (status, _) = delete(&stack, &format!("{layout}/sessions/{id}")).await;
     assert_eq!(status, 200);
 
-    for wrong in [
-        format!("/projects/p2/repositories/r1/instances/{instance}/terminal/sessions"),
-        format!("/projects/p1/repositories/r2/instances/{instance}/terminal/sessions"),
+    // Every method refuses a path whose labels the instance does not carry, and touches
+    // nothing: the session made through the right path keeps its name and stays live.
+    let (_, kept) = post(&stack, &format!("{layout}/sessions"), Some(json!({}))).await;
+    let kept = kept["id"].as_str().unwrap().to_owned();
+    let (_, before) = get(&stack, &format!("{layout}/sessions")).await;
+    for prefix in [
+        format!("/projects/p2/repositories/r1/instances/{instance}/terminal"),
+        format!("/projects/p1/repositories/r2/instances/{instance}/terminal"),
         format!(
-            "/projects/p1/repositories/r1/instances/{}/terminal/sessions",
+            "/projects/p1/repositories/r1/instances/{}/terminal",
             stack.instance_id
         ),
     ] {
-        let (status, body) = get(&stack, &wrong).await;
-        assert_eq!(
-            (status, &body),
-            (404, &json!({"detail": "instance not found"})),
-            "{wrong}"
-        );
+        for (method, path, body) in [
+            (Method::GET, format!("{prefix}/sessions"), None),
+            (Method::POST, format!("{prefix}/sessions"), Some(json!({}))),
+            (Method::GET, format!("{prefix}/sessions/{kept}"), None),
+            (
+                Method::POST,
+                format!("{prefix}/sessions/{kept}/rename"),
+                Some(json!({"name": "stolen"})),
+            ),
+            (
+                Method::POST,
+                format!("{prefix}/sessions/{kept}/reset"),
+                None,
+            ),
+            (Method::DELETE, format!("{prefix}/sessions/{kept}"), None),
+            (Method::POST, format!("{prefix}/reset"), None),
+        ] {
+            let (status, answer) = send(
+                &stack,
+                method.clone(),
+                &path,
+                Some(&stack.admin_token),
+                body,
+            )
+            .await;
+            assert_eq!(
+                (status, &answer),
+                (404, &json!({"detail": "instance not found"})),
+                "{method} {path}"
+            );
+        }
     }
-    let (status, _) = post(
-        &stack,
-        &format!("/projects/p2/repositories/r1/instances/{instance}/terminal/reset"),
-        None,
-    )
-    .await;
-    assert_eq!(status, 404);
+    let (status, still) = get(&stack, &format!("{layout}/sessions/{kept}")).await;
+    assert_eq!(status, 200);
+    assert_ne!(still["status"], "closed", "{still}");
+    assert_ne!(still["name"], "stolen");
+    let (_, after) = get(&stack, &format!("{layout}/sessions")).await;
+    assert_eq!(
+        after["sessions"].as_array().unwrap().len(),
+        before["sessions"].as_array().unwrap().len(),
+        "a refused create created nothing: {after}"
+    );
     stack.shutdown().await;
 }
 
@@ -583,7 +616,8 @@ async fn openapi_lists_every_contract_route() {
 #[tokio::test]
 async fn metrics_count_http_responses() {
     let stack = TestStack::builder().start().await;
-    let _ = get(&stack, "/no/such/route").await;
+    let (status, _) = get(&stack, "/no/such/route").await;
+    assert_eq!(status, 404);
     let response = stack
         .http
         .get(format!("{}/metrics", stack.gateway_url))
