@@ -1,8 +1,8 @@
-//! The gateway's only contact with generated protobuf types on the way to its backends: typed
+//! The gateway's only contact with generated protobuf types on the way to its upstreams: typed
 //! calls to session-api, `Attach` streams to brokers, and the conversions to [`crate::domain`].
 //!
-//! The gRPC-web surface (`grpc_web.rs`) forwards protobuf messages as they are; everything else
-//! goes through here.
+//! The session proxy (`session_proxy.rs`) forwards protobuf messages as they are; everything
+//! else goes through here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

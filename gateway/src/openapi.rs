@@ -1,45 +1,89 @@
 //! The OpenAPI 3 document of the REST and WebSocket routes, generated from the handlers'
-//! annotations and served at `/api/v1/openapi.json`.
+//! annotations and served at `/api/v1/openapi.json`. The session routes are annotated once,
+//! under `/api/v1/instances/{iid}`; [`ProjectRepositoryLayout`] documents their copies under the
+//! older project/repository layout from those annotations.
 
 use axum::Json;
+use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::{IntoParams, Modify, OpenApi};
 
+use crate::rest::{ProjectRepositoryLabels, instances, operations, sessions};
+use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
+
+/// The tag of the session routes under the project/repository layout.
+const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
 
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(title = "ptyhub gateway", description = "Terminal sessions in containers: REST and WebSocket. See CONTRACT.md."),
     paths(
-        rest::healthz,
-        rest::livez,
-        rest::readyz,
-        rest::metrics,
-        rest::register_instance,
-        rest::list_instances,
-        rest::get_instance,
-        rest::delete_instance,
-        rest::list_sessions,
-        rest::create_session,
-        rest::get_session,
-        rest::close_session,
-        rest::reset_session,
-        rest::rename_session,
-        rest::reset_default_session,
-        rest::seed_list_sessions,
-        rest::seed_create_session,
-        rest::seed_get_session,
-        rest::seed_close_session,
-        rest::seed_reset_session,
-        rest::seed_rename_session,
-        rest::seed_reset_default_session,
+        operations::healthz,
+        operations::livez,
+        operations::readyz,
+        operations::metrics,
+        instances::register_instance,
+        instances::list_instances,
+        instances::get_instance,
+        instances::delete_instance,
+        sessions::list_sessions,
+        sessions::create_session,
+        sessions::get_session,
+        sessions::close_session,
+        sessions::reset_session,
+        sessions::rename_session,
+        sessions::reset_default_session,
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),
-    modifiers(&BearerSecurity),
+    modifiers(&ProjectRepositoryLayout, &BearerSecurity),
 )]
 pub struct ApiDoc;
 
+/// Documents every session route a second time under [`PROJECT_REPOSITORY_PREFIX`], with its
+/// two extra path parameters, its own tag and operation ids.
+#[derive(Debug)]
+struct ProjectRepositoryLayout;
+
+impl Modify for ProjectRepositoryLayout {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let session_routes = format!("{INSTANCE_PREFIX}/terminal");
+        let copies: Vec<_> = openapi
+            .paths
+            .paths
+            .iter()
+            .filter_map(|(path, item)| {
+                let rest = path.strip_prefix(&session_routes)?;
+                let mut item = item.clone();
+                for operation in [&mut item.get, &mut item.post, &mut item.delete]
+                    .into_iter()
+                    .flatten()
+                {
+                    document_project_repository_layout(operation);
+                }
+                Some((format!("{PROJECT_REPOSITORY_PREFIX}/terminal{rest}"), item))
+            })
+            .collect();
+        openapi.paths.paths.extend(copies);
+    }
+}
+
+fn document_project_repository_layout(operation: &mut Operation) {
+    operation.tags = Some(vec![PROJECT_REPOSITORY_TAG.to_owned()]);
+    operation.operation_id = operation
+        .operation_id
+        .take()
+        .map(|id| format!("project_repository_{id}"));
+    let mut parameters = ProjectRepositoryLabels::into_params(|| Some(ParameterIn::Path));
+    parameters.extend(operation.parameters.take().unwrap_or_default());
+    operation.parameters = Some(parameters);
+    if let Some(description) = operation.description.as_mut() {
+        description.push_str(" The instance's `project_id` and `repository_id` labels must match the path, else 404.");
+    }
+}
+
+#[derive(Debug)]
 struct BearerSecurity;
 
 impl Modify for BearerSecurity {
@@ -55,4 +99,43 @@ impl Modify for BearerSecurity {
 /// The document itself; like every REST route, it needs a credential.
 pub async fn openapi_json(_caller: rest::Caller) -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_repository_routes_are_documented_with_their_labels() {
+        let document = ApiDoc::openapi();
+        let path = format!("{PROJECT_REPOSITORY_PREFIX}/terminal/sessions/{{sid}}/rename");
+        let operation = document.paths.paths[&path]
+            .post
+            .as_ref()
+            .expect("rename is documented under the project/repository layout");
+        assert_eq!(
+            operation.tags.as_deref(),
+            Some(&[PROJECT_REPOSITORY_TAG.to_owned()][..])
+        );
+        let names: Vec<&str> = operation
+            .parameters
+            .iter()
+            .flatten()
+            .map(|parameter| parameter.name.as_str())
+            .collect();
+        assert_eq!(names, ["project_id", "repository_id", "iid", "sid"]);
+        assert_eq!(
+            operation.operation_id.as_deref(),
+            Some("project_repository_rename_session")
+        );
+        let original =
+            &document.paths.paths[&format!("{INSTANCE_PREFIX}/terminal/sessions/{{sid}}/rename")];
+        assert_eq!(
+            original
+                .post
+                .as_ref()
+                .and_then(|operation| operation.tags.as_deref()),
+            Some(&["sessions".to_owned()][..])
+        );
+    }
 }

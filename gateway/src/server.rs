@@ -20,10 +20,11 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::error::{ApiError, ErrorBody};
+use crate::rest::{instances, operations, sessions};
 use crate::session_proxy::SessionApiProxy;
 use crate::state::AppState;
 use crate::ws::origin_allowed;
-use crate::{openapi, rest, web, ws};
+use crate::{openapi, web, ws};
 
 /// The one gRPC service the gateway offers (besides health and reflection).
 const SESSION_API_SERVICE: &str = "ptyhub.session.v1.SessionApi";
@@ -38,63 +39,34 @@ type GrpcService = tower_http::cors::Cors<tonic_web::GrpcWebService<tonic::servi
 #[error(transparent)]
 pub struct RouterError(#[from] IntrospectionError);
 
+/// The prefix of the session routes under the instance layout of the contract.
+pub const INSTANCE_PREFIX: &str = "/api/v1/instances/{iid}";
+
+/// The prefix of the same session routes under the older single-app layout, where the
+/// instance's `project_id` and `repository_id` labels must match the path.
+pub const PROJECT_REPOSITORY_PREFIX: &str =
+    "/projects/{project_id}/repositories/{repository_id}/instances/{iid}";
+
 /// The whole gateway as one axum router.
 pub async fn router(state: AppState) -> Result<Router, RouterError> {
     let grpc = grpc_service(state.clone()).await?;
     let api = Router::new()
         .route(
             "/api/v1/instances",
-            post(rest::register_instance).get(rest::list_instances),
+            post(instances::register_instance).get(instances::list_instances),
         )
         .route(
-            "/api/v1/instances/{iid}",
-            get(rest::get_instance).delete(rest::delete_instance),
-        )
-        .route(
-            "/api/v1/instances/{iid}/terminal/sessions",
-            get(rest::list_sessions).post(rest::create_session),
-        )
-        .route(
-            "/api/v1/instances/{iid}/terminal/sessions/{sid}",
-            get(rest::get_session).delete(rest::close_session),
-        )
-        .route(
-            "/api/v1/instances/{iid}/terminal/sessions/{sid}/reset",
-            post(rest::reset_session),
-        )
-        .route(
-            "/api/v1/instances/{iid}/terminal/sessions/{sid}/rename",
-            post(rest::rename_session),
-        )
-        .route(
-            "/api/v1/instances/{iid}/terminal/reset",
-            post(rest::reset_default_session),
-        )
-        .route(
-            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions",
-            get(rest::seed_list_sessions).post(rest::seed_create_session),
-        )
-        .route(
-            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions/{sid}",
-            get(rest::seed_get_session).delete(rest::seed_close_session),
-        )
-        .route(
-            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions/{sid}/reset",
-            post(rest::seed_reset_session),
-        )
-        .route(
-            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions/{sid}/rename",
-            post(rest::seed_rename_session),
-        )
-        .route(
-            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/reset",
-            post(rest::seed_reset_default_session),
-        )
+            INSTANCE_PREFIX,
+            get(instances::get_instance).delete(instances::delete_instance),
+        );
+    let api = [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX]
+        .into_iter()
+        .fold(api, session_routes)
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
-        .route("/healthz", get(rest::healthz))
-        .route("/livez", get(rest::livez))
-        .route("/readyz", get(rest::readyz))
-        .route("/metrics", get(rest::metrics))
+        .route("/healthz", get(operations::healthz))
+        .route("/livez", get(operations::livez))
+        .route("/readyz", get(operations::readyz))
+        .route("/metrics", get(operations::metrics))
         .route(
             "/ws/tool-instances/{iid}/terminal",
             get(ws::open_instance_terminal),
@@ -103,9 +75,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             "/ws/tool-instances/{iid}/terminal/{sid}",
             get(ws::open_session_terminal),
         )
-        .route("/", get(web::index_page))
-        .route("/instances/{iid}", get(web::instance_page))
-        .route("/assets/{*path}", get(web::asset))
+        .merge(web::routes(state.static_dir.as_deref()))
         .fallback(|| async { ApiError::not_found("not found") })
         .method_not_allowed_fallback(|| async {
             (
@@ -128,6 +98,32 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
         )
         .with_state(state);
     Ok(router)
+}
+
+/// The session routes below `prefix`: the same handlers for both layouts, whose
+/// [`crate::rest::InstanceScope`] tells them apart.
+fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
+    router
+        .route(
+            &format!("{prefix}/terminal/sessions"),
+            get(sessions::list_sessions).post(sessions::create_session),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}"),
+            get(sessions::get_session).delete(sessions::close_session),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/reset"),
+            post(sessions::reset_session),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/rename"),
+            post(sessions::rename_session),
+        )
+        .route(
+            &format!("{prefix}/terminal/reset"),
+            post(sessions::reset_default_session),
+        )
 }
 
 async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {

@@ -76,7 +76,7 @@ impl SessionApiProxy {
             return Err(ErrorCode::Invalid.status("instance is required"));
         }
         self.state
-            .authorize_instance(principal, instance, None)
+            .authorize_instance(principal, instance)
             .await
             .map_err(|error| error.to_status())
     }

@@ -1,5 +1,5 @@
 //! What every handler shares, and the checks every instance-scoped request goes through: the
-//! caller's scope covers the instance, the seed labels match, the session belongs to it.
+//! caller's scope covers the instance, and the session belongs to it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,13 +33,6 @@ pub struct AppState {
     pub bridges: TaskTracker,
 }
 
-/// The seed layout's labels an instance must carry on `/projects/{pid}/repositories/{rid}/...`.
-#[derive(Debug, Clone, Copy)]
-pub struct SeedLabels<'a> {
-    pub project_id: &'a str,
-    pub repository_id: &'a str,
-}
-
 impl AppState {
     /// Looks up the instance and checks that the principal may use it.
     ///
@@ -49,7 +42,6 @@ impl AppState {
         &self,
         principal: &Principal,
         instance_reference: &str,
-        seed_labels: Option<SeedLabels<'_>>,
     ) -> Result<Instance, ApiError> {
         let instance = match self.upstreams.get_instance(instance_reference).await {
             Ok(instance) => instance,
@@ -64,15 +56,6 @@ impl AppState {
         };
         if !principal.access.allows(&instance) {
             return Err(forbidden_instance());
-        }
-        if let Some(seed) = seed_labels {
-            let matches = instance.labels.get("project_id").map(String::as_str)
-                == Some(seed.project_id)
-                && instance.labels.get("repository_id").map(String::as_str)
-                    == Some(seed.repository_id);
-            if !matches {
-                return Err(ApiError::not_found("instance not found"));
-            }
         }
         Ok(instance)
     }

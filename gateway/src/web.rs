@@ -1,86 +1,70 @@
 //! The web page: `/` and `/instances/{iid}` serve the configured static directory's
 //! `index.html` (the page reads its token and instance from the address), `/assets/...` the
-//! files next to it.
+//! files below its `assets/`, through tower-http's file services, which refuse any path that
+//! leaves the directory. What is missing is a JSON 404 like every other unknown path.
 
-use std::path::{Component, Path as FsPath, PathBuf};
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tower::ServiceExt;
+use tower::service_fn;
+use tower_http::services::{ServeDir, ServeFile};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The instances page.
-pub async fn index_page(State(state): State<AppState>) -> Response {
-    serve_index(state.static_dir.as_deref()).await
-}
-
-/// The terminal page of one instance; the page itself reads the instance from its address.
-pub async fn instance_page(State(state): State<AppState>, Path(_iid): Path<String>) -> Response {
-    serve_index(state.static_dir.as_deref()).await
-}
-
-/// A file of the page (scripts, styles) below the static directory.
-pub async fn asset(State(state): State<AppState>, Path(path): Path<String>) -> Response {
-    let Some(static_dir) = state.static_dir.as_deref() else {
-        return not_configured().into_response();
-    };
-    let relative = PathBuf::from(&path);
-    // Only plain names below the directory: no `..`, no absolute paths.
-    if relative
-        .components()
-        .any(|component| !matches!(component, Component::Normal(_)))
-    {
-        return ApiError::not_found("not found").into_response();
-    }
-    let file = static_dir.join("assets").join(relative);
-    match tokio::fs::read(&file).await {
-        Ok(bytes) => ([(header::CONTENT_TYPE, content_type(&file))], bytes).into_response(),
-        Err(_) => ApiError::not_found("not found").into_response(),
-    }
-}
-
-async fn serve_index(static_dir: Option<&FsPath>) -> Response {
+/// The page's routes, for the static directory `static_dir` (`None`: no page, only 404s that
+/// say so).
+pub fn routes(static_dir: Option<&Path>) -> Router<AppState> {
     let Some(static_dir) = static_dir else {
-        return not_configured().into_response();
+        let not_configured = || async { not_configured().into_response() };
+        return Router::new()
+            .route("/", get(not_configured))
+            .route("/instances/{iid}", get(not_configured))
+            .route("/assets/{*path}", get(not_configured));
     };
     let index = static_dir.join("index.html");
-    match tokio::fs::read(&index).await {
-        Ok(bytes) => (
-            [
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/html; charset=utf-8"),
-                ),
-                (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            ],
-            bytes,
+    let instance_index = index.clone();
+    let assets = ServeDir::new(static_dir.join("assets"))
+        // A directory is not a page: 404 rather than a redirect to its `index.html`.
+        .append_index_html_on_directories(false)
+        .not_found_service(service_fn(|_: Request| async {
+            Ok::<_, Infallible>(ApiError::not_found("not found").into_response())
+        }));
+    Router::new()
+        .route("/", get(move |request| serve_index(index, request)))
+        .route(
+            "/instances/{iid}",
+            get(move |request| serve_index(instance_index, request)),
         )
-            .into_response(),
-        Err(_) => ApiError::not_found(format!(
+        .nest_service("/assets", assets)
+}
+
+/// `index.html`, which browsers must revalidate so that a new page reaches them at once.
+async fn serve_index(index: PathBuf, request: Request) -> Response {
+    let Ok(mut response) = ServeFile::new(&index).oneshot(request).await;
+    if response.status() == StatusCode::NOT_FOUND {
+        let directory = index.parent().unwrap_or(&index);
+        return ApiError::not_found(format!(
             "web page not installed: no index.html in {}",
-            static_dir.display()
+            directory.display()
         ))
-        .into_response(),
+        .into_response();
     }
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response.into_response()
 }
 
 fn not_configured() -> ApiError {
     ApiError::not_found("web page not configured: set PTYHUB_GATEWAY_STATIC_DIR")
-}
-
-fn content_type(file: &FsPath) -> HeaderValue {
-    let extension = file.extension().and_then(|extension| extension.to_str());
-    HeaderValue::from_static(match extension {
-        Some("html") => "text/html; charset=utf-8",
-        Some("js" | "mjs") => "text/javascript; charset=utf-8",
-        Some("css") => "text/css; charset=utf-8",
-        Some("json" | "map") => "application/json",
-        Some("svg") => "image/svg+xml",
-        Some("png") => "image/png",
-        Some("ico") => "image/x-icon",
-        Some("woff2") => "font/woff2",
-        _ => "application/octet-stream",
-    })
 }

@@ -232,7 +232,7 @@ async fn prepare_attach(
         (None, None, None) => (SessionSelector::Default, true),
     };
     let instance = state
-        .authorize_instance(&principal, instance_reference, None)
+        .authorize_instance(&principal, instance_reference)
         .await?;
     let resolved = state
         .upstreams

@@ -176,6 +176,32 @@ impl Terminal {
     }
 }
 
+/// The gateway's `ptyhub_gateway_websockets_open` gauge: terminal WebSockets whose bridge has
+/// not ended yet.
+pub async fn open_websockets(stack: &TestStack) -> u64 {
+    let (status, body) = get(stack, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    let text = body.as_str().expect("metrics are text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("ptyhub_gateway_websockets_open "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no websockets_open gauge in {text}"))
+}
+
+/// Waits until exactly `count` terminal WebSockets are open on the gateway: the event that says
+/// the others' bridges have ended, every frame they read handled.
+pub async fn wait_for_open_websockets(stack: &TestStack, count: u64) {
+    let reached = test_support::poll_until(PATIENCE, Duration::from_millis(20), || async {
+        (open_websockets(stack).await == count).then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "never {count} open websockets (now {})",
+        open_websockets(stack).await
+    );
+}
+
 /// `GET` with the admin token; returns status and JSON body.
 pub async fn get(stack: &TestStack, path: &str) -> (u16, Value) {
     send(

@@ -445,68 +445,101 @@ async fn scoped_jwt_is_forbidden_outside_its_instances() {
 }
 
 #[tokio::test]
-async fn seed_routes_need_matching_labels() {
+async fn project_repository_routes_need_matching_labels() {
     let stack = TestStack::builder().start().await;
     let instance = stack
         .register_instance(
-            "seeded",
+            "labelled",
             5,
             &[("project_id", "p1"), ("repository_id", "r1")],
         )
         .await;
-    let seed = format!("/projects/p1/repositories/r1/instances/{instance}/terminal");
+    let layout = format!("/projects/p1/repositories/r1/instances/{instance}/terminal");
 
     let (status, created) = post(
         &stack,
-        &format!("{seed}/sessions"),
-        Some(json!({"name": "seeded one"})),
+        &format!("{layout}/sessions"),
+        Some(json!({"name": "labelled one"})),
     )
     .await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
-    let (status, listed) = get(&stack, &format!("{seed}/sessions")).await;
+    let (status, listed) = get(&stack, &format!("{layout}/sessions")).await;
     assert_eq!(
         (status, listed["sessions"][0]["id"].as_str()),
         (200, Some(id.as_str()))
     );
-    let (status, _) = get(&stack, &format!("{seed}/sessions/{id}")).await;
+    let (status, _) = get(&stack, &format!("{layout}/sessions/{id}")).await;
     assert_eq!(status, 200);
     let (status, _) = post(
         &stack,
-        &format!("{seed}/sessions/{id}/rename"),
+        &format!("{layout}/sessions/{id}/rename"),
         Some(json!({"name": "renamed"})),
     )
     .await;
     assert_eq!(status, 200);
-    let (status, _) = post(&stack, &format!("{seed}/sessions/{id}/reset"), None).await;
+    let (status, _) = post(&stack, &format!("{layout}/sessions/{id}/reset"), None).await;
     assert_eq!(status, 200);
-    let (status, reset) = post(&stack, &format!("{seed}/reset"), None).await;
+    let (status, reset) = post(&stack, &format!("{layout}/reset"), None).await;
     assert_eq!(status, 200, "{reset}");
-    let (status, _) = delete(&stack, &format!("{seed}/sessions/{id}")).await;
+    let (status, _) = delete(&stack, &format!("{layout}/sessions/{id}")).await;
     assert_eq!(status, 200);
 
-    for wrong in [
-        format!("/projects/p2/repositories/r1/instances/{instance}/terminal/sessions"),
-        format!("/projects/p1/repositories/r2/instances/{instance}/terminal/sessions"),
+    // Every method refuses a path whose labels the instance does not carry, and touches
+    // nothing: the session made through the right path keeps its name and stays live.
+    let (_, kept) = post(&stack, &format!("{layout}/sessions"), Some(json!({}))).await;
+    let kept = kept["id"].as_str().unwrap().to_owned();
+    let (_, before) = get(&stack, &format!("{layout}/sessions")).await;
+    for prefix in [
+        format!("/projects/p2/repositories/r1/instances/{instance}/terminal"),
+        format!("/projects/p1/repositories/r2/instances/{instance}/terminal"),
         format!(
-            "/projects/p1/repositories/r1/instances/{}/terminal/sessions",
+            "/projects/p1/repositories/r1/instances/{}/terminal",
             stack.instance_id
         ),
     ] {
-        let (status, body) = get(&stack, &wrong).await;
-        assert_eq!(
-            (status, &body),
-            (404, &json!({"detail": "instance not found"})),
-            "{wrong}"
-        );
+        for (method, path, body) in [
+            (Method::GET, format!("{prefix}/sessions"), None),
+            (Method::POST, format!("{prefix}/sessions"), Some(json!({}))),
+            (Method::GET, format!("{prefix}/sessions/{kept}"), None),
+            (
+                Method::POST,
+                format!("{prefix}/sessions/{kept}/rename"),
+                Some(json!({"name": "stolen"})),
+            ),
+            (
+                Method::POST,
+                format!("{prefix}/sessions/{kept}/reset"),
+                None,
+            ),
+            (Method::DELETE, format!("{prefix}/sessions/{kept}"), None),
+            (Method::POST, format!("{prefix}/reset"), None),
+        ] {
+            let (status, answer) = send(
+                &stack,
+                method.clone(),
+                &path,
+                Some(&stack.admin_token),
+                body,
+            )
+            .await;
+            assert_eq!(
+                (status, &answer),
+                (404, &json!({"detail": "instance not found"})),
+                "{method} {path}"
+            );
+        }
     }
-    let (status, _) = post(
-        &stack,
-        &format!("/projects/p2/repositories/r1/instances/{instance}/terminal/reset"),
-        None,
-    )
-    .await;
-    assert_eq!(status, 404);
+    let (status, still) = get(&stack, &format!("{layout}/sessions/{kept}")).await;
+    assert_eq!(status, 200);
+    assert_ne!(still["status"], "closed", "{still}");
+    assert_ne!(still["name"], "stolen");
+    let (_, after) = get(&stack, &format!("{layout}/sessions")).await;
+    assert_eq!(
+        after["sessions"].as_array().unwrap().len(),
+        before["sessions"].as_array().unwrap().len(),
+        "a refused create created nothing: {after}"
+    );
     stack.shutdown().await;
 }
 
@@ -583,7 +616,8 @@ async fn openapi_lists_every_contract_route() {
 #[tokio::test]
 async fn metrics_count_http_responses() {
     let stack = TestStack::builder().start().await;
-    let _ = get(&stack, "/no/such/route").await;
+    let (status, _) = get(&stack, "/no/such/route").await;
+    assert_eq!(status, 404);
     let response = stack
         .http
         .get(format!("{}/metrics", stack.gateway_url))
@@ -651,6 +685,22 @@ async fn web_page_routes_serve_the_static_index() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body, json!({"detail": "not found"}));
+
+    // No path leaves assets/: sent raw, since an HTTP client library would resolve the dots.
+    std::fs::write(static_dir.path().join("secret.txt"), "not an asset").unwrap();
+    for path in [
+        "/assets/../secret.txt",
+        "/assets/%2e%2e/secret.txt",
+        "/assets/..%2fsecret.txt",
+        "/assets/%2e%2e%2fsecret.txt",
+        "/assets/../../etc/passwd",
+    ] {
+        let (status, body) = raw_get(&stack.gateway_url, path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body, r#"{"detail":"not found"}"#, "{path}");
+    }
     stack.shutdown().await;
 
     let without = TestStack::builder().start().await;
@@ -661,6 +711,41 @@ async fn web_page_routes_serve_the_static_index() {
         "{body}"
     );
     without.shutdown().await;
+
+    let empty_dir = tempfile::tempdir().unwrap();
+    let not_built = TestStack::builder()
+        .static_dir(empty_dir.path().to_owned())
+        .start()
+        .await;
+    let (status, body) = send(&not_built, Method::GET, "/", None, None).await;
+    assert_eq!(status, 404);
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("web page not installed: no index.html in"),
+        "{body}"
+    );
+    not_built.shutdown().await;
+}
+
+/// A `GET` whose path reaches the server byte for byte, with the status and body it answered.
+async fn raw_get(base_url: &str, path: &str) -> (u16, String) {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let uri: http::Uri = format!("{base_url}{path}").parse().expect("a valid uri");
+    let response = client.get(uri).await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a whole body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{Terminal, create_session, get, post};
+use crate::common::{PATIENCE, Terminal, create_session, get, post, wait_for_open_websockets};
 use serde_json::json;
 use test_support::stack::TestStack;
 use tokio_tungstenite::tungstenite::Message;
@@ -37,20 +37,14 @@ async fn connected_status_comes_first_then_input_is_echoed() {
     // The default session is the instance's `default` alias, and it reports the attached
     // client once the broker's counts have reached session-api (batched, about once a second).
     let sessions = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
-    let deadline = tokio::time::Instant::now() + crate::common::PATIENCE;
-    loop {
+    let attached = test_support::poll_until(PATIENCE, Duration::from_millis(100), || async {
         let (_, listed) = get(&stack, &sessions).await;
-        let session = &listed["sessions"][0];
+        let session = listed["sessions"][0].clone();
         assert_eq!(session["id"], connected["session"]["id"]);
-        if session["has_websockets"] == true {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never reported attached: {session}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (session["has_websockets"] == true).then_some(session)
+    })
+    .await;
+    assert!(attached.is_some(), "never reported attached");
     stack.shutdown().await;
 }
 
@@ -121,9 +115,12 @@ async fn takeover_detaches_the_previous_controller() {
         json!({"type": "session_detached", "reason": "taken_over"})
     );
     // Input the old controller sends now must never reach the PTY.
-    let _ = first.send_input("echo stale-$((6*7))\n").await;
+    first.send_input("echo stale-$((6*7))\n").await;
     let closed = first.read_until_closed().await;
     assert_eq!(closed.code, 4009);
+    // Once its bridge has ended, the gateway has read (and refused) the stale input: had it
+    // been written, its output would come before the fresh command's.
+    wait_for_open_websockets(&stack, 1).await;
 
     second.send_input("echo fresh-$((7*7))\n").await;
     second.read_until_output("fresh-49").await;
@@ -166,19 +163,39 @@ async fn viewer_input_is_refused() {
 #[tokio::test]
 async fn resume_with_since_replays_exactly_the_missed_bytes() {
     let stack = TestStack::builder().start().await;
-    let path = format!("{}?client_id=resumer", default_path(&stack));
+    // Wide enough that the typed command's echo is never wrapped.
+    let path = format!(
+        "{}?client_id=resumer&cols=300&rows=40",
+        default_path(&stack)
+    );
     let mut first = Terminal::open(&stack, &path).await;
     let start = first.connected().await["offset"].as_u64().unwrap();
     first.send_input("echo before-$((1+1))\n").await;
     first.read_until_output("before-2").await;
-    // Output that appears only after the socket is gone.
+    // Output that appears only once the socket is gone: the command waits for a file the test
+    // creates after dropping the socket.
+    let trigger = tempfile::tempdir().unwrap();
+    let go = trigger.path().join("go");
     first
-        .send_input("sleep 1; echo missed-$((2+2)); echo end-$((3+3))\n")
+        .send_input(&format!(
+            "until [ -e {} ]; do sleep 0.05; done; echo missed-$((2+2)); echo end-$((3+3))\n",
+            go.display()
+        ))
         .await;
-    first.read_until_output("sleep 1").await;
+    first.read_until_output("end-$((3+3))").await;
     let resume_at = start + first.output.len() as u64;
     drop(first);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::write(&go, "").unwrap();
+
+    // A viewer replaying from the start waits for that output, with the same bytes to compare.
+    let mut full = Terminal::open(&stack, &format!("{path}&since={start}&mode=view")).await;
+    assert_eq!(full.connected().await["offset"].as_u64(), Some(start));
+    full.read_until_output("end-6").await;
+    assert!(
+        full.texts.iter().all(|text| text["type"] != "gap"),
+        "{:?}",
+        full.texts
+    );
 
     let mut resumed = Terminal::open(&stack, &format!("{path}&since={resume_at}")).await;
     assert_eq!(
@@ -188,20 +205,15 @@ async fn resume_with_since_replays_exactly_the_missed_bytes() {
     resumed.read_until_output("end-6").await;
     assert!(resumed.output_text().contains("missed-4"));
 
-    // The replay is exactly the ring's bytes from that offset: compare with a full replay.
-    let mut full = Terminal::open(&stack, &format!("{path}&since={start}&mode=view")).await;
-    assert_eq!(full.connected().await["offset"].as_u64(), Some(start));
-    full.read_until_output("end-6").await;
+    // The replay is exactly the bytes from that offset, none twice, none missing: on the span
+    // both read, it equals the full replay shifted by what the first socket had seen.
     let skip = usize::try_from(resume_at - start).unwrap();
-    assert!(full.output.len() >= skip + resumed.output.len());
-    assert_eq!(
-        &full.output[skip..skip + resumed.output.len()],
-        &resumed.output[..]
-    );
+    let full_after = &full.output[skip..];
+    let common = full_after.len().min(resumed.output.len());
+    assert_eq!(&resumed.output[..common], &full_after[..common]);
     assert!(
-        full.texts.iter().all(|text| text["type"] != "gap"),
-        "{:?}",
-        full.texts
+        String::from_utf8_lossy(&resumed.output[..common]).contains("end-6"),
+        "the compared span holds the missed output"
     );
     stack.shutdown().await;
 }
@@ -214,17 +226,24 @@ async fn a_resume_beyond_the_ring_reports_the_gap() {
     let start = terminal.connected().await["offset"].as_u64().unwrap();
     terminal.send_input("i=0; while [ $i -lt 400 ]; do echo line-$i-padding-padding; i=$((i+1)); done; echo done-$((9*9))\n").await;
     terminal.read_until_output("done-81").await;
-    let end = start + terminal.output.len() as u64;
+    let seen = terminal.output.clone();
     drop(terminal);
 
     let mut resumed = Terminal::open(&stack, &format!("{path}&since={start}")).await;
     resumed.connected().await;
     let gap = resumed.read_until_text("gap").await;
-    let lost = gap["lost"].as_u64().unwrap();
-    assert!(lost > 0, "{gap}");
+    assert!(resumed.output.is_empty(), "the gap comes before any replay");
+    let lost = usize::try_from(gap["lost"].as_u64().unwrap()).unwrap();
+    assert!(lost > 0 && lost < seen.len(), "{gap}");
     resumed.read_until_output("done-81").await;
-    // Nothing twice, nothing missing: lost + replayed covers exactly what was produced.
-    assert!(lost + resumed.output.len() as u64 >= end - start);
+    // Nothing twice, nothing missing: the replay starts exactly `lost` bytes after `start`, so
+    // it is byte for byte what the first socket saw from there.
+    let common = resumed.output.len().min(seen.len() - lost);
+    assert_eq!(&resumed.output[..common], &seen[lost..lost + common]);
+    assert!(
+        String::from_utf8_lossy(&resumed.output[..common]).contains("done-81"),
+        "the compared span reaches the end of the output"
+    );
     assert!(
         resumed.output.len() <= 4096 + 1024,
         "replay larger than the ring"
@@ -431,7 +450,7 @@ async fn credentials_missing_or_out_of_scope_close_4001_and_4003() {
 
 #[tokio::test]
 async fn heartbeats_keep_a_live_client_and_drop_a_silent_one() {
-    let interval = Duration::from_millis(300);
+    let interval = Duration::from_millis(500);
     let stack = TestStack::builder()
         .heartbeat_interval(interval)
         .start()
@@ -441,8 +460,9 @@ async fn heartbeats_keep_a_live_client_and_drop_a_silent_one() {
     // A client that keeps reading answers WebSocket pings and stays.
     let mut live = Terminal::open(&stack, &path).await;
     live.connected().await;
+    // Four intervals: twice what a silent client is allowed.
     let mut pings = 0;
-    while pings < 5 {
+    while pings < 4 {
         if live.read_until_text("ping").await == json!({"type": "ping"}) {
             pings += 1;
             live.send_json(json!({"type": "pong"})).await;
@@ -456,7 +476,8 @@ async fn heartbeats_keep_a_live_client_and_drop_a_silent_one() {
         .as_str()
         .unwrap()
         .to_owned();
-    tokio::time::sleep(interval * 5).await;
+    // Not reading, it answers nothing; the gateway ends its bridge, then the close is read.
+    wait_for_open_websockets(&stack, 0).await;
     let closed = silent.read_until_closed().await;
     assert_eq!(closed.code, 1011, "{closed:?}");
     let (status, after) = get(

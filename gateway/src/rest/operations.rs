@@ -1,0 +1,138 @@
+//! The operations routes: `/healthz` for people and dashboards, `/livez` and `/readyz` for
+//! orchestrators, and `/metrics` for Prometheus.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::bodies::{BrokerHealthBody, HealthBody, ProbeBody};
+use crate::auth::bearer_token;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
+
+/// Whether session-api and every broker answer. Needs no credential.
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations",
+    responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
+)]
+pub async fn healthz(State(state): State<AppState>) -> Response {
+    let (status, body) = match state.upstreams.check_brokers().await {
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            HealthBody {
+                status: "unavailable".into(),
+                detail: Some(error.message),
+                brokers: Vec::new(),
+            },
+        ),
+        Ok(brokers) => {
+            let down: Vec<String> = brokers
+                .iter()
+                .filter(|broker| broker.problem.is_some())
+                .map(|broker| broker.id.clone())
+                .collect();
+            let brokers = brokers
+                .into_iter()
+                .map(|broker| BrokerHealthBody {
+                    id: broker.id,
+                    endpoint: broker.endpoint,
+                    status: broker.problem.unwrap_or_else(|| "ok".into()),
+                })
+                .collect();
+            if down.is_empty() {
+                (
+                    StatusCode::OK,
+                    HealthBody {
+                        status: "ok".into(),
+                        detail: None,
+                        brokers,
+                    },
+                )
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HealthBody {
+                        status: "unavailable".into(),
+                        detail: Some(format!("brokers not answering: {}", down.join(", "))),
+                        brokers,
+                    },
+                )
+            }
+        }
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Liveness: the process serves HTTP. Needs no credential and asks no backend, so a slow
+/// session-api or broker never gets a healthy gateway restarted.
+#[utoipa::path(
+    get, path = "/livez", tag = "operations",
+    responses((status = 200, body = ProbeBody)),
+)]
+pub async fn livez() -> Json<ProbeBody> {
+    Json(ProbeBody {
+        status: "ok".into(),
+        detail: None,
+    })
+}
+
+/// Readiness: this replica should get new work. 503 once it is shutting down (a rolling
+/// restart) or while session-api does not answer; brokers are not asked, since one lost node
+/// must not take every gateway out of service. Needs no credential.
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations",
+    responses((status = 200, body = ProbeBody), (status = 503, body = ProbeBody)),
+)]
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let problem = if state.draining.is_cancelled() {
+        Some("gateway shutting down".to_owned())
+    } else {
+        state
+            .upstreams
+            .check_session_api()
+            .await
+            .err()
+            .map(|error| error.message)
+    };
+    let (status, body) = match problem {
+        None => (
+            StatusCode::OK,
+            ProbeBody {
+                status: "ok".into(),
+                detail: None,
+            },
+        ),
+        Some(detail) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProbeBody {
+                status: "unavailable".into(),
+                detail: Some(detail),
+            },
+        ),
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Prometheus metrics; needs a credential unless configured otherwise.
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])),
+)]
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if state.metrics_require_auth {
+        state.authenticator.authenticate(bearer_token(&headers))?;
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response())
+}
