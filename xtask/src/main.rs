@@ -47,6 +47,9 @@ enum Task {
     /// Format check, clippy with warnings denied, `cargo deny check`, `cargo machete`, then
     /// `test`.
     Ci,
+    /// The dependency checks of `ci` alone: `cargo deny check` (licences, advisories, bans,
+    /// sources) and `cargo machete` (unused dependencies).
+    Audit,
     /// Install and start the test dependencies only (Docker engine, test image, PostgreSQL) and
     /// print the environment the tests expect.
     Deps,
@@ -76,10 +79,10 @@ fn main() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
-            tools::deny()?;
-            tools::machete()?;
+            audit()?;
             test(&[], true)
         }
+        Task::Audit => audit(),
         Task::Deps => {
             let environment = deps::prepare()?;
             for (name, value) in environment.variables() {
@@ -89,6 +92,11 @@ fn main() -> Result<()> {
         }
         Task::Bench { quick } => bench::bench(quick),
     }
+}
+
+fn audit() -> Result<()> {
+    tools::deny()?;
+    tools::machete()
 }
 
 fn up(up_args: &[String]) -> Result<()> {

@@ -40,30 +40,40 @@ pub fn deny() -> Result<()> {
     let path = ensure_installed(CARGO_DENY)?;
     let fetched = run::status(cargo_with_tools(&path).args(["deny", "fetch", "db"]));
     match fetched {
-        Ok(()) => run::status(cargo_with_tools(&path).args(["deny", "check"])),
+        Ok(()) => deny_check(&path, &[]),
         Err(error) if advisory_database_cached() => {
             eprintln!(
                 "note: the advisory database cannot be fetched ({error:#}); checking against the \
                  copy fetched before"
             );
-            run::status(cargo_with_tools(&path).args(["deny", "check", "--disable-fetch"]))
+            deny_check(&path, &["--disable-fetch"])
         }
         Err(error) => {
             eprintln!(
                 "SKIP: cargo deny advisories: the advisory database cannot be fetched and none \
                  was fetched before ({error:#}); licences, bans and sources are still checked"
             );
-            run::status(
-                cargo_with_tools(&path).args(["deny", "check", "licenses", "bans", "sources"]),
-            )
+            deny_check(&path, &["licenses", "bans", "sources"])
         }
     }
+}
+
+/// `cargo deny check ARGS...`, without the inclusion graph of every duplicate (they are
+/// warnings; the graphs would bury the result).
+fn deny_check(bin: &Path, args: &[&str]) -> Result<()> {
+    run::status(
+        cargo_with_tools(bin)
+            .args(["deny", "check", "--hide-inclusion-graph"])
+            .args(args),
+    )
 }
 
 /// `cargo machete`: fails when a crate declares a dependency it does not use.
 pub fn machete() -> Result<()> {
     let path = ensure_installed(CARGO_MACHETE)?;
-    run::status(cargo_with_tools(&path).arg("machete"))
+    // Called directly: through the toolchain's own cargo (as `CARGO` names it) the plugin takes
+    // its subcommand name for the directory to analyse.
+    run::status(Command::new(path.join(CARGO_MACHETE.package)).current_dir(run::workspace_root()))
 }
 
 /// The tool's binary directory, after installing it there if it is missing or another version.
