@@ -290,13 +290,7 @@ fn session_api_config(
     database_url: String,
     broker_endpoint: &str,
 ) -> Result<session_api::Config, StackError> {
-    let token = session_api::ServiceToken::new(credential.expose()).map_err(|message| {
-        StackError::Config {
-            service: Service::SessionApi,
-            message,
-        }
-    })?;
-    let mut config = session_api::Config::new(database_url, token, ticket_key);
+    let mut config = session_api::Config::new(database_url, credential.clone(), ticket_key);
     config.brokers = vec![session_api::StaticBroker {
         id: settings.broker_id.to_owned(),
         endpoint: broker_endpoint.to_owned(),
