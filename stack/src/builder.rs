@@ -361,10 +361,7 @@ mod tests {
             None,
         )
         .expect("a valid broker config");
-        let untouched = pty_broker::Config::new(
-            pty_broker::ServiceToken::new(credential.expose()).expect("valid"),
-            TicketKey::generate(),
-        );
+        let untouched = pty_broker::Config::new(credential.clone(), TicketKey::generate());
         assert_eq!(broker.detached_timeout, untouched.detached_timeout);
         assert_eq!(broker.kill_grace, untouched.kill_grace);
         assert_eq!(broker.ring_bytes, untouched.ring_bytes);

@@ -114,11 +114,6 @@ pub struct DockerConfig {
     pub host: Option<String>,
 }
 
-/// The service credential under the name this crate gave it before `ptyhub-wire` held the one
-/// definition; kept so that callers outside the crate build unchanged while they move to
-/// [`ServiceCredential`].
-pub type ServiceToken = ServiceCredential;
-
 /// A runtime the broker can offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum BackendKind {

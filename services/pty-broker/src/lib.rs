@@ -21,7 +21,7 @@ mod server;
 pub mod session;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
-pub use config::{BackendKind, Config, DockerConfig, ServiceToken};
+pub use config::{BackendKind, Config, DockerConfig};
 pub use error::{ClientAction, Error, StartError};
 pub use ptyhub_wire::ServiceCredential;
 

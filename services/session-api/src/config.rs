@@ -7,10 +7,6 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use ptyhub_wire::ServiceCredential;
 
-/// The name callers used before the credential moved to `ptyhub-wire`; it is the same type.
-/// Remove it once `cli`, `test-support` and `bench` name [`ServiceCredential`].
-pub use ptyhub_wire::ServiceCredential as ServiceToken;
-
 /// Everything session-api needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]

@@ -18,7 +18,7 @@ pub mod lifecycle;
 pub mod service;
 pub mod store;
 
-pub use config::{Config, ServiceToken, StaticBroker};
+pub use config::{Config, StaticBroker};
 pub use error::Error;
 pub use ptyhub_wire::ServiceCredential;
 
