@@ -13,6 +13,7 @@ mod deps;
 mod interop;
 mod run;
 mod smoke;
+mod tidy;
 mod web;
 
 use anyhow::Result;
