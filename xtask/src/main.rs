@@ -13,6 +13,7 @@ mod deps;
 mod interop;
 mod run;
 mod smoke;
+mod tidy;
 mod tools;
 mod web;
 
