@@ -27,18 +27,18 @@ impl SessionName {
     pub fn parse(raw: &str) -> Result<Self, Error> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
-            return Err(Error::InvalidArgument(
+            return Err(Error::InvalidRequest(
                 "session name must not be empty".into(),
             ));
         }
         if trimmed.chars().count() > Self::MAX_CHARS {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidRequest(format!(
                 "session name must be at most {} characters",
                 Self::MAX_CHARS
             )));
         }
         if trimmed.chars().any(char::is_control) {
-            return Err(Error::InvalidArgument(
+            return Err(Error::InvalidRequest(
                 "session name must not contain control characters".into(),
             ));
         }
@@ -113,7 +113,7 @@ impl Alias {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
         if !valid {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidRequest(format!(
                 "alias {raw:?} must match ^[A-Za-z0-9_.:-]{{1,128}}$"
             )));
         }
@@ -127,7 +127,7 @@ impl Alias {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-');
         if !valid {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidRequest(format!(
                 "client id {client_id:?} must match ^[A-Za-z0-9-]{{1,64}}$"
             )));
         }

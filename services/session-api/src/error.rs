@@ -1,18 +1,24 @@
-//! The one error type of session-api; `grpc.rs` maps it to status codes in one place.
+//! session-api's errors: [`Error`] for what one request can meet, with its [`ErrorCode`] (which
+//! `grpc.rs` turns into a status, in one place), and [`StartError`] for what keeps the server
+//! from starting or serving.
 
-use ptyhub_wire::ErrorCode;
+use ptyhub_wire::{ErrorCode, IntrospectionError, InvalidSize};
 use uuid::Uuid;
 
-/// Everything that can go wrong in session-api. Messages are lowercase, except the cap's, whose
-/// wording the contract fixes.
+/// What can go wrong with one request. Messages are lowercase, except the cap's, whose wording
+/// the contract fixes.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A field breaks a rule of the contract: a bad name, alias, id, command or a missing field.
     #[error("{0}")]
-    InvalidArgument(String),
+    InvalidRequest(String),
+    #[error(transparent)]
+    InvalidSize(#[from] InvalidSize),
     #[error("instance {0} not found")]
     InstanceNotFound(String),
     #[error("session {0} not found")]
     SessionNotFound(Uuid),
+    /// A closed session where a live one is needed (to attach, say): to the caller it is gone.
     #[error("session {0} is closed")]
     SessionClosed(Uuid),
     #[error("no live session has alias {0}")]
@@ -25,6 +31,8 @@ pub enum Error {
     AliasTaken { alias: String, session_id: Uuid },
     #[error("Maximum of {0} terminal sessions reached for this instance")]
     CapReached(u32),
+    /// The session exists but its status does not allow the change (a rename or reset of a
+    /// closed session, say).
     #[error("session {session_id} is {status}")]
     SessionNotLive { session_id: Uuid, status: String },
     #[error("broker {broker_id} cannot run {kind} targets")]
@@ -38,33 +46,24 @@ pub enum Error {
     BrokerUnavailable { broker_id: String, message: String },
     /// The broker answered with an error; its code and message are passed on.
     #[error("broker {broker_id}: {message}")]
-    Broker {
+    BrokerRefused {
         broker_id: String,
         code: tonic::Code,
         message: String,
     },
     #[error("session {0} did not finish starting in time")]
     StartTimedOut(Uuid),
-    #[error("invalid setting {setting}: {reason}")]
-    Config {
-        setting: &'static str,
-        reason: String,
-    },
     #[error("database error: {0}")]
     Database(#[from] sea_orm::DbErr),
     #[error("corrupt record: {0}")]
     CorruptRecord(String),
-    #[error(transparent)]
-    Introspection(#[from] ptyhub_wire::IntrospectionError),
-    #[error("grpc server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
 }
 
 impl Error {
     /// What this error means to a caller, in the closed table every transport maps from.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::InvalidArgument(_) => ErrorCode::Invalid,
+            Error::InvalidRequest(_) | Error::InvalidSize(_) => ErrorCode::Invalid,
             Error::InstanceNotFound(_)
             | Error::SessionNotFound(_)
             | Error::SessionClosed(_)
@@ -76,12 +75,8 @@ impl Error {
             Error::NoBrokerAvailable(_)
             | Error::BrokerUnavailable { .. }
             | Error::StartTimedOut(_) => ErrorCode::Unavailable,
-            Error::Broker { code, .. } => ErrorCode::from_grpc(*code),
-            Error::Config { .. }
-            | Error::Database(_)
-            | Error::CorruptRecord(_)
-            | Error::Introspection(_)
-            | Error::Serve(_) => ErrorCode::Internal,
+            Error::BrokerRefused { code, .. } => ErrorCode::from_grpc(*code),
+            Error::Database(_) | Error::CorruptRecord(_) => ErrorCode::Internal,
         }
     }
 
@@ -94,7 +89,7 @@ impl Error {
                     message: lowercase_first(status.message()),
                 }
             }
-            code => Error::Broker {
+            code => Error::BrokerRefused {
                 broker_id: broker_id.to_owned(),
                 code,
                 message: lowercase_first(status.message()),
@@ -103,10 +98,54 @@ impl Error {
     }
 }
 
+/// What keeps session-api from starting or serving. `run` returns it; no caller of the API
+/// ever sees one.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid setting database_url: {0}")]
+    InvalidDatabaseUrl(&'static str),
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[source] sea_orm::DbErr),
+    #[error("cannot apply the database migrations: {0}")]
+    Migrate(#[source] sea_orm::DbErr),
+    #[error("cannot record the configured brokers: {0}")]
+    ConfiguredBrokers(#[source] Error),
+    #[error(transparent)]
+    Introspection(#[from] IntrospectionError),
+    #[error("grpc server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
 fn lowercase_first(message: &str) -> String {
     let mut chars = message.chars();
     match chars.next() {
         Some(first) => first.to_lowercase().chain(chars).collect(),
         None => "no message".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_refusal_keeps_its_code_and_an_unreachable_broker_is_unavailable() {
+        let refused = Error::from_broker_status(
+            "b1",
+            tonic::Status::failed_precondition("Session has exited"),
+        );
+        assert_eq!(refused.code(), ErrorCode::WrongState);
+        assert_eq!(refused.to_string(), "broker b1: session has exited");
+        for status in [
+            tonic::Status::unavailable("connection refused"),
+            tonic::Status::deadline_exceeded(""),
+        ] {
+            let error = Error::from_broker_status("b1", status);
+            assert!(
+                matches!(error, Error::BrokerUnavailable { .. }),
+                "{error:?}"
+            );
+            assert_eq!(error.code(), ErrorCode::Unavailable);
+        }
     }
 }

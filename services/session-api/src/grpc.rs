@@ -35,7 +35,7 @@ impl From<Error> for Status {
         }
         match error {
             // The broker's own code goes on unchanged, even one the table has no entry for.
-            Error::Broker { code, .. } => Status::new(code, error.to_string()),
+            Error::BrokerRefused { code, .. } => Status::new(code, error.to_string()),
             error => code.status(error.to_string()),
         }
     }
@@ -167,7 +167,7 @@ impl SessionApi for GrpcSessionApi {
         let instance = required("instance", &request.instance)?;
         let selector = match request.selector {
             None => {
-                return Err(Error::InvalidArgument(
+                return Err(Error::InvalidRequest(
                     "a selector (session_id, alias, client_id or default) is required".into(),
                 )
                 .into());
@@ -179,7 +179,7 @@ impl SessionApi for GrpcSessionApi {
             }
             Some(Selector::Default(true)) => SessionSelector::Alias(Alias::Default),
             Some(Selector::Default(false)) => {
-                return Err(Error::InvalidArgument("default must be true when set".into()).into());
+                return Err(Error::InvalidRequest("default must be true when set".into()).into());
             }
         };
         let attachment = self
@@ -336,7 +336,7 @@ impl BrokerRegistry for GrpcBrokerRegistry {
 
 fn required<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
     if value.is_empty() {
-        return Err(Error::InvalidArgument(format!("{field} is required")));
+        return Err(Error::InvalidRequest(format!("{field} is required")));
     }
     Ok(value)
 }
@@ -344,14 +344,13 @@ fn required<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
 fn session_id_from_wire(text: &str) -> Result<Uuid, Error> {
     required("session_id", text)?;
     Uuid::parse_str(text)
-        .map_err(|_| Error::InvalidArgument(format!("session_id {text:?} is not a uuid")))
+        .map_err(|_| Error::InvalidRequest(format!("session_id {text:?} is not a uuid")))
 }
 
 fn size_from_wire(size: Option<broker_wire::TerminalSize>) -> Result<TerminalSize, Error> {
     match size {
         None => Ok(TerminalSize::DEFAULT),
-        Some(size) => TerminalSize::new(size.cols, size.rows)
-            .map_err(|error| Error::InvalidArgument(error.to_string())),
+        Some(size) => Ok(TerminalSize::new(size.cols, size.rows)?),
     }
 }
 
@@ -359,13 +358,13 @@ fn role_from_wire(role: i32) -> Result<Role, Error> {
     match broker_wire::Role::try_from(role) {
         Ok(broker_wire::Role::Unspecified | broker_wire::Role::Controller) => Ok(Role::Controller),
         Ok(broker_wire::Role::Viewer) => Ok(Role::Viewer),
-        Err(_) => Err(Error::InvalidArgument(format!("role {role} is unknown"))),
+        Err(_) => Err(Error::InvalidRequest(format!("role {role} is unknown"))),
     }
 }
 
 fn validated_command(command: Vec<String>) -> Result<Vec<String>, Error> {
     if command.iter().any(|argument| argument.contains('\0')) {
-        return Err(Error::InvalidArgument(
+        return Err(Error::InvalidRequest(
             "command arguments must not contain NUL bytes".into(),
         ));
     }
@@ -378,7 +377,7 @@ fn validated_broker_id(id: &str) -> Result<&str, Error> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     if !valid {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::InvalidRequest(format!(
             "broker id {id:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"
         )));
     }
@@ -389,7 +388,7 @@ fn validated_endpoint(endpoint: &str) -> Result<&str, Error> {
     let valid = (endpoint.starts_with("http://") || endpoint.starts_with("https://"))
         && endpoint.parse::<tonic::transport::Uri>().is_ok();
     if !valid {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::InvalidRequest(format!(
             "broker endpoint {endpoint:?} must be an http:// or https:// url"
         )));
     }
@@ -399,14 +398,14 @@ fn validated_endpoint(endpoint: &str) -> Result<&str, Error> {
 fn validated_instance_name(name: &str) -> Result<String, Error> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(
+        return Err(Error::InvalidRequest(
             "instance name must be 1..=255 characters after trimming, without control characters"
                 .into(),
         ));
     }
     if Uuid::parse_str(name).is_ok() {
         // Instances are addressed by id or name: a name that is a uuid would be ambiguous.
-        return Err(Error::InvalidArgument(
+        return Err(Error::InvalidRequest(
             "instance name must not be a uuid".into(),
         ));
     }
@@ -419,7 +418,7 @@ fn validated_env(
     let env: BTreeMap<String, String> = env.into_iter().collect();
     for (key, value) in &env {
         if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidRequest(format!(
                 "environment variable {key:?} is invalid: names are non-empty without = or NUL, values without NUL"
             )));
         }
@@ -429,11 +428,11 @@ fn validated_env(
 
 fn new_instance_from_wire(request: wire::RegisterInstanceRequest) -> Result<NewInstance, Error> {
     let target = match request.target.and_then(|target| target.kind) {
-        None => return Err(Error::InvalidArgument("target is required".into())),
+        None => return Err(Error::InvalidRequest("target is required".into())),
         Some(broker_wire::target::Kind::Local(_)) => Target::Local,
         Some(broker_wire::target::Kind::Docker(docker)) => {
             if docker.container.trim().is_empty() {
-                return Err(Error::InvalidArgument(
+                return Err(Error::InvalidRequest(
                     "target.docker.container is required".into(),
                 ));
             }
@@ -446,7 +445,7 @@ fn new_instance_from_wire(request: wire::RegisterInstanceRequest) -> Result<NewI
         0 => DEFAULT_MAX_SESSIONS,
         n if n <= MAX_SESSIONS_LIMIT => n,
         n => {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidRequest(format!(
                 "max_sessions {n} is out of bounds (1..={MAX_SESSIONS_LIMIT})"
             )));
         }
@@ -604,5 +603,88 @@ fn broker_to_wire(broker: &Broker) -> wire::Broker {
         up: broker.up,
         last_heartbeat_at: broker.last_heartbeat_at.map(timestamp),
         docker: broker.docker,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+
+    #[test]
+    fn every_error_keeps_its_grpc_code_and_its_message() {
+        let id = Uuid::nil();
+        let refused = |code| Error::BrokerRefused {
+            broker_id: "b1".into(),
+            code,
+            message: "refused".into(),
+        };
+        let cases = [
+            (
+                Error::InvalidRequest("instance is required".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                Error::InvalidSize(TerminalSize::new(0, 24).expect_err("out of bounds")),
+                Code::InvalidArgument,
+            ),
+            (Error::InstanceNotFound("nope".into()), Code::NotFound),
+            (Error::SessionNotFound(id), Code::NotFound),
+            (Error::SessionClosed(id), Code::NotFound),
+            (Error::AliasNotFound("conversation".into()), Code::NotFound),
+            (Error::BrokerNotFound("b1".into()), Code::NotFound),
+            (Error::InstanceNameTaken("web".into()), Code::AlreadyExists),
+            (
+                Error::AliasTaken {
+                    alias: "conversation".into(),
+                    session_id: id,
+                },
+                Code::AlreadyExists,
+            ),
+            (Error::CapReached(5), Code::ResourceExhausted),
+            (
+                Error::SessionNotLive {
+                    session_id: id,
+                    status: "closed".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                Error::BrokerUnsuitable {
+                    broker_id: "b1".into(),
+                    kind: "docker",
+                },
+                Code::FailedPrecondition,
+            ),
+            (Error::NoBrokerAvailable("docker"), Code::Unavailable),
+            (
+                Error::BrokerUnavailable {
+                    broker_id: "b1".into(),
+                    message: "connection refused".into(),
+                },
+                Code::Unavailable,
+            ),
+            (Error::StartTimedOut(id), Code::Unavailable),
+            (refused(Code::FailedPrecondition), Code::FailedPrecondition),
+            // Codes the table has no entry for still reach the caller as the broker sent them.
+            (refused(Code::Aborted), Code::Aborted),
+            (refused(Code::OutOfRange), Code::OutOfRange),
+            (
+                Error::Database(sea_orm::DbErr::Custom("gone".into())),
+                Code::Internal,
+            ),
+            (Error::CorruptRecord("status \"x\"".into()), Code::Internal),
+        ];
+        for (error, code) in cases {
+            let message = error.to_string();
+            let status = Status::from(error);
+            assert_eq!(status.code(), code, "{message}");
+            assert_eq!(status.message(), message);
+        }
+        assert_eq!(
+            Status::from(Error::CapReached(5)).message(),
+            "Maximum of 5 terminal sessions reached for this instance"
+        );
     }
 }

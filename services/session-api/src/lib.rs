@@ -19,7 +19,7 @@ pub mod service;
 pub mod store;
 
 pub use config::{Config, StaticBroker};
-pub use error::Error;
+pub use error::{Error, StartError};
 pub use ptyhub_wire::ServiceCredential;
 
 use std::future::Future;
@@ -49,7 +49,7 @@ pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
+) -> Result<(), StartError> {
     let store = Store::connect(&config.database_url).await?;
     if config.migrate {
         store.migrate().await?;
@@ -57,7 +57,8 @@ pub async fn run(
     for broker in &config.brokers {
         store
             .upsert_configured_broker(&broker.id, &broker.endpoint)
-            .await?;
+            .await
+            .map_err(StartError::ConfiguredBrokers)?;
     }
     let settings = LifecycleSettings {
         heartbeat_timeout: config.heartbeat_timeout,
@@ -149,5 +150,5 @@ pub async fn run(
         tracing::warn!(grace = ?config.shutdown_grace,
             "session-api stopped; background tasks outlived the grace period");
     }
-    served.map_err(Error::from)
+    served.map_err(StartError::from)
 }

@@ -177,7 +177,7 @@ impl SessionService {
         let alias = match selector {
             SessionSelector::Id(session_id) => {
                 if create_if_absent {
-                    return Err(Error::InvalidArgument(
+                    return Err(Error::InvalidRequest(
                         "create_if_absent applies to aliases only, never to a session id".into(),
                     ));
                 }

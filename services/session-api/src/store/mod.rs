@@ -23,7 +23,7 @@ use crate::domain::{
     Alias, Broker, CloseReason, ExitStatus, Instance, NewInstance, Session, SessionName,
     SessionStatus, Target, smallest_free_session_number,
 };
-use crate::error::Error;
+use crate::error::{Error, StartError};
 use entities::{broker, instance, session_alias, terminal_session};
 
 /// How long a SQLite writer waits for the write lock before giving up.
@@ -79,17 +79,15 @@ pub struct Store {
 impl Store {
     /// Connects to `url`: `sqlite://path?mode=rwc` (WAL, created when missing) or
     /// `postgres://...`.
-    pub async fn connect(url: &str) -> Result<Self, Error> {
+    pub async fn connect(url: &str) -> Result<Self, StartError> {
         let mut options = ConnectOptions::new(url.to_owned());
         options.sqlx_logging(false);
         if url.starts_with("sqlite:") {
             if url.contains(":memory:") || url.contains("mode=memory") {
-                return Err(Error::Config {
-                    setting: "database_url",
-                    reason: "an in-memory SQLite database is not supported: every pooled \
-                             connection would see its own; use a file"
-                        .into(),
-                });
+                return Err(StartError::InvalidDatabaseUrl(
+                    "an in-memory SQLite database is not supported: every pooled connection \
+                     would see its own; use a file",
+                ));
             }
             options.max_connections(4).map_sqlx_sqlite_opts(|sqlite| {
                 sqlite
@@ -102,19 +100,21 @@ impl Store {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             options.max_connections(16);
         } else {
-            return Err(Error::Config {
-                setting: "database_url",
-                reason: "must start with sqlite: or postgres:".into(),
-            });
+            return Err(StartError::InvalidDatabaseUrl(
+                "must start with sqlite: or postgres:",
+            ));
         }
-        let db = Database::connect(options).await?;
+        let db = Database::connect(options)
+            .await
+            .map_err(StartError::Connect)?;
         Ok(Self { db })
     }
 
     /// Applies the pending migrations (idempotent).
-    pub async fn migrate(&self) -> Result<(), Error> {
-        migration::apply_migrations(&self.db).await?;
-        Ok(())
+    pub async fn migrate(&self) -> Result<(), StartError> {
+        migration::apply_migrations(&self.db)
+            .await
+            .map_err(StartError::Migrate)
     }
 
     /// The connection, for tests and tools that inspect the tables.
