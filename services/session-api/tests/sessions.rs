@@ -7,34 +7,31 @@ use std::collections::HashSet;
 
 use common::*;
 use futures::StreamExt;
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as pb;
 use tonic::Code;
 
 const CAP_MESSAGE: &str = "Maximum of 5 terminal sessions reached for this instance";
 
-fn create(instance: &wire::Instance) -> wire::CreateSessionRequest {
-    wire::CreateSessionRequest {
+fn create(instance: &pb::Instance) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
         instance: instance.id.clone(),
         ..Default::default()
     }
 }
 
-fn resolve_alias(instance: &wire::Instance, alias: &str) -> wire::ResolveSessionRequest {
-    wire::ResolveSessionRequest {
+fn resolve_alias(instance: &pb::Instance, alias: &str) -> pb::ResolveSessionRequest {
+    pb::ResolveSessionRequest {
         instance: instance.id.clone(),
-        selector: Some(wire::resolve_session_request::Selector::Alias(alias.into())),
+        selector: Some(pb::resolve_session_request::Selector::Alias(alias.into())),
         create_if_absent: true,
         ..Default::default()
     }
 }
 
-async fn live_sessions(
-    client: &mut SessionClient,
-    instance: &wire::Instance,
-) -> Vec<wire::Session> {
+async fn live_sessions(client: &mut SessionClient, instance: &pb::Instance) -> Vec<pb::Session> {
     client
-        .list_sessions(wire::ListSessionsRequest {
+        .list_sessions(pb::ListSessionsRequest {
             instance: instance.id.clone(),
             include_closed: false,
         })
@@ -44,9 +41,9 @@ async fn live_sessions(
         .sessions
 }
 
-async fn all_sessions(client: &mut SessionClient, instance: &wire::Instance) -> Vec<wire::Session> {
+async fn all_sessions(client: &mut SessionClient, instance: &pb::Instance) -> Vec<pb::Session> {
     client
-        .list_sessions(wire::ListSessionsRequest {
+        .list_sessions(pb::ListSessionsRequest {
             instance: instance.id.clone(),
             include_closed: true,
         })
@@ -59,7 +56,7 @@ async fn all_sessions(client: &mut SessionClient, instance: &wire::Instance) -> 
 /// Sends `count` creates at once, spread over `clients`; returns (successes, cap refusals).
 async fn concurrent_creates(
     clients: &[SessionClient],
-    instance: &wire::Instance,
+    instance: &pb::Instance,
     count: usize,
 ) -> (usize, usize) {
     let mut tasks = Vec::new();
@@ -140,7 +137,7 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
     );
 
     let mut closer = client.clone();
-    let close = wire::CloseSessionRequest {
+    let close = pb::CloseSessionRequest {
         instance: instance.id.clone(),
         session_id: first.id.clone(),
     };
@@ -167,7 +164,7 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
         "no create was tried while the close was under way"
     );
     let closed = closing.await.unwrap().expect("close").into_inner();
-    assert_eq!(closed.status, wire::SessionStatus::Closed as i32);
+    assert_eq!(closed.status, pb::SessionStatus::Closed as i32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,9 +236,9 @@ both_databases!(
         let instance = register_instance(&mut client, "default", "b1", 2).await;
 
         let default = client
-            .resolve_session(wire::ResolveSessionRequest {
+            .resolve_session(pb::ResolveSessionRequest {
                 instance: instance.id.clone(),
-                selector: Some(wire::resolve_session_request::Selector::Default(true)),
+                selector: Some(pb::resolve_session_request::Selector::Default(true)),
                 create_if_absent: true,
                 ..Default::default()
             })
@@ -263,15 +260,15 @@ both_databases!(
         );
 
         let closed = client
-            .close_session(wire::CloseSessionRequest {
+            .close_session(pb::CloseSessionRequest {
                 instance: instance.id.clone(),
                 session_id: default.id.clone(),
             })
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(closed.status, wire::SessionStatus::Closed as i32);
-        assert_eq!(closed.close_reason, wire::CloseReason::ClosedByUser as i32);
+        assert_eq!(closed.status, pb::SessionStatus::Closed as i32);
+        assert_eq!(closed.close_reason, pb::CloseReason::ClosedByUser as i32);
 
         let reopened = client
             .resolve_session(resolve_alias(&instance, "default"))
@@ -312,7 +309,7 @@ both_databases!(
         let names: Vec<&str> = sessions.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["Session 1", "Session 2", "Session 3"]);
         client
-            .close_session(wire::CloseSessionRequest {
+            .close_session(pb::CloseSessionRequest {
                 instance: instance.id.clone(),
                 session_id: sessions[0].id.clone(),
             })
@@ -338,7 +335,7 @@ both_databases!(
         let mut client = session_client(&api).await;
         let instance = register_instance(&mut client, "bad-names", "b1", 5).await;
         let session = client
-            .create_session(wire::CreateSessionRequest {
+            .create_session(pb::CreateSessionRequest {
                 name: "  build  ".into(),
                 ..create(&instance)
             })
@@ -357,7 +354,7 @@ both_databases!(
         ];
         for name in &bad_names {
             let refused = client
-                .create_session(wire::CreateSessionRequest {
+                .create_session(pb::CreateSessionRequest {
                     name: name.clone(),
                     ..create(&instance)
                 })
@@ -368,7 +365,7 @@ both_databases!(
         }
         for name in bad_names.iter().chain([&String::new()]) {
             let refused = client
-                .rename_session(wire::RenameSessionRequest {
+                .rename_session(pb::RenameSessionRequest {
                     instance: instance.id.clone(),
                     session_id: session.id.clone(),
                     name: name.clone(),
@@ -384,7 +381,7 @@ both_databases!(
         assert_eq!(broker_processes(&mut broker_client).await.len(), 1);
 
         let renamed = client
-            .rename_session(wire::RenameSessionRequest {
+            .rename_session(pb::RenameSessionRequest {
                 instance: instance.id.clone(),
                 session_id: session.id.clone(),
                 name: "x".repeat(255),
@@ -407,7 +404,7 @@ both_databases!(
         let mut client = session_client(&api).await;
         let instance = register_instance(&mut client, "exits", "b1", 5).await;
         let mut changes = client
-            .watch_sessions(wire::WatchSessionsRequest {
+            .watch_sessions(pb::WatchSessionsRequest {
                 instance: instance.id.clone(),
             })
             .await
@@ -417,7 +414,7 @@ both_databases!(
         let mut expected = Vec::new();
         for (command, code, signal) in [("exit 7", 7, None), ("kill -TERM $$", 143, Some(15))] {
             let session = client
-                .create_session(wire::CreateSessionRequest {
+                .create_session(pb::CreateSessionRequest {
                     command: vec!["sh".into(), "-c".into(), format!("sleep 0.2; {command}")],
                     ..create(&instance)
                 })
@@ -437,17 +434,17 @@ both_databases!(
                 .expect("stream open")
                 .expect("change");
             let session = change.session.unwrap();
-            if session.status == wire::SessionStatus::Exited as i32 {
+            if session.status == pb::SessionStatus::Exited as i32 {
                 let exit = session.exit.expect("an exited session has its exit status");
                 let (_, code, signal) = expected.iter().find(|(id, ..)| *id == session.id).unwrap();
                 assert_eq!((exit.code, exit.signal), (*code, *signal));
-                assert_eq!(change.kind, wire::session_change::Kind::Status as i32);
+                assert_eq!(change.kind, pb::session_change::Kind::Status as i32);
                 seen_exits.insert(session.id);
             }
         }
         for (id, code, signal) in &expected {
             let session = client
-                .get_session(wire::GetSessionRequest {
+                .get_session(pb::GetSessionRequest {
                     instance: instance.id.clone(),
                     session_id: id.clone(),
                 })
@@ -455,8 +452,8 @@ both_databases!(
                 .unwrap()
                 .into_inner();
             assert!(
-                session.status == wire::SessionStatus::Exited as i32
-                    || session.status == wire::SessionStatus::Closed as i32
+                session.status == pb::SessionStatus::Exited as i32
+                    || session.status == pb::SessionStatus::Closed as i32
             );
             let exit = session.exit.unwrap();
             assert_eq!((exit.code, exit.signal), (*code, *signal));
@@ -465,7 +462,7 @@ both_databases!(
         let live = live_sessions(&mut client, &instance).await;
         assert!(
             live.iter()
-                .all(|s| s.status == wire::SessionStatus::Exited as i32)
+                .all(|s| s.status == pb::SessionStatus::Exited as i32)
         );
         assert_eq!(live.len(), expected.len());
     }
@@ -495,7 +492,7 @@ both_databases!(
         let restarted = start_broker();
         let mut registry = registry_client(&api).await;
         registry
-            .register_broker(wire::RegisterBrokerRequest {
+            .register_broker(pb::RegisterBrokerRequest {
                 id: "b1".into(),
                 endpoint: restarted.endpoint(),
                 docker: false,
@@ -506,17 +503,17 @@ both_databases!(
         for id in &old {
             let session = eventually("old session closed as broker_lost", || {
                 let mut client = client.clone();
-                let request = wire::GetSessionRequest {
+                let request = pb::GetSessionRequest {
                     instance: instance.id.clone(),
                     session_id: id.clone(),
                 };
                 async move {
                     let session = client.get_session(request).await.unwrap().into_inner();
-                    (session.status == wire::SessionStatus::Closed as i32).then_some(session)
+                    (session.status == pb::SessionStatus::Closed as i32).then_some(session)
                 }
             })
             .await;
-            assert_eq!(session.close_reason, wire::CloseReason::BrokerLost as i32);
+            assert_eq!(session.close_reason, pb::CloseReason::BrokerLost as i32);
         }
         let fresh = client
             .create_session(create(&instance))
@@ -557,19 +554,17 @@ both_databases!(
         // While session-api is away: one process is killed behind its back, and one appears
         // that no record knows.
         broker_client
-            .kill(broker_wire::KillRequest {
+            .kill(broker_pb::KillRequest {
                 session_id: sessions[2].clone(),
             })
             .await
             .unwrap();
         let stranger = uuid::Uuid::new_v4().to_string();
         broker_client
-            .spawn(broker_wire::SpawnRequest {
+            .spawn(broker_pb::SpawnRequest {
                 session_id: stranger.clone(),
-                target: Some(broker_wire::Target {
-                    kind: Some(broker_wire::target::Kind::Local(
-                        broker_wire::LocalTarget {},
-                    )),
+                target: Some(broker_pb::Target {
+                    kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
                 }),
                 command: vec!["sh".into()],
                 ..Default::default()
@@ -592,23 +587,23 @@ both_databases!(
         .await;
         let killed = eventually("the killed session is closed", || {
             let mut client = client.clone();
-            let request = wire::GetSessionRequest {
+            let request = pb::GetSessionRequest {
                 instance: instance.id.clone(),
                 session_id: sessions[2].clone(),
             };
             async move {
                 let session = client.get_session(request).await.unwrap().into_inner();
-                (session.status == wire::SessionStatus::Closed as i32).then_some(session)
+                (session.status == pb::SessionStatus::Closed as i32).then_some(session)
             }
         })
         .await;
-        assert_ne!(killed.close_reason, wire::CloseReason::Unspecified as i32);
+        assert_ne!(killed.close_reason, pb::CloseReason::Unspecified as i32);
 
         let records = all_sessions(&mut client, &instance).await;
         assert_eq!(records.len(), 3, "every record kept");
         for id in &sessions[..2] {
             let record = records.iter().find(|s| s.id == *id).unwrap();
-            assert_eq!(record.status, wire::SessionStatus::Active as i32);
+            assert_eq!(record.status, pb::SessionStatus::Active as i32);
         }
         let pids_after = broker_pids(&mut broker_client).await;
         for id in &sessions[..2] {
@@ -621,13 +616,13 @@ both_databases!(
 
 async fn broker_pids(broker: &mut BrokerClient) -> Vec<(String, u32)> {
     broker
-        .list(broker_wire::ListRequest {})
+        .list(broker_pb::ListRequest {})
         .await
         .unwrap()
         .into_inner()
         .sessions
         .into_iter()
-        .filter(|s| s.state == broker_wire::SessionState::Running as i32)
+        .filter(|s| s.state == broker_pb::SessionState::Running as i32)
         .map(|s| (s.session_id, s.pid))
         .collect()
 }
@@ -648,11 +643,11 @@ async fn calls_without_the_service_token_are_unauthenticated() {
     let mut anonymous =
         ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(channel);
     let refused = anonymous
-        .list_instances(wire::ListInstancesRequest::default())
+        .list_instances(pb::ListInstancesRequest::default())
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated);
-    let mut wrong = tonic::Request::new(wire::ListInstancesRequest::default());
+    let mut wrong = tonic::Request::new(pb::ListInstancesRequest::default());
     wrong.metadata_mut().insert(
         "authorization",
         "Bearer not-the-token-at-all".parse().unwrap(),
@@ -679,7 +674,7 @@ both_databases!(
             .unwrap()
             .into_inner();
         let mut changes = client
-            .watch_sessions(wire::WatchSessionsRequest {
+            .watch_sessions(pb::WatchSessionsRequest {
                 instance: String::new(),
             })
             .await
@@ -744,7 +739,7 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
 
     // A broker that registers and then falls silent (nothing listens at its endpoint).
     let silent = registry
-        .register_broker(wire::RegisterBrokerRequest {
+        .register_broker(pb::RegisterBrokerRequest {
             id: "silent".into(),
             endpoint: "http://127.0.0.1:9".into(),
             docker: true,
@@ -754,7 +749,7 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
         .into_inner();
     assert!(silent.up);
     let unknown = registry
-        .heartbeat(wire::HeartbeatRequest {
+        .heartbeat(pb::HeartbeatRequest {
             id: "never-registered".into(),
         })
         .await
@@ -765,7 +760,7 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
         let mut registry = registry.clone();
         async move {
             let brokers = registry
-                .list_brokers(wire::ListBrokersRequest {})
+                .list_brokers(pb::ListBrokersRequest {})
                 .await
                 .unwrap()
                 .into_inner()
@@ -777,12 +772,10 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
     .await;
 
     let placed = client
-        .register_instance(wire::RegisterInstanceRequest {
+        .register_instance(pb::RegisterInstanceRequest {
             name: "placed".into(),
-            target: Some(broker_wire::Target {
-                kind: Some(broker_wire::target::Kind::Local(
-                    broker_wire::LocalTarget {},
-                )),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             ..Default::default()
         })
@@ -793,12 +786,10 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
     assert_eq!(placed.max_sessions, 5);
 
     let bad = client
-        .register_instance(wire::RegisterInstanceRequest {
+        .register_instance(pb::RegisterInstanceRequest {
             name: "too-many".into(),
-            target: Some(broker_wire::Target {
-                kind: Some(broker_wire::target::Kind::Local(
-                    broker_wire::LocalTarget {},
-                )),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             max_sessions: 51,
             ..Default::default()
@@ -807,7 +798,7 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
         .unwrap_err();
     assert_eq!(bad.code(), Code::InvalidArgument);
     let missing = client
-        .get_instance(wire::GetInstanceRequest {
+        .get_instance(pb::GetInstanceRequest {
             instance: "nope".into(),
         })
         .await
@@ -829,7 +820,7 @@ both_databases!(
             client.create_session(create(&instance)).await.unwrap();
         }
         let deleted = client
-            .delete_instance(wire::DeleteInstanceRequest {
+            .delete_instance(pb::DeleteInstanceRequest {
                 instance: "doomed".into(),
             })
             .await
@@ -839,7 +830,7 @@ both_databases!(
         let mut broker_client = broker_client(&broker).await;
         assert!(broker_processes(&mut broker_client).await.is_empty());
         let gone = client
-            .list_sessions(wire::ListSessionsRequest {
+            .list_sessions(pb::ListSessionsRequest {
                 instance: instance.id.clone(),
                 include_closed: true,
             })

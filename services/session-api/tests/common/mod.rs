@@ -81,9 +81,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
-use ptyhub_proto::broker::v1 as broker_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tokio::sync::oneshot;
@@ -309,7 +309,7 @@ pub async fn broker_client(broker: &Isolated) -> BrokerClient {
 /// Ids of the sessions the broker has a process for.
 pub async fn broker_processes(broker: &mut BrokerClient) -> Vec<String> {
     broker
-        .list(broker_wire::ListRequest {})
+        .list(broker_pb::ListRequest {})
         .await
         .expect("broker list")
         .into_inner()
@@ -317,10 +317,10 @@ pub async fn broker_processes(broker: &mut BrokerClient) -> Vec<String> {
         .into_iter()
         .filter(|session| {
             matches!(
-                broker_wire::SessionState::try_from(session.state),
-                Ok(broker_wire::SessionState::Starting
-                    | broker_wire::SessionState::Running
-                    | broker_wire::SessionState::Resetting)
+                broker_pb::SessionState::try_from(session.state),
+                Ok(broker_pb::SessionState::Starting
+                    | broker_pb::SessionState::Running
+                    | broker_pb::SessionState::Resetting)
             )
         })
         .map(|session| session.session_id)
@@ -333,14 +333,12 @@ pub async fn register_instance(
     name: &str,
     broker_id: &str,
     max_sessions: u32,
-) -> session_wire::Instance {
+) -> pb::Instance {
     client
-        .register_instance(session_wire::RegisterInstanceRequest {
+        .register_instance(pb::RegisterInstanceRequest {
             name: name.to_owned(),
-            target: Some(broker_wire::Target {
-                kind: Some(broker_wire::target::Kind::Local(
-                    broker_wire::LocalTarget {},
-                )),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             command: vec!["sh".into()],
             max_sessions,
