@@ -1,10 +1,9 @@
 //! session-api's lifecycle across broker faults: a broker that dies and stays away past the
 //! heartbeat timeout has its sessions closed (`broker_lost`); another broker's sessions are not.
 
-mod common;
-
-use common::*;
 use ptyhub_proto::session::v1 as pb;
+
+use crate::support::*;
 
 async fn session_state(
     client: &mut SessionClient,

@@ -1,15 +1,15 @@
 //! session-api over gRPC with a real pty-broker (local backend) in-process, on both databases:
 //! the cap under concurrency (one replica and two), aliases, names, the lifecycle.
 
-mod common;
-
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
 use futures::StreamExt;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use tonic::Code;
+
+use crate::support::*;
 
 const CAP_MESSAGE: &str = "Maximum of 5 terminal sessions reached for this instance";
 
@@ -142,17 +142,23 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
         session_id: first.id.clone(),
     };
     let closing = tokio::spawn(async move { closer.close_session(close).await });
-    let mut refused_while_running = 0;
-    let second = loop {
-        match client.create_session(create(&instance)).await {
-            Ok(created) => break created.into_inner().session.expect("a session"),
-            Err(status) => {
-                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-                refused_while_running += 1;
+    let refused_while_running = AtomicUsize::new(0);
+    let second = eventually("a create gets the slot the close frees", || {
+        let mut client = client.clone();
+        let request = create(&instance);
+        let refused_while_running = &refused_while_running;
+        async move {
+            match client.create_session(request).await {
+                Ok(created) => Some(created.into_inner().session.expect("a session")),
+                Err(status) => {
+                    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                    refused_while_running.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     let running = broker_processes(&mut broker_client).await;
     assert!(
         !running.contains(&first.id),
@@ -160,7 +166,7 @@ async fn a_close_frees_its_slot_only_once_the_process_ended() {
     );
     assert_eq!(running, vec![second.id.clone()]);
     assert!(
-        refused_while_running > 0,
+        refused_while_running.into_inner() > 0,
         "no create was tried while the close was under way"
     );
     let closed = closing.await.unwrap().expect("close").into_inner();
@@ -633,15 +639,8 @@ async fn calls_without_the_service_token_are_unauthenticated() {
         return;
     };
     let api = start_session_api(database.url(), &[]);
-    let channel = tonic::transport::Channel::from_shared(api.endpoint()).unwrap();
-    let channel = loop {
-        match channel.connect().await {
-            Ok(channel) => break channel,
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-        }
-    };
     let mut anonymous =
-        ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(channel);
+        pb::session_api_client::SessionApiClient::new(channel(&api.endpoint()).await);
     let refused = anonymous
         .list_instances(pb::ListInstancesRequest::default())
         .await
@@ -655,6 +654,70 @@ async fn calls_without_the_service_token_are_unauthenticated() {
     assert_eq!(
         anonymous.list_instances(wrong).await.unwrap_err().code(),
         Code::Unauthenticated
+    );
+}
+
+/// Health and reflection answer without a credential, and v1alpha reflection (all that Python's
+/// `grpcio-reflection` speaks) lists exactly the services session-api serves.
+#[tokio::test]
+async fn health_and_v1alpha_reflection_answer_without_a_credential() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api(database.url(), &[]);
+    let channel = channel(&api.endpoint()).await;
+    for service in [
+        "",
+        "ptyhub.session.v1.SessionApi",
+        "ptyhub.session.v1.BrokerRegistry",
+    ] {
+        let status = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("health needs no credential")
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
+    }
+
+    let list_services = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let answer = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([list_services]))
+        .await
+        .expect("v1alpha reflection needs no credential")
+        .into_inner()
+        .next()
+        .await
+        .expect("one answer")
+        .expect("a successful answer");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("expected a list of services, got {answer:?}");
+    };
+    let mut names: Vec<String> = list
+        .service
+        .into_iter()
+        .map(|service| service.name)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "ptyhub.session.v1.BrokerRegistry",
+            "ptyhub.session.v1.SessionApi",
+        ]
     );
 }
 
