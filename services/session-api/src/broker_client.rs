@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
-use ptyhub_proto::broker::v1 as wire;
+use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::{BearerAuth, ServiceCredential, TerminalSize};
 use tonic::service::interceptor::InterceptedService;
@@ -152,19 +152,19 @@ impl BrokerClients {
     /// Starts the session's process on `broker`.
     pub async fn spawn(&self, broker: &Broker, spec: &SpawnSpec) -> Result<(), Error> {
         let target = match &spec.target {
-            Target::Local => wire::target::Kind::Local(wire::LocalTarget {}),
-            Target::Docker { container } => wire::target::Kind::Docker(wire::DockerTarget {
+            Target::Local => pb::target::Kind::Local(pb::LocalTarget {}),
+            Target::Docker { container } => pb::target::Kind::Docker(pb::DockerTarget {
                 container: container.clone(),
             }),
         };
-        let request = wire::SpawnRequest {
+        let request = pb::SpawnRequest {
             session_id: spec.session_id.to_string(),
-            target: Some(wire::Target { kind: Some(target) }),
+            target: Some(pb::Target { kind: Some(target) }),
             command: spec.command.clone(),
             env: spec.env.clone().into_iter().collect(),
             cwd: spec.cwd.clone(),
             user: spec.user.clone(),
-            size: Some(wire::TerminalSize {
+            size: Some(pb::TerminalSize {
                 cols: u32::from(spec.size.cols()),
                 rows: u32::from(spec.size.rows()),
             }),
@@ -178,7 +178,7 @@ impl BrokerClients {
 
     /// Ends the session's process group. A session the broker does not have is not an error.
     pub async fn kill(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
-        let request = wire::KillRequest {
+        let request = pb::KillRequest {
             session_id: session_id.to_string(),
         };
         match self.client(broker)?.kill(self.unary(request)).await {
@@ -190,7 +190,7 @@ impl BrokerClients {
 
     /// Restarts the session's command on the same PTY.
     pub async fn reset(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
-        let request = wire::ResetRequest {
+        let request = pb::ResetRequest {
             session_id: session_id.to_string(),
         };
         self.client(broker)?
@@ -202,11 +202,11 @@ impl BrokerClients {
 
     /// Whether the broker has the session at all (live or tombstoned).
     pub async fn has_session(&self, broker: &Broker, session_id: Uuid) -> Result<bool, Error> {
-        let request = wire::GetRequest {
+        let request = pb::GetRequest {
             session_id: session_id.to_string(),
         };
         match self.client(broker)?.get(self.unary(request)).await {
-            Ok(reply) => Ok(session_from_wire(reply.into_inner())
+            Ok(reply) => Ok(session_from_pb(reply.into_inner())
                 .is_some_and(|s| s.state != BrokerSessionState::Closed)),
             Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
             Err(status) => Err(Error::from_broker_status(&broker.id, status)),
@@ -223,7 +223,7 @@ impl BrokerClients {
         // watches.
         let stream = self
             .client(broker)?
-            .watch_events(tonic::Request::new(wire::WatchEventsRequest {}))
+            .watch_events(tonic::Request::new(pb::WatchEventsRequest {}))
             .await
             .map_err(|status| Error::from_broker_status(&broker.id, status))?
             .into_inner();
@@ -233,7 +233,7 @@ impl BrokerClients {
             async move {
                 match item {
                     Ok(event) => {
-                        let event = event_from_wire(event);
+                        let event = event_from_pb(event);
                         if event.is_none() {
                             tracing::warn!(
                                 broker_id,
@@ -253,12 +253,12 @@ fn parse_session_id(text: &str) -> Option<Uuid> {
     Uuid::parse_str(text).ok()
 }
 
-fn timestamp_from_wire(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
+fn timestamp_from_pb(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
     let timestamp = timestamp?;
     DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
 }
 
-fn exit_from_wire(exit: Option<wire::ExitStatus>) -> Option<ExitStatus> {
+fn exit_from_pb(exit: Option<pb::ExitStatus>) -> Option<ExitStatus> {
     exit.map(|exit| ExitStatus {
         code: exit.code,
         signal: exit.signal,
@@ -266,65 +266,65 @@ fn exit_from_wire(exit: Option<wire::ExitStatus>) -> Option<ExitStatus> {
 }
 
 /// The contract's close reason for a broker's.
-fn close_reason_from_wire(reason: i32) -> Option<CloseReason> {
-    match wire::CloseReason::try_from(reason).ok()? {
-        wire::CloseReason::Unspecified => None,
-        wire::CloseReason::Killed => Some(CloseReason::ClosedByUser),
-        wire::CloseReason::Exited => Some(CloseReason::Exited),
-        wire::CloseReason::IdleReaped => Some(CloseReason::IdleReaped),
+fn close_reason_from_pb(reason: i32) -> Option<CloseReason> {
+    match pb::CloseReason::try_from(reason).ok()? {
+        pb::CloseReason::Unspecified => None,
+        pb::CloseReason::Killed => Some(CloseReason::ClosedByUser),
+        pb::CloseReason::Exited => Some(CloseReason::Exited),
+        pb::CloseReason::IdleReaped => Some(CloseReason::IdleReaped),
         // The broker went away with its sessions: to the user, they are lost with it.
-        wire::CloseReason::Shutdown => Some(CloseReason::BrokerLost),
-        wire::CloseReason::SpawnFailed => Some(CloseReason::SpawnFailed),
+        pb::CloseReason::Shutdown => Some(CloseReason::BrokerLost),
+        pb::CloseReason::SpawnFailed => Some(CloseReason::SpawnFailed),
     }
 }
 
-fn session_from_wire(info: wire::SessionInfo) -> Option<BrokerSession> {
-    let state = match wire::SessionState::try_from(info.state).ok()? {
-        wire::SessionState::Unspecified => return None,
-        wire::SessionState::Starting => BrokerSessionState::Starting,
-        wire::SessionState::Running => BrokerSessionState::Running,
-        wire::SessionState::Resetting => BrokerSessionState::Resetting,
-        wire::SessionState::Exited => BrokerSessionState::Exited,
-        wire::SessionState::Closed => BrokerSessionState::Closed,
+fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
+    let state = match pb::SessionState::try_from(info.state).ok()? {
+        pb::SessionState::Unspecified => return None,
+        pb::SessionState::Starting => BrokerSessionState::Starting,
+        pb::SessionState::Running => BrokerSessionState::Running,
+        pb::SessionState::Resetting => BrokerSessionState::Resetting,
+        pb::SessionState::Exited => BrokerSessionState::Exited,
+        pb::SessionState::Closed => BrokerSessionState::Closed,
     };
     Some(BrokerSession {
         session_id: parse_session_id(&info.session_id)?,
         state,
-        exit: exit_from_wire(info.exit),
-        close_reason: close_reason_from_wire(info.close_reason),
+        exit: exit_from_pb(info.exit),
+        close_reason: close_reason_from_pb(info.close_reason),
         attached_clients: info.controllers.saturating_add(info.viewers),
-        last_activity_at: timestamp_from_wire(info.last_activity_at),
+        last_activity_at: timestamp_from_pb(info.last_activity_at),
     })
 }
 
-fn event_from_wire(event: wire::BrokerEvent) -> Option<BrokerEvent> {
-    use wire::broker_event::Event;
+fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
+    use pb::broker_event::Event;
     Some(match event.event? {
         Event::Snapshot(snapshot) => BrokerEvent::Snapshot {
             boot_id: snapshot.boot_id,
             sessions: snapshot
                 .sessions
                 .into_iter()
-                .filter_map(session_from_wire)
+                .filter_map(session_from_pb)
                 .collect(),
         },
-        Event::Started(started) => BrokerEvent::Started(session_from_wire(started.session?)?),
+        Event::Started(started) => BrokerEvent::Started(session_from_pb(started.session?)?),
         Event::Exited(exited) => BrokerEvent::Exited {
             session_id: parse_session_id(&exited.session_id)?,
-            exit: exit_from_wire(exited.exit)?,
+            exit: exit_from_pb(exited.exit)?,
         },
         Event::Activity(activity) => BrokerEvent::Activity {
             session_id: parse_session_id(&activity.session_id)?,
-            at: timestamp_from_wire(activity.last_activity_at)?,
+            at: timestamp_from_pb(activity.last_activity_at)?,
         },
         Event::Closed(closed) => BrokerEvent::Closed {
             session_id: parse_session_id(&closed.session_id)?,
-            reason: close_reason_from_wire(closed.reason).unwrap_or(CloseReason::BrokerLost),
+            reason: close_reason_from_pb(closed.reason).unwrap_or(CloseReason::BrokerLost),
         },
         Event::AttachmentsChanged(changed) => BrokerEvent::Attachments {
             session_id: parse_session_id(&changed.session_id)?,
             attached_clients: changed.controllers.saturating_add(changed.viewers),
         },
-        Event::Reset(reset) => BrokerEvent::ResetDone(session_from_wire(reset.session?)?),
+        Event::Reset(reset) => BrokerEvent::ResetDone(session_from_pb(reset.session?)?),
     })
 }

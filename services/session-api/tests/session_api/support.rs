@@ -1,10 +1,30 @@
-//! What session-api's integration tests share: a fresh database of either kind per test, and
-//! in-process session-api and pty-broker servers on 127.0.0.1:0.
+//! What session-api's integration tests share: a fresh database of either kind per test,
+//! in-process session-api and pty-broker servers on 127.0.0.1:0, and clients that present the
+//! service credential.
 
-#![allow(dead_code)]
+use std::net::SocketAddr;
+use std::time::Duration;
 
+use attach_ticket::TicketKey;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_proto::session::v1 as pb;
+use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_wire::{BearerAuth, ServiceCredential};
 use tempfile::TempDir;
 use test_support::postgres::TestDatabase;
+use tokio::sync::oneshot;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+pub const TICKET_SECRET: &[u8] = b"test ticket secret 0123456789abcdef";
+/// Generous bound for things that happen asynchronously (events, reconnects): a liveness
+/// bound, never a performance assertion.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+/// How often a test that waits looks again.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Which database a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,7 +36,11 @@ pub enum Backend {
 /// A fresh, empty database, removed when dropped.
 #[derive(Debug)]
 pub enum FreshDatabase {
-    Sqlite { directory: TempDir, url: String },
+    /// The directory is removed, with the database file, when this is dropped.
+    Sqlite {
+        _directory: TempDir,
+        url: String,
+    },
     Postgres(TestDatabase),
 }
 
@@ -32,7 +56,10 @@ impl FreshDatabase {
                     "sqlite://{}?mode=rwc",
                     directory.path().join("session-api.db").display()
                 );
-                Some(FreshDatabase::Sqlite { directory, url })
+                Some(FreshDatabase::Sqlite {
+                    _directory: directory,
+                    url,
+                })
             }
             Backend::Postgres => {
                 if !test_support::require(test_support::Requirement::Postgres) {
@@ -57,43 +84,23 @@ impl FreshDatabase {
 
 /// Runs one async test body on both databases: `both_databases!(name, |backend| async {...})`
 /// defines `mod name { sqlite, postgres }`.
-#[macro_export]
 macro_rules! both_databases {
     ($name:ident, $body:expr) => {
         mod $name {
-            #[allow(unused_imports)]
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sqlite() {
-                ($body)($crate::common::Backend::Sqlite).await;
+                ($body)($crate::support::Backend::Sqlite).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn postgres() {
-                ($body)($crate::common::Backend::Postgres).await;
+                ($body)($crate::support::Backend::Postgres).await;
             }
         }
     };
 }
-
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use attach_ticket::TicketKey;
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use ptyhub_proto::session::v1 as session_wire;
-use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
-use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
-use tokio::sync::oneshot;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-
-pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
-pub const TICKET_SECRET: &[u8] = b"test ticket secret 0123456789abcdef";
-/// Generous bound for things that happen asynchronously (events, reconnects).
-pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A server running on a runtime of its own, so that a test can kill it as a crash would:
 /// every task and connection dropped at once, nothing said to peers.
@@ -232,7 +239,7 @@ pub fn start_session_api_on(
 ) -> Isolated {
     let mut config = session_api::Config::new(
         database_url,
-        session_api::ServiceCredential::new(SERVICE_TOKEN).unwrap(),
+        ServiceCredential::new(SERVICE_TOKEN).expect("a valid service credential"),
         ticket_key(),
     );
     config.brokers = brokers
@@ -256,60 +263,41 @@ pub fn start_session_api_on(
     })
 }
 
-#[derive(Debug, Clone)]
-pub struct BearerToken;
+pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerAuth>>;
+pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerAuth>>;
+pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
 
-impl tonic::service::Interceptor for BearerToken {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {SERVICE_TOKEN}").parse().unwrap(),
-        );
-        Ok(request)
-    }
+fn service_auth() -> BearerAuth {
+    BearerAuth::new(SERVICE_TOKEN).expect("the test token is printable ascii")
 }
 
-pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToken>>;
-pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerToken>>;
-pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerToken>>;
-
-async fn channel(endpoint: &str) -> Channel {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        match Channel::from_shared(endpoint.to_owned())
-            .unwrap()
-            .connect()
-            .await
-        {
-            Ok(channel) => return channel,
-            Err(error) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(%error, "not up yet");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(error) => panic!("cannot connect to {endpoint}: {error}"),
-        }
-    }
+/// A channel to `endpoint`, once the server there accepts connections.
+pub async fn channel(endpoint: &str) -> Channel {
+    let endpoint = Channel::from_shared(endpoint.to_owned()).expect("a valid endpoint url");
+    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let endpoint = endpoint.clone();
+        async move { endpoint.connect().await.ok() }
+    })
+    .await
+    .unwrap_or_else(|| panic!("cannot connect to {}", endpoint.uri()))
 }
 
 pub async fn session_client(server: &Isolated) -> SessionClient {
-    SessionApiClient::with_interceptor(channel(&server.endpoint()).await, BearerToken)
+    SessionApiClient::with_interceptor(channel(&server.endpoint()).await, service_auth())
 }
 
 pub async fn registry_client(server: &Isolated) -> RegistryClient {
-    BrokerRegistryClient::with_interceptor(channel(&server.endpoint()).await, BearerToken)
+    BrokerRegistryClient::with_interceptor(channel(&server.endpoint()).await, service_auth())
 }
 
 pub async fn broker_client(broker: &Isolated) -> BrokerClient {
-    PtyBrokerClient::with_interceptor(channel(&broker.endpoint()).await, BearerToken)
+    PtyBrokerClient::with_interceptor(channel(&broker.endpoint()).await, service_auth())
 }
 
 /// Ids of the sessions the broker has a process for.
 pub async fn broker_processes(broker: &mut BrokerClient) -> Vec<String> {
     broker
-        .list(broker_wire::ListRequest {})
+        .list(broker_pb::ListRequest {})
         .await
         .expect("broker list")
         .into_inner()
@@ -317,10 +305,10 @@ pub async fn broker_processes(broker: &mut BrokerClient) -> Vec<String> {
         .into_iter()
         .filter(|session| {
             matches!(
-                broker_wire::SessionState::try_from(session.state),
-                Ok(broker_wire::SessionState::Starting
-                    | broker_wire::SessionState::Running
-                    | broker_wire::SessionState::Resetting)
+                broker_pb::SessionState::try_from(session.state),
+                Ok(broker_pb::SessionState::Starting
+                    | broker_pb::SessionState::Running
+                    | broker_pb::SessionState::Resetting)
             )
         })
         .map(|session| session.session_id)
@@ -333,14 +321,12 @@ pub async fn register_instance(
     name: &str,
     broker_id: &str,
     max_sessions: u32,
-) -> session_wire::Instance {
+) -> pb::Instance {
     client
-        .register_instance(session_wire::RegisterInstanceRequest {
+        .register_instance(pb::RegisterInstanceRequest {
             name: name.to_owned(),
-            target: Some(broker_wire::Target {
-                kind: Some(broker_wire::target::Kind::Local(
-                    broker_wire::LocalTarget {},
-                )),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             command: vec!["sh".into()],
             max_sessions,
@@ -358,7 +344,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    test_support::poll_until(PATIENCE, Duration::from_millis(50), check)
+    test_support::poll_until(PATIENCE, POLL_INTERVAL, check)
         .await
         .unwrap_or_else(|| panic!("gave up waiting: {what}"))
 }

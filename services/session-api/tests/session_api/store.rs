@@ -1,16 +1,15 @@
 //! The store on both databases, without brokers: migrations, the cap and aliases under
 //! concurrency, names.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{Backend, FreshDatabase};
 use ptyhub_wire::TerminalSize;
 use session_api::Error;
 use session_api::domain::{Alias, NewInstance, SessionName, Target};
 use session_api::store::{Reservation, SessionReservation, Store};
+
+use crate::support::{Backend, FreshDatabase};
 
 async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {
     let database = FreshDatabase::create(backend).await?;

@@ -1,18 +1,17 @@
 //! session-api's lifecycle across broker faults: a broker that dies and stays away past the
 //! heartbeat timeout has its sessions closed (`broker_lost`); another broker's sessions are not.
 
-mod common;
+use ptyhub_proto::session::v1 as pb;
 
-use common::*;
-use ptyhub_proto::session::v1 as wire;
+use crate::support::*;
 
 async fn session_state(
     client: &mut SessionClient,
-    instance: &wire::Instance,
+    instance: &pb::Instance,
     session_id: &str,
-) -> (wire::SessionStatus, wire::CloseReason) {
+) -> (pb::SessionStatus, pb::CloseReason) {
     let session = client
-        .get_session(wire::GetSessionRequest {
+        .get_session(pb::GetSessionRequest {
             instance: instance.id.clone(),
             session_id: session_id.to_owned(),
         })
@@ -42,7 +41,7 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
     let mut created = Vec::new();
     for instance in [&on_doomed, &on_survivor] {
         let attachment = client
-            .create_session(wire::CreateSessionRequest {
+            .create_session(pb::CreateSessionRequest {
                 instance: instance.id.clone(),
                 ..Default::default()
             })
@@ -56,7 +55,7 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
             let mut client = client.clone();
             async move {
                 let (status, _) = session_state(&mut client, instance, id).await;
-                (status == wire::SessionStatus::Active).then_some(())
+                (status == pb::SessionStatus::Active).then_some(())
             }
         })
         .await;
@@ -70,17 +69,17 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
         let instance = on_doomed.clone();
         async move {
             let state = session_state(&mut client, &instance, &id).await;
-            (state == (wire::SessionStatus::Closed, wire::CloseReason::BrokerLost)).then_some(())
+            (state == (pb::SessionStatus::Closed, pb::CloseReason::BrokerLost)).then_some(())
         }
     })
     .await;
     let (status, reason) = session_state(&mut client, &on_survivor, &created[1]).await;
-    assert_eq!(status, wire::SessionStatus::Active);
-    assert_eq!(reason, wire::CloseReason::Unspecified);
+    assert_eq!(status, pb::SessionStatus::Active);
+    assert_eq!(reason, pb::CloseReason::Unspecified);
 
     // The dead broker's instance is at zero live sessions again: the lost one no longer counts.
     let live = client
-        .list_sessions(wire::ListSessionsRequest {
+        .list_sessions(pb::ListSessionsRequest {
             instance: on_doomed.id.clone(),
             include_closed: false,
         })
@@ -101,7 +100,7 @@ async fn wait_registered(api: &Isolated, broker_id: &str, endpoint: &str) {
         let mut registry = registry.clone();
         async move {
             registry
-                .list_brokers(wire::ListBrokersRequest {})
+                .list_brokers(pb::ListBrokersRequest {})
                 .await
                 .is_ok_and(|response| {
                     response.into_inner().brokers.iter().any(|broker| {
@@ -133,7 +132,7 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     let mut client = session_client(&api).await;
     let instance = register_instance(&mut client, "on-registered", "self-registered", 5).await;
     let attachment = client
-        .create_session(wire::CreateSessionRequest {
+        .create_session(pb::CreateSessionRequest {
             instance: instance.id.clone(),
             ..Default::default()
         })

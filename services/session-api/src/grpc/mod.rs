@@ -1,0 +1,422 @@
+//! The gRPC adapter: `SessionApi` and `BrokerRegistry` served over the generated types, and the
+//! one mapping of [`Error`] to `tonic::Status`. Requests become domain types in `from_pb.rs`,
+//! answers become messages in `to_pb.rs`; no generated type goes further in.
+
+mod from_pb;
+mod to_pb;
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use ptyhub_proto::session::v1 as pb;
+use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
+use ptyhub_proto::session::v1::session_api_server::SessionApi;
+use ptyhub_wire::ErrorCode;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::domain::{Alias, SessionName, SessionSelector};
+use crate::error::Error;
+use crate::service::{CreateSession, SessionService};
+use from_pb::{
+    new_instance_from_pb, required, role_from_pb, session_id_from_pb, size_from_pb,
+    validated_broker_id, validated_command, validated_endpoint,
+};
+use to_pb::{
+    attach_target_to_pb, attachment_to_pb, broker_to_pb, change_to_pb, instance_to_pb,
+    session_to_pb,
+};
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Self {
+        let code = error.code();
+        if code == ErrorCode::Internal {
+            tracing::error!(%error, "internal error");
+        }
+        match error {
+            // The broker's own code goes on unchanged, even one the table has no entry for.
+            Error::BrokerRefused { code, .. } => Status::new(code, error.to_string()),
+            error => code.status(error.to_string()),
+        }
+    }
+}
+
+/// The gRPC face of [`SessionService`].
+#[derive(Debug, Clone)]
+pub struct GrpcSessionApi {
+    service: Arc<SessionService>,
+    /// Ends the change streams at shutdown.
+    shutdown: CancellationToken,
+}
+
+impl GrpcSessionApi {
+    pub(crate) fn new(service: Arc<SessionService>, shutdown: CancellationToken) -> Self {
+        Self { service, shutdown }
+    }
+}
+
+type ChangeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl SessionApi for GrpcSessionApi {
+    async fn register_instance(
+        &self,
+        request: Request<pb::RegisterInstanceRequest>,
+    ) -> Result<Response<pb::Instance>, Status> {
+        let new = new_instance_from_pb(request.into_inner())?;
+        let instance = self.service.register_instance(new).await?;
+        Ok(Response::new(instance_to_pb(&instance)))
+    }
+
+    async fn get_instance(
+        &self,
+        request: Request<pb::GetInstanceRequest>,
+    ) -> Result<Response<pb::Instance>, Status> {
+        let instance = required("instance", &request.get_ref().instance)?;
+        let instance = self.service.get_instance(instance).await?;
+        Ok(Response::new(instance_to_pb(&instance)))
+    }
+
+    async fn list_instances(
+        &self,
+        request: Request<pb::ListInstancesRequest>,
+    ) -> Result<Response<pb::ListInstancesResponse>, Status> {
+        let selector: BTreeMap<String, String> =
+            request.into_inner().label_selector.into_iter().collect();
+        let instances = self.service.list_instances(&selector).await?;
+        Ok(Response::new(pb::ListInstancesResponse {
+            instances: instances.iter().map(instance_to_pb).collect(),
+        }))
+    }
+
+    async fn delete_instance(
+        &self,
+        request: Request<pb::DeleteInstanceRequest>,
+    ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
+        let instance = required("instance", &request.get_ref().instance)?;
+        let (instance_id, closed_sessions) = self.service.delete_instance(instance).await?;
+        Ok(Response::new(pb::DeleteInstanceResponse {
+            instance_id: instance_id.to_string(),
+            closed_sessions,
+        }))
+    }
+
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::SessionAttachment>, Status> {
+        let request = request.into_inner();
+        let instance = required("instance", &request.instance)?;
+        let name = if request.name.is_empty() {
+            None
+        } else {
+            Some(SessionName::parse(&request.name)?)
+        };
+        let aliases = request
+            .aliases
+            .iter()
+            .map(|alias| Alias::parse(alias))
+            .collect::<Result<Vec<_>, _>>()?;
+        let command = if request.command.is_empty() {
+            None
+        } else {
+            Some(validated_command(request.command)?)
+        };
+        let create = CreateSession {
+            name,
+            aliases,
+            size: size_from_pb(request.size)?,
+            command,
+        };
+        let attachment = self.service.create_session(instance, create).await?;
+        Ok(Response::new(attachment_to_pb(&attachment)))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let session = self.service.get_session(instance, session_id).await?;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let sessions = self
+            .service
+            .list_sessions(instance, request.include_closed)
+            .await?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: sessions.iter().map(session_to_pb).collect(),
+        }))
+    }
+
+    async fn resolve_session(
+        &self,
+        request: Request<pb::ResolveSessionRequest>,
+    ) -> Result<Response<pb::SessionAttachment>, Status> {
+        use pb::resolve_session_request::Selector;
+        let request = request.into_inner();
+        let instance = required("instance", &request.instance)?;
+        let selector = match request.selector {
+            None => {
+                return Err(Error::InvalidRequest(
+                    "a selector (session_id, alias, client_id or default) is required".into(),
+                )
+                .into());
+            }
+            Some(Selector::SessionId(id)) => SessionSelector::Id(session_id_from_pb(&id)?),
+            Some(Selector::Alias(alias)) => SessionSelector::Alias(Alias::parse(&alias)?),
+            Some(Selector::ClientId(client_id)) => {
+                SessionSelector::Alias(Alias::client(&client_id)?)
+            }
+            Some(Selector::Default(true)) => SessionSelector::Alias(Alias::Default),
+            Some(Selector::Default(false)) => {
+                return Err(Error::InvalidRequest("default must be true when set".into()).into());
+            }
+        };
+        let attachment = self
+            .service
+            .resolve_session(
+                instance,
+                selector,
+                request.create_if_absent,
+                size_from_pb(request.size)?,
+                role_from_pb(request.role)?,
+            )
+            .await?;
+        Ok(Response::new(attachment_to_pb(&attachment)))
+    }
+
+    async fn issue_attach_ticket(
+        &self,
+        request: Request<pb::IssueAttachTicketRequest>,
+    ) -> Result<Response<pb::AttachTarget>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let target = self
+            .service
+            .issue_attach_ticket(instance, session_id, role_from_pb(request.role)?)
+            .await?;
+        Ok(Response::new(attach_target_to_pb(&target)))
+    }
+
+    async fn rename_session(
+        &self,
+        request: Request<pb::RenameSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let name = SessionName::parse(&request.name)?;
+        let session = self
+            .service
+            .rename_session(instance, session_id, &name)
+            .await?;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
+    async fn reset_session(
+        &self,
+        request: Request<pb::ResetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let session = self.service.reset_session(instance, session_id).await?;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let session = self.service.close_session(instance, session_id).await?;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
+    type WatchSessionsStream = ChangeStream;
+
+    async fn watch_sessions(
+        &self,
+        request: Request<pb::WatchSessionsRequest>,
+    ) -> Result<Response<Self::WatchSessionsStream>, Status> {
+        // Subscribe before looking the instance up, so no change after this call is missed.
+        let receiver = self.service.watch_sessions();
+        let instance_id = match request.get_ref().instance.as_str() {
+            "" => None,
+            instance => Some(self.service.get_instance(instance).await?.id),
+        };
+        let changes = BroadcastStream::new(receiver)
+            .filter_map(move |change| async move {
+                match change {
+                    Ok(change) if instance_id.is_none_or(|id| id == change.session.instance_id) => {
+                        Some(Ok(change_to_pb(&change)))
+                    }
+                    Ok(_) => None,
+                    Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "a session watcher fell behind and missed changes");
+                        None
+                    }
+                }
+            })
+            .take_until(self.shutdown.clone().cancelled_owned())
+            // The feed ends only when this replica shuts down: tell the client to reconnect.
+            .chain(futures::stream::once(async {
+                Err(Status::unavailable(
+                    "session-api is shutting down; watch again (another replica answers)",
+                ))
+            }));
+        Ok(Response::new(Box::pin(changes)))
+    }
+}
+
+/// The gRPC face of the broker registry.
+#[derive(Debug, Clone)]
+pub struct GrpcBrokerRegistry {
+    service: Arc<SessionService>,
+}
+
+impl GrpcBrokerRegistry {
+    pub(crate) fn new(service: Arc<SessionService>) -> Self {
+        Self { service }
+    }
+}
+
+#[tonic::async_trait]
+impl BrokerRegistry for GrpcBrokerRegistry {
+    async fn register_broker(
+        &self,
+        request: Request<pb::RegisterBrokerRequest>,
+    ) -> Result<Response<pb::Broker>, Status> {
+        let request = request.into_inner();
+        let id = validated_broker_id(&request.id)?;
+        let endpoint = validated_endpoint(&request.endpoint)?;
+        let broker = self
+            .service
+            .register_broker(id, endpoint, request.docker)
+            .await?;
+        Ok(Response::new(broker_to_pb(&broker)))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let id = validated_broker_id(&request.get_ref().id)?;
+        let interval = self.service.heartbeat(id).await?;
+        Ok(Response::new(pb::HeartbeatResponse {
+            interval_seconds: u32::try_from(interval.as_secs().max(1)).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn list_brokers(
+        &self,
+        _request: Request<pb::ListBrokersRequest>,
+    ) -> Result<Response<pb::ListBrokersResponse>, Status> {
+        let brokers = self.service.list_brokers().await?;
+        Ok(Response::new(pb::ListBrokersResponse {
+            brokers: brokers.iter().map(broker_to_pb).collect(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ptyhub_wire::TerminalSize;
+    use tonic::Code;
+    use uuid::Uuid;
+
+    use super::*;
+
+    #[test]
+    fn every_error_keeps_its_grpc_code_and_its_message() {
+        let id = Uuid::nil();
+        let refused = |code| Error::BrokerRefused {
+            broker_id: "b1".into(),
+            code,
+            message: "refused".into(),
+        };
+        let cases = [
+            (
+                Error::InvalidRequest("instance is required".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                Error::InvalidSize(TerminalSize::new(0, 24).expect_err("out of bounds")),
+                Code::InvalidArgument,
+            ),
+            (Error::InstanceNotFound("nope".into()), Code::NotFound),
+            (Error::SessionNotFound(id), Code::NotFound),
+            (Error::SessionClosed(id), Code::NotFound),
+            (Error::AliasNotFound("conversation".into()), Code::NotFound),
+            (Error::BrokerNotFound("b1".into()), Code::NotFound),
+            (Error::InstanceNameTaken("web".into()), Code::AlreadyExists),
+            (
+                Error::AliasTaken {
+                    alias: "conversation".into(),
+                    session_id: id,
+                },
+                Code::AlreadyExists,
+            ),
+            (Error::CapReached(5), Code::ResourceExhausted),
+            (
+                Error::SessionNotLive {
+                    session_id: id,
+                    status: "closed".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                Error::BrokerUnsuitable {
+                    broker_id: "b1".into(),
+                    kind: "docker",
+                },
+                Code::FailedPrecondition,
+            ),
+            (Error::NoBrokerAvailable("docker"), Code::Unavailable),
+            (
+                Error::BrokerUnavailable {
+                    broker_id: "b1".into(),
+                    message: "connection refused".into(),
+                },
+                Code::Unavailable,
+            ),
+            (Error::StartTimedOut(id), Code::Unavailable),
+            (refused(Code::FailedPrecondition), Code::FailedPrecondition),
+            // Codes the table has no entry for still reach the caller as the broker sent them.
+            (refused(Code::Aborted), Code::Aborted),
+            (refused(Code::OutOfRange), Code::OutOfRange),
+            (
+                Error::Database(sea_orm::DbErr::Custom("gone".into())),
+                Code::Internal,
+            ),
+            (Error::CorruptRecord("status \"x\"".into()), Code::Internal),
+        ];
+        for (error, code) in cases {
+            let message = error.to_string();
+            let status = Status::from(error);
+            assert_eq!(status.code(), code, "{message}");
+            assert_eq!(status.message(), message);
+        }
+        assert_eq!(
+            Status::from(Error::CapReached(5)).message(),
+            "Maximum of 5 terminal sessions reached for this instance"
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! Writing sessions: status transitions, renames, closes (releasing the aliases), exits, and
+//! the batched activity and attachment counts from the brokers' event streams.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use uuid::Uuid;
+
+use super::entities::{session_alias, terminal_session};
+use super::{Store, load_session, now};
+use crate::domain::{CloseReason, ExitStatus, Session, SessionName, SessionStatus};
+use crate::error::Error;
+
+/// Batched lifecycle facts about one session, written together.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ActivityUpdate {
+    pub last_activity_at: Option<DateTime<Utc>>,
+    pub attached_clients: Option<u32>,
+}
+
+impl Store {
+    /// `starting` → `active` once the broker has spawned the process. `None` when the session
+    /// is no longer starting (closed meanwhile, for example by its instance's deletion).
+    pub async fn mark_session_active(&self, session_id: Uuid) -> Result<Option<Session>, Error> {
+        self.transition(
+            session_id,
+            &[SessionStatus::Starting],
+            SessionStatus::Active,
+        )
+        .await
+    }
+
+    /// `active` → `resetting`.
+    pub async fn mark_session_resetting(&self, session_id: Uuid) -> Result<Option<Session>, Error> {
+        self.transition(
+            session_id,
+            &[SessionStatus::Active, SessionStatus::Exited],
+            SessionStatus::Resetting,
+        )
+        .await
+    }
+
+    /// `resetting` → `exited`, when a reset of an exited session failed and its old process
+    /// status stands.
+    pub async fn mark_session_exited_again(
+        &self,
+        session_id: Uuid,
+    ) -> Result<Option<Session>, Error> {
+        self.transition(
+            session_id,
+            &[SessionStatus::Resetting],
+            SessionStatus::Exited,
+        )
+        .await
+    }
+
+    /// `resetting` (or `starting`) → `active`, when the broker reports the process running.
+    pub async fn mark_session_running(&self, session_id: Uuid) -> Result<Option<Session>, Error> {
+        self.transition(
+            session_id,
+            &[SessionStatus::Resetting, SessionStatus::Starting],
+            SessionStatus::Active,
+        )
+        .await
+    }
+
+    async fn transition(
+        &self,
+        session_id: Uuid,
+        from: &[SessionStatus],
+        to: SessionStatus,
+    ) -> Result<Option<Session>, Error> {
+        let updated = terminal_session::Entity::update_many()
+            .col_expr(terminal_session::Column::Status, Expr::value(to.as_str()))
+            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
+            .filter(terminal_session::Column::Id.eq(session_id))
+            .filter(terminal_session::Column::Status.is_in(from.iter().map(|s| s.as_str())))
+            .exec(&self.db)
+            .await?;
+        if updated.rows_affected == 0 {
+            return Ok(None);
+        }
+        Ok(Some(load_session(&self.db, session_id).await?))
+    }
+
+    /// Renames a session that is not closed.
+    pub async fn rename_session(
+        &self,
+        instance_id: Uuid,
+        session_id: Uuid,
+        name: &SessionName,
+    ) -> Result<Session, Error> {
+        let current = self.get_session(instance_id, session_id).await?;
+        let updated = terminal_session::Entity::update_many()
+            .col_expr(terminal_session::Column::Name, Expr::value(name.as_str()))
+            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
+            .filter(terminal_session::Column::Id.eq(session_id))
+            .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
+            .exec(&self.db)
+            .await?;
+        if updated.rows_affected == 0 {
+            return Err(Error::SessionNotLive {
+                session_id,
+                status: current.status.to_string(),
+            });
+        }
+        load_session(&self.db, session_id).await
+    }
+
+    /// Closes a session that is not closed yet, releasing its aliases. `None` when it was
+    /// already closed (or does not exist).
+    pub async fn close_session(
+        &self,
+        session_id: Uuid,
+        reason: CloseReason,
+    ) -> Result<Option<Session>, Error> {
+        let transaction = self.begin_write().await?;
+        let at = now();
+        let updated = terminal_session::Entity::update_many()
+            .col_expr(
+                terminal_session::Column::Status,
+                Expr::value(SessionStatus::Closed.as_str()),
+            )
+            .col_expr(
+                terminal_session::Column::CloseReason,
+                Expr::value(reason.as_str()),
+            )
+            .col_expr(terminal_session::Column::ClosedAt, Expr::value(at))
+            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(at))
+            .filter(terminal_session::Column::Id.eq(session_id))
+            .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
+            .exec(&transaction)
+            .await?;
+        if updated.rows_affected == 0 {
+            return Ok(None);
+        }
+        release_aliases(&transaction, session_id, at).await?;
+        let session = load_session(&transaction, session_id).await?;
+        transaction.commit().await?;
+        Ok(Some(session))
+    }
+
+    /// Records how the process ended: a running session becomes `exited` (keeping its slot and
+    /// aliases until it is closed); a session already exited or closed keeps its status but
+    /// gains the exit status. `None` when nothing changed.
+    pub async fn record_exit(
+        &self,
+        session_id: Uuid,
+        exit: ExitStatus,
+    ) -> Result<Option<Session>, Error> {
+        let transaction = self.begin_write().await?;
+        let at = now();
+        let exited = terminal_session::Entity::update_many()
+            .col_expr(
+                terminal_session::Column::Status,
+                Expr::value(SessionStatus::Exited.as_str()),
+            )
+            .col_expr(terminal_session::Column::ExitCode, Expr::value(exit.code))
+            .col_expr(
+                terminal_session::Column::ExitSignal,
+                Expr::value(exit.signal),
+            )
+            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(at))
+            .filter(terminal_session::Column::Id.eq(session_id))
+            .filter(terminal_session::Column::Status.is_in([
+                SessionStatus::Starting.as_str(),
+                SessionStatus::Active.as_str(),
+                SessionStatus::Resetting.as_str(),
+            ]))
+            .exec(&transaction)
+            .await?;
+        let changed = if exited.rows_affected > 0 {
+            true
+        } else {
+            let filled = terminal_session::Entity::update_many()
+                .col_expr(terminal_session::Column::ExitCode, Expr::value(exit.code))
+                .col_expr(
+                    terminal_session::Column::ExitSignal,
+                    Expr::value(exit.signal),
+                )
+                .col_expr(terminal_session::Column::UpdatedAt, Expr::value(at))
+                .filter(terminal_session::Column::Id.eq(session_id))
+                .filter(terminal_session::Column::ExitCode.is_null())
+                .exec(&transaction)
+                .await?;
+            filled.rows_affected > 0
+        };
+        if !changed {
+            return Ok(None);
+        }
+        let session = load_session(&transaction, session_id).await?;
+        transaction.commit().await?;
+        Ok(Some(session))
+    }
+
+    /// Writes a batch of activity and attachment updates in one transaction. Returns the
+    /// sessions whose attachment count changed.
+    ///
+    /// Every replica writes the batches of every broker it follows, so two replicas update the
+    /// same rows at once: rows are locked in id order, so that the batches never deadlock each
+    /// other, and a deadlock with some other transaction is retried.
+    pub async fn record_activity(
+        &self,
+        updates: &HashMap<Uuid, ActivityUpdate>,
+    ) -> Result<Vec<Session>, Error> {
+        let mut ordered: Vec<(&Uuid, &ActivityUpdate)> = updates.iter().collect();
+        ordered.sort_unstable_by_key(|(session_id, _)| **session_id);
+        let mut attempt = 1;
+        loop {
+            match self.record_activity_once(&ordered).await {
+                Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
+                    tracing::debug!(attempt, "activity batch deadlocked: retrying");
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn record_activity_once(
+        &self,
+        updates: &[(&Uuid, &ActivityUpdate)],
+    ) -> Result<Vec<Session>, Error> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let transaction = self.begin_write().await?;
+        let mut attachment_changes = Vec::new();
+        for &(session_id, update) in updates {
+            if let Some(at) = update.last_activity_at {
+                terminal_session::Entity::update_many()
+                    .col_expr(
+                        terminal_session::Column::LastActivityAt,
+                        Expr::value(at.trunc_subsecs(6)),
+                    )
+                    .filter(terminal_session::Column::Id.eq(*session_id))
+                    .filter(terminal_session::Column::LastActivityAt.lt(at.trunc_subsecs(6)))
+                    .exec(&transaction)
+                    .await?;
+            }
+            if let Some(attached) = update.attached_clients {
+                let changed = terminal_session::Entity::update_many()
+                    .col_expr(
+                        terminal_session::Column::AttachedClients,
+                        Expr::value(attached as i32),
+                    )
+                    .filter(terminal_session::Column::Id.eq(*session_id))
+                    .filter(terminal_session::Column::AttachedClients.ne(attached as i32))
+                    .exec(&transaction)
+                    .await?;
+                if changed.rows_affected > 0 {
+                    attachment_changes.push(*session_id);
+                }
+            }
+        }
+        let mut sessions = Vec::new();
+        for session_id in attachment_changes {
+            sessions.push(load_session(&transaction, session_id).await?);
+        }
+        transaction.commit().await?;
+        Ok(sessions)
+    }
+}
+
+async fn release_aliases(
+    db: &impl ConnectionTrait,
+    session_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), Error> {
+    session_alias::Entity::update_many()
+        .col_expr(session_alias::Column::ReleasedAt, Expr::value(at))
+        .filter(session_alias::Column::SessionId.eq(session_id))
+        .filter(session_alias::Column::ReleasedAt.is_null())
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Whether the database ended the statement's transaction to break a deadlock (PostgreSQL's
+/// SQLSTATE 40P01); retrying the transaction is then the right answer.
+fn is_deadlock(error: &sea_orm::DbErr) -> bool {
+    let runtime = match error {
+        sea_orm::DbErr::Exec(runtime) | sea_orm::DbErr::Query(runtime) => runtime,
+        _ => return false,
+    };
+    match runtime {
+        sea_orm::RuntimeErr::SqlxError(sqlx) => match sqlx.as_ref() {
+            sea_orm::sqlx::Error::Database(database) => database.code().as_deref() == Some("40P01"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
