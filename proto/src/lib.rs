@@ -20,6 +20,3 @@ pub mod session {
 /// The encoded `FileDescriptorSet` of every ptyhub proto, for `tonic-reflection`.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/ptyhub_descriptor.bin"));
-
-/// The metadata key that carries the service token on internal calls.
-pub const AUTHORIZATION_METADATA: &str = "authorization";
