@@ -30,9 +30,11 @@ mod tests {
                     && !word.starts_with('/')
                     && !word.starts_with('.')
                     && (word.contains('/')
-                        || [".rs", ".md", ".toml", ".proto", ".mjs", ".js", ".json", ".yaml"]
-                            .iter()
-                            .any(|extension| word.ends_with(extension)))
+                        || [
+                            ".rs", ".md", ".toml", ".proto", ".mjs", ".js", ".json", ".yaml",
+                        ]
+                        .iter()
+                        .any(|extension| word.ends_with(extension)))
             })
             .map(str::to_owned)
             .collect()
@@ -42,7 +44,10 @@ mod tests {
         let entries = std::fs::read_dir(directory).expect("a readable directory");
         for entry in entries {
             let path = entry.expect("a readable entry").path();
-            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
+            let name = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .unwrap_or("");
             if path.is_dir() {
                 if !SKIPPED_DIRS.contains(&name) {
                     rust_files(&path, found);
