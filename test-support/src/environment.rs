@@ -94,9 +94,10 @@ pub fn require(requirement: Requirement) -> bool {
     false
 }
 
-/// The running test's name: nextest's, or the thread libtest names after the test.
+/// The running test's name, after its test binary's (`cli docker::boxed`): nextest's, or the
+/// thread libtest names after the test.
 fn current_test_name() -> String {
-    std::env::var("NEXTEST_TEST_NAME")
+    let test = std::env::var("NEXTEST_TEST_NAME")
         .ok()
         .filter(|name| !name.is_empty())
         .or_else(|| {
@@ -105,7 +106,22 @@ fn current_test_name() -> String {
                 .filter(|name| *name != "main")
                 .map(str::to_owned)
         })
-        .unwrap_or_else(|| "an unnamed test".to_owned())
+        .unwrap_or_else(|| "an unnamed test".to_owned());
+    match test_binary_name() {
+        Some(binary) => format!("{binary} {test}"),
+        None => test,
+    }
+}
+
+/// The test binary's name without the hash cargo appends (`cli-0123abcd` is `cli`).
+fn test_binary_name() -> Option<String> {
+    let executable = std::env::current_exe().ok()?;
+    let stem = executable.file_stem()?.to_str()?;
+    let name = match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.bytes().all(|byte| byte.is_ascii_hexdigit()) => name,
+        _ => stem,
+    };
+    Some(name.to_owned())
 }
 
 fn skip_line(test: &str, requirement: Requirement, reason: &str) -> String {
@@ -146,11 +162,12 @@ mod tests {
     }
 
     #[test]
-    fn the_current_test_is_named() {
+    fn the_current_test_is_named_after_its_binary() {
+        let name = current_test_name();
         assert!(
-            current_test_name().contains("the_current_test_is_named"),
-            "{}",
-            current_test_name()
+            name.starts_with("test_support ")
+                && name.ends_with("the_current_test_is_named_after_its_binary"),
+            "{name}"
         );
     }
 }
