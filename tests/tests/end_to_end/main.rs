@@ -10,6 +10,7 @@ mod idle_reaping;
 mod keepalive;
 mod teardown;
 mod tickets;
+mod tombstone;
 
 use test_support::Requirement;
 use test_support::postgres::TestDatabase;
