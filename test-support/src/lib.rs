@@ -9,6 +9,7 @@
 pub mod environment;
 pub mod poll;
 pub mod postgres;
+pub mod reflection;
 #[cfg(feature = "stack")]
 pub mod stack;
 

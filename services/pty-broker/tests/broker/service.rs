@@ -176,75 +176,19 @@ async fn health_and_both_reflection_versions_are_served() -> anyhow::Result<()> 
         "grpc.reflection.v1alpha.ServerReflection",
         BROKER_SERVICE,
     ];
-    assert_eq!(services_listed_by_v1(channel.clone()).await?, expected);
+    assert_eq!(
+        test_support::reflection::services_listed_by_v1(channel.clone()).await?,
+        expected
+    );
     // What Python's grpcio-reflection and other older clients speak.
-    assert_eq!(services_listed_by_v1alpha(channel).await?, expected);
+    assert_eq!(
+        test_support::reflection::services_listed_by_v1alpha(channel).await?,
+        expected
+    );
     broker.stop().await
 }
 
 const BROKER_SERVICE: &str = "ptyhub.broker.v1.PtyBroker";
-
-/// The services `grpc.reflection.v1` lists, sorted.
-async fn services_listed_by_v1(channel: tonic::transport::Channel) -> anyhow::Result<Vec<String>> {
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let response = ServerReflectionClient::new(channel)
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await?
-        .into_inner()
-        .message()
-        .await?
-        .context("v1 reflection answered nothing")?;
-    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
-        anyhow::bail!("unexpected v1 reflection answer: {response:?}");
-    };
-    let mut names: Vec<String> = list
-        .service
-        .into_iter()
-        .map(|service| service.name)
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
-/// The services `grpc.reflection.v1alpha` lists, sorted.
-async fn services_listed_by_v1alpha(
-    channel: tonic::transport::Channel,
-) -> anyhow::Result<Vec<String>> {
-    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
-
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let response = ServerReflectionClient::new(channel)
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await?
-        .into_inner()
-        .message()
-        .await?
-        .context("v1alpha reflection answered nothing")?;
-    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
-        anyhow::bail!("unexpected v1alpha reflection answer: {response:?}");
-    };
-    let mut names: Vec<String> = list
-        .service
-        .into_iter()
-        .map(|service| service.name)
-        .collect();
-    names.sort();
-    Ok(names)
-}
 
 /// The idle timer through the real API: armed at spawn, cancelled by an attach (a session stays
 /// while a client is attached, well past the timeout), armed again by the last detach, and then

@@ -829,9 +829,6 @@ async fn calls_without_the_service_token_are_unauthenticated() {
 #[tokio::test]
 async fn health_and_v1alpha_reflection_answer_without_a_credential() {
     use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
 
     let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
         return;
@@ -854,28 +851,9 @@ async fn health_and_v1alpha_reflection_answer_without_a_credential() {
         assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
     }
 
-    let list_services = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let answer = ServerReflectionClient::new(channel)
-        .server_reflection_info(tokio_stream::iter([list_services]))
+    let names = test_support::reflection::services_listed_by_v1alpha(channel)
         .await
-        .expect("v1alpha reflection needs no credential")
-        .into_inner()
-        .next()
-        .await
-        .expect("one answer")
-        .expect("a successful answer");
-    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
-        panic!("expected a list of services, got {answer:?}");
-    };
-    let mut names: Vec<String> = list
-        .service
-        .into_iter()
-        .map(|service| service.name)
-        .collect();
-    names.sort();
+        .expect("v1alpha reflection needs no credential");
     assert_eq!(
         names,
         [
