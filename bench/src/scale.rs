@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use futures::StreamExt as _;
 use nix::sys::stat::Mode;
-use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::broker::v1 as broker_pb;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
@@ -176,12 +176,12 @@ pub async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
         service.check_running()?;
         let attempt = async {
             let channel = Channel::from_shared(service.endpoint()?)?.connect().await?;
-            let mut client = broker::pty_broker_client::PtyBrokerClient::with_interceptor(
+            let mut client = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
                 channel,
                 service_auth(),
             )
             .max_decoding_message_size(64 << 20);
-            client.list(broker::ListRequest {}).await?;
+            client.list(broker_pb::ListRequest {}).await?;
             anyhow::Ok(client)
         };
         match tokio::time::timeout(Duration::from_secs(5), attempt).await {
@@ -201,16 +201,16 @@ pub async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
 }
 
 async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<()> {
-    let request = broker::SpawnRequest {
+    let request = broker_pb::SpawnRequest {
         session_id: id.to_owned(),
-        target: Some(broker::Target {
-            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        target: Some(broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         }),
         command: vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()],
         env: HashMap::new(),
         cwd: String::new(),
         user: String::new(),
-        size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+        size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
     };
     tokio::time::timeout(CALL_PATIENCE, client.clone().spawn(request))
         .await
@@ -221,11 +221,14 @@ async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<
 
 /// Every session's output offset, by session id.
 async fn list_offsets(client: &BrokerClient) -> Result<HashMap<String, u64>> {
-    let listed = tokio::time::timeout(CALL_PATIENCE, client.clone().list(broker::ListRequest {}))
-        .await
-        .map_err(|_| anyhow!("list took over {CALL_PATIENCE:?}"))?
-        .context("list")?
-        .into_inner();
+    let listed = tokio::time::timeout(
+        CALL_PATIENCE,
+        client.clone().list(broker_pb::ListRequest {}),
+    )
+    .await
+    .map_err(|_| anyhow!("list took over {CALL_PATIENCE:?}"))?
+    .context("list")?
+    .into_inner();
     Ok(listed
         .sessions
         .into_iter()
@@ -316,8 +319,8 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         ],
         dir.path(),
     )?;
-    let local = broker::Target {
-        kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+    let local = broker_pb::Target {
+        kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
     };
     let instance = stack
         .register("bench-sockets", local, INSTANCE_CAP as u32)
@@ -370,7 +373,7 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         // Every socket is attached at the broker and live end to end.
         let listed = tokio::time::timeout(
             CALL_PATIENCE,
-            stack.broker.clone().list(broker::ListRequest {}),
+            stack.broker.clone().list(broker_pb::ListRequest {}),
         )
         .await
         .map_err(|_| anyhow!("list took over {CALL_PATIENCE:?}"))??
@@ -500,8 +503,8 @@ pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result
     );
     let mut instances = Vec::new();
     for index in 0..typists.div_ceil(INSTANCE_CAP) {
-        let local = broker::Target {
-            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        let local = broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         };
         instances.push(
             stack

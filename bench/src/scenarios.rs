@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use attach_ticket::{TicketKey, TicketRole};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
@@ -262,16 +262,16 @@ pub async fn grpc_start_once(stack: &Stack, backend: Backend) -> Result<StartTim
 pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<StartTimes> {
     let session_id = uuid::Uuid::new_v4();
     let started = Instant::now();
-    let request = broker::SpawnRequest {
+    let request = broker_pb::SpawnRequest {
         session_id: session_id.to_string(),
-        target: Some(broker::Target {
-            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        target: Some(broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         }),
         command: vec!["/bin/sh".to_owned(), "-i".to_owned()],
         env: [("PS1".to_owned(), "$ ".to_owned())].into_iter().collect(),
         cwd: String::new(),
         user: String::new(),
-        size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+        size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
     };
     tokio::time::timeout(READ_PATIENCE, client.clone().spawn(request))
         .await
@@ -284,7 +284,7 @@ pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<
             TicketRole::Controller,
             SystemTime::now() + Duration::from_secs(60),
         );
-        let attach = session::AttachTarget {
+        let attach = session_pb::AttachTarget {
             session_id: session_id.to_string(),
             broker_endpoint: endpoint.to_owned(),
             ticket,
@@ -294,7 +294,7 @@ pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<
         attached_times(term, started, created).await
     }
     .await;
-    let kill = broker::KillRequest {
+    let kill = broker_pb::KillRequest {
         session_id: session_id.to_string(),
     };
     let _ = tokio::time::timeout(READ_PATIENCE, client.clone().kill(kill)).await;

@@ -10,8 +10,8 @@ use attach_ticket::TicketKey;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::BackendKind;
 use ptyhub_wire::{BearerAuth, ServiceCredential};
 
@@ -116,16 +116,16 @@ impl Stack {
             docker: None,
             services,
         };
-        let local = broker::Target {
-            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        let local = broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         };
         stack.local_instance = stack
             .register("bench-local", local, options.max_sessions)
             .await?;
         if let Some(engine) = engine {
             let container_id = start_container(&engine).await?;
-            let target = broker::Target {
-                kind: Some(broker::target::Kind::Docker(broker::DockerTarget {
+            let target = broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
                     container: container_id.clone(),
                 })),
             };
@@ -165,14 +165,14 @@ impl Stack {
     pub async fn register(
         &self,
         name: &str,
-        target: broker::Target,
+        target: broker_pb::Target,
         max_sessions: u32,
     ) -> Result<String> {
         let env: HashMap<String, String> = [("PS1", "$ "), ("TERM", "xterm-256color")]
             .into_iter()
             .map(|(key, value)| (key.to_owned(), value.to_owned()))
             .collect();
-        let request = session::RegisterInstanceRequest {
+        let request = session_pb::RegisterInstanceRequest {
             name: name.to_owned(),
             target: Some(target),
             command: vec!["/bin/sh".to_owned()],

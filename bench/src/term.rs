@@ -15,8 +15,8 @@ use bytes::Bytes;
 use futures::{SinkExt as _, Stream, StreamExt as _};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -104,8 +104,8 @@ pub enum Term {
         input: Pin<Box<dyn AsyncWrite + Send>>,
     },
     Broker {
-        input: mpsc::Sender<broker::ClientFrame>,
-        output: tonic::Streaming<broker::ServerFrame>,
+        input: mpsc::Sender<broker_pb::ClientFrame>,
+        output: tonic::Streaming<broker_pb::ServerFrame>,
         instance: String,
         session_id: String,
     },
@@ -187,8 +187,8 @@ impl Term {
                 Ok(())
             }
             Term::Broker { input, .. } => input
-                .send(broker::ClientFrame {
-                    frame: Some(broker::client_frame::Frame::Input(broker::Input {
+                .send(broker_pb::ClientFrame {
+                    frame: Some(broker_pb::client_frame::Frame::Input(broker_pb::Input {
                         data: Bytes::copy_from_slice(data),
                     })),
                 })
@@ -241,19 +241,19 @@ impl Term {
                     return Ok(None);
                 };
                 match frame.frame {
-                    Some(broker::server_frame::Frame::Output(chunk)) => {
+                    Some(broker_pb::server_frame::Frame::Output(chunk)) => {
                         return Ok(Some(chunk.data));
                     }
-                    Some(broker::server_frame::Frame::Exit(exit)) => {
+                    Some(broker_pb::server_frame::Frame::Exit(exit)) => {
                         bail!("the process exited: {exit:?}")
                     }
-                    Some(broker::server_frame::Frame::Closed(closed)) => {
+                    Some(broker_pb::server_frame::Frame::Closed(closed)) => {
                         bail!("the broker closed the stream: {closed:?}")
                     }
-                    Some(broker::server_frame::Frame::Gap(gap)) => {
+                    Some(broker_pb::server_frame::Frame::Gap(gap)) => {
                         bail!("the broker reported a gap of {} bytes", gap.lost)
                     }
-                    Some(broker::server_frame::Frame::Error(error)) => {
+                    Some(broker_pb::server_frame::Frame::Error(error)) => {
                         bail!("the broker reported an error: {}", error.message)
                     }
                     _ => {}
@@ -348,7 +348,7 @@ impl Term {
 
 /// Closes a session through session-api, ignoring one that is already gone.
 pub async fn close_session(stack: &Stack, instance: &str, session_id: &str) {
-    let request = session::CloseSessionRequest {
+    let request = session_pb::CloseSessionRequest {
         instance: instance.to_owned(),
         session_id: session_id.to_owned(),
     };
@@ -510,7 +510,7 @@ async fn create_session(
     stack: &Stack,
     backend: Backend,
     command: Vec<String>,
-) -> Result<(String, session::AttachTarget)> {
+) -> Result<(String, session_pb::AttachTarget)> {
     let instance = stack
         .instance(backend)
         .context("that backend is not available")?
@@ -524,15 +524,15 @@ pub async fn create_session_on(
     stack: &Stack,
     instance: &str,
     command: Vec<String>,
-) -> Result<session::AttachTarget> {
+) -> Result<session_pb::AttachTarget> {
     let created = stack
         .session_api
         .clone()
-        .create_session(session::CreateSessionRequest {
+        .create_session(session_pb::CreateSessionRequest {
             instance: instance.to_owned(),
             name: String::new(),
             aliases: Vec::new(),
-            size: Some(broker::TerminalSize { cols: 80, rows: 24 }),
+            size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
             command,
         })
         .await
@@ -545,7 +545,7 @@ pub async fn create_session_on(
 pub async fn attach_broker(
     stack: &Stack,
     instance: String,
-    attach: session::AttachTarget,
+    attach: session_pb::AttachTarget,
 ) -> Result<Term> {
     attach_broker_at(&stack.broker, &stack.broker_endpoint, instance, attach).await
 }
@@ -555,7 +555,7 @@ pub async fn attach_broker_at(
     client: &BrokerClient,
     endpoint: &str,
     instance: String,
-    attach: session::AttachTarget,
+    attach: session_pb::AttachTarget,
 ) -> Result<Term> {
     if attach.broker_endpoint != endpoint {
         bail!(
@@ -565,11 +565,11 @@ pub async fn attach_broker_at(
     }
     let (input, receiver) = mpsc::channel(256);
     input
-        .send(broker::ClientFrame {
-            frame: Some(broker::client_frame::Frame::Hello(broker::Hello {
+        .send(broker_pb::ClientFrame {
+            frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
                 ticket: attach.ticket,
                 session_id: attach.session_id.clone(),
-                role: broker::Role::Controller as i32,
+                role: broker_pb::Role::Controller as i32,
                 size: None,
                 since: None,
             })),
@@ -588,7 +588,7 @@ pub async fn attach_broker_at(
         .await
         .map_err(|_| anyhow!("no connected frame within {READ_PATIENCE:?}"))??;
     match first.and_then(|frame| frame.frame) {
-        Some(broker::server_frame::Frame::Connected(_)) => {}
+        Some(broker_pb::server_frame::Frame::Connected(_)) => {}
         other => bail!("the first attach frame was not connected: {other:?}"),
     }
     Ok(Term::Broker {

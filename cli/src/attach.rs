@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
-use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::{client_frame, server_frame};
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -48,8 +48,8 @@ pub enum AttachOutcome {
 #[derive(Debug)]
 pub struct AttachRequest {
     pub instance: String,
-    pub target: session::AttachTarget,
-    pub role: broker::Role,
+    pub target: session_pb::AttachTarget,
+    pub role: broker_pb::Role,
     pub since: Option<u64>,
     /// A person is watching (`attach`): lost bytes and reconnections are said on stderr. `exec`
     /// fails on lost bytes instead.
@@ -111,7 +111,7 @@ pub async fn run_attach(
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
         // A fresh ticket each time: the old one may have expired while we were away.
-        let ticket = session_client.issue_attach_ticket(session::IssueAttachTicketRequest {
+        let ticket = session_client.issue_attach_ticket(session_pb::IssueAttachTicketRequest {
             instance: request.instance.clone(),
             session_id: target.session_id.clone(),
             role: request.role.into(),
@@ -127,13 +127,13 @@ pub async fn run_attach(
 
 /// Why the broker closed a session, as the user should read it.
 fn close_reason(reason: i32) -> &'static str {
-    match broker::CloseReason::try_from(reason) {
-        Ok(broker::CloseReason::Killed) => "someone closed it",
-        Ok(broker::CloseReason::Exited) => "its process had exited",
-        Ok(broker::CloseReason::IdleReaped) => "nobody was attached for too long",
-        Ok(broker::CloseReason::Shutdown) => "the server is shutting down",
-        Ok(broker::CloseReason::SpawnFailed) => "its command could not be started again",
-        Ok(broker::CloseReason::Unspecified) | Err(_) => "no reason given",
+    match broker_pb::CloseReason::try_from(reason) {
+        Ok(broker_pb::CloseReason::Killed) => "someone closed it",
+        Ok(broker_pb::CloseReason::Exited) => "its process had exited",
+        Ok(broker_pb::CloseReason::IdleReaped) => "nobody was attached for too long",
+        Ok(broker_pb::CloseReason::Shutdown) => "the server is shutting down",
+        Ok(broker_pb::CloseReason::SpawnFailed) => "its command could not be started again",
+        Ok(broker_pb::CloseReason::Unspecified) | Err(_) => "no reason given",
     }
 }
 
@@ -158,7 +158,7 @@ async fn watching_input<T>(
             event = input.recv(), if progress.input_open && ready => match event {
                 Some(InputEvent::Detach) => return None,
                 Some(InputEvent::Bytes(data)) => {
-                    if request.role == broker::Role::Viewer {
+                    if request.role == broker_pb::Role::Viewer {
                         continue;
                     }
                     if progress.held_input.len() + data.len() > HELD_INPUT_LIMIT {
@@ -213,7 +213,7 @@ fn is_transient(status: &tonic::Status) -> bool {
 }
 
 async fn stream_once(
-    target: &session::AttachTarget,
+    target: &session_pb::AttachTarget,
     request: &AttachRequest,
     progress: &mut Progress,
     input: &mut mpsc::Receiver<InputEvent>,
@@ -223,17 +223,17 @@ async fn stream_once(
     let mut broker = broker_client(&target.broker_endpoint)
         .await
         .map_err(|error| StreamEnd::Dropped(format!("{error:#}")))?;
-    let (frames, frame_receiver) = mpsc::channel::<broker::ClientFrame>(32);
-    let size = terminal::local_size().map(|(cols, rows)| broker::TerminalSize {
+    let (frames, frame_receiver) = mpsc::channel::<broker_pb::ClientFrame>(32);
+    let size = terminal::local_size().map(|(cols, rows)| broker_pb::TerminalSize {
         cols: cols.into(),
         rows: rows.into(),
     });
-    let hello = broker::ClientFrame {
-        frame: Some(client_frame::Frame::Hello(broker::Hello {
+    let hello = broker_pb::ClientFrame {
+        frame: Some(client_frame::Frame::Hello(broker_pb::Hello {
             ticket: target.ticket.clone(),
             session_id: target.session_id.clone(),
             role: request.role.into(),
-            size: if request.role == broker::Role::Controller {
+            size: if request.role == broker_pb::Role::Controller {
                 size
             } else {
                 None
@@ -246,8 +246,8 @@ async fn stream_once(
     if !progress.held_input.is_empty() {
         let data = Bytes::from(std::mem::take(&mut progress.held_input));
         let _ = frames
-            .send(broker::ClientFrame {
-                frame: Some(client_frame::Frame::Input(broker::Input { data })),
+            .send(broker_pb::ClientFrame {
+                frame: Some(client_frame::Frame::Input(broker_pb::Input { data })),
             })
             .await;
     }
@@ -330,25 +330,25 @@ async fn stream_once(
                 };
                 // A viewer's input would be refused by the broker, keystroke by keystroke: say
                 // it once here instead.
-                if request.role == broker::Role::Viewer {
+                if request.role == broker_pb::Role::Viewer {
                     if !progress.told_read_only {
                         progress.told_read_only = true;
                         eprint!("\r\n[ptyhub: read-only viewer: typing is not sent; the detach keys still work]\r\n");
                     }
                     continue;
                 }
-                let frame = broker::ClientFrame { frame: Some(client_frame::Frame::Input(broker::Input { data })) };
+                let frame = broker_pb::ClientFrame { frame: Some(client_frame::Frame::Input(broker_pb::Input { data })) };
                 if frames.send(frame).await.is_err() {
                     return Err(StreamEnd::Dropped("the stream closed".into()));
                 }
             }
             Some((cols, rows)) = resizes.recv() => {
                 // A viewer watches at the controller's size.
-                if request.role == broker::Role::Viewer {
+                if request.role == broker_pb::Role::Viewer {
                     continue;
                 }
-                let frame = broker::ClientFrame {
-                    frame: Some(client_frame::Frame::Resize(broker::TerminalSize { cols: cols.into(), rows: rows.into() })),
+                let frame = broker_pb::ClientFrame {
+                    frame: Some(client_frame::Frame::Resize(broker_pb::TerminalSize { cols: cols.into(), rows: rows.into() })),
                 };
                 if frames.send(frame).await.is_err() {
                     return Err(StreamEnd::Dropped("the stream closed".into()));

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 
 use crate::attach::{AttachOutcome, AttachRequest};
 use crate::connection::ConnectionArgs;
@@ -225,8 +225,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn size_message() -> Option<broker::TerminalSize> {
-    terminal::local_size().map(|(cols, rows)| broker::TerminalSize {
+fn size_message() -> Option<broker_pb::TerminalSize> {
+    terminal::local_size().map(|(cols, rows)| broker_pb::TerminalSize {
         cols: cols.into(),
         rows: rows.into(),
     })
@@ -235,29 +235,31 @@ fn size_message() -> Option<broker::TerminalSize> {
 async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Result<ExitCode> {
     let detach_keys = terminal::DetachKeys::parse(&args.detach_keys)?;
     let role = if args.view {
-        broker::Role::Viewer
+        broker_pb::Role::Viewer
     } else {
-        broker::Role::Controller
+        broker_pb::Role::Controller
     };
     let selector = match (args.session, args.alias) {
-        (Some(session_id), _) => session::resolve_session_request::Selector::SessionId(session_id),
-        (None, Some(alias)) => session::resolve_session_request::Selector::Alias(alias),
-        (None, None) => session::resolve_session_request::Selector::Default(true),
+        (Some(session_id), _) => {
+            session_pb::resolve_session_request::Selector::SessionId(session_id)
+        }
+        (None, Some(alias)) => session_pb::resolve_session_request::Selector::Alias(alias),
+        (None, None) => session_pb::resolve_session_request::Selector::Default(true),
     };
     let what = match &selector {
-        session::resolve_session_request::Selector::SessionId(id) => format!("session {id}"),
-        session::resolve_session_request::Selector::Alias(alias) => {
+        session_pb::resolve_session_request::Selector::SessionId(id) => format!("session {id}"),
+        session_pb::resolve_session_request::Selector::Alias(alias) => {
             format!("the session with alias {alias:?}")
         }
         _ => "the default session".to_owned(),
     };
     let create_if_absent = !matches!(
         selector,
-        session::resolve_session_request::Selector::SessionId(_)
+        session_pb::resolve_session_request::Selector::SessionId(_)
     ) && !args.view;
     let mut session_client = connection.session_client().await?;
     let attachment = session_client
-        .resolve_session(session::ResolveSessionRequest {
+        .resolve_session(session_pb::ResolveSessionRequest {
             instance: args.instance.clone(),
             selector: Some(selector),
             create_if_absent,
@@ -342,7 +344,7 @@ async fn exec_command(
     argv.extend(command);
     let mut session_client = connection.session_client().await?;
     let attachment = session_client
-        .create_session(session::CreateSessionRequest {
+        .create_session(session_pb::CreateSessionRequest {
             instance: instance.clone(),
             name: String::new(),
             aliases: Vec::new(),
@@ -362,7 +364,7 @@ async fn exec_command(
     let request = AttachRequest {
         instance: instance.clone(),
         target,
-        role: broker::Role::Controller,
+        role: broker_pb::Role::Controller,
         since: Some(0),
         interactive: false,
         ready_marker: Some(EXEC_READY_MARKER),
@@ -375,7 +377,7 @@ async fn exec_command(
     };
     // The session was only for this command: close it however the command ended.
     let closed = session_client
-        .close_session(session::CloseSessionRequest {
+        .close_session(session_pb::CloseSessionRequest {
             instance,
             session_id,
         })

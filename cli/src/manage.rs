@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
 
 use crate::connection::ConnectionArgs;
@@ -61,19 +61,19 @@ pub async fn instance_add(
     output: Output,
 ) -> Result<()> {
     let target = match (&args.docker, args.local) {
-        (Some(container), _) => broker::target::Kind::Docker(broker::DockerTarget {
+        (Some(container), _) => broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
             container: container.clone(),
         }),
-        (None, true) => broker::target::Kind::Local(broker::LocalTarget {}),
+        (None, true) => broker_pb::target::Kind::Local(broker_pb::LocalTarget {}),
         (None, false) => bail!("say where terminals run: --local or --docker CONTAINER"),
     };
     let name = args.name;
     let instance = connection
         .session_client()
         .await?
-        .register_instance(session::RegisterInstanceRequest {
+        .register_instance(session_pb::RegisterInstanceRequest {
             name: name.clone(),
-            target: Some(broker::Target { kind: Some(target) }),
+            target: Some(broker_pb::Target { kind: Some(target) }),
             command: args.command,
             env: args.env.into_iter().collect(),
             cwd: args.cwd.unwrap_or_default(),
@@ -92,7 +92,7 @@ pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<
     let instances = connection
         .session_client()
         .await?
-        .list_instances(session::ListInstancesRequest::default())
+        .list_instances(session_pb::ListInstancesRequest::default())
         .await
         .context("cannot list the instances")?
         .into_inner()
@@ -108,7 +108,7 @@ pub async fn instance_rm(
     let deleted = connection
         .session_client()
         .await?
-        .delete_instance(session::DeleteInstanceRequest {
+        .delete_instance(session_pb::DeleteInstanceRequest {
             instance: instance.clone(),
         })
         .await
@@ -138,7 +138,7 @@ pub async fn session_ls(
     let sessions = connection
         .session_client()
         .await?
-        .list_sessions(session::ListSessionsRequest {
+        .list_sessions(session_pb::ListSessionsRequest {
             instance: instance.clone(),
             include_closed,
         })
@@ -160,11 +160,11 @@ pub async fn session_new(
     let attachment = connection
         .session_client()
         .await?
-        .create_session(session::CreateSessionRequest {
+        .create_session(session_pb::CreateSessionRequest {
             instance: instance.clone(),
             name: name.unwrap_or_default(),
             aliases,
-            size: Some(broker::TerminalSize {
+            size: Some(broker_pb::TerminalSize {
                 cols: cols.into(),
                 rows: rows.into(),
             }),
@@ -189,7 +189,7 @@ pub async fn session_rename(
     let renamed = connection
         .session_client()
         .await?
-        .rename_session(session::RenameSessionRequest {
+        .rename_session(session_pb::RenameSessionRequest {
             instance: instance.clone(),
             session_id: session_id.clone(),
             name,
@@ -209,7 +209,7 @@ pub async fn session_reset(
     let reset = connection
         .session_client()
         .await?
-        .reset_session(session::ResetSessionRequest {
+        .reset_session(session_pb::ResetSessionRequest {
             instance: instance.clone(),
             session_id: session_id.clone(),
         })
@@ -228,7 +228,7 @@ pub async fn session_rm(
     let closed = connection
         .session_client()
         .await?
-        .close_session(session::CloseSessionRequest {
+        .close_session(session_pb::CloseSessionRequest {
             instance: instance.clone(),
             session_id: session_id.clone(),
         })
@@ -251,8 +251,8 @@ struct InstanceView {
     broker_id: String,
 }
 
-impl From<&session::Instance> for InstanceView {
-    fn from(instance: &session::Instance) -> Self {
+impl From<&session_pb::Instance> for InstanceView {
+    fn from(instance: &session_pb::Instance) -> Self {
         Self {
             id: instance.id.clone(),
             name: instance.name.clone(),
@@ -270,10 +270,10 @@ impl From<&session::Instance> for InstanceView {
     }
 }
 
-fn describe_target(target: Option<&broker::Target>) -> String {
+fn describe_target(target: Option<&broker_pb::Target>) -> String {
     match target.and_then(|target| target.kind.as_ref()) {
-        Some(broker::target::Kind::Local(_)) => "local".to_owned(),
-        Some(broker::target::Kind::Docker(docker)) => format!("docker:{}", docker.container),
+        Some(broker_pb::target::Kind::Local(_)) => "local".to_owned(),
+        Some(broker_pb::target::Kind::Docker(docker)) => format!("docker:{}", docker.container),
         None => "unknown".to_owned(),
     }
 }
@@ -293,12 +293,12 @@ struct SessionView {
     last_activity_at: Option<String>,
 }
 
-impl From<&session::Session> for SessionView {
-    fn from(record: &session::Session) -> Self {
-        let status = session::SessionStatus::try_from(record.status)
+impl From<&session_pb::Session> for SessionView {
+    fn from(record: &session_pb::Session) -> Self {
+        let status = session_pb::SessionStatus::try_from(record.status)
             .map(|status| status_name(status).to_owned())
             .unwrap_or_else(|_| "unknown".to_owned());
-        let close_reason = session::CloseReason::try_from(record.close_reason)
+        let close_reason = session_pb::CloseReason::try_from(record.close_reason)
             .ok()
             .and_then(close_reason_name)
             .map(str::to_owned);
@@ -317,30 +317,30 @@ impl From<&session::Session> for SessionView {
     }
 }
 
-fn status_name(status: session::SessionStatus) -> &'static str {
+fn status_name(status: session_pb::SessionStatus) -> &'static str {
     match status {
-        session::SessionStatus::Unspecified => "unknown",
-        session::SessionStatus::Starting => "starting",
-        session::SessionStatus::Active => "active",
-        session::SessionStatus::Resetting => "resetting",
-        session::SessionStatus::Exited => "exited",
-        session::SessionStatus::Closed => "closed",
+        session_pb::SessionStatus::Unspecified => "unknown",
+        session_pb::SessionStatus::Starting => "starting",
+        session_pb::SessionStatus::Active => "active",
+        session_pb::SessionStatus::Resetting => "resetting",
+        session_pb::SessionStatus::Exited => "exited",
+        session_pb::SessionStatus::Closed => "closed",
     }
 }
 
-fn close_reason_name(reason: session::CloseReason) -> Option<&'static str> {
+fn close_reason_name(reason: session_pb::CloseReason) -> Option<&'static str> {
     Some(match reason {
-        session::CloseReason::Unspecified => return None,
-        session::CloseReason::ClosedByUser => "closed_by_user",
-        session::CloseReason::Exited => "exited",
-        session::CloseReason::IdleReaped => "idle_reaped",
-        session::CloseReason::BrokerLost => "broker_lost",
-        session::CloseReason::InstanceDeleted => "instance_deleted",
-        session::CloseReason::SpawnFailed => "spawn_failed",
+        session_pb::CloseReason::Unspecified => return None,
+        session_pb::CloseReason::ClosedByUser => "closed_by_user",
+        session_pb::CloseReason::Exited => "exited",
+        session_pb::CloseReason::IdleReaped => "idle_reaped",
+        session_pb::CloseReason::BrokerLost => "broker_lost",
+        session_pb::CloseReason::InstanceDeleted => "instance_deleted",
+        session_pb::CloseReason::SpawnFailed => "spawn_failed",
     })
 }
 
-fn print_instances(instances: &[session::Instance], output: Output) -> Result<()> {
+fn print_instances(instances: &[session_pb::Instance], output: Output) -> Result<()> {
     let views: Vec<InstanceView> = instances.iter().map(InstanceView::from).collect();
     match output {
         Output::Json => print_json(&views),
@@ -361,7 +361,7 @@ fn print_instances(instances: &[session::Instance], output: Output) -> Result<()
     }
 }
 
-fn print_sessions(sessions: &[session::Session], output: Output) -> Result<()> {
+fn print_sessions(sessions: &[session_pb::Session], output: Output) -> Result<()> {
     let views: Vec<SessionView> = sessions.iter().map(SessionView::from).collect();
     match output {
         Output::Json => print_json(&views),

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::{BackendKind, Stack};
 use tokio::net::TcpListener;
 
@@ -152,7 +152,7 @@ fn default_backends() -> Vec<BackendKind> {
 async fn register_local_instance(stack: &Stack) -> Result<()> {
     let mut client = stack.session_api_client();
     match client
-        .get_instance(session::GetInstanceRequest {
+        .get_instance(session_pb::GetInstanceRequest {
             instance: LOCAL_INSTANCE.to_owned(),
         })
         .await
@@ -161,10 +161,10 @@ async fn register_local_instance(stack: &Stack) -> Result<()> {
         Err(status) if status.code() == tonic::Code::NotFound => {}
         Err(status) => return Err(status).context("cannot look up the local instance"),
     }
-    let request = session::RegisterInstanceRequest {
+    let request = session_pb::RegisterInstanceRequest {
         name: LOCAL_INSTANCE.to_owned(),
-        target: Some(broker::Target {
-            kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+        target: Some(broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         }),
         labels: [("description".to_owned(), "this host's shell".to_owned())].into(),
         ..Default::default()

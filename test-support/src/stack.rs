@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use attach_ticket::TicketKey;
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::Stack;
 use ptyhub_wire::{BearerAuth, ServiceCredential};
 
@@ -244,10 +244,10 @@ impl TestStack {
             .into_iter()
             .map(|(key, value)| (key.to_owned(), value.to_owned()))
             .collect();
-        let request = session::RegisterInstanceRequest {
+        let request = session_pb::RegisterInstanceRequest {
             name: name.to_owned(),
-            target: Some(broker::Target {
-                kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             command,
             env,

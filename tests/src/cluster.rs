@@ -14,9 +14,9 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ptyhub_proto::broker::v1 as broker_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tempfile::TempDir;
@@ -288,7 +288,7 @@ impl Cluster {
         loop {
             if let Ok(mut registry) = self.registry_client(index).await
                 && registry
-                    .list_brokers(session_wire::ListBrokersRequest {})
+                    .list_brokers(session_pb::ListBrokersRequest {})
                     .await
                     .is_ok()
             {
@@ -312,7 +312,7 @@ impl Cluster {
             for index in 0..self.apis.len() {
                 if let Ok(mut registry) = self.registry_client(index).await
                     && let Ok(response) = registry
-                        .list_brokers(session_wire::ListBrokersRequest {})
+                        .list_brokers(session_pb::ListBrokersRequest {})
                         .await
                 {
                     registered = response.into_inner().brokers;
@@ -459,15 +459,13 @@ impl Cluster {
         broker: usize,
         command: &[&str],
         max_sessions: u32,
-    ) -> anyhow::Result<session_wire::Instance> {
+    ) -> anyhow::Result<session_pb::Instance> {
         self.register_instance_with(
             broker,
-            session_wire::RegisterInstanceRequest {
+            session_pb::RegisterInstanceRequest {
                 name: name.to_owned(),
-                target: Some(broker_wire::Target {
-                    kind: Some(broker_wire::target::Kind::Local(
-                        broker_wire::LocalTarget {},
-                    )),
+                target: Some(broker_pb::Target {
+                    kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
                 }),
                 command: command.iter().map(|part| (*part).to_owned()).collect(),
                 max_sessions,
@@ -481,11 +479,11 @@ impl Cluster {
     pub async fn register_instance_with(
         &self,
         broker: usize,
-        request: session_wire::RegisterInstanceRequest,
-    ) -> anyhow::Result<session_wire::Instance> {
+        request: session_pb::RegisterInstanceRequest,
+    ) -> anyhow::Result<session_pb::Instance> {
         let mut client = self.session_client(0).await?;
         let instance = client
-            .register_instance(session_wire::RegisterInstanceRequest {
+            .register_instance(session_pb::RegisterInstanceRequest {
                 broker_id: broker_id(broker),
                 ..request
             })
@@ -545,7 +543,7 @@ impl Cluster {
     pub async fn broker_processes(&self, index: usize) -> anyhow::Result<Vec<String>> {
         let mut client = self.broker_client(index).await?;
         let sessions = client
-            .list(broker_wire::ListRequest {})
+            .list(broker_pb::ListRequest {})
             .await?
             .into_inner()
             .sessions;
@@ -553,10 +551,10 @@ impl Cluster {
             .into_iter()
             .filter(|session| {
                 matches!(
-                    broker_wire::SessionState::try_from(session.state),
-                    Ok(broker_wire::SessionState::Starting
-                        | broker_wire::SessionState::Running
-                        | broker_wire::SessionState::Resetting)
+                    broker_pb::SessionState::try_from(session.state),
+                    Ok(broker_pb::SessionState::Starting
+                        | broker_pb::SessionState::Running
+                        | broker_pb::SessionState::Resetting)
                 )
             })
             .map(|session| session.session_id)

@@ -4,7 +4,7 @@
 use crate::common::{PATIENCE, create_session};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use serde_json::json;
 use test_support::stack::TestStack;
@@ -42,7 +42,7 @@ async fn unary_calls_are_checked_and_forwarded() {
 
     let listed = client
         .list_instances(with_token(
-            session::ListInstancesRequest::default(),
+            session_pb::ListInstancesRequest::default(),
             &stack.admin_token,
         ))
         .await
@@ -57,7 +57,7 @@ async fn unary_calls_are_checked_and_forwarded() {
 
     let created = client
         .create_session(with_token(
-            session::CreateSessionRequest {
+            session_pb::CreateSessionRequest {
                 instance: stack.instance_id.clone(),
                 name: "over grpc-web".into(),
                 ..Default::default()
@@ -70,7 +70,9 @@ async fn unary_calls_are_checked_and_forwarded() {
     assert_eq!(created.session.unwrap().name, "over grpc-web");
 
     let refused = client
-        .list_instances(tonic::Request::new(session::ListInstancesRequest::default()))
+        .list_instances(tonic::Request::new(
+            session_pb::ListInstancesRequest::default(),
+        ))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);
@@ -79,7 +81,7 @@ async fn unary_calls_are_checked_and_forwarded() {
     let scoped = stack.jwt("carol", &["local"], false);
     let forbidden = client
         .list_sessions(with_token(
-            session::ListSessionsRequest {
+            session_pb::ListSessionsRequest {
                 instance: other,
                 include_closed: false,
             },
@@ -90,7 +92,7 @@ async fn unary_calls_are_checked_and_forwarded() {
     assert_eq!(forbidden.code(), tonic::Code::PermissionDenied);
     let not_admin = client
         .delete_instance(with_token(
-            session::DeleteInstanceRequest {
+            session_pb::DeleteInstanceRequest {
                 instance: stack.instance_id.clone(),
             },
             &scoped,
@@ -107,7 +109,7 @@ async fn session_changes_stream_through_the_gateway() {
     let mut client = grpc_web_client(&stack);
     let mut changes = client
         .watch_sessions(with_token(
-            session::WatchSessionsRequest {
+            session_pb::WatchSessionsRequest {
                 instance: stack.instance_id.clone(),
             },
             &stack.admin_token,
@@ -141,7 +143,7 @@ async fn session_changes_stream_through_the_gateway() {
     let scoped = stack.jwt("dave", &["local"], false);
     let refused = client
         .watch_sessions(with_token(
-            session::WatchSessionsRequest::default(),
+            session_pb::WatchSessionsRequest::default(),
             &scoped,
         ))
         .await
@@ -173,7 +175,7 @@ async fn plain_grpc_with_health_is_served_on_the_same_port() {
     let mut client = SessionApiClient::new(channel);
     let instance = client
         .get_instance(with_token(
-            session::GetInstanceRequest {
+            session_pb::GetInstanceRequest {
                 instance: "local".into(),
             },
             &stack.admin_token,
@@ -255,7 +257,7 @@ async fn v1alpha_reflection_lists_and_describes_the_services_and_a_listed_call_a
     let mut client = SessionApiClient::new(channel);
     let instance = client
         .get_instance(with_token(
-            session::GetInstanceRequest {
+            session_pb::GetInstanceRequest {
                 instance: "local".into(),
             },
             &stack.admin_token,

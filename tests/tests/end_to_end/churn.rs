@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use test_support::Requirement;
 use test_support::postgres::TestDatabase;
 use tests::churn::{
@@ -57,7 +57,7 @@ const RING_BYTES: u64 = 1024 * 1024;
 #[derive(Debug)]
 struct Run {
     cluster: Cluster,
-    instances: Vec<session_wire::Instance>,
+    instances: Vec<session_pb::Instance>,
     marker: String,
     /// Creates started or done; a worker claims one before creating and gives it back on 409.
     claims: AtomicUsize,
@@ -566,7 +566,7 @@ async fn output_end(run: &Run, instance: usize, session_id: &str) -> anyhow::Res
     let mut broker = run.cluster.broker_client(broker_of(instance)).await?;
     let info = tokio::time::timeout(
         STEP_TIMEOUT,
-        broker.get(broker_wire::GetRequest {
+        broker.get(broker_pb::GetRequest {
             session_id: session_id.to_owned(),
         }),
     )
@@ -629,7 +629,7 @@ async fn monitor(run: Arc<Run>, stop: Arc<AtomicBool>) -> anyhow::Result<Monitor
         for (index, instance) in run.instances.iter().enumerate() {
             let sessions = tokio::time::timeout(
                 STEP_TIMEOUT,
-                api.list_sessions(session_wire::ListSessionsRequest {
+                api.list_sessions(session_pb::ListSessionsRequest {
                     instance: instance.id.clone(),
                     include_closed: false,
                 }),
@@ -640,7 +640,7 @@ async fn monitor(run: Arc<Run>, stop: Arc<AtomicBool>) -> anyhow::Result<Monitor
             .sessions;
             let live = sessions
                 .iter()
-                .filter(|session| session.status() != session_wire::SessionStatus::Closed)
+                .filter(|session| session.status() != session_pb::SessionStatus::Closed)
                 .count();
             report.max_per_instance[index] = report.max_per_instance[index].max(live);
             if live > MAX_SESSIONS {
@@ -721,7 +721,7 @@ async fn settle(run: &Run) {
             Ok(mut api) => {
                 for instance in &run.instances {
                     match api
-                        .list_sessions(session_wire::ListSessionsRequest {
+                        .list_sessions(session_pb::ListSessionsRequest {
                             instance: instance.id.clone(),
                             include_closed: false,
                         })
@@ -733,7 +733,7 @@ async fn settle(run: &Run) {
                                 .sessions
                                 .into_iter()
                                 .filter(|session| {
-                                    session.status() != session_wire::SessionStatus::Closed
+                                    session.status() != session_pb::SessionStatus::Closed
                                 })
                                 .map(|session| format!("live session {}", session.id)),
                         ),

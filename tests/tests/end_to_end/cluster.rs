@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::join_all;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::session::v1 as session_pb;
 use test_support::Requirement;
 use test_support::postgres::TestDatabase;
 use tests::cluster::{Cluster, PATIENCE, broker_id};
@@ -26,14 +26,14 @@ async fn start_cluster() -> Option<Cluster> {
 async fn get_session(
     cluster: &Cluster,
     api: usize,
-    instance: &session_wire::Instance,
+    instance: &session_pb::Instance,
     session_id: &str,
-) -> session_wire::Session {
+) -> session_pb::Session {
     cluster
         .session_client(api)
         .await
         .expect("session-api client")
-        .get_session(session_wire::GetSessionRequest {
+        .get_session(session_pb::GetSessionRequest {
             instance: instance.id.clone(),
             session_id: session_id.to_owned(),
         })
@@ -42,7 +42,7 @@ async fn get_session(
         .into_inner()
 }
 
-async fn create(cluster: &Cluster, gateway: usize, instance: &session_wire::Instance) -> String {
+async fn create(cluster: &Cluster, gateway: usize, instance: &session_pb::Instance) -> String {
     let (status, body) = cluster
         .create_session(gateway, &instance.id)
         .await
@@ -234,7 +234,7 @@ async fn streaming_sessions(
     name: &str,
     clients: usize,
     lines: usize,
-) -> ([session_wire::Instance; 2], Vec<(String, String)>) {
+) -> ([session_pb::Instance; 2], Vec<(String, String)>) {
     let script =
         format!("i=0; while [ $i -lt {lines} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
     let command = ["sh", "-c", script.as_str()];
@@ -482,8 +482,8 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
                 let lost_id = &lost_id;
                 async move {
                     let session = get_session(cluster, api, doomed, lost_id).await;
-                    (session.status() == session_wire::SessionStatus::Closed
-                        && session.close_reason() == session_wire::CloseReason::BrokerLost)
+                    (session.status() == session_pb::SessionStatus::Closed
+                        && session.close_reason() == session_pb::CloseReason::BrokerLost)
                         .then_some(())
                 }
             })
@@ -502,7 +502,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
     kept.input(b"echo after-$((2+2))\n").await.unwrap();
     kept.read_until("after-4").await.unwrap();
     let session = get_session(&cluster, 0, &survivor, &kept_id).await;
-    assert_eq!(session.status(), session_wire::SessionStatus::Active);
+    assert_eq!(session.status(), session_pb::SessionStatus::Active);
     assert!(
         cluster
             .broker_processes(1)
@@ -529,7 +529,7 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
     fresh.input(b"echo back-$((3+3))\n").await.unwrap();
     fresh.read_until("back-6").await.unwrap();
     let lost = get_session(&cluster, 1, &doomed, &lost_id).await;
-    assert_eq!(lost.close_reason(), session_wire::CloseReason::BrokerLost);
+    assert_eq!(lost.close_reason(), session_pb::CloseReason::BrokerLost);
 }
 
 /// Reads output until `pids=<shell>,<job>.` and returns the two pids.

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use serde_json::json;
 use tests::cluster::{Cluster, PATIENCE};
 use tests::terminal::Terminal;
@@ -35,11 +35,7 @@ async fn start_reaping_cluster() -> Option<Cluster> {
     .await
 }
 
-async fn register_shell(
-    cluster: &Cluster,
-    name: &str,
-    max_sessions: u32,
-) -> session_wire::Instance {
+async fn register_shell(cluster: &Cluster, name: &str, max_sessions: u32) -> session_pb::Instance {
     cluster
         .register_instance(name, 0, &["sh"], max_sessions)
         .await
@@ -155,18 +151,18 @@ async fn attaching_cancels_the_timer_and_one_timer_reaps_a_session_once() {
     }
     assert_eq!(
         closes,
-        [broker_wire::CloseReason::IdleReaped],
+        [broker_pb::CloseReason::IdleReaped],
         "the session is closed once, by its timer"
     );
 }
 
 /// The `Closed` events of the broker's event stream, from now on.
-async fn broker_events(cluster: &Cluster) -> mpsc::UnboundedReceiver<broker_wire::Closed> {
+async fn broker_events(cluster: &Cluster) -> mpsc::UnboundedReceiver<broker_pb::Closed> {
     let mut stream = cluster
         .broker_client(0)
         .await
         .expect("a broker client")
-        .watch_events(broker_wire::WatchEventsRequest {})
+        .watch_events(broker_pb::WatchEventsRequest {})
         .await
         .expect("watch the broker's events")
         .into_inner();
@@ -174,7 +170,7 @@ async fn broker_events(cluster: &Cluster) -> mpsc::UnboundedReceiver<broker_wire
     // Drained as it comes, so that the broker never sees this subscriber lag.
     tokio::spawn(async move {
         while let Ok(Some(event)) = stream.message().await {
-            if let Some(broker_wire::broker_event::Event::Closed(closed)) = event.event
+            if let Some(broker_pb::broker_event::Event::Closed(closed)) = event.event
                 && sender.send(closed).is_err()
             {
                 return;

@@ -18,8 +18,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use serde_json::json;
 use tests::cluster::Cluster;
 use tests::sockets::{TcpState, tcp_sockets};
@@ -171,7 +171,7 @@ async fn a_frozen_session_api_is_hung_up_on_by_its_broker() {
         .session_client(0)
         .await
         .expect("a session-api client")
-        .create_session(session_wire::CreateSessionRequest {
+        .create_session(session_pb::CreateSessionRequest {
             instance: instance.id,
             ..Default::default()
         })
@@ -186,7 +186,7 @@ async fn attached_clients(cluster: &Cluster, session_id: &str) -> (u32, u32) {
         .broker_client(0)
         .await
         .expect("a broker client")
-        .get(broker_wire::GetRequest {
+        .get(broker_pb::GetRequest {
             session_id: session_id.to_owned(),
         })
         .await

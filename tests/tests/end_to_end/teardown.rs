@@ -6,8 +6,8 @@
 //! The session's command records every HUP and TERM it receives and otherwise ignores them, so
 //! only SIGKILL can end it: the record shows the order, its end shows the SIGKILL.
 
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use serde_json::json;
 use test_support::Requirement;
 use tests::cluster::Cluster;
@@ -128,14 +128,12 @@ async fn closing_a_session_in_a_container_without_init_leaves_no_process() {
     let instance = cluster
         .register_instance_with(
             0,
-            session_wire::RegisterInstanceRequest {
+            session_pb::RegisterInstanceRequest {
                 name: "stubborn-in-docker".to_owned(),
-                target: Some(broker_wire::Target {
-                    kind: Some(broker_wire::target::Kind::Docker(
-                        broker_wire::DockerTarget {
-                            container: container.name.clone(),
-                        },
-                    )),
+                target: Some(broker_pb::Target {
+                    kind: Some(broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
+                        container: container.name.clone(),
+                    })),
                 }),
                 command: vec!["sh".to_owned(), "-c".to_owned(), script],
                 max_sessions: 5,

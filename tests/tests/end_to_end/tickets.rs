@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use attach_ticket::{TicketKey, TicketRole};
-use ptyhub_proto::broker::v1 as broker_wire;
-use ptyhub_proto::session::v1 as session_wire;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use tests::cluster::{Cluster, TICKET_SECRET};
 
 use crate::start;
@@ -17,17 +17,15 @@ async fn attach(
     cluster: &Cluster,
     session_id: &str,
     ticket: String,
-) -> Result<broker_wire::ServerFrame, tonic::Status> {
-    let hello = broker_wire::ClientFrame {
-        frame: Some(broker_wire::client_frame::Frame::Hello(
-            broker_wire::Hello {
-                ticket,
-                session_id: session_id.to_owned(),
-                role: broker_wire::Role::Controller.into(),
-                size: None,
-                since: None,
-            },
-        )),
+) -> Result<broker_pb::ServerFrame, tonic::Status> {
+    let hello = broker_pb::ClientFrame {
+        frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
+            ticket,
+            session_id: session_id.to_owned(),
+            role: broker_pb::Role::Controller.into(),
+            size: None,
+            since: None,
+        })),
     };
     // The client's side stays open after the hello, as a real client's does.
     let frames =
@@ -54,7 +52,7 @@ async fn an_expired_ticket_is_refused_by_a_running_broker() {
         .session_client(0)
         .await
         .expect("a session-api client")
-        .create_session(session_wire::CreateSessionRequest {
+        .create_session(session_pb::CreateSessionRequest {
             instance: instance.id.clone(),
             ..Default::default()
         })
@@ -88,7 +86,7 @@ async fn an_expired_ticket_is_refused_by_a_running_broker() {
         .await
         .expect("the same ticket, not expired, is accepted");
     match first.frame {
-        Some(broker_wire::server_frame::Frame::Connected(connected)) => {
+        Some(broker_pb::server_frame::Frame::Connected(connected)) => {
             assert_eq!(connected.session_id, session_id);
         }
         other => panic!("expected Connected first, got {other:?}"),

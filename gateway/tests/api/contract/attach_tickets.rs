@@ -6,9 +6,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use ptyhub_proto::broker::v1 as broker;
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use serde_json::json;
 use test_support::stack::TestStack;
 
@@ -20,13 +20,13 @@ use super::support::{
 async fn issued_ticket(
     stack: &TestStack,
     session_id: &str,
-    role: broker::Role,
-) -> session::AttachTarget {
+    role: broker_pb::Role,
+) -> session_pb::AttachTarget {
     gateway_grpc(stack)
         .await
         .issue_attach_ticket(as_admin(
             stack,
-            session::IssueAttachTicketRequest {
+            session_pb::IssueAttachTicketRequest {
                 instance: stack.instance_id.clone(),
                 session_id: session_id.to_owned(),
                 role: role as i32,
@@ -43,13 +43,13 @@ async fn attach(
     endpoint: &str,
     session_id: &str,
     ticket: &str,
-    role: broker::Role,
-) -> Result<broker::server_frame::Frame, tonic::Status> {
+    role: broker_pb::Role,
+) -> Result<broker_pb::server_frame::Frame, tonic::Status> {
     let mut client = PtyBrokerClient::connect(endpoint.to_owned())
         .await
         .expect("a connection to the broker");
-    let hello = broker::ClientFrame {
-        frame: Some(broker::client_frame::Frame::Hello(broker::Hello {
+    let hello = broker_pb::ClientFrame {
+        frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
             ticket: ticket.to_owned(),
             session_id: session_id.to_owned(),
             role: role as i32,
@@ -68,7 +68,7 @@ async fn attach(
 }
 
 fn refusal(
-    result: Result<broker::server_frame::Frame, tonic::Status>,
+    result: Result<broker_pb::server_frame::Frame, tonic::Status>,
     what: &str,
 ) -> tonic::Status {
     match result {
@@ -78,7 +78,7 @@ fn refusal(
 }
 
 fn assert_refused(
-    result: Result<broker::server_frame::Frame, tonic::Status>,
+    result: Result<broker_pb::server_frame::Frame, tonic::Status>,
     code: tonic::Code,
     words: &str,
     what: &str,
@@ -105,9 +105,9 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
     let stack = TestStack::builder().start().await;
     let session_id = create_session(&stack, &stack.instance_id, json!({"name": "guarded"})).await;
     let other_session = create_session(&stack, &stack.instance_id, json!({})).await;
-    let issued = issued_ticket(&stack, &session_id, broker::Role::Controller).await;
+    let issued = issued_ticket(&stack, &session_id, broker_pb::Role::Controller).await;
     let endpoint = issued.broker_endpoint.clone();
-    let controller = broker::Role::Controller;
+    let controller = broker_pb::Role::Controller;
 
     // The genuine ticket is admitted, and signing as session-api does reproduces it exactly,
     // so the tickets made below differ from a genuine one only where each test says.
@@ -117,7 +117,7 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
         issued.ticket
     );
     match attach(&endpoint, &session_id, &issued.ticket, controller).await {
-        Ok(broker::server_frame::Frame::Connected(connected)) => {
+        Ok(broker_pb::server_frame::Frame::Connected(connected)) => {
             assert_eq!(connected.session_id, session_id);
             assert_eq!(connected.role, controller as i32);
         }
@@ -191,7 +191,7 @@ async fn a_genuine_ticket_for_another_session_or_role_is_permission_denied() {
     let stack = TestStack::builder().start().await;
     let session_id = create_session(&stack, &stack.instance_id, json!({"name": "mine"})).await;
     let other_session = create_session(&stack, &stack.instance_id, json!({"name": "theirs"})).await;
-    let controller_ticket = issued_ticket(&stack, &session_id, broker::Role::Controller).await;
+    let controller_ticket = issued_ticket(&stack, &session_id, broker_pb::Role::Controller).await;
     let endpoint = controller_ticket.broker_endpoint.clone();
 
     assert_refused(
@@ -199,7 +199,7 @@ async fn a_genuine_ticket_for_another_session_or_role_is_permission_denied() {
             &endpoint,
             &other_session,
             &controller_ticket.ticket,
-            broker::Role::Controller,
+            broker_pb::Role::Controller,
         )
         .await,
         tonic::Code::PermissionDenied,
@@ -207,13 +207,13 @@ async fn a_genuine_ticket_for_another_session_or_role_is_permission_denied() {
         "a ticket for another session",
     );
 
-    let viewer_ticket = issued_ticket(&stack, &session_id, broker::Role::Viewer).await;
+    let viewer_ticket = issued_ticket(&stack, &session_id, broker_pb::Role::Viewer).await;
     assert_refused(
         attach(
             &endpoint,
             &session_id,
             &viewer_ticket.ticket,
-            broker::Role::Controller,
+            broker_pb::Role::Controller,
         )
         .await,
         tonic::Code::PermissionDenied,
@@ -225,12 +225,12 @@ async fn a_genuine_ticket_for_another_session_or_role_is_permission_denied() {
         &endpoint,
         &session_id,
         &viewer_ticket.ticket,
-        broker::Role::Viewer,
+        broker_pb::Role::Viewer,
     )
     .await
     {
-        Ok(broker::server_frame::Frame::Connected(connected)) => {
-            assert_eq!(connected.role, broker::Role::Viewer as i32);
+        Ok(broker_pb::server_frame::Frame::Connected(connected)) => {
+            assert_eq!(connected.role, broker_pb::Role::Viewer as i32);
         }
         other => panic!("the viewer ticket was not admitted as a viewer: {other:?}"),
     }

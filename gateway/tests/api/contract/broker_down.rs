@@ -2,8 +2,8 @@
 //! backoff), the attempted sessions are recorded as `spawn_failed`, and `/healthz` reports the
 //! broker while `/readyz` stays 200 (one lost node must not take the gateway out of service).
 
-use ptyhub_proto::broker::v1 as broker;
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use reqwest::Method;
 use serde_json::json;
@@ -29,7 +29,7 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
         .expect("session-api endpoint")
         .connect_lazy();
     BrokerRegistryClient::with_interceptor(channel, service_auth())
-        .register_broker(session::RegisterBrokerRequest {
+        .register_broker(session_pb::RegisterBrokerRequest {
             id: "hangs-up".to_owned(),
             endpoint,
             docker: false,
@@ -39,10 +39,10 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
     stack
         .session_api
         .clone()
-        .register_instance(session::RegisterInstanceRequest {
+        .register_instance(session_pb::RegisterInstanceRequest {
             name: "on-a-lost-broker".to_owned(),
-            target: Some(broker::Target {
-                kind: Some(broker::target::Kind::Local(broker::LocalTarget {})),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
             }),
             command: vec!["/bin/sh".to_owned()],
             max_sessions: 5,

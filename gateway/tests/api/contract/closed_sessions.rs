@@ -2,7 +2,7 @@
 //! in the REST history, `instance_deleted` on the change stream), close 1000 for a socket whose
 //! session is closed, 4004 for a later open, and the errors for renaming or resetting it.
 
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use reqwest::Method;
 use serde_json::json;
 use test_support::stack::TestStack;
@@ -81,13 +81,13 @@ async fn deleting_an_instance_closes_its_sessions_as_instance_deleted() {
         &mut changes,
         &session_id,
         "the session closed with its instance",
-        |change, _| change.kind == session::session_change::Kind::Closed as i32,
+        |change, _| change.kind == session_pb::session_change::Kind::Closed as i32,
     )
     .await;
-    assert_eq!(closed.status, session::SessionStatus::Closed as i32);
+    assert_eq!(closed.status, session_pb::SessionStatus::Closed as i32);
     assert_eq!(
         closed.close_reason,
-        session::CloseReason::InstanceDeleted as i32,
+        session_pb::CloseReason::InstanceDeleted as i32,
         "{closed:?}"
     );
     // The attached client is told its session is over.

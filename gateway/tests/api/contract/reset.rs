@@ -3,7 +3,7 @@
 //! the session id stays, and `resetting` is visible (the WebSocket's status frame, and the
 //! session's status on the gRPC change stream).
 
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use reqwest::Method;
 use serde_json::{Value, json};
 use test_support::stack::TestStack;
@@ -56,10 +56,10 @@ async fn assert_replaced(terminal: &mut Terminal, old_pid: u64) {
 
 /// A change that reports the session's status as `status`.
 fn status_is(
-    status: session::SessionStatus,
-) -> impl Fn(&session::SessionChange, &session::Session) -> bool {
+    status: session_pb::SessionStatus,
+) -> impl Fn(&session_pb::SessionChange, &session_pb::Session) -> bool {
     move |change, changed| {
-        change.kind == session::session_change::Kind::Status as i32
+        change.kind == session_pb::session_change::Kind::Status as i32
             && changed.status == status as i32
     }
 }
@@ -94,14 +94,14 @@ async fn reset_over_rest_replaces_the_process_and_shows_resetting() {
         &mut changes,
         &session_id,
         "status resetting on the change stream",
-        status_is(session::SessionStatus::Resetting),
+        status_is(session_pb::SessionStatus::Resetting),
     )
     .await;
     next_change_of(
         &mut changes,
         &session_id,
         "status active again after the reset",
-        status_is(session::SessionStatus::Active),
+        status_is(session_pb::SessionStatus::Active),
     )
     .await;
 

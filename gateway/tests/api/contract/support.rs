@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use ptyhub_proto::session::v1 as session;
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use serde_json::Value;
 use test_support::stack::TestStack;
@@ -222,12 +222,12 @@ pub fn as_admin<T>(stack: &TestStack, message: T) -> tonic::Request<T> {
 pub async fn watch_sessions(
     stack: &TestStack,
     instance: &str,
-) -> tonic::Streaming<session::SessionChange> {
+) -> tonic::Streaming<session_pb::SessionChange> {
     gateway_grpc(stack)
         .await
         .watch_sessions(as_admin(
             stack,
-            session::WatchSessionsRequest {
+            session_pb::WatchSessionsRequest {
                 instance: instance.to_owned(),
             },
         ))
@@ -238,11 +238,11 @@ pub async fn watch_sessions(
 
 /// Reads changes until one of session `session_id` satisfies `wanted`, and returns it.
 pub async fn next_change_of(
-    changes: &mut tonic::Streaming<session::SessionChange>,
+    changes: &mut tonic::Streaming<session_pb::SessionChange>,
     session_id: &str,
     what: &str,
-    wanted: impl Fn(&session::SessionChange, &session::Session) -> bool,
-) -> session::Session {
+    wanted: impl Fn(&session_pb::SessionChange, &session_pb::Session) -> bool,
+) -> session_pb::Session {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let change = tokio::time::timeout_at(deadline, changes.message())
