@@ -29,6 +29,8 @@ pub enum ErrorCode {
     CapReached,
     /// A client sent more than a limit allows, or fell so far behind that it is no longer served.
     LimitExceeded,
+    /// What the caller waited for did not happen in the time it gave (a screen wait).
+    TimedOut,
     /// A service or a container runtime did not answer, or is shutting down.
     Unavailable,
     /// A bug, or an answer no code above describes.
@@ -46,6 +48,7 @@ impl ErrorCode {
             ErrorCode::AlreadyExists => Code::AlreadyExists,
             ErrorCode::WrongState => Code::FailedPrecondition,
             ErrorCode::CapReached | ErrorCode::LimitExceeded => Code::ResourceExhausted,
+            ErrorCode::TimedOut => Code::DeadlineExceeded,
             ErrorCode::Unavailable => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
         }
@@ -63,6 +66,7 @@ impl ErrorCode {
                 StatusCode::CONFLICT
             }
             ErrorCode::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::TimedOut => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -82,7 +86,9 @@ impl ErrorCode {
             | ErrorCode::OriginRefused
             | ErrorCode::AlreadyExists
             | ErrorCode::WrongState => close_code::POLICY,
-            ErrorCode::Unavailable | ErrorCode::Internal => close_code::BACKEND_FAILURE,
+            ErrorCode::TimedOut | ErrorCode::Unavailable | ErrorCode::Internal => {
+                close_code::BACKEND_FAILURE
+            }
         }
     }
 
@@ -100,7 +106,8 @@ impl ErrorCode {
             Code::AlreadyExists => ErrorCode::AlreadyExists,
             Code::FailedPrecondition | Code::Aborted => ErrorCode::WrongState,
             Code::ResourceExhausted => ErrorCode::CapReached,
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => ErrorCode::Unavailable,
+            Code::DeadlineExceeded => ErrorCode::TimedOut,
+            Code::Unavailable | Code::Cancelled => ErrorCode::Unavailable,
             Code::Ok | Code::Unknown | Code::Unimplemented | Code::Internal | Code::DataLoss => {
                 ErrorCode::Internal
             }
@@ -141,7 +148,7 @@ pub mod close_code {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 12] = [
+    const ALL: [ErrorCode; 13] = [
         ErrorCode::Malformed,
         ErrorCode::Invalid,
         ErrorCode::Unauthenticated,
@@ -152,6 +159,7 @@ mod tests {
         ErrorCode::WrongState,
         ErrorCode::CapReached,
         ErrorCode::LimitExceeded,
+        ErrorCode::TimedOut,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
     ];
@@ -169,6 +177,7 @@ mod tests {
             (ErrorCode::WrongState, 409, 1008),
             (ErrorCode::CapReached, 409, 4029),
             (ErrorCode::LimitExceeded, 413, 1009),
+            (ErrorCode::TimedOut, 408, 1011),
             (ErrorCode::Unavailable, 503, 1011),
             (ErrorCode::Internal, 500, 1011),
         ];
