@@ -93,6 +93,9 @@ pub(super) fn session_to_pb(session: &Session) -> pb::Session {
         last_activity_at: Some(timestamp(session.last_activity_at)),
         closed_at: session.closed_at.map(timestamp),
         attached_clients: session.attached_clients,
+        // The record keeps no title or bell yet (the next commit): none to answer.
+        title: String::new(),
+        last_bell_at: None,
     }
 }
 

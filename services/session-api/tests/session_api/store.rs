@@ -18,7 +18,7 @@ async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {
     Some((database, store))
 }
 
-fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
+pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
     NewInstance {
         name: name.to_owned(),
         target: Target::Local,
@@ -32,7 +32,11 @@ fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
     }
 }
 
-fn reservation(instance_id: uuid::Uuid, aliases: Vec<Alias>, reuse: bool) -> SessionReservation {
+pub(crate) fn reservation(
+    instance_id: uuid::Uuid,
+    aliases: Vec<Alias>,
+    reuse: bool,
+) -> SessionReservation {
     SessionReservation {
         instance_id,
         name: None,
