@@ -19,7 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use uuid::Uuid;
 
-use crate::domain::{Broker, CloseReason, ExitStatus, Target};
+use crate::domain::{Broker, CloseReason, ExitStatus, ScreenFacts, Target};
 use crate::error::Error;
 
 /// What to start on a broker.
@@ -66,6 +66,7 @@ pub struct BrokerSession {
     pub close_reason: Option<CloseReason>,
     pub attached_clients: u32,
     pub last_activity_at: Option<DateTime<Utc>>,
+    pub screen: ScreenFacts,
 }
 
 /// A lifecycle event from a broker's WatchEvents stream.
@@ -84,6 +85,7 @@ pub enum BrokerEvent {
     Activity {
         session_id: Uuid,
         at: DateTime<Utc>,
+        screen: ScreenFacts,
     },
     Closed {
         session_id: Uuid,
@@ -338,6 +340,10 @@ fn close_reason_from_pb(reason: i32) -> Option<CloseReason> {
     }
 }
 
+fn screen_from_pb(title: &str, last_bell_at: Option<prost_types::Timestamp>) -> ScreenFacts {
+    ScreenFacts::reported(title, timestamp_from_pb(last_bell_at))
+}
+
 fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
     let state = match pb::SessionState::try_from(info.state).ok()? {
         pb::SessionState::Unspecified => return None,
@@ -354,6 +360,7 @@ fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
         close_reason: close_reason_from_pb(info.close_reason),
         attached_clients: info.controllers.saturating_add(info.viewers),
         last_activity_at: timestamp_from_pb(info.last_activity_at),
+        screen: screen_from_pb(&info.title, info.last_bell_at),
     })
 }
 
@@ -376,6 +383,7 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
         Event::Activity(activity) => BrokerEvent::Activity {
             session_id: parse_session_id(&activity.session_id)?,
             at: timestamp_from_pb(activity.last_activity_at)?,
+            screen: screen_from_pb(&activity.title, activity.last_bell_at),
         },
         Event::Closed(closed) => BrokerEvent::Closed {
             session_id: parse_session_id(&closed.session_id)?,
@@ -417,5 +425,32 @@ mod tests {
             Duration::from_millis(u64::from(MAX_WAIT_MS)) + allowance,
             "a wait over the maximum is refused by the broker at once"
         );
+    }
+
+    #[test]
+    fn the_title_and_bell_a_broker_reports_are_kept_as_the_record_keeps_them() {
+        let info = pb::SessionInfo {
+            session_id: Uuid::nil().to_string(),
+            state: pb::SessionState::Running.into(),
+            title: format!("{}\u{1b}", "t".repeat(2000)),
+            last_bell_at: Some(prost_types::Timestamp {
+                seconds: 1_800_000_000,
+                nanos: 5,
+            }),
+            ..Default::default()
+        };
+        let session = session_from_pb(info).expect("a session");
+        assert_eq!(session.screen.title(), Some("t".repeat(1024).as_str()));
+        assert_eq!(
+            session.screen.last_bell_at(),
+            DateTime::from_timestamp(1_800_000_000, 5)
+        );
+        let untitled = session_from_pb(pb::SessionInfo {
+            session_id: Uuid::nil().to_string(),
+            state: pb::SessionState::Running.into(),
+            ..Default::default()
+        })
+        .expect("a session");
+        assert_eq!(untitled.screen, ScreenFacts::default());
     }
 }

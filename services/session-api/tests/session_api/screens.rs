@@ -1,5 +1,6 @@
 //! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) through session-api to a real
-//! pty-broker (local backend). session-api refuses what it can tell is wrong without calling the broker, and
+//! pty-broker (local backend), and the window title and bell on the session record and the
+//! change stream. session-api refuses what it can tell is wrong without calling the broker, and
 //! passes the broker's answers on as the broker gave them.
 
 use std::time::Duration;
@@ -518,3 +519,75 @@ async fn a_wait_outlasts_the_ordinary_broker_call_timeout() {
     let shown = wait_until_shown(&mut client, wait_for("patient", &session.id, "late")).await;
     assert_eq!(shown.matched, "late");
 }
+
+both_databases!(
+    a_title_and_a_bell_reach_the_record_and_the_change_stream,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "titles", "b1", 5).await;
+        let mut changes = client
+            .watch_sessions(pb::WatchSessionsRequest {
+                instance: instance.id.clone(),
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let session = session_running(
+            &mut client,
+            &instance,
+            r"printf '\033]2;my title\007'; printf '\007'; exec sleep 600",
+        )
+        .await;
+        assert_eq!((session.title.as_str(), session.last_bell_at), ("", None));
+
+        let (mut titled, mut rang) = (false, false);
+        while !(titled && rang) {
+            let change = tokio::time::timeout(PATIENCE, changes.next())
+                .await
+                .expect("a change within the patience")
+                .expect("stream open")
+                .expect("change");
+            let changed = change.session.clone().expect("a session");
+            if change.kind() != pb::session_change::Kind::Screen || changed.id != session.id {
+                continue;
+            }
+            titled |= changed.title == "my title";
+            rang |= changed.last_bell_at.is_some();
+        }
+
+        let record = client
+            .get_session(pb::GetSessionRequest {
+                instance: instance.id.clone(),
+                session_id: session.id.clone(),
+            })
+            .await
+            .expect("get session")
+            .into_inner();
+        assert_eq!(record.title, "my title");
+        let rang_at = record.last_bell_at.expect("the bell rang");
+        let created_at = record.created_at.expect("created");
+        assert!(
+            rang_at.seconds >= created_at.seconds,
+            "the bell rang after the session was created: {record:?}"
+        );
+        let listed = client
+            .list_sessions(pb::ListSessionsRequest {
+                instance: instance.id.clone(),
+                include_closed: false,
+            })
+            .await
+            .expect("list")
+            .into_inner()
+            .sessions;
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].title.as_str(), listed[0].last_bell_at),
+            ("my title", Some(rang_at))
+        );
+    }
+);
