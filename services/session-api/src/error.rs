@@ -186,8 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn a_forwarded_answer_keeps_the_brokers_code_and_message_and_an_unreachable_broker_is_unavailable()
-     {
+    fn a_forwarded_answer_keeps_the_brokers_words_unless_it_was_unreachable() {
         for (status, code) in [
             (
                 tonic::Status::invalid_argument("unknown key name \"Foo\""),

@@ -1,8 +1,9 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
 //! stream (reconnecting with backoff), records exits, closes, activity, attachments, window
-//! titles and bells (the last four batched), and reconciles the records with the broker's Snapshot each time the stream
-//! (re)connects; a supervisor starts watchers for new brokers, marks silent brokers down, and
-//! closes (`broker_lost`) the sessions of a broker that stays down past the heartbeat timeout.
+//! titles and bells (the last four batched), and reconciles the records with the broker's
+//! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
+//! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
+//! down past the heartbeat timeout.
 
 use std::collections::HashMap;
 use std::sync::Arc;
