@@ -132,6 +132,7 @@ impl BrokerBuilder {
         let settings = SessionSettings {
             ring_bytes: usize::try_from(config.ring_bytes).unwrap_or(usize::MAX),
             scrollback_lines: config.screens.then_some(config.scrollback_lines as usize),
+            screen_sleep: config.screen_sleep,
             tombstone: config.tombstone,
             detached_timeout: config.detached_timeout,
             kill_grace: config.kill_grace,

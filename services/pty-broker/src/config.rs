@@ -28,6 +28,12 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_SCREENS", default_value_t = true, action = clap::ArgAction::Set)]
     pub screens: bool,
 
+    /// A session's screen with no new output for this long sleeps: it is kept as its own
+    /// snapshot, compressed, and woken when next needed (an idle 80x24 screen costs a few KiB
+    /// instead of 60 and more).
+    #[arg(long, env = "PTYHUB_BROKER_SCREEN_SLEEP", default_value = "30s", value_parser = parse_duration)]
+    pub screen_sleep: Duration,
+
     /// How long an exited session keeps its final output and exit status for late attaches.
     #[arg(long, env = "PTYHUB_BROKER_TOMBSTONE", default_value = "5m", value_parser = parse_duration)]
     pub tombstone: Duration,
@@ -103,6 +109,7 @@ impl Config {
             ring_bytes: Self::DEFAULT_RING_BYTES,
             scrollback_lines: Self::DEFAULT_SCROLLBACK_LINES,
             screens: true,
+            screen_sleep: Duration::from_secs(30),
             tombstone: Duration::from_secs(5 * 60),
             detached_timeout: Duration::from_secs(30 * 60),
             kill_grace: Duration::from_secs(2),

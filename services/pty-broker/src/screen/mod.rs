@@ -35,21 +35,47 @@ pub const MAX_TITLE_CHARS: usize = 1024;
 
 /// One session's terminal emulator and what this module keeps beside it.
 pub struct Screen {
-    parser: vt100::Parser<Tracker>,
+    state: State,
     /// Output bytes fed so far: the screen is the state after them.
     offset: u64,
     size: TerminalSize,
+    scrollback_lines: usize,
+}
+
+/// A screen is awake (an emulator with its grid) or asleep: an idle session's screen is kept as
+/// its own snapshot, compressed, which costs a fraction of the grid (an 80x24 grid alone is
+/// 60 KiB), and wakes by drawing that snapshot on a fresh emulator when it is next needed.
+enum State {
+    Awake(Box<Emulator>),
+    Asleep(Asleep),
+}
+
+/// The emulator and the copy of the normal screen it cannot draw itself.
+struct Emulator {
+    parser: vt100::Parser<Tracker>,
     /// The normal screen as drawn when the program last switched to the alternate one, while it
     /// is there (the program draws nothing on the normal screen meanwhile).
     normal_screen: Option<String>,
 }
 
+/// A sleeping screen: its snapshot, LZ4-compressed, and what the snapshot does not carry.
+struct Asleep {
+    compressed_snapshot: Box<[u8]>,
+    last_bell_at: Option<SystemTime>,
+    title: String,
+    changed: bool,
+}
+
 impl std::fmt::Debug for Screen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Awake(_) => "awake".to_owned(),
+            State::Asleep(asleep) => format!("asleep in {} bytes", asleep.compressed_snapshot.len()),
+        };
         f.debug_struct("Screen")
             .field("offset", &self.offset)
             .field("size", &self.size)
-            .field("scrollback_rows", &self.parser.callbacks().scrollback.len())
+            .field("state", &state)
             .finish_non_exhaustive()
     }
 }
@@ -167,47 +193,25 @@ impl Screen {
     /// A blank screen of `size` that keeps up to `scrollback_lines` rows of scrollback, at
     /// offset `offset` (a screen starts where the session's output is when it is made).
     pub fn new(size: TerminalSize, scrollback_lines: usize, offset: u64) -> Self {
-        let (rows, cols) = dimensions(size);
-        // vt100 keeps no scrollback of its own: rows that leave the screen go to `on_scroll`.
-        let parser = vt100::Parser::new_with_callbacks(
-            rows,
-            cols,
-            0,
-            Tracker::new(scrollback_lines, size.cols()),
-        );
         Self {
-            parser,
+            state: State::Awake(Box::new(Emulator::new(size, scrollback_lines))),
             offset,
             size,
-            normal_screen: None,
+            scrollback_lines,
         }
     }
 
     /// A fresh screen that has drawn `snapshot` (as a client does that attached with one),
     /// at the snapshot's offset.
     pub fn from_snapshot(snapshot: &Snapshot, scrollback_lines: usize) -> Self {
-        let mut screen = Self::new(snapshot.size, scrollback_lines, 0);
-        screen.process(&snapshot.data);
-        screen.offset = snapshot.offset;
-        screen.parser.callbacks_mut().changed = false;
-        screen
-    }
-
-    /// The modes the program set, as far as a snapshot carries them.
-    pub fn modes(&self) -> TerminalModes {
-        let screen = self.parser.screen();
-        TerminalModes {
-            application_cursor: screen.application_cursor(),
-            application_keypad: screen.application_keypad(),
-            bracketed_paste: screen.bracketed_paste(),
-            mouse_reporting: format!(
-                "{:?}/{:?}",
-                screen.mouse_protocol_mode(),
-                screen.mouse_protocol_encoding()
-            ),
-            auto_wrap: self.parser.callbacks().auto_wrap,
-            cursor_visible: !screen.hide_cursor(),
-            alternate_screen: screen.alternate_screen(),
+        let mut emulator = Emulator::new(snapshot.size, scrollback_lines);
+        emulator.process(&snapshot.data);
+        emulator.parser.callbacks_mut().changed = false;
+        Self {
+            state: State::Awake(Box::new(emulator)),
+            offset: snapshot.offset,
+            size: snapshot.size,
+            scrollback_lines,
         }
     }
 
@@ -218,6 +222,55 @@ impl Screen {
 
     pub fn size(&self) -> TerminalSize {
         self.size
+    }
+
+    /// Whether the screen sleeps (see [`Screen::sleep`]).
+    pub fn is_asleep(&self) -> bool {
+        matches!(self.state, State::Asleep(_))
+    }
+
+    /// Puts the screen to sleep: it keeps only its snapshot, compressed, until it is next used.
+    /// What a snapshot does not carry (see ARCHITECTURE.md, "Screens") is lost with the grid.
+    pub fn sleep(&mut self) {
+        let State::Awake(emulator) = &self.state else {
+            return;
+        };
+        let snapshot = emulator.snapshot(self.size);
+        let tracker = emulator.parser.callbacks();
+        let asleep = Asleep {
+            compressed_snapshot: lz4_flex::compress_prepend_size(snapshot.as_bytes())
+                .into_boxed_slice(),
+            last_bell_at: tracker.last_bell_at,
+            title: tracker.title.clone(),
+            changed: tracker.changed,
+        };
+        self.state = State::Asleep(asleep);
+    }
+
+    /// The emulator, woken first if the screen sleeps.
+    fn emulator(&mut self) -> &mut Emulator {
+        if let State::Asleep(asleep) = &self.state {
+            let mut emulator = Emulator::new(self.size, self.scrollback_lines);
+            match lz4_flex::decompress_size_prepended(&asleep.compressed_snapshot) {
+                Ok(snapshot) => emulator.process(&snapshot),
+                // Our own compression of our own bytes: a failure is a bug, and a blank screen
+                // is the least surprising way on.
+                Err(error) => tracing::error!(%error, "a sleeping screen could not be woken"),
+            }
+            let tracker = emulator.parser.callbacks_mut();
+            tracker.last_bell_at = asleep.last_bell_at;
+            tracker.changed = asleep.changed;
+            self.state = State::Awake(Box::new(emulator));
+        }
+        match &mut self.state {
+            State::Awake(emulator) => emulator,
+            State::Asleep(_) => unreachable!("woken above"),
+        }
+    }
+
+    /// The modes the program set, as far as a snapshot carries them.
+    pub fn modes(&mut self) -> TerminalModes {
+        self.emulator().modes()
     }
 
     /// Feeds `data`, the output that starts at offset `at`, skipping what was fed already. Output
@@ -234,8 +287,122 @@ impl Screen {
             return;
         }
         let fresh = &data[(self.offset - at) as usize..];
-        self.process(fresh);
+        self.emulator().process(fresh);
         self.offset = end;
+    }
+
+    /// Goes on at `offset` without the output before it: only for output the ring no longer has,
+    /// which flow control keeps from happening while the session lives.
+    pub fn skip_to(&mut self, offset: u64) {
+        self.offset = self.offset.max(offset);
+    }
+
+    /// Applies a resize at the current offset.
+    pub fn resize(&mut self, size: TerminalSize) {
+        if size == self.size {
+            return;
+        }
+        let (rows, cols) = dimensions(size);
+        let emulator = self.emulator();
+        // Rows the smaller screen pushes off go to the scrollback at the old width.
+        emulator.parser.set_size(rows, cols);
+        emulator.parser.callbacks_mut().cols = size.cols();
+        self.size = size;
+    }
+
+    /// Clears everything, as `ESC c` does in a terminal: a reset starts its new process on a
+    /// clean screen with no scrollback, modes or title.
+    pub fn reset(&mut self) {
+        let had_title = !self.marks().title.is_empty();
+        let mut emulator = Emulator::new(self.size, self.scrollback_lines);
+        // The record should lose the title too.
+        emulator.parser.callbacks_mut().changed = had_title;
+        self.state = State::Awake(Box::new(emulator));
+    }
+
+    /// The title and bell, and whether they changed since the last call.
+    pub fn take_changes(&mut self) -> (ScreenMarks, bool) {
+        let changed = match &mut self.state {
+            State::Awake(emulator) => std::mem::take(&mut emulator.parser.callbacks_mut().changed),
+            State::Asleep(asleep) => std::mem::take(&mut asleep.changed),
+        };
+        (self.marks(), changed)
+    }
+
+    pub fn marks(&self) -> ScreenMarks {
+        match &self.state {
+            State::Awake(emulator) => {
+                let tracker = emulator.parser.callbacks();
+                ScreenMarks {
+                    title: tracker.title.clone(),
+                    last_bell_at: tracker.last_bell_at,
+                }
+            }
+            State::Asleep(asleep) => ScreenMarks {
+                title: asleep.title.clone(),
+                last_bell_at: asleep.last_bell_at,
+            },
+        }
+    }
+
+    /// Whether the program asked for application cursor keys (DECCKM): the input API sends
+    /// arrows as `ESC O x` then.
+    pub fn application_cursor(&mut self) -> bool {
+        self.emulator().parser.screen().application_cursor()
+    }
+
+    /// Bytes that, written to a fresh terminal of this screen's size (or one reset with `ESC c`,
+    /// which they start with), reproduce the screen as of [`Screen::offset`]. A sleeping screen
+    /// answers with the snapshot it sleeps as, without waking.
+    pub fn snapshot(&self) -> Snapshot {
+        let data = match &self.state {
+            State::Awake(emulator) => Bytes::from(emulator.snapshot(self.size)),
+            State::Asleep(asleep) => {
+                match lz4_flex::decompress_size_prepended(&asleep.compressed_snapshot) {
+                    Ok(data) => Bytes::from(data),
+                    Err(error) => {
+                        tracing::error!(%error, "a sleeping screen's snapshot could not be read");
+                        Bytes::from_static(b"\x1bc")
+                    }
+                }
+            }
+        };
+        Snapshot {
+            offset: self.offset,
+            size: self.size,
+            data,
+        }
+    }
+
+    /// The screen for the screen API: the visible rows and up to `scrollback` rows above them.
+    pub fn view(&mut self, format: ScreenFormat, scrollback: usize) -> ScreenView {
+        let (offset, size) = (self.offset, self.size);
+        view::build(self.emulator(), offset, size, format, scrollback)
+    }
+
+    /// The screen's text as the wait API searches it: the scrollback rows asked for and the
+    /// visible rows, trailing spaces trimmed (but the cursor's row keeps them up to the cursor),
+    /// joined by `\n`.
+    pub fn text(&mut self, scrollback: usize) -> String {
+        let size = self.size;
+        view::text(self.emulator(), size, scrollback)
+    }
+}
+
+impl Emulator {
+    fn new(size: TerminalSize, scrollback_lines: usize) -> Self {
+        let (rows, cols) = dimensions(size);
+        // vt100 keeps no scrollback of its own: rows that leave the screen go to `on_scroll`.
+        let parser = vt100::Parser::new_with_callbacks(
+            rows,
+            cols,
+            0,
+            Tracker::new(scrollback_lines, size.cols()),
+        );
+        Self {
+            parser,
+            normal_screen: None,
+        }
     }
 
     /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
@@ -255,60 +422,25 @@ impl Screen {
         }
     }
 
-    /// Goes on at `offset` without the output before it: only for output the ring no longer has,
-    /// which flow control keeps from happening while the session lives.
-    pub fn skip_to(&mut self, offset: u64) {
-        self.offset = self.offset.max(offset);
-    }
-
-    /// Applies a resize at the current offset.
-    pub fn resize(&mut self, size: TerminalSize) {
-        if size == self.size {
-            return;
-        }
-        let (rows, cols) = dimensions(size);
-        // Rows the smaller screen pushes off go to the scrollback at the old width.
-        self.parser.set_size(rows, cols);
-        self.parser.callbacks_mut().cols = size.cols();
-        self.size = size;
-    }
-
-    /// Clears everything, as `ESC c` does in a terminal: a reset starts its new process on a
-    /// clean screen with no scrollback, modes or title.
-    pub fn reset(&mut self) {
-        let tracker = self.parser.callbacks();
-        let scrollback_lines = tracker.scrollback.capacity();
-        let had_title = !tracker.title.is_empty();
-        let offset = self.offset;
-        *self = Self::new(self.size, scrollback_lines, offset);
-        // The record should lose the title too.
-        self.parser.callbacks_mut().changed = had_title;
-    }
-
-    /// The title and bell, and whether they changed since the last call.
-    pub fn take_changes(&mut self) -> (ScreenMarks, bool) {
-        let tracker = self.parser.callbacks_mut();
-        let changed = std::mem::take(&mut tracker.changed);
-        (self.marks(), changed)
-    }
-
-    pub fn marks(&self) -> ScreenMarks {
-        let tracker = self.parser.callbacks();
-        ScreenMarks {
-            title: tracker.title.clone(),
-            last_bell_at: tracker.last_bell_at,
+    fn modes(&self) -> TerminalModes {
+        let screen = self.parser.screen();
+        TerminalModes {
+            application_cursor: screen.application_cursor(),
+            application_keypad: screen.application_keypad(),
+            bracketed_paste: screen.bracketed_paste(),
+            mouse_reporting: format!(
+                "{:?}/{:?}",
+                screen.mouse_protocol_mode(),
+                screen.mouse_protocol_encoding()
+            ),
+            auto_wrap: self.parser.callbacks().auto_wrap,
+            cursor_visible: !screen.hide_cursor(),
+            alternate_screen: screen.alternate_screen(),
         }
     }
 
-    /// Whether the program asked for application cursor keys (DECCKM): the input API sends
-    /// arrows as `ESC O x` then.
-    pub fn application_cursor(&self) -> bool {
-        self.parser.screen().application_cursor()
-    }
-
-    /// Bytes that, written to a fresh terminal of this screen's size (or one reset with `ESC c`,
-    /// which they start with), reproduce the screen as of [`Screen::offset`].
-    pub fn snapshot(&self) -> Snapshot {
+    /// The snapshot's bytes (see [`Screen::snapshot`]).
+    fn snapshot(&self, size: TerminalSize) -> String {
         let screen = self.parser.screen();
         let tracker = self.parser.callbacks();
         let mut out = String::with_capacity(4096);
@@ -318,9 +450,7 @@ impl Screen {
             out.push_str(&tracker.title);
             out.push('\x07');
         }
-        tracker
-            .scrollback
-            .write_snapshot(&mut out, self.size.rows());
+        tracker.scrollback.write_snapshot(&mut out, size.rows());
         if screen.alternate_screen() {
             // vt100 draws only the active screen; the normal one under it is the copy taken when
             // the program switched (a fresh terminal's blank screen when the switch was split
@@ -335,23 +465,7 @@ impl Screen {
         if !tracker.auto_wrap {
             out.push_str("\x1b[?7l");
         }
-        Snapshot {
-            offset: self.offset,
-            size: self.size,
-            data: Bytes::from(out),
-        }
-    }
-
-    /// The screen for the screen API: the visible rows and up to `scrollback` rows above them.
-    pub fn view(&self, format: ScreenFormat, scrollback: usize) -> ScreenView {
-        view::build(self, format, scrollback)
-    }
-
-    /// The screen's text as the wait API searches it: the scrollback rows asked for and the
-    /// visible rows, trailing spaces trimmed (but the cursor's row keeps them up to the cursor),
-    /// joined by `\n`.
-    pub fn text(&self, scrollback: usize) -> String {
-        view::text(self, scrollback)
+        out
     }
 }
 
@@ -404,13 +518,16 @@ mod tests {
 
     /// A fresh screen fed `screen`'s snapshot, at the snapshot's offset.
     fn restored(screen: &Screen) -> Screen {
-        let capacity = screen.parser.callbacks().scrollback.capacity();
-        Screen::from_snapshot(&screen.snapshot(), capacity)
+        Screen::from_snapshot(&screen.snapshot(), screen.scrollback_lines)
+    }
+
+    fn emulator(screen: &mut Screen) -> &vt100::Parser<Tracker> {
+        &screen.emulator().parser
     }
 
     /// Everything a snapshot promises, compared: every cell with its attributes (scrollback
     /// included), the cursor, the modes, the title.
-    fn assert_same_screen(actual: &Screen, expected: &Screen) {
+    fn assert_same_screen(actual: &mut Screen, expected: &mut Screen) {
         let all = usize::MAX;
         let (a, e) = (
             actual.view(ScreenFormat::Cells, all),
@@ -442,19 +559,19 @@ mod tests {
     fn a_snapshot_reproduces_the_alternate_screen_over_the_normal_one() {
         let mut output = b"line one\r\n\x1b[31mred\x1b[m line two\r\n".to_vec();
         output.extend(full_screen_program(1000));
-        let screen = fed(size(80, 24), 1000, &output);
-        assert!(screen.parser.screen().alternate_screen());
+        let mut screen = fed(size(80, 24), 1000, &output);
+        assert!(emulator(&mut screen).screen().alternate_screen());
         let mut copy = restored(&screen);
-        assert_same_screen(&copy, &screen);
+        assert_same_screen(&mut copy, &mut screen);
 
         // The program ends: both go back to the same normal screen, where the cursor was.
         let mut original = screen;
         let exit = b"\x1b[?1049l\x1b[?1l\x1b>\x1b[?25h$ ";
         original.feed_at(original.offset, exit);
         copy.feed_at(copy.offset, exit);
-        assert_same_screen(&copy, &original);
+        assert_same_screen(&mut copy, &mut original);
         let lines: Vec<String> = original.text(0).lines().map(str::to_owned).collect();
-        assert_eq!(lines[..4], ["line one", "red line two", "$ top-like", "$"]);
+        assert_eq!(lines[..4], ["line one", "red line two", "$ top-like", "$ "]);
     }
 
     #[test]
@@ -467,9 +584,9 @@ mod tests {
         // A line longer than the screen wraps.
         output.extend_from_slice(&[b'x'; 130]);
         output.extend_from_slice(b"\r\nend");
-        let screen = fed(size(80, 24), 100, &output);
-        assert_eq!(screen.parser.callbacks().scrollback.len(), 100);
-        assert_same_screen(&restored(&screen), &screen);
+        let mut screen = fed(size(80, 24), 100, &output);
+        assert_eq!(emulator(&mut screen).callbacks().scrollback.len(), 100);
+        assert_same_screen(&mut restored(&screen), &mut screen);
     }
 
     #[test]
@@ -488,9 +605,9 @@ mod tests {
         for (name, sequence) in modes {
             let mut output = b"some text\r\n".to_vec();
             output.extend_from_slice(sequence);
-            let screen = fed(size(80, 24), 100, &output);
-            let copy = restored(&screen);
-            assert_same_screen(&copy, &screen);
+            let mut screen = fed(size(80, 24), 100, &output);
+            let mut copy = restored(&screen);
+            assert_same_screen(&mut copy, &mut screen);
             // And the mode is really on, not merely equal to a default.
             assert_ne!(
                 screen.snapshot().data,
@@ -503,7 +620,7 @@ mod tests {
     #[test]
     fn wide_characters_and_combining_marks_keep_their_columns() {
         let output = "漢字 and 😀 e\u{301}x\r\nかな|".as_bytes();
-        let screen = fed(size(20, 5), 10, output);
+        let mut screen = fed(size(20, 5), 10, output);
         let view = screen.view(ScreenFormat::Cells, 0);
         let first = &view.rows[0].cells;
         assert_eq!(first[0].text, "漢");
@@ -514,7 +631,7 @@ mod tests {
         assert_eq!(first[12].text, "e\u{301}");
         assert_eq!(first[13].text, "x");
         assert_eq!(screen.view(ScreenFormat::Text, 0).lines[1], "かな|");
-        assert_same_screen(&restored(&screen), &screen);
+        assert_same_screen(&mut restored(&screen), &mut screen);
     }
 
     #[test]
@@ -553,7 +670,7 @@ mod tests {
         screen.reset();
         assert_eq!(screen.offset(), 30 * 17);
         assert_eq!(screen.text(usize::MAX).trim(), "");
-        assert!(!screen.parser.screen().bracketed_paste());
+        assert!(!emulator(&mut screen).screen().bracketed_paste());
         let (marks, changed) = screen.take_changes();
         assert!(changed, "the record hears the title went");
         assert_eq!(marks.title, "");
@@ -568,19 +685,46 @@ mod tests {
         screen.resize(size(40, 5));
         let text = screen.text(usize::MAX);
         assert!(text.starts_with("row 0\nrow 1"), "{text}");
-        assert_same_screen(&restored(&screen), &screen);
+        assert_same_screen(&mut restored(&screen), &mut screen);
     }
 
     #[test]
     fn the_text_a_wait_searches_keeps_a_prompt_s_space_before_the_cursor() {
-        let screen = fed(size(20, 3), 0, b"done   \r\n$ ");
+        let mut screen = fed(size(20, 3), 0, b"done   \r\n$ ");
         assert_eq!(screen.text(0), "done\n$ \n");
         assert_eq!(screen.view(ScreenFormat::Text, 0).lines, ["done", "$", ""]);
     }
 
     #[test]
+    fn a_sleeping_screen_answers_the_same_and_wakes_to_go_on() {
+        let mut output = Vec::new();
+        for line in 0..300 {
+            output.extend_from_slice(format!("\x1b[1;3{}mline {line}\x1b[m\r\n", line % 8).as_bytes());
+        }
+        output.extend(full_screen_program(50));
+        output.extend_from_slice(b"\x1b]2;sleepy\x07\x07");
+        let mut awake = fed(size(80, 24), 1000, &output);
+        let mut sleepy = Screen::from_snapshot(&awake.snapshot(), 1000);
+        awake.take_changes();
+        let before = sleepy.snapshot();
+        sleepy.sleep();
+        assert!(sleepy.is_asleep());
+        // Asleep, it answers its snapshot and marks without waking.
+        assert_eq!(sleepy.snapshot(), before);
+        assert_eq!(sleepy.marks().title, "sleepy");
+        assert!(sleepy.is_asleep());
+        // Fed again, it wakes and goes on as if it never slept.
+        let more = b"\x1b[7;1Hmore\x1b[?1049l after";
+        for screen in [&mut awake, &mut sleepy] {
+            screen.feed_at(screen.offset(), more);
+        }
+        assert!(!sleepy.is_asleep());
+        assert_same_screen(&mut sleepy, &mut awake);
+    }
+
+    #[test]
     fn text_is_trimmed_like_capture_pane() {
-        let screen = fed(size(20, 3), 0, b"a   \x1b[41m  \x1b[m  \r\nb");
+        let mut screen = fed(size(20, 3), 0, b"a   \x1b[41m  \x1b[m  \r\nb");
         let view = screen.view(ScreenFormat::Text, 0);
         assert_eq!(view.lines, ["a", "b", ""]);
     }

@@ -43,10 +43,7 @@ impl Scrollback {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }

@@ -4,7 +4,7 @@
 
 use unicode_width::UnicodeWidthStr as _;
 
-use super::Screen;
+use super::Emulator;
 use super::scrollback::ScrollbackRow;
 use crate::domain::TerminalSize;
 
@@ -71,20 +71,26 @@ pub enum Color {
     Rgb(u8, u8, u8),
 }
 
-pub(super) fn build(screen: &Screen, format: ScreenFormat, scrollback: usize) -> ScreenView {
-    let vt = screen.parser.screen();
-    let history = screen.parser.callbacks().scrollback.newest(scrollback);
+pub(super) fn build(
+    emulator: &Emulator,
+    offset: u64,
+    size: TerminalSize,
+    format: ScreenFormat,
+    scrollback: usize,
+) -> ScreenView {
+    let vt = emulator.parser.screen();
+    let history = emulator.parser.callbacks().scrollback.newest(scrollback);
     let scrollback_rows = history.len();
     let (cursor_row, cursor_col) = vt.cursor_position();
     let mut view = ScreenView {
-        offset: screen.offset,
-        size: screen.size,
+        offset,
+        size,
         cursor: Cursor {
             row: cursor_row,
             col: cursor_col,
             visible: !vt.hide_cursor(),
         },
-        title: screen.parser.callbacks().title.clone(),
+        title: emulator.parser.callbacks().title.clone(),
         alternate_screen: vt.alternate_screen(),
         format,
         scrollback_rows,
@@ -93,21 +99,21 @@ pub(super) fn build(screen: &Screen, format: ScreenFormat, scrollback: usize) ->
         rows: Vec::new(),
     };
     match format {
-        ScreenFormat::Text => view.lines = lines(screen, scrollback),
+        ScreenFormat::Text => view.lines = lines(emulator, size, scrollback),
         ScreenFormat::Ansi => {
             let mut rows: Vec<String> = history
                 .map(|row| format!("{}\x1b[m", row.formatted))
                 .collect();
             rows.extend(
-                vt.rows_formatted(0, screen.size.cols())
+                vt.rows_formatted(0, size.cols())
                     .map(|row| format!("{row}\x1b[m")),
             );
             view.ansi = rows.join("\r\n");
         }
         ScreenFormat::Cells => {
             view.rows = history.map(scrollback_cells).collect();
-            view.rows.extend((0..screen.size.rows()).map(|row| {
-                let cells = (0..screen.size.cols())
+            view.rows.extend((0..size.rows()).map(|row| {
+                let cells = (0..size.cols())
                     .map(|col| vt.cell(row, col).map(cell).unwrap_or_default())
                     .collect();
                 Row {
@@ -122,15 +128,15 @@ pub(super) fn build(screen: &Screen, format: ScreenFormat, scrollback: usize) ->
 
 /// The text a wait searches: as [`ScreenFormat::Text`], except that the cursor's row keeps its
 /// spaces up to the cursor, so that a prompt waiting for input (`$ `) ends in its space.
-pub(super) fn text(screen: &Screen, scrollback: usize) -> String {
-    let mut lines = lines(screen, scrollback);
-    let history = screen
+pub(super) fn text(emulator: &Emulator, size: TerminalSize, scrollback: usize) -> String {
+    let mut lines = lines(emulator, size, scrollback);
+    let history = emulator
         .parser
         .callbacks()
         .scrollback
         .newest(scrollback)
         .len();
-    let (cursor_row, cursor_col) = screen.parser.screen().cursor_position();
+    let (cursor_row, cursor_col) = emulator.parser.screen().cursor_position();
     if let Some(line) = lines.get_mut(history + usize::from(cursor_row)) {
         let width = line.width();
         if width < usize::from(cursor_col) {
@@ -140,14 +146,14 @@ pub(super) fn text(screen: &Screen, scrollback: usize) -> String {
     lines.join("\n")
 }
 
-fn lines(screen: &Screen, scrollback: usize) -> Vec<String> {
-    let history = screen.parser.callbacks().scrollback.newest(scrollback);
+fn lines(emulator: &Emulator, size: TerminalSize, scrollback: usize) -> Vec<String> {
+    let history = emulator.parser.callbacks().scrollback.newest(scrollback);
     let mut lines: Vec<String> = history.map(ScrollbackRow::plain).collect();
     lines.extend(
-        screen
+        emulator
             .parser
             .screen()
-            .rows(0, screen.size.cols())
+            .rows(0, size.cols())
             .map(|mut row| {
                 row.truncate(row.trim_end().len());
                 row

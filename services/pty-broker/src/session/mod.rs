@@ -46,6 +46,8 @@ pub struct SessionSettings {
     pub ring_bytes: usize,
     /// Scrollback rows each session's screen keeps; `None` runs sessions without a screen.
     pub scrollback_lines: Option<usize>,
+    /// A screen with no new output for this long sleeps (kept as its compressed snapshot).
+    pub screen_sleep: Duration,
     pub tombstone: Duration,
     pub detached_timeout: Duration,
     pub kill_grace: Duration,

@@ -149,8 +149,13 @@ impl Shared {
 }
 
 /// Keeps the session's screen fed until `done`: a reader of the ring like any client, woken by
-/// the same notifications, that parses in slices so that it never holds a worker for long.
-pub(super) async fn feed_screen_until(shared: Arc<Shared>, done: CancellationToken) {
+/// the same notifications, that parses in slices so that it never holds a worker for long. A
+/// screen with nothing new for `sleep_after` goes to sleep (see [`Screen::sleep`]).
+pub(super) async fn feed_screen_until(
+    shared: Arc<Shared>,
+    sleep_after: Duration,
+    done: CancellationToken,
+) {
     if shared.screen.is_none() {
         return;
     }
@@ -170,9 +175,15 @@ pub(super) async fn feed_screen_until(shared: Arc<Shared>, done: CancellationTok
             }
             tokio::task::yield_now().await;
         }
+        let awake = shared.screen_lock().is_some_and(|screen| !screen.is_asleep());
         tokio::select! {
             changed = changed.changed() => if changed.is_err() { return },
             () = done.cancelled() => return,
+            () = tokio::time::sleep(sleep_after), if awake => {
+                if let Some(mut screen) = shared.screen_lock() {
+                    screen.sleep();
+                }
+            }
         }
     }
 }
@@ -181,7 +192,7 @@ impl Session {
     /// The screen as of the end of the ring.
     pub fn screen(&self, format: ScreenFormat, scrollback: usize) -> Result<ScreenView, Error> {
         self.check_open()?;
-        let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+        let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
         Ok(screen.view(format, scrollback))
     }
 
@@ -193,7 +204,7 @@ impl Session {
         let application_cursor = self
             .shared
             .current_screen()
-            .is_some_and(|screen| screen.application_cursor());
+            .is_some_and(|mut screen| screen.application_cursor());
         let mut bytes = Vec::new();
         for item in items {
             match item {
@@ -238,7 +249,7 @@ impl Session {
             changed.borrow_and_update();
             let checked_at = Instant::now();
             let (matched, view) = {
-                let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+                let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
                 let reflects_after = wait
                     .after_offset
                     .is_none_or(|after| screen.offset() > after);

@@ -138,6 +138,7 @@ impl SessionTask {
     pub async fn run(mut self, started: oneshot::Sender<Result<SessionInfo, Error>>) {
         self.context.tracker.spawn(super::screen::feed_screen_until(
             Arc::clone(&self.shared),
+            self.settings.screen_sleep,
             self.screen_done.clone(),
         ));
         let _feeder = self.screen_done.clone().drop_guard();

@@ -116,8 +116,8 @@ async fn late_viewer_snapshot(broker: &TestBroker, session_id: &str) -> anyhow::
 }
 
 /// The snapshot drawn on a fresh emulator equals the reference at the same offset.
-fn assert_same_screen(snapshot: &Snapshot, reference: &Screen) -> anyhow::Result<()> {
-    let restored = Screen::from_snapshot(snapshot, SCROLLBACK);
+fn assert_same_screen(snapshot: &Snapshot, reference: &mut Screen) -> anyhow::Result<()> {
+    let mut restored = Screen::from_snapshot(snapshot, SCROLLBACK);
     ensure!(restored.offset() == reference.offset());
     let (restored_cells, reference_cells) = (
         restored.view(ScreenFormat::Cells, SCROLLBACK),
@@ -190,7 +190,7 @@ async fn reattach_beyond_the_ring_gets_a_snapshot_equal_to_the_whole_stream(
         snapshot.offset
     );
     reference.read_to(snapshot.offset).await?;
-    assert_same_screen(&snapshot, &reference.screen)?;
+    assert_same_screen(&snapshot, &mut reference.screen)?;
     ensure!(reference.screen.modes().alternate_screen);
     ensure!(!reference.screen.modes().cursor_visible);
 
@@ -252,7 +252,7 @@ async fn vi_survives_a_reattach_beyond_the_ring(backend: Backend) -> anyhow::Res
         snapshot.offset
     );
     reference.read_to(snapshot.offset).await?;
-    assert_same_screen(&snapshot, &reference.screen)?;
+    assert_same_screen(&snapshot, &mut reference.screen)?;
     // Leave vi; both screens go back to the same normal screen.
     reference.client.send_input(&b"\x1b:q!\r"[..]).await?;
     broker.kill(&id).await?;
@@ -279,7 +279,7 @@ async fn top_survives_a_reattach_beyond_the_ring(backend: Backend) -> anyhow::Re
     }
     let snapshot = late_viewer_snapshot(&broker, &id).await?;
     reference.read_to(snapshot.offset).await?;
-    assert_same_screen(&snapshot, &reference.screen)?;
+    assert_same_screen(&snapshot, &mut reference.screen)?;
     broker.kill(&id).await?;
     broker.stop().await
 }
