@@ -109,6 +109,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_screen_routes_are_documented_under_both_layouts() {
+        let document = ApiDoc::openapi();
+        for prefix in [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX] {
+            let route = |suffix: &str| {
+                document
+                    .paths
+                    .paths
+                    .get(&format!("{prefix}/terminal/sessions/{{sid}}/{suffix}"))
+                    .unwrap_or_else(|| panic!("{prefix} {suffix} is not documented"))
+            };
+            assert!(route("screen").get.is_some(), "{prefix}");
+            assert!(route("input").post.is_some(), "{prefix}");
+            assert!(route("wait").post.is_some(), "{prefix}");
+        }
+        let schemas = &document.components.as_ref().expect("components").schemas;
+        for schema in ["ScreenBody", "CellBody", "InputBody", "WaitBody", "WaitAnswerBody"] {
+            assert!(schemas.contains_key(schema), "{schema} is not documented");
+        }
+    }
+
+    #[test]
     fn project_repository_routes_are_documented_with_their_labels() {
         let document = ApiDoc::openapi();
         let path = format!("{PROJECT_REPOSITORY_PREFIX}/terminal/sessions/{{sid}}/rename");

@@ -411,7 +411,7 @@ pub enum ColorBody {
     Rgb(String),
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+/// For `skip_serializing_if`, which passes a reference.
 fn is_false(value: &bool) -> bool {
     !*value
 }
