@@ -124,7 +124,13 @@ mod tests {
             assert!(route("wait").post.is_some(), "{prefix}");
         }
         let schemas = &document.components.as_ref().expect("components").schemas;
-        for schema in ["ScreenBody", "CellBody", "InputBody", "WaitBody", "WaitAnswerBody"] {
+        for schema in [
+            "ScreenBody",
+            "CellBody",
+            "InputBody",
+            "WaitBody",
+            "WaitAnswerBody",
+        ] {
             assert!(schemas.contains_key(schema), "{schema} is not documented");
         }
     }
