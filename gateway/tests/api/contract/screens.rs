@@ -722,3 +722,43 @@ async fn a_session_shows_the_title_its_program_set_and_when_it_rang_the_bell() {
     assert_eq!(read["title"], "hello", "{read}");
     stack.shutdown().await;
 }
+
+/// Longer than any ordinary call may take between the services (10 s by default).
+const LONGER_THAN_A_CALL: &str = "sleep 12";
+
+#[tokio::test]
+async fn a_wait_may_last_longer_than_an_ordinary_call_over_rest_and_grpc() {
+    let stack = TestStack::builder().start().await;
+    let (instance, session_id) = session_running(
+        &stack,
+        "slow",
+        &format!("{LONGER_THAN_A_CALL}; echo late-$((6*7)); sleep 30"),
+    )
+    .await;
+    let mut client = gateway_grpc(&stack).await;
+    let over_rest = wait_for_screen(
+        &stack,
+        &instance,
+        &session_id,
+        json!({"pattern": "late-42", "timeout_ms": 60_000}),
+    );
+    let over_grpc = client.wait_for_screen(as_admin(
+        &stack,
+        session_pb::WaitForScreenRequest {
+            instance: instance.clone(),
+            session_id: session_id.clone(),
+            pattern: "late-42".into(),
+            timeout_ms: 60_000,
+            quiet_ms: 0,
+            after_offset: None,
+            format: 0,
+            scrollback: 0,
+        },
+    ));
+    let (over_rest, over_grpc) = tokio::join!(over_rest, over_grpc);
+    let over_rest = over_rest.expect(200, "a wait over rest");
+    assert_eq!(over_rest["matched"], "late-42", "{over_rest}");
+    let over_grpc = over_grpc.expect("a wait over grpc").into_inner();
+    assert_eq!(over_grpc.matched, "late-42");
+    stack.shutdown().await;
+}
