@@ -781,7 +781,7 @@ fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {
         Frame::Snapshot(snapshot) => TerminalEvent::Snapshot {
             offset: snapshot.offset,
             size: size_from_proto(snapshot.size),
-            data: snapshot.data.into(),
+            data: snapshot.data,
         },
     };
     Some(event)
