@@ -26,7 +26,8 @@ pub struct Config {
     /// How often a WebSocket gets `{"type":"ping"}` and a WebSocket ping. A client silent for
     /// two intervals is dropped.
     pub heartbeat_interval: Duration,
-    /// How long a call to session-api or a broker may take before it counts as unavailable.
+    /// How long a call to session-api or a broker may take before it counts as unavailable. A
+    /// screen wait may take its own timeout plus this.
     pub backend_timeout: Duration,
     /// How long the gateway keeps serving after a shutdown begins, with `/readyz` at 503, so
     /// that load balancers stop sending it new clients before its sockets close.

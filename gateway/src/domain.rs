@@ -1,6 +1,6 @@
-//! The gateway's own view of instances, sessions and terminal streams, converted from protobuf in
-//! `grpc.rs` and rendered as JSON by the REST and WebSocket layers. Sizes and roles are the
-//! shared [`ptyhub_wire`] types.
+//! The gateway's own view of instances, sessions, screens and terminal streams, converted from
+//! protobuf in `grpc.rs` and rendered as JSON by the REST and WebSocket layers. Sizes and roles
+//! are the shared [`ptyhub_wire`] types.
 
 use std::collections::BTreeMap;
 
@@ -109,6 +109,9 @@ pub struct Session {
     pub last_activity_at: Option<DateTime<Utc>>,
     pub closed_at: Option<DateTime<Utc>>,
     pub attached_clients: u32,
+    /// The window title the program set last; empty when none.
+    pub title: String,
+    pub last_bell_at: Option<DateTime<Utc>>,
 }
 
 /// Where and with which ticket to attach to a session's PTY.
@@ -160,6 +163,13 @@ pub enum TerminalEvent {
         lost: u64,
         offset: u64,
     },
+    /// Bytes that redraw the screen as of `offset` on a fresh terminal of `size`; the output
+    /// that follows starts at `offset`.
+    Snapshot {
+        offset: u64,
+        size: Option<TerminalSize>,
+        data: Bytes,
+    },
     Resize(TerminalSize),
     Resetting,
     TakenOver,
@@ -168,4 +178,146 @@ pub enum TerminalEvent {
         message: String,
     },
     Closed,
+}
+
+/// How a screen's rows are returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScreenFormat {
+    /// One string a row, trailing spaces trimmed.
+    #[default]
+    Text,
+    /// The rows drawn with their attributes (SGR), joined by CR LF.
+    Ansi,
+    /// Rows of cells with their attributes (`json` on REST).
+    Cells,
+}
+
+/// What a screen read asks for: the format, and how many scrollback lines go first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScreenRequest {
+    pub format: ScreenFormat,
+    /// At most [`ptyhub_wire::limits::MAX_SCREEN_SCROLLBACK`].
+    pub scrollback: u32,
+}
+
+/// A session's screen as its broker's terminal emulator holds it, after every output byte
+/// before `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    pub session_id: String,
+    pub offset: u64,
+    pub size: Option<TerminalSize>,
+    pub cursor: Cursor,
+    pub title: String,
+    pub alternate_screen: bool,
+    pub status: SessionStatus,
+    pub exit: Option<ExitStatus>,
+    /// How many of the rows come from the scrollback (they come first).
+    pub scrollback_rows: u32,
+    pub content: ScreenContent,
+}
+
+/// The rows of a [`Screen`], in the format that was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScreenContent {
+    Text(Vec<String>),
+    Ansi(Bytes),
+    Cells(Vec<ScreenRow>),
+}
+
+impl ScreenContent {
+    pub fn format(&self) -> ScreenFormat {
+        match self {
+            ScreenContent::Text(_) => ScreenFormat::Text,
+            ScreenContent::Ansi(_) => ScreenFormat::Ansi,
+            ScreenContent::Cells(_) => ScreenFormat::Cells,
+        }
+    }
+}
+
+/// The cursor, 0-based from the top of the visible rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor {
+    pub row: u32,
+    pub col: u32,
+    pub visible: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScreenRow {
+    pub cells: Vec<Cell>,
+    /// The row's text continues on the next row.
+    pub wrapped: bool,
+}
+
+/// One column of a row. The second column of a wide character has empty `text`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cell {
+    pub text: String,
+    pub wide: bool,
+    /// `None` is the terminal's default colour.
+    pub fg: Option<Color>,
+    pub bg: Option<Color>,
+    pub bold: bool,
+    pub dim: bool,
+    pub italic: bool,
+    pub underline: bool,
+    pub inverse: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    /// One of the 256 palette colours.
+    Indexed(u8),
+    Rgb {
+        red: u8,
+        green: u8,
+        blue: u8,
+    },
+}
+
+/// One piece of typed input, written in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputItem {
+    /// UTF-8 text, as given.
+    Text(String),
+    /// A named key (`Enter`, `C-c`, ...), which the broker translates.
+    Key(String),
+}
+
+/// What typing wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputWritten {
+    pub bytes_written: u64,
+    /// The output offset when the input was written: output from here on may answer it.
+    pub offset: u64,
+}
+
+/// A wait for the screen to match, with its bounds already checked against
+/// [`ptyhub_wire::limits`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenWait {
+    /// A regular expression; empty matches any screen.
+    pub pattern: String,
+    pub timeout: std::time::Duration,
+    pub quiet: std::time::Duration,
+    pub after_offset: Option<u64>,
+    pub screen: ScreenRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The pattern matched (and the screen was quiet, when asked).
+    Matched,
+    /// The process ended first.
+    Exited,
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenWaitResult {
+    pub outcome: WaitOutcome,
+    /// The text the pattern matched; `None` when the process exited first.
+    pub matched: Option<String>,
+    pub screen: Screen,
 }

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
 use ptyhub_wire::{BearerAuth, Role, ServiceCredential, TerminalSize};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -19,8 +20,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::domain::{
-    AttachTarget, CloseReason, ExitStatus, Instance, NewInstance, Session, SessionAttachment,
-    SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent,
+    AttachTarget, Cell, CloseReason, Color, Cursor, ExitStatus, InputItem, InputWritten, Instance,
+    NewInstance, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow, ScreenWait,
+    ScreenWaitResult, Session, SessionAttachment, SessionSelector, SessionStatus, Target,
+    TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -46,8 +49,12 @@ pub struct UpstreamError {
 #[derive(Clone, Debug)]
 pub struct Upstreams {
     session_api: SessionApiClient,
+    /// The same service on a channel without a per-call bound, for screen waits.
+    session_api_waits: SessionApiClient,
     broker_registry: BrokerRegistryClient,
     brokers: BrokerChannels,
+    /// How long an answer may take beyond a wait's own timeout.
+    answer_margin: Duration,
 }
 
 impl Upstreams {
@@ -57,20 +64,28 @@ impl Upstreams {
         service_credential: &ServiceCredential,
         timeout: Duration,
     ) -> Result<Self, UpstreamError> {
-        let channel = Endpoint::from_shared(endpoint.to_owned())
+        let endpoint = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|source| UpstreamError {
                 endpoint: endpoint.to_owned(),
                 source,
             })?
             .connect_timeout(timeout)
-            .timeout(timeout)
             .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(20))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(20));
+        // Screen waits last as long as their caller asks (up to five minutes), so they cannot
+        // share the channel whose every call gives up after `timeout`: the channel's bound
+        // would cut them short (tonic takes the shorter of it and the call's own). Their
+        // channel has no bound of its own; each wait carries its own deadline instead.
+        let waits = endpoint.clone().connect_lazy();
+        let channel = endpoint.timeout(timeout).connect_lazy();
         let interceptor = service_credential.bearer_auth();
         Ok(Self {
             session_api: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 channel.clone(),
+                interceptor.clone(),
+            ),
+            session_api_waits: session_pb::session_api_client::SessionApiClient::with_interceptor(
+                waits,
                 interceptor.clone(),
             ),
             broker_registry:
@@ -79,12 +94,114 @@ impl Upstreams {
                     interceptor,
                 ),
             brokers: BrokerChannels::new(timeout),
+            answer_margin: timeout,
         })
     }
 
     /// The raw client, for the gRPC-web surface that forwards messages unchanged.
     pub fn session_api_client(&self) -> SessionApiClient {
         self.session_api.clone()
+    }
+
+    /// Forwards a screen wait as it is, with a deadline of the wait's own timeout plus the time
+    /// an answer may take: the one call that may outlast the channel's per-call bound.
+    pub async fn forward_wait_for_screen(
+        &self,
+        message: session_pb::WaitForScreenRequest,
+    ) -> Result<tonic::Response<broker_pb::WaitForScreenResponse>, tonic::Status> {
+        let timeout_ms = match message.timeout_ms {
+            0 => DEFAULT_WAIT_MS,
+            // A timeout over the maximum is refused upstream, quickly; it needs no longer bound.
+            timeout_ms => timeout_ms.min(MAX_WAIT_MS),
+        };
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(Duration::from_millis(timeout_ms.into()) + self.answer_margin);
+        self.session_api_waits
+            .clone()
+            .wait_for_screen(request)
+            .await
+    }
+
+    pub async fn get_screen(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        screen: ScreenRequest,
+    ) -> Result<Screen, ApiError> {
+        let request = session_pb::GetScreenRequest {
+            instance: instance_id.to_owned(),
+            session_id: session_id.to_owned(),
+            format: screen_format_to_proto(screen.format) as i32,
+            scrollback: screen.scrollback,
+        };
+        let screen = self
+            .session_api
+            .clone()
+            .get_screen(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        screen_from_proto(screen)
+    }
+
+    /// Types `items` in order, all or nothing; `force` types even while a client holds control.
+    pub async fn send_input(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        items: Vec<InputItem>,
+        force: bool,
+    ) -> Result<InputWritten, ApiError> {
+        use broker_pb::input_item::Item;
+        let items = items
+            .into_iter()
+            .map(|item| broker_pb::InputItem {
+                item: Some(match item {
+                    InputItem::Text(text) => Item::Text(text),
+                    InputItem::Key(key) => Item::Key(key),
+                }),
+            })
+            .collect();
+        let written = self
+            .session_api
+            .clone()
+            .send_input(session_pb::SendInputRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                items,
+                force,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(InputWritten {
+            bytes_written: written.bytes_written,
+            offset: written.output_offset,
+        })
+    }
+
+    pub async fn wait_for_screen(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        wait: ScreenWait,
+    ) -> Result<ScreenWaitResult, ApiError> {
+        let request = session_pb::WaitForScreenRequest {
+            instance: instance_id.to_owned(),
+            session_id: session_id.to_owned(),
+            pattern: wait.pattern,
+            timeout_ms: millis(wait.timeout),
+            quiet_ms: millis(wait.quiet),
+            after_offset: wait.after_offset,
+            format: screen_format_to_proto(wait.screen.format) as i32,
+            scrollback: wait.screen.scrollback,
+        };
+        let answer = self
+            .forward_wait_for_screen(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        wait_result_from_proto(answer)
     }
 
     pub async fn register_instance(&self, new: NewInstance) -> Result<Instance, ApiError> {
@@ -340,11 +457,13 @@ impl Upstreams {
     }
 
     /// Opens an `Attach` stream and sends its `Hello`. The first event is read by the caller.
+    /// With `snapshot`, the stream starts with a snapshot of the screen instead of a replay.
     pub async fn attach(
         &self,
         target: &AttachTarget,
         size: Option<TerminalSize>,
         since: Option<u64>,
+        snapshot: bool,
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
         let channel = self.brokers.channel(&target.broker_endpoint)?;
         let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
@@ -355,6 +474,7 @@ impl Upstreams {
                 role: role_to_proto(target.role) as i32,
                 size: size.map(size_to_proto),
                 since,
+                snapshot,
             })),
         };
         commands
@@ -608,6 +728,8 @@ fn session_from_proto(session: session_pb::Session) -> Session {
         last_activity_at: timestamp_from_proto(session.last_activity_at),
         closed_at: timestamp_from_proto(session.closed_at),
         attached_clients: session.attached_clients,
+        title: session.title,
+        last_bell_at: timestamp_from_proto(session.last_bell_at),
     }
 }
 
@@ -656,6 +778,133 @@ fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {
             message: error.message,
         },
         Frame::Closed(_) => TerminalEvent::Closed,
+        Frame::Snapshot(snapshot) => TerminalEvent::Snapshot {
+            offset: snapshot.offset,
+            size: size_from_proto(snapshot.size),
+            data: snapshot.data,
+        },
     };
     Some(event)
+}
+
+fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+fn screen_format_to_proto(format: ScreenFormat) -> broker_pb::ScreenFormat {
+    match format {
+        ScreenFormat::Text => broker_pb::ScreenFormat::Text,
+        ScreenFormat::Ansi => broker_pb::ScreenFormat::Ansi,
+        ScreenFormat::Cells => broker_pb::ScreenFormat::Cells,
+    }
+}
+
+/// The broker's session state in the words of a session's status.
+fn state_from_proto(state: i32) -> SessionStatus {
+    match broker_pb::SessionState::try_from(state) {
+        Ok(broker_pb::SessionState::Running) => SessionStatus::Active,
+        Ok(broker_pb::SessionState::Resetting) => SessionStatus::Resetting,
+        Ok(broker_pb::SessionState::Exited) => SessionStatus::Exited,
+        Ok(broker_pb::SessionState::Closed) => SessionStatus::Closed,
+        Ok(broker_pb::SessionState::Starting | broker_pb::SessionState::Unspecified) | Err(_) => {
+            SessionStatus::Starting
+        }
+    }
+}
+
+fn screen_from_proto(screen: broker_pb::Screen) -> Result<Screen, ApiError> {
+    let format = match broker_pb::ScreenFormat::try_from(screen.format) {
+        Ok(broker_pb::ScreenFormat::Text | broker_pb::ScreenFormat::Unspecified) => {
+            ScreenFormat::Text
+        }
+        Ok(broker_pb::ScreenFormat::Ansi) => ScreenFormat::Ansi,
+        Ok(broker_pb::ScreenFormat::Cells) => ScreenFormat::Cells,
+        Err(_) => {
+            return Err(ApiError::internal(format!(
+                "session-api answered with an unknown screen format {}",
+                screen.format
+            )));
+        }
+    };
+    let content = match format {
+        ScreenFormat::Text => ScreenContent::Text(screen.lines),
+        ScreenFormat::Ansi => ScreenContent::Ansi(screen.ansi.into()),
+        ScreenFormat::Cells => ScreenContent::Cells(
+            screen
+                .rows
+                .into_iter()
+                .map(|row| ScreenRow {
+                    cells: row.cells.into_iter().map(cell_from_proto).collect(),
+                    wrapped: row.wrapped,
+                })
+                .collect(),
+        ),
+    };
+    let cursor = screen.cursor.unwrap_or_default();
+    Ok(Screen {
+        session_id: screen.session_id,
+        offset: screen.offset,
+        size: size_from_proto(screen.size),
+        cursor: Cursor {
+            row: cursor.row,
+            col: cursor.col,
+            visible: cursor.visible,
+        },
+        title: screen.title,
+        alternate_screen: screen.alternate_screen,
+        status: state_from_proto(screen.state),
+        exit: screen.exit.map(exit_from_proto),
+        scrollback_rows: screen.scrollback_rows,
+        content,
+    })
+}
+
+fn cell_from_proto(cell: broker_pb::Cell) -> Cell {
+    Cell {
+        text: cell.text,
+        wide: cell.wide,
+        fg: cell.fg.and_then(color_from_proto),
+        bg: cell.bg.and_then(color_from_proto),
+        bold: cell.bold,
+        dim: cell.dim,
+        italic: cell.italic,
+        underline: cell.underline,
+        inverse: cell.inverse,
+    }
+}
+
+/// A colour; one out of range reads as the default rather than failing the whole screen.
+fn color_from_proto(color: broker_pb::Color) -> Option<Color> {
+    match color.kind? {
+        broker_pb::color::Kind::Indexed(index) => u8::try_from(index).ok().map(Color::Indexed),
+        broker_pb::color::Kind::Rgb(rgb) if rgb <= 0xff_ffff => {
+            let [_, red, green, blue] = rgb.to_be_bytes();
+            Some(Color::Rgb { red, green, blue })
+        }
+        broker_pb::color::Kind::Rgb(_) => None,
+    }
+}
+
+fn wait_result_from_proto(
+    answer: broker_pb::WaitForScreenResponse,
+) -> Result<ScreenWaitResult, ApiError> {
+    use broker_pb::wait_for_screen_response::Outcome;
+    let screen = answer
+        .screen
+        .ok_or_else(|| ApiError::internal("session-api answered a wait without a screen"))?;
+    let (outcome, matched) = match Outcome::try_from(answer.outcome) {
+        Ok(Outcome::Matched) => (WaitOutcome::Matched, Some(answer.matched)),
+        Ok(Outcome::Exited) => (WaitOutcome::Exited, None),
+        Ok(Outcome::Unspecified) | Err(_) => {
+            return Err(ApiError::internal(format!(
+                "session-api answered a wait with an unknown outcome {}",
+                answer.outcome
+            )));
+        }
+    };
+    Ok(ScreenWaitResult {
+        outcome,
+        matched,
+        screen: screen_from_proto(screen)?,
+    })
 }

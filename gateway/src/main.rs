@@ -73,7 +73,8 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_HEARTBEAT_INTERVAL", default_value = "25s", value_parser = humantime::parse_duration)]
     heartbeat_interval: Duration,
 
-    /// How long a call to session-api may take.
+    /// How long a call to session-api may take; a screen wait may take its own timeout plus
+    /// this.
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     backend_timeout: Duration,
 

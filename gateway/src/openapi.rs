@@ -8,7 +8,7 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use crate::rest::{ProjectRepositoryLabels, instances, operations, sessions};
+use crate::rest::{ProjectRepositoryLabels, instances, operations, screens, sessions};
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
 
@@ -34,6 +34,9 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         sessions::reset_session,
         sessions::rename_session,
         sessions::reset_default_session,
+        screens::get_screen,
+        screens::send_input,
+        screens::wait_for_screen,
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),
@@ -104,6 +107,33 @@ pub async fn openapi_json(_caller: rest::Caller) -> Json<utoipa::openapi::OpenAp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_screen_routes_are_documented_under_both_layouts() {
+        let document = ApiDoc::openapi();
+        for prefix in [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX] {
+            let route = |suffix: &str| {
+                document
+                    .paths
+                    .paths
+                    .get(&format!("{prefix}/terminal/sessions/{{sid}}/{suffix}"))
+                    .unwrap_or_else(|| panic!("{prefix} {suffix} is not documented"))
+            };
+            assert!(route("screen").get.is_some(), "{prefix}");
+            assert!(route("input").post.is_some(), "{prefix}");
+            assert!(route("wait").post.is_some(), "{prefix}");
+        }
+        let schemas = &document.components.as_ref().expect("components").schemas;
+        for schema in [
+            "ScreenBody",
+            "CellBody",
+            "InputBody",
+            "WaitBody",
+            "WaitAnswerBody",
+        ] {
+            assert!(schemas.contains_key(schema), "{schema} is not documented");
+        }
+    }
 
     #[test]
     fn project_repository_routes_are_documented_with_their_labels() {

@@ -2,10 +2,15 @@
 //! against the caller's credential and scope, then forwarded to session-api with the gateway's
 //! service credential. Messages pass through unchanged. `server.rs` serves it as plain gRPC and,
 //! through tonic-web, as gRPC-web for browsers.
+//!
+//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) answer without the session's
+//! record, so their session is checked before they are forwarded: it must be the instance's
+//! and not closed.
 
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
 use ptyhub_wire::ErrorCode;
@@ -64,6 +69,25 @@ impl SessionApiProxy {
             .authorize_instance(&principal, message.instance())
             .await?;
         *message.instance_mut() = instance;
+        Ok(message)
+    }
+
+    /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
+    /// instance: for the calls whose answer does not say which instance it is about.
+    async fn scoped_live_session<M: SessionScoped>(
+        &self,
+        request: Request<M>,
+    ) -> Result<M, Status> {
+        let principal = self.authenticate(&request)?;
+        let mut message = request.into_inner();
+        let instance = self
+            .authorized_instance(&principal, message.instance())
+            .await?;
+        self.state
+            .authorize_live_session(&instance, message.session_id())
+            .await
+            .map_err(|error| error.to_status())?;
+        *message.instance_mut() = instance.id;
         Ok(message)
     }
 
@@ -130,7 +154,31 @@ macro_rules! instance_scoped {
     };
 }
 
+/// A request about one session of an instance.
+trait SessionScoped: InstanceScoped {
+    fn session_id(&self) -> &str;
+}
+
+macro_rules! session_scoped {
+    ($($request:ty),* $(,)?) => {
+        $(impl SessionScoped for $request {
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+        })*
+    };
+}
+
+session_scoped!(
+    pb::GetScreenRequest,
+    pb::SendInputRequest,
+    pb::WaitForScreenRequest,
+);
+
 instance_scoped!(
+    pb::GetScreenRequest,
+    pb::SendInputRequest,
+    pb::WaitForScreenRequest,
     pb::GetInstanceRequest,
     pb::CreateSessionRequest,
     pb::GetSessionRequest,
@@ -319,6 +367,35 @@ impl SessionApi for SessionApiProxy {
             .map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
+    }
+
+    async fn get_screen(
+        &self,
+        request: Request<pb::GetScreenRequest>,
+    ) -> Result<Response<broker_pb::Screen>, Status> {
+        let message = self.scoped_live_session(request).await?;
+        self.client().get_screen(message).await.map_err(forwarded)
+    }
+
+    async fn send_input(
+        &self,
+        request: Request<pb::SendInputRequest>,
+    ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
+        let message = self.scoped_live_session(request).await?;
+        self.client().send_input(message).await.map_err(forwarded)
+    }
+
+    async fn wait_for_screen(
+        &self,
+        request: Request<pb::WaitForScreenRequest>,
+    ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
+        let message = self.scoped_live_session(request).await?;
+        // Not the channel every other call uses: a wait may outlast its per-call bound.
+        self.state
+            .upstreams
+            .forward_wait_for_screen(message)
+            .await
+            .map_err(forwarded)
     }
 
     type WatchSessionsStream = WatchStream;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{Authenticator, Principal};
-use crate::domain::{Instance, Session};
+use crate::domain::{Instance, Session, SessionStatus};
 use ptyhub_wire::ErrorCode;
 
 use crate::error::ApiError;
@@ -73,6 +73,20 @@ impl AppState {
         let session = self.upstreams.get_session(&instance.id, session_id).await?;
         if session.instance_id != instance.id {
             return Err(ApiError::not_found("session not found"));
+        }
+        Ok(session)
+    }
+
+    /// Like [`AppState::authorize_session`], for the calls that need the session's process
+    /// (its screen, its input): a closed session is 404 too.
+    pub async fn authorize_live_session(
+        &self,
+        instance: &Instance,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        let session = self.authorize_session(instance, session_id).await?;
+        if session.status == SessionStatus::Closed {
+            return Err(ApiError::not_found("session not found or closed"));
         }
         Ok(session)
     }

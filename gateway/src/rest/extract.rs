@@ -144,7 +144,15 @@ impl<T: DeserializeOwned + 'static> FromRequest<AppState> for JsonBody<T> {
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
         let bytes = axum::body::Bytes::from_request(request, state)
             .await
-            .map_err(|rejection| ApiError::bad_request(rejection.body_text().to_lowercase()))?;
+            .map_err(|rejection| {
+                let message = rejection.body_text().to_lowercase();
+                // A body over the request limit is a limit, not a malformed body.
+                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(ptyhub_wire::ErrorCode::LimitExceeded, message)
+                } else {
+                    ApiError::bad_request(message)
+                }
+            })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             // An optional body may be absent: `{}` stands in for it, and a required one then
             // reports its missing fields like any other incomplete body.

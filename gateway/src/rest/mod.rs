@@ -1,16 +1,17 @@
-//! The REST API of docs/CONTRACT.md: instances, sessions (also under the older single-app
+//! The REST API of docs/CONTRACT.md: instances, sessions and their screens (also under the older single-app
 //! layout's `/projects/{project_id}/repositories/{repository_id}/...` paths), `/healthz`,
 //! `/livez`, `/readyz` and `/metrics`. Each handler authenticates, validates, calls session-api
 //! and renders JSON.
 //!
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
-//! - `instances.rs`, `sessions.rs`, `operations.rs`: the handlers.
+//! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers.
 
 pub mod bodies;
 pub mod extract;
 pub mod instances;
 pub mod operations;
+pub mod screens;
 pub mod sessions;
 
 pub use extract::{

@@ -66,11 +66,17 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
         let _websocket_gauge = state.metrics.websocket_opened(prepared.since.is_some());
         tracing::info!(
             resume = prepared.since.is_some(),
+            snapshot = prepared.snapshot,
             "terminal websocket opened"
         );
         let attached = state
             .upstreams
-            .attach(&prepared.attach, prepared.size, prepared.since)
+            .attach(
+                &prepared.attach,
+                prepared.size,
+                prepared.since,
+                prepared.snapshot,
+            )
             .await;
         let (mut events, commands) = match attached {
             Ok(attached) => attached,
@@ -450,6 +456,21 @@ impl BrokerWriter {
             TerminalEvent::Gap { lost, .. } => {
                 self.client.send_frame(&ServerFrame::Gap { lost }).await
             }
+            TerminalEvent::Snapshot { offset, size, data } => {
+                // The announcement, then the snapshot's bytes as one binary frame of their own:
+                // it arrives as an event apart from output, so `collect_output` never merges it
+                // with output, and nothing else is sent between the two.
+                let size = size.unwrap_or_default();
+                let frame = ServerFrame::Snapshot {
+                    offset,
+                    cols: size.cols(),
+                    rows: size.rows(),
+                };
+                match self.client.send_frame(&frame).await {
+                    Ok(()) => self.client.send_output(data).await,
+                    Err(gone) => Err(gone),
+                }
+            }
             TerminalEvent::Resize(size) => self.client.send_frame(&ServerFrame::resize(size)).await,
             TerminalEvent::Resetting => {
                 self.client
@@ -515,7 +536,8 @@ fn failed_after_attach(error: ApiError) -> ApiError {
 }
 
 /// Takes the output chunks that are already here, up to [`OUTPUT_BATCH_BYTES`], without
-/// waiting for more. Returns the batch and the first non-output event read, if any.
+/// waiting for more. Returns the batch and the first non-output event read, if any: a snapshot
+/// is such an event, so its bytes are never part of a batch.
 fn collect_output(
     first: Bytes,
     events: &mut AttachEvents,

@@ -42,6 +42,10 @@ pub enum ServerFrame<'a> {
     Status(StreamStatus<'a>),
     /// Bytes the ring no longer held, before a replay that cannot start at the asked offset.
     Gap { lost: u64 },
+    /// The next binary frame is a snapshot: bytes that redraw the screen as of `offset` on a
+    /// terminal of this size (they start with `ESC c`); the output after it starts at
+    /// `offset`.
+    Snapshot { offset: u64, cols: u16, rows: u16 },
     /// The PTY's new size.
     Resize { cols: u16, rows: u16 },
     /// The heartbeat; answered by `pong` or a WebSocket pong.
@@ -194,6 +198,14 @@ mod tests {
             (
                 ServerFrame::Gap { lost: 17 },
                 json!({"type": "gap", "lost": 17}),
+            ),
+            (
+                ServerFrame::Snapshot {
+                    offset: 4096,
+                    cols: 120,
+                    rows: 40,
+                },
+                json!({"type": "snapshot", "offset": 4096, "cols": 120, "rows": 40}),
             ),
             (
                 ServerFrame::resize(size),

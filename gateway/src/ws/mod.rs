@@ -50,6 +50,9 @@ pub struct TerminalQuery {
     pub rows: Option<String>,
     /// Resume from this output offset.
     pub since: Option<String>,
+    /// `1` or `true`: start with a snapshot of the screen (a `snapshot` frame and one binary
+    /// frame) instead of a replay of raw bytes. A `since` older than the ring gets one anyway.
+    pub snapshot: Option<String>,
     /// `view` attaches read-only.
     pub mode: Option<String>,
     /// The credential, for browsers.
@@ -190,6 +193,7 @@ struct PreparedAttach {
     role: Role,
     size: Option<TerminalSize>,
     since: Option<u64>,
+    snapshot: bool,
 }
 
 /// Authenticates, reads the query, and resolves (or creates) the session through session-api.
@@ -206,6 +210,7 @@ async fn prepare_attach(
     let size = TerminalSize::from_optional(cols, rows)
         .map_err(|error| ApiError::bad_request(error.to_string()))?;
     let since = parse_number::<u64>("since", query.since.as_deref())?;
+    let snapshot = parse_flag("snapshot", query.snapshot.as_deref())?;
     let role = match query.mode.as_deref() {
         None | Some("") => Role::Controller,
         Some("view") => Role::Viewer,
@@ -258,7 +263,19 @@ async fn prepare_attach(
         role,
         size,
         since,
+        snapshot,
     })
+}
+
+/// A yes/no query parameter: `1`/`true` or `0`/`false`, absent meaning no.
+fn parse_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "{name} must be 1, true, 0 or false, not {other:?}"
+        ))),
+    }
 }
 
 fn parse_number<T: std::str::FromStr>(
@@ -286,5 +303,28 @@ mod tests {
         let refused = parse_number::<u32>("cols", Some("-1")).unwrap_err();
         assert_eq!(refused.code, ErrorCode::Malformed);
         assert_eq!(refused.message, "cols must be a non-negative integer");
+    }
+
+    #[test]
+    fn the_snapshot_flag_is_one_true_zero_or_false() {
+        for (value, expected) in [
+            (None, false),
+            (Some(""), false),
+            (Some("0"), false),
+            (Some("false"), false),
+            (Some("1"), true),
+            (Some("true"), true),
+        ] {
+            assert_eq!(
+                parse_flag("snapshot", value).unwrap(),
+                expected,
+                "{value:?}"
+            );
+        }
+        for value in ["maybe", "yes", "TRUE", "2"] {
+            let refused = parse_flag("snapshot", Some(value)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Malformed, "{value}");
+            assert_eq!(refused.websocket_close_code(), 1008, "{value}");
+        }
     }
 }

@@ -104,6 +104,73 @@ async fn unary_calls_are_checked_and_forwarded() {
 }
 
 #[tokio::test]
+async fn screen_calls_are_checked_and_forwarded_over_grpc_web() {
+    use ptyhub_proto::broker::v1 as broker_pb;
+
+    let stack = TestStack::builder().start().await;
+    let mut client = grpc_web_client(&stack);
+    let id = create_session(&stack, &stack.instance_id, json!({"name": "screened"})).await;
+    let marker = client
+        .send_input(with_token(
+            session_pb::SendInputRequest {
+                instance: "local".into(),
+                session_id: id.clone(),
+                items: vec![
+                    broker_pb::InputItem {
+                        item: Some(broker_pb::input_item::Item::Text(
+                            "echo web-$((6*7))".into(),
+                        )),
+                    },
+                    broker_pb::InputItem {
+                        item: Some(broker_pb::input_item::Item::Key("Enter".into())),
+                    },
+                ],
+                force: false,
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("send input over grpc-web")
+        .into_inner();
+    let waited = client
+        .wait_for_screen(with_token(
+            session_pb::WaitForScreenRequest {
+                instance: "local".into(),
+                session_id: id.clone(),
+                pattern: "web-42\n".into(),
+                timeout_ms: 0,
+                quiet_ms: 0,
+                after_offset: Some(marker.output_offset),
+                format: broker_pb::ScreenFormat::Cells as i32,
+                scrollback: 0,
+            },
+            &stack.admin_token,
+        ))
+        .await
+        .expect("wait over grpc-web")
+        .into_inner();
+    let screen = waited.screen.expect("the matching screen");
+    assert_eq!(screen.format, broker_pb::ScreenFormat::Cells as i32);
+    assert_eq!(screen.rows.len(), 24);
+
+    let scoped = stack.jwt("erin", &["elsewhere"], false);
+    let refused = client
+        .get_screen(with_token(
+            session_pb::GetScreenRequest {
+                instance: "local".into(),
+                session_id: id,
+                format: 0,
+                scrollback: 0,
+            },
+            &scoped,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn session_changes_stream_through_the_gateway() {
     let stack = TestStack::builder().start().await;
     let mut client = grpc_web_client(&stack);
@@ -253,6 +320,16 @@ async fn v1alpha_reflection_lists_and_describes_the_services_and_a_listed_call_a
             .any(|file| file.windows(10).any(|bytes| bytes == b"SessionApi")),
         "no descriptor names the service"
     );
+    // The descriptors come from the proto files, so every call of the service is described,
+    // the screen calls among them.
+    for method in ["GetScreen", "SendInput", "WaitForScreen"] {
+        assert!(
+            files.file_descriptor_proto.iter().any(|file| file
+                .windows(method.len())
+                .any(|bytes| bytes == method.as_bytes())),
+            "no descriptor names {method}"
+        );
+    }
 
     let mut client = SessionApiClient::new(channel);
     let instance = client

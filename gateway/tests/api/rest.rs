@@ -582,6 +582,9 @@ async fn openapi_lists_every_contract_route() {
         ("delete", "/terminal/sessions/{sid}"),
         ("post", "/terminal/sessions/{sid}/reset"),
         ("post", "/terminal/sessions/{sid}/rename"),
+        ("get", "/terminal/sessions/{sid}/screen"),
+        ("post", "/terminal/sessions/{sid}/input"),
+        ("post", "/terminal/sessions/{sid}/wait"),
         ("post", "/terminal/reset"),
     ];
     let mut expected = vec![
@@ -608,6 +611,13 @@ async fn openapi_lists_every_contract_route() {
         assert!(
             document["paths"][&path][method].is_object(),
             "{method} {path} missing from the OpenAPI document"
+        );
+    }
+    let session = &document["components"]["schemas"]["SessionBody"]["properties"];
+    for field in ["title", "last_bell_at"] {
+        assert!(
+            session[field].is_object(),
+            "{field} missing from the session schema"
         );
     }
     stack.shutdown().await;

@@ -219,34 +219,49 @@ async fn resume_with_since_replays_exactly_the_missed_bytes() {
 }
 
 #[tokio::test]
-async fn a_resume_beyond_the_ring_reports_the_gap() {
+async fn a_resume_beyond_the_ring_reports_the_gap_then_redraws_the_screen() {
     let stack = TestStack::builder().ring_bytes(4096).start().await;
     let path = format!("{}?client_id=gappy", default_path(&stack));
     let mut terminal = Terminal::open(&stack, &path).await;
     let start = terminal.connected().await["offset"].as_u64().unwrap();
     terminal.send_input("i=0; while [ $i -lt 400 ]; do echo line-$i-padding-padding; i=$((i+1)); done; echo done-$((9*9))\n").await;
     terminal.read_until_output("done-81").await;
-    let seen = terminal.output.clone();
+    let seen = terminal.output.len() as u64;
     drop(terminal);
 
     let mut resumed = Terminal::open(&stack, &format!("{path}&since={start}")).await;
-    resumed.connected().await;
-    let gap = resumed.read_until_text("gap").await;
-    assert!(resumed.output.is_empty(), "the gap comes before any replay");
-    let lost = usize::try_from(gap["lost"].as_u64().unwrap()).unwrap();
-    assert!(lost > 0 && lost < seen.len(), "{gap}");
-    resumed.read_until_output("done-81").await;
-    // Nothing twice, nothing missing: the replay starts exactly `lost` bytes after `start`, so
-    // it is byte for byte what the first socket saw from there.
-    let common = resumed.output.len().min(seen.len() - lost);
-    assert_eq!(&resumed.output[..common], &seen[lost..lost + common]);
+    let resumed_at = resumed.connected().await["offset"].as_u64().unwrap();
     assert!(
-        String::from_utf8_lossy(&resumed.output[..common]).contains("done-81"),
-        "the compared span reaches the end of the output"
+        resumed_at >= start + seen,
+        "{resumed_at} < {start} + {seen}"
     );
+    // The ring no longer holds `start`: a snapshot as of where the output now ends stands in
+    // for the replay, and the gap counts every raw byte it replaces.
+    let gap = resumed.read_until_text("gap").await;
     assert!(
-        resumed.output.len() <= 4096 + 1024,
-        "replay larger than the ring"
+        resumed.output.is_empty(),
+        "the gap comes before anything else"
+    );
+    assert_eq!(gap["lost"].as_u64(), Some(resumed_at - start), "{gap}");
+    let snapshot = resumed.read_until_text("snapshot").await;
+    assert_eq!(snapshot["offset"].as_u64(), Some(resumed_at), "{snapshot}");
+    assert!(
+        resumed.output.is_empty(),
+        "output before the snapshot's bytes"
+    );
+    match resumed.next_message().await {
+        Some(Message::Binary(redraw)) => {
+            assert!(redraw.starts_with(b"\x1bc"), "{redraw:?}");
+            assert!(String::from_utf8_lossy(&redraw).contains("done-81"));
+        }
+        other => panic!("the snapshot frame is not followed by its bytes: {other:?}"),
+    }
+    // Then the stream goes on live.
+    resumed.send_input("echo again-$((2+3))\n").await;
+    resumed.read_until_output("again-5").await;
+    assert!(
+        !resumed.output_text().contains("done-81"),
+        "replayed output"
     );
     stack.shutdown().await;
 }

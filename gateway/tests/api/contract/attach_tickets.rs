@@ -55,6 +55,7 @@ async fn attach(
             role: role as i32,
             size: None,
             since: None,
+            snapshot: false,
         })),
     };
     // The client side stays open, as a real client's would, until the answer is read.

@@ -110,6 +110,7 @@ async fn a_malformed_websocket_open_closes_1008_and_creates_nothing() {
         "cols=5000&rows=24",
         "since=yesterday",
         "mode=bogus",
+        "snapshot=maybe",
         "alias=conversation-7",
     ];
     for query in queries {

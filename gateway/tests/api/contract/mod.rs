@@ -15,4 +15,6 @@ mod exits;
 mod flow_control;
 mod project_routes;
 mod reset;
+mod screens;
+mod snapshots;
 mod support;

@@ -194,6 +194,51 @@ pub async fn session_with_status(
     .await
 }
 
+// ---- screens ------------------------------------------------------------------------------
+
+/// `GET .../sessions/{session_id}/screen` with `query` (`""` or `"?format=json"` and the like).
+pub async fn screen(stack: &TestStack, instance: &str, session_id: &str, query: &str) -> Reply {
+    let path = format!("{}/{session_id}/screen{query}", sessions_path(instance));
+    rest(stack, reqwest::Method::GET, &path, None).await
+}
+
+/// `POST .../sessions/{session_id}/input` with `body`.
+pub async fn type_input(stack: &TestStack, instance: &str, session_id: &str, body: Value) -> Reply {
+    let path = format!("{}/{session_id}/input", sessions_path(instance));
+    rest(stack, reqwest::Method::POST, &path, Some(body)).await
+}
+
+/// `POST .../sessions/{session_id}/wait` with `body`.
+pub async fn wait_for_screen(
+    stack: &TestStack,
+    instance: &str,
+    session_id: &str,
+    body: Value,
+) -> Reply {
+    let path = format!("{}/{session_id}/wait", sessions_path(instance));
+    rest(stack, reqwest::Method::POST, &path, Some(body)).await
+}
+
+/// Waits over REST until the screen text matches `pattern` and returns the answer, which must
+/// be `matched`.
+pub async fn screen_matching(
+    stack: &TestStack,
+    instance: &str,
+    session_id: &str,
+    pattern: &str,
+) -> Value {
+    let answer = wait_for_screen(
+        stack,
+        instance,
+        session_id,
+        serde_json::json!({"pattern": pattern}),
+    )
+    .await
+    .expect(200, &format!("wait for {pattern:?}"));
+    assert_eq!(answer["outcome"], "matched", "{answer}");
+    answer
+}
+
 // ---- gRPC on the gateway's port -------------------------------------------------------------
 
 /// session-api's surface as the gateway serves it over plain gRPC (HTTP/2) on its own port.
