@@ -85,6 +85,8 @@ pub async fn run_attach(
         connected: false,
         reconnecting: false,
         pending_gap: None,
+        // Without a snapshot to wait for, the stream starts where the terminal is.
+        screen_drawn: !request.snapshot,
     };
     let mut dropped_since: Option<Instant> = None;
     let mut backoff = BACKOFF_START;
@@ -203,6 +205,9 @@ struct Progress {
     reconnecting: bool,
     /// Bytes lost before the frame that comes next: said unless a snapshot redraws the screen.
     pending_gap: Option<u64>,
+    /// The terminal shows the session (a snapshot or output was written): from here on a new
+    /// stream resumes from `next_offset`, before it a new stream asks for the snapshot again.
+    screen_drawn: bool,
 }
 
 enum StreamEnd {
@@ -248,9 +253,8 @@ async fn stream_once(
             } else {
                 None
             },
-            since: progress.next_offset,
-            // Only before anything was written: after that the terminal shows what it did.
-            snapshot: request.snapshot && progress.next_offset.is_none(),
+            since: progress.next_offset.filter(|_| progress.screen_drawn),
+            snapshot: !progress.screen_drawn,
         })),
     };
     // The channel is empty and open: these cannot fail.
@@ -299,9 +303,11 @@ async fn stream_once(
                         stdout.write_all(&snapshot.data).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
                         stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
                         progress.next_offset = Some(snapshot.offset);
+                        progress.screen_drawn = true;
                     }
                     Some(server_frame::Frame::Output(output)) => {
                         progress.next_offset = Some(output.offset + output.data.len() as u64);
+                        progress.screen_drawn = true;
                         let data: &[u8] = match (progress.before_ready.as_mut(), request.ready_marker) {
                             (Some(pending), Some(marker)) => {
                                 pending.extend_from_slice(&output.data);
