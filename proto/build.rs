@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // from the ring to every attached client.
         .bytes(".ptyhub.broker.v1.Output.data")
         .bytes(".ptyhub.broker.v1.Input.data")
+        .bytes(".ptyhub.broker.v1.InputItem.data")
+        .bytes(".ptyhub.broker.v1.ScreenSnapshot.data")
         .compile_fds(file_descriptors)?;
     Ok(())
 }

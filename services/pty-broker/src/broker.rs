@@ -20,7 +20,11 @@ use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
 use crate::runtime::{PtyRuntime, SpawnSpec, Target};
-use crate::session::{AttachRequest, Attachment, Session, SessionSettings, TaskContext};
+use crate::screen::{ScreenFormat, ScreenView};
+use crate::session::{
+    AttachRequest, Attachment, InputItem, InputSent, ScreenWait, Session, SessionSettings,
+    TaskContext, WaitOutcome,
+};
 
 /// A running broker. Cheap to clone; every clone is the same broker.
 #[derive(Debug, Clone)]
@@ -127,6 +131,7 @@ impl BrokerBuilder {
         let config = self.config;
         let settings = SessionSettings {
             ring_bytes: usize::try_from(config.ring_bytes).unwrap_or(usize::MAX),
+            scrollback_lines: config.screens.then_some(config.scrollback_lines as usize),
             tombstone: config.tombstone,
             detached_timeout: config.detached_timeout,
             kill_grace: config.kill_grace,
@@ -215,6 +220,43 @@ impl Broker {
     /// Every live and tombstoned session, oldest first.
     pub fn list(&self) -> Vec<SessionInfo> {
         self.inner.registry.list()
+    }
+
+    /// The session's screen as of the end of its output, and the session beside it.
+    pub fn screen(
+        &self,
+        session_id: Uuid,
+        format: ScreenFormat,
+        scrollback: usize,
+    ) -> Result<(ScreenView, SessionInfo), Error> {
+        let session = self.inner.registry.get(session_id)?;
+        let view = session.screen(format, scrollback)?;
+        Ok((view, session.info()))
+    }
+
+    /// Types into the session without an attach (see [`Session::send_input`]).
+    pub async fn send_input(
+        &self,
+        session_id: Uuid,
+        items: Vec<InputItem>,
+        force: bool,
+    ) -> Result<InputSent, Error> {
+        let session = self.inner.registry.get(session_id)?;
+        session.send_input(items, force).await
+    }
+
+    /// Waits for the session's screen (see [`Session::wait_for_screen`]); ends early when the
+    /// broker shuts down.
+    pub async fn wait_for_screen(
+        &self,
+        session_id: Uuid,
+        wait: ScreenWait,
+    ) -> Result<WaitOutcome, Error> {
+        let session = self.inner.registry.get(session_id)?;
+        tokio::select! {
+            outcome = session.wait_for_screen(wait) => outcome,
+            () = self.shutting_down() => Err(Error::ShuttingDown),
+        }
     }
 
     /// Lifecycle events from now on, and every session as of now.
@@ -306,6 +348,7 @@ mod tests {
                 role: Role::Controller,
                 size: None,
                 since: None,
+                snapshot: false,
             },
         }
     }

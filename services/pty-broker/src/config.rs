@@ -16,6 +16,18 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub ring_bytes: u64,
 
+    /// Rows of scrollback each session's screen keeps (its terminal emulator, behind snapshots on
+    /// attach and the screen API).
+    #[arg(long, env = "PTYHUB_BROKER_SCROLLBACK_LINES", default_value_t = Config::DEFAULT_SCROLLBACK_LINES,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub scrollback_lines: u32,
+
+    /// Keep a terminal emulator per session (snapshots on attach, the screen API). Without one,
+    /// attaches always replay raw bytes and the screen calls answer FAILED_PRECONDITION; the
+    /// emulator costs CPU on heavy output (BENCHMARKS.md).
+    #[arg(long, env = "PTYHUB_BROKER_SCREENS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub screens: bool,
+
     /// How long an exited session keeps its final output and exit status for late attaches.
     #[arg(long, env = "PTYHUB_BROKER_TOMBSTONE", default_value = "5m", value_parser = parse_duration)]
     pub tombstone: Duration,
@@ -83,11 +95,14 @@ pub struct Config {
 
 impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
+    pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
 
     /// The defaults, with the two secrets every broker needs.
     pub fn new(service_token: ServiceCredential, ticket_key: TicketKey) -> Self {
         Self {
             ring_bytes: Self::DEFAULT_RING_BYTES,
+            scrollback_lines: Self::DEFAULT_SCROLLBACK_LINES,
+            screens: true,
             tombstone: Duration::from_secs(5 * 60),
             detached_timeout: Duration::from_secs(30 * 60),
             kill_grace: Duration::from_secs(2),

@@ -83,6 +83,10 @@ pub struct SessionInfo {
     pub exit: Option<ExitStatus>,
     /// The session leader's pid while it runs.
     pub pid: Option<u32>,
+    /// The window title the program set last (OSC 0 or 2); empty when none.
+    pub title: String,
+    /// When the program last rang the bell.
+    pub last_bell_at: Option<SystemTime>,
 }
 
 /// A lifecycle event, as `WatchEvents` streams it.
@@ -104,6 +108,8 @@ pub enum BrokerEventKind {
         session_id: Uuid,
         last_activity_at: SystemTime,
         output_offset: u64,
+        title: String,
+        last_bell_at: Option<SystemTime>,
     },
     Closed {
         session_id: Uuid,
@@ -131,11 +137,14 @@ pub enum ClientEvent {
         offset: u64,
         data: Bytes,
     },
-    /// `lost` bytes are no longer held; the stream goes on at `offset`.
+    /// `lost` bytes are no longer held (or, before a snapshot, not sent as bytes); the stream
+    /// goes on at `offset`.
     Gap {
         lost: u64,
         offset: u64,
     },
+    /// The screen as of `offset`, as bytes that redraw it; output after it starts at `offset`.
+    Snapshot(crate::screen::Snapshot),
     Resize(TerminalSize),
     Resetting,
     /// Another controller took over; this client may no longer write, resize or reset.

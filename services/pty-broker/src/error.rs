@@ -61,6 +61,16 @@ pub enum Error {
     RuntimeNotConfigured(BackendKind),
     #[error("the broker is shutting down")]
     ShuttingDown,
+    #[error("a client holds control of this session; send with force to type anyway")]
+    ControlHeld,
+    #[error(transparent)]
+    UnknownKey(#[from] crate::screen::UnknownKey),
+    #[error("the pattern does not compile: {0}")]
+    InvalidPattern(String),
+    #[error("the screen did not match within {} ms", .0.as_millis())]
+    WaitTimedOut(std::time::Duration),
+    #[error("this broker runs without screens (--screens=false)")]
+    ScreensOff,
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
@@ -72,9 +82,13 @@ impl Error {
             Error::SessionNotFound(_) => ErrorCode::NotFound,
             Error::SessionExists(_) => ErrorCode::AlreadyExists,
             Error::MalformedStream(_) => ErrorCode::Malformed,
-            Error::InvalidRequest(_) | Error::InvalidSize(_) | Error::ResumeBeyondOutput { .. } => {
-                ErrorCode::Invalid
-            }
+            Error::InvalidRequest(_)
+            | Error::InvalidSize(_)
+            | Error::ResumeBeyondOutput { .. }
+            | Error::UnknownKey(_)
+            | Error::InvalidPattern(_) => ErrorCode::Invalid,
+            Error::ControlHeld | Error::ScreensOff => ErrorCode::WrongState,
+            Error::WaitTimedOut(_) => ErrorCode::TimedOut,
             Error::MissingTicket => ErrorCode::Unauthenticated,
             Error::TicketRefused(error) if error.is_unauthenticated() => ErrorCode::Unauthenticated,
             Error::TicketRefused(_) | Error::ViewerMayNot(_) | Error::TakenOver(_) => {

@@ -17,6 +17,7 @@ mod registration;
 mod registry;
 pub mod ring;
 pub mod runtime;
+pub mod screen;
 mod server;
 pub mod session;
 

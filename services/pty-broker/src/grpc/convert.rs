@@ -1,9 +1,10 @@
 //! Between protobuf and domain types: requests are validated on the way in (a bad field is an
 //! [`Error`] naming it), answers and events are plain copies on the way out.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use ptyhub_proto::broker::v1 as pb;
+use ptyhub_wire::limits;
 use uuid::Uuid;
 
 use crate::broker::Hello;
@@ -13,7 +14,8 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::runtime::{SpawnSpec, Target};
-use crate::session::AttachRequest;
+use crate::screen::{Cell, Color, ScreenFormat, ScreenView};
+use crate::session::{AttachRequest, InputItem, InputSent, ScreenWait, WaitOutcome};
 
 // Protobuf to domain, validated.
 
@@ -98,7 +100,91 @@ impl TryFrom<pb::Hello> for Hello {
                 role,
                 size,
                 since: hello.since,
+                snapshot: hello.snapshot,
             },
+        })
+    }
+}
+
+pub(super) fn screen_format(format: i32) -> Result<ScreenFormat, Error> {
+    match pb::ScreenFormat::try_from(format) {
+        Ok(pb::ScreenFormat::Unspecified | pb::ScreenFormat::Text) => Ok(ScreenFormat::Text),
+        Ok(pb::ScreenFormat::Ansi) => Ok(ScreenFormat::Ansi),
+        Ok(pb::ScreenFormat::Cells) => Ok(ScreenFormat::Cells),
+        Err(_) => Err(Error::InvalidRequest(format!(
+            "unknown screen format {format}"
+        ))),
+    }
+}
+
+pub(super) fn scrollback(lines: u32) -> Result<usize, Error> {
+    if lines > limits::MAX_SCREEN_SCROLLBACK {
+        return Err(Error::InvalidRequest(format!(
+            "scrollback {lines} is over the limit of {}",
+            limits::MAX_SCREEN_SCROLLBACK
+        )));
+    }
+    Ok(lines as usize)
+}
+
+pub(super) fn input_items(items: Vec<pb::InputItem>) -> Result<Vec<InputItem>, Error> {
+    items
+        .into_iter()
+        .map(|item| match item.item {
+            Some(pb::input_item::Item::Text(text)) => Ok(InputItem::Text(text)),
+            Some(pb::input_item::Item::Key(key)) => Ok(InputItem::Key(key)),
+            Some(pb::input_item::Item::Data(data)) => Ok(InputItem::Data(data)),
+            None => Err(Error::InvalidRequest("an input item is empty".to_owned())),
+        })
+        .collect()
+}
+
+impl TryFrom<pb::WaitForScreenRequest> for ScreenWait {
+    type Error = Error;
+
+    fn try_from(request: pb::WaitForScreenRequest) -> Result<Self, Error> {
+        let invalid = |message: String| Error::InvalidRequest(message);
+        let timeout_ms = match request.timeout_ms {
+            0 => limits::DEFAULT_WAIT_MS,
+            ms if ms > limits::MAX_WAIT_MS => {
+                return Err(invalid(format!(
+                    "timeout_ms {ms} is over the maximum of {}",
+                    limits::MAX_WAIT_MS
+                )));
+            }
+            ms => ms,
+        };
+        if request.quiet_ms > limits::MAX_QUIET_MS {
+            return Err(invalid(format!(
+                "quiet_ms {} is over the maximum of {}",
+                request.quiet_ms,
+                limits::MAX_QUIET_MS
+            )));
+        }
+        if request.pattern.len() > limits::MAX_PATTERN_BYTES {
+            return Err(invalid(format!(
+                "the pattern is over {} bytes",
+                limits::MAX_PATTERN_BYTES
+            )));
+        }
+        let pattern = if request.pattern.is_empty() {
+            None
+        } else {
+            let pattern = regex::RegexBuilder::new(&request.pattern)
+                .multi_line(true)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|error| Error::InvalidPattern(error.to_string()))?;
+            Some(pattern)
+        };
+        Ok(ScreenWait {
+            pattern,
+            timeout: Duration::from_millis(u64::from(timeout_ms)),
+            quiet: (request.quiet_ms > 0)
+                .then(|| Duration::from_millis(u64::from(request.quiet_ms))),
+            after_offset: request.after_offset,
+            format: screen_format(request.format)?,
+            scrollback: scrollback(request.scrollback)?,
         })
     }
 }
@@ -170,7 +256,90 @@ impl From<SessionInfo> for pb::SessionInfo {
             exit: info.exit.map(Into::into),
             close_reason: reason as i32,
             pid: info.pid.unwrap_or(0),
+            title: info.title,
+            last_bell_at: info.last_bell_at.map(timestamp),
         }
+    }
+}
+
+/// The screen answer: the view, with the session's state and exit status beside it.
+pub(super) fn screen(session_id: Uuid, view: ScreenView, info: &SessionInfo) -> pb::Screen {
+    let format = match view.format {
+        ScreenFormat::Text => pb::ScreenFormat::Text,
+        ScreenFormat::Ansi => pb::ScreenFormat::Ansi,
+        ScreenFormat::Cells => pb::ScreenFormat::Cells,
+    };
+    pb::Screen {
+        session_id: session_id.to_string(),
+        offset: view.offset,
+        size: Some(pb_size(view.size)),
+        cursor: Some(pb::Cursor {
+            row: u32::from(view.cursor.row),
+            col: u32::from(view.cursor.col),
+            visible: view.cursor.visible,
+        }),
+        title: view.title,
+        alternate_screen: view.alternate_screen,
+        format: format as i32,
+        scrollback_rows: view.scrollback_rows as u32,
+        lines: view.lines,
+        ansi: view.ansi.into(),
+        rows: view
+            .rows
+            .into_iter()
+            .map(|row| pb::ScreenRow {
+                cells: row.cells.into_iter().map(pb_cell).collect(),
+                wrapped: row.wrapped,
+            })
+            .collect(),
+        state: state(info.phase) as i32,
+        exit: info.exit.map(Into::into),
+    }
+}
+
+fn pb_cell(cell: Cell) -> pb::Cell {
+    let color = |color: Option<Color>| {
+        color.map(|color| pb::Color {
+            kind: Some(match color {
+                Color::Indexed(index) => pb::color::Kind::Indexed(u32::from(index)),
+                Color::Rgb(r, g, b) => {
+                    pb::color::Kind::Rgb(u32::from(r) << 16 | u32::from(g) << 8 | u32::from(b))
+                }
+            }),
+        })
+    };
+    pb::Cell {
+        text: cell.text,
+        wide: cell.wide,
+        fg: color(cell.fg),
+        bg: color(cell.bg),
+        bold: cell.bold,
+        dim: cell.dim,
+        italic: cell.italic,
+        underline: cell.underline,
+        inverse: cell.inverse,
+    }
+}
+
+impl From<InputSent> for pb::SendInputResponse {
+    fn from(sent: InputSent) -> Self {
+        pb::SendInputResponse {
+            bytes_written: sent.bytes_written,
+            output_offset: sent.output_offset,
+        }
+    }
+}
+
+pub(super) fn wait_response(session_id: Uuid, outcome: WaitOutcome) -> pb::WaitForScreenResponse {
+    use pb::wait_for_screen_response::Outcome;
+    let (outcome_code, matched) = match outcome.matched {
+        Some(matched) => (Outcome::Matched, matched),
+        None => (Outcome::Exited, String::new()),
+    };
+    pb::WaitForScreenResponse {
+        outcome: outcome_code as i32,
+        screen: Some(screen(session_id, outcome.view, &outcome.info)),
+        matched,
     }
 }
 
@@ -190,10 +359,14 @@ impl From<BrokerEvent> for pb::BrokerEvent {
                 session_id,
                 last_activity_at,
                 output_offset,
+                title,
+                last_bell_at,
             } => Event::Activity(pb::Activity {
                 session_id: session_id.to_string(),
                 last_activity_at: Some(timestamp(last_activity_at)),
                 output_offset,
+                title,
+                last_bell_at: last_bell_at.map(timestamp),
             }),
             BrokerEventKind::Closed { session_id, reason } => Event::Closed(pb::Closed {
                 session_id: session_id.to_string(),
@@ -237,6 +410,11 @@ pub(super) fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFr
         }),
         ClientEvent::Output { offset, data } => Frame::Output(pb::Output { offset, data }),
         ClientEvent::Gap { lost, offset } => Frame::Gap(pb::Gap { lost, offset }),
+        ClientEvent::Snapshot(snapshot) => Frame::Snapshot(pb::ScreenSnapshot {
+            offset: snapshot.offset,
+            size: Some(pb_size(snapshot.size)),
+            data: snapshot.data,
+        }),
         ClientEvent::Resize(size) => Frame::Resize(pb_size(size)),
         ClientEvent::Resetting => Frame::Resetting(pb::Resetting {}),
         ClientEvent::TakenOver => Frame::Detached(pb::Detached {

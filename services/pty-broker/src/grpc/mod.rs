@@ -21,8 +21,12 @@ use crate::broker::{Broker, Hello};
 use crate::domain::SessionInfo;
 use crate::error::Error;
 use crate::runtime::SpawnSpec;
+use crate::session::ScreenWait;
 use crate::session::{Attachment, AttachmentHandle};
-use convert::{parse_session_id, server_frame, terminal_size, timestamp};
+use convert::{
+    input_items, parse_session_id, screen, screen_format, scrollback, server_frame, terminal_size,
+    timestamp, wait_response,
+};
 pub(crate) use registry_client::RegistryClient;
 
 /// The decoder's limit: an input frame of the contract's largest size
@@ -133,6 +137,46 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let (sender, receiver) = mpsc::channel(OUTBOUND_EVENTS);
         tokio::spawn(forward_events(self.broker.clone(), sender));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn get_screen(
+        &self,
+        request: Request<pb::GetScreenRequest>,
+    ) -> Result<Response<pb::Screen>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let format = screen_format(request.format)?;
+        let scrollback = scrollback(request.scrollback)?;
+        let (view, info) = self.broker.screen(session_id, format, scrollback)?;
+        Ok(Response::new(screen(session_id, view, &info)))
+    }
+
+    async fn send_input(
+        &self,
+        request: Request<pb::SendInputRequest>,
+    ) -> Result<Response<pb::SendInputResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let items = input_items(request.items)?;
+        let sent = self
+            .broker
+            .send_input(session_id, items, request.force)
+            .await?;
+        Ok(Response::new(sent.into()))
+    }
+
+    async fn wait_for_screen(
+        &self,
+        request: Request<pb::WaitForScreenRequest>,
+    ) -> Result<Response<pb::WaitForScreenResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let wait = ScreenWait::try_from(request)?;
+        let outcome = self.broker.wait_for_screen(session_id, wait).await?;
+        Ok(Response::new(wait_response(session_id, outcome)))
     }
 
     type AttachStream = BoxStream<pb::ServerFrame>;

@@ -11,6 +11,7 @@
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
+mod screen;
 mod task;
 
 use std::pin::Pin;
@@ -24,11 +25,13 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
+pub use screen::{InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
 use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};
 use crate::error::{ClientAction, Error};
 use crate::ring::{OutputRing, RingRead};
+use crate::screen::Screen;
 use attachments::Attachments;
 
 /// Largest output frame sent to a client.
@@ -41,6 +44,8 @@ const COMMAND_QUEUE: usize = 16;
 #[derive(Debug, Clone, Copy)]
 pub struct SessionSettings {
     pub ring_bytes: usize,
+    /// Scrollback rows each session's screen keeps; `None` runs sessions without a screen.
+    pub scrollback_lines: Option<usize>,
     pub tombstone: Duration,
     pub detached_timeout: Duration,
     pub kill_grace: Duration,
@@ -54,6 +59,8 @@ pub struct AttachRequest {
     pub size: Option<TerminalSize>,
     /// Resume offset; `None` means the oldest byte held.
     pub since: Option<u64>,
+    /// Start with a snapshot of the screen rather than a replay of raw bytes.
+    pub snapshot: bool,
 }
 
 /// The handle on a session that the registry holds and clients reach it through.
@@ -75,6 +82,9 @@ struct Shared {
     /// The running process's input side; `None` once no process runs. The task holds the lock
     /// while it starts a process, so input sent meanwhile waits for the new process.
     input: Arc<tokio::sync::Mutex<Option<PtyInput>>>,
+    /// The session's terminal emulator, fed from the ring off the output path (`session/screen.rs`);
+    /// `None` on a broker that runs without screens. Lock order: this before `state`.
+    screen: Option<Mutex<Screen>>,
 }
 
 /// The session task's hold on the input side (see [`Shared::input`]).
@@ -111,6 +121,16 @@ struct State {
     /// Input arrived since the task last reported activity (set by the writer, which wakes the
     /// task once per report rather than once per keystroke).
     input_since_report: bool,
+    /// How far the screen has been fed: the task reads no more than a ring ahead of it, so the
+    /// screen never misses a byte.
+    screen_offset: u64,
+    /// The window title and last bell as the screen last saw them.
+    title: String,
+    last_bell_at: Option<SystemTime>,
+    /// The title or bell changed since the task last reported activity.
+    marks_since_report: bool,
+    /// When output last arrived (for waits that want a quiet screen).
+    last_output_at: tokio::time::Instant,
 }
 
 impl State {
@@ -127,19 +147,28 @@ impl State {
             viewers,
             exit: self.exit,
             pid: self.pid,
+            title: self.title.clone(),
+            last_bell_at: self.last_bell_at,
         }
     }
 
-    /// How many bytes the task may read from the PTY now: as many as keep the controller within a
-    /// ring's length of the end.
-    fn read_allowance(&self) -> usize {
-        match self.attachments.controller_cursor() {
-            None => usize::MAX,
-            Some(cursor) => {
-                let lag = self.ring.end().saturating_sub(cursor);
-                (self.ring.capacity() as u64).saturating_sub(lag) as usize
-            }
-        }
+    /// How many bytes the task may read from the PTY now: as many as keep the controller and the
+    /// screen within a ring's length of the end.
+    fn read_allowance(&self, screens: bool) -> usize {
+        let within_ring = |cursor: u64| {
+            let lag = self.ring.end().saturating_sub(cursor);
+            (self.ring.capacity() as u64).saturating_sub(lag) as usize
+        };
+        let controller = self
+            .attachments
+            .controller_cursor()
+            .map_or(usize::MAX, within_ring);
+        let screen = if screens {
+            within_ring(self.screen_offset)
+        } else {
+            usize::MAX
+        };
+        controller.min(screen)
     }
 }
 
@@ -180,6 +209,9 @@ impl Session {
         context: TaskContext,
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
+        let screen = settings
+            .scrollback_lines
+            .map(|lines| Mutex::new(Screen::new(size, lines, 0)));
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 phase: SessionPhase::Starting,
@@ -192,10 +224,16 @@ impl Session {
                 attachments: Attachments::default(),
                 reader_waiting: false,
                 input_since_report: false,
+                screen_offset: 0,
+                title: String::new(),
+                last_bell_at: None,
+                marks_since_report: false,
+                last_output_at: tokio::time::Instant::now(),
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
+            screen,
         });
         // Held from the start, so input waits for the first spawn rather than finding nothing.
         let input = Arc::clone(&shared.input)
@@ -274,6 +312,29 @@ impl Shared {
 
     fn notify_clients(&self) {
         self.changed.send_modify(|_| {});
+    }
+
+    /// Writes `data` to the running process once the input side is free and `still_allowed` (asked
+    /// again then) says yes. Returns once the PTY took all of it.
+    async fn write_to_pty(
+        &self,
+        data: &[u8],
+        still_allowed: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let mut input = self.input.lock().await;
+        still_allowed()?;
+        let Some(PtyInput { writer, ended }) = input.as_mut() else {
+            return Err(Error::ProcessExited);
+        };
+        let written = tokio::select! {
+            biased;
+            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+            written = writer.write_all(data) => written,
+        };
+        drop(input);
+        written.map_err(Error::InputNotTaken)?;
+        self.note_input();
+        Ok(())
     }
 
     /// Notes input for the activity report; the task hears of it once per report.
@@ -413,22 +474,13 @@ impl AttachmentHandle {
     /// client's stream: flow control) until it does or the process ends.
     pub async fn write_input(&self, data: Bytes) -> Result<(), Error> {
         self.check_controller(ClientAction::WriteInput)?;
-        let shared = &self.session.shared;
-        let mut input = shared.input.lock().await;
         // Control may have moved while this client waited for the input side.
-        self.check_controller(ClientAction::WriteInput)?;
-        let Some(PtyInput { writer, ended }) = input.as_mut() else {
-            return Err(Error::ProcessExited);
-        };
-        let written = tokio::select! {
-            biased;
-            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
-            written = writer.write_all(&data) => written,
-        };
-        drop(input);
-        written.map_err(Error::InputNotTaken)?;
-        shared.note_input();
-        Ok(())
+        self.session
+            .shared
+            .write_to_pty(&data, || {
+                self.check_controller(ClientAction::WriteInput).map(drop)
+            })
+            .await
     }
 
     /// Resizes the PTY if this client is the current controller.

@@ -75,6 +75,8 @@ pub(crate) struct SessionTask {
     idle_deadline: Option<Instant>,
     reported_counts: (u32, u32),
     activity: ActivityReport,
+    /// Ends the screen's feeder when the session closes.
+    screen_done: CancellationToken,
 }
 
 /// A running process and its PTY's output; its input side is in [`Shared::input`].
@@ -128,11 +130,17 @@ impl SessionTask {
             idle_deadline: None,
             reported_counts: (0, 0),
             activity: ActivityReport::default(),
+            screen_done: CancellationToken::new(),
         }
     }
 
     /// Runs the session to its end. `started` hears whether the first spawn worked.
     pub async fn run(mut self, started: oneshot::Sender<Result<SessionInfo, Error>>) {
+        self.context.tracker.spawn(super::screen::feed_screen_until(
+            Arc::clone(&self.shared),
+            self.screen_done.clone(),
+        ));
+        let _feeder = self.screen_done.clone().drop_guard();
         let spec = self.context.spec.clone();
         let mut pty = match self.spawn(&spec).await {
             Ok(pty) => pty,
@@ -281,9 +289,11 @@ impl SessionTask {
                     }
                 }
                 () = self.shared.task_wake.notified() => {
-                    if self.shared.lock().input_since_report {
+                    let state = self.shared.lock();
+                    if state.input_since_report || state.marks_since_report {
                         self.activity.mark();
                     }
+                    drop(state);
                     self.attachments_changed();
                 }
                 read = read_some(output, &mut read_buf, allowance), if allowance > 0 => {
@@ -389,12 +399,27 @@ impl SessionTask {
         {
             self.resize(size, process).await;
         }
+        // A snapshot stands in for the replay when the client asked for one or the ring no
+        // longer holds where it would resume. The task reads nothing meanwhile, so the snapshot is
+        // as of the end of the ring, where the client's output then starts.
+        let wants_snapshot = request.snapshot
+            || request
+                .since
+                .is_some_and(|since| since < self.shared.lock().ring.start());
+        let snapshot = if wants_snapshot {
+            self.shared.snapshot()
+        } else {
+            None
+        };
         let attached = {
             let mut state = self.shared.lock();
             let state = &mut *state;
             let start = state.ring.start();
             let end = state.ring.end();
-            let since = request.since.unwrap_or(start);
+            let since = match &snapshot {
+                Some(snapshot) => snapshot.offset,
+                None => request.since.unwrap_or(start),
+            };
             let attached = state.attachments.attach(request.role, since, end);
             state.attachments.push_event(
                 attached.client,
@@ -406,6 +431,28 @@ impl SessionTask {
                     phase: state.phase,
                 },
             );
+            if let Some(snapshot) = snapshot {
+                debug_assert_eq!(
+                    snapshot.offset, end,
+                    "a snapshot is as of the end of the ring"
+                );
+                if let Some(asked) = request.since
+                    && asked < snapshot.offset
+                {
+                    // The raw bytes the snapshot stands in for.
+                    state.attachments.push_event(
+                        attached.client,
+                        0,
+                        ClientEvent::Gap {
+                            lost: snapshot.offset - asked,
+                            offset: snapshot.offset,
+                        },
+                    );
+                }
+                state
+                    .attachments
+                    .push_event(attached.client, 0, ClientEvent::Snapshot(snapshot));
+            }
             if let (SessionPhase::Exited, Some(exit)) = (state.phase, state.exit) {
                 state
                     .attachments
@@ -431,6 +478,7 @@ impl SessionTask {
             tracing::warn!(session_id = %self.id, %error, "resize failed");
             return;
         }
+        self.shared.resize_screen(size);
         let mut state = self.shared.lock();
         if state.size != size {
             state.size = size;
@@ -443,8 +491,9 @@ impl SessionTask {
 
     /// How much may be read now (flow control), noting whether the task waits for the controller.
     fn read_allowance(&self) -> usize {
+        let screens = self.shared.screen.is_some();
         let mut state = self.shared.lock();
-        let allowance = state.read_allowance();
+        let allowance = state.read_allowance(screens);
         state.reader_waiting = allowance == 0;
         allowance
     }
@@ -454,6 +503,7 @@ impl SessionTask {
             let mut state = self.shared.lock();
             state.ring.push(chunk);
             state.last_activity_at = SystemTime::now();
+            state.last_output_at = Instant::now();
         }
         self.shared.notify_clients();
         self.activity.mark();
@@ -546,6 +596,9 @@ impl SessionTask {
 
     /// Ends the process group and starts the command again at the current size.
     async fn reset(&mut self, mut pty: Pty) -> Result<Pty, Error> {
+        // Clients clear their terminals when they hear `Resetting`; the screen does at the same
+        // offset.
+        self.shared.reset_screen();
         let size = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
@@ -566,6 +619,7 @@ impl SessionTask {
     /// Starts the command of an exited session again, in place: same id, offsets go on.
     async fn restart_exited(&mut self) -> Result<Pty, Error> {
         self.hold_input(None).await;
+        self.shared.reset_screen();
         let size = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
@@ -615,6 +669,7 @@ impl SessionTask {
 
     /// Marks the session closed (lookups stop finding it) and tells clients and subscribers.
     async fn close(&mut self, reason: CloseReason, reply: Option<oneshot::Sender<SessionInfo>>) {
+        self.screen_done.cancel();
         let info = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Closed(reason);
@@ -673,16 +728,24 @@ impl SessionTask {
         if !self.activity.pending {
             return;
         }
-        let (last_activity_at, output_offset) = {
+        let (last_activity_at, output_offset, title, last_bell_at) = {
             let mut state = self.shared.lock();
             state.input_since_report = false;
-            (state.last_activity_at, state.ring.end())
+            state.marks_since_report = false;
+            (
+                state.last_activity_at,
+                state.ring.end(),
+                state.title.clone(),
+                state.last_bell_at,
+            )
         };
         self.activity.reported();
         self.context.events.publish(BrokerEventKind::Activity {
             session_id: self.id,
             last_activity_at,
             output_offset,
+            title,
+            last_bell_at,
         });
     }
 }

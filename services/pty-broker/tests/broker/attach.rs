@@ -90,9 +90,17 @@ async fn resume_replays_exactly_the_missed_bytes(backend: Backend) -> anyhow::Re
     broker.stop().await
 }
 
+/// The raw byte path: without screens (`--screens=false`) a resume the ring no longer holds gets
+/// a gap and the ring's bytes (with screens it gets a snapshot: `screens.rs`).
 async fn gap_reports_bytes_lost_beyond_the_ring(backend: Backend) -> anyhow::Result<()> {
-    let broker =
-        TestBroker::start_with(backend, Box::new(|config| config.ring_bytes = 1024)).await?;
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| {
+            config.ring_bytes = 1024;
+            config.screens = false;
+        }),
+    )
+    .await?;
     let session = broker
         .spawn_sh(
             "i=0; while [ $i -lt 400 ]; do echo 0123456789abcdefghij; i=$((i+1)); done; echo END; sleep 600",
@@ -718,6 +726,7 @@ async fn bad_input_gets_clear_codes_and_the_broker_keeps_serving(
             role: role as i32,
             size: size.map(|(cols, rows)| pb::TerminalSize { cols, rows }),
             since: None,
+            snapshot: false,
         };
     let code = |result: Result<support::AttachedClient, tonic::Status>| match result {
         Ok(_) => None,

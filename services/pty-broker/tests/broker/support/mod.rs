@@ -267,6 +267,7 @@ impl TestBroker {
             role: role as i32,
             size: None,
             since,
+            snapshot: false,
         };
         Ok(self.attach_with(hello).await?)
     }

@@ -1,0 +1,579 @@
+//! A session's screen: a terminal emulator fed the session's output in order, so the broker knows
+//! what a terminal attached from the start would show as of any offset it has reached.
+//!
+//! The emulator is the `vt100` crate (ARCHITECTURE.md, "Screens", says why it and not `avt`).
+//! Around it this module keeps what the crate does not: the window title and the last bell
+//! (through its callbacks), the auto-wrap mode (`?7`, which it leaves to a callback), a compact
+//! scrollback of formatted rows instead of the crate's own (a full-width row of cells per line
+//! would cost 2.5 KiB per 80-column line), and a copy of the normal screen taken when a program
+//! switches to the alternate one (the crate draws only the active screen). From those,
+//! [`Screen::snapshot`] writes the bytes that reproduce the screen in a fresh terminal, and
+//! [`Screen::view`] answers the screen API in text, ANSI or cells.
+//!
+//! Offsets: [`Screen::offset`] is how many output bytes were fed; the screen is the state after
+//! them. Feeding is idempotent by offset ([`Screen::feed_at`]), so whoever catches the screen up
+//! (the session's feeder, an attach, a screen read) can feed what it read from the ring without
+//! knowing what the others fed.
+
+mod keys;
+mod scrollback;
+mod view;
+
+use std::num::NonZeroU16;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+pub use keys::{KEY_NAMES, UnknownKey, key_bytes};
+pub use view::{Cell, Color, Cursor, Row, ScreenFormat, ScreenView};
+
+use crate::domain::TerminalSize;
+use scrollback::Scrollback;
+
+/// The longest window title kept; a longer one is cut on a character boundary.
+pub const MAX_TITLE_CHARS: usize = 1024;
+
+/// One session's terminal emulator and what this module keeps beside it.
+pub struct Screen {
+    parser: vt100::Parser<Tracker>,
+    /// Output bytes fed so far: the screen is the state after them.
+    offset: u64,
+    size: TerminalSize,
+    /// The normal screen as drawn when the program last switched to the alternate one, while it
+    /// is there (the program draws nothing on the normal screen meanwhile).
+    normal_screen: Option<String>,
+}
+
+impl std::fmt::Debug for Screen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Screen")
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("scrollback_rows", &self.parser.callbacks().scrollback.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the emulator's callbacks collect.
+#[derive(Debug)]
+struct Tracker {
+    title: String,
+    last_bell_at: Option<SystemTime>,
+    /// DECAWM, which vt100 does not keep itself.
+    auto_wrap: bool,
+    /// The screen's width, for the rows that leave it.
+    cols: u16,
+    /// Rows that scrolled off the top of the normal screen, oldest first.
+    scrollback: Scrollback,
+    /// Set when the title or the bell changed since [`Screen::take_changes`].
+    changed: bool,
+}
+
+impl vt100::Callbacks for Tracker {
+    fn audible_bell(&mut self, _: &mut vt100::Screen) {
+        self.last_bell_at = Some(SystemTime::now());
+        self.changed = true;
+    }
+
+    fn set_window_title(&mut self, _: &mut vt100::Screen, title: &[u8]) {
+        self.set_title(title);
+    }
+
+    fn unhandled_osc(&mut self, _: &mut vt100::Screen, params: &[&[u8]]) {
+        // vt100 splits an OSC at every `;`, so a title with a `;` in it arrives here in parts.
+        if let [kind, parts @ ..] = params
+            && (*kind == b"0" || *kind == b"2")
+            && parts.len() > 1
+        {
+            self.set_title(&parts.join(&b';'));
+        }
+    }
+
+    fn unhandled_csi(
+        &mut self,
+        _: &mut vt100::Screen,
+        i1: Option<u8>,
+        _i2: Option<u8>,
+        params: &[&[u16]],
+        c: char,
+    ) {
+        if i1 == Some(b'?') && (c == 'h' || c == 'l') && params.contains(&&[7][..]) {
+            self.auto_wrap = c == 'h';
+        }
+    }
+
+    fn on_scroll(&mut self, row: vt100::capture::RowContents<'_>, alternate_screen: bool) {
+        // Terminals keep no scrollback of the alternate screen.
+        if !alternate_screen {
+            self.scrollback.push(&row, self.cols);
+        }
+    }
+}
+
+impl Tracker {
+    fn new(scrollback_lines: usize, cols: u16) -> Self {
+        Self {
+            title: String::new(),
+            last_bell_at: None,
+            auto_wrap: true,
+            cols,
+            scrollback: Scrollback::new(scrollback_lines),
+            changed: false,
+        }
+    }
+
+    fn set_title(&mut self, title: &[u8]) {
+        let title: String = String::from_utf8_lossy(title)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_TITLE_CHARS)
+            .collect();
+        if title != self.title {
+            self.title = title;
+            self.changed = true;
+        }
+    }
+}
+
+/// The title and bell as of some offset, for the session's record.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScreenMarks {
+    pub title: String,
+    pub last_bell_at: Option<SystemTime>,
+}
+
+/// The modes a program can set that a snapshot carries, for comparing two screens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalModes {
+    pub application_cursor: bool,
+    pub application_keypad: bool,
+    pub bracketed_paste: bool,
+    /// The mouse protocol mode and encoding, as vt100 names them.
+    pub mouse_reporting: String,
+    pub auto_wrap: bool,
+    pub cursor_visible: bool,
+    pub alternate_screen: bool,
+}
+
+/// A snapshot: bytes that reproduce the screen as of `offset` in a fresh terminal of `size`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub offset: u64,
+    pub size: TerminalSize,
+    pub data: Bytes,
+}
+
+impl Screen {
+    /// A blank screen of `size` that keeps up to `scrollback_lines` rows of scrollback, at
+    /// offset `offset` (a screen starts where the session's output is when it is made).
+    pub fn new(size: TerminalSize, scrollback_lines: usize, offset: u64) -> Self {
+        let (rows, cols) = dimensions(size);
+        // vt100 keeps no scrollback of its own: rows that leave the screen go to `on_scroll`.
+        let parser = vt100::Parser::new_with_callbacks(
+            rows,
+            cols,
+            0,
+            Tracker::new(scrollback_lines, size.cols()),
+        );
+        Self {
+            parser,
+            offset,
+            size,
+            normal_screen: None,
+        }
+    }
+
+    /// A fresh screen that has drawn `snapshot` (as a client does that attached with one),
+    /// at the snapshot's offset.
+    pub fn from_snapshot(snapshot: &Snapshot, scrollback_lines: usize) -> Self {
+        let mut screen = Self::new(snapshot.size, scrollback_lines, 0);
+        screen.process(&snapshot.data);
+        screen.offset = snapshot.offset;
+        screen.parser.callbacks_mut().changed = false;
+        screen
+    }
+
+    /// The modes the program set, as far as a snapshot carries them.
+    pub fn modes(&self) -> TerminalModes {
+        let screen = self.parser.screen();
+        TerminalModes {
+            application_cursor: screen.application_cursor(),
+            application_keypad: screen.application_keypad(),
+            bracketed_paste: screen.bracketed_paste(),
+            mouse_reporting: format!(
+                "{:?}/{:?}",
+                screen.mouse_protocol_mode(),
+                screen.mouse_protocol_encoding()
+            ),
+            auto_wrap: self.parser.callbacks().auto_wrap,
+            cursor_visible: !screen.hide_cursor(),
+            alternate_screen: screen.alternate_screen(),
+        }
+    }
+
+    /// Output bytes fed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn size(&self) -> TerminalSize {
+        self.size
+    }
+
+    /// Feeds `data`, the output that starts at offset `at`, skipping what was fed already. Output
+    /// that starts beyond the screen's offset would leave a hole and is refused (the caller reads
+    /// the ring from [`Screen::offset`], so it never has such output).
+    pub fn feed_at(&mut self, at: u64, data: &[u8]) {
+        debug_assert!(
+            at <= self.offset,
+            "output at {at} leaves a hole after {}",
+            self.offset
+        );
+        let end = at + data.len() as u64;
+        if at > self.offset || end <= self.offset {
+            return;
+        }
+        let fresh = &data[(self.offset - at) as usize..];
+        self.process(fresh);
+        self.offset = end;
+    }
+
+    /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
+    /// alternate screen (found by [`alternate_screen_switch`]).
+    fn process(&mut self, mut data: &[u8]) {
+        while let Some((start, end)) = alternate_screen_switch(data) {
+            self.parser.process(&data[..start]);
+            if !self.parser.screen().alternate_screen() {
+                self.normal_screen = Some(self.parser.screen().contents_formatted());
+            }
+            self.parser.process(&data[start..end]);
+            data = &data[end..];
+        }
+        self.parser.process(data);
+        if !self.parser.screen().alternate_screen() {
+            self.normal_screen = None;
+        }
+    }
+
+    /// Goes on at `offset` without the output before it: only for output the ring no longer has,
+    /// which flow control keeps from happening while the session lives.
+    pub fn skip_to(&mut self, offset: u64) {
+        self.offset = self.offset.max(offset);
+    }
+
+    /// Applies a resize at the current offset.
+    pub fn resize(&mut self, size: TerminalSize) {
+        if size == self.size {
+            return;
+        }
+        let (rows, cols) = dimensions(size);
+        // Rows the smaller screen pushes off go to the scrollback at the old width.
+        self.parser.set_size(rows, cols);
+        self.parser.callbacks_mut().cols = size.cols();
+        self.size = size;
+    }
+
+    /// Clears everything, as `ESC c` does in a terminal: a reset starts its new process on a
+    /// clean screen with no scrollback, modes or title.
+    pub fn reset(&mut self) {
+        let tracker = self.parser.callbacks();
+        let scrollback_lines = tracker.scrollback.capacity();
+        let had_title = !tracker.title.is_empty();
+        let offset = self.offset;
+        *self = Self::new(self.size, scrollback_lines, offset);
+        // The record should lose the title too.
+        self.parser.callbacks_mut().changed = had_title;
+    }
+
+    /// The title and bell, and whether they changed since the last call.
+    pub fn take_changes(&mut self) -> (ScreenMarks, bool) {
+        let tracker = self.parser.callbacks_mut();
+        let changed = std::mem::take(&mut tracker.changed);
+        (self.marks(), changed)
+    }
+
+    pub fn marks(&self) -> ScreenMarks {
+        let tracker = self.parser.callbacks();
+        ScreenMarks {
+            title: tracker.title.clone(),
+            last_bell_at: tracker.last_bell_at,
+        }
+    }
+
+    /// Whether the program asked for application cursor keys (DECCKM): the input API sends
+    /// arrows as `ESC O x` then.
+    pub fn application_cursor(&self) -> bool {
+        self.parser.screen().application_cursor()
+    }
+
+    /// Bytes that, written to a fresh terminal of this screen's size (or one reset with `ESC c`,
+    /// which they start with), reproduce the screen as of [`Screen::offset`].
+    pub fn snapshot(&self) -> Snapshot {
+        let screen = self.parser.screen();
+        let tracker = self.parser.callbacks();
+        let mut out = String::with_capacity(4096);
+        out.push_str("\x1bc");
+        if !tracker.title.is_empty() {
+            out.push_str("\x1b]2;");
+            out.push_str(&tracker.title);
+            out.push('\x07');
+        }
+        tracker
+            .scrollback
+            .write_snapshot(&mut out, self.size.rows());
+        if screen.alternate_screen() {
+            // vt100 draws only the active screen; the normal one under it is the copy taken when
+            // the program switched (a fresh terminal's blank screen when the switch was split
+            // across two reads and no copy could be taken).
+            if let Some(normal_screen) = &self.normal_screen {
+                out.push_str(normal_screen);
+            }
+            out.push_str("\x1b[?1049h");
+        }
+        out.push_str(&screen.contents_formatted());
+        out.push_str(&screen.input_mode_formatted());
+        if !tracker.auto_wrap {
+            out.push_str("\x1b[?7l");
+        }
+        Snapshot {
+            offset: self.offset,
+            size: self.size,
+            data: Bytes::from(out),
+        }
+    }
+
+    /// The screen for the screen API: the visible rows and up to `scrollback` rows above them.
+    pub fn view(&self, format: ScreenFormat, scrollback: usize) -> ScreenView {
+        view::build(self, format, scrollback)
+    }
+
+    /// The screen's text as the wait API searches it: the scrollback rows asked for and the
+    /// visible rows, trailing spaces trimmed, joined by `\n`.
+    pub fn text(&self, scrollback: usize) -> String {
+        view::text(self, scrollback)
+    }
+}
+
+/// Where the next switch to the alternate screen starts and ends in `data`: a DECSET (`CSI ?
+/// ... h`) naming mode 47, 1047 or 1049. This recognises one sequence so that the normal screen
+/// can be copied before it; everything else is the emulator's to parse. A switch split across two
+/// reads is not seen (the snapshot then has a blank normal screen under the alternate one).
+fn alternate_screen_switch(data: &[u8]) -> Option<(usize, usize)> {
+    let finder = memchr::memmem::Finder::new(b"\x1b[?");
+    for start in finder.find_iter(data) {
+        let params_start = start + 3;
+        // A sequence cut off by the end of the read is not seen.
+        let length = data[params_start..]
+            .iter()
+            .position(|byte| !(byte.is_ascii_digit() || *byte == b';'))?;
+        let final_at = params_start + length;
+        if data[final_at] != b'h' {
+            continue;
+        }
+        let switches = data[params_start..final_at]
+            .split(|byte| *byte == b';')
+            .any(|param| matches!(param, b"47" | b"1047" | b"1049"));
+        if switches {
+            return Some((start, final_at + 1));
+        }
+    }
+    None
+}
+
+fn dimensions(size: TerminalSize) -> (NonZeroU16, NonZeroU16) {
+    // A TerminalSize is validated to be at least 1x1.
+    let rows = NonZeroU16::new(size.rows()).unwrap_or(NonZeroU16::MIN);
+    let cols = NonZeroU16::new(size.cols()).unwrap_or(NonZeroU16::MIN);
+    (rows, cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(cols: u16, rows: u16) -> TerminalSize {
+        TerminalSize::new(u32::from(cols), u32::from(rows)).unwrap()
+    }
+
+    fn fed(size: TerminalSize, scrollback: usize, output: &[u8]) -> Screen {
+        let mut screen = Screen::new(size, scrollback, 0);
+        screen.feed_at(0, output);
+        screen
+    }
+
+    /// A fresh screen fed `screen`'s snapshot, at the snapshot's offset.
+    fn restored(screen: &Screen) -> Screen {
+        let capacity = screen.parser.callbacks().scrollback.capacity();
+        Screen::from_snapshot(&screen.snapshot(), capacity)
+    }
+
+    /// Everything a snapshot promises, compared: every cell with its attributes (scrollback
+    /// included), the cursor, the modes, the title.
+    fn assert_same_screen(actual: &Screen, expected: &Screen) {
+        let all = usize::MAX;
+        let (a, e) = (
+            actual.view(ScreenFormat::Cells, all),
+            expected.view(ScreenFormat::Cells, all),
+        );
+        assert_eq!(a.scrollback_rows, e.scrollback_rows, "scrollback rows");
+        for (index, (a_row, e_row)) in a.rows.iter().zip(&e.rows).enumerate() {
+            assert_eq!(a_row.cells, e_row.cells, "row {index}");
+        }
+        assert_eq!(a.rows.len(), e.rows.len());
+        assert_eq!(a.cursor, e.cursor, "cursor");
+        assert_eq!(a.title, e.title, "title");
+        assert_eq!(a.alternate_screen, e.alternate_screen, "alternate screen");
+        assert_eq!(actual.modes(), expected.modes(), "modes");
+        assert_eq!(actual.text(all), expected.text(all), "text");
+    }
+
+    /// The screen of a full-screen program: a header drawn once, a counter repainted in place.
+    fn full_screen_program(frames: usize) -> Vec<u8> {
+        let mut out = b"$ top-like\r\n\x1b[?1049h\x1b[?1h\x1b=\x1b[?25l\x1b[H\x1b[2J".to_vec();
+        out.extend_from_slice(b"\x1b[1;44;97m HEADER drawn once \x1b[m");
+        for frame in 0..frames {
+            out.extend_from_slice(format!("\x1b[5;3H\x1b[32mcount {frame:>8}\x1b[m").as_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn a_snapshot_reproduces_the_alternate_screen_over_the_normal_one() {
+        let mut output = b"line one\r\n\x1b[31mred\x1b[m line two\r\n".to_vec();
+        output.extend(full_screen_program(1000));
+        let screen = fed(size(80, 24), 1000, &output);
+        assert!(screen.parser.screen().alternate_screen());
+        let mut copy = restored(&screen);
+        assert_same_screen(&copy, &screen);
+
+        // The program ends: both go back to the same normal screen, where the cursor was.
+        let mut original = screen;
+        let exit = b"\x1b[?1049l\x1b[?1l\x1b>\x1b[?25h$ ";
+        original.feed_at(original.offset, exit);
+        copy.feed_at(copy.offset, exit);
+        assert_same_screen(&copy, &original);
+        let lines: Vec<String> = original.text(0).lines().map(str::to_owned).collect();
+        assert_eq!(lines[..4], ["line one", "red line two", "$ top-like", "$"]);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_scrollback_and_its_colours() {
+        let mut output = Vec::new();
+        for line in 0..200 {
+            output
+                .extend_from_slice(format!("\x1b[3{}mline {line}\x1b[m\r\n", line % 8).as_bytes());
+        }
+        // A line longer than the screen wraps.
+        output.extend_from_slice(&[b'x'; 130]);
+        output.extend_from_slice(b"\r\nend");
+        let screen = fed(size(80, 24), 100, &output);
+        assert_eq!(screen.parser.callbacks().scrollback.len(), 100);
+        assert_same_screen(&restored(&screen), &screen);
+    }
+
+    #[test]
+    fn every_mode_a_program_sets_survives_a_snapshot() {
+        let modes: [(&str, &[u8]); 9] = [
+            ("application cursor keys", b"\x1b[?1h"),
+            ("application keypad", b"\x1b="),
+            ("bracketed paste", b"\x1b[?2004h"),
+            ("mouse press/release", b"\x1b[?1000h"),
+            ("mouse button motion, SGR", b"\x1b[?1002h\x1b[?1006h"),
+            ("mouse any motion, UTF-8", b"\x1b[?1003h\x1b[?1005h"),
+            ("auto-wrap off", b"\x1b[?7l"),
+            ("cursor hidden", b"\x1b[?25l"),
+            ("title", b"\x1b]2;build: running\x07"),
+        ];
+        for (name, sequence) in modes {
+            let mut output = b"some text\r\n".to_vec();
+            output.extend_from_slice(sequence);
+            let screen = fed(size(80, 24), 100, &output);
+            let copy = restored(&screen);
+            assert_same_screen(&copy, &screen);
+            // And the mode is really on, not merely equal to a default.
+            assert_ne!(
+                screen.snapshot().data,
+                fed(size(80, 24), 100, b"some text\r\n").snapshot().data,
+                "{name} is not in the snapshot"
+            );
+        }
+    }
+
+    #[test]
+    fn wide_characters_and_combining_marks_keep_their_columns() {
+        let output = "漢字 and 😀 e\u{301}x\r\nかな|".as_bytes();
+        let screen = fed(size(20, 5), 10, output);
+        let view = screen.view(ScreenFormat::Cells, 0);
+        let first = &view.rows[0].cells;
+        assert_eq!(first[0].text, "漢");
+        assert!(first[0].wide);
+        assert_eq!(first[1].text, "");
+        assert_eq!(first[2].text, "字");
+        assert_eq!(first[9].text, "😀");
+        assert_eq!(first[12].text, "e\u{301}");
+        assert_eq!(first[13].text, "x");
+        assert_eq!(screen.view(ScreenFormat::Text, 0).lines[1], "かな|");
+        assert_same_screen(&restored(&screen), &screen);
+    }
+
+    #[test]
+    fn titles_and_bells_are_kept_and_reported_once() {
+        let mut screen = fed(size(80, 24), 10, b"\x1b]0;first\x07\x07");
+        let (marks, changed) = screen.take_changes();
+        assert!(changed);
+        assert_eq!(marks.title, "first");
+        assert!(marks.last_bell_at.is_some());
+        assert!(!screen.take_changes().1, "reported once");
+        // A title with a `;` in it, and one with control characters.
+        screen.feed_at(screen.offset(), b"\x1b]2;a;b\x1b\\");
+        assert_eq!(screen.marks().title, "a;b");
+        screen.feed_at(screen.offset(), b"\x1b]2;x\x7fy\x07");
+        assert_eq!(screen.marks().title, "xy");
+    }
+
+    #[test]
+    fn feeding_is_idempotent_by_offset() {
+        let mut screen = Screen::new(size(80, 24), 10, 0);
+        screen.feed_at(0, b"hello ");
+        screen.feed_at(0, b"hello world");
+        screen.feed_at(3, b"lo world");
+        assert_eq!(screen.offset(), 11);
+        assert_eq!(screen.text(0).lines().next(), Some("hello world"));
+    }
+
+    #[test]
+    fn a_reset_clears_screen_scrollback_modes_and_title() {
+        let mut screen = fed(
+            size(80, 24),
+            10,
+            b"\x1b]2;t\x07\x1b[?2004hx\r\n".repeat(30).as_slice(),
+        );
+        screen.take_changes();
+        screen.reset();
+        assert_eq!(screen.offset(), 30 * 17);
+        assert_eq!(screen.text(usize::MAX).trim(), "");
+        assert!(!screen.parser.screen().bracketed_paste());
+        let (marks, changed) = screen.take_changes();
+        assert!(changed, "the record hears the title went");
+        assert_eq!(marks.title, "");
+    }
+
+    #[test]
+    fn a_resize_keeps_rows_that_no_longer_fit_in_the_scrollback() {
+        let mut screen = Screen::new(size(40, 10), 100, 0);
+        for line in 0..10 {
+            screen.feed_at(screen.offset(), format!("row {line}\r\n").as_bytes());
+        }
+        screen.resize(size(40, 5));
+        let text = screen.text(usize::MAX);
+        assert!(text.starts_with("row 0\nrow 1"), "{text}");
+        assert_same_screen(&restored(&screen), &screen);
+    }
+
+    #[test]
+    fn text_is_trimmed_like_capture_pane() {
+        let screen = fed(size(20, 3), 0, b"a   \x1b[41m  \x1b[m  \r\nb");
+        let view = screen.view(ScreenFormat::Text, 0);
+        assert_eq!(view.lines, ["a", "b", ""]);
+    }
+}

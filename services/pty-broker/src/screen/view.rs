@@ -1,0 +1,175 @@
+//! The screen as the screen API answers it: plain text (as `tmux capture-pane -p` gives it), the
+//! rows drawn with their attributes (ANSI), or rows of cells with attributes, each with up to N
+//! rows of scrollback above the visible ones.
+
+use super::Screen;
+use super::scrollback::ScrollbackRow;
+use crate::domain::TerminalSize;
+
+/// How the rows of a [`ScreenView`] are given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScreenFormat {
+    #[default]
+    Text,
+    Ansi,
+    Cells,
+}
+
+/// The screen as of `offset`, in one format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenView {
+    pub offset: u64,
+    pub size: TerminalSize,
+    pub cursor: Cursor,
+    pub title: String,
+    pub alternate_screen: bool,
+    pub format: ScreenFormat,
+    /// How many of the rows come from the scrollback (they come first).
+    pub scrollback_rows: usize,
+    /// [`ScreenFormat::Text`]: a string a row, trailing spaces trimmed.
+    pub lines: Vec<String>,
+    /// [`ScreenFormat::Ansi`]: the rows with their attributes, joined by CR LF.
+    pub ansi: String,
+    /// [`ScreenFormat::Cells`]: the rows as cells.
+    pub rows: Vec<Row>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    pub row: u16,
+    pub col: u16,
+    pub visible: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Row {
+    pub cells: Vec<Cell>,
+    pub wrapped: bool,
+}
+
+/// One column of a row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cell {
+    /// The character and its combining marks; empty for a blank cell and for the second column
+    /// of a wide character.
+    pub text: String,
+    pub wide: bool,
+    pub fg: Option<Color>,
+    pub bg: Option<Color>,
+    pub bold: bool,
+    pub dim: bool,
+    pub italic: bool,
+    pub underline: bool,
+    pub inverse: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    Indexed(u8),
+    Rgb(u8, u8, u8),
+}
+
+pub(super) fn build(screen: &Screen, format: ScreenFormat, scrollback: usize) -> ScreenView {
+    let vt = screen.parser.screen();
+    let history = screen.parser.callbacks().scrollback.newest(scrollback);
+    let scrollback_rows = history.len();
+    let (cursor_row, cursor_col) = vt.cursor_position();
+    let mut view = ScreenView {
+        offset: screen.offset,
+        size: screen.size,
+        cursor: Cursor {
+            row: cursor_row,
+            col: cursor_col,
+            visible: !vt.hide_cursor(),
+        },
+        title: screen.parser.callbacks().title.clone(),
+        alternate_screen: vt.alternate_screen(),
+        format,
+        scrollback_rows,
+        lines: Vec::new(),
+        ansi: String::new(),
+        rows: Vec::new(),
+    };
+    match format {
+        ScreenFormat::Text => view.lines = lines(screen, scrollback),
+        ScreenFormat::Ansi => {
+            let mut rows: Vec<String> = history
+                .map(|row| format!("{}\x1b[m", row.formatted))
+                .collect();
+            rows.extend(
+                vt.rows_formatted(0, screen.size.cols())
+                    .map(|row| format!("{row}\x1b[m")),
+            );
+            view.ansi = rows.join("\r\n");
+        }
+        ScreenFormat::Cells => {
+            view.rows = history.map(scrollback_cells).collect();
+            view.rows.extend((0..screen.size.rows()).map(|row| {
+                let cells = (0..screen.size.cols())
+                    .map(|col| vt.cell(row, col).map(cell).unwrap_or_default())
+                    .collect();
+                Row {
+                    cells,
+                    wrapped: vt.row_wrapped(row),
+                }
+            }));
+        }
+    }
+    view
+}
+
+pub(super) fn text(screen: &Screen, scrollback: usize) -> String {
+    lines(screen, scrollback).join("\n")
+}
+
+fn lines(screen: &Screen, scrollback: usize) -> Vec<String> {
+    let history = screen.parser.callbacks().scrollback.newest(scrollback);
+    let mut lines: Vec<String> = history.map(ScrollbackRow::plain).collect();
+    lines.extend(
+        screen
+            .parser
+            .screen()
+            .rows(0, screen.size.cols())
+            .map(|mut row| {
+                row.truncate(row.trim_end().len());
+                row
+            }),
+    );
+    lines
+}
+
+/// A scrollback row as cells: its formatted text drawn on a one-row emulator of its width.
+fn scrollback_cells(row: &ScrollbackRow) -> Row {
+    let cols = std::num::NonZeroU16::new(row.cols).unwrap_or(std::num::NonZeroU16::MIN);
+    let mut parser = vt100::Parser::new(std::num::NonZeroU16::MIN, cols, 0);
+    parser.process(row.formatted.as_bytes());
+    let vt = parser.screen();
+    Row {
+        cells: (0..row.cols)
+            .map(|col| vt.cell(0, col).map(cell).unwrap_or_default())
+            .collect(),
+        wrapped: row.wrapped,
+    }
+}
+
+fn cell(cell: &vt100::Cell) -> Cell {
+    Cell {
+        text: cell.contents().to_owned(),
+        wide: cell.is_wide(),
+        fg: color(cell.fgcolor()),
+        bg: color(cell.bgcolor()),
+        bold: cell.bold(),
+        dim: cell.dim(),
+        italic: cell.italic(),
+        underline: cell.underline(),
+        inverse: cell.inverse(),
+    }
+}
+
+fn color(color: vt100::Color) -> Option<Color> {
+    match color {
+        vt100::Color::Default => None,
+        vt100::Color::Idx(index) => Some(Color::Indexed(index)),
+        vt100::Color::Rgb(r, g, b) => Some(Color::Rgb(r, g, b)),
+    }
+}

@@ -1,0 +1,311 @@
+//! A session's screen beside its ring: the feeder that keeps the emulator fed off the output path,
+//! the catch-up that makes every read of the screen current (a snapshot is never stale), and the
+//! screen calls clients make without an `Attach` stream: read the screen, type, wait for text.
+//!
+//! The feeder is a task of its own that reads the ring at the screen's offset, as a client reads
+//! it at its cursor, so the PTY's reader never parses. Whoever needs the screen current (an attach
+//! that sends a snapshot, a screen read, a wait) feeds the rest of the ring under the same lock
+//! first: feeding is idempotent by offset. The session task reads no further than a ring ahead of
+//! the screen ([`super::State::read_allowance`]), so the screen never misses a byte.
+
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ptyhub_wire::limits;
+use regex::Regex;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::{Session, Shared};
+use crate::domain::{SessionInfo, SessionPhase};
+use crate::error::Error;
+use crate::ring::RingRead;
+use crate::screen::{Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
+
+/// Bytes the feeder parses before it lets other tasks run.
+const FEED_SLICE: usize = 16 * 1024;
+/// A wait looks at a changing screen at most this often.
+const WAIT_RECHECK: Duration = Duration::from_millis(10);
+
+/// One piece of input for [`Session::send_input`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputItem {
+    /// Written as UTF-8, as given.
+    Text(String),
+    /// A key name (`Enter`, `C-c`, `Up`, ...).
+    Key(String),
+    /// Raw bytes.
+    Data(Bytes),
+}
+
+/// What [`Session::send_input`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSent {
+    pub bytes_written: u64,
+    /// The output offset when the input was written: output from here on may answer it.
+    pub output_offset: u64,
+}
+
+/// What [`Session::wait_for_screen`] waits for, validated.
+#[derive(Debug, Clone)]
+pub struct ScreenWait {
+    /// `None` matches any screen.
+    pub pattern: Option<Regex>,
+    pub timeout: Duration,
+    /// The screen must also have had no output for this long.
+    pub quiet: Option<Duration>,
+    /// Only a screen that reflects output from this offset on may match.
+    pub after_offset: Option<u64>,
+    pub format: ScreenFormat,
+    pub scrollback: usize,
+}
+
+/// How a wait ended (a timeout is [`Error::WaitTimedOut`]).
+#[derive(Debug, Clone)]
+pub struct WaitOutcome {
+    /// The matched text; `None` when the process ended before a match.
+    pub matched: Option<String>,
+    pub view: ScreenView,
+    pub info: SessionInfo,
+}
+
+impl Shared {
+    fn screen_lock(&self) -> Option<MutexGuard<'_, Screen>> {
+        self.screen.as_ref().map(|screen| {
+            screen
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+    }
+
+    /// Feeds `screen` from the ring, at most `budget` bytes; whether it is now up to date.
+    fn feed_screen(&self, screen: &mut Screen, budget: usize) -> bool {
+        let mut fed = 0;
+        while fed < budget {
+            let at = screen.offset();
+            let read = self.lock().ring.read_at(at, budget - fed);
+            match read {
+                RingRead::Data(data) => {
+                    screen.feed_at(at, &data);
+                    fed += data.len();
+                }
+                RingRead::UpToDate => return true,
+                RingRead::Gap { lost, resume_at } => {
+                    // Flow control keeps the screen within the ring; only a closed session's
+                    // cleared ring gets here.
+                    tracing::debug!(lost, resume_at, "screen skipped output the ring dropped");
+                    screen.skip_to(resume_at);
+                }
+            }
+        }
+        false
+    }
+
+    /// Tells the session task how far the screen got (it may read on) and what it saw.
+    fn publish_screen(&self, screen: &mut Screen) {
+        let (marks, changed) = screen.take_changes();
+        let mut state = self.lock();
+        state.screen_offset = screen.offset();
+        if changed {
+            state.title = marks.title;
+            state.last_bell_at = marks.last_bell_at;
+            state.marks_since_report = true;
+        }
+        let wake_task = state.reader_waiting || changed;
+        drop(state);
+        if wake_task {
+            self.task_wake.notify_one();
+        }
+    }
+
+    /// The screen fed to the end of the ring, locked; `None` without screens.
+    pub(super) fn current_screen(&self) -> Option<MutexGuard<'_, Screen>> {
+        let mut screen = self.screen_lock()?;
+        self.feed_screen(&mut screen, usize::MAX);
+        self.publish_screen(&mut screen);
+        Some(screen)
+    }
+
+    /// A snapshot as of the end of the ring; `None` without screens.
+    pub(super) fn snapshot(&self) -> Option<Snapshot> {
+        self.current_screen().map(|screen| screen.snapshot())
+    }
+
+    /// Feeds the screen what came before a resize, then resizes it.
+    pub(super) fn resize_screen(&self, size: crate::domain::TerminalSize) {
+        if let Some(mut screen) = self.current_screen() {
+            screen.resize(size);
+        }
+    }
+
+    /// Feeds the screen what the old process wrote before a reset, then clears it for the new one.
+    pub(super) fn reset_screen(&self) {
+        if let Some(mut screen) = self.current_screen() {
+            screen.reset();
+            self.publish_screen(&mut screen);
+        }
+    }
+}
+
+/// Keeps the session's screen fed until `done`: a reader of the ring like any client, woken by
+/// the same notifications, that parses in slices so that it never holds a worker for long.
+pub(super) async fn feed_screen_until(shared: Arc<Shared>, done: CancellationToken) {
+    if shared.screen.is_none() {
+        return;
+    }
+    let mut changed = shared.changed.subscribe();
+    loop {
+        loop {
+            let up_to_date = {
+                let Some(mut screen) = shared.screen_lock() else {
+                    return;
+                };
+                let up_to_date = shared.feed_screen(&mut screen, FEED_SLICE);
+                shared.publish_screen(&mut screen);
+                up_to_date
+            };
+            if up_to_date {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::select! {
+            changed = changed.changed() => if changed.is_err() { return },
+            () = done.cancelled() => return,
+        }
+    }
+}
+
+impl Session {
+    /// The screen as of the end of the ring.
+    pub fn screen(&self, format: ScreenFormat, scrollback: usize) -> Result<ScreenView, Error> {
+        self.check_open()?;
+        let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+        Ok(screen.view(format, scrollback))
+    }
+
+    /// Writes input as a brief controller: refused while a client holds the controller lease
+    /// unless `force`, and never taking the lease from it.
+    pub async fn send_input(&self, items: Vec<InputItem>, force: bool) -> Result<InputSent, Error> {
+        self.check_open()?;
+        // Keys are translated for the modes the program set as of now.
+        let application_cursor = self
+            .shared
+            .current_screen()
+            .is_some_and(|screen| screen.application_cursor());
+        let mut bytes = Vec::new();
+        for item in items {
+            match item {
+                InputItem::Text(text) => bytes.extend_from_slice(text.as_bytes()),
+                InputItem::Key(name) => bytes.extend(key_bytes(&name, application_cursor)?),
+                InputItem::Data(data) => bytes.extend_from_slice(&data),
+            }
+            if bytes.len() > limits::MAX_FRAME_BYTES {
+                return Err(Error::InputTooLarge(bytes.len()));
+            }
+        }
+        if bytes.is_empty() {
+            return Err(Error::InvalidRequest("the input is empty".to_owned()));
+        }
+        let control_check = || {
+            let state = self.shared.lock();
+            if !force && state.attachments.controller_cursor().is_some() {
+                return Err(Error::ControlHeld);
+            }
+            Ok(state.ring.end())
+        };
+        let output_offset = control_check()?;
+        self.shared
+            .write_to_pty(&bytes, || control_check().map(drop))
+            .await?;
+        Ok(InputSent {
+            bytes_written: bytes.len() as u64,
+            output_offset,
+        })
+    }
+
+    /// Waits until the screen matches (and is quiet, when asked), the process ends, or the
+    /// timeout passes.
+    pub async fn wait_for_screen(&self, wait: ScreenWait) -> Result<WaitOutcome, Error> {
+        self.check_open()?;
+        if self.shared.screen.is_none() {
+            return Err(Error::ScreensOff);
+        }
+        let deadline = Instant::now() + wait.timeout;
+        let mut changed = self.shared.changed.subscribe();
+        loop {
+            changed.borrow_and_update();
+            let checked_at = Instant::now();
+            let (matched, view) = {
+                let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+                let reflects_after = wait
+                    .after_offset
+                    .is_none_or(|after| screen.offset() > after);
+                let text = screen.text(wait.scrollback);
+                let matched = match &wait.pattern {
+                    _ if !reflects_after => None,
+                    None => Some(String::new()),
+                    Some(pattern) => pattern.find(&text).map(|found| found.as_str().to_owned()),
+                };
+                let view = matched
+                    .is_some()
+                    .then(|| screen.view(wait.format, wait.scrollback));
+                (matched, view)
+            };
+            let (phase, last_output_at) = {
+                let state = self.shared.lock();
+                (state.phase, state.last_output_at)
+            };
+            let exited = phase == SessionPhase::Exited;
+            let mut quiet_until = None;
+            if let (Some(matched), Some(view)) = (matched, view) {
+                let quiet_from = wait.quiet.map(|quiet| last_output_at + quiet);
+                match quiet_from {
+                    Some(at) if !exited && at > Instant::now() => quiet_until = Some(at),
+                    _ => {
+                        return Ok(WaitOutcome {
+                            matched: Some(matched),
+                            view,
+                            info: self.info(),
+                        });
+                    }
+                }
+            } else if exited {
+                let view = self
+                    .shared
+                    .current_screen()
+                    .ok_or(Error::ScreensOff)?
+                    .view(wait.format, wait.scrollback);
+                return Ok(WaitOutcome {
+                    matched: None,
+                    view,
+                    info: self.info(),
+                });
+            }
+            if matches!(phase, SessionPhase::Closed(_)) {
+                return Err(Error::SessionClosed);
+            }
+            tokio::select! {
+                () = sleep_until(deadline) => {
+                    return Err(Error::WaitTimedOut(wait.timeout));
+                }
+                () = sleep_until(quiet_until.unwrap_or(deadline)), if quiet_until.is_some() => {}
+                changed = changed.changed() => {
+                    if changed.is_err() {
+                        return Err(Error::SessionClosed);
+                    }
+                    // A flood changes the screen per read; look again at most every few ms.
+                    sleep_until((checked_at + WAIT_RECHECK).min(deadline)).await;
+                }
+            }
+        }
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.is_closed() {
+            return Err(Error::SessionNotFound(self.id));
+        }
+        Ok(())
+    }
+}
