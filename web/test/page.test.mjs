@@ -268,17 +268,24 @@ describe('web page', { skip: skip ?? false }, () => {
       assert.equal(drawn.alternate_screen, true);
       assert.ok(drawn.offset > FLOOD_BYTES, `more than 5 MiB of output (${drawn.offset} bytes)`);
       assert.equal(drawn.lines[0], 'header: drawn once');
+      assert.equal(drawn.lines.at(-1), 'bottom line');
 
       const socketsBefore = page.sockets.length;
       await page.reload();
       await waitForActiveConnected(page);
-      const server = await stack.screen(instance.id, session.id);
+      // Both sides are read each time: the reloaded page may fit its terminal (and so the PTY)
+      // again once its layout settles.
+      let server;
+      let shown;
       await waitFor('the terminal to show the server\'s screen', async () => {
-        const shown = await visibleBufferLines(page);
-        return JSON.stringify(shown) === JSON.stringify(server.lines) ? shown : false;
+        server = await stack.screen(instance.id, session.id);
+        shown = await visibleBufferLines(page);
+        return JSON.stringify(shown) === JSON.stringify(server.lines);
+      }).catch((error) => {
+        throw new Error(`${error.message}\nthe terminal: ${JSON.stringify(shown)}\nthe server: ${JSON.stringify(server?.lines)}`);
       });
-      assert.ok(server.lines.includes('bottom line'), JSON.stringify(server.lines));
-      assert.ok(server.lines.some((line) => /^counter: 5600$/.test(line)), JSON.stringify(server.lines));
+      assert.equal(server.lines[0], 'header: drawn once');
+      assert.equal(server.lines[2], 'counter: 5600');
       // The fresh terminal asked for a snapshot, not a replay from an offset, and got one.
       const [reloaded] = connectedSockets(page).slice(socketsBefore);
       assert.equal(reloaded.url.searchParams.get('snapshot'), '1', String(reloaded.url));
@@ -439,6 +446,10 @@ describe('web page', { skip: skip ?? false }, () => {
       assert.equal(reconnected.gaps.length, 1, 'one gap frame');
       const lost = reconnected.gaps[0].lost;
       assert.ok(Number.isSafeInteger(lost) && lost > 0, `a positive gap (${lost})`);
+      // The mounted terminal resumed with since; the server redrew it from a snapshot.
+      assert.match(reconnected.url.searchParams.get('since') ?? '', /^[1-9]\d*$/);
+      assert.equal(reconnected.url.searchParams.get('snapshot'), null);
+      assert.equal(reconnected.snapshots.length, 1, 'a snapshot stands in for the lost bytes');
       const notice = page.getByRole('status').filter({ hasText: `${lost} bytes of output were lost while disconnected` });
       await notice.waitFor();
       await typeLine(page, 'echo next-$((3*7))');
