@@ -1,6 +1,9 @@
 //! The adapter to the pty-brokers' gRPC API: one lazily connected channel per broker, the
 //! service credential on every call, and the broker's messages converted to domain types here, so
-//! nothing else in session-api names a generated broker type.
+//! that nothing inside session-api names a generated broker type. The one exception is the
+//! screen calls, which session-api only forwards: their requests come from the gRPC adapter
+//! (`grpc/forward.rs`) and their answers go back to it as the broker sent them, adapter to
+//! adapter, never through the service.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -10,12 +13,13 @@ use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
 use ptyhub_wire::{BearerAuth, ServiceCredential, TerminalSize};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use uuid::Uuid;
 
-use crate::domain::{Broker, CloseReason, ExitStatus, Target};
+use crate::domain::{Broker, CloseReason, ExitStatus, ScreenFacts, Target};
 use crate::error::Error;
 
 /// What to start on a broker.
@@ -62,6 +66,7 @@ pub struct BrokerSession {
     pub close_reason: Option<CloseReason>,
     pub attached_clients: u32,
     pub last_activity_at: Option<DateTime<Utc>>,
+    pub screen: ScreenFacts,
 }
 
 /// A lifecycle event from a broker's WatchEvents stream.
@@ -80,6 +85,7 @@ pub enum BrokerEvent {
     Activity {
         session_id: Uuid,
         at: DateTime<Utc>,
+        screen: ScreenFacts,
     },
     Closed {
         session_id: Uuid,
@@ -149,6 +155,18 @@ impl BrokerClients {
         request
     }
 
+    /// The deadline of a screen wait asking for `timeout_ms`: the wait itself (as the broker
+    /// reads `timeout_ms`) plus an ordinary call's allowance, so that the broker's own answer
+    /// (a match, or DEADLINE_EXCEEDED) always arrives before this side gives up. A timeout over
+    /// the maximum is the broker's to refuse, at once.
+    fn wait_deadline(&self, timeout_ms: u32) -> Duration {
+        let wait_ms = match timeout_ms {
+            0 => DEFAULT_WAIT_MS,
+            timeout_ms => timeout_ms.min(MAX_WAIT_MS),
+        };
+        Duration::from_millis(u64::from(wait_ms)) + self.call_timeout
+    }
+
     /// Starts the session's process on `broker`.
     pub async fn spawn(&self, broker: &Broker, spec: &SpawnSpec) -> Result<(), Error> {
         let target = match &spec.target {
@@ -211,6 +229,50 @@ impl BrokerClients {
             Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
             Err(status) => Err(Error::from_broker_status(&broker.id, status)),
         }
+    }
+
+    /// The session's screen, as the broker answers it.
+    pub async fn get_screen(
+        &self,
+        broker: &Broker,
+        request: pb::GetScreenRequest,
+    ) -> Result<pb::Screen, Error> {
+        self.client(broker)?
+            .get_screen(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// Types into the session, as the broker answers it.
+    pub async fn send_input(
+        &self,
+        broker: &Broker,
+        request: pb::SendInputRequest,
+    ) -> Result<pb::SendInputResponse, Error> {
+        self.client(broker)?
+            .send_input(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// Waits for the session's screen to match, as the broker answers it. The call may last as
+    /// long as the wait asks for (up to five minutes), so it gets that deadline, not an ordinary
+    /// call's.
+    pub async fn wait_for_screen(
+        &self,
+        broker: &Broker,
+        request: pb::WaitForScreenRequest,
+    ) -> Result<pb::WaitForScreenResponse, Error> {
+        let deadline = self.wait_deadline(request.timeout_ms);
+        let mut call = tonic::Request::new(request);
+        call.set_timeout(deadline);
+        self.client(broker)?
+            .wait_for_screen(call)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
     }
 
     /// Subscribes to the broker's lifecycle events. The stream ends (or yields an error) when
@@ -278,6 +340,10 @@ fn close_reason_from_pb(reason: i32) -> Option<CloseReason> {
     }
 }
 
+fn screen_from_pb(title: &str, last_bell_at: Option<prost_types::Timestamp>) -> ScreenFacts {
+    ScreenFacts::reported(title, timestamp_from_pb(last_bell_at))
+}
+
 fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
     let state = match pb::SessionState::try_from(info.state).ok()? {
         pb::SessionState::Unspecified => return None,
@@ -294,6 +360,7 @@ fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
         close_reason: close_reason_from_pb(info.close_reason),
         attached_clients: info.controllers.saturating_add(info.viewers),
         last_activity_at: timestamp_from_pb(info.last_activity_at),
+        screen: screen_from_pb(&info.title, info.last_bell_at),
     })
 }
 
@@ -316,6 +383,7 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
         Event::Activity(activity) => BrokerEvent::Activity {
             session_id: parse_session_id(&activity.session_id)?,
             at: timestamp_from_pb(activity.last_activity_at)?,
+            screen: screen_from_pb(&activity.title, activity.last_bell_at),
         },
         Event::Closed(closed) => BrokerEvent::Closed {
             session_id: parse_session_id(&closed.session_id)?,
@@ -327,4 +395,62 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
         },
         Event::Reset(reset) => BrokerEvent::ResetDone(session_from_pb(reset.session?)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_screen_wait_gets_its_own_timeout_plus_an_ordinary_calls_allowance() {
+        let credential = ServiceCredential::new("test-service-token-0123456789").unwrap();
+        let clients = BrokerClients::new(&credential, Duration::from_secs(30));
+        let allowance = Duration::from_secs(30);
+        assert_eq!(
+            clients.wait_deadline(0),
+            Duration::from_millis(u64::from(DEFAULT_WAIT_MS)) + allowance,
+            "0 is the default wait"
+        );
+        assert_eq!(
+            clients.wait_deadline(1),
+            Duration::from_millis(1) + allowance
+        );
+        assert_eq!(
+            clients.wait_deadline(MAX_WAIT_MS),
+            Duration::from_millis(u64::from(MAX_WAIT_MS)) + allowance,
+            "the longest wait outlasts an ordinary call"
+        );
+        assert_eq!(
+            clients.wait_deadline(u32::MAX),
+            Duration::from_millis(u64::from(MAX_WAIT_MS)) + allowance,
+            "a wait over the maximum is refused by the broker at once"
+        );
+    }
+
+    #[test]
+    fn the_title_and_bell_a_broker_reports_are_kept_as_the_record_keeps_them() {
+        let info = pb::SessionInfo {
+            session_id: Uuid::nil().to_string(),
+            state: pb::SessionState::Running.into(),
+            title: format!("{}\u{1b}", "t".repeat(2000)),
+            last_bell_at: Some(prost_types::Timestamp {
+                seconds: 1_800_000_000,
+                nanos: 5,
+            }),
+            ..Default::default()
+        };
+        let session = session_from_pb(info).expect("a session");
+        assert_eq!(session.screen.title(), Some("t".repeat(1024).as_str()));
+        assert_eq!(
+            session.screen.last_bell_at(),
+            DateTime::from_timestamp(1_800_000_000, 5)
+        );
+        let untitled = session_from_pb(pb::SessionInfo {
+            session_id: Uuid::nil().to_string(),
+            state: pb::SessionState::Running.into(),
+            ..Default::default()
+        })
+        .expect("a session");
+        assert_eq!(untitled.screen, ScreenFacts::default());
+    }
 }

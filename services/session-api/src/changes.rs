@@ -4,11 +4,13 @@
 //! event streams. Every replica watches every broker, so lifecycle changes (exits, closes,
 //! attachments) reach the watchers of every replica; a change made through another replica's
 //! API (a rename, a create) reaches only that replica's watchers. The same change observed
-//! twice (written here, then reported by the broker) is published once.
+//! twice (written here, then reported by the broker) is published once. Window titles and bells
+//! ([`ChangeKind::Screen`]) come batched with activity, so at most once per flush per session.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -27,6 +29,8 @@ struct Visible {
     name: String,
     attached_clients: u32,
     exit: Option<ExitStatus>,
+    title: Option<String>,
+    last_bell_at: Option<DateTime<Utc>>,
 }
 
 impl Visible {
@@ -36,6 +40,8 @@ impl Visible {
             name: session.name.clone(),
             attached_clients: session.attached_clients,
             exit: session.exit,
+            title: session.title.clone(),
+            last_bell_at: session.last_bell_at,
         }
     }
 }

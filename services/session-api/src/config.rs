@@ -63,7 +63,8 @@ pub struct Config {
           value_parser = parse_duration)]
     pub activity_flush_interval: Duration,
 
-    /// Deadline of one unary call to a broker (spawn, kill, reset).
+    /// Deadline of one unary call to a broker (spawn, kill, reset, a screen read or input). A
+    /// screen wait gets its own `timeout_ms` plus this.
     #[arg(long, env = "PTYHUB_SESSION_API_BROKER_CALL_TIMEOUT", default_value = "30s",
           value_parser = parse_duration)]
     pub broker_call_timeout: Duration,

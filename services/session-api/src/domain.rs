@@ -318,6 +318,47 @@ pub struct Session {
     pub last_activity_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
     pub attached_clients: u32,
+    /// The window title the program set last, as its broker last reported it (bounded as
+    /// [`ScreenFacts`] says); `None` when it set none.
+    pub title: Option<String>,
+    /// When the program last rang the bell, as its broker last reported it.
+    pub last_bell_at: Option<DateTime<Utc>>,
+}
+
+/// The most characters of a window title a session record keeps.
+pub const MAX_TITLE_CHARS: usize = 1024;
+
+/// What a broker reports of a session's screen that its record keeps: the window title and the
+/// last bell. The title is kept without control characters and cut to [`MAX_TITLE_CHARS`] on a
+/// character boundary, so that a hostile program can neither bloat the database nor have a
+/// listing print escape sequences; an empty one (the broker's word for none) is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScreenFacts {
+    title: Option<String>,
+    last_bell_at: Option<DateTime<Utc>>,
+}
+
+impl ScreenFacts {
+    /// The facts as a broker reported them, the title bounded as the record keeps it.
+    pub fn reported(title: &str, last_bell_at: Option<DateTime<Utc>>) -> Self {
+        let title: String = title
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_TITLE_CHARS)
+            .collect();
+        Self {
+            title: (!title.is_empty()).then_some(title),
+            last_bell_at,
+        }
+    }
+
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    pub fn last_bell_at(&self) -> Option<DateTime<Utc>> {
+        self.last_bell_at
+    }
 }
 
 /// A broker as the registry knows it.
@@ -358,6 +399,8 @@ pub enum ChangeKind {
     Status,
     Closed,
     Attachments,
+    /// The window title changed or the bell rang.
+    Screen,
 }
 
 /// One change to a session, as this replica observed it.
@@ -421,5 +464,23 @@ mod tests {
         assert!(Alias::parse("has space").is_err());
         assert!(Alias::parse(&"a".repeat(129)).is_err());
         assert_eq!(Alias::Client("t".into()).to_text(), "client:t");
+    }
+
+    #[test]
+    fn a_window_title_is_kept_without_controls_and_cut_on_a_character_boundary() {
+        let title = |reported: &str| ScreenFacts::reported(reported, None).title;
+        assert_eq!(title("my title").as_deref(), Some("my title"));
+        assert_eq!(title(""), None);
+        assert_eq!(
+            title("\u{1b}\u{9b}\u{7}"),
+            None,
+            "controls alone are no title"
+        );
+        assert_eq!(title("a\u{1b}[31mb\u{9b}c").as_deref(), Some("a[31mbc"));
+        // Multi-byte characters: 1024 characters kept, never half of one.
+        let kept = title(&"é".repeat(MAX_TITLE_CHARS + 10)).expect("a title");
+        assert_eq!(kept, "é".repeat(MAX_TITLE_CHARS));
+        let exact = "x".repeat(MAX_TITLE_CHARS);
+        assert_eq!(title(&exact).as_deref(), Some(exact.as_str()));
     }
 }

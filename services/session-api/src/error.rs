@@ -44,9 +44,22 @@ pub enum Error {
     NoBrokerAvailable(&'static str),
     #[error("broker {broker_id} is unavailable: {message}")]
     BrokerUnavailable { broker_id: String, message: String },
+    /// The session's broker is marked down (it missed its heartbeats, or its event stream
+    /// broke), so a call that needs it is not tried.
+    #[error("broker {0} is down")]
+    BrokerDown(String),
     /// The broker answered with an error; its code and message are passed on.
     #[error("broker {broker_id}: {message}")]
     BrokerRefused {
+        broker_id: String,
+        code: tonic::Code,
+        message: String,
+    },
+    /// The broker's answer to a call session-api only forwards (the screen calls): a bad key
+    /// name or pattern, a bound exceeded, a client holding control, a wait that timed out. Its
+    /// code and message are the caller's answer, unchanged.
+    #[error("{message}")]
+    Forwarded {
         broker_id: String,
         code: tonic::Code,
         message: String,
@@ -74,8 +87,11 @@ impl Error {
             Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => ErrorCode::WrongState,
             Error::NoBrokerAvailable(_)
             | Error::BrokerUnavailable { .. }
+            | Error::BrokerDown(_)
             | Error::StartTimedOut(_) => ErrorCode::Unavailable,
-            Error::BrokerRefused { code, .. } => ErrorCode::from_grpc(*code),
+            Error::BrokerRefused { code, .. } | Error::Forwarded { code, .. } => {
+                ErrorCode::from_grpc(*code)
+            }
             Error::Database(_) | Error::CorruptRecord(_) => ErrorCode::Internal,
         }
     }
@@ -93,6 +109,26 @@ impl Error {
                 broker_id: broker_id.to_owned(),
                 code,
                 message: lowercase_first(status.message()),
+            },
+        }
+    }
+
+    /// The broker's answer to a forwarded call, as an error of this crate. Unlike
+    /// [`Error::from_broker_status`], DEADLINE_EXCEEDED is the broker's own answer here (a screen
+    /// wait timed out), not a broker that did not answer: this side's deadline always outlasts
+    /// the broker's, and its expiry reads as CANCELLED.
+    pub(crate) fn from_forwarded_status(broker_id: &str, status: tonic::Status) -> Self {
+        match status.code() {
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+                Error::BrokerUnavailable {
+                    broker_id: broker_id.to_owned(),
+                    message: lowercase_first(status.message()),
+                }
+            }
+            code => Error::Forwarded {
+                broker_id: broker_id.to_owned(),
+                code,
+                message: status.message().to_owned(),
             },
         }
     }
@@ -141,6 +177,47 @@ mod tests {
             tonic::Status::deadline_exceeded(""),
         ] {
             let error = Error::from_broker_status("b1", status);
+            assert!(
+                matches!(error, Error::BrokerUnavailable { .. }),
+                "{error:?}"
+            );
+            assert_eq!(error.code(), ErrorCode::Unavailable);
+        }
+    }
+
+    #[test]
+    fn a_forwarded_answer_keeps_the_brokers_words_unless_it_was_unreachable() {
+        for (status, code) in [
+            (
+                tonic::Status::invalid_argument("unknown key name \"Foo\""),
+                ErrorCode::Invalid,
+            ),
+            (
+                tonic::Status::failed_precondition("a client holds control"),
+                ErrorCode::WrongState,
+            ),
+            (
+                tonic::Status::deadline_exceeded("the screen did not match in time"),
+                ErrorCode::TimedOut,
+            ),
+            (
+                tonic::Status::not_found("session not found"),
+                ErrorCode::NotFound,
+            ),
+        ] {
+            let message = status.message().to_owned();
+            let error = Error::from_forwarded_status("b1", status);
+            assert!(matches!(error, Error::Forwarded { .. }), "{error:?}");
+            assert_eq!(error.code(), code);
+            assert_eq!(error.to_string(), message);
+        }
+        for status in [
+            tonic::Status::unavailable("connection refused"),
+            tonic::Status::unknown("transport error"),
+            // This side's own deadline ran out.
+            tonic::Status::cancelled("Timeout expired"),
+        ] {
+            let error = Error::from_forwarded_status("b1", status);
             assert!(
                 matches!(error, Error::BrokerUnavailable { .. }),
                 "{error:?}"

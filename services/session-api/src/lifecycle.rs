@@ -1,8 +1,9 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
-//! stream (reconnecting with backoff), records exits, closes, activity and attachments (the last
-//! two batched), and reconciles the records with the broker's Snapshot each time the stream
-//! (re)connects; a supervisor starts watchers for new brokers, marks silent brokers down, and
-//! closes (`broker_lost`) the sessions of a broker that stays down past the heartbeat timeout.
+//! stream (reconnecting with backoff), records exits, closes, activity, attachments, window
+//! titles and bells (the last four batched), and reconciles the records with the broker's
+//! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
+//! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
+//! down past the heartbeat timeout.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::broker_client::{BrokerEvent, BrokerSession, BrokerSessionState};
-use crate::domain::{Broker, ChangeKind, CloseReason, SessionStatus};
+use crate::domain::{Broker, ChangeKind, CloseReason, ScreenFacts, SessionStatus};
 use crate::error::Error;
 use crate::service::SessionService;
 use crate::store::{ActivityUpdate, now};
@@ -217,7 +218,7 @@ impl Watcher {
     async fn follow_events(&self, broker: &Broker, connected: &mut bool) -> Result<(), Error> {
         let events = self.service.brokers.watch_events(broker).await?;
         let mut events = std::pin::pin!(events);
-        let mut pending: HashMap<Uuid, ActivityUpdate> = HashMap::new();
+        let mut batch = Batch::default();
         let mut flush = tokio::time::interval(self.settings.activity_flush_interval);
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -228,7 +229,7 @@ impl Watcher {
                     Some(Err(error)) => break Err(error),
                     Some(Ok(event)) => {
                         let snapshot = matches!(event, BrokerEvent::Snapshot { .. });
-                        if let Err(error) = self.apply(broker, event, &mut pending).await {
+                        if let Err(error) = self.apply(broker, event, &mut batch).await {
                             break Err(error);
                         }
                         if snapshot && !*connected {
@@ -237,27 +238,25 @@ impl Watcher {
                         }
                     }
                 },
-                _ = flush.tick() => self.flush(&mut pending).await?,
+                _ = flush.tick() => self.flush(&mut batch).await?,
                 _ = heartbeat.tick(), if *connected => {
                     self.service.store.record_heartbeat(&broker.id).await?;
                 }
             }
         };
         // What was gathered before the stream ended is still true.
-        let flushed = self.flush(&mut pending).await;
+        let flushed = self.flush(&mut batch).await;
         result.and(flushed)
     }
 
-    async fn flush(&self, pending: &mut HashMap<Uuid, ActivityUpdate>) -> Result<(), Error> {
-        if pending.is_empty() {
+    async fn flush(&self, batch: &mut Batch) -> Result<(), Error> {
+        if batch.pending.is_empty() {
             return Ok(());
         }
-        let changed = self.service.store.record_activity(pending).await?;
-        pending.clear();
-        for session in &changed {
-            self.service
-                .changes
-                .publish(ChangeKind::Attachments, session);
+        let changed = self.service.store.record_activity(&batch.pending).await?;
+        batch.pending.clear();
+        for (kind, session) in &changed {
+            self.service.changes.publish(*kind, session);
         }
         Ok(())
     }
@@ -266,13 +265,13 @@ impl Watcher {
         &self,
         broker: &Broker,
         event: BrokerEvent,
-        pending: &mut HashMap<Uuid, ActivityUpdate>,
+        batch: &mut Batch,
     ) -> Result<(), Error> {
         let store = &self.service.store;
         let changes = &self.service.changes;
         match event {
             BrokerEvent::Snapshot { boot_id, sessions } => {
-                self.flush(pending).await?;
+                self.flush(batch).await?;
                 let previous = store.record_broker_boot(&broker.id, &boot_id).await?;
                 if previous
                     .as_deref()
@@ -280,17 +279,17 @@ impl Watcher {
                 {
                     tracing::info!(broker_id = %broker.id, boot_id, "broker restarted");
                 }
-                self.reconcile(broker, sessions, pending).await?;
+                self.reconcile(broker, sessions, batch).await?;
             }
             BrokerEvent::Started(started) => {
-                note_attachments(pending, &started);
+                batch.note_reported(&started);
                 match store.mark_session_running(started.session_id).await? {
                     Some(session) => changes.publish(ChangeKind::Status, &session),
                     None => self.kill_if_unknown(broker, started.session_id).await?,
                 }
             }
             BrokerEvent::ResetDone(reset) => {
-                note_attachments(pending, &reset);
+                batch.note_reported(&reset);
                 if let Some(session) = store.mark_session_running(reset.session_id).await? {
                     changes.publish(ChangeKind::Status, &session);
                 }
@@ -301,20 +300,30 @@ impl Watcher {
                 }
             }
             BrokerEvent::Closed { session_id, reason } => {
+                batch.forget(session_id);
                 if let Some(session) = store.close_session(session_id, reason).await? {
                     changes.publish(ChangeKind::Closed, &session);
                 }
             }
-            BrokerEvent::Activity { session_id, at } => {
-                let update = pending.entry(session_id).or_default();
+            BrokerEvent::Activity {
+                session_id,
+                at,
+                screen,
+            } => {
+                let update = batch.pending.entry(session_id).or_default();
                 update.last_activity_at =
                     Some(update.last_activity_at.map_or(at, |seen| seen.max(at)));
+                batch.note_screen(session_id, screen);
             }
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,
             } => {
-                pending.entry(session_id).or_default().attached_clients = Some(attached_clients);
+                batch
+                    .pending
+                    .entry(session_id)
+                    .or_default()
+                    .attached_clients = Some(attached_clients);
             }
         }
         Ok(())
@@ -328,7 +337,7 @@ impl Watcher {
         &self,
         broker: &Broker,
         reported: Vec<BrokerSession>,
-        pending: &mut HashMap<Uuid, ActivityUpdate>,
+        batch: &mut Batch,
     ) -> Result<(), Error> {
         let store = &self.service.store;
         let changes = &self.service.changes;
@@ -362,9 +371,13 @@ impl Watcher {
                 }
                 continue;
             };
-            note_attachments(pending, on_broker);
+            batch.note_reported(on_broker);
             if let Some(at) = on_broker.last_activity_at {
-                pending.entry(session.id).or_default().last_activity_at = Some(at);
+                batch
+                    .pending
+                    .entry(session.id)
+                    .or_default()
+                    .last_activity_at = Some(at);
             }
             match on_broker.state {
                 BrokerSessionState::Closed => {
@@ -431,11 +444,39 @@ fn is_lost(broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) -> bool {
     !broker.up && broker.last_heartbeat_at.is_some_and(|at| at < cutoff)
 }
 
-fn note_attachments(pending: &mut HashMap<Uuid, ActivityUpdate>, session: &BrokerSession) {
-    pending
-        .entry(session.session_id)
-        .or_default()
-        .attached_clients = Some(session.attached_clients);
+/// What one connection's events gathered for the next flush, and the screen facts each session
+/// was last reported with on it. Every second's activity of a session carries its title: one
+/// that did not change costs no statement.
+#[derive(Debug, Default)]
+struct Batch {
+    pending: HashMap<Uuid, ActivityUpdate>,
+    reported_screens: HashMap<Uuid, ScreenFacts>,
+}
+
+impl Batch {
+    /// The attachment count and screen facts of a session the broker described in full.
+    fn note_reported(&mut self, session: &BrokerSession) {
+        self.pending
+            .entry(session.session_id)
+            .or_default()
+            .attached_clients = Some(session.attached_clients);
+        self.note_screen(session.session_id, session.screen.clone());
+    }
+
+    /// Queues the screen facts for writing unless this connection reported them last time too.
+    /// The first report on a connection is always queued: the record may lag behind it.
+    fn note_screen(&mut self, session_id: Uuid, screen: ScreenFacts) {
+        if self.reported_screens.get(&session_id) == Some(&screen) {
+            return;
+        }
+        self.reported_screens.insert(session_id, screen.clone());
+        self.pending.entry(session_id).or_default().screen = Some(screen);
+    }
+
+    /// A closed session reports nothing more.
+    fn forget(&mut self, session_id: Uuid) {
+        self.reported_screens.remove(&session_id);
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! What session-api does, in domain terms: instances, sessions and their aliases, attach
-//! tickets, and the broker registry. `grpc.rs` calls this after validating its input.
+//! tickets, the broker registry, and the checks before a screen call is forwarded. `grpc.rs`
+//! calls this after validating its input.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -420,6 +421,26 @@ impl SessionService {
                     .await
             }
         }
+    }
+
+    /// The broker of a session of `instance` that is not closed, for the calls that only
+    /// forward to it (the screen calls). Refused without calling the broker: an unknown session
+    /// or another instance's, a closed one ([`Error::SessionClosed`]), one whose broker is
+    /// marked down ([`Error::BrokerDown`]).
+    pub async fn broker_of_open_session(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+    ) -> Result<Broker, Error> {
+        let session = self.get_session(instance, session_id).await?;
+        if session.status == SessionStatus::Closed {
+            return Err(Error::SessionClosed(session_id));
+        }
+        let broker = self.store.get_broker(&session.broker_id).await?;
+        if !broker.up {
+            return Err(Error::BrokerDown(broker.id));
+        }
+        Ok(broker)
     }
 
     /// Session changes from now on; the caller filters by instance.

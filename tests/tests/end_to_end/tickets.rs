@@ -25,6 +25,7 @@ async fn attach(
             role: broker_pb::Role::Controller.into(),
             size: None,
             since: None,
+            snapshot: false,
         })),
     };
     // The client's side stays open after the hello, as a real client's does.

@@ -348,7 +348,8 @@ impl Screen {
     }
 
     /// The screen's text as the wait API searches it: the scrollback rows asked for and the
-    /// visible rows, trailing spaces trimmed, joined by `\n`.
+    /// visible rows, trailing spaces trimmed (but the cursor's row keeps them up to the cursor),
+    /// joined by `\n`.
     pub fn text(&self, scrollback: usize) -> String {
         view::text(self, scrollback)
     }
@@ -568,6 +569,13 @@ mod tests {
         let text = screen.text(usize::MAX);
         assert!(text.starts_with("row 0\nrow 1"), "{text}");
         assert_same_screen(&restored(&screen), &screen);
+    }
+
+    #[test]
+    fn the_text_a_wait_searches_keeps_a_prompt_s_space_before_the_cursor() {
+        let screen = fed(size(20, 3), 0, b"done   \r\n$ ");
+        assert_eq!(screen.text(0), "done\n$ \n");
+        assert_eq!(screen.view(ScreenFormat::Text, 0).lines, ["done", "$", ""]);
     }
 
     #[test]

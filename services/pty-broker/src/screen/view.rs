@@ -2,6 +2,8 @@
 //! rows drawn with their attributes (ANSI), or rows of cells with attributes, each with up to N
 //! rows of scrollback above the visible ones.
 
+use unicode_width::UnicodeWidthStr as _;
+
 use super::Screen;
 use super::scrollback::ScrollbackRow;
 use crate::domain::TerminalSize;
@@ -118,8 +120,24 @@ pub(super) fn build(screen: &Screen, format: ScreenFormat, scrollback: usize) ->
     view
 }
 
+/// The text a wait searches: as [`ScreenFormat::Text`], except that the cursor's row keeps its
+/// spaces up to the cursor, so that a prompt waiting for input (`$ `) ends in its space.
 pub(super) fn text(screen: &Screen, scrollback: usize) -> String {
-    lines(screen, scrollback).join("\n")
+    let mut lines = lines(screen, scrollback);
+    let history = screen
+        .parser
+        .callbacks()
+        .scrollback
+        .newest(scrollback)
+        .len();
+    let (cursor_row, cursor_col) = screen.parser.screen().cursor_position();
+    if let Some(line) = lines.get_mut(history + usize::from(cursor_row)) {
+        let width = line.width();
+        if width < usize::from(cursor_col) {
+            line.extend(std::iter::repeat_n(' ', usize::from(cursor_col) - width));
+        }
+    }
+    lines.join("\n")
 }
 
 fn lines(screen: &Screen, scrollback: usize) -> Vec<String> {

@@ -3,6 +3,7 @@
 //! reason without one, and fail under `CI=true`.
 //!
 //! - `attach`: the Attach scenarios over gRPC, each run against the local and the Docker runtime;
+//! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
@@ -15,5 +16,6 @@ mod attach;
 mod docker_runtime;
 mod local_runtime;
 mod restart;
+mod screens;
 mod service;
 mod teardown;

@@ -1,7 +1,9 @@
 //! The gRPC adapter: `SessionApi` and `BrokerRegistry` served over the generated types, and the
 //! one mapping of [`Error`] to `tonic::Status`. Requests become domain types in `from_pb.rs`,
-//! answers become messages in `to_pb.rs`; no generated type goes further in.
+//! answers become messages in `to_pb.rs`; no generated type goes further in. The screen calls,
+//! which session-api checks and forwards, go from `forward.rs` to the broker adapter directly.
 
+mod forward;
 mod from_pb;
 mod to_pb;
 
@@ -10,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
@@ -39,7 +42,9 @@ impl From<Error> for Status {
         }
         match error {
             // The broker's own code goes on unchanged, even one the table has no entry for.
-            Error::BrokerRefused { code, .. } => Status::new(code, error.to_string()),
+            Error::BrokerRefused { code, .. } | Error::Forwarded { code, .. } => {
+                Status::new(code, error.to_string())
+            }
             error => code.status(error.to_string()),
         }
     }
@@ -250,6 +255,64 @@ impl SessionApi for GrpcSessionApi {
         Ok(Response::new(session_to_pb(&session)))
     }
 
+    async fn get_screen(
+        &self,
+        request: Request<pb::GetScreenRequest>,
+    ) -> Result<Response<broker_pb::Screen>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        let screen = self
+            .service
+            .brokers
+            .get_screen(&broker, forward::get_screen_request(session_id, request))
+            .await?;
+        Ok(Response::new(screen))
+    }
+
+    async fn send_input(
+        &self,
+        request: Request<pb::SendInputRequest>,
+    ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        let written = self
+            .service
+            .brokers
+            .send_input(&broker, forward::send_input_request(session_id, request))
+            .await?;
+        Ok(Response::new(written))
+    }
+
+    async fn wait_for_screen(
+        &self,
+        request: Request<pb::WaitForScreenRequest>,
+    ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        // The caller going away drops this future and, with it, the broker call.
+        let outcome = self
+            .service
+            .brokers
+            .wait_for_screen(
+                &broker,
+                forward::wait_for_screen_request(session_id, request),
+            )
+            .await?;
+        Ok(Response::new(outcome))
+    }
+
     type WatchSessionsStream = ChangeStream;
 
     async fn watch_sessions(
@@ -352,6 +415,11 @@ mod tests {
             code,
             message: "refused".into(),
         };
+        let forwarded = |code| Error::Forwarded {
+            broker_id: "b1".into(),
+            code,
+            message: "the broker's own words".into(),
+        };
         let cases = [
             (
                 Error::InvalidRequest("instance is required".into()),
@@ -398,6 +466,14 @@ mod tests {
                 Code::Unavailable,
             ),
             (Error::StartTimedOut(id), Code::Unavailable),
+            (Error::BrokerDown("b1".into()), Code::Unavailable),
+            (forwarded(Code::InvalidArgument), Code::InvalidArgument),
+            (
+                forwarded(Code::FailedPrecondition),
+                Code::FailedPrecondition,
+            ),
+            (forwarded(Code::DeadlineExceeded), Code::DeadlineExceeded),
+            (forwarded(Code::NotFound), Code::NotFound),
             (refused(Code::FailedPrecondition), Code::FailedPrecondition),
             // Codes the table has no entry for still reach the caller as the broker sent them.
             (refused(Code::Aborted), Code::Aborted),
@@ -417,6 +493,11 @@ mod tests {
         assert_eq!(
             Status::from(Error::CapReached(5)).message(),
             "Maximum of 5 terminal sessions reached for this instance"
+        );
+        assert_eq!(
+            Status::from(forwarded(Code::InvalidArgument)).message(),
+            "the broker's own words",
+            "a forwarded answer is the broker's, word for word"
         );
     }
 }

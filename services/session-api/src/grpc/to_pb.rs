@@ -93,6 +93,8 @@ pub(super) fn session_to_pb(session: &Session) -> pb::Session {
         last_activity_at: Some(timestamp(session.last_activity_at)),
         closed_at: session.closed_at.map(timestamp),
         attached_clients: session.attached_clients,
+        title: session.title.clone().unwrap_or_default(),
+        last_bell_at: session.last_bell_at.map(timestamp),
     }
 }
 
@@ -129,6 +131,7 @@ pub(super) fn change_to_pb(change: &SessionChange) -> pb::SessionChange {
         ChangeKind::Status => Kind::Status,
         ChangeKind::Closed => Kind::Closed,
         ChangeKind::Attachments => Kind::Attachments,
+        ChangeKind::Screen => Kind::Screen,
     };
     pb::SessionChange {
         kind: kind.into(),

@@ -12,7 +12,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(CreateTables)]
+        vec![Box::new(CreateTables), Box::new(AddSessionTitleAndBell)]
     }
 }
 
@@ -68,6 +68,8 @@ enum TerminalSessions {
     LastActivityAt,
     ClosedAt,
     UpdatedAt,
+    Title,
+    LastBellAt,
 }
 
 #[derive(DeriveIden)]
@@ -296,6 +298,58 @@ impl MigrationTrait for CreateTables {
         ] {
             manager
                 .drop_table(Table::drop().table(table).to_owned())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The window title and the last bell on the session record (issue 14, screens). Both nullable,
+/// so existing rows need no value and PostgreSQL adds them without rewriting the table.
+struct AddSessionTitleAndBell;
+
+impl MigrationName for AddSessionTitleAndBell {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261201_000001_add_session_title_and_bell"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddSessionTitleAndBell {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite's ALTER TABLE adds one at a time.
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .add_column(ColumnDef::new(TerminalSessions::Title).text().null())
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .add_column(
+                        ColumnDef::new(TerminalSessions::LastBellAt)
+                            .timestamp_with_time_zone()
+                            .null(),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        for column in [TerminalSessions::LastBellAt, TerminalSessions::Title] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(TerminalSessions::Table)
+                        .drop_column(column)
+                        .to_owned(),
+                )
                 .await?;
         }
         Ok(())

@@ -198,6 +198,8 @@ fn session_from_model(
         last_activity_at: model.last_activity_at,
         closed_at: model.closed_at,
         attached_clients: non_negative(model.attached_clients),
+        title: model.title,
+        last_bell_at: model.last_bell_at,
     })
 }
 

@@ -105,6 +105,8 @@ impl Store {
             last_activity_at: at,
             closed_at: None,
             updated_at: at,
+            title: None,
+            last_bell_at: None,
         };
         terminal_session::Entity::insert(terminal_session::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)

@@ -1,23 +1,28 @@
 //! Writing sessions: status transitions, renames, closes (releasing the aliases), exits, and
-//! the batched activity and attachment counts from the brokers' event streams.
+//! the batched activity, attachment counts, window titles and bells from the brokers' event
+//! streams.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
 use super::entities::{session_alias, terminal_session};
 use super::{Store, load_session, now};
-use crate::domain::{CloseReason, ExitStatus, Session, SessionName, SessionStatus};
+use crate::domain::{
+    ChangeKind, CloseReason, ExitStatus, ScreenFacts, Session, SessionName, SessionStatus,
+};
 use crate::error::Error;
 
 /// Batched lifecycle facts about one session, written together.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ActivityUpdate {
     pub last_activity_at: Option<DateTime<Utc>>,
     pub attached_clients: Option<u32>,
+    /// The title and last bell as the broker reported them last.
+    pub screen: Option<ScreenFacts>,
 }
 
 impl Store {
@@ -195,8 +200,10 @@ impl Store {
         Ok(Some(session))
     }
 
-    /// Writes a batch of activity and attachment updates in one transaction. Returns the
-    /// sessions whose attachment count changed.
+    /// Writes a batch of activity, attachment and screen updates in one transaction; a row
+    /// whose values are already those is not written. Returns the changes to publish: each
+    /// session whose attachment count changed ([`ChangeKind::Attachments`]) or whose title or
+    /// last bell changed ([`ChangeKind::Screen`]), as it was right after that change.
     ///
     /// Every replica writes the batches of every broker it follows, so two replicas update the
     /// same rows at once: rows are locked in id order, so that the batches never deadlock each
@@ -204,7 +211,7 @@ impl Store {
     pub async fn record_activity(
         &self,
         updates: &HashMap<Uuid, ActivityUpdate>,
-    ) -> Result<Vec<Session>, Error> {
+    ) -> Result<Vec<(ChangeKind, Session)>, Error> {
         let mut ordered: Vec<(&Uuid, &ActivityUpdate)> = updates.iter().collect();
         ordered.sort_unstable_by_key(|(session_id, _)| **session_id);
         let mut attempt = 1;
@@ -222,12 +229,12 @@ impl Store {
     async fn record_activity_once(
         &self,
         updates: &[(&Uuid, &ActivityUpdate)],
-    ) -> Result<Vec<Session>, Error> {
+    ) -> Result<Vec<(ChangeKind, Session)>, Error> {
         if updates.is_empty() {
             return Ok(Vec::new());
         }
         let transaction = self.begin_write().await?;
-        let mut attachment_changes = Vec::new();
+        let mut changes = Vec::new();
         for &(session_id, update) in updates {
             if let Some(at) = update.last_activity_at {
                 terminal_session::Entity::update_many()
@@ -251,17 +258,62 @@ impl Store {
                     .exec(&transaction)
                     .await?;
                 if changed.rows_affected > 0 {
-                    attachment_changes.push(*session_id);
+                    // Read now, so that a screen change below is a change of its own to
+                    // watchers, not one they have already seen.
+                    let session = load_session(&transaction, *session_id).await?;
+                    changes.push((ChangeKind::Attachments, session));
                 }
             }
-        }
-        let mut sessions = Vec::new();
-        for session_id in attachment_changes {
-            sessions.push(load_session(&transaction, session_id).await?);
+            if let Some(screen) = &update.screen
+                && record_screen(&transaction, *session_id, screen).await?
+            {
+                let session = load_session(&transaction, *session_id).await?;
+                changes.push((ChangeKind::Screen, session));
+            }
         }
         transaction.commit().await?;
-        Ok(sessions)
+        Ok(changes)
     }
+}
+
+/// Writes the title and last bell of a session that is not closed, unless they are already
+/// those. Whether the row changed.
+async fn record_screen(
+    db: &impl ConnectionTrait,
+    session_id: Uuid,
+    screen: &ScreenFacts,
+) -> Result<bool, Error> {
+    // Both databases keep microseconds: compare what would be stored.
+    let last_bell_at = screen.last_bell_at().map(|at| at.trunc_subsecs(6));
+    // Null-safe "differs", written out: SQLite's `IS NOT` is not PostgreSQL's, and PostgreSQL's
+    // `IS DISTINCT FROM` needs SQLite 3.39.
+    let title_differs = match screen.title() {
+        None => Condition::all().add(terminal_session::Column::Title.is_not_null()),
+        Some(title) => Condition::any()
+            .add(terminal_session::Column::Title.is_null())
+            .add(terminal_session::Column::Title.ne(title)),
+    };
+    let bell_differs = match last_bell_at {
+        None => Condition::all().add(terminal_session::Column::LastBellAt.is_not_null()),
+        Some(at) => Condition::any()
+            .add(terminal_session::Column::LastBellAt.is_null())
+            .add(terminal_session::Column::LastBellAt.ne(at)),
+    };
+    let changed = terminal_session::Entity::update_many()
+        .col_expr(
+            terminal_session::Column::Title,
+            Expr::value(screen.title().map(str::to_owned)),
+        )
+        .col_expr(
+            terminal_session::Column::LastBellAt,
+            Expr::value(last_bell_at),
+        )
+        .filter(terminal_session::Column::Id.eq(session_id))
+        .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
+        .filter(Condition::any().add(title_differs).add(bell_differs))
+        .exec(db)
+        .await?;
+    Ok(changed.rows_affected > 0)
 }
 
 async fn release_aliases(

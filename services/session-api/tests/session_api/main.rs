@@ -1,10 +1,11 @@
 //! session-api's integration tests, in one binary so that the crate graph links once: the store
-//! on both databases, the gRPC API with a real pty-broker in-process, and the lifecycle across
-//! broker faults.
+//! on both databases, the gRPC API with a real pty-broker in-process, the screen calls, and the
+//! lifecycle across broker faults.
 
 #[macro_use]
 mod support;
 
 mod lifecycle;
+mod screens;
 mod sessions;
 mod store;

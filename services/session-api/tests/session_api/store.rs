@@ -1,13 +1,16 @@
 //! The store on both databases, without brokers: migrations, the cap and aliases under
-//! concurrency, names.
+//! concurrency, names, the batched title and bell.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use ptyhub_wire::TerminalSize;
 use session_api::Error;
-use session_api::domain::{Alias, NewInstance, SessionName, Target};
-use session_api::store::{Reservation, SessionReservation, Store};
+use session_api::domain::{
+    Alias, ChangeKind, CloseReason, NewInstance, ScreenFacts, Session, SessionName, Target,
+};
+use session_api::store::{ActivityUpdate, Reservation, SessionReservation, Store};
 
 use crate::support::{Backend, FreshDatabase};
 
@@ -18,7 +21,7 @@ async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {
     Some((database, store))
 }
 
-fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
+pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
     NewInstance {
         name: name.to_owned(),
         target: Target::Local,
@@ -32,7 +35,11 @@ fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
     }
 }
 
-fn reservation(instance_id: uuid::Uuid, aliases: Vec<Alias>, reuse: bool) -> SessionReservation {
+pub(crate) fn reservation(
+    instance_id: uuid::Uuid,
+    aliases: Vec<Alias>,
+    reuse: bool,
+) -> SessionReservation {
     SessionReservation {
         instance_id,
         name: None,
@@ -187,5 +194,143 @@ both_databases!(
             panic!("expected a new session")
         };
         assert_eq!(session.name, "Session 1");
+    }
+);
+
+/// Records one batch that reports `screen` (and, when given, an attachment count) for
+/// `session_id`; returns the changes it made, as (kind, title, last bell).
+async fn record_screen(
+    store: &Store,
+    session_id: uuid::Uuid,
+    screen: ScreenFacts,
+    attached_clients: Option<u32>,
+) -> Vec<(ChangeKind, Option<String>, Option<DateTime<Utc>>)> {
+    let update = ActivityUpdate {
+        screen: Some(screen),
+        attached_clients,
+        ..ActivityUpdate::default()
+    };
+    store
+        .record_activity(&HashMap::from([(session_id, update)]))
+        .await
+        .expect("record activity")
+        .into_iter()
+        .map(|(kind, session): (ChangeKind, Session)| {
+            assert_eq!(session.id, session_id);
+            (kind, session.title, session.last_bell_at)
+        })
+        .collect()
+}
+
+both_databases!(
+    a_title_and_bell_are_written_when_they_change_and_only_then,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let instance = store
+            .insert_instance(&new_instance("screens", 5), "b1")
+            .await
+            .unwrap();
+        let Reservation::Created { session, .. } = store
+            .reserve_session(&reservation(instance.id, vec![], false))
+            .await
+            .unwrap()
+        else {
+            panic!("expected a new session")
+        };
+        assert_eq!(
+            (session.title.as_deref(), session.last_bell_at),
+            (None, None)
+        );
+        // Nanoseconds, which neither database keeps: the same report again is no change.
+        let bell = DateTime::from_timestamp(1_800_000_000, 123_456_789).unwrap();
+        let stored_bell = DateTime::from_timestamp(1_800_000_000, 123_456_000).unwrap();
+
+        assert_eq!(
+            record_screen(&store, session.id, ScreenFacts::reported("", None), None).await,
+            [],
+            "no title and no bell is what the record says already"
+        );
+        assert_eq!(
+            record_screen(
+                &store,
+                session.id,
+                ScreenFacts::reported("vim", Some(bell)),
+                None
+            )
+            .await,
+            [(
+                ChangeKind::Screen,
+                Some("vim".to_owned()),
+                Some(stored_bell)
+            )]
+        );
+        assert_eq!(
+            record_screen(
+                &store,
+                session.id,
+                ScreenFacts::reported("vim", Some(bell)),
+                None
+            )
+            .await,
+            [],
+            "the same title and bell again are not written"
+        );
+        // The attachment change and the screen change are two changes, each with the session
+        // as it was right after it.
+        assert_eq!(
+            record_screen(
+                &store,
+                session.id,
+                ScreenFacts::reported("", Some(bell)),
+                Some(2)
+            )
+            .await,
+            [
+                (
+                    ChangeKind::Attachments,
+                    Some("vim".to_owned()),
+                    Some(stored_bell)
+                ),
+                (ChangeKind::Screen, None, Some(stored_bell)),
+            ]
+        );
+        let long = "標".repeat(5000);
+        assert_eq!(
+            record_screen(
+                &store,
+                session.id,
+                ScreenFacts::reported(&long, Some(bell)),
+                None
+            )
+            .await,
+            [(
+                ChangeKind::Screen,
+                Some("標".repeat(1024)),
+                Some(stored_bell)
+            )],
+            "a title is stored as at most 1024 characters"
+        );
+        let read = store.get_session(instance.id, session.id).await.unwrap();
+        assert_eq!(read.title, Some("標".repeat(1024)));
+        assert_eq!(read.last_bell_at, Some(stored_bell));
+
+        store
+            .close_session(session.id, CloseReason::ClosedByUser)
+            .await
+            .unwrap()
+            .expect("was live");
+        assert_eq!(
+            record_screen(
+                &store,
+                session.id,
+                ScreenFacts::reported("late", None),
+                None
+            )
+            .await,
+            [],
+            "a closed record is final"
+        );
     }
 );

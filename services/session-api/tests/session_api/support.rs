@@ -237,6 +237,29 @@ pub fn start_session_api_on(
     database_url: &str,
     brokers: &[(&str, String)],
 ) -> Isolated {
+    start_session_api_configured(listener, database_url, brokers, |_| {})
+}
+
+/// [`start_session_api`] with settings of the test's own, applied last.
+pub fn start_session_api_with(
+    database_url: &str,
+    brokers: &[(&str, String)],
+    configure: impl FnOnce(&mut session_api::Config),
+) -> Isolated {
+    start_session_api_configured(
+        std::net::TcpListener::bind("127.0.0.1:0").expect("bind"),
+        database_url,
+        brokers,
+        configure,
+    )
+}
+
+fn start_session_api_configured(
+    listener: std::net::TcpListener,
+    database_url: &str,
+    brokers: &[(&str, String)],
+    configure: impl FnOnce(&mut session_api::Config),
+) -> Isolated {
     let mut config = session_api::Config::new(
         database_url,
         ServiceCredential::new(SERVICE_TOKEN).expect("a valid service credential"),
@@ -251,6 +274,7 @@ pub fn start_session_api_on(
         .collect();
     config.activity_flush_interval = Duration::from_millis(100);
     config.heartbeat_timeout = Duration::from_secs(3);
+    configure(&mut config);
     Isolated::start_on(listener, move |listener, shutdown| async move {
         match session_api::run(config, listener, async {
             let _ = shutdown.await;

@@ -272,6 +272,59 @@ impl TestBroker {
         Ok(self.attach_with(hello).await?)
     }
 
+    pub async fn screen(
+        &self,
+        session_id: &str,
+        format: pb::ScreenFormat,
+        scrollback: u32,
+    ) -> Result<pb::Screen, Status> {
+        let request = pb::GetScreenRequest {
+            session_id: session_id.to_owned(),
+            format: format as i32,
+            scrollback,
+        };
+        Ok(self
+            .client
+            .clone()
+            .get_screen(authorized(request))
+            .await?
+            .into_inner())
+    }
+
+    pub async fn send_keys(
+        &self,
+        session_id: &str,
+        items: Vec<pb::input_item::Item>,
+        force: bool,
+    ) -> Result<pb::SendInputResponse, Status> {
+        let request = pb::SendInputRequest {
+            session_id: session_id.to_owned(),
+            items: items
+                .into_iter()
+                .map(|item| pb::InputItem { item: Some(item) })
+                .collect(),
+            force,
+        };
+        Ok(self
+            .client
+            .clone()
+            .send_input(authorized(request))
+            .await?
+            .into_inner())
+    }
+
+    pub async fn wait_for_screen(
+        &self,
+        request: pb::WaitForScreenRequest,
+    ) -> Result<pb::WaitForScreenResponse, Status> {
+        Ok(self
+            .client
+            .clone()
+            .wait_for_screen(authorized(request))
+            .await?
+            .into_inner())
+    }
+
     /// Sends `hello` as the first frame; the error is the call's status.
     pub async fn attach_with(&self, hello: pb::Hello) -> Result<AttachedClient, Status> {
         self.attach_with_first_frame(pb::ClientFrame {
@@ -523,6 +576,9 @@ impl AttachedClient {
         match &frame {
             Some(pb::server_frame::Frame::Output(chunk)) => self.check_offset(chunk)?,
             Some(pb::server_frame::Frame::Gap(gap)) => self.next_offset = Some(gap.offset),
+            Some(pb::server_frame::Frame::Snapshot(snapshot)) => {
+                self.next_offset = Some(snapshot.offset);
+            }
             Some(pb::server_frame::Frame::Connected(connected)) => {
                 self.next_offset = Some(connected.offset);
             }

@@ -22,6 +22,12 @@ pub struct Model {
     pub last_activity_at: DateTimeUtc,
     pub closed_at: Option<DateTimeUtc>,
     pub updated_at: DateTimeUtc,
+    /// The window title as the broker last reported it, at most 1024 characters; `NULL` for
+    /// none.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub title: Option<String>,
+    /// When the program last rang the bell, as the broker last reported it.
+    pub last_bell_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
