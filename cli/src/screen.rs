@@ -75,8 +75,9 @@ pub struct WaitArgs {
     pub instance: String,
     /// The session id.
     pub session: String,
-    /// A regular expression (Rust regex syntax) searched in the screen's text. Without it any
-    /// screen matches: wait for --quiet, or for the process to end.
+    /// A regular expression (Rust regex syntax, multi-line: `^` and `$` match at each row)
+    /// searched in the screen's text. Without it any screen matches: wait for --quiet, or for
+    /// the process to end.
     pub pattern: Option<String>,
     /// Give up after this long (at most 5m) and exit with 124.
     #[arg(long, default_value = "30s", value_parser = parse_timeout)]

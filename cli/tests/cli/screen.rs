@@ -102,7 +102,8 @@ fn send_types_and_wait_waits_until_the_screen_answers() {
         "greeter",
         &["sh", "-c", "read -p 'name? ' n; echo \"hi $n\"; sleep 5"],
     );
-    let prompt = up.run(&["wait", "greeter", &session, "name\\?"]);
+    // The prompt waits with its space kept up to the cursor.
+    let prompt = up.run(&["wait", "greeter", &session, "^name\\? $"]);
     assert_eq!(prompt.status.code(), Some(0), "{prompt:?}");
     assert!(String::from_utf8_lossy(&prompt.stdout).starts_with("name?"));
 
@@ -123,7 +124,7 @@ fn send_types_and_wait_waits_until_the_screen_answers() {
         "wait",
         "greeter",
         &session,
-        "(?m)^hi ptyhub$",
+        "^hi ptyhub$",
         "--after",
         &offset.to_string(),
     ]);
