@@ -1,6 +1,10 @@
 //! The terminal stream of `ptyhub attach` and `ptyhub exec`: one broker `Attach` stream at a time,
 //! resumed from the last offset after a dropped connection, until the process exits, the user
 //! detaches, or another controller takes over.
+//!
+//! `attach` opens with a snapshot of the screen (the user's terminal is not a fresh one: the
+//! snapshot starts with `ESC c`, which resets it, as tmux does on attach) and resumes with raw
+//! output after a drop; `exec` always asks for raw output, since its output is the command's.
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +55,9 @@ pub struct AttachRequest {
     pub target: session_pb::AttachTarget,
     pub role: broker_pb::Role,
     pub since: Option<u64>,
+    /// Open with a snapshot of the screen instead of a replay of raw bytes (only the first stream;
+    /// a resumed one goes on from the last offset it wrote).
+    pub snapshot: bool,
     /// A person is watching (`attach`): lost bytes and reconnections are said on stderr. `exec`
     /// fails on lost bytes instead.
     pub interactive: bool,
@@ -77,6 +84,9 @@ pub async fn run_attach(
         held_input: Vec::new(),
         connected: false,
         reconnecting: false,
+        pending_gap: None,
+        // Without a snapshot to wait for, the stream starts where the terminal is.
+        screen_drawn: !request.snapshot,
     };
     let mut dropped_since: Option<Instant> = None;
     let mut backoff = BACKOFF_START;
@@ -193,6 +203,11 @@ struct Progress {
     connected: bool,
     /// A stream dropped and no new one is connected yet.
     reconnecting: bool,
+    /// Bytes lost before the frame that comes next: said unless a snapshot redraws the screen.
+    pending_gap: Option<u64>,
+    /// The terminal shows the session (a snapshot or output was written): from here on a new
+    /// stream resumes from `next_offset`, before it a new stream asks for the snapshot again.
+    screen_drawn: bool,
 }
 
 enum StreamEnd {
@@ -238,7 +253,8 @@ async fn stream_once(
             } else {
                 None
             },
-            since: progress.next_offset,
+            since: progress.next_offset.filter(|_| progress.screen_drawn),
+            snapshot: !progress.screen_drawn,
         })),
     };
     // The channel is empty and open: these cannot fail.
@@ -271,9 +287,27 @@ async fn stream_once(
                     }
                     Err(status) => return Err(StreamEnd::Fatal(anyhow!(status.message().to_owned()))),
                 };
+                // A gap that a snapshot follows needs no notice: the screen is whole again.
+                if let Some(lost) = progress.pending_gap.take()
+                    && !matches!(frame.frame, Some(server_frame::Frame::Snapshot(_)))
+                {
+                    eprint!("\r\n[ptyhub: {lost} bytes of output were lost]\r\n");
+                }
                 match frame.frame {
+                    Some(server_frame::Frame::Snapshot(snapshot)) => {
+                        // The snapshot stands in for raw bytes: fine for a person's terminal, a
+                        // loss for `exec`, whose output is the command's.
+                        if !request.interactive {
+                            return Err(StreamEnd::Fatal(anyhow!("output was lost: the server sent a screen snapshot instead of the raw bytes")));
+                        }
+                        stdout.write_all(&snapshot.data).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                        stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                        progress.next_offset = Some(snapshot.offset);
+                        progress.screen_drawn = true;
+                    }
                     Some(server_frame::Frame::Output(output)) => {
                         progress.next_offset = Some(output.offset + output.data.len() as u64);
+                        progress.screen_drawn = true;
                         let data: &[u8] = match (progress.before_ready.as_mut(), request.ready_marker) {
                             (Some(pending), Some(marker)) => {
                                 pending.extend_from_slice(&output.data);
@@ -302,7 +336,7 @@ async fn stream_once(
                         if !request.interactive {
                             return Err(StreamEnd::Fatal(anyhow!("{} bytes of output were lost", gap.lost)));
                         }
-                        eprint!("\r\n[ptyhub: {} bytes of output were lost]\r\n", gap.lost);
+                        progress.pending_gap = Some(gap.lost);
                         progress.next_offset = Some(gap.offset);
                     }
                     Some(server_frame::Frame::Exit(exit)) => {
@@ -315,7 +349,14 @@ async fn stream_once(
                     Some(server_frame::Frame::Error(error)) => {
                         eprint!("\r\n[ptyhub: {}]\r\n", error.message);
                     }
-                    Some(server_frame::Frame::Resize(_) | server_frame::Frame::Resetting(_)) | None => {}
+                    Some(server_frame::Frame::Resetting(_)) => {
+                        // The broker's screen is cleared for the new process; so is the user's.
+                        if request.interactive {
+                            stdout.write_all(terminal::RESET_TERMINAL).await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                            stdout.flush().await.map_err(|error| StreamEnd::Fatal(error.into()))?;
+                        }
+                    }
+                    Some(server_frame::Frame::Resize(_)) | None => {}
                 }
             }
             event = input.recv(), if progress.input_open && ready => {

@@ -2,20 +2,21 @@
 //! exec`, manage instances and sessions).
 //!
 //! Errors are one line on stderr and a non-zero exit code; `attach` and `exec` exit with the
-//! remote process's exit code.
+//! remote process's exit code, `wait` with 124 when it times out.
 
 #![forbid(unsafe_code)]
 
 mod attach;
 mod connection;
 mod manage;
+mod screen;
 mod terminal;
 mod up;
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
@@ -73,8 +74,16 @@ enum Command {
     Reset { instance: String, session: String },
     /// Close a session, ending its processes.
     Rm { instance: String, session: String },
-    /// Attach this terminal to a session (Ctrl-P Ctrl-Q detaches).
+    /// Attach this terminal to a session: it shows the session's screen, then its output
+    /// (Ctrl-P Ctrl-Q detaches).
     Attach(AttachArgs),
+    /// Print what a session's terminal shows now.
+    Screen(screen::ScreenArgs),
+    /// Type into a session without attaching, and print the output offset it was typed at.
+    Send(screen::SendArgs),
+    /// Wait until a session's screen matches a pattern and print it; exit 124 on timeout, 1 if
+    /// the process ends first.
+    Wait(screen::WaitArgs),
     /// Run a command in a new session, stream its output, exit with its exit code.
     Exec {
         instance: String,
@@ -112,7 +121,7 @@ struct AttachArgs {
     /// The key sequence that detaches and leaves the session running; empty disables it.
     #[arg(long, default_value = "ctrl-p,ctrl-q", env = "PTYHUB_DETACH_KEYS")]
     detach_keys: String,
-    /// Replay output from this offset instead of from the oldest byte kept.
+    /// Replay the raw output from this offset instead of starting with a snapshot of the screen.
     #[arg(long)]
     since: Option<u64>,
 }
@@ -122,7 +131,13 @@ struct AttachArgs {
 const EXEC_READY_MARKER: &[u8] = b"\x1b]ptyhub-exec-ready\x07";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    // Derived fields lose the order of `send`'s mixed --text and --key; the matches keep it.
+    let send_items = matches
+        .subcommand_matches("send")
+        .map(screen::input_items_in_order)
+        .unwrap_or_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -134,7 +149,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(cli, send_items));
     // Tokio reads stdin on a blocking thread that cannot be cancelled: waiting for it would
     // hang until the user pressed a key after the session ended.
     runtime.shutdown_background();
@@ -142,7 +157,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("ptyhub: {}", one_line(&error));
-            ExitCode::FAILURE
+            match error.downcast_ref::<screen::ExitWith>() {
+                Some(exit) => ExitCode::from(exit.status),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -180,7 +198,7 @@ fn describe_status(status: &tonic::Status) -> String {
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode> {
     let output = if cli.json {
         Output::Json
     } else {
@@ -217,6 +235,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Rm { instance, session } => {
             manage::session_rm(connection, instance, session, output).await?
         }
+        Command::Screen(args) => screen::screen(connection, args, output).await?,
+        Command::Send(args) => screen::send(connection, args, send_items, output).await?,
+        Command::Wait(args) => return screen::wait(connection, args, output).await,
         Command::Attach(args) => return attach_terminal(connection, args).await,
         Command::Exec { instance, command } => {
             return exec_command(connection, instance, command).await;
@@ -281,11 +302,16 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
     let mut signals = EndingSignals::install()?;
     let outcome = {
         let _raw_mode = terminal::RawModeGuard::enable()?;
+        // Dropped before raw mode is undone: a snapshot or the program may have switched the
+        // terminal's modes, and they are put back on every way out.
+        let _display_modes = terminal::DisplayModesGuard::new();
         let request = AttachRequest {
             instance: args.instance,
             target,
             role,
             since: args.since,
+            // An explicit --since asks for the raw bytes from there.
+            snapshot: args.since.is_none(),
             interactive: true,
             ready_marker: None,
         };
@@ -366,6 +392,7 @@ async fn exec_command(
         target,
         role: broker_pb::Role::Controller,
         since: Some(0),
+        snapshot: false,
         interactive: false,
         ready_marker: Some(EXEC_READY_MARKER),
     };

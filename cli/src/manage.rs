@@ -388,7 +388,7 @@ fn print_sessions(sessions: &[session_pb::Session], output: Output) -> Result<()
     }
 }
 
-fn print_json(value: &impl Serialize) -> Result<()> {
+pub fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -1,7 +1,7 @@
-//! The caller's own terminal: its size, raw mode that is always undone, and the detach key
-//! sequence.
+//! The caller's own terminal: its size, raw mode that is always undone, its display modes put
+//! back after a session changed them, and the detach key sequence.
 
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 
 use anyhow::{Result, bail};
 use nix::sys::termios::{self, SetArg, Termios};
@@ -64,6 +64,50 @@ impl Drop for RawModeGuard {
     fn drop(&mut self) {
         if let Some(saved) = &self.saved {
             let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, saved);
+        }
+    }
+}
+
+/// `ESC c` (RIS): resets a terminal, as the broker's screen is reset when a session restarts.
+pub const RESET_TERMINAL: &[u8] = b"\x1bc";
+
+/// What a full-screen program (or a snapshot of one) may have switched on, switched back off:
+/// the alternate screen left, normal cursor keys and keypad, no bracketed paste, no mouse or
+/// focus reports, auto-wrap on, the cursor shown, attributes reset. Scrolling margins are left
+/// alone: resetting them moves the cursor to the top left, over the user's screen.
+pub const RESTORE_DISPLAY_MODES: &[u8] = concat!(
+    "\x1b[?1049l",   // the normal screen
+    "\x1b[?1l\x1b>", // cursor keys, keypad
+    "\x1b[?2004l",   // bracketed paste
+    "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l", // mouse reports
+    "\x1b[?1004l",   // focus reports
+    "\x1b[?7h",      // auto-wrap
+    "\x1b[?25h",     // the cursor
+    "\x1b[0m",       // attributes
+)
+.as_bytes();
+
+/// Writes [`RESTORE_DISPLAY_MODES`] to stdout when dropped, if stdout is a terminal: on every
+/// way out of an attach (detach, exit, error, signal, panic unwinding).
+#[derive(Debug)]
+pub struct DisplayModesGuard {
+    terminal: bool,
+}
+
+impl DisplayModesGuard {
+    pub fn new() -> Self {
+        Self {
+            terminal: std::io::stdout().is_terminal(),
+        }
+    }
+}
+
+impl Drop for DisplayModesGuard {
+    fn drop(&mut self) {
+        if self.terminal {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(RESTORE_DISPLAY_MODES);
+            let _ = stdout.flush();
         }
     }
 }

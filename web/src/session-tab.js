@@ -1,5 +1,6 @@
 // One session tab: its xterm.js terminal, its WebSocket (CONTRACT.md "WebSocket (gateway)"),
-// the offsets that make output appear exactly once, and the notices drawn over its pane.
+// the snapshot that draws a fresh terminal, the offsets that make output appear exactly once
+// after a reconnect, the window title and bell, and the notices drawn over its pane.
 
 import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
@@ -16,10 +17,6 @@ export const Status = Object.freeze({
   exited: 'exited',
 });
 
-const RECORD_PREFIX = 'ptyhub.output.';
-/** How much output per session is kept in sessionStorage to redraw the terminal after a reload. */
-const LOG_LIMIT = 256 * 1024;
-const PERSIST_DELAY_MS = 500;
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 10_000;
 
@@ -37,11 +34,13 @@ const ENDED_WORDS = Object.freeze({
 
 /**
  * What the tab knows about its session's output:
- * - `written`: the offset of the next byte not yet written to the terminal. Output below it is
- *   never written again, so a replay after a reconnect or a reload shows nothing twice.
+ * - `written`: the offset of the next byte not yet written to the terminal, or null while the
+ *   terminal shows nothing from the server. A fresh terminal (a tab opened or reloaded) asks for
+ *   a snapshot of the screen; one still mounted resumes with `since=written`, and output below
+ *   it is never written again, so a reconnect shows nothing twice.
  * - `cursor`: the offset of the next byte the server sends on the current socket.
- * - `log`: the bytes written so far (the last LOG_LIMIT of them), saved with `written` in
- *   sessionStorage so a reloaded page redraws the terminal and resumes with `since=written`.
+ * - `snapshotOffset`: set between a `snapshot` frame and its binary frame, the offset the
+ *   snapshot stands for (its own bytes are not output and have no offsets).
  */
 export class SessionTab {
   constructor({ instanceId, session, clientId, viewer, size, callbacks }) {
@@ -56,18 +55,21 @@ export class SessionTab {
     this.exitCode = session?.exit_code ?? null;
     this.exitSignal = null;
     this.exited = false;
+    /** The window title the program set (OSC 0 or 2); the session list's until the terminal's own. */
+    this.windowTitle = session?.title ?? '';
+    /** 'bell' or 'exited' while a tab in the background wants a look; the page sets and clears it. */
+    this.attention = null;
     /** A key of ENDED_WORDS, or null while the tab connects: why the tab no longer connects. */
     this.ended = null;
     this.socket = null;
     this.disposed = false;
     this.reconnectAttempts = 0;
     this.reconnectTimer = null;
-    this.persistTimer = null;
     this.cursor = 0;
-    this.written = 0;
-    this.hasRecord = false;
-    this.logChunks = [];
-    this.logBytes = 0;
+    this.written = null;
+    this.snapshotOffset = null;
+    /** A gap's notice, written into the terminal unless a snapshot redraws it first. */
+    this.pendingGapNotice = null;
     this.socketsOpened = 0;
 
     this.terminal = new Terminal({
@@ -97,13 +99,18 @@ export class SessionTab {
     this.pane = el('section', { class: 'pane', role: 'tabpanel', hidden: true },
       this.banner, this.host, this.statusLine, this.notice, this.stateRegion);
     this.terminal.open(this.host);
+    // For the browser tests and tools: the pane's terminal, to read its buffer as xterm holds it.
+    Object.defineProperty(this.pane, 'xterm', { value: this.terminal });
 
     this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
     this.terminal.onBinary((data) => this.sendBytes(latin1ToBytes(data)));
     this.terminal.onResize(({ cols, rows }) => this.sendResize(cols, rows));
     this.terminal.attachCustomKeyEventHandler((event) => this.callbacks.terminalKeyAllowed(event));
-
-    if (this.sessionId) this.restoreRecord();
+    this.terminal.onTitleChange((title) => {
+      this.windowTitle = title;
+      this.changed();
+    });
+    this.terminal.onBell(() => this.callbacks.onAttention(this, 'bell'));
   }
 
   get live() {
@@ -145,13 +152,13 @@ export class SessionTab {
     this.closeSocket();
     const query = new URLSearchParams();
     let path = `/ws/tool-instances/${encodeURIComponent(this.instanceId)}/terminal`;
-    if (this.sessionId) {
-      path += `/${encodeURIComponent(this.sessionId)}`;
-      // Without a record the server replays everything its ring still holds.
-      if (this.hasRecord) query.set('since', String(this.written));
-    } else {
-      query.set('client_id', this.clientId);
-    }
+    if (this.sessionId) path += `/${encodeURIComponent(this.sessionId)}`;
+    else query.set('client_id', this.clientId);
+    // A fresh terminal gets the screen drawn; one that shows output gets what it missed.
+    if (this.written === null) query.set('snapshot', '1');
+    else query.set('since', String(this.written));
+    this.snapshotOffset = null;
+    this.pendingGapNotice = null;
     if (!this.viewer) {
       query.set('cols', String(this.terminal.cols));
       query.set('rows', String(this.terminal.rows));
@@ -169,7 +176,11 @@ export class SessionTab {
     socket.onmessage = (event) => {
       if (socket !== this.socket) return;
       if (typeof event.data === 'string') this.handleMessage(event.data);
-      else this.handleOutput(new Uint8Array(event.data));
+      else if (this.snapshotOffset !== null) this.handleSnapshot(new Uint8Array(event.data));
+      else {
+        this.flushGapNotice();
+        this.handleOutput(new Uint8Array(event.data));
+      }
     };
     socket.onclose = (event) => {
       if (socket !== this.socket) return;
@@ -202,9 +213,7 @@ export class SessionTab {
   dispose() {
     this.disposed = true;
     clearTimeout(this.reconnectTimer);
-    clearTimeout(this.persistTimer);
     this.closeSocket();
-    this.forgetRecord();
     this.terminal.dispose();
     this.pane.remove();
   }
@@ -216,24 +225,34 @@ export class SessionTab {
     } catch {
       return;
     }
+    if (message.type !== 'snapshot') this.flushGapNotice();
     switch (message.type) {
       case 'status':
         if (message.status === 'connected') this.handleConnected(message);
         else if (message.status === 'resetting') {
+          // The server's screen is cleared for the new process: so is this one, and the notice
+          // goes above the terminal rather than into it.
+          this.terminal.reset();
           this.setStatus(Status.resetting);
-          this.writeNotice('restarting the session…');
+          this.showStatusLine('Restarting the session…');
         }
         break;
       case 'gap': {
         this.cursor += Number(message.lost) || 0;
         const text = `${message.lost} bytes of output were lost while disconnected`;
-        this.writeNotice(text);
+        // In the terminal only if raw output follows: a snapshot redraws the screen instead.
+        this.pendingGapNotice = text;
         // The replay that follows can scroll the notice away at once; say it above the terminal
         // too, until the user types.
         this.showStatusLine(text);
-        this.statusLine.dataset.kind = 'gap';
+        this.statusLine.dataset.kind = 'transient';
         break;
       }
+      case 'snapshot':
+        // Its bytes come in the next binary frame; the output after them starts at `offset`.
+        this.pendingGapNotice = null;
+        this.snapshotOffset = Number(message.offset) || 0;
+        break;
       case 'resize':
         // The controller's own size drives the PTY; a viewer follows whatever the PTY has.
         if (this.viewer && message.cols > 0 && message.rows > 0) this.terminal.resize(message.cols, message.rows);
@@ -258,27 +277,20 @@ export class SessionTab {
 
   handleConnected(message) {
     const wasResetting = this.status === Status.resetting;
-    if (message.session?.id) {
-      const adopted = this.sessionId === null;
-      this.sessionId = message.session.id;
-      if (adopted) this.restoreRecord();
-    }
+    if (message.session?.id) this.sessionId = message.session.id;
     if (message.session?.name) this.name = message.session.name;
     this.role = message.role;
-    const offset = Number(message.offset) || 0;
-    this.cursor = offset;
-    if (!this.hasRecord) {
-      // First attach without a record: the ring's oldest byte is where this terminal starts.
-      this.written = Math.max(this.written, offset);
-      this.hasRecord = true;
-    }
+    this.cursor = Number(message.offset) || 0;
     this.exited = false;
     this.ended = null;
     this.reconnectAttempts = 0;
     this.hideStatusLine();
     this.hideNotice();
     this.hideBanner();
-    if (wasResetting) this.writeNotice('session restarted');
+    if (wasResetting) {
+      this.showStatusLine('Session restarted');
+      this.statusLine.dataset.kind = 'transient';
+    }
     if (this.viewer && message.cols > 0 && message.rows > 0) {
       this.terminal.resize(message.cols, message.rows);
     } else if (!this.viewer && (message.cols !== this.terminal.cols || message.rows !== this.terminal.rows)) {
@@ -288,17 +300,32 @@ export class SessionTab {
     this.changed();
   }
 
+  /** The screen as of `snapshotOffset`, for a terminal reset first; output goes on from there. */
+  handleSnapshot(bytes) {
+    const offset = this.snapshotOffset;
+    this.snapshotOffset = null;
+    this.terminal.reset();
+    this.terminal.write(bytes);
+    this.cursor = offset;
+    this.written = offset;
+  }
+
   handleOutput(bytes) {
     const start = this.cursor;
     const end = start + bytes.length;
     this.cursor = end;
-    if (end <= this.written) return;
-    const fresh = start < this.written ? bytes.subarray(this.written - start) : bytes;
+    // With nothing written yet (a server that sent raw bytes, not a snapshot) all of it is new.
+    const written = this.written ?? start;
+    if (end <= written) return;
+    const fresh = start < written ? bytes.subarray(written - start) : bytes;
     this.written = end;
     this.terminal.write(fresh);
-    this.appendLog(fresh);
-    this.schedulePersist();
-    this.callbacks.onOutput?.(this);
+  }
+
+  flushGapNotice() {
+    if (this.pendingGapNotice === null) return;
+    this.writeNotice(this.pendingGapNotice);
+    this.pendingGapNotice = null;
   }
 
   handleExit(code, signal) {
@@ -312,6 +339,7 @@ export class SessionTab {
       { label: 'Restart', onClick: () => this.callbacks.onRestart(this) },
     ]);
     this.changed();
+    this.callbacks.onAttention(this, 'exited');
   }
 
   handleClose(code, reason) {
@@ -491,90 +519,6 @@ export class SessionTab {
     while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
     return lines.join('\n');
   }
-
-  // ---- the record in sessionStorage ---------------------------------------------------------
-
-  get recordKey() {
-    return `${RECORD_PREFIX}${this.sessionId}`;
-  }
-
-  restoreRecord() {
-    let record = null;
-    try {
-      record = JSON.parse(sessionStorage.getItem(this.recordKey) ?? 'null');
-    } catch {
-      record = null;
-    }
-    if (!record || !Number.isSafeInteger(record.offset) || typeof record.log !== 'string') return;
-    const bytes = latin1ToBytes(record.log);
-    this.written = record.offset;
-    this.cursor = record.offset;
-    this.hasRecord = true;
-    this.logChunks = [bytes];
-    this.logBytes = bytes.length;
-    this.terminal.write(bytes);
-  }
-
-  appendLog(bytes) {
-    this.logChunks.push(bytes.slice());
-    this.logBytes += bytes.length;
-    if (this.logBytes > LOG_LIMIT * 2) {
-      const all = concat(this.logChunks, this.logBytes);
-      const kept = all.slice(all.length - LOG_LIMIT);
-      this.logChunks = [kept];
-      this.logBytes = kept.length;
-    }
-  }
-
-  schedulePersist() {
-    if (this.persistTimer !== null) return;
-    this.persistTimer = setTimeout(() => {
-      this.persistTimer = null;
-      this.persist();
-    }, PERSIST_DELAY_MS);
-  }
-
-  /** Saves `written` with the bytes it covers; called after output and when the page is hidden. */
-  persist() {
-    if (!this.sessionId || !this.hasRecord || this.disposed) return;
-    let bytes = concat(this.logChunks, this.logBytes);
-    if (bytes.length > LOG_LIMIT) bytes = bytes.slice(bytes.length - LOG_LIMIT);
-    this.logChunks = [bytes];
-    this.logBytes = bytes.length;
-    try {
-      sessionStorage.setItem(this.recordKey, JSON.stringify({ offset: this.written, log: bytesToLatin1(bytes) }));
-    } catch {
-      // Storage full: keep only the offset, so a reload still shows nothing twice.
-      try {
-        sessionStorage.setItem(this.recordKey, JSON.stringify({ offset: this.written, log: '' }));
-      } catch {
-        // Nothing more can be done; a reload then replays what the server still holds.
-      }
-    }
-  }
-
-  forgetRecord() {
-    if (this.sessionId) sessionStorage.removeItem(this.recordKey);
-  }
-}
-
-function concat(chunks, total) {
-  if (chunks.length === 1) return chunks[0];
-  const all = new Uint8Array(total);
-  let position = 0;
-  for (const chunk of chunks) {
-    all.set(chunk, position);
-    position += chunk.length;
-  }
-  return all;
-}
-
-function bytesToLatin1(bytes) {
-  let text = '';
-  for (let index = 0; index < bytes.length; index += 0x8000) {
-    text += String.fromCharCode.apply(null, bytes.subarray(index, index + 0x8000));
-  }
-  return text;
 }
 
 function latin1ToBytes(text) {

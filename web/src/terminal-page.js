@@ -1,5 +1,6 @@
-// The terminal page of one instance (`/instances/{iid}`): the tab strip, one SessionTab per live
-// session, shortcuts, fullscreen, the mobile layout and the read-only view.
+// The terminal page of one instance (`/instances/{iid}`): the tab strip (with each session's
+// window title and a mark on a background tab that rang the bell or exited), one SessionTab per
+// live session, shortcuts, fullscreen, the mobile layout and the read-only view.
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
@@ -7,6 +8,8 @@ import { el, icon } from './dom.js';
 import { SessionTab, Status } from './session-tab.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
+/** What a tab's attention mark says in the tab's accessible name (its look is in style.css). */
+const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', exited: 'process exited' });
 const OVERLAY_HIDE_MS = 3000;
 const TOAST_MS = 10_000;
 
@@ -127,10 +130,6 @@ class TerminalPage {
     // A pane's terminal area changes size with the window and when a banner or notice appears.
     this.resizeObserver = new ResizeObserver(() => this.scheduleFit());
     this.resizeObserver.observe(this.panes);
-    window.addEventListener('pagehide', () => this.persistAll());
-    document.addEventListener('visibilitychange', () => {
-      if (document.visibilityState === 'hidden') this.persistAll();
-    });
     window.addEventListener('online', () => this.tabs.forEach((tab) => tab.reconnectNow()));
     document.addEventListener('fullscreenchange', () => {
       if (!document.fullscreenElement && this.fullscreen) this.leaveFullscreen();
@@ -153,16 +152,20 @@ class TerminalPage {
         onKeyboardInput: (from, data) => this.keyboardInput(from, data),
         terminalKeyAllowed: (event) => !isPageShortcut(event) && !(this.fullscreen && event.key === 'Escape'),
         onRestart: (from) => this.restart(from),
+        onAttention: (from, kind) => this.markAttention(from, kind),
         onReplace: (from) => this.replace(from),
         onUnauthorized: () => this.onUnauthorized(),
       },
     });
     const name = el('span', { class: 'tab-name' }, tab.name);
+    // The mark of a background tab that wants a look: a glyph to see, words for the tab's name.
+    const attentionMark = el('span', { class: 'attention-mark', 'aria-hidden': 'true', hidden: true });
+    const attentionWords = el('span', { class: 'visually-hidden' });
     const element = el('div', {
       class: 'tab', role: 'tab', tabindex: '-1', 'aria-selected': 'false',
       onclick: () => this.activate(tab),
       ondblclick: () => this.startRename(tab),
-    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name);
+    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name, attentionMark, attentionWords);
     const exitBadge = el('span', { class: 'tab-exit', hidden: true });
     const closeButton = el('button', {
       type: 'button', class: 'tab-close', title: 'Close session (Alt+Shift+W)',
@@ -170,7 +173,7 @@ class TerminalPage {
     }, '×');
     const confirm = el('span', { class: 'close-confirm', hidden: true });
     const item = el('div', { class: 'tab-item', role: 'presentation' }, element, exitBadge, closeButton, confirm);
-    tab.ui = { item, element, name, exitBadge, closeButton, confirm };
+    tab.ui = { item, element, name, attentionMark, attentionWords, exitBadge, closeButton, confirm };
     return tab;
   }
 
@@ -203,7 +206,7 @@ class TerminalPage {
 
   renderTab(tab) {
     if (!tab.ui) return;
-    const { item, element, name, exitBadge, closeButton } = tab.ui;
+    const { item, element, name, attentionMark, attentionWords, exitBadge, closeButton } = tab.ui;
     const paneId = `pane-${tab.sessionId ?? `new-${this.tabs.indexOf(tab)}`}`;
     tab.pane.id = paneId;
     element.id = `tab-${paneId}`;
@@ -216,7 +219,13 @@ class TerminalPage {
     element.dataset.status = status;
     if (tab.sessionId) element.dataset.sessionId = tab.sessionId;
     item.dataset.status = status;
-    item.title = `${tab.name}: ${tab.stateText}`;
+    const tooltip = tab.windowTitle ? `${tab.windowTitle}\n${tab.name}: ${tab.stateText}` : `${tab.name}: ${tab.stateText}`;
+    item.title = tooltip;
+    element.title = tooltip;
+    if (tab.attention) element.dataset.attention = tab.attention;
+    else delete element.dataset.attention;
+    attentionMark.hidden = !tab.attention;
+    attentionWords.textContent = tab.attention ? ` (${ATTENTION_WORDS[tab.attention]})` : '';
     const showExit = tab.exited && tab.exitCode !== null && tab.exitCode !== undefined;
     exitBadge.hidden = !showExit;
     exitBadge.textContent = showExit ? `exit ${tab.exitCode}` : '';
@@ -230,6 +239,11 @@ class TerminalPage {
     if (!this.tabs.includes(tab)) return;
     const previous = this.active;
     this.active = tab;
+    // Looking at the tab is what its mark asked for.
+    if (tab.attention) {
+      tab.attention = null;
+      this.renderTab(tab);
+    }
     for (const other of this.tabs) {
       const selected = other === tab;
       other.ui.element.setAttribute('aria-selected', String(selected));
@@ -244,6 +258,15 @@ class TerminalPage {
     this.fitActive();
     if (previous !== tab || document.activeElement === document.body) tab.terminal.focus();
     this.updateControls();
+  }
+
+  /** A bell or an exit in a tab that is not the selected one marks it until it is selected. */
+  markAttention(tab, kind) {
+    if (tab === this.active || !this.tabs.includes(tab)) return;
+    // An exit outranks a bell: it is the last thing the tab will say.
+    if (tab.attention === 'exited') return;
+    tab.attention = kind;
+    this.renderTab(tab);
   }
 
   step(direction) {
@@ -402,6 +425,8 @@ class TerminalPage {
       return;
     }
     if (tab.exited || !tab.socket) {
+      // No socket hears the reset: clear the final screen here, for the new process to draw on.
+      tab.terminal.reset();
       tab.exited = false;
       tab.exitCode = null;
       tab.hideNotice();
@@ -491,7 +516,7 @@ class TerminalPage {
       this.setCtrlLatched(false);
     }
     tab.sendText(text);
-    if (tab.statusLine.dataset.kind === 'gap') tab.hideStatusLine();
+    if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
     if (this.isMobile()) this.hideChrome();
   }
 
@@ -639,10 +664,6 @@ class TerminalPage {
     if (!size) return;
     this.size = size;
     for (const tab of this.tabs) if (tab !== this.active) tab.resizeTo(size);
-  }
-
-  persistAll() {
-    for (const tab of this.tabs) tab.persist();
   }
 
   // ---- messages ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The web page in Debian's Chromium against a real stack (`ptyhub up`): issue 7's behaviours,
 // each observed the way a person would see them (tabs, terminal text, banners), the connection
-// state the way assistive technology reads it (the status region, issue 21), and the
-// screenshots for the docs.
+// state the way assistive technology reads it (the status region, issue 21), the screen
+// snapshots, window titles and bell marks of issue 14, and the screenshots for the docs.
 
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -10,11 +10,29 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  closePage, connectedSockets, connectionState, count, ensureDirectory, isInputFrame,
+  closePage, connectedSockets, connectionState, count, ensureDirectory, exactly, isInputFrame,
   launchBrowser, missingRequirement, newDesktopPage, newMobilePage, PATIENCE_MS, repositoryRoot,
-  screenText, startRelay, startStack, tabNames, tabState, typeLine, waitFor,
-  waitForActiveConnected, waitForConnectionState, waitForScreen, webRoot,
+  screenText, startRelay, startStack, tabNamed, tabNames, tabState, typeLine, visibleBufferLines,
+  waitFor, waitForActiveConnected, waitForConnectionState, waitForScreen, webRoot,
 } from './support.mjs';
+
+/** More than the server's output ring (1 MiB by default) holds, several times over. */
+const FLOOD_BYTES = 5 * 1024 * 1024;
+
+/**
+ * A full-screen program: the alternate screen, a header drawn once, a counter repainted in place
+ * (each repaint padded with attribute changes that draw nothing) until well over FLOOD_BYTES
+ * were written, a bottom line, then it waits. A replay of the ring alone would miss the header.
+ */
+const FULL_SCREEN_PROGRAM = `
+printf '\\033[?1049h\\033[2J\\033[H\\033[1;33mheader: drawn once\\033[0m'
+printf '\\033[999;1H\\033[7mbottom line\\033[0m'
+pad=''
+i=0; while [ $i -lt 110 ]; do pad="$pad\\033[7m\\033[27m"; i=$((i+1)); done
+i=0; while [ $i -le 5600 ]; do printf "\\033[3;1Hcounter: %d$pad" $i; i=$((i+1)); done
+printf '\\033[5;1Hflood-done-%s' $((6*7))
+exec sleep 600
+`;
 
 const skip = missingRequirement();
 if (skip) console.log(`# skipping the browser tests: ${skip}`);
@@ -232,6 +250,133 @@ describe('web page', { skip: skip ?? false }, () => {
     await closePage(page);
   });
 
+  /**
+   * Runs FULL_SCREEN_PROGRAM in the page's only tab, reloads, and requires the visible rows of
+   * the fresh terminal to be the server's screen, drawn from one snapshot.
+   */
+  async function reloadRedrawsTheServerScreen(page, instance) {
+    const scriptDir = await mkdtemp(join(tmpdir(), 'ptyhub-web-program-'));
+    try {
+      const script = join(scriptDir, 'full-screen.sh');
+      await writeFile(script, FULL_SCREEN_PROGRAM);
+      const [session] = await stack.listSessions(instance.id);
+      await typeLine(page, `sh ${script}`);
+      const drawn = await waitFor('the program to finish drawing on the server', async () => {
+        const screen = await stack.screen(instance.id, session.id);
+        return screen.text.includes('flood-done-42') ? screen : false;
+      }, 120_000);
+      assert.equal(drawn.alternate_screen, true);
+      assert.ok(drawn.offset > FLOOD_BYTES, `more than 5 MiB of output (${drawn.offset} bytes)`);
+      assert.equal(drawn.lines[0], 'header: drawn once');
+      assert.equal(drawn.lines.at(-1), 'bottom line');
+
+      const socketsBefore = page.sockets.length;
+      await page.reload();
+      await waitForActiveConnected(page);
+      // Both sides are read each time: the reloaded page may fit its terminal (and so the PTY)
+      // again once its layout settles.
+      let server;
+      let shown;
+      await waitFor('the terminal to show the server\'s screen', async () => {
+        server = await stack.screen(instance.id, session.id);
+        shown = await visibleBufferLines(page);
+        return JSON.stringify(shown) === JSON.stringify(server.lines);
+      }).catch((error) => {
+        throw new Error(`${error.message}\nthe terminal: ${JSON.stringify(shown)}\nthe server: ${JSON.stringify(server?.lines)}`);
+      });
+      assert.equal(server.lines[0], 'header: drawn once');
+      assert.equal(server.lines[2], 'counter: 5600');
+      // The fresh terminal asked for a snapshot, not a replay from an offset, and got one.
+      const [reloaded] = connectedSockets(page).slice(socketsBefore);
+      assert.equal(reloaded.url.searchParams.get('snapshot'), '1', String(reloaded.url));
+      assert.equal(reloaded.url.searchParams.get('since'), null, String(reloaded.url));
+      assert.equal(reloaded.snapshots.length, 1, 'one snapshot');
+      assert.equal(reloaded.snapshots[0].offset, reloaded.connected.offset);
+    } finally {
+      await rm(scriptDir, { recursive: true, force: true });
+    }
+  }
+
+  test('a reload under a full-screen program that wrote 5 MiB shows exactly the server\'s screen', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    await reloadRedrawsTheServerScreen(page, instance);
+    await closePage(page);
+  });
+
+  test('phone: a reload under a full-screen program shows exactly the server\'s screen', async () => {
+    const instance = await stack.createInstance();
+    const page = await newMobilePage(chromium.browser, stack.origin);
+    await page.goto(`${stack.origin}/instances/${instance.id}?token=${stack.token}`);
+    await waitForActiveConnected(page);
+    await reloadRedrawsTheServerScreen(page, instance);
+    await closePage(page);
+  });
+
+  test('a background tab that rings the bell or exits is marked until it is selected', async () => {
+    const instance = await stack.createInstance();
+    const flagDir = await mkdtemp(join(tmpdir(), 'ptyhub-web-flag-'));
+    const bellFlag = join(flagDir, 'bell');
+    const exitFlag = join(flagDir, 'exit');
+    try {
+      const page = await openInstance(instance.id);
+      // Session 1 rings once told to, Session 2 exits once told to; Session 3 is the one shown.
+      await typeLine(page, `echo armed-$((2*4)); while [ ! -e ${bellFlag} ]; do sleep 0.1; done; printf 'rang-%s\\a\\n' $((3*4))`);
+      await waitForScreen(page, 'armed-8');
+      for (const line of [`echo armed-$((3*4)); while [ ! -e ${exitFlag} ]; do sleep 0.1; done; exit 4`, `printf 'here-%s\\a\\n' $((5*5))`]) {
+        const tabs = (await tabNames(page)).length;
+        await page.getByRole('button', { name: 'New session' }).click();
+        await waitFor('another tab', async () => (await tabNames(page)).length === tabs + 1);
+        await waitForActiveConnected(page);
+        await typeLine(page, line);
+      }
+      await waitForScreen(page, 'here-25');
+      await page.getByRole('tab', { name: 'Session 2', exact: true }).click();
+      await waitForScreen(page, 'armed-12');
+      await page.getByRole('tab', { name: 'Session 3', exact: true }).click();
+      await waitForScreen(page, 'here-25');
+      // The shown tab rang too (its BEL came before "here-25"): that marks nothing.
+      assert.equal(await tabNamed(page, 'Session 3').getAttribute('data-attention'), null);
+
+      await writeFile(bellFlag, '');
+      await writeFile(exitFlag, '');
+      await page.getByRole('tab', { name: 'Session 1 (bell rang)', exact: true }).waitFor();
+      await page.getByRole('tab', { name: 'Session 2 (process exited)', exact: true }).waitFor();
+      assert.equal(await tabNamed(page, 'Session 1').getAttribute('data-attention'), 'bell');
+      assert.equal(await tabNamed(page, 'Session 2').getAttribute('data-attention'), 'exited');
+      assert.ok(await tabNamed(page, 'Session 1').locator('.attention-mark').isVisible(), 'a visible mark');
+      assert.equal(await tabNamed(page, 'Session 3').getAttribute('data-attention'), null);
+
+      await tabNamed(page, 'Session 1').click();
+      await waitForScreen(page, 'rang-12');
+      await page.getByRole('tab', { name: 'Session 1', exact: true }).waitFor();
+      assert.equal(await tabNamed(page, 'Session 1').getAttribute('data-attention'), null);
+      assert.equal(await tabNamed(page, 'Session 1').locator('.attention-mark').isVisible(), false);
+      await tabNamed(page, 'Session 2').click();
+      await page.getByRole('tab', { name: 'Session 2', exact: true }).waitFor();
+      assert.equal(await tabNamed(page, 'Session 2').getAttribute('data-attention'), null);
+      await waitForConnectionState(page, 'Session ended (exit code 4)');
+      await closePage(page);
+    } finally {
+      await rm(flagDir, { recursive: true, force: true });
+    }
+  });
+
+  test('a tab\'s tooltip shows the window title its program set, live and after a reload', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    const tooltip = () => tabNamed(page, 'Session 1').getAttribute('title');
+    assert.doesNotMatch(await tooltip(), /title-42/);
+    await typeLine(page, `printf '\\033]2;title-%s\\007' $((6*7))`);
+    await waitFor('the tooltip to show the title', async () => (await tooltip()).includes('title-42'));
+    assert.match(await tooltip(), /^title-42\nSession 1: Connected$/);
+    await waitFor('the session record to carry the title', async () => (await stack.listSessions(instance.id))[0].title === 'title-42');
+    await page.reload();
+    await waitForActiveConnected(page);
+    await waitFor('the tooltip to show the title after the reload', async () => (await tooltip()).includes('title-42'));
+    await closePage(page);
+  });
+
   test('a network drop reconnects with since, shows reconnecting, and prints nothing twice', async () => {
     const instance = await stack.createInstance();
     const relay = await startRelay(stack.origin);
@@ -301,6 +446,10 @@ describe('web page', { skip: skip ?? false }, () => {
       assert.equal(reconnected.gaps.length, 1, 'one gap frame');
       const lost = reconnected.gaps[0].lost;
       assert.ok(Number.isSafeInteger(lost) && lost > 0, `a positive gap (${lost})`);
+      // The mounted terminal resumed with since; the server redrew it from a snapshot.
+      assert.match(reconnected.url.searchParams.get('since') ?? '', /^[1-9]\d*$/);
+      assert.equal(reconnected.url.searchParams.get('snapshot'), null);
+      assert.equal(reconnected.snapshots.length, 1, 'a snapshot stands in for the lost bytes');
       const notice = page.getByRole('status').filter({ hasText: `${lost} bytes of output were lost while disconnected` });
       await notice.waitFor();
       await typeLine(page, 'echo next-$((3*7))');
@@ -434,7 +583,7 @@ describe('web page', { skip: skip ?? false }, () => {
     await typeLine(page, 'MARK=kept-before-reset; echo "$MARK"');
     await waitForScreen(page, 'kept-before-reset\n');
     await page.keyboard.press('Alt+Shift+R');
-    await waitForScreen(page, 'session restarted');
+    await page.getByRole('status').filter({ hasText: exactly('Session restarted') }).waitFor();
     await waitForActiveConnected(page);
     await typeLine(page, 'echo "mark=[$MARK]"');
     await waitForScreen(page, 'mark=[]');

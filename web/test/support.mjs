@@ -127,6 +127,12 @@ export async function startStack() {
       if (status !== 201) throw new Error(`registering an instance failed: ${status} ${JSON.stringify(body)}`);
       return body;
     },
+    /** The session's screen as the server's terminal emulator holds it (`format=text`). */
+    async screen(instanceId, sessionId) {
+      const { status, body } = await stack.rest('GET', `/api/v1/instances/${instanceId}/terminal/sessions/${sessionId}/screen?format=text`);
+      if (status !== 200) throw new Error(`reading the screen failed: ${status} ${JSON.stringify(body)}`);
+      return body;
+    },
     async listSessions(instanceId) {
       const { status, body } = await stack.rest('GET', `/api/v1/instances/${instanceId}/terminal/sessions`);
       if (status !== 200) throw new Error(`listing sessions failed: ${status} ${JSON.stringify(body)}`);
@@ -235,19 +241,20 @@ export async function newMobilePage(browser, origin) {
 
 /**
  * Records the page's WebSockets (`page.sockets`: the URL, the `connected` status frame once it
- * came, the `gap` frames, the frames the page sent) and its script errors (`page.errors`, which
+ * came, the `gap` and `snapshot` frames, the frames the page sent) and its script errors (`page.errors`, which
  * `closePage` requires to be empty).
  */
 function watchPage(page) {
   page.sockets = [];
   page.errors = [];
   page.on('websocket', (socket) => {
-    const record = { url: new URL(socket.url()), connected: null, gaps: [], sent: [] };
+    const record = { url: new URL(socket.url()), connected: null, gaps: [], snapshots: [], sent: [] };
     page.sockets.push(record);
     socket.on('framereceived', ({ payload }) => {
       const message = jsonFrame(payload);
       if (message?.type === 'status' && message.status === 'connected' && !record.connected) record.connected = message;
       if (message?.type === 'gap') record.gaps.push(message);
+      if (message?.type === 'snapshot') record.snapshots.push(message);
     });
     socket.on('framesent', ({ payload }) => record.sent.push(payload));
   });
@@ -305,6 +312,28 @@ export async function screenText(page) {
     if (!rows) return '';
     return Array.from(rows.children, (row) => row.textContent.replace(/\s+$/, '')).join('\n');
   });
+}
+
+/**
+ * The visible rows of the shown tab's terminal as xterm's buffer holds them (the pane exposes its
+ * terminal as `xterm`), trailing spaces trimmed: what the server's `format=text` screen gives.
+ */
+export async function visibleBufferLines(page) {
+  return page.evaluate(() => {
+    const terminal = document.querySelector('.pane:not([hidden])')?.xterm;
+    if (!terminal) return null;
+    const buffer = terminal.buffer.active;
+    const lines = [];
+    for (let row = 0; row < terminal.rows; row += 1) {
+      lines.push(buffer.getLine(buffer.viewportY + row)?.translateToString(true) ?? '');
+    }
+    return lines;
+  });
+}
+
+/** The tab whose session name is `name`, whatever its accessible name adds (a bell, an exit). */
+export function tabNamed(page, name) {
+  return page.locator('[role="tab"]', { has: page.locator('.tab-name', { hasText: exactly(name) }) });
 }
 
 export function count(text, needle) {

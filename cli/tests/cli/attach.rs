@@ -304,3 +304,85 @@ fn while_the_server_is_gone_the_detach_keys_still_work() {
         "the terminal modes are restored"
     );
 }
+
+#[test]
+fn attach_shows_a_full_screen_program_and_detach_returns_to_the_normal_screen() {
+    let up = Up::start();
+    // A full-screen program's start: the alternate screen, application cursor keys, bracketed
+    // paste, mouse reports, a hidden cursor, and a header drawn once.
+    up.run_ok(&[
+        "instance",
+        "add",
+        "fullscreen",
+        "--local",
+        "--",
+        "sh",
+        "-c",
+        concat!(
+            "printf 'on the normal screen\\n'; ",
+            "printf '\\033[?1049h\\033[?1h\\033[?2004h\\033[?1000h\\033[?25l\\033[2J\\033[H'; ",
+            "printf '\\033[7mfull-screen header\\033[0m\\033[5;3Hbody text'; exec sleep 600",
+        ),
+    ]);
+    let created: Vec<serde_json::Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "new", "fullscreen"])).expect("new --json");
+    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    eventually("the program drew its screen", || {
+        let screen: serde_json::Value =
+            serde_json::from_str(&up.run_ok(&["--json", "screen", "fullscreen", &session]))
+                .expect("screen --json");
+        screen["alternate_screen"] == true
+            && screen["text"]
+                .as_str()
+                .is_some_and(|text| text.contains("body text"))
+    });
+
+    let mut terminal = Terminal::spawn(&up, &["attach", "fullscreen", &session], 24, 80);
+    terminal.expect("body text");
+    // What the user's terminal shows now, as a terminal emulator would draw the bytes.
+    let mut user_terminal = vt100::Parser::default();
+    user_terminal.process(terminal.shown().as_bytes());
+    let attached = user_terminal.screen();
+    assert!(
+        attached.alternate_screen(),
+        "the snapshot is on the alternate screen"
+    );
+    assert_eq!(
+        attached.contents_between(0, 0, 0, 80).trim_end(),
+        "full-screen header"
+    );
+    assert_eq!(
+        attached.contents_between(4, 2, 4, 80).trim_end(),
+        "body text"
+    );
+    assert!(
+        attached.cell(0, 0).is_some_and(vt100::Cell::inverse),
+        "with its attributes"
+    );
+    assert!(attached.application_cursor() && attached.bracketed_paste());
+
+    terminal.type_keys(CTRL_P_CTRL_Q);
+    assert_eq!(terminal.wait().code(), Some(0));
+    terminal.expect("detached");
+    let mut user_terminal = vt100::Parser::default();
+    user_terminal.process(terminal.shown().as_bytes());
+    let detached = user_terminal.screen();
+    assert!(!detached.alternate_screen(), "back on the normal screen");
+    assert!(!detached.application_cursor(), "normal cursor keys");
+    assert!(!detached.bracketed_paste(), "no bracketed paste");
+    assert_eq!(
+        detached.mouse_protocol_mode(),
+        vt100::MouseProtocolMode::None
+    );
+    assert!(!detached.hide_cursor(), "the cursor is shown");
+    assert!(
+        detached.contents().contains("detached"),
+        "{}",
+        detached.contents()
+    );
+    assert_eq!(
+        termios_summary(&terminal.modes()),
+        termios_summary(terminal.initial_modes()),
+        "the terminal modes are restored"
+    );
+}

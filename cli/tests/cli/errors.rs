@@ -137,6 +137,9 @@ fn help_works_on_every_command() {
         &["rm", "--help"],
         &["attach", "--help"],
         &["exec", "--help"],
+        &["screen", "--help"],
+        &["send", "--help"],
+        &["wait", "--help"],
     ] {
         let mut command = ptyhub_command();
         command.args(args);

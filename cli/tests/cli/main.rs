@@ -5,5 +5,6 @@ mod attach;
 mod docker;
 mod errors;
 mod exec;
+mod screen;
 mod support;
 mod up;
