@@ -572,6 +572,7 @@ pub async fn attach_broker_at(
                 role: broker_pb::Role::Controller as i32,
                 size: None,
                 since: None,
+                snapshot: false,
             })),
         })
         .await
