@@ -328,6 +328,7 @@ struct ScreenView<'a> {
     session_id: &'a str,
     offset: u64,
     cols: u32,
+    rows: u32,
     cursor: CursorView,
     title: &'a str,
     alternate_screen: bool,
@@ -335,7 +336,7 @@ struct ScreenView<'a> {
     exit_code: Option<i32>,
     format: &'static str,
     scrollback_rows: u32,
-    /// `rows` and the content: the row count beside `lines` or `ansi`, or the rows themselves.
+    /// `lines` and `text`, `ansi`, or `grid`, by format.
     #[serde(flatten)]
     content: ScreenContent<'a>,
 }
@@ -350,18 +351,9 @@ struct CursorView {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum ScreenContent<'a> {
-    Text {
-        rows: u32,
-        lines: &'a [String],
-        text: String,
-    },
-    Ansi {
-        rows: u32,
-        ansi: String,
-    },
-    Cells {
-        rows: Vec<RowView<'a>>,
-    },
+    Text { lines: &'a [String], text: String },
+    Ansi { ansi: String },
+    Cells { grid: Vec<RowView<'a>> },
 }
 
 #[derive(Debug, Serialize)]
@@ -413,23 +405,22 @@ impl<'a> From<&'a broker_pb::Screen> for ScreenView<'a> {
         let content = match format {
             broker_pb::ScreenFormat::Unspecified | broker_pb::ScreenFormat::Text => {
                 ScreenContent::Text {
-                    rows: size.rows,
                     lines: &screen.lines,
                     text: screen.lines.join("\n"),
                 }
             }
             broker_pb::ScreenFormat::Ansi => ScreenContent::Ansi {
-                rows: size.rows,
                 ansi: String::from_utf8_lossy(&screen.ansi).into_owned(),
             },
             broker_pb::ScreenFormat::Cells => ScreenContent::Cells {
-                rows: screen.rows.iter().map(RowView::from).collect(),
+                grid: screen.rows.iter().map(RowView::from).collect(),
             },
         };
         Self {
             session_id: &screen.session_id,
             offset: screen.offset,
             cols: size.cols,
+            rows: size.rows,
             cursor: CursorView {
                 row: cursor.row,
                 col: cursor.col,
@@ -603,8 +594,9 @@ mod tests {
         assert_eq!(json["format"], "json");
         assert_eq!(json["status"], "exited");
         assert_eq!(json["exit_code"], 3);
+        assert_eq!(json["rows"], 1);
         assert_eq!(
-            json["rows"],
+            json["grid"],
             serde_json::json!([{"cells": [
                 {"text": "界", "wide": true, "fg": 1, "bg": "#ff8000", "bold": true},
                 {"text": ""},

@@ -76,7 +76,7 @@ fn screen_prints_what_the_session_shows_as_text_ansi_and_json() {
         serde_json::from_str(&up.run_ok(&["screen", "printer", &session, "--format", "json"]))
             .expect("json");
     assert_eq!(cells["format"], "json");
-    let rows = cells["rows"].as_array().expect("rows of cells");
+    let rows = cells["grid"].as_array().expect("rows of cells");
     assert_eq!(rows.len(), 24);
     assert_eq!(rows[0]["cells"].as_array().map(Vec::len), Some(80));
     assert_eq!(

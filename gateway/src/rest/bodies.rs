@@ -320,18 +320,14 @@ impl ScreenQuery {
 }
 
 /// A session's screen (docs/CONTRACT.md, "Screens"): the state after every output byte before
-/// `offset`. Which of `lines` and `text`, `ansi`, or the `rows` array it carries depends on
-/// `format`.
+/// `offset`. Which of `lines` and `text`, `ansi`, or `grid` it carries depends on `format`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ScreenBody {
     pub session_id: String,
     /// The screen reflects every output byte before this offset.
     pub offset: u64,
     pub cols: Option<u32>,
-    /// The terminal's row count for `text` and `ansi`; for `json` the rows themselves (the
-    /// contract names both `rows`, and a JSON object holds one): their count less
-    /// `scrollback_rows` is the terminal's row count.
-    pub rows: ScreenRowsBody,
+    pub rows: Option<u32>,
     pub cursor: CursorBody,
     /// The window title the program set last; `""` when none.
     pub title: String,
@@ -352,14 +348,9 @@ pub struct ScreenBody {
     /// `ansi`: the rows drawn with their attributes (SGR), joined by CR LF.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ansi: Option<String>,
-}
-
-/// `rows` of a [`ScreenBody`]: a count, or (format `json`) the rows of cells.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ScreenRowsBody {
-    Count(u32),
-    Cells(Vec<ScreenRowBody>),
+    /// `json`: the rows as cells, scrollback rows first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<Vec<ScreenRowBody>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -446,25 +437,19 @@ impl From<Cell> for CellBody {
 impl From<Screen> for ScreenBody {
     fn from(screen: Screen) -> Self {
         let format = screen.content.format().into();
-        let row_count = screen.size.map_or(0, |size| size.rows().into());
-        let (rows, lines, text, ansi) = match screen.content {
+        let (grid, lines, text, ansi) = match screen.content {
             ScreenContent::Text(lines) => {
                 let text = lines.join("\n");
-                (
-                    ScreenRowsBody::Count(row_count),
-                    Some(lines),
-                    Some(text),
-                    None,
-                )
+                (None, Some(lines), Some(text), None)
             }
             ScreenContent::Ansi(ansi) => (
-                ScreenRowsBody::Count(row_count),
+                None,
                 None,
                 None,
                 Some(String::from_utf8_lossy(&ansi).into_owned()),
             ),
             ScreenContent::Cells(rows) => (
-                ScreenRowsBody::Cells(
+                Some(
                     rows.into_iter()
                         .map(|row| ScreenRowBody {
                             cells: row.cells.into_iter().map(CellBody::from).collect(),
@@ -481,7 +466,7 @@ impl From<Screen> for ScreenBody {
             session_id: screen.session_id,
             offset: screen.offset,
             cols: screen.size.map(|size| size.cols().into()),
-            rows,
+            rows: screen.size.map(|size| size.rows().into()),
             cursor: CursorBody {
                 row: screen.cursor.row,
                 col: screen.cursor.col,
@@ -496,6 +481,7 @@ impl From<Screen> for ScreenBody {
             lines,
             text,
             ansi,
+            grid,
         }
     }
 }
@@ -893,7 +879,7 @@ mod tests {
         let json = serde_json::to_value(body).unwrap();
         assert_eq!(json["format"], "json");
         assert_eq!(
-            json["rows"],
+            json["grid"],
             serde_json::json!([{"wrapped": true, "cells": [
                 {"text": "字", "wide": true, "fg": 1, "bold": true},
                 {"text": ""},

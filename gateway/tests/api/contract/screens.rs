@@ -312,7 +312,7 @@ async fn a_screen_reads_as_text_ansi_and_cells() {
         .await
         .expect(200, "the screen as cells");
     assert_eq!(cells["format"], "json");
-    let rows = cells["rows"].as_array().expect("rows of cells");
+    let rows = cells["grid"].as_array().expect("rows of cells");
     assert_eq!(rows.len(), 24, "{cells}");
     let first = rows[0]["cells"].as_array().expect("cells");
     assert_eq!(first.len(), 80);
@@ -359,7 +359,7 @@ async fn scrollback_lines_come_first_and_are_counted() {
         .await
         .expect(200, "two lines of scrollback as cells");
     assert_eq!(fewer["scrollback_rows"], 2);
-    assert_eq!(fewer["rows"].as_array().unwrap().len(), 26);
+    assert_eq!(fewer["grid"].as_array().unwrap().len(), 26);
     stack.shutdown().await;
 }
 

@@ -70,7 +70,9 @@ impl std::fmt::Debug for Screen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Awake(_) => "awake".to_owned(),
-            State::Asleep(asleep) => format!("asleep in {} bytes", asleep.compressed_snapshot.len()),
+            State::Asleep(asleep) => {
+                format!("asleep in {} bytes", asleep.compressed_snapshot.len())
+            }
         };
         f.debug_struct("Screen")
             .field("offset", &self.offset)
@@ -699,7 +701,9 @@ mod tests {
     fn a_sleeping_screen_answers_the_same_and_wakes_to_go_on() {
         let mut output = Vec::new();
         for line in 0..300 {
-            output.extend_from_slice(format!("\x1b[1;3{}mline {line}\x1b[m\r\n", line % 8).as_bytes());
+            output.extend_from_slice(
+                format!("\x1b[1;3{}mline {line}\x1b[m\r\n", line % 8).as_bytes(),
+            );
         }
         output.extend(full_screen_program(50));
         output.extend_from_slice(b"\x1b]2;sleepy\x07\x07");

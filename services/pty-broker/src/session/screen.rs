@@ -175,7 +175,9 @@ pub(super) async fn feed_screen_until(
             }
             tokio::task::yield_now().await;
         }
-        let awake = shared.screen_lock().is_some_and(|screen| !screen.is_asleep());
+        let awake = shared
+            .screen_lock()
+            .is_some_and(|screen| !screen.is_asleep());
         tokio::select! {
             changed = changed.changed() => if changed.is_err() { return },
             () = done.cancelled() => return,
