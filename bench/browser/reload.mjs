@@ -164,6 +164,8 @@ function instrument(expected) {
       socket: state.sockets.length - 1,
       bytes: socket?.bytes ?? null,
       frames: socket?.frames ?? null,
+      // The frame that arrived last before the match: the server's part ends there.
+      lastFrameAt: socket?.frameTimes[Math.min(socket.frames, socket.frameTimes.length) - 1]?.[0] ?? null,
     };
   }
 
@@ -172,7 +174,7 @@ function instrument(expected) {
       super(url, protocols);
       const record = {
         url: String(url), created: performance.now(), opened: null, bytes: 0, frames: 0,
-        textBytes: 0, snapshot: null, snapshotBytes: null,
+        textBytes: 0, snapshot: null, snapshotBytes: null, frameTimes: [],
       };
       state.sockets.push(record);
       let snapshotNext = false;
@@ -205,6 +207,8 @@ function instrument(expected) {
         }
         record.bytes += size;
         record.frames += 1;
+        // When each of the first frames came (ms since the navigation started), and its kind.
+        if (record.frameTimes.length < 16) record.frameTimes.push([performance.now(), typeof data === 'string' ? data.slice(0, 40) : size]);
         // After the page's own handler (a task later), in case xterm parsed it at once.
         setTimeout(check, 0);
       });
@@ -284,6 +288,8 @@ async function measuredLoad(browser, session, expected) {
       sockets: state.sockets.length,
       createdToOpenMs: socket && socket.opened !== null ? socket.opened - socket.created : null,
       openToMatchMs: state.matched && socket?.opened != null ? state.matched.at - socket.opened : null,
+      openToLastFrameMs: state.matched?.lastFrameAt != null && socket?.opened != null ? state.matched.lastFrameAt - socket.opened : null,
+      frameTimes: socket ? socket.frameTimes.map(([at, what]) => [socket.opened === null ? null : at - socket.opened, what]) : [],
       navigationToMatchMs: state.matched ? state.matched.at : null,
       bytes: state.matched ? state.matched.bytes : socket?.bytes ?? 0,
       frames: state.matched ? state.matched.frames : socket?.frames ?? 0,

@@ -63,6 +63,13 @@ struct Args {
     out: Option<std::path::PathBuf>,
 }
 
+/// A session's screen sleeps after this long without output (the broker's default).
+const SCREEN_SLEEP: Duration = Duration::from_secs(30);
+
+/// The screen sleep of the scale scenario's run in waves: short, so that the waves take little
+/// time (how long a screen waits changes when it sleeps, not what sleeping frees).
+const WAVE_SCREEN_SLEEP: Duration = Duration::from_secs(1);
+
 /// Sizes of one run.
 #[derive(Debug, Clone, Copy)]
 struct Sizes {
@@ -76,7 +83,10 @@ struct Sizes {
     sockets: usize,
     typists: usize,
     typing: Duration,
+    /// The sleep interval of the scale scenario's broker's screens.
+    screen_sleep: Duration,
     snapshot_builds: usize,
+    feed_bytes: u64,
     reload_bytes: u64,
     reloads: usize,
 }
@@ -95,7 +105,9 @@ impl Sizes {
                 sockets: 40,
                 typists: 10,
                 typing: Duration::from_secs(3),
+                screen_sleep: Duration::from_secs(2),
                 snapshot_builds: 20,
+                feed_bytes: 1 << 20,
                 reload_bytes: 10 << 20,
                 reloads: 2,
             }
@@ -113,7 +125,10 @@ impl Sizes {
                 sockets: 2000,
                 typists: 200,
                 typing: Duration::from_secs(10),
+                // The broker's default (`--screen-sleep`).
+                screen_sleep: SCREEN_SLEEP,
                 snapshot_builds: 1000,
+                feed_bytes: 64 << 20,
                 reload_bytes: 100 << 20,
                 reloads: 5,
             }
@@ -432,7 +447,11 @@ async fn run(
         // time goes to.
         let mut times = Vec::new();
         let log_dir = tempfile::tempdir()?;
-        match scale::spawn_broker(pty_broker::Config::DEFAULT_RING_BYTES, true, log_dir.path()) {
+        match scale::spawn_broker(
+            pty_broker::Config::DEFAULT_RING_BYTES,
+            Some(SCREEN_SLEEP),
+            log_dir.path(),
+        ) {
             Ok(mut alone) => {
                 match scale::connect_broker(&mut alone).await {
                     Ok(client) => {
@@ -617,6 +636,36 @@ fn snapshot_section(sizes: Sizes, out: &mut String, failures: &mut Vec<String>) 
             writeln!(out, "| build time | failed | | | | p99 < 1000 µs |")?;
         }
     }
+    // What a session's feeder can keep up with: the emulator alone on one thread, fed the
+    // throughput scenario's flood as the broker reads it.
+    writeln!(
+        out,
+        "\n| the emulator alone, one thread: {} MiB of the throughput flood fed in 16 KiB pieces | MiB/s |\n|---|---:|",
+        sizes.feed_bytes >> 20
+    )?;
+    for (cols, rows, scrollback) in [
+        (
+            80,
+            24,
+            pty_broker::Config::DEFAULT_SCROLLBACK_LINES as usize,
+        ),
+        (80, 24, 0),
+    ] {
+        match snapshot::feed_rate(sizes.feed_bytes, cols, rows, scrollback) {
+            Ok(rate) => writeln!(
+                out,
+                "| {}x{} screen, {} lines of scrollback | {:.1} |",
+                rate.cols, rate.rows, rate.scrollback_lines, rate.mib_per_second
+            )?,
+            Err(error) => {
+                failures.push(format!("snapshot feed: {error:#}"));
+                writeln!(
+                    out,
+                    "| {cols}x{rows} screen, {scrollback} lines of scrollback | failed |"
+                )?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -689,6 +738,16 @@ async fn reload_section(
     )?;
     row(
         out,
+        "of which until the last frame before it arrived (the server's part)",
+        loads
+            .iter()
+            .map(|load| load.open_to_last_frame_ms)
+            .collect(),
+        &ms,
+        "",
+    )?;
+    row(
+        out,
         "bytes the server sent on the socket until then",
         loads.iter().map(|load| load.bytes as f64).collect(),
         &kib,
@@ -736,21 +795,30 @@ async fn scale_section(
     writeln!(out, "| measure | value | target |")?;
     writeln!(out, "|---|---:|---|")?;
     let sessions = sizes.scale_sessions;
-    for screens in [true, false] {
-        if !screens {
-            eprintln!(
-                "(4) scale: {} sessions on one broker, screens off",
-                sizes.scale_sessions
-            );
-        }
-        let what = if screens {
+    let scrollback = pty_broker::Config::DEFAULT_SCROLLBACK_LINES;
+    let runs = [
+        (
+            Some(scale::ScreenSleep {
+                after: sizes.screen_sleep,
+                waves: false,
+            }),
+            format!("screens on, {scrollback} lines of scrollback"),
+        ),
+        (
+            Some(scale::ScreenSleep {
+                after: WAVE_SCREEN_SLEEP,
+                waves: true,
+            }),
             format!(
-                "screens on ({} lines of scrollback)",
-                pty_broker::Config::DEFAULT_SCROLLBACK_LINES
-            )
-        } else {
-            "screens off".to_owned()
-        };
+                "screens on, output in waves of 32 sessions, each wave's screens asleep ({} s) before the next",
+                WAVE_SCREEN_SLEEP.as_secs()
+            ),
+        ),
+        (None, "screens off".to_owned()),
+    ];
+    for (screens, what) in runs {
+        eprintln!("(4) scale: {sessions} sessions on one broker, {what}");
+        let target = if screens.is_some() { "< 64 KiB" } else { "" };
         match scale::broker_memory(sessions, sizes.scale_output, ring_bytes, screens).await {
             Ok(memory) => {
                 writeln!(
@@ -768,13 +836,19 @@ async fn scale_section(
                 )?;
                 writeln!(
                     out,
-                    "| same, beyond the ring bytes used | {:.1} KiB | {} |",
+                    "| same, beyond the ring bytes used | {:.1} KiB | {target} |",
                     memory.beyond_ring_kib,
-                    if screens { "< 64 KiB" } else { "" }
                 )?;
+                if let (Some((asleep, beyond)), Some(screens)) = (memory.asleep, screens) {
+                    writeln!(
+                        out,
+                        "| same, once every screen slept ({} s without output): RSS per session; beyond the ring | {asleep:.1} KiB; {beyond:.1} KiB | {target} |",
+                        screens.after.as_secs(),
+                    )?;
+                }
                 writeln!(
                     out,
-                    "| broker RSS with one session (baseline, {what}) | {:.1} MiB | |",
+                    "| broker RSS with one session (baseline) | {:.1} MiB | |",
                     memory.baseline_kib as f64 / 1024.0
                 )?;
             }
@@ -782,7 +856,7 @@ async fn scale_section(
                 failures.push(format!("scale {sessions} sessions, {what}: {error:#}"));
                 writeln!(
                     out,
-                    "| {sessions} live sessions on one broker ({what}): RSS per session | failed | < 64 KiB beyond the ring |"
+                    "| {sessions} live sessions on one broker ({what}): RSS per session | failed | {target} |"
                 )?;
             }
         }

@@ -83,6 +83,9 @@ pub struct Reload {
 pub struct PageLoad {
     /// From the WebSocket's `open` event until xterm's rows were the screen's, ms.
     pub open_to_match_ms: f64,
+    /// From the `open` event until the last frame that arrived before the match, ms: the
+    /// server's part (the rest is the page's: parsing, writing to xterm).
+    pub open_to_last_frame_ms: f64,
     /// From `new WebSocket` until its `open` (the upgrade, the gateway's attach), ms.
     pub created_to_open_ms: f64,
     /// From the start of the navigation until the match, ms.
@@ -253,6 +256,7 @@ fn parse_report(report: &Value) -> Result<Reload> {
         );
         loads.push(PageLoad {
             open_to_match_ms: number(load, "openToMatchMs")?,
+            open_to_last_frame_ms: number(load, "openToLastFrameMs")?,
             created_to_open_ms: number(load, "createdToOpenMs")?,
             navigation_to_match_ms: number(load, "navigationToMatchMs")?,
             bytes: number(load, "bytes")? as u64,
@@ -298,7 +302,7 @@ mod tests {
         let matched = serde_json::json!({
             "size": {"cols": 150, "rows": 40}, "offset": 100,
             "loads": [{"matched": true, "screenUnchanged": true, "sockets": 1, "openToMatchMs": 12.5,
-                       "createdToOpenMs": 3.0, "navigationToMatchMs": 80.0, "bytes": 2048, "snapshotBytes": 1500}],
+                       "createdToOpenMs": 3.0, "openToLastFrameMs": 10.0, "navigationToMatchMs": 80.0, "bytes": 2048, "snapshotBytes": 1500}],
         });
         let reload = parse_report(&matched).expect("a matched load");
         assert_eq!(reload.loads[0].bytes, 2048);

@@ -28,8 +28,21 @@ const PROGRESS_PATIENCE: Duration = Duration::from_secs(60);
 const BATCH: usize = 16;
 /// Time for the allocator and the kernel to settle before `VmRSS` is read.
 const SETTLE: Duration = Duration::from_millis(1000);
+/// Beyond a screen's sleep interval, before it is taken as asleep.
+const SLEEP_MARGIN: Duration = Duration::from_millis(500);
 /// The per-instance session cap is 1..=50 (the contract).
 const INSTANCE_CAP: usize = 50;
+
+/// The screens of the sessions on the broker under measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct ScreenSleep {
+    /// The broker's `--screen-sleep`: a screen without output for this long sleeps.
+    pub after: Duration,
+    /// Release the sessions' output in waves, each after the previous wave's screens slept,
+    /// so that the memory they gave back is there for the next (the allocator keeps freed
+    /// memory resident: only reuse shows that it was freed).
+    pub waves: bool,
+}
 
 /// Resident memory of a broker holding many live sessions.
 #[derive(Debug, Clone, Copy)]
@@ -46,11 +59,16 @@ pub struct BrokerMemory {
     pub ring_kib: f64,
     /// `after_kib` minus the ring bytes each additional session holds, KiB.
     pub beyond_ring_kib: f64,
+    /// With screens: the RSS per additional session again once every screen had no output for
+    /// the broker's `--screen-sleep` and slept (kept as its compressed snapshot), KiB; and that
+    /// beyond the ring bytes.
+    pub asleep: Option<(f64, f64)>,
 }
 
 /// Spawns `sessions` local shells on a broker of its own (a separate process, ring of
-/// `ring_bytes`, a terminal emulator per session unless `screens` is false), reads its RSS with
-/// them idle, makes each print `output_bytes` with no client attached, and reads it again.
+/// `ring_bytes`, a terminal emulator per session when `screens` says how it sleeps), reads its
+/// RSS with them idle, makes each print `output_bytes` with no client attached, and reads it
+/// again; with screens, once more after the screens slept.
 ///
 /// The sessions wait on a FIFO rather than on their terminal, so that releasing them needs no
 /// attach (which would add the attach's own buffers to the figure): each reads one line from it
@@ -59,7 +77,7 @@ pub async fn broker_memory(
     sessions: usize,
     output_bytes: u64,
     ring_bytes: u64,
-    screens: bool,
+    screens: Option<ScreenSleep>,
 ) -> Result<BrokerMemory> {
     ensure!(
         sessions >= 2,
@@ -81,7 +99,7 @@ pub async fn broker_memory(
         .write(true)
         .open(&fifo)
         .context("open the FIFO")?;
-    let mut service = spawn_broker(ring_bytes, screens, dir.path())?;
+    let mut service = spawn_broker(ring_bytes, screens.map(|screens| screens.after), dir.path())?;
     let result = async {
         let client = connect_broker(&mut service).await?;
         // Raw mode: the output is the bytes written, so the final offset is known exactly.
@@ -112,6 +130,7 @@ pub async fn broker_memory(
         let idle = service.resident_kib()?;
 
         // Release the sessions a batch at a time: each batch's output arrives before the next.
+        let releasing = Instant::now();
         let final_offset = 1 + output_bytes;
         let mut released = 0;
         while released < sessions {
@@ -121,10 +140,30 @@ pub async fn broker_memory(
                 .context("write to the FIFO")?;
             released += batch;
             wait_count(&client, &mut service, &ids, final_offset, released).await?;
+            if let Some(ScreenSleep { after, waves: true }) = screens
+                && released < sessions
+            {
+                // The broker gives no sign of a screen asleep: the bench waits it out.
+                tokio::time::sleep(after + SLEEP_MARGIN).await;
+            }
         }
         wait_offsets(&client, &mut service, &ids, final_offset).await?;
+        eprintln!(
+            "    {sessions} sessions printed their output in {:.1} s",
+            releasing.elapsed().as_secs_f64()
+        );
         tokio::time::sleep(SETTLE).await;
         let after = service.resident_kib()?;
+        // A screen sleeps after that long without output: the broker gives no sign of it, so
+        // the bench waits it out (plus the settling time) before reading again.
+        let asleep = match screens {
+            Some(screens) => {
+                tokio::time::sleep(screens.after + SETTLE).await;
+                service.check_running()?;
+                Some(service.resident_kib()?)
+            }
+            None => None,
+        };
         let offsets = list_offsets(&client).await?;
         let ring_total: u64 = ids
             .iter()
@@ -134,6 +173,10 @@ pub async fn broker_memory(
         // The baseline session held 1 byte of ring then; what every ring gained since.
         let ring_growth = ring_total.saturating_sub(1) as f64;
         let after_bytes = after.saturating_sub(baseline) as f64 * 1024.0;
+        let asleep = asleep.map(|asleep| {
+            let bytes = asleep.saturating_sub(baseline) as f64 * 1024.0;
+            (bytes / 1024.0 / others, (bytes - ring_growth) / 1024.0 / others)
+        });
         Ok(BrokerMemory {
             sessions,
             output_bytes,
@@ -142,6 +185,7 @@ pub async fn broker_memory(
             after_kib: after_bytes / 1024.0 / others,
             ring_kib: ring_total as f64 / sessions as f64 / 1024.0,
             beyond_ring_kib: (after_bytes - ring_growth) / 1024.0 / others,
+            asleep,
         })
     }
     .await;
@@ -152,24 +196,28 @@ pub async fn broker_memory(
     result
 }
 
-/// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`, screens on or
-/// off, the default scrollback), known to no session-api (which would end sessions it did not
-/// create); logs go to `log_dir`.
-pub fn spawn_broker(ring_bytes: u64, screens: bool, log_dir: &std::path::Path) -> Result<Service> {
-    Service::spawn(
-        "pty-broker",
-        &[
-            format!("--service-token={SERVICE_TOKEN}"),
-            format!("--ticket-secret={TICKET_SECRET}"),
-            "--broker-id=bench-alone".to_owned(),
-            "--backends=local".to_owned(),
-            format!("--ring-bytes={ring_bytes}"),
-            format!("--screens={screens}"),
-            "--kill-grace=500ms".to_owned(),
-            "--shutdown-grace=30s".to_owned(),
-        ],
-        log_dir,
-    )
+/// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`, screens with
+/// the default scrollback and this sleep interval, or none), known to no session-api (which would
+/// end sessions it did not create); logs go to `log_dir`.
+pub fn spawn_broker(
+    ring_bytes: u64,
+    screens: Option<Duration>,
+    log_dir: &std::path::Path,
+) -> Result<Service> {
+    let mut args = vec![
+        format!("--service-token={SERVICE_TOKEN}"),
+        format!("--ticket-secret={TICKET_SECRET}"),
+        "--broker-id=bench-alone".to_owned(),
+        "--backends=local".to_owned(),
+        format!("--ring-bytes={ring_bytes}"),
+        format!("--screens={}", screens.is_some()),
+        "--kill-grace=500ms".to_owned(),
+        "--shutdown-grace=30s".to_owned(),
+    ];
+    if let Some(sleep) = screens {
+        args.push(format!("--screen-sleep={}ms", sleep.as_millis()));
+    }
+    Service::spawn("pty-broker", &args, log_dir)
 }
 
 /// A client of the broker at `service`, once it answers `List` (bounded).

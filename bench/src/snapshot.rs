@@ -1,6 +1,8 @@
 //! (7) Snapshot build time: `Screen::snapshot()` of pty-broker's terminal emulator on a large
 //! screen whose scrollback is full of coloured text, timed build by build in this process (the
-//! broker builds one per attach that asks for it, on the attach's own task).
+//! broker builds one per attach that asks for it, on the attach's own task). Beside it, how fast
+//! the emulator takes the throughput scenario's flood on one thread: what a session's feeder can
+//! keep up with.
 
 use std::time::{Duration, Instant};
 
@@ -137,6 +139,58 @@ pub fn snapshot_builds(builds: usize) -> Result<SnapshotBuilds> {
     })
 }
 
+/// How fast one screen takes output on this thread.
+#[derive(Debug, Clone, Copy)]
+pub struct FeedRate {
+    pub cols: u16,
+    pub rows: u16,
+    pub scrollback_lines: usize,
+    pub mib_per_second: f64,
+}
+
+/// Feeds `bytes` of the throughput scenario's flood (lines of 63 characters, LF only: raw mode)
+/// to a fresh `cols`x`rows` screen keeping `scrollback_lines`, in pieces of 16 KiB (the broker's
+/// read size), and times it. Checks that the screen shows the flood's lines.
+pub fn feed_rate(bytes: u64, cols: u16, rows: u16, scrollback_lines: usize) -> Result<FeedRate> {
+    const PIECE: usize = 16 * 1024;
+    let size = TerminalSize::new(u32::from(cols), u32::from(rows))?;
+    let mut screen = Screen::new(size, scrollback_lines, 0);
+    let line = crate::scenarios::LINE.as_bytes();
+    let mut pattern = Vec::with_capacity(PIECE + line.len() + 1);
+    while pattern.len() < PIECE {
+        pattern.extend_from_slice(line);
+        pattern.push(b'\n');
+    }
+    // A piece of whole lines, so that each piece continues the pattern where the last ended.
+    pattern.truncate(PIECE - PIECE % (line.len() + 1));
+    let started = Instant::now();
+    let mut fed = 0u64;
+    while fed < bytes {
+        screen.feed_at(fed, &pattern);
+        fed += pattern.len() as u64;
+    }
+    let elapsed = started.elapsed();
+    ensure!(
+        screen.offset() == fed,
+        "the screen took {} of {fed} bytes",
+        screen.offset()
+    );
+    // Raw mode: LF without CR, so the lines step across the screen and wrap at its margin;
+    // without the blanks and row ends a whole line of the pattern shows.
+    let text = screen.text(0);
+    let joined: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    ensure!(
+        joined.contains(crate::scenarios::LINE),
+        "the screen does not show the flood's lines: {text:?}"
+    );
+    Ok(FeedRate {
+        cols,
+        rows,
+        scrollback_lines,
+        mib_per_second: fed as f64 / (1024.0 * 1024.0) / elapsed.as_secs_f64(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +211,12 @@ mod tests {
         };
         assert_eq!(plain.chars().count(), usize::from(COLS));
         assert!(line.matches("\x1b[0m").count() >= usize::from(COLS) / 20);
+    }
+
+    #[test]
+    fn the_flood_is_fed_whole_and_shows_on_the_screen() {
+        let rate = feed_rate(64 * 1024, 80, 24, 100).expect("feed");
+        assert!(rate.mib_per_second > 0.0);
     }
 
     #[test]
