@@ -2,8 +2,10 @@
 //! prints a Markdown table (`cargo xtask bench [--quick]` runs it; BENCHMARKS.md explains it).
 
 mod child;
+mod reload;
 mod scale;
 mod scenarios;
+mod snapshot;
 mod stack;
 mod stats;
 mod term;
@@ -15,7 +17,8 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::stack::{Backend, Stack, StackOptions};
+use crate::reload::BrowserSetup;
+use crate::stack::{Backend, Screens, Stack, StackOptions};
 use crate::stats::{Latency, Spread, micros};
 use crate::term::Path;
 
@@ -25,8 +28,9 @@ struct Args {
     /// Every scenario at a small size: checks that they complete and the bytes are right.
     #[arg(long)]
     quick: bool,
-    /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale"])]
+    /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale,
+    /// snapshot, reload.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload"])]
     only: Vec<String>,
     /// Override the MiB written by each throughput run.
     #[arg(long)]
@@ -43,6 +47,17 @@ struct Args {
     /// Override the number of typing sessions of the scale scenario.
     #[arg(long)]
     typists: Option<usize>,
+    /// Override the MiB the full-screen program writes before the page loads of the reload
+    /// scenario.
+    #[arg(long)]
+    reload_mib: Option<u64>,
+    /// The built web page the gateway serves for the reload scenario (`npm run build` in web/).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/dist"))]
+    web_dir: std::path::PathBuf,
+    /// The Chromium the reload scenario drives. Default: `PTYHUB_TEST_CHROMIUM`, else
+    /// `/usr/bin/chromium` (Debian's).
+    #[arg(long)]
+    chromium: Option<std::path::PathBuf>,
     /// Also write the table to this file.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -61,6 +76,9 @@ struct Sizes {
     sockets: usize,
     typists: usize,
     typing: Duration,
+    snapshot_builds: usize,
+    reload_bytes: u64,
+    reloads: usize,
 }
 
 impl Sizes {
@@ -77,6 +95,9 @@ impl Sizes {
                 sockets: 40,
                 typists: 10,
                 typing: Duration::from_secs(3),
+                snapshot_builds: 20,
+                reload_bytes: 10 << 20,
+                reloads: 2,
             }
         } else {
             Self {
@@ -92,6 +113,9 @@ impl Sizes {
                 sockets: 2000,
                 typists: 200,
                 typing: Duration::from_secs(10),
+                snapshot_builds: 1000,
+                reload_bytes: 100 << 20,
+                reloads: 5,
             }
         }
     }
@@ -106,6 +130,16 @@ async fn main() -> Result<()> {
     sizes.scale_sessions = args.scale_sessions.unwrap_or(sizes.scale_sessions);
     sizes.sockets = args.sockets.unwrap_or(sizes.sockets);
     sizes.typists = args.typists.unwrap_or(sizes.typists);
+    sizes.reload_bytes = args.reload_mib.map_or(sizes.reload_bytes, |mib| mib << 20);
+    let selected =
+        |name: &str| args.only.is_empty() || args.only.iter().any(|wanted| wanted == name);
+    let browser = BrowserSetup {
+        chromium: args.chromium.clone().unwrap_or_else(|| {
+            std::env::var_os("PTYHUB_TEST_CHROMIUM")
+                .map_or_else(|| "/usr/bin/chromium".into(), Into::into)
+        }),
+        web_dir: args.web_dir.clone(),
+    };
     // Handling these signals (instead of inheriting them ignored, as a background job or
     // `nohup` leaves them) also gives every process the in-process broker spawns their default
     // action: a session's shell must see ^C as SIGINT whatever started the bench.
@@ -113,11 +147,14 @@ async fn main() -> Result<()> {
     let stack = Stack::start(StackOptions {
         ring_bytes: pty_broker::Config::DEFAULT_RING_BYTES,
         max_sessions: 50,
+        unscreened: selected("throughput"),
+        web_dir: (selected("reload") && browser.web_dir.join("index.html").is_file())
+            .then(|| browser.web_dir.clone()),
     })
     .await?;
     let started = Instant::now();
     let result = tokio::select! {
-        result = run(&stack, sizes, &args.only) => result,
+        result = run(&stack, sizes, &args.only, &browser) => result,
         signal = interrupted.recv() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     stack.stop().await;
@@ -176,7 +213,12 @@ impl Interrupts {
 }
 
 /// Runs every scenario; the table, and the failures (a failed path is reported, the rest go on).
-async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Vec<String>)> {
+async fn run(
+    stack: &Stack,
+    sizes: Sizes,
+    only: &[String],
+    browser: &BrowserSetup,
+) -> Result<(String, Vec<String>)> {
     let selected = |name: &str| only.is_empty() || only.iter().any(|wanted| wanted == name);
     let mut out = String::new();
     let mut failures = Vec::new();
@@ -192,64 +234,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
     }
 
     if selected("throughput") {
-        // (1) Throughput, the paths interleaved in each round so that they share the noise.
-        eprintln!("(1) throughput");
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
-        for _ in 0..sizes.repeats {
-            for (index, path) in paths.iter().enumerate() {
-                match scenarios::throughput_once(stack, *path, sizes.flood_bytes).await {
-                    Ok(rate) => rates[index].push(rate),
-                    Err(error) => failures.push(format!("throughput {}: {error:#}", path.label())),
-                }
-            }
-        }
-        let bare = Spread::of(&rates[0]).map(|spread| spread.median);
-        let exec = paths
-            .iter()
-            .position(|path| *path == Path::DockerExec)
-            .and_then(|index| Spread::of(&rates[index]))
-            .map(|spread| spread.median);
-        writeln!(
-            out,
-            "### (1) Output throughput: {} MiB written, median of {} runs\n",
-            sizes.flood_bytes >> 20,
-            sizes.repeats
-        )?;
-        writeln!(
-            out,
-            "| path | MiB/s median | min | max | vs (a) | vs (b) | target |"
-        )?;
-        writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
-        for (index, path) in paths.iter().enumerate() {
-            let Some(spread) = Spread::of(&rates[index]) else {
-                writeln!(out, "| {} | failed | | | | | |", path.label())?;
-                continue;
-            };
-            let ratio = |base: Option<f64>| {
-                base.map_or("".to_owned(), |base| {
-                    format!("{:.2}x", spread.median / base)
-                })
-            };
-            let target = match path {
-                Path::Gateway(Backend::Local) => "≥ 0.90x (a)",
-                Path::Gateway(Backend::Docker) => "≥ 0.90x (b)",
-                _ => "",
-            };
-            writeln!(
-                out,
-                "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {target} |",
-                path.label(),
-                spread.median,
-                spread.min,
-                spread.max,
-                ratio(bare),
-                if path.needs_docker() {
-                    ratio(exec)
-                } else {
-                    String::new()
-                },
-            )?;
-        }
+        throughput_section(stack, sizes, &mut out, &mut failures).await?;
     }
     if selected("echo") {
         // (2) Echo.
@@ -277,7 +262,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
                 writeln!(out, "| {} | failed | | | |", path.label())?;
                 continue;
             }
-            let target = if *path == Path::Gateway(Backend::Local) {
+            let target = if *path == Path::Gateway(Backend::Local, Screens::On) {
                 "p50 < 150, p99 < 300"
             } else {
                 ""
@@ -447,7 +432,7 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
         // time goes to.
         let mut times = Vec::new();
         let log_dir = tempfile::tempdir()?;
-        match scale::spawn_broker(pty_broker::Config::DEFAULT_RING_BYTES, log_dir.path()) {
+        match scale::spawn_broker(pty_broker::Config::DEFAULT_RING_BYTES, true, log_dir.path()) {
             Ok(mut alone) => {
                 match scale::connect_broker(&mut alone).await {
                     Ok(client) => {
@@ -495,7 +480,247 @@ async fn run(stack: &Stack, sizes: Sizes, only: &[String]) -> Result<(String, Ve
     if selected("scale") {
         scale_section(stack, sizes, &mut out, &mut failures).await?;
     }
+    if selected("snapshot") {
+        snapshot_section(sizes, &mut out, &mut failures)?;
+    }
+    if selected("reload") {
+        reload_section(stack, sizes, browser, &mut out, &mut failures).await?;
+    }
     Ok((out, failures))
+}
+
+/// (1) Throughput, the paths interleaved in each round so that they share the noise; each of
+/// ptyhub's paths beside the same with screens off.
+async fn throughput_section(
+    stack: &Stack,
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    eprintln!("(1) throughput");
+    let paths: Vec<Path> = Path::THROUGHPUT
+        .into_iter()
+        .filter(|path| !path.needs_docker() || stack.docker.is_some())
+        .filter(|path| !path.needs_unscreened() || stack.unscreened.is_some())
+        .collect();
+    let mut runs: Vec<Vec<scenarios::Throughput>> = vec![Vec::new(); paths.len()];
+    for _ in 0..sizes.repeats {
+        for (index, path) in paths.iter().enumerate() {
+            match scenarios::throughput_once(stack, *path, sizes.flood_bytes).await {
+                Ok(run) => runs[index].push(run),
+                Err(error) => failures.push(format!("throughput {}: {error:#}", path.label())),
+            }
+        }
+    }
+    let rates =
+        |index: usize| -> Vec<f64> { runs[index].iter().map(|run| run.mib_per_second).collect() };
+    let median_of = |wanted: Path| {
+        paths
+            .iter()
+            .position(|path| *path == wanted)
+            .and_then(|index| Spread::of(&rates(index)))
+            .map(|spread| spread.median)
+    };
+    let bare = median_of(Path::BarePty);
+    let exec = median_of(Path::DockerExec);
+    writeln!(
+        out,
+        "### (1) Output throughput: {} MiB written, median of {} runs\n",
+        sizes.flood_bytes >> 20,
+        sizes.repeats
+    )?;
+    writeln!(
+        out,
+        "| path | MiB/s median | min | max | vs (a) | vs (b) | screens on/off | bench CPU ms/MiB | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
+    for (index, path) in paths.iter().enumerate() {
+        let Some(spread) = Spread::of(&rates(index)) else {
+            writeln!(out, "| {} | failed | | | | | | | |", path.label())?;
+            continue;
+        };
+        let ratio = |base: Option<f64>| {
+            base.map_or(String::new(), |base| {
+                format!("{:.2}x", spread.median / base)
+            })
+        };
+        // On the screens-on row: its median over that of the same path with screens off.
+        let unscreened = match path {
+            Path::Broker(backend, Screens::On) => median_of(Path::Broker(*backend, Screens::Off)),
+            Path::Gateway(backend, Screens::On) => median_of(Path::Gateway(*backend, Screens::Off)),
+            _ => None,
+        };
+        let cpu: Vec<f64> = runs[index].iter().map(|run| run.cpu_ms_per_mib).collect();
+        let cpu = Spread::of(&cpu).map_or(String::new(), |cpu| format!("{:.1}", cpu.median));
+        let target = match path {
+            Path::Gateway(Backend::Local, Screens::On) => "≥ 0.90x (a); on/off ≥ 0.90x",
+            Path::Gateway(Backend::Docker, Screens::On) => "≥ 0.90x (b); on/off ≥ 0.90x",
+            Path::Broker(_, Screens::On) => "on/off ≥ 0.90x",
+            _ => "",
+        };
+        writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {cpu} | {target} |",
+            path.label(),
+            spread.median,
+            spread.min,
+            spread.max,
+            ratio(bare),
+            if path.needs_docker() {
+                ratio(exec)
+            } else {
+                String::new()
+            },
+            ratio(unscreened),
+        )?;
+    }
+    Ok(())
+}
+
+/// (7) Snapshot build time.
+fn snapshot_section(sizes: Sizes, out: &mut String, failures: &mut Vec<String>) -> Result<()> {
+    eprintln!("(7) snapshot builds");
+    writeln!(
+        out,
+        "\n### (7) Snapshot build: `Screen::snapshot()` of a {}x{} screen with {} lines of coloured scrollback, {} builds, µs\n",
+        snapshot::COLS,
+        snapshot::ROWS,
+        snapshot::SCROLLBACK_LINES,
+        sizes.snapshot_builds
+    )?;
+    writeln!(
+        out,
+        "| measure | p50 | p99 | max | snapshot size | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---|")?;
+    match snapshot::snapshot_builds(sizes.snapshot_builds) {
+        Ok(builds) => match Latency::of(&builds.samples) {
+            Some(latency) => {
+                let max = builds.samples.iter().max().copied().unwrap_or_default();
+                writeln!(
+                    out,
+                    "| build time ({} KiB of output fed) | {:.0} | {:.0} | {:.0} | {:.1} KiB | p99 < 1000 µs |",
+                    builds.fed_bytes >> 10,
+                    micros(latency.p50),
+                    micros(latency.p99),
+                    micros(max),
+                    builds.snapshot_bytes as f64 / 1024.0
+                )?;
+            }
+            None => {
+                failures.push("snapshot: no build was timed".to_owned());
+                writeln!(out, "| build time | failed | | | | p99 < 1000 µs |")?;
+            }
+        },
+        Err(error) => {
+            failures.push(format!("snapshot: {error:#}"));
+            writeln!(out, "| build time | failed | | | | p99 < 1000 µs |")?;
+        }
+    }
+    Ok(())
+}
+
+/// (8) Reload of a full-screen session in Chromium.
+async fn reload_section(
+    stack: &Stack,
+    sizes: Sizes,
+    browser: &BrowserSetup,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    eprintln!("(8) reload in Chromium");
+    writeln!(
+        out,
+        "\n### (8) Page load of a full-screen session in Chromium after {} MiB of output, {} loads: from the WebSocket's open until xterm shows the server's screen\n",
+        sizes.reload_bytes >> 20,
+        sizes.reloads
+    )?;
+    writeln!(out, "| measure | median | min | max | target |")?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    if let Some(reason) = browser.missing() {
+        if stack::in_ci() {
+            failures.push(format!("reload: required under CI=true: {reason}"));
+        } else {
+            stack::report_skip(&format!("SKIP: bench reload scenario: {reason}"));
+        }
+        writeln!(out, "| not measured: {reason} | | | | |")?;
+        return Ok(());
+    }
+    let measured = reload::reload(stack, browser, sizes.reload_bytes, sizes.reloads).await;
+    let reload = match measured {
+        Ok(reload) => reload,
+        Err(error) => {
+            failures.push(format!("reload: {error:#}"));
+            writeln!(
+                out,
+                "| failed: see the errors below the table | | | | < 100 ms, < 64 KiB |"
+            )?;
+            return Ok(());
+        }
+    };
+    let row = |out: &mut String,
+               label: &str,
+               values: Vec<f64>,
+               format: &dyn Fn(f64) -> String,
+               target: &str| {
+        match Spread::of(&values) {
+            Some(spread) => writeln!(
+                out,
+                "| {label} | {} | {} | {} | {target} |",
+                format(spread.median),
+                format(spread.min),
+                format(spread.max)
+            ),
+            None => writeln!(out, "| {label} | failed | | | {target} |"),
+        }
+    };
+    let ms = |value: f64| format!("{value:.1} ms");
+    let kib = |value: f64| format!("{:.1} KiB", value / 1024.0);
+    let loads = &reload.loads;
+    row(
+        out,
+        &format!(
+            "WebSocket open → xterm shows the screen ({}x{}, session at offset {})",
+            reload.cols, reload.rows, reload.offset
+        ),
+        loads.iter().map(|load| load.open_to_match_ms).collect(),
+        &ms,
+        "< 100 ms",
+    )?;
+    row(
+        out,
+        "bytes the server sent on the socket until then",
+        loads.iter().map(|load| load.bytes as f64).collect(),
+        &kib,
+        "< 64 KiB",
+    )?;
+    let snapshots: Vec<f64> = loads
+        .iter()
+        .filter_map(|load| load.snapshot_bytes.map(|bytes| bytes as f64))
+        .collect();
+    if snapshots.is_empty() {
+        writeln!(out, "| of which a snapshot | none came | | | |")?;
+    } else {
+        row(out, "of which the snapshot", snapshots, &kib, "")?;
+    }
+    row(
+        out,
+        "`new WebSocket` → open (upgrade, the gateway's attach)",
+        loads.iter().map(|load| load.created_to_open_ms).collect(),
+        &ms,
+        "",
+    )?;
+    row(
+        out,
+        "navigation start → xterm shows the screen",
+        loads
+            .iter()
+            .map(|load| load.navigation_to_match_ms)
+            .collect(),
+        &ms,
+        "",
+    )?;
+    Ok(())
 }
 
 /// (4) Scale: broker memory per session, gateway memory per socket, many typists' echo.
@@ -511,38 +736,55 @@ async fn scale_section(
     writeln!(out, "| measure | value | target |")?;
     writeln!(out, "|---|---:|---|")?;
     let sessions = sizes.scale_sessions;
-    match scale::broker_memory(sessions, sizes.scale_output, ring_bytes).await {
-        Ok(memory) => {
-            writeln!(
-                out,
-                "| {} live sessions on one broker (local), broker RSS per session, idle | {:.1} KiB | |",
-                memory.sessions, memory.idle_kib
-            )?;
-            writeln!(
-                out,
-                "| same, after each printed {} KiB with no client (ring {} KiB): RSS per session | {:.1} KiB (ring holds {:.1} KiB) | |",
-                memory.output_bytes >> 10,
-                ring_bytes >> 10,
-                memory.after_kib,
-                memory.ring_kib
-            )?;
-            writeln!(
-                out,
-                "| same, beyond the ring bytes used | {:.1} KiB | < 64 KiB |",
-                memory.beyond_ring_kib
-            )?;
-            writeln!(
-                out,
-                "| broker RSS with one session (baseline) | {:.1} MiB | |",
-                memory.baseline_kib as f64 / 1024.0
-            )?;
+    for screens in [true, false] {
+        if !screens {
+            eprintln!(
+                "(4) scale: {} sessions on one broker, screens off",
+                sizes.scale_sessions
+            );
         }
-        Err(error) => {
-            failures.push(format!("scale {sessions} sessions: {error:#}"));
-            writeln!(
-                out,
-                "| {sessions} live sessions on one broker: RSS per session | failed | < 64 KiB beyond the ring |"
-            )?;
+        let what = if screens {
+            format!(
+                "screens on ({} lines of scrollback)",
+                pty_broker::Config::DEFAULT_SCROLLBACK_LINES
+            )
+        } else {
+            "screens off".to_owned()
+        };
+        match scale::broker_memory(sessions, sizes.scale_output, ring_bytes, screens).await {
+            Ok(memory) => {
+                writeln!(
+                    out,
+                    "| {} live sessions on one broker (local, {what}), broker RSS per session, idle | {:.1} KiB | |",
+                    memory.sessions, memory.idle_kib
+                )?;
+                writeln!(
+                    out,
+                    "| same, after each printed {} KiB with no client (ring {} KiB): RSS per session | {:.1} KiB (ring holds {:.1} KiB) | |",
+                    memory.output_bytes >> 10,
+                    ring_bytes >> 10,
+                    memory.after_kib,
+                    memory.ring_kib
+                )?;
+                writeln!(
+                    out,
+                    "| same, beyond the ring bytes used | {:.1} KiB | {} |",
+                    memory.beyond_ring_kib,
+                    if screens { "< 64 KiB" } else { "" }
+                )?;
+                writeln!(
+                    out,
+                    "| broker RSS with one session (baseline, {what}) | {:.1} MiB | |",
+                    memory.baseline_kib as f64 / 1024.0
+                )?;
+            }
+            Err(error) => {
+                failures.push(format!("scale {sessions} sessions, {what}: {error:#}"));
+                writeln!(
+                    out,
+                    "| {sessions} live sessions on one broker ({what}): RSS per session | failed | < 64 KiB beyond the ring |"
+                )?;
+            }
         }
     }
 

@@ -49,8 +49,8 @@ pub struct BrokerMemory {
 }
 
 /// Spawns `sessions` local shells on a broker of its own (a separate process, ring of
-/// `ring_bytes`), reads its RSS with them idle, makes each print `output_bytes` with no client
-/// attached, and reads it again.
+/// `ring_bytes`, a terminal emulator per session unless `screens` is false), reads its RSS with
+/// them idle, makes each print `output_bytes` with no client attached, and reads it again.
 ///
 /// The sessions wait on a FIFO rather than on their terminal, so that releasing them needs no
 /// attach (which would add the attach's own buffers to the figure): each reads one line from it
@@ -59,6 +59,7 @@ pub async fn broker_memory(
     sessions: usize,
     output_bytes: u64,
     ring_bytes: u64,
+    screens: bool,
 ) -> Result<BrokerMemory> {
     ensure!(
         sessions >= 2,
@@ -80,7 +81,7 @@ pub async fn broker_memory(
         .write(true)
         .open(&fifo)
         .context("open the FIFO")?;
-    let mut service = spawn_broker(ring_bytes, dir.path())?;
+    let mut service = spawn_broker(ring_bytes, screens, dir.path())?;
     let result = async {
         let client = connect_broker(&mut service).await?;
         // Raw mode: the output is the bytes written, so the final offset is known exactly.
@@ -151,9 +152,10 @@ pub async fn broker_memory(
     result
 }
 
-/// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`), known to no
-/// session-api (which would end sessions it did not create); logs go to `log_dir`.
-pub fn spawn_broker(ring_bytes: u64, log_dir: &std::path::Path) -> Result<Service> {
+/// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`, screens on or
+/// off, the default scrollback), known to no session-api (which would end sessions it did not
+/// create); logs go to `log_dir`.
+pub fn spawn_broker(ring_bytes: u64, screens: bool, log_dir: &std::path::Path) -> Result<Service> {
     Service::spawn(
         "pty-broker",
         &[
@@ -162,6 +164,7 @@ pub fn spawn_broker(ring_bytes: u64, log_dir: &std::path::Path) -> Result<Servic
             "--broker-id=bench-alone".to_owned(),
             "--backends=local".to_owned(),
             format!("--ring-bytes={ring_bytes}"),
+            format!("--screens={screens}"),
             "--kill-grace=500ms".to_owned(),
             "--shutdown-grace=30s".to_owned(),
         ],

@@ -13,7 +13,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt as _;
 use serde_json::Value;
 
-use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Stack, TICKET_SECRET};
+use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack, TICKET_SECRET};
 use crate::term::{
     Path, READ_PATIENCE, Term, attach_broker, attach_broker_at, close_session, connect_gateway,
     create_session_on,
@@ -49,8 +49,19 @@ fn verify_flood(chunk: &[u8], position: u64) -> Result<()> {
     Ok(())
 }
 
-/// One throughput run: MiB/s from the go keystroke until the client has all `bytes`, checked.
-pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<f64> {
+/// One throughput run: how fast, and the CPU this process spent meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    /// MiB/s from the go keystroke until the client has all the bytes.
+    pub mib_per_second: f64,
+    /// CPU time of the whole bench process (the in-process services and the client, every
+    /// thread) per MiB over the same interval, in ms. Processes outside it (the flood's `yes`
+    /// and `head`, dockerd and containerd-shim) are not in it.
+    pub cpu_ms_per_mib: f64,
+}
+
+/// One throughput run: from the go keystroke until the client has all `bytes`, checked.
+pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<Throughput> {
     let mut term = Term::open(stack, path, &flood_script(bytes)).await?;
     let result = async {
         let ready = term.read_until(b"R", 4096).await?;
@@ -59,6 +70,7 @@ pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<f6
             "unexpected output before the flood: {ready:?}"
         );
         let started = Instant::now();
+        let cpu_before = process_cpu_seconds()?;
         term.send(b"\n").await?;
         let mut received = 0u64;
         while received < bytes {
@@ -76,12 +88,36 @@ pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<f6
             received += chunk.len() as u64;
         }
         let elapsed = started.elapsed();
+        let cpu = process_cpu_seconds()? - cpu_before;
         term.send(b"\n").await?;
-        Ok(bytes as f64 / (1024.0 * 1024.0) / elapsed.as_secs_f64())
+        let mib = bytes as f64 / (1024.0 * 1024.0);
+        Ok(Throughput {
+            mib_per_second: mib / elapsed.as_secs_f64(),
+            cpu_ms_per_mib: cpu * 1e3 / mib,
+        })
     }
     .await;
     term.close(stack).await;
     result
+}
+
+/// User and system CPU time of this process so far (every thread, living or ended), in seconds,
+/// from `/proc/self/stat` (clock ticks of 1/100 s: Linux reports them in `USER_HZ`, always 100).
+fn process_cpu_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("read /proc/self/stat")?;
+    parse_cpu_seconds(&stat).context("no utime and stime in /proc/self/stat")
+}
+
+/// `utime + stime` in seconds from the text of `/proc/PID/stat` (fields 14 and 15, counted after
+/// the command name, which is in parentheses and may contain spaces).
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (state) is the first after the name: utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
 }
 
 /// Sends `keys` single keystrokes one at a time, each after the previous one's echo, after a
@@ -172,7 +208,7 @@ pub async fn isolation_once(
     backend: Backend,
     keys: usize,
 ) -> Result<(Vec<Duration>, Vec<Duration>)> {
-    let path = Path::Gateway(backend);
+    let path = Path::Gateway(backend, Screens::On);
     let mut quiet = open_echo(stack, path).await?;
     let result = async {
         let unloaded = echo_series(&mut quiet, keys).await?;
@@ -371,6 +407,16 @@ async fn attached_times(mut term: Term, started: Instant, created: Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_a_command_name_with_spaces_and_parentheses() {
+        // pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+        // utime stime ...
+        let stat = "42 (tokio (x) y) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 9 0";
+        assert_eq!(parse_cpu_seconds(stat), Some(3.0));
+        assert_eq!(parse_cpu_seconds("42 (bench) S 1"), None);
+        assert!(process_cpu_seconds().expect("this process's stat") >= 0.0);
+    }
 
     #[test]
     fn the_flood_pattern_is_checked_across_chunks() {

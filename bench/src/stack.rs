@@ -1,8 +1,12 @@
 //! The system under test, in this process on 127.0.0.1:0, started by `ptyhub-stack`: a pty-broker
 //! offering local PTYs and (when the engine answers) Docker, session-api on a fresh SQLite file,
-//! the gateway in front, one `local` instance and one instance in a throwaway busybox container.
+//! the gateway in front (serving the web page when it is built), one `local` instance and one
+//! instance in a throwaway busybox container. Beside it, when asked, a second broker in the same
+//! process with its terminal emulators off (`Config.screens = false`), registered with the same
+//! session-api, and the same two instances on it: the throughput with and without screens.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -14,6 +18,10 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::BackendKind;
 use ptyhub_wire::{BearerAuth, ServiceCredential};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
 
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
@@ -24,6 +32,10 @@ pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
 /// The image `cargo xtask test` builds (static busybox).
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 const CONTAINER_LABEL: &str = "ptyhub.bench";
+/// The id of the stack's broker (screens on, the default) in session-api's registry.
+pub const BROKER_ID: &str = "bench";
+/// The id of the second broker, the one without screens.
+pub const UNSCREENED_BROKER_ID: &str = "bench-screens-off";
 /// Liveness bound for start-up, not a performance figure.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -40,6 +52,15 @@ pub enum Backend {
     Docker,
 }
 
+/// Whether the session's broker keeps a terminal emulator per session (`Config.screens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screens {
+    /// The stack's broker, as ptyhub runs by default.
+    On,
+    /// The second broker, started with `screens = false`.
+    Off,
+}
+
 /// A running stack; [`Stack::stop`] ends it and removes the container.
 #[derive(Debug)]
 pub struct Stack {
@@ -53,7 +74,23 @@ pub struct Stack {
     pub local_instance: String,
     /// The Docker instance's id and its container, when Docker answers.
     pub docker: Option<DockerTarget>,
+    /// The broker without screens and its instances, when asked for.
+    pub unscreened: Option<UnscreenedBroker>,
+    /// The gateway serves the web page (built in this directory).
+    pub web_dir: Option<PathBuf>,
     services: ptyhub_stack::Stack,
+}
+
+/// The second broker: the stack's settings but `screens = false`, in this process (as the
+/// stack's broker is), registered with the stack's session-api.
+#[derive(Debug)]
+pub struct UnscreenedBroker {
+    pub endpoint: String,
+    pub client: BrokerClient,
+    pub local_instance: String,
+    pub docker_instance: Option<String>,
+    stop: oneshot::Sender<()>,
+    served: JoinHandle<Result<(), pty_broker::StartError>>,
 }
 
 /// The container the Docker instance runs in.
@@ -69,7 +106,15 @@ pub struct DockerTarget {
 pub struct StackOptions {
     pub ring_bytes: u64,
     pub max_sessions: u32,
+    /// Also start the broker without screens.
+    pub unscreened: bool,
+    /// The built web page for the gateway to serve (`web/dist`).
+    pub web_dir: Option<PathBuf>,
 }
+
+/// The stack's broker settings that the second broker copies.
+const KILL_GRACE: Duration = Duration::from_millis(500);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 impl Stack {
     /// Starts the services and registers the instances. Without a Docker engine (or its test
@@ -91,18 +136,20 @@ impl Stack {
         } else {
             vec![BackendKind::Local]
         };
-        let services = ptyhub_stack::Stack::builder()
+        let mut builder = ptyhub_stack::Stack::builder()
             .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
             .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
-            .broker_id("bench")
-            .backends(backends)
+            .broker_id(BROKER_ID)
+            .backends(backends.clone())
             .ring_bytes(options.ring_bytes)
-            .shutdown_grace(Duration::from_secs(3))
-            .kill_grace(Duration::from_millis(500))
+            .shutdown_grace(SHUTDOWN_GRACE)
+            .kill_grace(KILL_GRACE)
             .api_token(ADMIN_TOKEN)
-            .start_patience(START_PATIENCE)
-            .start()
-            .await?;
+            .start_patience(START_PATIENCE);
+        if let Some(web_dir) = &options.web_dir {
+            builder = builder.static_dir(web_dir.clone());
+        }
+        let services = builder.start().await?;
         let mut stack = Self {
             gateway_url: services.gateway_url(),
             session_api_endpoint: services.session_api_endpoint(),
@@ -114,6 +161,8 @@ impl Stack {
             http: reqwest::Client::new(),
             local_instance: String::new(),
             docker: None,
+            unscreened: None,
+            web_dir: options.web_dir.clone(),
             services,
         };
         let local = broker_pb::Target {
@@ -145,7 +194,112 @@ impl Stack {
                 instance,
             });
         }
+        if options.unscreened {
+            match stack.start_unscreened(&options, backends).await {
+                Ok(unscreened) => stack.unscreened = Some(unscreened),
+                Err(error) => {
+                    stack.stop().await;
+                    return Err(error.context("start the broker without screens"));
+                }
+            }
+        }
         Ok(stack)
+    }
+
+    /// Starts the broker without screens (the stack's broker settings otherwise), waits until
+    /// session-api knows it, and registers a local instance (and a Docker one in the same
+    /// container) on it.
+    async fn start_unscreened(
+        &self,
+        options: &StackOptions,
+        backends: Vec<BackendKind>,
+    ) -> Result<UnscreenedBroker> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("bind the broker without screens")?;
+        let endpoint = format!("http://{}", listener.local_addr()?);
+        let mut config = pty_broker::Config::new(
+            ServiceCredential::new(SERVICE_TOKEN)?,
+            TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?,
+        );
+        config.screens = false;
+        config.broker_id = UNSCREENED_BROKER_ID.to_owned();
+        config.backends = backends;
+        config.ring_bytes = options.ring_bytes;
+        config.kill_grace = KILL_GRACE;
+        config.shutdown_grace = SHUTDOWN_GRACE;
+        config.session_api = Some(self.session_api_endpoint.clone());
+        config.advertise = Some(endpoint.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = tokio::spawn(pty_broker::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        let channel = Channel::from_shared(endpoint.clone())?.connect_lazy();
+        let client = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
+            channel,
+            service_auth(),
+        )
+        .max_decoding_message_size(16 << 20);
+        let mut unscreened = UnscreenedBroker {
+            endpoint,
+            client,
+            local_instance: String::new(),
+            docker_instance: None,
+            stop,
+            served,
+        };
+        let registered = async {
+            let local = broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+            };
+            // The broker registers itself in the background: until then session-api does not
+            // know its id.
+            let deadline = tokio::time::Instant::now() + START_PATIENCE;
+            unscreened.local_instance = loop {
+                match self
+                    .register_on(
+                        "bench-local-screens-off",
+                        local.clone(),
+                        options.max_sessions,
+                        UNSCREENED_BROKER_ID,
+                    )
+                    .await
+                {
+                    Ok(instance) => break instance,
+                    Err(error) if tokio::time::Instant::now() >= deadline => {
+                        return Err(error.context(format!(
+                            "session-api did not learn of the broker without screens within {START_PATIENCE:?}"
+                        )));
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            };
+            if let Some(docker) = &self.docker {
+                let target = broker_pb::Target {
+                    kind: Some(broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
+                        container: docker.container_id.clone(),
+                    })),
+                };
+                unscreened.docker_instance = Some(
+                    self.register_on(
+                        "bench-docker-screens-off",
+                        target,
+                        options.max_sessions,
+                        UNSCREENED_BROKER_ID,
+                    )
+                    .await?,
+                );
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        match registered {
+            Ok(()) => Ok(unscreened),
+            Err(error) => {
+                unscreened.stop().await;
+                Err(error)
+            }
+        }
     }
 
     /// `ws://127.0.0.1:<port>` of the gateway.
@@ -153,20 +307,59 @@ impl Stack {
         self.gateway_url.replacen("http://", "ws://", 1)
     }
 
-    /// The instance id of `backend`, if that backend is available.
+    /// The instance id of `backend` on the stack's broker, if that backend is available.
     pub fn instance(&self, backend: Backend) -> Option<&str> {
-        match backend {
-            Backend::Local => Some(&self.local_instance),
-            Backend::Docker => self.docker.as_ref().map(|docker| docker.instance.as_str()),
+        self.instance_with(backend, Screens::On)
+    }
+
+    /// The instance id of `backend` on the broker with or without screens, if available.
+    pub fn instance_with(&self, backend: Backend, screens: Screens) -> Option<&str> {
+        match (screens, backend) {
+            (Screens::On, Backend::Local) => Some(&self.local_instance),
+            (Screens::On, Backend::Docker) => {
+                self.docker.as_ref().map(|docker| docker.instance.as_str())
+            }
+            (Screens::Off, Backend::Local) => self
+                .unscreened
+                .as_ref()
+                .map(|broker| broker.local_instance.as_str()),
+            (Screens::Off, Backend::Docker) => self
+                .unscreened
+                .as_ref()
+                .and_then(|broker| broker.docker_instance.as_deref()),
         }
     }
 
-    /// Registers an instance (the stack is up: session-api sees the broker).
+    /// The broker with or without screens: a client and its endpoint, if it runs.
+    pub fn broker_with(&self, screens: Screens) -> Option<(&BrokerClient, &str)> {
+        match screens {
+            Screens::On => Some((&self.broker, &self.broker_endpoint)),
+            Screens::Off => self
+                .unscreened
+                .as_ref()
+                .map(|broker| (&broker.client, broker.endpoint.as_str())),
+        }
+    }
+
+    /// Registers an instance on the stack's broker (the stack is up: session-api sees it).
     pub async fn register(
         &self,
         name: &str,
         target: broker_pb::Target,
         max_sessions: u32,
+    ) -> Result<String> {
+        self.register_on(name, target, max_sessions, BROKER_ID)
+            .await
+    }
+
+    /// Registers an instance on the broker `broker_id` (named, so that session-api never places
+    /// it on the other broker).
+    pub async fn register_on(
+        &self,
+        name: &str,
+        target: broker_pb::Target,
+        max_sessions: u32,
+        broker_id: &str,
     ) -> Result<String> {
         let env: HashMap<String, String> = [("PS1", "$ "), ("TERM", "xterm-256color")]
             .into_iter()
@@ -181,7 +374,7 @@ impl Stack {
             user: String::new(),
             max_sessions,
             labels: HashMap::new(),
-            broker_id: String::new(),
+            broker_id: broker_id.to_owned(),
         };
         let instance = self
             .session_api
@@ -194,6 +387,9 @@ impl Stack {
 
     /// Stops the services and removes the container.
     pub async fn stop(self) {
+        if let Some(unscreened) = self.unscreened {
+            unscreened.stop().await;
+        }
         if let Err(error) = self.services.shutdown().await {
             eprintln!("the bench's services did not stop cleanly: {error}");
         }
@@ -203,9 +399,22 @@ impl Stack {
     }
 }
 
+impl UnscreenedBroker {
+    /// Ends its sessions and waits for it (bounded by its shutdown grace and a margin).
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(SHUTDOWN_GRACE * 2, self.served).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => eprintln!("the broker without screens failed: {error}"),
+            Ok(Err(error)) => eprintln!("the broker without screens panicked: {error}"),
+            Err(_) => eprintln!("the broker without screens did not stop in time"),
+        }
+    }
+}
+
 /// Prints a skip, and appends it to the list `cargo xtask test` prints at the end (the file
 /// named by `PTYHUB_TEST_SKIP_LOG`, as the tests do).
-fn report_skip(line: &str) {
+pub fn report_skip(line: &str) {
     use std::io::Write as _;
     eprintln!("{line}");
     if let Some(log) = std::env::var_os("PTYHUB_TEST_SKIP_LOG") {
@@ -224,7 +433,7 @@ fn report_skip(line: &str) {
 }
 
 /// True under CI, where no part of the bench may be left out.
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|value| value == "true" || value == "1")
 }
 

@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Stack};
+use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack};
 
 /// How long one read may wait before the bench calls the path stuck.
 pub const READ_PATIENCE: Duration = Duration::from_secs(60);
@@ -41,10 +41,11 @@ pub enum Path {
     Relayed,
     /// `docker exec` with a TTY, read straight through bollard: the container limit.
     DockerExec,
-    /// The broker's gRPC Attach (ticket from session-api).
-    Broker(Backend),
-    /// The gateway's WebSocket, end to end.
-    Gateway(Backend),
+    /// The broker's gRPC Attach (ticket from session-api), on the broker with or without
+    /// screens.
+    Broker(Backend, Screens),
+    /// The gateway's WebSocket, end to end, to a session on the broker with or without screens.
+    Gateway(Backend, Screens),
 }
 
 impl Path {
@@ -53,17 +54,33 @@ impl Path {
             Path::BarePty => "(a) bare local PTY",
             Path::Relayed => "(a2) bare PTY behind two TCP relays",
             Path::DockerExec => "(b) docker exec (bollard)",
-            Path::Broker(Backend::Local) => "(c) broker Attach, local",
-            Path::Broker(Backend::Docker) => "(c) broker Attach, Docker",
-            Path::Gateway(Backend::Local) => "(d) gateway WebSocket, local",
-            Path::Gateway(Backend::Docker) => "(d) gateway WebSocket, Docker",
+            Path::Broker(Backend::Local, Screens::On) => "(c) broker Attach, local",
+            Path::Broker(Backend::Docker, Screens::On) => "(c) broker Attach, Docker",
+            Path::Gateway(Backend::Local, Screens::On) => "(d) gateway WebSocket, local",
+            Path::Gateway(Backend::Docker, Screens::On) => "(d) gateway WebSocket, Docker",
+            Path::Broker(Backend::Local, Screens::Off) => "(c) broker Attach, local, screens off",
+            Path::Broker(Backend::Docker, Screens::Off) => "(c) broker Attach, Docker, screens off",
+            Path::Gateway(Backend::Local, Screens::Off) => {
+                "(d) gateway WebSocket, local, screens off"
+            }
+            Path::Gateway(Backend::Docker, Screens::Off) => {
+                "(d) gateway WebSocket, Docker, screens off"
+            }
         }
     }
 
     pub fn needs_docker(self) -> bool {
         matches!(
             self,
-            Path::DockerExec | Path::Broker(Backend::Docker) | Path::Gateway(Backend::Docker)
+            Path::DockerExec | Path::Broker(Backend::Docker, _) | Path::Gateway(Backend::Docker, _)
+        )
+    }
+
+    /// Whether the path needs the broker without screens.
+    pub fn needs_unscreened(self) -> bool {
+        matches!(
+            self,
+            Path::Broker(_, Screens::Off) | Path::Gateway(_, Screens::Off)
         )
     }
 
@@ -72,15 +89,31 @@ impl Path {
         !matches!(self, Path::BarePty | Path::Relayed)
     }
 
-    /// Every path, in table order.
+    /// Every path of the latency scenarios, in table order (ptyhub as it runs by default).
     pub const ALL: [Path; 7] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
-        Path::Broker(Backend::Local),
-        Path::Broker(Backend::Docker),
-        Path::Gateway(Backend::Local),
-        Path::Gateway(Backend::Docker),
+        Path::Broker(Backend::Local, Screens::On),
+        Path::Broker(Backend::Docker, Screens::On),
+        Path::Gateway(Backend::Local, Screens::On),
+        Path::Gateway(Backend::Docker, Screens::On),
+    ];
+
+    /// Every path of the throughput scenario, in table order: each of ptyhub's beside the same
+    /// with screens off.
+    pub const THROUGHPUT: [Path; 11] = [
+        Path::BarePty,
+        Path::Relayed,
+        Path::DockerExec,
+        Path::Broker(Backend::Local, Screens::On),
+        Path::Broker(Backend::Local, Screens::Off),
+        Path::Broker(Backend::Docker, Screens::On),
+        Path::Broker(Backend::Docker, Screens::Off),
+        Path::Gateway(Backend::Local, Screens::On),
+        Path::Gateway(Backend::Local, Screens::Off),
+        Path::Gateway(Backend::Docker, Screens::On),
+        Path::Gateway(Backend::Docker, Screens::Off),
     ];
 }
 
@@ -138,12 +171,15 @@ impl Term {
             Path::BarePty => open_pty(&command),
             Path::Relayed => open_relayed(&command).await,
             Path::DockerExec => open_exec(stack, command).await,
-            Path::Broker(backend) => {
-                let (instance, attach) = create_session(stack, backend, command).await?;
-                attach_broker(stack, instance, attach).await
+            Path::Broker(backend, screens) => {
+                let (instance, attach) = create_session(stack, backend, screens, command).await?;
+                let (client, endpoint) = stack
+                    .broker_with(screens)
+                    .context("the broker without screens is not running")?;
+                attach_broker_at(client, endpoint, instance, attach).await
             }
-            Path::Gateway(backend) => {
-                let (instance, attach) = create_session(stack, backend, command).await?;
+            Path::Gateway(backend, screens) => {
+                let (instance, attach) = create_session(stack, backend, screens, command).await?;
                 connect_gateway(stack, &instance, &attach.session_id, "").await
             }
         }
@@ -255,6 +291,10 @@ impl Term {
                     }
                     Some(broker_pb::server_frame::Frame::Error(error)) => {
                         bail!("the broker reported an error: {}", error.message)
+                    }
+                    // The bench asks for none: one would stand in for output it checks.
+                    Some(broker_pb::server_frame::Frame::Snapshot(snapshot)) => {
+                        bail!("an unasked-for snapshot at offset {}", snapshot.offset)
                     }
                     _ => {}
                 }
@@ -505,14 +545,16 @@ async fn open_exec(stack: &Stack, command: Vec<String>) -> Result<Term> {
     }
 }
 
-/// Creates a session running `command` through session-api; its instance and attach target.
+/// Creates a session running `command` through session-api on the broker with or without
+/// screens; its instance and attach target.
 async fn create_session(
     stack: &Stack,
     backend: Backend,
+    screens: Screens,
     command: Vec<String>,
 ) -> Result<(String, session_pb::AttachTarget)> {
     let instance = stack
-        .instance(backend)
+        .instance_with(backend, screens)
         .context("that backend is not available")?
         .to_owned();
     let attach = create_session_on(stack, &instance, command).await?;
