@@ -21,6 +21,7 @@ backend_scenarios!(
     bad_screen_requests_are_refused_and_write_nothing,
     wait_answers_the_exit_or_times_out,
     title_and_bell_reach_the_session_info,
+    a_screen_that_slept_answers_and_follows_new_output,
 );
 
 /// Scrollback the tests' screens keep, as the broker's default.
@@ -485,4 +486,78 @@ async fn title_and_bell_reach_the_session_info(backend: Backend) -> anyhow::Resu
     );
     broker.kill(&id).await?;
     broker.stop().await
+}
+
+/// With a short `--screen-sleep`, an idle session's screen sleeps between outputs: reads,
+/// snapshots and new output find it as if it never slept.
+async fn a_screen_that_slept_answers_and_follows_new_output(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.screen_sleep = std::time::Duration::from_millis(50)),
+    )
+    .await?;
+    let id = broker
+        .spawn_sh("stty -echo; printf '\\033]2;napping\\007first\\n'; read line; echo \"got $line\"; sleep 600")
+        .await?
+        .session_id;
+    broker
+        .wait_for_screen(wait_request(&id, "first", 20_000))
+        .await?;
+    // Long enough for the screen to have slept many times over.
+    let mut quiet = wait_request(&id, "first", 20_000);
+    quiet.quiet_ms = 500;
+    broker.wait_for_screen(quiet).await?;
+    let screen = broker.screen(&id, pb::ScreenFormat::Text, 0).await?;
+    ensure!(
+        screen.lines[0] == "first" && screen.title == "napping",
+        "{screen:?}"
+    );
+    let snapshot = late_viewer_snapshot_asked(&broker, &id).await?;
+    let mut restored = Screen::from_snapshot(&snapshot, SCROLLBACK);
+    ensure!(
+        restored.text(0).starts_with("first"),
+        "{}",
+        restored.text(0)
+    );
+    broker
+        .send_keys(&id, vec![text("again"), key("Enter")], false)
+        .await?;
+    let answered = broker
+        .wait_for_screen(wait_request(&id, "got again", 20_000))
+        .await?;
+    let lines = answered.screen.context("a match has a screen")?.lines;
+    ensure!(lines[..2] == ["first", "got again"], "{lines:?}");
+    broker.kill(&id).await?;
+    broker.stop().await
+}
+
+/// A viewer that asks for a snapshot (no `since`): connected, then the snapshot, no gap.
+async fn late_viewer_snapshot_asked(
+    broker: &TestBroker,
+    session_id: &str,
+) -> anyhow::Result<Snapshot> {
+    let ticket = broker.ticket(session_id, attach_ticket::TicketRole::Viewer);
+    let mut viewer = broker
+        .attach_with(pb::Hello {
+            ticket,
+            session_id: session_id.to_owned(),
+            role: pb::Role::Viewer as i32,
+            size: None,
+            since: None,
+            snapshot: true,
+        })
+        .await?;
+    let offset = viewer.connected().offset;
+    let Frame::Snapshot(snapshot) = viewer.next_frame().await? else {
+        bail!("expected the snapshot right after connected");
+    };
+    ensure!(snapshot.offset == offset);
+    let size = snapshot.size.context("a snapshot has a size")?;
+    Ok(Snapshot {
+        offset: snapshot.offset,
+        size: TerminalSize::new(size.cols, size.rows)?,
+        data: snapshot.data,
+    })
 }
