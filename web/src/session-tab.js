@@ -109,6 +109,8 @@ export class SessionTab {
     this.lastBellAt = session?.last_bell_at ?? null;
     /** Set while this page closes the session itself, so its change event is not acted on twice. */
     this.closing = false;
+    /** Between a reset's `resetting` and the new `connected`: the old process's output is dropped. */
+    this.discardingOldOutput = false;
     /** A tab added for a session made elsewhere attaches when first shown. */
     this.connectWhenShown = false;
     /** A bell rang while the tab was not shown (before the page opened): mark it once added. */
@@ -315,6 +317,7 @@ export class SessionTab {
     else query.set('since', String(this.written));
     this.snapshotOffset = null;
     this.pendingGapNotice = null;
+    this.discardingOldOutput = false;
     if (!this.viewer) {
       query.set('cols', String(this.terminal.cols));
       query.set('rows', String(this.terminal.rows));
@@ -384,8 +387,11 @@ export class SessionTab {
         if (message.status === 'connected') this.handleConnected(message);
         else if (message.status === 'resetting') {
           // The server's screen is cleared for the new process: so is this one, and the notice
-          // goes above the terminal rather than into it.
+          // goes above the terminal rather than into it. What the old process still printed
+          // arrives until the new `connected`; it is not drawn, and the screen is cleared again
+          // when the new process starts.
           this.clearForRestart();
+          this.discardingOldOutput = true;
           this.setStatus(Status.resetting);
           this.showStatusLine('Restarting the session…');
         }
@@ -430,6 +436,10 @@ export class SessionTab {
 
   handleConnected(message) {
     const wasResetting = this.status === Status.resetting;
+    if (this.discardingOldOutput) {
+      this.discardingOldOutput = false;
+      this.clearForRestart();
+    }
     if (message.session?.id) this.sessionId = message.session.id;
     if (message.session?.name) this.name = message.session.name;
     this.role = message.role;
@@ -480,6 +490,8 @@ export class SessionTab {
     if (end <= written) return;
     const fresh = start < written ? bytes.subarray(written - start) : bytes;
     this.written = end;
+    // The old process's last words after a reset began: the new one gets a clean screen.
+    if (this.discardingOldOutput) return;
     this.terminal.write(fresh);
   }
 

@@ -165,8 +165,10 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
     test(`${device}: Restart clears the screen and the scrollback before the new process draws`, async () => {
       const instance = await stack.createInstance();
       const page = await open(device, instance.id);
-      await typeLine(page, 'i=0; while [ $i -lt 60 ]; do echo old-line-$i; i=$((i+1)); done; echo before-restart-$((6*7))');
-      await waitForScreen(page, 'before-restart-42');
+      // The old process is still printing when the restart comes: its output that the terminal
+      // has queued but not drawn must not land on the new process's screen.
+      await typeLine(page, 'echo before-restart-$((6*7)); i=0; while :; do echo old-line-$i; i=$((i+1)); done');
+      await waitForScreen(page, 'old-line-');
       await showTabs(device, page);
       await press(device, page.getByRole('button', { name: 'Restart session' }));
       await page.getByRole('status').filter({ hasText: /^Session restarted$/ }).waitFor();
