@@ -19,7 +19,8 @@ pub struct Config {
     /// Origins (`scheme://host[:port]`) allowed to open WebSockets and call gRPC-web from a
     /// browser. Empty means only the gateway's own origin (the request's `Host`); `*` allows any.
     pub allowed_origins: Vec<String>,
-    /// Where the web page lives (`index.html` and its assets). `None` serves no page.
+    /// Where the web page lives (`index.html` and its assets). `None` serves the page built into
+    /// the binary.
     pub static_dir: Option<PathBuf>,
     /// Whether `/metrics` needs a credential like every other route.
     pub metrics_require_auth: bool,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -20,12 +20,17 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::domain::{
-    AttachTarget, Cell, CloseReason, Color, Cursor, ExitStatus, InputItem, InputWritten, Instance,
-    NewInstance, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow, ScreenWait,
-    ScreenWaitResult, Session, SessionAttachment, SessionSelector, SessionStatus, Target,
-    TerminalCommand, TerminalEvent, WaitOutcome,
+    AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
+    InputWritten, Instance, NewInstance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
+    ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment, SessionChange,
+    SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
+
+/// Session changes as [`Upstreams::watch_sessions`] streams them.
+pub type SessionChanges = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<SessionChange, ApiError>> + Send + 'static>,
+>;
 
 /// The raw session-api client, with the service credential on every call.
 pub type SessionApiClient =
@@ -309,6 +314,26 @@ impl Upstreams {
             .map_err(session_api_error)?
             .into_inner();
         Ok(session_from_proto(session))
+    }
+
+    /// The changes of `instance_id`'s sessions from now on, as session-api's `WatchSessions`
+    /// reports them; changes of a kind this gateway does not know are skipped.
+    pub async fn watch_sessions(&self, instance_id: &str) -> Result<SessionChanges, ApiError> {
+        let changes = self
+            .session_api
+            .clone()
+            .watch_sessions(session_pb::WatchSessionsRequest {
+                instance: instance_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(Box::pin(changes.filter_map(|change| {
+            std::future::ready(match change {
+                Ok(change) => change_from_proto(change).map(Ok),
+                Err(status) => Some(Err(session_api_error(status))),
+            })
+        })))
     }
 
     pub async fn list_sessions(
@@ -694,6 +719,23 @@ fn instance_from_proto(instance: session_pb::Instance) -> Instance {
         created_at: timestamp_from_proto(instance.created_at),
         live_sessions: instance.live_sessions,
     }
+}
+
+fn change_from_proto(change: session_pb::SessionChange) -> Option<SessionChange> {
+    use session_pb::session_change::Kind;
+    let kind = match Kind::try_from(change.kind).ok()? {
+        Kind::Created => ChangeKind::Created,
+        Kind::Renamed => ChangeKind::Renamed,
+        Kind::Status => ChangeKind::Status,
+        Kind::Closed => ChangeKind::Closed,
+        Kind::Attachments => ChangeKind::Attachments,
+        Kind::Screen => ChangeKind::Screen,
+        Kind::Unspecified => return None,
+    };
+    Some(SessionChange {
+        kind,
+        session: session_from_proto(change.session?),
+    })
 }
 
 fn session_from_proto(session: session_pb::Session) -> Session {

@@ -60,6 +60,11 @@ pub async fn run(
     if config.auth.allow_anonymous {
         tracing::warn!("anonymous access is on: requests without a credential act as admin");
     }
+    if config.static_dir.is_none() && !web::page_embedded() {
+        tracing::warn!(
+            "this binary carries no web page (web/ was not built before it): serving the API only; build the page with `cargo xtask web` and rebuild, or pass a web directory"
+        );
+    }
     let upstreams = grpc::Upstreams::new(
         &config.session_api_endpoint,
         &config.service_credential,

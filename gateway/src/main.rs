@@ -57,7 +57,8 @@ struct Args {
     )]
     allowed_origins: Vec<String>,
 
-    /// Directory with the web page's `index.html` and `assets/`.
+    /// Serve the web page from this directory (`index.html` and `assets/`) instead of the page
+    /// built into the binary.
     #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
     static_dir: Option<PathBuf>,
 

@@ -20,7 +20,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::rest::{instances, operations, screens, sessions};
+use crate::rest::{events, instances, operations, screens, sessions};
 use crate::session_proxy::SessionApiProxy;
 use crate::state::AppState;
 use crate::ws::origin_allowed;
@@ -135,6 +135,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         .route(
             &format!("{prefix}/terminal/reset"),
             post(sessions::reset_default_session),
+        )
+        .route(
+            &format!("{prefix}/terminal/events"),
+            get(events::session_events),
         )
 }
 
