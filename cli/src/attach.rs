@@ -52,6 +52,8 @@ pub enum AttachOutcome {
 #[derive(Debug)]
 pub struct AttachRequest {
     pub instance: String,
+    /// The user's token: the stream goes through the gateway, which checks it.
+    pub token: String,
     pub target: session_pb::AttachTarget,
     pub role: broker_pb::Role,
     pub since: Option<u64>,
@@ -267,7 +269,19 @@ async fn stream_once(
             })
             .await;
     }
-    let mut server = match broker.attach(ReceiverStream::new(frame_receiver)).await {
+    let mut attach = tonic::Request::new(ReceiverStream::new(frame_receiver));
+    let metadata = attach.metadata_mut();
+    let (Ok(authorization), Ok(instance)) = (
+        format!("Bearer {}", request.token).parse(),
+        request.instance.parse(),
+    ) else {
+        return Err(StreamEnd::Fatal(anyhow!(
+            "the token or the instance name cannot be sent as gRPC metadata"
+        )));
+    };
+    metadata.insert("authorization", authorization);
+    metadata.insert("ptyhub-instance", instance);
+    let mut server = match broker.attach(attach).await {
         Ok(response) => response.into_inner(),
         Err(status) if is_transient(&status) => {
             return Err(StreamEnd::Dropped(status.message().to_owned()));

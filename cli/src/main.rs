@@ -306,6 +306,7 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         // terminal's modes, and they are put back on every way out.
         let _display_modes = terminal::DisplayModesGuard::new();
         let request = AttachRequest {
+            token: connection.token()?,
             instance: args.instance,
             target,
             role,
@@ -388,6 +389,7 @@ async fn exec_command(
         attach::spawn_stdin_reader(terminal::DetachKeys::parse("")?, attach::InputMode::Piped);
     let (_no_resizes, mut resizes) = tokio::sync::mpsc::channel(1);
     let request = AttachRequest {
+        token: connection.token()?,
         instance: instance.clone(),
         target,
         role: broker_pb::Role::Controller,
