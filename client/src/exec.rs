@@ -183,7 +183,7 @@ impl Exec {
             return Ok(());
         }
         let encoded = self.encoder.encode(data);
-        self.attachment.send_input(encoded).await
+        input_sent(self.attachment.send_input(encoded).await)
     }
 
     /// Ends the command's input (it reads end of file).
@@ -193,18 +193,18 @@ impl Exec {
             return Ok(());
         }
         let end = self.encoder.finish();
-        self.attachment.send_input(end).await
+        input_sent(self.attachment.send_input(end).await)
     }
 
     async fn flush_held_input(&mut self) -> Result<(), Error> {
         if !self.held_input.is_empty() {
             let held = std::mem::take(&mut self.held_input);
             let encoded = self.encoder.encode(&held);
-            self.attachment.send_input(encoded).await?;
+            input_sent(self.attachment.send_input(encoded).await)?;
         }
         if std::mem::take(&mut self.held_end) {
             let end = self.encoder.finish();
-            self.attachment.send_input(end).await?;
+            input_sent(self.attachment.send_input(end).await)?;
         }
         Ok(())
     }
@@ -222,6 +222,15 @@ impl Exec {
             .close_session(&self.instance, self.session_id())
             .await
             .map(|_| ())
+    }
+}
+
+/// Input for a command whose stream has ended goes nowhere, as it would into a closed pipe: the
+/// command's exit status is what the caller reads next.
+fn input_sent(sent: Result<(), Error>) -> Result<(), Error> {
+    match sent {
+        Err(Error::Ended) => Ok(()),
+        other => other,
     }
 }
 
