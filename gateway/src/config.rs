@@ -35,6 +35,10 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway
+    /// hands out. `None` uses the scheme and authority each request came in with.
+    pub public_url: Option<String>,
 }
 
 impl Config {
@@ -58,6 +62,7 @@ impl Config {
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
+            public_url: None,
         }
     }
 
@@ -94,6 +99,14 @@ impl Config {
             return Err(ConfigError::new(
                 "jwt_hs256_secret",
                 "must be at least 16 bytes long",
+            ));
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "public_url",
+                "must start with http:// or https://",
             ));
         }
         for origin in &self.allowed_origins {
@@ -172,6 +185,10 @@ mod tests {
         let mut config = Config::new("http://127.0.0.1:50051", credential());
         config.allowed_origins.push("example.com".into());
         assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
+
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config.public_url = Some("ptyhub.example.com:443".into());
+        assert_eq!(config.validate().unwrap_err().setting, "public_url");
 
         assert!(
             Config::new("http://127.0.0.1:50051", credential())

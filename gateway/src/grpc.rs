@@ -515,6 +515,44 @@ impl Upstreams {
     }
 }
 
+impl Upstreams {
+    /// A fresh ticket for a session the caller was checked for, with the broker it lives on.
+    pub async fn issue_attach_ticket(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        role: Role,
+    ) -> Result<AttachTarget, ApiError> {
+        let target = self
+            .session_api
+            .clone()
+            .issue_attach_ticket(session_pb::IssueAttachTicketRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                role: role_to_proto(role) as i32,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(attach_target_from_proto(target))
+    }
+
+    /// Opens a broker `Attach` whose client frames are `frames` (the first one the hello) and
+    /// returns its server frames unchanged: the public relay passes them through as they are.
+    pub async fn attach_frames(
+        &self,
+        broker_endpoint: &str,
+        frames: mpsc::Receiver<broker_pb::ClientFrame>,
+    ) -> Result<tonic::Streaming<broker_pb::ServerFrame>, ApiError> {
+        let channel = self.brokers.channel(broker_endpoint)?;
+        broker_pb::pty_broker_client::PtyBrokerClient::new(channel)
+            .attach(ReceiverStream::new(frames))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(broker_error)
+    }
+}
+
 /// How many client frames may wait for the broker before the WebSocket reader waits too.
 const ATTACH_COMMAND_QUEUE: usize = 64;
 
@@ -786,14 +824,18 @@ fn attachment_from_proto(
         .ok_or_else(|| ApiError::internal("session-api answered without an attach target"))?;
     Ok(SessionAttachment {
         session: session_from_proto(session),
-        attach: AttachTarget {
-            session_id: attach.session_id,
-            broker_endpoint: attach.broker_endpoint,
-            ticket: attach.ticket,
-            role: role_from_proto(attach.role),
-        },
+        attach: attach_target_from_proto(attach),
         created: attachment.created,
     })
+}
+
+fn attach_target_from_proto(attach: session_pb::AttachTarget) -> AttachTarget {
+    AttachTarget {
+        session_id: attach.session_id,
+        broker_endpoint: attach.broker_endpoint,
+        ticket: attach.ticket,
+        role: role_from_proto(attach.role),
+    }
 }
 
 fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {

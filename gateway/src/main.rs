@@ -19,6 +19,12 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// https://ptyhub.example.com), handed out as the `broker_endpoint` of attach targets.
+    /// Default: the scheme and authority each request came in with.
+    #[arg(long, env = "PTYHUB_GATEWAY_PUBLIC_URL")]
+    public_url: Option<String>,
+
     /// session-api's gRPC endpoint.
     #[arg(
         long,
@@ -127,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
     config.backend_timeout = args.backend_timeout;
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
+    config.public_url = args.public_url;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -33,8 +33,10 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Cancelled when the gateway stops serving; WebSockets and streams end with it.
     pub shutdown: CancellationToken,
-    /// Every WebSocket bridge, so shutdown can wait for them.
+    /// Every WebSocket bridge and public `Attach` relay, so shutdown can wait for them.
     pub bridges: TaskTracker,
+    /// The configured public URL of the gateway, handed out as the attach endpoint.
+    pub public_url: Option<String>,
 }
 
 impl AppState {
