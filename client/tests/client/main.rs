@@ -274,6 +274,19 @@ async fn the_screen_calls_read_type_and_wait() {
         .create_session("local", NewSession::default())
         .await
         .unwrap();
+    // Type once the shell has drawn its prompt and gone quiet: a shell that sets up its line
+    // editor may drop what arrived before it.
+    client
+        .wait_for_screen(session_pb::WaitForScreenRequest {
+            instance: "local".into(),
+            session_id: session.id.clone(),
+            pattern: r"\S".into(),
+            timeout_ms: 20_000,
+            quiet_ms: 300,
+            ..Default::default()
+        })
+        .await
+        .expect("the shell draws its prompt");
     let typed = client
         .send_input(session_pb::SendInputRequest {
             instance: "local".into(),
