@@ -351,7 +351,13 @@ async fn exec_command(
     };
     match ended {
         Ok(None) => {
+            let session_id = exec.session_id().to_owned();
             let status = exec.wait().await?;
+            // The session was only for this command: it is closed, not left exited.
+            client
+                .close_session(&instance, &session_id)
+                .await
+                .with_context(|| format!("the command ended but its session {session_id}"))?;
             Ok(exit_code(status.code))
         }
         Ok(Some(signal)) => {
