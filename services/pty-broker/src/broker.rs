@@ -170,7 +170,7 @@ impl Broker {
     }
 
     fn ticket_key(&self) -> &TicketKey {
-        &self.inner.config.ticket_key
+        &self.inner.config.secrets.ticket_key
     }
 
     /// Starts `spec` on a new PTY; answers once the process runs.

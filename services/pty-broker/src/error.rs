@@ -155,6 +155,11 @@ pub enum StartError {
          (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
     )]
     NoAdvertisedEndpoint(SocketAddr),
+    #[error(
+        "--session-api needs the broker's own credential to register with: set \
+         PTYHUB_BROKER_SERVICE_TOKEN_FILE (or PTYHUB_BROKER_SERVICE_TOKEN)"
+    )]
+    NoRegistrationCredential,
     #[error(transparent)]
     Introspection(#[from] IntrospectionError),
     #[error("grpc server failed: {0}")]

@@ -44,13 +44,14 @@ const OUTBOUND_EVENTS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct PtyBrokerService {
     broker: Broker,
-    /// Admits the unary calls and `WatchEvents`; `Attach` is admitted by its ticket instead.
+    /// Admits the control calls (the unary ones and `WatchEvents`) from session-api alone;
+    /// `Attach` is admitted by its ticket instead.
     credential_check: RequireCredential,
 }
 
 impl PtyBrokerService {
     pub fn new(broker: Broker) -> Self {
-        let credential_check = broker.config().service_token.require();
+        let credential_check = broker.config().secrets.session_api_token.require();
         Self {
             broker,
             credential_check,

@@ -17,10 +17,17 @@ const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
 struct BrokerProcess {
     child: Child,
     endpoint: String,
+    /// The files the broker read its secrets from, as a deployment gives them.
+    _secrets: tempfile::TempDir,
 }
 
 impl BrokerProcess {
     fn start(data_dir: &std::path::Path, backends: &str) -> anyhow::Result<Self> {
+        let secrets = tempfile::tempdir()?;
+        let token_file = secrets.path().join("session-api-token");
+        std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
+        let ticket_file = secrets.path().join("ticket-secret");
+        std::fs::write(&ticket_file, TICKET_SECRET)?;
         let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
             .args([
                 "--listen",
@@ -31,11 +38,8 @@ impl BrokerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
-            .env("PTYHUB_BROKER_SERVICE_TOKEN", SERVICE_TOKEN)
-            .env(
-                "PTYHUB_BROKER_TICKET_SECRET",
-                std::str::from_utf8(TICKET_SECRET)?,
-            )
+            .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
+            .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -61,6 +65,7 @@ impl BrokerProcess {
         Ok(Self {
             child,
             endpoint: format!("http://{address}"),
+            _secrets: secrets,
         })
     }
 

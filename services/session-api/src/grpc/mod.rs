@@ -16,7 +16,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::ErrorCode;
+use ptyhub_wire::{ErrorCode, RequireCredential};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -349,15 +349,26 @@ impl SessionApi for GrpcSessionApi {
     }
 }
 
-/// The gRPC face of the broker registry.
+/// The gRPC face of the broker registry: registrations and heartbeats from the brokers' own
+/// credentials only, reads from the gateways' too.
 #[derive(Debug, Clone)]
 pub struct GrpcBrokerRegistry {
     service: Arc<SessionService>,
+    brokers: RequireCredential,
+    gateways: RequireCredential,
 }
 
 impl GrpcBrokerRegistry {
-    pub(crate) fn new(service: Arc<SessionService>) -> Self {
-        Self { service }
+    pub(crate) fn new(
+        service: Arc<SessionService>,
+        brokers: RequireCredential,
+        gateways: RequireCredential,
+    ) -> Self {
+        Self {
+            service,
+            brokers,
+            gateways,
+        }
     }
 }
 
@@ -367,12 +378,13 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::Broker>, Status> {
+        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
         let request = request.into_inner();
         let id = validated_broker_id(&request.id)?;
         let endpoint = validated_endpoint(&request.endpoint)?;
         let broker = self
             .service
-            .register_broker(id, endpoint, request.docker)
+            .register_broker(id, endpoint, request.docker, &fingerprint)
             .await?;
         Ok(Response::new(broker_to_pb(&broker)))
     }
@@ -381,8 +393,9 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
         let id = validated_broker_id(&request.get_ref().id)?;
-        let interval = self.service.heartbeat(id).await?;
+        let interval = self.service.heartbeat(id, &fingerprint).await?;
         Ok(Response::new(pb::HeartbeatResponse {
             interval_seconds: u32::try_from(interval.as_secs().max(1)).unwrap_or(u32::MAX),
         }))
@@ -390,8 +403,12 @@ impl BrokerRegistry for GrpcBrokerRegistry {
 
     async fn list_brokers(
         &self,
-        _request: Request<pb::ListBrokersRequest>,
+        request: Request<pb::ListBrokersRequest>,
     ) -> Result<Response<pb::ListBrokersResponse>, Status> {
+        // The gateways read the registry to find brokers; brokers may read it too.
+        self.gateways
+            .check(request.metadata())
+            .or_else(|_| self.brokers.check(request.metadata()))?;
         let brokers = self.service.list_brokers().await?;
         Ok(Response::new(pb::ListBrokersResponse {
             brokers: brokers.iter().map(broker_to_pb).collect(),

@@ -1047,3 +1047,110 @@ both_databases!(
         assert_eq!(gone.code(), Code::NotFound);
     }
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_tier_is_admitted_only_where_it_belongs() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut gateway_at_registry = registry_client_as(&api, GATEWAY_TOKEN).await;
+    let register = |id: &str, endpoint: &str| pb::RegisterBrokerRequest {
+        id: id.into(),
+        endpoint: endpoint.into(),
+        docker: false,
+    };
+
+    // The gateway's credential reads the registry but cannot register a broker.
+    gateway_at_registry
+        .list_brokers(pb::ListBrokersRequest {})
+        .await
+        .expect("the gateway reads the registry");
+    let refused = gateway_at_registry
+        .register_broker(register("rogue", "http://127.0.0.1:9"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+
+    // Nor does a broker's or session-api's own credential reach the session calls.
+    for token in [BROKER_TOKEN, SERVICE_TOKEN] {
+        let mut client =
+            ptyhub_proto::session::v1::session_api_client::SessionApiClient::with_interceptor(
+                channel(&api.endpoint()).await,
+                auth(token),
+            );
+        let refused = client
+            .list_instances(pb::ListInstancesRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+    }
+
+    // Only session-api's credential reaches the broker's control calls.
+    for token in [GATEWAY_TOKEN, BROKER_TOKEN] {
+        let mut client = broker_client_as(&broker, token).await;
+        let refused = client.list(broker_pb::ListRequest {}).await.unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+        let refused = client
+            .spawn(broker_pb::SpawnRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+    }
+    broker_client(&broker)
+        .await
+        .list(broker_pb::ListRequest {})
+        .await
+        .expect("session-api's credential is admitted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_id_is_bound_to_the_credential_that_registered_it() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api(database.url(), &[]);
+    let mut owner = registry_client(&api).await;
+    let mut other = registry_client_as(&api, OTHER_BROKER_TOKEN).await;
+    let register = |endpoint: &str| pb::RegisterBrokerRequest {
+        id: "bound".into(),
+        endpoint: endpoint.into(),
+        docker: false,
+    };
+    owner
+        .register_broker(register("http://127.0.0.1:9"))
+        .await
+        .expect("the first registration binds the id");
+
+    let refused = other
+        .register_broker(register("http://127.0.0.1:10"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let refused = other
+        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let brokers = owner
+        .list_brokers(pb::ListBrokersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .brokers;
+    let bound = brokers.iter().find(|broker| broker.id == "bound").unwrap();
+    assert_eq!(bound.endpoint, "http://127.0.0.1:9", "not re-pointed");
+
+    // The same broker, rescheduled, registers its new endpoint.
+    let moved = owner
+        .register_broker(register("http://127.0.0.1:11"))
+        .await
+        .expect("the owner re-registers")
+        .into_inner();
+    assert_eq!(moved.endpoint, "http://127.0.0.1:11");
+    owner
+        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
+        .await
+        .expect("the owner's heartbeat");
+}
