@@ -34,6 +34,8 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
+    /// The most terminal WebSockets one principal may hold open at this gateway.
+    pub max_streams_per_principal: usize,
 }
 
 impl Config {
@@ -57,6 +59,7 @@ impl Config {
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
+            max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
         }
     }
 

@@ -76,6 +76,7 @@ pub async fn run(
         draining: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
+        stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;

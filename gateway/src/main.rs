@@ -102,6 +102,11 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
 
+    /// The most terminal WebSockets one principal may hold open at this gateway.
+    #[arg(long, env = "PTYHUB_GATEWAY_MAX_STREAMS_PER_PRINCIPAL",
+          default_value_t = ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL)]
+    max_streams_per_principal: usize,
+
     /// Treat requests without a credential as admin. Only for a single-user machine.
     #[arg(long, env = "PTYHUB_GATEWAY_INSECURE_ALLOW_ANONYMOUS")]
     insecure_allow_anonymous: bool,
@@ -152,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
     config.backend_timeout = args.backend_timeout;
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
+    config.max_streams_per_principal = args.max_streams_per_principal;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

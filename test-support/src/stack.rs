@@ -320,7 +320,8 @@ impl TestStack {
                 self.running().is_running(),
                 "a service stopped while the gateway was becoming healthy"
             );
-            let last = match self.http.get(&url).send().await {
+            // With the admin's credential: only then does `/healthz` list the brokers.
+            let last = match self.http.get(&url).bearer_auth(ADMIN_TOKEN).send().await {
                 Ok(response) => {
                     let success = response.status().is_success();
                     let body = response.text().await.unwrap_or_default();

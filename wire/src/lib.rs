@@ -21,6 +21,9 @@ pub use credential::{
     TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
-pub use secret::{SecretError, read_secret_file, read_secret_lines, secret_from};
+pub use secret::{
+    SecretError, create_private_directory, create_private_file, read_secret_file,
+    read_secret_lines, secret_from,
+};
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
 pub use tonic_health::ServingStatus;

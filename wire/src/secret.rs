@@ -4,8 +4,38 @@
 //!
 //! A file holds the secret alone; one trailing newline (as `echo` and editors leave it, and as
 //! Kubernetes and Docker secrets are often written) is not part of it.
+//!
+//! What the services keep on disk (the database, a broker's records, `ptyhub up`'s token) is
+//! private to the user that runs them: directories 0700, files 0600, whatever the umask.
 
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+/// Creates `path` (and its parents) if missing, and makes it 0700: only its owner may list or
+/// enter it.
+pub fn create_private_directory(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Creates the file `path` empty and 0600 if it is missing, and makes it 0600 if it exists.
+pub fn create_private_file(path: &Path) -> std::io::Result<()> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Err(error) => Err(error),
+    }
+}
 
 /// Why a secret could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +105,27 @@ pub fn read_secret_lines(setting: &'static str, path: &Path) -> Result<Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_directories_and_files_are_the_owners_alone() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let nested = dir.path().join("a/b");
+        create_private_directory(&nested).expect("create");
+        let mode =
+            |path: &Path| std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&nested), 0o700);
+        std::fs::set_permissions(&nested, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        create_private_directory(&nested).expect("again");
+        assert_eq!(mode(&nested), 0o700, "an existing directory is tightened");
+        let file = nested.join("db");
+        create_private_file(&file).expect("create");
+        assert_eq!(mode(&file), 0o600);
+        std::fs::write(&file, "kept").expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        create_private_file(&file).expect("again");
+        assert_eq!(mode(&file), 0o600, "an existing file is tightened");
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), "kept");
+    }
 
     #[test]
     fn a_secret_file_loses_its_trailing_newline_only() {

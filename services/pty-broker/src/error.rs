@@ -33,6 +33,8 @@ pub enum Error {
     InvalidSize(#[from] InvalidSize),
     #[error("resume offset {since} is beyond the session's output ({end} bytes so far)")]
     ResumeBeyondOutput { since: u64, end: u64 },
+    #[error("the session has {0} viewers already, the most it takes")]
+    TooManyViewers(usize),
     #[error("hello carries no attach ticket")]
     MissingTicket,
     /// The ticket cannot be trusted (malformed, forged, expired), or it is valid but not for this
@@ -98,9 +100,10 @@ impl Error {
             | Error::ProcessEndedBeforeInput
             | Error::InputNotTaken(_)
             | Error::SessionClosed => ErrorCode::WrongState,
-            Error::ClientTooSlow | Error::InputTooLarge(_) | Error::FrameTooLarge => {
-                ErrorCode::LimitExceeded
-            }
+            Error::ClientTooSlow
+            | Error::InputTooLarge(_)
+            | Error::FrameTooLarge
+            | Error::TooManyViewers(_) => ErrorCode::LimitExceeded,
             Error::RuntimeNotConfigured(_) | Error::ShuttingDown => ErrorCode::Unavailable,
             Error::Runtime(error) => error.code(),
         }

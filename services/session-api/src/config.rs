@@ -67,6 +67,12 @@ pub struct Config {
           value_parser = parse_duration)]
     pub keepalive_interval: Duration,
 
+    /// How long a closed session stays in the records (listed with `include=closed`) before it
+    /// is pruned.
+    #[arg(long, env = "PTYHUB_SESSION_API_CLOSED_SESSION_RETENTION", default_value = "30days",
+          value_parser = parse_duration)]
+    pub closed_session_retention: Duration,
+
     /// How long a graceful shutdown waits for background tasks.
     #[arg(long, env = "PTYHUB_SESSION_API_SHUTDOWN_GRACE", default_value = "5s",
           value_parser = parse_duration)]
@@ -98,6 +104,7 @@ impl Config {
             activity_flush_interval: Duration::from_secs(1),
             broker_call_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(20),
+            closed_session_retention: ptyhub_wire::limits::DEFAULT_CLOSED_SESSION_RETENTION,
             shutdown_grace: Duration::from_secs(5),
         }
     }

@@ -146,6 +146,8 @@ pub enum StartError {
     InvalidDatabaseUrl(&'static str),
     #[error("cannot connect to the database: {0}")]
     Connect(#[source] sea_orm::DbErr),
+    #[error("cannot make the database file private (0600): {0}")]
+    DatabaseFile(#[source] std::io::Error),
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[source] sea_orm::DbErr),
     #[error("cannot record the configured brokers: {0}")]

@@ -64,6 +64,7 @@ pub async fn run(
         heartbeat_timeout: config.heartbeat_timeout,
         activity_flush_interval: config.activity_flush_interval,
         spawn_grace: config.broker_call_timeout * 2,
+        closed_session_retention: config.closed_session_retention,
     };
     let service = Arc::new(SessionService::new(
         store.clone(),

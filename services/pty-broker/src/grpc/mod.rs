@@ -34,7 +34,7 @@ pub(crate) use registry_client::RegistryClient;
 /// RESOURCE_EXHAUSTED.
 pub const MAX_CLIENT_FRAME_BYTES: usize = limits::MAX_FRAME_BYTES + 1024;
 /// How long a client has to send its Hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+const HELLO_TIMEOUT: Duration = limits::HELLO_TIMEOUT;
 /// Replies (error frames) queued per attached client between its inbound and outbound sides.
 const OUTBOUND_REPLIES: usize = 8;
 /// Events queued per `WatchEvents` subscriber between the broker and the transport.

@@ -184,3 +184,26 @@ async fn docker_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> any
     container.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_data_directory_is_private_to_the_brokers_user() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let parent = tempfile::tempdir()?;
+    let loose = parent.path().join("loose");
+    std::fs::create_dir(&loose)?;
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755))?;
+    for data_dir in [parent.path().join("new/data"), loose] {
+        let mut config = pty_broker::Config::new(
+            pty_broker::ServiceCredential::new(SERVICE_TOKEN)?,
+            attach_ticket::TicketKey::new(TICKET_SECRET.to_vec())?,
+        );
+        config.data_dir = Some(data_dir.clone());
+        pty_broker::Broker::builder(config)
+            .configured_runtimes()
+            .await?;
+        let mode = std::fs::metadata(&data_dir)?.permissions().mode() & 0o777;
+        ensure!(mode == 0o700, "{} is {mode:o}", data_dir.display());
+    }
+    Ok(())
+}

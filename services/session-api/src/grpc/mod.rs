@@ -16,7 +16,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::{ErrorCode, RequireCredential};
+use ptyhub_wire::{ErrorCode, RequireCredential, limits};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +44,11 @@ impl From<Error> for Status {
             // The broker's own code goes on unchanged, even one the table has no entry for.
             Error::BrokerRefused { code, .. } | Error::Forwarded { code, .. } => {
                 Status::new(code, error.to_string())
+            }
+            // What the database said (table and column names, constraint text, a PostgreSQL
+            // host) is for the log above, never for a caller.
+            Error::Database(_) | Error::CorruptRecord(_) => {
+                code.status("internal error (details are in session-api's log)")
             }
             error => code.status(error.to_string()),
         }
@@ -121,6 +126,15 @@ impl SessionApi for GrpcSessionApi {
         } else {
             Some(SessionName::parse(&request.name)?)
         };
+        // Counted before any is parsed: each alias is a row the create writes while it holds
+        // the instance's lock.
+        if request.aliases.len() > limits::MAX_ALIASES_PER_SESSION {
+            return Err(Error::InvalidRequest(format!(
+                "a session may have at most {} aliases",
+                limits::MAX_ALIASES_PER_SESSION
+            ))
+            .into());
+        }
         let aliases = request
             .aliases
             .iter()
@@ -503,9 +517,18 @@ mod tests {
         ];
         for (error, code) in cases {
             let message = error.to_string();
+            let internal = matches!(error, Error::Database(_) | Error::CorruptRecord(_));
             let status = Status::from(error);
             assert_eq!(status.code(), code, "{message}");
-            assert_eq!(status.message(), message);
+            if internal {
+                // What the database said stays in the log.
+                assert_eq!(
+                    status.message(),
+                    "internal error (details are in session-api's log)"
+                );
+            } else {
+                assert_eq!(status.message(), message);
+            }
         }
         assert_eq!(
             Status::from(Error::CapReached(5)).message(),
