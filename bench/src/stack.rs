@@ -28,7 +28,7 @@ pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
 pub const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
 /// The gateway's static API token the bench uses for REST and WebSockets.
-pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
+pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 /// The image `cargo xtask test` builds (static busybox).
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 const CONTAINER_LABEL: &str = "ptyhub.bench";

@@ -26,7 +26,7 @@ const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 /// their own (expired, forged, for another session) the way an outside signer would.
 pub const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
 const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
-const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef0123";
 
 /// How long the stack may take to come up: a liveness bound, not a performance assertion.
 const START_PATIENCE: Duration = Duration::from_secs(60);

@@ -5,6 +5,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use test_support::stack::TestStack;
 
+/// A static token of the length the gateway accepts, for gateways the tests configure alone.
+const ADMIN: &str = "rest-test-admin-token-0123456789abcdef";
+
 #[tokio::test]
 async fn routes_need_a_credential_except_healthz() {
     let stack = TestStack::builder().start().await;
@@ -791,7 +794,7 @@ async fn an_unreachable_session_api_is_503() {
         format!("http://{}", silent_backend.local_addr().unwrap()),
         gateway::ServiceCredential::new("service-token-for-this-test").unwrap(),
     );
-    config.auth.api_tokens = vec![gateway::SecretString::from("admin-token")];
+    config.auth.api_tokens = vec![gateway::SecretString::from(ADMIN)];
     config.backend_timeout = std::time::Duration::from_millis(300);
     let stop = tokio_util::sync::CancellationToken::new();
     let gateway = tokio::spawn(gateway::run(
@@ -804,7 +807,7 @@ async fn an_unreachable_session_api_is_503() {
     for probe in ["/healthz", "/readyz"] {
         let response = http
             .get(format!("{url}{probe}"))
-            .bearer_auth("admin-token")
+            .bearer_auth(ADMIN)
             .send()
             .await
             .unwrap();
@@ -821,7 +824,7 @@ async fn an_unreachable_session_api_is_503() {
     assert_eq!(response.status().as_u16(), 200);
     let response = http
         .get(format!("{url}/api/v1/instances"))
-        .bearer_auth("admin-token")
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap();
