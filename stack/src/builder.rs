@@ -426,11 +426,11 @@ mod tests {
         assert_eq!(session_api.secrets.service_token, credentials.session_api);
         assert_eq!(
             session_api.secrets.gateway_tokens,
-            [credentials.gateway.clone()]
+            std::slice::from_ref(&credentials.gateway)
         );
         assert_eq!(
             session_api.secrets.broker_tokens,
-            [credentials.broker.clone()]
+            std::slice::from_ref(&credentials.broker)
         );
         let gateway = gateway_config(&tuned, &credentials.gateway, "http://127.0.0.1:1");
         assert_eq!(gateway.service_credential, credentials.gateway);
