@@ -19,7 +19,8 @@ pub struct Config {
     /// Origins (`scheme://host[:port]`) allowed to open WebSockets and call gRPC-web from a
     /// browser. Empty means only the gateway's own origin (the request's `Host`); `*` allows any.
     pub allowed_origins: Vec<String>,
-    /// Where the web page lives (`index.html` and its assets). `None` serves no page.
+    /// Where the web page lives (`index.html` and its assets). `None` serves the page built into
+    /// the binary.
     pub static_dir: Option<PathBuf>,
     /// Whether `/metrics` needs a credential like every other route.
     pub metrics_require_auth: bool,
@@ -36,6 +37,10 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The most terminal WebSockets one principal may hold open at this gateway.
     pub max_streams_per_principal: usize,
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway
+    /// hands out. `None` uses the scheme and authority each request came in with.
+    pub public_url: Option<String>,
 }
 
 impl Config {
@@ -63,6 +68,7 @@ impl Config {
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
             max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
+            public_url: None,
         }
     }
 
@@ -104,6 +110,14 @@ impl Config {
             return Err(ConfigError::new(
                 "jwt_hs256_secret",
                 "must be at least 16 bytes long",
+            ));
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "public_url",
+                "must start with http:// or https://",
             ));
         }
         for origin in &self.allowed_origins {
@@ -199,6 +213,9 @@ mod tests {
             .api_tokens
             .push("0123456789abcdef0123456789abcdef".into());
         assert!(config.validate().is_ok());
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config.public_url = Some("ptyhub.example.com:443".into());
+        assert_eq!(config.validate().unwrap_err().setting, "public_url");
 
         assert!(
             Config::new("http://127.0.0.1:50051", credential())

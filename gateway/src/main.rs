@@ -20,6 +20,12 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// https://ptyhub.example.com), handed out as the `broker_endpoint` of attach targets.
+    /// Default: the scheme and authority each request came in with.
+    #[arg(long, env = "PTYHUB_GATEWAY_PUBLIC_URL")]
+    public_url: Option<String>,
+
     /// session-api's gRPC endpoint.
     #[arg(
         long,
@@ -72,7 +78,8 @@ struct Args {
     )]
     allowed_origins: Vec<String>,
 
-    /// Directory with the web page's `index.html` and `assets/`.
+    /// Serve the web page from this directory (`index.html` and `assets/`) instead of the page
+    /// built into the binary.
     #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
     static_dir: Option<PathBuf>,
 
@@ -158,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
     config.max_streams_per_principal = args.max_streams_per_principal;
+    config.public_url = args.public_url;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -17,6 +17,10 @@ use crate::error::ApiError;
 use crate::grpc::Upstreams;
 use crate::metrics::Metrics;
 
+/// What a session id in a path may also be: the session with the `default` alias (the legacy
+/// single session), as `/terminal/reset` and the WebSocket's `/terminal` name it.
+pub const DEFAULT_SESSION: &str = "default";
+
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub upstreams: Upstreams,
@@ -31,10 +35,12 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Cancelled when the gateway stops serving; WebSockets and streams end with it.
     pub shutdown: CancellationToken,
-    /// Every WebSocket bridge, so shutdown can wait for them.
+    /// Every WebSocket bridge and public `Attach` relay, so shutdown can wait for them.
     pub bridges: TaskTracker,
     /// The terminal streams each principal holds open, bounded per principal.
     pub stream_slots: StreamSlots,
+    /// The configured public URL of the gateway, handed out as the attach endpoint.
+    pub public_url: Option<String>,
 }
 
 /// Counts the terminal streams of each principal (by subject), so that one credential cannot
@@ -126,12 +132,22 @@ impl AppState {
     }
 
     /// Looks up a session of an instance the caller may use; a session of another instance is
-    /// 404, never an action on the other instance.
+    /// 404, never an action on the other instance. [`DEFAULT_SESSION`] names the live session
+    /// with the `default` alias (404 while there is none).
     pub async fn authorize_session(
         &self,
         instance: &Instance,
         session_id: &str,
     ) -> Result<Session, ApiError> {
+        if session_id == DEFAULT_SESSION {
+            return self
+                .upstreams
+                .list_sessions(&instance.id, false)
+                .await?
+                .into_iter()
+                .find(|session| session.aliases.iter().any(|alias| alias == DEFAULT_SESSION))
+                .ok_or_else(|| ApiError::not_found("the instance has no default session"));
+        }
         if uuid::Uuid::parse_str(session_id).is_err() {
             return Err(ApiError::not_found("session not found"));
         }

@@ -5,9 +5,11 @@
 //!
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
-//! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers.
+//! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
+//! - `events.rs`: an instance's session changes as Server-Sent Events.
 
 pub mod bodies;
+pub mod events;
 pub mod extract;
 pub mod instances;
 pub mod operations;

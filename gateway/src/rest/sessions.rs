@@ -18,7 +18,7 @@ use super::extract::{
 };
 use crate::domain::{SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use crate::state::{AppState, DEFAULT_SESSION};
 
 /// Live sessions of an instance, oldest first; `?include=closed` adds history.
 #[utoipa::path(
@@ -172,6 +172,10 @@ pub async fn reset_session(
     scope: InstanceScope,
     Path(SessionPath { sid, .. }): Path<SessionPath>,
 ) -> Result<Json<ResetSessionBody>, ApiError> {
+    if sid == DEFAULT_SESSION {
+        // The same as the legacy `/terminal/reset`, which creates the session when absent.
+        return reset_default_session(State(state), Caller(principal), scope).await;
+    }
     let instance = scope.authorize(&state, &principal).await?;
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state

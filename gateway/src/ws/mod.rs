@@ -29,7 +29,7 @@ use crate::auth::{
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
 use crate::rest::{InstancePath, SessionPath};
-use crate::state::AppState;
+use crate::state::{AppState, DEFAULT_SESSION};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
@@ -80,7 +80,8 @@ pub async fn open_instance_terminal(
     open_terminal(state, path.iid, None, query, headers, upgrade).await
 }
 
-/// One session by id; 4004 when unknown or closed.
+/// One session by id (`default`: the default session, created when absent); 4004 when unknown
+/// or closed.
 #[utoipa::path(
     get, path = "/ws/tool-instances/{iid}/terminal/{sid}", tag = "websocket",
     params(SessionPath, TerminalQuery),
@@ -224,6 +225,10 @@ async fn prepare_attach(
         }
     };
     let (selector, create_if_absent) = match (session_id, &query.client_id, &query.alias) {
+        // `/terminal/default` is `/terminal`: the default session, created when absent.
+        (Some(session_id), _, _) if session_id == DEFAULT_SESSION => {
+            (SessionSelector::Default, true)
+        }
         (Some(session_id), _, _) => {
             if uuid::Uuid::parse_str(&session_id).is_err() {
                 return Err(ApiError::not_found("session not found"));

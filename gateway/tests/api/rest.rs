@@ -739,13 +739,46 @@ async fn web_page_routes_serve_the_static_index() {
     }
     stack.shutdown().await;
 
+    // Without a directory, the page built into the binary (web/dist when it was compiled).
     let without = TestStack::builder().start().await;
     let (status, body) = send(&without, Method::GET, "/", None, None).await;
-    assert_eq!(status, 404);
-    assert!(
-        body["detail"].as_str().unwrap().contains("web page"),
-        "{body}"
-    );
+    if gateway::web::page_embedded() {
+        assert_eq!(status, 200, "{body}");
+        let asset = without
+            .http
+            .get(format!("{}/assets/app.js", without.gateway_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(asset.status().as_u16(), 200);
+        assert!(
+            asset.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .contains("javascript")
+        );
+        let etag = asset.headers()["etag"].to_str().unwrap().to_owned();
+        let again = without
+            .http
+            .get(format!("{}/assets/app.js", without.gateway_url))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status().as_u16(), 304);
+        let (status, body) = send(&without, Method::GET, "/assets/missing.js", None, None).await;
+        assert_eq!(status, 404);
+        assert_eq!(body, json!({"detail": "not found"}));
+    } else {
+        assert_eq!(status, 404);
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("web page not built into this binary"),
+            "{body}"
+        );
+    }
     without.shutdown().await;
 
     let empty_dir = tempfile::tempdir().unwrap();
