@@ -24,6 +24,10 @@ pub struct ConnectionArgs {
     /// The API token. Default: the token `ptyhub up` wrote to the data dir.
     #[arg(long, env = "PTYHUB_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the API token, so that it need not be on the command line (where any user
+    /// of the machine reads it in /proc).
+    #[arg(long, env = "PTYHUB_TOKEN_FILE", global = true)]
+    pub token_file: Option<PathBuf>,
     /// Where `ptyhub up` keeps its database, token and server URL.
     #[arg(
         long,
@@ -42,13 +46,22 @@ impl ConnectionArgs {
             .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned())
     }
 
+    /// The token the user gave (`--token`, `PTYHUB_TOKEN`, or the file of `--token-file`,
+    /// `PTYHUB_TOKEN_FILE`), if any.
+    pub fn given_token(&self) -> Result<Option<String>> {
+        Ok(
+            ptyhub_wire::secret_from("token", self.token.clone(), self.token_file.as_deref())?
+                .map(|token| token.trim().to_owned()),
+        )
+    }
+
     pub fn token(&self) -> Result<String> {
-        if let Some(token) = &self.token {
-            return Ok(token.clone());
+        if let Some(token) = self.given_token()? {
+            return Ok(token);
         }
         read_trimmed(&self.data_dir.join(TOKEN_FILE)).with_context(|| {
             format!(
-                "no token: pass --token, set PTYHUB_TOKEN, or run `ptyhub up` with --data-dir {}",
+                "no token: set PTYHUB_TOKEN or PTYHUB_TOKEN_FILE, or run `ptyhub up` with --data-dir {}",
                 self.data_dir.display()
             )
         })

@@ -192,7 +192,7 @@ fn describe_status(status: &tonic::Status) -> String {
     };
     match status.code() {
         tonic::Code::Unauthenticated => format!(
-            "{message} (the server refused the token: check --token, PTYHUB_TOKEN or the data dir)"
+            "{message} (the server refused the token: check PTYHUB_TOKEN, PTYHUB_TOKEN_FILE or the data dir)"
         ),
         tonic::Code::PermissionDenied => format!("{message} (the token does not allow this)"),
         _ => message,
@@ -208,7 +208,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
     let connection = &cli.connection;
     match cli.command {
         Command::Up(args) => {
-            up::run_up(args, &connection.data_dir, connection.token.clone()).await?
+            up::run_up(args, &connection.data_dir, connection.given_token()?).await?
         }
         Command::Instance(InstanceCommand::Add(args)) => {
             manage::instance_add(connection, args, output).await?

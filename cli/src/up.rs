@@ -57,7 +57,7 @@ const LOG_FILE: &str = "ptyhub.log";
 
 /// Runs everything until SIGINT or SIGTERM.
 pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Result<()> {
-    std::fs::create_dir_all(data_dir)
+    ptyhub_wire::create_private_directory(data_dir)
         .with_context(|| format!("cannot create --data-dir {}", data_dir.display()))?;
     let data_dir = data_dir
         .canonicalize()

@@ -35,6 +35,8 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
+    /// The most terminal WebSockets one principal may hold open at this gateway.
+    pub max_streams_per_principal: usize,
     /// The URL gRPC clients outside the cluster reach this gateway at (for example
     /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway
     /// hands out. `None` uses the scheme and authority each request came in with.
@@ -44,6 +46,9 @@ pub struct Config {
 impl Config {
     /// The contract's ping interval.
     pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
+
+    /// The shortest static API token accepted at start.
+    pub const MIN_API_TOKEN_CHARS: usize = 32;
 
     /// A configuration with the defaults: auth on with no credentials configured (so every call
     /// is refused until tokens or a JWT key are added), same-origin WebSockets, no web page.
@@ -62,6 +67,7 @@ impl Config {
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
+            max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
             public_url: None,
         }
     }
@@ -82,15 +88,20 @@ impl Config {
                 "must be greater than zero",
             ));
         }
+        // A static token is an admin's password that never expires: long enough that guessing
+        // is hopeless (`ptyhub up` makes 48 hex digits).
         if self
             .auth
             .api_tokens
             .iter()
-            .any(|token| token.expose_secret().is_empty())
+            .any(|token| token.expose_secret().chars().count() < Self::MIN_API_TOKEN_CHARS)
         {
             return Err(ConfigError::new(
                 "api_tokens",
-                "must not contain an empty token",
+                format!(
+                    "each token must be at least {} characters (openssl rand -hex 32 makes one)",
+                    Self::MIN_API_TOKEN_CHARS
+                ),
             ));
         }
         if let Some(secret) = &self.auth.jwt_hs256_secret
@@ -186,6 +197,22 @@ mod tests {
         config.allowed_origins.push("example.com".into());
         assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
 
+        // `--token T` was accepted; a static token shorter than 32 characters is refused.
+        for short in ["T", "", "0123456789abcdef0123456789abcde"] {
+            let mut config = Config::new("http://127.0.0.1:50051", credential());
+            config.auth.api_tokens.push(short.into());
+            let refused = config.validate().unwrap_err();
+            assert_eq!(refused.setting, "api_tokens", "{short:?}");
+            if short.len() > 1 {
+                assert!(!refused.to_string().contains(short), "{refused}");
+            }
+        }
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config
+            .auth
+            .api_tokens
+            .push("0123456789abcdef0123456789abcdef".into());
+        assert!(config.validate().is_ok());
         let mut config = Config::new("http://127.0.0.1:50051", credential());
         config.public_url = Some("ptyhub.example.com:443".into());
         assert_eq!(config.validate().unwrap_err().setting, "public_url");

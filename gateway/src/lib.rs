@@ -83,6 +83,7 @@ pub async fn run(
         draining: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
+        stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
     };
     let app = server::router(state.clone()).await?;

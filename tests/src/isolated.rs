@@ -18,7 +18,9 @@ use anyhow::{Context, bail};
 use tempfile::TempDir;
 
 use crate::binaries::binary;
-use crate::cluster::{API_TOKEN, PATIENCE, SERVICE_TOKEN, TICKET_SECRET};
+use crate::cluster::{
+    API_TOKEN, BROKER_TOKEN, GATEWAY_TOKEN, PATIENCE, SESSION_API_TOKEN, TICKET_SECRET,
+};
 use crate::front::Front;
 use crate::process::Service;
 
@@ -130,7 +132,9 @@ impl IsolatedStack {
                         &api_binary,
                         &[
                             format!("--database-url={database}"),
-                            format!("--service-token={SERVICE_TOKEN}"),
+                            format!("--service-token={SESSION_API_TOKEN}"),
+                            format!("--gateway-token={GATEWAY_TOKEN}"),
+                            format!("--broker-token={BROKER_TOKEN}"),
                             format!("--ticket-secret={TICKET_SECRET}"),
                         ],
                         &log_dir,
@@ -169,7 +173,8 @@ impl IsolatedStack {
         std::fs::create_dir_all(&data_dir)?;
         let args = vec![
             format!("--session-api={session_api}"),
-            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--session-api-token={SESSION_API_TOKEN}"),
+            format!("--service-token={BROKER_TOKEN}"),
             format!("--ticket-secret={TICKET_SECRET}"),
             "--broker-id=broker-0".to_owned(),
             "--backends=local".to_owned(),
@@ -190,7 +195,7 @@ impl IsolatedStack {
         let binary = binary("gateway")?;
         let args = vec![
             format!("--session-api={session_api}"),
-            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--service-token={GATEWAY_TOKEN}"),
             format!("--api-token={API_TOKEN}"),
             "--shutdown-grace=5s".to_owned(),
         ];
@@ -239,7 +244,8 @@ impl IsolatedStack {
         let url = format!("{}/healthz", self.gateway_url());
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
-            if let Ok(response) = http.get(&url).send().await
+            // With the admin's credential: only then does `/healthz` list the brokers.
+            if let Ok(response) = http.get(&url).bearer_auth(API_TOKEN).send().await
                 && response.status() == reqwest::StatusCode::OK
                 && response
                     .text()

@@ -12,13 +12,18 @@ mod code;
 mod credential;
 mod introspection;
 pub mod limits;
+mod secret;
 mod terminal;
 
 pub use code::{ErrorCode, close_code};
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
-    bearer_token,
+    TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
+pub use secret::{
+    SecretError, create_private_directory, create_private_file, read_secret_file,
+    read_secret_lines, secret_from,
+};
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
 pub use tonic_health::ServingStatus;

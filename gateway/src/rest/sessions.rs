@@ -77,11 +77,18 @@ pub async fn create_session(
 ) -> Result<(StatusCode, Json<CreatedSession>), ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
     let name = body.name.as_deref().map(validate_name).transpose()?;
+    let aliases = body.aliases.unwrap_or_default();
+    if aliases.len() > ptyhub_wire::limits::MAX_ALIASES_PER_SESSION {
+        return Err(ApiError::invalid(format!(
+            "a session may have at most {} aliases",
+            ptyhub_wire::limits::MAX_ALIASES_PER_SESSION
+        )));
+    }
     let size = TerminalSize::from_optional(body.cols, body.rows)
         .map_err(|error| ApiError::invalid(error.to_string()))?;
     let created = state
         .upstreams
-        .create_session(&instance.id, name, body.aliases.unwrap_or_default(), size)
+        .create_session(&instance.id, name, aliases, size)
         .await?;
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");

@@ -195,6 +195,8 @@ struct PreparedAttach {
     size: Option<TerminalSize>,
     since: Option<u64>,
     snapshot: bool,
+    /// Held for as long as the bridge runs.
+    _stream_slot: crate::state::StreamSlot,
 }
 
 /// Authenticates, reads the query, and resolves (or creates) the session through session-api.
@@ -206,6 +208,7 @@ async fn prepare_attach(
     query: &TerminalQuery,
 ) -> Result<PreparedAttach, ApiError> {
     let principal = state.authenticator.authenticate(credential)?;
+    let stream_slot = state.stream_slots.acquire(&principal.subject)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
     let size = TerminalSize::from_optional(cols, rows)
@@ -269,6 +272,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
+        _stream_slot: stream_slot,
     })
 }
 

@@ -157,6 +157,7 @@ async fn outside_clients_stream_through_the_gateway_alone_across_a_gateway_resta
     // The broker is not reachable from here, even at the address it registered.
     let health = http
         .get(format!("{url}/healthz"))
+        .bearer_auth(token)
         .send()
         .await
         .expect("healthz")

@@ -394,6 +394,13 @@ impl SessionTask {
             {
                 return Err(Error::ResumeBeyondOutput { since, end });
             }
+            // Every viewer is a queue and a stream the broker serves: bounded per session.
+            let (_, viewers) = state.attachments.counts();
+            if request.role == Role::Viewer
+                && viewers as usize >= ptyhub_wire::limits::MAX_VIEWERS_PER_SESSION
+            {
+                return Err(Error::TooManyViewers(viewers as usize));
+            }
         }
         if request.role == Role::Controller
             && let (Some(size), Some(process)) = (request.size, process)

@@ -12,7 +12,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(CreateTables), Box::new(AddSessionTitleAndBell)]
+        vec![
+            Box::new(CreateTables),
+            Box::new(AddSessionTitleAndBell),
+            Box::new(AddBrokerCredential),
+        ]
     }
 }
 
@@ -94,6 +98,7 @@ enum Brokers {
     BootId,
     CreatedAt,
     UpdatedAt,
+    CredentialFingerprint,
 }
 
 struct CreateTables;
@@ -353,5 +358,41 @@ impl MigrationTrait for AddSessionTitleAndBell {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// The credential a broker registered with (issue 16): nullable, so that brokers registered
+/// before it are bound to the credential they next register with.
+struct AddBrokerCredential;
+
+impl MigrationName for AddBrokerCredential {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261215_000001_add_broker_credential"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddBrokerCredential {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Brokers::Table)
+                    .add_column(ColumnDef::new(Brokers::CredentialFingerprint).text().null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Brokers::Table)
+                    .drop_column(Brokers::CredentialFingerprint)
+                    .to_owned(),
+            )
+            .await
     }
 }
