@@ -254,6 +254,10 @@ impl SessionService {
                 size: session.size,
             };
             self.brokers.spawn(&broker, &spec).await?;
+            // A broker that just spawned a process is up, whether or not this replica's
+            // watcher has reached its event stream yet: the calls that follow at once (a
+            // screen, an input) must not be refused as to a broker that is down.
+            self.store.record_heartbeat(&broker.id).await?;
             Ok::<_, Error>(broker)
         }
         .await;
