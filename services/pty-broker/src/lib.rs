@@ -13,6 +13,7 @@ pub mod domain;
 mod error;
 mod events;
 pub mod grpc;
+pub mod handoff;
 mod registration;
 mod registry;
 pub mod ring;

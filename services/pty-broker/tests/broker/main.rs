@@ -7,13 +7,15 @@
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
-//! - `restart`: the real `pty-broker` binary killed and started again on the same data directory.
+//! - `restart`: the real `pty-broker` binary killed and started again on the same data directory;
+//! - `handoff`: real `pty-broker` processes handing their sessions to the next (`--take-over`).
 
 #[macro_use]
 mod support;
 
 mod attach;
 mod docker_runtime;
+mod handoff;
 mod local_runtime;
 mod restart;
 mod screens;
