@@ -50,6 +50,8 @@ struct Inner {
     handing_over: watch::Sender<bool>,
     /// How many hand-offs have begun (frozen the sessions), whatever their end.
     hand_offs_begun: std::sync::atomic::AtomicU64,
+    /// Set once the sessions went to the next broker process.
+    handed_over: std::sync::atomic::AtomicBool,
 }
 
 /// Builds a [`Broker`] with explicit runtimes (tests inject theirs) or the configured ones.
@@ -192,6 +194,7 @@ impl BrokerBuilder {
                 tracker: TaskTracker::new(),
                 handing_over: watch::Sender::new(false),
                 hand_offs_begun: std::sync::atomic::AtomicU64::new(0),
+                handed_over: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -361,6 +364,20 @@ impl Broker {
             .hand_offs_begun
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.handing_over.send_replace(true);
+    }
+
+    /// Whether this broker's sessions went to the next broker process: [`Broker::serve`]
+    /// returned for that, and the process must end without touching a session.
+    pub fn handed_over(&self) -> bool {
+        self.inner
+            .handed_over
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn mark_handed_over(&self) {
+        self.inner
+            .handed_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn hand_offs_begun(&self) -> u64 {

@@ -37,6 +37,12 @@ struct Cli {
     #[arg(long, env = "PTYHUB_BROKER_TAKE_OVER")]
     take_over: Option<PathBuf>,
 
+    /// After handing the sessions to the next process, wait for SIGINT or SIGTERM instead of
+    /// exiting: for supervisors that restart a process that exits (a Kubernetes pod), which
+    /// would otherwise start it again and have it take the sessions back.
+    #[arg(long, env = "PTYHUB_BROKER_WAIT_AFTER_HAND_OFF")]
+    wait_after_hand_off: bool,
+
     #[command(flatten)]
     config: Config,
 }
@@ -63,10 +69,18 @@ async fn serve() -> anyhow::Result<()> {
 
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let shutdown = async move {
+    let (signalled, mut signal_heard) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         tokio::select! {
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
             _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        }
+        signalled.send_replace(true);
+    });
+    let shutdown = {
+        let mut signal_heard = signal_heard.clone();
+        async move {
+            let _ = signal_heard.wait_for(|heard| *heard).await;
         }
     };
 
@@ -107,7 +121,13 @@ async fn serve() -> anyhow::Result<()> {
         }
     };
     broker
+        .clone()
         .serve(listener, shutdown)
         .await
-        .context("pty-broker failed")
+        .context("pty-broker failed")?;
+    if broker.handed_over() && cli.wait_after_hand_off {
+        tracing::info!("handed over: waiting for SIGTERM");
+        let _ = signal_heard.wait_for(|heard| *heard).await;
+    }
+    Ok(())
 }

@@ -121,6 +121,7 @@ impl Broker {
             self.end_hand_off();
             return Err(error);
         }
+        self.mark_handed_over();
         let sessions = frozen.len();
         let mut letting_go = Vec::with_capacity(sessions);
         for session in frozen {
@@ -227,7 +228,7 @@ async fn send_sessions(
             process: session
                 .process
                 .as_ref()
-                .map(|process| WireProcess::from(process.process)),
+                .map(|process| WireProcess::from(process.process.clone())),
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

@@ -45,8 +45,9 @@ use uuid::Uuid;
 pub(crate) use give::HandOffListener;
 pub use take::{STOP_AT_VARIABLE, TakeOver, connect_to_predecessor};
 
-use crate::config::Config;
+use crate::config::{BackendKind, Config};
 use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
 
 /// The version of this protocol. Both processes must speak the same one.
@@ -176,7 +177,7 @@ struct WireExit {
     signal: Option<i32>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "runtime", rename_all = "snake_case")]
 enum WireProcess {
     /// Descriptors: the PTY master, then the keeper's pipe.
@@ -184,18 +185,22 @@ enum WireProcess {
         leader_pid: u32,
         leader_start_time: u64,
     },
+    /// Descriptor: the exec stream's hijacked connection to the engine.
+    Docker(DockerHandOff),
 }
 
 impl WireProcess {
-    fn descriptors(self) -> usize {
+    fn descriptors(&self) -> usize {
         match self {
             WireProcess::Local { .. } => 2,
+            WireProcess::Docker(_) => 1,
         }
     }
 
-    fn backend(self) -> &'static str {
+    fn backend(&self) -> BackendKind {
         match self {
-            WireProcess::Local { .. } => "local",
+            WireProcess::Local { .. } => BackendKind::Local,
+            WireProcess::Docker(_) => BackendKind::Docker,
         }
     }
 }
@@ -210,6 +215,7 @@ impl From<HandedProcess> for WireProcess {
                 leader_pid,
                 leader_start_time,
             },
+            HandedProcess::Docker(docker) => WireProcess::Docker(docker),
         }
     }
 }
@@ -224,6 +230,7 @@ impl From<WireProcess> for HandedProcess {
                 leader_pid,
                 leader_start_time,
             },
+            WireProcess::Docker(docker) => HandedProcess::Docker(docker),
         }
     }
 }

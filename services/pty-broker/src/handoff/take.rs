@@ -9,11 +9,9 @@ use tokio::net::UnixStream;
 
 use super::wire::Channel;
 use super::{
-    Acceptance, Answer, FORMAT_VERSION, HandOffError, Hello, Outcome, SessionHeader, WireProcess,
-    size,
+    Acceptance, Answer, FORMAT_VERSION, HandOffError, Hello, Outcome, SessionHeader, size,
 };
 use crate::broker::Broker;
-use crate::config::BackendKind;
 use crate::domain::SessionPhase;
 use crate::screen::Snapshot;
 use crate::session::FrozenSession;
@@ -88,7 +86,7 @@ impl Broker {
         let mut received = Vec::with_capacity(count);
         for _ in 0..count {
             let header: SessionHeader = channel.receive().await?;
-            let fds = match header.process {
+            let fds = match &header.process {
                 Some(process) => channel.receive_fds(process.descriptors()).await?,
                 None => Vec::new(),
             };
@@ -132,15 +130,12 @@ impl Broker {
     fn check_received(&self, received: &[Received]) -> Result<(), String> {
         for one in received {
             let header = &one.header;
-            if let Some(process) = header.process {
-                let kind = match process {
-                    WireProcess::Local { .. } => BackendKind::Local,
-                };
+            if let Some(process) = &header.process {
+                let kind = process.backend();
                 if !self.has_runtime(kind) {
                     return Err(format!(
-                        "session {} needs the {} runtime, which this broker does not offer",
+                        "session {} needs the {kind} runtime, which this broker does not offer",
                         header.session_id,
-                        process.backend()
                     ));
                 }
             } else if header.running {

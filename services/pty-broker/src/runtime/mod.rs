@@ -77,13 +77,15 @@ impl fmt::Debug for SpawnedPty {
 
 /// Which running process a broker hands to its next process (`handoff/`), beside the
 /// descriptors that go with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandedProcess {
     /// A local session: the descriptors are the PTY master and the read end of its keeper's pipe.
     Local {
         leader_pid: u32,
         leader_start_time: u64,
     },
+    /// A Docker session: the descriptor is the hijacked connection of its exec's TTY stream.
+    Docker(docker::DockerHandOff),
 }
 
 /// A running process as it goes to the next broker process: what it is, and the descriptors

@@ -19,6 +19,7 @@ use tokio::sync::{RwLock, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
+use crate::support::docker::DockerFixture;
 use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
 
 /// Prints numbered lines as fast as it is read until the stop file appears, then exits 3.
@@ -54,7 +55,7 @@ impl BrokerProcess {
                 "127.0.0.1:0",
                 "--log-json",
                 "--backends",
-                "local",
+                "local,docker",
             ])
             .arg("--data-dir")
             .arg(data_dir)
@@ -150,16 +151,53 @@ async fn control(address: &Address) -> anyhow::Result<PtyBrokerClient<tonic::tra
         .context("connect to the broker")
 }
 
-async fn spawn_sh(address: &Address, script: &str, stop: &Path) -> anyhow::Result<pb::SessionInfo> {
+/// Where a test's sessions run, and the file whose appearance stops the floods there.
+#[derive(Clone, Copy)]
+enum On<'a> {
+    Local(&'a Path),
+    Docker(&'a DockerFixture),
+}
+
+/// Where a flood in a container looks for its stop file.
+const CONTAINER_STOP: &str = "/tmp/stop-flooding";
+
+impl On<'_> {
+    fn target(self) -> pb::Target {
+        let kind = match self {
+            On::Local(_) => pb::target::Kind::Local(pb::LocalTarget {}),
+            On::Docker(fixture) => pb::target::Kind::Docker(pb::DockerTarget {
+                container: fixture.name().to_owned(),
+            }),
+        };
+        pb::Target { kind: Some(kind) }
+    }
+
+    fn stop_file(self) -> String {
+        match self {
+            On::Local(stop) => stop.display().to_string(),
+            On::Docker(_) => CONTAINER_STOP.to_owned(),
+        }
+    }
+
+    async fn stop_floods(self) -> anyhow::Result<()> {
+        match self {
+            On::Local(stop) => std::fs::write(stop, b"")?,
+            On::Docker(fixture) => {
+                fixture.exec_output(&["touch", CONTAINER_STOP]).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn spawn_sh(address: &Address, script: &str, on: On<'_>) -> anyhow::Result<pb::SessionInfo> {
     let session = control(address)
         .await?
         .spawn(authorized(pb::SpawnRequest {
             session_id: uuid::Uuid::new_v4().to_string(),
-            target: Some(pb::Target {
-                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
-            }),
+            target: Some(on.target()),
             command: vec!["sh".into(), "-c".into(), script.into()],
-            env: [("STOP".to_owned(), stop.display().to_string())].into(),
+            env: [("STOP".to_owned(), on.stop_file())].into(),
             ..Default::default()
         }))
         .await?
@@ -356,65 +394,87 @@ fn check_flood(output: &[u8]) -> anyhow::Result<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_sessions_survive_three_hand_offs_with_every_byte_once() -> anyhow::Result<()> {
     test_support::init_test_logging();
+    survive_three_hand_offs(None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_and_local_sessions_survive_three_hand_offs_with_every_byte_once()
+-> anyhow::Result<()> {
+    let Some(fixture) = DockerFixture::start().await else {
+        return Ok(());
+    };
+    survive_three_hand_offs(Some(&fixture)).await
+}
+
+/// Per backend, flooding and echoing sessions (each with a resuming gRPC controller) through
+/// three hand-offs: every byte once, the same pids, the exit codes delivered.
+async fn survive_three_hand_offs(docker: Option<&DockerFixture>) -> anyhow::Result<()> {
     const FLOODING: usize = 10;
     const ECHOING: usize = 10;
     let data_dir = tempfile::tempdir()?;
     let stop = data_dir.path().join("stop-flooding");
+    let mut places = vec![On::Local(&stop)];
+    places.extend(docker.map(On::Docker));
     let (mut broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
     let address = address.expect("serving");
 
     let mut flooders = Vec::new();
-    for _ in 0..FLOODING {
-        let session = spawn_sh(&address, FLOOD, &stop).await?;
-        let mut client = ResumingClient::new(address.clone(), session.session_id);
-        flooders.push(tokio::spawn(async move {
-            let exit = client.read(None).await?;
-            anyhow::Ok((client, exit))
-        }));
-    }
     // An echoing client types a line only while no hand-off runs (input in flight when a stream
     // ends is not retried, as after any reconnect), and waits for the PTY's echo and cat's.
     let typing = Arc::new(RwLock::new(0usize));
     let (stop_typing, typing_stopped) = tokio::sync::watch::channel(false);
     let mut echoers = Vec::new();
-    for _ in 0..ECHOING {
-        let session = spawn_sh(&address, "exec cat", &stop).await?;
-        let mut client = ResumingClient::new(address.clone(), session.session_id);
-        let typing = Arc::clone(&typing);
-        let stop_typing = typing_stopped.clone();
-        echoers.push(tokio::spawn(async move {
-            let mut expected = Vec::new();
-            let mut lines = 0;
-            let mut seen_round = 0;
-            while !*stop_typing.borrow() {
-                let round = typing.read().await;
-                // A hand-off since the last line ended the stream: a line sent on it now would
-                // be lost, so attach again first.
-                if *round != seen_round {
-                    seen_round = *round;
+    for &on in &places {
+        for _ in 0..FLOODING {
+            let session = spawn_sh(&address, FLOOD, on).await?;
+            let mut client = ResumingClient::new(address.clone(), session.session_id);
+            flooders.push(tokio::spawn(async move {
+                let exit = client.read(None).await?;
+                anyhow::Ok((client, exit))
+            }));
+        }
+        for _ in 0..ECHOING {
+            let session = spawn_sh(&address, "exec cat", on).await?;
+            let mut client = ResumingClient::new(address.clone(), session.session_id);
+            let typing = Arc::clone(&typing);
+            let stop_typing = typing_stopped.clone();
+            echoers.push(tokio::spawn(async move {
+                let mut expected = Vec::new();
+                let mut lines = 0;
+                let mut seen_round = 0;
+                while !*stop_typing.borrow() {
+                    let round = typing.read().await;
+                    // A hand-off since the last line ended the stream: a line sent on it now
+                    // would be lost, so attach again first.
+                    if *round != seen_round {
+                        seen_round = *round;
+                        client.reattach_next();
+                    }
+                    let line = format!("line {lines}\r\n");
+                    client.send_input(format!("line {lines}\n")).await?;
+                    expected.extend_from_slice(line.as_bytes());
+                    expected.extend_from_slice(line.as_bytes());
+                    client.read(Some(&expected)).await?;
+                    lines += 1;
+                }
+                if *typing.read().await != seen_round {
                     client.reattach_next();
                 }
-                let line = format!("line {lines}\r\n");
-                client.send_input(format!("line {lines}\n")).await?;
-                expected.extend_from_slice(line.as_bytes());
-                expected.extend_from_slice(line.as_bytes());
-                client.read(Some(&expected)).await?;
-                lines += 1;
-            }
-            if *typing.read().await != seen_round {
-                client.reattach_next();
-            }
-            client.send_input(Bytes::from_static(b"\x04")).await?;
-            let exit = client.read(None).await?;
-            ensure!(
-                client.output == expected,
-                "the echoes differ from what was typed"
-            );
-            anyhow::Ok((client, exit, lines))
-        }));
+                client.send_input(Bytes::from_static(b"\x04")).await?;
+                let exit = client.read(None).await?;
+                ensure!(
+                    client.output == expected,
+                    "the echoes differ from what was typed"
+                );
+                anyhow::Ok((client, exit, lines))
+            }));
+        }
     }
     let before = pids(&address).await?;
-    ensure!(before.len() == FLOODING + ECHOING, "{before:?}");
+    ensure!(
+        before.len() == (FLOODING + ECHOING) * places.len(),
+        "{before:?}"
+    );
 
     for round in 1..=3 {
         let mut quiet = typing.write().await;
@@ -441,7 +501,9 @@ async fn local_sessions_survive_three_hand_offs_with_every_byte_once() -> anyhow
     }
 
     stop_typing.send_replace(true);
-    std::fs::write(&stop, b"")?;
+    for &on in &places {
+        on.stop_floods().await?;
+    }
     for flooder in flooders {
         let (client, exit) = flooder.await??;
         let exit = exit.context("no exit")?;
@@ -474,12 +536,50 @@ const STEPS: [(&str, bool); 4] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_killed_at_any_step_leaves_every_session_one_owner() -> anyhow::Result<()> {
     test_support::init_test_logging();
+    let unused = tempfile::tempdir()?;
+    killed_at_each_step(On::Local(&unused.path().join("unused"))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_killed_at_any_step_leaves_every_docker_session_one_owner() -> anyhow::Result<()>
+{
+    let Some(fixture) = DockerFixture::start().await else {
+        return Ok(());
+    };
+    killed_at_each_step(On::Docker(&fixture)).await
+}
+
+/// The live processes of `session`: its leader's Unix session (local), or the processes that
+/// carry its marker in their environment (in the container).
+async fn session_members(on: On<'_>, session: &pb::SessionInfo) -> Vec<u32> {
+    match on {
+        On::Local(_) => {
+            pty_broker::runtime::local::unix_session_members(session.pid).unwrap_or_default()
+        }
+        On::Docker(fixture) => {
+            let script = format!(
+                // A zombie's environment reads empty: only live processes match.
+                "for p in /proc/[0-9]*; do grep -q '{}={}' $p/environ 2>/dev/null && echo ${{p#/proc/}}; done; true",
+                pty_broker::runtime::docker::SESSION_MARKER_VARIABLE,
+                session.session_id
+            );
+            fixture
+                .exec_output(&["sh", "-c", &script])
+                .await
+                .lines()
+                .filter_map(|line| line.trim().parse().ok())
+                .collect()
+        }
+    }
+}
+
+/// A successor stopped by the test hook at each step and SIGKILLed there.
+async fn killed_at_each_step(on: On<'_>) -> anyhow::Result<()> {
     for (step, old_keeps) in STEPS {
         let data_dir = tempfile::tempdir()?;
-        let stop = data_dir.path().join("unused");
         let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
         let address = address.expect("serving");
-        let stubborn = spawn_sh(&address, "trap '' HUP TERM; cat; sleep 600", &stop).await?;
+        let stubborn = spawn_sh(&address, "trap '' HUP TERM; cat; sleep 600", on).await?;
         let mut client = ResumingClient::new(address.clone(), stubborn.session_id.clone());
         client.send_input(Bytes::from_static(b"before\n")).await?;
         client.read(Some(b"before\r\nbefore\r\n")).await?;
@@ -488,8 +588,6 @@ async fn a_successor_killed_at_any_step_leaves_every_session_one_owner() -> anyh
         successor.stopped().await?;
         successor.kill_hard()?;
 
-        let members =
-            || pty_broker::runtime::local::unix_session_members(stubborn.pid).unwrap_or_default();
         if old_keeps {
             // The old process thaws the session and serves on, same process, same bytes.
             client.reattach_next();
@@ -506,20 +604,22 @@ async fn a_successor_killed_at_any_step_leaves_every_session_one_owner() -> anyh
         } else {
             ensure!(old.exited().await?, "step {step}: the old broker failed");
             ensure!(
-                !members().is_empty(),
+                !session_members(on, &stubborn).await.is_empty(),
                 "step {step}: the session ended with its owner"
             );
             // Nobody owns it: the next start ends it from its crash record.
             let (fresh, _) = BrokerProcess::start(data_dir.path(), false, None)?;
-            let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
-                let empty = members().is_empty().then_some(());
-                async move { empty }
+            let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+                session_members(on, &stubborn)
+                    .await
+                    .is_empty()
+                    .then_some(())
             })
             .await;
             ensure!(
                 ended.is_some(),
                 "step {step}: an orphan is left: {:?}",
-                members()
+                session_members(on, &stubborn).await
             );
             drop(fresh);
         }
@@ -535,7 +635,7 @@ async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -
     let stop = data_dir.path().join("unused");
     let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
     let address = address.expect("serving");
-    let session = spawn_sh(&address, "exec cat", &stop).await?;
+    let session = spawn_sh(&address, "exec cat", On::Local(&stop)).await?;
     let mut client = ResumingClient::new(address.clone(), session.session_id.clone());
     client.send_input(Bytes::from_static(b"one\n")).await?;
     client.read(Some(b"one\r\none\r\n")).await?;

@@ -331,7 +331,12 @@ impl PtyRuntime for LocalRuntime {
         let HandedProcess::Local {
             leader_pid,
             leader_start_time,
-        } = process;
+        } = process
+        else {
+            return Err(RuntimeError::Unavailable(
+                "the local runtime cannot take over a docker session".to_owned(),
+            ));
+        };
         let [master, status]: [OwnedFd; 2] = fds.try_into().map_err(|fds: Vec<OwnedFd>| {
             RuntimeError::Other(format!(
                 "a local session comes with 2 descriptors, not {}",
