@@ -274,19 +274,22 @@ impl Upstreams {
         Ok(response.closed_sessions)
     }
 
+    /// Creates a session; an empty `command` runs the instance's. Whether the caller may choose
+    /// one is checked before (`Access::check_command_override`).
     pub async fn create_session(
         &self,
         instance_id: &str,
         name: Option<String>,
         aliases: Vec<String>,
         size: Option<TerminalSize>,
+        command: Vec<String>,
     ) -> Result<SessionAttachment, ApiError> {
         let request = session_pb::CreateSessionRequest {
             instance: instance_id.to_owned(),
             name: name.unwrap_or_default(),
             aliases,
             size: size.map(size_to_proto),
-            command: Vec::new(),
+            command,
         };
         let attachment = self
             .session_api

@@ -229,6 +229,26 @@ impl TestStack {
         sign_jwt(subject, instances, admin, unix_now() + 3600)
     }
 
+    /// An HS256 JWT valid for an hour with `extra` claims besides `sub`, `exp`, `instances`
+    /// and `admin` (false).
+    pub fn jwt_with_claims(
+        &self,
+        subject: &str,
+        instances: &[&str],
+        extra: serde_json::Value,
+    ) -> String {
+        let mut claims = serde_json::json!({
+            "sub": subject,
+            "exp": unix_now() + 3600,
+            "instances": instances,
+            "admin": false,
+        });
+        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
+            claims.extend(extra.clone());
+        }
+        encode_jwt(&claims)
+    }
+
     /// An HS256 JWT that expired an hour ago.
     pub fn jwt_expired(&self, subject: &str, instances: &[&str]) -> String {
         sign_jwt(subject, instances, false, unix_now() - 3600)
@@ -368,9 +388,13 @@ fn sign_jwt(subject: &str, instances: &[&str], admin: bool, expires_at: u64) -> 
         "instances": instances,
         "admin": admin,
     });
+    encode_jwt(&claims)
+}
+
+fn encode_jwt(claims: &serde_json::Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &claims,
+        claims,
         &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).expect("jwt secret"),
     )
     .expect("sign jwt")
