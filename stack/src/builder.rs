@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
-use pty_broker::BackendKind;
+use pty_broker::{BackendKind, SpawnPolicy};
 use ptyhub_wire::{ServiceCredential, TierCredentials};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
@@ -37,6 +37,8 @@ pub struct StackBuilder {
     static_dir: Option<PathBuf>,
     heartbeat_interval: Option<Duration>,
     start_patience: Duration,
+    spawn_policy: Option<SpawnPolicy>,
+    max_streams_per_principal: Option<usize>,
 }
 
 impl Default for StackBuilder {
@@ -59,6 +61,8 @@ impl Default for StackBuilder {
             static_dir: None,
             heartbeat_interval: None,
             start_patience: DEFAULT_START_PATIENCE,
+            spawn_policy: None,
+            max_streams_per_principal: None,
         }
     }
 }
@@ -96,6 +100,13 @@ impl StackBuilder {
     /// The runtimes the broker offers (the broker's default: local only).
     pub fn backends(mut self, backends: Vec<BackendKind>) -> Self {
         self.backends = Some(backends);
+        self
+    }
+
+    /// The broker's limits on containers and users (the broker's default: every container,
+    /// and no root in containers).
+    pub fn spawn_policy(mut self, policy: SpawnPolicy) -> Self {
+        self.spawn_policy = Some(policy);
         self
     }
 
@@ -157,6 +168,13 @@ impl StackBuilder {
     /// The web page the gateway serves.
     pub fn static_dir(mut self, directory: PathBuf) -> Self {
         self.static_dir = Some(directory);
+        self
+    }
+
+    /// The terminal streams (WebSockets and gRPC attaches) one principal may hold open at the
+    /// gateway.
+    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
+        self.max_streams_per_principal = Some(streams);
         self
     }
 
@@ -251,6 +269,7 @@ struct BackendSettings<'a> {
     detached_timeout: Option<Duration>,
     kill_grace: Option<Duration>,
     shutdown_grace: Option<Duration>,
+    spawn_policy: Option<&'a SpawnPolicy>,
 }
 
 fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
@@ -261,6 +280,7 @@ fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
         detached_timeout: builder.detached_timeout,
         kill_grace: builder.kill_grace,
         shutdown_grace: builder.shutdown_grace,
+        spawn_policy: builder.spawn_policy.as_ref(),
     }
 }
 
@@ -288,6 +308,9 @@ fn broker_config(
     }
     if let Some(grace) = settings.shutdown_grace {
         config.shutdown_grace = grace;
+    }
+    if let Some(policy) = settings.spawn_policy {
+        config.policy = policy.clone();
     }
     Ok(config)
 }
@@ -328,6 +351,9 @@ fn gateway_config(
     config.static_dir = builder.static_dir.clone();
     if let Some(interval) = builder.heartbeat_interval {
         config.heartbeat_interval = interval;
+    }
+    if let Some(streams) = builder.max_streams_per_principal {
+        config.max_streams_per_principal = streams;
     }
     if let Some(grace) = builder.shutdown_grace {
         config.shutdown_grace = grace;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, secret_from};
 
+use crate::policy::SpawnPolicy;
+
 /// Everything a broker needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_BROKER_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]
@@ -90,6 +92,10 @@ pub struct Config {
 
     #[command(flatten)]
     pub docker: DockerConfig,
+
+    /// Which containers and users sessions may have, whatever session-api asks.
+    #[command(flatten)]
+    pub policy: SpawnPolicy,
 }
 
 impl Config {
@@ -120,6 +126,7 @@ impl Config {
             advertise: None,
             backends: vec![BackendKind::Local],
             docker: DockerConfig::default(),
+            policy: SpawnPolicy::default(),
         }
     }
 }

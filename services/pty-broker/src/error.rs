@@ -119,6 +119,7 @@ impl RuntimeError {
             RuntimeError::TargetNotRunning(_) | RuntimeError::SpawnFailed(_) => {
                 ErrorCode::WrongState
             }
+            RuntimeError::Refused(_) => ErrorCode::Forbidden,
             RuntimeError::Io { .. } | RuntimeError::Other(_) => ErrorCode::Internal,
         }
     }
