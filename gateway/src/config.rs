@@ -35,7 +35,8 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
-    /// The most terminal WebSockets one principal may hold open at this gateway.
+    /// The most terminal streams (WebSockets and relayed `Attach` streams) one principal may
+    /// hold open at this gateway.
     pub max_streams_per_principal: usize,
     /// The URL gRPC clients outside the cluster reach this gateway at (for example
     /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway

@@ -109,7 +109,8 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
 
-    /// The most terminal WebSockets one principal may hold open at this gateway.
+    /// The most terminal streams (WebSockets and relayed gRPC Attach streams together) one
+    /// principal may hold open at this gateway.
     #[arg(long, env = "PTYHUB_GATEWAY_MAX_STREAMS_PER_PRINCIPAL",
           default_value_t = ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL)]
     max_streams_per_principal: usize,

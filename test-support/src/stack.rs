@@ -64,6 +64,7 @@ pub struct TestStackBuilder {
     local_command: Vec<String>,
     detached_timeout: Option<Duration>,
     kill_grace: Duration,
+    max_streams_per_principal: Option<usize>,
 }
 
 impl Default for TestStackBuilder {
@@ -77,6 +78,7 @@ impl Default for TestStackBuilder {
             local_command: vec!["/bin/sh".to_owned()],
             detached_timeout: None,
             kill_grace: Duration::from_millis(500),
+            max_streams_per_principal: None,
         }
     }
 }
@@ -132,6 +134,12 @@ impl TestStackBuilder {
         self
     }
 
+    /// The terminal streams one principal may hold open at the gateway (default 64).
+    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
+        self.max_streams_per_principal = Some(streams);
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
@@ -154,6 +162,9 @@ impl TestStackBuilder {
         }
         if let Some(interval) = self.heartbeat_interval {
             builder = builder.heartbeat_interval(interval);
+        }
+        if let Some(streams) = self.max_streams_per_principal {
+            builder = builder.max_streams_per_principal(streams);
         }
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
