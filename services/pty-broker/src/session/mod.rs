@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
-pub use screen::{InputItem, InputSent, ScreenWait, WaitOutcome};
+pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
 use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};
