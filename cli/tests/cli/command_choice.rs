@@ -61,7 +61,12 @@ async fn a_scoped_token_cannot_choose_a_command_and_an_admin_token_can() {
     assert!(output.status.success(), "{output:?}");
 
     let admin = stack.admin_token.clone();
-    let output = ptyhub(&stack, &admin, &["exec", "local", "--", "printf", "chosen-%s", "42"]).await;
+    let output = ptyhub(
+        &stack,
+        &admin,
+        &["exec", "local", "--", "printf", "chosen-%s", "42"],
+    )
+    .await;
     assert!(output.status.success(), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "chosen-42");
 
@@ -81,7 +86,10 @@ async fn a_scoped_token_cannot_choose_a_command_and_an_admin_token_can() {
     .await;
     assert!(output.status.success(), "{output:?}");
     let created: Value = serde_json::from_slice(&output.stdout).expect("the session as JSON");
-    let session_id = created[0]["id"].as_str().expect("the session id").to_owned();
+    let session_id = created[0]["id"]
+        .as_str()
+        .expect("the session id")
+        .to_owned();
     let url = format!(
         "{}/api/v1/instances/{}/terminal/sessions/{session_id}/wait",
         stack.gateway_url, stack.instance_id

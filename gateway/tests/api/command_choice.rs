@@ -68,7 +68,11 @@ async fn rest_refuses_a_scoped_users_command_and_runs_an_admins() {
     assert_eq!(status, 403, "{body}");
     let detail = body["detail"].as_str().expect("a detail");
     assert!(detail.contains("command"), "{detail}");
-    assert_eq!(live_sessions(&stack).await, 0, "a refused create spawns nothing");
+    assert_eq!(
+        live_sessions(&stack).await,
+        0,
+        "a refused create spawns nothing"
+    );
 
     // Without an override the same user gets the instance's command.
     let (status, body) = send(&stack, Method::POST, &path, Some(&user), Some(json!({}))).await;
@@ -166,7 +170,11 @@ async fn grpc_refuses_a_scoped_users_command_with_permission_denied() {
         .expect_err("a scoped user's override is refused");
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains("command"), "{refused:?}");
-    assert_eq!(live_sessions(&stack).await, 0, "a refused create spawns nothing");
+    assert_eq!(
+        live_sessions(&stack).await,
+        0,
+        "a refused create spawns nothing"
+    );
 
     // No override: the instance's command, for the same user.
     client

@@ -617,7 +617,10 @@ async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets(
         .err()
         .expect("no third stream for the credential");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-    assert!(refused.message().contains("terminal streams"), "{refused:?}");
+    assert!(
+        refused.message().contains("terminal streams"),
+        "{refused:?}"
+    );
 
     // Another principal has slots of its own.
     let alice = stack.jwt("alice", &["local"], false);
@@ -629,10 +632,15 @@ async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets(
     // A stream that ends gives its slot back.
     drop(first);
     let reopened = test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
-        Stream::open(&stack, token, Some("local"), viewer()).await.ok()
+        Stream::open(&stack, token, Some("local"), viewer())
+            .await
+            .ok()
     })
     .await;
-    assert!(reopened.is_some(), "the slot came back when the stream ended");
+    assert!(
+        reopened.is_some(),
+        "the slot came back when the stream ended"
+    );
     stack.shutdown().await;
 }
 

@@ -133,7 +133,9 @@ impl SpawnPolicy {
         {
             Ok(())
         } else {
-            Err(PolicyRefusal::ContainerNotAllowed(container.name.to_owned()))
+            Err(PolicyRefusal::ContainerNotAllowed(
+                container.name.to_owned(),
+            ))
         }
     }
 
@@ -151,7 +153,9 @@ impl SpawnPolicy {
                 .or_else(|| user.uid.map(|uid| uid.to_string()))
                 .unwrap_or_default()
         };
-        if docker && !self.allow_root && (user.uid == Some(0) || user.name.as_deref() == Some("root"))
+        if docker
+            && !self.allow_root
+            && (user.uid == Some(0) || user.name.as_deref() == Some("root"))
         {
             return Err(PolicyRefusal::Root);
         }
@@ -201,7 +205,9 @@ impl FromStr for ContainerRule {
                 None => (label, None),
             };
             if key.is_empty() {
-                return Err(format!("{text:?}: a label rule needs a key (label:KEY[=VALUE])"));
+                return Err(format!(
+                    "{text:?}: a label rule needs a key (label:KEY[=VALUE])"
+                ));
             }
             return Ok(ContainerRule::Label {
                 key: key.to_owned(),
@@ -248,7 +254,9 @@ pub fn docker_exec_user<'a>(requested: Option<&'a str>, configured: Option<&'a s
 pub fn resolve_user(user: &str, passwd: Option<&Passwd>) -> SessionUser {
     match user.parse::<u32>() {
         Ok(uid) => SessionUser {
-            name: passwd.and_then(|passwd| passwd.name_of(uid)).map(str::to_owned),
+            name: passwd
+                .and_then(|passwd| passwd.name_of(uid))
+                .map(str::to_owned),
             uid: Some(uid),
         },
         Err(_) => SessionUser {
@@ -346,7 +354,11 @@ mod tests {
             ..policy()
         };
         let toor = resolve_user("toor", Some(&passwd));
-        assert!(denying_root.check_user(&toor, false, &lookup(&passwd)).is_err());
+        assert!(
+            denying_root
+                .check_user(&toor, false, &lookup(&passwd))
+                .is_err()
+        );
     }
 
     #[test]
@@ -363,9 +375,21 @@ mod tests {
         assert!(with(&[]).check_container(container).is_ok());
         assert!(with(&["web-*"]).check_container(container).is_ok());
         assert!(with(&["name:web-?"]).check_container(container).is_ok());
-        assert!(with(&["label:ptyhub.allow"]).check_container(container).is_ok());
-        assert!(with(&["label:ptyhub.allow=yes"]).check_container(container).is_ok());
-        assert!(with(&["db-*", "label:ptyhub.allow=yes"]).check_container(container).is_ok());
+        assert!(
+            with(&["label:ptyhub.allow"])
+                .check_container(container)
+                .is_ok()
+        );
+        assert!(
+            with(&["label:ptyhub.allow=yes"])
+                .check_container(container)
+                .is_ok()
+        );
+        assert!(
+            with(&["db-*", "label:ptyhub.allow=yes"])
+                .check_container(container)
+                .is_ok()
+        );
         for refused in [&["db-*"][..], &["label:ptyhub.allow=no"], &["label:other"]] {
             assert_eq!(
                 with(refused).check_container(container),

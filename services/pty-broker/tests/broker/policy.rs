@@ -46,7 +46,11 @@ async fn root_in_a_container_is_refused_by_default_however_it_is_named() -> anyh
             .spawn_as(broker.spawn_request(&["id", "-u"], user))
             .await
             .expect_err("root is refused");
-        assert_eq!(refused.code(), Code::PermissionDenied, "{user:?}: {refused:?}");
+        assert_eq!(
+            refused.code(),
+            Code::PermissionDenied,
+            "{user:?}: {refused:?}"
+        );
         assert!(refused.message().contains("root"), "{user:?}: {refused:?}");
     }
     // A user the container does not know cannot be told apart from root: refused too.
@@ -92,9 +96,10 @@ async fn allow_containers_admits_by_name_or_label_and_refuses_the_rest() -> anyh
         (&["label:ptyhub.test=0"], false),
     ] {
         let parsed: Vec<_> = rules.iter().map(|rule| rule.parse().unwrap()).collect();
-        let Some(broker) =
-            docker_broker(Box::new(move |config| config.policy.allowed_containers = parsed))
-                .await?
+        let Some(broker) = docker_broker(Box::new(move |config| {
+            config.policy.allowed_containers = parsed
+        }))
+        .await?
         else {
             return Ok(());
         };
@@ -106,7 +111,11 @@ async fn allow_containers_admits_by_name_or_label_and_refuses_the_rest() -> anyh
                 broker.kill(&session.session_id).await?;
             }
             (false, Err(refused)) => {
-                assert_eq!(refused.code(), Code::PermissionDenied, "{rules:?}: {refused:?}");
+                assert_eq!(
+                    refused.code(),
+                    Code::PermissionDenied,
+                    "{rules:?}: {refused:?}"
+                );
                 assert!(
                     refused.message().contains("--allow-containers"),
                     "{rules:?}: {refused:?}"
@@ -136,7 +145,11 @@ async fn deny_user_refuses_the_brokers_own_user_for_local_sessions() -> anyhow::
             .spawn_as(broker.spawn_request(&["true"], user))
             .await
             .expect_err("the denied user is refused");
-        assert_eq!(refused.code(), Code::PermissionDenied, "{user:?}: {refused:?}");
+        assert_eq!(
+            refused.code(),
+            Code::PermissionDenied,
+            "{user:?}: {refused:?}"
+        );
         assert!(refused.message().contains("--deny-user"), "{refused:?}");
     }
     assert!(sessions(&broker).await?.is_empty());

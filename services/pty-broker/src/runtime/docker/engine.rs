@@ -155,8 +155,8 @@ impl Engine {
             .entries()
             .map_err(|error| DockerError::Protocol(format!("/etc/passwd archive: {error}")))?;
         for entry in entries {
-            let mut entry =
-                entry.map_err(|error| DockerError::Protocol(format!("/etc/passwd archive: {error}")))?;
+            let mut entry = entry
+                .map_err(|error| DockerError::Protocol(format!("/etc/passwd archive: {error}")))?;
             if entry.header().entry_type() != tar::EntryType::Regular {
                 continue;
             }

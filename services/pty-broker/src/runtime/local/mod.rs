@@ -155,7 +155,9 @@ impl PtyRuntime for LocalRuntime {
             }
         };
         let user = SessionUser {
-            uid: user.uid.or_else(|| user.name.as_deref().and_then(local_uid_of)),
+            uid: user
+                .uid
+                .or_else(|| user.name.as_deref().and_then(local_uid_of)),
             name: user.name,
         };
         policy.check_user(&user, false, &local_uid_of)?;
