@@ -659,7 +659,7 @@ async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
     )
     .await
     .expect("an answer once the hello timeout has passed");
-    let status = answer.err().expect("the silent stream is ended");
+    let status = answer.expect_err("the silent stream is ended");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("hello"), "{status:?}");
     stack.shutdown().await;
