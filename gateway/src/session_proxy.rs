@@ -7,6 +7,10 @@
 //! record, so their session is checked before they are forwarded: it must be the instance's
 //! and not closed.
 //!
+//! A session's command is the instance's unless the caller may choose one
+//! ([`crate::auth::Access::may_choose_command`]); an override from anyone else is refused with
+//! `PERMISSION_DENIED`, as REST refuses it with 403.
+//!
 //! Every attach target it hands out (`CreateSession`, `ResolveSession`, `IssueAttachTicket`)
 //! names the gateway as its `broker_endpoint`, never a broker's internal address: a caller of
 //! the gateway streams through the gateway ([`crate::attach_relay`]).
@@ -60,9 +64,17 @@ impl SessionApiProxy {
     /// replaces by the instance's id: what every instance-scoped call does first.
     async fn scoped<M: InstanceScoped>(&self, request: Request<M>) -> Result<M, Status> {
         let principal = self.authenticate(&request)?;
-        let mut message = request.into_inner();
+        self.scoped_for(&principal, request.into_inner()).await
+    }
+
+    /// [`SessionApiProxy::scoped`] for a caller already authenticated.
+    async fn scoped_for<M: InstanceScoped>(
+        &self,
+        principal: &Principal,
+        mut message: M,
+    ) -> Result<M, Status> {
         let instance = self
-            .authorize_instance(&principal, message.instance())
+            .authorize_instance(principal, message.instance())
             .await?;
         *message.instance_mut() = instance;
         Ok(message)
@@ -287,7 +299,14 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let message = self.scoped(request).await?;
+        let principal = self.authenticate(&request)?;
+        let message = self.scoped_for(&principal, request.into_inner()).await?;
+        // Refused, never dropped: a caller that asked for a program must not get a shell it
+        // did not ask for, nor the one it asked for without the right to.
+        principal
+            .access
+            .check_command_override(&message.command)
+            .map_err(|error| error.to_status())?;
         let instance_id = message.instance.clone();
         let mut response = self
             .client()

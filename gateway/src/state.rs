@@ -41,6 +41,9 @@ pub struct AppState {
     pub stream_slots: StreamSlots,
     /// The configured public URL of the gateway, handed out as the attach endpoint.
     pub public_url: Option<String>,
+    /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
+    /// request does not say.
+    pub serves_tls: bool,
 }
 
 /// Counts the terminal streams of each principal (by subject), so that one credential cannot

@@ -40,6 +40,8 @@ pub enum StackError {
     },
     #[error("cannot create the stack's data directory")]
     DataDirectory(#[source] std::io::Error),
+    #[error("the stack's TLS settings cannot be used")]
+    Tls(#[source] ptyhub_wire::TlsError),
     #[error("{service} refused its configuration: {message}")]
     Config { service: Service, message: String },
     #[error("{service} failed")]
@@ -65,7 +67,9 @@ impl StackError {
             | StackError::Failed { service, .. }
             | StackError::Panicked { service, .. }
             | StackError::StoppedUnexpectedly { service } => Some(*service),
-            StackError::DataDirectory(_) | StackError::BrokerNotUp { .. } => None,
+            StackError::DataDirectory(_) | StackError::Tls(_) | StackError::BrokerNotUp { .. } => {
+                None
+            }
         }
     }
 }

@@ -235,6 +235,8 @@ impl Broker {
             .get(&kind)
             .cloned()
             .ok_or(Error::RuntimeNotConfigured(kind))?;
+        // The broker's own rule, whoever asked: refused before the session exists.
+        runtime.admit(&spec, &self.inner.config.policy).await?;
         let context = TaskContext {
             runtime,
             spec: spec.clone(),

@@ -14,6 +14,7 @@ mod error;
 mod events;
 pub mod grpc;
 pub mod handoff;
+pub mod policy;
 mod registration;
 mod registry;
 pub mod ring;
@@ -25,6 +26,7 @@ pub mod session;
 pub use broker::{Broker, BrokerBuilder, Hello};
 pub use config::{BackendKind, Config, DockerConfig};
 pub use error::{ClientAction, Error, StartError};
+pub use policy::{ContainerRule, SpawnPolicy};
 pub use ptyhub_wire::ServiceCredential;
 
 use std::future::Future;

@@ -52,6 +52,7 @@ impl Broker {
         let health = introspection.health_handle();
         let routes = introspection.into_routes();
 
+        let tls = ptyhub_wire::TlsConfig::from_files(&config.tls.files())?;
         let registration = match &config.session_api {
             Some(session_api) => Some((
                 session_api.clone(),
@@ -62,7 +63,7 @@ impl Broker {
                     .ok_or(StartError::NoRegistrationCredential)?,
                 Registration {
                     broker_id: config.broker_id.clone(),
-                    endpoint: advertised_endpoint(config, local_addr)?,
+                    endpoint: advertised_endpoint(config, local_addr, tls.serves_tls())?,
                     docker: config.backends.contains(&BackendKind::Docker),
                 },
             )),
@@ -70,7 +71,7 @@ impl Broker {
         };
         // A bad session-api URL fails the start.
         if let Some((session_api, credential, registration)) = &registration {
-            Registrar::new(session_api, credential, registration.clone())?;
+            Registrar::new(session_api, credential, registration.clone(), &tls)?;
         }
         let successors = match handoff_socket(config) {
             Some(path) => match HandOffListener::bind(&path) {
@@ -110,7 +111,11 @@ impl Broker {
                     }
                 }
             };
-            let server = Server::builder()
+            let mut server = Server::builder();
+            if let Some(tls) = tls.tonic_server() {
+                server = server.tls_config(tls)?;
+            }
+            let server = server
                 .http2_keepalive_interval(Some(config.keepalive_interval))
                 .http2_keepalive_timeout(Some(config.keepalive_interval))
                 .tcp_nodelay(true)
@@ -126,6 +131,7 @@ impl Broker {
                 address = %local_addr,
                 broker_id = %config.broker_id,
                 backends = ?config.backends,
+                tls = tls.serves_tls(),
                 successor_socket = ?successors.as_ref().map(|successors| successors.path()),
                 "pty-broker serving"
             );
@@ -134,7 +140,7 @@ impl Broker {
             let stop_registering = CancellationToken::new();
             let _stop_registering = stop_registering.clone().drop_guard();
             if let Some((session_api, credential, registration)) = &registration {
-                Registrar::new(session_api, credential, registration.clone())?
+                Registrar::new(session_api, credential, registration.clone(), &tls)?
                     .start(stop_registering.clone());
             }
 
@@ -226,14 +232,19 @@ impl Broker {
 
 /// The endpoint the broker registers: `--advertise`, else `http://` and the listen address when
 /// that names a reachable interface.
-fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String, StartError> {
+fn advertised_endpoint(
+    config: &Config,
+    local_addr: SocketAddr,
+    serves_tls: bool,
+) -> Result<String, StartError> {
     if let Some(advertise) = &config.advertise {
         return Ok(advertise.clone());
     }
     if local_addr.ip().is_unspecified() {
         return Err(StartError::NoAdvertisedEndpoint(local_addr));
     }
-    Ok(format!("http://{local_addr}"))
+    let scheme = if serves_tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{local_addr}"))
 }
 
 #[cfg(test)]
@@ -251,14 +262,18 @@ mod tests {
     fn the_advertised_endpoint_is_the_flag_or_the_listen_address() {
         let listen: SocketAddr = "127.0.0.1:50061".parse().unwrap();
         assert_eq!(
-            advertised_endpoint(&config(), listen).unwrap(),
+            advertised_endpoint(&config(), listen, false).unwrap(),
             "http://127.0.0.1:50061"
+        );
+        assert_eq!(
+            advertised_endpoint(&config(), listen, true).unwrap(),
+            "https://127.0.0.1:50061"
         );
         let mut advertised = config();
         advertised.advertise = Some("http://broker-1.internal:50061".into());
         let anywhere: SocketAddr = "0.0.0.0:50061".parse().unwrap();
         assert_eq!(
-            advertised_endpoint(&advertised, anywhere).unwrap(),
+            advertised_endpoint(&advertised, anywhere, true).unwrap(),
             "http://broker-1.internal:50061"
         );
     }
@@ -266,7 +281,7 @@ mod tests {
     #[test]
     fn an_unspecified_listen_address_needs_advertise() {
         for listen in ["0.0.0.0:50061", "[::]:50061"] {
-            let error = advertised_endpoint(&config(), listen.parse().unwrap()).unwrap_err();
+            let error = advertised_endpoint(&config(), listen.parse().unwrap(), false).unwrap_err();
             assert!(error.to_string().contains("--advertise"), "{error}");
         }
     }

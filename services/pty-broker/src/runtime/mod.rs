@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use uuid::Uuid;
 
 use crate::domain::{ExitStatus, TerminalSize};
+use crate::policy::{PolicyRefusal, SpawnPolicy};
 
 pub mod docker;
 #[cfg(test)]
@@ -99,6 +100,10 @@ pub struct ProcessHandOff {
 /// Spawns processes on PTYs.
 #[async_trait]
 pub trait PtyRuntime: Send + Sync + fmt::Debug {
+    /// Refuses `spec` where `policy` does not allow its target or its user, before anything is
+    /// started ([`crate::Broker::spawn`] asks first).
+    async fn admit(&self, spec: &SpawnSpec, policy: &SpawnPolicy) -> Result<(), RuntimeError>;
+
     /// Starts `spec` on a new PTY of `spec.size`.
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError>;
 
@@ -164,6 +169,9 @@ pub enum RuntimeError {
     /// The command could not be started (not found, not executable, bad user or cwd).
     #[error("{0}")]
     SpawnFailed(String),
+    /// The broker's own policy does not allow this target or user.
+    #[error(transparent)]
+    Refused(#[from] PolicyRefusal),
     #[error("{context}: {source}")]
     Io {
         context: &'static str,

@@ -161,6 +161,7 @@ impl Session {
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),
+            feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(input)),
             screen,
         });

@@ -56,6 +56,8 @@ impl BrokerProcess {
                 "--log-json",
                 "--backends",
                 "local,docker",
+                // The test image's sessions run as root.
+                "--allow-root",
             ])
             .arg("--data-dir")
             .arg(data_dir)
