@@ -13,6 +13,7 @@ pub mod domain;
 mod error;
 mod events;
 pub mod grpc;
+pub mod handoff;
 pub mod policy;
 mod registration;
 mod registry;

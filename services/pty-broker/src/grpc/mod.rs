@@ -219,6 +219,10 @@ async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEv
             tokio::select! {
                 sent = sender.send(Ok(event)) => if sent.is_err() { return },
                 () = broker.shutting_down() => return,
+                () = broker.handing_over() => {
+                    let _ = sender.send(Err(Error::HandingOver.into())).await;
+                    return;
+                }
             }
         }
         tokio::select! {
@@ -234,6 +238,12 @@ async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEv
             },
             () = sender.closed() => return,
             () = broker.shutting_down() => return,
+            () = broker.handing_over() => {
+                // The subscriber reconnects, and reaches the next broker process (or this one
+                // again, should the hand-off fail).
+                let _ = sender.send(Err(Error::HandingOver.into())).await;
+                return;
+            }
         }
     }
 }

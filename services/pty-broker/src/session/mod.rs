@@ -11,6 +11,7 @@
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
+mod handoff;
 mod screen;
 mod task;
 
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
+pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
@@ -197,6 +199,13 @@ enum Command {
     },
     Kill {
         reply: oneshot::Sender<SessionInfo>,
+    },
+    /// Stop reading, answer what the session is, and wait for the hand-off's verdict.
+    HandOff {
+        reply: oneshot::Sender<Result<FrozenSession, Error>>,
+        verdict: oneshot::Receiver<Verdict>,
+        /// Told once the task has let go after a commit (the crash record is kept).
+        let_go: oneshot::Sender<()>,
     },
 }
 
@@ -389,6 +398,7 @@ impl Attachment {
                 Poll::Overflowed => {
                     return Some(Err(Error::ClientTooSlow));
                 }
+                Poll::HandingOver => return Some(Err(Error::HandingOver)),
                 Poll::Wait => {}
             }
             if self.changed.changed().await.is_err() {
@@ -409,6 +419,9 @@ impl Attachment {
         }
         if client.overflowed {
             return Poll::Overflowed;
+        }
+        if client.handing_over {
+            return Poll::HandingOver;
         }
         if let Some(queued) = client.events.front()
             && queued.after_offset <= client.cursor
@@ -455,6 +468,7 @@ enum Poll {
     Wait,
     Finished,
     Overflowed,
+    HandingOver,
 }
 
 impl Drop for Attachment {
