@@ -375,6 +375,7 @@ impl Stack {
             max_sessions,
             labels: HashMap::new(),
             broker_id: broker_id.to_owned(),
+            ..Default::default()
         };
         let instance = self
             .session_api

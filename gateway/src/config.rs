@@ -34,6 +34,9 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
+    /// The recordings store the brokers write (a directory or `s3://...`); `None` answers
+    /// every recording request with 404.
+    pub recordings: Option<ptyhub_wire::RecordingStore>,
 }
 
 impl Config {
@@ -57,6 +60,7 @@ impl Config {
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
+            recordings: None,
         }
     }
 

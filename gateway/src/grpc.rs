@@ -21,9 +21,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::domain::{
     AttachTarget, Cell, CloseReason, Color, Cursor, ExitStatus, InputItem, InputWritten, Instance,
-    NewInstance, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow, ScreenWait,
-    ScreenWaitResult, Session, SessionAttachment, SessionSelector, SessionStatus, Target,
-    TerminalCommand, TerminalEvent, WaitOutcome,
+    NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow,
+    ScreenWait, ScreenWaitResult, Session, SessionAttachment, SessionSelector, SessionStatus,
+    Target, TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -215,6 +215,10 @@ impl Upstreams {
             max_sessions: new.max_sessions,
             labels: new.labels.into_iter().collect(),
             broker_id: String::new(),
+            record: new
+                .record
+                .map_or(broker_pb::RecordMode::Unspecified, record_mode_to_proto)
+                as i32,
         };
         let instance = self
             .session_api
@@ -693,6 +697,20 @@ fn instance_from_proto(instance: session_pb::Instance) -> Instance {
         broker_id: instance.broker_id,
         created_at: timestamp_from_proto(instance.created_at),
         live_sessions: instance.live_sessions,
+        record: match broker_pb::RecordMode::try_from(instance.record) {
+            Ok(broker_pb::RecordMode::Output) => RecordMode::Output,
+            Ok(broker_pb::RecordMode::OutputAndInput) => RecordMode::OutputAndInput,
+            _ => RecordMode::Off,
+        },
+        record_is_default: instance.record_is_default,
+    }
+}
+
+fn record_mode_to_proto(mode: RecordMode) -> broker_pb::RecordMode {
+    match mode {
+        RecordMode::Off => broker_pb::RecordMode::Off,
+        RecordMode::Output => broker_pb::RecordMode::Output,
+        RecordMode::OutputAndInput => broker_pb::RecordMode::OutputAndInput,
     }
 }
 

@@ -71,6 +71,7 @@ pub async fn run(
         metrics: metrics::Metrics::default(),
         allowed_origins: config.allowed_origins.clone(),
         static_dir: config.static_dir.clone(),
+        recordings: config.recordings.clone(),
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
         draining: CancellationToken::new(),

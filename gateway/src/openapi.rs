@@ -8,7 +8,7 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use crate::rest::{ProjectRepositoryLabels, instances, operations, screens, sessions};
+use crate::rest::{ProjectRepositoryLabels, instances, operations, recordings, screens, sessions};
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
 
@@ -37,6 +37,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,
+        recordings::get_recording,
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),

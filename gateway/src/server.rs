@@ -20,7 +20,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::rest::{instances, operations, screens, sessions};
+use crate::rest::{instances, operations, recordings, screens, sessions};
 use crate::session_proxy::SessionApiProxy;
 use crate::state::AppState;
 use crate::ws::origin_allowed;
@@ -131,6 +131,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/wait"),
             post(screens::wait_for_screen),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/recording"),
+            get(recordings::get_recording),
         )
         .route(
             &format!("{prefix}/terminal/reset"),

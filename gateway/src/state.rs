@@ -22,6 +22,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub allowed_origins: Vec<String>,
     pub static_dir: Option<PathBuf>,
+    /// Where the brokers put recordings; `None` when the gateway serves none.
+    pub recordings: Option<ptyhub_wire::RecordingStore>,
     pub metrics_require_auth: bool,
     pub heartbeat_interval: Duration,
     /// Cancelled when a shutdown begins: `/readyz` answers 503 from then on, while everything

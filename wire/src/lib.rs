@@ -12,6 +12,8 @@ mod code;
 mod credential;
 mod introspection;
 pub mod limits;
+#[cfg(feature = "recordings")]
+mod recordings;
 mod terminal;
 
 pub use code::{ErrorCode, close_code};
@@ -20,5 +22,7 @@ pub use credential::{
     bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
+#[cfg(feature = "recordings")]
+pub use recordings::{RecordingStore, RecordingStoreError};
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
 pub use tonic_health::ServingStatus;

@@ -5,6 +5,7 @@ mod attach;
 mod docker;
 mod errors;
 mod exec;
+mod recording;
 mod screen;
 mod support;
 mod up;

@@ -210,6 +210,8 @@ mod tests {
             broker_id: "local".into(),
             created_at: None,
             live_sessions: 0,
+            record: crate::domain::RecordMode::Off,
+            record_is_default: true,
         }
     }
 

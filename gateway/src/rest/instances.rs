@@ -9,7 +9,7 @@ use super::bodies::{
 };
 use super::extract::{Caller, InstancePath, JsonBody};
 use crate::auth::Principal;
-use crate::domain::{NewInstance, Target};
+use crate::domain::{NewInstance, RecordMode, Target};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -58,6 +58,12 @@ pub async fn register_instance(
         user: body.user.unwrap_or_default(),
         max_sessions: body.max_sessions.unwrap_or(0),
         labels: body.labels.unwrap_or_default(),
+        record: match body.record.as_deref() {
+            None => None,
+            Some(text) => Some(RecordMode::parse(text).ok_or_else(|| {
+                ApiError::invalid("record must be one of off, output, output+input")
+            })?),
+        },
     };
     let instance = state.upstreams.register_instance(new_instance).await?;
     tracing::info!(instance_id = %instance.id, subject = %principal.subject, "instance registered");

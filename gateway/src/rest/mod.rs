@@ -5,12 +5,14 @@
 //!
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
-//! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers.
+//! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
+//! - `recordings.rs`: a closed session's asciicast recording, with ranges.
 
 pub mod bodies;
 pub mod extract;
 pub mod instances;
 pub mod operations;
+pub mod recordings;
 pub mod screens;
 pub mod sessions;
 

@@ -13,6 +13,7 @@ pub mod domain;
 mod error;
 mod events;
 pub mod grpc;
+pub mod recording;
 mod registration;
 mod registry;
 pub mod ring;
@@ -22,7 +23,7 @@ mod server;
 pub mod session;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
-pub use config::{BackendKind, Config, DockerConfig};
+pub use config::{BackendKind, Config, DockerConfig, RecordingConfig};
 pub use error::{ClientAction, Error, StartError};
 pub use ptyhub_wire::ServiceCredential;
 

@@ -53,6 +53,7 @@ impl Broker {
             None => None,
         };
 
+        self.keep_recordings();
         let stop_accepting = CancellationToken::new();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = Server::builder()

@@ -7,6 +7,8 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use ptyhub_wire::ServiceCredential;
 
+use crate::domain::RecordMode;
+
 /// Everything session-api needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]
@@ -79,6 +81,11 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_SESSION_API_SHUTDOWN_GRACE", default_value = "5s",
           value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// What sessions of instances without a `record` setting of their own record: `off`,
+    /// `output` or `output+input`.
+    #[arg(long, env = "PTYHUB_SESSION_API_DEFAULT_RECORD", default_value = "off")]
+    pub default_record: RecordMode,
 }
 
 impl Config {
@@ -100,6 +107,7 @@ impl Config {
             broker_call_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(5),
+            default_record: RecordMode::Off,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod service;
 pub mod store;
 
 pub use config::{Config, StaticBroker};
+pub use domain::RecordMode;
 pub use error::{Error, StartError};
 pub use ptyhub_wire::ServiceCredential;
 
@@ -65,15 +66,18 @@ pub async fn run(
         activity_flush_interval: config.activity_flush_interval,
         spawn_grace: config.broker_call_timeout * 2,
     };
-    let service = Arc::new(SessionService::new(
-        store.clone(),
-        BrokerClients::new(&config.service_credential, config.broker_call_timeout),
-        Arc::new(ChangeFeed::new()),
-        config.ticket_key.clone(),
-        config.ticket_ttl,
-        config.broker_call_timeout + Duration::from_secs(5),
-        settings.heartbeat_interval(),
-    ));
+    let service = Arc::new(
+        SessionService::new(
+            store.clone(),
+            BrokerClients::new(&config.service_credential, config.broker_call_timeout),
+            Arc::new(ChangeFeed::new()),
+            config.ticket_key.clone(),
+            config.ticket_ttl,
+            config.broker_call_timeout + Duration::from_secs(5),
+            settings.heartbeat_interval(),
+        )
+        .with_default_record(config.default_record),
+    );
 
     let root = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -14,8 +14,8 @@ use uuid::Uuid;
 use crate::broker_client::{BrokerClients, SpawnSpec};
 use crate::changes::ChangeFeed;
 use crate::domain::{
-    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, Session,
-    SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus,
+    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, RecordMode,
+    Session, SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus,
 };
 use crate::error::Error;
 use crate::store::{Reservation, SessionReservation, Store};
@@ -49,6 +49,8 @@ pub struct SessionService {
     heartbeat_interval: Duration,
     /// Woken when a broker registers, so watchers start at once.
     pub(crate) brokers_changed: Arc<Notify>,
+    /// What instances without a setting of their own record.
+    pub(crate) default_record: RecordMode,
 }
 
 impl SessionService {
@@ -62,6 +64,7 @@ impl SessionService {
         heartbeat_interval: Duration,
     ) -> Self {
         Self {
+            default_record: RecordMode::Off,
             store,
             brokers,
             changes,
@@ -71,6 +74,12 @@ impl SessionService {
             heartbeat_interval,
             brokers_changed: Arc::new(Notify::new()),
         }
+    }
+
+    /// What instances without a `record` setting of their own record.
+    pub(crate) fn with_default_record(mut self, mode: RecordMode) -> Self {
+        self.default_record = mode;
+        self
     }
 
     // ---- instances ----------------------------------------------------------------------
@@ -252,6 +261,8 @@ impl SessionService {
                 cwd: instance.cwd.clone(),
                 user: instance.user.clone(),
                 size: session.size,
+                record: instance.record.unwrap_or(self.default_record),
+                recording_title: format!("{} / {}", instance.name, session.name),
             };
             self.brokers.spawn(&broker, &spec).await?;
             Ok::<_, Error>(broker)

@@ -14,6 +14,7 @@ mod closed_sessions;
 mod exits;
 mod flow_control;
 mod project_routes;
+mod recordings;
 mod reset;
 mod screens;
 mod snapshots;

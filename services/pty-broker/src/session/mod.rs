@@ -11,6 +11,7 @@
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
+mod recording;
 mod screen;
 mod task;
 
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
+pub(crate) use recording::SessionRecording;
 pub use screen::{InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
@@ -87,6 +89,9 @@ struct Shared {
     /// The session's terminal emulator, fed from the ring off the output path (`session/screen.rs`);
     /// `None` on a broker that runs without screens. Lock order: this before `state`.
     screen: Option<Mutex<Screen>>,
+    /// Where input, resizes and resets go for the session's recorder (`session/recording.rs`);
+    /// `None` when the session is not recorded.
+    recorder: Option<recording::RecorderTap>,
 }
 
 /// The session task's hold on the input side (see [`Shared::input`]).
@@ -209,8 +214,10 @@ impl Session {
         size: TerminalSize,
         settings: SessionSettings,
         context: TaskContext,
+        recording: Option<SessionRecording>,
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
+        let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
         let screen = settings
             .scrollback_lines
             .map(|lines| Mutex::new(Screen::new(size, lines, 0)));
@@ -236,6 +243,7 @@ impl Session {
             task_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
             screen,
+            recorder: recorder_tap,
         });
         // Held from the start, so input waits for the first spawn rather than finding nothing.
         let input = Arc::clone(&shared.input)
@@ -247,7 +255,7 @@ impl Session {
             shared: Arc::clone(&shared),
             commands: command_tx,
         });
-        let task = SessionTask::new(id, shared, settings, context, command_rx, input);
+        let task = SessionTask::new(id, shared, settings, context, command_rx, input, recorder);
         (session, task)
     }
 
@@ -335,6 +343,7 @@ impl Shared {
         };
         drop(input);
         written.map_err(Error::InputNotTaken)?;
+        self.record_input(data);
         self.note_input();
         Ok(())
     }

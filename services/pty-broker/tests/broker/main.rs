@@ -7,6 +7,7 @@
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
+//! - `recordings`: asciicast recordings against a strict reader, and a broker killed mid-recording;
 //! - `restart`: the real `pty-broker` binary killed and started again on the same data directory.
 
 #[macro_use]
@@ -15,6 +16,7 @@ mod support;
 mod attach;
 mod docker_runtime;
 mod local_runtime;
+mod recordings;
 mod restart;
 mod screens;
 mod service;

@@ -9,7 +9,7 @@ use ptyhub_proto::session::v1 as pb;
 use ptyhub_wire::{Role, TerminalSize};
 use uuid::Uuid;
 
-use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, Target};
+use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, RecordMode, Target};
 use crate::error::Error;
 
 pub(super) fn required<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
@@ -144,5 +144,19 @@ pub(super) fn new_instance_from_pb(
         } else {
             Some(validated_broker_id(&request.broker_id)?.to_owned())
         },
+        record: record_mode_from_pb(request.record)?,
     })
+}
+
+/// A record mode; `None` for unspecified (the server's default).
+pub(super) fn record_mode_from_pb(value: i32) -> Result<Option<RecordMode>, Error> {
+    match broker_pb::RecordMode::try_from(value) {
+        Ok(broker_pb::RecordMode::Unspecified) => Ok(None),
+        Ok(broker_pb::RecordMode::Off) => Ok(Some(RecordMode::Off)),
+        Ok(broker_pb::RecordMode::Output) => Ok(Some(RecordMode::Output)),
+        Ok(broker_pb::RecordMode::OutputAndInput) => Ok(Some(RecordMode::OutputAndInput)),
+        Err(_) => Err(Error::InvalidRequest(format!(
+            "record mode {value} is unknown"
+        ))),
+    }
 }

@@ -74,7 +74,10 @@ impl SessionApi for GrpcSessionApi {
     ) -> Result<Response<pb::Instance>, Status> {
         let new = new_instance_from_pb(request.into_inner())?;
         let instance = self.service.register_instance(new).await?;
-        Ok(Response::new(instance_to_pb(&instance)))
+        Ok(Response::new(instance_to_pb(
+            &instance,
+            self.service.default_record,
+        )))
     }
 
     async fn get_instance(
@@ -83,7 +86,10 @@ impl SessionApi for GrpcSessionApi {
     ) -> Result<Response<pb::Instance>, Status> {
         let instance = required("instance", &request.get_ref().instance)?;
         let instance = self.service.get_instance(instance).await?;
-        Ok(Response::new(instance_to_pb(&instance)))
+        Ok(Response::new(instance_to_pb(
+            &instance,
+            self.service.default_record,
+        )))
     }
 
     async fn list_instances(
@@ -94,7 +100,10 @@ impl SessionApi for GrpcSessionApi {
             request.into_inner().label_selector.into_iter().collect();
         let instances = self.service.list_instances(&selector).await?;
         Ok(Response::new(pb::ListInstancesResponse {
-            instances: instances.iter().map(instance_to_pb).collect(),
+            instances: instances
+                .iter()
+                .map(|instance| instance_to_pb(instance, self.service.default_record))
+                .collect(),
         }))
     }
 

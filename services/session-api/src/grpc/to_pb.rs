@@ -8,8 +8,8 @@ use ptyhub_proto::session::v1 as pb;
 use ptyhub_wire::Role;
 
 use crate::domain::{
-    AttachTarget, Broker, ChangeKind, CloseReason, Instance, Session, SessionAttachment,
-    SessionChange, SessionStatus, Target,
+    AttachTarget, Broker, ChangeKind, CloseReason, Instance, RecordMode, Session,
+    SessionAttachment, SessionChange, SessionStatus, Target,
 };
 
 fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
@@ -33,8 +33,11 @@ fn target_to_pb(target: &Target) -> broker_pb::Target {
     broker_pb::Target { kind: Some(kind) }
 }
 
-pub(super) fn instance_to_pb(instance: &Instance) -> pb::Instance {
+/// An instance as clients see it, its recording setting resolved against the server's default.
+pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) -> pb::Instance {
     pb::Instance {
+        record: record_mode_to_pb(instance.record.unwrap_or(default_record)) as i32,
+        record_is_default: instance.record.is_none(),
         id: instance.id.to_string(),
         name: instance.name.clone(),
         target: Some(target_to_pb(&instance.target)),
@@ -47,6 +50,14 @@ pub(super) fn instance_to_pb(instance: &Instance) -> pb::Instance {
         broker_id: instance.broker_id.clone(),
         created_at: Some(timestamp(instance.created_at)),
         live_sessions: instance.live_sessions,
+    }
+}
+
+fn record_mode_to_pb(mode: RecordMode) -> broker_pb::RecordMode {
+    match mode {
+        RecordMode::Off => broker_pb::RecordMode::Off,
+        RecordMode::Output => broker_pb::RecordMode::Output,
+        RecordMode::OutputAndInput => broker_pb::RecordMode::OutputAndInput,
     }
 }
 

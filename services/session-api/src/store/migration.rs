@@ -12,7 +12,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(CreateTables), Box::new(AddSessionTitleAndBell)]
+        vec![
+            Box::new(CreateTables),
+            Box::new(AddSessionTitleAndBell),
+            Box::new(AddInstanceRecord),
+        ]
     }
 }
 
@@ -48,6 +52,7 @@ enum Instances {
     BrokerId,
     CreatedAt,
     UpdatedAt,
+    Record,
 }
 
 #[derive(DeriveIden)]
@@ -353,5 +358,41 @@ impl MigrationTrait for AddSessionTitleAndBell {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// The per-instance recording setting (issue 18). Nullable: existing instances follow the
+/// server's default.
+struct AddInstanceRecord;
+
+impl MigrationName for AddInstanceRecord {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261201_000002_add_instance_record"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddInstanceRecord {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .add_column(ColumnDef::new(Instances::Record).string().null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .drop_column(Instances::Record)
+                    .to_owned(),
+            )
+            .await
     }
 }

@@ -227,6 +227,10 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
         broker_id: model.broker_id,
         created_at: model.created_at,
         live_sessions,
+        record: model
+            .record
+            .map(|mode| mode.parse().map_err(Error::CorruptRecord))
+            .transpose()?,
     })
 }
 

@@ -32,6 +32,7 @@ pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
         max_sessions,
         labels: BTreeMap::new(),
         broker_id: None,
+        record: None,
     }
 }
 

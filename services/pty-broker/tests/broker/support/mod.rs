@@ -199,7 +199,16 @@ impl TestBroker {
             cwd: String::new(),
             user: String::new(),
             size: Some(pb::TerminalSize { cols, rows }),
+            ..Default::default()
         };
+        self.spawn_request(request).await
+    }
+
+    /// Spawns what `request` says.
+    pub async fn spawn_request(
+        &self,
+        request: pb::SpawnRequest,
+    ) -> anyhow::Result<pb::SessionInfo> {
         let response = self.client.clone().spawn(authorized(request)).await?;
         response
             .into_inner()
