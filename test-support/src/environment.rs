@@ -18,6 +18,8 @@ pub enum Requirement {
     Docker,
     /// Chromium at `PTYHUB_TEST_CHROMIUM` (default `/usr/bin/chromium`).
     Chromium,
+    /// moto's S3 server at `PTYHUB_TEST_MOTO_SERVER` (default the project's Python environment).
+    S3Server,
 }
 
 impl Requirement {
@@ -41,6 +43,16 @@ impl Requirement {
                     ))
                 }
             }
+            Requirement::S3Server => {
+                let moto = moto_server_path();
+                if std::path::Path::new(&moto).exists() {
+                    None
+                } else {
+                    Some(format!(
+                        "no moto_server at {moto} (cargo xtask deps installs it)"
+                    ))
+                }
+            }
             Requirement::Chromium => {
                 let chromium = chromium_path();
                 if std::path::Path::new(&chromium).exists() {
@@ -53,6 +65,12 @@ impl Requirement {
             }
         }
     }
+}
+
+/// Where the recordings tests find moto's S3 server.
+pub fn moto_server_path() -> String {
+    std::env::var("PTYHUB_TEST_MOTO_SERVER")
+        .unwrap_or_else(|_| "/var/cache/ptyhub-py/bin/moto_server".to_owned())
 }
 
 /// Where the browser tests find Chromium.

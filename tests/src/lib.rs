@@ -9,5 +9,6 @@ pub mod churn;
 pub mod cluster;
 pub mod front;
 pub mod process;
+pub mod s3;
 pub mod sockets;
 pub mod terminal;

@@ -1,7 +1,9 @@
 //! Where session recordings live: one object store that every broker writes and every gateway
 //! reads, named by a URL (`file:///var/lib/ptyhub/recordings`, a plain directory path, or
 //! `s3://bucket/prefix` with the usual `AWS_*` environment variables: `AWS_ENDPOINT`,
-//! `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`). A session's
+//! `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`; settings that
+//! are not secrets may also come as a query, `s3://bucket/prefix?endpoint=...&allow_http=true`,
+//! with `object_store`'s names for them). A session's
 //! recording is the object `<session id>.cast` under the store's root.
 //!
 //! HTTPS goes through the system's OpenSSL (reqwest's native-tls); a plain-HTTP endpoint such as
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
@@ -38,12 +40,30 @@ impl RecordingStore {
             reason,
         };
         let store: Arc<dyn ObjectStore> = if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let (bucket, prefix) = location.split_once('/').unwrap_or((location, ""));
             if bucket.is_empty() {
                 return Err(invalid("names no bucket".to_owned()));
             }
-            let s3 = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
+            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                let key: AmazonS3ConfigKey = name
+                    .parse()
+                    .map_err(|_| invalid(format!("unknown S3 setting {name:?}")))?;
+                if matches!(
+                    key,
+                    AmazonS3ConfigKey::AccessKeyId
+                        | AmazonS3ConfigKey::SecretAccessKey
+                        | AmazonS3ConfigKey::Token
+                ) {
+                    return Err(invalid(format!(
+                        "{name} is a secret: set it in the environment, not in the URL"
+                    )));
+                }
+                builder = builder.with_config(key, value);
+            }
+            let s3 = builder
                 .build()
                 .map_err(|error| invalid(error.to_string()))?;
             let prefix = prefix.trim_matches('/');
@@ -110,7 +130,15 @@ mod tests {
         let by_url = format!("file://{}", directory.display());
         RecordingStore::open(&by_url).unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
-        for bad in ["s3://", "http://example/x", ""] {
+        RecordingStore::open("s3://bucket/prefix?endpoint=http://127.0.0.1:9&allow_http=true")
+            .unwrap();
+        for bad in [
+            "s3://",
+            "http://example/x",
+            "",
+            "s3://bucket?colour=blue",
+            "s3://bucket?secret_access_key=x",
+        ] {
             assert!(RecordingStore::open(bad).is_err(), "{bad:?} was accepted");
         }
     }

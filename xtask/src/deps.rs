@@ -7,6 +7,8 @@
 //!   engine answers, and the `ptyhub-test-busybox` image built from `deploy/test-image/`.
 //! - PostgreSQL: a throwaway cluster under `/var/cache/ptyhub-pg`, listening on 127.0.0.1 only;
 //!   tests create one database each from `PTYHUB_TEST_POSTGRES_URL`.
+//! - moto's S3 server (`moto_server`, PyPI) in the project's Python environment, for the
+//!   recordings tests (`interop/requirements.txt`).
 //!
 //! Outside CI a dependency that cannot be had is reported and its tests skip; under `CI=true` the
 //! failure is fatal, because the tests would fail anyway.
@@ -53,6 +55,11 @@ pub fn prepare() -> Result<TestEnvironment> {
         ensure_docker_engine().and_then(|()| build_test_image()),
     )?;
     environment.postgres_url = tolerate("PostgreSQL", ensure_postgres())?;
+    // moto's S3 server for the recordings tests, with the Python clients of interop/.
+    tolerate(
+        "moto's S3 server",
+        crate::interop::ensure_python_clients(&run::workspace_root()).map(drop),
+    )?;
     Ok(environment)
 }
 

@@ -30,7 +30,7 @@ pub fn python_grpc_reflection_client(root: &Path, address: SocketAddr, token: &s
 }
 
 /// The Python of the virtual environment, with `interop/requirements.txt` installed.
-fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
+pub fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
     let venv = PathBuf::from(VENV);
     let python = venv.join("bin/python");
     if !python.is_file() {
