@@ -2,6 +2,7 @@
 //! prints a Markdown table (`cargo xtask bench [--quick]` runs it; BENCHMARKS.md explains it).
 
 mod child;
+mod grpc_attach;
 mod reload;
 mod scale;
 mod scenarios;
@@ -287,7 +288,11 @@ async fn run(
                 writeln!(out, "| {} | failed | | | |", path.label())?;
                 continue;
             }
-            let target = if *path == Path::Gateway(Backend::Local, Screens::On) {
+            let target = if matches!(
+                path,
+                Path::Gateway(Backend::Local, Screens::On)
+                    | Path::GatewayGrpc(Backend::Local, Screens::On)
+            ) {
                 "p50 < 150, p99 < 300"
             } else {
                 ""
@@ -577,13 +582,18 @@ async fn throughput_section(
         let unscreened = match path {
             Path::Broker(backend, Screens::On) => median_of(Path::Broker(*backend, Screens::Off)),
             Path::Gateway(backend, Screens::On) => median_of(Path::Gateway(*backend, Screens::Off)),
+            Path::GatewayGrpc(backend, Screens::On) => {
+                median_of(Path::GatewayGrpc(*backend, Screens::Off))
+            }
             _ => None,
         };
         let cpu: Vec<f64> = runs[index].iter().map(|run| run.cpu_ms_per_mib).collect();
         let cpu = Spread::of(&cpu).map_or(String::new(), |cpu| format!("{:.1}", cpu.median));
         let target = match path {
-            Path::Gateway(Backend::Local, Screens::On) => "≥ 0.90x (a); on/off ≥ 0.90x",
-            Path::Gateway(Backend::Docker, Screens::On) => "≥ 0.90x (b); on/off ≥ 0.90x",
+            Path::Gateway(Backend::Local, Screens::On)
+            | Path::GatewayGrpc(Backend::Local, Screens::On) => "≥ 0.90x (a); on/off ≥ 0.90x",
+            Path::Gateway(Backend::Docker, Screens::On)
+            | Path::GatewayGrpc(Backend::Docker, Screens::On) => "≥ 0.90x (b); on/off ≥ 0.90x",
             Path::Broker(_, Screens::On) => "on/off ≥ 0.90x",
             _ => "",
         };

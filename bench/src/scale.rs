@@ -17,7 +17,9 @@ use uuid::Uuid;
 
 use crate::child::{Service, open_files_limit};
 use crate::scenarios::{ECHO_SCRIPT, LINE};
-use crate::stack::{ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth};
+use crate::stack::{
+    ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth, tier_credentials,
+};
 use crate::term::{Term, close_session, connect_gateway, connect_gateway_at, create_session_on};
 
 /// Bound of one call (spawn, create, connect).
@@ -205,7 +207,7 @@ pub fn spawn_broker(
     log_dir: &std::path::Path,
 ) -> Result<Service> {
     let mut args = vec![
-        format!("--service-token={SERVICE_TOKEN}"),
+        format!("--session-api-token={SERVICE_TOKEN}"),
         format!("--ticket-secret={TICKET_SECRET}"),
         "--broker-id=bench-alone".to_owned(),
         "--backends=local".to_owned(),
@@ -363,7 +365,7 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         "gateway",
         &[
             format!("--session-api={}", stack.session_api_endpoint),
-            format!("--service-token={SERVICE_TOKEN}"),
+            format!("--service-token={}", tier_credentials()?.gateway.expose()),
             format!("--api-token={ADMIN_TOKEN}"),
             // Sockets that are not read for a while must not be dropped as silent.
             "--heartbeat-interval=300s".to_owned(),

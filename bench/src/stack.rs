@@ -17,7 +17,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::BackendKind;
-use ptyhub_wire::{BearerAuth, ServiceCredential};
+use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,7 +28,7 @@ pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
 pub const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
 /// The gateway's static API token the bench uses for REST and WebSockets.
-pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
+pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 /// The image `cargo xtask test` builds (static busybox).
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 const CONTAINER_LABEL: &str = "ptyhub.bench";
@@ -41,6 +41,14 @@ const START_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The credential the bench's services share, for a client of a broker the bench started as a
 /// process of its own.
+/// Each tier's credential in the bench's stack, derived from [`SERVICE_TOKEN`] as
+/// `ptyhub-stack` derives them.
+pub fn tier_credentials() -> Result<TierCredentials> {
+    Ok(TierCredentials::derived_from(&ServiceCredential::new(
+        SERVICE_TOKEN,
+    )?))
+}
+
 pub fn service_auth() -> BearerAuth {
     BearerAuth::new(SERVICE_TOKEN).expect("the bench's service token is printable ascii")
 }
@@ -235,6 +243,7 @@ impl Stack {
         config.kill_grace = KILL_GRACE;
         config.shutdown_grace = SHUTDOWN_GRACE;
         config.session_api = Some(self.session_api_endpoint.clone());
+        config.secrets.service_token = Some(tier_credentials()?.broker);
         config.advertise = Some(endpoint.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let served = tokio::spawn(pty_broker::run(config, listener, async move {

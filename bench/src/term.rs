@@ -46,6 +46,9 @@ pub enum Path {
     Broker(Backend, Screens),
     /// The gateway's WebSocket, end to end, to a session on the broker with or without screens.
     Gateway(Backend, Screens),
+    /// The gateway's gRPC `Attach` relay (an outside client's path), to a session on the broker
+    /// with or without screens.
+    GatewayGrpc(Backend, Screens),
 }
 
 impl Path {
@@ -66,13 +69,24 @@ impl Path {
             Path::Gateway(Backend::Docker, Screens::Off) => {
                 "(d) gateway WebSocket, Docker, screens off"
             }
+            Path::GatewayGrpc(Backend::Local, Screens::On) => "(e) gateway gRPC Attach, local",
+            Path::GatewayGrpc(Backend::Docker, Screens::On) => "(e) gateway gRPC Attach, Docker",
+            Path::GatewayGrpc(Backend::Local, Screens::Off) => {
+                "(e) gateway gRPC Attach, local, screens off"
+            }
+            Path::GatewayGrpc(Backend::Docker, Screens::Off) => {
+                "(e) gateway gRPC Attach, Docker, screens off"
+            }
         }
     }
 
     pub fn needs_docker(self) -> bool {
         matches!(
             self,
-            Path::DockerExec | Path::Broker(Backend::Docker, _) | Path::Gateway(Backend::Docker, _)
+            Path::DockerExec
+                | Path::Broker(Backend::Docker, _)
+                | Path::Gateway(Backend::Docker, _)
+                | Path::GatewayGrpc(Backend::Docker, _)
         )
     }
 
@@ -80,7 +94,9 @@ impl Path {
     pub fn needs_unscreened(self) -> bool {
         matches!(
             self,
-            Path::Broker(_, Screens::Off) | Path::Gateway(_, Screens::Off)
+            Path::Broker(_, Screens::Off)
+                | Path::Gateway(_, Screens::Off)
+                | Path::GatewayGrpc(_, Screens::Off)
         )
     }
 
@@ -90,7 +106,7 @@ impl Path {
     }
 
     /// Every path of the latency scenarios, in table order (ptyhub as it runs by default).
-    pub const ALL: [Path; 7] = [
+    pub const ALL: [Path; 9] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -98,11 +114,13 @@ impl Path {
         Path::Broker(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Local, Screens::On),
         Path::Gateway(Backend::Docker, Screens::On),
+        Path::GatewayGrpc(Backend::Local, Screens::On),
+        Path::GatewayGrpc(Backend::Docker, Screens::On),
     ];
 
     /// Every path of the throughput scenario, in table order: each of ptyhub's beside the same
     /// with screens off.
-    pub const THROUGHPUT: [Path; 11] = [
+    pub const THROUGHPUT: [Path; 15] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -114,6 +132,10 @@ impl Path {
         Path::Gateway(Backend::Local, Screens::Off),
         Path::Gateway(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Docker, Screens::Off),
+        Path::GatewayGrpc(Backend::Local, Screens::On),
+        Path::GatewayGrpc(Backend::Local, Screens::Off),
+        Path::GatewayGrpc(Backend::Docker, Screens::On),
+        Path::GatewayGrpc(Backend::Docker, Screens::Off),
     ];
 }
 
@@ -181,6 +203,10 @@ impl Term {
             Path::Gateway(backend, screens) => {
                 let (instance, attach) = create_session(stack, backend, screens, command).await?;
                 connect_gateway(stack, &instance, &attach.session_id, "").await
+            }
+            Path::GatewayGrpc(backend, screens) => {
+                let (instance, attach) = create_session(stack, backend, screens, command).await?;
+                crate::grpc_attach::attach_through_gateway(stack, instance, attach.session_id).await
             }
         }
     }

@@ -1,25 +1,18 @@
-//! How the client commands reach ptyhub: the server URL and the token, from flags, environment or
-//! the data directory that `ptyhub up` writes, and authenticated gRPC clients built from them.
+//! How the client commands reach ptyhub: the gateway URL and the token, from flags, environment
+//! or the data directory that `ptyhub up` writes, and the `ptyhub-client` built from them.
 //!
-//! Session calls go to the gateway's gRPC surface (the gateway checks the token and forwards to
-//! session-api); terminal streams go straight to the broker endpoint that session-api hands out,
-//! with the short-lived ticket it signed.
+//! Everything goes through the gateway, terminal streams included (its `PtyBroker/Attach`
+//! relay): the CLI never needs a broker's or session-api's address.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
-use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
-use ptyhub_wire::BearerAuth;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use ptyhub_client::Client;
 
 /// The file in the data directory that holds the token `ptyhub up` generated.
 pub const TOKEN_FILE: &str = "token";
 /// The file in the data directory that holds the URL `ptyhub up` serves on.
 pub const SERVER_FILE: &str = "server";
-
-pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerAuth>>;
 
 /// Where the server is and how to authenticate, as the user gave them.
 #[derive(Debug, Clone, clap::Args)]
@@ -31,6 +24,10 @@ pub struct ConnectionArgs {
     /// The API token. Default: the token `ptyhub up` wrote to the data dir.
     #[arg(long, env = "PTYHUB_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the API token, so that it need not be on the command line (where any user
+    /// of the machine reads it in /proc).
+    #[arg(long, env = "PTYHUB_TOKEN_FILE", global = true)]
+    pub token_file: Option<PathBuf>,
     /// Where `ptyhub up` keeps its database, token and server URL.
     #[arg(
         long,
@@ -49,47 +46,41 @@ impl ConnectionArgs {
             .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned())
     }
 
+    /// The token the user gave (`--token`, `PTYHUB_TOKEN`, or the file of `--token-file`,
+    /// `PTYHUB_TOKEN_FILE`), if any.
+    pub fn given_token(&self) -> Result<Option<String>> {
+        Ok(
+            ptyhub_wire::secret_from("token", self.token.clone(), self.token_file.as_deref())?
+                .map(|token| token.trim().to_owned()),
+        )
+    }
+
     pub fn token(&self) -> Result<String> {
-        if let Some(token) = &self.token {
-            return Ok(token.clone());
+        if let Some(token) = self.given_token()? {
+            return Ok(token);
         }
         read_trimmed(&self.data_dir.join(TOKEN_FILE)).with_context(|| {
             format!(
-                "no token: pass --token, set PTYHUB_TOKEN, or run `ptyhub up` with --data-dir {}",
+                "no token: set PTYHUB_TOKEN or PTYHUB_TOKEN_FILE, or run `ptyhub up` with --data-dir {}",
                 self.data_dir.display()
             )
         })
     }
 
-    /// A session-api client through the gateway.
-    pub async fn session_client(&self) -> Result<SessionClient> {
+    /// A client of the gateway: every command needs its URL and the token alone.
+    pub async fn client(&self) -> Result<Client> {
         // The token first: without one there is no point in reaching the server.
-        let token = BearerAuth::new(&self.token()?)
-            .context("the token contains characters that cannot be sent")?;
+        let token = self.token()?;
         let server = self.server_url();
-        let channel = connect(&server).await.with_context(|| {
-            format!("cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)")
-        })?;
-        Ok(SessionApiClient::with_interceptor(channel, token))
+        Client::connect(&server, &token)
+            .await
+            .map_err(|error| match error {
+                ptyhub_client::Error::InvalidToken => anyhow::Error::new(error),
+                other => anyhow::Error::new(other).context(format!(
+                    "cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)"
+                )),
+            })
     }
-}
-
-/// A broker client for one attach, authorised by the ticket inside the stream.
-pub async fn broker_client(endpoint: &str) -> Result<PtyBrokerClient<Channel>> {
-    let channel = connect(endpoint)
-        .await
-        .with_context(|| format!("cannot reach the terminal broker at {endpoint}"))?;
-    Ok(PtyBrokerClient::new(channel))
-}
-
-async fn connect(url: &str) -> Result<Channel> {
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .with_context(|| format!("{url} is not a valid URL"))?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .http2_keep_alive_interval(std::time::Duration::from_secs(20))
-        .keep_alive_timeout(std::time::Duration::from_secs(20))
-        .keep_alive_while_idle(true);
-    Ok(endpoint.connect().await?)
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {

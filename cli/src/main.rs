@@ -18,10 +18,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use ptyhub_client::{AttachOptions, Role, Selector};
 use ptyhub_proto::broker::v1 as broker_pb;
-use ptyhub_proto::session::v1 as session_pb;
 
-use crate::attach::{AttachOutcome, AttachRequest};
+use crate::attach::AttachOutcome;
 use crate::connection::ConnectionArgs;
 use crate::manage::Output;
 
@@ -129,10 +129,6 @@ struct AttachArgs {
     since: Option<u64>,
 }
 
-/// Printed by `exec`'s wrapper once the terminal's echo is off: an OSC sequence a terminal
-/// would ignore, and never part of the command's own output.
-const EXEC_READY_MARKER: &[u8] = b"\x1b]ptyhub-exec-ready\x07";
-
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
@@ -173,7 +169,12 @@ fn main() -> ExitCode {
 fn one_line(error: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in error.chain() {
-        let part = match cause.downcast_ref::<tonic::Status>() {
+        let status = cause.downcast_ref::<tonic::Status>().or_else(|| {
+            cause
+                .downcast_ref::<ptyhub_client::Error>()
+                .and_then(ptyhub_client::Error::status)
+        });
+        let part = match status {
             Some(status) => describe_status(status),
             None => cause.to_string(),
         };
@@ -194,7 +195,7 @@ fn describe_status(status: &tonic::Status) -> String {
     };
     match status.code() {
         tonic::Code::Unauthenticated => format!(
-            "{message} (the server refused the token: check --token, PTYHUB_TOKEN or the data dir)"
+            "{message} (the server refused the token: check PTYHUB_TOKEN, PTYHUB_TOKEN_FILE or the data dir)"
         ),
         tonic::Code::PermissionDenied => format!("{message} (the token does not allow this)"),
         _ => message,
@@ -210,7 +211,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
     let connection = &cli.connection;
     match cli.command {
         Command::Up(args) => {
-            up::run_up(args, &connection.data_dir, connection.token.clone()).await?
+            up::run_up(args, &connection.data_dir, connection.given_token()?).await?
         }
         Command::Instance(InstanceCommand::Add(args)) => {
             manage::instance_add(connection, args, output).await?
@@ -250,53 +251,44 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn size_message() -> Option<broker_pb::TerminalSize> {
-    terminal::local_size().map(|(cols, rows)| broker_pb::TerminalSize {
-        cols: cols.into(),
-        rows: rows.into(),
-    })
-}
-
 async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Result<ExitCode> {
     let detach_keys = terminal::DetachKeys::parse(&args.detach_keys)?;
     let role = if args.view {
-        broker_pb::Role::Viewer
+        Role::Viewer
     } else {
-        broker_pb::Role::Controller
+        Role::Controller
     };
-    let selector = match (args.session, args.alias) {
+    let (selector, what) = match (args.session, args.alias) {
         (Some(session_id), _) => {
-            session_pb::resolve_session_request::Selector::SessionId(session_id)
+            let what = format!("session {session_id}");
+            (Selector::Id(session_id), what)
         }
-        (None, Some(alias)) => session_pb::resolve_session_request::Selector::Alias(alias),
-        (None, None) => session_pb::resolve_session_request::Selector::Default(true),
-    };
-    let what = match &selector {
-        session_pb::resolve_session_request::Selector::SessionId(id) => format!("session {id}"),
-        session_pb::resolve_session_request::Selector::Alias(alias) => {
-            format!("the session with alias {alias:?}")
+        (None, Some(alias)) => {
+            let what = format!("the session with alias {alias:?}");
+            (Selector::Alias(alias), what)
         }
-        _ => "the default session".to_owned(),
+        (None, None) => (Selector::Default, "the default session".to_owned()),
     };
-    let create_if_absent = !matches!(
-        selector,
-        session_pb::resolve_session_request::Selector::SessionId(_)
-    ) && !args.view;
-    let mut session_client = connection.session_client().await?;
-    let attachment = session_client
-        .resolve_session(session_pb::ResolveSessionRequest {
-            instance: args.instance.clone(),
-            selector: Some(selector),
-            create_if_absent,
-            size: size_message(),
-            role: role.into(),
-        })
+    let create_if_absent = !matches!(selector, Selector::Id(_)) && !args.view;
+    let client = connection.client().await?;
+    let size = terminal::local_terminal_size();
+    let session = client
+        .resolve_session(&args.instance, selector, create_if_absent, size)
         .await
         .with_context(|| format!("cannot open {what} on instance {:?}", args.instance))?
-        .into_inner();
-    let target = attachment
-        .attach
-        .context("the server answered without an attach target")?;
+        .session;
+    let options = AttachOptions {
+        role,
+        size,
+        since: args.since,
+        // An explicit --since asks for the raw bytes from there.
+        snapshot: args.since.is_none(),
+        ..AttachOptions::default()
+    };
+    let mut attachment = client
+        .attach(&args.instance, &session.id, options)
+        .await
+        .with_context(|| format!("cannot attach to {what} on instance {:?}", args.instance))?;
 
     let mut input = attach::spawn_stdin_reader(detach_keys, attach::InputMode::Keystrokes);
     let mut resizes = attach::spawn_resize_watcher()?;
@@ -309,17 +301,7 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         // Dropped before raw mode is undone: a snapshot or the program may have switched the
         // terminal's modes, and they are put back on every way out.
         let _display_modes = terminal::DisplayModesGuard::new();
-        let request = AttachRequest {
-            instance: args.instance,
-            target,
-            role,
-            since: args.since,
-            // An explicit --since asks for the raw bytes from there.
-            snapshot: args.since.is_none(),
-            interactive: true,
-            ready_marker: None,
-        };
-        let stream = attach::run_attach(&mut session_client, request, &mut input, &mut resizes);
+        let stream = attach::run_attach(&mut attachment, role, &mut input, &mut resizes);
         tokio::select! {
             outcome = stream => outcome,
             signal = signals.recv() => Ok(AttachOutcome::Interrupted { signal }),
@@ -356,76 +338,42 @@ async fn exec_command(
     instance: String,
     command: Vec<String>,
 ) -> Result<ExitCode> {
-    // The session always has a PTY: turn its echo (so piped input is not printed back) and its
-    // newline translation off before the command starts, then say so with the marker.
-    let mut argv = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        concat!(
-            "stty -echo -onlcr icanon iexten 2>/dev/null; printf '\\033]ptyhub-exec-ready\\007'; ",
-            // The same clear message whichever shell the instance has.
-            "command -v \"$1\" >/dev/null 2>&1 || ",
-            "{ printf 'ptyhub: %s: command not found\\n' \"$1\" >&2; exit 127; }; ",
-            "exec \"$@\"",
-        )
-        .to_owned(),
-        "ptyhub-exec".to_owned(),
-    ];
-    argv.extend(command);
-    let mut session_client = connection.session_client().await?;
-    let attachment = session_client
-        .create_session(session_pb::CreateSessionRequest {
-            instance: instance.clone(),
-            name: String::new(),
-            aliases: Vec::new(),
-            size: size_message(),
-            command: argv,
-        })
-        .await
-        .with_context(|| format!("cannot start the command on instance {instance:?}"))?
-        .into_inner();
-    let target = attachment
-        .attach
-        .context("the server answered without an attach target")?;
-    let session_id = target.session_id.clone();
+    let client = connection.client().await?;
+    let started = match terminal::local_terminal_size() {
+        Some(size) => client.exec_at_size(&instance, command, size).await,
+        None => client.exec(&instance, command).await,
+    };
+    let mut exec =
+        started.with_context(|| format!("cannot start the command on instance {instance:?}"))?;
     let mut input =
         attach::spawn_stdin_reader(terminal::DetachKeys::parse("")?, attach::InputMode::Piped);
-    let (_no_resizes, mut resizes) = tokio::sync::mpsc::channel(1);
-    let request = AttachRequest {
-        instance: instance.clone(),
-        target,
-        role: broker_pb::Role::Controller,
-        since: Some(0),
-        snapshot: false,
-        interactive: false,
-        ready_marker: Some(EXEC_READY_MARKER),
-    };
     let mut signals = EndingSignals::install()?;
-    let outcome = tokio::select! {
-        outcome = attach::run_attach(&mut session_client, request, &mut input, &mut resizes) => outcome,
+    let ended = tokio::select! {
+        ended = attach::run_exec(&mut exec, &mut input) => ended.map(|_| None),
         // Ending ptyhub ends the command, as it would end a local one.
-        signal = signals.recv() => Ok(AttachOutcome::Interrupted { signal }),
+        signal = signals.recv() => Ok(Some(signal)),
     };
-    // The session was only for this command: close it however the command ended.
-    let closed = session_client
-        .close_session(session_pb::CloseSessionRequest {
-            instance,
-            session_id,
-        })
-        .await;
-    match outcome? {
-        AttachOutcome::Exited { code, .. } => Ok(exit_code(code)),
-        AttachOutcome::Closed { reason } => {
-            bail!("the session was closed before the command finished: {reason}")
+    match ended {
+        Ok(None) => {
+            let session_id = exec.session_id().to_owned();
+            let status = exec.wait().await?;
+            // The session was only for this command: it is closed, not left exited.
+            client
+                .close_session(&instance, &session_id)
+                .await
+                .with_context(|| format!("the command ended but its session {session_id}"))?;
+            Ok(exit_code(status.code))
         }
-        AttachOutcome::TakenOver => bail!("the session was taken over by another client"),
-        AttachOutcome::Detached => {
-            closed?;
-            Ok(ExitCode::SUCCESS)
-        }
-        AttachOutcome::Interrupted { signal } => {
-            closed.with_context(|| format!("ended by {} but", signal_name(signal)))?;
+        Ok(Some(signal)) => {
+            exec.close()
+                .await
+                .with_context(|| format!("ended by {} but", signal_name(signal)))?;
             Ok(exit_code(128 + signal))
+        }
+        Err(error) => {
+            // The session was only for this command: close it however the command ended.
+            let _ = exec.close().await;
+            Err(error)
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
+use ptyhub_client::NewSession;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -69,7 +70,7 @@ pub async fn instance_add(
     };
     let name = args.name;
     let instance = connection
-        .session_client()
+        .client()
         .await?
         .register_instance(session_pb::RegisterInstanceRequest {
             name: name.clone(),
@@ -84,20 +85,17 @@ pub async fn instance_add(
             ..Default::default()
         })
         .await
-        .with_context(|| format!("cannot register instance {name:?}"))?
-        .into_inner();
+        .with_context(|| format!("cannot register instance {name:?}"))?;
     print_instances(&[instance], output)
 }
 
 pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<()> {
     let instances = connection
-        .session_client()
+        .client()
         .await?
-        .list_instances(session_pb::ListInstancesRequest::default())
+        .instances()
         .await
-        .context("cannot list the instances")?
-        .into_inner()
-        .instances;
+        .context("cannot list the instances")?;
     print_instances(&instances, output)
 }
 
@@ -107,14 +105,11 @@ pub async fn instance_rm(
     output: Output,
 ) -> Result<()> {
     let deleted = connection
-        .session_client()
+        .client()
         .await?
-        .delete_instance(session_pb::DeleteInstanceRequest {
-            instance: instance.clone(),
-        })
+        .delete_instance(&instance)
         .await
-        .with_context(|| format!("cannot remove instance {instance:?}"))?
-        .into_inner();
+        .with_context(|| format!("cannot remove instance {instance:?}"))?;
     match output {
         Output::Json => print_json(&serde_json::json!({
             "instance_id": deleted.instance_id,
@@ -137,16 +132,11 @@ pub async fn session_ls(
     output: Output,
 ) -> Result<()> {
     let sessions = connection
-        .session_client()
+        .client()
         .await?
-        .list_sessions(session_pb::ListSessionsRequest {
-            instance: instance.clone(),
-            include_closed,
-        })
+        .sessions(&instance, include_closed)
         .await
-        .with_context(|| format!("cannot list the sessions of instance {instance:?}"))?
-        .into_inner()
-        .sessions;
+        .with_context(|| format!("cannot list the sessions of instance {instance:?}"))?;
     print_sessions(&sessions, output)
 }
 
@@ -157,26 +147,20 @@ pub async fn session_new(
     aliases: Vec<String>,
     output: Output,
 ) -> Result<()> {
-    let (cols, rows) = crate::terminal::local_size().unwrap_or((80, 24));
-    let attachment = connection
-        .session_client()
+    let created = connection
+        .client()
         .await?
-        .create_session(session_pb::CreateSessionRequest {
-            instance: instance.clone(),
-            name: name.unwrap_or_default(),
-            aliases,
-            size: Some(broker_pb::TerminalSize {
-                cols: cols.into(),
-                rows: rows.into(),
-            }),
-            command: Vec::new(),
-        })
+        .create_session(
+            &instance,
+            NewSession {
+                name: name.unwrap_or_default(),
+                aliases,
+                size: crate::terminal::local_terminal_size(),
+                command: Vec::new(),
+            },
+        )
         .await
-        .with_context(|| format!("cannot start a session on instance {instance:?}"))?
-        .into_inner();
-    let created = attachment
-        .session
-        .context("the server answered without a session")?;
+        .with_context(|| format!("cannot start a session on instance {instance:?}"))?;
     print_sessions(&[created], output)
 }
 
@@ -188,16 +172,11 @@ pub async fn session_rename(
     output: Output,
 ) -> Result<()> {
     let renamed = connection
-        .session_client()
+        .client()
         .await?
-        .rename_session(session_pb::RenameSessionRequest {
-            instance: instance.clone(),
-            session_id: session_id.clone(),
-            name,
-        })
+        .rename_session(&instance, &session_id, &name)
         .await
-        .with_context(|| format!("cannot rename session {session_id} of instance {instance:?}"))?
-        .into_inner();
+        .with_context(|| format!("cannot rename session {session_id} of instance {instance:?}"))?;
     print_sessions(&[renamed], output)
 }
 
@@ -208,15 +187,11 @@ pub async fn session_reset(
     output: Output,
 ) -> Result<()> {
     let reset = connection
-        .session_client()
+        .client()
         .await?
-        .reset_session(session_pb::ResetSessionRequest {
-            instance: instance.clone(),
-            session_id: session_id.clone(),
-        })
+        .reset_session(&instance, &session_id)
         .await
-        .with_context(|| format!("cannot reset session {session_id} of instance {instance:?}"))?
-        .into_inner();
+        .with_context(|| format!("cannot reset session {session_id} of instance {instance:?}"))?;
     print_sessions(&[reset], output)
 }
 
@@ -227,15 +202,11 @@ pub async fn session_rm(
     output: Output,
 ) -> Result<()> {
     let closed = connection
-        .session_client()
+        .client()
         .await?
-        .close_session(session_pb::CloseSessionRequest {
-            instance: instance.clone(),
-            session_id: session_id.clone(),
-        })
+        .close_session(&instance, &session_id)
         .await
-        .with_context(|| format!("cannot close session {session_id} of instance {instance:?}"))?
-        .into_inner();
+        .with_context(|| format!("cannot close session {session_id} of instance {instance:?}"))?;
     print_sessions(&[closed], output)
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::ArgMatches;
+use ptyhub_client::ErrorCode;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -140,9 +141,9 @@ pub fn input_items_in_order(matches: &ArgMatches) -> Vec<broker_pb::InputItem> {
 
 pub async fn screen(connection: &ConnectionArgs, args: ScreenArgs, output: Output) -> Result<()> {
     let screen = connection
-        .session_client()
+        .client()
         .await?
-        .get_screen(session_pb::GetScreenRequest {
+        .screen(session_pb::GetScreenRequest {
             instance: args.instance.clone(),
             session_id: args.session.clone(),
             format: args.format.to_pb().into(),
@@ -154,8 +155,7 @@ pub async fn screen(connection: &ConnectionArgs, args: ScreenArgs, output: Outpu
                 "cannot read the screen of session {} of instance {:?}",
                 args.session, args.instance
             )
-        })?
-        .into_inner();
+        })?;
     match (output, args.format) {
         (Output::Json, _) | (_, ScreenFormat::Json) => print_json(&ScreenView::from(&screen)),
         (Output::Plain, ScreenFormat::Text) => print_lines(&screen.lines),
@@ -183,7 +183,7 @@ pub async fn send(
         )
     };
     let answer = connection
-        .session_client()
+        .client()
         .await?
         .send_input(session_pb::SendInputRequest {
             instance: args.instance.clone(),
@@ -193,15 +193,14 @@ pub async fn send(
         })
         .await;
     let sent = match answer {
-        Ok(sent) => sent.into_inner(),
-        Err(status) if status.code() == tonic::Code::FailedPrecondition && !args.force => {
+        Ok(sent) => sent,
+        Err(error) if error.code() == Some(ErrorCode::WrongState) && !args.force => {
             return Err(anyhow!(
-                "{} (someone is attached and holds control: pass --force to type anyway; they keep control)",
-                status.message()
+                "{error} (someone is attached and holds control: pass --force to type anyway; they keep control)",
             ))
             .with_context(what);
         }
-        Err(status) => return Err(status).with_context(what),
+        Err(error) => return Err(error).with_context(what),
     };
     match output {
         Output::Json => print_json(&SentView {
@@ -221,7 +220,7 @@ pub async fn send(
 pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -> Result<ExitCode> {
     let pattern = args.pattern.clone().unwrap_or_default();
     let answer = connection
-        .session_client()
+        .client()
         .await?
         .wait_for_screen(session_pb::WaitForScreenRequest {
             instance: args.instance.clone(),
@@ -235,8 +234,8 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
         })
         .await;
     let waited = match answer {
-        Ok(waited) => waited.into_inner(),
-        Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+        Ok(waited) => waited,
+        Err(error) if error.code() == Some(ErrorCode::TimedOut) => {
             let what = if pattern.is_empty() {
                 "the screen did not settle".to_owned()
             } else {
@@ -248,8 +247,8 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
             }
             .into());
         }
-        Err(status) => {
-            return Err(status).with_context(|| {
+        Err(error) => {
+            return Err(error).with_context(|| {
                 format!(
                     "cannot wait for the screen of session {} of instance {:?}",
                     args.session, args.instance

@@ -22,6 +22,12 @@ pub fn local_size() -> Option<(u16, u16)> {
     None
 }
 
+/// [`local_size`] as a size within the contract's bounds.
+pub fn local_terminal_size() -> Option<ptyhub_client::TerminalSize> {
+    let (cols, rows) = local_size()?;
+    ptyhub_client::TerminalSize::new(cols.into(), rows.into()).ok()
+}
+
 trait AsFdOwned {
     fn as_fd_owned(&self) -> std::os::fd::BorrowedFd<'_>;
 }

@@ -3,7 +3,10 @@
 //! SQLite in the data directory, and the gateway with the web page on `--listen`.
 //!
 //! The broker and session-api listen on ephemeral loopback ports; only the gateway's address is
-//! for users. The user's token is generated once and kept in the data directory, so the printed
+//! for users. The page is the one built into the binary unless `--web-dir` names another. The
+//! terminal shows the banner (URL, token, shell command) on a clean screen; the services' logs go
+//! to `ptyhub.log` in the data directory, and only warnings and errors also to stderr, unless
+//! `--log` asks for a filter on stderr. The user's token is generated once and kept in the data directory, so the printed
 //! URL stays valid across restarts; the internal service token and the ticket secret are new at
 //! every start, since nothing outside this process uses them.
 
@@ -34,26 +37,33 @@ pub struct UpArgs {
     /// docker when a Docker engine socket is there.
     #[arg(long = "backend", env = "PTYHUB_BACKENDS", value_delimiter = ',')]
     pub backends: Vec<BackendKind>,
-    /// The built web page (`cargo xtask up` builds it into web/dist).
-    #[arg(long, env = "PTYHUB_WEB_DIR", default_value = "web/dist")]
-    pub web_dir: PathBuf,
-    /// Log filter (tracing's env-filter syntax).
-    #[arg(
-        long,
-        env = "PTYHUB_LOG",
-        default_value = "info,sqlx=warn,sea_orm=warn"
-    )]
-    pub log: String,
+    /// Serve the web page from this directory (a built `web/dist`) instead of the page built
+    /// into the binary.
+    #[arg(long, env = "PTYHUB_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
+    /// Log filter for stderr (tracing's env-filter syntax, e.g. `info` or `debug,sqlx=warn`).
+    /// Without it stderr gets warnings and errors only; the data dir's `ptyhub.log` always gets
+    /// everything at `info`.
+    #[arg(long, env = "PTYHUB_LOG")]
+    pub log: Option<String>,
 }
+
+/// What goes to the log file in the data dir.
+const FILE_LOG_FILTER: &str = "info,sqlx=warn,sea_orm=warn";
+/// What goes to stderr unless `--log` says otherwise.
+const STDERR_LOG_FILTER: &str = "warn,sqlx=error,sea_orm=error";
+/// The log file in the data dir.
+const LOG_FILE: &str = "ptyhub.log";
 
 /// Runs everything until SIGINT or SIGTERM.
 pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Result<()> {
-    init_logging(&args.log)?;
-    std::fs::create_dir_all(data_dir)
+    ptyhub_wire::create_private_directory(data_dir)
         .with_context(|| format!("cannot create --data-dir {}", data_dir.display()))?;
     let data_dir = data_dir
         .canonicalize()
         .with_context(|| format!("cannot resolve --data-dir {}", data_dir.display()))?;
+    let log_file = data_dir.join(LOG_FILE);
+    init_logging(args.log.as_deref(), &log_file)?;
     let user_token = match token {
         Some(token) => token,
         None => load_or_create_token(&data_dir)?,
@@ -81,13 +91,14 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         .gateway_listener(gateway_listener)
         .api_token(user_token.clone())
         .start_patience(STARTUP_DEADLINE);
-    if args.web_dir.join("index.html").is_file() {
-        builder = builder.static_dir(args.web_dir.clone());
-    } else {
-        tracing::warn!(
-            web_dir = %args.web_dir.display(),
-            "no built web page there (run `cargo xtask up`, or pass --web-dir): serving the API only"
-        );
+    if let Some(web_dir) = &args.web_dir {
+        if !web_dir.join("index.html").is_file() {
+            anyhow::bail!(
+                "--web-dir {} holds no index.html (build the page with `cargo xtask web`, or leave --web-dir out to serve the page built into ptyhub)",
+                web_dir.display()
+            );
+        }
+        builder = builder.static_dir(web_dir.clone());
     }
     // The internal service credential and the ticket key are the stack's defaults: new at every
     // start, since nothing outside this process uses them. The URL is printed once it works:
@@ -101,6 +112,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
     std::fs::write(data_dir.join(SERVER_FILE), format!("{server_url}\n"))
         .context("cannot write the server URL into the data dir")?;
     let backend_names: Vec<String> = backends.iter().map(ToString::to_string).collect();
+    clear_terminal();
     println!(
         "ptyhub is up ({} backends: {})",
         backends.len(),
@@ -114,6 +126,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         data_dir.display()
     );
     println!("  data dir:  {}", data_dir.display());
+    println!("  logs:      {}", log_file.display());
     println!();
     println!("Press Ctrl-C to stop. Instances and session history are kept in the data dir.");
 
@@ -210,12 +223,45 @@ fn random_hex(bytes: usize) -> String {
         .collect()
 }
 
-fn init_logging(filter: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .with_context(|| format!("invalid --log filter {filter:?}"))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+/// Clears the terminal before the banner, so it is the first thing the user reads; output that
+/// is not a terminal (a pipe, a log) is left as it is.
+fn clear_terminal() {
+    use std::io::{IsTerminal as _, Write as _};
+    let mut stdout = std::io::stdout();
+    if stdout.is_terminal() {
+        // Erase the screen and the scrollback, cursor home.
+        let _ = stdout.write_all(b"\x1b[H\x1b[2J\x1b[3J");
+        let _ = stdout.flush();
+    }
+}
+
+/// Everything at `info` into `log_file` (appended, so restarts keep their history), and to
+/// stderr what `stderr_filter` lets through: warnings and errors unless `--log` says otherwise.
+fn init_logging(stderr_filter: Option<&str>, log_file: &Path) -> Result<()> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let stderr_filter = stderr_filter.unwrap_or(STDERR_LOG_FILTER);
+    let stderr_filter = tracing_subscriber::EnvFilter::try_new(stderr_filter)
+        .with_context(|| format!("invalid --log filter {stderr_filter:?}"))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_file)
+        .with_context(|| format!("cannot open the log file {}", log_file.display()))?;
+    let file_filter = tracing_subscriber::EnvFilter::new(FILE_LOG_FILTER);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(stderr_filter),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(std::sync::Arc::new(file))
+                .with_filter(file_filter),
+        )
         .init();
     Ok(())
 }

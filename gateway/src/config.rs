@@ -19,7 +19,8 @@ pub struct Config {
     /// Origins (`scheme://host[:port]`) allowed to open WebSockets and call gRPC-web from a
     /// browser. Empty means only the gateway's own origin (the request's `Host`); `*` allows any.
     pub allowed_origins: Vec<String>,
-    /// Where the web page lives (`index.html` and its assets). `None` serves no page.
+    /// Where the web page lives (`index.html` and its assets). `None` serves the page built into
+    /// the binary.
     pub static_dir: Option<PathBuf>,
     /// Whether `/metrics` needs a credential like every other route.
     pub metrics_require_auth: bool,
@@ -37,11 +38,20 @@ pub struct Config {
     /// The recordings store the brokers write (a directory or `s3://...`); `None` answers
     /// every recording request with 404.
     pub recordings: Option<ptyhub_wire::RecordingStore>,
+    /// The most terminal WebSockets one principal may hold open at this gateway.
+    pub max_streams_per_principal: usize,
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway
+    /// hands out. `None` uses the scheme and authority each request came in with.
+    pub public_url: Option<String>,
 }
 
 impl Config {
     /// The contract's ping interval.
     pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
+
+    /// The shortest static API token accepted at start.
+    pub const MIN_API_TOKEN_CHARS: usize = 32;
 
     /// A configuration with the defaults: auth on with no credentials configured (so every call
     /// is refused until tokens or a JWT key are added), same-origin WebSockets, no web page.
@@ -61,6 +71,8 @@ impl Config {
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
             recordings: None,
+            max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
+            public_url: None,
         }
     }
 
@@ -80,15 +92,20 @@ impl Config {
                 "must be greater than zero",
             ));
         }
+        // A static token is an admin's password that never expires: long enough that guessing
+        // is hopeless (`ptyhub up` makes 48 hex digits).
         if self
             .auth
             .api_tokens
             .iter()
-            .any(|token| token.expose_secret().is_empty())
+            .any(|token| token.expose_secret().chars().count() < Self::MIN_API_TOKEN_CHARS)
         {
             return Err(ConfigError::new(
                 "api_tokens",
-                "must not contain an empty token",
+                format!(
+                    "each token must be at least {} characters (openssl rand -hex 32 makes one)",
+                    Self::MIN_API_TOKEN_CHARS
+                ),
             ));
         }
         if let Some(secret) = &self.auth.jwt_hs256_secret
@@ -97,6 +114,14 @@ impl Config {
             return Err(ConfigError::new(
                 "jwt_hs256_secret",
                 "must be at least 16 bytes long",
+            ));
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "public_url",
+                "must start with http:// or https://",
             ));
         }
         for origin in &self.allowed_origins {
@@ -175,6 +200,26 @@ mod tests {
         let mut config = Config::new("http://127.0.0.1:50051", credential());
         config.allowed_origins.push("example.com".into());
         assert_eq!(config.validate().unwrap_err().setting, "allowed_origins");
+
+        // `--token T` was accepted; a static token shorter than 32 characters is refused.
+        for short in ["T", "", "0123456789abcdef0123456789abcde"] {
+            let mut config = Config::new("http://127.0.0.1:50051", credential());
+            config.auth.api_tokens.push(short.into());
+            let refused = config.validate().unwrap_err();
+            assert_eq!(refused.setting, "api_tokens", "{short:?}");
+            if short.len() > 1 {
+                assert!(!refused.to_string().contains(short), "{refused}");
+            }
+        }
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config
+            .auth
+            .api_tokens
+            .push("0123456789abcdef0123456789abcdef".into());
+        assert!(config.validate().is_ok());
+        let mut config = Config::new("http://127.0.0.1:50051", credential());
+        config.public_url = Some("ptyhub.example.com:443".into());
+        assert_eq!(config.validate().unwrap_err().setting, "public_url");
 
         assert!(
             Config::new("http://127.0.0.1:50051", credential())

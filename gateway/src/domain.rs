@@ -149,6 +149,38 @@ pub struct Session {
     pub last_bell_at: Option<DateTime<Utc>>,
 }
 
+/// What a session change on session-api's change stream (`WatchSessions`) was about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Created,
+    Renamed,
+    Status,
+    Closed,
+    Attachments,
+    /// The window title changed or the bell rang.
+    Screen,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Created => "created",
+            ChangeKind::Renamed => "renamed",
+            ChangeKind::Status => "status",
+            ChangeKind::Closed => "closed",
+            ChangeKind::Attachments => "attachments",
+            ChangeKind::Screen => "screen",
+        }
+    }
+}
+
+/// One change of a session, with the session as it is after it.
+#[derive(Debug, Clone)]
+pub struct SessionChange {
+    pub kind: ChangeKind,
+    pub session: Session,
+}
+
 /// Where and with which ticket to attach to a session's PTY.
 #[derive(Debug, Clone)]
 pub struct AttachTarget {

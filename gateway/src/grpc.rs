@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -20,12 +20,18 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::domain::{
-    AttachTarget, Cell, CloseReason, Color, Cursor, ExitStatus, InputItem, InputWritten, Instance,
-    NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow,
-    ScreenWait, ScreenWaitResult, Session, SessionAttachment, SessionSelector, SessionStatus,
-    Target, TerminalCommand, TerminalEvent, WaitOutcome,
+    AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
+    InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
+    ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment,
+    SessionChange, SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent,
+    WaitOutcome,
 };
 use crate::error::ApiError;
+
+/// Session changes as [`Upstreams::watch_sessions`] streams them.
+pub type SessionChanges = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<SessionChange, ApiError>> + Send + 'static>,
+>;
 
 /// The raw session-api client, with the service credential on every call.
 pub type SessionApiClient =
@@ -315,6 +321,26 @@ impl Upstreams {
         Ok(session_from_proto(session))
     }
 
+    /// The changes of `instance_id`'s sessions from now on, as session-api's `WatchSessions`
+    /// reports them; changes of a kind this gateway does not know are skipped.
+    pub async fn watch_sessions(&self, instance_id: &str) -> Result<SessionChanges, ApiError> {
+        let changes = self
+            .session_api
+            .clone()
+            .watch_sessions(session_pb::WatchSessionsRequest {
+                instance: instance_id.to_owned(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(Box::pin(changes.filter_map(|change| {
+            std::future::ready(match change {
+                Ok(change) => change_from_proto(change).map(Ok),
+                Err(status) => Some(Err(session_api_error(status))),
+            })
+        })))
+    }
+
     pub async fn list_sessions(
         &self,
         instance_id: &str,
@@ -491,6 +517,44 @@ impl Upstreams {
             .map_err(broker_error)?
             .into_inner();
         Ok((AttachEvents { events }, AttachCommands { commands }))
+    }
+}
+
+impl Upstreams {
+    /// A fresh ticket for a session the caller was checked for, with the broker it lives on.
+    pub async fn issue_attach_ticket(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        role: Role,
+    ) -> Result<AttachTarget, ApiError> {
+        let target = self
+            .session_api
+            .clone()
+            .issue_attach_ticket(session_pb::IssueAttachTicketRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                role: role_to_proto(role) as i32,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(attach_target_from_proto(target))
+    }
+
+    /// Opens a broker `Attach` whose client frames are `frames` (the first one the hello) and
+    /// returns its server frames unchanged: the public relay passes them through as they are.
+    pub async fn attach_frames(
+        &self,
+        broker_endpoint: &str,
+        frames: mpsc::Receiver<broker_pb::ClientFrame>,
+    ) -> Result<tonic::Streaming<broker_pb::ServerFrame>, ApiError> {
+        let channel = self.brokers.channel(broker_endpoint)?;
+        broker_pb::pty_broker_client::PtyBrokerClient::new(channel)
+            .attach(ReceiverStream::new(frames))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(broker_error)
     }
 }
 
@@ -714,6 +778,23 @@ fn record_mode_to_proto(mode: RecordMode) -> broker_pb::RecordMode {
     }
 }
 
+fn change_from_proto(change: session_pb::SessionChange) -> Option<SessionChange> {
+    use session_pb::session_change::Kind;
+    let kind = match Kind::try_from(change.kind).ok()? {
+        Kind::Created => ChangeKind::Created,
+        Kind::Renamed => ChangeKind::Renamed,
+        Kind::Status => ChangeKind::Status,
+        Kind::Closed => ChangeKind::Closed,
+        Kind::Attachments => ChangeKind::Attachments,
+        Kind::Screen => ChangeKind::Screen,
+        Kind::Unspecified => return None,
+    };
+    Some(SessionChange {
+        kind,
+        session: session_from_proto(change.session?),
+    })
+}
+
 fn session_from_proto(session: session_pb::Session) -> Session {
     let status = match session_pb::SessionStatus::try_from(session.status) {
         Ok(session_pb::SessionStatus::Starting)
@@ -762,14 +843,18 @@ fn attachment_from_proto(
         .ok_or_else(|| ApiError::internal("session-api answered without an attach target"))?;
     Ok(SessionAttachment {
         session: session_from_proto(session),
-        attach: AttachTarget {
-            session_id: attach.session_id,
-            broker_endpoint: attach.broker_endpoint,
-            ticket: attach.ticket,
-            role: role_from_proto(attach.role),
-        },
+        attach: attach_target_from_proto(attach),
         created: attachment.created,
     })
+}
+
+fn attach_target_from_proto(attach: session_pb::AttachTarget) -> AttachTarget {
+    AttachTarget {
+        session_id: attach.session_id,
+        broker_endpoint: attach.broker_endpoint,
+        ticket: attach.ticket,
+        role: role_from_proto(attach.role),
+    }
 }
 
 fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {

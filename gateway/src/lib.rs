@@ -1,12 +1,14 @@
 //! gateway: the browser edge of ptyhub. It authenticates, validates and translates: REST calls
-//! become session-api calls, a terminal WebSocket becomes one broker `Attach` stream, and
-//! gRPC-web reaches session-api's unary and streaming calls. It keeps no state a restart loses.
+//! become session-api calls, a terminal WebSocket becomes one broker `Attach` stream, gRPC and
+//! gRPC-web reach session-api's unary and streaming calls, and a gRPC `Attach` from outside the
+//! cluster is relayed to the owning broker. It keeps no state a restart loses.
 //!
 //! [`run`] serves everything on one listener until the shutdown future completes; `main.rs`
 //! only turns flags and environment into a [`Config`].
 
 #![forbid(unsafe_code)]
 
+pub mod attach_relay;
 pub mod auth;
 pub mod config;
 pub mod domain;
@@ -60,6 +62,11 @@ pub async fn run(
     if config.auth.allow_anonymous {
         tracing::warn!("anonymous access is on: requests without a credential act as admin");
     }
+    if config.static_dir.is_none() && !web::page_embedded() {
+        tracing::warn!(
+            "this binary carries no web page (web/ was not built before it): serving the API only; build the page with `cargo xtask web` and rebuild, or pass a web directory"
+        );
+    }
     let upstreams = grpc::Upstreams::new(
         &config.session_api_endpoint,
         &config.service_credential,
@@ -77,6 +84,8 @@ pub async fn run(
         draining: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
+        stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
+        public_url: config.public_url.clone(),
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;

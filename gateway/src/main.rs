@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use gateway::{AuthConfig, Config, SecretString, ServiceCredential};
+use ptyhub_wire::{read_secret_lines, secret_from};
 
 /// ptyhub's browser edge: REST, terminal WebSockets and gRPC-web on one port.
 #[derive(Debug, Parser)]
@@ -19,6 +20,12 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
+    /// The URL gRPC clients outside the cluster reach this gateway at (for example
+    /// https://ptyhub.example.com), handed out as the `broker_endpoint` of attach targets.
+    /// Default: the scheme and authority each request came in with.
+    #[arg(long, env = "PTYHUB_GATEWAY_PUBLIC_URL")]
+    public_url: Option<String>,
+
     /// session-api's gRPC endpoint.
     #[arg(
         long,
@@ -27,9 +34,15 @@ struct Args {
     )]
     session_api: String,
 
-    /// The service token sent to session-api.
+    /// The gateway's own credential, sent to session-api (at least 16 printable ASCII
+    /// characters; session-api knows it as a gateway token).
     #[arg(long, env = "PTYHUB_GATEWAY_SERVICE_TOKEN", hide_env_values = true)]
-    service_token: String,
+    service_token: Option<String>,
+
+    /// A file holding `--service-token`: secrets belong in files or variables, never on a
+    /// command line, which every user of the host reads in /proc.
+    #[arg(long, env = "PTYHUB_GATEWAY_SERVICE_TOKEN_FILE")]
+    service_token_file: Option<PathBuf>,
 
     /// Static API tokens (admin over every instance), comma-separated.
     #[arg(
@@ -40,9 +53,17 @@ struct Args {
     )]
     api_tokens: Vec<String>,
 
+    /// A file of static API tokens, one per line.
+    #[arg(long, env = "PTYHUB_GATEWAY_API_TOKEN_FILE")]
+    api_token_file: Option<PathBuf>,
+
     /// Secret that verifies HS256 JWTs (at least 16 bytes).
     #[arg(long, env = "PTYHUB_GATEWAY_JWT_HS256_SECRET", hide_env_values = true)]
     jwt_hs256_secret: Option<String>,
+
+    /// A file holding `--jwt-hs256-secret`.
+    #[arg(long, env = "PTYHUB_GATEWAY_JWT_HS256_SECRET_FILE")]
+    jwt_hs256_secret_file: Option<PathBuf>,
 
     /// PEM file with the RSA public key that verifies RS256 JWTs.
     #[arg(long, env = "PTYHUB_GATEWAY_JWT_RS256_PUBLIC_KEY")]
@@ -57,7 +78,8 @@ struct Args {
     )]
     allowed_origins: Vec<String>,
 
-    /// Directory with the web page's `index.html` and `assets/`.
+    /// Serve the web page from this directory (`index.html` and `assets/`) instead of the page
+    /// built into the binary.
     #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
     static_dir: Option<PathBuf>,
 
@@ -92,6 +114,11 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
 
+    /// The most terminal WebSockets one principal may hold open at this gateway.
+    #[arg(long, env = "PTYHUB_GATEWAY_MAX_STREAMS_PER_PRINCIPAL",
+          default_value_t = ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL)]
+    max_streams_per_principal: usize,
+
     /// Treat requests without a credential as admin. Only for a single-user machine.
     #[arg(long, env = "PTYHUB_GATEWAY_INSECURE_ALLOW_ANONYMOUS")]
     insecure_allow_anonymous: bool,
@@ -111,16 +138,27 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
     // Parsed here rather than by clap, whose error would print the refused value.
-    let service_credential = ServiceCredential::new(args.service_token)
+    let service_token = secret_from(
+        "service_token",
+        args.service_token,
+        args.service_token_file.as_deref(),
+    )?
+    .context("missing setting service_token: set PTYHUB_GATEWAY_SERVICE_TOKEN_FILE or PTYHUB_GATEWAY_SERVICE_TOKEN")?;
+    let service_credential = ServiceCredential::new(service_token)
         .map_err(|error| anyhow::anyhow!("invalid setting service_token: {error}"))?;
+    let mut api_tokens = args.api_tokens;
+    if let Some(path) = &args.api_token_file {
+        api_tokens.extend(read_secret_lines("api_token", path)?);
+    }
+    let jwt_hs256_secret = secret_from(
+        "jwt_hs256_secret",
+        args.jwt_hs256_secret,
+        args.jwt_hs256_secret_file.as_deref(),
+    )?;
     let mut config = Config::new(args.session_api, service_credential);
     config.auth = AuthConfig {
-        api_tokens: args
-            .api_tokens
-            .into_iter()
-            .map(SecretString::from)
-            .collect(),
-        jwt_hs256_secret: args.jwt_hs256_secret.map(SecretString::from),
+        api_tokens: api_tokens.into_iter().map(SecretString::from).collect(),
+        jwt_hs256_secret: jwt_hs256_secret.map(SecretString::from),
         jwt_rs256_public_key_pem,
         allow_anonymous: args.insecure_allow_anonymous,
     };
@@ -132,6 +170,8 @@ async fn main() -> anyhow::Result<()> {
     config.backend_timeout = args.backend_timeout;
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
+    config.max_streams_per_principal = args.max_streams_per_principal;
+    config.public_url = args.public_url;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -8,7 +8,9 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use crate::rest::{ProjectRepositoryLabels, instances, operations, recordings, screens, sessions};
+use crate::rest::{
+    ProjectRepositoryLabels, events, instances, operations, recordings, screens, sessions,
+};
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
 
@@ -34,6 +36,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         sessions::reset_session,
         sessions::rename_session,
         sessions::reset_default_session,
+        events::session_events,
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,

@@ -1,6 +1,7 @@
 //! Puts the gateway on one port: axum routes for REST, WebSocket and the web page, gRPC-web and
-//! gRPC (chosen by content type) for the session-api surface with `grpc.health.v1` and server
-//! reflection, JSON 404s for everything else.
+//! gRPC (chosen by content type) for the session-api surface and the broker's `Attach` relayed
+//! for outside clients, with `grpc.health.v1` and server reflection, JSON 404s for everything
+//! else.
 
 use std::convert::Infallible;
 
@@ -13,21 +14,30 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+use ptyhub_wire::limits::MAX_FRAME_BYTES;
 use ptyhub_wire::{Introspection, IntrospectionError};
 use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use crate::attach_relay::AttachRelay;
 use crate::error::{ApiError, ErrorBody};
-use crate::rest::{instances, operations, recordings, screens, sessions};
-use crate::session_proxy::SessionApiProxy;
+use crate::rest::{events, instances, operations, recordings, screens, sessions};
+use crate::session_proxy::{RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::ws::origin_allowed;
 use crate::{openapi, web, ws};
 
-/// The one gRPC service the gateway offers (besides health and reflection).
+/// The session-api surface the gateway offers.
 const SESSION_API_SERVICE: &str = "ptyhub.session.v1.SessionApi";
+/// The broker's service, of which the gateway offers `Attach` alone.
+const PTY_BROKER_SERVICE: &str = "ptyhub.broker.v1.PtyBroker";
+
+/// The decoder's limit for a relayed `Attach` client frame: the contract's largest input frame
+/// plus protobuf framing, as on the broker. Larger frames end the stream with
+/// RESOURCE_EXHAUSTED before anything is forwarded.
+const MAX_ATTACH_FRAME_BYTES: usize = MAX_FRAME_BYTES + 1024;
 
 /// The path prefix of every session-api gRPC method.
 const GRPC_PATH_PREFIX: &str = "/ptyhub.session.v1.SessionApi/";
@@ -140,6 +150,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
             &format!("{prefix}/terminal/reset"),
             post(sessions::reset_default_session),
         )
+        .route(
+            &format!("{prefix}/terminal/events"),
+            get(events::session_events),
+        )
 }
 
 async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
@@ -161,10 +175,11 @@ async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
             header::HeaderName::from_static("grpc-message"),
         ]);
     // Health, and reflection in both versions (Python's grpcio-reflection speaks v1alpha only).
-    let routes = Introspection::new(&[SESSION_API_SERVICE])
+    let routes = Introspection::new(&[SESSION_API_SERVICE, PTY_BROKER_SERVICE])
         .await?
         .into_routes()
-        .add_service(SessionApiServer::new(SessionApiProxy::new(state)));
+        .add_service(SessionApiServer::new(SessionApiProxy::new(state.clone())))
+        .add_service(AttachRelay::new(state).into_server(MAX_ATTACH_FRAME_BYTES));
     Ok(tower::Layer::layer(
         &cors,
         tower::Layer::layer(&tonic_web::GrpcWebLayer::new(), routes),
@@ -172,7 +187,7 @@ async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
 }
 
 /// gRPC-web, gRPC and their CORS preflights go to the session-api surface; the rest to axum.
-async fn route_grpc(State(grpc): State<GrpcService>, request: Request, next: Next) -> Response {
+async fn route_grpc(State(grpc): State<GrpcService>, mut request: Request, next: Next) -> Response {
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -184,11 +199,42 @@ async fn route_grpc(State(grpc): State<GrpcService>, request: Request, next: Nex
             .headers()
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
     if content_type.starts_with("application/grpc") || grpc_preflight {
+        if let Some(origin) = request_origin(&request) {
+            request.extensions_mut().insert(origin);
+        }
         let response: Result<_, Infallible> = grpc.oneshot(request).await;
         let Ok(response) = response;
         return response.map(Body::new);
     }
     next.run(request).await
+}
+
+/// `scheme://authority` as the client addressed the gateway: HTTP/2's `:authority` (gRPC) or
+/// the `Host` header (gRPC-web over HTTP/1.1), with the scheme a TLS-terminating proxy in front
+/// reports in `X-Forwarded-Proto`.
+fn request_origin(request: &Request) -> Option<RequestOrigin> {
+    let headers = request.headers();
+    let authority = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str().to_owned())
+        .or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|host| host.to_str().ok())
+                .map(str::to_owned)
+        })?;
+    let forwarded = headers
+        .get("x-forwarded-proto")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(',').next())
+        .map(str::trim);
+    let scheme = match forwarded {
+        Some("https") => "https",
+        Some("http") => "http",
+        _ => request.uri().scheme_str().unwrap_or("http"),
+    };
+    Some(RequestOrigin(format!("{scheme}://{authority}")))
 }
 
 async fn count_status(State(state): State<AppState>, request: Request, next: Next) -> Response {

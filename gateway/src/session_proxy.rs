@@ -6,6 +6,10 @@
 //! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) answer without the session's
 //! record, so their session is checked before they are forwarded: it must be the instance's
 //! and not closed.
+//!
+//! Every attach target it hands out (`CreateSession`, `ResolveSession`, `IssueAttachTicket`)
+//! names the gateway as its `broker_endpoint`, never a broker's internal address: a caller of
+//! the gateway streams through the gateway ([`crate::attach_relay`]).
 
 use std::pin::Pin;
 
@@ -38,15 +42,7 @@ impl SessionApiProxy {
     }
 
     fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
-        let credential = request
-            .metadata()
-            .get(ptyhub_wire::AUTHORIZATION_METADATA)
-            .and_then(|value| value.to_str().ok())
-            .and_then(ptyhub_wire::bearer_token);
-        self.state
-            .authenticator
-            .authenticate(credential)
-            .map_err(|error| ApiError::from(error).to_status())
+        authenticate(&self.state, request)
     }
 
     /// Checks the caller may use `instance` and returns its id.
@@ -111,6 +107,45 @@ impl SessionApiProxy {
         } else {
             Err(ErrorCode::Forbidden.status(format!("{action} needs an admin credential")))
         }
+    }
+}
+
+/// The caller's credential from the `authorization` metadata, checked.
+pub(crate) fn authenticate<T>(state: &AppState, request: &Request<T>) -> Result<Principal, Status> {
+    let credential = request
+        .metadata()
+        .get(ptyhub_wire::AUTHORIZATION_METADATA)
+        .and_then(|value| value.to_str().ok())
+        .and_then(ptyhub_wire::bearer_token);
+    state
+        .authenticator
+        .authenticate(credential)
+        .map_err(|error| ApiError::from(error).to_status())
+}
+
+/// Where a caller of the gateway attaches: the configured public URL, else the scheme and
+/// authority its request came in with ([`RequestOrigin`], recorded by the router).
+fn public_endpoint<T>(state: &AppState, request: &Request<T>) -> String {
+    if let Some(url) = &state.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    match request.extensions().get::<RequestOrigin>() {
+        Some(origin) => origin.0.clone(),
+        // The router records every request's origin; without one the answer cannot say where
+        // to attach, and an internal address must never stand in for it.
+        None => String::new(),
+    }
+}
+
+/// `scheme://authority` of a request as the client addressed it, recorded by the router before
+/// the request reaches a gRPC service.
+#[derive(Debug, Clone)]
+pub struct RequestOrigin(pub String);
+
+/// Points an attach target at the gateway.
+fn rewrite_endpoint(target: Option<&mut pb::AttachTarget>, endpoint: &str) {
+    if let Some(target) = target {
+        target.broker_endpoint = endpoint.to_owned();
     }
 }
 
@@ -251,14 +286,16 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
+        let endpoint = public_endpoint(&self.state, &request);
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
+        let mut response = self
             .client()
             .create_session(message)
             .await
             .map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
     }
 
@@ -292,14 +329,16 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
+        let endpoint = public_endpoint(&self.state, &request);
         let message = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
+        let mut response = self
             .client()
             .resolve_session(message)
             .await
             .map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
     }
 
@@ -308,6 +347,7 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::IssueAttachTicketRequest>,
     ) -> Result<Response<pb::AttachTarget>, Status> {
         let principal = self.authenticate(&request)?;
+        let endpoint = public_endpoint(&self.state, &request);
         let mut message = request.into_inner();
         let instance = self
             .authorized_instance(&principal, &message.instance)
@@ -318,10 +358,13 @@ impl SessionApi for SessionApiProxy {
             .await
             .map_err(|error| error.to_status())?;
         message.instance = instance.id;
-        self.client()
+        let mut response = self
+            .client()
             .issue_attach_ticket(message)
             .await
-            .map_err(forwarded)
+            .map_err(forwarded)?;
+        rewrite_endpoint(Some(response.get_mut()), &endpoint);
+        Ok(response)
     }
 
     async fn rename_session(

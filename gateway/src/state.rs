@@ -1,7 +1,9 @@
 //! What every handler shares, and the checks every instance-scoped request goes through: the
 //! caller's scope covers the instance, and the session belongs to it.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -14,6 +16,10 @@ use ptyhub_wire::ErrorCode;
 use crate::error::ApiError;
 use crate::grpc::Upstreams;
 use crate::metrics::Metrics;
+
+/// What a session id in a path may also be: the session with the `default` alias (the legacy
+/// single session), as `/terminal/reset` and the WebSocket's `/terminal` name it.
+pub const DEFAULT_SESSION: &str = "default";
 
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -31,8 +37,73 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Cancelled when the gateway stops serving; WebSockets and streams end with it.
     pub shutdown: CancellationToken,
-    /// Every WebSocket bridge, so shutdown can wait for them.
+    /// Every WebSocket bridge and public `Attach` relay, so shutdown can wait for them.
     pub bridges: TaskTracker,
+    /// The terminal streams each principal holds open, bounded per principal.
+    pub stream_slots: StreamSlots,
+    /// The configured public URL of the gateway, handed out as the attach endpoint.
+    pub public_url: Option<String>,
+}
+
+/// Counts the terminal streams of each principal (by subject), so that one credential cannot
+/// hold an unbounded number of broker streams and sockets open.
+#[derive(Clone, Debug)]
+pub struct StreamSlots {
+    held: Arc<Mutex<HashMap<String, usize>>>,
+    max_per_principal: usize,
+}
+
+impl StreamSlots {
+    pub fn new(max_per_principal: usize) -> Self {
+        Self {
+            held: Arc::default(),
+            max_per_principal,
+        }
+    }
+
+    /// A slot for one more stream of `subject`, given back when dropped; 429 when it holds
+    /// the most it may.
+    pub fn acquire(&self, subject: &str) -> Result<StreamSlot, ApiError> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.entry(subject.to_owned()).or_default();
+        if *count >= self.max_per_principal {
+            return Err(ApiError::new(
+                ErrorCode::TooManyRequests,
+                format!(
+                    "this credential holds {} terminal streams already, the most it may",
+                    self.max_per_principal
+                ),
+            ));
+        }
+        *count += 1;
+        Ok(StreamSlot {
+            slots: self.clone(),
+            subject: subject.to_owned(),
+        })
+    }
+}
+
+/// One held stream of [`StreamSlots`].
+#[derive(Debug)]
+pub struct StreamSlot {
+    slots: StreamSlots,
+    subject: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .slots
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.subject) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.subject);
+            }
+        }
+    }
 }
 
 impl AppState {
@@ -63,12 +134,22 @@ impl AppState {
     }
 
     /// Looks up a session of an instance the caller may use; a session of another instance is
-    /// 404, never an action on the other instance.
+    /// 404, never an action on the other instance. [`DEFAULT_SESSION`] names the live session
+    /// with the `default` alias (404 while there is none).
     pub async fn authorize_session(
         &self,
         instance: &Instance,
         session_id: &str,
     ) -> Result<Session, ApiError> {
+        if session_id == DEFAULT_SESSION {
+            return self
+                .upstreams
+                .list_sessions(&instance.id, false)
+                .await?
+                .into_iter()
+                .find(|session| session.aliases.iter().any(|alias| alias == DEFAULT_SESSION))
+                .ok_or_else(|| ApiError::not_found("the instance has no default session"));
+        }
         if uuid::Uuid::parse_str(session_id).is_err() {
             return Err(ApiError::not_found("session not found"));
         }
@@ -96,4 +177,22 @@ impl AppState {
 
 fn forbidden_instance() -> ApiError {
     ApiError::forbidden("not allowed for this instance")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_holds_at_most_its_streams_and_gets_them_back() {
+        let slots = StreamSlots::new(2);
+        let first = slots.acquire("alice").expect("a slot");
+        let _second = slots.acquire("alice").expect("a slot");
+        let refused = slots.acquire("alice").expect_err("over the limit");
+        assert_eq!(refused.code, ErrorCode::TooManyRequests);
+        assert_eq!(refused.code.http_status().as_u16(), 429);
+        let _other = slots.acquire("bob").expect("another principal has its own");
+        drop(first);
+        slots.acquire("alice").expect("a slot given back");
+    }
 }

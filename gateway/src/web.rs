@@ -1,16 +1,19 @@
-//! The web page: `/` and `/instances/{iid}` serve the configured static directory's
-//! `index.html` (the page reads its token and instance from the address), `/assets/...` the
-//! files below its `assets/`, through tower-http's file services, which refuse any path that
-//! leaves the directory. What is missing is a JSON 404 like every other unknown path.
+//! The web page: `/` and `/instances/{iid}` serve `index.html` (the page reads its token and
+//! instance from the address), `/assets/...` the files below `assets/`. The page comes from the
+//! binary itself (`web/dist` as it was when the binary was built, embedded by `build.rs` and
+//! rust-embed), or, when a directory is configured (`--web-dir`, `--static-dir`), from that
+//! directory through tower-http's file services, which refuse any path that leaves it. What is
+//! missing is a JSON 404 like every other unknown path.
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rust_embed::RustEmbed;
 use tower::ServiceExt;
 use tower::service_fn;
 use tower_http::services::{ServeDir, ServeFile};
@@ -18,16 +21,89 @@ use tower_http::services::{ServeDir, ServeFile};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The page's routes, for the static directory `static_dir` (`None`: no page, only 404s that
-/// say so).
+/// The page built into this binary: `$OUT_DIR/page`, which `build.rs` fills from `web/dist`
+/// (empty when the page was not built before the binary).
+#[derive(RustEmbed)]
+#[folder = "$OUT_DIR/page"]
+struct EmbeddedPage;
+
+/// Whether this binary carries a built page (`index.html`).
+pub fn page_embedded() -> bool {
+    EmbeddedPage::get("index.html").is_some()
+}
+
+/// The page's routes: from `static_dir` when one is given, else the page built into the binary.
 pub fn routes(static_dir: Option<&Path>) -> Router<AppState> {
-    let Some(static_dir) = static_dir else {
-        let not_configured = || async { not_configured().into_response() };
-        return Router::new()
-            .route("/", get(not_configured))
-            .route("/instances/{iid}", get(not_configured))
-            .route("/assets/{*path}", get(not_configured));
+    match static_dir {
+        Some(static_dir) => directory_routes(static_dir),
+        None => embedded_routes(),
+    }
+}
+
+fn embedded_routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(embedded_index))
+        .route("/instances/{iid}", get(embedded_index))
+        .route("/assets/{*path}", get(embedded_asset))
+}
+
+async fn embedded_index(headers: HeaderMap) -> Response {
+    if !page_embedded() {
+        return ApiError::not_found(
+            "web page not built into this binary: build web/ (cargo xtask web) before the binary, or pass --web-dir",
+        )
+        .into_response();
+    }
+    embedded_file("index.html", &headers)
+}
+
+async fn embedded_asset(
+    axum::extract::Path(path): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    embedded_file(&format!("assets/{path}"), &headers)
+}
+
+/// One embedded file, with its content type and an `ETag` from its hash: the names are not
+/// content-hashed, so browsers revalidate (`no-cache`) and get a 304 while the file is the same.
+fn embedded_file(path: &str, request: &HeaderMap) -> Response {
+    let Some(file) = EmbeddedPage::get(path) else {
+        return ApiError::not_found("not found").into_response();
     };
+    let hash = file.metadata.sha256_hash();
+    let etag = format!(
+        "\"{}\"",
+        hash.iter()
+            .take(16)
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    );
+    let content_type = if path.ends_with(".html") {
+        "text/html; charset=utf-8".to_owned()
+    } else {
+        file.metadata.mimetype().to_owned()
+    };
+    let unchanged = request
+        .get(header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|tag| tag.trim() == etag));
+    let mut response = if unchanged {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        file.data.into_owned().into_response()
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&content_type) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, value);
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn directory_routes(static_dir: &Path) -> Router<AppState> {
     let index = static_dir.join("index.html");
     let instance_index = index.clone();
     let assets = ServeDir::new(static_dir.join("assets"))
@@ -63,8 +139,4 @@ async fn serve_index(index: PathBuf, request: Request) -> Response {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response.into_response()
-}
-
-fn not_configured() -> ApiError {
-    ApiError::not_found("web page not configured: set PTYHUB_GATEWAY_STATIC_DIR")
 }

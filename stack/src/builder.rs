@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use attach_ticket::TicketKey;
 use pty_broker::BackendKind;
-use ptyhub_wire::ServiceCredential;
+use ptyhub_wire::{ServiceCredential, TierCredentials};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
 
@@ -68,7 +68,9 @@ impl Default for StackBuilder {
 }
 
 impl StackBuilder {
-    /// The credential the services present to each other. Default: a new random one, since
+    /// session-api's credential, the seed of the others: the gateway's and the broker's are
+    /// derived from it ([`TierCredentials::derived_from`]), so that each tier holds its own and a
+    /// caller that knows this one can still reach every tier. Default: a new random one, since
     /// nothing outside the process needs it.
     pub fn service_credential(mut self, credential: ServiceCredential) -> Self {
         self.service_credential = Some(credential);
@@ -193,10 +195,12 @@ impl StackBuilder {
     /// listener), starts the three services, and waits until session-api sees the broker up.
     /// A service that fails meanwhile fails the start with its error; the others are stopped.
     pub async fn start(mut self) -> Result<Stack, StackError> {
-        let credential = match self.service_credential.clone() {
-            Some(credential) => credential,
-            None => random_credential(),
-        };
+        let credentials = TierCredentials::derived_from(
+            &self
+                .service_credential
+                .clone()
+                .unwrap_or_else(random_credential),
+        );
         let ticket_key = self.ticket_key.clone().unwrap_or_else(TicketKey::generate);
         let (database_url, data) = match &self.database_url {
             Some(url) => (url.clone(), None),
@@ -237,7 +241,7 @@ impl StackBuilder {
             .transpose()?;
         let mut broker_config = broker_config(
             &self_settings(&self),
-            &credential,
+            &credentials,
             ticket_key.clone(),
             self.broker_data_dir.clone(),
         )?;
@@ -249,13 +253,16 @@ impl StackBuilder {
         }
         let session_api_config = session_api_config(
             &self_settings(&self),
-            &credential,
+            &credentials,
             ticket_key,
             database_url,
             &addresses.broker_endpoint(),
         )?;
-        let mut gateway_config =
-            gateway_config(&self, &credential, &addresses.session_api_endpoint());
+        let mut gateway_config = gateway_config(
+            &self,
+            &credentials.gateway,
+            &addresses.session_api_endpoint(),
+        );
         gateway_config.recordings = recordings;
 
         let stack = Stack::spawn(
@@ -265,7 +272,7 @@ impl StackBuilder {
                 gateway: (gateway_config, gateway_listener),
             },
             addresses,
-            credential,
+            credentials,
             self.broker_id.clone(),
             data,
         );
@@ -299,11 +306,12 @@ fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
 
 fn broker_config(
     settings: &BackendSettings<'_>,
-    credential: &ServiceCredential,
+    credentials: &TierCredentials,
     ticket_key: TicketKey,
     data_dir: Option<PathBuf>,
 ) -> Result<pty_broker::Config, StackError> {
-    let mut config = pty_broker::Config::new(credential.clone(), ticket_key);
+    let mut config = pty_broker::Config::new(credentials.session_api.clone(), ticket_key);
+    config.secrets.service_token = Some(credentials.broker.clone());
     config.broker_id = settings.broker_id.to_owned();
     config.data_dir = data_dir;
     if let Some(backends) = settings.backends {
@@ -326,12 +334,18 @@ fn broker_config(
 
 fn session_api_config(
     settings: &BackendSettings<'_>,
-    credential: &ServiceCredential,
+    credentials: &TierCredentials,
     ticket_key: TicketKey,
     database_url: String,
     broker_endpoint: &str,
 ) -> Result<session_api::Config, StackError> {
-    let mut config = session_api::Config::new(database_url, credential.clone(), ticket_key);
+    let mut config = session_api::Config::new(
+        database_url,
+        credentials.session_api.clone(),
+        credentials.gateway.clone(),
+        ticket_key,
+    );
+    config.secrets.broker_tokens = vec![credentials.broker.clone()];
     config.brokers = vec![session_api::StaticBroker {
         id: settings.broker_id.to_owned(),
         endpoint: broker_endpoint.to_owned(),
@@ -395,10 +409,11 @@ mod tests {
     #[test]
     fn unset_settings_keep_each_services_defaults_and_set_ones_reach_it() {
         let credential = random_credential();
+        let credentials = TierCredentials::derived_from(&credential);
         let defaults = StackBuilder::default();
         let broker = broker_config(
             &self_settings(&defaults),
-            &credential,
+            &credentials,
             TicketKey::generate(),
             None,
         )
@@ -418,7 +433,7 @@ mod tests {
             .backends(vec![BackendKind::Local, BackendKind::Docker]);
         let broker = broker_config(
             &self_settings(&tuned),
-            &credential,
+            &credentials,
             TicketKey::generate(),
             None,
         )
@@ -432,7 +447,7 @@ mod tests {
 
         let session_api = session_api_config(
             &self_settings(&tuned),
-            &credential,
+            &credentials,
             TicketKey::generate(),
             "sqlite::memory:".to_owned(),
             "http://127.0.0.1:1",
@@ -442,6 +457,24 @@ mod tests {
         assert_eq!(session_api.brokers[0].id, "bench");
         assert_eq!(session_api.brokers[0].endpoint, "http://127.0.0.1:1");
         assert_eq!(session_api.shutdown_grace, Duration::from_secs(2));
+
+        // Each tier holds its own credential, and each accepts only the tier that calls it.
+        assert_eq!(broker.secrets.session_api_token, credentials.session_api);
+        assert_eq!(
+            broker.secrets.service_token,
+            Some(credentials.broker.clone())
+        );
+        assert_eq!(session_api.secrets.service_token, credentials.session_api);
+        assert_eq!(
+            session_api.secrets.gateway_tokens,
+            std::slice::from_ref(&credentials.gateway)
+        );
+        assert_eq!(
+            session_api.secrets.broker_tokens,
+            std::slice::from_ref(&credentials.broker)
+        );
+        let gateway = gateway_config(&tuned, &credentials.gateway, "http://127.0.0.1:1");
+        assert_eq!(gateway.service_credential, credentials.gateway);
     }
 
     #[test]

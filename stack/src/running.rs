@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use ptyhub_wire::{BearerAuth, ServiceCredential};
+use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -20,16 +20,16 @@ use tonic::transport::{Channel, Endpoint};
 use crate::builder::StackBuilder;
 use crate::error::{Service, StackError};
 
-/// session-api's client with the service credential on every call.
+/// session-api's client with the gateway's credential on every call.
 pub type SessionApiClient =
     session_pb::session_api_client::SessionApiClient<InterceptedService<Channel, BearerAuth>>;
 
-/// session-api's broker registry with the service credential on every call.
+/// session-api's broker registry with the broker's credential on every call.
 pub type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
     InterceptedService<Channel, BearerAuth>,
 >;
 
-/// The broker's client with the service credential on every call.
+/// The broker's client with session-api's credential on every call.
 pub type BrokerClient =
     broker_pb::pty_broker_client::PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
 
@@ -43,7 +43,7 @@ const READINESS_INTERVAL: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub struct Stack {
     addresses: Addresses,
-    credential: ServiceCredential,
+    credentials: TierCredentials,
     broker_id: String,
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
@@ -94,7 +94,7 @@ impl Stack {
     pub(crate) fn spawn(
         services: Services,
         addresses: Addresses,
-        credential: ServiceCredential,
+        credentials: TierCredentials,
         broker_id: String,
         data: Option<tempfile::TempDir>,
     ) -> Self {
@@ -125,7 +125,7 @@ impl Stack {
 
         Self {
             addresses,
-            credential,
+            credentials,
             broker_id,
             shutdown,
             gateway_shutdown,
@@ -173,32 +173,38 @@ impl Stack {
         &self.broker_id
     }
 
-    /// The credential the services present to each other.
+    /// session-api's credential, the seed of the others ([`StackBuilder::service_credential`]).
     pub fn service_credential(&self) -> &ServiceCredential {
-        &self.credential
+        &self.credentials.session_api
     }
 
-    /// A client of session-api (connected on first use).
+    /// Each tier's credential.
+    pub fn credentials(&self) -> &TierCredentials {
+        &self.credentials
+    }
+
+    /// A client of session-api (connected on first use), presenting the gateway's credential.
     pub fn session_api_client(&self) -> SessionApiClient {
         session_pb::session_api_client::SessionApiClient::with_interceptor(
             lazy_channel(self.addresses.session_api),
-            self.credential.bearer_auth(),
+            self.credentials.gateway.bearer_auth(),
         )
     }
 
-    /// A client of session-api's broker registry (connected on first use).
+    /// A client of session-api's broker registry (connected on first use), presenting the
+    /// broker's credential.
     pub fn broker_registry_client(&self) -> BrokerRegistryClient {
         session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
             lazy_channel(self.addresses.session_api),
-            self.credential.bearer_auth(),
+            self.credentials.broker.bearer_auth(),
         )
     }
 
-    /// A client of the broker (connected on first use).
+    /// A client of the broker (connected on first use), presenting session-api's credential.
     pub fn broker_client(&self) -> BrokerClient {
         broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
             lazy_channel(self.addresses.broker),
-            self.credential.bearer_auth(),
+            self.credentials.session_api.bearer_auth(),
         )
     }
 

@@ -20,6 +20,12 @@ pub enum Requirement {
     Chromium,
     /// moto's S3 server at `PTYHUB_TEST_MOTO_SERVER` (default the project's Python environment).
     S3Server,
+    /// Network namespaces of the tests' own (root, and `ip` to bring up their loopback).
+    NetworkNamespaces,
+    /// A Python with the packages of `interop/requirements.txt` and
+    /// `examples/python/requirements.txt`, at `PTYHUB_TEST_PYTHON` (default
+    /// `/var/cache/ptyhub-py/bin/python`, which `cargo xtask deps` prepares).
+    Python,
 }
 
 impl Requirement {
@@ -53,6 +59,35 @@ impl Requirement {
                     ))
                 }
             }
+            Requirement::NetworkNamespaces => {
+                let works = std::process::Command::new("unshare")
+                    .args(["--net", "ip", "link", "set", "lo", "up"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success());
+                if works {
+                    None
+                } else {
+                    Some("cannot make a network namespace (`unshare --net` needs root, and `ip` is needed)".into())
+                }
+            }
+            Requirement::Python => {
+                let python = python_path();
+                let works = std::process::Command::new(&python)
+                    .args(["-c", "import grpc, grpc_tools, grpc_reflection"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success());
+                if works {
+                    None
+                } else {
+                    Some(format!(
+                        "no Python with grpcio, grpcio-tools and grpcio-reflection at {python} (cargo xtask deps prepares it)"
+                    ))
+                }
+            }
             Requirement::Chromium => {
                 let chromium = chromium_path();
                 if std::path::Path::new(&chromium).exists() {
@@ -71,6 +106,12 @@ impl Requirement {
 pub fn moto_server_path() -> String {
     std::env::var("PTYHUB_TEST_MOTO_SERVER")
         .unwrap_or_else(|_| "/var/cache/ptyhub-py/bin/moto_server".to_owned())
+}
+
+/// The Python the tests run the Python clients with.
+pub fn python_path() -> String {
+    std::env::var("PTYHUB_TEST_PYTHON")
+        .unwrap_or_else(|_| "/var/cache/ptyhub-py/bin/python".to_owned())
 }
 
 /// Where the browser tests find Chromium.

@@ -17,7 +17,7 @@ use attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::Stack;
-use ptyhub_wire::{BearerAuth, ServiceCredential};
+use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
@@ -26,18 +26,31 @@ const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 /// their own (expired, forged, for another session) the way an outside signer would.
 pub const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
 const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
-const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef0123";
 
 /// How long the stack may take to come up: a liveness bound, not a performance assertion.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 /// How long the services may take to stop after shutdown: their grace is 2 s each.
 const STOP_PATIENCE: Duration = Duration::from_secs(15);
 
-/// Presents the stack's service credential, for calls straight to session-api or the broker.
+/// Each tier's credential in the stack, derived from its fixed seed as `ptyhub-stack` does.
+pub fn tier_credentials() -> TierCredentials {
+    TierCredentials::derived_from(&ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
+}
+
+/// Presents session-api's credential, for calls straight to the broker.
 pub fn service_auth() -> BearerAuth {
-    ServiceCredential::new(SERVICE_TOKEN)
-        .expect("service token")
-        .bearer_auth()
+    tier_credentials().session_api.bearer_auth()
+}
+
+/// Presents the broker's credential, for calls to session-api's registry as a broker makes them.
+pub fn broker_auth() -> BearerAuth {
+    tier_credentials().broker.bearer_auth()
+}
+
+/// Presents the gateway's credential, for calls straight to session-api.
+pub fn gateway_auth() -> BearerAuth {
+    tier_credentials().gateway.bearer_auth()
 }
 
 /// Configures a [`TestStack`].
@@ -308,7 +321,8 @@ impl TestStack {
                 self.running().is_running(),
                 "a service stopped while the gateway was becoming healthy"
             );
-            let last = match self.http.get(&url).send().await {
+            // With the admin's credential: only then does `/healthz` list the brokers.
+            let last = match self.http.get(&url).bearer_auth(ADMIN_TOKEN).send().await {
                 Ok(response) => {
                     let success = response.status().is_success();
                     let body = response.text().await.unwrap_or_default();

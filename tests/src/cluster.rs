@@ -28,9 +28,14 @@ use crate::binaries::binary;
 use crate::front::Front;
 use crate::process::Service;
 
-pub const SERVICE_TOKEN: &str = "cluster-test-service-token";
+/// session-api's credential: the brokers' control calls accept it alone.
+pub const SESSION_API_TOKEN: &str = "cluster-test-session-api-token";
+/// The gateways' credential: session-api's session calls accept it alone.
+pub const GATEWAY_TOKEN: &str = "cluster-test-gateway-token";
+/// The brokers' credential: session-api's registry accepts it for registrations.
+pub const BROKER_TOKEN: &str = "cluster-test-broker-token";
 pub const TICKET_SECRET: &str = "cluster-test-ticket-secret-0123456789";
-pub const API_TOKEN: &str = "cluster-test-api-token";
+pub const API_TOKEN: &str = "cluster-test-api-token-0123456789";
 /// session-api's default heartbeat timeout in the cluster: a broker silent this long is down,
 /// and its sessions are lost.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -41,16 +46,16 @@ pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerToke
 pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerToken>>;
 pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerToken>>;
 
-/// Adds the service token to every gRPC call.
+/// Adds a tier's credential to every gRPC call.
 #[derive(Debug, Clone)]
-pub struct BearerToken;
+pub struct BearerToken(pub &'static str);
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        let value = format!("Bearer {SERVICE_TOKEN}")
+        let value = format!("Bearer {}", self.0)
             .parse()
             .map_err(|_| tonic::Status::internal("bad token"))?;
         request.metadata_mut().insert("authorization", value);
@@ -85,7 +90,9 @@ impl Default for ClusterBuilder {
             brokers: 2,
             gateways: 2,
             session_api_flags: flags(&[
-                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("service-token", SESSION_API_TOKEN.to_owned()),
+                ("gateway-token", GATEWAY_TOKEN.to_owned()),
+                ("broker-token", BROKER_TOKEN.to_owned()),
                 ("ticket-secret", TICKET_SECRET.to_owned()),
                 (
                     "heartbeat-timeout",
@@ -95,13 +102,14 @@ impl Default for ClusterBuilder {
                 ("shutdown-grace", "5s".to_owned()),
             ]),
             broker_flags: flags(&[
-                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("session-api-token", SESSION_API_TOKEN.to_owned()),
+                ("service-token", BROKER_TOKEN.to_owned()),
                 ("ticket-secret", TICKET_SECRET.to_owned()),
                 ("backends", "local".to_owned()),
                 ("kill-grace", "500ms".to_owned()),
             ]),
             gateway_flags: flags(&[
-                ("service-token", SERVICE_TOKEN.to_owned()),
+                ("service-token", GATEWAY_TOKEN.to_owned()),
                 ("api-token", API_TOKEN.to_owned()),
                 ("drain-delay", "2s".to_owned()),
                 ("shutdown-grace", "5s".to_owned()),
@@ -442,7 +450,10 @@ impl Cluster {
             .connect()
             .await
             .context("cannot connect to session-api")?;
-        Ok(SessionApiClient::with_interceptor(channel, BearerToken))
+        Ok(SessionApiClient::with_interceptor(
+            channel,
+            BearerToken(GATEWAY_TOKEN),
+        ))
     }
 
     /// A gRPC client of session-api replica `index`'s broker registry.
@@ -451,7 +462,10 @@ impl Cluster {
             .connect()
             .await
             .context("cannot connect to session-api")?;
-        Ok(BrokerRegistryClient::with_interceptor(channel, BearerToken))
+        Ok(BrokerRegistryClient::with_interceptor(
+            channel,
+            BearerToken(BROKER_TOKEN),
+        ))
     }
 
     /// A gRPC client of broker `index`.
@@ -460,7 +474,10 @@ impl Cluster {
             .connect()
             .await
             .context("cannot connect to the broker")?;
-        Ok(PtyBrokerClient::with_interceptor(channel, BearerToken))
+        Ok(PtyBrokerClient::with_interceptor(
+            channel,
+            BearerToken(SESSION_API_TOKEN),
+        ))
     }
 
     /// Registers an instance on broker `broker` (local runtime) running `command`.

@@ -42,6 +42,22 @@ impl Front {
         })
     }
 
+    /// Relays the connections made to `listener`, an already bound socket (for example one
+    /// made in another network namespace than the runtime this is called in, whose sockets
+    /// the relay then connects from).
+    pub fn serve(listener: std::net::TcpListener) -> anyhow::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let listener = TcpListener::from_std(listener)?;
+        let backend = Arc::new(Mutex::new(None));
+        let relay = tokio::spawn(relay(listener, backend.clone()));
+        Ok(Self {
+            address,
+            backend,
+            relay,
+        })
+    }
+
     /// `http://127.0.0.1:<port>` of the stable address.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.address)

@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod churn;
 pub mod cluster;
 pub mod front;
+pub mod isolated;
 pub mod process;
 pub mod s3;
 pub mod sockets;

@@ -1,9 +1,14 @@
-// The gateway's REST API (CONTRACT.md "REST (gateway)"), with the bearer token on every call.
+// The gateway's REST API (CONTRACT.md "REST (gateway)"), with the bearer token on every call,
+// the session-change events of an instance, and the terminal WebSocket's address. This is the
+// one module that puts the credential on what the page sends.
 
 import { currentToken } from './auth.js';
 
+/** @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null }} SessionRecord */
+
 /** A refused or failed call: `status` is the HTTP status (0 when the gateway did not answer). */
 export class ApiError extends Error {
+  /** @param {number} status @param {string} detail */
   constructor(status, detail) {
     super(detail);
     this.name = 'ApiError';
@@ -12,10 +17,24 @@ export class ApiError extends Error {
   }
 }
 
-async function call(method, path, body) {
-  const headers = { Accept: 'application/json' };
+/** The headers every call carries: the credential, when the page has one. */
+function authHeaders() {
+  /** @type {Record<string, string>} */
+  const headers = {};
   const token = currentToken();
   if (token) headers.Authorization = `Bearer ${token}`;
+  return headers;
+}
+
+/**
+ * @param {string} method
+ * @param {string} path
+ * @param {unknown} [body]
+ * @returns {Promise<any>}
+ */
+async function call(method, path, body) {
+  /** @type {Record<string, string>} */
+  const headers = { Accept: 'application/json', ...authHeaders() };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let response;
   try {
@@ -26,7 +45,7 @@ async function call(method, path, body) {
       cache: 'no-store',
     });
   } catch (error) {
-    throw new ApiError(0, `the gateway cannot be reached (${error.message})`);
+    throw new ApiError(0, `the gateway cannot be reached (${error instanceof Error ? error.message : error})`);
   }
   const text = await response.text();
   let json = null;
@@ -42,16 +61,123 @@ async function call(method, path, body) {
   return json;
 }
 
+/** @param {string} iid */
 const instancePath = (iid) => `/api/v1/instances/${encodeURIComponent(iid)}`;
+/** @param {string} iid */
 const sessionsPath = (iid) => `${instancePath(iid)}/terminal/sessions`;
+/** @param {string} iid @param {string} sid */
 const sessionPath = (iid, sid) => `${sessionsPath(iid)}/${encodeURIComponent(sid)}`;
 
 export const api = {
+  /** @returns {Promise<any[]>} */
   listInstances: async () => (await call('GET', '/api/v1/instances')).instances ?? [],
+  /** @param {string} iid */
   getInstance: (iid) => call('GET', instancePath(iid)),
+  /** @param {string} iid @returns {Promise<SessionRecord[]>} */
   listSessions: async (iid) => (await call('GET', sessionsPath(iid))).sessions ?? [],
+  /** @param {string} iid @param {{ cols?: number, rows?: number }} [size] @returns {Promise<SessionRecord>} */
   createSession: (iid, { cols, rows } = {}) => call('POST', sessionsPath(iid), { cols, rows }),
+  /** @param {string} iid @param {string} sid @param {string} name */
   renameSession: (iid, sid, name) => call('POST', `${sessionPath(iid, sid)}/rename`, { name }),
+  /** @param {string} iid @param {string} sid */
   resetSession: (iid, sid) => call('POST', `${sessionPath(iid, sid)}/reset`),
+  /** @param {string} iid @param {string} sid */
   closeSession: (iid, sid) => call('DELETE', sessionPath(iid, sid)),
+  watchSessions,
+  terminalSocketUrl,
 };
+
+/**
+ * Follows the instance's session changes (`GET .../terminal/events`, Server-Sent Events read
+ * through fetch, so the credential goes in a header): `onEvent(name, data)` gets the opening
+ * `sessions` event (`{sessions: [...]}`) and then one event per change (`created`, `renamed`,
+ * `status`, `closed`, `attachments`, `screen`, with the session after the change). Resolves
+ * when the stream ends, rejects with an ApiError when it cannot be opened or breaks.
+ *
+ * @param {string} iid
+ * @param {(name: string, data: any) => void} onEvent
+ * @param {AbortSignal} signal
+ */
+async function watchSessions(iid, onEvent, signal) {
+  let response;
+  try {
+    response = await fetch(`${instancePath(iid)}/terminal/events`, {
+      headers: { Accept: 'text/event-stream', ...authHeaders() },
+      cache: 'no-store',
+      signal,
+    });
+  } catch (error) {
+    throw new ApiError(0, `the gateway cannot be reached (${error instanceof Error ? error.message : error})`);
+  }
+  if (!response.ok || !response.body) {
+    let detail = `${response.status} ${response.statusText}`.trim();
+    try {
+      const json = await response.json();
+      if (typeof json?.detail === 'string') detail = json.detail;
+    } catch {
+      // Not JSON: the status says enough.
+    }
+    throw new ApiError(response.status, detail);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value.replace(/\r\n?/g, '\n');
+      let end;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const event = parseEvent(block);
+        if (event) onEvent(event.name, event.data);
+      }
+    }
+  } catch (error) {
+    if (signal.aborted) return;
+    throw new ApiError(0, `the session events broke off (${error instanceof Error ? error.message : error})`);
+  }
+}
+
+/**
+ * One Server-Sent Event block (`event:` and `data:` lines), or null for a comment (keep-alive)
+ * or data that is not JSON.
+ * @param {string} block
+ * @returns {{ name: string, data: any } | null}
+ */
+function parseEvent(block) {
+  let name = 'message';
+  const data = [];
+  for (const line of block.split('\n')) {
+    if (line.startsWith(':')) continue;
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+    if (field === 'event') name = value;
+    else if (field === 'data') data.push(value);
+  }
+  if (data.length === 0) return null;
+  try {
+    return { name, data: JSON.parse(data.join('\n')) };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The terminal WebSocket's address for a session (`sid`), or for this tab's own session by its
+ * client id when `sid` is null, with the credential browsers cannot put in a header.
+ * @param {string} iid
+ * @param {string | null} sid
+ * @param {URLSearchParams} query
+ */
+function terminalSocketUrl(iid, sid, query) {
+  let path = `/ws/tool-instances/${encodeURIComponent(iid)}/terminal`;
+  if (sid) path += `/${encodeURIComponent(sid)}`;
+  const withToken = new URLSearchParams(query);
+  const token = currentToken();
+  if (token) withToken.set('token', token);
+  const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return `${scheme}//${window.location.host}${path}?${withToken}`;
+}

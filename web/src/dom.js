@@ -1,5 +1,12 @@
-// A small element builder: el('button', { class: 'x', onclick: fn, 'aria-label': 'y' }, 'text').
+// A small element builder: el('button', { class: 'x', onclick: fn, 'aria-label': 'y' }, 'text'),
+// the icons, and the view shown while a page loads.
 
+/**
+ * @param {string} tag
+ * @param {Record<string, any>} [attributes]
+ * @param {...any} children
+ * @returns {any}
+ */
 export function el(tag, attributes = {}, ...children) {
   const element = document.createElement(tag);
   for (const [name, value] of Object.entries(attributes)) {
@@ -16,13 +23,16 @@ export function el(tag, attributes = {}, ...children) {
   return element;
 }
 
+/** @type {Record<string, string>} */
 const ICONS = {
   fullscreen: 'M3 7V3h4M13 3h4v4M17 13v4h-4M7 17H3v-4',
+  search: 'M8.5 14a5.5 5.5 0 1 0 0-11 5.5 5.5 0 0 0 0 11zM12.5 12.5L17 17',
+  theme: 'M10 17a7 7 0 1 0 0-14v14zM10 3a7 7 0 1 1 0 14',
   eye: 'M1.5 10s3-6 8.5-6 8.5 6 8.5 6-3 6-8.5 6S1.5 10 1.5 10zM10 12.5a2.5 2.5 0 1 0 0-5 2.5 2.5 0 0 0 0 5z',
 };
 
 /** A small stroked SVG icon (the system fonts lack most symbol glyphs). */
-export function icon(name) {
+export function icon(/** @type {string} */ name) {
   const namespace = 'http://www.w3.org/2000/svg';
   const svg = document.createElementNS(namespace, 'svg');
   svg.setAttribute('viewBox', '0 0 20 20');
@@ -38,4 +48,11 @@ export function icon(name) {
   path.setAttribute('stroke-linejoin', 'round');
   svg.append(path);
   return svg;
+}
+
+/** What a page shows while it loads: a spinner and words, announced as a busy status. */
+export function loadingView(/** @type {string} */ text) {
+  return el('main', { class: 'loading', role: 'status', 'aria-busy': 'true', 'aria-live': 'polite' },
+    el('span', { class: 'spinner', 'aria-hidden': 'true' }),
+    el('span', { class: 'loading-text' }, text));
 }

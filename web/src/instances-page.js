@@ -1,11 +1,13 @@
 // The instances page (`/`): every instance the credential may use, with its live session count.
 
 import { api, ApiError } from './api.js';
-import { el } from './dom.js';
+import { el, loadingView } from './dom.js';
 
 const REFRESH_MS = 10_000;
 
 export async function showInstancesPage(app, { onUnauthorized, onRefused }) {
+  app.replaceChildren(loadingView('Loading the instances…'));
+  document.title = 'Loading · ptyhub';
   let instances;
   try {
     instances = await api.listInstances();

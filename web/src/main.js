@@ -6,7 +6,10 @@ import './style.css';
 import { adoptTokenFromAddress, forgetToken, storeToken } from './auth.js';
 import { el } from './dom.js';
 import { showInstancesPage } from './instances-page.js';
+import { applyPageTheme } from './settings.js';
 import { showTerminalPage } from './terminal-page.js';
+
+applyPageTheme();
 
 const app = document.getElementById('app');
 

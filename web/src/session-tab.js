@@ -1,14 +1,43 @@
-// One session tab: its xterm.js terminal, its WebSocket (CONTRACT.md "WebSocket (gateway)"),
-// the snapshot that draws a fresh terminal, the offsets that make output appear exactly once
-// after a reconnect, the window title and bell, and the notices drawn over its pane.
+// One session tab: its xterm.js terminal (with xterm's own addons: WebGL rendering when the
+// browser has it, Unicode 11 widths, links, search, OSC 52 clipboard), its WebSocket
+// (CONTRACT.md "WebSocket (gateway)"), the snapshot that draws a fresh terminal, the offsets that
+// make output appear exactly once after a reconnect, the window title and bell, and the notices
+// drawn over its pane.
 
 import { Terminal } from '@xterm/xterm';
+import { ClipboardAddon } from '@xterm/addon-clipboard';
 import { FitAddon } from '@xterm/addon-fit';
-import { currentToken } from './auth.js';
+import { SearchAddon } from '@xterm/addon-search';
+import { Unicode11Addon } from '@xterm/addon-unicode11';
+import { WebLinksAddon } from '@xterm/addon-web-links';
+import { WebglAddon } from '@xterm/addon-webgl';
+import { api } from './api.js';
 import { el } from './dom.js';
+import { activeTheme, fontSize, terminalTheme } from './settings.js';
+
+/**
+ * Where OSC 52 sequences from programs (tmux, vim) go: only writes reach the system clipboard.
+ * A program asking to read the clipboard gets nothing, so nothing the user copied elsewhere
+ * leaks into a terminal session.
+ * @type {import('@xterm/addon-clipboard').IClipboardProvider}
+ */
+const WRITE_ONLY_CLIPBOARD = {
+  readText: () => '',
+  writeText: async (_selection, text) => {
+    await navigator.clipboard.writeText(text);
+  },
+};
+
+/** The search highlights, per theme (`#RRGGBB`, as the search addon requires). */
+const SEARCH_DECORATIONS = Object.freeze({
+  dark: { matchBackground: '#4c566a', matchOverviewRuler: '#e5b94a', activeMatchBackground: '#b48a2a', activeMatchColorOverviewRuler: '#ffcc55' },
+  light: { matchBackground: '#f3e3a3', matchOverviewRuler: '#a88400', activeMatchBackground: '#f0b429', activeMatchColorOverviewRuler: '#8a6d00' },
+});
 
 /** Where the tab's connection is: drives the dot on the tab and, with `ended`, the words. */
 export const Status = Object.freeze({
+  /** A tab the page added for a session made elsewhere: it attaches when first shown. */
+  idle: 'idle',
   connecting: 'connecting',
   connected: 'connected',
   disconnected: 'disconnected',
@@ -16,6 +45,8 @@ export const Status = Object.freeze({
   resetting: 'resetting',
   exited: 'exited',
 });
+
+/** @typedef {typeof Status[keyof typeof Status]} StatusName */
 
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 10_000;
@@ -50,6 +81,7 @@ export class SessionTab {
     this.name = session?.name ?? 'New session';
     this.viewer = viewer;
     this.callbacks = callbacks;
+    /** @type {StatusName} */
     this.status = Status.connecting;
     this.role = null;
     this.exitCode = session?.exit_code ?? null;
@@ -71,18 +103,53 @@ export class SessionTab {
     /** A gap's notice, written into the terminal unless a snapshot redraws it first. */
     this.pendingGapNotice = null;
     this.socketsOpened = 0;
+    /** The term the search bar looks for in this tab, '' when it is closed. */
+    this.searchTerm = '';
+    /** The session's `last_bell_at` as the server last reported it (the list, the change stream). */
+    this.lastBellAt = session?.last_bell_at ?? null;
+    /** Set while this page closes the session itself, so its change event is not acted on twice. */
+    this.closing = false;
+    /** Between a reset's `resetting` and the new `connected`: the old process's output is dropped. */
+    this.discardingOldOutput = false;
+    /** A tab added for a session made elsewhere attaches when first shown. */
+    this.connectWhenShown = false;
+    /** A bell rang while the tab was not shown (before the page opened): mark it once added. */
+    this.pendingBell = false;
+    /** The tab strip's elements, which the page builds. @type {any} */
+    this.ui = null;
 
     this.terminal = new Terminal({
       cursorBlink: !viewer,
       disableStdin: viewer,
       fontFamily: '"DejaVu Sans Mono", "Menlo", "Consolas", monospace',
-      fontSize: 14,
+      fontSize: fontSize(),
       scrollback: 5000,
-      allowProposedApi: false,
-      theme: { background: '#11141a', foreground: '#d8dee9', cursor: '#8fbcbb', selectionBackground: '#4c566a' },
+      // The Unicode version switch is a proposed API.
+      allowProposedApi: true,
+      theme: terminalTheme(),
     });
     this.fitAddon = new FitAddon();
     this.terminal.loadAddon(this.fitAddon);
+    // Unicode 11 widths: emoji and CJK take the two columns programs (and the server's
+    // emulator) give them.
+    this.terminal.loadAddon(new Unicode11Addon());
+    this.terminal.unicode.activeVersion = '11';
+    this.terminal.loadAddon(new WebLinksAddon((event, uri) => {
+      event.preventDefault();
+      window.open(uri, '_blank', 'noopener,noreferrer');
+    }));
+    this.searchAddon = new SearchAddon();
+    this.terminal.loadAddon(this.searchAddon);
+    // A viewer watches someone else's session: its programs do not write to the viewer's clipboard.
+    if (!viewer) {
+      this.terminal.loadAddon(new ClipboardAddon(undefined, WRITE_ONLY_CLIPBOARD));
+      // A program's request to read the clipboard (`?`) is not answered at all: an empty answer
+      // would arrive at the program as typed input. Handlers registered later run first, and
+      // `false` hands every other OSC 52 on to the addon.
+      this.terminal.parser.registerOscHandler(52, (data) => data.split(';')[1] === '?');
+    }
+    /** @type {'webgl' | 'dom'} */
+    this.renderer = 'dom';
     if (size) this.terminal.resize(size.cols, size.rows);
 
     this.host = el('div', { class: 'term-host' });
@@ -99,6 +166,7 @@ export class SessionTab {
     this.pane = el('section', { class: 'pane', role: 'tabpanel', hidden: true },
       this.banner, this.host, this.statusLine, this.notice, this.stateRegion);
     this.terminal.open(this.host);
+    this.useWebgl();
     // For the browser tests and tools: the pane's terminal, to read its buffer as xterm holds it.
     Object.defineProperty(this.pane, 'xterm', { value: this.terminal });
 
@@ -111,6 +179,96 @@ export class SessionTab {
       this.changed();
     });
     this.terminal.onBell(() => this.callbacks.onAttention(this, 'bell'));
+    this.searchAddon.onDidChangeResults((results) => this.callbacks.onSearchResults(this, results));
+  }
+
+  /**
+   * Draws with WebGL when the browser offers it (many live terminals stay smooth), else with
+   * xterm's DOM renderer, which is also where a lost WebGL context falls back to. The pane says
+   * which in `data-renderer`.
+   */
+  useWebgl() {
+    let addon = null;
+    try {
+      addon = new WebglAddon();
+      addon.onContextLoss(() => {
+        addon?.dispose();
+        this.setRenderer('dom');
+      });
+      this.terminal.loadAddon(addon);
+      this.setRenderer('webgl');
+    } catch {
+      // No WebGL2 here (no GPU, disabled, blocked): the DOM renderer stays.
+      addon?.dispose();
+      this.setRenderer('dom');
+    }
+  }
+
+  /** @param {'webgl' | 'dom'} renderer */
+  setRenderer(renderer) {
+    this.renderer = renderer;
+    this.pane.dataset.renderer = renderer;
+  }
+
+  /** Applies the remembered font size and the theme in effect; returns whether the size changed. */
+  applySettings() {
+    const size = fontSize();
+    const resized = this.terminal.options.fontSize !== size;
+    if (resized) this.terminal.options.fontSize = size;
+    this.terminal.options.theme = terminalTheme();
+    if (this.searchTerm) this.find(this.searchTerm, 'next', { incremental: true });
+    return resized;
+  }
+
+  // ---- search in the scrollback -------------------------------------------------------------
+
+  /**
+   * Finds `term` in the scrollback and screen, forwards or backwards from the current match, and
+   * selects it; every match is highlighted. Returns whether there was one.
+   * @param {string} term
+   * @param {'next' | 'previous'} direction
+   * @param {{ incremental?: boolean }} [options]
+   */
+  find(term, direction, { incremental = false } = {}) {
+    this.searchTerm = term;
+    if (term === '') {
+      this.searchAddon.clearDecorations();
+      this.terminal.clearSelection();
+      return false;
+    }
+    const options = { decorations: SEARCH_DECORATIONS[activeTheme()], incremental };
+    return direction === 'next' ? this.searchAddon.findNext(term, options) : this.searchAddon.findPrevious(term, options);
+  }
+
+  endSearch() {
+    this.searchTerm = '';
+    this.searchAddon.clearDecorations();
+  }
+
+  /** Applies what the instance's session-change stream says the session is now. */
+  applyRecord(/** @type {import('./api.js').SessionRecord} */ session) {
+    let changed = false;
+    if (session.name && session.name !== this.name) {
+      this.name = session.name;
+      changed = true;
+    }
+    if (typeof session.title === 'string' && session.title !== this.windowTitle && session.title !== '') {
+      this.windowTitle = session.title;
+      changed = true;
+    }
+    // A tab not yet attached learns its session's state from the record alone.
+    if (this.socketsOpened === 0 && session.status === 'exited' && !this.exited) {
+      this.exited = true;
+      this.exitCode = session.exit_code ?? null;
+      this.exitSignal = session.exit_signal ?? null;
+      this.status = Status.exited;
+      changed = true;
+    }
+    if (session.last_bell_at && session.last_bell_at !== this.lastBellAt) {
+      this.lastBellAt = session.last_bell_at;
+      this.callbacks.onAttention(this, 'bell');
+    }
+    if (changed) this.changed();
   }
 
   get live() {
@@ -126,6 +284,8 @@ export class SessionTab {
   get stateText() {
     if (this.ended) return ENDED_WORDS[this.ended];
     switch (this.status) {
+      case Status.idle:
+        return 'Not connected yet';
       case Status.connecting:
         return 'Connecting…';
       case Status.connected:
@@ -151,24 +311,20 @@ export class SessionTab {
     this.ended = null;
     this.closeSocket();
     const query = new URLSearchParams();
-    let path = `/ws/tool-instances/${encodeURIComponent(this.instanceId)}/terminal`;
-    if (this.sessionId) path += `/${encodeURIComponent(this.sessionId)}`;
-    else query.set('client_id', this.clientId);
+    if (!this.sessionId) query.set('client_id', this.clientId);
     // A fresh terminal gets the screen drawn; one that shows output gets what it missed.
     if (this.written === null) query.set('snapshot', '1');
     else query.set('since', String(this.written));
     this.snapshotOffset = null;
     this.pendingGapNotice = null;
+    this.discardingOldOutput = false;
     if (!this.viewer) {
       query.set('cols', String(this.terminal.cols));
       query.set('rows', String(this.terminal.rows));
     } else {
       query.set('mode', 'view');
     }
-    const token = currentToken();
-    if (token) query.set('token', token);
-    const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const socket = new WebSocket(`${scheme}//${window.location.host}${path}?${query}`);
+    const socket = new WebSocket(api.terminalSocketUrl(this.instanceId, this.sessionId, query));
     socket.binaryType = 'arraybuffer';
     this.socket = socket;
     this.socketsOpened += 1;
@@ -231,20 +387,23 @@ export class SessionTab {
         if (message.status === 'connected') this.handleConnected(message);
         else if (message.status === 'resetting') {
           // The server's screen is cleared for the new process: so is this one, and the notice
-          // goes above the terminal rather than into it.
-          this.terminal.reset();
+          // goes above the terminal rather than into it. What the old process still printed
+          // arrives until the new `connected`; it is not drawn, and the screen is cleared again
+          // when the new process starts.
+          this.clearForRestart();
+          this.discardingOldOutput = true;
           this.setStatus(Status.resetting);
           this.showStatusLine('Restarting the session…');
         }
         break;
       case 'gap': {
         this.cursor += Number(message.lost) || 0;
-        const text = `${message.lost} bytes of output were lost while disconnected`;
+        const lost = `${message.lost} bytes of output were lost while disconnected`;
         // In the terminal only if raw output follows: a snapshot redraws the screen instead.
-        this.pendingGapNotice = text;
+        this.pendingGapNotice = lost;
         // The replay that follows can scroll the notice away at once; say it above the terminal
         // too, until the user types.
-        this.showStatusLine(text);
+        this.showStatusLine(lost);
         this.statusLine.dataset.kind = 'transient';
         break;
       }
@@ -277,6 +436,10 @@ export class SessionTab {
 
   handleConnected(message) {
     const wasResetting = this.status === Status.resetting;
+    if (this.discardingOldOutput) {
+      this.discardingOldOutput = false;
+      this.clearForRestart();
+    }
     if (message.session?.id) this.sessionId = message.session.id;
     if (message.session?.name) this.name = message.session.name;
     this.role = message.role;
@@ -300,6 +463,14 @@ export class SessionTab {
     this.changed();
   }
 
+  /**
+   * Clears the screen and the scrollback for a restarted process to draw on. Through the write
+   * queue: output of the old process still queued is drawn before, never after, the clearing.
+   */
+  clearForRestart() {
+    this.terminal.write('\x1bc\x1b[3J');
+  }
+
   /** The screen as of `snapshotOffset`, for a terminal reset first; output goes on from there. */
   handleSnapshot(bytes) {
     const offset = this.snapshotOffset;
@@ -319,6 +490,8 @@ export class SessionTab {
     if (end <= written) return;
     const fresh = start < written ? bytes.subarray(written - start) : bytes;
     this.written = end;
+    // The old process's last words after a reset began: the new one gets a clean screen.
+    if (this.discardingOldOutput) return;
     this.terminal.write(fresh);
   }
 

@@ -1,13 +1,30 @@
 // The terminal page of one instance (`/instances/{iid}`): the tab strip (with each session's
 // window title and a mark on a background tab that rang the bell or exited), one SessionTab per
-// live session, shortcuts, fullscreen, the mobile layout and the read-only view.
+// live session kept in step with the instance's session-change events (renames, creates, closes
+// and status changes made anywhere), shortcuts, search, font size and theme, fullscreen, the
+// phone layout and the read-only view.
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
-import { el, icon } from './dom.js';
+import { el, icon, loadingView } from './dom.js';
 import { SessionTab, Status } from './session-tab.js';
+import { fontSize, onSettingsChange, setFontSize, setThemeChoice, themeChoice } from './settings.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
+/** The last `last_bell_at` of a session that the user saw (its tab shown), per session id. */
+const SEEN_BELL_KEY_PREFIX = 'ptyhub.seenBell.';
+/** How far from a corner a tap counts as a tap in the corner (phone fullscreen), in CSS pixels. */
+const CORNER_PX = 56;
+/** A swipe from the top edge starts this close to it and goes at least this far down. */
+const EDGE_PX = 28;
+const SWIPE_PX = 48;
+/** A touch that moves less than this is a tap. */
+const TAP_SLOP_PX = 10;
+const EVENTS_BACKOFF_FIRST_MS = 500;
+const EVENTS_BACKOFF_MAX_MS = 10_000;
+const THEME_WORDS = Object.freeze({ system: 'Theme: follows the system', light: 'Theme: light', dark: 'Theme: dark' });
+/** @type {Record<string, 'system' | 'light' | 'dark'>} */
+const NEXT_THEME = { system: 'light', light: 'dark', dark: 'system' };
 /** What a tab's attention mark says in the tab's accessible name (its look is in style.css). */
 const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', exited: 'process exited' });
 const OVERLAY_HIDE_MS = 3000;
@@ -15,6 +32,8 @@ const TOAST_MS = 10_000;
 
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
 export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized, onRefused }) {
+  app.replaceChildren(loadingView('Loading the instance and its sessions…'));
+  document.title = 'Loading · ptyhub';
   let instance;
   let sessions;
   try {
@@ -43,19 +62,113 @@ class TerminalPage {
     this.toastTimer = null;
     this.creating = false;
     this.clientId = tabClientId();
+    /** Where a touch on the terminal began (phone taps and swipes). */
+    this.touchStart = null;
+    this.watchAbort = new AbortController();
 
     this.build(app);
     this.installListeners();
     document.title = `${instance.name} · ptyhub`;
 
-    for (const session of sessions) this.addTab(this.makeTab({ session }));
+    for (const session of sessions) {
+      const tab = this.makeTab({ session });
+      this.addTab(tab);
+      // A bell that rang while this tab was not shown, even while the page was closed, marks it.
+      if (session.last_bell_at && session.last_bell_at !== sessionStorage.getItem(SEEN_BELL_KEY_PREFIX + session.id)) {
+        tab.pendingBell = true;
+      }
+    }
     if (this.tabs.length === 0 && !viewer) this.addTab(this.makeTab({ session: null }));
     const remembered = sessionStorage.getItem(this.activeKey);
     const first = this.tabs.find((tab) => tab.sessionId === remembered) ?? this.tabs[0];
     if (first) this.activate(first);
     else this.showEmptyViewer();
-    for (const tab of this.tabs) tab.connect();
+    for (const tab of this.tabs) {
+      if (tab.pendingBell) this.markAttention(tab, 'bell');
+      tab.connect();
+    }
     this.updateControls();
+    this.unwatchSettings = onSettingsChange(() => this.applySettings());
+    this.watchSessions();
+  }
+
+  // ---- the instance's session changes, live --------------------------------------------------
+
+  /** Follows the session-change events until the page goes, reconnecting with backoff. */
+  async watchSessions() {
+    const signal = this.watchAbort.signal;
+    let attempt = 0;
+    while (!signal.aborted) {
+      try {
+        await api.watchSessions(this.instanceId, (name, data) => {
+          attempt = 0;
+          this.sessionEvent(name, data);
+        }, signal);
+      } catch (error) {
+        if (error instanceof ApiError && error.status === 401) {
+          this.onUnauthorized();
+          return;
+        }
+        // 403/404: the instance is gone or no longer ours; the tabs say so on their own.
+        if (error instanceof ApiError && (error.status === 403 || error.status === 404)) return;
+      }
+      if (signal.aborted) return;
+      const ceiling = Math.min(EVENTS_BACKOFF_MAX_MS, EVENTS_BACKOFF_FIRST_MS * 2 ** attempt);
+      attempt += 1;
+      await new Promise((resolve) => setTimeout(resolve, ceiling / 2 + Math.random() * (ceiling / 2)));
+    }
+  }
+
+  /**
+   * One session-change event: the opening list adds the tabs this page lacks, `created` adds a
+   * tab, `closed` removes one, and every other change updates the tab's name and title.
+   * @param {string} name
+   * @param {any} data
+   */
+  sessionEvent(name, data) {
+    if (name === 'sessions') {
+      for (const session of data.sessions ?? []) this.followSession(session);
+      return;
+    }
+    const session = data;
+    if (!session?.id) return;
+    if (name === 'closed' || session.status === 'closed') {
+      const tab = this.tabs.find((candidate) => candidate.sessionId === session.id);
+      if (tab && !tab.closing) this.removeTab(tab, { byOthers: true });
+      return;
+    }
+    this.followSession(session);
+  }
+
+  /** Adds a tab for a live session the page does not show yet, or updates the one it has. */
+  followSession(/** @type {import('./api.js').SessionRecord} */ session) {
+    if (session.status === 'closed') return;
+    const known = this.tabs.find((tab) => tab.sessionId === session.id);
+    if (known) {
+      known.applyRecord(session);
+      return;
+    }
+    // This page's own fresh tab, which learns its id from its socket's `connected`.
+    if ((session.aliases ?? []).includes(`client:${this.clientId}`) && this.tabs.some((tab) => tab.sessionId === null)) return;
+    // Attached only once shown: every open page attaching at once would take the controller
+    // from each other, and a session made by a script is this page's to watch until selected.
+    const tab = this.makeTab({ session });
+    tab.connectWhenShown = true;
+    tab.setStatus(Status.idle);
+    this.addTab(tab);
+    tab.applyRecord(session);
+    this.emptyNote?.remove();
+    this.emptyNote = null;
+    if (!this.active) this.activate(tab);
+  }
+
+  applySettings() {
+    let resized = false;
+    for (const tab of this.tabs) resized = tab.applySettings() || resized;
+    this.themeButton.setAttribute('aria-label', THEME_WORDS[themeChoice()]);
+    this.themeButton.title = THEME_WORDS[themeChoice()];
+    this.themeButton.dataset.theme = themeChoice();
+    if (resized) this.scheduleFit();
   }
 
   get activeKey() {
@@ -78,6 +191,7 @@ class TerminalPage {
       this.mobileTitle,
       this.viewer ? el('span', { class: 'viewer-badge' }, 'Read-only') : null,
       el('span', { class: 'spacer' }),
+      this.themeButton = button(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
       this.viewerSwitch,
     );
 
@@ -90,9 +204,30 @@ class TerminalPage {
     this.nextButton = button('Next session', '›', () => this.step(1));
     this.restartButton = button('Restart session', '⟳', () => this.active && this.restart(this.active));
     this.fullscreenButton = button('Fullscreen', icon('fullscreen'), () => this.toggleFullscreen());
+    this.fullscreenButton.title = 'Fullscreen (Alt+Shift+F)';
+    this.searchButton = button('Find in the terminal', icon('search'), () => this.openSearch());
+    this.searchButton.title = 'Find in the terminal (Ctrl+Shift+F)';
+    this.searchInput = el('input', { type: 'search', class: 'search-input', 'aria-label': 'Find in the terminal', placeholder: 'Find', autocomplete: 'off', spellcheck: 'false' });
+    this.searchCount = el('span', { class: 'search-count', 'aria-live': 'polite' });
+    this.searchBar = el('div', { class: 'search-bar', role: 'search', 'aria-label': 'Find in the terminal', hidden: true },
+      this.searchInput, this.searchCount,
+      button('Previous match', '↑', () => this.findInActive('previous')),
+      button('Next match', '↓', () => this.findInActive('next')),
+      button('Close search', '×', () => this.closeSearch()));
+    this.searchInput.addEventListener('input', () => this.findInActive('next', { incremental: true }));
+    this.searchInput.addEventListener('keydown', (event) => {
+      event.stopPropagation();
+      if (event.key === 'Enter') {
+        event.preventDefault();
+        this.findInActive(event.shiftKey ? 'previous' : 'next');
+      } else if (event.key === 'Escape') {
+        event.preventDefault();
+        this.closeSearch();
+      }
+    });
     this.tabbar = el('nav', { class: 'tabbar', 'aria-label': 'Session tabs' },
       this.tabsWrap, this.newWrap,
-      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.fullscreenButton));
+      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.searchButton, this.fullscreenButton));
 
     this.viewerBanner = this.viewer
       ? el('div', { class: 'viewer-banner', role: 'note' }, 'Read-only view: you are watching these sessions; typing is disabled.')
@@ -109,7 +244,8 @@ class TerminalPage {
     this.keysRow.addEventListener('mousedown', (event) => event.preventDefault());
     this.keysRow.addEventListener('click', (event) => this.specialKey(event));
 
-    this.chromeHandle = el('button', { type: 'button', class: 'chrome-handle', 'aria-label': 'Show tabs', hidden: true, onclick: () => this.showChrome() }, '▾');
+    this.chromeHandle = el('button', { type: 'button', class: 'chrome-handle', 'aria-label': 'Show tabs', hidden: true, onclick: () => this.showChrome() },
+      el('span', { class: 'handle-grip', 'aria-hidden': 'true' }));
     this.toast = el('div', { class: 'toast', role: 'alert', hidden: true });
     this.copyText = el('pre', { class: 'copy-text', tabindex: '0' });
     this.copyView = el('div', { class: 'copy-view', role: 'dialog', 'aria-label': 'Select text', hidden: true },
@@ -120,7 +256,7 @@ class TerminalPage {
       this.copyText);
 
     this.root = el('div', { class: `terminal-page${this.viewer ? ' viewer' : ''}` },
-      this.header, this.tabbar, this.viewerBanner, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
+      this.header, this.tabbar, this.viewerBanner, this.searchBar, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
     app.replaceChildren(this.root);
   }
 
@@ -134,7 +270,17 @@ class TerminalPage {
     document.addEventListener('fullscreenchange', () => {
       if (!document.fullscreenElement && this.fullscreen) this.leaveFullscreen();
     });
-    this.root.addEventListener('mousemove', () => this.pokeOverlay());
+    this.root.addEventListener('mousemove', (event) => {
+      // Touch screens send a compatibility mousemove with every tap: only a mouse pokes.
+      if (!this.isTouchLayout()) this.pokeOverlay();
+      else if (event.movementX || event.movementY) this.pokeOverlay();
+    });
+    // Phones: a tap on the terminal shows or hides the header and tabs; in fullscreen a tap in a
+    // corner or a swipe down from the top edge brings them back.
+    this.panes.addEventListener('touchstart', (event) => this.touchBegan(event), { passive: true, capture: true });
+    this.panes.addEventListener('touchend', (event) => this.touchEnded(event), { passive: false, capture: true });
+    this.root.addEventListener('touchstart', (event) => this.edgeTouchBegan(event), { passive: true });
+    this.root.addEventListener('touchmove', (event) => this.edgeTouchMoved(event), { passive: true });
     window.visualViewport?.addEventListener('resize', () => this.followVisualViewport());
   }
 
@@ -150,7 +296,9 @@ class TerminalPage {
       callbacks: {
         onChange: (changed) => this.renderTab(changed),
         onKeyboardInput: (from, data) => this.keyboardInput(from, data),
-        terminalKeyAllowed: (event) => !isPageShortcut(event) && !(this.fullscreen && event.key === 'Escape'),
+        // Esc goes to the program, in fullscreen too: fullscreen is left with its shortcut or button.
+        terminalKeyAllowed: (event) => !isPageShortcut(event),
+        onSearchResults: (from, results) => { if (from === this.active) this.showSearchResults(results); },
         onRestart: (from) => this.restart(from),
         onAttention: (from, kind) => this.markAttention(from, kind),
         onReplace: (from) => this.replace(from),
@@ -177,6 +325,7 @@ class TerminalPage {
     return tab;
   }
 
+  /** @param {SessionTab} tab @param {{ after?: SessionTab }} [options] */
   addTab(tab, { after } = {}) {
     const index = after ? this.tabs.indexOf(after) + 1 : this.tabs.length;
     this.tabs.splice(index, 0, tab);
@@ -189,7 +338,8 @@ class TerminalPage {
     this.updateControls();
   }
 
-  removeTab(tab) {
+  /** Removes a tab; `byOthers`: its session was closed elsewhere, and the page may be left empty. */
+  removeTab(tab, { byOthers = false } = {}) {
     const index = this.tabs.indexOf(tab);
     if (index < 0) return;
     this.tabs.splice(index, 1);
@@ -201,7 +351,21 @@ class TerminalPage {
       const neighbour = this.tabs[Math.min(index, this.tabs.length - 1)];
       if (neighbour) this.activate(neighbour);
     }
+    if (byOthers && this.tabs.length === 0) this.showEmpty();
     this.updateControls();
+  }
+
+  /** No session left after others closed them all: say so, and offer a new one. */
+  showEmpty() {
+    if (this.viewer) {
+      this.showEmptyViewer();
+      return;
+    }
+    this.mobileTitle.textContent = '';
+    this.emptyNote = el('div', { class: 'empty' },
+      el('p', {}, 'Every session of this instance was closed.'),
+      el('button', { type: 'button', onclick: () => { this.emptyNote?.remove(); this.emptyNote = null; this.openFreshTab(); } }, 'Start a new session'));
+    this.panes.append(this.emptyNote);
   }
 
   renderTab(tab) {
@@ -232,6 +396,11 @@ class TerminalPage {
     closeButton.setAttribute('aria-label', `Close ${tab.name}`);
     closeButton.hidden = this.viewer;
     if (tab === this.active) this.mobileTitle.textContent = tab.name;
+    // The handle that brings hidden tabs back carries the mark of any tab that wants a look.
+    const wanting = this.tabs.find((other) => other.attention)?.attention;
+    if (wanting) this.chromeHandle.dataset.attention = wanting;
+    else delete this.chromeHandle.dataset.attention;
+    this.chromeHandle.setAttribute('aria-label', wanting ? `Show tabs (${ATTENTION_WORDS[wanting]} in another session)` : 'Show tabs');
     this.updateControls();
   }
 
@@ -239,6 +408,10 @@ class TerminalPage {
     if (!this.tabs.includes(tab)) return;
     const previous = this.active;
     this.active = tab;
+    if (tab.connectWhenShown) {
+      tab.connectWhenShown = false;
+      tab.connect();
+    }
     // Looking at the tab is what its mark asked for.
     if (tab.attention) {
       tab.attention = null;
@@ -252,16 +425,29 @@ class TerminalPage {
       other.pane.hidden = !selected;
     }
     if (tab.sessionId) sessionStorage.setItem(this.activeKey, tab.sessionId);
+    this.rememberSeenBell(tab);
+    if (previous && previous !== tab && !this.searchBar.hidden) {
+      previous.endSearch();
+      this.findInActive('next', { incremental: true });
+    }
     this.mobileTitle.textContent = tab.name;
     tab.ui.item.scrollIntoView({ block: 'nearest', inline: 'nearest' });
     this.updateFades();
     this.fitActive();
+    // A terminal resized while hidden may have a cleared canvas (WebGL): draw it again.
+    tab.terminal.refresh(0, tab.terminal.rows - 1);
     if (previous !== tab || document.activeElement === document.body) tab.terminal.focus();
     this.updateControls();
   }
 
+  /** The tab's last bell was seen: a reload does not mark it again. */
+  rememberSeenBell(tab) {
+    if (tab.sessionId && tab.lastBellAt) sessionStorage.setItem(SEEN_BELL_KEY_PREFIX + tab.sessionId, tab.lastBellAt);
+  }
+
   /** A bell or an exit in a tab that is not the selected one marks it until it is selected. */
   markAttention(tab, kind) {
+    if (tab === this.active) this.rememberSeenBell(tab);
     if (tab === this.active || !this.tabs.includes(tab)) return;
     // An exit outranks a bell: it is the last thing the tab will say.
     if (tab.attention === 'exited') return;
@@ -330,9 +516,13 @@ class TerminalPage {
     try {
       const size = this.size ?? { cols: this.active?.terminal.cols ?? 80, rows: this.active?.terminal.rows ?? 24 };
       const created = await api.createSession(this.instanceId, size);
-      const tab = this.makeTab({ session: created });
-      this.addTab(tab);
-      tab.connect();
+      // The change event may have brought the tab in before this answer did.
+      let tab = this.tabs.find((candidate) => candidate.sessionId === created.id);
+      if (!tab) {
+        tab = this.makeTab({ session: created });
+        this.addTab(tab);
+        tab.connect();
+      }
       this.activate(tab);
     } catch (error) {
       this.reportError(error);
@@ -347,12 +537,7 @@ class TerminalPage {
   async syncSessions() {
     try {
       const sessions = await api.listSessions(this.instanceId);
-      for (const session of sessions) {
-        if (this.tabs.some((tab) => tab.sessionId === session.id)) continue;
-        const tab = this.makeTab({ session });
-        this.addTab(tab);
-        tab.connect();
-      }
+      for (const session of sessions) this.followSession(session);
     } catch (error) {
       this.reportError(error);
     }
@@ -387,10 +572,12 @@ class TerminalPage {
 
   async closeTab(tab) {
     if (tab.sessionId) {
+      tab.closing = true;
       try {
         await api.closeSession(this.instanceId, tab.sessionId);
       } catch (error) {
         if (!(error instanceof ApiError && error.status === 404)) {
+          tab.closing = false;
           this.reportError(error);
           return;
         }
@@ -424,9 +611,13 @@ class TerminalPage {
       this.reportError(error);
       return;
     }
-    if (tab.exited || !tab.socket) {
+    if (tab.connectWhenShown) {
+      tab.connectWhenShown = false;
+      tab.exited = false;
+      tab.connect();
+    } else if (tab.exited || !tab.socket) {
       // No socket hears the reset: clear the final screen here, for the new process to draw on.
-      tab.terminal.reset();
+      tab.clearForRestart();
       tab.exited = false;
       tab.exitCode = null;
       tab.hideNotice();
@@ -482,20 +673,22 @@ class TerminalPage {
   // ---- keyboard ----------------------------------------------------------------------------
 
   globalKey(event) {
-    if (this.fullscreen && event.key === 'Escape' && !event.target.closest?.('input, .close-confirm')) {
+    if (isSearchShortcut(event)) {
       event.preventDefault();
       event.stopPropagation();
-      this.leaveFullscreen();
+      this.openSearch();
       return;
     }
-    if (event.ctrlKey && event.shiftKey && !event.altKey && event.code === 'KeyF') {
+    const zoom = fontSizeShortcut(event);
+    if (zoom !== undefined) {
       event.preventDefault();
       event.stopPropagation();
-      this.toggleFullscreen();
+      setFontSize(zoom === null ? null : fontSize() + zoom);
       return;
     }
     if (!(event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey)) return;
     const action = {
+      KeyF: () => this.toggleFullscreen(),
       KeyN: () => this.createSession(),
       KeyW: () => this.active && this.requestClose(this.active),
       ArrowLeft: () => this.step(-1),
@@ -553,6 +746,40 @@ class TerminalPage {
     this.ctrlKey.setAttribute('aria-pressed', String(latched));
   }
 
+  // ---- search in the scrollback ----------------------------------------------------------------
+
+  openSearch() {
+    if (!this.active) return;
+    this.searchBar.hidden = false;
+    this.searchInput.focus();
+    this.searchInput.select();
+    if (this.searchInput.value) this.findInActive('next', { incremental: true });
+  }
+
+  closeSearch() {
+    this.searchBar.hidden = true;
+    this.searchCount.textContent = '';
+    for (const tab of this.tabs) tab.endSearch();
+    this.active?.terminal.focus();
+  }
+
+  /** @param {'next' | 'previous'} direction @param {{ incremental?: boolean }} [options] */
+  findInActive(direction, options) {
+    const tab = this.active;
+    if (!tab) return;
+    const found = tab.find(this.searchInput.value, direction, options);
+    if (!found) this.searchCount.textContent = this.searchInput.value ? 'No matches' : '';
+    this.searchBar.dataset.found = String(found);
+  }
+
+  /** @param {{ resultIndex: number, resultCount: number }} results */
+  showSearchResults({ resultIndex, resultCount }) {
+    if (this.searchBar.hidden || !this.searchInput.value) return;
+    this.searchCount.textContent = resultCount === 0
+      ? 'No matches'
+      : resultIndex < 0 ? `${resultCount} matches` : `${resultIndex + 1} of ${resultCount}`;
+  }
+
   // ---- copy view ---------------------------------------------------------------------------
 
   openCopyView() {
@@ -596,11 +823,17 @@ class TerminalPage {
     this.fullscreen = true;
     this.root.classList.add('fullscreen');
     this.fullscreenButton.setAttribute('aria-label', 'Exit fullscreen');
-    this.fullscreenButton.title = 'Exit fullscreen (Esc)';
-    document.documentElement.requestFullscreen?.().catch(() => {
+    this.fullscreenButton.title = 'Exit fullscreen (Alt+Shift+F)';
+    document.documentElement.requestFullscreen?.().then(() => {
+      // In the browser's fullscreen Esc would leave it; with the key locked it reaches the
+      // program (vim, less), and holding Esc still leaves, as the browser tells.
+      const keyboard = /** @type {any} */ (navigator).keyboard;
+      return keyboard?.lock?.(['Escape']);
+    }).catch(() => {
       // Not allowed here (no user gesture, an iframe): the page still fills the window.
     });
-    this.pokeOverlay();
+    if (this.isTouchLayout()) this.hideChrome();
+    else this.pokeOverlay();
     this.scheduleFit();
     this.active?.terminal.focus();
   }
@@ -610,15 +843,17 @@ class TerminalPage {
     clearTimeout(this.overlayTimer);
     this.root.classList.remove('fullscreen', 'overlay-hidden');
     this.fullscreenButton.setAttribute('aria-label', 'Fullscreen');
-    this.fullscreenButton.title = 'Fullscreen (Ctrl+Shift+F)';
+    this.fullscreenButton.title = 'Fullscreen (Alt+Shift+F)';
+    /** @type {any} */ (navigator).keyboard?.unlock?.();
     if (document.fullscreenElement) document.exitFullscreen().catch(() => {});
+    this.showChrome();
     this.scheduleFit();
     this.active?.terminal.focus();
   }
 
   /** In fullscreen the tab strip is an overlay that hides after 3 s without mouse movement. */
   pokeOverlay() {
-    if (!this.fullscreen) return;
+    if (!this.fullscreen || this.isTouchLayout()) return;
     this.root.classList.remove('overlay-hidden');
     clearTimeout(this.overlayTimer);
     this.overlayTimer = setTimeout(() => this.root.classList.add('overlay-hidden'), OVERLAY_HIDE_MS);
@@ -628,7 +863,15 @@ class TerminalPage {
     return window.matchMedia('(max-width: 640px)').matches;
   }
 
-  /** On a phone, typing hides the header and tab strip to give the terminal the room. */
+  /** The phone layout: a narrow window or a touch screen without a fine pointer. */
+  isTouchLayout() {
+    return this.isMobile() || window.matchMedia('(pointer: coarse)').matches;
+  }
+
+  /**
+   * On a phone, typing or a tap on the terminal hides the header and tab strip to give the
+   * terminal the room (in fullscreen the special keys too); the handle brings them back.
+   */
   hideChrome() {
     if (this.root.classList.contains('chrome-hidden')) return;
     this.root.classList.add('chrome-hidden');
@@ -637,9 +880,56 @@ class TerminalPage {
   }
 
   showChrome() {
+    if (!this.root.classList.contains('chrome-hidden')) return;
     this.root.classList.remove('chrome-hidden');
     this.chromeHandle.hidden = true;
     this.scheduleFit();
+  }
+
+  /** @param {TouchEvent} event */
+  touchBegan(event) {
+    const touch = event.touches.length === 1 ? event.touches[0] : null;
+    this.touchStart = touch ? { x: touch.clientX, y: touch.clientY } : null;
+  }
+
+  /** A tap (a touch that did not move) on the terminal: toggles the header and tabs. */
+  touchEnded(/** @type {TouchEvent} */ event) {
+    const start = this.touchStart;
+    this.touchStart = null;
+    const touch = event.changedTouches[0];
+    if (!start || !touch || !this.isTouchLayout()) return;
+    // Only the terminal itself: a tap on a banner's or notice's button must stay where it was.
+    if (!(event.target instanceof Element) || !event.target.closest('.term-host')) return;
+    if (Math.hypot(touch.clientX - start.x, touch.clientY - start.y) > TAP_SLOP_PX) return;
+    const hidden = this.root.classList.contains('chrome-hidden');
+    if (this.fullscreen && hidden) {
+      // In fullscreen a tap is for the program; only a corner brings the tabs back. That tap
+      // ends there: its click would land on the special keys now drawn under the finger.
+      if (inCorner(touch.clientX, touch.clientY)) {
+        event.preventDefault();
+        this.showChrome();
+      }
+      return;
+    }
+    if (hidden) this.showChrome();
+    else this.hideChrome();
+  }
+
+  /** @param {TouchEvent} event */
+  edgeTouchBegan(event) {
+    const touch = event.touches.length === 1 ? event.touches[0] : null;
+    this.edgeStart = touch && touch.clientY <= EDGE_PX ? { x: touch.clientX, y: touch.clientY } : null;
+  }
+
+  /** A swipe down from the top edge brings the header and tabs back. */
+  edgeTouchMoved(/** @type {TouchEvent} */ event) {
+    const start = this.edgeStart;
+    const touch = event.touches[0];
+    if (!start || !touch) return;
+    if (touch.clientY - start.y >= SWIPE_PX && Math.abs(touch.clientX - start.x) < touch.clientY - start.y) {
+      this.edgeStart = null;
+      this.showChrome();
+    }
   }
 
   followVisualViewport() {
@@ -687,10 +977,41 @@ class TerminalPage {
 }
 
 /** The page's own shortcuts, which the terminal must not also receive. */
-function isPageShortcut(event) {
-  if (event.ctrlKey && event.shiftKey && !event.altKey && event.code === 'KeyF') return true;
+function isPageShortcut(/** @type {KeyboardEvent} */ event) {
+  if (isSearchShortcut(event) || fontSizeShortcut(event) !== undefined) return true;
   return event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey
-    && ['KeyN', 'KeyW', 'KeyR', 'ArrowLeft', 'ArrowRight'].includes(event.code);
+    && ['KeyF', 'KeyN', 'KeyW', 'KeyR', 'ArrowLeft', 'ArrowRight'].includes(event.code);
+}
+
+const onMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
+
+/** Ctrl+Shift+F, as terminals have it (Ctrl+F is the shell's); on a Mac also the browser's Cmd+F. */
+function isSearchShortcut(/** @type {KeyboardEvent} */ event) {
+  if (event.type !== 'keydown' || event.code !== 'KeyF' || event.altKey) return false;
+  if (event.ctrlKey && event.shiftKey && !event.metaKey) return true;
+  return onMac && event.metaKey && !event.ctrlKey && !event.shiftKey;
+}
+
+/**
+ * Ctrl+= / Ctrl+- (Cmd on a Mac) make the terminal's font larger or smaller by one, Ctrl+0 goes
+ * back to the default (null); undefined for any other key.
+ * @param {KeyboardEvent} event
+ * @returns {number | null | undefined}
+ */
+function fontSizeShortcut(event) {
+  const modifier = onMac ? event.metaKey && !event.ctrlKey : event.ctrlKey && !event.metaKey;
+  if (event.type !== 'keydown' || !modifier || event.altKey) return undefined;
+  if (event.code === 'Equal' || event.code === 'NumpadAdd' || event.key === '+') return 1;
+  if ((event.code === 'Minus' || event.code === 'NumpadSubtract') && !event.shiftKey) return -1;
+  if ((event.code === 'Digit0' || event.code === 'Numpad0') && !event.shiftKey) return null;
+  return undefined;
+}
+
+/** Whether a point is in a corner of the window. */
+function inCorner(/** @type {number} */ x, /** @type {number} */ y) {
+  const nearX = x <= CORNER_PX || x >= window.innerWidth - CORNER_PX;
+  const nearY = y <= CORNER_PX || y >= window.innerHeight - CORNER_PX;
+  return nearX && nearY;
 }
 
 /** What Ctrl plus a typed character sends: Ctrl+C is 0x03, Ctrl+[ is Escape, and so on. */

@@ -4,7 +4,7 @@
 
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -71,7 +71,7 @@ export async function startStack() {
   ], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
   let output = '';
   const found = new Promise((resolvePromise, reject) => {
-    const pattern = /(http:\/\/127\.0\.0\.1:\d+)\/\?token=([A-Za-z0-9._~+\/=-]+)/;
+    const pattern = /(http:\/\/127\.0\.0\.1:\d+)\/\?token=([A-Za-z0-9._~+/=-]+)/;
     const look = (chunk) => {
       output += chunk.toString();
       if (process.env.TEST_LOG === '1') process.stderr.write(chunk);
@@ -201,14 +201,14 @@ export async function startRelay(targetOrigin) {
 
 // ---- the browser ------------------------------------------------------------------------------
 
-export async function launchBrowser() {
+export async function launchBrowser({ extraArgs = [] } = {}) {
   // playwright-core gives every launch a fresh temporary profile (user data dir) and removes it
   // on close; each test page gets its own context (its own sessionStorage, like a separate
   // browser tab).
   const browser = await chromium.launch({
     executablePath: chromiumExecutable(),
     headless: true,
-    args: CHROMIUM_ARGS,
+    args: [...CHROMIUM_ARGS, ...extraArgs],
   });
   return {
     browser,
@@ -225,8 +225,9 @@ export async function newDesktopPage(browser, options = {}) {
   return page;
 }
 
-export async function newMobilePage(browser, origin) {
+export async function newMobilePage(browser, origin, options = {}) {
   const context = await browser.newContext({
+    ...options,
     viewport: { width: 390, height: 844 },
     deviceScaleFactor: 2,
     isMobile: true,
@@ -304,14 +305,13 @@ export async function waitFor(what, probe, timeout = PATIENCE_MS) {
   }
 }
 
-/** The text on the visible terminal's screen, one line per row, trailing spaces trimmed. */
+/**
+ * The text on the visible terminal's screen, one line per row, trailing spaces trimmed, read from
+ * xterm's buffer (the WebGL renderer draws no text into the page).
+ */
 export async function screenText(page) {
-  return page.evaluate(() => {
-    const pane = document.querySelector('.pane:not([hidden])');
-    const rows = pane?.querySelector('.xterm-rows');
-    if (!rows) return '';
-    return Array.from(rows.children, (row) => row.textContent.replace(/\s+$/, '')).join('\n');
-  });
+  const lines = await visibleBufferLines(page);
+  return lines ? lines.join('\n') : '';
 }
 
 /**
@@ -399,4 +399,21 @@ export async function tabNames(page) {
 
 export async function ensureDirectory(path) {
   await mkdir(path, { recursive: true });
+}
+
+/**
+ * Saves a screenshot of `page` in web/test-results/ and, with PTYHUB_UPDATE_SCREENSHOTS=1, copies
+ * it to docs/screenshots/ (the README's pictures).
+ */
+export async function saveScreenshot(page, name) {
+  const directory = join(webRoot, 'test-results');
+  await ensureDirectory(directory);
+  const path = join(directory, name);
+  await page.screenshot({ path });
+  if (process.env.PTYHUB_UPDATE_SCREENSHOTS === '1') {
+    const docs = join(repositoryRoot, 'docs', 'screenshots');
+    await ensureDirectory(docs);
+    await copyFile(path, join(docs, name));
+  }
+  return path;
 }

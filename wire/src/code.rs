@@ -29,6 +29,9 @@ pub enum ErrorCode {
     CapReached,
     /// A client sent more than a limit allows, or fell so far behind that it is no longer served.
     LimitExceeded,
+    /// Too many at once or too fast: failed authentications from one address, streams of one
+    /// principal. Trying again later can work.
+    TooManyRequests,
     /// What the caller waited for did not happen in the time it gave (a screen wait).
     TimedOut,
     /// A service or a container runtime did not answer, or is shutting down.
@@ -47,7 +50,9 @@ impl ErrorCode {
             ErrorCode::NotFound => Code::NotFound,
             ErrorCode::AlreadyExists => Code::AlreadyExists,
             ErrorCode::WrongState => Code::FailedPrecondition,
-            ErrorCode::CapReached | ErrorCode::LimitExceeded => Code::ResourceExhausted,
+            ErrorCode::CapReached | ErrorCode::LimitExceeded | ErrorCode::TooManyRequests => {
+                Code::ResourceExhausted
+            }
             ErrorCode::TimedOut => Code::DeadlineExceeded,
             ErrorCode::Unavailable => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
@@ -66,6 +71,7 @@ impl ErrorCode {
                 StatusCode::CONFLICT
             }
             ErrorCode::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TimedOut => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -79,7 +85,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => close_code::UNAUTHENTICATED,
             ErrorCode::Forbidden => close_code::FORBIDDEN,
             ErrorCode::NotFound => close_code::NOT_FOUND,
-            ErrorCode::CapReached => close_code::CAP_REACHED,
+            ErrorCode::CapReached | ErrorCode::TooManyRequests => close_code::CAP_REACHED,
             ErrorCode::LimitExceeded => close_code::TOO_BIG,
             ErrorCode::Malformed
             | ErrorCode::Invalid
@@ -148,7 +154,7 @@ pub mod close_code {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 13] = [
+    const ALL: [ErrorCode; 14] = [
         ErrorCode::Malformed,
         ErrorCode::Invalid,
         ErrorCode::Unauthenticated,
@@ -159,6 +165,7 @@ mod tests {
         ErrorCode::WrongState,
         ErrorCode::CapReached,
         ErrorCode::LimitExceeded,
+        ErrorCode::TooManyRequests,
         ErrorCode::TimedOut,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
@@ -177,6 +184,7 @@ mod tests {
             (ErrorCode::WrongState, 409, 1008),
             (ErrorCode::CapReached, 409, 4029),
             (ErrorCode::LimitExceeded, 413, 1009),
+            (ErrorCode::TooManyRequests, 429, 4029),
             (ErrorCode::TimedOut, 408, 1011),
             (ErrorCode::Unavailable, 503, 1011),
             (ErrorCode::Internal, 500, 1011),
@@ -195,7 +203,7 @@ mod tests {
             let expected = match code {
                 ErrorCode::Malformed => ErrorCode::Invalid,
                 ErrorCode::OriginRefused => ErrorCode::Forbidden,
-                ErrorCode::LimitExceeded => ErrorCode::CapReached,
+                ErrorCode::LimitExceeded | ErrorCode::TooManyRequests => ErrorCode::CapReached,
                 other => other,
             };
             assert_eq!(read_back, expected, "{code:?}");

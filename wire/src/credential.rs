@@ -9,6 +9,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::service::Interceptor;
@@ -57,9 +58,16 @@ impl ServiceCredential {
 
     /// The interceptor that admits only calls presenting this credential.
     pub fn require(&self) -> RequireCredential {
-        RequireCredential {
-            credential: self.clone(),
-        }
+        RequireCredential::any_of([self.clone()])
+    }
+
+    /// A name for this credential that can be stored and compared without keeping the
+    /// credential itself: the SHA-256 of it, in hex. A broker's registration is bound to it.
+    pub fn fingerprint(&self) -> String {
+        Sha256::digest(self.expose().as_bytes())
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
     }
 }
 
@@ -82,6 +90,39 @@ impl FromStr for ServiceCredential {
 
     fn from_str(token: &str) -> Result<Self, InvalidCredential> {
         Self::new(token)
+    }
+}
+
+/// One credential per tier, as a deployment holds them: session-api's (the only one the brokers'
+/// control calls accept), the gateways' (the only one session-api's session calls accept), and
+/// the brokers' (the only one session-api's registry accepts for registrations and heartbeats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierCredentials {
+    pub session_api: ServiceCredential,
+    pub gateway: ServiceCredential,
+    pub broker: ServiceCredential,
+}
+
+impl TierCredentials {
+    /// The tiers of one process (`ptyhub up`, a test stack): session-api's credential is `seed`,
+    /// and the others are derived from it one way (SHA-256 over the seed and the tier's name), so
+    /// that a caller that knows the seed can reach every tier while the gateway's credential
+    /// reveals nothing of the others.
+    pub fn derived_from(seed: &ServiceCredential) -> Self {
+        let derive = |tier: &str| {
+            let digest = Sha256::new()
+                .chain_update(seed.expose().as_bytes())
+                .chain_update(b"/ptyhub-tier/")
+                .chain_update(tier.as_bytes())
+                .finalize();
+            let token: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+            ServiceCredential::new(token).expect("64 hex digits make a valid credential")
+        };
+        Self {
+            session_api: seed.clone(),
+            gateway: derive("gateway"),
+            broker: derive("broker"),
+        }
     }
 }
 
@@ -134,17 +175,30 @@ impl Interceptor for BearerAuth {
     }
 }
 
-/// Admits only calls that present a service credential: the one server-side check, as a tonic
-/// interceptor for whole services and as [`RequireCredential::check`] for the calls of a service
-/// that admits some calls by other means (the broker's `Attach` takes a ticket).
+/// Admits only calls that present one of a tier's service credentials: the one server-side
+/// check, as a tonic interceptor for whole services and as [`RequireCredential::check`] for the
+/// calls of a service that admits some calls by other means (the broker's `Attach` takes a
+/// ticket) or admits different tiers to different calls (session-api's registry).
 #[derive(Clone, Debug)]
 pub struct RequireCredential {
-    credential: ServiceCredential,
+    credentials: Arc<[ServiceCredential]>,
 }
 
 impl RequireCredential {
-    /// `UNAUTHENTICATED` unless `metadata` carries the expected credential.
+    /// Admits calls that present any of `credentials` (none: admits nothing).
+    pub fn any_of(credentials: impl IntoIterator<Item = ServiceCredential>) -> Self {
+        Self {
+            credentials: credentials.into_iter().collect(),
+        }
+    }
+
+    /// `UNAUTHENTICATED` unless `metadata` carries one of the expected credentials.
     pub fn check(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        self.identify(metadata).map(|_| ())
+    }
+
+    /// Which of the expected credentials `metadata` carries, or `UNAUTHENTICATED`.
+    pub fn identify(&self, metadata: &MetadataMap) -> Result<&ServiceCredential, Status> {
         let header = metadata
             .get(AUTHORIZATION_METADATA)
             .ok_or_else(|| Status::unauthenticated("missing service credential"))?
@@ -152,11 +206,14 @@ impl RequireCredential {
             .map_err(|_| Status::unauthenticated("malformed authorization metadata"))?;
         let token = bearer_token(header)
             .ok_or_else(|| Status::unauthenticated("authorization must be a bearer token"))?;
-        if self.credential.matches(token) {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated("invalid service credential"))
+        // Every credential is compared, so that the time taken does not tell which one matched.
+        let mut matched = None;
+        for credential in self.credentials.iter() {
+            if credential.matches(token) {
+                matched = Some(credential);
+            }
         }
+        matched.ok_or_else(|| Status::unauthenticated("invalid service credential"))
     }
 }
 
@@ -247,5 +304,32 @@ mod tests {
                 .expect_err("refused without the credential");
             assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{header:?}");
         }
+    }
+
+    #[test]
+    fn derived_tiers_differ_and_are_stable() {
+        let seed = ServiceCredential::new(TOKEN).expect("valid");
+        let tiers = TierCredentials::derived_from(&seed);
+        assert_eq!(tiers.session_api, seed);
+        assert_ne!(tiers.gateway, seed);
+        assert_ne!(tiers.broker, seed);
+        assert_ne!(tiers.gateway, tiers.broker);
+        assert_eq!(tiers, TierCredentials::derived_from(&seed));
+        assert!(!tiers.gateway.expose().contains(TOKEN));
+    }
+
+    #[test]
+    fn a_tier_admits_any_of_its_credentials_and_says_which() {
+        let first = ServiceCredential::new("0123456789abcdef-first").expect("valid");
+        let second = ServiceCredential::new("0123456789abcdef-second").expect("valid");
+        let check = RequireCredential::any_of([first.clone(), second.clone()]);
+        let mut sent = Request::new(());
+        second.bearer_auth().authorize(&mut sent);
+        assert_eq!(check.identify(sent.metadata()).expect("admitted"), &second);
+        assert_ne!(first.fingerprint(), second.fingerprint());
+        assert_eq!(second.fingerprint().len(), 64);
+        assert!(!second.fingerprint().contains("second"));
+        let nobody = RequireCredential::any_of([]);
+        assert!(nobody.check(sent.metadata()).is_err());
     }
 }

@@ -14,15 +14,20 @@ mod introspection;
 pub mod limits;
 #[cfg(feature = "recordings")]
 mod recordings;
+mod secret;
 mod terminal;
 
 pub use code::{ErrorCode, close_code};
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
-    bearer_token,
+    TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};
+pub use secret::{
+    SecretError, create_private_directory, create_private_file, read_secret_file,
+    read_secret_lines, secret_from,
+};
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
 pub use tonic_health::ServingStatus;

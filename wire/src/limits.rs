@@ -1,5 +1,9 @@
 //! The contract's numeric limits (docs/CONTRACT.md), named once so that every surface checks the
-//! same bounds.
+//! same bounds, and the one rule for which characters a name may hold.
+
+use std::time::Duration;
+
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
 
 /// The widest terminal a client may ask for.
 pub const MAX_COLS: u16 = 1000;
@@ -33,3 +37,54 @@ pub const MAX_QUIET_MS: u32 = 60_000;
 
 /// The longest regular expression a screen wait may carry, in bytes.
 pub const MAX_PATTERN_BYTES: usize = 4096;
+
+/// The most aliases one session may hold (each a row the create writes in its transaction).
+pub const MAX_ALIASES_PER_SESSION: usize = 16;
+
+/// The longest alias, in characters (aliases are ASCII).
+pub const MAX_ALIAS_CHARS: usize = 128;
+
+/// The most viewers attached to one session at once, besides its controller.
+pub const MAX_VIEWERS_PER_SESSION: usize = 32;
+
+/// The most terminal streams (WebSockets) one principal may hold open at one gateway.
+pub const MAX_STREAMS_PER_PRINCIPAL: usize = 64;
+
+/// How long a client of `Attach` has to send its Hello before the stream is ended.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a closed session stays in the records (its history) by default.
+pub const DEFAULT_CLOSED_SESSION_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// Whether `character` may not appear in a name (of an instance or a session): control
+/// characters, format characters (which include the bidirectional overrides and isolates such as
+/// U+202E, zero-width joiners and the byte-order mark) and line or paragraph separators. They
+/// would make a name print as another name, or not print at all.
+pub fn is_forbidden_in_names(character: char) -> bool {
+    matches!(
+        character.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_refuse_controls_bidi_and_format_characters_only() {
+        for forbidden in [
+            '\u{0}', '\n', '\u{7f}', '\u{9b}', '\u{202e}', '\u{202a}', '\u{2066}', '\u{2069}',
+            '\u{200e}', '\u{200f}', '\u{200b}', '\u{200d}', '\u{feff}', '\u{61c}', '\u{2028}',
+            '\u{2029}',
+        ] {
+            assert!(is_forbidden_in_names(forbidden), "{forbidden:?}");
+        }
+        for allowed in ['a', ' ', 'é', '日', '🙂', '-', '\u{a0}'] {
+            assert!(!is_forbidden_in_names(allowed), "{allowed:?}");
+        }
+    }
+}

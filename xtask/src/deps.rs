@@ -7,8 +7,10 @@
 //!   engine answers, and the `ptyhub-test-busybox` image built from `deploy/test-image/`.
 //! - PostgreSQL: a throwaway cluster under `/var/cache/ptyhub-pg`, listening on 127.0.0.1 only;
 //!   tests create one database each from `PTYHUB_TEST_POSTGRES_URL`.
-//! - moto's S3 server (`moto_server`, PyPI) in the project's Python environment, for the
-//!   recordings tests (`interop/requirements.txt`).
+//! - Python: a virtual environment under `/var/cache/ptyhub-py` with the packages of
+//!   `interop/requirements.txt` and `examples/python/requirements.txt` from PyPI
+//!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
+//!   tests; `iproute2` for the tests' own network namespaces.
 //!
 //! Outside CI a dependency that cannot be had is reported and its tests skip; under `CI=true` the
 //! failure is fatal, because the tests would fail anyway.
@@ -30,6 +32,7 @@ const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 #[derive(Debug, Default)]
 pub struct TestEnvironment {
     postgres_url: Option<String>,
+    python: Option<PathBuf>,
 }
 
 impl TestEnvironment {
@@ -37,6 +40,12 @@ impl TestEnvironment {
         let mut variables = Vec::new();
         if let Some(url) = &self.postgres_url {
             variables.push(("PTYHUB_TEST_POSTGRES_URL".to_owned(), url.clone()));
+        }
+        if let Some(python) = &self.python {
+            variables.push((
+                "PTYHUB_TEST_PYTHON".to_owned(),
+                python.display().to_string(),
+            ));
         }
         variables
     }
@@ -55,10 +64,11 @@ pub fn prepare() -> Result<TestEnvironment> {
         ensure_docker_engine().and_then(|()| build_test_image()),
     )?;
     environment.postgres_url = tolerate("PostgreSQL", ensure_postgres())?;
-    // moto's S3 server for the recordings tests, with the Python clients of interop/.
-    tolerate(
-        "moto's S3 server",
-        crate::interop::ensure_python_clients(&run::workspace_root()).map(drop),
+    // The Python clients the tests run (the reflection client and the example), and moto's S3
+    // server for the recordings tests.
+    environment.python = tolerate(
+        "Python gRPC clients and moto's S3 server",
+        crate::interop::ensure_python_clients(&run::workspace_root()),
     )?;
     Ok(environment)
 }
@@ -76,7 +86,7 @@ fn tolerate<T>(what: &str, result: Result<T>) -> Result<Option<T>> {
 }
 
 /// The Debian packages the tests need. The static busybox is what the test image is made of.
-const PACKAGES: &[&str] = &["docker.io", "busybox-static", "postgresql"];
+const PACKAGES: &[&str] = &["docker.io", "busybox-static", "postgresql", "iproute2"];
 
 fn install_missing_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES

@@ -29,7 +29,8 @@ pub fn python_grpc_reflection_client(root: &Path, address: SocketAddr, token: &s
     .context("the Python grpcio client failed against the gateway's gRPC port")
 }
 
-/// The Python of the virtual environment, with `interop/requirements.txt` installed.
+/// The Python of the virtual environment, with `interop/requirements.txt` and
+/// `examples/python/requirements.txt` installed.
 pub fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
     let venv = PathBuf::from(VENV);
     let python = venv.join("bin/python");
@@ -50,7 +51,9 @@ pub fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
                 "--disable-pip-version-check",
                 "-r",
             ])
-            .arg(root.join("interop/requirements.txt")),
+            .arg(root.join("interop/requirements.txt"))
+            .arg("-r")
+            .arg(root.join("examples/python/requirements.txt")),
     )
     .context("cannot install the Python gRPC clients from PyPI")?;
     Ok(python)

@@ -4,7 +4,9 @@
 //! starts what the tests need (a Docker engine with the test image, PostgreSQL, Chromium, the
 //! page's npm packages), runs the workspace's tests with nextest, then the web page's browser
 //! tests against a real `ptyhub up`. `cargo xtask ci` adds the format and lint gates and the
-//! dependency checks (`cargo deny`, `cargo machete`); `.ci/run` calls it. `cargo xtask up` builds the web page and runs `ptyhub up`.
+//! dependency checks (`cargo deny`, `cargo machete`) and the page's type check and linter;
+//! `.ci/run` calls it. `cargo xtask up` builds the web page and runs `ptyhub up` with it built
+//! in; `cargo xtask web` builds and checks the page only.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +37,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         up_args: Vec<String>,
     },
+    /// Build the web page into web/dist (which the next `cargo build` puts into the `gateway`
+    /// and `ptyhub` binaries), then type-check and lint its JavaScript.
+    Web,
     /// Install and start the test dependencies, then run every test.
     Test {
         /// Skip the browser tests of the web page and the fresh-clone run of `cargo xtask up`.
@@ -45,8 +50,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         nextest_args: Vec<String>,
     },
-    /// Format check, clippy with warnings denied, `cargo deny check`, `cargo machete`, then
-    /// `test`.
+    /// Format check, clippy with warnings denied, `cargo deny check`, `cargo machete`, the
+    /// page's type check (tsc on its JSDoc types) and linter (eslint), then `test`.
     Ci,
     /// The dependency checks of `ci` alone: `cargo deny check` (licences, advisories, bans,
     /// sources) and `cargo machete` (unused dependencies).
@@ -66,6 +71,13 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
         Task::Up { up_args } => up(&up_args),
+        Task::Web => {
+            let root = run::workspace_root();
+            let dist = web::build_page(&root)?;
+            web::check_page(&root)?;
+            println!("built {}", dist.display());
+            Ok(())
+        }
         Task::Test {
             no_browser,
             nextest_args,
@@ -81,6 +93,7 @@ fn main() -> Result<()> {
                 "warnings",
             ])?;
             audit()?;
+            web::check_page(&run::workspace_root())?;
             test(&[], true)
         }
         Task::Audit => audit(),
@@ -100,10 +113,10 @@ fn audit() -> Result<()> {
     tools::machete()
 }
 
+/// Builds the page first, so that `cargo run` builds it into the binary it runs.
 fn up(up_args: &[String]) -> Result<()> {
     let root = run::workspace_root();
-    let web_dir = web::build_page(&root)?;
-    let web_dir = web_dir.to_string_lossy();
+    web::build_page(&root)?;
     let mut args = vec![
         "run",
         "--quiet",
@@ -113,9 +126,7 @@ fn up(up_args: &[String]) -> Result<()> {
         "ptyhub",
         "--",
         "up",
-        "--web-dir",
     ];
-    args.push(&web_dir);
     args.extend(up_args.iter().map(String::as_str));
     run::cargo(&args)
 }
@@ -154,12 +165,14 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
         // The benchmarks at a small size, so that they never rot (not a speed check).
         stage("quick benchmarks", bench::run_bench(true, &variables));
         if with_browser {
-            // Built with every target, as nextest built them, so that feature unification is
-            // the same and this is a no-op after the tests rather than a rebuild.
+            // The page first, then the binaries, which carry it (the binary test runs `ptyhub`
+            // with no page beside it). Built with every target, as nextest built them, so that
+            // feature unification is the same and only the crates that embed the page rebuild.
             stage(
                 "browser tests",
-                run::cargo(&["build", "--quiet", "--workspace", "--all-targets"]).and_then(|()| {
-                    web::run_browser_tests(&root, &run::target_dir().join("debug/ptyhub"))
+                web::build_page(&root).and_then(|dist| {
+                    run::cargo(&["build", "--quiet", "--workspace", "--all-targets"])?;
+                    web::run_browser_tests(&root, &dist, &run::target_dir().join("debug/ptyhub"))
                 }),
             );
             // The README's first command, on a clean checkout.

@@ -1,6 +1,7 @@
-//! The web page: building it from `web/` with npm and esbuild into `web/dist/`, and running its
-//! browser tests (node's test runner driving Debian's Chromium through playwright-core) against
-//! a `ptyhub up` that the tests start themselves.
+//! The web page: building it from `web/` with npm and esbuild into `web/dist/` (which
+//! `gateway/build.rs` puts into the binaries), checking its JavaScript (tsc on the JSDoc types,
+//! eslint), and running its browser tests (node's test runner driving Debian's Chromium through
+//! playwright-core) against a `ptyhub up` that the tests start themselves.
 //!
 //! What the tests expect: `node` and `npm` (Debian's `nodejs` and `npm` are installed when
 //! missing), Chromium at `PTYHUB_TEST_CHROMIUM` or `/usr/bin/chromium` (Debian's `chromium` is
@@ -47,9 +48,24 @@ pub fn build_page(root: &Path) -> Result<PathBuf> {
     Ok(dist)
 }
 
-/// Builds the page, then runs the browser tests against `ptyhub_binary` (its `up` command).
-pub fn run_browser_tests(root: &Path, ptyhub_binary: &Path) -> Result<()> {
-    let dist = build_page(root)?;
+/// The page's type check (`tsc --noEmit` over `web/jsconfig.json`: `checkJs` on the JSDoc
+/// types) and linter (`eslint`), both installed by `npm ci` from the page's lockfile.
+pub fn check_page(root: &Path) -> Result<()> {
+    let web = root.join(WEB_DIR);
+    ensure_node()?;
+    if !web.join("node_modules").is_dir() {
+        run::status(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&web),
+        )?;
+    }
+    run::status(Command::new("npm").args(["run", "check"]).current_dir(&web))
+}
+
+/// Runs the browser tests against `ptyhub_binary` (its `up` command) with the page built in
+/// `dist`, which the binary must have been built after (the binary test loads the page built in).
+pub fn run_browser_tests(root: &Path, dist: &Path, ptyhub_binary: &Path) -> Result<()> {
     if !ptyhub_binary.is_file() {
         bail!(
             "no ptyhub binary at {} (build it with `cargo build -p cli` first)",
@@ -65,7 +81,7 @@ pub fn run_browser_tests(root: &Path, ptyhub_binary: &Path) -> Result<()> {
         .args(["test"])
         .current_dir(root.join(WEB_DIR))
         .env("PTYHUB_BINARY", &binary)
-        .env("PTYHUB_WEB_DIR", &dist);
+        .env("PTYHUB_WEB_DIR", dist);
     if let Some(chromium) = chromium {
         command.env("PTYHUB_TEST_CHROMIUM", chromium);
     }

@@ -15,7 +15,10 @@ fn no_token_is_one_clear_line() {
         .args(["ls", "local"]);
     let line = one_error_line(&run_bounded(&mut command, None));
     assert!(line.starts_with("ptyhub: no token"), "{line}");
-    assert!(line.contains("--token"), "says how to give one: {line}");
+    assert!(
+        line.contains("PTYHUB_TOKEN_FILE"),
+        "says how to give one without argv: {line}"
+    );
 }
 
 #[test]

@@ -161,9 +161,11 @@ pub struct RenamedSession {
 pub struct HealthBody {
     /// `ok` or `unavailable`.
     pub status: String,
-    /// Why the gateway is not healthy, when it is not.
+    /// Why the gateway is not healthy, when it is not (an admin's credential only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Every broker and whether it answers (an admin's credential only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerHealthBody>,
 }
 
@@ -630,7 +632,8 @@ impl From<ScreenWaitResult> for WaitAnswerBody {
     }
 }
 
-/// A session or instance name: 1..=255 characters after trimming, no control characters.
+/// A session or instance name: 1..=255 characters after trimming, no control, format or
+/// bidirectional characters.
 pub fn validate_name(name: &str) -> Result<String, ApiError> {
     let trimmed = name.trim();
     let length = trimmed.chars().count();
@@ -639,9 +642,12 @@ pub fn validate_name(name: &str) -> Result<String, ApiError> {
             "name must be 1 to 255 characters after trimming",
         ));
     }
-    if trimmed.chars().any(char::is_control) {
+    if trimmed
+        .chars()
+        .any(ptyhub_wire::limits::is_forbidden_in_names)
+    {
         return Err(ApiError::invalid(
-            "name must not contain control characters",
+            "name must not contain control, format or bidirectional characters",
         ));
     }
     Ok(trimmed.to_owned())

@@ -26,7 +26,7 @@ pub struct InstancePath {
 pub struct SessionPath {
     /// Instance id or name.
     pub iid: String,
-    /// Session id (a UUID).
+    /// Session id (a UUID), or `default` for the session with the default alias.
     pub sid: String,
 }
 

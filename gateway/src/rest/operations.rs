@@ -11,13 +11,21 @@ use crate::auth::bearer_token;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
-/// Whether session-api and every broker answer. Needs no credential.
+/// Whether session-api and every broker answer. Needs no credential, but without an admin's it
+/// says only `ok` or `unavailable`: which brokers exist, where, and what failed is for
+/// operators, not for anyone who can reach the port.
 #[utoipa::path(
     get, path = "/healthz", tag = "operations",
     responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
 )]
-pub async fn healthz(State(state): State<AppState>) -> Response {
-    let (status, body) = match state.upstreams.check_brokers().await {
+pub async fn healthz(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let detailed = bearer_token(&headers).is_some_and(|token| {
+        state
+            .authenticator
+            .authenticate(Some(token))
+            .is_ok_and(|principal| principal.access.is_admin())
+    });
+    let (status, mut body) = match state.upstreams.check_brokers().await {
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             HealthBody {
@@ -61,6 +69,10 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
             }
         }
     };
+    if !detailed {
+        body.detail = None;
+        body.brokers.clear();
+    }
     (status, Json(body)).into_response()
 }
 

@@ -18,7 +18,7 @@ use super::extract::{
 };
 use crate::domain::{SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use crate::state::{AppState, DEFAULT_SESSION};
 
 /// Live sessions of an instance, oldest first; `?include=closed` adds history.
 #[utoipa::path(
@@ -77,11 +77,18 @@ pub async fn create_session(
 ) -> Result<(StatusCode, Json<CreatedSession>), ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
     let name = body.name.as_deref().map(validate_name).transpose()?;
+    let aliases = body.aliases.unwrap_or_default();
+    if aliases.len() > ptyhub_wire::limits::MAX_ALIASES_PER_SESSION {
+        return Err(ApiError::invalid(format!(
+            "a session may have at most {} aliases",
+            ptyhub_wire::limits::MAX_ALIASES_PER_SESSION
+        )));
+    }
     let size = TerminalSize::from_optional(body.cols, body.rows)
         .map_err(|error| ApiError::invalid(error.to_string()))?;
     let created = state
         .upstreams
-        .create_session(&instance.id, name, body.aliases.unwrap_or_default(), size)
+        .create_session(&instance.id, name, aliases, size)
         .await?;
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");
@@ -165,6 +172,10 @@ pub async fn reset_session(
     scope: InstanceScope,
     Path(SessionPath { sid, .. }): Path<SessionPath>,
 ) -> Result<Json<ResetSessionBody>, ApiError> {
+    if sid == DEFAULT_SESSION {
+        // The same as the legacy `/terminal/reset`, which creates the session when absent.
+        return reset_default_session(State(state), Caller(principal), scope).await;
+    }
     let instance = scope.authorize(&state, &principal).await?;
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state

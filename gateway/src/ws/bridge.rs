@@ -115,8 +115,11 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
                 send_timeout: state.heartbeat_interval * 2,
                 metrics: state.metrics.clone(),
             },
+            state: state.clone(),
+            instance_id: prepared.instance_id,
             session_id: prepared.session_id,
             session_name: prepared.session_name,
+            connected_before: false,
             heartbeat_interval: state.heartbeat_interval,
             heard,
             closing: closing.clone(),
@@ -318,8 +321,13 @@ impl ClientSink {
 /// Broker → client: `Attach` server frames become WebSocket frames; also heartbeats.
 struct BrokerWriter {
     client: ClientSink,
+    /// For the session's current name when a reset connects again.
+    state: AppState,
+    instance_id: String,
     session_id: String,
     session_name: String,
+    /// Whether `connected` was sent already: the next one follows a reset.
+    connected_before: bool,
     heartbeat_interval: Duration,
     heard: Heard,
     /// Set before the last frames go out, so input the client sends meanwhile is not applied.
@@ -441,10 +449,31 @@ impl BrokerWriter {
         }
     }
 
+    /// The name the session has now: it may have been renamed since the socket opened, and the
+    /// `connected` after a reset must not bring the old name back. When session-api does not
+    /// answer, the name known so far is sent.
+    async fn refresh_session_name(&mut self) {
+        match self
+            .state
+            .upstreams
+            .get_session(&self.instance_id, &self.session_id)
+            .await
+        {
+            Ok(session) => self.session_name = session.name,
+            Err(error) => {
+                tracing::info!(error = %error, "cannot read the session's name after a reset");
+            }
+        }
+    }
+
     /// Forwards one event other than batched output.
     async fn forward_event(&mut self, event: TerminalEvent) -> Flow {
         let sent = match event {
             TerminalEvent::Connected { offset, size, role } => {
+                if self.connected_before {
+                    self.refresh_session_name().await;
+                }
+                self.connected_before = true;
                 let session = SessionName {
                     id: &self.session_id,
                     name: &self.session_name,

@@ -29,7 +29,7 @@ use crate::auth::{
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
 use crate::rest::{InstancePath, SessionPath};
-use crate::state::AppState;
+use crate::state::{AppState, DEFAULT_SESSION};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
@@ -80,7 +80,8 @@ pub async fn open_instance_terminal(
     open_terminal(state, path.iid, None, query, headers, upgrade).await
 }
 
-/// One session by id; 4004 when unknown or closed.
+/// One session by id (`default`: the default session, created when absent); 4004 when unknown
+/// or closed.
 #[utoipa::path(
     get, path = "/ws/tool-instances/{iid}/terminal/{sid}", tag = "websocket",
     params(SessionPath, TerminalQuery),
@@ -194,6 +195,8 @@ struct PreparedAttach {
     size: Option<TerminalSize>,
     since: Option<u64>,
     snapshot: bool,
+    /// Held for as long as the bridge runs.
+    _stream_slot: crate::state::StreamSlot,
 }
 
 /// Authenticates, reads the query, and resolves (or creates) the session through session-api.
@@ -205,6 +208,7 @@ async fn prepare_attach(
     query: &TerminalQuery,
 ) -> Result<PreparedAttach, ApiError> {
     let principal = state.authenticator.authenticate(credential)?;
+    let stream_slot = state.stream_slots.acquire(&principal.subject)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
     let size = TerminalSize::from_optional(cols, rows)
@@ -221,6 +225,10 @@ async fn prepare_attach(
         }
     };
     let (selector, create_if_absent) = match (session_id, &query.client_id, &query.alias) {
+        // `/terminal/default` is `/terminal`: the default session, created when absent.
+        (Some(session_id), _, _) if session_id == DEFAULT_SESSION => {
+            (SessionSelector::Default, true)
+        }
         (Some(session_id), _, _) => {
             if uuid::Uuid::parse_str(&session_id).is_err() {
                 return Err(ApiError::not_found("session not found"));
@@ -264,6 +272,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
+        _stream_slot: stream_slot,
     })
 }
 

@@ -302,6 +302,7 @@ async fn v1alpha_reflection_lists_and_describes_the_services_and_a_listed_call_a
             "grpc.health.v1.Health",
             "grpc.reflection.v1.ServerReflection",
             "grpc.reflection.v1alpha.ServerReflection",
+            "ptyhub.broker.v1.PtyBroker",
             "ptyhub.session.v1.SessionApi",
         ]
     );

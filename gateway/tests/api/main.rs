@@ -4,6 +4,7 @@
 
 mod common;
 mod contract;
+mod grpc_attach;
 mod grpc_web;
 mod rest;
 mod websocket;

@@ -5,6 +5,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use test_support::stack::TestStack;
 
+/// A static token of the length the gateway accepts, for gateways the tests configure alone.
+const ADMIN: &str = "rest-test-admin-token-0123456789abcdef";
+
 #[tokio::test]
 async fn routes_need_a_credential_except_healthz() {
     let stack = TestStack::builder().start().await;
@@ -38,6 +41,29 @@ async fn routes_need_a_credential_except_healthz() {
         assert_eq!(status, 200, "{probe}: {body}");
         assert_eq!(body["status"], "ok", "{probe}");
     }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn healthz_names_brokers_only_to_an_admin() {
+    let stack = TestStack::builder().start().await;
+    for credential in [None, Some("not-a-token")] {
+        let (status, body) = send(&stack, Method::GET, "/healthz", credential, None).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body, json!({"status": "ok"}), "{credential:?}");
+    }
+    let (status, body) = send(
+        &stack,
+        Method::GET,
+        "/healthz",
+        Some(&stack.admin_token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let brokers = body["brokers"].as_array().expect("brokers for an admin");
+    assert_eq!(brokers[0]["id"], "local", "{body}");
+    assert!(brokers[0]["endpoint"].as_str().is_some(), "{body}");
     stack.shutdown().await;
 }
 
@@ -713,13 +739,46 @@ async fn web_page_routes_serve_the_static_index() {
     }
     stack.shutdown().await;
 
+    // Without a directory, the page built into the binary (web/dist when it was compiled).
     let without = TestStack::builder().start().await;
     let (status, body) = send(&without, Method::GET, "/", None, None).await;
-    assert_eq!(status, 404);
-    assert!(
-        body["detail"].as_str().unwrap().contains("web page"),
-        "{body}"
-    );
+    if gateway::web::page_embedded() {
+        assert_eq!(status, 200, "{body}");
+        let asset = without
+            .http
+            .get(format!("{}/assets/app.js", without.gateway_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(asset.status().as_u16(), 200);
+        assert!(
+            asset.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .contains("javascript")
+        );
+        let etag = asset.headers()["etag"].to_str().unwrap().to_owned();
+        let again = without
+            .http
+            .get(format!("{}/assets/app.js", without.gateway_url))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status().as_u16(), 304);
+        let (status, body) = send(&without, Method::GET, "/assets/missing.js", None, None).await;
+        assert_eq!(status, 404);
+        assert_eq!(body, json!({"detail": "not found"}));
+    } else {
+        assert_eq!(status, 404);
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("web page not built into this binary"),
+            "{body}"
+        );
+    }
     without.shutdown().await;
 
     let empty_dir = tempfile::tempdir().unwrap();
@@ -768,7 +827,7 @@ async fn an_unreachable_session_api_is_503() {
         format!("http://{}", silent_backend.local_addr().unwrap()),
         gateway::ServiceCredential::new("service-token-for-this-test").unwrap(),
     );
-    config.auth.api_tokens = vec![gateway::SecretString::from("admin-token")];
+    config.auth.api_tokens = vec![gateway::SecretString::from(ADMIN)];
     config.backend_timeout = std::time::Duration::from_millis(300);
     let stop = tokio_util::sync::CancellationToken::new();
     let gateway = tokio::spawn(gateway::run(
@@ -779,7 +838,12 @@ async fn an_unreachable_session_api_is_503() {
 
     let http = reqwest::Client::new();
     for probe in ["/healthz", "/readyz"] {
-        let response = http.get(format!("{url}{probe}")).send().await.unwrap();
+        let response = http
+            .get(format!("{url}{probe}"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), 503, "{probe}");
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["status"], "unavailable", "{probe}");
@@ -793,7 +857,7 @@ async fn an_unreachable_session_api_is_503() {
     assert_eq!(response.status().as_u16(), 200);
     let response = http
         .get(format!("{url}/api/v1/instances"))
-        .bearer_auth("admin-token")
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap();
@@ -801,4 +865,32 @@ async fn an_unreachable_session_api_is_503() {
 
     stop.cancel();
     gateway.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn too_many_aliases_and_bidirectional_names_are_422() {
+    let stack = TestStack::builder().start().await;
+    let path = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
+    let aliases: Vec<String> = (0..20_000).map(|index| format!("alias-{index}")).collect();
+    let (status, body) = post(&stack, &path, Some(json!({ "aliases": aliases }))).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("at most 16 aliases"),
+        "{body}"
+    );
+    for name in ["evil\u{202e}gnp.exe", "zero\u{200b}width"] {
+        let (status, body) = post(&stack, &path, Some(json!({ "name": name }))).await;
+        assert_eq!(status, 422, "{name:?}: {body}");
+        let (status, body) = post(
+            &stack,
+            "/api/v1/instances",
+            Some(json!({"name": name, "target": {"local": {}}})),
+        )
+        .await;
+        assert_eq!(status, 422, "{name:?}: {body}");
+    }
+    stack.shutdown().await;
 }

@@ -74,6 +74,13 @@ impl BrokerBuilder {
     /// Adds the runtimes `config.backends` names that were not given explicitly. For Docker,
     /// first ends whatever sessions a previous run that crashed left in `config.data_dir`.
     pub async fn configured_runtimes(mut self) -> Result<Self, StartError> {
+        if let Some(data_dir) = &self.config.data_dir {
+            // It names every session's processes: for the broker's user alone.
+            ptyhub_wire::create_private_directory(data_dir).map_err(|source| StartError::Io {
+                context: "create the data directory (0700)",
+                source,
+            })?;
+        }
         for kind in self.config.backends.clone() {
             if self.runtimes.contains_key(&kind) {
                 continue;
@@ -194,7 +201,7 @@ impl Broker {
     }
 
     fn ticket_key(&self) -> &TicketKey {
-        &self.inner.config.ticket_key
+        &self.inner.config.secrets.ticket_key
     }
 
     /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.

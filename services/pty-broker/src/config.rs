@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
-use ptyhub_wire::ServiceCredential;
+use ptyhub_wire::{ServiceCredential, secret_from};
 
 /// Everything a broker needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_BROKER_*` variables with `clap` (as `main.rs` does).
@@ -55,16 +55,9 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_KEEPALIVE", default_value = "20s", value_parser = parse_duration)]
     pub keepalive_interval: Duration,
 
-    /// Token that session-api sends as `authorization: Bearer <token>` on every internal call,
-    /// and that the broker sends to session-api when it registers (at least 16 printable ASCII
-    /// characters).
-    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
-    pub service_token: ServiceCredential,
-
-    /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
-    #[arg(long = "ticket-secret", env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true,
-          value_parser = parse_ticket_key)]
-    pub ticket_key: TicketKey,
+    /// The secrets: session-api's credential, the broker's own, the ticket secret.
+    #[command(flatten)]
+    pub secrets: BrokerSecrets,
 
     /// Where the broker records the sessions it started (local and Docker), so that the next
     /// start after a crash ends any process that survived it. No record is kept when unset.
@@ -140,8 +133,9 @@ impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
     pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
 
-    /// The defaults, with the two secrets every broker needs.
-    pub fn new(service_token: ServiceCredential, ticket_key: TicketKey) -> Self {
+    /// The defaults, with the two secrets every broker needs: the credential session-api
+    /// presents on control calls, and the key attach tickets are verified with.
+    pub fn new(session_api_token: ServiceCredential, ticket_key: TicketKey) -> Self {
         Self {
             ring_bytes: Self::DEFAULT_RING_BYTES,
             scrollback_lines: Self::DEFAULT_SCROLLBACK_LINES,
@@ -152,8 +146,11 @@ impl Config {
             kill_grace: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
-            service_token,
-            ticket_key,
+            secrets: BrokerSecrets {
+                session_api_token,
+                service_token: None,
+                ticket_key,
+            },
             data_dir: None,
             broker_id: "local".to_owned(),
             session_api: None,
@@ -167,6 +164,117 @@ impl Config {
                 max_bytes: RecordingConfig::DEFAULT_MAX_BYTES,
             },
         }
+    }
+}
+
+/// The broker's secrets, each from its variable, its flag, or a file (`--…-file`,
+/// `PTYHUB_BROKER_…_FILE`): documented deployments use the files or variables, never flags,
+/// whose values any user of the host reads in `/proc/<pid>/cmdline`.
+#[derive(Debug, Clone)]
+pub struct BrokerSecrets {
+    /// The credential session-api presents on the control calls (`Spawn`, `Kill`, `Reset`,
+    /// `List`, `Get`, `WatchEvents` and the screen calls): the only one they accept. `Attach`
+    /// takes a ticket instead, so the gateway holds no credential of the broker's.
+    pub session_api_token: ServiceCredential,
+    /// The broker's own credential, presented to session-api's registry when it registers and
+    /// sends heartbeats; needed with `--session-api`.
+    pub service_token: Option<ServiceCredential>,
+    /// Verifies attach tickets (shared with session-api, which signs them).
+    pub ticket_key: TicketKey,
+}
+
+/// The flags and variables behind [`BrokerSecrets`], as clap reads them.
+#[derive(Debug, clap::Args)]
+struct BrokerSecretFlags {
+    /// The credential session-api presents on control calls (at least 16 printable ASCII
+    /// characters).
+    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN", hide_env_values = true)]
+    session_api_token: Option<String>,
+    /// A file holding `--session-api-token`.
+    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN_FILE")]
+    session_api_token_file: Option<PathBuf>,
+    /// This broker's own credential, sent to session-api when it registers (at least 16
+    /// printable ASCII characters, different from session-api's).
+    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
+    service_token: Option<String>,
+    /// A file holding `--service-token`.
+    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN_FILE")]
+    service_token_file: Option<PathBuf>,
+    /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
+    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true)]
+    ticket_secret: Option<String>,
+    /// A file holding `--ticket-secret`.
+    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET_FILE")]
+    ticket_secret_file: Option<PathBuf>,
+}
+
+impl BrokerSecretFlags {
+    fn resolve(self) -> Result<BrokerSecrets, String> {
+        let session_api_token = secret_from(
+            "session_api_token",
+            self.session_api_token,
+            self.session_api_token_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .ok_or("missing setting session_api_token: set PTYHUB_BROKER_SESSION_API_TOKEN or --session-api-token-file")?;
+        let session_api_token = ServiceCredential::new(session_api_token)
+            .map_err(|error| format!("invalid setting session_api_token: {error}"))?;
+        let service_token = secret_from(
+            "service_token",
+            self.service_token,
+            self.service_token_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .map(|token| {
+            ServiceCredential::new(token)
+                .map_err(|error| format!("invalid setting service_token: {error}"))
+        })
+        .transpose()?;
+        if service_token.as_ref() == Some(&session_api_token) {
+            return Err(
+                "invalid setting service_token: the broker's credential must differ from session-api's"
+                    .to_owned(),
+            );
+        }
+        let ticket_secret = secret_from(
+            "ticket_secret",
+            self.ticket_secret,
+            self.ticket_secret_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .ok_or("missing setting ticket_secret: set PTYHUB_BROKER_TICKET_SECRET or --ticket-secret-file")?;
+        let ticket_key = TicketKey::new(ticket_secret.into_bytes())
+            .map_err(|error| format!("invalid setting ticket_secret: {error}"))?;
+        Ok(BrokerSecrets {
+            session_api_token,
+            service_token,
+            ticket_key,
+        })
+    }
+}
+
+// The secrets are typed in the configuration but come from one of several sources, which clap's
+// derive cannot express: it reads the flags above, and `resolve` makes the typed secrets.
+impl clap::FromArgMatches for BrokerSecrets {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        BrokerSecretFlags::from_arg_matches(matches)?
+            .resolve()
+            .map_err(|message| clap::Error::raw(clap::error::ErrorKind::ValueValidation, message))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for BrokerSecrets {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        BrokerSecretFlags::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        BrokerSecretFlags::augment_args_for_update(command)
     }
 }
 
@@ -213,6 +321,85 @@ fn parse_recording_store(url: &str) -> Result<ptyhub_wire::RecordingStore, Strin
     ptyhub_wire::RecordingStore::open(url).map_err(|error| error.to_string())
 }
 
-fn parse_ticket_key(secret: &str) -> Result<TicketKey, String> {
-    TicketKey::new(secret.as_bytes().to_vec()).map_err(|error| error.to_string())
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        Flags::try_parse_from(std::iter::once("pty-broker").chain(args.iter().copied()))
+            .map(|flags| flags.config)
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn every_secret_can_come_from_a_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let write = |name: &str, secret: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("{secret}\n")).expect("write a secret");
+            path.display().to_string()
+        };
+        let session_api = write("session-api", "session-api-token-0123456789");
+        let own = write("broker", "broker-own-token-0123456789");
+        let ticket = write("ticket", "ticket-secret-0123456789");
+        let config = parse(&[
+            "--session-api-token-file",
+            &session_api,
+            "--service-token-file",
+            &own,
+            "--ticket-secret-file",
+            &ticket,
+        ])
+        .expect("secrets from files");
+        assert!(
+            config
+                .secrets
+                .session_api_token
+                .matches("session-api-token-0123456789")
+        );
+        assert!(
+            config
+                .secrets
+                .service_token
+                .as_ref()
+                .expect("the broker's own")
+                .matches("broker-own-token-0123456789")
+        );
+        assert!(!format!("{config:?}").contains("0123456789"));
+    }
+
+    #[test]
+    fn missing_doubled_or_shared_secrets_are_named() {
+        let missing = parse(&["--ticket-secret", "ticket-secret-0123456789"]).unwrap_err();
+        assert!(missing.contains("session_api_token"), "{missing}");
+        let doubled = parse(&[
+            "--session-api-token",
+            "session-api-token-0123456789",
+            "--session-api-token-file",
+            "/nonexistent",
+            "--ticket-secret",
+            "ticket-secret-0123456789",
+        ])
+        .unwrap_err();
+        assert!(doubled.contains("not both"), "{doubled}");
+        let shared = parse(&[
+            "--session-api-token",
+            "one-token-for-every-tier-0123",
+            "--service-token",
+            "one-token-for-every-tier-0123",
+            "--ticket-secret",
+            "ticket-secret-0123456789",
+        ])
+        .unwrap_err();
+        assert!(shared.contains("must differ"), "{shared}");
+        assert!(!shared.contains("one-token-for-every-tier"), "{shared}");
+    }
 }

@@ -33,6 +33,8 @@ pub enum Error {
     InvalidSize(#[from] InvalidSize),
     #[error("resume offset {since} is beyond the session's output ({end} bytes so far)")]
     ResumeBeyondOutput { since: u64, end: u64 },
+    #[error("the session has {0} viewers already, the most it takes")]
+    TooManyViewers(usize),
     #[error("hello carries no attach ticket")]
     MissingTicket,
     /// The ticket cannot be trusted (malformed, forged, expired), or it is valid but not for this
@@ -98,9 +100,10 @@ impl Error {
             | Error::ProcessEndedBeforeInput
             | Error::InputNotTaken(_)
             | Error::SessionClosed => ErrorCode::WrongState,
-            Error::ClientTooSlow | Error::InputTooLarge(_) | Error::FrameTooLarge => {
-                ErrorCode::LimitExceeded
-            }
+            Error::ClientTooSlow
+            | Error::InputTooLarge(_)
+            | Error::FrameTooLarge
+            | Error::TooManyViewers(_) => ErrorCode::LimitExceeded,
             Error::RuntimeNotConfigured(_) | Error::ShuttingDown => ErrorCode::Unavailable,
             Error::Runtime(error) => error.code(),
         }
@@ -155,6 +158,11 @@ pub enum StartError {
          (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
     )]
     NoAdvertisedEndpoint(SocketAddr),
+    #[error(
+        "--session-api needs the broker's own credential to register with: set \
+         PTYHUB_BROKER_SERVICE_TOKEN_FILE (or PTYHUB_BROKER_SERVICE_TOKEN)"
+    )]
+    NoRegistrationCredential,
     #[error(transparent)]
     Introspection(#[from] IntrospectionError),
     #[error("grpc server failed: {0}")]

@@ -43,7 +43,11 @@ impl Broker {
         let registrar = match &config.session_api {
             Some(session_api) => Some(Registrar::new(
                 session_api,
-                &config.service_token,
+                config
+                    .secrets
+                    .service_token
+                    .as_ref()
+                    .ok_or(StartError::NoRegistrationCredential)?,
                 Registration {
                     broker_id: config.broker_id.clone(),
                     endpoint: advertised_endpoint(config, local_addr)?,

@@ -1,11 +1,12 @@
 //! session-api's configuration: defaults, then `PTYHUB_SESSION_API_*` environment variables,
 //! then flags.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
-use ptyhub_wire::ServiceCredential;
+use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
 
 use crate::domain::RecordMode;
 
@@ -27,19 +28,10 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub migrate: bool,
 
-    /// Token callers and brokers present as `authorization: Bearer <token>` (at least 16
-    /// characters); session-api sends the same token to the brokers.
-    #[arg(
-        long = "service-token",
-        env = "PTYHUB_SESSION_API_SERVICE_TOKEN",
-        hide_env_values = true
-    )]
-    pub service_credential: ServiceCredential,
-
-    /// Secret shared with the brokers to sign attach tickets (at least 16 bytes).
-    #[arg(long = "ticket-secret", env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true,
-          value_parser = parse_ticket_key)]
-    pub ticket_key: TicketKey,
+    /// The secrets: session-api's own credential, the gateways' and brokers' credentials it
+    /// accepts, the ticket secret.
+    #[command(flatten)]
+    pub secrets: SessionApiSecrets,
 
     /// How long an attach ticket is valid.
     #[arg(long, env = "PTYHUB_SESSION_API_TICKET_TTL", default_value = "60s",
@@ -77,6 +69,12 @@ pub struct Config {
           value_parser = parse_duration)]
     pub keepalive_interval: Duration,
 
+    /// How long a closed session stays in the records (listed with `include=closed`) before it
+    /// is pruned.
+    #[arg(long, env = "PTYHUB_SESSION_API_CLOSED_SESSION_RETENTION", default_value = "30days",
+          value_parser = parse_duration)]
+    pub closed_session_retention: Duration,
+
     /// How long a graceful shutdown waits for background tasks.
     #[arg(long, env = "PTYHUB_SESSION_API_SHUTDOWN_GRACE", default_value = "5s",
           value_parser = parse_duration)]
@@ -89,26 +87,193 @@ pub struct Config {
 }
 
 impl Config {
-    /// The defaults, with a database and the two secrets.
+    /// The defaults, with a database, session-api's own credential (presented to the brokers),
+    /// the gateways' credential it accepts, and the ticket key. Brokers that register need
+    /// [`SessionApiSecrets::broker_tokens`] as well.
     pub fn new(
         database_url: impl Into<String>,
         service_credential: ServiceCredential,
+        gateway_credential: ServiceCredential,
         ticket_key: TicketKey,
     ) -> Self {
         Self {
             database_url: database_url.into(),
             migrate: true,
-            service_credential,
-            ticket_key,
+            secrets: SessionApiSecrets {
+                service_token: service_credential,
+                gateway_tokens: vec![gateway_credential],
+                broker_tokens: Vec::new(),
+                ticket_key,
+            },
             ticket_ttl: attach_ticket::DEFAULT_TICKET_TTL,
             brokers: Vec::new(),
             heartbeat_timeout: Duration::from_secs(15),
             activity_flush_interval: Duration::from_secs(1),
             broker_call_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(20),
+            closed_session_retention: ptyhub_wire::limits::DEFAULT_CLOSED_SESSION_RETENTION,
             shutdown_grace: Duration::from_secs(5),
             default_record: RecordMode::Off,
         }
+    }
+}
+
+/// session-api's secrets, each from its variable, its flag, or a file (`--…-file`,
+/// `PTYHUB_SESSION_API_…_FILE`; a file of tokens holds one per line): documented deployments use
+/// the files or variables, never flags, whose values any user of the host reads in
+/// `/proc/<pid>/cmdline`. Every tier has a credential of its own, and none is accepted where
+/// another tier's belongs.
+#[derive(Debug, Clone)]
+pub struct SessionApiSecrets {
+    /// session-api's own credential, presented to the brokers on their control calls.
+    pub service_token: ServiceCredential,
+    /// The credentials of the gateways: the only ones `SessionApi` accepts (and, to read,
+    /// `ListBrokers`).
+    pub gateway_tokens: Vec<ServiceCredential>,
+    /// The credentials of the brokers: the only ones `RegisterBroker` and `Heartbeat` accept.
+    /// A broker id is bound to the credential that registered it first, so with one credential
+    /// per broker no broker can take over another's registration.
+    pub broker_tokens: Vec<ServiceCredential>,
+    /// Signs attach tickets (shared with the brokers, which verify them).
+    pub ticket_key: TicketKey,
+}
+
+impl SessionApiSecrets {
+    /// Refuses a credential that serves two tiers: the split is the point.
+    fn check_tiers_differ(&self) -> Result<(), String> {
+        if self.gateway_tokens.contains(&self.service_token) {
+            return Err("invalid setting gateway_token: must differ from service_token".to_owned());
+        }
+        if self.broker_tokens.contains(&self.service_token) {
+            return Err("invalid setting broker_token: must differ from service_token".to_owned());
+        }
+        if self
+            .broker_tokens
+            .iter()
+            .any(|broker| self.gateway_tokens.contains(broker))
+        {
+            return Err("invalid setting broker_token: must differ from gateway_token".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The flags and variables behind [`SessionApiSecrets`], as clap reads them.
+#[derive(Debug, clap::Args)]
+struct SessionApiSecretFlags {
+    /// session-api's own credential, sent to the brokers (at least 16 printable ASCII
+    /// characters).
+    #[arg(long, env = "PTYHUB_SESSION_API_SERVICE_TOKEN", hide_env_values = true)]
+    service_token: Option<String>,
+    /// A file holding `--service-token`.
+    #[arg(long, env = "PTYHUB_SESSION_API_SERVICE_TOKEN_FILE")]
+    service_token_file: Option<PathBuf>,
+    /// Credentials of the gateways (comma separated, or the flag repeated).
+    #[arg(
+        long = "gateway-token",
+        env = "PTYHUB_SESSION_API_GATEWAY_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    gateway_tokens: Vec<String>,
+    /// A file of gateway credentials, one per line.
+    #[arg(long, env = "PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE")]
+    gateway_token_file: Option<PathBuf>,
+    /// Credentials of the brokers that register themselves (comma separated, or the flag
+    /// repeated); one per broker keeps each broker's registration its own.
+    #[arg(
+        long = "broker-token",
+        env = "PTYHUB_SESSION_API_BROKER_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    broker_tokens: Vec<String>,
+    /// A file of broker credentials, one per line.
+    #[arg(long, env = "PTYHUB_SESSION_API_BROKER_TOKEN_FILE")]
+    broker_token_file: Option<PathBuf>,
+    /// Secret shared with the brokers to sign attach tickets (at least 16 bytes).
+    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true)]
+    ticket_secret: Option<String>,
+    /// A file holding `--ticket-secret`.
+    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SECRET_FILE")]
+    ticket_secret_file: Option<PathBuf>,
+}
+
+impl SessionApiSecretFlags {
+    fn resolve(self) -> Result<SessionApiSecrets, String> {
+        let credential = |setting: &str, token: String| {
+            ServiceCredential::new(token)
+                .map_err(|error| format!("invalid setting {setting}: {error}"))
+        };
+        let service_token = secret_from(
+            "service_token",
+            self.service_token,
+            self.service_token_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .ok_or("missing setting service_token: set PTYHUB_SESSION_API_SERVICE_TOKEN or --service-token-file")?;
+        let service_token = credential("service_token", service_token)?;
+        let tokens = |setting: &'static str, mut tokens: Vec<String>, file: Option<PathBuf>| {
+            if let Some(file) = file {
+                tokens
+                    .extend(read_secret_lines(setting, &file).map_err(|error| error.to_string())?);
+            }
+            tokens
+                .into_iter()
+                .map(|token| credential(setting, token))
+                .collect::<Result<Vec<_>, String>>()
+        };
+        let gateway_tokens = tokens(
+            "gateway_token",
+            self.gateway_tokens,
+            self.gateway_token_file,
+        )?;
+        if gateway_tokens.is_empty() {
+            return Err("missing setting gateway_token: set PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE or PTYHUB_SESSION_API_GATEWAY_TOKENS".to_owned());
+        }
+        let broker_tokens = tokens("broker_token", self.broker_tokens, self.broker_token_file)?;
+        let ticket_secret = secret_from(
+            "ticket_secret",
+            self.ticket_secret,
+            self.ticket_secret_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .ok_or("missing setting ticket_secret: set PTYHUB_SESSION_API_TICKET_SECRET or --ticket-secret-file")?;
+        let ticket_key = TicketKey::new(ticket_secret.into_bytes())
+            .map_err(|error| format!("invalid setting ticket_secret: {error}"))?;
+        let secrets = SessionApiSecrets {
+            service_token,
+            gateway_tokens,
+            broker_tokens,
+            ticket_key,
+        };
+        secrets.check_tiers_differ()?;
+        Ok(secrets)
+    }
+}
+
+// The secrets are typed in the configuration but come from one of several sources, which clap's
+// derive cannot express: it reads the flags above, and `resolve` makes the typed secrets.
+impl clap::FromArgMatches for SessionApiSecrets {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        SessionApiSecretFlags::from_arg_matches(matches)?
+            .resolve()
+            .map_err(|message| clap::Error::raw(clap::error::ErrorKind::ValueValidation, message))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for SessionApiSecrets {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        SessionApiSecretFlags::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        SessionApiSecretFlags::augment_args_for_update(command)
     }
 }
 
@@ -153,13 +318,89 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{error} (use for example 30s, 5m)"))
 }
 
-fn parse_ticket_key(secret: &str) -> Result<TicketKey, String> {
-    TicketKey::new(secret.as_bytes().to_vec()).map_err(|error| error.to_string())
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        Flags::try_parse_from(std::iter::once("session-api").chain(args.iter().copied()))
+            .map(|flags| flags.config)
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn every_secret_can_come_from_a_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let write = |name: &str, secret: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, secret).expect("write a secret");
+            path.display().to_string()
+        };
+        let own = write("own", "session-api-token-0123456789\n");
+        let gateways = write("gateways", "gateway-token-0123456789\n");
+        let brokers = write(
+            "brokers",
+            "broker-a-token-0123456789\nbroker-b-token-0123456789\n",
+        );
+        let ticket = write("ticket", "ticket-secret-0123456789\n");
+        let config = parse(&[
+            "--service-token-file",
+            &own,
+            "--gateway-token-file",
+            &gateways,
+            "--broker-token-file",
+            &brokers,
+            "--ticket-secret-file",
+            &ticket,
+        ])
+        .expect("secrets from files");
+        assert!(
+            config
+                .secrets
+                .service_token
+                .matches("session-api-token-0123456789")
+        );
+        assert_eq!(config.secrets.gateway_tokens.len(), 1);
+        assert_eq!(config.secrets.broker_tokens.len(), 2);
+        assert!(config.secrets.broker_tokens[1].matches("broker-b-token-0123456789"));
+    }
+
+    #[test]
+    fn one_credential_for_two_tiers_is_refused_at_start() {
+        let shared = parse(&[
+            "--service-token=one-token-for-every-tier-0123",
+            "--gateway-token=one-token-for-every-tier-0123",
+            "--ticket-secret=ticket-secret-0123456789",
+        ])
+        .unwrap_err();
+        assert!(shared.contains("gateway_token: must differ"), "{shared}");
+        assert!(!shared.contains("one-token-for-every-tier"), "{shared}");
+        let shared = parse(&[
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=one-token-for-two-tiers-0123",
+            "--broker-token=one-token-for-two-tiers-0123",
+            "--ticket-secret=ticket-secret-0123456789",
+        ])
+        .unwrap_err();
+        assert!(shared.contains("broker_token: must differ"), "{shared}");
+        let missing = parse(&[
+            "--service-token=session-api-token-0123456789",
+            "--ticket-secret=ticket-secret-0123456789",
+        ])
+        .unwrap_err();
+        assert!(
+            missing.contains("missing setting gateway_token"),
+            "{missing}"
+        );
+    }
 
     #[test]
     fn static_brokers_parse_id_and_endpoint() {

@@ -16,7 +16,8 @@ pub const MAX_SESSIONS_LIMIT: u32 = 50;
 /// The cap of an instance registered without one.
 pub const DEFAULT_MAX_SESSIONS: u32 = 5;
 
-/// A session name: 1..=255 characters after trimming, no control characters.
+/// A session name: 1..=255 characters after trimming, no control, format or bidirectional
+/// characters ([`ptyhub_wire::limits::is_forbidden_in_names`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionName(String);
 
@@ -37,9 +38,12 @@ impl SessionName {
                 Self::MAX_CHARS
             )));
         }
-        if trimmed.chars().any(char::is_control) {
+        if trimmed
+            .chars()
+            .any(ptyhub_wire::limits::is_forbidden_in_names)
+        {
             return Err(Error::InvalidRequest(
-                "session name must not contain control characters".into(),
+                "session name must not contain control, format or bidirectional characters".into(),
             ));
         }
         Ok(Self(trimmed.to_owned()))
@@ -108,7 +112,7 @@ impl Alias {
         if let Some(client_id) = raw.strip_prefix(Self::CLIENT_PREFIX) {
             return Self::client(client_id);
         }
-        let valid = (1..=128).contains(&raw.len())
+        let valid = (1..=ptyhub_wire::limits::MAX_ALIAS_CHARS).contains(&raw.len())
             && raw
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));

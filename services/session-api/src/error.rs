@@ -25,6 +25,9 @@ pub enum Error {
     AliasNotFound(String),
     #[error("broker {0} not found")]
     BrokerNotFound(String),
+    /// A registration or heartbeat for a broker id that another broker's credential registered.
+    #[error("broker {0} is registered to another broker")]
+    BrokerIdTaken(String),
     #[error("an instance named {0} already exists")]
     InstanceNameTaken(String),
     #[error("alias {alias} is held by live session {session_id}")]
@@ -83,6 +86,7 @@ impl Error {
             | Error::AliasNotFound(_)
             | Error::BrokerNotFound(_) => ErrorCode::NotFound,
             Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
+            Error::BrokerIdTaken(_) => ErrorCode::Forbidden,
             Error::CapReached(_) => ErrorCode::CapReached,
             Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => ErrorCode::WrongState,
             Error::NoBrokerAvailable(_)
@@ -142,6 +146,8 @@ pub enum StartError {
     InvalidDatabaseUrl(&'static str),
     #[error("cannot connect to the database: {0}")]
     Connect(#[source] sea_orm::DbErr),
+    #[error("cannot make the database file private (0600): {0}")]
+    DatabaseFile(#[source] std::io::Error),
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[source] sea_orm::DbErr),
     #[error("cannot record the configured brokers: {0}")]

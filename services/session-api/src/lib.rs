@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
-use ptyhub_wire::{Introspection, ServingStatus};
+use ptyhub_wire::{Introspection, RequireCredential, ServingStatus};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -65,13 +65,14 @@ pub async fn run(
         heartbeat_timeout: config.heartbeat_timeout,
         activity_flush_interval: config.activity_flush_interval,
         spawn_grace: config.broker_call_timeout * 2,
+        closed_session_retention: config.closed_session_retention,
     };
     let service = Arc::new(
         SessionService::new(
             store.clone(),
-            BrokerClients::new(&config.service_credential, config.broker_call_timeout),
+            BrokerClients::new(&config.secrets.service_token, config.broker_call_timeout),
             Arc::new(ChangeFeed::new()),
-            config.ticket_key.clone(),
+            config.secrets.ticket_key.clone(),
             config.ticket_ttl,
             config.broker_call_timeout + Duration::from_secs(5),
             settings.heartbeat_interval(),
@@ -94,7 +95,10 @@ pub async fn run(
     ])
     .await?;
     let health = introspection.health_handle();
-    let require_credential = config.service_credential.require();
+    // Each tier is admitted where it belongs: the gateways to the session calls, the brokers to
+    // the registry (checked per call there, which binds a broker id to its credential).
+    let gateways = RequireCredential::any_of(config.secrets.gateway_tokens.iter().cloned());
+    let brokers = RequireCredential::any_of(config.secrets.broker_tokens.iter().cloned());
 
     tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
         "session-api serving");
@@ -105,12 +109,13 @@ pub async fn run(
         .add_routes(introspection.into_routes())
         .add_service(SessionApiServer::with_interceptor(
             GrpcSessionApi::new(service.clone(), root.clone()),
-            require_credential.clone(),
+            gateways.clone(),
         ))
-        .add_service(BrokerRegistryServer::with_interceptor(
-            GrpcBrokerRegistry::new(service.clone()),
-            require_credential,
-        ))
+        .add_service(BrokerRegistryServer::new(GrpcBrokerRegistry::new(
+            service.clone(),
+            brokers,
+            gateways,
+        )))
         // Every answer is one small write: without TCP_NODELAY, Nagle's algorithm holds it
         // until the peer's delayed acknowledgement, ~40 ms per call (most of a session start).
         .serve_with_incoming_shutdown(

@@ -33,6 +33,8 @@ pub struct LifecycleSettings {
     /// A `starting` session younger than this is being spawned by some replica: reconciliation
     /// leaves it to that replica.
     pub spawn_grace: Duration,
+    /// How long a closed session's record is kept before it is pruned.
+    pub closed_session_retention: Duration,
 }
 
 impl LifecycleSettings {
@@ -49,12 +51,42 @@ pub(crate) fn start(
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
+    tracker.spawn(prune_closed_sessions(
+        service.clone(),
+        settings.closed_session_retention,
+        cancel.clone(),
+    ));
     let supervisor = Supervisor {
         watcher: Arc::new(Watcher { service, settings }),
         cancel,
         tracker: tracker.clone(),
     };
     tracker.spawn(supervisor.run());
+}
+
+/// Removes closed sessions older than `retention`, at start and then every tenth of it (at most
+/// hourly), so that history does not grow without bound. Every replica may run it: a delete is
+/// idempotent.
+async fn prune_closed_sessions(
+    service: Arc<SessionService>,
+    retention: Duration,
+    cancel: CancellationToken,
+) {
+    let period = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(3600));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let cutoff = now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+        match service.store.prune_closed_sessions(cutoff).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, ?retention, "pruned closed sessions"),
+            Err(error) => tracing::warn!(%error, "could not prune closed sessions"),
+        }
+    }
 }
 
 struct Supervisor {

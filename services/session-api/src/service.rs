@@ -265,6 +265,10 @@ impl SessionService {
                 recording_title: format!("{} / {}", instance.name, session.name),
             };
             self.brokers.spawn(&broker, &spec).await?;
+            // A broker that just spawned a process is up, whether or not this replica's
+            // watcher has reached its event stream yet: the calls that follow at once (a
+            // screen, an input) must not be refused as to a broker that is down.
+            self.store.record_heartbeat(&broker.id).await?;
             Ok::<_, Error>(broker)
         }
         .await;
@@ -498,19 +502,26 @@ impl SessionService {
 
     // ---- brokers ------------------------------------------------------------------------
 
+    /// Registers (or re-registers) a broker presenting the credential with `fingerprint`: an id
+    /// is bound to the credential that registered it first.
     pub async fn register_broker(
         &self,
         id: &str,
         endpoint: &str,
         docker: bool,
+        fingerprint: &str,
     ) -> Result<Broker, Error> {
-        let broker = self.store.register_broker(id, endpoint, docker).await?;
+        let broker = self
+            .store
+            .register_broker(id, endpoint, docker, fingerprint)
+            .await?;
         self.brokers_changed.notify_one();
         Ok(broker)
     }
 
     /// Records a heartbeat and returns how often the broker should send one.
-    pub async fn heartbeat(&self, id: &str) -> Result<Duration, Error> {
+    pub async fn heartbeat(&self, id: &str, fingerprint: &str) -> Result<Duration, Error> {
+        self.store.check_broker_credential(id, fingerprint).await?;
         self.store.record_heartbeat(id).await?;
         Ok(self.heartbeat_interval)
     }

@@ -8,6 +8,7 @@ mod deployment;
 mod health;
 mod idle_reaping;
 mod keepalive;
+mod outside_client;
 mod recordings;
 mod teardown;
 mod tickets;

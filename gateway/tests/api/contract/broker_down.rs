@@ -7,7 +7,7 @@ use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use reqwest::Method;
 use serde_json::json;
-use test_support::stack::{TestStack, service_auth};
+use test_support::stack::{TestStack, broker_auth};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
@@ -28,7 +28,7 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
     let channel = Channel::from_shared(stack.session_api_endpoint.clone())
         .expect("session-api endpoint")
         .connect_lazy();
-    BrokerRegistryClient::with_interceptor(channel, service_auth())
+    BrokerRegistryClient::with_interceptor(channel, broker_auth())
         .register_broker(session_pb::RegisterBrokerRequest {
             id: "hangs-up".to_owned(),
             endpoint,
@@ -97,10 +97,14 @@ async fn a_lost_broker_fails_healthz_but_not_readyz() {
     instance_on_a_broker_that_hangs_up(&stack).await;
 
     let unhealthy = eventually("/healthz reports the lost broker", || async {
-        let reply = rest_anonymous(&stack, "/healthz").await;
+        let reply = rest(&stack, reqwest::Method::GET, "/healthz", None).await;
         (reply.status == 503).then_some(reply.body)
     })
     .await;
+    // Without a credential, the same answer says only that something is wrong.
+    let anonymous = rest_anonymous(&stack, "/healthz").await;
+    assert_eq!(anonymous.status, 503);
+    assert_eq!(anonymous.body, serde_json::json!({"status": "unavailable"}));
     assert!(
         unhealthy["detail"]
             .as_str()

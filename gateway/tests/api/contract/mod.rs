@@ -13,6 +13,7 @@ mod client_ids;
 mod closed_sessions;
 mod exits;
 mod flow_control;
+mod live_sessions;
 mod project_routes;
 mod recordings;
 mod reset;

@@ -34,7 +34,7 @@ pub(crate) use registry_client::RegistryClient;
 /// RESOURCE_EXHAUSTED.
 pub const MAX_CLIENT_FRAME_BYTES: usize = limits::MAX_FRAME_BYTES + 1024;
 /// How long a client has to send its Hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+const HELLO_TIMEOUT: Duration = limits::HELLO_TIMEOUT;
 /// Replies (error frames) queued per attached client between its inbound and outbound sides.
 const OUTBOUND_REPLIES: usize = 8;
 /// Events queued per `WatchEvents` subscriber between the broker and the transport.
@@ -44,13 +44,14 @@ const OUTBOUND_EVENTS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct PtyBrokerService {
     broker: Broker,
-    /// Admits the unary calls and `WatchEvents`; `Attach` is admitted by its ticket instead.
+    /// Admits the control calls (the unary ones and `WatchEvents`) from session-api alone;
+    /// `Attach` is admitted by its ticket instead.
     credential_check: RequireCredential,
 }
 
 impl PtyBrokerService {
     pub fn new(broker: Broker) -> Self {
-        let credential_check = broker.config().service_token.require();
+        let credential_check = broker.config().secrets.session_api_token.require();
         Self {
             broker,
             credential_check,

@@ -15,7 +15,9 @@
 //! (the session's feeder, an attach, a screen read) can feed what it read from the ring without
 //! knowing what the others fed.
 
+mod fast_forward;
 mod keys;
+mod parse_state;
 mod scrollback;
 mod view;
 
@@ -28,6 +30,7 @@ pub use keys::{KEY_NAMES, UnknownKey, key_bytes};
 pub use view::{Cell, Color, Cursor, Row, ScreenFormat, ScreenView};
 
 use crate::domain::TerminalSize;
+use parse_state::ParseState;
 use scrollback::Scrollback;
 
 /// The longest window title kept; a longer one is cut on a character boundary.
@@ -40,6 +43,32 @@ pub struct Screen {
     offset: u64,
     size: TerminalSize,
     scrollback_lines: usize,
+    /// What the screen knows of the output it has not parsed yet.
+    ahead: Ahead,
+}
+
+/// What a screen knows of the output beyond its offset, so that looking costs a scan of new
+/// bytes only.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ahead {
+    /// The output up to here is plain text (from the offset on).
+    plain_to: u64,
+    /// The output has a byte that is not plain text here: no fast-forward crosses it.
+    not_plain_at: Option<u64>,
+    /// A fast-forward found too little to skip when the output ended here.
+    too_short_at: Option<u64>,
+}
+
+/// What [`Screen::look_ahead`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookAhead {
+    /// It skipped this many bytes of a plain-text flood.
+    Skipped(u64),
+    /// The output ahead is plain text on a screen that scrolls plainly: parsing it may wait until
+    /// there is enough to skip.
+    Plain,
+    /// The output ahead must be parsed.
+    Parse,
 }
 
 /// A screen is awake (an emulator with its grid) or asleep: an idle session's screen is kept as
@@ -56,6 +85,8 @@ struct Emulator {
     /// The normal screen as drawn when the program last switched to the alternate one, while it
     /// is there (the program draws nothing on the normal screen meanwhile).
     normal_screen: Option<String>,
+    /// What vt100's parser is in the middle of, for fast-forwards.
+    parse: ParseState,
 }
 
 /// A sleeping screen: its snapshot, LZ4-compressed, and what the snapshot does not carry.
@@ -200,6 +231,7 @@ impl Screen {
             offset,
             size,
             scrollback_lines,
+            ahead: Ahead::default(),
         }
     }
 
@@ -214,6 +246,7 @@ impl Screen {
             offset: snapshot.offset,
             size: snapshot.size,
             scrollback_lines,
+            ahead: Ahead::default(),
         }
     }
 
@@ -293,6 +326,79 @@ impl Screen {
         self.offset = end;
     }
 
+    /// Looks at `output`, the output after the screen's offset in order, and skips most of it
+    /// when `try_skip` and it is a flood of plain text that scrolls every row it would draw out
+    /// of the screen and the scrollback before it ends: the screen is then exactly as if it had
+    /// parsed all of it (see `fast_forward.rs`), and parses only the text that stays. Looking
+    /// again at the same output costs a scan of the bytes not seen before.
+    pub fn look_ahead(&mut self, output: &[Bytes], try_skip: bool) -> LookAhead {
+        let offset = self.offset;
+        let end = offset + output.iter().map(|piece| piece.len() as u64).sum::<u64>();
+        let ahead = &mut self.ahead;
+        if ahead.not_plain_at.is_some_and(|at| at < offset) {
+            ahead.not_plain_at = None;
+        }
+        ahead.plain_to = ahead.plain_to.max(offset);
+        if ahead.not_plain_at.is_none() {
+            // Find the first byte that is not plain among those not yet looked at.
+            let mut piece_start = offset;
+            for piece in output {
+                let piece_end = piece_start + piece.len() as u64;
+                if piece_end > ahead.plain_to {
+                    let from = (ahead.plain_to - piece_start) as usize;
+                    let not_plain = piece[from..]
+                        .iter()
+                        .position(|byte| !fast_forward::is_plain(*byte));
+                    if let Some(at) = not_plain {
+                        ahead.plain_to += at as u64;
+                        ahead.not_plain_at = Some(ahead.plain_to);
+                        break;
+                    }
+                    ahead.plain_to = piece_end;
+                }
+                piece_start = piece_end;
+            }
+        }
+        let plain_end = ahead.not_plain_at.unwrap_or(end);
+        let parse = if ahead.not_plain_at.is_some() {
+            LookAhead::Parse
+        } else {
+            LookAhead::Plain
+        };
+        let retry = try_skip && ahead.too_short_at.is_none_or(|at| at < plain_end);
+        let (rows, cols) = (self.size.rows(), self.size.cols());
+        let scrollback_lines = self.scrollback_lines;
+        let emulator = self.emulator();
+        let screen = emulator.parser.screen();
+        let alternate = screen.alternate_screen();
+        if !emulator.parse.plain_scrolling(alternate) {
+            return LookAhead::Parse;
+        }
+        if !retry {
+            return parse;
+        }
+        let (row, col) = screen.cursor_position();
+        let start = fast_forward::Start {
+            row,
+            col,
+            rows,
+            cols,
+            kept_above: if alternate { 0 } else { scrollback_lines },
+        };
+        match fast_forward::plan(start, output.iter().map(|piece| &piece[..])) {
+            Ok(plan) => {
+                emulator.process(&plan.replacement);
+                self.offset += plan.skip as u64;
+                self.ahead.too_short_at = None;
+                LookAhead::Skipped(plan.skip as u64)
+            }
+            Err(_) => {
+                self.ahead.too_short_at = Some(plain_end);
+                parse
+            }
+        }
+    }
+
     /// Goes on at `offset` without the output before it: only for output the ring no longer has,
     /// which flow control keeps from happening while the session lives.
     pub fn skip_to(&mut self, offset: u64) {
@@ -309,6 +415,7 @@ impl Screen {
         // Rows the smaller screen pushes off go to the scrollback at the old width.
         emulator.parser.set_size(rows, cols);
         emulator.parser.callbacks_mut().cols = size.cols();
+        emulator.parse.resized(size.rows());
         self.size = size;
     }
 
@@ -404,12 +511,14 @@ impl Emulator {
         Self {
             parser,
             normal_screen: None,
+            parse: ParseState::new(size.rows()),
         }
     }
 
     /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
     /// alternate screen (found by [`alternate_screen_switch`]).
     fn process(&mut self, mut data: &[u8]) {
+        self.parse.advance(data);
         while let Some((start, end)) = alternate_screen_switch(data) {
             self.parser.process(&data[..start]);
             if !self.parser.screen().alternate_screen() {
@@ -724,6 +833,194 @@ mod tests {
         }
         assert!(!sleepy.is_asleep());
         assert_same_screen(&mut sleepy, &mut awake);
+    }
+
+    /// `prefix`, then `flood` and `suffix` with a fast-forward tried first, against the same
+    /// output parsed whole; how many bytes the fast-forward skipped.
+    fn assert_fast_forward_is_exact(
+        size: TerminalSize,
+        scrollback: usize,
+        prefix: &[u8],
+        flood: &[u8],
+        suffix: &[u8],
+    ) -> u64 {
+        let mut whole = fed(size, scrollback, prefix);
+        let mut skipping = fed(size, scrollback, prefix);
+        let rest = [
+            Bytes::copy_from_slice(flood),
+            Bytes::copy_from_slice(suffix),
+        ];
+        let at = prefix.len() as u64;
+        let skipped = match skipping.look_ahead(&rest, true) {
+            LookAhead::Skipped(skipped) => skipped,
+            LookAhead::Plain | LookAhead::Parse => 0,
+        };
+        for (start, piece) in [(at, flood), (at + flood.len() as u64, suffix)] {
+            whole.feed_at(start, piece);
+            skipping.feed_at(start, piece);
+        }
+        assert_eq!(skipping.offset(), whole.offset());
+        assert_same_screen(&mut skipping, &mut whole);
+        // What comes after must find the same cursor, pending wrap and last character.
+        let after = b"X\x1b[4bY\r\n\x1b[7mZ";
+        whole.feed_at(whole.offset(), after);
+        skipping.feed_at(skipping.offset(), after);
+        assert_same_screen(&mut skipping, &mut whole);
+        skipped
+    }
+
+    /// The throughput bench's flood: lines of 63 characters and a line feed, no return.
+    fn raw_yes(bytes: usize) -> Vec<u8> {
+        let line = b"y123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-\n";
+        line.iter().copied().cycle().take(bytes).collect()
+    }
+
+    #[test]
+    fn a_flood_of_plain_text_is_skipped_to_the_rows_that_stay() {
+        let flood = raw_yes(512 << 10);
+        let prefix = b"\x1b[1;32m$ \x1b[m\x1b[33myes\r\n";
+        let skipped = assert_fast_forward_is_exact(size(80, 24), 1000, prefix, &flood, b"$ ");
+        // Every scrolled row and every one on the screen is written again within the last
+        // (24 + 1000) scrolls, about 33 KiB of this flood: the rest was skipped.
+        assert!(skipped > 400 << 10, "skipped {skipped}");
+    }
+
+    #[test]
+    fn looking_again_sees_what_arrived_since() {
+        let size = size(80, 24);
+        let prefix = b"$ yes\r\n";
+        let flood = raw_yes(256 << 10);
+        let mut screen = fed(size, 1000, prefix);
+        let (first, second) = flood.split_at(100 << 10);
+        let first = Bytes::copy_from_slice(first);
+        // Not asked to skip: plain text ahead, parsing may wait.
+        assert_eq!(
+            screen.look_ahead(std::slice::from_ref(&first), false),
+            LookAhead::Plain
+        );
+        // Asked again with a little more, it skips (only the ten new bytes are scanned for plain
+        // text; the plan reads them all).
+        let mut pieces = vec![first, Bytes::copy_from_slice(&second[..10])];
+        assert!(matches!(
+            screen.look_ahead(&pieces, true),
+            LookAhead::Skipped(_)
+        ));
+        // The rest, and a byte that is not plain: it skips up to the rows that stay, or parses.
+        pieces.push(Bytes::copy_from_slice(&second[10..]));
+        pieces.push(Bytes::from_static(b"\x1b[m"));
+        let skipped = screen.offset() - prefix.len() as u64;
+        let rest: Vec<Bytes> = pieces
+            .iter()
+            .flat_map(|piece| piece.iter().copied())
+            .skip(skipped as usize)
+            .collect::<Vec<u8>>()
+            .chunks(4096)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        assert!(matches!(
+            screen.look_ahead(&rest, true),
+            LookAhead::Skipped(_) | LookAhead::Parse
+        ));
+        let mut whole = fed(size, 1000, prefix);
+        whole.feed_at(prefix.len() as u64, &flood);
+        whole.feed_at(whole.offset(), b"\x1b[m");
+        let at = screen.offset();
+        let remaining: Vec<u8> = pieces
+            .iter()
+            .flat_map(|piece| piece.iter().copied())
+            .skip((at - prefix.len() as u64) as usize)
+            .collect();
+        screen.feed_at(at, &remaining);
+        assert_same_screen(&mut screen, &mut whole);
+    }
+
+    #[test]
+    fn a_flood_on_the_alternate_screen_keeps_the_normal_one() {
+        let prefix = b"before\r\n\x1b[?1049h\x1b[H\x1b[2J";
+        let flood = raw_yes(64 << 10);
+        let skipped =
+            assert_fast_forward_is_exact(size(40, 10), 100, prefix, &flood, b"\x1b[?1049l");
+        assert!(skipped > 0);
+    }
+
+    #[test]
+    fn no_fast_forward_where_the_parser_or_the_screen_would_not_scroll_plainly() {
+        let flood = raw_yes(64 << 10);
+        for prefix in [
+            // Inside an OSC title, the flood is the title.
+            &b"\x1b]2;title"[..],
+            // Inside a CSI sequence, the next byte finishes it.
+            b"\x1b[1;3",
+            // A scroll region keeps the rows above it.
+            b"\x1b[1;1H top\x1b[3;10r\x1b[10;1H",
+            // Half a wide character.
+            "\u{4e2d}".as_bytes().split_at(1).0,
+        ] {
+            let skipped = assert_fast_forward_is_exact(size(20, 12), 30, prefix, &flood, b"");
+            assert_eq!(skipped, 0, "{:?}", String::from_utf8_lossy(prefix));
+        }
+    }
+
+    mod fast_forward_matches_parsing {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Output that leaves the emulator in some state: colours, cursor moves, regions,
+        /// screens, unfinished sequences, wide characters.
+        fn prefix() -> impl Strategy<Value = Vec<u8>> {
+            let piece = prop::sample::select(vec![
+                &b"text "[..],
+                b"\r\n",
+                b"\n",
+                b"\x1b[31;1m",
+                b"\x1b[m",
+                b"\x1b[2;3r",
+                b"\x1b[r",
+                b"\x1b[?1049h",
+                b"\x1b[?1049l",
+                b"\x1b[?47h",
+                b"\x1b[?47l",
+                b"\x1b[3;5H",
+                b"\x1b[99C",
+                b"\x1b]2;t\x07",
+                b"\x1b]2;open",
+                b"\x1b[4",
+                b"\x1bc",
+                "\u{4e2d}\u{1f600}e\u{301}".as_bytes(),
+                b"\xe4",
+                b"\t",
+                b"\x1b[2J",
+                b"\x1b7",
+                b"\x1b8",
+            ]);
+            prop::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+        }
+
+        /// Plain text with lines of any length, with and without returns.
+        fn flood() -> impl Strategy<Value = Vec<u8>> {
+            let byte = prop_oneof![
+                8 => 0x20u8..0x7f,
+                2 => Just(b'\n'),
+                1 => Just(b'\r'),
+            ];
+            prop::collection::vec(byte, 0..3000)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn cell_for_cell(
+                cols in 1u16..14,
+                rows in 1u16..7,
+                scrollback in 0usize..10,
+                prefix in prefix(),
+                flood in flood(),
+                suffix in prefix(),
+            ) {
+                assert_fast_forward_is_exact(size(cols, rows), scrollback, &prefix, &flood, &suffix);
+            }
+        }
     }
 
     #[test]

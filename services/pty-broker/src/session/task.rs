@@ -417,6 +417,13 @@ impl SessionTask {
             {
                 return Err(Error::ResumeBeyondOutput { since, end });
             }
+            // Every viewer is a queue and a stream the broker serves: bounded per session.
+            let (_, viewers) = state.attachments.counts();
+            if request.role == Role::Viewer
+                && viewers as usize >= ptyhub_wire::limits::MAX_VIEWERS_PER_SESSION
+            {
+                return Err(Error::TooManyViewers(viewers as usize));
+            }
         }
         if request.role == Role::Controller
             && let (Some(size), Some(process)) = (request.size, process)
@@ -666,6 +673,10 @@ impl SessionTask {
 
     /// Spawns the session's command at `size` and tells clients and subscribers it runs.
     async fn start_again(&mut self, size: crate::domain::TerminalSize) -> Result<Pty, Error> {
+        // The old process may have written on after `resetting` until it ended (that output was
+        // drained into the ring): the new process draws on a clean screen all the same, as
+        // clients clear theirs again at its `connected`.
+        self.shared.reset_screen();
         let mut spec = self.context.spec.clone();
         spec.size = size;
         let new_pty = self.spawn(&spec).await?;

@@ -940,3 +940,58 @@ async fn shutdown_tells_clients_and_ends_processes(backend: Backend) -> anyhow::
     broker.assert_all_ended(&processes).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_takes_a_bounded_number_of_viewers() -> anyhow::Result<()> {
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session = broker.spawn_sh("cat").await?;
+    let mut viewers = Vec::new();
+    for _ in 0..ptyhub_wire::limits::MAX_VIEWERS_PER_SESSION {
+        viewers.push(
+            broker
+                .attach(&session.session_id, pb::Role::Viewer, None)
+                .await?,
+        );
+    }
+    let status = broker
+        .attach(&session.session_id, pb::Role::Viewer, None)
+        .await
+        .expect_err("one viewer too many")
+        .downcast::<tonic::Status>()?;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    // A controller is no viewer: it still gets in, and a viewer that leaves frees its place.
+    broker
+        .attach(&session.session_id, pb::Role::Controller, None)
+        .await?;
+    drop(viewers.pop());
+    test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+        broker
+            .attach(&session.session_id, pb::Role::Viewer, None)
+            .await
+            .ok()
+    })
+    .await
+    .context("the freed place was never given to a new viewer")?;
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_without_a_hello_is_ended() -> anyhow::Result<()> {
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let (_sender, receiver) = tokio::sync::mpsc::channel::<pb::ClientFrame>(1);
+    let mut client = broker.new_client().await?;
+    // The stream stays open and silent; the broker gives up after its Hello timeout.
+    let ended = tokio::time::timeout(
+        ptyhub_wire::limits::HELLO_TIMEOUT + PATIENCE,
+        client.attach(tokio_stream::wrappers::ReceiverStream::new(receiver)),
+    )
+    .await
+    .context("the broker never ended the silent stream")?
+    .expect_err("no hello, no stream");
+    assert_eq!(ended.code(), Code::InvalidArgument, "{ended:?}");
+    assert!(ended.message().contains("hello"), "{ended:?}");
+    broker.stop().await
+}

@@ -17,10 +17,17 @@ const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
 struct BrokerProcess {
     child: Child,
     endpoint: String,
+    /// The files the broker read its secrets from, as a deployment gives them.
+    _secrets: tempfile::TempDir,
 }
 
 impl BrokerProcess {
     fn start(data_dir: &std::path::Path, backends: &str) -> anyhow::Result<Self> {
+        let secrets = tempfile::tempdir()?;
+        let token_file = secrets.path().join("session-api-token");
+        std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
+        let ticket_file = secrets.path().join("ticket-secret");
+        std::fs::write(&ticket_file, TICKET_SECRET)?;
         let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
             .args([
                 "--listen",
@@ -31,11 +38,8 @@ impl BrokerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
-            .env("PTYHUB_BROKER_SERVICE_TOKEN", SERVICE_TOKEN)
-            .env(
-                "PTYHUB_BROKER_TICKET_SECRET",
-                std::str::from_utf8(TICKET_SECRET)?,
-            )
+            .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
+            .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -61,6 +65,7 @@ impl BrokerProcess {
         Ok(Self {
             child,
             endpoint: format!("http://{address}"),
+            _secrets: secrets,
         })
     }
 
@@ -177,5 +182,28 @@ async fn docker_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> any
     );
     drop(second);
     container.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_data_directory_is_private_to_the_brokers_user() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let parent = tempfile::tempdir()?;
+    let loose = parent.path().join("loose");
+    std::fs::create_dir(&loose)?;
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755))?;
+    for data_dir in [parent.path().join("new/data"), loose] {
+        let mut config = pty_broker::Config::new(
+            pty_broker::ServiceCredential::new(SERVICE_TOKEN)?,
+            attach_ticket::TicketKey::new(TICKET_SECRET.to_vec())?,
+        );
+        config.data_dir = Some(data_dir.clone());
+        pty_broker::Broker::builder(config)
+            .configured_runtimes()
+            .await?;
+        let mode = std::fs::metadata(&data_dir)?.permissions().mode() & 0o777;
+        ensure!(mode == 0o700, "{} is {mode:o}", data_dir.display());
+    }
     Ok(())
 }

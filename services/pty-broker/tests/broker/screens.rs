@@ -22,6 +22,7 @@ backend_scenarios!(
     wait_answers_the_exit_or_times_out,
     title_and_bell_reach_the_session_info,
     a_screen_that_slept_answers_and_follows_new_output,
+    a_reset_leaves_none_of_the_old_process_s_output_on_the_screen,
 );
 
 /// Scrollback the tests' screens keep, as the broker's default.
@@ -303,6 +304,36 @@ fn text(text: &str) -> pb::input_item::Item {
 
 fn key(name: &str) -> pb::input_item::Item {
     pb::input_item::Item::Key(name.to_owned())
+}
+
+/// The old process floods until the reset ends it: what it wrote after `resetting`, drained from
+/// the PTY before the new process starts, is in the stream but not on the new process's screen.
+async fn a_reset_leaves_none_of_the_old_process_s_output_on_the_screen(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let marker = format!("/tmp/ptyhub-reset-{}", uuid::Uuid::new_v4());
+    let script = format!(
+        "if [ -e {marker} ]; then rm {marker}; echo fresh; exec cat; fi; touch {marker}; exec yes old-line"
+    );
+    let id = broker.spawn_sh(&script).await?.session_id;
+    broker
+        .wait_for_screen(wait_request(&id, "old-line", 20_000))
+        .await?;
+    broker.reset(&id).await?;
+    let fresh = broker
+        .wait_for_screen(wait_request(&id, "fresh", 20_000))
+        .await?;
+    ensure!(fresh.outcome() == pb::wait_for_screen_response::Outcome::Matched);
+    let screen = broker.screen(&id, pb::ScreenFormat::Text, 1000).await?;
+    let first_lines = &screen.lines[..screen.lines.len().min(3)];
+    ensure!(
+        screen.lines.iter().all(|line| !line.contains("old-line")),
+        "the old process's output is on the screen, which starts {first_lines:?}"
+    );
+    ensure!(screen.lines[0] == "fresh", "{first_lines:?}");
+    broker.kill(&id).await?;
+    broker.stop().await
 }
 
 async fn input_and_wait_drive_a_prompt(backend: Backend) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_wire::{Role, TerminalSize};
+use ptyhub_wire::{Role, TerminalSize, limits};
 use uuid::Uuid;
 
 use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, RecordMode, Target};
@@ -75,9 +75,13 @@ pub(super) fn validated_endpoint(endpoint: &str) -> Result<&str, Error> {
 
 fn validated_instance_name(name: &str) -> Result<String, Error> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
+    if name.is_empty()
+        || name.chars().count() > 255
+        || name.chars().any(limits::is_forbidden_in_names)
+    {
         return Err(Error::InvalidRequest(
-            "instance name must be 1..=255 characters after trimming, without control characters"
+            "instance name must be 1..=255 characters after trimming, without control, \
+             format or bidirectional characters"
                 .into(),
         ));
     }

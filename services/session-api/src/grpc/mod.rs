@@ -16,7 +16,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::ErrorCode;
+use ptyhub_wire::{ErrorCode, RequireCredential, limits};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +44,11 @@ impl From<Error> for Status {
             // The broker's own code goes on unchanged, even one the table has no entry for.
             Error::BrokerRefused { code, .. } | Error::Forwarded { code, .. } => {
                 Status::new(code, error.to_string())
+            }
+            // What the database said (table and column names, constraint text, a PostgreSQL
+            // host) is for the log above, never for a caller.
+            Error::Database(_) | Error::CorruptRecord(_) => {
+                code.status("internal error (details are in session-api's log)")
             }
             error => code.status(error.to_string()),
         }
@@ -130,6 +135,15 @@ impl SessionApi for GrpcSessionApi {
         } else {
             Some(SessionName::parse(&request.name)?)
         };
+        // Counted before any is parsed: each alias is a row the create writes while it holds
+        // the instance's lock.
+        if request.aliases.len() > limits::MAX_ALIASES_PER_SESSION {
+            return Err(Error::InvalidRequest(format!(
+                "a session may have at most {} aliases",
+                limits::MAX_ALIASES_PER_SESSION
+            ))
+            .into());
+        }
         let aliases = request
             .aliases
             .iter()
@@ -358,15 +372,26 @@ impl SessionApi for GrpcSessionApi {
     }
 }
 
-/// The gRPC face of the broker registry.
+/// The gRPC face of the broker registry: registrations and heartbeats from the brokers' own
+/// credentials only, reads from the gateways' too.
 #[derive(Debug, Clone)]
 pub struct GrpcBrokerRegistry {
     service: Arc<SessionService>,
+    brokers: RequireCredential,
+    gateways: RequireCredential,
 }
 
 impl GrpcBrokerRegistry {
-    pub(crate) fn new(service: Arc<SessionService>) -> Self {
-        Self { service }
+    pub(crate) fn new(
+        service: Arc<SessionService>,
+        brokers: RequireCredential,
+        gateways: RequireCredential,
+    ) -> Self {
+        Self {
+            service,
+            brokers,
+            gateways,
+        }
     }
 }
 
@@ -376,12 +401,13 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::Broker>, Status> {
+        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
         let request = request.into_inner();
         let id = validated_broker_id(&request.id)?;
         let endpoint = validated_endpoint(&request.endpoint)?;
         let broker = self
             .service
-            .register_broker(id, endpoint, request.docker)
+            .register_broker(id, endpoint, request.docker, &fingerprint)
             .await?;
         Ok(Response::new(broker_to_pb(&broker)))
     }
@@ -390,8 +416,9 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
         let id = validated_broker_id(&request.get_ref().id)?;
-        let interval = self.service.heartbeat(id).await?;
+        let interval = self.service.heartbeat(id, &fingerprint).await?;
         Ok(Response::new(pb::HeartbeatResponse {
             interval_seconds: u32::try_from(interval.as_secs().max(1)).unwrap_or(u32::MAX),
         }))
@@ -399,8 +426,12 @@ impl BrokerRegistry for GrpcBrokerRegistry {
 
     async fn list_brokers(
         &self,
-        _request: Request<pb::ListBrokersRequest>,
+        request: Request<pb::ListBrokersRequest>,
     ) -> Result<Response<pb::ListBrokersResponse>, Status> {
+        // The gateways read the registry to find brokers; brokers may read it too.
+        self.gateways
+            .check(request.metadata())
+            .or_else(|_| self.brokers.check(request.metadata()))?;
         let brokers = self.service.list_brokers().await?;
         Ok(Response::new(pb::ListBrokersResponse {
             brokers: brokers.iter().map(broker_to_pb).collect(),
@@ -495,9 +526,18 @@ mod tests {
         ];
         for (error, code) in cases {
             let message = error.to_string();
+            let internal = matches!(error, Error::Database(_) | Error::CorruptRecord(_));
             let status = Status::from(error);
             assert_eq!(status.code(), code, "{message}");
-            assert_eq!(status.message(), message);
+            if internal {
+                // What the database said stays in the log.
+                assert_eq!(
+                    status.message(),
+                    "internal error (details are in session-api's log)"
+                );
+            } else {
+                assert_eq!(status.message(), message);
+            }
         }
         assert_eq!(
             Status::from(Error::CapReached(5)).message(),

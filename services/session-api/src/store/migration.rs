@@ -15,6 +15,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(CreateTables),
             Box::new(AddSessionTitleAndBell),
+            Box::new(AddBrokerCredential),
             Box::new(AddInstanceRecord),
         ]
     }
@@ -99,6 +100,7 @@ enum Brokers {
     BootId,
     CreatedAt,
     UpdatedAt,
+    CredentialFingerprint,
 }
 
 struct CreateTables;
@@ -361,6 +363,42 @@ impl MigrationTrait for AddSessionTitleAndBell {
     }
 }
 
+/// The credential a broker registered with (issue 16): nullable, so that brokers registered
+/// before it are bound to the credential they next register with.
+struct AddBrokerCredential;
+
+impl MigrationName for AddBrokerCredential {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261215_000001_add_broker_credential"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddBrokerCredential {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Brokers::Table)
+                    .add_column(ColumnDef::new(Brokers::CredentialFingerprint).text().null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Brokers::Table)
+                    .drop_column(Brokers::CredentialFingerprint)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
 /// The per-instance recording setting (issue 18). Nullable: existing instances follow the
 /// server's default.
 struct AddInstanceRecord;
@@ -368,7 +406,7 @@ struct AddInstanceRecord;
 impl MigrationName for AddInstanceRecord {
     // Stored in `seaql_migrations`: never rename.
     fn name(&self) -> &str {
-        "m20261201_000002_add_instance_record"
+        "m20261220_000001_add_instance_record"
     }
 }
 

@@ -60,6 +60,20 @@ impl Store {
                      would see its own; use a file",
                 ));
             }
+            // The database is for session-api's user alone: SQLite gives its WAL and shared
+            // memory files the main file's mode, so a 0600 main file keeps all three private.
+            if let Some(path) = sqlite_path(url) {
+                for file in [
+                    path.to_owned(),
+                    format!("{path}-wal"),
+                    format!("{path}-shm"),
+                ] {
+                    let file = std::path::Path::new(&file);
+                    if file == std::path::Path::new(path) || file.exists() {
+                        ptyhub_wire::create_private_file(file).map_err(StartError::DatabaseFile)?;
+                    }
+                }
+            }
             options.max_connections(4).map_sqlx_sqlite_opts(|sqlite| {
                 sqlite
                     .create_if_missing(true)
@@ -237,4 +251,13 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
 /// A stored count or size as unsigned; a negative value (never written) reads as 0.
 fn non_negative(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
+}
+
+/// The file of a `sqlite://PATH?options` or `sqlite:PATH` URL.
+fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty()).then_some(path)
 }

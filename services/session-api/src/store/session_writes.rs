@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
 use super::entities::{session_alias, terminal_session};
@@ -26,6 +26,39 @@ pub struct ActivityUpdate {
 }
 
 impl Store {
+    /// Removes the history of sessions closed before `cutoff`: their rows and their released
+    /// aliases. Live sessions are never touched. Returns how many sessions went.
+    pub async fn prune_closed_sessions(&self, cutoff: DateTime<Utc>) -> Result<u64, Error> {
+        let expired = || {
+            Condition::all()
+                .add(terminal_session::Column::Status.eq(SessionStatus::Closed.as_str()))
+                .add(terminal_session::Column::ClosedAt.lt(cutoff))
+        };
+        let ids: Vec<Uuid> = terminal_session::Entity::find()
+            .select_only()
+            .column(terminal_session::Column::Id)
+            .filter(expired())
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        // In batches, so that one statement stays within the databases' parameter limits and
+        // no long transaction holds up the writers.
+        let mut pruned = 0;
+        for batch in ids.chunks(500) {
+            session_alias::Entity::delete_many()
+                .filter(session_alias::Column::SessionId.is_in(batch.iter().copied()))
+                .exec(&self.db)
+                .await?;
+            pruned += terminal_session::Entity::delete_many()
+                .filter(terminal_session::Column::Id.is_in(batch.iter().copied()))
+                .filter(expired())
+                .exec(&self.db)
+                .await?
+                .rows_affected;
+        }
+        Ok(pruned)
+    }
+
     /// `starting` → `active` once the broker has spawned the process. `None` when the session
     /// is no longer starting (closed meanwhile, for example by its instance's deletion).
     pub async fn mark_session_active(&self, session_id: Uuid) -> Result<Option<Session>, Error> {

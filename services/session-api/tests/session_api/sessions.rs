@@ -1047,3 +1047,310 @@ both_databases!(
         assert_eq!(gone.code(), Code::NotFound);
     }
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_tier_is_admitted_only_where_it_belongs() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut gateway_at_registry = registry_client_as(&api, GATEWAY_TOKEN).await;
+    let register = |id: &str, endpoint: &str| pb::RegisterBrokerRequest {
+        id: id.into(),
+        endpoint: endpoint.into(),
+        docker: false,
+    };
+
+    // The gateway's credential reads the registry but cannot register a broker.
+    gateway_at_registry
+        .list_brokers(pb::ListBrokersRequest {})
+        .await
+        .expect("the gateway reads the registry");
+    let refused = gateway_at_registry
+        .register_broker(register("rogue", "http://127.0.0.1:9"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+
+    // Nor does a broker's or session-api's own credential reach the session calls.
+    for token in [BROKER_TOKEN, SERVICE_TOKEN] {
+        let mut client =
+            ptyhub_proto::session::v1::session_api_client::SessionApiClient::with_interceptor(
+                channel(&api.endpoint()).await,
+                auth(token),
+            );
+        let refused = client
+            .list_instances(pb::ListInstancesRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+    }
+
+    // Only session-api's credential reaches the broker's control calls.
+    for token in [GATEWAY_TOKEN, BROKER_TOKEN] {
+        let mut client = broker_client_as(&broker, token).await;
+        let refused = client.list(broker_pb::ListRequest {}).await.unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+        let refused = client
+            .spawn(broker_pb::SpawnRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
+    }
+    broker_client(&broker)
+        .await
+        .list(broker_pb::ListRequest {})
+        .await
+        .expect("session-api's credential is admitted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_id_is_bound_to_the_credential_that_registered_it() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api(database.url(), &[]);
+    let mut owner = registry_client(&api).await;
+    let mut other = registry_client_as(&api, OTHER_BROKER_TOKEN).await;
+    let register = |endpoint: &str| pb::RegisterBrokerRequest {
+        id: "bound".into(),
+        endpoint: endpoint.into(),
+        docker: false,
+    };
+    owner
+        .register_broker(register("http://127.0.0.1:9"))
+        .await
+        .expect("the first registration binds the id");
+
+    let refused = other
+        .register_broker(register("http://127.0.0.1:10"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let refused = other
+        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let brokers = owner
+        .list_brokers(pb::ListBrokersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .brokers;
+    let bound = brokers.iter().find(|broker| broker.id == "bound").unwrap();
+    assert_eq!(bound.endpoint, "http://127.0.0.1:9", "not re-pointed");
+
+    // The same broker, rescheduled, registers its new endpoint.
+    let moved = owner
+        .register_broker(register("http://127.0.0.1:11"))
+        .await
+        .expect("the owner re-registers")
+        .into_inner();
+    assert_eq!(moved.endpoint, "http://127.0.0.1:11");
+    owner
+        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
+        .await
+        .expect("the owner's heartbeat");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn database_errors_reach_callers_without_their_text() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api(database.url(), &[]);
+    let mut client = session_client(&api).await;
+    client
+        .list_instances(pb::ListInstancesRequest::default())
+        .await
+        .expect("the database answers");
+
+    // The table goes away under session-api: the next read fails in the database.
+    let store = session_api::store::Store::connect(database.url())
+        .await
+        .expect("connect");
+    sea_orm::ConnectionTrait::execute_unprepared(store.connection(), "DROP TABLE session_aliases")
+        .await
+        .expect("drop a table");
+    sea_orm::ConnectionTrait::execute_unprepared(
+        store.connection(),
+        "DROP TABLE terminal_sessions",
+    )
+    .await
+    .expect("drop a table");
+    sea_orm::ConnectionTrait::execute_unprepared(store.connection(), "DROP TABLE instances")
+        .await
+        .expect("drop a table");
+    let failed = client
+        .list_instances(pb::ListInstancesRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(failed.code(), Code::Internal);
+    let message = failed.message().to_lowercase();
+    for leaked in ["instances", "table", "sqlite", "sql"] {
+        assert!(
+            !message.contains(leaked),
+            "the database's text leaked: {message}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sqlite_files_are_private_to_session_apis_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let path = directory.path().join("sessions.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let api = start_session_api(&url, &[]);
+    let mut client = session_client(&api).await;
+    client
+        .list_instances(pb::ListInstancesRequest::default())
+        .await
+        .expect("the database answers");
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&path), 0o600, "the database file");
+    let wal = directory.path().join("sessions.db-wal");
+    if wal.exists() {
+        assert_eq!(mode(&wal), 0o600, "the WAL file");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn too_many_aliases_and_bidirectional_names_are_refused() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let instance = register_instance(&mut client, "limits", "b1", 5).await;
+
+    let many = pb::CreateSessionRequest {
+        instance: instance.id.clone(),
+        aliases: (0..20_000).map(|index| format!("alias-{index}")).collect(),
+        ..Default::default()
+    };
+    let refused = client.create_session(many).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().contains("at most 16 aliases"),
+        "{refused:?}"
+    );
+    let long = pb::CreateSessionRequest {
+        instance: instance.id.clone(),
+        aliases: vec!["a".repeat(129)],
+        ..Default::default()
+    };
+    assert_eq!(
+        client.create_session(long).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    for name in ["evil\u{202e}gnp.exe", "zero\u{200b}width", "bom\u{feff}"] {
+        let refused = client
+            .create_session(pb::CreateSessionRequest {
+                instance: instance.id.clone(),
+                name: name.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{name:?}");
+        let refused = client
+            .register_instance(pb::RegisterInstanceRequest {
+                name: name.into(),
+                target: Some(broker_pb::Target {
+                    kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{name:?}");
+    }
+    let sixteen = pb::CreateSessionRequest {
+        instance: instance.id.clone(),
+        aliases: (0..16).map(|index| format!("alias-{index}")).collect(),
+        ..Default::default()
+    };
+    let created = client
+        .create_session(sixteen)
+        .await
+        .expect("sixteen aliases are allowed")
+        .into_inner();
+    assert_eq!(created.session.unwrap().aliases.len(), 16);
+    let mut broker_client = broker_client(&broker).await;
+    assert_eq!(broker_processes(&mut broker_client).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn closed_sessions_are_pruned_after_the_retention() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api_with(database.url(), &[("b1", broker.endpoint())], |config| {
+        config.closed_session_retention = std::time::Duration::from_secs(1);
+    });
+    let mut client = session_client(&api).await;
+    let instance = register_instance(&mut client, "pruned", "b1", 5).await;
+    let closed = client
+        .create_session(create(&instance))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    let live = client
+        .create_session(create(&instance))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    client
+        .close_session(pb::CloseSessionRequest {
+            instance: instance.id.clone(),
+            session_id: closed.id.clone(),
+        })
+        .await
+        .unwrap();
+    let list = || {
+        let mut client = client.clone();
+        let instance = instance.id.clone();
+        async move {
+            client
+                .list_sessions(pb::ListSessionsRequest {
+                    instance,
+                    include_closed: true,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .sessions
+        }
+    };
+    eventually("the closed session is pruned", || async {
+        let sessions = list().await;
+        (!sessions.iter().any(|session| session.id == closed.id)).then_some(())
+    })
+    .await;
+    let sessions = list().await;
+    assert!(
+        sessions.iter().any(|session| session.id == live.id),
+        "a live session is never pruned"
+    );
+    let gone = client
+        .get_session(pb::GetSessionRequest {
+            instance: instance.id.clone(),
+            session_id: closed.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+}

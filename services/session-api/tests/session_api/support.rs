@@ -18,7 +18,14 @@ use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+/// session-api's own credential: what the brokers accept on their control calls.
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+/// The gateways' credential: what `SessionApi` accepts.
+pub const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
+/// The brokers' credential: what `RegisterBroker` and `Heartbeat` accept.
+pub const BROKER_TOKEN: &str = "test-broker-token-0123456789";
+/// A second broker's credential, for a broker that must not take over another's id.
+pub const OTHER_BROKER_TOKEN: &str = "test-other-broker-token-0123456789";
 pub const TICKET_SECRET: &[u8] = b"test ticket secret 0123456789abcdef";
 /// Generous bound for things that happen asynchronously (events, reconnects): a liveness
 /// bound, never a performance assertion.
@@ -206,6 +213,7 @@ pub fn start_registering_broker(broker_id: &str, session_api: &str) -> Isolated 
     );
     config.broker_id = broker_id.to_owned();
     config.session_api = Some(session_api.to_owned());
+    config.secrets.service_token = Some(BROKER_TOKEN.parse().expect("a valid broker token"));
     start_broker_with(config)
 }
 
@@ -263,8 +271,13 @@ fn start_session_api_configured(
     let mut config = session_api::Config::new(
         database_url,
         ServiceCredential::new(SERVICE_TOKEN).expect("a valid service credential"),
+        ServiceCredential::new(GATEWAY_TOKEN).expect("a valid gateway credential"),
         ticket_key(),
     );
+    config.secrets.broker_tokens = [BROKER_TOKEN, OTHER_BROKER_TOKEN]
+        .into_iter()
+        .map(|token| ServiceCredential::new(token).expect("a valid broker credential"))
+        .collect();
     config.brokers = brokers
         .iter()
         .map(|(id, endpoint)| session_api::StaticBroker {
@@ -291,8 +304,9 @@ pub type SessionClient = SessionApiClient<InterceptedService<Channel, BearerAuth
 pub type RegistryClient = BrokerRegistryClient<InterceptedService<Channel, BearerAuth>>;
 pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
 
-fn service_auth() -> BearerAuth {
-    BearerAuth::new(SERVICE_TOKEN).expect("the test token is printable ascii")
+/// Presents `token` on every call.
+pub fn auth(token: &str) -> BearerAuth {
+    BearerAuth::new(token).expect("the test token is printable ascii")
 }
 
 /// A channel to `endpoint`, once the server there accepts connections.
@@ -307,15 +321,25 @@ pub async fn channel(endpoint: &str) -> Channel {
 }
 
 pub async fn session_client(server: &Isolated) -> SessionClient {
-    SessionApiClient::with_interceptor(channel(&server.endpoint()).await, service_auth())
+    SessionApiClient::with_interceptor(channel(&server.endpoint()).await, auth(GATEWAY_TOKEN))
 }
 
 pub async fn registry_client(server: &Isolated) -> RegistryClient {
-    BrokerRegistryClient::with_interceptor(channel(&server.endpoint()).await, service_auth())
+    registry_client_as(server, BROKER_TOKEN).await
+}
+
+/// A registry client that presents `token`.
+pub async fn registry_client_as(server: &Isolated, token: &str) -> RegistryClient {
+    BrokerRegistryClient::with_interceptor(channel(&server.endpoint()).await, auth(token))
 }
 
 pub async fn broker_client(broker: &Isolated) -> BrokerClient {
-    PtyBrokerClient::with_interceptor(channel(&broker.endpoint()).await, service_auth())
+    broker_client_as(broker, SERVICE_TOKEN).await
+}
+
+/// A broker client that presents `token`.
+pub async fn broker_client_as(broker: &Isolated, token: &str) -> BrokerClient {
+    PtyBrokerClient::with_interceptor(channel(&broker.endpoint()).await, auth(token))
 }
 
 /// Ids of the sessions the broker has a process for.

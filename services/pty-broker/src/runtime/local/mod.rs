@@ -88,6 +88,44 @@ impl LocalRuntime {
     }
 }
 
+/// The variables a local terminal starts with before the instance's own: `TERM`, `LANG`, `HOME`,
+/// `PATH`, `USER` and `SHELL`, each from the session's user where one is named, else from the
+/// broker's own value, else a default. Nothing else of the broker's environment is passed on.
+fn session_environment(program: &str, user: Option<&User>) -> Vec<(&'static str, String)> {
+    let inherited = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let (home, user_name) = match user {
+        Some(user) => (
+            Some(user.dir.display().to_string()),
+            Some(user.name.clone()),
+        ),
+        None => (inherited("HOME"), inherited("USER")),
+    };
+    let mut environment = vec![
+        ("TERM", "xterm-256color".to_owned()),
+        (
+            "LANG",
+            inherited("LANG").unwrap_or_else(|| "C.UTF-8".to_owned()),
+        ),
+        (
+            "PATH",
+            inherited("PATH").unwrap_or_else(|| DEFAULT_PATH.to_owned()),
+        ),
+        (
+            "SHELL",
+            match user {
+                Some(user) => user.shell.display().to_string(),
+                None => inherited("SHELL").unwrap_or_else(|| program.to_owned()),
+            },
+        ),
+    ];
+    environment.extend(home.map(|home| ("HOME", home)));
+    environment.extend(user_name.map(|name| ("USER", name)));
+    environment
+}
+
+/// `PATH` for a terminal when the broker has none: the usual directories of a Linux host.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 #[async_trait]
 impl PtyRuntime for LocalRuntime {
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
@@ -109,23 +147,33 @@ impl PtyRuntime for LocalRuntime {
 
         let mut command = std::process::Command::new(&argv[0]);
         command.args(&argv[1..]);
-        if !spec.env.iter().any(|(name, _)| name == "TERM") {
-            command.env("TERM", "xterm-256color");
+        // A terminal starts from a clean environment: the broker's own holds its secrets (the
+        // service credential and the ticket secret may come from variables), and anything a
+        // session may read is set here on purpose.
+        command.env_clear();
+        let user = match &spec.user {
+            Some(name) => Some(
+                User::from_name(name)
+                    .map_err(|errno| {
+                        RuntimeError::SpawnFailed(format!("cannot look up user {name}: {errno}"))
+                    })?
+                    .ok_or_else(|| RuntimeError::SpawnFailed(format!("unknown user {name}")))?,
+            ),
+            None => None,
+        };
+        for (name, value) in session_environment(&argv[0], user.as_ref()) {
+            command.env(name, value);
         }
         command.envs(spec.env.iter().map(|(name, value)| (name, value)));
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
+        } else if let Some(user) = &user {
+            command.current_dir(&user.dir);
         } else if let Some(home) = std::env::var_os("HOME") {
             command.current_dir(home);
         }
-        if let Some(user) = &spec.user {
-            let user = User::from_name(user)
-                .map_err(|errno| {
-                    RuntimeError::SpawnFailed(format!("cannot look up user {user}: {errno}"))
-                })?
-                .ok_or_else(|| RuntimeError::SpawnFailed(format!("unknown user {user}")))?;
+        if let Some(user) = &user {
             command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
-            command.env("HOME", &user.dir).env("USER", &user.name);
         }
         let stdio = |fd: &OwnedFd| -> Result<Stdio, RuntimeError> {
             fd.try_clone()

@@ -1,0 +1,490 @@
+//! One terminal stream through the gateway that outlives its connections: a task owns the
+//! current `Attach` stream, and when the connection drops (the gateway restarts, the network
+//! blips) it opens a new one with `since` set to the offset after the last byte it delivered,
+//! so every byte arrives once, in order, across any number of reconnections.
+//!
+//! The caller reads [`Event`]s and sends input, resizes and resets; it never sees a connection.
+//! A refusal that reconnecting would not cure (the session is gone, the credential no longer
+//! covers it) ends the stream with that error.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ptyhub_proto::broker::v1 as pb;
+use ptyhub_proto::broker::v1::client_frame::Frame as ClientFrameKind;
+use ptyhub_proto::broker::v1::server_frame::Frame as ServerFrameKind;
+use ptyhub_wire::{ErrorCode, Role, TerminalSize};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::{Client, Error, size_to_proto};
+
+const BACKOFF_START: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Events read ahead of the caller; beyond it the stream waits (and so does the PTY, for a
+/// controller), which is the contract's flow control.
+const EVENT_QUEUE: usize = 64;
+/// Commands queued towards the gateway.
+const COMMAND_QUEUE: usize = 64;
+
+/// How to attach.
+#[derive(Debug, Clone)]
+pub struct AttachOptions {
+    /// A controller may type, resize and reset, and takes control from the previous one; a
+    /// viewer only watches.
+    pub role: Role,
+    /// Applied on attach by a controller.
+    pub size: Option<TerminalSize>,
+    /// The first stream replays from this offset; `None` from the oldest byte kept (or a
+    /// snapshot, with `snapshot`).
+    pub since: Option<u64>,
+    /// Start with a [`Event::Snapshot`] of the screen instead of a replay of raw bytes.
+    pub snapshot: bool,
+    /// How long a lost connection is retried before [`Error::ConnectionLost`].
+    pub reconnect_window: Duration,
+}
+
+impl Default for AttachOptions {
+    fn default() -> Self {
+        Self {
+            role: Role::Controller,
+            size: None,
+            since: None,
+            snapshot: false,
+            reconnect_window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// The exit code; 128 + signal when a signal ended the process.
+    pub code: i32,
+    /// The signal that ended the process, if one did.
+    pub signal: Option<i32>,
+}
+
+/// Why the broker closed a session an attachment was on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Someone closed it.
+    Killed,
+    /// Its process had exited and the tombstone period ran out.
+    Exited,
+    /// Nobody was attached for the detached timeout.
+    IdleReaped,
+    /// The server is shutting down.
+    Shutdown,
+    /// Its command could not be started again after a reset.
+    SpawnFailed,
+    /// A reason this client does not know.
+    Unknown,
+}
+
+impl CloseReason {
+    /// The reason in words, as a person should read it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CloseReason::Killed => "someone closed it",
+            CloseReason::Exited => "its process had exited",
+            CloseReason::IdleReaped => "nobody was attached for too long",
+            CloseReason::Shutdown => "the server is shutting down",
+            CloseReason::SpawnFailed => "its command could not be started again",
+            CloseReason::Unknown => "no reason given",
+        }
+    }
+}
+
+/// What happens on an attached terminal, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A stream started (first, and again after every reconnection and every reset): output
+    /// continues at `offset`.
+    Connected {
+        offset: u64,
+        size: Option<TerminalSize>,
+        role: Role,
+        /// This stream replaced one that dropped.
+        resumed: bool,
+    },
+    /// Output bytes; `offset` is the position of `data[0]`.
+    Output { offset: u64, data: Bytes },
+    /// Bytes that redraw the screen as of `offset` on a terminal reset with `ESC c` (which
+    /// they start with); output goes on from `offset`.
+    Snapshot {
+        offset: u64,
+        size: Option<TerminalSize>,
+        data: Bytes,
+    },
+    /// `lost` bytes were no longer kept; the stream goes on at `offset`.
+    Gap { lost: u64, offset: u64 },
+    /// The terminal's size changed.
+    Resize(TerminalSize),
+    /// The session is being reset; a new `Connected` follows. Clear the terminal.
+    Resetting,
+    /// A command was refused (a viewer's input, a bad size); the stream goes on.
+    Refused { code: ErrorCode, message: String },
+    /// The connection dropped; the stream is being resumed from the last offset.
+    Reconnecting { reason: String },
+    /// The process ended. The last event.
+    Exited(ExitStatus),
+    /// Another controller took over; do not reconnect automatically. The last event.
+    TakenOver,
+    /// The session was closed. The last event.
+    Closed(CloseReason),
+}
+
+impl Event {
+    fn is_last(&self) -> bool {
+        matches!(self, Event::Exited(_) | Event::TakenOver | Event::Closed(_))
+    }
+}
+
+/// An attached terminal. Dropping it detaches (the session goes on).
+#[derive(Debug)]
+pub struct Attachment {
+    session_id: String,
+    events: mpsc::Receiver<Result<Event, Error>>,
+    commands: mpsc::Sender<Command>,
+    _task: AbortOnDropHandle<()>,
+}
+
+#[derive(Debug)]
+enum Command {
+    Frame(ClientFrameKind),
+}
+
+impl Attachment {
+    /// Opens the first stream, so that a refusal (an unknown session, a credential without
+    /// the instance) is this call's error, then hands the stream to its task.
+    pub(crate) async fn open(
+        client: Client,
+        instance: &str,
+        session_id: &str,
+        options: AttachOptions,
+    ) -> Result<Self, Error> {
+        let resume = Resume {
+            client,
+            instance: instance.to_owned(),
+            session_id: session_id.to_owned(),
+            role: options.role,
+            size: options.size,
+            next_offset: options.since,
+            drawn: !options.snapshot,
+            resumed: false,
+            reconnect_window: options.reconnect_window,
+        };
+        let first = resume.open_stream().await?;
+        let (event_sender, events) = mpsc::channel(EVENT_QUEUE);
+        let (commands, command_receiver) = mpsc::channel(COMMAND_QUEUE);
+        let task = tokio::spawn(resume.run(first, command_receiver, event_sender));
+        Ok(Self {
+            session_id: session_id.to_owned(),
+            events,
+            commands,
+            _task: AbortOnDropHandle::new(task),
+        })
+    }
+
+    /// The session's id.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The next event; `Ok(None)` after the last one ([`Event::Exited`], [`Event::TakenOver`],
+    /// [`Event::Closed`]); an error when the stream cannot go on.
+    pub async fn next(&mut self) -> Result<Option<Event>, Error> {
+        self.events.recv().await.transpose()
+    }
+
+    /// Writes bytes to the terminal (a controller's call; a viewer's input is refused with an
+    /// [`Event::Refused`]). At most 1 MiB at a time.
+    pub async fn send_input(&self, data: impl Into<Bytes>) -> Result<(), Error> {
+        self.send(ClientFrameKind::Input(pb::Input { data: data.into() }))
+            .await
+    }
+
+    /// Resizes the terminal (a controller's call).
+    pub async fn resize(&self, size: TerminalSize) -> Result<(), Error> {
+        self.send(ClientFrameKind::Resize(size_to_proto(size)))
+            .await
+    }
+
+    /// Restarts the session's command in place (a controller's call).
+    pub async fn reset(&self) -> Result<(), Error> {
+        self.send(ClientFrameKind::Reset(pb::ResetTerminal {}))
+            .await
+    }
+
+    async fn send(&self, frame: ClientFrameKind) -> Result<(), Error> {
+        self.commands
+            .send(Command::Frame(frame))
+            .await
+            .map_err(|_| Error::Ended)
+    }
+}
+
+/// Where the next stream resumes, and what it asks for.
+struct Resume {
+    client: Client,
+    instance: String,
+    session_id: String,
+    role: Role,
+    /// The size of the hello: the one asked for, then the last resize sent.
+    size: Option<TerminalSize>,
+    /// The offset after the last byte delivered.
+    next_offset: Option<u64>,
+    /// Something was delivered that shows the screen (a snapshot or output): from here on a
+    /// new stream resumes by offset; before it a new stream asks for the snapshot again.
+    drawn: bool,
+    resumed: bool,
+    reconnect_window: Duration,
+}
+
+/// Why one stream ended.
+enum StreamEnd {
+    /// The last event was delivered, or the caller left.
+    Done,
+    /// The connection went away; resume.
+    Dropped(String),
+    /// Resuming would not help.
+    Fatal(Error),
+}
+
+fn is_transient(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::Internal
+    )
+}
+
+impl Resume {
+    async fn open_stream(
+        &self,
+    ) -> Result<
+        (
+            mpsc::Sender<pb::ClientFrame>,
+            tonic::Streaming<pb::ServerFrame>,
+        ),
+        Error,
+    > {
+        let (frames, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let hello = pb::Hello {
+            // The gateway authorises the stream by the credential and gets the ticket itself.
+            ticket: String::new(),
+            session_id: self.session_id.clone(),
+            role: match self.role {
+                Role::Controller => pb::Role::Controller,
+                Role::Viewer => pb::Role::Viewer,
+            } as i32,
+            size: self
+                .size
+                .filter(|_| self.role == Role::Controller)
+                .map(size_to_proto),
+            since: self.next_offset.filter(|_| self.drawn),
+            snapshot: !self.drawn,
+        };
+        // The queue is empty and its receiver alive: this cannot fail.
+        let _ = frames
+            .send(pb::ClientFrame {
+                frame: Some(ClientFrameKind::Hello(hello)),
+            })
+            .await;
+        let server = self.client.attach_stream(&self.instance, receiver).await?;
+        Ok((frames, server))
+    }
+
+    async fn run(
+        mut self,
+        first: (
+            mpsc::Sender<pb::ClientFrame>,
+            tonic::Streaming<pb::ServerFrame>,
+        ),
+        mut commands: mpsc::Receiver<Command>,
+        events: mpsc::Sender<Result<Event, Error>>,
+    ) {
+        let mut current = Some(first);
+        let mut dropped_since: Option<Instant> = None;
+        let mut backoff = BACKOFF_START;
+        let mut told_reconnecting = false;
+        loop {
+            let stream = match current.take() {
+                Some(stream) => Ok(stream),
+                None => self.open_stream().await,
+            };
+            let (end, connected) = match stream {
+                Ok((frames, server)) => self.pump(frames, server, &mut commands, &events).await,
+                Err(Error::Rpc(status)) if is_transient(&status) => {
+                    (StreamEnd::Dropped(status.message().to_owned()), false)
+                }
+                Err(Error::Unreachable { source, .. }) => {
+                    (StreamEnd::Dropped(source.to_string()), false)
+                }
+                Err(error) => (StreamEnd::Fatal(error), false),
+            };
+            let reason = match end {
+                StreamEnd::Done => return,
+                StreamEnd::Fatal(error) => {
+                    let _ = events.send(Err(error)).await;
+                    return;
+                }
+                StreamEnd::Dropped(reason) => reason,
+            };
+            // The window starts again only once a stream really worked.
+            if connected {
+                dropped_since = None;
+                backoff = BACKOFF_START;
+                told_reconnecting = false;
+            }
+            let first_drop = *dropped_since.get_or_insert_with(Instant::now);
+            if first_drop.elapsed() > self.reconnect_window {
+                let lost = Error::ConnectionLost {
+                    window: self.reconnect_window,
+                    reason,
+                };
+                let _ = events.send(Err(lost)).await;
+                return;
+            }
+            if !told_reconnecting {
+                told_reconnecting = true;
+                tracing::debug!(%reason, "attach stream dropped, resuming");
+                if events
+                    .send(Ok(Event::Reconnecting { reason }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            self.resumed = true;
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = events.closed() => return,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Runs one stream until it ends; says whether it got its `Connected`.
+    async fn pump(
+        &mut self,
+        frames: mpsc::Sender<pb::ClientFrame>,
+        mut server: tonic::Streaming<pb::ServerFrame>,
+        commands: &mut mpsc::Receiver<Command>,
+        events: &mpsc::Sender<Result<Event, Error>>,
+    ) -> (StreamEnd, bool) {
+        let mut connected = false;
+        let mut commands_open = true;
+        loop {
+            tokio::select! {
+                frame = server.message() => {
+                    let frame = match frame {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => {
+                            return (StreamEnd::Dropped("the gateway ended the stream".into()), connected);
+                        }
+                        Err(status) if is_transient(&status) => {
+                            return (StreamEnd::Dropped(status.message().to_owned()), connected);
+                        }
+                        Err(status) => return (StreamEnd::Fatal(Error::Rpc(status)), connected),
+                    };
+                    let Some(event) = self.event_of(frame) else {
+                        continue;
+                    };
+                    if matches!(event, Event::Connected { .. }) {
+                        connected = true;
+                    }
+                    let last = event.is_last();
+                    if events.send(Ok(event)).await.is_err() || last {
+                        return (StreamEnd::Done, connected);
+                    }
+                }
+                command = commands.recv(), if commands_open => match command {
+                    Some(Command::Frame(frame)) => {
+                        if let ClientFrameKind::Resize(size) = &frame {
+                            self.size = TerminalSize::new(size.cols, size.rows).ok().or(self.size);
+                        }
+                        if frames.send(pb::ClientFrame { frame: Some(frame) }).await.is_err() {
+                            return (StreamEnd::Dropped("the stream closed".into()), connected);
+                        }
+                    }
+                    None => commands_open = false,
+                },
+            }
+        }
+    }
+
+    /// The event of a server frame, noting where the stream is.
+    fn event_of(&mut self, frame: pb::ServerFrame) -> Option<Event> {
+        let event = match frame.frame? {
+            ServerFrameKind::Connected(connected) => {
+                self.next_offset = Some(connected.offset);
+                Event::Connected {
+                    offset: connected.offset,
+                    size: size_from_proto(connected.size),
+                    role: match pb::Role::try_from(connected.role) {
+                        Ok(pb::Role::Viewer) => Role::Viewer,
+                        _ => Role::Controller,
+                    },
+                    resumed: self.resumed,
+                }
+            }
+            ServerFrameKind::Output(output) => {
+                self.next_offset = Some(output.offset + output.data.len() as u64);
+                self.drawn = true;
+                Event::Output {
+                    offset: output.offset,
+                    data: output.data,
+                }
+            }
+            ServerFrameKind::Snapshot(snapshot) => {
+                self.next_offset = Some(snapshot.offset);
+                self.drawn = true;
+                Event::Snapshot {
+                    offset: snapshot.offset,
+                    size: size_from_proto(snapshot.size),
+                    data: snapshot.data,
+                }
+            }
+            ServerFrameKind::Gap(gap) => {
+                self.next_offset = Some(gap.offset);
+                Event::Gap {
+                    lost: gap.lost,
+                    offset: gap.offset,
+                }
+            }
+            ServerFrameKind::Resize(size) => Event::Resize(size_from_proto(Some(size))?),
+            ServerFrameKind::Resetting(_) => Event::Resetting,
+            ServerFrameKind::Detached(_) => Event::TakenOver,
+            ServerFrameKind::Exit(exit) => Event::Exited(ExitStatus {
+                code: exit.code,
+                signal: exit.signal,
+            }),
+            ServerFrameKind::Error(error) => Event::Refused {
+                code: ErrorCode::from_grpc(tonic::Code::from(error.code)),
+                message: error.message,
+            },
+            ServerFrameKind::Closed(closed) => {
+                Event::Closed(match pb::CloseReason::try_from(closed.reason) {
+                    Ok(pb::CloseReason::Killed) => CloseReason::Killed,
+                    Ok(pb::CloseReason::Exited) => CloseReason::Exited,
+                    Ok(pb::CloseReason::IdleReaped) => CloseReason::IdleReaped,
+                    Ok(pb::CloseReason::Shutdown) => CloseReason::Shutdown,
+                    Ok(pb::CloseReason::SpawnFailed) => CloseReason::SpawnFailed,
+                    Ok(pb::CloseReason::Unspecified) | Err(_) => CloseReason::Unknown,
+                })
+            }
+        };
+        Some(event)
+    }
+}
+
+fn size_from_proto(size: Option<pb::TerminalSize>) -> Option<TerminalSize> {
+    let size = size?;
+    TerminalSize::new(size.cols, size.rows).ok()
+}

@@ -1,0 +1,446 @@
+//! ptyhub-client: ptyhub from Rust through its gateway alone, with the URL and a token.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), ptyhub_client::Error> {
+//! use ptyhub_client::{AttachOptions, Client, Event};
+//!
+//! let client = Client::connect("http://127.0.0.1:8080", "my-token").await?;
+//! let session = client.create_session("local", Default::default()).await?;
+//! let mut terminal = client
+//!     .attach("local", &session.id, AttachOptions::default())
+//!     .await?;
+//! terminal.send_input("echo hello\n").await?;
+//! while let Some(event) = terminal.next().await? {
+//!     if let Event::Output { data, .. } = event {
+//!         print!("{}", String::from_utf8_lossy(&data));
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`Client`]: instances, sessions (create, resolve by alias or client id, rename, reset,
+//!   close), the screen calls, [`Client::attach`] and [`Client::exec`];
+//! - [`Attachment`] (`attach.rs`): one terminal stream that resumes by offset on its own after
+//!   a dropped connection, with input, resize, reset and the takeover notice;
+//! - [`Exec`] (`exec.rs`): a command in a session of its own, its output byte for byte and its
+//!   exit code.
+//!
+//! Records (instances, sessions, screens) are the protobuf messages of `proto/`, re-exported as
+//! [`proto`]; the terminal stream is typed here ([`Event`]).
+
+#![forbid(unsafe_code)]
+
+mod attach;
+mod error;
+mod exec;
+
+use std::time::Duration;
+
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus};
+pub use error::Error;
+pub use exec::{CanonicalInput, Exec, ExecOutput};
+pub use ptyhub_wire::{BearerAuth, ErrorCode, Role, TerminalSize};
+
+/// The protobuf messages the calls take and answer with (`ptyhub.session.v1`,
+/// `ptyhub.broker.v1`), for the fields this crate has no type of its own for.
+pub mod proto {
+    pub use ptyhub_proto::broker::v1 as broker;
+    pub use ptyhub_proto::session::v1 as session;
+}
+
+/// The metadata entry that names the instance of an `Attach` on the gateway.
+pub const INSTANCE_METADATA: &str = "ptyhub-instance";
+
+/// How a session is found by [`Client::resolve_session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// By its id.
+    Id(String),
+    /// By an alias (`build`, `conversation:42`...).
+    Alias(String),
+    /// A browser tab's own session (alias `client:<id>`).
+    ClientId(String),
+    /// The instance's `default` session.
+    Default,
+}
+
+/// What a new session should be; every field may stay at its default.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Empty gives `Session N`.
+    pub name: String,
+    pub aliases: Vec<String>,
+    /// Absent means 80x24.
+    pub size: Option<TerminalSize>,
+    /// Overrides the instance's command (argv, never a shell string).
+    pub command: Vec<String>,
+}
+
+/// What [`Client::resolve_session`] found, or created.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub session: proto::session::Session,
+    /// True when this call created the session.
+    pub created: bool,
+}
+
+type SessionService = SessionApiClient<InterceptedService<Channel, BearerAuth>>;
+
+/// A connection to a ptyhub gateway with one credential. Cheap to clone; clones share the
+/// connection, which comes back by itself after the gateway restarts.
+#[derive(Debug, Clone)]
+pub struct Client {
+    url: String,
+    channel: Channel,
+    auth: BearerAuth,
+}
+
+impl Client {
+    /// Connects to the gateway at `url` (`http://host:port`) with `token` (an API token or a
+    /// JWT). Fails at once when the gateway cannot be reached.
+    pub async fn connect(url: &str, token: &str) -> Result<Self, Error> {
+        let auth = BearerAuth::new(token).map_err(|_| Error::InvalidToken)?;
+        let endpoint = Endpoint::from_shared(url.to_owned())
+            .map_err(|source| Error::InvalidUrl {
+                url: url.to_owned(),
+                source,
+            })?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| Error::Unreachable {
+                url: url.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            url: url.to_owned(),
+            channel,
+            auth,
+        })
+    }
+
+    /// The gateway URL this client was connected with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn sessions_service(&self) -> SessionService {
+        SessionApiClient::with_interceptor(self.channel.clone(), self.auth.clone())
+            .max_decoding_message_size(usize::MAX)
+    }
+
+    /// The instances the credential may use.
+    pub async fn instances(&self) -> Result<Vec<proto::session::Instance>, Error> {
+        Ok(self
+            .sessions_service()
+            .list_instances(session_pb::ListInstancesRequest::default())
+            .await?
+            .into_inner()
+            .instances)
+    }
+
+    /// One instance, by id or name.
+    pub async fn instance(&self, instance: &str) -> Result<proto::session::Instance, Error> {
+        Ok(self
+            .sessions_service()
+            .get_instance(session_pb::GetInstanceRequest {
+                instance: instance.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Registers an instance (an admin credential's call).
+    pub async fn register_instance(
+        &self,
+        request: proto::session::RegisterInstanceRequest,
+    ) -> Result<proto::session::Instance, Error> {
+        Ok(self
+            .sessions_service()
+            .register_instance(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Removes an instance, closing its sessions (an admin credential's call).
+    pub async fn delete_instance(
+        &self,
+        instance: &str,
+    ) -> Result<proto::session::DeleteInstanceResponse, Error> {
+        Ok(self
+            .sessions_service()
+            .delete_instance(session_pb::DeleteInstanceRequest {
+                instance: instance.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// The sessions of an instance: live ones, or with `include_closed` the history too.
+    pub async fn sessions(
+        &self,
+        instance: &str,
+        include_closed: bool,
+    ) -> Result<Vec<proto::session::Session>, Error> {
+        Ok(self
+            .sessions_service()
+            .list_sessions(session_pb::ListSessionsRequest {
+                instance: instance.to_owned(),
+                include_closed,
+            })
+            .await?
+            .into_inner()
+            .sessions)
+    }
+
+    /// One session of an instance.
+    pub async fn session(
+        &self,
+        instance: &str,
+        session_id: &str,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .get_session(session_pb::GetSessionRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Starts a new session. RESOURCE_EXHAUSTED ([`ErrorCode::CapReached`]) at the instance's
+    /// cap, ALREADY_EXISTS when an alias is taken.
+    pub async fn create_session(
+        &self,
+        instance: &str,
+        new: NewSession,
+    ) -> Result<proto::session::Session, Error> {
+        let attachment = self
+            .sessions_service()
+            .create_session(session_pb::CreateSessionRequest {
+                instance: instance.to_owned(),
+                name: new.name,
+                aliases: new.aliases,
+                size: new.size.map(size_to_proto),
+                command: new.command,
+            })
+            .await?
+            .into_inner();
+        attachment
+            .session
+            .ok_or_else(|| Error::Protocol("a created session without its record".into()))
+    }
+
+    /// Finds the live session `selector` names; with `create_if_absent` an alias, client id or
+    /// `default` that has none gets one (of `size`), and concurrent calls get the same one.
+    pub async fn resolve_session(
+        &self,
+        instance: &str,
+        selector: Selector,
+        create_if_absent: bool,
+        size: Option<TerminalSize>,
+    ) -> Result<Resolved, Error> {
+        use session_pb::resolve_session_request::Selector as Wire;
+        let selector = match selector {
+            Selector::Id(id) => Wire::SessionId(id),
+            Selector::Alias(alias) => Wire::Alias(alias),
+            Selector::ClientId(client_id) => Wire::ClientId(client_id),
+            Selector::Default => Wire::Default(true),
+        };
+        let attachment = self
+            .sessions_service()
+            .resolve_session(session_pb::ResolveSessionRequest {
+                instance: instance.to_owned(),
+                selector: Some(selector),
+                create_if_absent,
+                size: size.map(size_to_proto),
+                role: broker_pb::Role::Controller as i32,
+            })
+            .await?
+            .into_inner();
+        let session = attachment
+            .session
+            .ok_or_else(|| Error::Protocol("a resolved session without its record".into()))?;
+        Ok(Resolved {
+            session,
+            created: attachment.created,
+        })
+    }
+
+    pub async fn rename_session(
+        &self,
+        instance: &str,
+        session_id: &str,
+        name: &str,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .rename_session(session_pb::RenameSessionRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                name: name.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Restarts the session's command in place: same id, size, aliases and offsets.
+    pub async fn reset_session(
+        &self,
+        instance: &str,
+        session_id: &str,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .reset_session(session_pb::ResetSessionRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Closes the session, ending its whole process group.
+    pub async fn close_session(
+        &self,
+        instance: &str,
+        session_id: &str,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .close_session(session_pb::CloseSessionRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// The session's screen as its terminal emulator holds it.
+    pub async fn screen(
+        &self,
+        request: proto::session::GetScreenRequest,
+    ) -> Result<proto::broker::Screen, Error> {
+        Ok(self
+            .sessions_service()
+            .get_screen(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Types into the session without attaching: all items or none.
+    /// FAILED_PRECONDITION ([`ErrorCode::WrongState`]) while a client holds control, unless
+    /// `force`.
+    pub async fn send_input(
+        &self,
+        request: proto::session::SendInputRequest,
+    ) -> Result<proto::broker::SendInputResponse, Error> {
+        Ok(self
+            .sessions_service()
+            .send_input(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Waits until the screen matches; DEADLINE_EXCEEDED ([`ErrorCode::TimedOut`]) when the
+    /// wait's own timeout passes first.
+    pub async fn wait_for_screen(
+        &self,
+        request: proto::session::WaitForScreenRequest,
+    ) -> Result<proto::broker::WaitForScreenResponse, Error> {
+        let timeout_ms = match request.timeout_ms {
+            0 => ptyhub_wire::limits::DEFAULT_WAIT_MS,
+            other => other.min(ptyhub_wire::limits::MAX_WAIT_MS),
+        };
+        let mut request = tonic::Request::new(request);
+        // The wait is bounded by its own timeout; the call may take that plus an answer's time.
+        request.set_timeout(Duration::from_millis(timeout_ms.into()) + Duration::from_secs(30));
+        Ok(self
+            .sessions_service()
+            .wait_for_screen(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Attaches to a session through the gateway: see [`Attachment`].
+    pub async fn attach(
+        &self,
+        instance: &str,
+        session_id: &str,
+        options: AttachOptions,
+    ) -> Result<Attachment, Error> {
+        Attachment::open(self.clone(), instance, session_id, options).await
+    }
+
+    /// Runs `command` (argv) in a new session of `instance` (80x24) and streams its output:
+    /// see [`Exec`].
+    pub async fn exec(&self, instance: &str, command: Vec<String>) -> Result<Exec, Error> {
+        Exec::start(self.clone(), instance, command, None).await
+    }
+
+    /// [`Client::exec`] on a terminal of `size` (for output that wraps like the caller's).
+    pub async fn exec_at_size(
+        &self,
+        instance: &str,
+        command: Vec<String>,
+        size: TerminalSize,
+    ) -> Result<Exec, Error> {
+        Exec::start(self.clone(), instance, command, Some(size)).await
+    }
+
+    /// Runs `command` to its end and returns its exit status and output.
+    pub async fn exec_output(
+        &self,
+        instance: &str,
+        command: Vec<String>,
+    ) -> Result<ExecOutput, Error> {
+        let mut exec = self.exec(instance, command).await?;
+        exec.close_input().await?;
+        let mut output = Vec::new();
+        while let Some(chunk) = exec.next_output().await? {
+            output.extend_from_slice(&chunk);
+        }
+        let status = exec.wait().await?;
+        Ok(ExecOutput { status, output })
+    }
+
+    /// The raw `Attach` call on the gateway: one stream, no resume.
+    async fn attach_stream(
+        &self,
+        instance: &str,
+        frames: tokio::sync::mpsc::Receiver<broker_pb::ClientFrame>,
+    ) -> Result<tonic::Streaming<broker_pb::ServerFrame>, Error> {
+        let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(frames));
+        let instance_value = instance
+            .parse()
+            .map_err(|_| Error::InvalidMetadata(instance.to_owned()))?;
+        request
+            .metadata_mut()
+            .insert(INSTANCE_METADATA, instance_value);
+        self.auth.authorize(&mut request);
+        let mut broker =
+            ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient::new(self.channel.clone())
+                .max_decoding_message_size(usize::MAX);
+        Ok(broker.attach(request).await?.into_inner())
+    }
+}
+
+fn size_to_proto(size: TerminalSize) -> broker_pb::TerminalSize {
+    broker_pb::TerminalSize {
+        cols: size.cols().into(),
+        rows: size.rows().into(),
+    }
+}

@@ -1,0 +1,87 @@
+//! `GET .../terminal/events`: an instance's session changes as Server-Sent Events, for pages
+//! that follow renames, creates, closes and status changes live. It is session-api's
+//! `WatchSessions` for one instance, opened first and then preceded by the list of live
+//! sessions, so a client that (re)connects sees the whole state once and every change after it.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::{Stream, StreamExt, stream};
+
+use super::bodies::{SessionBody, SessionList};
+use super::extract::{Caller, InstancePath, InstanceScope};
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
+
+/// A comment line this often keeps proxies and the browser from closing an idle stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The event that opens every stream: `{"sessions": [...]}`, the live sessions as listed.
+pub const SESSIONS_EVENT: &str = "sessions";
+
+/// Session changes of one instance: first a `sessions` event with the live sessions, then one
+/// event per change, named by its kind (`created`, `renamed`, `status`, `closed`,
+/// `attachments`, `screen`), whose data is the session after the change.
+#[utoipa::path(
+    get, path = "/api/v1/instances/{iid}/terminal/events", tag = "sessions",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "text/event-stream; see CONTRACT.md", content_type = "text/event-stream"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn session_events(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let instance = scope.authorize(&state, &principal).await?;
+    // Watch before listing: a change between the two is then seen (twice at worst, which a
+    // client applying "the session as it is now" does not notice), never missed.
+    let changes = state.upstreams.watch_sessions(&instance.id).await?;
+    let sessions = state
+        .upstreams
+        .list_sessions(&instance.id, false)
+        .await?
+        .into_iter()
+        .map(SessionBody::from)
+        .collect();
+    let first = json_event(SESSIONS_EVENT, &SessionList { sessions });
+    let instance_id = instance.id.clone();
+    let changes = changes
+        .take_while(|change| {
+            // A failed stream ends the events; the client reconnects and lists again.
+            if let Err(error) = change {
+                tracing::info!(error = %error, "session change stream ended");
+            }
+            std::future::ready(change.is_ok())
+        })
+        .filter_map(move |change| {
+            std::future::ready(match change {
+                Ok(change) if change.session.instance_id == instance_id => Some(json_event(
+                    change.kind.as_str(),
+                    &SessionBody::from(change.session),
+                )),
+                _ => None,
+            })
+        });
+    let shutdown = state.shutdown.clone();
+    let events = stream::once(std::future::ready(first))
+        .chain(changes)
+        .map(Ok)
+        // The stream ends with the gateway, so a watching page never holds up a shutdown.
+        .take_until(async move { shutdown.cancelled().await });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+fn json_event(name: &str, body: &impl serde::Serialize) -> Event {
+    match Event::default().event(name).json_data(body) {
+        Ok(event) => event,
+        // Our own bodies always serialise; should one not, say so rather than end the stream.
+        Err(error) => Event::default().event("error").data(error.to_string()),
+    }
+}

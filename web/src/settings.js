@@ -1,0 +1,92 @@
+// What the page remembers across visits (localStorage): the terminal font size and the theme
+// (light, dark, or following the system), and the terminal colours of each theme.
+
+const FONT_SIZE_KEY = 'ptyhub.fontSize';
+const THEME_KEY = 'ptyhub.theme';
+
+export const DEFAULT_FONT_SIZE = 14;
+export const MIN_FONT_SIZE = 8;
+export const MAX_FONT_SIZE = 32;
+
+/** @typedef {'system' | 'light' | 'dark'} ThemeChoice */
+
+/** The terminal's colours, per theme (the page's own are CSS variables in style.css). */
+export const TERMINAL_THEMES = Object.freeze({
+  dark: Object.freeze({
+    background: '#11141a', foreground: '#d8dee9', cursor: '#8fbcbb', cursorAccent: '#11141a',
+    selectionBackground: '#4c566a',
+  }),
+  light: Object.freeze({
+    background: '#fbfbfd', foreground: '#1f2430', cursor: '#3465a4', cursorAccent: '#fbfbfd',
+    selectionBackground: '#b9d1f0',
+    // The ANSI colours tuned for a light background (xterm's defaults are for a dark one).
+    black: '#1f2430', red: '#c4262e', green: '#2d7d32', yellow: '#8a6d00', blue: '#1f5fbf',
+    magenta: '#8e3fa6', cyan: '#137a83', white: '#8a93a6',
+    brightBlack: '#5c6370', brightRed: '#e0474f', brightGreen: '#3c9a41', brightYellow: '#a88400',
+    brightBlue: '#3778db', brightMagenta: '#a854c2', brightCyan: '#1a95a0', brightWhite: '#b8bfcc',
+  }),
+});
+
+/** @type {Set<() => void>} */
+const listeners = new Set();
+const systemDark = window.matchMedia('(prefers-color-scheme: dark)');
+systemDark.addEventListener('change', () => notify());
+window.addEventListener('storage', (event) => {
+  // Another window of the page changed a setting: follow it.
+  if (event.key === FONT_SIZE_KEY || event.key === THEME_KEY) notify();
+});
+
+function notify() {
+  applyPageTheme();
+  for (const listener of listeners) listener();
+}
+
+/** Calls `listener` whenever the font size or the theme in effect changes; returns the undo. */
+export function onSettingsChange(/** @type {() => void} */ listener) {
+  listeners.add(listener);
+  return () => listeners.delete(listener);
+}
+
+/** @returns {number} */
+export function fontSize() {
+  const stored = Number(localStorage.getItem(FONT_SIZE_KEY));
+  return Number.isInteger(stored) && stored >= MIN_FONT_SIZE && stored <= MAX_FONT_SIZE ? stored : DEFAULT_FONT_SIZE;
+}
+
+/** Sets the font size (clamped; null goes back to the default) and remembers it. */
+export function setFontSize(/** @type {number | null} */ size) {
+  if (size === null) localStorage.removeItem(FONT_SIZE_KEY);
+  else localStorage.setItem(FONT_SIZE_KEY, String(Math.min(MAX_FONT_SIZE, Math.max(MIN_FONT_SIZE, Math.round(size)))));
+  notify();
+}
+
+/** @returns {ThemeChoice} */
+export function themeChoice() {
+  const stored = localStorage.getItem(THEME_KEY);
+  return stored === 'light' || stored === 'dark' ? stored : 'system';
+}
+
+/** @returns {'light' | 'dark'} the theme in effect: the choice, or the system's. */
+export function activeTheme() {
+  const choice = themeChoice();
+  if (choice !== 'system') return choice;
+  return systemDark.matches ? 'dark' : 'light';
+}
+
+export function setThemeChoice(/** @type {ThemeChoice} */ choice) {
+  if (choice === 'system') localStorage.removeItem(THEME_KEY);
+  else localStorage.setItem(THEME_KEY, choice);
+  notify();
+}
+
+/** The terminal colours of the theme in effect. */
+export function terminalTheme() {
+  return TERMINAL_THEMES[activeTheme()];
+}
+
+/** Puts the theme in effect on the document (`data-theme`, which style.css reads). */
+export function applyPageTheme() {
+  const theme = activeTheme();
+  document.documentElement.dataset.theme = theme;
+  document.documentElement.style.colorScheme = theme;
+}
