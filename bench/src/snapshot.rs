@@ -4,9 +4,11 @@
 //! the emulator takes the throughput scenario's flood on one thread: what a session's feeder can
 //! keep up with.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
+use bytes::Bytes;
 use pty_broker::domain::TerminalSize;
 use pty_broker::screen::{Screen, ScreenFormat};
 
@@ -142,16 +144,30 @@ pub fn snapshot_builds(builds: usize) -> Result<SnapshotBuilds> {
 /// How fast one screen takes output on this thread.
 #[derive(Debug, Clone, Copy)]
 pub struct FeedRate {
-    pub cols: u16,
-    pub rows: u16,
-    pub scrollback_lines: usize,
     pub mib_per_second: f64,
+}
+
+/// How [`feed_rate`] feeds the screen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feeding {
+    /// Every byte through the emulator.
+    Parse,
+    /// As a session's feeder does with the default ring: the output gathers until it is a
+    /// [`pty_broker::session::FAST_FORWARD_RING_PART`] of the ring ahead, then the screen
+    /// fast-forwards over what it can and parses the rest at the end.
+    FastForward,
 }
 
 /// Feeds `bytes` of the throughput scenario's flood (lines of 63 characters, LF only: raw mode)
 /// to a fresh `cols`x`rows` screen keeping `scrollback_lines`, in pieces of 16 KiB (the broker's
 /// read size), and times it. Checks that the screen shows the flood's lines.
-pub fn feed_rate(bytes: u64, cols: u16, rows: u16, scrollback_lines: usize) -> Result<FeedRate> {
+pub fn feed_rate(
+    bytes: u64,
+    cols: u16,
+    rows: u16,
+    scrollback_lines: usize,
+    feeding: Feeding,
+) -> Result<FeedRate> {
     const PIECE: usize = 16 * 1024;
     let size = TerminalSize::new(u32::from(cols), u32::from(rows))?;
     let mut screen = Screen::new(size, scrollback_lines, 0);
@@ -163,11 +179,32 @@ pub fn feed_rate(bytes: u64, cols: u16, rows: u16, scrollback_lines: usize) -> R
     }
     // A piece of whole lines, so that each piece continues the pattern where the last ended.
     pattern.truncate(PIECE - PIECE % (line.len() + 1));
+    let pattern = Bytes::from(pattern);
+    let window = (pty_broker::Config::DEFAULT_RING_BYTES as usize)
+        / pty_broker::session::FAST_FORWARD_RING_PART;
     let started = Instant::now();
     let mut fed = 0u64;
+    // The output after the screen's offset, in the pieces it came in.
+    let mut ahead: VecDeque<Bytes> = VecDeque::new();
     while fed < bytes {
-        screen.feed_at(fed, &pattern);
+        match feeding {
+            Feeding::Parse => screen.feed_at(fed, &pattern),
+            Feeding::FastForward => {
+                ahead.push_back(pattern.clone());
+                let pending: usize = ahead.iter().map(Bytes::len).sum();
+                if pending >= window {
+                    let before = screen.offset();
+                    let pieces: Vec<Bytes> = ahead.iter().cloned().collect();
+                    screen.look_ahead(&pieces, true);
+                    drop_before(&mut ahead, (screen.offset() - before) as usize);
+                }
+            }
+        }
         fed += pattern.len() as u64;
+    }
+    for piece in ahead {
+        let at = screen.offset();
+        screen.feed_at(at, &piece);
     }
     let elapsed = started.elapsed();
     ensure!(
@@ -184,11 +221,20 @@ pub fn feed_rate(bytes: u64, cols: u16, rows: u16, scrollback_lines: usize) -> R
         "the screen does not show the flood's lines: {text:?}"
     );
     Ok(FeedRate {
-        cols,
-        rows,
-        scrollback_lines,
         mib_per_second: fed as f64 / (1024.0 * 1024.0) / elapsed.as_secs_f64(),
     })
+}
+
+/// Drops the first `skipped` bytes of `pieces`.
+fn drop_before(pieces: &mut VecDeque<Bytes>, mut skipped: usize) {
+    while let Some(first) = pieces.front_mut() {
+        if first.len() > skipped {
+            *first = first.slice(skipped..);
+            return;
+        }
+        skipped -= first.len();
+        pieces.pop_front();
+    }
 }
 
 #[cfg(test)]
@@ -215,8 +261,10 @@ mod tests {
 
     #[test]
     fn the_flood_is_fed_whole_and_shows_on_the_screen() {
-        let rate = feed_rate(64 * 1024, 80, 24, 100).expect("feed");
-        assert!(rate.mib_per_second > 0.0);
+        for feeding in [Feeding::Parse, Feeding::FastForward] {
+            let rate = feed_rate(2 << 20, 80, 24, 100, feeding).expect("feed");
+            assert!(rate.mib_per_second > 0.0);
+        }
     }
 
     #[test]

@@ -47,9 +47,42 @@ pub(super) enum Stop {
     TooShort,
 }
 
+/// Bytes looked at together when scanning for the end of a run: a loop with no early exit
+/// inside, which the compiler turns into vector instructions. A flood is scanned at memory
+/// speed rather than a byte at a time.
+const SCAN_CHUNK: usize = 32;
+
 /// Whether `byte` is plain text here: printable ASCII, a line feed or a return.
-pub(super) fn is_plain(byte: u8) -> bool {
-    matches!(byte, 0x20..=0x7e | b'\n' | b'\r')
+fn is_plain(byte: u8) -> bool {
+    is_printable(byte) || matches!(byte, b'\n' | b'\r')
+}
+
+fn is_printable(byte: u8) -> bool {
+    matches!(byte, 0x20..=0x7e)
+}
+
+/// The index of the first byte of `bytes` that `is_kind` refuses.
+fn first_not(bytes: &[u8], is_kind: impl Fn(u8) -> bool) -> Option<usize> {
+    let mut chunks = bytes.chunks_exact(SCAN_CHUNK);
+    let mut checked = 0;
+    for chunk in &mut chunks {
+        if chunk
+            .iter()
+            .fold(false, |seen, &byte| seen | !is_kind(byte))
+        {
+            break;
+        }
+        checked += SCAN_CHUNK;
+    }
+    bytes[checked..]
+        .iter()
+        .position(|&byte| !is_kind(byte))
+        .map(|at| checked + at)
+}
+
+/// The index of the first byte of `bytes` that is not plain text.
+pub(super) fn first_not_plain(bytes: &[u8]) -> Option<usize> {
+    first_not(bytes, is_plain)
 }
 
 /// The cursor after a scroll, and the last character printed by then.
@@ -61,59 +94,102 @@ struct Scroll {
     last_printed: Option<u8>,
 }
 
+/// The cursor as plain text moves it, and the last scrolls it made: all [`plan`] needs.
+struct Follow {
+    row: u16,
+    col: u16,
+    bottom: u16,
+    cols: u16,
+    last_printed: Option<u8>,
+    /// The most recent scrolls, at most `keep`.
+    scrolls: VecDeque<Scroll>,
+    keep: usize,
+}
+
+impl Follow {
+    /// A line feed: down a row, or a scroll at the bottom, recorded as ending at `after`.
+    fn line_feed(&mut self, after: usize) {
+        if self.row < self.bottom {
+            self.row += 1;
+            return;
+        }
+        if self.scrolls.len() == self.keep {
+            self.scrolls.pop_front();
+        }
+        self.scrolls.push_back(Scroll {
+            after,
+            col: self.col,
+            last_printed: self.last_printed,
+        });
+    }
+
+    /// Prints `run` (printable ASCII only), whose first byte is at index `start` of the output:
+    /// a stretch at a time up to the right margin, and a wrap (a return and a line feed) for the
+    /// byte printed at a pending wrap, as vt100 does it.
+    fn print(&mut self, run: &[u8], start: usize) {
+        let mut printed = 0;
+        while printed < run.len() {
+            if self.col == self.cols {
+                self.col = 1;
+                self.last_printed = Some(run[printed]);
+                printed += 1;
+                self.line_feed(start + printed);
+            } else {
+                let fits = usize::from(self.cols - self.col).min(run.len() - printed);
+                // `fits` is at most `cols - col`, a u16.
+                self.col += fits as u16;
+                printed += fits;
+                self.last_printed = Some(run[printed - 1]);
+            }
+        }
+    }
+}
+
 /// A plan to skip most of `output` (the pieces in order, from the screen's offset), or why there
 /// is none.
 pub(super) fn plan<'a>(
     start: Start,
     output: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Plan, Stop> {
-    let bottom = start.rows - 1;
     // Every row on the screen and above it must be written after the point skipped to.
     let needed = usize::from(start.rows) + start.kept_above;
-    let (mut row, mut col) = (start.row.min(bottom), start.col.min(start.cols));
-    let mut last_printed = None;
-    let mut scrolls: VecDeque<Scroll> = VecDeque::with_capacity(needed + 1);
-    let mut index = 0;
+    let bottom = start.rows - 1;
+    let mut follow = Follow {
+        row: start.row.min(bottom),
+        col: start.col.min(start.cols),
+        bottom,
+        cols: start.cols,
+        last_printed: None,
+        scrolls: VecDeque::with_capacity(needed + 1),
+        keep: needed + 1,
+    };
+    let mut piece_start = 0;
     let mut not_plain = None;
     'pieces: for piece in output {
-        for &byte in piece {
-            let scrolled = match byte {
-                b'\n' => line_feed(&mut row, bottom),
-                b'\r' => {
-                    col = 0;
-                    false
-                }
-                0x20..=0x7e => {
-                    let mut scrolled = false;
-                    if col == start.cols {
-                        col = 0;
-                        scrolled = line_feed(&mut row, bottom);
-                    }
-                    col += 1;
-                    last_printed = Some(byte);
-                    scrolled
-                }
+        let mut at = 0;
+        while at < piece.len() {
+            let run = first_not(&piece[at..], is_printable).unwrap_or(piece.len() - at);
+            if run > 0 {
+                follow.print(&piece[at..at + run], piece_start + at);
+                at += run;
+                continue;
+            }
+            match piece[at] {
+                b'\n' => follow.line_feed(piece_start + at + 1),
+                b'\r' => follow.col = 0,
                 _ => {
-                    not_plain = Some(index);
+                    not_plain = Some(piece_start + at);
                     break 'pieces;
                 }
-            };
-            index += 1;
-            if scrolled {
-                if scrolls.len() == needed + 1 {
-                    scrolls.pop_front();
-                }
-                scrolls.push_back(Scroll {
-                    after: index,
-                    col,
-                    last_printed,
-                });
             }
+            at += 1;
         }
+        piece_start += piece.len();
     }
     // The point skipped to must come after a scroll (so the cursor is on the bottom row), with
     // `needed` scrolls after it.
     let stop = not_plain.map_or(Stop::TooShort, |at| Stop::NotPlain { at });
+    let scrolls = follow.scrolls;
     if scrolls.len() < needed + 1 {
         return Err(stop);
     }
@@ -141,16 +217,6 @@ pub(super) fn plan<'a>(
 
 fn row_at(start: Start) -> u16 {
     start.row.min(start.rows - 1)
-}
-
-/// A line feed: down a row, or a scroll at the bottom. Whether it scrolled.
-fn line_feed(row: &mut u16, bottom: u16) -> bool {
-    if *row == bottom {
-        true
-    } else {
-        *row += 1;
-        false
-    }
 }
 
 #[cfg(test)]
@@ -211,6 +277,102 @@ mod tests {
         let plan = plan(start(3, 0), [&output[..]]).expect("enough scrolls");
         assert_eq!(plan.skip, 55);
         assert_eq!(plan.replacement, b"\r9999999999");
+    }
+
+    /// What [`plan`] must answer, a byte at a time as the emulator goes: the oracle for the
+    /// stretch-at-a-time version.
+    fn plan_bytewise(start: Start, output: &[u8]) -> Result<Plan, Stop> {
+        let bottom = start.rows - 1;
+        let needed = usize::from(start.rows) + start.kept_above;
+        let (mut row, mut col) = (start.row.min(bottom), start.col.min(start.cols));
+        let mut last_printed = None;
+        let mut scrolls = VecDeque::new();
+        let mut stop = Stop::TooShort;
+        for (index, &byte) in output.iter().enumerate() {
+            let feed = |row: &mut u16| {
+                let scrolled = *row == bottom;
+                *row = (*row + 1).min(bottom);
+                scrolled
+            };
+            let scrolled = match byte {
+                b'\n' => feed(&mut row),
+                b'\r' => {
+                    col = 0;
+                    false
+                }
+                0x20..=0x7e => {
+                    let scrolled = col == start.cols && {
+                        col = 0;
+                        feed(&mut row)
+                    };
+                    col += 1;
+                    last_printed = Some(byte);
+                    scrolled
+                }
+                _ => {
+                    stop = Stop::NotPlain { at: index };
+                    break;
+                }
+            };
+            if scrolled {
+                scrolls.push_back((index + 1, col, last_printed));
+                if scrolls.len() > needed + 1 {
+                    scrolls.pop_front();
+                }
+            }
+        }
+        if scrolls.len() < needed + 1 {
+            return Err(stop);
+        }
+        let (skip, col, Some(printed)) = scrolls[0] else {
+            return Err(stop);
+        };
+        let mut replacement = vec![b'\n'; usize::from(bottom - row_at(start))];
+        replacement.push(b'\r');
+        if col == 0 {
+            replacement.extend([printed, b'\r']);
+        } else {
+            replacement.extend(std::iter::repeat_n(printed, usize::from(col)));
+        }
+        Ok(Plan { skip, replacement })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stretches_plan_as_bytes_do(
+            rows in 1u16..6,
+            cols in 1u16..12,
+            row in 0u16..8,
+            col in 0u16..14,
+            kept_above in 0usize..4,
+            output in proptest::collection::vec(
+                proptest::prop_oneof![
+                    8 => 0x20u8..=0x7e,
+                    2 => proptest::strategy::Just(b'\n'),
+                    1 => proptest::strategy::Just(b'\r'),
+                    1 => proptest::prelude::any::<u8>(),
+                ],
+                0..400,
+            ),
+            split in 0usize..400,
+        ) {
+            let start = Start { row, col, rows, cols, kept_above };
+            let (left, right) = output.split_at(split.min(output.len()));
+            proptest::prop_assert_eq!(plan(start, [left, right]), plan_bytewise(start, &output));
+        }
+
+        #[test]
+        fn the_first_byte_not_plain_is_found(
+            output in proptest::collection::vec(
+                proptest::prop_oneof![20 => 0x20u8..=0x7e, 1 => proptest::prelude::any::<u8>()],
+                0..200,
+            ),
+        ) {
+            proptest::prop_assert_eq!(
+                first_not_plain(&output),
+                output.iter().position(|&byte| !is_plain(byte))
+            );
+        }
     }
 
     #[test]

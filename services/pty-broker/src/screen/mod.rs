@@ -346,9 +346,7 @@ impl Screen {
                 let piece_end = piece_start + piece.len() as u64;
                 if piece_end > ahead.plain_to {
                     let from = (ahead.plain_to - piece_start) as usize;
-                    let not_plain = piece[from..]
-                        .iter()
-                        .position(|byte| !fast_forward::is_plain(*byte));
+                    let not_plain = fast_forward::first_not_plain(&piece[from..]);
                     if let Some(at) = not_plain {
                         ahead.plain_to += at as u64;
                         ahead.not_plain_at = Some(ahead.plain_to);

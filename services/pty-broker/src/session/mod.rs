@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 pub use attachments::ClientId;
 pub(crate) use recording::SessionRecording;
-pub use screen::{InputItem, InputSent, ScreenWait, WaitOutcome};
+pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
 use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};

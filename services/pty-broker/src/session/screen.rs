@@ -30,7 +30,7 @@ const FEED_SLICE: usize = 16 * 1024;
 /// The feeder lets plain text run this part of the ring ahead before it fast-forwards: far
 /// enough that most of a flood is skipped, near enough that the PTY's reader (at most a ring
 /// ahead of the screen) never waits for it.
-const FAST_FORWARD_RING_PART: usize = 4;
+pub const FAST_FORWARD_RING_PART: usize = 4;
 /// A reader that needs the screen now fast-forwards when it is at least this far behind.
 const FAST_FORWARD_LEAST: usize = 32 * 1024;
 /// While a plain-text flood runs ahead, the feeder looks at it this often (at 46 MiB/s, a local
