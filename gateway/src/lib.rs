@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attach_relay;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod domain;
@@ -86,6 +87,9 @@ pub async fn run(
         bridges: TaskTracker::new(),
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
+        refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(
+            state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
+        )),
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
@@ -100,19 +104,22 @@ pub async fn run(
             tracing::debug!(%error, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            draining.cancel();
-            if !drain_delay.is_zero() {
-                tracing::info!(?drain_delay, "shutdown: not ready, still serving");
-                tokio::time::sleep(drain_delay).await;
-            }
-            tracing::info!("shutdown: closing websockets with 1012");
-            root.cancel();
-        })
-        .await
-        .map_err(Error::Serve)?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        draining.cancel();
+        if !drain_delay.is_zero() {
+            tracing::info!(?drain_delay, "shutdown: not ready, still serving");
+            tokio::time::sleep(drain_delay).await;
+        }
+        tracing::info!("shutdown: closing websockets with 1012");
+        root.cancel();
+    })
+    .await
+    .map_err(Error::Serve)?;
     state.shutdown.cancel();
     state.bridges.close();
     if tokio::time::timeout(config.shutdown_grace, state.bridges.wait())

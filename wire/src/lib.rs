@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod audit;
 mod code;
 mod credential;
 mod introspection;
@@ -17,6 +18,10 @@ mod recordings;
 mod secret;
 mod terminal;
 
+pub use audit::{
+    ACTOR_ADDRESS_METADATA, ACTOR_PRINCIPAL_METADATA, ACTOR_SURFACE_METADATA, Actor,
+    CLI_USER_AGENT_PREFIX, MAX_PRINCIPAL_BYTES, Surface,
+};
 pub use code::{ErrorCode, close_code};
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,

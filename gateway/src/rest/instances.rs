@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use ptyhub_wire::Surface;
 
 use super::bodies::{
     DeletedInstance, InstanceBody, InstanceList, RegisterInstanceBody, TargetBody,
@@ -65,7 +66,11 @@ pub async fn register_instance(
             })?),
         },
     };
-    let instance = state.upstreams.register_instance(new_instance).await?;
+    let instance = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .register_instance(new_instance)
+        .await?;
     tracing::info!(instance_id = %instance.id, subject = %principal.subject, "instance registered");
     Ok((StatusCode::CREATED, Json(instance.into())))
 }
@@ -105,7 +110,9 @@ pub async fn get_instance(
     Caller(principal): Caller,
     Path(path): Path<InstancePath>,
 ) -> Result<Json<InstanceBody>, ApiError> {
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
     Ok(Json(instance.into()))
 }
 
@@ -124,8 +131,14 @@ pub async fn delete_instance(
     Path(path): Path<InstancePath>,
 ) -> Result<Json<DeletedInstance>, ApiError> {
     require_admin(&principal, "deleting instances")?;
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
-    let closed_sessions = state.upstreams.delete_instance(&instance.id).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
+    let closed_sessions = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .delete_instance(&instance.id)
+        .await?;
     tracing::info!(instance_id = %instance.id, closed_sessions, subject = %principal.subject, "instance deleted");
     Ok(Json(DeletedInstance {
         status: "deleted".into(),

@@ -7,8 +7,10 @@
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
 //! - `events.rs`: an instance's session changes as Server-Sent Events;
-//! - `recordings.rs`: a closed session's asciicast recording, with ranges.
+//! - `recordings.rs`: a closed session's asciicast recording, with ranges;
+//! - `audit.rs`: the audit trail, filtered, paged and scoped to the caller's instances.
 
+pub mod audit;
 pub mod bodies;
 pub mod events;
 pub mod extract;

@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ptyhub_wire::{Role, TerminalSize};
+use ptyhub_wire::{Role, Surface, TerminalSize};
 
 use super::bodies::{
     ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody, RenamedSession,
@@ -88,6 +88,7 @@ pub async fn create_session(
         .map_err(|error| ApiError::invalid(error.to_string()))?;
     let created = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .create_session(&instance.id, name, aliases, size)
         .await?;
     let session = created.session;
@@ -145,6 +146,7 @@ pub async fn close_session(
     if session.status != SessionStatus::Closed {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .close_session(&instance.id, &session.id)
             .await?;
     }
@@ -180,6 +182,7 @@ pub async fn reset_session(
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .reset_session(&instance.id, &session.id)
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
@@ -213,6 +216,7 @@ pub async fn rename_session(
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .rename_session(&instance.id, &session.id, name)
         .await?;
     Ok(Json(RenamedSession {
@@ -241,6 +245,7 @@ pub async fn reset_default_session(
     let instance = scope.authorize(&state, &principal).await?;
     let resolved = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .resolve_session(
             &instance.id,
             SessionSelector::Default,
@@ -254,6 +259,7 @@ pub async fn reset_default_session(
     } else {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .reset_session(&instance.id, &resolved.session.id)
             .await?
     };

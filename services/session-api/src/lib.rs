@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod broker_client;
 pub mod changes;
 pub mod config;
