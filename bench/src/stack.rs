@@ -152,6 +152,11 @@ impl Stack {
             .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
             .broker_id(BROKER_ID)
             .backends(backends.clone())
+            // The bench container runs as root, which brokers refuse in containers by default.
+            .spawn_policy(ptyhub_stack::SpawnPolicy {
+                allow_root: true,
+                ..Default::default()
+            })
             .ring_bytes(options.ring_bytes)
             .shutdown_grace(SHUTDOWN_GRACE)
             .kill_grace(KILL_GRACE)
@@ -239,6 +244,7 @@ impl Stack {
         config.screens = false;
         config.broker_id = UNSCREENED_BROKER_ID.to_owned();
         config.backends = backends;
+        config.policy.allow_root = true;
         config.ring_bytes = options.ring_bytes;
         config.kill_grace = KILL_GRACE;
         config.shutdown_grace = SHUTDOWN_GRACE;

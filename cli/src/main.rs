@@ -64,6 +64,10 @@ enum Command {
         /// An alias to open it by later (repeatable).
         #[arg(long = "alias")]
         aliases: Vec<String>,
+        /// A program to run instead of the instance's command (after `--`); needs an admin
+        /// token or one allowed to choose commands.
+        #[arg(last = true)]
+        command: Vec<String>,
     },
     /// Rename a session.
     Rename {
@@ -227,7 +231,8 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
             instance,
             name,
             aliases,
-        } => manage::session_new(connection, instance, name, aliases, output).await?,
+            command,
+        } => manage::session_new(connection, instance, name, aliases, command, output).await?,
         Command::Rename {
             instance,
             session,

@@ -145,6 +145,7 @@ pub async fn session_new(
     instance: String,
     name: Option<String>,
     aliases: Vec<String>,
+    command: Vec<String>,
     output: Output,
 ) -> Result<()> {
     let created = connection
@@ -156,7 +157,7 @@ pub async fn session_new(
                 name: name.unwrap_or_default(),
                 aliases,
                 size: crate::terminal::local_terminal_size(),
-                command: Vec::new(),
+                command,
             },
         )
         .await

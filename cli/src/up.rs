@@ -46,6 +46,10 @@ pub struct UpArgs {
     /// everything at `info`.
     #[arg(long, env = "PTYHUB_LOG")]
     pub log: Option<String>,
+    /// The broker's limits on containers and users, as `pty-broker` takes them: by default
+    /// every container, and no root in containers (`--allow-root` allows it).
+    #[command(flatten)]
+    pub policy: ptyhub_stack::SpawnPolicy,
 }
 
 /// What goes to the log file in the data dir.
@@ -83,6 +87,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
     let mut builder = Stack::builder()
         .broker_id(LOCAL_BROKER)
         .backends(backends.clone())
+        .spawn_policy(args.policy.clone())
         .broker_data_dir(broker_data_dir)
         .database_url(format!(
             "sqlite://{}?mode=rwc",

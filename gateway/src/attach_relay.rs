@@ -4,6 +4,10 @@
 //! back unchanged (offsets, gap, snapshot, detached, exit, all of it). Every other
 //! `PtyBroker` method is refused: those are for session-api alone.
 //!
+//! Each stream holds one of its principal's stream slots (`--max-streams-per-principal`, shared
+//! with the principal's WebSockets) from before its hello until it ends; a client that sends no
+//! hello within [`HELLO_TIMEOUT`] is ended with `INVALID_ARGUMENT`.
+//!
 //! One task reads the client's frames and forwards those a client may send
 //! ([`forward_client_frames`]); the response stream is polled by the transport and yields the
 //! broker's frames with the reader's refusals in between ([`relay_frames`]). Nothing the
@@ -17,7 +21,7 @@ use tokio::time::Instant;
 use futures::Stream;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_server::{PtyBroker, PtyBrokerServer};
-use ptyhub_wire::limits::MAX_FRAME_BYTES;
+use ptyhub_wire::limits::{HELLO_TIMEOUT, MAX_FRAME_BYTES};
 use ptyhub_wire::{ErrorCode, Role};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -29,13 +33,11 @@ use tracing::Instrument;
 use crate::audit::{StreamAudit, StreamResets};
 use crate::metrics::GaugeGuard;
 use crate::session_proxy::{authenticate, surface_of};
-use crate::state::AppState;
+use crate::state::{AppState, StreamSlot};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
 pub const INSTANCE_METADATA: &str = "ptyhub-instance";
 
-/// How long a client has to send its hello, as on the broker.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Client frames queued for the broker before the reader waits for it.
 const UPSTREAM_QUEUE: usize = 64;
 /// Refusals queued for the client between the reader and the response stream.
@@ -165,6 +167,12 @@ impl PtyBroker for AttachRelay {
         let state = &self.state;
         let principal = authenticate(state, &request)?;
         let surface = surface_of(&request);
+        // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
+        // at most the hello timeout, so one credential cannot pile up silent streams either.
+        let stream_slot = state
+            .stream_slots
+            .acquire(&principal.subject)
+            .map_err(|error| error.to_status())?;
         let instance_reference = request
             .metadata()
             .get(INSTANCE_METADATA)
@@ -233,6 +241,7 @@ impl PtyBroker for AttachRelay {
             _reader: AbortOnDropHandle::new(reader),
             _tracked: state.bridges.token(),
             _gauge: state.metrics.attach_stream_opened(),
+            _stream_slot: stream_slot,
             stopping_at: None,
             ended: false,
             audit,
@@ -244,7 +253,10 @@ impl PtyBroker for AttachRelay {
 async fn read_hello(inbound: &mut Streaming<pb::ClientFrame>) -> Result<pb::Hello, Status> {
     let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
         Err(_) => {
-            return Err(ErrorCode::Malformed.status("no hello frame within 10 seconds"));
+            return Err(ErrorCode::Malformed.status(format!(
+                "no hello frame within {} seconds",
+                HELLO_TIMEOUT.as_secs()
+            )));
         }
         Ok(Err(status)) => return Err(inbound_status(status)),
         Ok(Ok(None)) => {
@@ -273,6 +285,8 @@ struct Relay {
     /// Shutdown waits for the stream like for a WebSocket bridge.
     _tracked: TaskTrackerToken,
     _gauge: GaugeGuard,
+    /// The principal's stream slot, shared with its WebSockets, given back with the stream.
+    _stream_slot: StreamSlot,
     /// When the stream ends because the gateway stops, once it began to.
     stopping_at: Option<Instant>,
     /// Set after the last frame: the stream ends at the next poll.

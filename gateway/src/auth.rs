@@ -12,6 +12,8 @@ use subtle::ConstantTimeEq;
 
 use ptyhub_wire::{Actor, Surface};
 
+use crate::tls::TlsListener;
+
 use crate::config::{AuthConfig, ConfigError};
 use crate::domain::Instance;
 use crate::error::ApiError;
@@ -27,12 +29,31 @@ pub struct Principal {
     pub client_address: Option<String>,
 }
 
+/// The TCP peer of a TLS connection as axum records it for each request (`gateway::run`
+/// serves with it; over plain TCP axum's own `SocketAddr` stands in for it).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerSocket(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for PeerSocket
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        PeerSocket(*stream.remote_addr())
+    }
+}
+
 /// The TCP peer of a request, which axum records when the gateway serves (absent when a router
 /// is driven without a connection, as in some tests).
 pub fn peer_address(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
+    use axum::extract::ConnectInfo;
     extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
         .map(|info| info.0)
+        .or_else(|| {
+            extensions
+                .get::<ConnectInfo<PeerSocket>>()
+                .map(|info| info.0.0)
+        })
 }
 
 /// The TCP peer of a request as an extractor (never refuses: `None` without one).
@@ -64,13 +85,16 @@ impl Principal {
     }
 }
 
-/// The instances a principal may use, and whether it is an admin.
+/// The instances a principal may use, whether it is an admin, and whether it may choose the
+/// command of the sessions it creates.
 #[derive(Debug, Clone)]
 pub struct Access {
     all_instances: bool,
     /// Instance ids or names.
     instances: BTreeSet<String>,
     admin: bool,
+    /// Granted without admin by a JWT's `choose_command` claim.
+    choose_command: bool,
 }
 
 impl Access {
@@ -80,6 +104,7 @@ impl Access {
             all_instances: true,
             instances: BTreeSet::new(),
             admin: true,
+            choose_command: true,
         }
     }
 
@@ -98,11 +123,37 @@ impl Access {
             all_instances,
             instances: listed,
             admin,
+            choose_command: admin,
         }
+    }
+
+    /// The same scope, and also choosing commands when `allowed` (admins always may).
+    pub fn with_command_choice(mut self, allowed: bool) -> Self {
+        self.choose_command = self.admin || allowed;
+        self
     }
 
     pub fn is_admin(&self) -> bool {
         self.admin
+    }
+
+    /// Whether a session this principal creates may run another command than its instance's.
+    /// The instance's command is a restriction: whoever may only use an instance gets the
+    /// program its admin chose for it, on every surface.
+    pub fn may_choose_command(&self) -> bool {
+        self.choose_command
+    }
+
+    /// Refuses a command override the principal may not make, with one message on every
+    /// surface; no override (`None` or empty) is always fine.
+    pub fn check_command_override(&self, command: &[String]) -> Result<(), ApiError> {
+        if command.is_empty() || self.may_choose_command() {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "choosing a session's command needs an admin credential or the choose_command claim",
+            ))
+        }
     }
 
     pub fn covers_all_instances(&self) -> bool {
@@ -182,6 +233,10 @@ struct Claims {
     /// Whether the token may register and delete instances.
     #[serde(default)]
     admin: bool,
+    /// Whether the token may create sessions that run another command than their instance's
+    /// (admins always may).
+    #[serde(default)]
+    choose_command: bool,
 }
 
 impl Authenticator {
@@ -277,7 +332,8 @@ impl Authenticator {
         Ok(Principal {
             subject: claims.sub,
             client_address: None,
-            access: Access::scoped(claims.instances, claims.admin),
+            access: Access::scoped(claims.instances, claims.admin)
+                .with_command_choice(claims.choose_command),
         })
     }
 }
@@ -383,6 +439,39 @@ mod tests {
         assert!(!principal.access.is_admin());
         assert!(principal.access.allows_id_or_name("some-id", "dev"));
         assert!(!principal.access.allows_id_or_name("some-id", "prod"));
+    }
+
+    #[test]
+    fn only_admins_and_the_choose_command_claim_may_override_a_command() {
+        let authenticator = authenticator();
+        let override_ = ["/bin/bash".to_owned()];
+        let user = hs256(
+            serde_json::json!({"sub": "alice", "exp": now() + 60, "instances": ["*"]}),
+            SECRET,
+        );
+        let user = authenticator.authenticate(Some(&user)).unwrap();
+        assert!(!user.access.may_choose_command());
+        let refused = user.access.check_command_override(&override_).unwrap_err();
+        assert_eq!(refused.code, ptyhub_wire::ErrorCode::Forbidden);
+        // No override is no choice: the instance's command runs.
+        assert!(user.access.check_command_override(&[]).is_ok());
+
+        let chooser = hs256(
+            serde_json::json!({"sub": "ci", "exp": now() + 60, "instances": ["dev"], "choose_command": true}),
+            SECRET,
+        );
+        let chooser = authenticator.authenticate(Some(&chooser)).unwrap();
+        assert!(!chooser.access.is_admin());
+        assert!(chooser.access.check_command_override(&override_).is_ok());
+
+        let admin = authenticator.authenticate(Some("static-token")).unwrap();
+        assert!(admin.access.check_command_override(&override_).is_ok());
+        let admin_jwt = hs256(
+            serde_json::json!({"sub": "root", "exp": now() + 60, "instances": ["*"], "admin": true}),
+            SECRET,
+        );
+        let admin_jwt = authenticator.authenticate(Some(&admin_jwt)).unwrap();
+        assert!(admin_jwt.access.may_choose_command());
     }
 
     #[test]

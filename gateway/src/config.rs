@@ -38,12 +38,17 @@ pub struct Config {
     /// The recordings store the brokers write (a directory or `s3://...`); `None` answers
     /// every recording request with 404.
     pub recordings: Option<ptyhub_wire::RecordingStore>,
-    /// The most terminal WebSockets one principal may hold open at this gateway.
+    /// The most terminal streams (WebSockets and relayed `Attach` streams) one principal may
+    /// hold open at this gateway.
     pub max_streams_per_principal: usize,
     /// The URL gRPC clients outside the cluster reach this gateway at (for example
     /// `https://ptyhub.example.com`): the `broker_endpoint` of every attach target the gateway
     /// hands out. `None` uses the scheme and authority each request came in with.
     pub public_url: Option<String>,
+    /// TLS: the public port's certificate (HTTPS, WSS and gRPC on the one port), the CA that
+    /// session-api's and the brokers' `https://` endpoints are checked against, and the client
+    /// certificate presented to them under mutual TLS. None: plain.
+    pub tls: ptyhub_wire::TlsFiles,
 }
 
 impl Config {
@@ -73,6 +78,7 @@ impl Config {
             recordings: None,
             max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
             public_url: None,
+            tls: ptyhub_wire::TlsFiles::default(),
         }
     }
 

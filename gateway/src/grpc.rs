@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::domain::{
     AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
@@ -117,7 +117,7 @@ const BROKER: &str = "pty-broker";
 #[error("invalid session-api endpoint {endpoint:?}: {source}")]
 pub struct UpstreamError {
     endpoint: String,
-    source: tonic::transport::Error,
+    source: ptyhub_wire::TlsError,
 }
 
 /// The services the gateway forwards to: session-api, and the brokers it names.
@@ -143,8 +143,10 @@ impl Upstreams {
         endpoint: &str,
         service_credential: &ServiceCredential,
         timeout: Duration,
+        tls: &ptyhub_wire::TlsConfig,
     ) -> Result<Self, UpstreamError> {
-        let endpoint = Endpoint::from_shared(endpoint.to_owned())
+        let endpoint = tls
+            .endpoint(endpoint)
             .map_err(|source| UpstreamError {
                 endpoint: endpoint.to_owned(),
                 source,
@@ -180,7 +182,7 @@ impl Upstreams {
             channel,
             waits_channel: waits,
             credential: interceptor,
-            brokers: BrokerChannels::new(timeout),
+            brokers: BrokerChannels::new(timeout, tls.clone()),
             answer_margin: timeout,
         })
     }
@@ -417,19 +419,22 @@ impl Upstreams {
         Ok(response.closed_sessions)
     }
 
+    /// Creates a session; an empty `command` runs the instance's. Whether the caller may choose
+    /// one is checked before (`Access::check_command_override`).
     pub async fn create_session(
         &self,
         instance_id: &str,
         name: Option<String>,
         aliases: Vec<String>,
         size: Option<TerminalSize>,
+        command: Vec<String>,
     ) -> Result<SessionAttachment, ApiError> {
         let request = session_pb::CreateSessionRequest {
             instance: instance_id.to_owned(),
             name: name.unwrap_or_default(),
             aliases,
             size: size.map(size_to_proto),
-            command: Vec::new(),
+            command,
         };
         let attachment = self
             .session_api
@@ -767,13 +772,16 @@ impl AttachCommands {
 struct BrokerChannels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     timeout: Duration,
+    /// `https://` brokers are dialled with TLS, trusting the configured CA.
+    tls: ptyhub_wire::TlsConfig,
 }
 
 impl BrokerChannels {
-    fn new(timeout: Duration) -> Self {
+    fn new(timeout: Duration, tls: ptyhub_wire::TlsConfig) -> Self {
         Self {
             channels: Arc::default(),
             timeout,
+            tls,
         }
     }
 
@@ -787,10 +795,12 @@ impl BrokerChannels {
         }
         // No request timeout here: an Attach stream lives as long as its client. HTTP/2
         // keepalive finds a dead broker instead.
-        let channel = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|_| {
+        let channel = self
+            .tls
+            .endpoint(endpoint)
+            .map_err(|error| {
                 ApiError::internal(format!(
-                    "session-api returned a bad broker endpoint {endpoint:?}"
+                    "session-api returned a broker endpoint the gateway cannot use: {error}"
                 ))
             })?
             .connect_timeout(self.timeout)

@@ -21,6 +21,7 @@ pub mod rest;
 pub mod server;
 pub mod session_proxy;
 pub mod state;
+pub mod tls;
 pub mod web;
 pub mod ws;
 
@@ -47,6 +48,8 @@ pub enum Error {
     Router(#[from] server::RouterError),
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] ptyhub_wire::TlsError),
 }
 
 /// Serves the gateway on `listener` until `shutdown` completes. Then it answers `/readyz` with
@@ -68,10 +71,13 @@ pub async fn run(
             "this binary carries no web page (web/ was not built before it): serving the API only; build the page with `cargo xtask web` and rebuild, or pass a web directory"
         );
     }
+    let tls = ptyhub_wire::TlsConfig::from_files(&config.tls)?;
+    let public_tls = tls.rustls_server()?;
     let upstreams = grpc::Upstreams::new(
         &config.session_api_endpoint,
         &config.service_credential,
         config.backend_timeout,
+        &tls,
     )?;
     let state = state::AppState {
         upstreams,
@@ -90,25 +96,16 @@ pub async fn run(
         refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(
             state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
         )),
+        serves_tls: public_tls.is_some(),
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
-    tracing::info!(%address, session_api = %config.session_api_endpoint, "gateway listening");
+    tracing::info!(%address, session_api = %config.session_api_endpoint, tls = public_tls.is_some(),
+        "gateway listening");
     let root = state.shutdown.clone();
     let draining = state.draining.clone();
     let drain_delay = config.drain_delay;
-    // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
-    // back until the previous is acknowledged, which delayed acknowledgements stretch to ~40 ms.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let graceful = async move {
         shutdown.await;
         draining.cancel();
         if !drain_delay.is_zero() {
@@ -117,8 +114,34 @@ pub async fn run(
         }
         tracing::info!("shutdown: closing websockets with 1012");
         root.cancel();
-    })
-    .await
+    };
+    match public_tls {
+        Some(tls) => {
+            let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<auth::PeerSocket>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
+        }
+        None => {
+            // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds
+            // each one back until the previous is acknowledged, which delayed acknowledgements
+            // stretch to ~40 ms.
+            let listener = listener.tap_io(|stream| {
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY");
+                }
+            });
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
+        }
+    }
     .map_err(Error::Serve)?;
     state.shutdown.cancel();
     state.bridges.close();

@@ -114,10 +114,42 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
 
-    /// The most terminal WebSockets one principal may hold open at this gateway.
+    /// The most terminal streams (WebSockets and relayed gRPC Attach streams together) one
+    /// principal may hold open at this gateway.
     #[arg(long, env = "PTYHUB_GATEWAY_MAX_STREAMS_PER_PRINCIPAL",
           default_value_t = ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL)]
     max_streams_per_principal: usize,
+
+    /// Serve HTTPS, WSS and gRPC over TLS on the one port with this certificate chain (PEM),
+    /// with --tls-key.
+    #[arg(long = "tls-cert", env = "PTYHUB_GATEWAY_TLS_CERT", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", env = "PTYHUB_GATEWAY_TLS_KEY", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+
+    /// CA certificates that session-api's and the brokers' certificates are checked against,
+    /// for `https://` endpoints.
+    #[arg(long = "tls-ca", env = "PTYHUB_GATEWAY_TLS_CA", value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+
+    /// The certificate (PEM) presented to session-api and brokers that require client
+    /// certificates (mutual TLS), with --tls-client-key. Default: --tls-cert.
+    #[arg(
+        long = "tls-client-cert",
+        env = "PTYHUB_GATEWAY_TLS_CLIENT_CERT",
+        value_name = "PEM"
+    )]
+    tls_client_cert: Option<PathBuf>,
+
+    /// The private key of --tls-client-cert (PEM).
+    #[arg(
+        long = "tls-client-key",
+        env = "PTYHUB_GATEWAY_TLS_CLIENT_KEY",
+        value_name = "PEM"
+    )]
+    tls_client_key: Option<PathBuf>,
 
     /// Treat requests without a credential as admin. Only for a single-user machine.
     #[arg(long, env = "PTYHUB_GATEWAY_INSECURE_ALLOW_ANONYMOUS")]
@@ -172,6 +204,14 @@ async fn main() -> anyhow::Result<()> {
     config.shutdown_grace = args.shutdown_grace;
     config.max_streams_per_principal = args.max_streams_per_principal;
     config.public_url = args.public_url;
+    config.tls = ptyhub_wire::TlsFiles {
+        cert: args.tls_cert,
+        key: args.tls_key,
+        ca: args.tls_ca,
+        require_client_cert: false,
+        client_cert: args.tls_client_cert,
+        client_key: args.tls_client_key,
+    };
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

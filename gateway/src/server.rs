@@ -97,7 +97,10 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             )
         });
     let router = api
-        .layer(middleware::from_fn_with_state(grpc, route_grpc))
+        .layer(middleware::from_fn_with_state(
+            (grpc, state.serves_tls),
+            route_grpc,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), count_status))
         .layer(
             TraceLayer::new_for_http()
@@ -188,7 +191,11 @@ async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
 }
 
 /// gRPC-web, gRPC and their CORS preflights go to the session-api surface; the rest to axum.
-async fn route_grpc(State(grpc): State<GrpcService>, mut request: Request, next: Next) -> Response {
+async fn route_grpc(
+    State((grpc, serves_tls)): State<(GrpcService, bool)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -200,7 +207,7 @@ async fn route_grpc(State(grpc): State<GrpcService>, mut request: Request, next:
             .headers()
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
     if content_type.starts_with("application/grpc") || grpc_preflight {
-        if let Some(origin) = request_origin(&request) {
+        if let Some(origin) = request_origin(&request, serves_tls) {
             request.extensions_mut().insert(origin);
         }
         let surface = grpc_surface(request.headers());
@@ -235,7 +242,7 @@ fn grpc_surface(headers: &axum::http::HeaderMap) -> GrpcSurface {
 /// `scheme://authority` as the client addressed the gateway: HTTP/2's `:authority` (gRPC) or
 /// the `Host` header (gRPC-web over HTTP/1.1), with the scheme a TLS-terminating proxy in front
 /// reports in `X-Forwarded-Proto`.
-fn request_origin(request: &Request) -> Option<RequestOrigin> {
+fn request_origin(request: &Request, serves_tls: bool) -> Option<RequestOrigin> {
     let headers = request.headers();
     let authority = request
         .uri()
@@ -255,7 +262,10 @@ fn request_origin(request: &Request) -> Option<RequestOrigin> {
     let scheme = match forwarded {
         Some("https") => "https",
         Some("http") => "http",
-        _ => request.uri().scheme_str().unwrap_or("http"),
+        _ => request
+            .uri()
+            .scheme_str()
+            .unwrap_or(if serves_tls { "https" } else { "http" }),
     };
     Some(RequestOrigin(format!("{scheme}://{authority}")))
 }

@@ -7,6 +7,10 @@
 //! record, so their session is checked before they are forwarded: it must be the instance's
 //! and not closed.
 //!
+//! A session's command is the instance's unless the caller may choose one
+//! ([`crate::auth::Access::may_choose_command`]); an override from anyone else is refused with
+//! `PERMISSION_DENIED`, as REST refuses it with 403.
+//!
 //! Every attach target it hands out (`CreateSession`, `ResolveSession`, `IssueAttachTicket`)
 //! names the gateway as its `broker_endpoint`, never a broker's internal address: a caller of
 //! the gateway streams through the gateway ([`crate::attach_relay`]).
@@ -71,12 +75,22 @@ impl SessionApiProxy {
     ) -> Result<(M, SessionApiClient), Status> {
         let principal = self.authenticate(&request)?;
         let surface = surface_of(&request);
-        let mut message = request.into_inner();
+        self.scoped_for(&principal, surface, request.into_inner())
+            .await
+    }
+
+    /// [`SessionApiProxy::scoped`] for a caller already authenticated.
+    async fn scoped_for<M: InstanceScoped>(
+        &self,
+        principal: &Principal,
+        surface: Surface,
+        mut message: M,
+    ) -> Result<(M, SessionApiClient), Status> {
         let instance = self
-            .authorize_instance(&principal, message.instance(), surface)
+            .authorize_instance(principal, message.instance(), surface)
             .await?;
         *message.instance_mut() = instance;
-        Ok((message, self.client(&principal, surface)))
+        Ok((message, self.client(principal, surface)))
     }
 
     /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
@@ -133,10 +147,18 @@ pub(crate) fn authenticate<T>(state: &AppState, request: &Request<T>) -> Result<
         .get(ptyhub_wire::AUTHORIZATION_METADATA)
         .and_then(|value| value.to_str().ok())
         .and_then(ptyhub_wire::bearer_token);
-    let address = request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0);
+    let address = {
+        use axum::extract::ConnectInfo;
+        let extensions = request.extensions();
+        extensions
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0)
+            .or_else(|| {
+                extensions
+                    .get::<ConnectInfo<crate::auth::PeerSocket>>()
+                    .map(|info| info.0.0)
+            })
+    };
     match state.authenticator.authenticate(credential) {
         Ok(principal) => Ok(principal.from_address(address)),
         Err(error) => {
@@ -337,7 +359,17 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let (message, mut client) = self.scoped(request).await?;
+        let principal = self.authenticate(&request)?;
+        let surface = surface_of(&request);
+        let (message, mut client) = self
+            .scoped_for(&principal, surface, request.into_inner())
+            .await?;
+        // Refused, never dropped: a caller that asked for a program must not get a shell it
+        // did not ask for, nor the one it asked for without the right to.
+        principal
+            .access
+            .check_command_override(&message.command)
+            .map_err(|error| error.to_status())?;
         let instance_id = message.instance.clone();
         let mut response = client.create_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;

@@ -49,6 +49,9 @@ pub struct AppState {
     /// Bounds the refusals being reported to the audit trail at once, so that a flood of bad
     /// credentials costs session-api a bounded number of writes in flight.
     pub refusal_reports: Arc<Semaphore>,
+    /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
+    /// request does not say.
+    pub serves_tls: bool,
 }
 
 /// How many refused attempts may be on their way to the audit trail at once; more are logged

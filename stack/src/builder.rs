@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use attach_ticket::TicketKey;
-use pty_broker::BackendKind;
-use ptyhub_wire::{ServiceCredential, TierCredentials};
+use pty_broker::{BackendKind, SpawnPolicy};
+use ptyhub_wire::{ServiceCredential, TierCredentials, TlsConfig, TlsFiles};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
 
@@ -39,6 +39,10 @@ pub struct StackBuilder {
     start_patience: Duration,
     recordings: Option<PathBuf>,
     default_record: session_api::RecordMode,
+    spawn_policy: Option<SpawnPolicy>,
+    max_streams_per_principal: Option<usize>,
+    internal_tls: Option<TlsFiles>,
+    gateway_tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for StackBuilder {
@@ -63,6 +67,10 @@ impl Default for StackBuilder {
             start_patience: DEFAULT_START_PATIENCE,
             recordings: None,
             default_record: session_api::RecordMode::Off,
+            spawn_policy: None,
+            max_streams_per_principal: None,
+            internal_tls: None,
+            gateway_tls: None,
         }
     }
 }
@@ -100,6 +108,13 @@ impl StackBuilder {
     /// The runtimes the broker offers (the broker's default: local only).
     pub fn backends(mut self, backends: Vec<BackendKind>) -> Self {
         self.backends = Some(backends);
+        self
+    }
+
+    /// The broker's limits on containers and users (the broker's default: every container,
+    /// and no root in containers).
+    pub fn spawn_policy(mut self, policy: SpawnPolicy) -> Self {
+        self.spawn_policy = Some(policy);
         self
     }
 
@@ -178,6 +193,30 @@ impl StackBuilder {
         self
     }
 
+    /// The terminal streams (WebSockets and gRPC attaches) one principal may hold open at the
+    /// gateway.
+    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
+        self.max_streams_per_principal = Some(streams);
+        self
+    }
+
+    /// TLS between the services: the broker and session-api serve with `files.cert` and
+    /// `files.key`, every service trusts `files.ca` and presents the certificate to the others,
+    /// and with `files.require_client_cert` the broker and session-api accept only clients with
+    /// a certificate the CA signed (mutual TLS). The certificate must name 127.0.0.1, where the
+    /// stack binds. Default: plain, on loopback.
+    pub fn internal_tls(mut self, files: TlsFiles) -> Self {
+        self.internal_tls = Some(files);
+        self
+    }
+
+    /// HTTPS, WSS and gRPC over TLS on the gateway's port, with this certificate chain and key
+    /// (PEM files). Default: plain.
+    pub fn gateway_tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.gateway_tls = Some((cert, key));
+        self
+    }
+
     /// The gateway's WebSocket heartbeat interval.
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
         self.heartbeat_interval = Some(interval);
@@ -224,6 +263,12 @@ impl StackBuilder {
             broker: local_address(&broker_listener, Service::Broker)?,
             session_api: local_address(&session_api_listener, Service::SessionApi)?,
             gateway: local_address(&gateway_listener, Service::Gateway)?,
+            internal_tls: self.internal_tls.is_some(),
+            gateway_tls: self.gateway_tls.is_some(),
+        };
+        let client_tls = match &self.internal_tls {
+            Some(files) => TlsConfig::from_files(files).map_err(StackError::Tls)?,
+            None => TlsConfig::plain(),
         };
 
         let recordings_dir = self.recordings.clone().or_else(|| {
@@ -275,6 +320,7 @@ impl StackBuilder {
             credentials,
             self.broker_id.clone(),
             data,
+            client_tls,
         );
         stack.wait_until_broker_is_up(self.start_patience).await
     }
@@ -290,6 +336,8 @@ struct BackendSettings<'a> {
     kill_grace: Option<Duration>,
     shutdown_grace: Option<Duration>,
     default_record: session_api::RecordMode,
+    spawn_policy: Option<&'a SpawnPolicy>,
+    internal_tls: Option<&'a TlsFiles>,
 }
 
 fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
@@ -301,6 +349,8 @@ fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
         kill_grace: builder.kill_grace,
         shutdown_grace: builder.shutdown_grace,
         default_record: builder.default_record,
+        spawn_policy: builder.spawn_policy.as_ref(),
+        internal_tls: builder.internal_tls.as_ref(),
     }
 }
 
@@ -329,6 +379,17 @@ fn broker_config(
     if let Some(grace) = settings.shutdown_grace {
         config.shutdown_grace = grace;
     }
+    if let Some(policy) = settings.spawn_policy {
+        config.policy = policy.clone();
+    }
+    if let Some(files) = settings.internal_tls {
+        config.tls = pty_broker::config::BrokerTls {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            ca: files.ca.clone(),
+            client_auth: files.require_client_cert,
+        };
+    }
     Ok(config)
 }
 
@@ -346,6 +407,14 @@ fn session_api_config(
         ticket_key,
     );
     config.secrets.broker_tokens = vec![credentials.broker.clone()];
+    if let Some(files) = settings.internal_tls {
+        config.tls = session_api::config::SessionApiTls {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            ca: files.ca.clone(),
+            client_auth: files.require_client_cert,
+        };
+    }
     config.brokers = vec![session_api::StaticBroker {
         id: settings.broker_id.to_owned(),
         endpoint: broker_endpoint.to_owned(),
@@ -369,6 +438,26 @@ fn gateway_config(
     config.static_dir = builder.static_dir.clone();
     if let Some(interval) = builder.heartbeat_interval {
         config.heartbeat_interval = interval;
+    }
+    config.tls = TlsFiles {
+        cert: builder.gateway_tls.as_ref().map(|(cert, _)| cert.clone()),
+        key: builder.gateway_tls.as_ref().map(|(_, key)| key.clone()),
+        ca: builder
+            .internal_tls
+            .as_ref()
+            .and_then(|files| files.ca.clone()),
+        require_client_cert: false,
+        client_cert: builder
+            .internal_tls
+            .as_ref()
+            .and_then(|files| files.cert.clone()),
+        client_key: builder
+            .internal_tls
+            .as_ref()
+            .and_then(|files| files.key.clone()),
+    };
+    if let Some(streams) = builder.max_streams_per_principal {
+        config.max_streams_per_principal = streams;
     }
     if let Some(grace) = builder.shutdown_grace {
         config.shutdown_grace = grace;

@@ -42,6 +42,8 @@ pub enum StackError {
     },
     #[error("cannot create the stack's data directory")]
     DataDirectory(#[source] std::io::Error),
+    #[error("the stack's TLS settings cannot be used")]
+    Tls(#[source] ptyhub_wire::TlsError),
     #[error("{service} refused its configuration: {message}")]
     Config { service: Service, message: String },
     #[error("{service} failed")]
@@ -69,6 +71,7 @@ impl StackError {
             | StackError::StoppedUnexpectedly { service } => Some(*service),
             StackError::DataDirectory(_)
             | StackError::Recordings(_)
+            | StackError::Tls(_)
             | StackError::BrokerNotUp { .. } => None,
         }
     }

@@ -24,7 +24,7 @@ mod running;
 
 pub use builder::StackBuilder;
 pub use error::{Service, StackError};
-pub use pty_broker::BackendKind;
+pub use pty_broker::{BackendKind, ContainerRule, SpawnPolicy};
 pub use running::{BrokerClient, BrokerRegistryClient, SessionApiClient, Stack};
 
 #[cfg(test)]

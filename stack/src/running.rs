@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::builder::StackBuilder;
 use crate::error::{Service, StackError};
@@ -48,6 +48,9 @@ pub struct Stack {
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
     tasks: Vec<ServiceTask>,
+    /// What the stack's own clients dial the services with: the services' CA and certificate
+    /// when they speak TLS.
+    client_tls: ptyhub_wire::TlsConfig,
     /// The temporary directory of the default SQLite database, removed with the stack.
     _data: Option<tempfile::TempDir>,
 }
@@ -58,15 +61,28 @@ pub(crate) struct Addresses {
     pub broker: SocketAddr,
     pub session_api: SocketAddr,
     pub gateway: SocketAddr,
+    /// Whether the broker and session-api serve TLS.
+    pub internal_tls: bool,
+    /// Whether the gateway's port is TLS.
+    pub gateway_tls: bool,
 }
 
 impl Addresses {
+    fn internal_scheme(&self) -> &'static str {
+        if self.internal_tls { "https" } else { "http" }
+    }
+
     pub fn broker_endpoint(&self) -> String {
-        format!("http://{}", self.broker)
+        format!("{}://{}", self.internal_scheme(), self.broker)
     }
 
     pub fn session_api_endpoint(&self) -> String {
-        format!("http://{}", self.session_api)
+        format!("{}://{}", self.internal_scheme(), self.session_api)
+    }
+
+    pub fn gateway_url(&self) -> String {
+        let scheme = if self.gateway_tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.gateway)
     }
 }
 
@@ -97,6 +113,7 @@ impl Stack {
         credentials: TierCredentials,
         broker_id: String,
         data: Option<tempfile::TempDir>,
+        client_tls: ptyhub_wire::TlsConfig,
     ) -> Self {
         let shutdown = CancellationToken::new();
         let gateway_shutdown = shutdown.child_token();
@@ -134,6 +151,7 @@ impl Stack {
                 ServiceTask::new(Service::SessionApi, session_api),
                 ServiceTask::new(Service::Gateway, gateway),
             ],
+            client_tls,
             _data: data,
         }
     }
@@ -153,19 +171,19 @@ impl Stack {
         self.addresses.gateway
     }
 
-    /// `http://<broker address>`, as session-api knows it.
+    /// `http://<broker address>` (`https://` under TLS), as session-api knows it.
     pub fn broker_endpoint(&self) -> String {
         self.addresses.broker_endpoint()
     }
 
-    /// `http://<session-api address>`, as the gateway knows it.
+    /// `http://<session-api address>` (`https://` under TLS), as the gateway knows it.
     pub fn session_api_endpoint(&self) -> String {
         self.addresses.session_api_endpoint()
     }
 
-    /// `http://<gateway address>`.
+    /// `http://<gateway address>`, `https://` when the gateway serves TLS.
     pub fn gateway_url(&self) -> String {
-        format!("http://{}", self.addresses.gateway)
+        self.addresses.gateway_url()
     }
 
     /// The broker's name in session-api's registry.
@@ -186,7 +204,7 @@ impl Stack {
     /// A client of session-api (connected on first use), presenting the gateway's credential.
     pub fn session_api_client(&self) -> SessionApiClient {
         session_pb::session_api_client::SessionApiClient::with_interceptor(
-            lazy_channel(self.addresses.session_api),
+            self.lazy_channel(&self.addresses.session_api_endpoint()),
             self.credentials.gateway.bearer_auth(),
         )
     }
@@ -195,7 +213,7 @@ impl Stack {
     /// broker's credential.
     pub fn broker_registry_client(&self) -> BrokerRegistryClient {
         session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
-            lazy_channel(self.addresses.session_api),
+            self.lazy_channel(&self.addresses.session_api_endpoint()),
             self.credentials.broker.bearer_auth(),
         )
     }
@@ -203,9 +221,16 @@ impl Stack {
     /// A client of the broker (connected on first use), presenting session-api's credential.
     pub fn broker_client(&self) -> BrokerClient {
         broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
-            lazy_channel(self.addresses.broker),
+            self.lazy_channel(&self.addresses.broker_endpoint()),
             self.credentials.session_api.bearer_auth(),
         )
+    }
+
+    fn lazy_channel(&self, endpoint: &str) -> Channel {
+        self.client_tls
+            .endpoint(endpoint)
+            .expect("the stack's own endpoints and TLS settings are usable")
+            .connect_lazy()
     }
 
     /// Whether every service that was not asked to stop is still running.
@@ -359,10 +384,4 @@ fn ended(
         }
         Err(_) => Err(StackError::StoppedUnexpectedly { service }),
     }
-}
-
-fn lazy_channel(address: SocketAddr) -> Channel {
-    Endpoint::from_shared(format!("http://{address}"))
-        .expect("a socket address makes a valid URL")
-        .connect_lazy()
 }

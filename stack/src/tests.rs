@@ -1,6 +1,7 @@
 //! The builder on real sockets: ephemeral ports reported, the credential required, the gateway
-//! stopped alone, a service that cannot start failing the start, and the idle-reaping knob
-//! reaching the broker.
+//! stopped alone, a service that cannot start failing the start, the idle-reaping knob
+//! reaching the broker, and the same stack with TLS on every hop (certificates made by the test
+//! with `rcgen`).
 
 use std::time::Duration;
 
@@ -176,4 +177,402 @@ async fn a_short_detached_timeout_reaps_a_session_nobody_attached_to() {
         "{closed:?}"
     );
     stack.shutdown().await.expect("a clean shutdown");
+}
+
+/// A CA and one certificate it signed for 127.0.0.1 and localhost, made for one test and
+/// written to its temporary directory; every service uses the certificate both ways.
+struct TestCertificates {
+    _dir: tempfile::TempDir,
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    ca_pem: String,
+}
+
+fn test_certificates() -> TestCertificates {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "ptyhub test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("the CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("a service key");
+    let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("service certificate parameters");
+    let cert = params
+        .signed_by(&key, &issuer)
+        .expect("a signed certificate");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write a PEM file");
+        path
+    };
+    TestCertificates {
+        ca: write("ca.pem", &ca.pem()),
+        cert: write("cert.pem", &cert.pem()),
+        key: write("key.pem", &key.serialize_pem()),
+        ca_pem: ca.pem(),
+        _dir: dir,
+    }
+}
+
+/// The status line of an HTTPS GET that trusts `ca_pem` alone.
+async fn https_status(
+    address: std::net::SocketAddr,
+    path: &str,
+    ca_pem: &str,
+) -> std::io::Result<String> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .map_err(std::io::Error::other)?;
+    roots.add(ca).map_err(std::io::Error::other)?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address).await?;
+    let name =
+        rustls::pki_types::ServerName::try_from("localhost").map_err(std::io::Error::other)?;
+    let mut stream = connector.connect(name, tcp).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    // A peer that closes without close_notify ends the read with an error after the data.
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+/// A stack with TLS on every hop (mutual between the services) and on the gateway's port: the
+/// broker comes up through session-api over TLS, a terminal streams through the gateway's TLS
+/// port to the broker and back, HTTPS answers, and a plain or certificate-less client is
+/// refused.
+#[tokio::test]
+async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certificate() {
+    const TOKEN: &str = "tls-test-admin-token-0123456789abcdef";
+    let certificates = test_certificates();
+    let stack = Stack::builder()
+        .internal_tls(ptyhub_wire::TlsFiles {
+            cert: Some(certificates.cert.clone()),
+            key: Some(certificates.key.clone()),
+            ca: Some(certificates.ca.clone()),
+            require_client_cert: true,
+            ..ptyhub_wire::TlsFiles::default()
+        })
+        .gateway_tls(certificates.cert.clone(), certificates.key.clone())
+        .api_token(TOKEN)
+        .start()
+        .await
+        .expect("the stack starts with TLS everywhere");
+    assert!(
+        stack.gateway_url().starts_with("https://"),
+        "{}",
+        stack.gateway_url()
+    );
+    assert!(stack.broker_endpoint().starts_with("https://"));
+    local_instance(&stack, "tls").await;
+
+    // The gateway's own port: gRPC over TLS, trusting the test CA.
+    let trusting = ptyhub_wire::TlsConfig::from_pem(None, Some(&certificates.ca_pem), false);
+    let gateway = trusting
+        .endpoint(&stack.gateway_url())
+        .expect("an https endpoint")
+        .connect_lazy();
+    fn authorized<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {TOKEN}").parse().expect("an ascii token"),
+        );
+        request
+            .metadata_mut()
+            .insert("ptyhub-instance", "tls".parse().expect("ascii"));
+        request
+    }
+    let created = session_pb::session_api_client::SessionApiClient::new(gateway.clone())
+        .create_session(authorized(session_pb::CreateSessionRequest {
+            instance: "tls".to_owned(),
+            ..Default::default()
+        }))
+        .await
+        .expect("a session created over TLS")
+        .into_inner();
+    let session = created.session.expect("the session");
+    assert!(
+        created
+            .attach
+            .expect("a target")
+            .broker_endpoint
+            .starts_with("https://"),
+        "attach targets name the gateway's https URL"
+    );
+    let (frames, receiver) = tokio::sync::mpsc::channel(8);
+    frames
+        .send(broker_pb::ClientFrame {
+            frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
+                ticket: String::new(),
+                session_id: session.id.clone(),
+                role: broker_pb::Role::Controller as i32,
+                size: None,
+                since: None,
+                snapshot: false,
+            })),
+        })
+        .await
+        .expect("an open queue");
+    frames
+        .send(broker_pb::ClientFrame {
+            frame: Some(broker_pb::client_frame::Frame::Input(broker_pb::Input {
+                data: "echo tls-$((6*7))\n".into(),
+            })),
+        })
+        .await
+        .expect("an open queue");
+    let mut output = broker_pb::pty_broker_client::PtyBrokerClient::new(gateway)
+        .attach(authorized(tokio_stream::wrappers::ReceiverStream::new(
+            receiver,
+        )))
+        .await
+        .expect("an attach relayed over TLS to the broker")
+        .into_inner();
+    let mut seen = Vec::new();
+    let echoed = tokio::time::timeout(PATIENCE, async {
+        while let Some(frame) = output.message().await.expect("a frame") {
+            if let Some(broker_pb::server_frame::Frame::Output(chunk)) = frame.frame {
+                seen.extend_from_slice(&chunk.data);
+                if String::from_utf8_lossy(&seen).contains("tls-42") {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(echoed, Ok(true), "{}", String::from_utf8_lossy(&seen));
+    drop(frames);
+
+    let health = https_status(stack.gateway_address(), "/healthz", &certificates.ca_pem)
+        .await
+        .expect("the gateway answers HTTPS");
+    assert!(health.contains(" 200 "), "{health}");
+    let plain = http_status(stack.gateway_address(), "/healthz").await;
+    assert!(
+        !plain.as_deref().unwrap_or_default().contains(" 200 "),
+        "plain HTTP is not served on a TLS port: {plain:?}"
+    );
+
+    // session-api and the broker want a client certificate the CA signed.
+    let anonymous = trusting
+        .endpoint(&stack.session_api_endpoint())
+        .expect("an https endpoint")
+        .connect_lazy();
+    let refused = session_pb::session_api_client::SessionApiClient::with_interceptor(
+        anonymous,
+        stack.credentials().gateway.bearer_auth(),
+    )
+    .list_instances(session_pb::ListInstancesRequest::default())
+    .await
+    .expect_err("no client certificate, no session-api");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let anonymous = trusting
+        .endpoint(&stack.broker_endpoint())
+        .expect("an https endpoint")
+        .connect_lazy();
+    let refused = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
+        anonymous,
+        stack.credentials().session_api.bearer_auth(),
+    )
+    .list(broker_pb::ListRequest {})
+    .await
+    .expect_err("no client certificate, no broker");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    // A client that trusts another CA does not take the gateway's certificate.
+    let stranger = test_certificates();
+    let distrusted = https_status(stack.gateway_address(), "/healthz", &stranger.ca_pem).await;
+    assert!(
+        distrusted.is_err(),
+        "a certificate of an unknown CA: {distrusted:?}"
+    );
+    stack.shutdown().await.expect("a clean shutdown");
+}
+
+/// TLS between the services without client certificates, and a plain gateway port: the stack
+/// works through it, a client that trusts the CA needs no certificate, and a client that trusts
+/// another CA, or speaks plain HTTP/2, is refused.
+#[tokio::test]
+async fn internal_tls_without_client_auth_checks_the_servers_certificates_only() {
+    let certificates = test_certificates();
+    let stack = Stack::builder()
+        .internal_tls(ptyhub_wire::TlsFiles {
+            cert: Some(certificates.cert.clone()),
+            key: Some(certificates.key.clone()),
+            ca: Some(certificates.ca.clone()),
+            ..ptyhub_wire::TlsFiles::default()
+        })
+        .start()
+        .await
+        .expect("the stack starts with TLS between the services");
+    assert!(
+        stack.gateway_url().starts_with("http://"),
+        "{}",
+        stack.gateway_url()
+    );
+    assert!(stack.session_api_endpoint().starts_with("https://"));
+    local_instance(&stack, "internal-tls").await;
+    let health = http_status(stack.gateway_address(), "/healthz")
+        .await
+        .expect("the gateway answers");
+    assert!(
+        health.contains(" 200 "),
+        "the gateway reaches session-api over TLS: {health}"
+    );
+
+    let list_instances = |channel| {
+        let mut client = session_pb::session_api_client::SessionApiClient::with_interceptor(
+            channel,
+            stack.credentials().gateway.bearer_auth(),
+        );
+        async move {
+            client
+                .list_instances(session_pb::ListInstancesRequest::default())
+                .await
+        }
+    };
+    let trusting = ptyhub_wire::TlsConfig::from_pem(None, Some(&certificates.ca_pem), false);
+    let listed = list_instances(
+        trusting
+            .endpoint(&stack.session_api_endpoint())
+            .expect("an https endpoint")
+            .connect_lazy(),
+    )
+    .await
+    .expect("no client certificate is needed without --tls-client-auth");
+    assert_eq!(listed.into_inner().instances.len(), 1);
+
+    let stranger = test_certificates();
+    let distrusting = ptyhub_wire::TlsConfig::from_pem(None, Some(&stranger.ca_pem), false);
+    let refused = list_instances(
+        distrusting
+            .endpoint(&stack.session_api_endpoint())
+            .expect("an https endpoint")
+            .connect_lazy(),
+    )
+    .await
+    .expect_err("session-api's certificate is not signed by this CA");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    let plain = format!("http://{}", stack.session_api_address());
+    let refused = list_instances(
+        tonic::transport::Endpoint::from_shared(plain)
+            .expect("a valid endpoint")
+            .connect_lazy(),
+    )
+    .await
+    .expect_err("plain HTTP/2 on a TLS port");
+    assert_ne!(refused.code(), tonic::Code::Ok, "{refused:?}");
+    stack.shutdown().await.expect("a clean shutdown");
+}
+
+/// A TLS file that is missing or holds no key stops each service before it serves, with an
+/// error that names the setting and the file.
+#[tokio::test]
+async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
+    let certificates = test_certificates();
+    let missing = certificates.cert.with_file_name("missing.pem");
+    let not_a_key = certificates.cert.clone();
+    let credential = |token: &str| ptyhub_wire::ServiceCredential::new(token).expect("a token");
+    let listener = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port")
+    };
+    let chain = |error: &dyn std::error::Error| {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    };
+
+    let mut config = gateway::Config::new(
+        "http://127.0.0.1:1",
+        credential("gateway-token-for-this-test-0123456789"),
+    );
+    config.auth.api_tokens = vec!["tls-test-admin-token-0123456789abcdef".into()];
+    config.tls = ptyhub_wire::TlsFiles {
+        cert: Some(missing.clone()),
+        key: Some(certificates.key.clone()),
+        ..ptyhub_wire::TlsFiles::default()
+    };
+    let error = tokio::time::timeout(
+        PATIENCE,
+        gateway::run(config, listener().await, std::future::pending()),
+    )
+    .await
+    .expect("the gateway returns at once")
+    .expect_err("no certificate file, no gateway");
+    let text = chain(&error);
+    assert!(
+        text.contains("tls_cert") && text.contains("missing.pem"),
+        "{text}"
+    );
+
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let mut config = session_api::Config::new(
+        format!(
+            "sqlite://{}?mode=rwc",
+            data.path().join("sessions.db").display()
+        ),
+        credential("session-api-token-for-this-test-0123"),
+        credential("gateway-token-for-this-test-0123456789"),
+        attach_ticket::TicketKey::generate(),
+    );
+    config.tls.cert = Some(certificates.cert.clone());
+    config.tls.key = Some(not_a_key.clone());
+    let error = tokio::time::timeout(
+        PATIENCE,
+        session_api::run(config, listener().await, std::future::pending()),
+    )
+    .await
+    .expect("session-api returns at once")
+    .expect_err("no key, no session-api");
+    let text = chain(&error);
+    assert!(
+        text.contains("tls_key") && text.contains("cert.pem"),
+        "{text}"
+    );
+
+    let mut config = pty_broker::Config::new(
+        credential("session-api-token-for-this-test-0123"),
+        attach_ticket::TicketKey::generate(),
+    );
+    config.data_dir = Some(data.path().join("broker"));
+    config.tls.cert = Some(certificates.cert.clone());
+    config.tls.key = Some(certificates.key.clone());
+    config.tls.ca = Some(missing);
+    let error = tokio::time::timeout(
+        PATIENCE,
+        pty_broker::run(config, listener().await, std::future::pending()),
+    )
+    .await
+    .expect("the broker returns at once")
+    .expect_err("no CA file, no broker");
+    let text = chain(&error);
+    assert!(
+        text.contains("tls_ca") && text.contains("missing.pem"),
+        "{text}"
+    );
 }

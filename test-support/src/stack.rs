@@ -64,6 +64,7 @@ pub struct TestStackBuilder {
     local_command: Vec<String>,
     detached_timeout: Option<Duration>,
     kill_grace: Duration,
+    max_streams_per_principal: Option<usize>,
 }
 
 impl Default for TestStackBuilder {
@@ -77,6 +78,7 @@ impl Default for TestStackBuilder {
             local_command: vec!["/bin/sh".to_owned()],
             detached_timeout: None,
             kill_grace: Duration::from_millis(500),
+            max_streams_per_principal: None,
         }
     }
 }
@@ -132,6 +134,12 @@ impl TestStackBuilder {
         self
     }
 
+    /// The terminal streams one principal may hold open at the gateway (default 64).
+    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
+        self.max_streams_per_principal = Some(streams);
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
@@ -154,6 +162,9 @@ impl TestStackBuilder {
         }
         if let Some(interval) = self.heartbeat_interval {
             builder = builder.heartbeat_interval(interval);
+        }
+        if let Some(streams) = self.max_streams_per_principal {
+            builder = builder.max_streams_per_principal(streams);
         }
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
@@ -227,6 +238,26 @@ impl TestStack {
     /// names, `*` for all).
     pub fn jwt(&self, subject: &str, instances: &[&str], admin: bool) -> String {
         sign_jwt(subject, instances, admin, unix_now() + 3600)
+    }
+
+    /// An HS256 JWT valid for an hour with `extra` claims besides `sub`, `exp`, `instances`
+    /// and `admin` (false).
+    pub fn jwt_with_claims(
+        &self,
+        subject: &str,
+        instances: &[&str],
+        extra: serde_json::Value,
+    ) -> String {
+        let mut claims = serde_json::json!({
+            "sub": subject,
+            "exp": unix_now() + 3600,
+            "instances": instances,
+            "admin": false,
+        });
+        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
+            claims.extend(extra.clone());
+        }
+        encode_jwt(&claims)
     }
 
     /// An HS256 JWT that expired an hour ago.
@@ -369,9 +400,13 @@ fn sign_jwt(subject: &str, instances: &[&str], admin: bool, expires_at: u64) -> 
         "instances": instances,
         "admin": admin,
     });
+    encode_jwt(&claims)
+}
+
+fn encode_jwt(claims: &serde_json::Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &claims,
+        claims,
         &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).expect("jwt secret"),
     )
     .expect("sign jwt")

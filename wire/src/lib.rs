@@ -1,7 +1,7 @@
 //! The edge that every ptyhub service shares, written once: the contract's limits, the terminal
 //! vocabulary (`TerminalSize`, `Role`), service credentials with one client interceptor and one
 //! server check, health and reflection set up by one function, and the closed table of error
-//! codes that every transport (gRPC, HTTP, WebSocket) maps from.
+//! codes that every transport (gRPC, HTTP, WebSocket) maps from, and TLS for every hop.
 //!
 //! Nothing here knows a service's domain: a service turns its own errors into an [`ErrorCode`],
 //! and this crate says what that code is on each wire.
@@ -17,6 +17,7 @@ pub mod limits;
 mod recordings;
 mod secret;
 mod terminal;
+mod tls;
 
 pub use audit::{
     ACTOR_ADDRESS_METADATA, ACTOR_PRINCIPAL_METADATA, ACTOR_SURFACE_METADATA, Actor,
@@ -35,4 +36,5 @@ pub use secret::{
     read_secret_lines, secret_from,
 };
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
+pub use tls::{TlsConfig, TlsError, TlsFiles};
 pub use tonic_health::ServingStatus;

@@ -93,6 +93,7 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
     }
     let container = Container::start();
     let up = Up::start_with_backends("local,docker");
+    // As `tester`: the broker runs nothing as root in a container unless told to.
     let added = up.run_ok(&[
         "--json",
         "instance",
@@ -100,6 +101,8 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
         "box",
         "--docker",
         &container.name,
+        "--user",
+        "tester",
     ]);
     assert!(
         added.contains(&format!("docker:{}", container.name)),
@@ -139,6 +142,26 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
     terminal.expect("boxed-42");
     terminal.type_keys("exit 5\r");
     assert_eq!(terminal.wait().code(), Some(5), "{:?}", terminal.shown());
+}
+
+#[test]
+fn root_in_a_container_is_refused_unless_up_allows_it() {
+    if !test_support::require(Requirement::Docker) {
+        return;
+    }
+    let container = Container::start();
+    let up = Up::start_with_backends("local,docker");
+    up.run_ok(&["instance", "add", "rooted", "--docker", &container.name]);
+    let line = crate::support::one_error_line(&up.run(&["exec", "rooted", "--", "id", "-u"]));
+    assert!(
+        line.contains("root") && line.contains("--allow-root"),
+        "{line}"
+    );
+    let sessions = up.sessions("rooted");
+    assert!(
+        sessions.iter().all(|session| session["status"] == "closed"),
+        "nothing was left running: {sessions:?}"
+    );
 }
 
 #[test]

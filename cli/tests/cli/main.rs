@@ -2,6 +2,7 @@
 //! it, and `ptyhub attach` on a real pseudo-terminal. One test binary, so the graph links once.
 
 mod attach;
+mod command_choice;
 mod docker;
 mod errors;
 mod exec;

@@ -121,6 +121,9 @@ pub struct CreateSessionBody {
     pub cols: Option<u32>,
     /// 1..=500, with `cols`; default 24.
     pub rows: Option<u32>,
+    /// argv instead of the instance's command (may contain `{session_id}`); only for an admin
+    /// or a credential with the `choose_command` claim, 403 otherwise.
+    pub command: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -57,7 +57,8 @@ pub async fn list_sessions(
     Ok(Json(SessionList { sessions }))
 }
 
-/// Create a session; 409 at the instance's cap.
+/// Create a session; 409 at the instance's cap; 403 for a `command` the credential may not
+/// choose.
 #[utoipa::path(
     post, path = "/api/v1/instances/{iid}/terminal/sessions", tag = "sessions",
     params(InstancePath), request_body(content = Option<CreateSessionBody>),
@@ -86,10 +87,20 @@ pub async fn create_session(
     }
     let size = TerminalSize::from_optional(body.cols, body.rows)
         .map_err(|error| ApiError::invalid(error.to_string()))?;
+    let command = match body.command {
+        Some(command) if command.is_empty() => {
+            return Err(ApiError::invalid(
+                "command must name a program; leave it out for the instance's command",
+            ));
+        }
+        Some(command) => command,
+        None => Vec::new(),
+    };
+    principal.access.check_command_override(&command)?;
     let created = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
-        .create_session(&instance.id, name, aliases, size)
+        .create_session(&instance.id, name, aliases, size, command)
         .await?;
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");

@@ -582,3 +582,85 @@ async fn a_stopping_gateway_ends_relayed_streams_with_unavailable() {
     assert!(status.message().contains("shutting down"), "{status:?}");
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets() {
+    let stack = TestStack::builder()
+        .max_streams_per_principal(2)
+        .start()
+        .await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let token = Some(stack.admin_token.as_str());
+    let viewer = || hello(&session_id, broker_pb::Role::Viewer, None);
+
+    // One WebSocket and one relayed attach of the same credential: its two slots.
+    let mut socket = crate::common::Terminal::open(
+        &stack,
+        &format!(
+            "/ws/tool-instances/{}/terminal/{session_id}?mode=view",
+            stack.instance_id
+        ),
+    )
+    .await;
+    socket.connected().await;
+    let mut first = Stream::open(&stack, token, Some("local"), viewer())
+        .await
+        .expect("a slot for the first attach");
+    expect_connected(first.next().await);
+
+    let refused = Stream::open(&stack, token, Some("local"), viewer())
+        .await
+        .err()
+        .expect("no third stream for the credential");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("terminal streams"),
+        "{refused:?}"
+    );
+
+    // Another principal has slots of its own.
+    let alice = stack.jwt("alice", &["local"], false);
+    let mut theirs = Stream::open(&stack, Some(&alice), Some("local"), viewer())
+        .await
+        .expect("another principal's stream");
+    expect_connected(theirs.next().await);
+
+    // A stream that ends gives its slot back.
+    drop(first);
+    let reopened = test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        Stream::open(&stack, token, Some("local"), viewer())
+            .await
+            .ok()
+    })
+    .await;
+    assert!(
+        reopened.is_some(),
+        "the slot came back when the stream ended"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
+    let stack = TestStack::builder().start().await;
+    let (_frames, receiver) = mpsc::channel::<broker_pb::ClientFrame>(1);
+    let mut client = PtyBrokerClient::new(gateway_channel(&stack).await);
+    let answer = tokio::time::timeout(
+        ptyhub_wire::limits::HELLO_TIMEOUT + PATIENCE,
+        client.attach(request(
+            ReceiverStream::new(receiver),
+            Some(&stack.admin_token),
+            Some("local"),
+        )),
+    )
+    .await
+    .expect("an answer once the hello timeout has passed");
+    let status = answer.expect_err("the silent stream is ended");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("hello"), "{status:?}");
+    stack.shutdown().await;
+}

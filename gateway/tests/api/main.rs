@@ -2,6 +2,7 @@
 //! stack (a broker with local PTYs, session-api on SQLite, the gateway, all on 127.0.0.1:0)
 //! through the gateway's public surfaces.
 
+mod command_choice;
 mod common;
 mod contract;
 mod grpc_attach;

@@ -261,6 +261,8 @@ impl Broker {
             .get(&kind)
             .cloned()
             .ok_or(Error::RuntimeNotConfigured(kind))?;
+        // The broker's own rule, whoever asked: refused before the session exists.
+        runtime.admit(&spec, &self.inner.config.policy).await?;
         let context = TaskContext {
             runtime,
             spec: spec.clone(),

@@ -7,6 +7,8 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, secret_from};
 
+use crate::policy::SpawnPolicy;
+
 /// Everything a broker needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_BROKER_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]
@@ -93,6 +95,46 @@ pub struct Config {
 
     #[command(flatten)]
     pub recordings: RecordingConfig,
+
+    /// Which containers and users sessions may have, whatever session-api asks.
+    #[command(flatten)]
+    pub policy: SpawnPolicy,
+
+    /// TLS of the gRPC port and of the calls to session-api.
+    #[command(flatten)]
+    pub tls: BrokerTls,
+}
+
+/// The broker's TLS files. Paths, not secrets: the key file's permissions guard the key.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BrokerTls {
+    /// Serve gRPC over TLS with this certificate chain (PEM), with --tls-key.
+    #[arg(long = "tls-cert", env = "PTYHUB_BROKER_TLS_CERT", value_name = "PEM")]
+    pub cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", env = "PTYHUB_BROKER_TLS_KEY", value_name = "PEM")]
+    pub key: Option<PathBuf>,
+    /// CA certificates to trust: session-api's when --session-api is https://, and clients'
+    /// under --tls-client-auth.
+    #[arg(long = "tls-ca", env = "PTYHUB_BROKER_TLS_CA", value_name = "PEM")]
+    pub ca: Option<PathBuf>,
+    /// Serve only clients (session-api, gateways) with a certificate --tls-ca signed: mutual
+    /// TLS. The broker presents --tls-cert to session-api in turn.
+    #[arg(long = "tls-client-auth", env = "PTYHUB_BROKER_TLS_CLIENT_AUTH")]
+    pub client_auth: bool,
+}
+
+impl BrokerTls {
+    pub fn files(&self) -> ptyhub_wire::TlsFiles {
+        ptyhub_wire::TlsFiles {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            ca: self.ca.clone(),
+            require_client_cert: self.client_auth,
+            client_cert: None,
+            client_key: None,
+        }
+    }
 }
 
 /// Where and how long the broker keeps session recordings.
@@ -163,6 +205,8 @@ impl Config {
                 max_age: RecordingConfig::DEFAULT_MAX_AGE,
                 max_bytes: RecordingConfig::DEFAULT_MAX_BYTES,
             },
+            policy: SpawnPolicy::default(),
+            tls: BrokerTls::default(),
         }
     }
 }

@@ -119,6 +119,7 @@ impl RuntimeError {
             RuntimeError::TargetNotRunning(_) | RuntimeError::SpawnFailed(_) => {
                 ErrorCode::WrongState
             }
+            RuntimeError::Refused(_) => ErrorCode::Forbidden,
             RuntimeError::Io { .. } | RuntimeError::Other(_) => ErrorCode::Internal,
         }
     }
@@ -147,12 +148,6 @@ impl fmt::Display for ClientAction {
 pub enum StartError {
     #[error("--docker-host: {0}")]
     DockerEndpoint(#[source] DockerError),
-    #[error("--session-api {url:?}: {source}")]
-    SessionApiUrl {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
     #[error(
         "listening on {0}, which names no address others can dial: set --advertise \
          (PTYHUB_BROKER_ADVERTISE) to the URL session-api and gateways reach this broker at"
@@ -165,6 +160,8 @@ pub enum StartError {
     NoRegistrationCredential,
     #[error(transparent)]
     Introspection(#[from] IntrospectionError),
+    #[error(transparent)]
+    Tls(#[from] ptyhub_wire::TlsError),
     #[error("grpc server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("grpc server task failed: {0}")]

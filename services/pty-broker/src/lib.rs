@@ -13,6 +13,7 @@ pub mod domain;
 mod error;
 mod events;
 pub mod grpc;
+pub mod policy;
 pub mod recording;
 mod registration;
 mod registry;
@@ -25,6 +26,7 @@ pub mod session;
 pub use broker::{Broker, BrokerBuilder, Hello};
 pub use config::{BackendKind, Config, DockerConfig, RecordingConfig};
 pub use error::{ClientAction, Error, StartError};
+pub use policy::{ContainerRule, SpawnPolicy};
 pub use ptyhub_wire::ServiceCredential;
 
 use std::future::Future;

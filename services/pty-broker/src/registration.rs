@@ -40,9 +40,10 @@ impl Registrar {
         session_api: &str,
         credential: &ServiceCredential,
         registration: Registration,
+        tls: &ptyhub_wire::TlsConfig,
     ) -> Result<Self, StartError> {
         Ok(Self {
-            client: RegistryClient::new(session_api, credential, CALL_TIMEOUT)?,
+            client: RegistryClient::new(session_api, credential, CALL_TIMEOUT, tls)?,
             registration,
         })
     }

@@ -40,6 +40,7 @@ impl Broker {
                 .await?;
         let health = introspection.health_handle();
 
+        let tls = ptyhub_wire::TlsConfig::from_files(&config.tls.files())?;
         let registrar = match &config.session_api {
             Some(session_api) => Some(Registrar::new(
                 session_api,
@@ -50,9 +51,10 @@ impl Broker {
                     .ok_or(StartError::NoRegistrationCredential)?,
                 Registration {
                     broker_id: config.broker_id.clone(),
-                    endpoint: advertised_endpoint(config, local_addr)?,
+                    endpoint: advertised_endpoint(config, local_addr, tls.serves_tls())?,
                     docker: config.backends.contains(&BackendKind::Docker),
                 },
+                &tls,
             )?),
             None => None,
         };
@@ -60,7 +62,11 @@ impl Broker {
         self.keep_recordings();
         let stop_accepting = CancellationToken::new();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = Server::builder()
+        let mut server = Server::builder();
+        if let Some(tls) = tls.tonic_server() {
+            server = server.tls_config(tls)?;
+        }
+        let server = server
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))
             .tcp_nodelay(true)
@@ -72,6 +78,7 @@ impl Broker {
             address = %local_addr,
             broker_id = %config.broker_id,
             backends = ?config.backends,
+            tls = tls.serves_tls(),
             "pty-broker serving"
         );
 
@@ -127,14 +134,19 @@ impl Broker {
 
 /// The endpoint the broker registers: `--advertise`, else `http://` and the listen address when
 /// that names a reachable interface.
-fn advertised_endpoint(config: &Config, local_addr: SocketAddr) -> Result<String, StartError> {
+fn advertised_endpoint(
+    config: &Config,
+    local_addr: SocketAddr,
+    serves_tls: bool,
+) -> Result<String, StartError> {
     if let Some(advertise) = &config.advertise {
         return Ok(advertise.clone());
     }
     if local_addr.ip().is_unspecified() {
         return Err(StartError::NoAdvertisedEndpoint(local_addr));
     }
-    Ok(format!("http://{local_addr}"))
+    let scheme = if serves_tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{local_addr}"))
 }
 
 #[cfg(test)]
@@ -152,14 +164,18 @@ mod tests {
     fn the_advertised_endpoint_is_the_flag_or_the_listen_address() {
         let listen: SocketAddr = "127.0.0.1:50061".parse().unwrap();
         assert_eq!(
-            advertised_endpoint(&config(), listen).unwrap(),
+            advertised_endpoint(&config(), listen, false).unwrap(),
             "http://127.0.0.1:50061"
+        );
+        assert_eq!(
+            advertised_endpoint(&config(), listen, true).unwrap(),
+            "https://127.0.0.1:50061"
         );
         let mut advertised = config();
         advertised.advertise = Some("http://broker-1.internal:50061".into());
         let anywhere: SocketAddr = "0.0.0.0:50061".parse().unwrap();
         assert_eq!(
-            advertised_endpoint(&advertised, anywhere).unwrap(),
+            advertised_endpoint(&advertised, anywhere, true).unwrap(),
             "http://broker-1.internal:50061"
         );
     }
@@ -167,7 +183,7 @@ mod tests {
     #[test]
     fn an_unspecified_listen_address_needs_advertise() {
         for listen in ["0.0.0.0:50061", "[::]:50061"] {
-            let error = advertised_endpoint(&config(), listen.parse().unwrap()).unwrap_err();
+            let error = advertised_endpoint(&config(), listen.parse().unwrap(), false).unwrap_err();
             assert!(error.to_string().contains("--advertise"), "{error}");
         }
     }

@@ -16,7 +16,7 @@ use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
 use ptyhub_wire::{BearerAuth, ServiceCredential, TerminalSize};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use uuid::Uuid;
 
 use crate::domain::{Broker, CloseReason, ExitStatus, RecordMode, ScreenFacts, Target};
@@ -107,15 +107,22 @@ type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>
 pub struct BrokerClients {
     authorization: BearerAuth,
     call_timeout: Duration,
+    /// `https://` brokers are dialled with TLS, trusting the configured CA.
+    tls: ptyhub_wire::TlsConfig,
     channels: Arc<Mutex<HashMap<String, (String, Channel)>>>,
 }
 
 impl BrokerClients {
     /// Clients that present `credential` and give up on a unary call after `call_timeout`.
-    pub fn new(credential: &ServiceCredential, call_timeout: Duration) -> Self {
+    pub fn new(
+        credential: &ServiceCredential,
+        call_timeout: Duration,
+        tls: ptyhub_wire::TlsConfig,
+    ) -> Self {
         Self {
             authorization: credential.bearer_auth(),
             call_timeout,
+            tls,
             channels: Arc::default(),
         }
     }
@@ -128,10 +135,12 @@ impl BrokerClients {
         let channel = match channels.get(&broker.id) {
             Some((endpoint, channel)) if *endpoint == broker.endpoint => channel.clone(),
             _ => {
-                let channel = Endpoint::from_shared(broker.endpoint.clone())
+                let channel = self
+                    .tls
+                    .endpoint(&broker.endpoint)
                     .map_err(|error| Error::BrokerUnavailable {
                         broker_id: broker.id.clone(),
-                        message: format!("invalid endpoint {:?}: {error}", broker.endpoint),
+                        message: format!("endpoint {:?}: {error}", broker.endpoint),
                     })?
                     .connect_timeout(self.call_timeout)
                     .http2_keep_alive_interval(Duration::from_secs(20))
@@ -412,7 +421,11 @@ mod tests {
     #[test]
     fn a_screen_wait_gets_its_own_timeout_plus_an_ordinary_calls_allowance() {
         let credential = ServiceCredential::new("test-service-token-0123456789").unwrap();
-        let clients = BrokerClients::new(&credential, Duration::from_secs(30));
+        let clients = BrokerClients::new(
+            &credential,
+            Duration::from_secs(30),
+            ptyhub_wire::TlsConfig::plain(),
+        );
         let allowance = Duration::from_secs(30);
         assert_eq!(
             clients.wait_deadline(0),

@@ -84,6 +84,50 @@ pub struct Config {
     /// `output` or `output+input`.
     #[arg(long, env = "PTYHUB_SESSION_API_DEFAULT_RECORD", default_value = "off")]
     pub default_record: RecordMode,
+
+    /// TLS of the gRPC port and of the calls to brokers.
+    #[command(flatten)]
+    pub tls: SessionApiTls,
+}
+
+/// session-api's TLS files. Paths, not secrets: the key file's permissions guard the key.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SessionApiTls {
+    /// Serve gRPC over TLS with this certificate chain (PEM), with --tls-key.
+    #[arg(
+        long = "tls-cert",
+        env = "PTYHUB_SESSION_API_TLS_CERT",
+        value_name = "PEM"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(
+        long = "tls-key",
+        env = "PTYHUB_SESSION_API_TLS_KEY",
+        value_name = "PEM"
+    )]
+    pub key: Option<PathBuf>,
+    /// CA certificates to trust: the brokers' (whose endpoints are https://), and clients'
+    /// under --tls-client-auth.
+    #[arg(long = "tls-ca", env = "PTYHUB_SESSION_API_TLS_CA", value_name = "PEM")]
+    pub ca: Option<PathBuf>,
+    /// Serve only clients (gateways, brokers) with a certificate --tls-ca signed: mutual TLS.
+    /// session-api presents --tls-cert to brokers in turn.
+    #[arg(long = "tls-client-auth", env = "PTYHUB_SESSION_API_TLS_CLIENT_AUTH")]
+    pub client_auth: bool,
+}
+
+impl SessionApiTls {
+    pub fn files(&self) -> ptyhub_wire::TlsFiles {
+        ptyhub_wire::TlsFiles {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            ca: self.ca.clone(),
+            require_client_cert: self.client_auth,
+            client_cert: None,
+            client_key: None,
+        }
+    }
 }
 
 impl Config {
@@ -114,6 +158,7 @@ impl Config {
             closed_session_retention: ptyhub_wire::limits::DEFAULT_CLOSED_SESSION_RETENTION,
             shutdown_grace: Duration::from_secs(5),
             default_record: RecordMode::Off,
+            tls: SessionApiTls::default(),
         }
     }
 }

@@ -156,6 +156,8 @@ pub enum StartError {
     Introspection(#[from] IntrospectionError),
     #[error("grpc server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Tls(#[from] ptyhub_wire::TlsError),
 }
 
 fn lowercase_first(message: &str) -> String {

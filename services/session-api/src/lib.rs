@@ -52,6 +52,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    let tls = ptyhub_wire::TlsConfig::from_files(&config.tls.files())?;
     let store = Store::connect(&config.database_url).await?;
     if config.migrate {
         store.migrate().await?;
@@ -71,7 +72,11 @@ pub async fn run(
     let service = Arc::new(
         SessionService::new(
             store.clone(),
-            BrokerClients::new(&config.secrets.service_token, config.broker_call_timeout),
+            BrokerClients::new(
+                &config.secrets.service_token,
+                config.broker_call_timeout,
+                tls.clone(),
+            ),
             Arc::new(ChangeFeed::new()),
             config.secrets.ticket_key.clone(),
             config.ticket_ttl,
@@ -102,9 +107,13 @@ pub async fn run(
     let brokers = RequireCredential::any_of(config.secrets.broker_tokens.iter().cloned());
 
     tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
-        "session-api serving");
+        tls = tls.serves_tls(), "session-api serving");
     let stop = root.clone();
-    let server = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls.tonic_server() {
+        server = server.tls_config(tls)?;
+    }
+    let server = server
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_interval))
         .add_routes(introspection.into_routes())

@@ -486,14 +486,17 @@ fn check_compose(helps: &BTreeMap<&'static str, Help>, compose: &Value) -> Vec<S
         listen_ports.insert(name.clone(), listen);
         processes.push((what, env));
     }
-    // `http://<service>:<port>` in a variable must be where that service listens.
+    // `http://<service>:<port>` (or `https://`) in a variable must be where that service
+    // listens.
     for (what, env) in processes {
         for (variable, value) in env {
             for address in value
                 .split([',', '='])
-                .filter(|part| part.starts_with("http://"))
+                .filter(|part| part.starts_with("http://") || part.starts_with("https://"))
             {
-                let host = address["http://".len()..]
+                let host = address
+                    .trim_start_matches("https://")
+                    .trim_start_matches("http://")
                     .split(':')
                     .next()
                     .unwrap_or_default();

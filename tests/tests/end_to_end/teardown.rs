@@ -136,6 +136,8 @@ async fn closing_a_session_in_a_container_without_init_leaves_no_process() {
                     })),
                 }),
                 command: vec!["sh".to_owned(), "-c".to_owned(), script],
+                // Not root: the broker refuses root in containers by default.
+                user: "tester".to_owned(),
                 max_sessions: 5,
                 ..Default::default()
             },

@@ -7,7 +7,7 @@ use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::{BearerAuth, ServiceCredential};
 use session_pb::broker_registry_client::BrokerRegistryClient;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::error::StartError;
@@ -25,12 +25,10 @@ impl RegistryClient {
         session_api: &str,
         credential: &ServiceCredential,
         timeout: Duration,
+        tls: &ptyhub_wire::TlsConfig,
     ) -> Result<Self, StartError> {
-        let channel = Endpoint::from_shared(session_api.to_owned())
-            .map_err(|source| StartError::SessionApiUrl {
-                url: session_api.to_owned(),
-                source,
-            })?
+        let channel = tls
+            .endpoint(session_api)?
             .connect_timeout(timeout)
             .tcp_nodelay(true)
             .connect_lazy();

@@ -41,6 +41,15 @@ impl FakeRuntime {
 
 #[async_trait]
 impl PtyRuntime for FakeRuntime {
+    /// The fake has no users or containers for a policy to judge.
+    async fn admit(
+        &self,
+        _spec: &SpawnSpec,
+        _policy: &crate::policy::SpawnPolicy,
+    ) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
     async fn spawn(&self, _spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
         let (session_end, terminal) = tokio::io::duplex(64 * 1024);
         let (output, input) = tokio::io::split(session_end);

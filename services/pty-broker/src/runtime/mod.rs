@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use uuid::Uuid;
 
 use crate::domain::{ExitStatus, TerminalSize};
+use crate::policy::{PolicyRefusal, SpawnPolicy};
 
 pub mod docker;
 #[cfg(test)]
@@ -77,6 +78,10 @@ impl fmt::Debug for SpawnedPty {
 /// Spawns processes on PTYs.
 #[async_trait]
 pub trait PtyRuntime: Send + Sync + fmt::Debug {
+    /// Refuses `spec` where `policy` does not allow its target or its user, before anything is
+    /// started ([`crate::Broker::spawn`] asks first).
+    async fn admit(&self, spec: &SpawnSpec, policy: &SpawnPolicy) -> Result<(), RuntimeError>;
+
     /// Starts `spec` on a new PTY of `spec.size`.
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError>;
 }
@@ -118,6 +123,9 @@ pub enum RuntimeError {
     /// The command could not be started (not found, not executable, bad user or cwd).
     #[error("{0}")]
     SpawnFailed(String),
+    /// The broker's own policy does not allow this target or user.
+    #[error(transparent)]
+    Refused(#[from] PolicyRefusal),
     #[error("{context}: {source}")]
     Io {
         context: &'static str,

@@ -83,6 +83,10 @@ struct Shared {
     changed: watch::Sender<()>,
     /// Wakes the session task: a client left, or the controller took output the task waits on.
     task_wake: Notify,
+    /// Wakes the screen's feeder while it lets a flood run ahead: the task stopped reading
+    /// because the screen is a ring behind, so the feeder should fast-forward now rather than at
+    /// its next look.
+    feeder_wake: Notify,
     /// The running process's input side; `None` once no process runs. The task holds the lock
     /// while it starts a process, so input sent meanwhile waits for the new process.
     input: Arc<tokio::sync::Mutex<Option<PtyInput>>>,
@@ -241,6 +245,7 @@ impl Session {
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),
+            feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
             screen,
             recorder: recorder_tap,

@@ -34,7 +34,8 @@ pub const FAST_FORWARD_RING_PART: usize = 4;
 /// A reader that needs the screen now fast-forwards when it is at least this far behind.
 const FAST_FORWARD_LEAST: usize = 32 * 1024;
 /// While a plain-text flood runs ahead, the feeder looks at it this often (at 46 MiB/s, a local
-/// PTY's pace here, about a fifth of a 1 MiB ring arrives in between); when nothing came in
+/// PTY's pace here, about a fifth of a 1 MiB ring arrives in between), and at once when the
+/// PTY's reader must wait for it (a faster flood fills the ring sooner); when nothing came in
 /// between, the flood stopped and it parses the rest.
 const FLOOD_TICK: Duration = Duration::from_millis(4);
 
@@ -255,12 +256,14 @@ pub(super) async fn feed_screen_until(
             }
         };
         if waiting {
-            // A flood goes on: look again after a while rather than at every read of the PTY,
-            // and parse what came once it stops coming.
+            // A flood goes on: look again after a while rather than at every read of the PTY
+            // (or at once when the PTY's reader waits for the screen), and parse what came once
+            // it stops coming.
             let end_before = shared.lock().ring.end();
             tokio::select! {
                 () = done.cancelled() => return,
                 () = tokio::time::sleep(FLOOD_TICK) => {}
+                () = shared.feeder_wake.notified() => {}
             }
             may_wait = shared.lock().ring.end() != end_before;
             continue;

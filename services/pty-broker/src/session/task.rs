@@ -525,12 +525,17 @@ impl SessionTask {
         }
     }
 
-    /// How much may be read now (flow control), noting whether the task waits for the controller.
+    /// How much may be read now (flow control), noting whether the task waits for the controller
+    /// or the screen; a screen it waits for has its feeder woken.
     fn read_allowance(&self) -> usize {
         let screens = self.shared.screen.is_some();
         let mut state = self.shared.lock();
         let allowance = state.read_allowance(screens);
         state.reader_waiting = allowance == 0;
+        drop(state);
+        if allowance == 0 && screens {
+            self.shared.feeder_wake.notify_one();
+        }
         allowance
     }
 

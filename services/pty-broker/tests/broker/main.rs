@@ -8,6 +8,7 @@
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
 //! - `recordings`: asciicast recordings against a strict reader, and a broker killed mid-recording;
+//! - `policy`: the broker's own limits on containers and users, against real targets;
 //! - `restart`: the real `pty-broker` binary killed and started again on the same data directory.
 
 #[macro_use]
@@ -16,6 +17,7 @@ mod support;
 mod attach;
 mod docker_runtime;
 mod local_runtime;
+mod policy;
 mod recordings;
 mod restart;
 mod screens;

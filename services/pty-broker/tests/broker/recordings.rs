@@ -70,7 +70,7 @@ async fn output_events_are_the_bytes_the_client_saw_across_a_reset(
     let script = format!("read line; echo \"got:$line\"; {SPLIT_UTF8}; echo ready; sleep 600");
     let request = recorded_spawn(&broker, &script, pb::RecordMode::OutputAndInput);
     let session_id = request.session_id.clone();
-    broker.spawn_request(request).await?;
+    broker.spawn_as(request).await?;
     let mut client = broker
         .attach(&session_id, pb::Role::Controller, Some(0))
         .await?;
@@ -161,7 +161,7 @@ async fn output_mode_keeps_no_input(backend: Backend) -> anyhow::Result<()> {
         pb::RecordMode::Output,
     );
     let session_id = request.session_id.clone();
-    broker.spawn_request(request).await?;
+    broker.spawn_as(request).await?;
     let mut client = broker
         .attach(&session_id, pb::Role::Controller, Some(0))
         .await?;
@@ -182,7 +182,7 @@ async fn unrecorded_sessions_write_nothing() -> anyhow::Result<()> {
     let broker = recorded_broker(Backend::Local, store.path()).await?;
     let request = recorded_spawn(&broker, "echo hi", pb::RecordMode::Off);
     let session_id = request.session_id.clone();
-    broker.spawn_request(request).await?;
+    broker.spawn_as(request).await?;
     let mut client = broker
         .attach(&session_id, pb::Role::Controller, Some(0))
         .await?;

@@ -38,6 +38,8 @@ impl BrokerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            // The test image runs as root, which a broker refuses in containers by default.
+            .env("PTYHUB_BROKER_ALLOW_ROOT", "true")
             .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
             .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
             .stdin(Stdio::null())

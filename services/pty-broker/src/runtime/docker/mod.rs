@@ -3,7 +3,13 @@
 //!
 //! # Spawning
 //!
-//! `create_exec` with a TTY and stdin, the session's argv (`/bin/sh` when empty), env
+//! First the broker's policy (`admit`, `crate::policy`): the container must be one
+//! `--allow-containers` names, and the exec's user (the session's, else the container's
+//! configured `User`, else root) must not be root unless `--allow-root`, nor a `--deny-user`.
+//! User names are looked up in the container's `/etc/passwd`, read through the engine's archive
+//! call, so a second name for uid 0 is root too.
+//!
+//! Then `create_exec` with a TTY and stdin, the session's argv (`/bin/sh` when empty), env
 //! (`TERM=xterm-256color` unless given, plus the session marker `PTYHUB_SESSION_ID=<uuid>`),
 //! working directory and user; then the exec is started over a connection of the broker's own
 //! (see `attach`): bollard's stream decoder would take raw TTY output that begins with byte 0, 1
@@ -93,6 +99,7 @@ use tokio::sync::OnceCell;
 
 use super::{PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target, procfs};
 use crate::domain::TerminalSize;
+use crate::policy::{ContainerFacts, SpawnPolicy, docker_exec_user, resolve_user};
 
 pub use endpoint::{DEFAULT_DOCKER_SOCKET, Endpoint};
 pub use error::DockerError;
@@ -186,6 +193,44 @@ impl DockerRuntime {
 
 #[async_trait]
 impl PtyRuntime for DockerRuntime {
+    /// The container must match `--allow-containers`, and the user the exec would run as (the
+    /// session's, else the container's configured one, else root) must not be root (unless
+    /// `--allow-root`) or denied. Names are looked up in the container's own passwd file.
+    async fn admit(&self, spec: &SpawnSpec, policy: &SpawnPolicy) -> Result<(), RuntimeError> {
+        let Target::Docker { container } = &spec.target else {
+            return Err(RuntimeError::Unavailable(
+                "the docker runtime only runs docker targets".to_owned(),
+            ));
+        };
+        let engine = self.engine().await?;
+        let info = engine
+            .inspect_container(container)
+            .await
+            .map_err(|error| container_error(container, error))?;
+        policy.check_container(ContainerFacts {
+            name: &info.name,
+            labels: &info.labels,
+        })?;
+        if !policy.checks_users(true) {
+            return Ok(());
+        }
+        let passwd = match engine.read_passwd(&info.id).await {
+            Ok(passwd) => passwd,
+            Err(error) => {
+                // Numeric users are judged without it; names are then refused.
+                tracing::debug!(%error, container = %container, "cannot read the container's passwd file");
+                None
+            }
+        };
+        let user = resolve_user(
+            docker_exec_user(spec.user.as_deref(), info.user.as_deref()),
+            passwd.as_ref(),
+        );
+        let uid_of = |name: &str| passwd.as_ref().and_then(|passwd| passwd.uid_of(name));
+        policy.check_user(&user, true, &uid_of)?;
+        Ok(())
+    }
+
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
         let Target::Docker { container } = &spec.target else {
             return Err(RuntimeError::Unavailable(

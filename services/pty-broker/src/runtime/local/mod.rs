@@ -36,6 +36,7 @@ use tokio::sync::{Mutex, OnceCell};
 use super::procfs::{self, Leader};
 use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use crate::domain::{ExitStatus, TerminalSize};
+use crate::policy::{SessionUser, SpawnPolicy, resolve_user};
 
 mod records;
 
@@ -126,8 +127,43 @@ fn session_environment(program: &str, user: Option<&User>) -> Vec<(&'static str,
 /// `PATH` for a terminal when the broker has none: the usual directories of a Linux host.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// A user name's uid on this host, as the spawn will look it up.
+fn local_uid_of(name: &str) -> Option<u32> {
+    User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|user| user.uid.as_raw())
+}
+
 #[async_trait]
 impl PtyRuntime for LocalRuntime {
+    /// A local session runs as the user it names, else as the broker's own; `--deny-user`
+    /// applies to either (root is the operator's to deny here: a broker running as root hands
+    /// out root shells by design).
+    async fn admit(&self, spec: &SpawnSpec, policy: &SpawnPolicy) -> Result<(), RuntimeError> {
+        if !policy.checks_users(false) {
+            return Ok(());
+        }
+        let user = match spec.user.as_deref().filter(|name| !name.is_empty()) {
+            Some(name) => resolve_user(name, None),
+            None => {
+                let uid = nix::unistd::getuid();
+                SessionUser {
+                    name: User::from_uid(uid).ok().flatten().map(|user| user.name),
+                    uid: Some(uid.as_raw()),
+                }
+            }
+        };
+        let user = SessionUser {
+            uid: user
+                .uid
+                .or_else(|| user.name.as_deref().and_then(local_uid_of)),
+            name: user.name,
+        };
+        policy.check_user(&user, false, &local_uid_of)?;
+        Ok(())
+    }
+
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
         if spec.target != Target::Local {
             return Err(RuntimeError::Unavailable(

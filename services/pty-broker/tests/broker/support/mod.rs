@@ -119,6 +119,10 @@ impl TestBroker {
         let ticket_key = TicketKey::new(TICKET_SECRET.to_vec())?;
         let mut config = Config::new(ServiceCredential::new(SERVICE_TOKEN)?, ticket_key.clone());
         config.kill_grace = Duration::from_millis(500);
+        // The scenarios are about streams and processes, and the test image's processes run as
+        // root: they opt out of the default that refuses root in containers (the `policy` tests
+        // cover that default).
+        config.policy.allow_root = backend == Backend::Docker;
         configure(&mut config);
         let mut container = None;
         let (kind, runtime): (BackendKind, Arc<dyn PtyRuntime>) = match backend {
@@ -191,29 +195,32 @@ impl TestBroker {
         cols: u32,
         rows: u32,
     ) -> anyhow::Result<pb::SessionInfo> {
-        let request = pb::SpawnRequest {
+        let mut request = self.spawn_request(command, "");
+        request.size = Some(pb::TerminalSize { cols, rows });
+        Ok(self.spawn_as(request).await?)
+    }
+
+    /// A spawn of `command` on this broker's target as `user` (empty: the target's default).
+    pub fn spawn_request(&self, command: &[&str], user: &str) -> pb::SpawnRequest {
+        pb::SpawnRequest {
             session_id: Uuid::new_v4().to_string(),
             target: Some(self.target()),
             command: command.iter().map(|arg| (*arg).to_owned()).collect(),
             env: Default::default(),
             cwd: String::new(),
-            user: String::new(),
-            size: Some(pb::TerminalSize { cols, rows }),
+            user: user.to_owned(),
+            size: Some(pb::TerminalSize { cols: 80, rows: 24 }),
             ..Default::default()
-        };
-        self.spawn_request(request).await
+        }
     }
 
-    /// Spawns what `request` says.
-    pub async fn spawn_request(
-        &self,
-        request: pb::SpawnRequest,
-    ) -> anyhow::Result<pb::SessionInfo> {
+    /// Sends a spawn request as is; the error is the call's status.
+    pub async fn spawn_as(&self, request: pb::SpawnRequest) -> Result<pb::SessionInfo, Status> {
         let response = self.client.clone().spawn(authorized(request)).await?;
         response
             .into_inner()
             .session
-            .context("spawn answered without a session")
+            .ok_or_else(|| Status::internal("spawn answered without a session"))
     }
 
     pub async fn kill(&self, session_id: &str) -> anyhow::Result<pb::SessionInfo> {
