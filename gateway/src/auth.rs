@@ -10,6 +10,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
+use ptyhub_wire::{Actor, Surface};
+
+use crate::tls::TlsListener;
+
 use crate::config::{AuthConfig, ConfigError};
 use crate::domain::Instance;
 use crate::error::ApiError;
@@ -20,6 +24,65 @@ pub struct Principal {
     /// The JWT `sub`, `api-token-<n>` for the n-th static token, or `anonymous`.
     pub subject: String,
     pub access: Access,
+    /// The address the request came from (the TCP peer), for the audit trail; set by the
+    /// surface that authenticated the request.
+    pub client_address: Option<String>,
+}
+
+/// The TCP peer of a TLS connection as axum records it for each request (`gateway::run`
+/// serves with it; over plain TCP axum's own `SocketAddr` stands in for it).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerSocket(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for PeerSocket
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        PeerSocket(*stream.remote_addr())
+    }
+}
+
+/// The TCP peer of a request, which axum records when the gateway serves (absent when a router
+/// is driven without a connection, as in some tests).
+pub fn peer_address(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
+    use axum::extract::ConnectInfo;
+    extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0)
+        .or_else(|| {
+            extensions
+                .get::<ConnectInfo<PeerSocket>>()
+                .map(|info| info.0.0)
+        })
+}
+
+/// The TCP peer of a request as an extractor (never refuses: `None` without one).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddress(pub Option<std::net::SocketAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PeerAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(PeerAddress(peer_address(&parts.extensions)))
+    }
+}
+
+impl Principal {
+    /// This principal acting through `surface`, as the audit trail names it: the subject,
+    /// never the credential.
+    pub fn actor(&self, surface: Surface) -> Actor {
+        Actor::new(&self.subject, self.client_address.clone(), surface)
+    }
+
+    /// The same principal, seen coming from `address`.
+    pub fn from_address(mut self, address: Option<std::net::SocketAddr>) -> Self {
+        self.client_address = address.map(|address| address.to_string());
+        self
+    }
 }
 
 /// The instances a principal may use, whether it is an admin, and whether it may choose the
@@ -211,6 +274,7 @@ impl Authenticator {
             if self.inner.allow_anonymous {
                 return Ok(Principal {
                     subject: "anonymous".into(),
+                    client_address: None,
                     access: Access::admin(),
                 });
             }
@@ -219,6 +283,7 @@ impl Authenticator {
         if let Some(index) = self.matching_api_token(credential) {
             return Ok(Principal {
                 subject: format!("api-token-{index}"),
+                client_address: None,
                 access: Access::admin(),
             });
         }
@@ -266,6 +331,7 @@ impl Authenticator {
         let claims = data.claims;
         Ok(Principal {
             subject: claims.sub,
+            client_address: None,
             access: Access::scoped(claims.instances, claims.admin)
                 .with_command_choice(claims.choose_command),
         })

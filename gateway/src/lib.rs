@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attach_relay;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod domain;
@@ -84,6 +85,7 @@ pub async fn run(
         metrics: metrics::Metrics::default(),
         allowed_origins: config.allowed_origins.clone(),
         static_dir: config.static_dir.clone(),
+        recordings: config.recordings.clone(),
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
         draining: CancellationToken::new(),
@@ -91,6 +93,9 @@ pub async fn run(
         bridges: TaskTracker::new(),
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
+        refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(
+            state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
+        )),
         serves_tls: public_tls.is_some(),
     };
     let app = server::router(state.clone()).await?;
@@ -113,9 +118,12 @@ pub async fn run(
     match public_tls {
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(graceful)
-                .await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<auth::PeerSocket>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
         }
         None => {
             // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds
@@ -126,9 +134,12 @@ pub async fn run(
                     tracing::debug!(%error, "cannot set TCP_NODELAY");
                 }
             });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(graceful)
-                .await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
         }
     }
     .map_err(Error::Serve)?;

@@ -24,6 +24,8 @@ use ptyhub_proto::session::v1::session_api_server::SessionApi;
 use ptyhub_wire::ErrorCode;
 use tonic::{Request, Response, Status};
 
+use ptyhub_wire::Surface;
+
 use crate::auth::Principal;
 use crate::domain::Instance;
 use crate::error::ApiError;
@@ -41,8 +43,12 @@ impl SessionApiProxy {
         Self { state }
     }
 
-    fn client(&self) -> SessionApiClient {
-        self.state.upstreams.session_api_client()
+    /// session-api's client, acting for `principal` through `surface`.
+    fn client(&self, principal: &Principal, surface: Surface) -> SessionApiClient {
+        self.state
+            .upstreams
+            .acting_for(&principal.actor(surface))
+            .session_api_client()
     }
 
     fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
@@ -54,30 +60,37 @@ impl SessionApiProxy {
         &self,
         principal: &Principal,
         instance: &str,
+        surface: Surface,
     ) -> Result<String, Status> {
-        self.authorized_instance(principal, instance)
+        self.authorized_instance(principal, instance, surface)
             .await
             .map(|instance| instance.id)
     }
 
     /// Authenticates the caller and checks its scope for the request's instance, which it
     /// replaces by the instance's id: what every instance-scoped call does first.
-    async fn scoped<M: InstanceScoped>(&self, request: Request<M>) -> Result<M, Status> {
+    async fn scoped<M: InstanceScoped>(
+        &self,
+        request: Request<M>,
+    ) -> Result<(M, SessionApiClient), Status> {
         let principal = self.authenticate(&request)?;
-        self.scoped_for(&principal, request.into_inner()).await
+        let surface = surface_of(&request);
+        self.scoped_for(&principal, surface, request.into_inner())
+            .await
     }
 
     /// [`SessionApiProxy::scoped`] for a caller already authenticated.
     async fn scoped_for<M: InstanceScoped>(
         &self,
         principal: &Principal,
+        surface: Surface,
         mut message: M,
-    ) -> Result<M, Status> {
+    ) -> Result<(M, SessionApiClient), Status> {
         let instance = self
-            .authorize_instance(principal, message.instance())
+            .authorize_instance(principal, message.instance(), surface)
             .await?;
         *message.instance_mut() = instance;
-        Ok(message)
+        Ok((message, self.client(principal, surface)))
     }
 
     /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
@@ -85,30 +98,34 @@ impl SessionApiProxy {
     async fn scoped_live_session<M: SessionScoped>(
         &self,
         request: Request<M>,
-    ) -> Result<M, Status> {
+    ) -> Result<(M, SessionApiClient), Status> {
         let principal = self.authenticate(&request)?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         let instance = self
-            .authorized_instance(&principal, message.instance())
+            .authorized_instance(&principal, message.instance(), surface)
             .await?;
         self.state
             .authorize_live_session(&instance, message.session_id())
             .await
             .map_err(|error| error.to_status())?;
         *message.instance_mut() = instance.id;
-        Ok(message)
+        Ok((message, self.client(&principal, surface)))
     }
 
+    /// The instance, once the principal may use it; a refusal for scope goes to the audit
+    /// trail.
     async fn authorized_instance(
         &self,
         principal: &Principal,
         instance: &str,
+        surface: Surface,
     ) -> Result<Instance, Status> {
         if instance.is_empty() {
             return Err(ErrorCode::Invalid.status("instance is required"));
         }
         self.state
-            .authorize_instance(principal, instance)
+            .authorize_instance_through(principal, instance, surface)
             .await
             .map_err(|error| error.to_status())
     }
@@ -122,18 +139,60 @@ impl SessionApiProxy {
     }
 }
 
-/// The caller's credential from the `authorization` metadata, checked.
+/// The caller's credential from the `authorization` metadata, checked; a refusal goes to the
+/// audit trail.
 pub(crate) fn authenticate<T>(state: &AppState, request: &Request<T>) -> Result<Principal, Status> {
     let credential = request
         .metadata()
         .get(ptyhub_wire::AUTHORIZATION_METADATA)
         .and_then(|value| value.to_str().ok())
         .and_then(ptyhub_wire::bearer_token);
-    state
-        .authenticator
-        .authenticate(credential)
-        .map_err(|error| ApiError::from(error).to_status())
+    let address = {
+        use axum::extract::ConnectInfo;
+        let extensions = request.extensions();
+        extensions
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0)
+            .or_else(|| {
+                extensions
+                    .get::<ConnectInfo<crate::auth::PeerSocket>>()
+                    .map(|info| info.0.0)
+            })
+    };
+    match state.authenticator.authenticate(credential) {
+        Ok(principal) => Ok(principal.from_address(address)),
+        Err(error) => {
+            state.report_refusal(
+                None,
+                address.map(|address| address.to_string()),
+                surface_of(request),
+                "unauthenticated",
+                method_of(request),
+            );
+            Err(ApiError::from(error).to_status())
+        }
+    }
 }
+
+/// The surface a gRPC request came through, as the router recorded it.
+pub(crate) fn surface_of<T>(request: &Request<T>) -> Surface {
+    request
+        .extensions()
+        .get::<GrpcSurface>()
+        .map_or(Surface::Grpc, |surface| surface.0)
+}
+
+/// `service/method` of a gRPC request, for the audit trail's refusals.
+pub(crate) fn method_of<T>(request: &Request<T>) -> String {
+    match request.extensions().get::<tonic::GrpcMethod>() {
+        Some(method) => format!("{}/{}", method.service(), method.method()),
+        None => "grpc".to_owned(),
+    }
+}
+
+/// Which gRPC surface (gRPC, gRPC-web, the CLI) a request came through, recorded by the router.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcSurface(pub Surface);
 
 /// Where a caller of the gateway attaches: the configured public URL, else the scheme and
 /// authority its request came in with ([`RequestOrigin`], recorded by the router).
@@ -246,7 +305,7 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::Instance>, Status> {
         let principal = self.authenticate(&request)?;
         Self::require_admin(&principal, "registering instances")?;
-        self.client()
+        self.client(&principal, surface_of(&request))
             .register_instance(request.into_inner())
             .await
             .map_err(forwarded)
@@ -256,8 +315,8 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
-        let message = self.scoped(request).await?;
-        self.client().get_instance(message).await.map_err(forwarded)
+        let (message, mut client) = self.scoped(request).await?;
+        client.get_instance(message).await.map_err(forwarded)
     }
 
     async fn list_instances(
@@ -266,7 +325,7 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::ListInstancesResponse>, Status> {
         let principal = self.authenticate(&request)?;
         let mut response = self
-            .client()
+            .client(&principal, surface_of(&request))
             .list_instances(request.into_inner())
             .await
             .map_err(forwarded)?;
@@ -284,11 +343,12 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let principal = self.authenticate(&request)?;
         Self::require_admin(&principal, "deleting instances")?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         message.instance = self
-            .authorize_instance(&principal, &message.instance)
+            .authorize_instance(&principal, &message.instance, surface)
             .await?;
-        self.client()
+        self.client(&principal, surface)
             .delete_instance(message)
             .await
             .map_err(forwarded)
@@ -300,7 +360,10 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
         let principal = self.authenticate(&request)?;
-        let message = self.scoped_for(&principal, request.into_inner()).await?;
+        let surface = surface_of(&request);
+        let (message, mut client) = self
+            .scoped_for(&principal, surface, request.into_inner())
+            .await?;
         // Refused, never dropped: a caller that asked for a program must not get a shell it
         // did not ask for, nor the one it asked for without the right to.
         principal
@@ -308,11 +371,7 @@ impl SessionApi for SessionApiProxy {
             .check_command_override(&message.command)
             .map_err(|error| error.to_status())?;
         let instance_id = message.instance.clone();
-        let mut response = self
-            .client()
-            .create_session(message)
-            .await
-            .map_err(forwarded)?;
+        let mut response = client.create_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
@@ -322,13 +381,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let (message, mut client) = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .get_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.get_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -337,11 +392,8 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let message = self.scoped(request).await?;
-        self.client()
-            .list_sessions(message)
-            .await
-            .map_err(forwarded)
+        let (message, mut client) = self.scoped(request).await?;
+        client.list_sessions(message).await.map_err(forwarded)
     }
 
     async fn resolve_session(
@@ -349,13 +401,9 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let message = self.scoped(request).await?;
+        let (message, mut client) = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let mut response = self
-            .client()
-            .resolve_session(message)
-            .await
-            .map_err(forwarded)?;
+        let mut response = client.resolve_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
@@ -367,9 +415,10 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::AttachTarget>, Status> {
         let principal = self.authenticate(&request)?;
         let endpoint = public_endpoint(&self.state, &request);
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         let instance = self
-            .authorized_instance(&principal, &message.instance)
+            .authorized_instance(&principal, &message.instance, surface)
             .await?;
         // Make sure the session is this instance's before a ticket for it leaves the gateway.
         self.state
@@ -378,7 +427,7 @@ impl SessionApi for SessionApiProxy {
             .map_err(|error| error.to_status())?;
         message.instance = instance.id;
         let mut response = self
-            .client()
+            .client(&principal, surface)
             .issue_attach_ticket(message)
             .await
             .map_err(forwarded)?;
@@ -390,13 +439,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RenameSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let (message, mut client) = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .rename_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.rename_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -405,13 +450,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ResetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let (message, mut client) = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .reset_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.reset_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -420,13 +461,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let (message, mut client) = self.scoped(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .close_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.close_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -435,27 +472,55 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let message = self.scoped_live_session(request).await?;
-        self.client().get_screen(message).await.map_err(forwarded)
+        let (message, mut client) = self.scoped_live_session(request).await?;
+        client.get_screen(message).await.map_err(forwarded)
     }
 
     async fn send_input(
         &self,
         request: Request<pb::SendInputRequest>,
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
-        let message = self.scoped_live_session(request).await?;
-        self.client().send_input(message).await.map_err(forwarded)
+        let (message, mut client) = self.scoped_live_session(request).await?;
+        client.send_input(message).await.map_err(forwarded)
     }
 
     async fn wait_for_screen(
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let message = self.scoped_live_session(request).await?;
+        let (message, _) = self.scoped_live_session(request).await?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
         self.state
             .upstreams
             .forward_wait_for_screen(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    /// Only gateways report to the audit trail: a caller of the gateway could otherwise write
+    /// whatever history it liked.
+    async fn record_audit_event(
+        &self,
+        request: Request<pb::RecordAuditEventRequest>,
+    ) -> Result<Response<pb::RecordAuditEventResponse>, Status> {
+        self.authenticate(&request)?;
+        Err(ErrorCode::Forbidden
+            .status("audit events are recorded by ptyhub itself, never reported by its callers"))
+    }
+
+    /// A scoped principal lists the events of its own instances only.
+    async fn list_audit_events(
+        &self,
+        request: Request<pb::ListAuditEventsRequest>,
+    ) -> Result<Response<pb::ListAuditEventsResponse>, Status> {
+        let principal = self.authenticate(&request)?;
+        let surface = surface_of(&request);
+        let message =
+            crate::rest::audit::scope_audit_listing(&self.state, &principal, request.into_inner())
+                .await
+                .map_err(|error| error.to_status())?;
+        self.client(&principal, surface)
+            .list_audit_events(message)
             .await
             .map_err(forwarded)
     }
@@ -467,6 +532,7 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
         let principal = self.authenticate(&request)?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         if message.instance.is_empty() {
             if !principal.access.covers_all_instances() {
@@ -475,11 +541,11 @@ impl SessionApi for SessionApiProxy {
             }
         } else {
             message.instance = self
-                .authorize_instance(&principal, &message.instance)
+                .authorize_instance(&principal, &message.instance, surface)
                 .await?;
         }
         let changes = self
-            .client()
+            .client(&principal, surface)
             .watch_sessions(message)
             .await
             .map_err(forwarded)?

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use ptyhub_proto::session::v1::AuditKind;
+use ptyhub_wire::{Actor, Surface};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -14,7 +17,7 @@ use crate::domain::{Instance, Session, SessionStatus};
 use ptyhub_wire::ErrorCode;
 
 use crate::error::ApiError;
-use crate::grpc::Upstreams;
+use crate::grpc::{AuditReport, Upstreams};
 use crate::metrics::Metrics;
 
 /// What a session id in a path may also be: the session with the `default` alias (the legacy
@@ -28,6 +31,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub allowed_origins: Vec<String>,
     pub static_dir: Option<PathBuf>,
+    /// Where the brokers put recordings; `None` when the gateway serves none.
+    pub recordings: Option<ptyhub_wire::RecordingStore>,
     pub metrics_require_auth: bool,
     pub heartbeat_interval: Duration,
     /// Cancelled when a shutdown begins: `/readyz` answers 503 from then on, while everything
@@ -41,10 +46,17 @@ pub struct AppState {
     pub stream_slots: StreamSlots,
     /// The configured public URL of the gateway, handed out as the attach endpoint.
     pub public_url: Option<String>,
+    /// Bounds the refusals being reported to the audit trail at once, so that a flood of bad
+    /// credentials costs session-api a bounded number of writes in flight.
+    pub refusal_reports: Arc<Semaphore>,
     /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
     /// request does not say.
     pub serves_tls: bool,
 }
+
+/// How many refused attempts may be on their way to the audit trail at once; more are logged
+/// and dropped.
+pub const MAX_REFUSAL_REPORTS_IN_FLIGHT: usize = 64;
 
 /// Counts the terminal streams of each principal (by subject), so that one credential cannot
 /// hold an unbounded number of broker streams and sockets open.
@@ -108,6 +120,58 @@ impl Drop for StreamSlot {
 }
 
 impl AppState {
+    /// Reports a refused attempt to the audit trail, in the background: `principal` is `None`
+    /// when the credential itself was refused. `reason` is `unauthenticated` or `forbidden`,
+    /// `action` what was tried (a method and path, a gRPC method).
+    pub fn report_refusal(
+        &self,
+        principal: Option<&Principal>,
+        client_address: Option<String>,
+        surface: Surface,
+        reason: &'static str,
+        action: String,
+    ) {
+        let Ok(permit) = self.refusal_reports.clone().try_acquire_owned() else {
+            tracing::warn!(reason, %action, "too many refusals in flight: one is not in the audit trail");
+            return;
+        };
+        let actor = match principal {
+            Some(principal) => Actor::new(&principal.subject, client_address, surface),
+            None => Actor::unknown(client_address, surface),
+        };
+        let upstreams = self.upstreams.acting_for(&actor);
+        tokio::spawn(async move {
+            let report = AuditReport::new(AuditKind::Refused)
+                .detail("reason", reason)
+                .detail("action", action);
+            upstreams.report_audit_event(report).await;
+            drop(permit);
+        });
+    }
+
+    /// [`AppState::authorize_instance`], reporting a refusal for scope (403) to the audit trail
+    /// as an attempt through `surface`: what every surface's instance check is.
+    pub async fn authorize_instance_through(
+        &self,
+        principal: &Principal,
+        instance_reference: &str,
+        surface: Surface,
+    ) -> Result<Instance, ApiError> {
+        self.authorize_instance(principal, instance_reference)
+            .await
+            .inspect_err(|error| {
+                if error.code == ErrorCode::Forbidden {
+                    self.report_refusal(
+                        Some(principal),
+                        principal.client_address.clone(),
+                        surface,
+                        "forbidden",
+                        format!("instance {instance_reference}"),
+                    );
+                }
+            })
+    }
+
     /// Looks up the instance and checks that the principal may use it.
     ///
     /// An unknown instance the scope does not name is 403, not 404, so a scoped token cannot

@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
-use crate::auth::{Principal, bearer_token};
+use ptyhub_wire::Surface;
+
+use crate::auth::{Principal, bearer_token, peer_address};
 use crate::domain::Instance;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -66,10 +68,23 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = state
+        let address = peer_address(&parts.extensions);
+        match state
             .authenticator
-            .authenticate(bearer_token(&parts.headers))?;
-        Ok(Caller(principal))
+            .authenticate(bearer_token(&parts.headers))
+        {
+            Ok(principal) => Ok(Caller(principal.from_address(address))),
+            Err(error) => {
+                state.report_refusal(
+                    None,
+                    address.map(|address| address.to_string()),
+                    Surface::Rest,
+                    "unauthenticated",
+                    format!("{} {}", parts.method, parts.uri.path()),
+                );
+                Err(error.into())
+            }
+        }
     }
 }
 
@@ -122,7 +137,7 @@ impl InstanceScope {
         principal: &Principal,
     ) -> Result<Instance, ApiError> {
         let instance = state
-            .authorize_instance(principal, &self.instance_reference)
+            .authorize_instance_through(principal, &self.instance_reference, Surface::Rest)
             .await?;
         match &self.labels {
             Some(labels) if !labels.carried_by(&instance) => {
@@ -210,6 +225,8 @@ mod tests {
             broker_id: "local".into(),
             created_at: None,
             live_sessions: 0,
+            record: crate::domain::RecordMode::Off,
+            record_is_default: true,
         }
     }
 

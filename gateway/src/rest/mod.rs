@@ -6,13 +6,17 @@
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
-//! - `events.rs`: an instance's session changes as Server-Sent Events.
+//! - `events.rs`: an instance's session changes as Server-Sent Events;
+//! - `recordings.rs`: a closed session's asciicast recording, with ranges;
+//! - `audit.rs`: the audit trail, filtered, paged and scoped to the caller's instances.
 
+pub mod audit;
 pub mod bodies;
 pub mod events;
 pub mod extract;
 pub mod instances;
 pub mod operations;
+pub mod recordings;
 pub mod screens;
 pub mod sessions;
 

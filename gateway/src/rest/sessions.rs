@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ptyhub_wire::{Role, TerminalSize};
+use ptyhub_wire::{Role, Surface, TerminalSize};
 
 use super::bodies::{
     ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody, RenamedSession,
@@ -99,6 +99,7 @@ pub async fn create_session(
     principal.access.check_command_override(&command)?;
     let created = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .create_session(&instance.id, name, aliases, size, command)
         .await?;
     let session = created.session;
@@ -156,6 +157,7 @@ pub async fn close_session(
     if session.status != SessionStatus::Closed {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .close_session(&instance.id, &session.id)
             .await?;
     }
@@ -191,6 +193,7 @@ pub async fn reset_session(
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .reset_session(&instance.id, &session.id)
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
@@ -224,6 +227,7 @@ pub async fn rename_session(
     let session = state.authorize_session(&instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .rename_session(&instance.id, &session.id, name)
         .await?;
     Ok(Json(RenamedSession {
@@ -252,6 +256,7 @@ pub async fn reset_default_session(
     let instance = scope.authorize(&state, &principal).await?;
     let resolved = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .resolve_session(
             &instance.id,
             SessionSelector::Default,
@@ -265,6 +270,7 @@ pub async fn reset_default_session(
     } else {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .reset_session(&instance.id, &resolved.session.id)
             .await?
     };

@@ -17,17 +17,19 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
-use ptyhub_wire::{ErrorCode, Role, TerminalSize};
+use ptyhub_wire::{ErrorCode, Role, Surface, TerminalSize};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 pub use origin::{check_origin, origin_allowed};
 
 use crate::auth::{
-    WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
+    PeerAddress, WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token,
+    websocket_protocol_token,
 };
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
+use crate::grpc::Upstreams;
 use crate::rest::{InstancePath, SessionPath};
 use crate::state::{AppState, DEFAULT_SESSION};
 
@@ -74,10 +76,11 @@ pub async fn open_instance_terminal(
     State(state): State<AppState>,
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
+    PeerAddress(address): PeerAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, None, query, headers, upgrade).await
+    open_terminal(state, path.iid, None, query, address, headers, upgrade).await
 }
 
 /// One session by id (`default`: the default session, created when absent); 4004 when unknown
@@ -95,10 +98,20 @@ pub async fn open_session_terminal(
     State(state): State<AppState>,
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
+    PeerAddress(address): PeerAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, Some(path.sid), query, headers, upgrade).await
+    open_terminal(
+        state,
+        path.iid,
+        Some(path.sid),
+        query,
+        address,
+        headers,
+        upgrade,
+    )
+    .await
 }
 
 /// Checks the origin, then upgrades; every later refusal (credential, query, session) is a close
@@ -108,6 +121,7 @@ async fn open_terminal(
     instance_reference: String,
     session_id: Option<String>,
     query: TerminalQuery,
+    address: Option<std::net::SocketAddr>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -139,6 +153,7 @@ async fn open_terminal(
         &instance_reference,
         session_id,
         &query,
+        address,
     )
     .await;
     let bridges = state.bridges.clone();
@@ -187,6 +202,8 @@ fn select_protocol(upgrade: WebSocketUpgrade, headers: &HeaderMap) -> WebSocketU
 /// A session resolved and authorised, ready to attach.
 #[derive(Debug)]
 struct PreparedAttach {
+    /// Acting for the socket's principal: the attach and its audit reports go through them.
+    upstreams: Upstreams,
     instance_id: String,
     session_id: String,
     session_name: String,
@@ -206,8 +223,21 @@ async fn prepare_attach(
     instance_reference: &str,
     session_id: Option<String>,
     query: &TerminalQuery,
+    address: Option<std::net::SocketAddr>,
 ) -> Result<PreparedAttach, ApiError> {
-    let principal = state.authenticator.authenticate(credential)?;
+    let principal = match state.authenticator.authenticate(credential) {
+        Ok(principal) => principal.from_address(address),
+        Err(error) => {
+            state.report_refusal(
+                None,
+                address.map(|address| address.to_string()),
+                Surface::WebSocket,
+                "unauthenticated",
+                format!("websocket {instance_reference}"),
+            );
+            return Err(error.into());
+        }
+    };
     let stream_slot = state.stream_slots.acquire(&principal.subject)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
@@ -245,10 +275,12 @@ async fn prepare_attach(
         (None, None, None) => (SessionSelector::Default, true),
     };
     let instance = state
-        .authorize_instance(&principal, instance_reference)
+        .authorize_instance_through(&principal, instance_reference, Surface::WebSocket)
         .await?;
-    let resolved = state
+    let upstreams = state
         .upstreams
+        .acting_for(&principal.actor(Surface::WebSocket));
+    let resolved = upstreams
         .resolve_session(&instance.id, selector, create_if_absent, size, role)
         .await
         .map_err(|error| match error.code {
@@ -264,6 +296,7 @@ async fn prepare_attach(
         return Err(ApiError::not_found("session not found or closed"));
     }
     Ok(PreparedAttach {
+        upstreams,
         instance_id: instance.id,
         session_id: session.id,
         session_name: session.name,

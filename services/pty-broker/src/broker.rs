@@ -18,6 +18,7 @@ use crate::config::{BackendKind, Config};
 use crate::domain::{BrokerEvent, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
+use crate::recording::{CastHeader, RecordMode, RecordingRequest, Recordings, RecordingsConfig};
 use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
@@ -25,6 +26,7 @@ use crate::runtime::{HandedProcess, PtyRuntime, SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
     AttachRequest, Attachment, FrozenSession, InputItem, InputSent, ScreenWait, Session,
+    SessionRecording,
     SessionSettings, TaskContext, WaitOutcome,
 };
 
@@ -41,6 +43,8 @@ struct Inner {
     runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
     registry: Arc<Registry>,
     events: EventBus,
+    /// Where recorded sessions go; `None` when no store is configured.
+    recordings: Option<Arc<Recordings>>,
     boot_id: Uuid,
     /// Cancelled when shutdown begins: every session ends its process group and closes.
     shutdown: CancellationToken,
@@ -182,6 +186,26 @@ impl BrokerBuilder {
             detached_timeout: config.detached_timeout,
             kill_grace: config.kill_grace,
         };
+        let boot_id = Uuid::new_v4();
+        let recordings = config.recordings.store.clone().map(|store| {
+            // Without a data dir the spool is this run's own: nothing of another broker's (or of
+            // a previous run's) is ever taken for its own.
+            let spool = config
+                .recordings
+                .spool
+                .clone()
+                .unwrap_or_else(|| match &config.data_dir {
+                    Some(data_dir) => data_dir.join("recording-spool"),
+                    None => std::env::temp_dir().join(format!("ptyhub-recording-spool-{boot_id}")),
+                });
+            Arc::new(Recordings::new(RecordingsConfig {
+                store,
+                spool,
+                max_age: (!config.recordings.max_age.is_zero())
+                    .then_some(config.recordings.max_age),
+                max_bytes: (config.recordings.max_bytes > 0).then_some(config.recordings.max_bytes),
+            }))
+        });
         Broker {
             inner: Arc::new(Inner {
                 config,
@@ -189,7 +213,8 @@ impl BrokerBuilder {
                 runtimes: self.runtimes,
                 registry: Arc::new(Registry::new()),
                 events: EventBus::new(),
-                boot_id: Uuid::new_v4(),
+                recordings,
+                boot_id,
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
                 handing_over: watch::Sender::new(false),
@@ -223,8 +248,53 @@ impl Broker {
         &self.inner.config.secrets.ticket_key
     }
 
-    /// Starts `spec` on a new PTY; answers once the process runs.
+    /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<SessionInfo, Error> {
+        self.spawn_recorded(spec, RecordingRequest::default()).await
+    }
+
+    /// Publishes what a previous run left in the recording spool and keeps retention running
+    /// until shutdown (no-op without a recordings store).
+    pub fn keep_recordings(&self) {
+        if let Some(recordings) = &self.inner.recordings {
+            recordings.keep_up(self.inner.shutdown.clone(), &self.inner.tracker);
+        }
+    }
+
+    /// The recordings this broker keeps, when it has a store.
+    pub fn recordings(&self) -> Option<&Arc<Recordings>> {
+        self.inner.recordings.as_ref()
+    }
+
+    /// Starts `spec` on a new PTY and records it as `recording` asks (when the broker has a
+    /// recordings store); answers once the process runs.
+    pub async fn spawn_recorded(
+        &self,
+        spec: SpawnSpec,
+        recording: RecordingRequest,
+    ) -> Result<SessionInfo, Error> {
+        let recording = match (recording.mode, &self.inner.recordings) {
+            (RecordMode::Off, _) => None,
+            (_, None) => {
+                tracing::warn!(session_id = %spec.session_id, "recording asked for, but this broker has no recordings store (--recordings)");
+                None
+            }
+            (mode, Some(recordings)) => Some(SessionRecording {
+                recordings: Arc::clone(recordings),
+                mode,
+                header: CastHeader {
+                    size: spec.size,
+                    timestamp: 0,
+                    command: (!spec.command.is_empty()).then(|| spec.command.join(" ")),
+                    title: recording.title,
+                    term: spec
+                        .env
+                        .iter()
+                        .find(|(name, _)| name == "TERM")
+                        .map(|(_, value)| value.clone()),
+                },
+            }),
+        };
         let kind = match spec.target {
             Target::Local => BackendKind::Local,
             Target::Docker { .. } => BackendKind::Docker,
@@ -244,8 +314,13 @@ impl Broker {
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
         };
-        let (session, task) =
-            Session::new(spec.session_id, spec.size, self.inner.settings, context);
+        let (session, task) = Session::new(
+            spec.session_id,
+            spec.size,
+            self.inner.settings,
+            context,
+            recording,
+        );
         self.inner.registry.insert(Arc::clone(&session))?;
         let (started, answer) = oneshot::channel();
         let registry = Arc::clone(&self.inner.registry);

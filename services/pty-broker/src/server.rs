@@ -69,6 +69,8 @@ impl Broker {
             )),
             None => None,
         };
+
+        self.keep_recordings();
         // A bad session-api URL fails the start.
         if let Some((session_api, credential, registration)) = &registration {
             Registrar::new(session_api, credential, registration.clone(), &tls)?;

@@ -78,8 +78,10 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         request: Request<pb::SpawnRequest>,
     ) -> Result<Response<pb::SpawnResponse>, Status> {
         self.authorize(&request)?;
-        let spec = SpawnSpec::try_from(request.into_inner())?;
-        let session = self.broker.spawn(spec).await?;
+        let request = request.into_inner();
+        let recording = convert::recording_request(&request)?;
+        let spec = SpawnSpec::try_from(request)?;
+        let session = self.broker.spawn_recorded(spec, recording).await?;
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
         }))

@@ -164,6 +164,7 @@ impl Session {
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(input)),
             screen,
+            recorder: None,
         });
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let session = Arc::new(Session {

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::handoff::{FrozenSession, Verdict};
+use super::recording::{Mark, Recorder};
 use super::{
     AttachRequest, AttachedClient, Command, InputGuard, PtyInput, SessionSettings, Shared,
 };
@@ -81,6 +82,12 @@ pub(crate) struct SessionTask {
     /// When the tombstone of an exited session taken over from the previous broker process
     /// ends (the rest of the time it had there).
     tombstone_deadline: Option<Instant>,
+    /// The session's recorder until it is started; `None` when the session is not recorded.
+    recorder: Option<Recorder>,
+    /// Ends the recorder when the session closes ...
+    recording_done: CancellationToken,
+    /// ... which says when it has read the ring to its end.
+    recording_drained: Option<oneshot::Receiver<()>>,
 }
 
 /// A running process and its PTY's output; its input side is in [`Shared::input`].
@@ -133,6 +140,7 @@ impl SessionTask {
         context: TaskContext,
         commands: mpsc::Receiver<Command>,
         input: InputGuard,
+        recorder: Option<Recorder>,
     ) -> Self {
         Self {
             id,
@@ -146,6 +154,9 @@ impl SessionTask {
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline: None,
+            recorder,
+            recording_done: CancellationToken::new(),
+            recording_drained: None,
         }
     }
 
@@ -171,6 +182,11 @@ impl SessionTask {
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline,
+            // A recording ends at a hand-off: the previous process's spool holds it, and this
+            // process publishes what is there at start (`Recordings::keep_up`).
+            recorder: None,
+            recording_done: CancellationToken::new(),
+            recording_drained: None,
         }
     }
 
@@ -195,6 +211,18 @@ impl SessionTask {
             self.screen_done.clone(),
         ));
         let _feeder = self.screen_done.clone().drop_guard();
+        if let Some(recorder) = self.recorder.take() {
+            let (drained, drained_rx) = oneshot::channel();
+            self.recording_drained = Some(drained_rx);
+            self.context.tracker.spawn(super::recording::record_until(
+                Arc::clone(&self.shared),
+                self.id,
+                recorder,
+                self.recording_done.clone(),
+                drained,
+            ));
+        }
+        let _recorder = self.recording_done.clone().drop_guard();
         let spec = self.context.spec.clone();
         let pty = match self.spawn(&spec).await {
             Ok(pty) => pty,
@@ -670,6 +698,11 @@ impl SessionTask {
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resize(size));
             drop(state);
+            self.shared.record_mark(Mark::Resize {
+                offset: end,
+                at: Instant::now(),
+                size,
+            });
             self.shared.notify_clients();
         }
     }
@@ -797,13 +830,14 @@ impl SessionTask {
         // Clients clear their terminals when they hear `Resetting`; the screen does at the same
         // offset.
         self.shared.reset_screen();
-        let size = {
+        let (size, end) = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resetting);
-            state.size
+            (state.size, end)
         };
+        self.record_reset(end);
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, "resetting");
         self.hold_input(Some(&pty.input_ended)).await;
@@ -819,14 +853,15 @@ impl SessionTask {
         self.tombstone_deadline = None;
         self.hold_input(None).await;
         self.shared.reset_screen();
-        let size = {
+        let (size, end) = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
             state.exit = None;
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resetting);
-            state.size
+            (state.size, end)
         };
+        self.record_reset(end);
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, "restarting after exit");
         self.start_again(size).await
@@ -893,6 +928,7 @@ impl SessionTask {
         if let Some(reply) = reply {
             let _ = reply.send(info);
         }
+        self.finish_recording().await;
         // Clients that keep reading hear `Closed` and leave; a stalled one is cut off, and the
         // output it never read is not kept for it.
         let _ = timeout(CLOSE_FLUSH, async {
@@ -902,6 +938,25 @@ impl SessionTask {
         })
         .await;
         self.shared.lock().ring.clear();
+    }
+
+    /// Tells the recorder that a reset starts at `offset` (a marker between the two processes).
+    fn record_reset(&self, offset: u64) {
+        self.shared.record_mark(Mark::Reset {
+            offset,
+            at: Instant::now(),
+        });
+    }
+
+    /// Ends the recorder and waits (bounded) until it has read the ring to its end, which the
+    /// close is about to clear. Publishing the file happens afterwards, on the recorder's task.
+    async fn finish_recording(&mut self) {
+        self.recording_done.cancel();
+        if let Some(drained) = self.recording_drained.take()
+            && timeout(CLOSE_FLUSH, drained).await.is_err()
+        {
+            tracing::warn!(session_id = %self.id, "the recorder did not catch up before the close");
+        }
     }
 
     /// Re-reads who is attached: publishes changed counts and arms or disarms the idle timer.
