@@ -26,8 +26,7 @@ use crate::runtime::{HandedProcess, PtyRuntime, SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
     AttachRequest, Attachment, FrozenSession, InputItem, InputSent, ScreenWait, Session,
-    SessionRecording,
-    SessionSettings, TaskContext, WaitOutcome,
+    SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
