@@ -215,7 +215,7 @@ impl RecordingBroker {
             .arg(data_dir)
             .arg("--recordings")
             .arg(store)
-            .env("PTYHUB_BROKER_SERVICE_TOKEN", SERVICE_TOKEN)
+            .env("PTYHUB_BROKER_SESSION_API_TOKEN", SERVICE_TOKEN)
             .env(
                 "PTYHUB_BROKER_TICKET_SECRET",
                 std::str::from_utf8(TICKET_SECRET)?,
