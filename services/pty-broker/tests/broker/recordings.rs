@@ -3,17 +3,14 @@
 //! reset; input is kept only when asked; and a broker killed with SIGKILL keeps what it had
 //! flushed, published by its next start.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use ptyhub_proto::broker::v1 as pb;
 use test_support::asciicast::Cast;
 
-use crate::support::{
-    self, Backend, PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, TestBroker, authorized,
-};
+use crate::restart::BrokerProcess;
+use crate::support::{self, Backend, PATIENCE, POLL_INTERVAL, TestBroker, authorized};
 
 backend_scenarios!(
     output_events_are_the_bytes_the_client_saw_across_a_reset,
@@ -196,62 +193,12 @@ async fn unrecorded_sessions_write_nothing() -> anyhow::Result<()> {
 }
 
 /// A `pty-broker` process recording into `store`, with its spool in `data_dir`.
-struct RecordingBroker {
-    child: Child,
-    endpoint: String,
-}
-
-impl RecordingBroker {
-    fn start(data_dir: &Path, store: &Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-json",
-                "--backends",
-                "local",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--recordings")
-            .arg(store)
-            .env("PTYHUB_BROKER_SESSION_API_TOKEN", SERVICE_TOKEN)
-            .env(
-                "PTYHUB_BROKER_TICKET_SECRET",
-                std::str::from_utf8(TICKET_SECRET)?,
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start pty-broker")?;
-        let stdout = child.stdout.take().context("broker stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let address = loop {
-            let Some(line) = lines.next() else {
-                bail!("pty-broker exited before serving");
-            };
-            let line: serde_json::Value = serde_json::from_str(&line?)?;
-            if line["fields"]["message"] == "pty-broker serving" {
-                break line["fields"]["address"]
-                    .as_str()
-                    .context("serving line without address")?
-                    .to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Ok(Self {
-            child,
-            endpoint: format!("http://{address}"),
-        })
-    }
-}
-
-impl Drop for RecordingBroker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn recording_broker(data_dir: &Path, store: &Path) -> anyhow::Result<BrokerProcess> {
+    BrokerProcess::start_with(
+        data_dir,
+        "local",
+        &["--recordings".as_ref(), store.as_os_str()],
+    )
 }
 
 #[tokio::test]
@@ -260,7 +207,7 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
     support::init_logging();
     let data_dir = tempfile::tempdir()?;
     let store = tempfile::tempdir()?;
-    let first = RecordingBroker::start(data_dir.path(), store.path())?;
+    let first = recording_broker(data_dir.path(), store.path())?;
     let mut client =
         pb::pty_broker_client::PtyBrokerClient::connect(first.endpoint.clone()).await?;
     let session_id = uuid::Uuid::new_v4().to_string();
@@ -305,7 +252,7 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
     first.child.kill()?;
     first.child.wait()?;
     // The next start publishes what the killed one left.
-    let second = RecordingBroker::start(data_dir.path(), store.path())?;
+    let second = recording_broker(data_dir.path(), store.path())?;
     let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
     let output = String::from_utf8(cast.output())?;
     let expected: String = (0..200)

@@ -13,16 +13,26 @@ use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, auth
 /// A session whose processes ignore SIGHUP and SIGTERM, so only the SIGKILL step ends them.
 const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
 
-/// A `pty-broker` process on an ephemeral port.
-struct BrokerProcess {
-    child: Child,
-    endpoint: String,
+/// A `pty-broker` process on an ephemeral port, configured from secret files as a deployment
+/// is; the recording tests start theirs through it too.
+pub(crate) struct BrokerProcess {
+    pub(crate) child: Child,
+    pub(crate) endpoint: String,
     /// The files the broker read its secrets from, as a deployment gives them.
     _secrets: tempfile::TempDir,
 }
 
 impl BrokerProcess {
     fn start(data_dir: &std::path::Path, backends: &str) -> anyhow::Result<Self> {
+        Self::start_with(data_dir, backends, &[])
+    }
+
+    /// [`Self::start`] with `extra` flags after the usual ones.
+    pub(crate) fn start_with(
+        data_dir: &std::path::Path,
+        backends: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<Self> {
         let secrets = tempfile::tempdir()?;
         let token_file = secrets.path().join("session-api-token");
         std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
@@ -38,6 +48,7 @@ impl BrokerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(extra)
             // The test image runs as root, which a broker refuses in containers by default.
             .env("PTYHUB_BROKER_ALLOW_ROOT", "true")
             .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
