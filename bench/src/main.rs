@@ -890,10 +890,10 @@ async fn scale_section(
         Ok(memory) => {
             writeln!(
                 out,
-                "| {} attached WebSockets on one gateway ({} sessions, 1 controller + {} viewers each), gateway RSS per socket | {:.1} KiB | |",
+                "| {} attached WebSockets on one gateway ({} sessions, 1 controller + up to {} viewers each), gateway RSS per socket | {:.1} KiB | |",
                 memory.sockets,
                 memory.sessions,
-                memory.sockets / memory.sessions - 1,
+                memory.sockets.div_ceil(memory.sessions) - 1,
                 memory.per_socket_kib
             )?;
             writeln!(

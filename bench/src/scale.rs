@@ -12,6 +12,7 @@ use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use futures::StreamExt as _;
 use nix::sys::stat::Mode;
 use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_wire::limits::MAX_VIEWERS_PER_SESSION;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
@@ -344,8 +345,9 @@ pub struct GatewayMemory {
 }
 
 /// Opens `sockets` WebSockets on a gateway of its own (a separate process, in front of the
-/// stack's session-api and broker), spread over `ceil(sockets / 100)` echo sessions: one
-/// controller each, the rest viewers. Reads the gateway's RSS before and after, then checks that
+/// stack's session-api and broker), spread over as few echo sessions as the broker's viewer cap
+/// allows (one controller and up to [`MAX_VIEWERS_PER_SESSION`] viewers each), on as many
+/// instances of [`INSTANCE_CAP`] sessions as that takes. Reads the gateway's RSS before and after, then checks that
 /// every socket is live (each controller types a byte; every socket of its session must get its
 /// echo).
 pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemory> {
@@ -353,7 +355,8 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         sockets >= 2,
         "the socket scenario needs at least two sockets"
     );
-    let sessions = sockets.div_ceil(100).clamp(1, INSTANCE_CAP);
+    let sessions = sockets.div_ceil(MAX_VIEWERS_PER_SESSION + 1);
+    let instance_count = sessions.div_ceil(INSTANCE_CAP);
     let needed = sockets as u64 * 2 + 256;
     let limit = open_files_limit()?;
     ensure!(
@@ -370,35 +373,42 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
             // Sockets that are not read for a while must not be dropped as silent.
             "--heartbeat-interval=300s".to_owned(),
             "--shutdown-grace=5s".to_owned(),
+            // Every socket is the bench's one principal.
+            format!("--max-streams-per-principal={}", sockets + 1),
         ],
         dir.path(),
     )?;
-    let local = broker_pb::Target {
-        kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
-    };
-    let instance = stack
-        .register("bench-sockets", local, INSTANCE_CAP as u32)
-        .await?;
-    let mut session_ids: Vec<String> = Vec::new();
+    let mut instances: Vec<String> = Vec::new();
+    // (instance, session id), in the order sockets are spread over them.
+    let mut placed: Vec<(String, String)> = Vec::new();
     let mut terms: Vec<Term> = Vec::new();
     let result = async {
+        for index in 0..instance_count {
+            let local = broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+            };
+            let name = format!("bench-sockets-{index}");
+            instances.push(stack.register(&name, local, INSTANCE_CAP as u32).await?);
+        }
         wait_healthy(stack, &mut service).await?;
         let ws_base = service.endpoint()?.replacen("http://", "ws://", 1);
-        for _ in 0..sessions {
+        for index in 0..sessions {
+            let instance = &instances[index / INSTANCE_CAP];
             let command = vec![
                 "/bin/sh".to_owned(),
                 "-c".to_owned(),
                 ECHO_SCRIPT.to_owned(),
             ];
             let attach =
-                tokio::time::timeout(CALL_PATIENCE, create_session_on(stack, &instance, command))
+                tokio::time::timeout(CALL_PATIENCE, create_session_on(stack, instance, command))
                     .await
                     .map_err(|_| anyhow!("create session took over {CALL_PATIENCE:?}"))??;
-            session_ids.push(attach.session_id);
+            placed.push((instance.clone(), attach.session_id));
         }
         // The first controller is the baseline (the gateway's channels to session-api and the
         // broker open with it).
-        let mut first = connect_gateway_at(&ws_base, &instance, &session_ids[0], "").await?;
+        let (instance, session) = &placed[0];
+        let mut first = connect_gateway_at(&ws_base, instance, session, "").await?;
         first.read_until(b"R", 4096).await?;
         terms.push(first);
         tokio::time::sleep(SETTLE).await;
@@ -406,9 +416,9 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
 
         let opened: Vec<Result<Term>> = futures::stream::iter(1..sockets)
             .map(|index| {
-                let session = &session_ids[index % sessions];
+                let (instance, session) = &placed[index % sessions];
                 let query = if index < sessions { "" } else { "&mode=view" };
-                connect_gateway_at(&ws_base, &instance, session, query)
+                connect_gateway_at(&ws_base, instance, session, query)
             })
             .buffer_unordered(BATCH * 2)
             .collect()
@@ -435,7 +445,7 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         let attached: u32 = listed
             .sessions
             .iter()
-            .filter(|session| session_ids.contains(&session.session_id))
+            .filter(|session| placed.iter().any(|(_, id)| *id == session.session_id))
             .map(|session| session.controllers + session.viewers)
             .sum();
         ensure!(
@@ -474,16 +484,17 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
     .await;
     drop(terms);
     service.stop(Duration::from_secs(15)).await;
-    close_all(stack, &instance, &session_ids).await;
-    let _ = tokio::time::timeout(
-        CALL_PATIENCE,
-        stack.session_api.clone().delete_instance(
-            ptyhub_proto::session::v1::DeleteInstanceRequest {
-                instance: instance.clone(),
-            },
-        ),
-    )
-    .await;
+    close_all(stack, &placed).await;
+    for instance in instances {
+        let _ = tokio::time::timeout(
+            CALL_PATIENCE,
+            stack
+                .session_api
+                .clone()
+                .delete_instance(ptyhub_proto::session::v1::DeleteInstanceRequest { instance }),
+        )
+        .await;
+    }
     result
 }
 
@@ -516,9 +527,9 @@ async fn wait_healthy(stack: &Stack, service: &mut Service) -> Result<()> {
 }
 
 /// Closes sessions through session-api, a batch at a time, each bounded.
-async fn close_all(stack: &Stack, instance: &str, session_ids: &[String]) {
-    futures::stream::iter(session_ids)
-        .for_each_concurrent(BATCH, |id| async move {
+async fn close_all(stack: &Stack, sessions: &[(String, String)]) {
+    futures::stream::iter(sessions)
+        .for_each_concurrent(BATCH, |(instance, id)| async move {
             if tokio::time::timeout(CALL_PATIENCE, close_session(stack, instance, id))
                 .await
                 .is_err()

@@ -700,6 +700,9 @@ pub async fn connect_gateway_at(
             .await
             .map_err(|_| anyhow!("no connected status"))?
             .context("the WebSocket closed before connected")??;
+        if let Message::Close(frame) = &message {
+            bail!("the WebSocket closed before connected: {frame:?}");
+        }
         if let Message::Text(text) = &message {
             let status: serde_json::Value = serde_json::from_str(text)
                 .with_context(|| format!("the first text frame is not JSON: {text}"))?;

@@ -324,7 +324,7 @@ describe('web page', { skip: skip ?? false }, () => {
       // Session 1 rings once told to, Session 2 exits once told to; Session 3 is the one shown.
       await typeLine(page, `echo armed-$((2*4)); while [ ! -e ${bellFlag} ]; do sleep 0.1; done; printf 'rang-%s\\a\\n' $((3*4))`);
       await waitForScreen(page, 'armed-8');
-      for (const line of [`echo armed-$((3*4)); while [ ! -e ${exitFlag} ]; do sleep 0.1; done; exit 4`, `printf 'here-%s\\a\\n' $((5*5))`]) {
+      for (const line of [`echo armed-$((3*4)); while [ ! -e ${exitFlag} ]; do sleep 0.1; done; exit 4`, `printf '\\ahere-%s\\n' $((5*5))`]) {
         const tabs = (await tabNames(page)).length;
         await page.getByRole('button', { name: 'New session' }).click();
         await waitFor('another tab', async () => (await tabNames(page)).length === tabs + 1);
