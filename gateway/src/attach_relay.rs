@@ -32,7 +32,7 @@ use tracing::Instrument;
 
 use crate::metrics::GaugeGuard;
 use crate::session_proxy::authenticate;
-use crate::state::{AppState, StreamSlot};
+use crate::state::{AppState, StreamSlot, credential_expired};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
 pub const INSTANCE_METADATA: &str = "ptyhub-instance";
@@ -164,7 +164,7 @@ impl PtyBroker for AttachRelay {
         request: Request<Streaming<pb::ClientFrame>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let state = &self.state;
-        let principal = authenticate(state, &request)?;
+        let principal = authenticate(state, &request).await?;
         // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
         // at most the hello timeout, so one credential cannot pile up silent streams either.
         let stream_slot = state
@@ -190,12 +190,16 @@ impl PtyBroker for AttachRelay {
             Ok(pb::Role::Viewer) => Role::Viewer,
             _ => return Err(ErrorCode::Invalid.status("hello needs a role")),
         };
+        if role == Role::Controller && principal.access.is_viewer_only() {
+            return Err(ErrorCode::Forbidden
+                .status("this credential may only view: attach with the viewer role"));
+        }
         let instance = state
             .authorize_instance(&principal, &instance_reference)
             .await
             .map_err(|error| error.to_status())?;
         let session = state
-            .authorize_live_session(&instance, &hello.session_id)
+            .authorize_live_session(&principal, &instance, &hello.session_id)
             .await
             .map_err(|error| error.to_status())?;
         let target = state
@@ -239,6 +243,7 @@ impl PtyBroker for AttachRelay {
             _gauge: state.metrics.attach_stream_opened(),
             _stream_slot: stream_slot,
             stopping_at: None,
+            expires_at: principal.expires_at,
             ended: false,
         }))))
     }
@@ -284,6 +289,8 @@ struct Relay {
     _stream_slot: StreamSlot,
     /// When the stream ends because the gateway stops, once it began to.
     stopping_at: Option<Instant>,
+    /// When the caller's credential expires: the stream ends then with UNAUTHENTICATED.
+    expires_at: Option<u64>,
     /// Set after the last frame: the stream ends at the next poll.
     ended: bool,
 }
@@ -308,8 +315,12 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                     None => relay.shutdown.cancelled().await,
                 }
             };
+            let expired = credential_expired(relay.expires_at);
             let item = tokio::select! {
                 biased;
+                () = expired => {
+                    Err(ErrorCode::Unauthenticated.status("credential expired"))
+                }
                 () = stopping => {
                     if relay.stopping_at.is_none() {
                         relay.stopping_at = Some(Instant::now() + SHUTDOWN_RELAY_GRACE);

@@ -10,12 +10,15 @@
 
 pub mod attach_relay;
 pub mod auth;
+pub mod browser;
 pub mod config;
+pub mod cookie;
 pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod openapi;
+pub mod rate_limit;
 pub mod rest;
 pub mod server;
 pub mod session_proxy;
@@ -78,6 +81,13 @@ pub async fn run(
         config.backend_timeout,
         &tls,
     )?;
+    let bound = listener.local_addr().map_err(Error::Serve)?;
+    let host_policy = browser::HostPolicy::new(&config, bound);
+    if host_policy == browser::HostPolicy::Any && config.allowed_hosts.is_empty() {
+        tracing::warn!(
+            "no --public-url or --allowed-host: browsers may reach this gateway by any host name; name it to refuse pages of other names (DNS rebinding)"
+        );
+    }
     let state = state::AppState {
         upstreams,
         authenticator,
@@ -92,6 +102,9 @@ pub async fn run(
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
         serves_tls: public_tls.is_some(),
+        host_policy,
+        failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
+        trust_forwarded_for: config.trust_forwarded_for,
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
@@ -110,12 +123,16 @@ pub async fn run(
         tracing::info!("shutdown: closing websockets with 1012");
         root.cancel();
     };
+    // The peer's address goes with every request, for the limit on refused credentials.
     match public_tls {
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(graceful)
-                .await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<rate_limit::PeerAddress>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
         }
         None => {
             // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds
@@ -126,9 +143,12 @@ pub async fn run(
                     tracing::debug!(%error, "cannot set TCP_NODELAY");
                 }
             });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(graceful)
-                .await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(graceful)
+            .await
         }
     }
     .map_err(Error::Serve)?;

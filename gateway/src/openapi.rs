@@ -8,7 +8,9 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use crate::rest::{ProjectRepositoryLabels, events, instances, operations, screens, sessions};
+use crate::rest::{
+    ProjectRepositoryLabels, events, instances, operations, screens, sessions, shares, signin,
+};
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
 
@@ -38,6 +40,12 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,
+        shares::create_share,
+        shares::list_shares,
+        shares::revoke_share,
+        signin::sign_in,
+        signin::current_session,
+        signin::sign_out,
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),

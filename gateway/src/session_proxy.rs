@@ -26,9 +26,8 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::Principal;
 use crate::domain::Instance;
-use crate::error::ApiError;
 use crate::grpc::SessionApiClient;
-use crate::state::AppState;
+use crate::state::{AppState, Presented, credential_expired};
 
 /// Implements session-api's service by forwarding, after the gateway's own checks.
 #[derive(Debug, Clone)]
@@ -45,8 +44,8 @@ impl SessionApiProxy {
         self.state.upstreams.session_api_client()
     }
 
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
-        authenticate(&self.state, request)
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
+        authenticate(&self.state, request).await
     }
 
     /// Checks the caller may use `instance` and returns its id.
@@ -63,20 +62,37 @@ impl SessionApiProxy {
     /// Authenticates the caller and checks its scope for the request's instance, which it
     /// replaces by the instance's id: what every instance-scoped call does first.
     async fn scoped<M: InstanceScoped>(&self, request: Request<M>) -> Result<M, Status> {
-        let principal = self.authenticate(&request)?;
-        self.scoped_for(&principal, request.into_inner()).await
+        self.scoped_principal(request)
+            .await
+            .map(|(_, message)| message)
     }
 
-    /// [`SessionApiProxy::scoped`] for a caller already authenticated.
-    async fn scoped_for<M: InstanceScoped>(
+    /// [`SessionApiProxy::scoped`], keeping the principal.
+    async fn scoped_principal<M: InstanceScoped>(
         &self,
-        principal: &Principal,
-        mut message: M,
-    ) -> Result<M, Status> {
+        request: Request<M>,
+    ) -> Result<(Principal, M), Status> {
+        let principal = self.authenticate(&request).await?;
+        let mut message = request.into_inner();
         let instance = self
-            .authorize_instance(principal, message.instance())
+            .authorize_instance(&principal, message.instance())
             .await?;
         *message.instance_mut() = instance;
+        Ok((principal, message))
+    }
+
+    /// [`SessionApiProxy::scoped`] for a call that changes something: a viewer-only credential
+    /// (a share link's) is PERMISSION_DENIED.
+    async fn controlled<M: InstanceScoped>(
+        &self,
+        request: Request<M>,
+        action: &str,
+    ) -> Result<M, Status> {
+        let (principal, message) = self.scoped_principal(request).await?;
+        principal
+            .access
+            .require_control(action)
+            .map_err(|error| error.to_status())?;
         Ok(message)
     }
 
@@ -85,18 +101,18 @@ impl SessionApiProxy {
     async fn scoped_live_session<M: SessionScoped>(
         &self,
         request: Request<M>,
-    ) -> Result<M, Status> {
-        let principal = self.authenticate(&request)?;
+    ) -> Result<(Principal, M), Status> {
+        let principal = self.authenticate(&request).await?;
         let mut message = request.into_inner();
         let instance = self
             .authorized_instance(&principal, message.instance())
             .await?;
         self.state
-            .authorize_live_session(&instance, message.session_id())
+            .authorize_live_session(&principal, &instance, message.session_id())
             .await
             .map_err(|error| error.to_status())?;
         *message.instance_mut() = instance.id;
-        Ok(message)
+        Ok((principal, message))
     }
 
     async fn authorized_instance(
@@ -123,16 +139,34 @@ impl SessionApiProxy {
 }
 
 /// The caller's credential from the `authorization` metadata, checked.
-pub(crate) fn authenticate<T>(state: &AppState, request: &Request<T>) -> Result<Principal, Status> {
+pub(crate) async fn authenticate<T>(
+    state: &AppState,
+    request: &Request<T>,
+) -> Result<Principal, Status> {
     let credential = request
         .metadata()
         .get(ptyhub_wire::AUTHORIZATION_METADATA)
         .and_then(|value| value.to_str().ok())
         .and_then(ptyhub_wire::bearer_token);
+    // gRPC callers are programs: a bearer credential only, never the page's cookie.
+    let client = crate::rate_limit::client_address(
+        request.extensions(),
+        &axum::http::HeaderMap::new(),
+        false,
+    );
+    let forwarded = state.client_address(
+        &tonic::metadata::MetadataMap::into_headers(request.metadata().clone()),
+        &axum::http::Extensions::new(),
+    );
+    let presented = Presented {
+        bearer: credential.map(str::to_owned),
+        cookie: None,
+        client: forwarded.or(client),
+    };
     state
-        .authenticator
-        .authenticate(credential)
-        .map_err(|error| ApiError::from(error).to_status())
+        .authenticate(&presented)
+        .await
+        .map_err(|error| error.to_status())
 }
 
 /// Where a caller of the gateway attaches: the configured public URL, else the scheme and
@@ -153,6 +187,15 @@ fn public_endpoint<T>(state: &AppState, request: &Request<T>) -> String {
 /// the request reaches a gRPC service.
 #[derive(Debug, Clone)]
 pub struct RequestOrigin(pub String);
+
+/// A viewer-only credential asks for tickets of the viewer role alone.
+fn require_viewer_role(role: i32) -> Result<(), Status> {
+    if broker_pb::Role::try_from(role) == Ok(broker_pb::Role::Viewer) {
+        Ok(())
+    } else {
+        Err(ErrorCode::Forbidden.status("this credential may only view: ask for the viewer role"))
+    }
+}
 
 /// Points an attach target at the gateway.
 fn rewrite_endpoint(target: Option<&mut pb::AttachTarget>, endpoint: &str) {
@@ -244,7 +287,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RegisterInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "registering instances")?;
         self.client()
             .register_instance(request.into_inner())
@@ -264,7 +307,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListInstancesRequest>,
     ) -> Result<Response<pb::ListInstancesResponse>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let mut response = self
             .client()
             .list_instances(request.into_inner())
@@ -282,7 +325,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::DeleteInstanceRequest>,
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "deleting instances")?;
         let mut message = request.into_inner();
         message.instance = self
@@ -299,8 +342,11 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let principal = self.authenticate(&request)?;
-        let message = self.scoped_for(&principal, request.into_inner()).await?;
+        let (principal, message) = self.scoped_principal(request).await?;
+        principal
+            .access
+            .require_control("creating a session")
+            .map_err(|error| error.to_status())?;
         // Refused, never dropped: a caller that asked for a program must not get a shell it
         // did not ask for, nor the one it asked for without the right to.
         principal
@@ -322,7 +368,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let (principal, message) = self.scoped_principal(request).await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -330,6 +376,9 @@ impl SessionApi for SessionApiProxy {
             .await
             .map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
+        if !principal.access.allows_session(&response.get_ref().id) {
+            return Err(ErrorCode::NotFound.status("session not found"));
+        }
         Ok(response)
     }
 
@@ -337,11 +386,17 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let message = self.scoped(request).await?;
-        self.client()
+        let (principal, message) = self.scoped_principal(request).await?;
+        let mut response = self
+            .client()
             .list_sessions(message)
             .await
-            .map_err(forwarded)
+            .map_err(forwarded)?;
+        response
+            .get_mut()
+            .sessions
+            .retain(|session| principal.access.allows_session(&session.id));
+        Ok(response)
     }
 
     async fn resolve_session(
@@ -349,7 +404,14 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let message = self.scoped(request).await?;
+        let (principal, message) = self.scoped_principal(request).await?;
+        if principal.access.is_viewer_only() {
+            if message.create_if_absent {
+                return Err(ErrorCode::Forbidden
+                    .status("creating a session is not allowed: this credential may only view"));
+            }
+            require_viewer_role(message.role)?;
+        }
         let instance_id = message.instance.clone();
         let mut response = self
             .client()
@@ -357,6 +419,11 @@ impl SessionApi for SessionApiProxy {
             .await
             .map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        if let Some(session) = &response.get_ref().session
+            && !principal.access.allows_session(&session.id)
+        {
+            return Err(ErrorCode::NotFound.status("session not found"));
+        }
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
     }
@@ -365,15 +432,18 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::IssueAttachTicketRequest>,
     ) -> Result<Response<pb::AttachTarget>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let endpoint = public_endpoint(&self.state, &request);
         let mut message = request.into_inner();
+        if principal.access.is_viewer_only() {
+            require_viewer_role(message.role)?;
+        }
         let instance = self
             .authorized_instance(&principal, &message.instance)
             .await?;
         // Make sure the session is this instance's before a ticket for it leaves the gateway.
         self.state
-            .authorize_session(&instance, &message.session_id)
+            .authorize_session(&principal, &instance, &message.session_id)
             .await
             .map_err(|error| error.to_status())?;
         message.instance = instance.id;
@@ -390,7 +460,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RenameSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let message = self.controlled(request, "renaming a session").await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -405,7 +475,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ResetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let message = self.controlled(request, "resetting a session").await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -420,7 +490,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.scoped(request).await?;
+        let message = self.controlled(request, "closing a session").await?;
         let instance_id = message.instance.clone();
         let response = self
             .client()
@@ -435,7 +505,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let message = self.scoped_live_session(request).await?;
+        let (_, message) = self.scoped_live_session(request).await?;
         self.client().get_screen(message).await.map_err(forwarded)
     }
 
@@ -443,7 +513,11 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::SendInputRequest>,
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
-        let message = self.scoped_live_session(request).await?;
+        let (principal, message) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("typing")
+            .map_err(|error| error.to_status())?;
         self.client().send_input(message).await.map_err(forwarded)
     }
 
@@ -451,7 +525,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let message = self.scoped_live_session(request).await?;
+        let (_, message) = self.scoped_live_session(request).await?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
         self.state
             .upstreams
@@ -466,7 +540,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let mut message = request.into_inner();
         if message.instance.is_empty() {
             if !principal.access.covers_all_instances() {
@@ -484,11 +558,29 @@ impl SessionApi for SessionApiProxy {
             .await
             .map_err(forwarded)?
             .into_inner();
-        // The stream ends with the gateway, so a watching browser never holds up shutdown.
+        // The stream ends with the gateway, so a watching browser never holds up shutdown, and
+        // with the credential it was opened with.
         let shutdown = self.state.shutdown.clone();
+        let expires_at = principal.expires_at;
+        let access = principal.access.clone();
         let stream = changes
+            .filter(move |change| {
+                let covered = match change {
+                    Ok(change) => change
+                        .session
+                        .as_ref()
+                        .is_none_or(|session| access.allows_session(&session.id)),
+                    Err(_) => true,
+                };
+                std::future::ready(covered)
+            })
             .map(|change| change.map_err(forwarded))
-            .take_until(async move { shutdown.cancelled().await });
+            .take_until(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = credential_expired(expires_at) => {}
+                }
+            });
         Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod environment;
+pub mod fuzz;
 pub mod poll;
 pub mod postgres;
 pub mod reflection;

@@ -9,10 +9,13 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
-use crate::auth::{Principal, bearer_token};
+use axum::http::Method;
+
+use crate::auth::Principal;
 use crate::domain::Instance;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Presented};
+use crate::ws::check_origin;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -58,7 +61,8 @@ pub struct ListSessionsQuery {
     pub include: Option<String>,
 }
 
-/// The authenticated caller of a REST route (`Authorization: Bearer <token>`).
+/// The authenticated caller of a REST route (`Authorization: Bearer <token>`, else the page's
+/// session cookie).
 #[derive(Debug, Clone)]
 pub struct Caller(pub Principal);
 
@@ -66,10 +70,33 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = state
-            .authenticator
-            .authenticate(bearer_token(&parts.headers))?;
+        let presented = Presented::from_request(state, &parts.headers, &parts.extensions);
+        // A cookie goes with every request the browser makes to this site, also with those a
+        // page of another origin of the same site (another port on the same host) starts; only
+        // a page of an allowed origin may change something with it.
+        if presented.by_cookie() && !matches!(parts.method, Method::GET | Method::HEAD) {
+            check_origin(&state.allowed_origins, &parts.headers)?;
+        }
+        let principal = state.authenticate(&presented).await?;
         Ok(Caller(principal))
+    }
+}
+
+/// The client's address (the peer's, or a trusted proxy's `X-Forwarded-For`), for the limit on
+/// refused credentials; `None` when the server recorded none.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub Option<std::net::IpAddr>);
+
+impl FromRequestParts<AppState> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, std::convert::Infallible> {
+        Ok(ClientAddress(
+            state.client_address(&parts.headers, &parts.extensions),
+        ))
     }
 }
 

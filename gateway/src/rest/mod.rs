@@ -6,7 +6,9 @@
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
-//! - `events.rs`: an instance's session changes as Server-Sent Events.
+//! - `events.rs`: an instance's session changes as Server-Sent Events;
+//! - `shares.rs`: share links, viewer-only grants of an instance or a session;
+//! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out.
 
 pub mod bodies;
 pub mod events;
@@ -15,6 +17,8 @@ pub mod instances;
 pub mod operations;
 pub mod screens;
 pub mod sessions;
+pub mod shares;
+pub mod signin;
 
 pub use extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, ProjectRepositoryLabels,

@@ -35,7 +35,9 @@ pub async fn get_screen(
 ) -> Result<Json<ScreenBody>, ApiError> {
     let request = query.parse()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let screen = state
         .upstreams
         .get_screen(&instance.id, &session.id, request)
@@ -65,10 +67,13 @@ pub async fn send_input(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     JsonBody(body): JsonBody<InputBody>,
 ) -> Result<Json<InputWrittenBody>, ApiError> {
+    principal.access.require_control("typing")?;
     let force = body.force;
     let items = body.items()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let written = state
         .upstreams
         .send_input(&instance.id, &session.id, items, force)
@@ -103,7 +108,9 @@ pub async fn wait_for_screen(
 ) -> Result<Json<WaitAnswerBody>, ApiError> {
     let wait = body.wait()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let result = state
         .upstreams
         .wait_for_screen(&instance.id, &session.id, wait)

@@ -28,8 +28,9 @@ use crate::auth::{
 };
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
+use crate::rest::extract::ClientAddress;
 use crate::rest::{InstancePath, SessionPath};
-use crate::state::{AppState, DEFAULT_SESSION};
+use crate::state::{AppState, DEFAULT_SESSION, Presented};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
@@ -74,10 +75,11 @@ pub async fn open_instance_terminal(
     State(state): State<AppState>,
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
+    ClientAddress(client): ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, None, query, headers, upgrade).await
+    open_terminal(state, path.iid, None, query, client, headers, upgrade).await
 }
 
 /// One session by id (`default`: the default session, created when absent); 4004 when unknown
@@ -95,10 +97,20 @@ pub async fn open_session_terminal(
     State(state): State<AppState>,
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
+    ClientAddress(client): ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, Some(path.sid), query, headers, upgrade).await
+    open_terminal(
+        state,
+        path.iid,
+        Some(path.sid),
+        query,
+        client,
+        headers,
+        upgrade,
+    )
+    .await
 }
 
 /// Checks the origin, then upgrades; every later refusal (credential, query, session) is a close
@@ -108,21 +120,32 @@ async fn open_terminal(
     instance_reference: String,
     session_id: Option<String>,
     query: TerminalQuery,
+    client: Option<std::net::IpAddr>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     if let Err(error) = check_origin(&state.allowed_origins, &headers) {
         return error.into_response();
     }
-    let credential = query
-        .token
-        .clone()
-        .or_else(|| websocket_protocol_token(&headers))
-        .or_else(|| bearer_token(&headers).map(str::to_owned));
+    // Programs give a token (query, protocol or header); the page sends its session cookie,
+    // which the origin check above keeps to the gateway's own pages.
+    let presented = Presented {
+        bearer: query
+            .token
+            .clone()
+            .or_else(|| websocket_protocol_token(&headers))
+            .or_else(|| bearer_token(&headers).map(str::to_owned)),
+        cookie: state
+            .authenticator
+            .cookies()
+            .find(&headers)
+            .map(str::to_owned),
+        client,
+    };
     let Ok(upgrade) = upgrade else {
         // A plain HTTP request: say what is wrong with it without creating anything.
-        if let Err(error) = state.authenticator.authenticate(credential.as_deref()) {
-            return ApiError::from(error).into_response();
+        if let Err(error) = state.authenticate(&presented).await {
+            return error.into_response();
         }
         // 426 is about the transport, not the request, so it has no code in the error table.
         return (
@@ -133,14 +156,8 @@ async fn open_terminal(
         )
             .into_response();
     };
-    let prepared = prepare_attach(
-        &state,
-        credential.as_deref(),
-        &instance_reference,
-        session_id,
-        &query,
-    )
-    .await;
+    let prepared =
+        prepare_attach(&state, &presented, &instance_reference, session_id, &query).await;
     let bridges = state.bridges.clone();
     select_protocol(upgrade, &headers)
         .read_buffer_size(READ_BUFFER_BYTES)
@@ -195,6 +212,8 @@ struct PreparedAttach {
     size: Option<TerminalSize>,
     since: Option<u64>,
     snapshot: bool,
+    /// When the credential expires; the socket ends then.
+    expires_at: Option<u64>,
     /// Held for as long as the bridge runs.
     _stream_slot: crate::state::StreamSlot,
 }
@@ -202,12 +221,12 @@ struct PreparedAttach {
 /// Authenticates, reads the query, and resolves (or creates) the session through session-api.
 async fn prepare_attach(
     state: &AppState,
-    credential: Option<&str>,
+    presented: &Presented,
     instance_reference: &str,
     session_id: Option<String>,
     query: &TerminalQuery,
 ) -> Result<PreparedAttach, ApiError> {
-    let principal = state.authenticator.authenticate(credential)?;
+    let principal = state.authenticate(presented).await?;
     let stream_slot = state.stream_slots.acquire(&principal.subject)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
@@ -216,6 +235,8 @@ async fn prepare_attach(
     let since = parse_number::<u64>("since", query.since.as_deref())?;
     let snapshot = parse_flag("snapshot", query.snapshot.as_deref())?;
     let role = match query.mode.as_deref() {
+        // A viewer-only credential (a share link's) is a viewer whatever it asks for.
+        None | Some("") if principal.access.is_viewer_only() => Role::Viewer,
         None | Some("") => Role::Controller,
         Some("view") => Role::Viewer,
         Some(other) => {
@@ -244,6 +265,8 @@ async fn prepare_attach(
         (None, None, Some(alias)) => (SessionSelector::Alias(alias.clone()), false),
         (None, None, None) => (SessionSelector::Default, true),
     };
+    // A viewer creates nothing: it watches sessions that exist.
+    let create_if_absent = create_if_absent && !principal.access.is_viewer_only();
     let instance = state
         .authorize_instance(&principal, instance_reference)
         .await?;
@@ -260,7 +283,10 @@ async fn prepare_attach(
             _ => error,
         })?;
     let session = resolved.session;
-    if session.instance_id != instance.id || session.status == SessionStatus::Closed {
+    if session.instance_id != instance.id
+        || session.status == SessionStatus::Closed
+        || !principal.access.allows_session(&session.id)
+    {
         return Err(ApiError::not_found("session not found or closed"));
     }
     Ok(PreparedAttach {
@@ -272,6 +298,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
+        expires_at: principal.expires_at,
         _stream_slot: stream_slot,
     })
 }

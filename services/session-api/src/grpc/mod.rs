@@ -5,6 +5,7 @@
 
 mod forward;
 mod from_pb;
+mod shares;
 mod to_pb;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,8 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+
+pub use shares::GrpcShareRegistry;
 
 use crate::domain::{Alias, SessionName, SessionSelector};
 use crate::error::Error;

@@ -9,7 +9,7 @@ use ptyhub_wire::Role;
 
 use crate::domain::{
     AttachTarget, Broker, ChangeKind, CloseReason, Instance, Session, SessionAttachment,
-    SessionChange, SessionStatus, Target,
+    SessionChange, SessionStatus, Share, Target,
 };
 
 fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
@@ -147,5 +147,20 @@ pub(super) fn broker_to_pb(broker: &Broker) -> pb::Broker {
         up: broker.up,
         last_heartbeat_at: broker.last_heartbeat_at.map(timestamp),
         docker: broker.docker,
+    }
+}
+
+pub(super) fn share_to_pb(share: &Share) -> pb::Share {
+    pb::Share {
+        id: share.id.to_string(),
+        instance_id: share.instance_id.to_string(),
+        session_id: share
+            .session_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        created_by: share.created_by.clone(),
+        created_at: Some(timestamp(share.created_at)),
+        expires_at: Some(timestamp(share.expires_at)),
+        revoked_at: share.revoked_at.map(timestamp),
     }
 }

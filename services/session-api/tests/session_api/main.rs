@@ -8,4 +8,5 @@ mod support;
 mod lifecycle;
 mod screens;
 mod sessions;
+mod shares;
 mod store;

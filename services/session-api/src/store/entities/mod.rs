@@ -3,4 +3,5 @@
 pub mod broker;
 pub mod instance;
 pub mod session_alias;
+pub mod share;
 pub mod terminal_session;
