@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use ptyhub_wire::limits::{MAX_SHARE_TTL, MAX_SHARES_PER_INSTANCE, MIN_SHARE_TTL};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -58,8 +58,10 @@ impl ShareService {
         }
         let secret: [u8; 32] = rand::random();
         let token = format!("{SHARE_TOKEN_PREFIX}{}", hex(&secret));
-        let expires_at = Utc::now()
-            + chrono::Duration::from_std(ttl).map_err(|_| Error::InvalidRequest("ttl".into()))?;
+        // Microseconds, as PostgreSQL keeps them: the share answered is the share stored.
+        let expires_at = (Utc::now()
+            + chrono::Duration::from_std(ttl).map_err(|_| Error::InvalidRequest("ttl".into()))?)
+        .trunc_subsecs(6);
         let share = self
             .store
             .insert_share(
