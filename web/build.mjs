@@ -18,6 +18,10 @@ await build({
   minify: true,
   sourcemap: 'linked',
   outdir: join(out, 'assets'),
+  // Code only one view needs (the History view's player) comes in a chunk of its own, loaded
+  // when that view first needs it.
+  splitting: true,
+  chunkNames: 'chunks/[name]-[hash]',
   // The CSS imported by the modules (xterm's own and the page's) lands in app.css.
   loader: { '.css': 'css' },
   logLevel: 'warning',

@@ -33,6 +33,10 @@ struct Args {
     /// snapshot, reload.
     #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload"])]
     only: Vec<String>,
+    /// Every session records output and input (asciicast, the server-wide default): run the
+    /// same scenarios with and without it for the recording rows of BENCHMARKS.md.
+    #[arg(long)]
+    record: bool,
     /// Override the MiB written by each throughput run.
     #[arg(long)]
     flood_mib: Option<u64>,
@@ -166,6 +170,7 @@ async fn main() -> Result<()> {
         unscreened: selected("throughput"),
         web_dir: (selected("reload") && browser.web_dir.join("index.html").is_file())
             .then(|| browser.web_dir.clone()),
+        record: args.record,
     })
     .await?;
     let started = Instant::now();
@@ -175,6 +180,11 @@ async fn main() -> Result<()> {
     };
     stack.stop().await;
     let (table, failures) = result?;
+    let table = if args.record {
+        format!("Recording on (output+input) for every session.\n\n{table}")
+    } else {
+        table
+    };
     println!("{table}");
     if let Some(out) = &args.out {
         std::fs::write(out, &table)?;

@@ -158,6 +158,7 @@ async fn register_program(
         max_sessions: 1,
         labels: Default::default(),
         broker_id: crate::stack::BROKER_ID.to_owned(),
+        ..Default::default()
     };
     Ok(stack
         .session_api

@@ -264,6 +264,7 @@ async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<
         cwd: String::new(),
         user: String::new(),
         size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
+        ..Default::default()
     };
     tokio::time::timeout(CALL_PATIENCE, client.clone().spawn(request))
         .await

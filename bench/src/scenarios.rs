@@ -308,6 +308,7 @@ pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<
         cwd: String::new(),
         user: String::new(),
         size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
+        ..Default::default()
     };
     tokio::time::timeout(READ_PATIENCE, client.clone().spawn(request))
         .await

@@ -118,6 +118,9 @@ pub struct StackOptions {
     pub unscreened: bool,
     /// The built web page for the gateway to serve (`web/dist`).
     pub web_dir: Option<PathBuf>,
+    /// Every session records output and input (session-api's server-wide default), into the
+    /// stack's own recordings directory.
+    pub record: bool,
 }
 
 /// The stack's broker settings that the second broker copies.
@@ -161,6 +164,9 @@ impl Stack {
             .start_patience(START_PATIENCE);
         if let Some(web_dir) = &options.web_dir {
             builder = builder.static_dir(web_dir.clone());
+        }
+        if options.record {
+            builder = builder.default_record(session_api::RecordMode::OutputAndInput);
         }
         let services = builder.start().await?;
         let mut stack = Self {
@@ -390,6 +396,7 @@ impl Stack {
             max_sessions,
             labels: HashMap::new(),
             broker_id: broker_id.to_owned(),
+            ..Default::default()
         };
         let instance = self
             .session_api

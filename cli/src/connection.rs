@@ -72,7 +72,12 @@ impl ConnectionArgs {
         // The token first: without one there is no point in reaching the server.
         let token = self.token()?;
         let server = self.server_url();
-        Client::connect(&server, &token)
+        let user_agent = format!(
+            "{}{}",
+            ptyhub_wire::CLI_USER_AGENT_PREFIX,
+            env!("CARGO_PKG_VERSION")
+        );
+        Client::connect_as(&server, &token, &user_agent)
             .await
             .map_err(|error| match error {
                 ptyhub_client::Error::InvalidToken => anyhow::Error::new(error),

@@ -9,6 +9,7 @@
 mod attach;
 mod connection;
 mod manage;
+mod recording;
 mod screen;
 mod terminal;
 mod up;
@@ -88,6 +89,8 @@ enum Command {
     /// Wait until a session's screen matches a pattern and print it; exit 124 on timeout, 1 if
     /// the process ends first.
     Wait(screen::WaitArgs),
+    /// Download a closed session's recording (asciicast v2, for `asciinema play`).
+    Recording(recording::RecordingArgs),
     /// Run a command in a new session, stream its output, exit with its exit code.
     Exec {
         instance: String,
@@ -244,6 +247,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Screen(args) => screen::screen(connection, args, output).await?,
         Command::Send(args) => screen::send(connection, args, send_items, output).await?,
         Command::Wait(args) => return screen::wait(connection, args, output).await,
+        Command::Recording(args) => recording::download_recording(connection, args).await?,
         Command::Attach(args) => return attach_terminal(connection, args).await,
         Command::Exec { instance, command } => {
             return exec_command(connection, instance, command).await;

@@ -82,6 +82,7 @@ pub async fn instance_add(
             max_sessions: args.max_sessions.unwrap_or(0),
             labels: args.labels.into_iter().collect(),
             broker_id: String::new(),
+            ..Default::default()
         })
         .await
         .with_context(|| format!("cannot register instance {name:?}"))?;

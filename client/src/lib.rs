@@ -106,12 +106,26 @@ impl Client {
     /// Connects to the gateway at `url` (`http://host:port`) with `token` (an API token or a
     /// JWT). Fails at once when the gateway cannot be reached.
     pub async fn connect(url: &str, token: &str) -> Result<Self, Error> {
+        Self::connect_as(
+            url,
+            token,
+            concat!("ptyhub-client/", env!("CARGO_PKG_VERSION")),
+        )
+        .await
+    }
+
+    /// Like [`Client::connect`], with the user agent a program names itself by (the gateway's
+    /// audit trail tells the `ptyhub` CLI apart by its own).
+    pub async fn connect_as(url: &str, token: &str, user_agent: &str) -> Result<Self, Error> {
         let auth = BearerAuth::new(token).map_err(|_| Error::InvalidToken)?;
+        let invalid_url = |source| Error::InvalidUrl {
+            url: url.to_owned(),
+            source,
+        };
         let endpoint = Endpoint::from_shared(url.to_owned())
-            .map_err(|source| Error::InvalidUrl {
-                url: url.to_owned(),
-                source,
-            })?
+            .map_err(invalid_url)?
+            .user_agent(user_agent.to_owned())
+            .map_err(invalid_url)?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(20))

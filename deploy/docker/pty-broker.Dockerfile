@@ -13,7 +13,7 @@ FROM debian:bookworm-slim
 # the host's PID namespace, sends signals to session processes of any uid inside containers.
 # `local` sessions would run as root too, so this image offers only the docker backend.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates tini \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 tini \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /var/lib/ptyhub-broker
 COPY --from=build /out/pty-broker /usr/local/bin/pty-broker

@@ -30,8 +30,9 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use crate::audit::{StreamAudit, StreamResets};
 use crate::metrics::GaugeGuard;
-use crate::session_proxy::authenticate;
+use crate::session_proxy::{authenticate, surface_of};
 use crate::state::{AppState, StreamSlot, credential_expired};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
@@ -165,6 +166,7 @@ impl PtyBroker for AttachRelay {
     ) -> Result<Response<Self::AttachStream>, Status> {
         let state = &self.state;
         let principal = authenticate(state, &request).await?;
+        let surface = surface_of(&request);
         // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
         // at most the hello timeout, so one credential cannot pile up silent streams either.
         let stream_slot = state
@@ -195,15 +197,15 @@ impl PtyBroker for AttachRelay {
                 .status("this credential may only view: attach with the viewer role"));
         }
         let instance = state
-            .authorize_instance(&principal, &instance_reference)
+            .authorize_instance_through(&principal, &instance_reference, surface)
             .await
             .map_err(|error| error.to_status())?;
+        let upstreams = state.upstreams.acting_for(&principal.actor(surface));
         let session = state
             .authorize_live_session(&principal, &instance, &hello.session_id)
             .await
             .map_err(|error| error.to_status())?;
-        let target = state
-            .upstreams
+        let target = upstreams
             .issue_attach_ticket(&instance.id, &session.id, role)
             .await
             .map_err(|error| error.to_status())?;
@@ -218,22 +220,24 @@ impl PtyBroker for AttachRelay {
         let broker_hello = pb::ClientFrame {
             frame: Some(pb::client_frame::Frame::Hello(pb::Hello {
                 ticket: target.ticket,
-                session_id: session.id,
+                session_id: session.id.clone(),
                 ..hello
             })),
         };
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = upstream.send(broker_hello).await;
-        let frames = state
-            .upstreams
+        let frames = upstreams
             .attach_frames(&target.broker_endpoint, upstream_frames)
             .instrument(span.clone())
             .await
             .map_err(|error| error.to_status())?;
+        let audit = StreamAudit::attached(upstreams.clone(), &instance.id, &session.id, role);
+        let resets = audit.resets();
         span.in_scope(|| tracing::info!(resume = hello.since.is_some(), "grpc attach relayed"));
         let (replies, reply_receiver) = mpsc::channel(REPLY_QUEUE);
-        let reader =
-            tokio::spawn(forward_client_frames(inbound, upstream, replies, role).instrument(span));
+        let reader = tokio::spawn(
+            forward_client_frames(inbound, upstream, replies, role, resets).instrument(span),
+        );
         Ok(Response::new(Box::pin(relay_frames(Relay {
             frames,
             replies: Some(reply_receiver),
@@ -245,6 +249,7 @@ impl PtyBroker for AttachRelay {
             stopping_at: None,
             expires_at: principal.expires_at,
             ended: false,
+            audit,
         }))))
     }
 }
@@ -293,6 +298,8 @@ struct Relay {
     expires_at: Option<u64>,
     /// Set after the last frame: the stream ends at the next poll.
     ended: bool,
+    /// Reports the detach, with why, when the stream is dropped.
+    audit: StreamAudit,
 }
 
 /// The broker's frames as they come, the reader's refusals in between, and an end at shutdown.
@@ -344,6 +351,24 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                 },
             };
             relay.ended = item.is_err();
+            match &item {
+                Ok(frame) => match &frame.frame {
+                    Some(pb::server_frame::Frame::Detached(detached))
+                        if detached.reason == pb::DetachReason::TakenOver as i32 =>
+                    {
+                        relay.audit.ending("taken_over");
+                    }
+                    Some(pb::server_frame::Frame::Exit(_)) => relay.audit.ending("exited"),
+                    Some(pb::server_frame::Frame::Closed(_)) => {
+                        relay.audit.ending("session_closed");
+                    }
+                    _ => {}
+                },
+                Err(status) if status.code() == Code::Unavailable => {
+                    relay.audit.ending("shutdown");
+                }
+                Err(_) => relay.audit.ending("stream_ended"),
+            }
             return Some((item, relay));
         }
     })
@@ -358,6 +383,7 @@ async fn forward_client_frames(
     upstream: mpsc::Sender<pb::ClientFrame>,
     replies: mpsc::Sender<Result<pb::ServerFrame, Status>>,
     role: Role,
+    resets: StreamResets,
 ) {
     use pb::client_frame::Frame;
     let viewer = role == Role::Viewer;
@@ -407,6 +433,9 @@ async fn forward_client_frames(
                 }
             }
             None => {
+                if matches!(frame.frame, Some(Frame::Reset(_))) {
+                    resets.reset();
+                }
                 if upstream.send(frame).await.is_err() {
                     return;
                 }

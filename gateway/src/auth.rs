@@ -10,6 +10,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
+use ptyhub_wire::{Actor, Surface};
+
+use crate::tls::TlsListener;
+
 use crate::config::{AuthConfig, ConfigError};
 use crate::cookie::{CookieClaims, Grant, SessionCookies};
 use crate::domain::Instance;
@@ -25,6 +29,50 @@ pub struct Principal {
     pub expires_at: Option<u64>,
     /// Which kind of credential it was, for exchanging it for a session cookie.
     pub via: Via,
+    /// The address the request came from (the TCP peer), for the audit trail; set by the
+    /// surface that authenticated the request.
+    pub client_address: Option<String>,
+}
+
+/// The TCP peer of a TLS connection as axum records it for each request (`gateway::run`
+/// serves with it; over plain TCP axum's own `SocketAddr` stands in for it).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerSocket(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for PeerSocket
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        PeerSocket(*stream.remote_addr())
+    }
+}
+
+/// The TCP peer of a request, which axum records when the gateway serves (absent when a router
+/// is driven without a connection, as in some tests).
+pub fn peer_address(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
+    use axum::extract::ConnectInfo;
+    extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0)
+        .or_else(|| {
+            extensions
+                .get::<ConnectInfo<PeerSocket>>()
+                .map(|info| info.0.0)
+        })
+}
+
+impl Principal {
+    /// This principal acting through `surface`, as the audit trail names it: the subject,
+    /// never the credential.
+    pub fn actor(&self, surface: Surface) -> Actor {
+        Actor::new(&self.subject, self.client_address.clone(), surface)
+    }
+
+    /// The same principal, seen coming from `address`.
+    pub fn from_address(mut self, address: Option<std::net::SocketAddr>) -> Self {
+        self.client_address = address.map(|address| address.to_string());
+        self
+    }
 }
 
 /// The kind of credential a [`Principal`] presented.
@@ -386,6 +434,7 @@ impl Authenticator {
                 .with_command_choice(claims.ptyhub.choose_command),
             expires_at: Some(claims.exp),
             via: Via::Jwt,
+            client_address: None,
         })
     }
 
@@ -447,6 +496,7 @@ impl Authenticator {
                     .with_command_choice(*choose_command),
                 expires_at: None,
                 via: Via::Jwt,
+                client_address: None,
             },
             Grant::Anonymous if self.inner.allow_anonymous => anonymous(),
             Grant::Anonymous => return Err(AuthError::Invalid),
@@ -455,6 +505,7 @@ impl Authenticator {
                 access: Access::none(),
                 expires_at: None,
                 via: Via::Share(share_id.clone()),
+                client_address: None,
             },
         };
         principal.expires_at = Some(
@@ -472,6 +523,7 @@ fn anonymous() -> Principal {
         access: Access::admin(),
         expires_at: None,
         via: Via::Anonymous,
+        client_address: None,
     }
 }
 
@@ -481,6 +533,7 @@ fn api_token_principal(index: usize) -> Principal {
         access: Access::admin(),
         expires_at: None,
         via: Via::ApiToken(index),
+        client_address: None,
     }
 }
 

@@ -73,7 +73,7 @@ impl HostPolicy {
         host.parse::<IpAddr>().is_ok()
             || host == "localhost"
             || host.ends_with(".localhost")
-            || names.iter().any(|name| *name == host)
+            || names.contains(&host)
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How long shutdown waits for open WebSockets to close before giving up on them.
     pub shutdown_grace: Duration,
+    /// The recordings store the brokers write (a directory or `s3://...`); `None` answers
+    /// every recording request with 404.
+    pub recordings: Option<ptyhub_wire::RecordingStore>,
     /// The most terminal streams (WebSockets and relayed `Attach` streams) one principal may
     /// hold open at this gateway.
     pub max_streams_per_principal: usize,
@@ -85,6 +88,7 @@ impl Config {
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
+            recordings: None,
             max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
             public_url: None,
             tls: ptyhub_wire::TlsFiles::default(),

@@ -29,6 +29,39 @@ pub struct Instance {
     pub broker_id: String,
     pub created_at: Option<DateTime<Utc>>,
     pub live_sessions: u32,
+    /// What new sessions record (the instance's setting or the server's default).
+    pub record: RecordMode,
+    /// Whether `record` is the server's default rather than the instance's own setting.
+    pub record_is_default: bool,
+}
+
+/// What a session's recording keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecordMode {
+    #[default]
+    Off,
+    Output,
+    OutputAndInput,
+}
+
+impl RecordMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordMode::Off => "off",
+            RecordMode::Output => "output",
+            RecordMode::OutputAndInput => "output+input",
+        }
+    }
+
+    /// The contract's spelling; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "off" => Some(RecordMode::Off),
+            "output" => Some(RecordMode::Output),
+            "output+input" => Some(RecordMode::OutputAndInput),
+            _ => None,
+        }
+    }
 }
 
 /// What registering an instance needs.
@@ -43,6 +76,8 @@ pub struct NewInstance {
     /// 0 means the default.
     pub max_sessions: u32,
     pub labels: BTreeMap<String, String>,
+    /// `None` follows the server's default.
+    pub record: Option<RecordMode>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

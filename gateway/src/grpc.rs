@@ -13,29 +13,98 @@ use futures::{FutureExt, StreamExt};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
-use ptyhub_wire::{BearerAuth, Role, ServiceCredential, TerminalSize};
+use ptyhub_wire::{Actor, BearerAuth, Role, ServiceCredential, TerminalSize};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::domain::{
     AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
-    InputWritten, Instance, NewInstance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
-    ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment, SessionChange,
-    SessionSelector, SessionStatus, Share, ShareLookup, Target, TerminalCommand, TerminalEvent,
-    WaitOutcome,
+    InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
+    ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment,
+    SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target, TerminalCommand,
+    TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
+
+/// What the gateway reports to the audit trail (see [`Upstreams::report_audit_event`]).
+#[derive(Debug, Clone)]
+pub struct AuditReport {
+    pub kind: session_pb::AuditKind,
+    pub instance_id: Option<String>,
+    pub session_id: Option<String>,
+    pub role: Option<Role>,
+    pub attachment_id: Option<uuid::Uuid>,
+    pub detail: BTreeMap<String, String>,
+}
+
+impl AuditReport {
+    pub fn new(kind: session_pb::AuditKind) -> Self {
+        Self {
+            kind,
+            instance_id: None,
+            session_id: None,
+            role: None,
+            attachment_id: None,
+            detail: BTreeMap::new(),
+        }
+    }
+
+    /// One stream's attach or detach.
+    pub fn stream(
+        kind: session_pb::AuditKind,
+        instance_id: &str,
+        session_id: &str,
+        role: Role,
+        attachment_id: uuid::Uuid,
+    ) -> Self {
+        Self {
+            instance_id: Some(instance_id.to_owned()),
+            session_id: Some(session_id.to_owned()),
+            role: Some(role),
+            attachment_id: Some(attachment_id),
+            ..Self::new(kind)
+        }
+    }
+
+    pub fn detail(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.detail.insert(key.to_owned(), value.into());
+        self
+    }
+}
 
 /// Session changes as [`Upstreams::watch_sessions`] streams them.
 pub type SessionChanges = std::pin::Pin<
     Box<dyn futures::Stream<Item = Result<SessionChange, ApiError>> + Send + 'static>,
 >;
 
-/// The raw session-api client, with the service credential on every call.
+/// The raw session-api client, with the service credential (and, acting for a user, the
+/// [`Actor`]) on every call.
 pub type SessionApiClient =
-    session_pb::session_api_client::SessionApiClient<InterceptedService<Channel, BearerAuth>>;
+    session_pb::session_api_client::SessionApiClient<InterceptedService<Channel, SessionApiAuth>>;
+
+/// What every call to session-api carries: the gateway's service credential, and the end user
+/// the call is made for, whom session-api's audit trail names.
+#[derive(Clone, Debug)]
+pub struct SessionApiAuth {
+    credential: BearerAuth,
+    actor: Option<Arc<Actor>>,
+}
+
+impl Interceptor for SessionApiAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        self.credential.authorize(&mut request);
+        if let Some(actor) = &self.actor {
+            actor.insert_into(request.metadata_mut());
+        }
+        Ok(request)
+    }
+}
 type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
     InterceptedService<Channel, BearerAuth>,
 >;
@@ -57,6 +126,11 @@ pub struct UpstreamError {
 #[derive(Clone, Debug)]
 pub struct Upstreams {
     session_api: SessionApiClient,
+    /// The channels and credential the session-api clients are built on, for
+    /// [`Upstreams::acting_for`].
+    channel: Channel,
+    waits_channel: Channel,
+    credential: BearerAuth,
     /// The same service on a channel without a per-call bound, for screen waits.
     session_api_waits: SessionApiClient,
     broker_registry: BrokerRegistryClient,
@@ -90,14 +164,18 @@ impl Upstreams {
         let waits = endpoint.clone().connect_lazy();
         let channel = endpoint.timeout(timeout).connect_lazy();
         let interceptor = service_credential.bearer_auth();
+        let auth = SessionApiAuth {
+            credential: interceptor.clone(),
+            actor: None,
+        };
         Ok(Self {
             session_api: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 channel.clone(),
-                interceptor.clone(),
+                auth.clone(),
             ),
             session_api_waits: session_pb::session_api_client::SessionApiClient::with_interceptor(
-                waits,
-                interceptor.clone(),
+                waits.clone(),
+                auth,
             ),
             broker_registry:
                 session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
@@ -106,12 +184,72 @@ impl Upstreams {
                 ),
             share_registry:
                 session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
-                    channel,
-                    interceptor,
+                    channel.clone(),
+                    interceptor.clone(),
                 ),
+            channel,
+            waits_channel: waits,
+            credential: interceptor,
             brokers: BrokerChannels::new(timeout, tls.clone()),
             answer_margin: timeout,
         })
+    }
+
+    /// The same upstreams, whose calls to session-api say they are made for `actor`: what
+    /// every call that changes something, or attaches, uses, so the audit trail names the user.
+    pub fn acting_for(&self, actor: &Actor) -> Upstreams {
+        let auth = SessionApiAuth {
+            credential: self.credential.clone(),
+            actor: Some(Arc::new(actor.clone())),
+        };
+        let mut upstreams = self.clone();
+        upstreams.session_api = session_pb::session_api_client::SessionApiClient::with_interceptor(
+            self.channel.clone(),
+            auth.clone(),
+        );
+        upstreams.session_api_waits =
+            session_pb::session_api_client::SessionApiClient::with_interceptor(
+                self.waits_channel.clone(),
+                auth,
+            );
+        upstreams
+    }
+
+    /// Reports what only the gateway sees (an attach, a detach, a refusal) to the audit trail,
+    /// for the actor these upstreams act for. A failure is logged: the stream or the refusal
+    /// goes on regardless.
+    pub async fn report_audit_event(&self, report: AuditReport) {
+        let request = session_pb::RecordAuditEventRequest {
+            kind: report.kind as i32,
+            instance_id: report.instance_id.unwrap_or_default(),
+            session_id: report.session_id.unwrap_or_default(),
+            role: report
+                .role
+                .map_or(broker_pb::Role::Unspecified, role_to_proto) as i32,
+            attachment_id: report
+                .attachment_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            detail: report.detail.into_iter().collect(),
+        };
+        if let Err(status) = self.session_api.clone().record_audit_event(request).await {
+            tracing::error!(code = ?status.code(), message = status.message(),
+                "session-api did not record an audit event");
+        }
+    }
+
+    /// One page of the audit trail.
+    pub async fn list_audit_events(
+        &self,
+        request: session_pb::ListAuditEventsRequest,
+    ) -> Result<session_pb::ListAuditEventsResponse, ApiError> {
+        Ok(self
+            .session_api
+            .clone()
+            .list_audit_events(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner())
     }
 
     /// The raw client, for the gRPC-web surface that forwards messages unchanged.
@@ -231,6 +369,10 @@ impl Upstreams {
             max_sessions: new.max_sessions,
             labels: new.labels.into_iter().collect(),
             broker_id: String::new(),
+            record: new
+                .record
+                .map_or(broker_pb::RecordMode::Unspecified, record_mode_to_proto)
+                as i32,
         };
         let instance = self
             .session_api
@@ -866,6 +1008,20 @@ fn instance_from_proto(instance: session_pb::Instance) -> Instance {
         broker_id: instance.broker_id,
         created_at: timestamp_from_proto(instance.created_at),
         live_sessions: instance.live_sessions,
+        record: match broker_pb::RecordMode::try_from(instance.record) {
+            Ok(broker_pb::RecordMode::Output) => RecordMode::Output,
+            Ok(broker_pb::RecordMode::OutputAndInput) => RecordMode::OutputAndInput,
+            _ => RecordMode::Off,
+        },
+        record_is_default: instance.record_is_default,
+    }
+}
+
+fn record_mode_to_proto(mode: RecordMode) -> broker_pb::RecordMode {
+    match mode {
+        RecordMode::Off => broker_pb::RecordMode::Off,
+        RecordMode::Output => broker_pb::RecordMode::Output,
+        RecordMode::OutputAndInput => broker_pb::RecordMode::OutputAndInput,
     }
 }
 

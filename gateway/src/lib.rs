@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attach_relay;
+pub mod audit;
 pub mod auth;
 pub mod browser;
 pub mod config;
@@ -94,6 +95,7 @@ pub async fn run(
         metrics: metrics::Metrics::default(),
         allowed_origins: config.allowed_origins.clone(),
         static_dir: config.static_dir.clone(),
+        recordings: config.recordings.clone(),
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
         draining: CancellationToken::new(),
@@ -101,6 +103,9 @@ pub async fn run(
         bridges: TaskTracker::new(),
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
+        refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(
+            state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
+        )),
         serves_tls: public_tls.is_some(),
         host_policy,
         failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
@@ -129,7 +134,7 @@ pub async fn run(
             let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;
             axum::serve(
                 listener,
-                app.into_make_service_with_connect_info::<rate_limit::PeerAddress>(),
+                app.into_make_service_with_connect_info::<auth::PeerSocket>(),
             )
             .with_graceful_shutdown(graceful)
             .await

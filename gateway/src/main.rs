@@ -126,6 +126,11 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
     static_dir: Option<PathBuf>,
 
+    /// The recordings store the brokers write: a directory or `s3://bucket/prefix` (with the
+    /// usual `AWS_*` variables). Unset: recordings are not served.
+    #[arg(long, env = "PTYHUB_GATEWAY_RECORDINGS", value_parser = parse_recording_store)]
+    recordings: Option<ptyhub_wire::RecordingStore>,
+
     /// Log JSON lines instead of text.
     #[arg(long, env = "PTYHUB_GATEWAY_LOG_JSON")]
     log_json: bool,
@@ -246,6 +251,7 @@ async fn main() -> anyhow::Result<()> {
     config.trust_forwarded_for = args.trust_forwarded_for;
     config.allowed_origins = args.allowed_origins;
     config.static_dir = args.static_dir;
+    config.recordings = args.recordings;
     config.metrics_require_auth = !args.metrics_public;
     config.heartbeat_interval = args.heartbeat_interval;
     config.backend_timeout = args.backend_timeout;
@@ -302,4 +308,8 @@ async fn shutdown_signal() {
     {
         let _ = interrupt.await;
     }
+}
+
+fn parse_recording_store(url: &str) -> Result<ptyhub_wire::RecordingStore, String> {
+    ptyhub_wire::RecordingStore::open(url).map_err(|error| error.to_string())
 }

@@ -9,7 +9,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
 use crate::rest::{
-    ProjectRepositoryLabels, events, instances, operations, screens, sessions, shares, signin,
+    ProjectRepositoryLabels, audit, events, instances, operations, recordings, screens, sessions,
+    shares, signin,
 };
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
@@ -46,6 +47,8 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         signin::sign_in,
         signin::current_session,
         signin::sign_out,
+        recordings::get_recording,
+        audit::list_audit_events,
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),

@@ -102,23 +102,9 @@ impl FailedAuthLimiter {
     }
 }
 
-/// The peer address of a TLS connection, recorded by the server for every request
-/// (`into_make_service_with_connect_info::<PeerAddress>()`); a plain listener records axum's
-/// `SocketAddr`. [`client_address`] reads either.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerAddress(pub std::net::SocketAddr);
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
-    for PeerAddress
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
-        PeerAddress(*stream.remote_addr())
-    }
-}
-
 /// The client's address: the peer's, or with `trust_forwarded_for` (a proxy in front that the
-/// gateway trusts) the last address of `X-Forwarded-For`, the one that proxy added.
+/// gateway trusts) the last address of `X-Forwarded-For`, the one that proxy added. The peer is
+/// [`crate::auth::peer_address`]'s, the one the audit trail records.
 pub fn client_address(
     extensions: &http::Extensions,
     headers: &http::HeaderMap,
@@ -131,18 +117,11 @@ pub fn client_address(
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(','))
             .filter_map(|entry| entry.trim().parse::<IpAddr>().ok())
-            .last()
+            .next_back()
     {
         return Some(forwarded);
     }
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0.ip())
-        .or_else(|| {
-            extensions
-                .get::<axum::extract::ConnectInfo<PeerAddress>>()
-                .map(|info| info.0.0.ip())
-        })
+    crate::auth::peer_address(extensions).map(|peer| peer.ip())
 }
 
 /// The address a bucket is kept for: IPv4 as is (and IPv4 in IPv6 as IPv4), IPv6 by its /64.
@@ -227,7 +206,7 @@ mod tests {
     #[test]
     fn the_client_is_the_peer_unless_a_trusted_proxy_says_otherwise() {
         let mut extensions = http::Extensions::new();
-        extensions.insert(axum::extract::ConnectInfo(PeerAddress(
+        extensions.insert(axum::extract::ConnectInfo(crate::auth::PeerSocket(
             "10.0.0.2:5000".parse::<std::net::SocketAddr>().unwrap(),
         )));
         let mut headers = http::HeaderMap::new();

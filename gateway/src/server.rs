@@ -15,7 +15,7 @@ use axum::response::Response;
 use axum::routing::{delete, get, post};
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
-use ptyhub_wire::{Introspection, IntrospectionError};
+use ptyhub_wire::{CLI_USER_AGENT_PREFIX, Introspection, IntrospectionError, Surface};
 use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -23,8 +23,10 @@ use tracing::Level;
 
 use crate::attach_relay::AttachRelay;
 use crate::error::{ApiError, ErrorBody};
-use crate::rest::{events, instances, operations, screens, sessions, shares, signin};
-use crate::session_proxy::{RequestOrigin, SessionApiProxy};
+use crate::rest::{
+    audit, events, instances, operations, recordings, screens, sessions, shares, signin,
+};
+use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::ws::origin_allowed;
 use crate::{browser, openapi, web, ws};
@@ -80,6 +82,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
     let api = [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX]
         .into_iter()
         .fold(api, session_routes)
+        .route("/api/v1/audit", get(audit::list_audit_events))
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
         .route(
             "/api/v1/auth/session",
@@ -166,6 +169,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
             post(screens::wait_for_screen),
         )
         .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/recording"),
+            get(recordings::get_recording),
+        )
+        .route(
             &format!("{prefix}/terminal/reset"),
             post(sessions::reset_default_session),
         )
@@ -225,11 +232,33 @@ async fn route_grpc(
         if let Some(origin) = request_origin(&request, serves_tls) {
             request.extensions_mut().insert(origin);
         }
+        let surface = grpc_surface(request.headers());
+        request.extensions_mut().insert(surface);
         let response: Result<_, Infallible> = grpc.oneshot(request).await;
         let Ok(response) = response;
         return response.map(Body::new);
     }
     next.run(request).await
+}
+
+/// Which gRPC surface a request came through, for the audit trail: gRPC-web by its content
+/// type, the `ptyhub` CLI by its user agent, else plain gRPC.
+fn grpc_surface(headers: &axum::http::HeaderMap) -> GrpcSurface {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+    };
+    GrpcSurface(
+        if header(header::CONTENT_TYPE).starts_with("application/grpc-web") {
+            Surface::GrpcWeb
+        } else if header(header::USER_AGENT).starts_with(CLI_USER_AGENT_PREFIX) {
+            Surface::Cli
+        } else {
+            Surface::Grpc
+        },
+    )
 }
 
 /// `scheme://authority` as the client addressed the gateway: HTTP/2's `:authority` (gRPC) or

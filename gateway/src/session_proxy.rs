@@ -24,7 +24,9 @@ use ptyhub_proto::session::v1::session_api_server::SessionApi;
 use ptyhub_wire::ErrorCode;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Principal;
+use ptyhub_wire::Surface;
+
+use crate::auth::{Principal, peer_address};
 use crate::domain::Instance;
 use crate::grpc::SessionApiClient;
 use crate::state::{AppState, Presented, credential_expired};
@@ -40,8 +42,12 @@ impl SessionApiProxy {
         Self { state }
     }
 
-    fn client(&self) -> SessionApiClient {
-        self.state.upstreams.session_api_client()
+    /// session-api's client, acting for `principal` through `surface`.
+    fn client(&self, principal: &Principal, surface: Surface) -> SessionApiClient {
+        self.state
+            .upstreams
+            .acting_for(&principal.actor(surface))
+            .session_api_client()
     }
 
     async fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
@@ -53,32 +59,38 @@ impl SessionApiProxy {
         &self,
         principal: &Principal,
         instance: &str,
+        surface: Surface,
     ) -> Result<String, Status> {
-        self.authorized_instance(principal, instance)
+        self.authorized_instance(principal, instance, surface)
             .await
             .map(|instance| instance.id)
     }
 
     /// Authenticates the caller and checks its scope for the request's instance, which it
     /// replaces by the instance's id: what every instance-scoped call does first.
-    async fn scoped<M: InstanceScoped>(&self, request: Request<M>) -> Result<M, Status> {
+    async fn scoped<M: InstanceScoped>(
+        &self,
+        request: Request<M>,
+    ) -> Result<(M, SessionApiClient), Status> {
         self.scoped_principal(request)
             .await
-            .map(|(_, message)| message)
+            .map(|(_, message, client)| (message, client))
     }
 
     /// [`SessionApiProxy::scoped`], keeping the principal.
     async fn scoped_principal<M: InstanceScoped>(
         &self,
         request: Request<M>,
-    ) -> Result<(Principal, M), Status> {
+    ) -> Result<(Principal, M, SessionApiClient), Status> {
         let principal = self.authenticate(&request).await?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         let instance = self
-            .authorize_instance(&principal, message.instance())
+            .authorize_instance(&principal, message.instance(), surface)
             .await?;
         *message.instance_mut() = instance;
-        Ok((principal, message))
+        let client = self.client(&principal, surface);
+        Ok((principal, message, client))
     }
 
     /// [`SessionApiProxy::scoped`] for a call that changes something: a viewer-only credential
@@ -87,13 +99,13 @@ impl SessionApiProxy {
         &self,
         request: Request<M>,
         action: &str,
-    ) -> Result<M, Status> {
-        let (principal, message) = self.scoped_principal(request).await?;
+    ) -> Result<(M, SessionApiClient), Status> {
+        let (principal, message, client) = self.scoped_principal(request).await?;
         principal
             .access
             .require_control(action)
             .map_err(|error| error.to_status())?;
-        Ok(message)
+        Ok((message, client))
     }
 
     /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
@@ -101,30 +113,35 @@ impl SessionApiProxy {
     async fn scoped_live_session<M: SessionScoped>(
         &self,
         request: Request<M>,
-    ) -> Result<(Principal, M), Status> {
+    ) -> Result<(Principal, M, SessionApiClient), Status> {
         let principal = self.authenticate(&request).await?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         let instance = self
-            .authorized_instance(&principal, message.instance())
+            .authorized_instance(&principal, message.instance(), surface)
             .await?;
         self.state
             .authorize_live_session(&principal, &instance, message.session_id())
             .await
             .map_err(|error| error.to_status())?;
         *message.instance_mut() = instance.id;
-        Ok((principal, message))
+        let client = self.client(&principal, surface);
+        Ok((principal, message, client))
     }
 
+    /// The instance, once the principal may use it; a refusal for scope goes to the audit
+    /// trail.
     async fn authorized_instance(
         &self,
         principal: &Principal,
         instance: &str,
+        surface: Surface,
     ) -> Result<Instance, Status> {
         if instance.is_empty() {
             return Err(ErrorCode::Invalid.status("instance is required"));
         }
         self.state
-            .authorize_instance(principal, instance)
+            .authorize_instance_through(principal, instance, surface)
             .await
             .map_err(|error| error.to_status())
     }
@@ -138,7 +155,8 @@ impl SessionApiProxy {
     }
 }
 
-/// The caller's credential from the `authorization` metadata, checked.
+/// The caller's credential from the `authorization` metadata, checked; a refusal goes to the
+/// audit trail.
 pub(crate) async fn authenticate<T>(
     state: &AppState,
     request: &Request<T>,
@@ -149,25 +167,49 @@ pub(crate) async fn authenticate<T>(
         .and_then(|value| value.to_str().ok())
         .and_then(ptyhub_wire::bearer_token);
     // gRPC callers are programs: a bearer credential only, never the page's cookie.
-    let client = crate::rate_limit::client_address(
-        request.extensions(),
-        &axum::http::HeaderMap::new(),
-        false,
-    );
-    let forwarded = state.client_address(
-        &tonic::metadata::MetadataMap::into_headers(request.metadata().clone()),
-        &axum::http::Extensions::new(),
-    );
+    let headers = tonic::metadata::MetadataMap::into_headers(request.metadata().clone());
     let presented = Presented {
         bearer: credential.map(str::to_owned),
         cookie: None,
-        client: forwarded.or(client),
+        client: state.client_address(&headers, request.extensions()),
+        peer: peer_address(request.extensions()),
     };
-    state
-        .authenticate(&presented)
-        .await
-        .map_err(|error| error.to_status())
+    match state.authenticate(&presented).await {
+        Ok(principal) => Ok(principal),
+        Err(error) => {
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    surface_of(request),
+                    "unauthenticated",
+                    method_of(request),
+                );
+            }
+            Err(error.to_status())
+        }
+    }
 }
+
+/// The surface a gRPC request came through, as the router recorded it.
+pub(crate) fn surface_of<T>(request: &Request<T>) -> Surface {
+    request
+        .extensions()
+        .get::<GrpcSurface>()
+        .map_or(Surface::Grpc, |surface| surface.0)
+}
+
+/// `service/method` of a gRPC request, for the audit trail's refusals.
+pub(crate) fn method_of<T>(request: &Request<T>) -> String {
+    match request.extensions().get::<tonic::GrpcMethod>() {
+        Some(method) => format!("{}/{}", method.service(), method.method()),
+        None => "grpc".to_owned(),
+    }
+}
+
+/// Which gRPC surface (gRPC, gRPC-web, the CLI) a request came through, recorded by the router.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcSurface(pub Surface);
 
 /// Where a caller of the gateway attaches: the configured public URL, else the scheme and
 /// authority its request came in with ([`RequestOrigin`], recorded by the router).
@@ -289,7 +331,7 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::Instance>, Status> {
         let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "registering instances")?;
-        self.client()
+        self.client(&principal, surface_of(&request))
             .register_instance(request.into_inner())
             .await
             .map_err(forwarded)
@@ -299,8 +341,8 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
-        let message = self.scoped(request).await?;
-        self.client().get_instance(message).await.map_err(forwarded)
+        let (message, mut client) = self.scoped(request).await?;
+        client.get_instance(message).await.map_err(forwarded)
     }
 
     async fn list_instances(
@@ -309,7 +351,7 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::ListInstancesResponse>, Status> {
         let principal = self.authenticate(&request).await?;
         let mut response = self
-            .client()
+            .client(&principal, surface_of(&request))
             .list_instances(request.into_inner())
             .await
             .map_err(forwarded)?;
@@ -327,11 +369,12 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "deleting instances")?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         message.instance = self
-            .authorize_instance(&principal, &message.instance)
+            .authorize_instance(&principal, &message.instance, surface)
             .await?;
-        self.client()
+        self.client(&principal, surface)
             .delete_instance(message)
             .await
             .map_err(forwarded)
@@ -342,7 +385,7 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let (principal, message) = self.scoped_principal(request).await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
         principal
             .access
             .require_control("creating a session")
@@ -354,11 +397,7 @@ impl SessionApi for SessionApiProxy {
             .check_command_override(&message.command)
             .map_err(|error| error.to_status())?;
         let instance_id = message.instance.clone();
-        let mut response = self
-            .client()
-            .create_session(message)
-            .await
-            .map_err(forwarded)?;
+        let mut response = client.create_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
@@ -368,13 +407,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let (principal, message) = self.scoped_principal(request).await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .get_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.get_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         if !principal.access.allows_session(&response.get_ref().id) {
             return Err(ErrorCode::NotFound.status("session not found"));
@@ -386,12 +421,8 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let (principal, message) = self.scoped_principal(request).await?;
-        let mut response = self
-            .client()
-            .list_sessions(message)
-            .await
-            .map_err(forwarded)?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
+        let mut response = client.list_sessions(message).await.map_err(forwarded)?;
         response
             .get_mut()
             .sessions
@@ -404,7 +435,7 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let (principal, message) = self.scoped_principal(request).await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
         if principal.access.is_viewer_only() {
             if message.create_if_absent {
                 return Err(ErrorCode::Forbidden
@@ -413,11 +444,7 @@ impl SessionApi for SessionApiProxy {
             require_viewer_role(message.role)?;
         }
         let instance_id = message.instance.clone();
-        let mut response = self
-            .client()
-            .resolve_session(message)
-            .await
-            .map_err(forwarded)?;
+        let mut response = client.resolve_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
         if let Some(session) = &response.get_ref().session
             && !principal.access.allows_session(&session.id)
@@ -434,12 +461,13 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::AttachTarget>, Status> {
         let principal = self.authenticate(&request).await?;
         let endpoint = public_endpoint(&self.state, &request);
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         if principal.access.is_viewer_only() {
             require_viewer_role(message.role)?;
         }
         let instance = self
-            .authorized_instance(&principal, &message.instance)
+            .authorized_instance(&principal, &message.instance, surface)
             .await?;
         // Make sure the session is this instance's before a ticket for it leaves the gateway.
         self.state
@@ -448,7 +476,7 @@ impl SessionApi for SessionApiProxy {
             .map_err(|error| error.to_status())?;
         message.instance = instance.id;
         let mut response = self
-            .client()
+            .client(&principal, surface)
             .issue_attach_ticket(message)
             .await
             .map_err(forwarded)?;
@@ -460,13 +488,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RenameSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.controlled(request, "renaming a session").await?;
+        let (message, mut client) = self.controlled(request, "renaming a session").await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .rename_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.rename_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -475,13 +499,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ResetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.controlled(request, "resetting a session").await?;
+        let (message, mut client) = self.controlled(request, "resetting a session").await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .reset_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.reset_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -490,13 +510,9 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let message = self.controlled(request, "closing a session").await?;
+        let (message, mut client) = self.controlled(request, "closing a session").await?;
         let instance_id = message.instance.clone();
-        let response = self
-            .client()
-            .close_session(message)
-            .await
-            .map_err(forwarded)?;
+        let response = client.close_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }
@@ -505,31 +521,59 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let (_, message) = self.scoped_live_session(request).await?;
-        self.client().get_screen(message).await.map_err(forwarded)
+        let (_, message, mut client) = self.scoped_live_session(request).await?;
+        client.get_screen(message).await.map_err(forwarded)
     }
 
     async fn send_input(
         &self,
         request: Request<pb::SendInputRequest>,
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
-        let (principal, message) = self.scoped_live_session(request).await?;
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
         principal
             .access
             .require_control("typing")
             .map_err(|error| error.to_status())?;
-        self.client().send_input(message).await.map_err(forwarded)
+        client.send_input(message).await.map_err(forwarded)
     }
 
     async fn wait_for_screen(
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let (_, message) = self.scoped_live_session(request).await?;
+        let (_, message, _) = self.scoped_live_session(request).await?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
         self.state
             .upstreams
             .forward_wait_for_screen(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    /// Only gateways report to the audit trail: a caller of the gateway could otherwise write
+    /// whatever history it liked.
+    async fn record_audit_event(
+        &self,
+        request: Request<pb::RecordAuditEventRequest>,
+    ) -> Result<Response<pb::RecordAuditEventResponse>, Status> {
+        self.authenticate(&request).await?;
+        Err(ErrorCode::Forbidden
+            .status("audit events are recorded by ptyhub itself, never reported by its callers"))
+    }
+
+    /// A scoped principal lists the events of its own instances only.
+    async fn list_audit_events(
+        &self,
+        request: Request<pb::ListAuditEventsRequest>,
+    ) -> Result<Response<pb::ListAuditEventsResponse>, Status> {
+        let principal = self.authenticate(&request).await?;
+        let surface = surface_of(&request);
+        let message =
+            crate::rest::audit::scope_audit_listing(&self.state, &principal, request.into_inner())
+                .await
+                .map_err(|error| error.to_status())?;
+        self.client(&principal, surface)
+            .list_audit_events(message)
             .await
             .map_err(forwarded)
     }
@@ -541,6 +585,7 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
         let principal = self.authenticate(&request).await?;
+        let surface = surface_of(&request);
         let mut message = request.into_inner();
         if message.instance.is_empty() {
             if !principal.access.covers_all_instances() {
@@ -549,11 +594,11 @@ impl SessionApi for SessionApiProxy {
             }
         } else {
             message.instance = self
-                .authorize_instance(&principal, &message.instance)
+                .authorize_instance(&principal, &message.instance, surface)
                 .await?;
         }
         let changes = self
-            .client()
+            .client(&principal, surface)
             .watch_sessions(message)
             .await
             .map_err(forwarded)?

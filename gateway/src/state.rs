@@ -6,23 +6,28 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{Extensions, HeaderMap};
 use tokio::time::Instant;
 
+use ptyhub_proto::session::v1::AuditKind;
+use ptyhub_wire::{Actor, Surface};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::AuthError;
-use crate::auth::{Access, Authenticator, Principal, SHARE_TOKEN_PREFIX, Via, bearer_token};
+use crate::auth::{
+    Access, Authenticator, Principal, SHARE_TOKEN_PREFIX, Via, bearer_token, peer_address,
+};
 use crate::browser::HostPolicy;
 use crate::domain::{Instance, Session, SessionStatus, ShareLookup};
 use crate::rate_limit::{FailedAuthLimiter, client_address};
 use ptyhub_wire::ErrorCode;
 
 use crate::error::ApiError;
-use crate::grpc::Upstreams;
+use crate::grpc::{AuditReport, Upstreams};
 use crate::metrics::Metrics;
 
 /// What a session id in a path may also be: the session with the `default` alias (the legacy
@@ -36,6 +41,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub allowed_origins: Vec<String>,
     pub static_dir: Option<PathBuf>,
+    /// Where the brokers put recordings; `None` when the gateway serves none.
+    pub recordings: Option<ptyhub_wire::RecordingStore>,
     pub metrics_require_auth: bool,
     pub heartbeat_interval: Duration,
     /// Cancelled when a shutdown begins: `/readyz` answers 503 from then on, while everything
@@ -49,6 +56,9 @@ pub struct AppState {
     pub stream_slots: StreamSlots,
     /// The configured public URL of the gateway, handed out as the attach endpoint.
     pub public_url: Option<String>,
+    /// Bounds the refusals being reported to the audit trail at once, so that a flood of bad
+    /// credentials costs session-api a bounded number of writes in flight.
+    pub refusal_reports: Arc<Semaphore>,
     /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
     /// request does not say.
     pub serves_tls: bool,
@@ -69,6 +79,8 @@ pub struct Presented {
     pub cookie: Option<String>,
     /// Where the request came from, for the limit on refused credentials.
     pub client: Option<IpAddr>,
+    /// The TCP peer, the address the audit trail records.
+    pub peer: Option<SocketAddr>,
 }
 
 impl Presented {
@@ -82,6 +94,7 @@ impl Presented {
                 .find(headers)
                 .map(str::to_owned),
             client: state.client_address(headers, extensions),
+            peer: peer_address(extensions),
         }
     }
 
@@ -123,6 +136,10 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
 }
+
+/// How many refused attempts may be on their way to the audit trail at once; more are logged
+/// and dropped.
+pub const MAX_REFUSAL_REPORTS_IN_FLIGHT: usize = 64;
 
 /// Counts the terminal streams of each principal (by subject), so that one credential cannot
 /// hold an unbounded number of broker streams and sockets open.
@@ -206,7 +223,10 @@ impl AppState {
                 ),
             ));
         }
-        let result = self.authenticate_unlimited(presented).await;
+        let result = self
+            .authenticate_unlimited(presented)
+            .await
+            .map(|principal| principal.from_address(presented.peer));
         if let (Err(error), Some(client)) = (&result, presented.client)
             && counts_as_a_guess(presented, error)
         {
@@ -262,7 +282,60 @@ impl AppState {
                 .expires_at
                 .and_then(|at| u64::try_from(at.timestamp()).ok()),
             via: Via::Share(share.id),
+            client_address: None,
         })
+    }
+
+    /// Reports a refused attempt to the audit trail, in the background: `principal` is `None`
+    /// when the credential itself was refused. `reason` is `unauthenticated` or `forbidden`,
+    /// `action` what was tried (a method and path, a gRPC method).
+    pub fn report_refusal(
+        &self,
+        principal: Option<&Principal>,
+        client_address: Option<String>,
+        surface: Surface,
+        reason: &'static str,
+        action: String,
+    ) {
+        let Ok(permit) = self.refusal_reports.clone().try_acquire_owned() else {
+            tracing::warn!(reason, %action, "too many refusals in flight: one is not in the audit trail");
+            return;
+        };
+        let actor = match principal {
+            Some(principal) => Actor::new(&principal.subject, client_address, surface),
+            None => Actor::unknown(client_address, surface),
+        };
+        let upstreams = self.upstreams.acting_for(&actor);
+        tokio::spawn(async move {
+            let report = AuditReport::new(AuditKind::Refused)
+                .detail("reason", reason)
+                .detail("action", action);
+            upstreams.report_audit_event(report).await;
+            drop(permit);
+        });
+    }
+
+    /// [`AppState::authorize_instance`], reporting a refusal for scope (403) to the audit trail
+    /// as an attempt through `surface`: what every surface's instance check is.
+    pub async fn authorize_instance_through(
+        &self,
+        principal: &Principal,
+        instance_reference: &str,
+        surface: Surface,
+    ) -> Result<Instance, ApiError> {
+        self.authorize_instance(principal, instance_reference)
+            .await
+            .inspect_err(|error| {
+                if error.code == ErrorCode::Forbidden {
+                    self.report_refusal(
+                        Some(principal),
+                        principal.client_address.clone(),
+                        surface,
+                        "forbidden",
+                        format!("instance {instance_reference}"),
+                    );
+                }
+            })
     }
 
     /// Looks up the instance and checks that the principal may use it.

@@ -37,6 +37,8 @@ pub struct StackBuilder {
     static_dir: Option<PathBuf>,
     heartbeat_interval: Option<Duration>,
     start_patience: Duration,
+    recordings: Option<PathBuf>,
+    default_record: session_api::RecordMode,
     spawn_policy: Option<SpawnPolicy>,
     max_streams_per_principal: Option<usize>,
     internal_tls: Option<TlsFiles>,
@@ -63,6 +65,8 @@ impl Default for StackBuilder {
             static_dir: None,
             heartbeat_interval: None,
             start_patience: DEFAULT_START_PATIENCE,
+            recordings: None,
+            default_record: session_api::RecordMode::Off,
             spawn_policy: None,
             max_streams_per_principal: None,
             internal_tls: None,
@@ -121,6 +125,20 @@ impl StackBuilder {
     }
 
     /// The broker's per-session replay ring (at least 1024 bytes).
+    /// The directory recordings are kept in, written by the broker and served by the gateway.
+    /// Default: `recordings` in the broker's data dir, else in the stack's own temporary data
+    /// dir, else none (sessions are then not recorded).
+    pub fn recordings(mut self, directory: PathBuf) -> Self {
+        self.recordings = Some(directory);
+        self
+    }
+
+    /// What instances without a `record` setting of their own record. Default: off.
+    pub fn default_record(mut self, mode: session_api::RecordMode) -> Self {
+        self.default_record = mode;
+        self
+    }
+
     pub fn ring_bytes(mut self, bytes: u64) -> Self {
         self.ring_bytes = Some(bytes);
         self
@@ -253,12 +271,31 @@ impl StackBuilder {
             None => TlsConfig::plain(),
         };
 
-        let broker_config = broker_config(
+        let recordings_dir = self.recordings.clone().or_else(|| {
+            let data_dir = match &self.broker_data_dir {
+                Some(directory) => Some(directory.clone()),
+                None => data.as_ref().map(|data| data.path().to_path_buf()),
+            };
+            data_dir.map(|directory| directory.join("recordings"))
+        });
+        let recordings = recordings_dir
+            .map(|directory| {
+                ptyhub_wire::RecordingStore::open(&directory.to_string_lossy())
+                    .map_err(StackError::Recordings)
+            })
+            .transpose()?;
+        let mut broker_config = broker_config(
             &self_settings(&self),
             &credentials,
             ticket_key.clone(),
             self.broker_data_dir.clone(),
         )?;
+        broker_config.recordings.store = recordings.clone();
+        if self.broker_data_dir.is_none()
+            && let Some(data) = &data
+        {
+            broker_config.recordings.spool = Some(data.path().join("recording-spool"));
+        }
         let session_api_config = session_api_config(
             &self_settings(&self),
             &credentials,
@@ -266,11 +303,12 @@ impl StackBuilder {
             database_url,
             &addresses.broker_endpoint(),
         )?;
-        let gateway_config = gateway_config(
+        let mut gateway_config = gateway_config(
             &self,
             &credentials.gateway,
             &addresses.session_api_endpoint(),
         );
+        gateway_config.recordings = recordings;
 
         let stack = Stack::spawn(
             running::Services {
@@ -297,6 +335,7 @@ struct BackendSettings<'a> {
     detached_timeout: Option<Duration>,
     kill_grace: Option<Duration>,
     shutdown_grace: Option<Duration>,
+    default_record: session_api::RecordMode,
     spawn_policy: Option<&'a SpawnPolicy>,
     internal_tls: Option<&'a TlsFiles>,
 }
@@ -309,6 +348,7 @@ fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
         detached_timeout: builder.detached_timeout,
         kill_grace: builder.kill_grace,
         shutdown_grace: builder.shutdown_grace,
+        default_record: builder.default_record,
         spawn_policy: builder.spawn_policy.as_ref(),
         internal_tls: builder.internal_tls.as_ref(),
     }
@@ -382,6 +422,7 @@ fn session_api_config(
     if let Some(grace) = settings.shutdown_grace {
         config.shutdown_grace = grace;
     }
+    config.default_record = settings.default_record;
     Ok(config)
 }
 

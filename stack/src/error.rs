@@ -32,6 +32,8 @@ impl fmt::Display for Service {
 /// Why a stack could not start, or how one of its services ended.
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
+    #[error(transparent)]
+    Recordings(#[from] ptyhub_wire::RecordingStoreError),
     #[error("cannot bind {service}'s loopback port")]
     Bind {
         service: Service,
@@ -67,9 +69,10 @@ impl StackError {
             | StackError::Failed { service, .. }
             | StackError::Panicked { service, .. }
             | StackError::StoppedUnexpectedly { service } => Some(*service),
-            StackError::DataDirectory(_) | StackError::Tls(_) | StackError::BrokerNotUp { .. } => {
-                None
-            }
+            StackError::DataDirectory(_)
+            | StackError::Recordings(_)
+            | StackError::Tls(_)
+            | StackError::BrokerNotUp { .. } => None,
         }
     }
 }

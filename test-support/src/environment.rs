@@ -18,6 +18,8 @@ pub enum Requirement {
     Docker,
     /// Chromium at `PTYHUB_TEST_CHROMIUM` (default `/usr/bin/chromium`).
     Chromium,
+    /// moto's S3 server at `PTYHUB_TEST_MOTO_SERVER` (default the project's Python environment).
+    S3Server,
     /// Network namespaces of the tests' own (root, and `ip` to bring up their loopback).
     NetworkNamespaces,
     /// A Python with the packages of `interop/requirements.txt` and
@@ -44,6 +46,16 @@ impl Requirement {
                 } else {
                     Some(format!(
                         "no Docker engine socket at {socket} (cargo xtask test starts one)"
+                    ))
+                }
+            }
+            Requirement::S3Server => {
+                let moto = moto_server_path();
+                if std::path::Path::new(&moto).exists() {
+                    None
+                } else {
+                    Some(format!(
+                        "no moto_server at {moto} (cargo xtask deps installs it)"
                     ))
                 }
             }
@@ -88,6 +100,12 @@ impl Requirement {
             }
         }
     }
+}
+
+/// Where the recordings tests find moto's S3 server.
+pub fn moto_server_path() -> String {
+    std::env::var("PTYHUB_TEST_MOTO_SERVER")
+        .unwrap_or_else(|_| "/var/cache/ptyhub-py/bin/moto_server".to_owned())
 }
 
 /// The Python the tests run the Python clients with.

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod asciicast;
 pub mod environment;
 pub mod fuzz;
 pub mod poll;

@@ -308,6 +308,7 @@ impl TestStack {
                 .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
                 .collect(),
             broker_id: String::new(),
+            ..Default::default()
         };
         self.session_api
             .clone()

@@ -73,6 +73,8 @@ pub struct ClusterBuilder {
     session_api_flags: BTreeMap<String, String>,
     broker_flags: BTreeMap<String, String>,
     gateway_flags: BTreeMap<String, String>,
+    /// Environment variables of every broker and gateway.
+    env: Vec<(String, String)>,
 }
 
 impl Default for ClusterBuilder {
@@ -112,6 +114,7 @@ impl Default for ClusterBuilder {
                 ("drain-delay", "2s".to_owned()),
                 ("shutdown-grace", "5s".to_owned()),
             ]),
+            env: Vec::new(),
         }
     }
 }
@@ -143,6 +146,12 @@ impl ClusterBuilder {
     /// `--<name>=<value>` for every broker.
     pub fn broker_flag(mut self, name: &str, value: impl Display) -> Self {
         self.broker_flags.insert(name.to_owned(), value.to_string());
+        self
+    }
+
+    /// An environment variable of every broker and gateway.
+    pub fn env(mut self, name: &str, value: impl Display) -> Self {
+        self.env.push((name.to_owned(), value.to_string()));
         self
     }
 
@@ -250,10 +259,11 @@ impl Cluster {
                 ("data-dir", data_dir.display().to_string()),
             ],
         );
-        Service::start(
+        Service::start_with_env(
             &format!("broker-{index}"),
             &binary("pty-broker")?,
             &args,
+            &self.shape.env,
             self.logs.path(),
         )
         .await
@@ -360,10 +370,11 @@ impl Cluster {
                 self.session_api_endpoint(index % self.apis.len()),
             )],
         );
-        Service::start(
+        Service::start_with_env(
             &format!("gateway-{index}"),
             &binary("gateway")?,
             &args,
+            &self.shape.env,
             self.logs.path(),
         )
         .await

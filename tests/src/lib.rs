@@ -10,5 +10,6 @@ pub mod cluster;
 pub mod front;
 pub mod isolated;
 pub mod process;
+pub mod s3;
 pub mod sockets;
 pub mod terminal;

@@ -37,6 +37,17 @@ impl Service {
         args: &[String],
         log_dir: &Path,
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(name, binary, args, &[], log_dir).await
+    }
+
+    /// Like [`Service::start`], with extra environment variables.
+    pub async fn start_with_env(
+        name: &str,
+        binary: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
         let err = out.try_clone()?;
@@ -49,6 +60,7 @@ impl Service {
         let child = command
             .arg("--listen=127.0.0.1:0")
             .args(args)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out)

@@ -62,8 +62,11 @@ export const api = {
   listInstances: async () => (await call('GET', '/api/v1/instances')).instances ?? [],
   /** @param {string} iid */
   getInstance: (iid) => call('GET', instancePath(iid)),
-  /** @param {string} iid @returns {Promise<SessionRecord[]>} */
-  listSessions: async (iid) => (await call('GET', sessionsPath(iid))).sessions ?? [],
+  /** @param {string} iid @param {{ includeClosed?: boolean }} [options] @returns {Promise<SessionRecord[]>} */
+  listSessions: async (iid, { includeClosed = false } = {}) =>
+    (await call('GET', `${sessionsPath(iid)}${includeClosed ? '?include=closed' : ''}`)).sessions ?? [],
+  /** A closed session's asciicast v2 recording, as text. @param {string} iid @param {string} sid @returns {Promise<string>} */
+  getRecording,
   /** @param {string} iid @param {{ cols?: number, rows?: number }} [size] @returns {Promise<SessionRecord>} */
   createSession: (iid, { cols, rows } = {}) => call('POST', sessionsPath(iid), { cols, rows }),
   /** @param {string} iid @param {string} sid @param {string} name */
@@ -81,6 +84,31 @@ export const api = {
   watchSessions,
   terminalSocketUrl,
 };
+
+/**
+ * @param {string} iid
+ * @param {string} sid
+ */
+async function getRecording(iid, sid) {
+  let response;
+  try {
+    response = await fetch(`${sessionPath(iid, sid)}/recording`, { headers: authHeaders(), cache: 'no-store' });
+  } catch (error) {
+    throw new ApiError(0, `the gateway cannot be reached (${error instanceof Error ? error.message : error})`);
+  }
+  const text = await response.text();
+  if (!response.ok) {
+    let detail = `${response.status} ${response.statusText}`.trim();
+    try {
+      const json = JSON.parse(text);
+      if (typeof json?.detail === 'string') detail = json.detail;
+    } catch {
+      // Not JSON: the status says enough.
+    }
+    throw new ApiError(response.status, detail);
+  }
+  return text;
+}
 
 /**
  * Follows the instance's session changes (`GET .../terminal/events`, Server-Sent Events read

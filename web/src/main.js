@@ -6,6 +6,7 @@ import '@xterm/xterm/css/xterm.css';
 import './style.css';
 import { currentSignIn, signIn } from './auth.js';
 import { el } from './dom.js';
+import { showHistoryPage } from './history-page.js';
 import { showInstancesPage } from './instances-page.js';
 import { applyPageTheme } from './settings.js';
 import { showTerminalPage } from './terminal-page.js';
@@ -35,6 +36,8 @@ async function route() {
   const match = /^\/instances\/([^/]+)\/?$/.exec(path);
   if (path === '/' || path === '/index.html') {
     showInstancesPage(app, handlers);
+  } else if (match && new URLSearchParams(window.location.search).get('view') === 'history') {
+    showHistoryPage(app, decodeURIComponent(match[1]), handlers);
   } else if (match) {
     const viewer = new URLSearchParams(window.location.search).get('mode') === 'view';
     showTerminalPage(app, decodeURIComponent(match[1]), { viewer, viewerOnly: signedIn.viewer_only === true, ...handlers });

@@ -8,20 +8,29 @@
 
 #![forbid(unsafe_code)]
 
+mod audit;
 mod code;
 mod credential;
 mod introspection;
 pub mod limits;
+#[cfg(feature = "recordings")]
+mod recordings;
 mod secret;
 mod terminal;
 mod tls;
 
+pub use audit::{
+    ACTOR_ADDRESS_METADATA, ACTOR_PRINCIPAL_METADATA, ACTOR_SURFACE_METADATA, Actor,
+    CLI_USER_AGENT_PREFIX, MAX_PRINCIPAL_BYTES, Surface,
+};
 pub use code::{ErrorCode, close_code};
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
     TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
+#[cfg(feature = "recordings")]
+pub use recordings::{RecordingStore, RecordingStoreError};
 pub use secret::{
     SecretError, create_private_directory, create_private_file, read_secret_file,
     read_secret_lines, secret_from,

@@ -9,7 +9,8 @@
 //!   tests create one database each from `PTYHUB_TEST_POSTGRES_URL`.
 //! - Python: a virtual environment under `/var/cache/ptyhub-py` with the packages of
 //!   `interop/requirements.txt` and `examples/python/requirements.txt` from PyPI
-//!   (`PTYHUB_TEST_PYTHON`); `iproute2` for the tests' own network namespaces.
+//!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
+//!   tests; `iproute2` for the tests' own network namespaces.
 //!
 //! Outside CI a dependency that cannot be had is reported and its tests skip; under `CI=true` the
 //! failure is fatal, because the tests would fail anyway.
@@ -63,9 +64,10 @@ pub fn prepare() -> Result<TestEnvironment> {
         ensure_docker_engine().and_then(|()| build_test_image()),
     )?;
     environment.postgres_url = tolerate("PostgreSQL", ensure_postgres())?;
-    // The Python clients the tests run: the reflection client and the example.
+    // The Python clients the tests run (the reflection client and the example), and moto's S3
+    // server for the recordings tests.
     environment.python = tolerate(
-        "Python gRPC clients",
+        "Python gRPC clients and moto's S3 server",
         crate::interop::ensure_python_clients(&run::workspace_root()),
     )?;
     Ok(environment)

@@ -6,6 +6,7 @@ mod command_choice;
 mod docker;
 mod errors;
 mod exec;
+mod recording;
 mod screen;
 mod support;
 mod up;

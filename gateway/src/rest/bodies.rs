@@ -43,6 +43,10 @@ pub struct InstanceBody {
     pub created_at: Option<DateTime<Utc>>,
     /// Live sessions now.
     pub live_sessions: u32,
+    /// What new sessions record: `off`, `output` or `output+input`.
+    pub record: String,
+    /// Whether `record` is the server's default (the instance has no setting of its own).
+    pub record_is_default: bool,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -58,6 +62,8 @@ pub struct RegisterInstanceBody {
     pub max_sessions: Option<u32>,
     /// Include `project_id` and `repository_id` for the project/repository routes.
     pub labels: Option<BTreeMap<String, String>>,
+    /// `off`, `output` or `output+input`; absent follows the server's default.
+    pub record: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -202,6 +208,8 @@ impl From<Instance> for InstanceBody {
             broker_id: instance.broker_id,
             created_at: instance.created_at,
             live_sessions: instance.live_sessions,
+            record: instance.record.as_str().to_owned(),
+            record_is_default: instance.record_is_default,
         }
     }
 }

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
 use axum::http::Method;
+use ptyhub_wire::{ErrorCode, Surface};
 
 use crate::auth::Principal;
 use crate::domain::Instance;
@@ -77,15 +78,32 @@ impl FromRequestParts<AppState> for Caller {
         if presented.by_cookie() && !matches!(parts.method, Method::GET | Method::HEAD) {
             check_origin(&state.allowed_origins, &parts.headers)?;
         }
-        let principal = state.authenticate(&presented).await?;
-        Ok(Caller(principal))
+        match state.authenticate(&presented).await {
+            Ok(principal) => Ok(Caller(principal)),
+            Err(error) => {
+                if error.code == ErrorCode::Unauthenticated {
+                    state.report_refusal(
+                        None,
+                        presented.peer.map(|address| address.to_string()),
+                        Surface::Rest,
+                        "unauthenticated",
+                        format!("{} {}", parts.method, parts.uri.path()),
+                    );
+                }
+                Err(error)
+            }
+        }
     }
 }
 
-/// The client's address (the peer's, or a trusted proxy's `X-Forwarded-For`), for the limit on
-/// refused credentials; `None` when the server recorded none.
+/// Where a request came from; `None` when the server recorded no connection.
 #[derive(Debug, Clone, Copy)]
-pub struct ClientAddress(pub Option<std::net::IpAddr>);
+pub struct ClientAddress {
+    /// The peer's, or a trusted proxy's `X-Forwarded-For`: for the limit on refused credentials.
+    pub client: Option<std::net::IpAddr>,
+    /// The TCP peer: what the audit trail records.
+    pub peer: Option<std::net::SocketAddr>,
+}
 
 impl FromRequestParts<AppState> for ClientAddress {
     type Rejection = std::convert::Infallible;
@@ -94,9 +112,10 @@ impl FromRequestParts<AppState> for ClientAddress {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, std::convert::Infallible> {
-        Ok(ClientAddress(
-            state.client_address(&parts.headers, &parts.extensions),
-        ))
+        Ok(ClientAddress {
+            client: state.client_address(&parts.headers, &parts.extensions),
+            peer: crate::auth::peer_address(&parts.extensions),
+        })
     }
 }
 
@@ -149,7 +168,7 @@ impl InstanceScope {
         principal: &Principal,
     ) -> Result<Instance, ApiError> {
         let instance = state
-            .authorize_instance(principal, &self.instance_reference)
+            .authorize_instance_through(principal, &self.instance_reference, Surface::Rest)
             .await?;
         match &self.labels {
             Some(labels) if !labels.carried_by(&instance) => {
@@ -237,6 +256,8 @@ mod tests {
             broker_id: "local".into(),
             created_at: None,
             live_sessions: 0,
+            record: crate::domain::RecordMode::Off,
+            record_is_default: true,
         }
     }
 

@@ -3,13 +3,14 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use ptyhub_wire::Surface;
 
 use super::bodies::{
     DeletedInstance, InstanceBody, InstanceList, RegisterInstanceBody, TargetBody,
 };
 use super::extract::{Caller, InstancePath, JsonBody};
 use crate::auth::Principal;
-use crate::domain::{NewInstance, Target};
+use crate::domain::{NewInstance, RecordMode, Target};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -58,8 +59,18 @@ pub async fn register_instance(
         user: body.user.unwrap_or_default(),
         max_sessions: body.max_sessions.unwrap_or(0),
         labels: body.labels.unwrap_or_default(),
+        record: match body.record.as_deref() {
+            None => None,
+            Some(text) => Some(RecordMode::parse(text).ok_or_else(|| {
+                ApiError::invalid("record must be one of off, output, output+input")
+            })?),
+        },
     };
-    let instance = state.upstreams.register_instance(new_instance).await?;
+    let instance = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .register_instance(new_instance)
+        .await?;
     tracing::info!(instance_id = %instance.id, subject = %principal.subject, "instance registered");
     Ok((StatusCode::CREATED, Json(instance.into())))
 }
@@ -99,7 +110,9 @@ pub async fn get_instance(
     Caller(principal): Caller,
     Path(path): Path<InstancePath>,
 ) -> Result<Json<InstanceBody>, ApiError> {
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
     Ok(Json(instance.into()))
 }
 
@@ -118,8 +131,14 @@ pub async fn delete_instance(
     Path(path): Path<InstancePath>,
 ) -> Result<Json<DeletedInstance>, ApiError> {
     require_admin(&principal, "deleting instances")?;
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
-    let closed_sessions = state.upstreams.delete_instance(&instance.id).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
+    let closed_sessions = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .delete_instance(&instance.id)
+        .await?;
     tracing::info!(instance_id = %instance.id, closed_sessions, subject = %principal.subject, "instance deleted");
     Ok(Json(DeletedInstance {
         status: "deleted".into(),

@@ -8,13 +8,17 @@
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
 //! - `events.rs`: an instance's session changes as Server-Sent Events;
 //! - `shares.rs`: share links, viewer-only grants of an instance or a session;
-//! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out.
+//! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out;
+//! - `recordings.rs`: a closed session's asciicast recording, with ranges;
+//! - `audit.rs`: the audit trail, filtered, paged and scoped to the caller's instances.
 
+pub mod audit;
 pub mod bodies;
 pub mod events;
 pub mod extract;
 pub mod instances;
 pub mod operations;
+pub mod recordings;
 pub mod screens;
 pub mod sessions;
 pub mod shares;

@@ -5,6 +5,7 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use ptyhub_wire::Surface;
 
 use super::bodies::{
     InputBody, InputWrittenBody, ScreenBody, ScreenQuery, WaitAnswerBody, WaitBody,
@@ -76,6 +77,7 @@ pub async fn send_input(
         .await?;
     let written = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .send_input(&instance.id, &session.id, items, force)
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, bytes = written.bytes_written, force, "input typed over rest");

@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ptyhub_wire::{Role, TerminalSize};
+use ptyhub_wire::{Role, Surface, TerminalSize};
 
 use super::bodies::{
     ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody, RenamedSession,
@@ -101,6 +101,7 @@ pub async fn create_session(
     principal.access.check_command_override(&command)?;
     let created = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .create_session(&instance.id, name, aliases, size, command)
         .await?;
     let session = created.session;
@@ -159,6 +160,7 @@ pub async fn close_session(
     if session.status != SessionStatus::Closed {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .close_session(&instance.id, &session.id)
             .await?;
     }
@@ -195,6 +197,7 @@ pub async fn reset_session(
     let session = state.authorize_session(&principal, &instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .reset_session(&instance.id, &session.id)
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
@@ -229,6 +232,7 @@ pub async fn rename_session(
     let session = state.authorize_session(&principal, &instance, &sid).await?;
     let session = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .rename_session(&instance.id, &session.id, name)
         .await?;
     Ok(Json(RenamedSession {
@@ -258,6 +262,7 @@ pub async fn reset_default_session(
     let instance = scope.authorize(&state, &principal).await?;
     let resolved = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .resolve_session(
             &instance.id,
             SessionSelector::Default,
@@ -271,6 +276,7 @@ pub async fn reset_default_session(
     } else {
         state
             .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
             .reset_session(&instance.id, &resolved.session.id)
             .await?
     };

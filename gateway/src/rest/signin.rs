@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use ptyhub_wire::{ErrorCode, Surface};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -64,13 +65,14 @@ impl From<&Principal> for SignedIn {
 )]
 pub async fn sign_in(
     State(state): State<AppState>,
-    ClientAddress(client): ClientAddress,
+    ClientAddress { client, peer }: ClientAddress,
     headers: HeaderMap,
 ) -> Response {
     let presented = Presented {
         bearer: crate::auth::bearer_token(&headers).map(str::to_owned),
         cookie: None,
         client,
+        peer,
     };
     if presented.bearer.is_none() {
         return ApiError::unauthenticated("missing credential").into_response();
@@ -82,7 +84,18 @@ pub async fn sign_in(
             response.headers_mut().insert(header::SET_COOKIE, cookie);
             response
         }
-        Err(error) => error.into_response(),
+        Err(error) => {
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    peer.map(|address| address.to_string()),
+                    Surface::Rest,
+                    "unauthenticated",
+                    "POST /api/v1/auth/session".to_owned(),
+                );
+            }
+            error.into_response()
+        }
     }
 }
 
@@ -150,11 +163,21 @@ pub async fn sign_in_from_address(
         bearer: Some(token.trim().to_owned()),
         cookie: None,
         client: state.client_address(headers, request.extensions()),
+        peer: crate::auth::peer_address(request.extensions()),
     };
     let (cookie, location) = match state.authenticate(&presented).await {
         Ok(principal) => (Some(session_cookie(&state, &principal, headers)), location),
         Err(error) => {
             tracing::info!(reason = %error.message, "sign-in link refused");
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    Surface::Rest,
+                    "unauthenticated",
+                    format!("GET {}", request.uri().path()),
+                );
+            }
             (None, format!("{location}{REFUSED_FRAGMENT}"))
         }
     };

@@ -22,6 +22,7 @@ use super::PreparedAttach;
 use super::frames::{
     DetachReason, ServerFrame, SessionName, StreamStatus, close_message, parse_client_frame,
 };
+use crate::audit::{StreamAudit, StreamResets, detach_reason};
 use crate::domain::{TerminalCommand, TerminalEvent};
 use crate::error::ApiError;
 use crate::grpc::{AttachCommands, AttachEvents};
@@ -69,7 +70,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             snapshot = prepared.snapshot,
             "terminal websocket opened"
         );
-        let attached = state
+        let attached = prepared
             .upstreams
             .attach(
                 &prepared.attach,
@@ -91,6 +92,12 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             Ok(connected) => connected,
             Err(error) => return refuse(socket, &error).await,
         };
+        let mut audit = StreamAudit::attached(
+            prepared.upstreams.clone(),
+            &prepared.instance_id,
+            &prepared.session_id,
+            prepared.role,
+        );
         let (sink, stream) = socket.split();
         let heard = Heard::new();
         let closing = Arc::new(AtomicBool::new(false));
@@ -106,6 +113,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
                 closing: closing.clone(),
                 cancel: state.shutdown.child_token(),
                 metrics: state.metrics.clone(),
+                resets: audit.resets(),
             })
             .in_current_span(),
         ));
@@ -127,6 +135,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             expires_at: prepared.expires_at,
         };
         let ending = writer.run(connected, events, control_receiver).await;
+        audit.ending(detach_reason(ending.reason));
         closing.store(true, Ordering::Release);
         if ending.await_client_close {
             // Give the client time to read our last frames and answer the close.
@@ -202,6 +211,7 @@ struct ClientReader {
     closing: Arc<AtomicBool>,
     cancel: CancellationToken,
     metrics: Metrics,
+    resets: StreamResets,
 }
 
 /// The reader task: reads the client's frames until the client leaves, the stream ends or the
@@ -259,6 +269,9 @@ async fn forward_client_frames(mut reader: ClientReader) {
                 return;
             }
             continue;
+        }
+        if matches!(command, TerminalCommand::Reset) {
+            reader.resets.reset();
         }
         if let TerminalCommand::Input(data) = &command {
             if data.is_empty() {

@@ -17,7 +17,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
-use ptyhub_wire::{ErrorCode, Role, TerminalSize};
+use ptyhub_wire::{ErrorCode, Role, Surface, TerminalSize};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -28,6 +28,7 @@ use crate::auth::{
 };
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
+use crate::grpc::Upstreams;
 use crate::rest::extract::ClientAddress;
 use crate::rest::{InstancePath, SessionPath};
 use crate::state::{AppState, DEFAULT_SESSION, Presented};
@@ -75,11 +76,11 @@ pub async fn open_instance_terminal(
     State(state): State<AppState>,
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
-    ClientAddress(client): ClientAddress,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, None, query, client, headers, upgrade).await
+    open_terminal(state, path.iid, None, query, addresses, headers, upgrade).await
 }
 
 /// One session by id (`default`: the default session, created when absent); 4004 when unknown
@@ -97,7 +98,7 @@ pub async fn open_session_terminal(
     State(state): State<AppState>,
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
-    ClientAddress(client): ClientAddress,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -106,7 +107,7 @@ pub async fn open_session_terminal(
         path.iid,
         Some(path.sid),
         query,
-        client,
+        addresses,
         headers,
         upgrade,
     )
@@ -120,7 +121,7 @@ async fn open_terminal(
     instance_reference: String,
     session_id: Option<String>,
     query: TerminalQuery,
-    client: Option<std::net::IpAddr>,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -140,7 +141,8 @@ async fn open_terminal(
             .cookies()
             .find(&headers)
             .map(str::to_owned),
-        client,
+        client: addresses.client,
+        peer: addresses.peer,
     };
     let Ok(upgrade) = upgrade else {
         // A plain HTTP request: say what is wrong with it without creating anything.
@@ -204,6 +206,8 @@ fn select_protocol(upgrade: WebSocketUpgrade, headers: &HeaderMap) -> WebSocketU
 /// A session resolved and authorised, ready to attach.
 #[derive(Debug)]
 struct PreparedAttach {
+    /// Acting for the socket's principal: the attach and its audit reports go through them.
+    upstreams: Upstreams,
     instance_id: String,
     session_id: String,
     session_name: String,
@@ -226,7 +230,21 @@ async fn prepare_attach(
     session_id: Option<String>,
     query: &TerminalQuery,
 ) -> Result<PreparedAttach, ApiError> {
-    let principal = state.authenticate(presented).await?;
+    let principal = match state.authenticate(presented).await {
+        Ok(principal) => principal,
+        Err(error) => {
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    Surface::WebSocket,
+                    "unauthenticated",
+                    format!("websocket {instance_reference}"),
+                );
+            }
+            return Err(error);
+        }
+    };
     let stream_slot = state.stream_slots.acquire(&principal.subject)?;
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
@@ -268,10 +286,12 @@ async fn prepare_attach(
     // A viewer creates nothing: it watches sessions that exist.
     let create_if_absent = create_if_absent && !principal.access.is_viewer_only();
     let instance = state
-        .authorize_instance(&principal, instance_reference)
+        .authorize_instance_through(&principal, instance_reference, Surface::WebSocket)
         .await?;
-    let resolved = state
+    let upstreams = state
         .upstreams
+        .acting_for(&principal.actor(Surface::WebSocket));
+    let resolved = upstreams
         .resolve_session(&instance.id, selector, create_if_absent, size, role)
         .await
         .map_err(|error| match error.code {
@@ -290,6 +310,7 @@ async fn prepare_attach(
         return Err(ApiError::not_found("session not found or closed"));
     }
     Ok(PreparedAttach {
+        upstreams,
         instance_id: instance.id,
         session_id: session.id,
         session_name: session.name,

@@ -113,17 +113,14 @@ fn fuzz_tampered_attach_tickets_never_verify() {
     let ticket = key.sign(session, TicketRole::Viewer, now + Duration::from_secs(60));
     let strategy = prop_oneof![mutated(ticket.clone()), nasty_text()];
     fuzz::check(512, strategy, |candidate| {
-        match key.decode(&candidate, now) {
-            // An edit that changed nothing the signature covers (none should) is the ticket.
-            Ok(claims) => {
-                prop_assert_eq!(claims.session_id, session);
-                prop_assert!(
-                    key.verify(&candidate, session, TicketRole::Controller, now)
-                        .is_err(),
-                    "a viewer ticket became a controller's: {candidate:?}"
-                );
-            }
-            Err(_) => {}
+        // An edit that changed nothing the signature covers (none should) is the ticket.
+        if let Ok(claims) = key.decode(&candidate, now) {
+            prop_assert_eq!(claims.session_id, session);
+            prop_assert!(
+                key.verify(&candidate, session, TicketRole::Controller, now)
+                    .is_err(),
+                "a viewer ticket became a controller's: {candidate:?}"
+            );
         }
         Ok(())
     });

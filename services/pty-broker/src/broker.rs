@@ -3,11 +3,13 @@
 //! and leave it (when their task ends).
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use attach_ticket::{TicketKey, TicketRole};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -16,14 +18,15 @@ use crate::config::{BackendKind, Config};
 use crate::domain::{BrokerEvent, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
+use crate::recording::{CastHeader, RecordMode, RecordingRequest, Recordings, RecordingsConfig};
 use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
-use crate::runtime::{PtyRuntime, SpawnSpec, Target};
+use crate::runtime::{HandedProcess, PtyRuntime, SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
-    AttachRequest, Attachment, InputItem, InputSent, ScreenWait, Session, SessionSettings,
-    TaskContext, WaitOutcome,
+    AttachRequest, Attachment, FrozenSession, InputItem, InputSent, ScreenWait, Session,
+    SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -39,11 +42,19 @@ struct Inner {
     runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
     registry: Arc<Registry>,
     events: EventBus,
+    /// Where recorded sessions go; `None` when no store is configured.
+    recordings: Option<Arc<Recordings>>,
     boot_id: Uuid,
     /// Cancelled when shutdown begins: every session ends its process group and closes.
     shutdown: CancellationToken,
     /// Every session task and every background group ending.
     tracker: TaskTracker,
+    /// True while the sessions are being handed to the next broker process (`handoff/`).
+    handing_over: watch::Sender<bool>,
+    /// How many hand-offs have begun (frozen the sessions), whatever their end.
+    hand_offs_begun: std::sync::atomic::AtomicU64,
+    /// Set once the sessions went to the next broker process.
+    handed_over: std::sync::atomic::AtomicBool,
 }
 
 /// Builds a [`Broker`] with explicit runtimes (tests inject theirs) or the configured ones.
@@ -51,6 +62,12 @@ struct Inner {
 pub struct BrokerBuilder {
     config: Config,
     runtimes: HashMap<BackendKind, Arc<dyn PtyRuntime>>,
+    /// The executable local sessions start through as their keeper (see
+    /// `runtime/local/keeper.rs`); without one they cannot be handed over.
+    session_keeper: Option<PathBuf>,
+    /// The broker takes its sessions over from a running one: what the data directory records
+    /// is that broker's, not a crashed run's, and must not be ended.
+    taking_over: bool,
 }
 
 /// A client's first frame, validated.
@@ -68,8 +85,22 @@ impl BrokerBuilder {
         self
     }
 
-    /// Adds the runtimes `config.backends` names that were not given explicitly. For Docker,
-    /// first ends whatever sessions a previous run that crashed left in `config.data_dir`.
+    /// Starts local sessions through `executable` in keeper mode (a binary whose `main` calls
+    /// `run_session_keeper_if_asked` first), so that they can be handed to a next process.
+    pub fn session_keeper(mut self, executable: impl Into<PathBuf>) -> Self {
+        self.session_keeper = Some(executable.into());
+        self
+    }
+
+    /// Builds a broker that will take its sessions over from the running one: the crash
+    /// records in the data directory are left alone.
+    pub fn taking_over(mut self) -> Self {
+        self.taking_over = true;
+        self
+    }
+
+    /// Adds the runtimes `config.backends` names that were not given explicitly. Unless taking
+    /// over, first ends whatever sessions a previous run that crashed left in `config.data_dir`.
     pub async fn configured_runtimes(mut self) -> Result<Self, StartError> {
         if let Some(data_dir) = &self.config.data_dir {
             // It names every session's processes: for the broker's user alone.
@@ -93,9 +124,16 @@ impl BrokerBuilder {
 
     /// The local runtime; with a data dir, it first ends what a crashed previous run left.
     async fn local_runtime(&self) -> LocalRuntime {
+        let mut runtime = LocalRuntime::new();
+        if let Some(keeper) = &self.session_keeper {
+            runtime = runtime.with_session_keeper(keeper);
+        }
         let Some(data_dir) = self.config.data_dir.clone() else {
-            return LocalRuntime::new();
+            return runtime;
         };
+        if self.taking_over {
+            return runtime.with_data_dir(&data_dir);
+        }
         let reaped = {
             let data_dir = data_dir.clone();
             tokio::task::spawn_blocking(move || reap_local_orphans(&data_dir)).await
@@ -111,7 +149,7 @@ impl BrokerBuilder {
             }
             Err(join_error) => tracing::warn!(%join_error, "reaping local orphans panicked"),
         }
-        LocalRuntime::new().with_data_dir(&data_dir)
+        runtime.with_data_dir(&data_dir)
     }
 
     async fn docker_runtime(&self) -> Result<DockerRuntime, StartError> {
@@ -119,6 +157,9 @@ impl BrokerBuilder {
         let mut runtime =
             DockerRuntime::new(docker_config.clone()).map_err(StartError::DockerEndpoint)?;
         if let Some(data_dir) = &self.config.data_dir {
+            if self.taking_over {
+                return Ok(runtime.with_data_dir(data_dir));
+            }
             match reap_orphans_from_state(data_dir, &docker_config).await {
                 Ok(report) => tracing::info!(
                     sessions = report.sessions,
@@ -144,6 +185,26 @@ impl BrokerBuilder {
             detached_timeout: config.detached_timeout,
             kill_grace: config.kill_grace,
         };
+        let boot_id = Uuid::new_v4();
+        let recordings = config.recordings.store.clone().map(|store| {
+            // Without a data dir the spool is this run's own: nothing of another broker's (or of
+            // a previous run's) is ever taken for its own.
+            let spool = config
+                .recordings
+                .spool
+                .clone()
+                .unwrap_or_else(|| match &config.data_dir {
+                    Some(data_dir) => data_dir.join("recording-spool"),
+                    None => std::env::temp_dir().join(format!("ptyhub-recording-spool-{boot_id}")),
+                });
+            Arc::new(Recordings::new(RecordingsConfig {
+                store,
+                spool,
+                max_age: (!config.recordings.max_age.is_zero())
+                    .then_some(config.recordings.max_age),
+                max_bytes: (config.recordings.max_bytes > 0).then_some(config.recordings.max_bytes),
+            }))
+        });
         Broker {
             inner: Arc::new(Inner {
                 config,
@@ -151,9 +212,13 @@ impl BrokerBuilder {
                 runtimes: self.runtimes,
                 registry: Arc::new(Registry::new()),
                 events: EventBus::new(),
-                boot_id: Uuid::new_v4(),
+                recordings,
+                boot_id,
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
+                handing_over: watch::Sender::new(false),
+                hand_offs_begun: std::sync::atomic::AtomicU64::new(0),
+                handed_over: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -164,6 +229,8 @@ impl Broker {
         BrokerBuilder {
             config,
             runtimes: HashMap::new(),
+            session_keeper: None,
+            taking_over: false,
         }
     }
 
@@ -180,8 +247,53 @@ impl Broker {
         &self.inner.config.secrets.ticket_key
     }
 
-    /// Starts `spec` on a new PTY; answers once the process runs.
+    /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<SessionInfo, Error> {
+        self.spawn_recorded(spec, RecordingRequest::default()).await
+    }
+
+    /// Publishes what a previous run left in the recording spool and keeps retention running
+    /// until shutdown (no-op without a recordings store).
+    pub fn keep_recordings(&self) {
+        if let Some(recordings) = &self.inner.recordings {
+            recordings.keep_up(self.inner.shutdown.clone(), &self.inner.tracker);
+        }
+    }
+
+    /// The recordings this broker keeps, when it has a store.
+    pub fn recordings(&self) -> Option<&Arc<Recordings>> {
+        self.inner.recordings.as_ref()
+    }
+
+    /// Starts `spec` on a new PTY and records it as `recording` asks (when the broker has a
+    /// recordings store); answers once the process runs.
+    pub async fn spawn_recorded(
+        &self,
+        spec: SpawnSpec,
+        recording: RecordingRequest,
+    ) -> Result<SessionInfo, Error> {
+        let recording = match (recording.mode, &self.inner.recordings) {
+            (RecordMode::Off, _) => None,
+            (_, None) => {
+                tracing::warn!(session_id = %spec.session_id, "recording asked for, but this broker has no recordings store (--recordings)");
+                None
+            }
+            (mode, Some(recordings)) => Some(SessionRecording {
+                recordings: Arc::clone(recordings),
+                mode,
+                header: CastHeader {
+                    size: spec.size,
+                    timestamp: 0,
+                    command: (!spec.command.is_empty()).then(|| spec.command.join(" ")),
+                    title: recording.title,
+                    term: spec
+                        .env
+                        .iter()
+                        .find(|(name, _)| name == "TERM")
+                        .map(|(_, value)| value.clone()),
+                },
+            }),
+        };
         let kind = match spec.target {
             Target::Local => BackendKind::Local,
             Target::Docker { .. } => BackendKind::Docker,
@@ -201,8 +313,13 @@ impl Broker {
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
         };
-        let (session, task) =
-            Session::new(spec.session_id, spec.size, self.inner.settings, context);
+        let (session, task) = Session::new(
+            spec.session_id,
+            spec.size,
+            self.inner.settings,
+            context,
+            recording,
+        );
         self.inner.registry.insert(Arc::clone(&session))?;
         let (started, answer) = oneshot::channel();
         let registry = Arc::clone(&self.inner.registry);
@@ -216,10 +333,12 @@ impl Broker {
     }
 
     pub async fn kill(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
+        self.refuse_while_handing_over()?;
         self.inner.registry.get(session_id)?.kill().await
     }
 
     pub async fn reset(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
+        self.refuse_while_handing_over()?;
         self.inner.registry.get(session_id)?.reset().await
     }
 
@@ -266,6 +385,7 @@ impl Broker {
         tokio::select! {
             outcome = session.wait_for_screen(wait) => outcome,
             () = self.shutting_down() => Err(Error::ShuttingDown),
+            () = self.handing_over() => Err(Error::HandingOver),
         }
     }
 
@@ -291,8 +411,104 @@ impl Broker {
         };
         self.ticket_key()
             .verify(&hello.ticket, hello.session_id, role, SystemTime::now())?;
+        self.refuse_while_handing_over()?;
         let session = self.inner.registry.get(hello.session_id)?;
         session.attach(hello.request).await
+    }
+
+    /// Completes when a hand-off to the next broker process begins (at once while one runs).
+    pub async fn handing_over(&self) {
+        let mut handing_over = self.inner.handing_over.subscribe();
+        let _ = handing_over.wait_for(|handing_over| *handing_over).await;
+    }
+
+    fn refuse_while_handing_over(&self) -> Result<(), Error> {
+        if *self.inner.handing_over.borrow() {
+            return Err(Error::HandingOver);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn has_runtime(&self, kind: BackendKind) -> bool {
+        self.inner.runtimes.contains_key(&kind)
+    }
+
+    /// Refuses new sessions, attaches and control calls, and ends the event streams, from now
+    /// until [`Broker::end_hand_off`].
+    pub(crate) fn begin_hand_off(&self) {
+        self.inner
+            .hand_offs_begun
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.handing_over.send_replace(true);
+    }
+
+    /// Whether this broker's sessions went to the next broker process: [`Broker::serve`]
+    /// returned for that, and the process must end without touching a session.
+    pub fn handed_over(&self) -> bool {
+        self.inner
+            .handed_over
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn mark_handed_over(&self) {
+        self.inner
+            .handed_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub(crate) fn hand_offs_begun(&self) -> u64 {
+        self.inner
+            .hand_offs_begun
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Serves as before after a hand-off that did not happen.
+    pub(crate) fn end_hand_off(&self) {
+        self.inner.registry.end_hand_off();
+        self.inner.handing_over.send_replace(false);
+    }
+
+    /// Every session to hand over; none joins until the hand-off ends.
+    pub(crate) fn sessions_to_hand_off(&self) -> Vec<Arc<Session>> {
+        self.inner.registry.begin_hand_off()
+    }
+
+    /// Goes on with a session the previous broker process handed over: `process` is its running
+    /// process (what it is and its descriptors), `None` for an exited one.
+    pub(crate) async fn adopt(
+        &self,
+        frozen: FrozenSession,
+        process: Option<(HandedProcess, Vec<OwnedFd>)>,
+    ) -> Result<(), Error> {
+        let kind = match frozen.spec.target {
+            Target::Local => BackendKind::Local,
+            Target::Docker { .. } => BackendKind::Docker,
+        };
+        let runtime = self
+            .inner
+            .runtimes
+            .get(&kind)
+            .cloned()
+            .ok_or(Error::RuntimeNotConfigured(kind))?;
+        let spawned = match process {
+            Some((process, fds)) => Some(runtime.adopt(frozen.id, process, fds).await?),
+            None => None,
+        };
+        let context = TaskContext {
+            runtime,
+            spec: frozen.spec.clone(),
+            events: self.inner.events.clone(),
+            shutdown: self.inner.shutdown.child_token(),
+            tracker: self.inner.tracker.clone(),
+        };
+        let (session, task, pty) = Session::adopt(frozen, spawned, self.inner.settings, context);
+        self.inner.registry.insert(Arc::clone(&session))?;
+        let registry = Arc::clone(&self.inner.registry);
+        self.inner.tracker.spawn(async move {
+            task.run_adopted(pty).await;
+            registry.remove(&session);
+        });
+        Ok(())
     }
 
     /// Stops taking sessions, closes every one (their clients hear `Closed` with reason

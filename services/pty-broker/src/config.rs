@@ -93,6 +93,9 @@ pub struct Config {
     #[command(flatten)]
     pub docker: DockerConfig,
 
+    #[command(flatten)]
+    pub recordings: RecordingConfig,
+
     /// Which containers and users sessions may have, whatever session-api asks.
     #[command(flatten)]
     pub policy: SpawnPolicy,
@@ -134,6 +137,40 @@ impl BrokerTls {
     }
 }
 
+/// Where and how long the broker keeps session recordings.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RecordingConfig {
+    /// The recordings store: a directory (`/var/lib/ptyhub/recordings`, `file:///...`) or
+    /// `s3://bucket/prefix` (credentials and endpoint from the usual `AWS_*` variables). Every
+    /// gateway reads recordings from the same store. Unset: sessions are not recorded, whatever
+    /// their instance asks.
+    #[arg(long = "recordings", env = "PTYHUB_BROKER_RECORDINGS", value_parser = parse_recording_store)]
+    pub store: Option<ptyhub_wire::RecordingStore>,
+
+    /// Local directory for recordings being written (published to the store when their session
+    /// closes; what a killed broker left here is published at its next start). Default:
+    /// `recording-spool` in `--data-dir`, else a directory of this run's own in the temporary
+    /// directory (then a kill loses the recordings in progress).
+    #[arg(long = "recording-spool", env = "PTYHUB_BROKER_RECORDING_SPOOL")]
+    pub spool: Option<PathBuf>,
+
+    /// Recordings older than this are deleted (`0s`: kept whatever their age).
+    #[arg(long = "recording-max-age", env = "PTYHUB_BROKER_RECORDING_MAX_AGE", default_value = "30days",
+          value_parser = parse_duration)]
+    pub max_age: Duration,
+
+    /// The oldest recordings are deleted while all of them take more bytes than this (`0`: no
+    /// bound).
+    #[arg(long = "recording-max-bytes", env = "PTYHUB_BROKER_RECORDING_MAX_BYTES",
+          default_value_t = RecordingConfig::DEFAULT_MAX_BYTES)]
+    pub max_bytes: u64,
+}
+
+impl RecordingConfig {
+    pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+    pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+}
+
 impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
     pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
@@ -162,6 +199,12 @@ impl Config {
             advertise: None,
             backends: vec![BackendKind::Local],
             docker: DockerConfig::default(),
+            recordings: RecordingConfig {
+                store: None,
+                spool: None,
+                max_age: RecordingConfig::DEFAULT_MAX_AGE,
+                max_bytes: RecordingConfig::DEFAULT_MAX_BYTES,
+            },
             policy: SpawnPolicy::default(),
             tls: BrokerTls::default(),
         }
@@ -316,6 +359,10 @@ pub(crate) fn parse_endpoint(text: &str) -> Result<String, String> {
     tonic::transport::Endpoint::from_shared(text.to_owned())
         .map_err(|error| format!("{text:?} is not a valid URL: {error}"))?;
     Ok(text.trim_end_matches('/').to_owned())
+}
+
+fn parse_recording_store(url: &str) -> Result<ptyhub_wire::RecordingStore, String> {
+    ptyhub_wire::RecordingStore::open(url).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]

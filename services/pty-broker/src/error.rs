@@ -63,6 +63,8 @@ pub enum Error {
     RuntimeNotConfigured(BackendKind),
     #[error("the broker is shutting down")]
     ShuttingDown,
+    #[error("the broker is handing its sessions to its next process: reattach with since")]
+    HandingOver,
     #[error("a client holds control of this session; send with force to type anyway")]
     ControlHeld,
     #[error(transparent)]
@@ -104,7 +106,9 @@ impl Error {
             | Error::InputTooLarge(_)
             | Error::FrameTooLarge
             | Error::TooManyViewers(_) => ErrorCode::LimitExceeded,
-            Error::RuntimeNotConfigured(_) | Error::ShuttingDown => ErrorCode::Unavailable,
+            Error::RuntimeNotConfigured(_) | Error::ShuttingDown | Error::HandingOver => {
+                ErrorCode::Unavailable
+            }
             Error::Runtime(error) => error.code(),
         }
     }

@@ -13,7 +13,9 @@ pub mod domain;
 mod error;
 mod events;
 pub mod grpc;
+pub mod handoff;
 pub mod policy;
+pub mod recording;
 mod registration;
 mod registry;
 pub mod ring;
@@ -23,7 +25,7 @@ mod server;
 pub mod session;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
-pub use config::{BackendKind, Config, DockerConfig};
+pub use config::{BackendKind, Config, DockerConfig, RecordingConfig};
 pub use error::{ClientAction, Error, StartError};
 pub use policy::{ContainerRule, SpawnPolicy};
 pub use ptyhub_wire::ServiceCredential;

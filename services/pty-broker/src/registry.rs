@@ -27,6 +27,8 @@ pub(crate) struct Registry {
 struct Inner {
     sessions: HashMap<Uuid, Arc<Session>>,
     accepting: bool,
+    /// Set while the sessions are being handed to the next broker process.
+    handing_over: bool,
 }
 
 impl Registry {
@@ -35,6 +37,7 @@ impl Registry {
             inner: Mutex::new(Inner {
                 sessions: HashMap::new(),
                 accepting: true,
+                handing_over: false,
             }),
         }
     }
@@ -50,6 +53,9 @@ impl Registry {
         let mut inner = self.lock();
         if !inner.accepting {
             return Err(Error::ShuttingDown);
+        }
+        if inner.handing_over {
+            return Err(Error::HandingOver);
         }
         if inner
             .sessions
@@ -93,6 +99,24 @@ impl Registry {
             .collect();
         infos.sort_by_key(|info| (info.created_at, info.session_id));
         infos
+    }
+
+    /// Stops taking new sessions for a hand-off and returns every session that is not closed:
+    /// no session joins between this list and the end of the hand-off.
+    pub fn begin_hand_off(&self) -> Vec<Arc<Session>> {
+        let mut inner = self.lock();
+        inner.handing_over = true;
+        inner
+            .sessions
+            .values()
+            .filter(|session| !session.is_closed())
+            .cloned()
+            .collect()
+    }
+
+    /// Takes new sessions again after a hand-off that did not happen.
+    pub fn end_hand_off(&self) {
+        self.lock().handing_over = false;
     }
 
     /// Stops accepting new sessions and returns how many are held.

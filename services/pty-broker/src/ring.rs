@@ -44,6 +44,26 @@ impl OutputRing {
         }
     }
 
+    /// A ring that goes on from `chunks`, the output a previous broker process held from
+    /// offset `start` on (a hand-off): offsets continue where they were.
+    pub fn resume(capacity: usize, start: u64, chunks: impl IntoIterator<Item = Bytes>) -> Self {
+        let mut ring = Self {
+            capacity: capacity.max(1),
+            chunks: VecDeque::new(),
+            start,
+            end: start,
+        };
+        for chunk in chunks {
+            ring.push(chunk);
+        }
+        ring
+    }
+
+    /// The chunks held, oldest first (from [`OutputRing::start`] on), as shared handles.
+    pub fn chunks(&self) -> impl Iterator<Item = &Bytes> {
+        self.chunks.iter()
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }

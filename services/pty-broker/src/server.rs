@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd as _;
 
 use ptyhub_proto::broker::v1::pty_broker_server::PtyBrokerServer;
 use ptyhub_wire::{Introspection, ServingStatus};
@@ -16,12 +17,17 @@ use crate::broker::Broker;
 use crate::config::{BackendKind, Config};
 use crate::error::StartError;
 use crate::grpc::PtyBrokerService;
+use crate::handoff::{HandOffListener, handoff_socket};
 use crate::registration::{Registrar, Registration};
 
 impl Broker {
     /// Serves this broker on `listener` until `shutdown` completes or the server fails. Then it
     /// stops accepting, closes every session (clients hear `Closed` with reason shutdown, process
     /// groups end) and returns within `config.shutdown_grace`, cutting off what is left.
+    ///
+    /// With a data directory it also waits for a successor on the hand-off socket (`handoff/`):
+    /// after a hand-off it returns at once, and the caller must exit without touching a session
+    /// (they belong to the successor); after one that failed it serves on.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -32,76 +38,172 @@ impl Broker {
             context: "read the listener's address",
             source,
         })?;
+        // Kept as a plain descriptor: it is what a successor receives, and what serving starts
+        // again from after a hand-off that failed.
+        let listener = listener.into_std().map_err(|source| StartError::Io {
+            context: "keep the listening socket",
+            source,
+        })?;
         let grace = config.shutdown_grace;
-        let keepalive = config.keepalive_interval;
 
         let introspection =
             Introspection::new(&[<PtyBrokerServer<PtyBrokerService> as NamedService>::NAME])
                 .await?;
         let health = introspection.health_handle();
+        let routes = introspection.into_routes();
 
         let tls = ptyhub_wire::TlsConfig::from_files(&config.tls.files())?;
-        let registrar = match &config.session_api {
-            Some(session_api) => Some(Registrar::new(
-                session_api,
+        let registration = match &config.session_api {
+            Some(session_api) => Some((
+                session_api.clone(),
                 config
                     .secrets
                     .service_token
-                    .as_ref()
+                    .clone()
                     .ok_or(StartError::NoRegistrationCredential)?,
                 Registration {
                     broker_id: config.broker_id.clone(),
                     endpoint: advertised_endpoint(config, local_addr, tls.serves_tls())?,
                     docker: config.backends.contains(&BackendKind::Docker),
                 },
-                &tls,
-            )?),
+            )),
             None => None,
         };
 
-        let stop_accepting = CancellationToken::new();
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut server = Server::builder();
-        if let Some(tls) = tls.tonic_server() {
-            server = server.tls_config(tls)?;
+        self.keep_recordings();
+        // A bad session-api URL fails the start.
+        if let Some((session_api, credential, registration)) = &registration {
+            Registrar::new(session_api, credential, registration.clone(), &tls)?;
         }
-        let server = server
-            .http2_keepalive_interval(Some(keepalive))
-            .http2_keepalive_timeout(Some(keepalive))
-            .tcp_nodelay(true)
-            .add_routes(introspection.into_routes())
-            .add_service(PtyBrokerService::new(self.clone()).into_server())
-            .serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
-        let mut server = tokio::spawn(server);
-        tracing::info!(
-            address = %local_addr,
-            broker_id = %config.broker_id,
-            backends = ?config.backends,
-            tls = tls.serves_tls(),
-            "pty-broker serving"
-        );
+        let successors = match handoff_socket(config) {
+            Some(path) => match HandOffListener::bind(&path) {
+                Ok(successors) => Some(successors),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error,
+                        "cannot listen for a successor: upgrades will end the sessions");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut shutdown = std::pin::pin!(shutdown);
 
-        // Heartbeats stop when serving does: on shutdown, or when the server fails.
-        let stop_registering = CancellationToken::new();
-        let _stop_registering = stop_registering.clone().drop_guard();
-        if let Some(registrar) = registrar {
-            registrar.start(stop_registering.clone());
-        }
-
-        tokio::select! {
-            result = &mut server => {
-                // The server stopped by itself: end the sessions anyway, then report why.
-                self.shutdown().await;
-                return Ok(result??);
+        loop {
+            let incoming =
+                tokio::net::TcpListener::from_std(listener.try_clone().map_err(|source| {
+                    StartError::Io {
+                        context: "share the listening socket",
+                        source,
+                    }
+                })?)
+                .map_err(|source| StartError::Io {
+                    context: "register the listening socket",
+                    source,
+                })?;
+            let stop_accepting = CancellationToken::new();
+            let stop_signal = {
+                let stop_accepting = stop_accepting.clone();
+                let broker = self.clone();
+                // A hand-off stops accepting too (and sends GOAWAY on every connection), so that
+                // reconnecting clients queue on the socket for the successor.
+                async move {
+                    tokio::select! {
+                        () = stop_accepting.cancelled() => {}
+                        () = broker.handing_over() => {}
+                    }
+                }
+            };
+            let mut server = Server::builder();
+            if let Some(tls) = tls.tonic_server() {
+                server = server.tls_config(tls)?;
             }
-            () = shutdown => {}
-        }
+            let server = server
+                .http2_keepalive_interval(Some(config.keepalive_interval))
+                .http2_keepalive_timeout(Some(config.keepalive_interval))
+                .tcp_nodelay(true)
+                .add_routes(routes.clone())
+                .add_service(PtyBrokerService::new(self.clone()).into_server())
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(incoming).with_nodelay(Some(true)),
+                    stop_signal,
+                );
+            let mut server = tokio::spawn(server);
+            health.set_status(ServingStatus::Serving).await;
+            tracing::info!(
+                address = %local_addr,
+                broker_id = %config.broker_id,
+                backends = ?config.backends,
+                tls = tls.serves_tls(),
+                successor_socket = ?successors.as_ref().map(|successors| successors.path()),
+                "pty-broker serving"
+            );
 
+            // Heartbeats stop when serving does: on shutdown, a hand-off, or when the server fails.
+            let stop_registering = CancellationToken::new();
+            let _stop_registering = stop_registering.clone().drop_guard();
+            if let Some((session_api, credential, registration)) = &registration {
+                Registrar::new(session_api, credential, registration.clone(), &tls)?
+                    .start(stop_registering.clone());
+            }
+
+            loop {
+                let successor = async {
+                    match &successors {
+                        Some(successors) => successors.accept().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    result = &mut server => {
+                        // The server stopped by itself: end the sessions anyway, then report why.
+                        self.shutdown().await;
+                        return Ok(result??);
+                    }
+                    () = &mut shutdown => {
+                        stop_registering.cancel();
+                        stop_accepting.cancel();
+                        self.shut_down_within(grace, &health, server).await;
+                        return Ok(());
+                    }
+                    successor = successor => {
+                        let successor = match successor {
+                            Ok(successor) => successor,
+                            Err(error) => {
+                                tracing::warn!(%error, "a successor's connection failed");
+                                continue;
+                            }
+                        };
+                        let begun = self.hand_offs_begun();
+                        match self.give_sessions(successor, listener.as_raw_fd()).await {
+                            Ok(()) => {
+                                stop_registering.cancel();
+                                tracing::info!("handed over: this process ends, its sessions go on");
+                                return Ok(());
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, "the hand-off did not happen: serving on");
+                                if self.hand_offs_begun() != begun {
+                                    // Serving had stopped for it: start again on the same socket.
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The graceful end: not serving, every session closed, every stream ended, within `grace`.
+    async fn shut_down_within(
+        &self,
+        grace: std::time::Duration,
+        health: &ptyhub_wire::HealthHandle,
+        mut server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    ) {
         let deadline = Instant::now() + grace;
         tracing::info!(grace = ?grace, "shutting down");
-        stop_registering.cancel();
         health.set_status(ServingStatus::NotServing).await;
-        stop_accepting.cancel();
         let sessions_closed = timeout_at(deadline, self.shutdown()).await.is_ok();
         let server_stopped = match timeout_at(deadline, &mut server).await {
             Ok(Ok(Ok(()))) => true,
@@ -127,7 +229,6 @@ impl Broker {
                 "shutdown forced after the grace period"
             );
         }
-        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
-use crate::domain::{Broker, CloseReason, ExitStatus, ScreenFacts, Target};
+use crate::domain::{Broker, CloseReason, ExitStatus, RecordMode, ScreenFacts, Target};
 use crate::error::Error;
 
 /// What to start on a broker.
@@ -33,6 +33,8 @@ pub struct SpawnSpec {
     pub cwd: String,
     pub user: String,
     pub size: TerminalSize,
+    pub record: RecordMode,
+    pub recording_title: String,
 }
 
 /// A session's state as its broker reports it.
@@ -195,6 +197,12 @@ impl BrokerClients {
                 cols: u32::from(spec.size.cols()),
                 rows: u32::from(spec.size.rows()),
             }),
+            record: match spec.record {
+                RecordMode::Off => pb::RecordMode::Off,
+                RecordMode::Output => pb::RecordMode::Output,
+                RecordMode::OutputAndInput => pb::RecordMode::OutputAndInput,
+            } as i32,
+            recording_title: spec.recording_title.clone(),
         };
         self.client(broker)?
             .spawn(self.unary(request))

@@ -8,6 +8,8 @@ use std::time::Duration;
 use attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
 
+use crate::domain::RecordMode;
+
 /// Everything session-api needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]
@@ -77,6 +79,11 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_SESSION_API_SHUTDOWN_GRACE", default_value = "5s",
           value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// What sessions of instances without a `record` setting of their own record: `off`,
+    /// `output` or `output+input`.
+    #[arg(long, env = "PTYHUB_SESSION_API_DEFAULT_RECORD", default_value = "off")]
+    pub default_record: RecordMode,
 
     /// TLS of the gRPC port and of the calls to brokers.
     #[command(flatten)]
@@ -150,6 +157,7 @@ impl Config {
             keepalive_interval: Duration::from_secs(20),
             closed_session_retention: ptyhub_wire::limits::DEFAULT_CLOSED_SESSION_RETENTION,
             shutdown_grace: Duration::from_secs(5),
+            default_record: RecordMode::Off,
             tls: SessionApiTls::default(),
         }
     }

@@ -286,6 +286,42 @@ pub struct NewInstance {
     pub labels: BTreeMap<String, String>,
     /// `None` lets session-api place the instance.
     pub broker_id: Option<String>,
+    /// `None` follows the server's default.
+    pub record: Option<RecordMode>,
+}
+
+/// What a session's recording keeps (`off`, `output`, `output+input`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum RecordMode {
+    #[default]
+    Off,
+    Output,
+    OutputAndInput,
+}
+
+impl RecordMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordMode::Off => "off",
+            RecordMode::Output => "output",
+            RecordMode::OutputAndInput => "output+input",
+        }
+    }
+}
+
+impl std::str::FromStr for RecordMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "off" => Ok(RecordMode::Off),
+            "output" => Ok(RecordMode::Output),
+            "output+input" => Ok(RecordMode::OutputAndInput),
+            other => Err(format!(
+                "record mode {other:?} is not one of off, output, output+input"
+            )),
+        }
+    }
 }
 
 /// An instance as stored.
@@ -303,6 +339,8 @@ pub struct Instance {
     pub broker_id: String,
     pub created_at: DateTime<Utc>,
     pub live_sessions: u32,
+    /// The instance's own recording setting; `None` follows the server's default.
+    pub record: Option<RecordMode>,
 }
 
 /// A session record.

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod broker_client;
 pub mod changes;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod shares;
 pub mod store;
 
 pub use config::{Config, StaticBroker};
+pub use domain::RecordMode;
 pub use error::{Error, StartError};
 pub use ptyhub_wire::ServiceCredential;
 
@@ -69,19 +71,22 @@ pub async fn run(
         spawn_grace: config.broker_call_timeout * 2,
         closed_session_retention: config.closed_session_retention,
     };
-    let service = Arc::new(SessionService::new(
-        store.clone(),
-        BrokerClients::new(
-            &config.secrets.service_token,
-            config.broker_call_timeout,
-            tls.clone(),
-        ),
-        Arc::new(ChangeFeed::new()),
-        config.secrets.ticket_key.clone(),
-        config.ticket_ttl,
-        config.broker_call_timeout + Duration::from_secs(5),
-        settings.heartbeat_interval(),
-    ));
+    let service = Arc::new(
+        SessionService::new(
+            store.clone(),
+            BrokerClients::new(
+                &config.secrets.service_token,
+                config.broker_call_timeout,
+                tls.clone(),
+            ),
+            Arc::new(ChangeFeed::new()),
+            config.secrets.ticket_key.clone(),
+            config.ticket_ttl,
+            config.broker_call_timeout + Duration::from_secs(5),
+            settings.heartbeat_interval(),
+        )
+        .with_default_record(config.default_record),
+    );
 
     let root = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use ptyhub_wire::Actor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -195,7 +196,7 @@ impl Watcher {
         }
         for session in sessions {
             match store
-                .close_session(session.id, CloseReason::BrokerLost)
+                .close_session(session.id, CloseReason::BrokerLost, Some(&Actor::system()))
                 .await
             {
                 Ok(Some(closed)) => {
@@ -333,7 +334,10 @@ impl Watcher {
             }
             BrokerEvent::Closed { session_id, reason } => {
                 batch.forget(session_id);
-                if let Some(session) = store.close_session(session_id, reason).await? {
+                if let Some(session) = store
+                    .close_session(session_id, reason, closed_by_system(reason).as_ref())
+                    .await?
+                {
                     changes.publish(ChangeKind::Closed, &session);
                 }
             }
@@ -394,7 +398,7 @@ impl Watcher {
                     continue;
                 }
                 if let Some(closed) = store
-                    .close_session(session.id, CloseReason::BrokerLost)
+                    .close_session(session.id, CloseReason::BrokerLost, Some(&Actor::system()))
                     .await?
                 {
                     tracing::info!(session_id = %session.id, broker_id = %broker.id,
@@ -417,7 +421,10 @@ impl Watcher {
                         store.record_exit(session.id, exit).await?;
                     }
                     let reason = on_broker.close_reason.unwrap_or(CloseReason::BrokerLost);
-                    if let Some(closed) = store.close_session(session.id, reason).await? {
+                    if let Some(closed) = store
+                        .close_session(session.id, reason, closed_by_system(reason).as_ref())
+                        .await?
+                    {
                         changes.publish(ChangeKind::Closed, &closed);
                     }
                 }
@@ -509,6 +516,13 @@ impl Batch {
     fn forget(&mut self, session_id: Uuid) {
         self.reported_screens.remove(&session_id);
     }
+}
+
+/// Who a close a broker reported is recorded as done by: session-api itself, except for a kill
+/// (`closed_by_user`), which only a user's close asks for and which that close records with
+/// its own principal (`SessionService::close_session`).
+fn closed_by_system(reason: CloseReason) -> Option<Actor> {
+    (reason != CloseReason::ClosedByUser).then(Actor::system)
 }
 
 #[cfg(test)]

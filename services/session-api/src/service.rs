@@ -7,18 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use attach_ticket::{TicketKey, TicketRole};
-use ptyhub_wire::{Role, TerminalSize};
+use ptyhub_wire::{Actor, Role, TerminalSize};
 use tokio::sync::{Notify, broadcast};
 use uuid::Uuid;
 
+use crate::audit::{AuditFilter, AuditPage, NewAuditEvent, validate_reported};
 use crate::broker_client::{BrokerClients, SpawnSpec};
 use crate::changes::ChangeFeed;
 use crate::domain::{
-    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, Session,
-    SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus,
+    Alias, AttachTarget, Broker, ChangeKind, CloseReason, Instance, NewInstance, RecordMode,
+    Session, SessionAttachment, SessionChange, SessionName, SessionSelector, SessionStatus,
 };
 use crate::error::Error;
-use crate::store::{Reservation, SessionReservation, Store};
+use crate::store::{Reservation, SessionReservation, Store, closed_event};
 
 /// The placeholder in a command that is replaced by the new session's id at spawn.
 pub const SESSION_ID_PLACEHOLDER: &str = "{session_id}";
@@ -49,6 +50,8 @@ pub struct SessionService {
     heartbeat_interval: Duration,
     /// Woken when a broker registers, so watchers start at once.
     pub(crate) brokers_changed: Arc<Notify>,
+    /// What instances without a setting of their own record.
+    pub(crate) default_record: RecordMode,
 }
 
 impl SessionService {
@@ -62,6 +65,7 @@ impl SessionService {
         heartbeat_interval: Duration,
     ) -> Self {
         Self {
+            default_record: RecordMode::Off,
             store,
             brokers,
             changes,
@@ -71,6 +75,12 @@ impl SessionService {
             heartbeat_interval,
             brokers_changed: Arc::new(Notify::new()),
         }
+    }
+
+    /// What instances without a `record` setting of their own record.
+    pub(crate) fn with_default_record(mut self, mode: RecordMode) -> Self {
+        self.default_record = mode;
+        self
     }
 
     // ---- instances ----------------------------------------------------------------------
@@ -252,6 +262,8 @@ impl SessionService {
                 cwd: instance.cwd.clone(),
                 user: instance.user.clone(),
                 size: session.size,
+                record: instance.record.unwrap_or(self.default_record),
+                recording_title: format!("{} / {}", instance.name, session.name),
             };
             self.brokers.spawn(&broker, &spec).await?;
             // A broker that just spawned a process is up, whether or not this replica's
@@ -267,7 +279,7 @@ impl SessionService {
                 tracing::warn!(session_id = %session.id, %error, "spawn failed");
                 if let Some(closed) = self
                     .store
-                    .close_session(session.id, CloseReason::SpawnFailed)
+                    .close_session(session.id, CloseReason::SpawnFailed, Some(&Actor::system()))
                     .await?
                 {
                     self.changes.publish(ChangeKind::Closed, &closed);
@@ -398,7 +410,12 @@ impl SessionService {
 
     /// Closes a session (`closed_by_user`), freeing its slot and aliases, and ends its
     /// process. Closing a closed session returns it unchanged.
-    pub async fn close_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
+    pub async fn close_session(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+        by: &Actor,
+    ) -> Result<Session, Error> {
         let session = self.get_session(instance, session_id).await?;
         if session.status == SessionStatus::Closed {
             return Ok(session);
@@ -411,23 +428,63 @@ impl SessionService {
         }
         match self
             .store
-            .close_session(session_id, CloseReason::ClosedByUser)
+            .close_session(session_id, CloseReason::ClosedByUser, Some(by))
             .await?
         {
             Some(closed) => {
                 self.changes.publish(ChangeKind::Closed, &closed);
                 Ok(closed)
             }
-            // The broker's report of the kill closed it first, through this or another replica.
+            // The broker's report of the kill closed it first, through this or another replica,
+            // and left the audit event to this close, which asked for the kill.
             None => {
-                self.store
+                let closed = self
+                    .store
                     .get_session(session.instance_id, session_id)
-                    .await
+                    .await?;
+                if closed.close_reason == Some(CloseReason::ClosedByUser) {
+                    self.record(closed_event(&closed, CloseReason::ClosedByUser, by))
+                        .await;
+                }
+                Ok(closed)
             }
         }
     }
 
-    /// The broker of a session of `instance` that is not closed, for the calls that only
+    // ---- the audit trail -------------------------------------------------------------------
+
+    /// Records an event of something that has happened already: a failure to record is logged
+    /// (and counted by the log's alerting), never turned into a failure of the action.
+    pub async fn record(&self, event: NewAuditEvent) {
+        let kind = event.kind.as_str();
+        if let Err(error) = self.store.record_audit_event(event).await {
+            tracing::error!(%error, kind, "an audit event could not be recorded");
+        }
+    }
+
+    /// Records what a gateway reports (an attach, a detach, a refusal), after checking it is a
+    /// kind gateways report and within the bounds.
+    pub async fn record_reported(&self, event: NewAuditEvent) -> Result<u64, Error> {
+        validate_reported(&event)?;
+        self.store.record_audit_event(event).await
+    }
+
+    /// One page of the audit trail. The instance filter is an id (kept after the instance is
+    /// deleted) or the name of an instance that exists.
+    pub async fn list_audit_events(
+        &self,
+        instance: Option<&str>,
+        mut filter: AuditFilter,
+    ) -> Result<AuditPage, Error> {
+        if let Some(instance) = instance {
+            filter.instance_id = Some(match Uuid::parse_str(instance) {
+                Ok(id) => id,
+                Err(_) => self.store.find_instance(instance).await?.id,
+            });
+        }
+        self.store.list_audit_events(&filter.validated()?).await
+    }
+
     /// forward to it (the screen calls). Refused without calling the broker: an unknown session
     /// or another instance's, a closed one ([`Error::SessionClosed`]), one whose broker is
     /// marked down ([`Error::BrokerDown`]).

@@ -9,6 +9,7 @@ mod health;
 mod idle_reaping;
 mod keepalive;
 mod outside_client;
+mod recordings;
 mod teardown;
 mod tickets;
 mod tombstone;

@@ -7,6 +7,7 @@
 //! with a short tombstone and detached timeout, which the stack does not configure.
 
 mod attach_tickets;
+mod audit;
 mod bad_input;
 mod broker_down;
 mod client_ids;
@@ -15,6 +16,7 @@ mod exits;
 mod flow_control;
 mod live_sessions;
 mod project_routes;
+mod recordings;
 mod reset;
 mod screens;
 mod snapshots;

@@ -105,6 +105,26 @@ pub async fn rest(
     answer(request).await
 }
 
+/// A request with `token` (`None`: no credential) and an optional JSON body.
+pub async fn rest_as(
+    stack: &TestStack,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
+    let mut request = stack
+        .http
+        .request(method, format!("{}{path}", stack.gateway_url));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    answer(request).await
+}
+
 /// A request with the admin token and `body` sent as is, labelled as JSON.
 pub async fn rest_raw(stack: &TestStack, method: reqwest::Method, path: &str, body: &str) -> Reply {
     let request = stack
@@ -332,7 +352,12 @@ pub struct Terminal {
 impl Terminal {
     /// Opens `path_and_query` on the gateway with the admin token.
     pub async fn open(stack: &TestStack, path_and_query: &str) -> Terminal {
-        let url = terminal_url(stack, path_and_query);
+        Terminal::open_as(stack, path_and_query, &stack.admin_token).await
+    }
+
+    /// Opens `path_and_query` on the gateway with `token`.
+    pub async fn open_as(stack: &TestStack, path_and_query: &str, token: &str) -> Terminal {
+        let url = terminal_url(stack, path_and_query, token);
         let (socket, _) = tokio_tungstenite::connect_async(url.as_str())
             .await
             .unwrap_or_else(|error| panic!("websocket handshake for {path_and_query}: {error}"));
@@ -358,7 +383,7 @@ impl Terminal {
             .connect(address)
             .await
             .expect("connect to the gateway");
-        let request = terminal_url(stack, path_and_query)
+        let request = terminal_url(stack, path_and_query, &stack.admin_token)
             .into_client_request()
             .expect("a websocket request");
         let (socket, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream))
@@ -517,16 +542,15 @@ impl Terminal {
     }
 }
 
-fn terminal_url(stack: &TestStack, path_and_query: &str) -> String {
+fn terminal_url(stack: &TestStack, path_and_query: &str, token: &str) -> String {
     let separator = if path_and_query.contains('?') {
         '&'
     } else {
         '?'
     };
     format!(
-        "{}{path_and_query}{separator}token={}",
+        "{}{path_and_query}{separator}token={token}",
         stack.websocket_url(),
-        stack.admin_token
     )
 }
 

@@ -13,6 +13,7 @@ use crate::domain::{
     SessionPhase, TerminalSize,
 };
 use crate::error::Error;
+use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::{Cell, Color, ScreenFormat, ScreenView};
 use crate::session::{AttachRequest, InputItem, InputSent, ScreenWait, WaitOutcome};
@@ -26,6 +27,26 @@ pub(super) fn parse_session_id(text: &str) -> Result<Uuid, Error> {
 
 pub(super) fn terminal_size(size: pb::TerminalSize) -> Result<TerminalSize, Error> {
     Ok(TerminalSize::new(size.cols, size.rows)?)
+}
+
+/// What a Spawn call asks to be recorded.
+pub(crate) fn recording_request(request: &pb::SpawnRequest) -> Result<RecordingRequest, Error> {
+    let mode = match pb::RecordMode::try_from(request.record) {
+        Ok(pb::RecordMode::Unspecified | pb::RecordMode::Off) => RecordMode::Off,
+        Ok(pb::RecordMode::Output) => RecordMode::Output,
+        Ok(pb::RecordMode::OutputAndInput) => RecordMode::OutputAndInput,
+        Err(_) => {
+            return Err(Error::InvalidRequest(format!(
+                "unknown record mode {}",
+                request.record
+            )));
+        }
+    };
+    let title = request.recording_title.trim();
+    Ok(RecordingRequest {
+        mode,
+        title: (!title.is_empty()).then(|| title.to_owned()),
+    })
 }
 
 impl TryFrom<pb::SpawnRequest> for SpawnSpec {

@@ -78,8 +78,10 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         request: Request<pb::SpawnRequest>,
     ) -> Result<Response<pb::SpawnResponse>, Status> {
         self.authorize(&request)?;
-        let spec = SpawnSpec::try_from(request.into_inner())?;
-        let session = self.broker.spawn(spec).await?;
+        let request = request.into_inner();
+        let recording = convert::recording_request(&request)?;
+        let spec = SpawnSpec::try_from(request)?;
+        let session = self.broker.spawn_recorded(spec, recording).await?;
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
         }))
@@ -219,6 +221,10 @@ async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEv
             tokio::select! {
                 sent = sender.send(Ok(event)) => if sent.is_err() { return },
                 () = broker.shutting_down() => return,
+                () = broker.handing_over() => {
+                    let _ = sender.send(Err(Error::HandingOver.into())).await;
+                    return;
+                }
             }
         }
         tokio::select! {
@@ -234,6 +240,12 @@ async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEv
             },
             () = sender.closed() => return,
             () = broker.shutting_down() => return,
+            () = broker.handing_over() => {
+                // The subscriber reconnects, and reaches the next broker process (or this one
+                // again, should the hand-off fail).
+                let _ = sender.send(Err(Error::HandingOver.into())).await;
+                return;
+            }
         }
     }
 }

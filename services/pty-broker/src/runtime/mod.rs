@@ -11,6 +11,7 @@
 //! output has ended.
 
 use std::fmt;
+use std::os::fd::{OwnedFd, RawFd};
 use std::pin::Pin;
 
 use async_trait::async_trait;
@@ -75,6 +76,27 @@ impl fmt::Debug for SpawnedPty {
     }
 }
 
+/// Which running process a broker hands to its next process (`handoff/`), beside the
+/// descriptors that go with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandedProcess {
+    /// A local session: the descriptors are the PTY master and the read end of its keeper's pipe.
+    Local {
+        leader_pid: u32,
+        leader_start_time: u64,
+    },
+    /// A Docker session: the descriptor is the hijacked connection of its exec's TTY stream.
+    Docker(docker::DockerHandOff),
+}
+
+/// A running process as it goes to the next broker process: what it is, and the descriptors
+/// (borrowed from the process handle, which stays open until the hand-off ends) that carry it.
+#[derive(Debug)]
+pub struct ProcessHandOff {
+    pub process: HandedProcess,
+    pub fds: Vec<RawFd>,
+}
+
 /// Spawns processes on PTYs.
 #[async_trait]
 pub trait PtyRuntime: Send + Sync + fmt::Debug {
@@ -84,6 +106,19 @@ pub trait PtyRuntime: Send + Sync + fmt::Debug {
 
     /// Starts `spec` on a new PTY of `spec.size`.
     async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError>;
+
+    /// Goes on with a process that the previous broker process started and handed over, from
+    /// the descriptors it sent. Nothing is read from them before this returns.
+    async fn adopt(
+        &self,
+        _session_id: Uuid,
+        _process: HandedProcess,
+        _fds: Vec<OwnedFd>,
+    ) -> Result<SpawnedPty, RuntimeError> {
+        Err(RuntimeError::Unavailable(
+            "this runtime cannot take over running processes".to_owned(),
+        ))
+    }
 }
 
 /// Control over one spawned process.
@@ -106,6 +141,17 @@ pub trait PtyProcess: Send + Sync + fmt::Debug {
     /// it for the whole life of the process, alongside reading the output; may be called more
     /// than once.
     async fn wait(&self) -> Result<ExitStatus, RuntimeError>;
+
+    /// What the next broker process needs to go on with this process, or why it cannot.
+    fn hand_off(&self) -> Result<ProcessHandOff, RuntimeError> {
+        Err(RuntimeError::Unavailable(
+            "this runtime cannot hand its processes over".to_owned(),
+        ))
+    }
+
+    /// The next broker process owns the process now: dropping this handle must leave it (and
+    /// its crash record) alone.
+    fn handed_over(&self) {}
 }
 
 /// Why a runtime could not do what it was asked.

@@ -38,6 +38,9 @@ pub struct Client {
     pub finished: bool,
     /// Set when the queue overflowed: the client is dropped.
     pub overflowed: bool,
+    /// Set when the broker hands the session to its next process: the stream ends with a
+    /// status that says to reattach.
+    pub handing_over: bool,
 }
 
 /// The current controller.
@@ -66,6 +69,28 @@ pub struct Attached {
 }
 
 impl Attachments {
+    /// No client yet, and controller generations that go on after `generation` (a session taken
+    /// over from a previous broker process: a lease it gave out is never given again).
+    pub fn after_generation(generation: u64) -> Self {
+        Self {
+            generation,
+            ..Self::default()
+        }
+    }
+
+    /// The last controller generation given out.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Ends every client's stream at its next read with a status that says to reattach (a
+    /// hand-off).
+    pub fn end_every_stream(&mut self) {
+        for client in self.clients.values_mut() {
+            client.handing_over = true;
+        }
+    }
+
     /// Adds a client that will be sent output from `cursor` on. A controller takes the lease from
     /// the current one, which is queued a `TakenOver` event at `end`.
     pub fn attach(&mut self, role: Role, cursor: u64, end: u64) -> Attached {
@@ -92,6 +117,7 @@ impl Attachments {
                 events: VecDeque::new(),
                 finished: false,
                 overflowed: false,
+                handing_over: false,
             },
         );
         Attached {

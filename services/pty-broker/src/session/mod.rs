@@ -11,6 +11,8 @@
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
+mod handoff;
+mod recording;
 mod screen;
 mod task;
 
@@ -25,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
+pub use handoff::{Frozen, FrozenSession, Verdict};
+pub(crate) use recording::SessionRecording;
 pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 
@@ -91,6 +95,9 @@ struct Shared {
     /// The session's terminal emulator, fed from the ring off the output path (`session/screen.rs`);
     /// `None` on a broker that runs without screens. Lock order: this before `state`.
     screen: Option<Mutex<Screen>>,
+    /// Where input, resizes and resets go for the session's recorder (`session/recording.rs`);
+    /// `None` when the session is not recorded.
+    recorder: Option<recording::RecorderTap>,
 }
 
 /// The session task's hold on the input side (see [`Shared::input`]).
@@ -198,6 +205,13 @@ enum Command {
     Kill {
         reply: oneshot::Sender<SessionInfo>,
     },
+    /// Stop reading, answer what the session is, and wait for the hand-off's verdict.
+    HandOff {
+        reply: oneshot::Sender<Result<FrozenSession, Error>>,
+        verdict: oneshot::Receiver<Verdict>,
+        /// Told once the task has let go after a commit (the crash record is kept).
+        let_go: oneshot::Sender<()>,
+    },
 }
 
 #[derive(Debug)]
@@ -213,8 +227,10 @@ impl Session {
         size: TerminalSize,
         settings: SessionSettings,
         context: TaskContext,
+        recording: Option<SessionRecording>,
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
+        let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
         let screen = settings
             .scrollback_lines
             .map(|lines| Mutex::new(Screen::new(size, lines, 0)));
@@ -241,6 +257,7 @@ impl Session {
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
             screen,
+            recorder: recorder_tap,
         });
         // Held from the start, so input waits for the first spawn rather than finding nothing.
         let input = Arc::clone(&shared.input)
@@ -252,7 +269,7 @@ impl Session {
             shared: Arc::clone(&shared),
             commands: command_tx,
         });
-        let task = SessionTask::new(id, shared, settings, context, command_rx, input);
+        let task = SessionTask::new(id, shared, settings, context, command_rx, input, recorder);
         (session, task)
     }
 
@@ -340,6 +357,7 @@ impl Shared {
         };
         drop(input);
         written.map_err(Error::InputNotTaken)?;
+        self.record_input(data);
         self.note_input();
         Ok(())
     }
@@ -389,6 +407,7 @@ impl Attachment {
                 Poll::Overflowed => {
                     return Some(Err(Error::ClientTooSlow));
                 }
+                Poll::HandingOver => return Some(Err(Error::HandingOver)),
                 Poll::Wait => {}
             }
             if self.changed.changed().await.is_err() {
@@ -409,6 +428,9 @@ impl Attachment {
         }
         if client.overflowed {
             return Poll::Overflowed;
+        }
+        if client.handing_over {
+            return Poll::HandingOver;
         }
         if let Some(queued) = client.events.front()
             && queued.after_offset <= client.cursor
@@ -455,6 +477,7 @@ enum Poll {
     Wait,
     Finished,
     Overflowed,
+    HandingOver,
 }
 
 impl Drop for Attachment {

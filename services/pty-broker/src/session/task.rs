@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::handoff::{FrozenSession, Verdict};
+use super::recording::{Mark, Recorder};
 use super::{
     AttachRequest, AttachedClient, Command, InputGuard, PtyInput, SessionSettings, Shared,
 };
@@ -77,15 +79,31 @@ pub(crate) struct SessionTask {
     activity: ActivityReport,
     /// Ends the screen's feeder when the session closes.
     screen_done: CancellationToken,
+    /// When the tombstone of an exited session taken over from the previous broker process
+    /// ends (the rest of the time it had there).
+    tombstone_deadline: Option<Instant>,
+    /// The session's recorder until it is started; `None` when the session is not recorded.
+    recorder: Option<Recorder>,
+    /// Ends the recorder when the session closes ...
+    recording_done: CancellationToken,
+    /// ... which says when it has read the ring to its end.
+    recording_drained: Option<oneshot::Receiver<()>>,
 }
 
 /// A running process and its PTY's output; its input side is in [`Shared::input`].
-struct Pty {
-    output: Pin<Box<dyn AsyncRead + Send>>,
+pub(crate) struct Pty {
+    pub output: Pin<Box<dyn AsyncRead + Send>>,
     /// Cancels writes waiting on this process's input.
-    input_ended: CancellationToken,
-    process: Arc<dyn PtyProcess>,
+    pub input_ended: CancellationToken,
+    pub process: Arc<dyn PtyProcess>,
 }
+
+/// The frozen session's answer and its verdict, as the task receives them.
+type HandOffRequest = (
+    oneshot::Sender<Result<FrozenSession, Error>>,
+    oneshot::Receiver<Verdict>,
+    oneshot::Sender<()>,
+);
 
 /// Why an exited session's tombstone ended.
 enum TombstoneEnd {
@@ -97,6 +115,8 @@ enum TombstoneEnd {
     Restart {
         reply: oneshot::Sender<Result<SessionInfo, Error>>,
     },
+    /// The next broker process took the session over.
+    HandedOver,
 }
 
 /// Why `drive` stopped.
@@ -109,6 +129,7 @@ enum ProcessEnd {
         reason: CloseReason,
         reply: Option<oneshot::Sender<SessionInfo>>,
     },
+    HandOff(HandOffRequest),
 }
 
 impl SessionTask {
@@ -119,6 +140,7 @@ impl SessionTask {
         context: TaskContext,
         commands: mpsc::Receiver<Command>,
         input: InputGuard,
+        recorder: Option<Recorder>,
     ) -> Self {
         Self {
             id,
@@ -131,7 +153,54 @@ impl SessionTask {
             reported_counts: (0, 0),
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
+            tombstone_deadline: None,
+            recorder,
+            recording_done: CancellationToken::new(),
+            recording_drained: None,
         }
+    }
+
+    /// The task of a session taken over from the previous broker process (`Session::adopt`),
+    /// whose input side, if it runs, is installed already.
+    pub(super) fn adopted(
+        id: Uuid,
+        shared: Arc<Shared>,
+        settings: SessionSettings,
+        context: TaskContext,
+        commands: mpsc::Receiver<Command>,
+        tombstone_deadline: Option<Instant>,
+    ) -> Self {
+        Self {
+            id,
+            shared,
+            settings,
+            context,
+            commands,
+            input: None,
+            idle_deadline: None,
+            reported_counts: (0, 0),
+            activity: ActivityReport::default(),
+            screen_done: CancellationToken::new(),
+            tombstone_deadline,
+            // A recording ends at a hand-off: the previous process's spool holds it, and this
+            // process publishes what is there at start (`Recordings::keep_up`).
+            recorder: None,
+            recording_done: CancellationToken::new(),
+            recording_drained: None,
+        }
+    }
+
+    /// Runs a session taken over from the previous broker process to its end: `pty` is its
+    /// running process, `None` for an exited session (a tombstone).
+    pub async fn run_adopted(mut self, pty: Option<Pty>) {
+        self.context.tracker.spawn(super::screen::feed_screen_until(
+            Arc::clone(&self.shared),
+            self.settings.screen_sleep,
+            self.screen_done.clone(),
+        ));
+        let _feeder = self.screen_done.clone().drop_guard();
+        self.attachments_changed();
+        self.serve(pty).await;
     }
 
     /// Runs the session to its end. `started` hears whether the first spawn worked.
@@ -142,8 +211,20 @@ impl SessionTask {
             self.screen_done.clone(),
         ));
         let _feeder = self.screen_done.clone().drop_guard();
+        if let Some(recorder) = self.recorder.take() {
+            let (drained, drained_rx) = oneshot::channel();
+            self.recording_drained = Some(drained_rx);
+            self.context.tracker.spawn(super::recording::record_until(
+                Arc::clone(&self.shared),
+                self.id,
+                recorder,
+                self.recording_done.clone(),
+                drained,
+            ));
+        }
+        let _recorder = self.recording_done.clone().drop_guard();
         let spec = self.context.spec.clone();
-        let mut pty = match self.spawn(&spec).await {
+        let pty = match self.spawn(&spec).await {
             Ok(pty) => pty,
             Err(error) => {
                 tracing::info!(session_id = %self.id, %error, "spawn failed");
@@ -162,52 +243,166 @@ impl SessionTask {
         // event stream tells its owner about it.
         let _ = started.send(Ok(info));
         self.attachments_changed();
+        self.serve(Some(pty)).await;
+    }
 
+    /// Serves the session from `pty` (its running process, or `None` once it exited) until it
+    /// closes or goes to the next broker process.
+    async fn serve(mut self, mut pty: Option<Pty>) {
         loop {
-            match self.drive(&mut pty).await {
-                ProcessEnd::Exited(status) => {
-                    self.take_input(&pty.input_ended).await;
-                    self.exited(status, pty);
-                    match self.keep_tombstone().await {
-                        TombstoneEnd::Close { reason, reply } => {
-                            self.close(reason, reply).await;
-                            return;
-                        }
-                        TombstoneEnd::Restart { reply } => match self.restart_exited().await {
-                            Ok(new_pty) => {
-                                pty = new_pty;
-                                let _ = reply.send(Ok(self.shared.lock().info(self.id)));
-                            }
-                            Err(error) => {
-                                tracing::warn!(session_id = %self.id, %error, "restart after exit failed");
-                                let _ = reply.send(Err(error));
-                                self.close(CloseReason::SpawnFailed, None).await;
-                                return;
-                            }
-                        },
-                    }
-                }
-                ProcessEnd::Reset { reply } => match self.reset(pty).await {
-                    Ok(new_pty) => {
-                        pty = new_pty;
-                        let _ = reply.send(Ok(self.shared.lock().info(self.id)));
-                    }
-                    Err(error) => {
-                        tracing::warn!(session_id = %self.id, %error, "reset could not restart the command");
-                        let _ = reply.send(Err(error));
-                        self.close(CloseReason::SpawnFailed, None).await;
+            let Some(running) = pty.as_mut() else {
+                match self.keep_tombstone().await {
+                    TombstoneEnd::Close { reason, reply } => {
+                        self.close(reason, reply).await;
                         return;
                     }
-                },
+                    TombstoneEnd::HandedOver => return,
+                    TombstoneEnd::Restart { reply } => match self.restart_exited().await {
+                        Ok(new_pty) => {
+                            pty = Some(new_pty);
+                            let _ = reply.send(Ok(self.shared.lock().info(self.id)));
+                        }
+                        Err(error) => {
+                            tracing::warn!(session_id = %self.id, %error, "restart after exit failed");
+                            let _ = reply.send(Err(error));
+                            self.close(CloseReason::SpawnFailed, None).await;
+                            return;
+                        }
+                    },
+                }
+                continue;
+            };
+            match self.drive(running).await {
+                ProcessEnd::Exited(status) => {
+                    let ended = pty.take().expect("a process ran");
+                    self.take_input(&ended.input_ended).await;
+                    self.exited(status, ended);
+                }
+                ProcessEnd::Reset { reply } => {
+                    let old = pty.take().expect("a process ran");
+                    match self.reset(old).await {
+                        Ok(new_pty) => {
+                            pty = Some(new_pty);
+                            let _ = reply.send(Ok(self.shared.lock().info(self.id)));
+                        }
+                        Err(error) => {
+                            tracing::warn!(session_id = %self.id, %error, "reset could not restart the command");
+                            let _ = reply.send(Err(error));
+                            self.close(CloseReason::SpawnFailed, None).await;
+                            return;
+                        }
+                    }
+                }
                 ProcessEnd::Close { reason, reply } => {
-                    self.take_input(&pty.input_ended).await;
-                    self.end_process(&pty.process).await;
-                    drop(pty);
+                    let ended = pty.take().expect("a process ran");
+                    self.take_input(&ended.input_ended).await;
+                    self.end_process(&ended.process).await;
+                    drop(ended);
                     self.close(reason, reply).await;
                     return;
                 }
+                ProcessEnd::HandOff(request) => {
+                    let running = pty.as_mut().expect("a process runs");
+                    if self.freeze(Some(running), request).await == Verdict::Commit {
+                        return;
+                    }
+                }
             }
         }
+    }
+
+    /// Stops reading, answers what the session is, and waits for the verdict: on `Commit` the
+    /// next broker process owns the session (and `pty`'s process, whose crash record stays);
+    /// on `Resume` (or when the hand-off went away) the session goes on as before.
+    async fn freeze(&mut self, pty: Option<&mut Pty>, request: HandOffRequest) -> Verdict {
+        let (reply, verdict, let_go) = request;
+        // Input waits for the verdict; a write blocked on a process that does not read gives way.
+        let mut held = match self.input.take() {
+            Some(held) => held,
+            None => {
+                if let Some(pty) = &pty {
+                    pty.input_ended.cancel();
+                }
+                Arc::clone(&self.shared.input).lock_owned().await
+            }
+        };
+        let input = held.take();
+        let process = match pty.as_ref().map(|pty| pty.process.hand_off()).transpose() {
+            Ok(process) => process,
+            Err(error) => {
+                let _ = reply.send(Err(error.into()));
+                self.thaw(pty, held, input);
+                return Verdict::Resume;
+            }
+        };
+        // The screen first (its lock comes before the state's); nothing is read meanwhile, so
+        // it is as of the end of the ring.
+        let screen = self.shared.snapshot();
+        let frozen = {
+            let mut state = self.shared.lock();
+            state.attachments.end_every_stream();
+            FrozenSession {
+                id: self.id,
+                spec: self.context.spec.clone(),
+                phase: state.phase,
+                size: state.size,
+                ring_start: state.ring.start(),
+                ring: state.ring.chunks().cloned().collect(),
+                exit: state.exit,
+                pid: state.pid,
+                created_at: state.created_at,
+                last_activity_at: state.last_activity_at,
+                title: state.title.clone(),
+                last_bell_at: state.last_bell_at,
+                controller_generation: state.attachments.generation(),
+                screen,
+                tombstone_left: None,
+                process,
+            }
+        };
+        self.shared.notify_clients();
+        let frozen = FrozenSession {
+            tombstone_left: self
+                .tombstone_deadline
+                .map(|deadline| deadline.saturating_duration_since(Instant::now())),
+            ..frozen
+        };
+        if reply.send(Ok(frozen)).is_err() {
+            self.thaw(pty, held, input);
+            return Verdict::Resume;
+        }
+        match verdict.await {
+            Ok(Verdict::Commit) => {
+                if let Some(pty) = &pty {
+                    pty.process.handed_over();
+                }
+                let _ = let_go.send(());
+                tracing::info!(session_id = %self.id, "session handed to the next broker process");
+                Verdict::Commit
+            }
+            Ok(Verdict::Resume) | Err(_) => {
+                tracing::info!(session_id = %self.id, "hand-off failed: the session goes on here");
+                self.thaw(pty, held, input);
+                Verdict::Resume
+            }
+        }
+    }
+
+    /// Gives the input side back after a hand-off that did not happen.
+    fn thaw(&mut self, pty: Option<&mut Pty>, mut held: InputGuard, input: Option<PtyInput>) {
+        match (pty, input) {
+            (Some(pty), Some(input)) => {
+                let ended = CancellationToken::new();
+                pty.input_ended = ended.clone();
+                *held = Some(PtyInput {
+                    writer: input.writer,
+                    ended,
+                });
+            }
+            // An exited session takes no input.
+            _ => *held = None,
+        }
+        drop(held);
     }
 
     /// Starts `spec` and gives its input side to the controller's writes.
@@ -285,6 +480,9 @@ impl SessionTask {
                     let Some(command) = command else {
                         return ProcessEnd::Close { reason: CloseReason::Killed, reply: None };
                     };
+                    if let Command::HandOff { reply, verdict, let_go } = command {
+                        return ProcessEnd::HandOff((reply, verdict, let_go));
+                    }
                     if let Some(end) = self.command_while_running(command, process.as_ref()).await {
                         return end;
                     }
@@ -374,6 +572,13 @@ impl SessionTask {
                     reason: CloseReason::Killed,
                     reply: Some(reply),
                 });
+            }
+            Command::HandOff {
+                reply,
+                verdict,
+                let_go,
+            } => {
+                return Some(ProcessEnd::HandOff((reply, verdict, let_go)));
             }
         }
         None
@@ -493,6 +698,11 @@ impl SessionTask {
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resize(size));
             drop(state);
+            self.shared.record_mark(Mark::Resize {
+                offset: end,
+                at: Instant::now(),
+                size,
+            });
             self.shared.notify_clients();
         }
     }
@@ -577,7 +787,10 @@ impl SessionTask {
     /// period ends, a kill, shutdown, or a reset that starts the command again.
     async fn keep_tombstone(&mut self) -> TombstoneEnd {
         let close = |reason, reply| TombstoneEnd::Close { reason, reply };
-        let deadline = Instant::now() + self.settings.tombstone;
+        let deadline = self
+            .tombstone_deadline
+            .unwrap_or_else(|| Instant::now() + self.settings.tombstone);
+        self.tombstone_deadline = Some(deadline);
         loop {
             tokio::select! {
                 biased;
@@ -591,6 +804,11 @@ impl SessionTask {
                     }
                     Some(Command::Resize { reply, .. }) => {
                         let _ = reply.send(Err(Error::ProcessExited));
+                    }
+                    Some(Command::HandOff { reply, verdict, let_go }) => {
+                        if self.freeze(None, (reply, verdict, let_go)).await == Verdict::Commit {
+                            return TombstoneEnd::HandedOver;
+                        }
                     }
                     Some(Command::Reset { generation, reply }) => {
                         if generation.is_none()
@@ -612,13 +830,14 @@ impl SessionTask {
         // Clients clear their terminals when they hear `Resetting`; the screen does at the same
         // offset.
         self.shared.reset_screen();
-        let size = {
+        let (size, end) = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resetting);
-            state.size
+            (state.size, end)
         };
+        self.record_reset(end);
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, "resetting");
         self.hold_input(Some(&pty.input_ended)).await;
@@ -631,16 +850,18 @@ impl SessionTask {
 
     /// Starts the command of an exited session again, in place: same id, offsets go on.
     async fn restart_exited(&mut self) -> Result<Pty, Error> {
+        self.tombstone_deadline = None;
         self.hold_input(None).await;
         self.shared.reset_screen();
-        let size = {
+        let (size, end) = {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Resetting;
             state.exit = None;
             let end = state.ring.end();
             state.attachments.broadcast(end, &ClientEvent::Resetting);
-            state.size
+            (state.size, end)
         };
+        self.record_reset(end);
         self.shared.notify_clients();
         tracing::info!(session_id = %self.id, "restarting after exit");
         self.start_again(size).await
@@ -707,6 +928,7 @@ impl SessionTask {
         if let Some(reply) = reply {
             let _ = reply.send(info);
         }
+        self.finish_recording().await;
         // Clients that keep reading hear `Closed` and leave; a stalled one is cut off, and the
         // output it never read is not kept for it.
         let _ = timeout(CLOSE_FLUSH, async {
@@ -716,6 +938,25 @@ impl SessionTask {
         })
         .await;
         self.shared.lock().ring.clear();
+    }
+
+    /// Tells the recorder that a reset starts at `offset` (a marker between the two processes).
+    fn record_reset(&self, offset: u64) {
+        self.shared.record_mark(Mark::Reset {
+            offset,
+            at: Instant::now(),
+        });
+    }
+
+    /// Ends the recorder and waits (bounded) until it has read the ring to its end, which the
+    /// close is about to clear. Publishing the file happens afterwards, on the recorder's task.
+    async fn finish_recording(&mut self) {
+        self.recording_done.cancel();
+        if let Some(drained) = self.recording_drained.take()
+            && timeout(CLOSE_FLUSH, drained).await.is_err()
+        {
+            tracing::warn!(session_id = %self.id, "the recorder did not catch up before the close");
+        }
     }
 
     /// Re-reads who is attached: publishes changed counts and arms or disarms the idle timer.

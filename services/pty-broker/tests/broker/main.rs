@@ -7,16 +7,20 @@
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
+//! - `recordings`: asciicast recordings against a strict reader, and a broker killed mid-recording;
 //! - `policy`: the broker's own limits on containers and users, against real targets;
-//! - `restart`: the real `pty-broker` binary killed and started again on the same data directory.
+//! - `restart`: the real `pty-broker` binary killed and started again on the same data directory;
+//! - `handoff`: real `pty-broker` processes handing their sessions to the next (`--take-over`).
 
 #[macro_use]
 mod support;
 
 mod attach;
 mod docker_runtime;
+mod handoff;
 mod local_runtime;
 mod policy;
+mod recordings;
 mod restart;
 mod screens;
 mod service;

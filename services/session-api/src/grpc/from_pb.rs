@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_wire::{Role, TerminalSize, limits};
+use ptyhub_wire::{Actor, Role, TerminalSize, limits};
 use uuid::Uuid;
 
-use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, Target};
+use crate::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
+use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, RecordMode, Target};
 use crate::error::Error;
 
 pub(super) fn required<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
@@ -148,5 +150,136 @@ pub(super) fn new_instance_from_pb(
         } else {
             Some(validated_broker_id(&request.broker_id)?.to_owned())
         },
+        record: record_mode_from_pb(request.record)?,
+    })
+}
+
+/// A record mode; `None` for unspecified (the server's default).
+pub(super) fn record_mode_from_pb(value: i32) -> Result<Option<RecordMode>, Error> {
+    match broker_pb::RecordMode::try_from(value) {
+        Ok(broker_pb::RecordMode::Unspecified) => Ok(None),
+        Ok(broker_pb::RecordMode::Off) => Ok(Some(RecordMode::Off)),
+        Ok(broker_pb::RecordMode::Output) => Ok(Some(RecordMode::Output)),
+        Ok(broker_pb::RecordMode::OutputAndInput) => Ok(Some(RecordMode::OutputAndInput)),
+        Err(_) => Err(Error::InvalidRequest(format!(
+            "record mode {value} is unknown"
+        ))),
+    }
+}
+
+/// The kinds of the audit trail, one to one.
+pub(super) fn audit_kind_from_pb(kind: i32) -> Result<AuditKind, Error> {
+    use pb::AuditKind as Kind;
+    let kind = match Kind::try_from(kind) {
+        Ok(Kind::InstanceCreated) => AuditKind::InstanceCreated,
+        Ok(Kind::InstanceDeleted) => AuditKind::InstanceDeleted,
+        Ok(Kind::SessionCreated) => AuditKind::SessionCreated,
+        Ok(Kind::SessionRenamed) => AuditKind::SessionRenamed,
+        Ok(Kind::SessionReset) => AuditKind::SessionReset,
+        Ok(Kind::SessionClosed) => AuditKind::SessionClosed,
+        Ok(Kind::Attached) => AuditKind::Attached,
+        Ok(Kind::Detached) => AuditKind::Detached,
+        Ok(Kind::Takeover) => AuditKind::Takeover,
+        Ok(Kind::Input) => AuditKind::Input,
+        Ok(Kind::Refused) => AuditKind::Refused,
+        Ok(Kind::Unspecified) => return Err(Error::InvalidRequest("kind is required".into())),
+        Err(_) => {
+            return Err(Error::InvalidRequest(format!(
+                "audit kind {kind} is unknown"
+            )));
+        }
+    };
+    Ok(kind)
+}
+
+/// A UUID field that may be empty.
+fn optional_uuid(field: &str, text: &str) -> Result<Option<Uuid>, Error> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    Uuid::parse_str(text)
+        .map(Some)
+        .map_err(|_| Error::InvalidRequest(format!("{field} {text:?} is not a uuid")))
+}
+
+fn time_from_pb(
+    field: &str,
+    at: Option<prost_types::Timestamp>,
+) -> Result<Option<DateTime<Utc>>, Error> {
+    at.map(|at| {
+        u32::try_from(at.nanos)
+            .ok()
+            .and_then(|nanos| DateTime::from_timestamp(at.seconds, nanos))
+            .ok_or_else(|| Error::InvalidRequest(format!("{field} is not a valid time")))
+    })
+    .transpose()
+}
+
+/// What a gateway reports, done by `actor`.
+pub(super) fn reported_event_from_pb(
+    request: pb::RecordAuditEventRequest,
+    actor: &Actor,
+) -> Result<NewAuditEvent, Error> {
+    let kind = audit_kind_from_pb(request.kind)?;
+    let role = match broker_pb::Role::try_from(request.role) {
+        Ok(broker_pb::Role::Unspecified) => None,
+        Ok(broker_pb::Role::Controller) => Some(Role::Controller),
+        Ok(broker_pb::Role::Viewer) => Some(Role::Viewer),
+        Err(_) => {
+            return Err(Error::InvalidRequest(format!(
+                "role {} is unknown",
+                request.role
+            )));
+        }
+    };
+    Ok(NewAuditEvent {
+        kind,
+        actor: actor.clone(),
+        instance_id: optional_uuid("instance_id", &request.instance_id)?,
+        session_id: optional_uuid("session_id", &request.session_id)?,
+        role,
+        attachment_id: optional_uuid("attachment_id", &request.attachment_id)?,
+        detail: request.detail.into_iter().collect(),
+    })
+}
+
+/// A listing's filters; the instance (an id or a name) is resolved by the service.
+pub(super) fn audit_filter_from_pb(
+    request: &pb::ListAuditEventsRequest,
+) -> Result<AuditFilter, Error> {
+    let only_instances = if request.only_listed_instances {
+        Some(
+            request
+                .only_instances
+                .iter()
+                .map(|id| {
+                    Uuid::parse_str(id).map_err(|_| {
+                        Error::InvalidRequest(format!("only_instances {id:?} is not a uuid"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+    } else {
+        None
+    };
+    let principal = match request.principal.as_str() {
+        "" => None,
+        principal if principal.len() > ptyhub_wire::MAX_PRINCIPAL_BYTES => {
+            return Err(Error::InvalidRequest(format!(
+                "principal must be at most {} bytes",
+                ptyhub_wire::MAX_PRINCIPAL_BYTES
+            )));
+        }
+        principal => Some(principal.to_owned()),
+    };
+    Ok(AuditFilter {
+        instance_id: None,
+        session_id: optional_uuid("session_id", &request.session_id)?,
+        principal,
+        since: time_from_pb("since", request.since)?,
+        until: time_from_pb("until", request.until)?,
+        only_instances,
+        after_id: parse_page_token(&request.page_token)?,
+        page_size: request.page_size,
     })
 }

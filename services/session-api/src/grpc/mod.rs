@@ -17,7 +17,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::{ErrorCode, RequireCredential, limits};
+use ptyhub_wire::{Actor, ErrorCode, RequireCredential, Surface, limits};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -25,16 +25,17 @@ use tonic::{Request, Response, Status};
 
 pub use shares::GrpcShareRegistry;
 
-use crate::domain::{Alias, SessionName, SessionSelector};
+use crate::audit::{AuditKind, NewAuditEvent};
+use crate::domain::{Alias, SessionAttachment, SessionName, SessionSelector};
 use crate::error::Error;
 use crate::service::{CreateSession, SessionService};
 use from_pb::{
-    new_instance_from_pb, required, role_from_pb, session_id_from_pb, size_from_pb,
-    validated_broker_id, validated_command, validated_endpoint,
+    audit_filter_from_pb, new_instance_from_pb, reported_event_from_pb, required, role_from_pb,
+    session_id_from_pb, size_from_pb, validated_broker_id, validated_command, validated_endpoint,
 };
 use to_pb::{
-    attach_target_to_pb, attachment_to_pb, broker_to_pb, change_to_pb, instance_to_pb,
-    session_to_pb,
+    attach_target_to_pb, attachment_to_pb, audit_page_to_pb, broker_to_pb, change_to_pb,
+    instance_to_pb, session_to_pb,
 };
 
 impl From<Error> for Status {
@@ -72,6 +73,29 @@ impl GrpcSessionApi {
     }
 }
 
+impl GrpcSessionApi {
+    /// Records a session's creation, when the call created it.
+    async fn record_created(&self, actor: &Actor, attachment: &SessionAttachment) {
+        if attachment.created {
+            let session = &attachment.session;
+            self.service
+                .record(
+                    NewAuditEvent::new(AuditKind::SessionCreated, actor)
+                        .session(session.instance_id, session.id)
+                        .detail("name", session.name.clone()),
+                )
+                .await;
+        }
+    }
+}
+
+/// Who a call is for: the actor its gateway names in the metadata. A caller that names none
+/// (a gateway credential used directly) is recorded as `gateway`.
+fn actor_of<T>(request: &Request<T>) -> Actor {
+    Actor::from_metadata(request.metadata())
+        .unwrap_or_else(|| Actor::new("gateway", None, Surface::Grpc))
+}
+
 type ChangeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -80,9 +104,20 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::RegisterInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
+        let actor = actor_of(&request);
         let new = new_instance_from_pb(request.into_inner())?;
         let instance = self.service.register_instance(new).await?;
-        Ok(Response::new(instance_to_pb(&instance)))
+        self.service
+            .record(
+                NewAuditEvent::new(AuditKind::InstanceCreated, &actor)
+                    .instance(instance.id)
+                    .detail("name", instance.name.clone()),
+            )
+            .await;
+        Ok(Response::new(instance_to_pb(
+            &instance,
+            self.service.default_record,
+        )))
     }
 
     async fn get_instance(
@@ -91,7 +126,10 @@ impl SessionApi for GrpcSessionApi {
     ) -> Result<Response<pb::Instance>, Status> {
         let instance = required("instance", &request.get_ref().instance)?;
         let instance = self.service.get_instance(instance).await?;
-        Ok(Response::new(instance_to_pb(&instance)))
+        Ok(Response::new(instance_to_pb(
+            &instance,
+            self.service.default_record,
+        )))
     }
 
     async fn list_instances(
@@ -102,7 +140,10 @@ impl SessionApi for GrpcSessionApi {
             request.into_inner().label_selector.into_iter().collect();
         let instances = self.service.list_instances(&selector).await?;
         Ok(Response::new(pb::ListInstancesResponse {
-            instances: instances.iter().map(instance_to_pb).collect(),
+            instances: instances
+                .iter()
+                .map(|instance| instance_to_pb(instance, self.service.default_record))
+                .collect(),
         }))
     }
 
@@ -110,8 +151,17 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::DeleteInstanceRequest>,
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
+        let actor = actor_of(&request);
         let instance = required("instance", &request.get_ref().instance)?;
         let (instance_id, closed_sessions) = self.service.delete_instance(instance).await?;
+        // One event for the deletion and the closes it made (`closed_sessions`).
+        self.service
+            .record(
+                NewAuditEvent::new(AuditKind::InstanceDeleted, &actor)
+                    .instance(instance_id)
+                    .detail("closed_sessions", closed_sessions.to_string()),
+            )
+            .await;
         Ok(Response::new(pb::DeleteInstanceResponse {
             instance_id: instance_id.to_string(),
             closed_sessions,
@@ -122,6 +172,7 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
+        let actor = actor_of(&request);
         let request = request.into_inner();
         let instance = required("instance", &request.instance)?;
         let name = if request.name.is_empty() {
@@ -155,6 +206,7 @@ impl SessionApi for GrpcSessionApi {
             command,
         };
         let attachment = self.service.create_session(instance, create).await?;
+        self.record_created(&actor, &attachment).await;
         Ok(Response::new(attachment_to_pb(&attachment)))
     }
 
@@ -189,6 +241,7 @@ impl SessionApi for GrpcSessionApi {
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         use pb::resolve_session_request::Selector;
+        let actor = actor_of(&request);
         let request = request.into_inner();
         let instance = required("instance", &request.instance)?;
         let selector = match request.selector {
@@ -218,6 +271,7 @@ impl SessionApi for GrpcSessionApi {
                 role_from_pb(request.role)?,
             )
             .await?;
+        self.record_created(&actor, &attachment).await;
         Ok(Response::new(attachment_to_pb(&attachment)))
     }
 
@@ -239,6 +293,7 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::RenameSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let actor = actor_of(&request);
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
@@ -247,6 +302,13 @@ impl SessionApi for GrpcSessionApi {
             .service
             .rename_session(instance, session_id, &name)
             .await?;
+        self.service
+            .record(
+                NewAuditEvent::new(AuditKind::SessionRenamed, &actor)
+                    .session(session.instance_id, session.id)
+                    .detail("name", session.name.clone()),
+            )
+            .await;
         Ok(Response::new(session_to_pb(&session)))
     }
 
@@ -254,10 +316,17 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::ResetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let actor = actor_of(&request);
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
         let session = self.service.reset_session(instance, session_id).await?;
+        self.service
+            .record(
+                NewAuditEvent::new(AuditKind::SessionReset, &actor)
+                    .session(session.instance_id, session.id),
+            )
+            .await;
         Ok(Response::new(session_to_pb(&session)))
     }
 
@@ -265,10 +334,14 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let actor = actor_of(&request);
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
-        let session = self.service.close_session(instance, session_id).await?;
+        let session = self
+            .service
+            .close_session(instance, session_id, &actor)
+            .await?;
         Ok(Response::new(session_to_pb(&session)))
     }
 
@@ -294,17 +367,36 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::SendInputRequest>,
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
+        let actor = actor_of(&request);
         let request = request.into_inner();
         let session_id = session_id_from_pb(&request.session_id)?;
         let broker = self
             .service
             .broker_of_open_session(required("instance", &request.instance)?, session_id)
             .await?;
+        let force = request.force;
+        let instance = required("instance", &request.instance)?.to_owned();
         let written = self
             .service
             .brokers
             .send_input(&broker, forward::send_input_request(session_id, request))
             .await?;
+        // The input is written: a failure to name its instance now only costs the event.
+        match self.service.get_instance(&instance).await {
+            Ok(instance) => {
+                self.service
+                    .record(
+                        NewAuditEvent::new(AuditKind::Input, &actor)
+                            .session(instance.id, session_id)
+                            .detail("bytes", written.bytes_written.to_string())
+                            .detail("force", force.to_string()),
+                    )
+                    .await;
+            }
+            Err(error) => {
+                tracing::error!(%error, %session_id, "an input event could not be recorded");
+            }
+        }
         Ok(Response::new(written))
     }
 
@@ -328,6 +420,27 @@ impl SessionApi for GrpcSessionApi {
             )
             .await?;
         Ok(Response::new(outcome))
+    }
+
+    async fn record_audit_event(
+        &self,
+        request: Request<pb::RecordAuditEventRequest>,
+    ) -> Result<Response<pb::RecordAuditEventResponse>, Status> {
+        let actor = actor_of(&request);
+        let event = reported_event_from_pb(request.into_inner(), &actor)?;
+        let id = self.service.record_reported(event).await?;
+        Ok(Response::new(pb::RecordAuditEventResponse { id }))
+    }
+
+    async fn list_audit_events(
+        &self,
+        request: Request<pb::ListAuditEventsRequest>,
+    ) -> Result<Response<pb::ListAuditEventsResponse>, Status> {
+        let request = request.into_inner();
+        let filter = audit_filter_from_pb(&request)?;
+        let instance = Some(request.instance.as_str()).filter(|instance| !instance.is_empty());
+        let page = self.service.list_audit_events(instance, filter).await?;
+        Ok(Response::new(audit_page_to_pb(&page)))
     }
 
     type WatchSessionsStream = ChangeStream;

@@ -7,9 +7,10 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_wire::Role;
 
+use crate::audit::{AuditKind, AuditPage};
 use crate::domain::{
-    AttachTarget, Broker, ChangeKind, CloseReason, Instance, Session, SessionAttachment,
-    SessionChange, SessionStatus, Share, Target,
+    AttachTarget, Broker, ChangeKind, CloseReason, Instance, RecordMode, Session,
+    SessionAttachment, SessionChange, SessionStatus, Share, Target,
 };
 
 fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
@@ -33,8 +34,11 @@ fn target_to_pb(target: &Target) -> broker_pb::Target {
     broker_pb::Target { kind: Some(kind) }
 }
 
-pub(super) fn instance_to_pb(instance: &Instance) -> pb::Instance {
+/// An instance as clients see it, its recording setting resolved against the server's default.
+pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) -> pb::Instance {
     pb::Instance {
+        record: record_mode_to_pb(instance.record.unwrap_or(default_record)) as i32,
+        record_is_default: instance.record.is_none(),
         id: instance.id.to_string(),
         name: instance.name.clone(),
         target: Some(target_to_pb(&instance.target)),
@@ -47,6 +51,14 @@ pub(super) fn instance_to_pb(instance: &Instance) -> pb::Instance {
         broker_id: instance.broker_id.clone(),
         created_at: Some(timestamp(instance.created_at)),
         live_sessions: instance.live_sessions,
+    }
+}
+
+fn record_mode_to_pb(mode: RecordMode) -> broker_pb::RecordMode {
+    match mode {
+        RecordMode::Off => broker_pb::RecordMode::Off,
+        RecordMode::Output => broker_pb::RecordMode::Output,
+        RecordMode::OutputAndInput => broker_pb::RecordMode::OutputAndInput,
     }
 }
 
@@ -162,5 +174,63 @@ pub(super) fn share_to_pb(share: &Share) -> pb::Share {
         created_at: Some(timestamp(share.created_at)),
         expires_at: Some(timestamp(share.expires_at)),
         revoked_at: share.revoked_at.map(timestamp),
+    }
+}
+
+pub(super) fn audit_kind_to_pb(kind: AuditKind) -> pb::AuditKind {
+    match kind {
+        AuditKind::InstanceCreated => pb::AuditKind::InstanceCreated,
+        AuditKind::InstanceDeleted => pb::AuditKind::InstanceDeleted,
+        AuditKind::SessionCreated => pb::AuditKind::SessionCreated,
+        AuditKind::SessionRenamed => pb::AuditKind::SessionRenamed,
+        AuditKind::SessionReset => pb::AuditKind::SessionReset,
+        AuditKind::SessionClosed => pb::AuditKind::SessionClosed,
+        AuditKind::Attached => pb::AuditKind::Attached,
+        AuditKind::Detached => pb::AuditKind::Detached,
+        AuditKind::Takeover => pb::AuditKind::Takeover,
+        AuditKind::Input => pb::AuditKind::Input,
+        AuditKind::Refused => pb::AuditKind::Refused,
+    }
+}
+
+pub(super) fn audit_page_to_pb(page: &AuditPage) -> pb::ListAuditEventsResponse {
+    pb::ListAuditEventsResponse {
+        events: page
+            .events
+            .iter()
+            .map(|event| pb::AuditEvent {
+                id: event.id,
+                at: Some(timestamp(event.at)),
+                kind: audit_kind_to_pb(event.kind).into(),
+                principal: event.principal.clone(),
+                instance_id: event
+                    .instance_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                session_id: event
+                    .session_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                client_address: event.client_address.clone().unwrap_or_default(),
+                surface: event.surface.clone(),
+                role: event
+                    .role
+                    .map_or(broker_pb::Role::Unspecified, role_to_pb)
+                    .into(),
+                attachment_id: event
+                    .attachment_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                detail: event
+                    .detail
+                    .iter()
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect(),
+            })
+            .collect(),
+        next_page_token: page
+            .next_after_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
     }
 }

@@ -45,6 +45,7 @@ impl Store {
             max_sessions: new.max_sessions as i32,
             labels: serde_json::json!(new.labels),
             broker_id: broker_id.to_owned(),
+            record: new.record.map(|mode| mode.as_str().to_owned()),
             created_at: at,
             updated_at: at,
         };

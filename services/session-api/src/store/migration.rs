@@ -17,6 +17,8 @@ impl MigratorTrait for Migrator {
             Box::new(AddSessionTitleAndBell),
             Box::new(AddBrokerCredential),
             Box::new(AddShares),
+            Box::new(AddInstanceRecord),
+            Box::new(CreateAuditEvents),
         ]
     }
 }
@@ -53,6 +55,7 @@ enum Instances {
     BrokerId,
     CreatedAt,
     UpdatedAt,
+    Record,
 }
 
 #[derive(DeriveIden)]
@@ -100,6 +103,22 @@ enum Brokers {
     CreatedAt,
     UpdatedAt,
     CredentialFingerprint,
+}
+
+#[derive(DeriveIden)]
+enum AuditEvents {
+    Table,
+    Id,
+    At,
+    Kind,
+    Principal,
+    InstanceId,
+    SessionId,
+    ClientAddress,
+    Surface,
+    Role,
+    AttachmentId,
+    Detail,
 }
 
 struct CreateTables;
@@ -466,6 +485,116 @@ impl MigrationTrait for AddShares {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
             .drop_table(Table::drop().table(Shares::Table).to_owned())
+            .await
+    }
+}
+
+/// The per-instance recording setting (issue 18). Nullable: existing instances follow the
+/// server's default.
+struct AddInstanceRecord;
+
+impl MigrationName for AddInstanceRecord {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261220_000001_add_instance_record"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddInstanceRecord {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .add_column(ColumnDef::new(Instances::Record).string().null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .drop_column(Instances::Record)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// The audit trail (issue 18): one row per event, never updated. No foreign keys, so pruning a
+/// closed session or deleting an instance leaves its history in place.
+struct CreateAuditEvents;
+
+impl MigrationName for CreateAuditEvents {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261221_000001_create_audit_events"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateAuditEvents {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(AuditEvents::Table)
+                    .col(
+                        ColumnDef::new(AuditEvents::Id)
+                            .big_integer()
+                            .not_null()
+                            .auto_increment()
+                            .primary_key(),
+                    )
+                    .col(timestamp(AuditEvents::At))
+                    .col(ColumnDef::new(AuditEvents::Kind).string().not_null())
+                    .col(ColumnDef::new(AuditEvents::Principal).string().not_null())
+                    .col(ColumnDef::new(AuditEvents::InstanceId).uuid().null())
+                    .col(ColumnDef::new(AuditEvents::SessionId).uuid().null())
+                    .col(ColumnDef::new(AuditEvents::ClientAddress).string().null())
+                    .col(ColumnDef::new(AuditEvents::Surface).string().not_null())
+                    .col(ColumnDef::new(AuditEvents::Role).string().null())
+                    .col(ColumnDef::new(AuditEvents::AttachmentId).uuid().null())
+                    .col(ColumnDef::new(AuditEvents::Detail).json().not_null())
+                    .to_owned(),
+            )
+            .await?;
+        // The listing's filters: by instance, by session, by principal, each in id order.
+        for (name, column) in [
+            ("idx_audit_events_instance", AuditEvents::InstanceId),
+            ("idx_audit_events_session", AuditEvents::SessionId),
+            ("idx_audit_events_principal", AuditEvents::Principal),
+            ("idx_audit_events_attachment", AuditEvents::AttachmentId),
+        ] {
+            manager
+                .create_index(
+                    Index::create()
+                        .name(name)
+                        .table(AuditEvents::Table)
+                        .col(column)
+                        .col(AuditEvents::Id)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_audit_events_at")
+                    .table(AuditEvents::Table)
+                    .col(AuditEvents::At)
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(Table::drop().table(AuditEvents::Table).to_owned())
             .await
     }
 }

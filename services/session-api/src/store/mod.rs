@@ -4,6 +4,7 @@
 //! alias checks run inside transactions that serialise the writers of one instance, so that no
 //! count is ever kept in memory.
 
+mod audit;
 mod brokers;
 pub mod entities;
 mod instances;
@@ -13,8 +14,9 @@ mod session_reads;
 mod session_writes;
 mod shares;
 
+pub use audit::TAKEN_OVER;
 pub use reservations::{Reservation, SessionReservation};
-pub use session_writes::ActivityUpdate;
+pub use session_writes::{ActivityUpdate, closed_event};
 pub use shares::ShareKey;
 
 use std::collections::{BTreeMap, HashMap};
@@ -243,6 +245,10 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
         broker_id: model.broker_id,
         created_at: model.created_at,
         live_sessions,
+        record: model
+            .record
+            .map(|mode| mode.parse().map_err(Error::CorruptRecord))
+            .transpose()?,
     })
 }
 

@@ -9,8 +9,12 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
+use ptyhub_wire::Actor;
+
+use super::audit::insert_audit_event;
 use super::entities::{session_alias, terminal_session};
 use super::{Store, load_session, now};
+use crate::audit::{AuditKind, NewAuditEvent};
 use crate::domain::{
     ChangeKind, CloseReason, ExitStatus, ScreenFacts, Session, SessionName, SessionStatus,
 };
@@ -147,12 +151,15 @@ impl Store {
         load_session(&self.db, session_id).await
     }
 
-    /// Closes a session that is not closed yet, releasing its aliases. `None` when it was
-    /// already closed (or does not exist).
+    /// Closes a session that is not closed yet, releasing its aliases, and records the close
+    /// in the audit trail as done `by` the actor (without one, the caller records it: a
+    /// broker's report of a kill that a user's close asked for). `None` when it was already
+    /// closed (or does not exist), and then nothing is recorded.
     pub async fn close_session(
         &self,
         session_id: Uuid,
         reason: CloseReason,
+        by: Option<&Actor>,
     ) -> Result<Option<Session>, Error> {
         let transaction = self.begin_write().await?;
         let at = now();
@@ -176,6 +183,10 @@ impl Store {
         }
         release_aliases(&transaction, session_id, at).await?;
         let session = load_session(&transaction, session_id).await?;
+        // The close and its audit event are one write: exactly one event per close.
+        if let Some(by) = by {
+            insert_audit_event(&transaction, &closed_event(&session, reason, by)).await?;
+        }
         transaction.commit().await?;
         Ok(Some(session))
     }
@@ -377,4 +388,11 @@ fn is_deadlock(error: &sea_orm::DbErr) -> bool {
         },
         _ => false,
     }
+}
+
+/// The audit event of a session's close.
+pub fn closed_event(session: &Session, reason: CloseReason, by: &Actor) -> NewAuditEvent {
+    NewAuditEvent::new(AuditKind::SessionClosed, by)
+        .session(session.instance_id, session.id)
+        .detail("reason", reason.as_str())
 }

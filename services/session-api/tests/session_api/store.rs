@@ -14,7 +14,7 @@ use session_api::store::{ActivityUpdate, Reservation, SessionReservation, Store}
 
 use crate::support::{Backend, FreshDatabase};
 
-async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {
+pub(crate) async fn migrated_store(backend: Backend) -> Option<(FreshDatabase, Store)> {
     let database = FreshDatabase::create(backend).await?;
     let store = Store::connect(database.url()).await.expect("connect");
     store.migrate().await.expect("migrate");
@@ -32,6 +32,7 @@ pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
         max_sessions,
         labels: BTreeMap::new(),
         broker_id: None,
+        record: None,
     }
 }
 
@@ -169,7 +170,11 @@ both_databases!(
             ids.push(session.id);
         }
         store
-            .close_session(ids[1], session_api::domain::CloseReason::ClosedByUser)
+            .close_session(
+                ids[1],
+                session_api::domain::CloseReason::ClosedByUser,
+                Some(&ptyhub_wire::Actor::system()),
+            )
             .await
             .unwrap()
             .expect("was live");
@@ -317,7 +322,11 @@ both_databases!(
         assert_eq!(read.last_bell_at, Some(stored_bell));
 
         store
-            .close_session(session.id, CloseReason::ClosedByUser)
+            .close_session(
+                session.id,
+                CloseReason::ClosedByUser,
+                Some(&ptyhub_wire::Actor::system()),
+            )
             .await
             .unwrap()
             .expect("was live");

@@ -6,10 +6,18 @@
 //! stall the stream waiting for a made-up frame length. It also cannot send the `ConsoleSize` that
 //! engines from API 1.42 on apply before the process starts. So this module speaks the one HTTP
 //! exchange itself: `POST /exec/{id}/start` with `Upgrade: tcp`, then the connection is the TTY.
+//!
+//! Because the connection is the broker's own socket, it is also a descriptor that can go to the
+//! next broker process in a hand-off (`handoff/`), with whatever output came with the engine's
+//! answer and was not read yet ([`Unread`]).
 
-use std::io::Cursor;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use bytes::{Buf as _, Bytes};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
 use super::DockerError;
 use super::endpoint::{Connection, Endpoint};
@@ -23,8 +31,48 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// The two directions of a started exec's TTY.
 pub(crate) struct AttachedExec {
-    pub output: Box<dyn AsyncRead + Send + Unpin>,
+    pub output: Unread<Box<dyn AsyncRead + Send + Unpin>>,
     pub input: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The connection's descriptor, open as long as `output` or `input` is.
+    pub fd: RawFd,
+}
+
+/// A stream read after the bytes that arrived before it (behind the engine's answer), which
+/// stay visible to a hand-off until they are read.
+pub(crate) struct Unread<R> {
+    pub unread: Arc<Mutex<Bytes>>,
+    pub inner: R,
+}
+
+impl<R> Unread<R> {
+    pub fn new(unread: Bytes, inner: R) -> Self {
+        Self {
+            unread: Arc::new(Mutex::new(unread)),
+            inner,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Unread<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        {
+            let mut unread = self
+                .unread
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !unread.is_empty() {
+                let length = unread.len().min(buf.remaining());
+                buf.put_slice(&unread[..length]);
+                unread.advance(length);
+                return Poll::Ready(Ok(()));
+            }
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
 }
 
 /// Starts exec `exec_id` attached, with a TTY of `size` on engines that take a console size.
@@ -74,10 +122,12 @@ pub(crate) async fn start_exec_attached(
         // 101 is what engines answer to an upgrade request; very old ones answer 200 and then
         // stream the same raw bytes.
         101 | 200 => {
+            let fd = connection.as_raw_fd();
             let (read_half, write_half) = tokio::io::split(connection);
             Ok(AttachedExec {
-                output: Box::new(Cursor::new(rest).chain(read_half)),
+                output: Unread::new(Bytes::from(rest), Box::new(read_half)),
                 input: Box::new(write_half),
+                fd,
             })
         }
         status => {
@@ -234,6 +284,27 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn unread_bytes_come_first_and_stay_visible_until_read() {
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let mut stream = Unread::new(Bytes::from_static(b"head"), reader);
+        let unread = Arc::clone(&stream.unread);
+        writer.write_all(b"-tail").await.unwrap();
+        drop(writer);
+        let mut first = [0u8; 2];
+        stream.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"he");
+        assert_eq!(
+            &unread.lock().unwrap()[..],
+            b"ad",
+            "what a hand-off would carry"
+        );
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"ad-tail");
+        assert!(unread.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn parses_status_and_body_framing() {

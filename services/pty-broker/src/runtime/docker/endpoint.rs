@@ -2,6 +2,7 @@
 //! opening raw connections to it for the exec streams bollard cannot carry byte-exactly.
 
 use std::fmt;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -91,10 +92,10 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// A bidirectional byte stream to the engine.
-pub(crate) trait Connection: AsyncRead + AsyncWrite + Send + Unpin {}
+/// A bidirectional byte stream to the engine, a socket of this process's own.
+pub(crate) trait Connection: AsyncRead + AsyncWrite + AsRawFd + Send + Unpin {}
 
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Connection for T {}
+impl<T: AsyncRead + AsyncWrite + AsRawFd + Send + Unpin> Connection for T {}
 
 #[cfg(test)]
 mod tests {

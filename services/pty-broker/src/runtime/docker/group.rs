@@ -29,7 +29,8 @@ pub const SESSION_MARKER_VARIABLE: &str = "PTYHUB_SESSION_ID";
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the broker looks for a session's processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "view", rename_all = "snake_case")]
 pub(crate) enum GroupView {
     /// The broker's own `/proc`, restricted to the container's PID namespace.
     Host { pid_namespace: String },

@@ -85,11 +85,14 @@ mod endpoint;
 mod engine;
 mod error;
 mod group;
+mod handoff;
 mod identify;
 mod process;
 mod state;
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -97,17 +100,20 @@ use bollard::exec::ResizeExecOptions;
 use bollard::models::ExecConfig;
 use tokio::sync::OnceCell;
 
-use super::{PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target, procfs};
+use super::{HandedProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target, procfs};
 use crate::domain::TerminalSize;
 use crate::policy::{ContainerFacts, SpawnPolicy, docker_exec_user, resolve_user};
 
 pub use endpoint::{DEFAULT_DOCKER_SOCKET, Endpoint};
 pub use error::DockerError;
 pub use group::SESSION_MARKER_VARIABLE;
+pub use handoff::DockerHandOff;
 pub use state::{ReapReport, STATE_DIRECTORY, reap_orphans_from_state};
 
+use attach::Unread;
 use engine::Engine;
 use group::GroupView;
+use handoff::ConnectionHandOff;
 use identify::identify_group;
 use process::{DockerProcess, SignalsEnd};
 use state::{RecordGuard, RecordedLeader, RecordedView, SessionRecord, StateDirectory};
@@ -294,10 +300,7 @@ impl PtyRuntime for DockerRuntime {
         let record_guard = match &self.state {
             Some(directory) => {
                 directory.write(&record)?;
-                Some(RecordGuard {
-                    directory: directory.clone(),
-                    session_id: spec.session_id,
-                })
+                Some(RecordGuard::new(directory.clone(), spec.session_id))
             }
             None => None,
         };
@@ -347,12 +350,8 @@ impl PtyRuntime for DockerRuntime {
         }
 
         let (ended, output_ended) = tokio::sync::watch::channel(false);
+        let tcp = matches!(engine.endpoint, Endpoint::Tcp(_));
         Ok(SpawnedPty {
-            output: Box::pin(SignalsEnd {
-                inner: attached.output,
-                ended,
-            }),
-            input: Box::pin(attached.input),
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 container: container.clone(),
@@ -362,8 +361,76 @@ impl PtyRuntime for DockerRuntime {
                 exit_status_timeout: self.config.exit_status_timeout,
                 exit_status: OnceCell::new(),
                 output_ended,
-                _record: record_guard,
+                connection: ConnectionHandOff {
+                    fd: attached.fd,
+                    tcp,
+                    unread: Arc::clone(&attached.output.unread),
+                },
+                record: record_guard,
             }),
+            output: Box::pin(SignalsEnd {
+                inner: attached.output,
+                ended,
+            }),
+            input: Box::pin(attached.input),
+        })
+    }
+
+    async fn adopt(
+        &self,
+        session_id: uuid::Uuid,
+        process: HandedProcess,
+        fds: Vec<OwnedFd>,
+    ) -> Result<SpawnedPty, RuntimeError> {
+        let HandedProcess::Docker(handed) = process else {
+            return Err(RuntimeError::Unavailable(
+                "the docker runtime cannot take over a local session".to_owned(),
+            ));
+        };
+        let engine = self.engine().await?;
+        let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|fds: Vec<OwnedFd>| {
+            RuntimeError::Other(format!(
+                "a docker session comes with 1 descriptor, not {}",
+                fds.len()
+            ))
+        })?;
+        let adopted = handoff::adopt_connection(fd, handed.tcp)
+            .map_err(|error| RuntimeError::io("take over the exec stream's connection", error))?;
+        let connection_fd = adopted.as_raw_fd();
+        let (read_half, write_half) = tokio::io::split(adopted);
+        let output = Unread::new(
+            bytes::Bytes::from(handed.unread.clone()),
+            Box::new(read_half) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+        );
+        // The previous process's record stays true: this process removes it when the session
+        // ends.
+        let record = self
+            .state
+            .as_ref()
+            .map(|directory| RecordGuard::new(directory.clone(), session_id));
+        let (ended, output_ended) = tokio::sync::watch::channel(false);
+        Ok(SpawnedPty {
+            process: Box::new(DockerProcess {
+                engine: engine.clone(),
+                exec_id: handed.exec_id.clone(),
+                host_pid: handed.host_pid,
+                group: handed.group(session_id),
+                container: handed.container,
+                exit_status_timeout: self.config.exit_status_timeout,
+                exit_status: OnceCell::new(),
+                output_ended,
+                connection: ConnectionHandOff {
+                    fd: connection_fd,
+                    tcp: handed.tcp,
+                    unread: Arc::clone(&output.unread),
+                },
+                record,
+            }),
+            output: Box::pin(SignalsEnd {
+                inner: output,
+                ended,
+            }),
+            input: Box::pin(write_half),
         })
     }
 }

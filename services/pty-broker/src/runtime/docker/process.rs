@@ -9,10 +9,11 @@ use tokio::sync::OnceCell;
 use super::DockerError;
 use super::engine::Engine;
 use super::group::SessionGroup;
+use super::handoff::ConnectionHandOff;
 use super::resize_options;
 use super::state::RecordGuard;
 use crate::domain::{ExitStatus, TerminalSize};
-use crate::runtime::{GroupSignal, PtyProcess, RuntimeError};
+use crate::runtime::{GroupSignal, ProcessHandOff, PtyProcess, RuntimeError};
 
 /// Docker reports a process killed by signal N as 128 + N, as shells do.
 fn exit_status_from_code(code: i64) -> ExitStatus {
@@ -37,8 +38,11 @@ pub(super) struct DockerProcess {
     pub exit_status: OnceCell<ExitStatus>,
     /// Turns true when the output stream has ended.
     pub output_ended: tokio::sync::watch::Receiver<bool>,
-    /// Held for its drop, which removes the session's crash-recovery record.
-    pub _record: Option<RecordGuard>,
+    /// The exec stream's connection, for a hand-off.
+    pub connection: ConnectionHandOff,
+    /// Held for its drop, which removes the session's crash-recovery record (unless the session
+    /// was handed over).
+    pub record: Option<RecordGuard>,
 }
 
 /// How often a running exec is asked whether it has exited while its output still flows (its
@@ -178,6 +182,16 @@ impl PtyProcess for DockerProcess {
             .get_or_try_init(|| self.poll_exit_status())
             .await
             .copied()
+    }
+
+    fn hand_off(&self) -> Result<ProcessHandOff, RuntimeError> {
+        self.connection_hand_off()
+    }
+
+    fn handed_over(&self) {
+        if let Some(record) = &self.record {
+            record.keep();
+        }
     }
 }
 

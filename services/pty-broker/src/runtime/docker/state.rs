@@ -8,6 +8,7 @@
 //! the next start.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -129,16 +130,35 @@ impl StateDirectory {
     }
 }
 
-/// Removes a session's record when the session's process handle goes away.
+/// Removes a session's record when the session's process handle goes away, unless the session
+/// went to the next broker process, which goes on with the same record.
 #[derive(Debug)]
 pub(crate) struct RecordGuard {
     pub directory: StateDirectory,
     pub session_id: Uuid,
+    pub keep: AtomicBool,
+}
+
+impl RecordGuard {
+    pub fn new(directory: StateDirectory, session_id: Uuid) -> Self {
+        Self {
+            directory,
+            session_id,
+            keep: AtomicBool::new(false),
+        }
+    }
+
+    /// Leaves the record in place when the guard goes.
+    pub fn keep(&self) {
+        self.keep.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        self.directory.remove(self.session_id);
+        if !self.keep.load(Ordering::SeqCst) {
+            self.directory.remove(self.session_id);
+        }
     }
 }
 

@@ -9,15 +9,20 @@
 //!
 //! The master is non-blocking and registered with tokio (`AsyncFd`): no thread per session.
 //!
+//! With a session keeper ([`LocalRuntime::with_session_keeper`], `keeper.rs`) the leader is the
+//! keeper's child rather than the broker's, and its exit status arrives over the keeper's pipe:
+//! then the master and that pipe are all a session is, and both can go to the next broker
+//! process ([`PtyProcess::hand_off`], [`PtyRuntime::adopt`]).
+//!
 //! This is the one module of the broker that calls into the PTY system calls directly; every
 //! `unsafe` block says why it is sound. The window size goes through `rustix`, which needs none.
 
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -29,17 +34,25 @@ use nix::pty::{Winsize, openpty};
 use nix::sys::signal::Signal;
 use nix::unistd::User;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
+use tokio::net::unix::pipe;
 use tokio::process::Child;
 use tokio::sync::{Mutex, OnceCell};
+use uuid::Uuid;
 
 use super::procfs::{self, Leader};
-use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
+use super::{
+    GroupSignal, HandedProcess, ProcessHandOff, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec,
+    SpawnedPty, Target,
+};
 use crate::domain::{ExitStatus, TerminalSize};
 use crate::policy::{SessionUser, SpawnPolicy, resolve_user};
 
+mod keeper;
 mod records;
 
+pub use keeper::{KEEPER_ARGV0, run_session_keeper_if_asked};
+use keeper::{KeeperRecord, RECORD_BYTES};
 pub use records::{LocalReapReport, reap_local_orphans};
 use records::{RecordDirectory, RecordGuard};
 
@@ -51,6 +64,9 @@ pub struct LocalRuntime {
     /// Where each live session's leader is recorded, so that the next start after a crash can
     /// end what survived it. No records without a data directory.
     records: Option<RecordDirectory>,
+    /// The executable that runs as each session's keeper (`keeper.rs`); sessions are the
+    /// broker's own children without one, and cannot be handed over.
+    keeper: Option<PathBuf>,
 }
 
 impl LocalRuntime {
@@ -62,8 +78,15 @@ impl LocalRuntime {
     pub fn with_default_shell(shell: impl Into<String>) -> Self {
         Self {
             default_shell: Some(shell.into()),
-            records: None,
+            ..Self::default()
         }
+    }
+
+    /// Starts every session through `executable` in keeper mode (a binary that calls
+    /// [`run_session_keeper_if_asked`] first), so that its sessions can be handed over.
+    pub fn with_session_keeper(mut self, executable: impl Into<PathBuf>) -> Self {
+        self.keeper = Some(executable.into());
+        self
     }
 
     /// Records every live session under `data_dir`, for [`reap_local_orphans`] after a crash.
@@ -181,8 +204,31 @@ impl PtyRuntime for LocalRuntime {
             RuntimeError::io("set pty master non-blocking", io::Error::from(errno))
         })?;
 
-        let mut command = std::process::Command::new(&argv[0]);
-        command.args(&argv[1..]);
+        // With a keeper, the keeper writes the leader's pid and end into this pipe.
+        let keeper_pipe = match &self.keeper {
+            Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|errno| {
+                RuntimeError::io("create the keeper's pipe", io::Error::from(errno))
+            })?),
+            None => None,
+        };
+        let mut command = match (&self.keeper, &keeper_pipe) {
+            (Some(keeper), Some((_, write_end))) => {
+                let mut command = std::process::Command::new(keeper);
+                command
+                    .arg0(KEEPER_ARGV0)
+                    .arg(write_end.as_raw_fd().to_string())
+                    .args(&argv);
+                command
+            }
+            _ => {
+                let mut command = std::process::Command::new(&argv[0]);
+                command.args(&argv[1..]);
+                command
+            }
+        };
+        let keeper_fd = keeper_pipe
+            .as_ref()
+            .map(|(_, write_end)| write_end.as_raw_fd());
         // A terminal starts from a clean environment: the broker's own holds its secrets (the
         // service credential and the ticket secret may come from variables), and anything a
         // session may read is set here on purpose.
@@ -224,14 +270,22 @@ impl PtyRuntime for LocalRuntime {
         // async-signal-safe functions. `signal` (sigaction), `setsid` and `ioctl(TIOCSCTTY)` are
         // plain system calls that allocate nothing and take no locks. stdin is already the slave
         // (dup2'ed by std before this closure runs).
+        // With a keeper, `fcntl` (also a plain system call) lets the keeper inherit its pipe's
+        // write end, and the keeper makes the session leader itself.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 // Handlers do not survive exec, but ignored signals do: a broker started with
                 // SIGINT or SIGHUP ignored (nohup, some supervisors) would hand that on, and the
                 // terminal's ^C and the teardown's SIGHUP would do nothing. (std already resets
                 // the signal mask and SIGPIPE.) SIGKILL and SIGSTOP refuse, harmlessly.
                 for signal in 1..32 {
                     libc::signal(signal, libc::SIG_DFL);
+                }
+                if let Some(fd) = keeper_fd {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    return Ok(());
                 }
                 nix::unistd::setsid().map_err(io::Error::from)?;
                 if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
@@ -247,9 +301,51 @@ impl PtyRuntime for LocalRuntime {
         })?;
         // The parent's copies of the slave must go, or the output would never end.
         drop(pty.slave);
-        let pid = child
-            .id()
-            .ok_or_else(|| RuntimeError::Other("spawned child has no pid".to_owned()))?;
+        let (pid, exit) = match keeper_pipe {
+            Some((read_end, write_end)) => {
+                // Only the keeper may hold the write end, or the pipe would never report its end.
+                drop(write_end);
+                let mut status = pipe::Receiver::from_owned_fd(read_end)
+                    .map_err(|error| RuntimeError::io("read the keeper's pipe", error))?;
+                let pid = match read_keeper_record(&mut status).await {
+                    Ok(KeeperRecord::Started { pid }) => pid,
+                    Ok(KeeperRecord::ExecFailed { errno }) => {
+                        // The keeper is collected by its parent, which is this broker.
+                        let mut child = child;
+                        let _ = child.wait().await;
+                        return Err(RuntimeError::SpawnFailed(format!(
+                            "cannot start {}: {}",
+                            argv[0],
+                            io::Error::from_raw_os_error(errno)
+                        )));
+                    }
+                    Ok(other) => {
+                        return Err(RuntimeError::Other(format!(
+                            "the session keeper reported {other:?} before the start"
+                        )));
+                    }
+                    Err(error) => {
+                        return Err(RuntimeError::SpawnFailed(format!(
+                            "the session keeper for {} ended before the start: {error}",
+                            argv[0]
+                        )));
+                    }
+                };
+                (
+                    pid,
+                    ExitSource::Keeper {
+                        status: Mutex::new(status),
+                        keeper: Mutex::new(Some(child)),
+                    },
+                )
+            }
+            None => {
+                let pid = child
+                    .id()
+                    .ok_or_else(|| RuntimeError::Other("spawned child has no pid".to_owned()))?;
+                (pid, ExitSource::Child(Mutex::new(child)))
+            }
+        };
         // Not reaped yet (we hold the child), so its /proc entry is there even if it exited.
         let leader = Leader::of(pid).unwrap_or(Leader { pid, start_time: 0 });
         let record = match &self.records {
@@ -259,28 +355,102 @@ impl PtyRuntime for LocalRuntime {
             None => None,
         };
 
-        // SAFETY: an `OwnedFd` is a valid open descriptor, always returns the same raw fd, and
-        // stays open until the `AsyncFd` that owns it is dropped.
-        let master = unsafe { AsyncFd::register(pty.master) }
-            .map_err(|error| RuntimeError::io("register pty master", error.into_parts().1))?;
-        let master = Arc::new(master);
-        Ok(SpawnedPty {
-            output: Box::pin(PtyMasterReader {
-                master: Arc::clone(&master),
-            }),
-            input: Box::pin(PtyMasterWriter {
-                master: Arc::clone(&master),
-            }),
-            process: Box::new(LocalProcess {
-                master,
-                pid,
-                leader,
-                child: Mutex::new(child),
-                exit_status: OnceCell::new(),
-                _record: record,
-            }),
-        })
+        spawned_pty(pty.master, pid, leader, exit, record)
     }
+
+    async fn adopt(
+        &self,
+        session_id: Uuid,
+        process: HandedProcess,
+        fds: Vec<OwnedFd>,
+    ) -> Result<SpawnedPty, RuntimeError> {
+        let HandedProcess::Local {
+            leader_pid,
+            leader_start_time,
+        } = process
+        else {
+            return Err(RuntimeError::Unavailable(
+                "the local runtime cannot take over a docker session".to_owned(),
+            ));
+        };
+        let [master, status]: [OwnedFd; 2] = fds.try_into().map_err(|fds: Vec<OwnedFd>| {
+            RuntimeError::Other(format!(
+                "a local session comes with 2 descriptors, not {}",
+                fds.len()
+            ))
+        })?;
+        let leader = Leader {
+            pid: leader_pid,
+            start_time: leader_start_time,
+        };
+        let status = pipe::Receiver::from_owned_fd(status)
+            .map_err(|error| RuntimeError::io("read the keeper's pipe", error))?;
+        // The same record as the previous process wrote: it stays true, and this process removes
+        // it when the session ends.
+        let record = match &self.records {
+            Some(records) => Some(records.record(session_id, leader).map_err(|error| {
+                RuntimeError::io("write the session's crash-recovery record", error)
+            })?),
+            None => None,
+        };
+        let exit = ExitSource::Keeper {
+            status: Mutex::new(status),
+            keeper: Mutex::new(None),
+        };
+        spawned_pty(master, leader_pid, leader, exit, record)
+    }
+}
+
+/// The three faces of a local PTY whose master is `master`.
+fn spawned_pty(
+    master: OwnedFd,
+    pid: u32,
+    leader: Leader,
+    exit: ExitSource,
+    record: Option<RecordGuard>,
+) -> Result<SpawnedPty, RuntimeError> {
+    // SAFETY: an `OwnedFd` is a valid open descriptor, always returns the same raw fd, and
+    // stays open until the `AsyncFd` that owns it is dropped.
+    let master = unsafe { AsyncFd::register(master) }
+        .map_err(|error| RuntimeError::io("register pty master", error.into_parts().1))?;
+    let master = Arc::new(master);
+    Ok(SpawnedPty {
+        output: Box::pin(PtyMasterReader {
+            master: Arc::clone(&master),
+        }),
+        input: Box::pin(PtyMasterWriter {
+            master: Arc::clone(&master),
+        }),
+        process: Box::new(LocalProcess {
+            master,
+            pid,
+            leader,
+            exit,
+            exit_status: OnceCell::new(),
+            record: std::sync::Mutex::new(record),
+        }),
+    })
+}
+
+/// Reads the keeper's next record; an error once the keeper has gone without one.
+async fn read_keeper_record(status: &mut pipe::Receiver) -> io::Result<KeeperRecord> {
+    let mut record = [0u8; RECORD_BYTES];
+    status.read_exact(&mut record).await?;
+    KeeperRecord::decode(record)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown keeper record"))
+}
+
+/// Where a local process's exit status comes from.
+#[derive(Debug)]
+enum ExitSource {
+    /// The broker's own child.
+    Child(Mutex<Child>),
+    /// The keeper's pipe; `keeper` is the keeper process when this broker started it (and so
+    /// collects it).
+    Keeper {
+        status: Mutex<pipe::Receiver>,
+        keeper: Mutex<Option<Child>>,
+    },
 }
 
 fn winsize(size: TerminalSize) -> Winsize {
@@ -370,10 +540,11 @@ struct LocalProcess {
     /// The leader's identity, so that its session's members are found by a pid that cannot
     /// have been reused.
     leader: Leader,
-    child: Mutex<Child>,
+    exit: ExitSource,
     exit_status: OnceCell<ExitStatus>,
-    /// Removes the crash-recovery record when the session is done with the process.
-    _record: Option<RecordGuard>,
+    /// Removes the crash-recovery record when the session is done with the process (unless it
+    /// was handed over).
+    record: std::sync::Mutex<Option<RecordGuard>>,
 }
 
 #[async_trait]
@@ -414,17 +585,65 @@ impl PtyProcess for LocalProcess {
     async fn wait(&self) -> Result<ExitStatus, RuntimeError> {
         self.exit_status
             .get_or_try_init(|| async {
-                let status = self
-                    .child
-                    .lock()
-                    .await
-                    .wait()
-                    .await
-                    .map_err(|error| RuntimeError::io("wait for session process", error))?;
-                Ok(exit_status_from(status))
+                match &self.exit {
+                    ExitSource::Child(child) => {
+                        let status =
+                            child.lock().await.wait().await.map_err(|error| {
+                                RuntimeError::io("wait for session process", error)
+                            })?;
+                        Ok(exit_status_from(status))
+                    }
+                    ExitSource::Keeper { status, keeper } => {
+                        let record = read_keeper_record(&mut *status.lock().await)
+                            .await
+                            .map_err(|error| RuntimeError::io("read the leader's exit", error))?;
+                        if let Some(mut keeper) = keeper.lock().await.take() {
+                            // It exits right after the record: collect it, leave no zombie.
+                            let _ = keeper.wait().await;
+                        }
+                        match record {
+                            KeeperRecord::Exited { code } => Ok(ExitStatus::exited(code)),
+                            KeeperRecord::Signalled { signal } => Ok(ExitStatus::signalled(signal)),
+                            other => Err(RuntimeError::Other(format!(
+                                "the session keeper reported {other:?} as the end"
+                            ))),
+                        }
+                    }
+                }
             })
             .await
             .copied()
+    }
+
+    fn hand_off(&self) -> Result<ProcessHandOff, RuntimeError> {
+        let ExitSource::Keeper { status, .. } = &self.exit else {
+            return Err(RuntimeError::Unavailable(
+                "the session was started without a session keeper".to_owned(),
+            ));
+        };
+        // The session task is frozen while the hand-off runs: nobody reads the pipe meanwhile.
+        let status_fd = status
+            .try_lock()
+            .map_err(|_| RuntimeError::Other("the keeper's pipe is being read".to_owned()))?
+            .as_raw_fd();
+        Ok(ProcessHandOff {
+            process: HandedProcess::Local {
+                leader_pid: self.leader.pid,
+                leader_start_time: self.leader.start_time,
+            },
+            fds: vec![self.master.get_ref().as_raw_fd(), status_fd],
+        })
+    }
+
+    fn handed_over(&self) {
+        if let Some(record) = self
+            .record
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_mut()
+        {
+            record.keep();
+        }
     }
 }
 

@@ -61,7 +61,10 @@ impl RecordDirectory {
         let temporary_path = final_path.with_extension("json.tmp");
         std::fs::write(&temporary_path, json)?;
         std::fs::rename(&temporary_path, &final_path)?;
-        Ok(RecordGuard { path: final_path })
+        Ok(RecordGuard {
+            path: final_path,
+            kept: false,
+        })
     }
 
     fn record_path(&self, session_id: Uuid) -> PathBuf {
@@ -73,10 +76,23 @@ impl RecordDirectory {
 #[derive(Debug)]
 pub(super) struct RecordGuard {
     path: PathBuf,
+    /// Set once the session went to the next broker process, which keeps the record.
+    kept: bool,
+}
+
+impl RecordGuard {
+    /// Leaves the record in place when the guard goes: the broker process the session was handed
+    /// to owns it now (it still names the same leader).
+    pub fn keep(&mut self) {
+        self.kept = true;
+    }
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
         if let Err(error) = std::fs::remove_file(&self.path)
             && error.kind() != io::ErrorKind::NotFound
         {

@@ -210,6 +210,7 @@ impl TestBroker {
             cwd: String::new(),
             user: user.to_owned(),
             size: Some(pb::TerminalSize { cols: 80, rows: 24 }),
+            ..Default::default()
         }
     }
 

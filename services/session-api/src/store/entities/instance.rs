@@ -22,6 +22,8 @@ pub struct Model {
     /// A JSON object of strings.
     pub labels: Json,
     pub broker_id: String,
+    /// `off`, `output` or `output+input`; NULL follows the server's default.
+    pub record: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

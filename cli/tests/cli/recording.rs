@@ -1,0 +1,76 @@
+//! `ptyhub recording`: `ptyhub up` keeps recordings in its data dir, and the command downloads a
+//! closed session's asciicast to a file (or stdout) that a strict reader accepts; an unknown
+//! session is one clear line and leaves no file behind.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+
+use serde_json::Value;
+use test_support::asciicast::Cast;
+
+use crate::support::{Up, eventually, one_error_line};
+
+/// Registers a local instance that records output and input, through REST (the CLI's `instance
+/// add` has no recording flag).
+fn register_recorded_instance(up: &Up, name: &str) {
+    let body = serde_json::json!({
+        "name": name,
+        "target": {"local": {}},
+        "command": ["sh", "-c", "echo recorded-$((40+2)); exec sleep 600"],
+        "record": "output+input",
+    })
+    .to_string();
+    let mut stream = TcpStream::connect(up.address).expect("connect to the gateway");
+    write!(
+        stream,
+        "POST /api/v1/instances HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        up.address,
+        up.token,
+        body.len()
+    )
+    .expect("send the request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+}
+
+#[test]
+fn recording_downloads_a_closed_sessions_cast() {
+    let up = Up::start();
+    register_recorded_instance(&up, "taped");
+    let created: Vec<Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "new", "taped"])).expect("new --json");
+    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    eventually("the session printed", || {
+        up.run_ok(&["screen", "taped", &session])
+            .contains("recorded-42")
+    });
+    up.run_ok(&["rm", "taped", &session]);
+
+    let file = up.scratch.path().join("session.cast");
+    let file_arg = file.to_str().unwrap().to_owned();
+    eventually("the recording is downloadable", || {
+        up.run(&["recording", "taped", &session, "-o", &file_arg])
+            .status
+            .success()
+    });
+    let cast = Cast::parse(&std::fs::read(&file).unwrap()).expect("a strict asciicast v2 file");
+    let output = String::from_utf8(cast.output()).unwrap();
+    assert!(output.contains("recorded-42"), "{output:?}");
+    let to_stdout = up.run(&["recording", "taped", &session]);
+    assert!(to_stdout.status.success());
+    assert_eq!(to_stdout.stdout, std::fs::read(&file).unwrap());
+
+    let missing = up.scratch.path().join("missing.cast");
+    let failed = up.run(&[
+        "recording",
+        "taped",
+        "00000000-0000-4000-8000-000000000000",
+        "-o",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(!failed.status.success());
+    let line = one_error_line(&failed);
+    assert!(line.contains("cannot download the recording"), "{line}");
+    assert!(!missing.exists(), "a failed download left a file");
+}

@@ -1,0 +1,311 @@
+//! Handing live sessions to the next broker process, so that an upgrade ends no terminal.
+//!
+//! A broker with a data directory listens on `<data_dir>/handoff.sock` for its successor. A new
+//! broker started with `--take-over <that socket>` connects there (and starts afresh when nothing
+//! listens), and the two speak this protocol, one JSON message or blob at a time (`wire.rs`):
+//!
+//! 1. **Hello** (new → old): the format version, broker id and runtimes. The old process refuses
+//!    a format other than [`FORMAT_VERSION`], another broker id, or a successor without a runtime
+//!    its sessions need, with a reason, before anything moves.
+//! 2. **Freeze** (old): it stops accepting connections (its gRPC server sends GOAWAY) and new
+//!    sessions, ends `WatchEvents` and every attached stream with `UNAVAILABLE` (clients reattach
+//!    with `since`), stops its heartbeats, and stops every session's task: nothing reads a PTY
+//!    from here on, input waits.
+//! 3. **Sessions** (old → new): `Welcome` with the count, the listening socket's descriptor, then
+//!    per session its header (spec, phase, size, offsets, exit, pid, times, title, lease
+//!    generation, what is left of a tombstone), its descriptors (PTY master and keeper pipe), the
+//!    ring's contents and the screen as a snapshot at the end of the ring.
+//! 4. **Accepted** (new → old): the new process checked everything and can run it; or `Refused`.
+//! 5. **Committed** (old → new): the old process lets go (its tasks end without touching the
+//!    processes, their crash records stay) and exits; only then does the new one adopt the
+//!    sessions, start reading, serve the listener and register with session-api. Anything else
+//!    (an error, `Aborted`, the old process gone) and the new process drops what it received
+//!    without touching the processes and exits with an error.
+//!
+//! Failure is safe because the old process owns every session until it sends `Committed`: if the
+//! new process refuses, dies or stalls before `Accepted`, the old one sends `Aborted`, thaws its
+//! sessions and serves again. After `Committed` the new process alone owns them; should it die
+//! before adopting, nobody does, and the crash records in the data directory let the next start
+//! end those processes (no orphan is left).
+//!
+//! Screens travel as snapshots (`Screen::snapshot`, drawn into a fresh emulator with
+//! `Screen::from_snapshot`) rather than by replaying the ring: a replay would lose the scrollback
+//! older than the ring and parse up to a ring per session (a second per MiB at vt100's speed).
+
+mod give;
+mod take;
+mod wire;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub(crate) use give::HandOffListener;
+pub use take::{STOP_AT_VARIABLE, TakeOver, connect_to_predecessor};
+
+use crate::config::{BackendKind, Config};
+use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::runtime::docker::DockerHandOff;
+use crate::runtime::{HandedProcess, SpawnSpec, Target};
+
+/// The version of this protocol. Both processes must speak the same one.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The hand-off socket's name in the data directory.
+pub const HANDOFF_SOCKET: &str = "handoff.sock";
+
+/// Where a broker with `config` listens for its successor.
+pub fn handoff_socket(config: &Config) -> Option<PathBuf> {
+    config
+        .data_dir
+        .as_deref()
+        .map(|data_dir| data_dir.join(HANDOFF_SOCKET))
+}
+
+/// How long the old process waits for each answer of the new one.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long every session together may take to freeze.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a hand-off did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum HandOffError {
+    #[error("hand-off socket i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the other broker process went away during the hand-off")]
+    PeerGone,
+    #[error("cannot encode a hand-off message: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("cannot decode a hand-off message: {0}")]
+    Decode(#[source] serde_json::Error),
+    #[error("a hand-off {0} is over its limit")]
+    TooLarge(&'static str),
+    #[error("hand-off protocol: {0}")]
+    Protocol(String),
+    #[error("the running broker refused the hand-off: {0}")]
+    Refused(String),
+    #[error("the next broker process refused the hand-off: {0}")]
+    RefusedBySuccessor(String),
+    #[error("the running broker aborted the hand-off: {0}")]
+    Aborted(String),
+    #[error("the hand-off timed out waiting for {0}")]
+    TimedOut(&'static str),
+    #[error("session {0} could not be frozen: {1}")]
+    Freeze(Uuid, String),
+}
+
+/// The new process's first message. `format` comes first so that any version can read it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    format: u32,
+    broker_id: String,
+    /// The runtimes the new process offers (`local`, `docker`).
+    backends: Vec<String>,
+    /// The new binary's version, for the old process's log.
+    version: String,
+}
+
+/// The old process's answer to the hello.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+enum Answer {
+    /// The sessions follow (and the listener before them).
+    Welcome {
+        format: u32,
+        sessions: usize,
+    },
+    Refused {
+        reason: String,
+    },
+}
+
+/// The new process's answer once it has received everything.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+enum Acceptance {
+    Accepted,
+    Refused { reason: String },
+}
+
+/// The old process's last word.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum Outcome {
+    Committed,
+    Aborted { reason: String },
+}
+
+/// One session's header; its descriptors, ring and screen follow it.
+#[derive(Debug, Serialize, Deserialize)]
+struct SessionHeader {
+    session_id: Uuid,
+    spec: WireSpec,
+    running: bool,
+    cols: u16,
+    rows: u16,
+    ring_start: u64,
+    exit: Option<WireExit>,
+    pid: Option<u32>,
+    created_at: SystemTime,
+    last_activity_at: SystemTime,
+    title: String,
+    last_bell_at: Option<SystemTime>,
+    controller_generation: u64,
+    /// The screen snapshot's size when one follows (its offset is the end of the ring).
+    screen: Option<(u16, u16)>,
+    tombstone_left: Option<Duration>,
+    process: Option<WireProcess>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireSpec {
+    /// `None` for the local host, else the container.
+    container: Option<String>,
+    command: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+    user: Option<String>,
+    cols: u16,
+    rows: u16,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct WireExit {
+    code: i32,
+    signal: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "runtime", rename_all = "snake_case")]
+enum WireProcess {
+    /// Descriptors: the PTY master, then the keeper's pipe.
+    Local {
+        leader_pid: u32,
+        leader_start_time: u64,
+    },
+    /// Descriptor: the exec stream's hijacked connection to the engine.
+    Docker(DockerHandOff),
+}
+
+impl WireProcess {
+    fn descriptors(&self) -> usize {
+        match self {
+            WireProcess::Local { .. } => 2,
+            WireProcess::Docker(_) => 1,
+        }
+    }
+
+    fn backend(&self) -> BackendKind {
+        match self {
+            WireProcess::Local { .. } => BackendKind::Local,
+            WireProcess::Docker(_) => BackendKind::Docker,
+        }
+    }
+}
+
+impl From<HandedProcess> for WireProcess {
+    fn from(process: HandedProcess) -> Self {
+        match process {
+            HandedProcess::Local {
+                leader_pid,
+                leader_start_time,
+            } => WireProcess::Local {
+                leader_pid,
+                leader_start_time,
+            },
+            HandedProcess::Docker(docker) => WireProcess::Docker(docker),
+        }
+    }
+}
+
+impl From<WireProcess> for HandedProcess {
+    fn from(process: WireProcess) -> Self {
+        match process {
+            WireProcess::Local {
+                leader_pid,
+                leader_start_time,
+            } => HandedProcess::Local {
+                leader_pid,
+                leader_start_time,
+            },
+            WireProcess::Docker(docker) => HandedProcess::Docker(docker),
+        }
+    }
+}
+
+impl WireSpec {
+    fn from_spec(spec: &SpawnSpec) -> Self {
+        Self {
+            container: match &spec.target {
+                Target::Local => None,
+                Target::Docker { container } => Some(container.clone()),
+            },
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+            user: spec.user.clone(),
+            cols: spec.size.cols(),
+            rows: spec.size.rows(),
+        }
+    }
+
+    fn into_spec(self, session_id: Uuid) -> Result<SpawnSpec, HandOffError> {
+        Ok(SpawnSpec {
+            session_id,
+            target: match self.container {
+                None => Target::Local,
+                Some(container) => Target::Docker { container },
+            },
+            command: self.command,
+            env: self.env,
+            cwd: self.cwd,
+            user: self.user,
+            size: size(self.cols, self.rows)?,
+        })
+    }
+}
+
+fn size(cols: u16, rows: u16) -> Result<TerminalSize, HandOffError> {
+    TerminalSize::new(u32::from(cols), u32::from(rows))
+        .map_err(|error| HandOffError::Protocol(format!("bad size: {error}")))
+}
+
+impl From<ExitStatus> for WireExit {
+    fn from(exit: ExitStatus) -> Self {
+        Self {
+            code: exit.code,
+            signal: exit.signal,
+        }
+    }
+}
+
+impl From<WireExit> for ExitStatus {
+    fn from(exit: WireExit) -> Self {
+        ExitStatus {
+            code: exit.code,
+            signal: exit.signal,
+        }
+    }
+}
+
+/// Whether a phase can be handed over: a process runs, or a tombstone is kept.
+fn running(phase: SessionPhase) -> Option<bool> {
+    match phase {
+        SessionPhase::Running => Some(true),
+        SessionPhase::Exited => Some(false),
+        _ => None,
+    }
+}
+
+/// Binds `path` afresh: whatever was there is a previous run's, or the predecessor's that has
+/// let go of it.
+fn bind_fresh(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    tokio::net::UnixListener::bind(path)
+}

@@ -1,0 +1,301 @@
+//! The asciicast v2 encoder: a header line, then one JSON array per event (`o` output, `i`
+//! input, `r` resize, `m` marker), times in seconds from the start.
+//!
+//! asciicast keeps terminal data as JSON strings, so bytes become text here. A UTF-8 sequence
+//! that a read split in two is held back until its rest arrives, so split characters are never
+//! lost; bytes that are not UTF-8 at all become U+FFFD, as `asciinema rec` does, one per invalid
+//! sequence (`String::from_utf8_lossy`'s rule). Output that is valid UTF-8 (what terminals
+//! speak) is therefore kept byte for byte.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::domain::TerminalSize;
+
+/// What the header says about a recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CastHeader {
+    pub size: TerminalSize,
+    /// Seconds since the Unix epoch when the recording started.
+    pub timestamp: u64,
+    /// The command line, its arguments joined by spaces; `None` for the target's default shell.
+    pub command: Option<String>,
+    pub title: Option<String>,
+    /// `TERM` as the session's environment set it.
+    pub term: Option<String>,
+}
+
+/// The kinds of asciicast v2 events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Output,
+    Input,
+    Resize,
+    Marker,
+}
+
+impl EventKind {
+    fn code(self) -> &'static str {
+        match self {
+            EventKind::Output => "o",
+            EventKind::Input => "i",
+            EventKind::Resize => "r",
+            EventKind::Marker => "m",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct HeaderLine<'a> {
+    version: u8,
+    width: u16,
+    height: u16,
+    timestamp: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    title: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<HeaderEnv<'a>>,
+}
+
+#[derive(Serialize)]
+struct HeaderEnv<'a> {
+    #[serde(rename = "TERM")]
+    term: &'a str,
+}
+
+/// Writes a recording's lines into a buffer the caller drains (to a file, in whole lines).
+#[derive(Debug, Default)]
+pub struct CastEncoder {
+    /// Times never go backwards, whatever order the caller's clocks gave.
+    last_time: Duration,
+    output_carry: Utf8Carry,
+    input_carry: Utf8Carry,
+}
+
+impl CastEncoder {
+    /// The header line, with its newline.
+    pub fn header(header: &CastHeader, out: &mut Vec<u8>) {
+        let line = HeaderLine {
+            version: 2,
+            width: header.size.cols(),
+            height: header.size.rows(),
+            timestamp: header.timestamp,
+            command: header.command.as_deref(),
+            title: header.title.as_deref(),
+            env: header.term.as_deref().map(|term| HeaderEnv { term }),
+        };
+        serde_json::to_writer(&mut *out, &line).expect("a header serialises");
+        out.push(b'\n');
+    }
+
+    /// Output bytes at `at` (since the start).
+    pub fn output(&mut self, at: Duration, data: &[u8], out: &mut Vec<u8>) {
+        let text = self.output_carry.decode(data);
+        if !text.is_empty() {
+            let at = self.advance(at);
+            event_line(at, EventKind::Output, &text, out);
+        }
+    }
+
+    /// Input bytes at `at`.
+    pub fn input(&mut self, at: Duration, data: &[u8], out: &mut Vec<u8>) {
+        let text = self.input_carry.decode(data);
+        if !text.is_empty() {
+            let at = self.advance(at);
+            event_line(at, EventKind::Input, &text, out);
+        }
+    }
+
+    pub fn resize(&mut self, at: Duration, size: TerminalSize, out: &mut Vec<u8>) {
+        let at = self.advance(at);
+        let text = format!("{}x{}", size.cols(), size.rows());
+        event_line(at, EventKind::Resize, &text, out);
+    }
+
+    pub fn marker(&mut self, at: Duration, label: &str, out: &mut Vec<u8>) {
+        let at = self.advance(at);
+        event_line(at, EventKind::Marker, label, out);
+    }
+
+    /// Writes what is still held back (a sequence that never completed, as U+FFFD).
+    pub fn finish(&mut self, at: Duration, out: &mut Vec<u8>) {
+        let output = self.output_carry.take_rest();
+        if !output.is_empty() {
+            let at = self.advance(at);
+            event_line(at, EventKind::Output, &output, out);
+        }
+        let input = self.input_carry.take_rest();
+        if !input.is_empty() {
+            let at = self.advance(at);
+            event_line(at, EventKind::Input, &input, out);
+        }
+    }
+
+    fn advance(&mut self, at: Duration) -> Duration {
+        self.last_time = self.last_time.max(at);
+        self.last_time
+    }
+}
+
+fn event_line(at: Duration, kind: EventKind, text: &str, out: &mut Vec<u8>) {
+    // Microseconds, as asciinema writes them.
+    let micros = at.as_micros();
+    out.extend_from_slice(
+        format!(
+            "[{}.{:06}, \"{}\", ",
+            micros / 1_000_000,
+            micros % 1_000_000,
+            kind.code()
+        )
+        .as_bytes(),
+    );
+    serde_json::to_writer(&mut *out, text).expect("a string serialises");
+    out.extend_from_slice(b"]\n");
+}
+
+/// Holds back the start of a UTF-8 sequence that the end of a chunk cut.
+#[derive(Debug, Default)]
+struct Utf8Carry {
+    held: Vec<u8>,
+}
+
+impl Utf8Carry {
+    /// The text of `data` after what was held; an incomplete sequence at its end is held.
+    fn decode(&mut self, data: &[u8]) -> String {
+        let joined;
+        let bytes: &[u8] = if self.held.is_empty() {
+            data
+        } else {
+            self.held.extend_from_slice(data);
+            joined = std::mem::take(&mut self.held);
+            &joined
+        };
+        let keep = incomplete_tail(bytes);
+        let (complete, tail) = bytes.split_at(bytes.len() - keep);
+        self.held.extend_from_slice(tail);
+        String::from_utf8_lossy(complete).into_owned()
+    }
+
+    fn take_rest(&mut self) -> String {
+        let rest = std::mem::take(&mut self.held);
+        String::from_utf8_lossy(&rest).into_owned()
+    }
+}
+
+/// How many bytes at the end of `bytes` start a UTF-8 sequence that is not complete yet (0 to 3).
+fn incomplete_tail(bytes: &[u8]) -> usize {
+    // A sequence is at most 4 bytes: look at the last 3 for a lead byte whose sequence would
+    // reach past the end.
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0b1100_0000 == 0b1000_0000 {
+            continue; // a continuation byte: the lead is further back
+        }
+        let needed = match byte {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return 0,
+        };
+        let tail = &bytes[bytes.len() - back..];
+        // Held only if what is there could still become valid.
+        return if needed > back && std::str::from_utf8(tail).is_err_and(|e| e.error_len().is_none())
+        {
+            back
+        } else {
+            0
+        };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(buffer: &[u8]) -> Vec<serde_json::Value> {
+        std::str::from_utf8(buffer)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_character_split_across_reads_is_written_whole_in_the_later_event() {
+        let mut encoder = CastEncoder::default();
+        let mut out = Vec::new();
+        let text = "a€b😀";
+        let bytes = text.as_bytes();
+        // Split inside the euro sign (3 bytes) and inside the emoji (4 bytes).
+        encoder.output(Duration::from_millis(1), &bytes[..2], &mut out);
+        encoder.output(Duration::from_millis(2), &bytes[2..6], &mut out);
+        encoder.output(Duration::from_millis(3), &bytes[6..], &mut out);
+        encoder.finish(Duration::from_millis(4), &mut out);
+        let events = lines(&out);
+        let joined: String = events
+            .iter()
+            .map(|event| event[2].as_str().unwrap())
+            .collect();
+        assert_eq!(joined, text);
+        assert_eq!(events[0][2], "a");
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_become_replacement_characters() {
+        let mut encoder = CastEncoder::default();
+        let mut out = Vec::new();
+        encoder.output(Duration::ZERO, b"ok\xff\xfe!", &mut out);
+        // A lead byte with nothing after it at the end of the recording.
+        encoder.output(Duration::ZERO, b"\xe2", &mut out);
+        encoder.finish(Duration::ZERO, &mut out);
+        let events = lines(&out);
+        assert_eq!(events[0][2], "ok\u{fffd}\u{fffd}!");
+        assert_eq!(events[1][2], "\u{fffd}");
+    }
+
+    #[test]
+    fn times_never_go_backwards_and_are_written_in_microseconds() {
+        let mut encoder = CastEncoder::default();
+        let mut out = Vec::new();
+        encoder.input(Duration::from_micros(2_500_001), b"x", &mut out);
+        encoder.output(Duration::from_micros(2_400_000), b"x", &mut out);
+        encoder.resize(
+            Duration::from_secs(3),
+            TerminalSize::new(100, 30).unwrap(),
+            &mut out,
+        );
+        encoder.marker(Duration::from_secs(3), "reset", &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "[2.500001, \"i\", \"x\"]\n[2.500001, \"o\", \"x\"]\n[3.000000, \"r\", \"100x30\"]\n[3.000000, \"m\", \"reset\"]\n"
+        );
+    }
+
+    #[test]
+    fn the_header_names_size_command_title_and_term() {
+        let mut out = Vec::new();
+        CastEncoder::header(
+            &CastHeader {
+                size: TerminalSize::new(80, 24).unwrap(),
+                timestamp: 1_700_000_000,
+                command: Some("bash -l".to_owned()),
+                title: Some("web / Session 1".to_owned()),
+                term: Some("xterm-256color".to_owned()),
+            },
+            &mut out,
+        );
+        let header = &lines(&out)[0];
+        assert_eq!(header["version"], 2);
+        assert_eq!(header["width"], 80);
+        assert_eq!(header["height"], 24);
+        assert_eq!(header["timestamp"], 1_700_000_000);
+        assert_eq!(header["command"], "bash -l");
+        assert_eq!(header["title"], "web / Session 1");
+        assert_eq!(header["env"]["TERM"], "xterm-256color");
+    }
+}

@@ -1,0 +1,40 @@
+//! Session recordings: what a session records (`RecordMode`), the asciicast v2 encoding
+//! (`asciicast.rs`), and the broker's side of the recordings store (`store.rs`: the local spool
+//! a recorder writes, publishing a finished recording to the object store, recovering what a
+//! killed broker left in the spool, and retention by age and total size).
+//!
+//! The recorder of one session is a task beside its screen feeder
+//! (`session/recording.rs`): it reads the ring at its own offset, off the output path, and
+//! never holds the PTY back; when it falls behind the ring it writes a marker saying how many
+//! bytes it lost.
+
+mod asciicast;
+mod store;
+
+pub use asciicast::{CastEncoder, CastHeader};
+pub use store::{Recordings, RecordingsConfig, RetentionReport};
+
+/// What a session's recording keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecordMode {
+    #[default]
+    Off,
+    /// Output, resizes and resets.
+    Output,
+    /// Output, resizes, resets and the input written to the process.
+    OutputAndInput,
+}
+
+impl RecordMode {
+    pub fn records_input(self) -> bool {
+        self == RecordMode::OutputAndInput
+    }
+}
+
+/// What to record of one session, as its Spawn call asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordingRequest {
+    pub mode: RecordMode,
+    /// The recording's title, for its header.
+    pub title: Option<String>,
+}

@@ -1,0 +1,190 @@
+//! A session as one broker process hands it to the next: frozen on the old side (its task reads
+//! nothing and waits for the verdict), adopted on the new side (a session and a task that go on
+//! from the same offsets, lease generation, screen and process).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::attachments::Attachments;
+use super::task::{Pty, SessionTask, TaskContext};
+use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
+use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::error::Error;
+use crate::ring::OutputRing;
+use crate::runtime::{ProcessHandOff, SpawnSpec, SpawnedPty};
+use crate::screen::{Screen, Snapshot};
+use bytes::Bytes;
+
+/// Everything a session is, as of the moment its task stopped reading.
+#[derive(Debug)]
+pub struct FrozenSession {
+    pub id: Uuid,
+    pub spec: SpawnSpec,
+    /// `Running` or `Exited` (a tombstone).
+    pub phase: SessionPhase,
+    pub size: TerminalSize,
+    /// The ring's chunks from `ring_start` on.
+    pub ring_start: u64,
+    pub ring: Vec<Bytes>,
+    pub exit: Option<ExitStatus>,
+    pub pid: Option<u32>,
+    pub created_at: SystemTime,
+    pub last_activity_at: SystemTime,
+    pub title: String,
+    pub last_bell_at: Option<SystemTime>,
+    /// The last controller lease given out: the next process gives only later ones.
+    pub controller_generation: u64,
+    /// The screen as of the end of the ring; `None` on a broker without screens.
+    pub screen: Option<Snapshot>,
+    /// What is left of an exited session's tombstone.
+    pub tombstone_left: Option<Duration>,
+    /// The running process and its descriptors (borrowed: they stay open until the verdict).
+    pub process: Option<ProcessHandOff>,
+}
+
+impl FrozenSession {
+    /// The offset of the next byte the session's PTY will produce.
+    pub fn end(&self) -> u64 {
+        self.ring_start
+            + self
+                .ring
+                .iter()
+                .map(|chunk| chunk.len() as u64)
+                .sum::<u64>()
+    }
+}
+
+/// How a hand-off ended for one frozen session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The next process owns the session now: the task ends without touching the process.
+    Commit,
+    /// The hand-off failed: the task goes on as before.
+    Resume,
+}
+
+/// A frozen session and the way to tell its task the verdict (dropping it resumes the session).
+#[derive(Debug)]
+pub struct Frozen {
+    pub session: FrozenSession,
+    pub verdict: oneshot::Sender<Verdict>,
+    /// Completes once the task has let go after a commit: this process may exit from then on
+    /// without disturbing the session (its crash record stays for the successor).
+    pub let_go: oneshot::Receiver<()>,
+}
+
+impl Session {
+    /// Stops the session's task from reading and returns what the session is. Every attached
+    /// client's stream ends with [`Error::HandingOver`]; input waits. The task waits for the
+    /// verdict.
+    pub(crate) async fn freeze(&self) -> Result<Frozen, Error> {
+        let (reply, answer) = oneshot::channel();
+        let (verdict, verdict_receiver) = oneshot::channel();
+        let (let_go_sender, let_go) = oneshot::channel();
+        self.send(Command::HandOff {
+            reply,
+            verdict: verdict_receiver,
+            let_go: let_go_sender,
+        })
+        .await?;
+        let session = answer
+            .await
+            .map_err(|_| Error::SessionNotFound(self.id))??;
+        Ok(Frozen {
+            session,
+            verdict,
+            let_go,
+        })
+    }
+
+    /// A session that goes on from `frozen` (without its process, which `spawned` now is: the
+    /// descriptors the previous process sent, adopted by the runtime), and the task that runs
+    /// it; the caller spawns [`SessionTask::run_adopted`] with the returned PTY.
+    pub(crate) fn adopt(
+        frozen: FrozenSession,
+        spawned: Option<SpawnedPty>,
+        settings: SessionSettings,
+        context: TaskContext,
+    ) -> (Arc<Session>, SessionTask, Option<Pty>) {
+        let ring = OutputRing::resume(settings.ring_bytes, frozen.ring_start, frozen.ring);
+        let end = ring.end();
+        let screen = settings.scrollback_lines.map(|lines| {
+            let screen = match &frozen.screen {
+                Some(snapshot) if snapshot.offset == end => Screen::from_snapshot(snapshot, lines),
+                // The previous process ran without screens: this one's starts blank here.
+                _ => Screen::new(frozen.size, lines, end),
+            };
+            Mutex::new(screen)
+        });
+        let (pty, input) = match spawned {
+            Some(spawned) => {
+                let input_ended = CancellationToken::new();
+                let input = PtyInput {
+                    writer: spawned.input,
+                    ended: input_ended.clone(),
+                };
+                let pty = Pty {
+                    output: spawned.output,
+                    input_ended,
+                    process: Arc::from(spawned.process),
+                };
+                (Some(pty), Some(input))
+            }
+            None => (None, None),
+        };
+        let phase = if pty.is_some() {
+            SessionPhase::Running
+        } else {
+            SessionPhase::Exited
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                phase,
+                size: frozen.size,
+                ring,
+                exit: frozen.exit,
+                pid: if pty.is_some() { frozen.pid } else { None },
+                created_at: frozen.created_at,
+                last_activity_at: frozen.last_activity_at,
+                attachments: Attachments::after_generation(frozen.controller_generation),
+                reader_waiting: false,
+                input_since_report: false,
+                screen_offset: end,
+                title: frozen.title,
+                last_bell_at: frozen.last_bell_at,
+                marks_since_report: false,
+                last_output_at: tokio::time::Instant::now(),
+            }),
+            changed: watch::Sender::new(()),
+            task_wake: Notify::new(),
+            feeder_wake: Notify::new(),
+            input: Arc::new(tokio::sync::Mutex::new(input)),
+            screen,
+            recorder: None,
+        });
+        let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
+        let session = Arc::new(Session {
+            id: frozen.id,
+            shared: Arc::clone(&shared),
+            commands: command_tx,
+        });
+        let tombstone_deadline = frozen
+            .tombstone_left
+            .map(|left| tokio::time::Instant::now() + left);
+        let mut context = context;
+        context.spec = frozen.spec;
+        let task = SessionTask::adopted(
+            frozen.id,
+            shared,
+            settings,
+            context,
+            command_rx,
+            tombstone_deadline,
+        );
+        (session, task, pty)
+    }
+}

@@ -1,0 +1,680 @@
+//! Hand-offs between real `pty-broker` processes (`--take-over`): attached clients resume by
+//! offset on the next process with every byte exactly once, the processes keep their pids and
+//! still deliver their exit codes; and a successor killed at any step of the hand-off leaves
+//! every session with exactly one owner (the old process, or the crash records for the next
+//! start when the old one had already let go).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail, ensure};
+use attach_ticket::{TicketKey, TicketRole};
+use bytes::Bytes;
+use ptyhub_proto::broker::v1 as pb;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use tokio::sync::{RwLock, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::support::docker::DockerFixture;
+use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
+
+/// Prints numbered lines as fast as it is read until the stop file appears, then exits 3.
+const FLOOD: &str = r#"i=0; while [ ! -e "$STOP" ]; do echo "$i"; i=$((i+1)); done; exit 3"#;
+
+/// A `pty-broker` process.
+struct BrokerProcess {
+    child: Child,
+    _secrets: tempfile::TempDir,
+}
+
+/// Where every broker of one test listens: the address the first one bound.
+#[derive(Clone)]
+struct Address(String);
+
+impl BrokerProcess {
+    /// Starts a broker on `data_dir`, taking over from the one listening there when `take_over`;
+    /// with `stop_at`, the hand-off test hook stops it at that step (and this returns at once).
+    fn start(
+        data_dir: &Path,
+        take_over: bool,
+        stop_at: Option<&str>,
+    ) -> anyhow::Result<(Self, Option<Address>)> {
+        let secrets = tempfile::tempdir()?;
+        let token_file = secrets.path().join("session-api-token");
+        std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
+        let ticket_file = secrets.path().join("ticket-secret");
+        std::fs::write(&ticket_file, TICKET_SECRET)?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pty-broker"));
+        command
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-json",
+                "--backends",
+                "local,docker",
+                // The test image's sessions run as root.
+                "--allow-root",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
+            .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
+            .env_remove(pty_broker::handoff::STOP_AT_VARIABLE)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if take_over {
+            command
+                .arg("--take-over")
+                .arg(data_dir.join(pty_broker::handoff::HANDOFF_SOCKET));
+        }
+        if let Some(step) = stop_at {
+            command.env(pty_broker::handoff::STOP_AT_VARIABLE, step);
+        }
+        let mut child = command.spawn().context("start pty-broker")?;
+        let stdout = child.stdout.take().context("broker stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let broker = Self {
+            child,
+            _secrets: secrets,
+        };
+        if stop_at.is_some() {
+            std::thread::spawn(move || for _ in lines {});
+            return Ok((broker, None));
+        }
+        let address = loop {
+            let Some(line) = lines.next() else {
+                bail!("pty-broker exited before serving");
+            };
+            let line: serde_json::Value = serde_json::from_str(&line?)?;
+            if line["fields"]["message"] == "pty-broker serving" {
+                break line["fields"]["address"]
+                    .as_str()
+                    .context("serving line without address")?
+                    .to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok((broker, Some(Address(format!("http://{address}")))))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the process to exit on its own and returns whether it succeeded.
+    async fn exited(&mut self) -> anyhow::Result<bool> {
+        let status = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+            let status = self.child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await
+        .context("the old broker did not exit")?;
+        Ok(status.success())
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits until the hand-off test hook has stopped the process.
+    async fn stopped(&self) -> anyhow::Result<()> {
+        let pid = self.pid();
+        test_support::poll_until(PATIENCE, POLL_INTERVAL, || async move {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+            (state == "T").then_some(())
+        })
+        .await
+        .context("the successor never reached its step")
+    }
+
+    fn kill_hard(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn control(address: &Address) -> anyhow::Result<PtyBrokerClient<tonic::transport::Channel>> {
+    PtyBrokerClient::connect(address.0.clone())
+        .await
+        .context("connect to the broker")
+}
+
+/// Where a test's sessions run, and the file whose appearance stops the floods there.
+#[derive(Clone, Copy)]
+enum On<'a> {
+    Local(&'a Path),
+    Docker(&'a DockerFixture),
+}
+
+/// Where a flood in a container looks for its stop file.
+const CONTAINER_STOP: &str = "/tmp/stop-flooding";
+
+impl On<'_> {
+    fn target(self) -> pb::Target {
+        let kind = match self {
+            On::Local(_) => pb::target::Kind::Local(pb::LocalTarget {}),
+            On::Docker(fixture) => pb::target::Kind::Docker(pb::DockerTarget {
+                container: fixture.name().to_owned(),
+            }),
+        };
+        pb::Target { kind: Some(kind) }
+    }
+
+    fn stop_file(self) -> String {
+        match self {
+            On::Local(stop) => stop.display().to_string(),
+            On::Docker(_) => CONTAINER_STOP.to_owned(),
+        }
+    }
+
+    async fn stop_floods(self) -> anyhow::Result<()> {
+        match self {
+            On::Local(stop) => std::fs::write(stop, b"")?,
+            On::Docker(fixture) => {
+                fixture.exec_output(&["touch", CONTAINER_STOP]).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn spawn_sh(address: &Address, script: &str, on: On<'_>) -> anyhow::Result<pb::SessionInfo> {
+    let session = control(address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(on.target()),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            env: [("STOP".to_owned(), on.stop_file())].into(),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?;
+    Ok(session)
+}
+
+/// Every live session's pid, by id.
+async fn pids(address: &Address) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut sessions: Vec<(String, u32)> = control(address)
+        .await?
+        .list(authorized(pb::ListRequest {}))
+        .await?
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|session| (session.session_id, session.pid))
+        .collect();
+    sessions.sort();
+    Ok(sessions)
+}
+
+/// A controller that reattaches with `since` whenever its stream ends with UNAVAILABLE, and
+/// checks that every output frame starts exactly where the previous one ended.
+struct ResumingClient {
+    address: Address,
+    session_id: String,
+    ticket_key: TicketKey,
+    next_offset: u64,
+    output: Vec<u8>,
+    stream: Option<(mpsc::Sender<pb::ClientFrame>, Streaming<pb::ServerFrame>)>,
+    reattaches: usize,
+}
+
+impl ResumingClient {
+    fn new(address: Address, session_id: String) -> Self {
+        Self {
+            address,
+            session_id,
+            ticket_key: TicketKey::new(TICKET_SECRET.to_vec()).expect("the test key is valid"),
+            next_offset: 0,
+            output: Vec::new(),
+            stream: None,
+            reattaches: 0,
+        }
+    }
+
+    /// Attaches (again) at the next offset, retrying while the broker hands over.
+    async fn attach(&mut self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match self.try_attach().await {
+                Ok(stream) => {
+                    self.stream = Some(stream);
+                    return Ok(());
+                }
+                Err(error) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(%error, "reattach failed; trying again");
+                    tokio::time::sleep(POLL_INTERVAL).await;
+                }
+                Err(error) => return Err(error.context("could not reattach in time")),
+            }
+        }
+    }
+
+    async fn try_attach(
+        &self,
+    ) -> anyhow::Result<(mpsc::Sender<pb::ClientFrame>, Streaming<pb::ServerFrame>)> {
+        let mut client = control(&self.address).await?;
+        let (sender, receiver) = mpsc::channel(16);
+        sender
+            .send(pb::ClientFrame {
+                frame: Some(pb::client_frame::Frame::Hello(pb::Hello {
+                    ticket: self.ticket_key.sign(
+                        uuid::Uuid::parse_str(&self.session_id)?,
+                        TicketRole::Controller,
+                        SystemTime::now() + Duration::from_secs(300),
+                    ),
+                    session_id: self.session_id.clone(),
+                    role: pb::Role::Controller as i32,
+                    size: None,
+                    since: Some(self.next_offset),
+                    snapshot: false,
+                })),
+            })
+            .await?;
+        let mut inbound = client
+            .attach(ReceiverStream::new(receiver))
+            .await?
+            .into_inner();
+        match inbound.message().await? {
+            Some(pb::ServerFrame {
+                frame: Some(pb::server_frame::Frame::Connected(connected)),
+            }) => {
+                ensure!(
+                    connected.offset == self.next_offset,
+                    "resumed at {} instead of {}",
+                    connected.offset,
+                    self.next_offset
+                );
+                Ok((sender, inbound))
+            }
+            other => bail!("expected connected, got {other:?}"),
+        }
+    }
+
+    /// Drops the current stream (one a hand-off ended), to attach afresh at the next use.
+    fn reattach_next(&mut self) {
+        if self.stream.take().is_some() {
+            self.reattaches += 1;
+        }
+    }
+
+    async fn send_input(&mut self, data: impl Into<Bytes>) -> anyhow::Result<()> {
+        if self.stream.is_none() {
+            self.attach().await?;
+        }
+        let (sender, inbound) = self.stream.as_mut().expect("attached");
+        let sent = sender
+            .send(pb::ClientFrame {
+                frame: Some(pb::client_frame::Frame::Input(pb::Input {
+                    data: data.into(),
+                })),
+            })
+            .await;
+        if sent.is_err() {
+            let why = inbound.message().await;
+            bail!("the attach stream closed: {why:?}");
+        }
+        Ok(())
+    }
+
+    /// Reads until the output ends with `suffix` (`None`: until the process exits); returns the
+    /// exit status when it came.
+    async fn read(&mut self, suffix: Option<&[u8]>) -> anyhow::Result<Option<pb::ExitStatus>> {
+        loop {
+            if let Some(suffix) = suffix
+                && self.output.ends_with(suffix)
+            {
+                return Ok(None);
+            }
+            if self.stream.is_none() {
+                self.attach().await?;
+            }
+            let (_, inbound) = self.stream.as_mut().expect("attached");
+            let message = tokio::time::timeout(PATIENCE, inbound.message())
+                .await
+                .context("no frame in time")?;
+            let frame = match message {
+                Ok(Some(frame)) => frame.frame,
+                Ok(None) => bail!("the stream ended without an exit"),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    self.stream = None;
+                    self.reattaches += 1;
+                    continue;
+                }
+                Err(status) => bail!("the stream failed: {status}"),
+            };
+            match frame {
+                Some(pb::server_frame::Frame::Output(output)) => {
+                    ensure!(
+                        output.offset == self.next_offset,
+                        "output at {} where {} was next: a byte lost or repeated",
+                        output.offset,
+                        self.next_offset
+                    );
+                    self.next_offset += output.data.len() as u64;
+                    self.output.extend_from_slice(&output.data);
+                }
+                Some(pb::server_frame::Frame::Gap(gap)) => bail!("a gap of {} bytes", gap.lost),
+                Some(pb::server_frame::Frame::Exit(exit)) => return Ok(Some(exit)),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The flood's output is the numbers from 0 on, each once, in order.
+fn check_flood(output: &[u8]) -> anyhow::Result<usize> {
+    let text = std::str::from_utf8(output)?;
+    let lines: Vec<&str> = text.split_terminator("\r\n").collect();
+    for (index, line) in lines.iter().enumerate() {
+        ensure!(
+            *line == index.to_string(),
+            "line {index} is {line:?} (the lines around it: {:?})",
+            &lines[index.saturating_sub(2)..(index + 2).min(lines.len())]
+        );
+    }
+    Ok(lines.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_sessions_survive_three_hand_offs_with_every_byte_once() -> anyhow::Result<()> {
+    test_support::init_test_logging();
+    survive_three_hand_offs(None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_and_local_sessions_survive_three_hand_offs_with_every_byte_once()
+-> anyhow::Result<()> {
+    let Some(fixture) = DockerFixture::start().await else {
+        return Ok(());
+    };
+    survive_three_hand_offs(Some(&fixture)).await
+}
+
+/// Per backend, flooding and echoing sessions (each with a resuming gRPC controller) through
+/// three hand-offs: every byte once, the same pids, the exit codes delivered.
+async fn survive_three_hand_offs(docker: Option<&DockerFixture>) -> anyhow::Result<()> {
+    const FLOODING: usize = 10;
+    const ECHOING: usize = 10;
+    let data_dir = tempfile::tempdir()?;
+    let stop = data_dir.path().join("stop-flooding");
+    let mut places = vec![On::Local(&stop)];
+    places.extend(docker.map(On::Docker));
+    let (mut broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+
+    let mut flooders = Vec::new();
+    // An echoing client types a line only while no hand-off runs (input in flight when a stream
+    // ends is not retried, as after any reconnect), and waits for the PTY's echo and cat's.
+    let typing = Arc::new(RwLock::new(0usize));
+    let (stop_typing, typing_stopped) = tokio::sync::watch::channel(false);
+    let mut echoers = Vec::new();
+    for &on in &places {
+        for _ in 0..FLOODING {
+            let session = spawn_sh(&address, FLOOD, on).await?;
+            let mut client = ResumingClient::new(address.clone(), session.session_id);
+            flooders.push(tokio::spawn(async move {
+                let exit = client.read(None).await?;
+                anyhow::Ok((client, exit))
+            }));
+        }
+        for _ in 0..ECHOING {
+            let session = spawn_sh(&address, "exec cat", on).await?;
+            let mut client = ResumingClient::new(address.clone(), session.session_id);
+            let typing = Arc::clone(&typing);
+            let stop_typing = typing_stopped.clone();
+            echoers.push(tokio::spawn(async move {
+                let mut expected = Vec::new();
+                let mut lines = 0;
+                let mut seen_round = 0;
+                while !*stop_typing.borrow() {
+                    let round = typing.read().await;
+                    // A hand-off since the last line ended the stream: a line sent on it now
+                    // would be lost, so attach again first.
+                    if *round != seen_round {
+                        seen_round = *round;
+                        client.reattach_next();
+                    }
+                    let line = format!("line {lines}\r\n");
+                    client.send_input(format!("line {lines}\n")).await?;
+                    expected.extend_from_slice(line.as_bytes());
+                    expected.extend_from_slice(line.as_bytes());
+                    client.read(Some(&expected)).await?;
+                    lines += 1;
+                }
+                if *typing.read().await != seen_round {
+                    client.reattach_next();
+                }
+                client.send_input(Bytes::from_static(b"\x04")).await?;
+                let exit = client.read(None).await?;
+                ensure!(
+                    client.output == expected,
+                    "the echoes differ from what was typed"
+                );
+                anyhow::Ok((client, exit, lines))
+            }));
+        }
+    }
+    let before = pids(&address).await?;
+    ensure!(
+        before.len() == (FLOODING + ECHOING) * places.len(),
+        "{before:?}"
+    );
+
+    for round in 1..=3 {
+        let mut quiet = typing.write().await;
+        *quiet = round;
+        let (next, next_address) = BrokerProcess::start(data_dir.path(), true, None)?;
+        let next_address = next_address.expect("serving");
+        ensure!(
+            next_address.0 == address.0,
+            "round {round}: the next process serves {} instead of {}",
+            next_address.0,
+            address.0
+        );
+        ensure!(
+            broker.exited().await?,
+            "round {round}: the old broker failed"
+        );
+        drop(quiet);
+        broker = next;
+        let after = pids(&address).await?;
+        ensure!(
+            after == before,
+            "round {round}: sessions or pids changed: {after:?}"
+        );
+    }
+
+    stop_typing.send_replace(true);
+    for &on in &places {
+        on.stop_floods().await?;
+    }
+    for flooder in flooders {
+        let (client, exit) = flooder.await??;
+        let exit = exit.context("no exit")?;
+        ensure!(exit.code == 3, "the flood exited with {exit:?}");
+        let lines = check_flood(&client.output)?;
+        ensure!(lines > 0, "the flood printed nothing");
+        ensure!(
+            client.reattaches >= 3,
+            "a flooding client reattached {} times over three hand-offs",
+            client.reattaches
+        );
+    }
+    for echoer in echoers {
+        let (_, exit, lines) = echoer.await??;
+        ensure!(exit.context("no exit")?.code == 0);
+        ensure!(lines > 0, "nothing was typed");
+    }
+    drop(broker);
+    Ok(())
+}
+
+/// Which steps leave the old process owning the sessions: it let go at `accepted`.
+const STEPS: [(&str, bool); 4] = [
+    ("hello", true),
+    ("received", true),
+    ("accepted", false),
+    ("committed", false),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_killed_at_any_step_leaves_every_session_one_owner() -> anyhow::Result<()> {
+    test_support::init_test_logging();
+    let unused = tempfile::tempdir()?;
+    killed_at_each_step(On::Local(&unused.path().join("unused"))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_killed_at_any_step_leaves_every_docker_session_one_owner() -> anyhow::Result<()>
+{
+    let Some(fixture) = DockerFixture::start().await else {
+        return Ok(());
+    };
+    killed_at_each_step(On::Docker(&fixture)).await
+}
+
+/// The live processes of `session`: its leader's Unix session (local), or the processes that
+/// carry its marker in their environment (in the container).
+async fn session_members(on: On<'_>, session: &pb::SessionInfo) -> Vec<u32> {
+    match on {
+        On::Local(_) => {
+            pty_broker::runtime::local::unix_session_members(session.pid).unwrap_or_default()
+        }
+        On::Docker(fixture) => {
+            let script = format!(
+                // A zombie's environment reads empty: only live processes match.
+                "for p in /proc/[0-9]*; do grep -q '{}={}' $p/environ 2>/dev/null && echo ${{p#/proc/}}; done; true",
+                pty_broker::runtime::docker::SESSION_MARKER_VARIABLE,
+                session.session_id
+            );
+            fixture
+                .exec_output(&["sh", "-c", &script])
+                .await
+                .lines()
+                .filter_map(|line| line.trim().parse().ok())
+                .collect()
+        }
+    }
+}
+
+/// A successor stopped by the test hook at each step and SIGKILLed there.
+async fn killed_at_each_step(on: On<'_>) -> anyhow::Result<()> {
+    for (step, old_keeps) in STEPS {
+        let data_dir = tempfile::tempdir()?;
+        let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+        let address = address.expect("serving");
+        let stubborn = spawn_sh(&address, "trap '' HUP TERM; cat; sleep 600", on).await?;
+        let mut client = ResumingClient::new(address.clone(), stubborn.session_id.clone());
+        client.send_input(Bytes::from_static(b"before\n")).await?;
+        client.read(Some(b"before\r\nbefore\r\n")).await?;
+
+        let (mut successor, _) = BrokerProcess::start(data_dir.path(), true, Some(step))?;
+        successor.stopped().await?;
+        successor.kill_hard()?;
+
+        if old_keeps {
+            // The old process thaws the session and serves on, same process, same bytes.
+            client.reattach_next();
+            client.send_input(Bytes::from_static(b"after\n")).await?;
+            client
+                .read(Some(b"before\r\nbefore\r\nafter\r\nafter\r\n"))
+                .await
+                .with_context(|| format!("step {step}: the old broker lost the session"))?;
+            ensure!(old.is_running(), "step {step}: the old broker exited");
+            ensure!(
+                pids(&address).await? == vec![(stubborn.session_id.clone(), stubborn.pid)],
+                "step {step}: the session changed"
+            );
+        } else {
+            ensure!(old.exited().await?, "step {step}: the old broker failed");
+            ensure!(
+                !session_members(on, &stubborn).await.is_empty(),
+                "step {step}: the session ended with its owner"
+            );
+            // Nobody owns it: the next start ends it from its crash record.
+            let (fresh, _) = BrokerProcess::start(data_dir.path(), false, None)?;
+            let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+                session_members(on, &stubborn)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            })
+            .await;
+            ensure!(
+                ended.is_some(),
+                "step {step}: an orphan is left: {:?}",
+                session_members(on, &stubborn).await
+            );
+            drop(fresh);
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -> anyhow::Result<()>
+{
+    test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let stop = data_dir.path().join("unused");
+    let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session = spawn_sh(&address, "exec cat", On::Local(&stop)).await?;
+    let mut client = ResumingClient::new(address.clone(), session.session_id.clone());
+    client.send_input(Bytes::from_static(b"one\n")).await?;
+    client.read(Some(b"one\r\none\r\n")).await?;
+
+    let output = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--backends",
+            "local",
+            "--broker-id",
+            "another",
+        ])
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .arg("--take-over")
+        .arg(data_dir.path().join(pty_broker::handoff::HANDOFF_SOCKET))
+        .env("PTYHUB_BROKER_SESSION_API_TOKEN", SERVICE_TOKEN)
+        .env(
+            "PTYHUB_BROKER_TICKET_SECRET",
+            std::str::from_utf8(TICKET_SECRET)?,
+        )
+        .stdin(Stdio::null())
+        .output()?;
+    ensure!(!output.status.success(), "the successor started");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(
+        stderr.contains("refused") && stderr.contains("broker id"),
+        "the refusal does not say why: {stderr}"
+    );
+    // Nothing moved: the client's stream was never ended.
+    client.send_input(Bytes::from_static(b"two\n")).await?;
+    client.read(Some(b"one\r\none\r\ntwo\r\ntwo\r\n")).await?;
+    ensure!(
+        client.reattaches == 0,
+        "the stream was ended by a refused hand-off"
+    );
+    ensure!(old.is_running());
+    Ok(())
+}

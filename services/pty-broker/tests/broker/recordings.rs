@@ -1,0 +1,322 @@
+//! Recordings on a real broker: a recorded session's `.cast` parses with a strict asciicast v2
+//! reader and its output events are the bytes its Attach client saw, across resizes and a
+//! reset; input is kept only when asked; and a broker killed with SIGKILL keeps what it had
+//! flushed, published by its next start.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context as _, bail, ensure};
+use ptyhub_proto::broker::v1 as pb;
+use test_support::asciicast::Cast;
+
+use crate::support::{
+    self, Backend, PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, TestBroker, authorized,
+};
+
+backend_scenarios!(
+    output_events_are_the_bytes_the_client_saw_across_a_reset,
+    output_mode_keeps_no_input,
+);
+
+/// Characters of two, three and four bytes, written a byte at a time so that reads split them.
+const SPLIT_UTF8: &str =
+    r"printf '\303'; printf '\251 \342\202'; printf '\254 \360\237'; printf '\230\200\n'";
+
+async fn recorded_broker(backend: Backend, store: &Path) -> anyhow::Result<TestBroker> {
+    let store = store.to_str().context("a UTF-8 path")?.to_owned();
+    let spool = store.clone() + "-spool";
+    TestBroker::start_with(
+        backend,
+        Box::new(move |config| {
+            config.recordings.store = Some(ptyhub_wire::RecordingStore::open(&store).unwrap());
+            config.recordings.spool = Some(spool.into());
+        }),
+    )
+    .await
+}
+
+fn recorded_spawn(broker: &TestBroker, script: &str, mode: pb::RecordMode) -> pb::SpawnRequest {
+    pb::SpawnRequest {
+        session_id: uuid::Uuid::new_v4().to_string(),
+        target: Some(broker.target()),
+        command: vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()],
+        env: [("TERM".to_owned(), "xterm-256color".to_owned())].into(),
+        size: Some(pb::TerminalSize { cols: 80, rows: 24 }),
+        record: mode as i32,
+        recording_title: "web / Session 1".to_owned(),
+        ..Default::default()
+    }
+}
+
+/// The published recording of `session_id`, once it is there.
+async fn published(store: &Path, session_id: &str) -> anyhow::Result<Vec<u8>> {
+    let path = store.join(format!("{session_id}.cast"));
+    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let path = path.clone();
+        async move { std::fs::read(&path).ok() }
+    })
+    .await
+    .with_context(|| format!("{} was never published", path.display()))
+}
+
+async fn output_events_are_the_bytes_the_client_saw_across_a_reset(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let store = tempfile::tempdir()?;
+    let broker = recorded_broker(backend, store.path()).await?;
+    // Reads a line, echoes it, prints split characters, and waits; a reset starts it again.
+    let script = format!("read line; echo \"got:$line\"; {SPLIT_UTF8}; echo ready; sleep 600");
+    let request = recorded_spawn(&broker, &script, pb::RecordMode::OutputAndInput);
+    let session_id = request.session_id.clone();
+    broker.spawn_as(request).await?;
+    let mut client = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let mut seen = Vec::new();
+    client.send_input("hello\n").await?;
+    seen.extend(client.read_until(b"ready").await?);
+    client.send_resize(100, 30).await?;
+    broker.reset(&session_id).await?;
+    client.send_input("again\n").await?;
+    let mut after_reset = client.read_until(b"got:again").await?;
+    // "ready" may have come in the same read.
+    let echoed_at = find(&after_reset, b"got:again").unwrap_or(0);
+    if find(&after_reset[echoed_at..], b"ready").is_none() {
+        after_reset.extend(client.read_until(b"ready").await?);
+    }
+    seen.extend(after_reset);
+    broker.kill(&session_id).await?;
+    // Whatever came after the last read (nothing but the process's end) arrives before `Closed`.
+    loop {
+        match client.next_message().await? {
+            Some(pb::server_frame::Frame::Output(chunk)) => seen.extend_from_slice(&chunk.data),
+            Some(pb::server_frame::Frame::Closed(_)) | None => break,
+            Some(_) => {}
+        }
+    }
+
+    let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
+    ensure!(
+        cast.output() == seen,
+        "the recording's output differs from what the client saw:\n{:?}\n{:?}",
+        String::from_utf8_lossy(&cast.output()),
+        String::from_utf8_lossy(&seen)
+    );
+    ensure!(
+        (cast.width, cast.height) == (80, 24),
+        "header size {cast:?}"
+    );
+    ensure!(cast.title.as_deref() == Some("web / Session 1"), "title");
+    ensure!(
+        cast.command.as_deref() == Some(&*format!("sh -c {script}")),
+        "command"
+    );
+    ensure!(
+        cast.input() == "hello\nagain\n",
+        "input events: {:?}",
+        cast.input()
+    );
+    let resizes: Vec<_> = cast
+        .events_of("r")
+        .map(|event| event.data.clone())
+        .collect();
+    ensure!(resizes == ["100x30"], "resize events {resizes:?}");
+    let markers: Vec<_> = cast
+        .events_of("m")
+        .map(|event| event.data.clone())
+        .collect();
+    ensure!(markers == ["reset"], "markers {markers:?}");
+    // The reset marker lies between the two processes' output.
+    let reset_at = cast
+        .events
+        .iter()
+        .position(|event| event.code == "m")
+        .unwrap();
+    let before: String = cast.events[..reset_at]
+        .iter()
+        .filter(|event| event.code == "o")
+        .map(|event| event.data.as_str())
+        .collect();
+    ensure!(
+        before.contains("got:hello") && !before.contains("again"),
+        "{before:?}"
+    );
+    broker.stop().await
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+async fn output_mode_keeps_no_input(backend: Backend) -> anyhow::Result<()> {
+    let store = tempfile::tempdir()?;
+    let broker = recorded_broker(backend, store.path()).await?;
+    let request = recorded_spawn(
+        &broker,
+        "read line; echo \"got:$line\"",
+        pb::RecordMode::Output,
+    );
+    let session_id = request.session_id.clone();
+    broker.spawn_as(request).await?;
+    let mut client = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    client.send_input("secret\n").await?;
+    client.read_until(b"got:secret").await?;
+    broker.kill(&session_id).await?;
+    let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
+    ensure!(cast.events_of("i").next().is_none(), "input was recorded");
+    // The terminal echoed the input: that is output, and kept.
+    ensure!(String::from_utf8(cast.output())?.contains("got:secret"));
+    broker.stop().await
+}
+
+#[tokio::test]
+async fn unrecorded_sessions_write_nothing() -> anyhow::Result<()> {
+    support::init_logging();
+    let store = tempfile::tempdir()?;
+    let broker = recorded_broker(Backend::Local, store.path()).await?;
+    let request = recorded_spawn(&broker, "echo hi", pb::RecordMode::Off);
+    let session_id = request.session_id.clone();
+    broker.spawn_as(request).await?;
+    let mut client = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    client.read_until(b"hi").await?;
+    broker.kill(&session_id).await?;
+    ensure!(
+        std::fs::read_dir(store.path())?.next().is_none(),
+        "an unrecorded session left a file in the store"
+    );
+    broker.stop().await
+}
+
+/// A `pty-broker` process recording into `store`, with its spool in `data_dir`.
+struct RecordingBroker {
+    child: Child,
+    endpoint: String,
+}
+
+impl RecordingBroker {
+    fn start(data_dir: &Path, store: &Path) -> anyhow::Result<Self> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-json",
+                "--backends",
+                "local",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--recordings")
+            .arg(store)
+            .env("PTYHUB_BROKER_SERVICE_TOKEN", SERVICE_TOKEN)
+            .env(
+                "PTYHUB_BROKER_TICKET_SECRET",
+                std::str::from_utf8(TICKET_SECRET)?,
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start pty-broker")?;
+        let stdout = child.stdout.take().context("broker stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let address = loop {
+            let Some(line) = lines.next() else {
+                bail!("pty-broker exited before serving");
+            };
+            let line: serde_json::Value = serde_json::from_str(&line?)?;
+            if line["fields"]["message"] == "pty-broker serving" {
+                break line["fields"]["address"]
+                    .as_str()
+                    .context("serving line without address")?
+                    .to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self {
+            child,
+            endpoint: format!("http://{address}"),
+        })
+    }
+}
+
+impl Drop for RecordingBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_plays()
+-> anyhow::Result<()> {
+    support::init_logging();
+    let data_dir = tempfile::tempdir()?;
+    let store = tempfile::tempdir()?;
+    let first = RecordingBroker::start(data_dir.path(), store.path())?;
+    let mut client =
+        pb::pty_broker_client::PtyBrokerClient::connect(first.endpoint.clone()).await?;
+    let session_id = uuid::Uuid::new_v4().to_string();
+    // Output, then nothing more: everything it wrote is older than a flush interval once the
+    // spool shows it, with the session still running.
+    client
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: session_id.clone(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done; printf 'fin%s\\n' ished; sleep 600"
+                    .into(),
+            ],
+            record: pb::RecordMode::OutputAndInput as i32,
+            ..Default::default()
+        }))
+        .await?;
+    let spooled = data_dir
+        .path()
+        .join("recording-spool")
+        .join(format!("{session_id}.cast"));
+    let flushed = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let spooled = spooled.clone();
+        async move {
+            let contents = std::fs::read(&spooled).ok()?;
+            String::from_utf8_lossy(&contents)
+                .contains("finished")
+                .then_some(())
+        }
+    })
+    .await;
+    ensure!(
+        flushed.is_some(),
+        "the recording never reached the spool while the session ran"
+    );
+
+    let mut first = first;
+    first.child.kill()?;
+    first.child.wait()?;
+    // The next start publishes what the killed one left.
+    let second = RecordingBroker::start(data_dir.path(), store.path())?;
+    let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
+    let output = String::from_utf8(cast.output())?;
+    let expected: String = (0..200)
+        .map(|i| format!("line-{i}\r\n"))
+        .collect::<String>()
+        + "finished\r\n";
+    ensure!(
+        output == expected,
+        "the recovered recording's output: {output:?}"
+    );
+    ensure!(!spooled.exists(), "the spool file stayed after publishing");
+    drop(second);
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The audit trail in the store, on both databases: a close is recorded once with who closed
+//! it, a takeover once whichever of its two facts arrives first, and listings filter and page
+//! without losing or repeating an event.
+
+use ptyhub_wire::{Actor, Role, Surface};
+use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent};
+use session_api::domain::CloseReason;
+use session_api::store::{Reservation, Store, TAKEN_OVER};
+use uuid::Uuid;
+
+use crate::store::{migrated_store, new_instance, reservation};
+
+fn person(name: &str) -> Actor {
+    Actor::new(name, Some("127.0.0.1:40000".into()), Surface::WebSocket)
+}
+
+fn stream_event(
+    kind: AuditKind,
+    who: &Actor,
+    instance_id: Uuid,
+    session_id: Uuid,
+    attachment_id: Uuid,
+) -> NewAuditEvent {
+    NewAuditEvent {
+        role: Some(Role::Controller),
+        attachment_id: Some(attachment_id),
+        ..NewAuditEvent::new(kind, who).session(instance_id, session_id)
+    }
+}
+
+async fn everything(store: &Store, filter: AuditFilter) -> Vec<session_api::audit::AuditEvent> {
+    store
+        .list_audit_events(&filter.validated().expect("a valid filter"))
+        .await
+        .expect("list")
+        .events
+}
+
+async fn live_session(store: &Store, name: &str) -> (Uuid, Uuid) {
+    let instance = store
+        .insert_instance(&new_instance(name, 5), "b1")
+        .await
+        .expect("instance");
+    let Reservation::Created { session, .. } = store
+        .reserve_session(&reservation(instance.id, vec![], false))
+        .await
+        .expect("reserve")
+    else {
+        panic!("expected a new session")
+    };
+    (instance.id, session.id)
+}
+
+both_databases!(
+    a_close_is_recorded_once_with_who_closed_it,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "closing").await;
+        let alice = person("alice");
+        store
+            .close_session(session_id, CloseReason::ClosedByUser, Some(&alice))
+            .await
+            .expect("close")
+            .expect("was live");
+        // A second close changes nothing and records nothing.
+        let again = store
+            .close_session(session_id, CloseReason::IdleReaped, Some(&Actor::system()))
+            .await
+            .expect("close again");
+        assert!(again.is_none());
+        let events = everything(
+            &store,
+            AuditFilter {
+                session_id: Some(session_id),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        let closed = &events[0];
+        assert_eq!(closed.kind, AuditKind::SessionClosed);
+        assert_eq!(closed.principal, "alice");
+        assert_eq!(closed.instance_id, Some(instance_id));
+        assert_eq!(closed.client_address.as_deref(), Some("127.0.0.1:40000"));
+        assert_eq!(closed.surface, "websocket");
+        assert_eq!(
+            closed.detail.get("reason").map(String::as_str),
+            Some("closed_by_user")
+        );
+    }
+);
+
+both_databases!(
+    a_takeover_is_recorded_once_whichever_fact_arrives_first,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (alice, bob) = (person("alice"), person("bob"));
+        // Order 1: bob's attach before alice's detach; order 2: the other way round.
+        for detach_first in [false, true] {
+            let (instance_id, session_id) =
+                live_session(&store, &format!("takeover-{detach_first}")).await;
+            let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+            let event = |kind, who: &Actor, attachment| {
+                stream_event(kind, who, instance_id, session_id, attachment)
+            };
+            store
+                .record_audit_event(event(AuditKind::Attached, &alice, old))
+                .await
+                .expect("alice attaches");
+            let detach = event(AuditKind::Detached, &alice, old).detail("reason", TAKEN_OVER);
+            let attach = event(AuditKind::Attached, &bob, new);
+            let (first, second) = if detach_first {
+                (detach, attach)
+            } else {
+                (attach, detach)
+            };
+            store.record_audit_event(first).await.expect("first fact");
+            store.record_audit_event(second).await.expect("second fact");
+            // bob's own detach later adds no takeover.
+            store
+                .record_audit_event(
+                    event(AuditKind::Detached, &bob, new).detail("reason", "closed"),
+                )
+                .await
+                .expect("bob leaves");
+
+            let events = everything(
+                &store,
+                AuditFilter {
+                    session_id: Some(session_id),
+                    ..AuditFilter::default()
+                },
+            )
+            .await;
+            let takeovers: Vec<_> = events
+                .iter()
+                .filter(|event| event.kind == AuditKind::Takeover)
+                .collect();
+            assert_eq!(
+                takeovers.len(),
+                1,
+                "detach first: {detach_first}: {events:?}"
+            );
+            let takeover = takeovers[0];
+            assert_eq!(takeover.principal, "bob");
+            assert_eq!(takeover.attachment_id, Some(new));
+            assert_eq!(
+                takeover.detail.get("from").map(String::as_str),
+                Some("alice")
+            );
+            assert_eq!(
+                takeover.detail.get("from_attachment"),
+                Some(&old.to_string())
+            );
+        }
+    }
+);
+
+both_databases!(
+    a_controller_that_leaves_normally_is_not_taken_over,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "reload").await;
+        let (first, second) = (Uuid::new_v4(), Uuid::new_v4());
+        let alice = person("alice");
+        for event in [
+            stream_event(AuditKind::Attached, &alice, instance_id, session_id, first),
+            stream_event(AuditKind::Attached, &alice, instance_id, session_id, second),
+            stream_event(AuditKind::Detached, &alice, instance_id, session_id, first)
+                .detail("reason", "closed"),
+        ] {
+            store.record_audit_event(event).await.expect("record");
+        }
+        let events = everything(
+            &store,
+            AuditFilter {
+                session_id: Some(session_id),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert!(
+            events.iter().all(|event| event.kind != AuditKind::Takeover),
+            "{events:?}"
+        );
+    }
+);
+
+both_databases!(
+    listings_filter_and_page_without_losing_an_event,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (mine, _) = live_session(&store, "mine").await;
+        let (theirs, _) = live_session(&store, "theirs").await;
+        let (alice, bob) = (person("alice"), person("bob"));
+        for index in 0..7 {
+            let who = if index % 2 == 0 { &alice } else { &bob };
+            let instance = if index < 5 { mine } else { theirs };
+            store
+                .record_audit_event(
+                    NewAuditEvent::new(AuditKind::SessionRenamed, who)
+                        .instance(instance)
+                        .detail("name", format!("name {index}")),
+                )
+                .await
+                .expect("record");
+        }
+        store
+            .record_audit_event(
+                NewAuditEvent::new(AuditKind::Refused, &Actor::unknown(None, Surface::Rest))
+                    .detail("reason", "unauthenticated"),
+            )
+            .await
+            .expect("a refusal about no instance");
+
+        let all = everything(&store, AuditFilter::default()).await;
+        assert_eq!(all.len(), 8);
+        assert!(
+            all.windows(2).all(|pair| pair[0].id < pair[1].id),
+            "oldest first"
+        );
+
+        // Pages of three: every event once, in order.
+        let mut paged = Vec::new();
+        let mut after_id = None;
+        loop {
+            let page = store
+                .list_audit_events(
+                    &AuditFilter {
+                        page_size: 3,
+                        after_id,
+                        ..AuditFilter::default()
+                    }
+                    .validated()
+                    .unwrap(),
+                )
+                .await
+                .expect("page");
+            assert!(page.events.len() <= 3);
+            paged.extend(page.events);
+            match page.next_after_id {
+                Some(id) => after_id = Some(id),
+                None => break,
+            }
+        }
+        assert_eq!(
+            paged.iter().map(|event| event.id).collect::<Vec<_>>(),
+            all.iter().map(|event| event.id).collect::<Vec<_>>()
+        );
+
+        let by_instance = everything(
+            &store,
+            AuditFilter {
+                instance_id: Some(mine),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(by_instance.len(), 5);
+        let by_principal = everything(
+            &store,
+            AuditFilter {
+                principal: Some("bob".into()),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(by_principal.len(), 3);
+        assert!(by_principal.iter().all(|event| event.principal == "bob"));
+        // A scoped caller's listing: its instances only, and not the refusal about none.
+        let scoped = everything(
+            &store,
+            AuditFilter {
+                only_instances: Some(vec![theirs]),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(scoped.len(), 2);
+        assert!(scoped.iter().all(|event| event.instance_id == Some(theirs)));
+        // A time range: from the fourth event on, and before a moment after the last.
+        let from_fourth = everything(
+            &store,
+            AuditFilter {
+                since: Some(all[3].at),
+                until: Some(all[7].at + chrono::Duration::seconds(1)),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert!(from_fourth.iter().all(|event| event.at >= all[3].at));
+        assert!(from_fourth.iter().any(|event| event.id == all[7].id));
+        let before_everything = everything(
+            &store,
+            AuditFilter {
+                until: Some(all[0].at - chrono::Duration::seconds(1)),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert!(before_everything.is_empty());
+    }
+);
