@@ -108,8 +108,9 @@ impl Interceptor for SessionApiAuth {
 type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
     InterceptedService<Channel, BearerAuth>,
 >;
-type ShareRegistryClient =
-    session_pb::share_registry_client::ShareRegistryClient<InterceptedService<Channel, BearerAuth>>;
+type ShareRegistryClient = session_pb::share_registry_client::ShareRegistryClient<
+    InterceptedService<Channel, SessionApiAuth>,
+>;
 
 const SESSION_API: &str = "session-api";
 const BROKER: &str = "pty-broker";
@@ -175,7 +176,7 @@ impl Upstreams {
             ),
             session_api_waits: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 waits.clone(),
-                auth,
+                auth.clone(),
             ),
             broker_registry:
                 session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
@@ -185,7 +186,7 @@ impl Upstreams {
             share_registry:
                 session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
                     channel.clone(),
-                    interceptor.clone(),
+                    auth,
                 ),
             channel,
             waits_channel: waits,
@@ -207,6 +208,11 @@ impl Upstreams {
             self.channel.clone(),
             auth.clone(),
         );
+        upstreams.share_registry =
+            session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+                self.channel.clone(),
+                auth.clone(),
+            );
         upstreams.session_api_waits =
             session_pb::session_api_client::SessionApiClient::with_interceptor(
                 self.waits_channel.clone(),

@@ -9,6 +9,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use chrono::{DateTime, Utc};
+use ptyhub_wire::Surface;
 use ptyhub_wire::limits::DEFAULT_SHARE_TTL;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -111,7 +112,9 @@ pub async fn create_share(
     JsonBody(body): JsonBody<CreateShareBody>,
 ) -> Result<(StatusCode, Json<CreatedShareBody>), ApiError> {
     principal.access.require_control("sharing")?;
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
     let session_id = match &body.session_id {
         Some(session_id) => Some(
             state
@@ -124,6 +127,7 @@ pub async fn create_share(
     let ttl = Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_SHARE_TTL.as_secs()));
     let (share, token) = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .create_share(&instance.id, session_id.as_deref(), ttl, &principal.subject)
         .await?;
     tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, "share link created");
@@ -169,7 +173,9 @@ pub async fn list_shares(
             )));
         }
     };
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
     let shares = state
         .upstreams
         .list_shares(&instance.id, include_ended)
@@ -195,12 +201,15 @@ pub async fn revoke_share(
     Path(path): Path<SharePath>,
 ) -> Result<Json<ShareBody>, ApiError> {
     principal.access.require_control("revoking share links")?;
-    let instance = state.authorize_instance(&principal, &path.iid).await?;
+    let instance = state
+        .authorize_instance_through(&principal, &path.iid, Surface::Rest)
+        .await?;
     if uuid::Uuid::parse_str(&path.share_id).is_err() {
         return Err(ApiError::not_found("share not found"));
     }
     let share = state
         .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
         .revoke_share(&instance.id, &path.share_id)
         .await?;
     tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, "share link revoked");

@@ -85,10 +85,49 @@ async fn a_share_link_is_made_listed_and_revoked_by_the_instances_user() {
         assert_eq!(answered, status, "{body}: {refused}");
     }
 
+    // A share shows a terminal, never who did what on the instance.
+    let (status, body) = send(&stack, Method::GET, "/api/v1/audit", Some(token), None).await;
+    assert_eq!(
+        status, 403,
+        "a share's credential reads no audit trail: {body}"
+    );
+
     let id = created["id"].as_str().unwrap();
     let (status, revoked) = delete(&stack, &format!("{shares}/{id}")).await;
     assert_eq!(status, 200, "{revoked}");
     assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let (status, again) = delete(&stack, &format!("{shares}/{id}")).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again, revoked, "revoking again answers the share unchanged");
+
+    // Made and revoked once each, by the instance's user: two events, whatever was retried.
+    let (status, trail) = get(
+        &stack,
+        &format!("/api/v1/audit?instance={}", stack.instance_id),
+    )
+    .await;
+    assert_eq!(status, 200, "{trail}");
+    let share_events: Vec<&Value> = trail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["kind"].as_str().unwrap().starts_with("share_"))
+        .collect();
+    let kinds: Vec<&str> = share_events
+        .iter()
+        .map(|event| event["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["share_created", "share_revoked"], "{trail}");
+    for event in share_events {
+        assert_eq!(event["principal"], "api-token-0", "{event}");
+        assert_eq!(event["surface"], "rest", "{event}");
+        assert_eq!(event["instance_id"], stack.instance_id.as_str(), "{event}");
+        assert_eq!(event["detail"]["share_id"], id, "{event}");
+        assert!(
+            event.to_string().find("ptyhub-share-").is_none(),
+            "an event never carries the token: {event}"
+        );
+    }
     let (status, body) = send(&stack, Method::GET, "/api/v1/instances", Some(token), None).await;
     assert_eq!(status, 401, "a revoked share's token is refused: {body}");
     let (_, listed) = get(&stack, &shares).await;

@@ -126,7 +126,7 @@ pub async fn run(
         ))
         // Share links are the gateways' business, like the session calls.
         .add_service(ShareRegistryServer::with_interceptor(
-            GrpcShareRegistry::new(shares::ShareService::new(store.clone())),
+            GrpcShareRegistry::new(shares::ShareService::new(store.clone()), service.clone()),
             gateways.clone(),
         ))
         .add_service(BrokerRegistryServer::new(GrpcBrokerRegistry::new(

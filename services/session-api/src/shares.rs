@@ -82,8 +82,9 @@ impl ShareService {
         self.store.list_shares(instance.id, include_ended).await
     }
 
-    /// Ends a share of `instance` now.
-    pub async fn revoke(&self, instance: &str, share_id: Uuid) -> Result<Share, Error> {
+    /// Ends a share of `instance`; answers it, and whether this call ended it (revoking a
+    /// revoked share answers it unchanged).
+    pub async fn revoke(&self, instance: &str, share_id: Uuid) -> Result<(Share, bool), Error> {
         let instance = self.store.find_instance(instance).await?;
         self.store.revoke_share(instance.id, share_id).await
     }

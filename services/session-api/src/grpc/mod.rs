@@ -91,7 +91,7 @@ impl GrpcSessionApi {
 
 /// Who a call is for: the actor its gateway names in the metadata. A caller that names none
 /// (a gateway credential used directly) is recorded as `gateway`.
-fn actor_of<T>(request: &Request<T>) -> Actor {
+pub(super) fn actor_of<T>(request: &Request<T>) -> Actor {
     Actor::from_metadata(request.metadata())
         .unwrap_or_else(|| Actor::new("gateway", None, Surface::Grpc))
 }

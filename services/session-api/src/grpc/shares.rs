@@ -1,6 +1,7 @@
 //! The `ShareRegistry` server over [`ShareService`]: requests checked into domain values, shares
 //! back into messages.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ptyhub_proto::session::v1 as pb;
@@ -8,20 +9,42 @@ use ptyhub_proto::session::v1::share_registry_server::ShareRegistry;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
+use super::actor_of;
 use super::from_pb::required;
 use super::to_pb::share_to_pb;
+use crate::audit::{AuditKind, NewAuditEvent};
+use crate::domain::Share;
 use crate::error::Error;
+use crate::service::SessionService;
 use crate::shares::ShareService;
 
-/// The gRPC face of [`ShareService`].
+/// The gRPC face of [`ShareService`]. Making and revoking a share are audit events of the
+/// actor the gateway names; its uses are the attach and refusal events of `share:<id>`.
 #[derive(Debug, Clone)]
 pub struct GrpcShareRegistry {
     shares: ShareService,
+    /// Where the audit events go.
+    sessions: Arc<SessionService>,
 }
 
 impl GrpcShareRegistry {
-    pub(crate) fn new(shares: ShareService) -> Self {
-        Self { shares }
+    pub(crate) fn new(shares: ShareService, sessions: Arc<SessionService>) -> Self {
+        Self { shares, sessions }
+    }
+
+    async fn record(&self, kind: AuditKind, actor: &ptyhub_wire::Actor, share: &Share) {
+        let event = NewAuditEvent::new(kind, actor);
+        let event = match share.session_id {
+            Some(session_id) => event.session(share.instance_id, session_id),
+            None => event.instance(share.instance_id),
+        };
+        self.sessions
+            .record(
+                event
+                    .detail("share_id", share.id.to_string())
+                    .detail("expires_at", share.expires_at.to_rfc3339()),
+            )
+            .await;
     }
 }
 
@@ -35,6 +58,7 @@ impl ShareRegistry for GrpcShareRegistry {
         &self,
         request: Request<pb::CreateShareRequest>,
     ) -> Result<Response<pb::CreatedShare>, Status> {
+        let actor = actor_of(&request);
         let message = request.into_inner();
         let instance = required("instance", &message.instance)?;
         let session_id = match message.session_id.as_str() {
@@ -50,6 +74,7 @@ impl ShareRegistry for GrpcShareRegistry {
                 &message.created_by,
             )
             .await?;
+        self.record(AuditKind::ShareCreated, &actor, &share).await;
         Ok(Response::new(pb::CreatedShare {
             share: Some(share_to_pb(&share)),
             token,
@@ -72,10 +97,14 @@ impl ShareRegistry for GrpcShareRegistry {
         &self,
         request: Request<pb::RevokeShareRequest>,
     ) -> Result<Response<pb::Share>, Status> {
+        let actor = actor_of(&request);
         let message = request.into_inner();
         let instance = required("instance", &message.instance)?;
         let share_id = uuid_field("share_id", &message.share_id)?;
-        let share = self.shares.revoke(instance, share_id).await?;
+        let (share, ended) = self.shares.revoke(instance, share_id).await?;
+        if ended {
+            self.record(AuditKind::ShareRevoked, &actor, &share).await;
+        }
         Ok(Response::new(share_to_pb(&share)))
     }
 

@@ -190,6 +190,8 @@ pub(super) fn audit_kind_to_pb(kind: AuditKind) -> pb::AuditKind {
         AuditKind::Takeover => pb::AuditKind::Takeover,
         AuditKind::Input => pb::AuditKind::Input,
         AuditKind::Refused => pb::AuditKind::Refused,
+        AuditKind::ShareCreated => pb::AuditKind::ShareCreated,
+        AuditKind::ShareRevoked => pb::AuditKind::ShareRevoked,
     }
 }
 

@@ -2,9 +2,8 @@
 //! instance's, revoking one, and finding the live one a token's hash or an id names.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set,
-};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder};
 use uuid::Uuid;
 
 use super::entities::share;
@@ -66,21 +65,29 @@ impl Store {
         Ok(models.into_iter().map(share_from_model).collect())
     }
 
-    /// Revokes a share of `instance_id` (a share of another instance is not found); a revoked
-    /// one stays as it was.
-    pub async fn revoke_share(&self, instance_id: Uuid, share_id: Uuid) -> Result<Share, Error> {
+    /// Ends a share of `instance_id` (a share of another instance is not found), once: answers
+    /// it, and whether this call is the one that ended it (a second revoke, or one racing it,
+    /// answers the share as the first left it).
+    pub async fn revoke_share(
+        &self,
+        instance_id: Uuid,
+        share_id: Uuid,
+    ) -> Result<(Share, bool), Error> {
+        let ended = share::Entity::update_many()
+            .col_expr(share::Column::RevokedAt, Expr::value(now()))
+            .filter(share::Column::Id.eq(share_id))
+            .filter(share::Column::InstanceId.eq(instance_id))
+            .filter(share::Column::RevokedAt.is_null())
+            .exec(&self.db)
+            .await?
+            .rows_affected
+            == 1;
         let model = share::Entity::find_by_id(share_id)
             .filter(share::Column::InstanceId.eq(instance_id))
             .one(&self.db)
             .await?
             .ok_or(Error::ShareNotFound)?;
-        if model.revoked_at.is_some() {
-            return Ok(share_from_model(model));
-        }
-        let mut active = share::ActiveModel::from(model);
-        active.revoked_at = Set(Some(now()));
-        let model = active.update(&self.db).await?;
-        Ok(share_from_model(model))
+        Ok((share_from_model(model), ended))
     }
 
     /// The live share with this token hash or id.

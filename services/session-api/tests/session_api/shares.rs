@@ -56,10 +56,11 @@ both_databases!(
             std::slice::from_ref(&share)
         );
 
-        let revoked = shares
+        let (revoked, ended) = shares
             .revoke(&instance.id.to_string(), share.id)
             .await
             .unwrap();
+        assert!(ended);
         assert!(revoked.revoked_at.is_some());
         assert!(matches!(
             shares.find_by_token(&token).await,
@@ -71,7 +72,10 @@ both_databases!(
             std::slice::from_ref(&revoked)
         );
         // Revoking again answers the share as it was revoked.
-        assert_eq!(shares.revoke("shared", share.id).await.unwrap(), revoked);
+        assert_eq!(
+            shares.revoke("shared", share.id).await.unwrap(),
+            (revoked, false)
+        );
     }
 );
 
