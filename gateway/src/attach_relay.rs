@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::audit::{StreamAudit, StreamResets};
 use crate::metrics::GaugeGuard;
 use crate::session_proxy::{authenticate, surface_of};
-use crate::state::{AppState, StreamSlot};
+use crate::state::{AppState, StreamSlot, credential_expired};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
 pub const INSTANCE_METADATA: &str = "ptyhub-instance";
@@ -165,7 +165,7 @@ impl PtyBroker for AttachRelay {
         request: Request<Streaming<pb::ClientFrame>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let state = &self.state;
-        let principal = authenticate(state, &request)?;
+        let principal = authenticate(state, &request).await?;
         let surface = surface_of(&request);
         // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
         // at most the hello timeout, so one credential cannot pile up silent streams either.
@@ -192,13 +192,17 @@ impl PtyBroker for AttachRelay {
             Ok(pb::Role::Viewer) => Role::Viewer,
             _ => return Err(ErrorCode::Invalid.status("hello needs a role")),
         };
+        if role == Role::Controller && principal.access.is_viewer_only() {
+            return Err(ErrorCode::Forbidden
+                .status("this credential may only view: attach with the viewer role"));
+        }
         let instance = state
             .authorize_instance_through(&principal, &instance_reference, surface)
             .await
             .map_err(|error| error.to_status())?;
         let upstreams = state.upstreams.acting_for(&principal.actor(surface));
         let session = state
-            .authorize_live_session(&instance, &hello.session_id)
+            .authorize_live_session(&principal, &instance, &hello.session_id)
             .await
             .map_err(|error| error.to_status())?;
         let target = upstreams
@@ -243,6 +247,7 @@ impl PtyBroker for AttachRelay {
             _gauge: state.metrics.attach_stream_opened(),
             _stream_slot: stream_slot,
             stopping_at: None,
+            expires_at: principal.expires_at,
             ended: false,
             audit,
         }))))
@@ -289,6 +294,8 @@ struct Relay {
     _stream_slot: StreamSlot,
     /// When the stream ends because the gateway stops, once it began to.
     stopping_at: Option<Instant>,
+    /// When the caller's credential expires: the stream ends then with UNAUTHENTICATED.
+    expires_at: Option<u64>,
     /// Set after the last frame: the stream ends at the next poll.
     ended: bool,
     /// Reports the detach, with why, when the stream is dropped.
@@ -315,8 +322,12 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                     None => relay.shutdown.cancelled().await,
                 }
             };
+            let expired = credential_expired(relay.expires_at);
             let item = tokio::select! {
                 biased;
+                () = expired => {
+                    Err(ErrorCode::Unauthenticated.status("credential expired"))
+                }
                 () = stopping => {
                     if relay.stopping_at.is_none() {
                         relay.stopping_at = Some(Instant::now() + SHUTDOWN_RELAY_GRACE);

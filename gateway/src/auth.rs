@@ -15,6 +15,7 @@ use ptyhub_wire::{Actor, Surface};
 use crate::tls::TlsListener;
 
 use crate::config::{AuthConfig, ConfigError};
+use crate::cookie::{CookieClaims, Grant, SessionCookies};
 use crate::domain::Instance;
 use crate::error::ApiError;
 
@@ -24,6 +25,10 @@ pub struct Principal {
     /// The JWT `sub`, `api-token-<n>` for the n-th static token, or `anonymous`.
     pub subject: String,
     pub access: Access,
+    /// When the credential stops being valid (a JWT's `exp`, a cookie's end), in Unix seconds.
+    pub expires_at: Option<u64>,
+    /// Which kind of credential it was, for exchanging it for a session cookie.
+    pub via: Via,
     /// The address the request came from (the TCP peer), for the audit trail; set by the
     /// surface that authenticated the request.
     pub client_address: Option<String>,
@@ -56,21 +61,6 @@ pub fn peer_address(extensions: &axum::http::Extensions) -> Option<std::net::Soc
         })
 }
 
-/// The TCP peer of a request as an extractor (never refuses: `None` without one).
-#[derive(Debug, Clone, Copy)]
-pub struct PeerAddress(pub Option<std::net::SocketAddr>);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PeerAddress {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(PeerAddress(peer_address(&parts.extensions)))
-    }
-}
-
 impl Principal {
     /// This principal acting through `surface`, as the audit trail names it: the subject,
     /// never the credential.
@@ -85,8 +75,20 @@ impl Principal {
     }
 }
 
-/// The instances a principal may use, whether it is an admin, and whether it may choose the
-/// command of the sessions it creates.
+/// The kind of credential a [`Principal`] presented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// The n-th static API token.
+    ApiToken(usize),
+    Jwt,
+    Anonymous,
+    /// A share link, by the share's id.
+    Share(String),
+}
+
+/// The instances a principal may use, whether it is an admin, whether it may choose the command
+/// of the sessions it creates, and whether it may only view (a share link's, of an instance or of
+/// one session).
 #[derive(Debug, Clone)]
 pub struct Access {
     all_instances: bool,
@@ -95,6 +97,10 @@ pub struct Access {
     admin: bool,
     /// Granted without admin by a JWT's `choose_command` claim.
     choose_command: bool,
+    /// Never controls, types, resizes, resets, renames, closes or creates, on any surface.
+    viewer_only: bool,
+    /// The one session it covers, when it covers one session only.
+    session: Option<String>,
 }
 
 impl Access {
@@ -105,6 +111,8 @@ impl Access {
             instances: BTreeSet::new(),
             admin: true,
             choose_command: true,
+            viewer_only: false,
+            session: None,
         }
     }
 
@@ -124,6 +132,8 @@ impl Access {
             instances: listed,
             admin,
             choose_command: admin,
+            viewer_only: false,
+            session: None,
         }
     }
 
@@ -131,6 +141,43 @@ impl Access {
     pub fn with_command_choice(mut self, allowed: bool) -> Self {
         self.choose_command = self.admin || allowed;
         self
+    }
+
+    /// A share link's: one instance (by id), or one session of it, as a viewer only.
+    pub fn shared(instance_id: &str, session_id: Option<&str>) -> Self {
+        Self {
+            viewer_only: true,
+            session: session_id.map(str::to_owned),
+            ..Self::scoped([instance_id.to_owned()], false)
+        }
+    }
+
+    /// Whether it may only view.
+    pub fn is_viewer_only(&self) -> bool {
+        self.viewer_only
+    }
+
+    /// The one session it covers, when it is restricted to one.
+    pub fn only_session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Whether it covers this session of an instance it covers.
+    pub fn allows_session(&self, session_id: &str) -> bool {
+        self.session
+            .as_deref()
+            .is_none_or(|only| only == session_id)
+    }
+
+    /// Refuses what only a controller may do (type, resize, reset, rename, close, create,
+    /// share) to a viewer-only credential, with 403.
+    pub fn require_control(&self, action: &str) -> Result<(), ApiError> {
+        if self.viewer_only {
+            return Err(ApiError::forbidden(format!(
+                "{action} is not allowed: this credential may only view"
+            )));
+        }
+        Ok(())
     }
 
     pub fn is_admin(&self) -> bool {
@@ -174,6 +221,20 @@ impl Access {
             || self.instances.contains(&instance.name)
     }
 
+    /// No instance at all (a share's principal before its share is checked).
+    pub fn none() -> Self {
+        Self::scoped(Vec::new(), false)
+    }
+
+    /// The scope as a list of ids and names, `*` standing for all.
+    pub fn listed(&self) -> Vec<String> {
+        let mut listed: Vec<String> = self.instances.iter().cloned().collect();
+        if self.all_instances {
+            listed.insert(0, "*".to_owned());
+        }
+        listed
+    }
+
     /// Same as [`Access::allows`] for an instance known only by its id and name.
     pub fn allows_id_or_name(&self, id: &str, name: &str) -> bool {
         self.all_instances || self.instances.contains(id) || self.instances.contains(name)
@@ -191,6 +252,14 @@ pub enum AuthError {
     Expired,
     #[error("unsupported token algorithm {0}")]
     UnsupportedAlgorithm(String),
+    #[error("signed out")]
+    SignedOut,
+    #[error("credential not valid yet")]
+    NotYetValid,
+    #[error("credential for another audience")]
+    WrongAudience,
+    #[error("credential from another issuer")]
+    WrongIssuer,
 }
 
 impl From<AuthError> for ApiError {
@@ -206,9 +275,14 @@ pub struct Authenticator {
 }
 
 struct AuthenticatorInner {
+    cookies: SessionCookies,
     api_tokens: Vec<SecretString>,
     hs256: Option<DecodingKey>,
     rs256: Option<DecodingKey>,
+    /// Required in every JWT's `aud` when set.
+    jwt_audience: Option<String>,
+    /// Required as every JWT's `iss` when set.
+    jwt_issuer: Option<String>,
     allow_anonymous: bool,
 }
 
@@ -223,10 +297,23 @@ impl std::fmt::Debug for Authenticator {
     }
 }
 
+/// The claim that holds ptyhub's own claims in a JWT: namespaced, so that a claim an identity
+/// provider sets for another purpose (a bare `admin`, say) grants nothing here.
+pub const JWT_CLAIMS_KEY: &str = "ptyhub";
+
 /// The claims of a ptyhub JWT.
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
+    exp: u64,
+    /// ptyhub's claims; a token without them covers no instance.
+    #[serde(default, rename = "ptyhub")]
+    ptyhub: PtyhubClaims,
+}
+
+/// What a JWT grants, under [`JWT_CLAIMS_KEY`].
+#[derive(Debug, Default, Deserialize)]
+struct PtyhubClaims {
     /// Instance ids or names this token may use; `"*"` means all.
     #[serde(default)]
     instances: Vec<String>,
@@ -260,9 +347,12 @@ impl Authenticator {
         };
         Ok(Self {
             inner: Arc::new(AuthenticatorInner {
+                cookies: SessionCookies::new(config.cookie_secret.as_ref(), config.session_ttl),
                 api_tokens: config.api_tokens.clone(),
                 hs256,
                 rs256,
+                jwt_audience: config.jwt_audience.clone(),
+                jwt_issuer: config.jwt_issuer.clone(),
                 allow_anonymous: config.allow_anonymous,
             }),
         })
@@ -272,20 +362,12 @@ impl Authenticator {
     pub fn authenticate(&self, credential: Option<&str>) -> Result<Principal, AuthError> {
         let Some(credential) = credential.filter(|credential| !credential.is_empty()) else {
             if self.inner.allow_anonymous {
-                return Ok(Principal {
-                    subject: "anonymous".into(),
-                    client_address: None,
-                    access: Access::admin(),
-                });
+                return Ok(anonymous());
             }
             return Err(AuthError::Missing);
         };
         if let Some(index) = self.matching_api_token(credential) {
-            return Ok(Principal {
-                subject: format!("api-token-{index}"),
-                client_address: None,
-                access: Access::admin(),
-            });
+            return Ok(api_token_principal(index));
         }
         if credential.matches('.').count() == 2 {
             return self.verify_jwt(credential);
@@ -319,22 +401,139 @@ impl Authenticator {
         }
         .ok_or_else(|| AuthError::UnsupportedAlgorithm(format!("{:?}", header.alg)))?;
         let mut validation = Validation::new(header.alg);
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        validation.validate_aud = false;
+        let mut required = vec!["exp", "sub"];
+        // A token before its `nbf` is not valid yet, as RFC 7519 says (with the default minute
+        // of leeway for clocks, as for `exp`).
+        validation.validate_nbf = true;
+        match &self.inner.jwt_audience {
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        if let Some(issuer) = &self.inner.jwt_issuer {
+            validation.set_issuer(&[issuer]);
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
         let data =
             jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|error| match error
                 .kind()
             {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
+                jsonwebtoken::errors::ErrorKind::ImmatureSignature => AuthError::NotYetValid,
+                jsonwebtoken::errors::ErrorKind::InvalidAudience => AuthError::WrongAudience,
+                jsonwebtoken::errors::ErrorKind::InvalidIssuer => AuthError::WrongIssuer,
                 _ => AuthError::Invalid,
             })?;
         let claims = data.claims;
         Ok(Principal {
             subject: claims.sub,
+            access: Access::scoped(claims.ptyhub.instances, claims.ptyhub.admin)
+                .with_command_choice(claims.ptyhub.choose_command),
+            expires_at: Some(claims.exp),
+            via: Via::Jwt,
             client_address: None,
-            access: Access::scoped(claims.instances, claims.admin)
-                .with_command_choice(claims.choose_command),
         })
+    }
+
+    /// The session cookies this gateway seals and opens.
+    pub fn cookies(&self) -> &SessionCookies {
+        &self.inner.cookies
+    }
+
+    /// A session cookie's value for a principal that authenticated now, and how many seconds
+    /// it lives.
+    pub fn cookie_for(&self, principal: &Principal, now: u64) -> (String, u64) {
+        let cookies = &self.inner.cookies;
+        let grant = match &principal.via {
+            Via::ApiToken(index) => Grant::ApiToken {
+                token_mac: cookies.token_mac(self.inner.api_tokens[*index].expose_secret()),
+            },
+            Via::Jwt => Grant::Jwt {
+                instances: principal.access.listed(),
+                admin: principal.access.is_admin(),
+                choose_command: principal.access.may_choose_command(),
+            },
+            Via::Anonymous => Grant::Anonymous,
+            Via::Share(share_id) => Grant::Share {
+                share_id: share_id.clone(),
+            },
+        };
+        let claims = cookies.claims(&principal.subject, grant, now, principal.expires_at);
+        let max_age = claims.exp.saturating_sub(now);
+        (cookies.seal(&claims), max_age)
+    }
+
+    /// The principal a session cookie stands for, and its claims. A share's principal still
+    /// needs its share checked ([`crate::state::AppState::authenticate`] does).
+    pub fn authenticate_cookie(
+        &self,
+        value: &str,
+        now: u64,
+    ) -> Result<(Principal, CookieClaims), AuthError> {
+        let cookies = &self.inner.cookies;
+        let claims = cookies.open(value, now)?;
+        let mut principal = match &claims.grant {
+            Grant::ApiToken { token_mac } => {
+                // The token must still be configured: removing it ends its cookies.
+                let index = self
+                    .inner
+                    .api_tokens
+                    .iter()
+                    .position(|token| cookies.token_mac_matches(token_mac, token.expose_secret()))
+                    .ok_or(AuthError::Invalid)?;
+                api_token_principal(index)
+            }
+            Grant::Jwt {
+                instances,
+                admin,
+                choose_command,
+            } => Principal {
+                subject: claims.sub.clone(),
+                access: Access::scoped(instances.iter().cloned(), *admin)
+                    .with_command_choice(*choose_command),
+                expires_at: None,
+                via: Via::Jwt,
+                client_address: None,
+            },
+            Grant::Anonymous if self.inner.allow_anonymous => anonymous(),
+            Grant::Anonymous => return Err(AuthError::Invalid),
+            Grant::Share { share_id } => Principal {
+                subject: claims.sub.clone(),
+                access: Access::none(),
+                expires_at: None,
+                via: Via::Share(share_id.clone()),
+                client_address: None,
+            },
+        };
+        principal.expires_at = Some(
+            principal
+                .expires_at
+                .map_or(claims.exp, |exp| exp.min(claims.exp)),
+        );
+        Ok((principal, claims))
+    }
+}
+
+fn anonymous() -> Principal {
+    Principal {
+        subject: "anonymous".into(),
+        access: Access::admin(),
+        expires_at: None,
+        via: Via::Anonymous,
+        client_address: None,
+    }
+}
+
+fn api_token_principal(index: usize) -> Principal {
+    Principal {
+        subject: format!("api-token-{index}"),
+        access: Access::admin(),
+        expires_at: None,
+        via: Via::ApiToken(index),
+        client_address: None,
     }
 }
 
@@ -346,6 +545,10 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .ok()?;
     ptyhub_wire::bearer_token(value)
 }
+
+/// The prefix of a share link's token (session-api makes them): such a bearer credential is
+/// checked with session-api rather than as a JWT or API token.
+pub const SHARE_TOKEN_PREFIX: &str = "ptyhub-share-";
 
 /// The prefix of a `Sec-WebSocket-Protocol` entry that carries a credential:
 /// `bearer.<token>`. Browsers cannot set headers on a WebSocket, but they can offer protocols.
@@ -431,7 +634,7 @@ mod tests {
     #[test]
     fn jwt_scope_lists_instances() {
         let token = hs256(
-            serde_json::json!({"sub": "alice", "exp": now() + 60, "instances": ["dev", "x"]}),
+            serde_json::json!({"sub": "alice", "exp": now() + 60, "ptyhub": {"instances": ["dev", "x"]}}),
             SECRET,
         );
         let principal = authenticator().authenticate(Some(&token)).unwrap();
@@ -446,7 +649,7 @@ mod tests {
         let authenticator = authenticator();
         let override_ = ["/bin/bash".to_owned()];
         let user = hs256(
-            serde_json::json!({"sub": "alice", "exp": now() + 60, "instances": ["*"]}),
+            serde_json::json!({"sub": "alice", "exp": now() + 60, "ptyhub": {"instances": ["*"]}}),
             SECRET,
         );
         let user = authenticator.authenticate(Some(&user)).unwrap();
@@ -457,7 +660,7 @@ mod tests {
         assert!(user.access.check_command_override(&[]).is_ok());
 
         let chooser = hs256(
-            serde_json::json!({"sub": "ci", "exp": now() + 60, "instances": ["dev"], "choose_command": true}),
+            serde_json::json!({"sub": "ci", "exp": now() + 60, "ptyhub": {"instances": ["dev"], "choose_command": true}}),
             SECRET,
         );
         let chooser = authenticator.authenticate(Some(&chooser)).unwrap();
@@ -467,7 +670,7 @@ mod tests {
         let admin = authenticator.authenticate(Some("static-token")).unwrap();
         assert!(admin.access.check_command_override(&override_).is_ok());
         let admin_jwt = hs256(
-            serde_json::json!({"sub": "root", "exp": now() + 60, "instances": ["*"], "admin": true}),
+            serde_json::json!({"sub": "root", "exp": now() + 60, "ptyhub": {"instances": ["*"], "admin": true}}),
             SECRET,
         );
         let admin_jwt = authenticator.authenticate(Some(&admin_jwt)).unwrap();
@@ -477,7 +680,7 @@ mod tests {
     #[test]
     fn jwt_star_scope_covers_everything() {
         let token = hs256(
-            serde_json::json!({"sub": "bob", "exp": now() + 60, "instances": ["*"], "admin": true}),
+            serde_json::json!({"sub": "bob", "exp": now() + 60, "ptyhub": {"instances": ["*"], "admin": true}}),
             SECRET,
         );
         let principal = authenticator().authenticate(Some(&token)).unwrap();
@@ -489,7 +692,7 @@ mod tests {
     fn expired_forged_and_incomplete_jwts_are_refused() {
         let authenticator = authenticator();
         let expired = hs256(
-            serde_json::json!({"sub": "alice", "exp": now() - 3600, "instances": ["*"]}),
+            serde_json::json!({"sub": "alice", "exp": now() - 3600, "ptyhub": {"instances": ["*"]}}),
             SECRET,
         );
         assert_eq!(
@@ -497,7 +700,7 @@ mod tests {
             AuthError::Expired
         );
         let forged = hs256(
-            serde_json::json!({"sub": "alice", "exp": now() + 60, "instances": ["*"]}),
+            serde_json::json!({"sub": "alice", "exp": now() + 60, "ptyhub": {"instances": ["*"]}}),
             "another-secret-of-enough-bytes",
         );
         assert_eq!(
@@ -505,13 +708,101 @@ mod tests {
             AuthError::Invalid
         );
         let without_exp = hs256(
-            serde_json::json!({"sub": "alice", "instances": ["*"]}),
+            serde_json::json!({"sub": "alice", "ptyhub": {"instances": ["*"]}}),
             SECRET,
         );
         assert_eq!(
             authenticator.authenticate(Some(&without_exp)).unwrap_err(),
             AuthError::Invalid
         );
+    }
+
+    #[test]
+    fn bare_claims_outside_the_namespace_grant_nothing() {
+        // An identity provider that lets users set `admin` or `instances` on their profile
+        // must not make them admins here.
+        let token = hs256(
+            serde_json::json!({"sub": "mallory", "exp": now() + 60, "instances": ["*"], "admin": true}),
+            SECRET,
+        );
+        let principal = authenticator().authenticate(Some(&token)).unwrap();
+        assert!(!principal.access.is_admin());
+        assert!(!principal.access.covers_all_instances());
+        assert!(!principal.access.names("dev"));
+    }
+
+    #[test]
+    fn a_jwt_before_its_nbf_is_refused() {
+        let early = hs256(
+            serde_json::json!({"sub": "alice", "exp": now() + 7200, "nbf": now() + 3600, "ptyhub": {"instances": ["*"]}}),
+            SECRET,
+        );
+        assert_eq!(
+            authenticator().authenticate(Some(&early)).unwrap_err(),
+            AuthError::NotYetValid
+        );
+        let started = hs256(
+            serde_json::json!({"sub": "alice", "exp": now() + 7200, "nbf": now() - 10, "ptyhub": {"instances": ["*"]}}),
+            SECRET,
+        );
+        assert!(authenticator().authenticate(Some(&started)).is_ok());
+    }
+
+    #[test]
+    fn a_configured_audience_and_issuer_are_required() {
+        let authenticator = Authenticator::new(&AuthConfig {
+            jwt_hs256_secret: Some(SECRET.into()),
+            jwt_audience: Some("https://ptyhub.example.com".into()),
+            jwt_issuer: Some("https://idp.example.com".into()),
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        let claims = |extra: serde_json::Value| {
+            let mut claims = serde_json::json!({"sub": "alice", "exp": now() + 60, "ptyhub": {"instances": ["*"]}});
+            claims
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            hs256(claims, SECRET)
+        };
+        let good = claims(
+            serde_json::json!({"aud": "https://ptyhub.example.com", "iss": "https://idp.example.com"}),
+        );
+        assert!(authenticator.authenticate(Some(&good)).is_ok());
+        let in_a_list = claims(
+            serde_json::json!({"aud": ["other", "https://ptyhub.example.com"], "iss": "https://idp.example.com"}),
+        );
+        assert!(authenticator.authenticate(Some(&in_a_list)).is_ok());
+        for (token, refused) in [
+            (
+                claims(
+                    serde_json::json!({"aud": "https://other.example.com", "iss": "https://idp.example.com"}),
+                ),
+                AuthError::WrongAudience,
+            ),
+            (
+                claims(
+                    serde_json::json!({"aud": "https://ptyhub.example.com", "iss": "https://evil.example.com"}),
+                ),
+                AuthError::WrongIssuer,
+            ),
+            (
+                claims(serde_json::json!({"iss": "https://idp.example.com"})),
+                AuthError::Invalid,
+            ),
+            (
+                claims(serde_json::json!({"aud": "https://ptyhub.example.com"})),
+                AuthError::Invalid,
+            ),
+        ] {
+            assert_eq!(
+                authenticator.authenticate(Some(&token)).unwrap_err(),
+                refused
+            );
+        }
+        // Without the settings, `aud` and `iss` are not looked at.
+        let other = claims(serde_json::json!({"aud": "https://other.example.com", "iss": "x"}));
+        assert!(self::authenticator().authenticate(Some(&other)).is_ok());
     }
 
     /// A key pair made for these tests only (`openssl genrsa 2048`).
@@ -526,7 +817,8 @@ mod tests {
         })
         .unwrap();
         let key = EncodingKey::from_rsa_pem(RS256_PRIVATE.as_bytes()).unwrap();
-        let claims = serde_json::json!({"sub": "svc", "exp": now() + 60, "instances": ["a"]});
+        let claims =
+            serde_json::json!({"sub": "svc", "exp": now() + 60, "ptyhub": {"instances": ["a"]}});
         let token = jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &key).unwrap();
         let principal = authenticator.authenticate(Some(&token)).unwrap();
         assert_eq!(principal.subject, "svc");

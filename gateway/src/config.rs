@@ -49,11 +49,24 @@ pub struct Config {
     /// session-api's and the brokers' `https://` endpoints are checked against, and the client
     /// certificate presented to them under mutual TLS. None: plain.
     pub tls: ptyhub_wire::TlsFiles,
+    /// Host names (in `Host`) browsers may use besides the public URL's, loopback names and IP
+    /// addresses; `*` allows any. Empty, on a gateway bound to a loopback address, allows no
+    /// other; on one bound elsewhere without a public URL, any (it cannot know its names).
+    pub allowed_hosts: Vec<String>,
+    /// Refused credentials one client address may present a minute (and in a burst) before its
+    /// requests are refused with 429 until the allowance refills; 0 turns the limit off.
+    pub failed_auth_per_minute: u32,
+    /// Takes the client address from the last `X-Forwarded-For` entry: only behind a proxy that
+    /// sets it, since clients can send the header themselves.
+    pub trust_forwarded_for: bool,
 }
 
 impl Config {
     /// The contract's ping interval.
     pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
+
+    /// Refused credentials per client address and minute, by default.
+    pub const DEFAULT_FAILED_AUTH_PER_MINUTE: u32 = 10;
 
     /// The shortest static API token accepted at start.
     pub const MIN_API_TOKEN_CHARS: usize = 32;
@@ -79,6 +92,9 @@ impl Config {
             max_streams_per_principal: ptyhub_wire::limits::MAX_STREAMS_PER_PRINCIPAL,
             public_url: None,
             tls: ptyhub_wire::TlsFiles::default(),
+            allowed_hosts: Vec::new(),
+            failed_auth_per_minute: Self::DEFAULT_FAILED_AUTH_PER_MINUTE,
+            trust_forwarded_for: false,
         }
     }
 
@@ -122,6 +138,17 @@ impl Config {
                 "must be at least 16 bytes long",
             ));
         }
+        if let Some(secret) = &self.auth.cookie_secret
+            && secret.expose_secret().len() < 32
+        {
+            return Err(ConfigError::new(
+                "cookie_secret",
+                "must be at least 32 bytes long",
+            ));
+        }
+        if self.auth.session_ttl.is_zero() {
+            return Err(ConfigError::new("session_ttl", "must be greater than zero"));
+        }
         if let Some(url) = &self.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -143,7 +170,7 @@ impl Config {
 }
 
 /// The end-user credentials the gateway accepts.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AuthConfig {
     /// Static tokens for services and the CLI. Each grants admin over every instance.
     pub api_tokens: Vec<SecretString>,
@@ -153,6 +180,35 @@ pub struct AuthConfig {
     pub jwt_rs256_public_key_pem: Option<String>,
     /// Treats a request without any credential as an admin. Only for a single-user machine.
     pub allow_anonymous: bool,
+    /// When set, every JWT must name it in `aud` (a token minted for another service is refused).
+    pub jwt_audience: Option<String>,
+    /// When set, every JWT's `iss` must be it.
+    pub jwt_issuer: Option<String>,
+    /// Signs the page's session cookies. Replicas behind one address need the same one; `None`
+    /// makes a random one at start (cookies then end with the process).
+    pub cookie_secret: Option<SecretString>,
+    /// How long a session cookie lasts at most (a JWT's own expiry comes first).
+    pub session_ttl: Duration,
+}
+
+impl AuthConfig {
+    /// The session cookie's default lifetime.
+    pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            api_tokens: Vec::new(),
+            jwt_hs256_secret: None,
+            jwt_rs256_public_key_pem: None,
+            allow_anonymous: false,
+            jwt_audience: None,
+            jwt_issuer: None,
+            cookie_secret: None,
+            session_ttl: Self::DEFAULT_SESSION_TTL,
+        }
+    }
 }
 
 /// A setting that cannot work, named.

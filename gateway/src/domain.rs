@@ -388,3 +388,25 @@ pub struct ScreenWaitResult {
     pub matched: Option<String>,
     pub screen: Screen,
 }
+
+/// A share link: a viewer-only grant of an instance, or of one session of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub id: String,
+    pub instance_id: String,
+    /// `None`: every session of the instance.
+    pub session_id: Option<String>,
+    pub created_by: String,
+    pub created_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// What names a share to look up.
+#[derive(Debug, Clone, Copy)]
+pub enum ShareLookup<'a> {
+    /// A share link's token.
+    Token(&'a str),
+    /// A share's id (a cookie made from a share link names it).
+    Id(&'a str),
+}

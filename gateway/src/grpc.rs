@@ -24,8 +24,8 @@ use crate::domain::{
     AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
     InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
     ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment,
-    SessionChange, SessionSelector, SessionStatus, Target, TerminalCommand, TerminalEvent,
-    WaitOutcome,
+    SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target, TerminalCommand,
+    TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -108,6 +108,9 @@ impl Interceptor for SessionApiAuth {
 type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
     InterceptedService<Channel, BearerAuth>,
 >;
+type ShareRegistryClient = session_pb::share_registry_client::ShareRegistryClient<
+    InterceptedService<Channel, SessionApiAuth>,
+>;
 
 const SESSION_API: &str = "session-api";
 const BROKER: &str = "pty-broker";
@@ -132,6 +135,7 @@ pub struct Upstreams {
     /// The same service on a channel without a per-call bound, for screen waits.
     session_api_waits: SessionApiClient,
     broker_registry: BrokerRegistryClient,
+    share_registry: ShareRegistryClient,
     brokers: BrokerChannels,
     /// How long an answer may take beyond a wait's own timeout.
     answer_margin: Duration,
@@ -172,12 +176,17 @@ impl Upstreams {
             ),
             session_api_waits: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 waits.clone(),
-                auth,
+                auth.clone(),
             ),
             broker_registry:
                 session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
                     channel.clone(),
                     interceptor.clone(),
+                ),
+            share_registry:
+                session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+                    channel.clone(),
+                    auth,
                 ),
             channel,
             waits_channel: waits,
@@ -199,6 +208,11 @@ impl Upstreams {
             self.channel.clone(),
             auth.clone(),
         );
+        upstreams.share_registry =
+            session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+                self.channel.clone(),
+                auth.clone(),
+            );
         upstreams.session_api_waits =
             session_pb::session_api_client::SessionApiClient::with_interceptor(
                 self.waits_channel.clone(),
@@ -374,6 +388,85 @@ impl Upstreams {
             .map_err(session_api_error)?
             .into_inner();
         Ok(instance_from_proto(instance))
+    }
+
+    /// A share of an instance (or one session of it) for `ttl`, and its token.
+    pub async fn create_share(
+        &self,
+        instance_id: &str,
+        session_id: Option<&str>,
+        ttl: Duration,
+        created_by: &str,
+    ) -> Result<(Share, String), ApiError> {
+        let request = session_pb::CreateShareRequest {
+            instance: instance_id.to_owned(),
+            session_id: session_id.unwrap_or_default().to_owned(),
+            ttl_seconds: ttl.as_secs(),
+            created_by: created_by.to_owned(),
+        };
+        let created = self
+            .share_registry
+            .clone()
+            .create_share(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok((
+            share_from_proto(created.share.unwrap_or_default()),
+            created.token,
+        ))
+    }
+
+    pub async fn list_shares(
+        &self,
+        instance_id: &str,
+        include_ended: bool,
+    ) -> Result<Vec<Share>, ApiError> {
+        let request = session_pb::ListSharesRequest {
+            instance: instance_id.to_owned(),
+            include_ended,
+        };
+        let listed = self
+            .share_registry
+            .clone()
+            .list_shares(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(listed.shares.into_iter().map(share_from_proto).collect())
+    }
+
+    pub async fn revoke_share(&self, instance_id: &str, share_id: &str) -> Result<Share, ApiError> {
+        let request = session_pb::RevokeShareRequest {
+            instance: instance_id.to_owned(),
+            share_id: share_id.to_owned(),
+        };
+        let share = self
+            .share_registry
+            .clone()
+            .revoke_share(request)
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(share_from_proto(share))
+    }
+
+    /// The live share of a share link's token, or of a share id.
+    pub async fn find_share(&self, by: ShareLookup<'_>) -> Result<Share, ApiError> {
+        let by = match by {
+            ShareLookup::Token(token) => {
+                session_pb::find_share_request::By::Token(token.to_owned())
+            }
+            ShareLookup::Id(id) => session_pb::find_share_request::By::ShareId(id.to_owned()),
+        };
+        let share = self
+            .share_registry
+            .clone()
+            .find_share(session_pb::FindShareRequest { by: Some(by) })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(share_from_proto(share))
     }
 
     pub async fn get_instance(&self, instance: &str) -> Result<Instance, ApiError> {
@@ -836,6 +929,18 @@ fn session_api_error(status: tonic::Status) -> ApiError {
 
 fn broker_error(status: tonic::Status) -> ApiError {
     ApiError::from_backend(BROKER, &status)
+}
+
+fn share_from_proto(share: session_pb::Share) -> Share {
+    Share {
+        id: share.id,
+        instance_id: share.instance_id,
+        session_id: Some(share.session_id).filter(|id| !id.is_empty()),
+        created_by: share.created_by,
+        created_at: timestamp_from_proto(share.created_at),
+        expires_at: timestamp_from_proto(share.expires_at),
+        revoked_at: timestamp_from_proto(share.revoked_at),
+    }
 }
 
 fn timestamp_from_proto(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {

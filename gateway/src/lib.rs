@@ -11,12 +11,15 @@
 pub mod attach_relay;
 pub mod audit;
 pub mod auth;
+pub mod browser;
 pub mod config;
+pub mod cookie;
 pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod openapi;
+pub mod rate_limit;
 pub mod rest;
 pub mod server;
 pub mod session_proxy;
@@ -79,6 +82,13 @@ pub async fn run(
         config.backend_timeout,
         &tls,
     )?;
+    let bound = listener.local_addr().map_err(Error::Serve)?;
+    let host_policy = browser::HostPolicy::new(&config, bound);
+    if host_policy == browser::HostPolicy::Any && config.allowed_hosts.is_empty() {
+        tracing::warn!(
+            "no --public-url or --allowed-host: browsers may reach this gateway by any host name; name it to refuse pages of other names (DNS rebinding)"
+        );
+    }
     let state = state::AppState {
         upstreams,
         authenticator,
@@ -97,6 +107,9 @@ pub async fn run(
             state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
         )),
         serves_tls: public_tls.is_some(),
+        host_policy,
+        failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
+        trust_forwarded_for: config.trust_forwarded_for,
     };
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
@@ -115,6 +128,7 @@ pub async fn run(
         tracing::info!("shutdown: closing websockets with 1012");
         root.cancel();
     };
+    // The peer's address goes with every request, for the limit on refused credentials.
     match public_tls {
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;

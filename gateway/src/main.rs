@@ -65,9 +65,52 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_JWT_HS256_SECRET_FILE")]
     jwt_hs256_secret_file: Option<PathBuf>,
 
+    /// The audience every JWT must name in `aud` (for example https://ptyhub.example.com):
+    /// a token minted for another service is refused.
+    #[arg(long, env = "PTYHUB_GATEWAY_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+
+    /// The issuer every JWT's `iss` must be.
+    #[arg(long, env = "PTYHUB_GATEWAY_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+
     /// PEM file with the RSA public key that verifies RS256 JWTs.
     #[arg(long, env = "PTYHUB_GATEWAY_JWT_RS256_PUBLIC_KEY")]
     jwt_rs256_public_key: Option<PathBuf>,
+
+    /// Signs the web page's session cookies (at least 32 bytes). Every replica behind one
+    /// address needs the same; without it each process makes its own, and a restart signs
+    /// browsers out.
+    #[arg(long, env = "PTYHUB_GATEWAY_COOKIE_SECRET", hide_env_values = true)]
+    cookie_secret: Option<String>,
+
+    /// A file holding `--cookie-secret`.
+    #[arg(long, env = "PTYHUB_GATEWAY_COOKIE_SECRET_FILE")]
+    cookie_secret_file: Option<PathBuf>,
+
+    /// How long a browser stays signed in (a JWT's own expiry comes first).
+    #[arg(long, env = "PTYHUB_GATEWAY_SESSION_TTL", default_value = "12h", value_parser = humantime::parse_duration)]
+    session_ttl: Duration,
+
+    /// Host names browsers may reach this gateway by besides the `--public-url`'s, loopback
+    /// names and IP addresses, comma-separated (`*` for any): a page of another name that
+    /// resolves here (DNS rebinding) is refused.
+    #[arg(
+        long = "allowed-host",
+        env = "PTYHUB_GATEWAY_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
+
+    /// Refused credentials one client address may present a minute before its requests are
+    /// refused (429) until the allowance refills; 0 turns the limit off.
+    #[arg(long, env = "PTYHUB_GATEWAY_FAILED_AUTH_PER_MINUTE", default_value_t = gateway::Config::DEFAULT_FAILED_AUTH_PER_MINUTE)]
+    failed_auth_per_minute: u32,
+
+    /// Take the client address from the last X-Forwarded-For entry (only behind a proxy that
+    /// sets it: clients can send the header themselves).
+    #[arg(long, env = "PTYHUB_GATEWAY_TRUST_FORWARDED_FOR")]
+    trust_forwarded_for: bool,
 
     /// Origins allowed to open WebSockets and call gRPC-web, comma-separated (`*` for any).
     /// Empty allows only the gateway's own origin.
@@ -187,13 +230,25 @@ async fn main() -> anyhow::Result<()> {
         args.jwt_hs256_secret,
         args.jwt_hs256_secret_file.as_deref(),
     )?;
+    let cookie_secret = secret_from(
+        "cookie_secret",
+        args.cookie_secret,
+        args.cookie_secret_file.as_deref(),
+    )?;
     let mut config = Config::new(args.session_api, service_credential);
     config.auth = AuthConfig {
         api_tokens: api_tokens.into_iter().map(SecretString::from).collect(),
         jwt_hs256_secret: jwt_hs256_secret.map(SecretString::from),
         jwt_rs256_public_key_pem,
         allow_anonymous: args.insecure_allow_anonymous,
+        jwt_audience: args.jwt_audience,
+        jwt_issuer: args.jwt_issuer,
+        cookie_secret: cookie_secret.map(SecretString::from),
+        session_ttl: args.session_ttl,
     };
+    config.allowed_hosts = args.allowed_hosts;
+    config.failed_auth_per_minute = args.failed_auth_per_minute;
+    config.trust_forwarded_for = args.trust_forwarded_for;
     config.allowed_origins = args.allowed_origins;
     config.static_dir = args.static_dir;
     config.recordings = args.recordings;

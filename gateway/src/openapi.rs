@@ -10,6 +10,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
 
 use crate::rest::{
     ProjectRepositoryLabels, audit, events, instances, operations, recordings, screens, sessions,
+    shares, signin,
 };
 use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
@@ -40,6 +41,12 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,
+        shares::create_share,
+        shares::list_shares,
+        shares::revoke_share,
+        signin::sign_in,
+        signin::current_session,
+        signin::sign_out,
         recordings::get_recording,
         audit::list_audit_events,
         ws::open_instance_terminal,

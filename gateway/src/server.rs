@@ -12,7 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
 use ptyhub_wire::{CLI_USER_AGENT_PREFIX, Introspection, IntrospectionError, Surface};
@@ -23,11 +23,13 @@ use tracing::Level;
 
 use crate::attach_relay::AttachRelay;
 use crate::error::{ApiError, ErrorBody};
-use crate::rest::{audit, events, instances, operations, recordings, screens, sessions};
+use crate::rest::{
+    audit, events, instances, operations, recordings, screens, sessions, shares, signin,
+};
 use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::ws::origin_allowed;
-use crate::{openapi, web, ws};
+use crate::{browser, openapi, web, ws};
 
 /// The session-api surface the gateway offers.
 const SESSION_API_SERVICE: &str = "ptyhub.session.v1.SessionApi";
@@ -68,12 +70,26 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
         .route(
             INSTANCE_PREFIX,
             get(instances::get_instance).delete(instances::delete_instance),
+        )
+        .route(
+            &format!("{INSTANCE_PREFIX}/shares"),
+            post(shares::create_share).get(shares::list_shares),
+        )
+        .route(
+            &format!("{INSTANCE_PREFIX}/shares/{{share_id}}"),
+            delete(shares::revoke_share),
         );
     let api = [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX]
         .into_iter()
         .fold(api, session_routes)
         .route("/api/v1/audit", get(audit::list_audit_events))
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
+        .route(
+            "/api/v1/auth/session",
+            post(signin::sign_in)
+                .get(signin::current_session)
+                .delete(signin::sign_out),
+        )
         .route("/healthz", get(operations::healthz))
         .route("/livez", get(operations::livez))
         .route("/readyz", get(operations::readyz))
@@ -86,7 +102,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             "/ws/tool-instances/{iid}/terminal/{sid}",
             get(ws::open_session_terminal),
         )
-        .merge(web::routes(state.static_dir.as_deref()))
+        .merge(web::routes(&state))
         .fallback(|| async { ApiError::not_found("not found") })
         .method_not_allowed_fallback(|| async {
             (
@@ -97,9 +113,15 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             )
         });
     let router = api
+        .layer(middleware::from_fn(browser::require_json_bodies))
         .layer(middleware::from_fn_with_state(
             (grpc, state.serves_tls),
             route_grpc,
+        ))
+        .layer(middleware::from_fn(browser::security_headers))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            browser::check_host,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), count_status))
         .layer(

@@ -26,11 +26,10 @@ use tonic::{Request, Response, Status};
 
 use ptyhub_wire::Surface;
 
-use crate::auth::Principal;
+use crate::auth::{Principal, peer_address};
 use crate::domain::Instance;
-use crate::error::ApiError;
 use crate::grpc::SessionApiClient;
-use crate::state::AppState;
+use crate::state::{AppState, Presented, credential_expired};
 
 /// Implements session-api's service by forwarding, after the gateway's own checks.
 #[derive(Debug, Clone)]
@@ -51,8 +50,8 @@ impl SessionApiProxy {
             .session_api_client()
     }
 
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
-        authenticate(&self.state, request)
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
+        authenticate(&self.state, request).await
     }
 
     /// Checks the caller may use `instance` and returns its id.
@@ -73,24 +72,40 @@ impl SessionApiProxy {
         &self,
         request: Request<M>,
     ) -> Result<(M, SessionApiClient), Status> {
-        let principal = self.authenticate(&request)?;
-        let surface = surface_of(&request);
-        self.scoped_for(&principal, surface, request.into_inner())
+        self.scoped_principal(request)
             .await
+            .map(|(_, message, client)| (message, client))
     }
 
-    /// [`SessionApiProxy::scoped`] for a caller already authenticated.
-    async fn scoped_for<M: InstanceScoped>(
+    /// [`SessionApiProxy::scoped`], keeping the principal.
+    async fn scoped_principal<M: InstanceScoped>(
         &self,
-        principal: &Principal,
-        surface: Surface,
-        mut message: M,
-    ) -> Result<(M, SessionApiClient), Status> {
+        request: Request<M>,
+    ) -> Result<(Principal, M, SessionApiClient), Status> {
+        let principal = self.authenticate(&request).await?;
+        let surface = surface_of(&request);
+        let mut message = request.into_inner();
         let instance = self
-            .authorize_instance(principal, message.instance(), surface)
+            .authorize_instance(&principal, message.instance(), surface)
             .await?;
         *message.instance_mut() = instance;
-        Ok((message, self.client(principal, surface)))
+        let client = self.client(&principal, surface);
+        Ok((principal, message, client))
+    }
+
+    /// [`SessionApiProxy::scoped`] for a call that changes something: a viewer-only credential
+    /// (a share link's) is PERMISSION_DENIED.
+    async fn controlled<M: InstanceScoped>(
+        &self,
+        request: Request<M>,
+        action: &str,
+    ) -> Result<(M, SessionApiClient), Status> {
+        let (principal, message, client) = self.scoped_principal(request).await?;
+        principal
+            .access
+            .require_control(action)
+            .map_err(|error| error.to_status())?;
+        Ok((message, client))
     }
 
     /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
@@ -98,19 +113,20 @@ impl SessionApiProxy {
     async fn scoped_live_session<M: SessionScoped>(
         &self,
         request: Request<M>,
-    ) -> Result<(M, SessionApiClient), Status> {
-        let principal = self.authenticate(&request)?;
+    ) -> Result<(Principal, M, SessionApiClient), Status> {
+        let principal = self.authenticate(&request).await?;
         let surface = surface_of(&request);
         let mut message = request.into_inner();
         let instance = self
             .authorized_instance(&principal, message.instance(), surface)
             .await?;
         self.state
-            .authorize_live_session(&instance, message.session_id())
+            .authorize_live_session(&principal, &instance, message.session_id())
             .await
             .map_err(|error| error.to_status())?;
         *message.instance_mut() = instance.id;
-        Ok((message, self.client(&principal, surface)))
+        let client = self.client(&principal, surface);
+        Ok((principal, message, client))
     }
 
     /// The instance, once the principal may use it; a refusal for scope goes to the audit
@@ -141,35 +157,36 @@ impl SessionApiProxy {
 
 /// The caller's credential from the `authorization` metadata, checked; a refusal goes to the
 /// audit trail.
-pub(crate) fn authenticate<T>(state: &AppState, request: &Request<T>) -> Result<Principal, Status> {
+pub(crate) async fn authenticate<T>(
+    state: &AppState,
+    request: &Request<T>,
+) -> Result<Principal, Status> {
     let credential = request
         .metadata()
         .get(ptyhub_wire::AUTHORIZATION_METADATA)
         .and_then(|value| value.to_str().ok())
         .and_then(ptyhub_wire::bearer_token);
-    let address = {
-        use axum::extract::ConnectInfo;
-        let extensions = request.extensions();
-        extensions
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|info| info.0)
-            .or_else(|| {
-                extensions
-                    .get::<ConnectInfo<crate::auth::PeerSocket>>()
-                    .map(|info| info.0.0)
-            })
+    // gRPC callers are programs: a bearer credential only, never the page's cookie.
+    let headers = tonic::metadata::MetadataMap::into_headers(request.metadata().clone());
+    let presented = Presented {
+        bearer: credential.map(str::to_owned),
+        cookie: None,
+        client: state.client_address(&headers, request.extensions()),
+        peer: peer_address(request.extensions()),
     };
-    match state.authenticator.authenticate(credential) {
-        Ok(principal) => Ok(principal.from_address(address)),
+    match state.authenticate(&presented).await {
+        Ok(principal) => Ok(principal),
         Err(error) => {
-            state.report_refusal(
-                None,
-                address.map(|address| address.to_string()),
-                surface_of(request),
-                "unauthenticated",
-                method_of(request),
-            );
-            Err(ApiError::from(error).to_status())
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    surface_of(request),
+                    "unauthenticated",
+                    method_of(request),
+                );
+            }
+            Err(error.to_status())
         }
     }
 }
@@ -212,6 +229,15 @@ fn public_endpoint<T>(state: &AppState, request: &Request<T>) -> String {
 /// the request reaches a gRPC service.
 #[derive(Debug, Clone)]
 pub struct RequestOrigin(pub String);
+
+/// A viewer-only credential asks for tickets of the viewer role alone.
+fn require_viewer_role(role: i32) -> Result<(), Status> {
+    if broker_pb::Role::try_from(role) == Ok(broker_pb::Role::Viewer) {
+        Ok(())
+    } else {
+        Err(ErrorCode::Forbidden.status("this credential may only view: ask for the viewer role"))
+    }
+}
 
 /// Points an attach target at the gateway.
 fn rewrite_endpoint(target: Option<&mut pb::AttachTarget>, endpoint: &str) {
@@ -303,7 +329,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RegisterInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "registering instances")?;
         self.client(&principal, surface_of(&request))
             .register_instance(request.into_inner())
@@ -323,7 +349,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListInstancesRequest>,
     ) -> Result<Response<pb::ListInstancesResponse>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let mut response = self
             .client(&principal, surface_of(&request))
             .list_instances(request.into_inner())
@@ -341,7 +367,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::DeleteInstanceRequest>,
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         Self::require_admin(&principal, "deleting instances")?;
         let surface = surface_of(&request);
         let mut message = request.into_inner();
@@ -359,11 +385,11 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let principal = self.authenticate(&request)?;
-        let surface = surface_of(&request);
-        let (message, mut client) = self
-            .scoped_for(&principal, surface, request.into_inner())
-            .await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
+        principal
+            .access
+            .require_control("creating a session")
+            .map_err(|error| error.to_status())?;
         // Refused, never dropped: a caller that asked for a program must not get a shell it
         // did not ask for, nor the one it asked for without the right to.
         principal
@@ -381,10 +407,13 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
         let instance_id = message.instance.clone();
         let response = client.get_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
+        if !principal.access.allows_session(&response.get_ref().id) {
+            return Err(ErrorCode::NotFound.status("session not found"));
+        }
         Ok(response)
     }
 
@@ -392,8 +421,13 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
-        client.list_sessions(message).await.map_err(forwarded)
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
+        let mut response = client.list_sessions(message).await.map_err(forwarded)?;
+        response
+            .get_mut()
+            .sessions
+            .retain(|session| principal.access.allows_session(&session.id));
+        Ok(response)
     }
 
     async fn resolve_session(
@@ -401,10 +435,22 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::ResolveSessionRequest>,
     ) -> Result<Response<pb::SessionAttachment>, Status> {
         let endpoint = public_endpoint(&self.state, &request);
-        let (message, mut client) = self.scoped(request).await?;
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
+        if principal.access.is_viewer_only() {
+            if message.create_if_absent {
+                return Err(ErrorCode::Forbidden
+                    .status("creating a session is not allowed: this credential may only view"));
+            }
+            require_viewer_role(message.role)?;
+        }
         let instance_id = message.instance.clone();
         let mut response = client.resolve_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, response.get_ref().session.as_ref())?;
+        if let Some(session) = &response.get_ref().session
+            && !principal.access.allows_session(&session.id)
+        {
+            return Err(ErrorCode::NotFound.status("session not found"));
+        }
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
     }
@@ -413,16 +459,19 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::IssueAttachTicketRequest>,
     ) -> Result<Response<pb::AttachTarget>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let endpoint = public_endpoint(&self.state, &request);
         let surface = surface_of(&request);
         let mut message = request.into_inner();
+        if principal.access.is_viewer_only() {
+            require_viewer_role(message.role)?;
+        }
         let instance = self
             .authorized_instance(&principal, &message.instance, surface)
             .await?;
         // Make sure the session is this instance's before a ticket for it leaves the gateway.
         self.state
-            .authorize_session(&instance, &message.session_id)
+            .authorize_session(&principal, &instance, &message.session_id)
             .await
             .map_err(|error| error.to_status())?;
         message.instance = instance.id;
@@ -439,7 +488,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RenameSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
+        let (message, mut client) = self.controlled(request, "renaming a session").await?;
         let instance_id = message.instance.clone();
         let response = client.rename_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
@@ -450,7 +499,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ResetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
+        let (message, mut client) = self.controlled(request, "resetting a session").await?;
         let instance_id = message.instance.clone();
         let response = client.reset_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
@@ -461,7 +510,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
+        let (message, mut client) = self.controlled(request, "closing a session").await?;
         let instance_id = message.instance.clone();
         let response = client.close_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
@@ -472,7 +521,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let (message, mut client) = self.scoped_live_session(request).await?;
+        let (_, message, mut client) = self.scoped_live_session(request).await?;
         client.get_screen(message).await.map_err(forwarded)
     }
 
@@ -480,7 +529,11 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::SendInputRequest>,
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
-        let (message, mut client) = self.scoped_live_session(request).await?;
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("typing")
+            .map_err(|error| error.to_status())?;
         client.send_input(message).await.map_err(forwarded)
     }
 
@@ -488,7 +541,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let (message, _) = self.scoped_live_session(request).await?;
+        let (_, message, _) = self.scoped_live_session(request).await?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
         self.state
             .upstreams
@@ -503,7 +556,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::RecordAuditEventRequest>,
     ) -> Result<Response<pb::RecordAuditEventResponse>, Status> {
-        self.authenticate(&request)?;
+        self.authenticate(&request).await?;
         Err(ErrorCode::Forbidden
             .status("audit events are recorded by ptyhub itself, never reported by its callers"))
     }
@@ -513,7 +566,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::ListAuditEventsRequest>,
     ) -> Result<Response<pb::ListAuditEventsResponse>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let surface = surface_of(&request);
         let message =
             crate::rest::audit::scope_audit_listing(&self.state, &principal, request.into_inner())
@@ -531,7 +584,7 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
-        let principal = self.authenticate(&request)?;
+        let principal = self.authenticate(&request).await?;
         let surface = surface_of(&request);
         let mut message = request.into_inner();
         if message.instance.is_empty() {
@@ -550,11 +603,29 @@ impl SessionApi for SessionApiProxy {
             .await
             .map_err(forwarded)?
             .into_inner();
-        // The stream ends with the gateway, so a watching browser never holds up shutdown.
+        // The stream ends with the gateway, so a watching browser never holds up shutdown, and
+        // with the credential it was opened with.
         let shutdown = self.state.shutdown.clone();
+        let expires_at = principal.expires_at;
+        let access = principal.access.clone();
         let stream = changes
+            .filter(move |change| {
+                let covered = match change {
+                    Ok(change) => change
+                        .session
+                        .as_ref()
+                        .is_none_or(|session| access.allows_session(&session.id)),
+                    Err(_) => true,
+                };
+                std::future::ready(covered)
+            })
             .map(|change| change.map_err(forwarded))
-            .take_until(async move { shutdown.cancelled().await });
+            .take_until(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = credential_expired(expires_at) => {}
+                }
+            });
         Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -4,7 +4,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::http::{Extensions, HeaderMap};
+use tokio::time::Instant;
 
 use ptyhub_proto::session::v1::AuditKind;
 use ptyhub_wire::{Actor, Surface};
@@ -12,8 +17,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{Authenticator, Principal};
-use crate::domain::{Instance, Session, SessionStatus};
+use crate::auth::AuthError;
+use crate::auth::{
+    Access, Authenticator, Principal, SHARE_TOKEN_PREFIX, Via, bearer_token, peer_address,
+};
+use crate::browser::HostPolicy;
+use crate::domain::{Instance, Session, SessionStatus, ShareLookup};
+use crate::rate_limit::{FailedAuthLimiter, client_address};
 use ptyhub_wire::ErrorCode;
 
 use crate::error::ApiError;
@@ -52,6 +62,79 @@ pub struct AppState {
     /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
     /// request does not say.
     pub serves_tls: bool,
+    /// Which `Host` names the gateway answers.
+    pub host_policy: HostPolicy,
+    /// Refused credentials per client address.
+    pub failed_auth: FailedAuthLimiter,
+    /// Whether the client address is the last `X-Forwarded-For` entry.
+    pub trust_forwarded_for: bool,
+}
+
+/// The credentials a request presents: a bearer token or JWT (a header, a WebSocket's query or
+/// protocol, gRPC metadata), and the page's session cookie. A bearer credential, when given,
+/// is the one checked; the cookie stands in only without one.
+#[derive(Debug, Clone, Default)]
+pub struct Presented {
+    pub bearer: Option<String>,
+    pub cookie: Option<String>,
+    /// Where the request came from, for the limit on refused credentials.
+    pub client: Option<IpAddr>,
+    /// The TCP peer, the address the audit trail records.
+    pub peer: Option<SocketAddr>,
+}
+
+impl Presented {
+    /// The `Authorization: Bearer` header and the session cookie of a request.
+    pub fn from_request(state: &AppState, headers: &HeaderMap, extensions: &Extensions) -> Self {
+        Self {
+            bearer: bearer_token(headers).map(str::to_owned),
+            cookie: state
+                .authenticator
+                .cookies()
+                .find(headers)
+                .map(str::to_owned),
+            client: state.client_address(headers, extensions),
+            peer: peer_address(extensions),
+        }
+    }
+
+    /// Whether the cookie is what will be checked.
+    pub fn by_cookie(&self) -> bool {
+        self.bearer.as_deref().is_none_or(str::is_empty) && self.cookie.is_some()
+    }
+}
+
+/// Whether a refusal looks like a guess: a bearer credential that did not verify, or a cookie
+/// that is not ours. Missing credentials and cookies that expired or were signed out do not
+/// count, so a browser with an old cookie is never locked out.
+fn counts_as_a_guess(presented: &Presented, error: &ApiError) -> bool {
+    if error.code != ErrorCode::Unauthenticated {
+        return false;
+    }
+    let by_bearer = presented
+        .bearer
+        .as_deref()
+        .is_some_and(|bearer| !bearer.is_empty());
+    if by_bearer {
+        return true;
+    }
+    presented.cookie.is_some() && error.message == AuthError::Invalid.to_string()
+}
+
+/// Completes when a credential that expires at `expires_at` (Unix seconds) does; never for one
+/// without an expiry. Every stream a credential opened ends with it.
+pub async fn credential_expired(expires_at: Option<u64>) {
+    match expires_at {
+        None => std::future::pending().await,
+        Some(at) => tokio::time::sleep(Duration::from_secs(at.saturating_sub(unix_now()))).await,
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 /// How many refused attempts may be on their way to the audit trail at once; more are logged
@@ -120,6 +203,89 @@ impl Drop for StreamSlot {
 }
 
 impl AppState {
+    /// The client address of a request.
+    pub fn client_address(&self, headers: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
+        client_address(extensions, headers, self.trust_forwarded_for)
+    }
+
+    /// The principal of a request's credentials. A client address that presented too many
+    /// refused credentials lately is refused with 429 first; each refused credential (not a
+    /// missing one, nor a cookie that merely ended) counts against its address.
+    pub async fn authenticate(&self, presented: &Presented) -> Result<Principal, ApiError> {
+        if let Some(client) = presented.client
+            && let Err(wait) = self.failed_auth.check(client, Instant::now())
+        {
+            return Err(ApiError::new(
+                ErrorCode::TooManyRequests,
+                format!(
+                    "too many refused credentials from this address: try again in {} s",
+                    wait.as_secs().max(1)
+                ),
+            ));
+        }
+        let result = self
+            .authenticate_unlimited(presented)
+            .await
+            .map(|principal| principal.from_address(presented.peer));
+        if let (Err(error), Some(client)) = (&result, presented.client)
+            && counts_as_a_guess(presented, error)
+        {
+            self.failed_auth.record_failure(client, Instant::now());
+            tracing::info!(%client, reason = %error.message, "credential refused");
+        }
+        result
+    }
+
+    async fn authenticate_unlimited(&self, presented: &Presented) -> Result<Principal, ApiError> {
+        let principal = match (&presented.bearer, &presented.cookie) {
+            (Some(bearer), _) if bearer.starts_with(SHARE_TOKEN_PREFIX) => {
+                return self.share_principal(ShareLookup::Token(bearer)).await;
+            }
+            (Some(bearer), _) if !bearer.is_empty() => {
+                self.authenticator.authenticate(Some(bearer))?
+            }
+            (_, Some(cookie)) => {
+                let (principal, _) = self.authenticator.authenticate_cookie(cookie, unix_now())?;
+                match &principal.via {
+                    // A share's cookie is as good as its share: revoked or expired, it ends.
+                    Via::Share(share_id) => {
+                        let mut shared = self.share_principal(ShareLookup::Id(share_id)).await?;
+                        shared.expires_at = match (shared.expires_at, principal.expires_at) {
+                            (Some(share), Some(cookie)) => Some(share.min(cookie)),
+                            (share, cookie) => share.or(cookie),
+                        };
+                        shared
+                    }
+                    _ => principal,
+                }
+            }
+            _ => self.authenticator.authenticate(None)?,
+        };
+        Ok(principal)
+    }
+
+    /// The viewer-only principal of a live share.
+    async fn share_principal(&self, lookup: ShareLookup<'_>) -> Result<Principal, ApiError> {
+        let share = match self.upstreams.find_share(lookup).await {
+            Ok(share) => share,
+            Err(error) if error.code == ErrorCode::NotFound || error.code == ErrorCode::Invalid => {
+                return Err(ApiError::unauthenticated(
+                    "share link not found, expired or revoked",
+                ));
+            }
+            Err(error) => return Err(error),
+        };
+        Ok(Principal {
+            subject: format!("share:{}", share.id),
+            access: Access::shared(&share.instance_id, share.session_id.as_deref()),
+            expires_at: share
+                .expires_at
+                .and_then(|at| u64::try_from(at.timestamp()).ok()),
+            via: Via::Share(share.id),
+            client_address: None,
+        })
+    }
+
     /// Reports a refused attempt to the audit trail, in the background: `principal` is `None`
     /// when the credential itself was refused. `reason` is `unauthenticated` or `forbidden`,
     /// `action` what was tried (a method and path, a gRPC method).
@@ -198,10 +364,24 @@ impl AppState {
         Ok(instance)
     }
 
-    /// Looks up a session of an instance the caller may use; a session of another instance is
-    /// 404, never an action on the other instance. [`DEFAULT_SESSION`] names the live session
-    /// with the `default` alias (404 while there is none).
+    /// Looks up a session of an instance the caller may use; a session of another instance, or
+    /// one a share of another session does not cover, is 404, never an action on the other.
+    /// [`DEFAULT_SESSION`] names the live session with the `default` alias (404 while there is
+    /// none).
     pub async fn authorize_session(
+        &self,
+        principal: &Principal,
+        instance: &Instance,
+        session_id: &str,
+    ) -> Result<Session, ApiError> {
+        let session = self.find_session(instance, session_id).await?;
+        if !principal.access.allows_session(&session.id) {
+            return Err(ApiError::not_found("session not found"));
+        }
+        Ok(session)
+    }
+
+    async fn find_session(
         &self,
         instance: &Instance,
         session_id: &str,
@@ -229,10 +409,13 @@ impl AppState {
     /// (its screen, its input): a closed session is 404 too.
     pub async fn authorize_live_session(
         &self,
+        principal: &Principal,
         instance: &Instance,
         session_id: &str,
     ) -> Result<Session, ApiError> {
-        let session = self.authorize_session(instance, session_id).await?;
+        let session = self
+            .authorize_session(principal, instance, session_id)
+            .await?;
         if session.status == SessionStatus::Closed {
             return Err(ApiError::not_found("session not found or closed"));
         }

@@ -1,5 +1,5 @@
-//! The web page: `/` and `/instances/{iid}` serve `index.html` (the page reads its token and
-//! instance from the address), `/assets/...` the files below `assets/`. The page comes from the
+//! The web page: `/` and `/instances/{iid}` serve `index.html` (the page reads its instance from
+//! the address; a `?token=` there is exchanged for the session cookie first), `/assets/...` the files below `assets/`. The page comes from the
 //! binary itself (`web/dist` as it was when the binary was built, embedded by `build.rs` and
 //! rust-embed), or, when a directory is configured (`--web-dir`, `--static-dir`), from that
 //! directory through tower-http's file services, which refuse any path that leaves it. What is
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rust_embed::RustEmbed;
@@ -19,6 +20,7 @@ use tower::service_fn;
 use tower_http::services::{ServeDir, ServeFile};
 
 use crate::error::ApiError;
+use crate::rest::signin::sign_in_from_address;
 use crate::state::AppState;
 
 /// The page built into this binary: `$OUT_DIR/page`, which `build.rs` fills from `web/dist`
@@ -33,18 +35,28 @@ pub fn page_embedded() -> bool {
 }
 
 /// The page's routes: from `static_dir` when one is given, else the page built into the binary.
-pub fn routes(static_dir: Option<&Path>) -> Router<AppState> {
-    match static_dir {
+/// The page itself (not its assets) first exchanges a `?token=` for the session cookie
+/// ([`crate::rest::signin::sign_in_from_address`]).
+pub fn routes(state: &AppState) -> Router<AppState> {
+    let (pages, assets) = match state.static_dir.as_deref() {
         Some(static_dir) => directory_routes(static_dir),
         None => embedded_routes(),
-    }
+    };
+    pages
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            sign_in_from_address,
+        ))
+        .merge(assets)
 }
 
-fn embedded_routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(embedded_index))
-        .route("/instances/{iid}", get(embedded_index))
-        .route("/assets/{*path}", get(embedded_asset))
+fn embedded_routes() -> (Router<AppState>, Router<AppState>) {
+    (
+        Router::new()
+            .route("/", get(embedded_index))
+            .route("/instances/{iid}", get(embedded_index)),
+        Router::new().route("/assets/{*path}", get(embedded_asset)),
+    )
 }
 
 async fn embedded_index(headers: HeaderMap) -> Response {
@@ -103,7 +115,7 @@ fn embedded_file(path: &str, request: &HeaderMap) -> Response {
     response
 }
 
-fn directory_routes(static_dir: &Path) -> Router<AppState> {
+fn directory_routes(static_dir: &Path) -> (Router<AppState>, Router<AppState>) {
     let index = static_dir.join("index.html");
     let instance_index = index.clone();
     let assets = ServeDir::new(static_dir.join("assets"))
@@ -112,13 +124,15 @@ fn directory_routes(static_dir: &Path) -> Router<AppState> {
         .not_found_service(service_fn(|_: Request| async {
             Ok::<_, Infallible>(ApiError::not_found("not found").into_response())
         }));
-    Router::new()
-        .route("/", get(move |request| serve_index(index, request)))
-        .route(
-            "/instances/{iid}",
-            get(move |request| serve_index(instance_index, request)),
-        )
-        .nest_service("/assets", assets)
+    (
+        Router::new()
+            .route("/", get(move |request| serve_index(index, request)))
+            .route(
+                "/instances/{iid}",
+                get(move |request| serve_index(instance_index, request)),
+            ),
+        Router::new().nest_service("/assets", assets),
+    )
 }
 
 /// `index.html`, which browsers must revalidate so that a new page reaches them at once.

@@ -8,6 +8,7 @@
 
 pub mod asciicast;
 pub mod environment;
+pub mod fuzz;
 pub mod poll;
 pub mod postgres;
 pub mod reflection;

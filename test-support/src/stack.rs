@@ -240,8 +240,8 @@ impl TestStack {
         sign_jwt(subject, instances, admin, unix_now() + 3600)
     }
 
-    /// An HS256 JWT valid for an hour with `extra` claims besides `sub`, `exp`, `instances`
-    /// and `admin` (false).
+    /// An HS256 JWT valid for an hour with `extra` ptyhub claims (under `ptyhub`, besides
+    /// `instances` and `admin`, false).
     pub fn jwt_with_claims(
         &self,
         subject: &str,
@@ -251,13 +251,18 @@ impl TestStack {
         let mut claims = serde_json::json!({
             "sub": subject,
             "exp": unix_now() + 3600,
-            "instances": instances,
-            "admin": false,
+            "ptyhub": {"instances": instances, "admin": false},
         });
-        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
-            claims.extend(extra.clone());
+        // The extra claims are ptyhub's own, so under its namespace.
+        if let (Some(ptyhub), Some(extra)) = (claims["ptyhub"].as_object_mut(), extra.as_object()) {
+            ptyhub.extend(extra.clone());
         }
         encode_jwt(&claims)
+    }
+
+    /// An HS256 JWT that expires at `expires_at` (Unix seconds).
+    pub fn jwt_expiring_at(&self, subject: &str, instances: &[&str], expires_at: u64) -> String {
+        sign_jwt(subject, instances, false, expires_at)
     }
 
     /// An HS256 JWT that expired an hour ago.
@@ -397,8 +402,7 @@ fn sign_jwt(subject: &str, instances: &[&str], admin: bool, expires_at: u64) -> 
     let claims = serde_json::json!({
         "sub": subject,
         "exp": expires_at,
-        "instances": instances,
-        "admin": admin,
+        "ptyhub": {"instances": instances, "admin": admin},
     });
     encode_jwt(&claims)
 }

@@ -1,8 +1,6 @@
-// The gateway's REST API (CONTRACT.md "REST (gateway)"), with the bearer token on every call,
-// the session-change events of an instance, and the terminal WebSocket's address. This is the
-// one module that puts the credential on what the page sends.
-
-import { currentToken } from './auth.js';
+// The gateway's REST API (CONTRACT.md "REST (gateway)"), the session-change events of an
+// instance, and the terminal WebSocket's address. The credential is the session cookie, which
+// the browser sends itself: no token is in any header, URL or storage of the page.
 
 /** @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null }} SessionRecord */
 
@@ -17,15 +15,6 @@ export class ApiError extends Error {
   }
 }
 
-/** The headers every call carries: the credential, when the page has one. */
-function authHeaders() {
-  /** @type {Record<string, string>} */
-  const headers = {};
-  const token = currentToken();
-  if (token) headers.Authorization = `Bearer ${token}`;
-  return headers;
-}
-
 /**
  * @param {string} method
  * @param {string} path
@@ -34,7 +23,7 @@ function authHeaders() {
  */
 async function call(method, path, body) {
   /** @type {Record<string, string>} */
-  const headers = { Accept: 'application/json', ...authHeaders() };
+  const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let response;
   try {
@@ -86,6 +75,12 @@ export const api = {
   resetSession: (iid, sid) => call('POST', `${sessionPath(iid, sid)}/reset`),
   /** @param {string} iid @param {string} sid */
   closeSession: (iid, sid) => call('DELETE', sessionPath(iid, sid)),
+  /**
+   * A viewer-only share link of one session (or, without `sid`, of the whole instance).
+   * @param {string} iid @param {string | null} sid
+   * @returns {Promise<{ id: string, url: string, expires_at: string }>}
+   */
+  createShare: (iid, sid) => call('POST', `${instancePath(iid)}/shares`, sid ? { session_id: sid } : {}),
   watchSessions,
   terminalSocketUrl,
 };
@@ -117,7 +112,7 @@ async function getRecording(iid, sid) {
 
 /**
  * Follows the instance's session changes (`GET .../terminal/events`, Server-Sent Events read
- * through fetch, so the credential goes in a header): `onEvent(name, data)` gets the opening
+ * through fetch): `onEvent(name, data)` gets the opening
  * `sessions` event (`{sessions: [...]}`) and then one event per change (`created`, `renamed`,
  * `status`, `closed`, `attachments`, `screen`, with the session after the change). Resolves
  * when the stream ends, rejects with an ApiError when it cannot be opened or breaks.
@@ -130,7 +125,7 @@ async function watchSessions(iid, onEvent, signal) {
   let response;
   try {
     response = await fetch(`${instancePath(iid)}/terminal/events`, {
-      headers: { Accept: 'text/event-stream', ...authHeaders() },
+      headers: { Accept: 'text/event-stream' },
       cache: 'no-store',
       signal,
     });
@@ -195,7 +190,7 @@ function parseEvent(block) {
 
 /**
  * The terminal WebSocket's address for a session (`sid`), or for this tab's own session by its
- * client id when `sid` is null, with the credential browsers cannot put in a header.
+ * client id when `sid` is null. The browser sends the session cookie with the handshake.
  * @param {string} iid
  * @param {string | null} sid
  * @param {URLSearchParams} query
@@ -203,9 +198,6 @@ function parseEvent(block) {
 function terminalSocketUrl(iid, sid, query) {
   let path = `/ws/tool-instances/${encodeURIComponent(iid)}/terminal`;
   if (sid) path += `/${encodeURIComponent(sid)}`;
-  const withToken = new URLSearchParams(query);
-  const token = currentToken();
-  if (token) withToken.set('token', token);
   const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
-  return `${scheme}//${window.location.host}${path}?${withToken}`;
+  return `${scheme}//${window.location.host}${path}?${new URLSearchParams(query)}`;
 }

@@ -29,6 +29,7 @@ const ICONS = {
   search: 'M8.5 14a5.5 5.5 0 1 0 0-11 5.5 5.5 0 0 0 0 11zM12.5 12.5L17 17',
   theme: 'M10 17a7 7 0 1 0 0-14v14zM10 3a7 7 0 1 1 0 14',
   eye: 'M1.5 10s3-6 8.5-6 8.5 6 8.5 6-3 6-8.5 6S1.5 10 1.5 10zM10 12.5a2.5 2.5 0 1 0 0-5 2.5 2.5 0 0 0 0 5z',
+  link: 'M8.5 11.5a3.5 3.5 0 0 0 5 0l3-3a3.5 3.5 0 0 0-5-5l-1 1M11.5 8.5a3.5 3.5 0 0 0-5 0l-3 3a3.5 3.5 0 0 0 5 5l1-1',
 };
 
 /** A small stroked SVG icon (the system fonts lack most symbol glyphs). */

@@ -1,6 +1,7 @@
 // The instances page (`/`): every instance the credential may use, with its live session count.
 
 import { api, ApiError } from './api.js';
+import { signOutButton } from './auth.js';
 import { el, loadingView } from './dom.js';
 
 const REFRESH_MS = 10_000;
@@ -31,7 +32,7 @@ export async function showInstancesPage(app, { onUnauthorized, onRefused }) {
   };
   render(instances);
   app.replaceChildren(el('div', { class: 'instances-page' },
-    el('header', { class: 'topbar' }, el('span', { class: 'brand' }, 'ptyhub'), el('span', { class: 'spacer' })),
+    el('header', { class: 'topbar' }, el('span', { class: 'brand' }, 'ptyhub'), el('span', { class: 'spacer' }), signOutButton()),
     el('main', { class: 'instances-main' }, el('h1', {}, 'Instances'), list)));
   document.title = 'Instances · ptyhub';
   // Keep the counts live while the page is visible.

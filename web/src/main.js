@@ -1,9 +1,10 @@
-// The page's entry: signs in from `?token=`, then shows the instances page (`/`) or one
-// instance's terminal page (`/instances/{iid}`).
+// The page's entry: asks who the session cookie signs in (the gateway has exchanged a `?token=`
+// for it before the page loads), then shows the instances page (`/`) or one instance's
+// terminal page (`/instances/{iid}`), or the sign-in form.
 
 import '@xterm/xterm/css/xterm.css';
 import './style.css';
-import { adoptTokenFromAddress, forgetToken, storeToken } from './auth.js';
+import { currentSignIn, signIn } from './auth.js';
 import { el } from './dom.js';
 import { showHistoryPage } from './history-page.js';
 import { showInstancesPage } from './instances-page.js';
@@ -14,17 +15,21 @@ applyPageTheme();
 
 const app = document.getElementById('app');
 
-function route() {
-  const token = adoptTokenFromAddress();
-  if (!token) {
-    showSignIn('missing');
+async function route() {
+  let signedIn;
+  let refused;
+  try {
+    ({ signedIn, refused } = await currentSignIn());
+  } catch (error) {
+    showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
+    return;
+  }
+  if (refused || !signedIn) {
+    showSignIn(refused ? 'refused' : 'missing');
     return;
   }
   const handlers = {
-    onUnauthorized: () => {
-      forgetToken();
-      showSignIn('refused');
-    },
+    onUnauthorized: () => showSignIn('expired'),
     onRefused: (error) => showProblem(error),
   };
   const path = window.location.pathname;
@@ -35,29 +40,43 @@ function route() {
     showHistoryPage(app, decodeURIComponent(match[1]), handlers);
   } else if (match) {
     const viewer = new URLSearchParams(window.location.search).get('mode') === 'view';
-    showTerminalPage(app, decodeURIComponent(match[1]), { viewer, ...handlers });
+    showTerminalPage(app, decodeURIComponent(match[1]), { viewer, viewerOnly: signedIn.viewer_only === true, ...handlers });
   } else {
     showProblem({ status: 404, detail: `there is no page at ${path}` });
   }
 }
 
-/** The sign-in page: shown when there is no token, or the gateway refused it. */
+/**
+ * The sign-in page: shown when the browser is not signed in, the gateway refused a token, or the
+ * sign-in ended.
+ * @param {'missing' | 'refused' | 'expired'} reason
+ */
 function showSignIn(reason) {
   const input = el('input', { type: 'password', name: 'token', autocomplete: 'off', required: true, 'aria-label': 'Access token' });
   const form = el('form', { class: 'signin-form' },
     el('label', {}, 'Access token', input),
     el('button', { type: 'submit' }, 'Sign in'));
-  form.addEventListener('submit', (event) => {
+  form.addEventListener('submit', async (event) => {
     event.preventDefault();
     if (input.value.trim() === '') return;
-    storeToken(input.value.trim());
-    route();
+    let accepted;
+    try {
+      accepted = await signIn(input.value.trim());
+    } catch (error) {
+      showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
+      return;
+    }
+    if (accepted) route();
+    else showSignIn('refused');
   });
   const message = reason === 'refused'
     ? 'The access token was refused by the gateway. It may have expired or belong to another server.'
-    : 'This page needs an access token and none was given.';
+    : reason === 'expired'
+      ? 'The sign-in has ended (it expired, was signed out, or the gateway restarted). Sign in again.'
+      : 'This page needs an access token and none was given.';
+  const heading = { refused: 'Access token refused', expired: 'Signed out', missing: 'Sign in required' }[reason];
   app.replaceChildren(el('main', { class: 'signin', 'data-reason': reason },
-    el('h1', {}, reason === 'refused' ? 'Access token refused' : 'Sign in required'),
+    el('h1', {}, heading),
     el('p', { class: 'signin-message' }, message),
     el('p', {}, 'Open the link that ', el('code', {}, 'ptyhub up'), ' printed (it ends in ', el('code', {}, '?token=…'), '), or paste the token here.'),
     form));

@@ -31,7 +31,7 @@ const OVERLAY_HIDE_MS = 3000;
 const TOAST_MS = 10_000;
 
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
-export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized, onRefused }) {
+export async function showTerminalPage(app, instanceId, { viewer, viewerOnly = false, onUnauthorized, onRefused }) {
   app.replaceChildren(loadingView('Loading the instance and its sessions…'));
   document.title = 'Loading · ptyhub';
   let instance;
@@ -42,16 +42,18 @@ export async function showTerminalPage(app, instanceId, { viewer, onUnauthorized
     if (error instanceof ApiError && error.status === 401) return onUnauthorized();
     return onRefused(error);
   }
-  const page = new TerminalPage(app, instance, sessions, { viewer, onUnauthorized });
+  const page = new TerminalPage(app, instance, sessions, { viewer: viewer || viewerOnly, viewerOnly, onUnauthorized });
   return page;
 }
 
 class TerminalPage {
-  constructor(app, instance, sessions, { viewer, onUnauthorized }) {
+  constructor(app, instance, sessions, { viewer, viewerOnly, onUnauthorized }) {
     this.instance = instance;
     this.instanceId = instance.id;
     this.maxSessions = Number(instance.max_sessions) || 5;
     this.viewer = viewer;
+    // Signed in with a share link: a viewer that cannot switch to control.
+    this.viewerOnly = viewerOnly;
     this.onUnauthorized = onUnauthorized;
     this.tabs = [];
     this.active = null;
@@ -182,9 +184,12 @@ class TerminalPage {
       el('button', { type: 'button', class: 'icon-button', 'aria-label': label, title: label, onclick: onClick, ...extra }, text);
 
     this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
-    this.viewerSwitch = this.viewer
-      ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
-      : button('Open read-only view', icon('eye'), () => this.openViewer());
+    this.viewerSwitch = this.viewerOnly
+      ? null
+      : this.viewer
+        ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
+        : button('Open read-only view', icon('eye'), () => this.openViewer());
+    this.shareButton = this.viewer ? null : button('Share read-only', icon('link'), () => this.shareReadOnly());
     this.header = el('header', { class: 'topbar' },
       el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
       el('span', { class: 'instance-name' }, this.instance.name),
@@ -193,6 +198,7 @@ class TerminalPage {
       el('span', { class: 'spacer' }),
       el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
       this.themeButton = button(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
+      this.shareButton,
       this.viewerSwitch,
     );
 
@@ -665,6 +671,27 @@ class TerminalPage {
     tab.ui.name.replaceChildren(input);
     input.focus();
     input.select();
+  }
+
+  /** Copies a link that lets whoever opens it watch the active session, never type in it. */
+  async shareReadOnly() {
+    const tab = this.active;
+    if (!tab?.sessionId) return;
+    let share;
+    try {
+      share = await api.createShare(this.instanceId, tab.sessionId);
+    } catch (error) {
+      this.reportError(error);
+      return;
+    }
+    const until = new Date(share.expires_at).toLocaleString();
+    try {
+      await navigator.clipboard.writeText(share.url);
+      this.showToast(`Copied a read-only link to ${tab.name}, valid until ${until}`, 'info');
+    } catch {
+      // No clipboard (an insecure origin, a refused permission): show the link to copy by hand.
+      this.showToast(`A read-only link to ${tab.name}, valid until ${until}: ${share.url}`, 'info');
+    }
   }
 
   openViewer() {

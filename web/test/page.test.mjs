@@ -80,27 +80,109 @@ describe('web page', { skip: skip ?? false }, () => {
     await closePage(page);
   });
 
-  test('sign-in takes the token from the address once and refuses a missing or bad one', async () => {
+  test('sign-in exchanges the token for an HttpOnly cookie once: no token in the address, storage or any WebSocket URL; a new tab needs none; sign-out ends it', async () => {
+    const instance = await stack.createInstance();
     const page = await newDesktopPage(chromium.browser);
-    await page.goto(`${stack.origin}/?token=${stack.token}`);
-    await page.locator('.instance-list').waitFor();
-    assert.equal(new URL(page.url()).search, '', 'the token is removed from the address bar');
-    assert.equal(await page.evaluate(() => sessionStorage.getItem('ptyhub.token')), stack.token);
-    await page.reload();
-    await page.locator('.instance-list').waitFor();
+    const policyViolations = [];
+    page.on('console', (message) => {
+      if (/Content Security Policy/i.test(message.text())) policyViolations.push(message.text());
+    });
+    await page.goto(`${stack.origin}/instances/${instance.id}?token=${stack.token}`);
+    await page.locator('[role="tablist"] [role="tab"]').first().waitFor();
+    await waitForConnectionState(page, 'Connected');
+    assert.equal(new URL(page.url()).search, '', 'the token is gone from the address bar');
+    const stored = await page.evaluate(() => JSON.stringify({ ...sessionStorage }) + JSON.stringify({ ...localStorage }));
+    assert.ok(!stored.includes(stack.token), 'the page keeps no token');
+    const cookie = (await page.context().cookies()).find((candidate) => candidate.name.startsWith('ptyhub_session'));
+    assert.ok(cookie, 'a session cookie');
+    assert.equal(cookie.httpOnly, true);
+    assert.equal(cookie.sameSite, 'Strict');
+    assert.ok(!cookie.value.includes(stack.token), 'the cookie holds no token');
+    assert.ok(!(await page.evaluate(() => document.cookie)).includes('ptyhub_session'), 'scripts cannot read it');
 
+    // A reconnect (the page reloaded) opens its socket without a token too.
+    await typeLine(page, 'echo cookie-$((6*7))');
+    await waitForScreen(page, 'cookie-42');
+    await page.reload();
+    await waitForConnectionState(page, 'Connected');
+    await waitForScreen(page, 'cookie-42');
+    assert.ok(page.sockets.length >= 2, 'two sockets opened');
+    for (const socket of page.sockets) assert.ok(!socket.url.search.includes('token'), `no token in ${socket.url}`);
+
+    // The same address in a new tab of the same browser works without the token.
+    const second = await page.context().newPage();
+    await second.goto(`${stack.origin}/`);
+    await second.locator(`[data-instance-id="${instance.id}"]`).waitFor();
+
+    // Signing out ends the cookie for every tab.
+    await second.getByRole('button', { name: 'Sign out' }).click();
+    await second.getByRole('heading', { name: 'Sign in required' }).waitFor();
+    assert.equal((await page.context().cookies()).filter((candidate) => candidate.name.startsWith('ptyhub_session')).length, 0);
+    await page.reload();
+    await page.getByRole('heading', { name: 'Sign in required' }).waitFor();
+    assert.deepEqual(policyViolations, [], 'the page runs under its Content-Security-Policy');
+    await closePage(page);
+  });
+
+  test('sign-in refuses a missing or bad token, and the form signs in with a pasted one', async () => {
     const stranger = await newDesktopPage(chromium.browser);
     await stranger.goto(`${stack.origin}/`);
     await stranger.getByRole('heading', { name: 'Sign in required' }).waitFor();
     await stranger.goto(`${stack.origin}/?token=not-the-token`);
     await stranger.getByRole('heading', { name: 'Access token refused' }).waitFor();
     assert.equal(new URL(stranger.url()).search, '');
-    // The form signs in with a pasted token.
+    assert.equal(new URL(stranger.url()).hash, '');
     await stranger.getByLabel('Access token').fill(stack.token);
     await stranger.getByRole('button', { name: 'Sign in' }).click();
     await stranger.locator('.instance-list').waitFor();
-    await closePage(page);
+    await stranger.reload();
+    await stranger.locator('.instance-list').waitFor();
     await closePage(stranger);
+  });
+
+  test('Share read-only copies a viewer link: its page shows the session, types nothing and offers no control', async () => {
+    const instance = await stack.createInstance();
+    const owner = await newDesktopPage(chromium.browser, { permissions: ['clipboard-read', 'clipboard-write'] });
+    await openInstance(instance.id, { page: owner });
+    await typeLine(owner, 'echo shared-$((6*7))');
+    await waitForScreen(owner, 'shared-42');
+    await owner.getByRole('button', { name: 'Share read-only' }).click();
+    await owner.locator('.toast[data-kind="info"]').waitFor();
+    const link = await owner.evaluate(() => navigator.clipboard.readText());
+    assert.match(link, new RegExp(`^${stack.origin}/instances/${instance.id}\\?share=ptyhub-share-`));
+
+    // Another browser (no cookie of the owner's) opens the link.
+    const guest = await newDesktopPage(chromium.browser);
+    await guest.goto(link);
+    await guest.locator('[role="tablist"] [role="tab"]').first().waitFor();
+    await waitForConnectionState(guest, 'Connected, read-only');
+    assert.equal(new URL(guest.url()).search, '', 'the share token is gone from the address');
+    await waitForScreen(guest, 'shared-42');
+    assert.equal(await guest.getByRole('link', { name: 'Take control' }).count(), 0, 'no way to take control');
+    assert.equal(await guest.getByRole('button', { name: 'Share read-only' }).count(), 0);
+    assert.ok(await guest.getByRole('button', { name: 'New session' }).isDisabled());
+    // Typing reaches nothing: the session's screen does not change.
+    await guest.locator('.xterm').first().click();
+    await guest.keyboard.type('echo viewer-typed\n');
+    for (const socket of guest.sockets) {
+      assert.equal(socket.connected?.role, 'viewer', 'every socket of the guest is a viewer');
+      assert.ok(!socket.url.search.includes('share'), `no share token in ${socket.url}`);
+    }
+    await typeLine(owner, 'echo after-$((7*7))');
+    await waitForScreen(guest, 'after-49');
+    const [session] = await stack.listSessions(instance.id);
+    const { text } = await stack.screen(instance.id, session.id);
+    assert.ok(!text.includes('viewer-typed'), text);
+
+    // Revoked, the link's cookie ends: a reload asks to sign in.
+    const { body: listed } = await stack.rest('GET', `/api/v1/instances/${instance.id}/shares`);
+    assert.equal(listed.shares.length, 1);
+    const { status } = await stack.rest('DELETE', `/api/v1/instances/${instance.id}/shares/${listed.shares[0].id}`);
+    assert.equal(status, 200);
+    await guest.reload();
+    await guest.getByRole('heading', { name: 'Sign in required' }).waitFor();
+    await closePage(owner);
+    await closePage(guest);
   });
 
   test('typing shows output, tabs keep their scrollback, and + stops at the cap with a 409 shown', async () => {

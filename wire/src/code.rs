@@ -13,6 +13,9 @@ pub enum ErrorCode {
     Malformed,
     /// Well-formed but invalid: a bad name, an out-of-bounds size, an unknown role.
     Invalid,
+    /// A request body that is not of the one content type the route takes (JSON): what a
+    /// cross-site form or `text/plain` post sends.
+    UnsupportedMediaType,
     /// No credential, or one that does not verify.
     Unauthenticated,
     /// A valid credential that does not cover this instance or action.
@@ -44,7 +47,9 @@ impl ErrorCode {
     /// The gRPC status code (docs/CONTRACT.md, "gRPC").
     pub fn grpc_code(self) -> Code {
         match self {
-            ErrorCode::Malformed | ErrorCode::Invalid => Code::InvalidArgument,
+            ErrorCode::Malformed | ErrorCode::Invalid | ErrorCode::UnsupportedMediaType => {
+                Code::InvalidArgument
+            }
             ErrorCode::Unauthenticated => Code::Unauthenticated,
             ErrorCode::Forbidden | ErrorCode::OriginRefused => Code::PermissionDenied,
             ErrorCode::NotFound => Code::NotFound,
@@ -64,6 +69,7 @@ impl ErrorCode {
         match self {
             ErrorCode::Malformed => StatusCode::BAD_REQUEST,
             ErrorCode::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden | ErrorCode::OriginRefused => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
@@ -89,6 +95,7 @@ impl ErrorCode {
             ErrorCode::LimitExceeded => close_code::TOO_BIG,
             ErrorCode::Malformed
             | ErrorCode::Invalid
+            | ErrorCode::UnsupportedMediaType
             | ErrorCode::OriginRefused
             | ErrorCode::AlreadyExists
             | ErrorCode::WrongState => close_code::POLICY,
@@ -154,9 +161,10 @@ pub mod close_code {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 14] = [
+    const ALL: [ErrorCode; 15] = [
         ErrorCode::Malformed,
         ErrorCode::Invalid,
+        ErrorCode::UnsupportedMediaType,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
         ErrorCode::OriginRefused,
@@ -176,6 +184,7 @@ mod tests {
         let expected = [
             (ErrorCode::Malformed, 400, 1008),
             (ErrorCode::Invalid, 422, 1008),
+            (ErrorCode::UnsupportedMediaType, 415, 1008),
             (ErrorCode::Unauthenticated, 401, 4001),
             (ErrorCode::Forbidden, 403, 4003),
             (ErrorCode::OriginRefused, 403, 1008),
@@ -201,7 +210,7 @@ mod tests {
         for code in ALL {
             let read_back = ErrorCode::from_grpc(code.grpc_code());
             let expected = match code {
-                ErrorCode::Malformed => ErrorCode::Invalid,
+                ErrorCode::Malformed | ErrorCode::UnsupportedMediaType => ErrorCode::Invalid,
                 ErrorCode::OriginRefused => ErrorCode::Forbidden,
                 ErrorCode::LimitExceeded | ErrorCode::TooManyRequests => ErrorCode::CapReached,
                 other => other,

@@ -53,6 +53,18 @@ pub const MAX_STREAMS_PER_PRINCIPAL: usize = 64;
 /// How long a client of `Attach` has to send its Hello before the stream is ended.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The shortest a share link may last.
+pub const MIN_SHARE_TTL: Duration = Duration::from_secs(60);
+
+/// The longest a share link may last.
+pub const MAX_SHARE_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// How long a share link lasts when its creator does not say.
+pub const DEFAULT_SHARE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most live share links one instance may have.
+pub const MAX_SHARES_PER_INSTANCE: usize = 100;
+
 /// How long a closed session stays in the records (its history) by default.
 pub const DEFAULT_CLOSED_SESSION_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 

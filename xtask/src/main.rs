@@ -59,6 +59,13 @@ enum Task {
     /// Install and start the test dependencies only (Docker engine, test image, PostgreSQL) and
     /// print the environment the tests expect.
     Deps,
+    /// The fuzz-style property suite (the gateway's `fuzz_` tests) for longer than the short
+    /// pass every test run makes: each property draws inputs for its share of the minutes.
+    Fuzz {
+        /// How long the whole suite runs.
+        #[arg(long, default_value_t = 5)]
+        minutes: u64,
+    },
     /// Measure throughput, echo latency, Ctrl-C, isolation and session start (BENCHMARKS.md).
     Bench {
         /// Small sizes: only checks that every scenario completes with the right bytes.
@@ -105,7 +112,31 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Bench { quick } => bench::bench(quick),
+        Task::Fuzz { minutes } => fuzz(minutes),
     }
+}
+
+/// The gateway's fuzz tests, one at a time (each gets the same share of the budget), through
+/// `cargo test` rather than nextest, whose slow-test timeout would end a long property.
+fn fuzz(minutes: u64) -> Result<()> {
+    /// The `fuzz_` tests in `gateway/tests/api/fuzz.rs`.
+    const FUZZ_TESTS: u64 = 6;
+    let seconds = (minutes * 60 / FUZZ_TESTS).max(1);
+    let variables = [("PTYHUB_FUZZ_SECONDS".to_owned(), seconds.to_string())];
+    run::cargo_with_env(
+        &[
+            "test",
+            "--package",
+            "gateway",
+            "--test",
+            "api",
+            "fuzz::",
+            "--",
+            "--test-threads",
+            "1",
+        ],
+        &variables,
+    )
 }
 
 fn audit() -> Result<()> {

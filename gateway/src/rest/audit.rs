@@ -182,6 +182,10 @@ pub async fn scope_audit_listing(
     principal: &Principal,
     mut request: session_pb::ListAuditEventsRequest,
 ) -> Result<session_pb::ListAuditEventsRequest, ApiError> {
+    // A share link shows a terminal, never who did what on the instance.
+    principal
+        .access
+        .require_control("reading the audit trail")?;
     if !request.instance.is_empty() {
         match state.authorize_instance(principal, &request.instance).await {
             Ok(instance) => request.instance = instance.id,

@@ -13,7 +13,7 @@ use futures::{Stream, StreamExt, stream};
 use super::bodies::{SessionBody, SessionList};
 use super::extract::{Caller, InstancePath, InstanceScope};
 use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use crate::state::{AppState, credential_expired};
 
 /// A comment line this often keeps proxies and the browser from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -48,10 +48,12 @@ pub async fn session_events(
         .list_sessions(&instance.id, false)
         .await?
         .into_iter()
+        .filter(|session| principal.access.allows_session(&session.id))
         .map(SessionBody::from)
         .collect();
     let first = json_event(SESSIONS_EVENT, &SessionList { sessions });
     let instance_id = instance.id.clone();
+    let access = principal.access.clone();
     let changes = changes
         .take_while(|change| {
             // A failed stream ends the events; the client reconnects and lists again.
@@ -62,19 +64,31 @@ pub async fn session_events(
         })
         .filter_map(move |change| {
             std::future::ready(match change {
-                Ok(change) if change.session.instance_id == instance_id => Some(json_event(
-                    change.kind.as_str(),
-                    &SessionBody::from(change.session),
-                )),
+                Ok(change)
+                    if change.session.instance_id == instance_id
+                        && access.allows_session(&change.session.id) =>
+                {
+                    Some(json_event(
+                        change.kind.as_str(),
+                        &SessionBody::from(change.session),
+                    ))
+                }
                 _ => None,
             })
         });
     let shutdown = state.shutdown.clone();
+    let expires_at = principal.expires_at;
     let events = stream::once(std::future::ready(first))
         .chain(changes)
         .map(Ok)
-        // The stream ends with the gateway, so a watching page never holds up a shutdown.
-        .take_until(async move { shutdown.cancelled().await });
+        // The stream ends with the gateway, so a watching page never holds up a shutdown, and
+        // with the credential it was opened with.
+        .take_until(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = credential_expired(expires_at) => {}
+            }
+        });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 

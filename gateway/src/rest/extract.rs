@@ -9,12 +9,14 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
-use ptyhub_wire::Surface;
+use axum::http::Method;
+use ptyhub_wire::{ErrorCode, Surface};
 
-use crate::auth::{Principal, bearer_token, peer_address};
+use crate::auth::Principal;
 use crate::domain::Instance;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Presented};
+use crate::ws::check_origin;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -60,7 +62,8 @@ pub struct ListSessionsQuery {
     pub include: Option<String>,
 }
 
-/// The authenticated caller of a REST route (`Authorization: Bearer <token>`).
+/// The authenticated caller of a REST route (`Authorization: Bearer <token>`, else the page's
+/// session cookie).
 #[derive(Debug, Clone)]
 pub struct Caller(pub Principal);
 
@@ -68,23 +71,51 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let address = peer_address(&parts.extensions);
-        match state
-            .authenticator
-            .authenticate(bearer_token(&parts.headers))
-        {
-            Ok(principal) => Ok(Caller(principal.from_address(address))),
+        let presented = Presented::from_request(state, &parts.headers, &parts.extensions);
+        // A cookie goes with every request the browser makes to this site, also with those a
+        // page of another origin of the same site (another port on the same host) starts; only
+        // a page of an allowed origin may change something with it.
+        if presented.by_cookie() && !matches!(parts.method, Method::GET | Method::HEAD) {
+            check_origin(&state.allowed_origins, &parts.headers)?;
+        }
+        match state.authenticate(&presented).await {
+            Ok(principal) => Ok(Caller(principal)),
             Err(error) => {
-                state.report_refusal(
-                    None,
-                    address.map(|address| address.to_string()),
-                    Surface::Rest,
-                    "unauthenticated",
-                    format!("{} {}", parts.method, parts.uri.path()),
-                );
-                Err(error.into())
+                if error.code == ErrorCode::Unauthenticated {
+                    state.report_refusal(
+                        None,
+                        presented.peer.map(|address| address.to_string()),
+                        Surface::Rest,
+                        "unauthenticated",
+                        format!("{} {}", parts.method, parts.uri.path()),
+                    );
+                }
+                Err(error)
             }
         }
+    }
+}
+
+/// Where a request came from; `None` when the server recorded no connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress {
+    /// The peer's, or a trusted proxy's `X-Forwarded-For`: for the limit on refused credentials.
+    pub client: Option<std::net::IpAddr>,
+    /// The TCP peer: what the audit trail records.
+    pub peer: Option<std::net::SocketAddr>,
+}
+
+impl FromRequestParts<AppState> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, std::convert::Infallible> {
+        Ok(ClientAddress {
+            client: state.client_address(&parts.headers, &parts.extensions),
+            peer: crate::auth::peer_address(&parts.extensions),
+        })
     }
 }
 

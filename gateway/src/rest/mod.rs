@@ -7,6 +7,8 @@
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
 //! - `events.rs`: an instance's session changes as Server-Sent Events;
+//! - `shares.rs`: share links, viewer-only grants of an instance or a session;
+//! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out;
 //! - `recordings.rs`: a closed session's asciicast recording, with ranges;
 //! - `audit.rs`: the audit trail, filtered, paged and scoped to the caller's instances.
 
@@ -19,6 +21,8 @@ pub mod operations;
 pub mod recordings;
 pub mod screens;
 pub mod sessions;
+pub mod shares;
+pub mod signin;
 
 pub use extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, ProjectRepositoryLabels,

@@ -3,13 +3,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::{BrokerHealthBody, HealthBody, ProbeBody};
 use crate::auth::bearer_token;
 use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use crate::state::{AppState, Presented};
 
 /// Whether session-api and every broker answer. Needs no credential, but without an admin's it
 /// says only `ok` or `unavailable`: which brokers exist, where, and what failed is for
@@ -18,13 +19,13 @@ use crate::state::AppState;
     get, path = "/healthz", tag = "operations",
     responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
 )]
-pub async fn healthz(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let detailed = bearer_token(&headers).is_some_and(|token| {
-        state
-            .authenticator
-            .authenticate(Some(token))
-            .is_ok_and(|principal| principal.access.is_admin())
-    });
+pub async fn healthz(State(state): State<AppState>, parts: Parts) -> Response {
+    let headers = &parts.headers;
+    let detailed = bearer_token(headers).is_some()
+        && state
+            .authenticate(&Presented::from_request(&state, headers, &parts.extensions))
+            .await
+            .is_ok_and(|principal| principal.access.is_admin());
     let (status, mut body) = match state.upstreams.check_brokers().await {
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -132,12 +133,15 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ErrorBody)),
     security(("bearer" = [])),
 )]
-pub async fn metrics(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
+pub async fn metrics(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
     if state.metrics_require_auth {
-        state.authenticator.authenticate(bearer_token(&headers))?;
+        state
+            .authenticate(&Presented::from_request(
+                &state,
+                &parts.headers,
+                &parts.extensions,
+            ))
+            .await?;
     }
     Ok((
         [(

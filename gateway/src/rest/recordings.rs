@@ -41,7 +41,7 @@ pub async fn get_recording(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_session(&instance, &sid).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
     let Some(recordings) = &state.recordings else {
         return Err(ApiError::not_found("this server keeps no recordings"));
     };

@@ -36,7 +36,9 @@ pub async fn get_screen(
 ) -> Result<Json<ScreenBody>, ApiError> {
     let request = query.parse()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let screen = state
         .upstreams
         .get_screen(&instance.id, &session.id, request)
@@ -66,10 +68,13 @@ pub async fn send_input(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     JsonBody(body): JsonBody<InputBody>,
 ) -> Result<Json<InputWrittenBody>, ApiError> {
+    principal.access.require_control("typing")?;
     let force = body.force;
     let items = body.items()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let written = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
@@ -105,7 +110,9 @@ pub async fn wait_for_screen(
 ) -> Result<Json<WaitAnswerBody>, ApiError> {
     let wait = body.wait()?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_live_session(&instance, &sid).await?;
+    let session = state
+        .authorize_live_session(&principal, &instance, &sid)
+        .await?;
     let result = state
         .upstreams
         .wait_for_screen(&instance.id, &session.id, wait)

@@ -52,6 +52,7 @@ pub async fn list_sessions(
         .list_sessions(&instance.id, include_closed)
         .await?
         .into_iter()
+        .filter(|session| principal.access.allows_session(&session.id))
         .map(SessionBody::from)
         .collect();
     Ok(Json(SessionList { sessions }))
@@ -76,6 +77,7 @@ pub async fn create_session(
     scope: InstanceScope,
     JsonBody(body): JsonBody<CreateSessionBody>,
 ) -> Result<(StatusCode, Json<CreatedSession>), ApiError> {
+    principal.access.require_control("creating a session")?;
     let instance = scope.authorize(&state, &principal).await?;
     let name = body.name.as_deref().map(validate_name).transpose()?;
     let aliases = body.aliases.unwrap_or_default();
@@ -132,7 +134,7 @@ pub async fn get_session(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
 ) -> Result<Json<SessionBody>, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_session(&instance, &sid).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
     Ok(Json(session.into()))
 }
 
@@ -152,8 +154,9 @@ pub async fn close_session(
     scope: InstanceScope,
     Path(SessionPath { sid, .. }): Path<SessionPath>,
 ) -> Result<Json<ClosedSession>, ApiError> {
+    principal.access.require_control("closing a session")?;
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_session(&instance, &sid).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
     if session.status != SessionStatus::Closed {
         state
             .upstreams
@@ -185,12 +188,13 @@ pub async fn reset_session(
     scope: InstanceScope,
     Path(SessionPath { sid, .. }): Path<SessionPath>,
 ) -> Result<Json<ResetSessionBody>, ApiError> {
+    principal.access.require_control("resetting a session")?;
     if sid == DEFAULT_SESSION {
         // The same as the legacy `/terminal/reset`, which creates the session when absent.
         return reset_default_session(State(state), Caller(principal), scope).await;
     }
     let instance = scope.authorize(&state, &principal).await?;
-    let session = state.authorize_session(&instance, &sid).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
     let session = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
@@ -222,9 +226,10 @@ pub async fn rename_session(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     JsonBody(body): JsonBody<RenameSessionBody>,
 ) -> Result<Json<RenamedSession>, ApiError> {
+    principal.access.require_control("renaming a session")?;
     let instance = scope.authorize(&state, &principal).await?;
     let name = validate_name(&body.name)?;
-    let session = state.authorize_session(&instance, &sid).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
     let session = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
@@ -253,6 +258,7 @@ pub async fn reset_default_session(
     Caller(principal): Caller,
     scope: InstanceScope,
 ) -> Result<Json<ResetSessionBody>, ApiError> {
+    principal.access.require_control("resetting a session")?;
     let instance = scope.authorize(&state, &principal).await?;
     let resolved = state
         .upstreams

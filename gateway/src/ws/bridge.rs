@@ -27,7 +27,7 @@ use crate::domain::{TerminalCommand, TerminalEvent};
 use crate::error::ApiError;
 use crate::grpc::{AttachCommands, AttachEvents};
 use crate::metrics::Metrics;
-use crate::state::AppState;
+use crate::state::{AppState, credential_expired};
 
 /// Output that piled up while the client was busy is coalesced into frames of at most about
 /// this size; what is there is always sent at once.
@@ -132,6 +132,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             heard,
             closing: closing.clone(),
             shutdown: state.shutdown.clone(),
+            expires_at: prepared.expires_at,
         };
         let ending = writer.run(connected, events, control_receiver).await;
         audit.ending(detach_reason(ending.reason));
@@ -346,6 +347,9 @@ struct BrokerWriter {
     /// Set before the last frames go out, so input the client sends meanwhile is not applied.
     closing: Arc<AtomicBool>,
     shutdown: CancellationToken,
+    /// When the credential the socket opened with expires (a JWT's `exp`, a share's end): the
+    /// socket ends then with 4001, as a new one would be refused.
+    expires_at: Option<u64>,
 }
 
 /// How a bridge ended.
@@ -395,6 +399,8 @@ impl BrokerWriter {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // An event read while batching output that is not output itself, handled next.
         let mut pending: Option<Result<Option<TerminalEvent>, ApiError>> = None;
+        let expiry = credential_expired(self.expires_at);
+        tokio::pin!(expiry);
         loop {
             let next = match pending.take() {
                 Some(next) => next,
@@ -403,6 +409,10 @@ impl BrokerWriter {
                     () = self.shutdown.cancelled() => {
                         let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
                         return Ending::closed("gateway shutdown");
+                    }
+                    () = &mut expiry => {
+                        let _ = self.client.close(close_code::UNAUTHENTICATED, "credential expired").await;
+                        return Ending::closed("credential expired");
                     }
                     request = control.recv() => match request {
                         None => return Ending::client_gone("client left"),

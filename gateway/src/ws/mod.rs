@@ -24,14 +24,14 @@ use utoipa::IntoParams;
 pub use origin::{check_origin, origin_allowed};
 
 use crate::auth::{
-    PeerAddress, WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token,
-    websocket_protocol_token,
+    WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
 };
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
 use crate::grpc::Upstreams;
+use crate::rest::extract::ClientAddress;
 use crate::rest::{InstancePath, SessionPath};
-use crate::state::{AppState, DEFAULT_SESSION};
+use crate::state::{AppState, DEFAULT_SESSION, Presented};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
@@ -76,11 +76,11 @@ pub async fn open_instance_terminal(
     State(state): State<AppState>,
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
-    PeerAddress(address): PeerAddress,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, None, query, address, headers, upgrade).await
+    open_terminal(state, path.iid, None, query, addresses, headers, upgrade).await
 }
 
 /// One session by id (`default`: the default session, created when absent); 4004 when unknown
@@ -98,7 +98,7 @@ pub async fn open_session_terminal(
     State(state): State<AppState>,
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
-    PeerAddress(address): PeerAddress,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -107,7 +107,7 @@ pub async fn open_session_terminal(
         path.iid,
         Some(path.sid),
         query,
-        address,
+        addresses,
         headers,
         upgrade,
     )
@@ -121,22 +121,33 @@ async fn open_terminal(
     instance_reference: String,
     session_id: Option<String>,
     query: TerminalQuery,
-    address: Option<std::net::SocketAddr>,
+    addresses: ClientAddress,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     if let Err(error) = check_origin(&state.allowed_origins, &headers) {
         return error.into_response();
     }
-    let credential = query
-        .token
-        .clone()
-        .or_else(|| websocket_protocol_token(&headers))
-        .or_else(|| bearer_token(&headers).map(str::to_owned));
+    // Programs give a token (query, protocol or header); the page sends its session cookie,
+    // which the origin check above keeps to the gateway's own pages.
+    let presented = Presented {
+        bearer: query
+            .token
+            .clone()
+            .or_else(|| websocket_protocol_token(&headers))
+            .or_else(|| bearer_token(&headers).map(str::to_owned)),
+        cookie: state
+            .authenticator
+            .cookies()
+            .find(&headers)
+            .map(str::to_owned),
+        client: addresses.client,
+        peer: addresses.peer,
+    };
     let Ok(upgrade) = upgrade else {
         // A plain HTTP request: say what is wrong with it without creating anything.
-        if let Err(error) = state.authenticator.authenticate(credential.as_deref()) {
-            return ApiError::from(error).into_response();
+        if let Err(error) = state.authenticate(&presented).await {
+            return error.into_response();
         }
         // 426 is about the transport, not the request, so it has no code in the error table.
         return (
@@ -147,15 +158,8 @@ async fn open_terminal(
         )
             .into_response();
     };
-    let prepared = prepare_attach(
-        &state,
-        credential.as_deref(),
-        &instance_reference,
-        session_id,
-        &query,
-        address,
-    )
-    .await;
+    let prepared =
+        prepare_attach(&state, &presented, &instance_reference, session_id, &query).await;
     let bridges = state.bridges.clone();
     select_protocol(upgrade, &headers)
         .read_buffer_size(READ_BUFFER_BYTES)
@@ -212,6 +216,8 @@ struct PreparedAttach {
     size: Option<TerminalSize>,
     since: Option<u64>,
     snapshot: bool,
+    /// When the credential expires; the socket ends then.
+    expires_at: Option<u64>,
     /// Held for as long as the bridge runs.
     _stream_slot: crate::state::StreamSlot,
 }
@@ -219,23 +225,24 @@ struct PreparedAttach {
 /// Authenticates, reads the query, and resolves (or creates) the session through session-api.
 async fn prepare_attach(
     state: &AppState,
-    credential: Option<&str>,
+    presented: &Presented,
     instance_reference: &str,
     session_id: Option<String>,
     query: &TerminalQuery,
-    address: Option<std::net::SocketAddr>,
 ) -> Result<PreparedAttach, ApiError> {
-    let principal = match state.authenticator.authenticate(credential) {
-        Ok(principal) => principal.from_address(address),
+    let principal = match state.authenticate(presented).await {
+        Ok(principal) => principal,
         Err(error) => {
-            state.report_refusal(
-                None,
-                address.map(|address| address.to_string()),
-                Surface::WebSocket,
-                "unauthenticated",
-                format!("websocket {instance_reference}"),
-            );
-            return Err(error.into());
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    Surface::WebSocket,
+                    "unauthenticated",
+                    format!("websocket {instance_reference}"),
+                );
+            }
+            return Err(error);
         }
     };
     let stream_slot = state.stream_slots.acquire(&principal.subject)?;
@@ -246,6 +253,8 @@ async fn prepare_attach(
     let since = parse_number::<u64>("since", query.since.as_deref())?;
     let snapshot = parse_flag("snapshot", query.snapshot.as_deref())?;
     let role = match query.mode.as_deref() {
+        // A viewer-only credential (a share link's) is a viewer whatever it asks for.
+        None | Some("") if principal.access.is_viewer_only() => Role::Viewer,
         None | Some("") => Role::Controller,
         Some("view") => Role::Viewer,
         Some(other) => {
@@ -274,6 +283,8 @@ async fn prepare_attach(
         (None, None, Some(alias)) => (SessionSelector::Alias(alias.clone()), false),
         (None, None, None) => (SessionSelector::Default, true),
     };
+    // A viewer creates nothing: it watches sessions that exist.
+    let create_if_absent = create_if_absent && !principal.access.is_viewer_only();
     let instance = state
         .authorize_instance_through(&principal, instance_reference, Surface::WebSocket)
         .await?;
@@ -292,7 +303,10 @@ async fn prepare_attach(
             _ => error,
         })?;
     let session = resolved.session;
-    if session.instance_id != instance.id || session.status == SessionStatus::Closed {
+    if session.instance_id != instance.id
+        || session.status == SessionStatus::Closed
+        || !principal.access.allows_session(&session.id)
+    {
         return Err(ApiError::not_found("session not found or closed"));
     }
     Ok(PreparedAttach {
@@ -305,6 +319,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
+        expires_at: principal.expires_at,
         _stream_slot: stream_slot,
     })
 }

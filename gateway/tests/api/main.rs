@@ -2,10 +2,13 @@
 //! stack (a broker with local PTYs, session-api on SQLite, the gateway, all on 127.0.0.1:0)
 //! through the gateway's public surfaces.
 
+mod browser;
 mod command_choice;
 mod common;
 mod contract;
+mod fuzz;
 mod grpc_attach;
 mod grpc_web;
 mod rest;
+mod shares;
 mod websocket;

@@ -575,3 +575,26 @@ async fn gateway_shutdown_closes_websockets_so_clients_reconnect() {
     );
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_socket_ends_with_4001_when_its_jwt_expires() {
+    let stack = TestStack::builder().start().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Valid when the socket opens (JWT checks allow a minute of clock skew, the socket's end
+    // does not), expired a few seconds later.
+    let token = stack.jwt_expiring_at("short-lived", &["*"], now + 3);
+    let url = format!(
+        "{}{}?token={token}",
+        stack.websocket_url(),
+        default_path(&stack)
+    );
+    let mut terminal = Terminal::open_url(&url, &[]).await.expect("a socket");
+    terminal.connected().await;
+    let closed = terminal.read_until_closed().await;
+    assert_eq!(closed.code, 4001, "{closed:?}");
+    assert_eq!(closed.reason, "credential expired");
+    stack.shutdown().await;
+}

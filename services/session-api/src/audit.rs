@@ -32,10 +32,12 @@ pub enum AuditKind {
     Takeover,
     Input,
     Refused,
+    ShareCreated,
+    ShareRevoked,
 }
 
 impl AuditKind {
-    pub const ALL: [AuditKind; 11] = [
+    pub const ALL: [AuditKind; 13] = [
         AuditKind::InstanceCreated,
         AuditKind::InstanceDeleted,
         AuditKind::SessionCreated,
@@ -47,6 +49,8 @@ impl AuditKind {
         AuditKind::Takeover,
         AuditKind::Input,
         AuditKind::Refused,
+        AuditKind::ShareCreated,
+        AuditKind::ShareRevoked,
     ];
 
     /// The name stored in the table and shown by the gateway's REST API.
@@ -63,6 +67,8 @@ impl AuditKind {
             AuditKind::Takeover => "takeover",
             AuditKind::Input => "input",
             AuditKind::Refused => "refused",
+            AuditKind::ShareCreated => "share_created",
+            AuditKind::ShareRevoked => "share_revoked",
         }
     }
 

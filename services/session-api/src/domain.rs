@@ -526,3 +526,17 @@ mod tests {
         assert_eq!(title(&exact).as_deref(), Some(exact.as_str()));
     }
 }
+
+/// A share link: a viewer-only grant of an instance, or of one session of it, until it expires
+/// or is revoked. The link's token is not part of it: only its hash is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub id: Uuid,
+    pub instance_id: Uuid,
+    /// `None`: every session of the instance.
+    pub session_id: Option<Uuid>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}

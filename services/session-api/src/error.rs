@@ -69,6 +69,11 @@ pub enum Error {
     },
     #[error("session {0} did not finish starting in time")]
     StartTimedOut(Uuid),
+    /// No live share has this token or id (it never existed, expired or was revoked).
+    #[error("share not found")]
+    ShareNotFound,
+    #[error("the instance has {0} live shares, the most it may have: revoke one first")]
+    TooManyShares(usize),
     #[error("database error: {0}")]
     Database(#[from] sea_orm::DbErr),
     #[error("corrupt record: {0}")]
@@ -84,7 +89,9 @@ impl Error {
             | Error::SessionNotFound(_)
             | Error::SessionClosed(_)
             | Error::AliasNotFound(_)
-            | Error::BrokerNotFound(_) => ErrorCode::NotFound,
+            | Error::BrokerNotFound(_)
+            | Error::ShareNotFound => ErrorCode::NotFound,
+            Error::TooManyShares(_) => ErrorCode::CapReached,
             Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
             Error::BrokerIdTaken(_) => ErrorCode::Forbidden,
             Error::CapReached(_) => ErrorCode::CapReached,

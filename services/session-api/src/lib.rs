@@ -17,6 +17,7 @@ pub mod error;
 pub mod grpc;
 pub mod lifecycle;
 pub mod service;
+pub mod shares;
 pub mod store;
 
 pub use config::{Config, StaticBroker};
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
 use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+use ptyhub_proto::session::v1::share_registry_server::ShareRegistryServer;
 use ptyhub_wire::{Introspection, RequireCredential, ServingStatus};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -38,7 +40,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::broker_client::BrokerClients;
 use crate::changes::ChangeFeed;
-use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi};
+use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi, GrpcShareRegistry};
 use crate::lifecycle::LifecycleSettings;
 use crate::service::SessionService;
 use crate::store::Store;
@@ -98,6 +100,7 @@ pub async fn run(
     let introspection = Introspection::new(&[
         "ptyhub.session.v1.SessionApi",
         "ptyhub.session.v1.BrokerRegistry",
+        "ptyhub.session.v1.ShareRegistry",
     ])
     .await?;
     let health = introspection.health_handle();
@@ -119,6 +122,11 @@ pub async fn run(
         .add_routes(introspection.into_routes())
         .add_service(SessionApiServer::with_interceptor(
             GrpcSessionApi::new(service.clone(), root.clone()),
+            gateways.clone(),
+        ))
+        // Share links are the gateways' business, like the session calls.
+        .add_service(ShareRegistryServer::with_interceptor(
+            GrpcShareRegistry::new(shares::ShareService::new(store.clone()), service.clone()),
             gateways.clone(),
         ))
         .add_service(BrokerRegistryServer::new(GrpcBrokerRegistry::new(

@@ -182,6 +182,8 @@ pub(super) fn audit_kind_from_pb(kind: i32) -> Result<AuditKind, Error> {
         Ok(Kind::Takeover) => AuditKind::Takeover,
         Ok(Kind::Input) => AuditKind::Input,
         Ok(Kind::Refused) => AuditKind::Refused,
+        Ok(Kind::ShareCreated) => AuditKind::ShareCreated,
+        Ok(Kind::ShareRevoked) => AuditKind::ShareRevoked,
         Ok(Kind::Unspecified) => return Err(Error::InvalidRequest("kind is required".into())),
         Err(_) => {
             return Err(Error::InvalidRequest(format!(

@@ -5,6 +5,7 @@
 
 mod forward;
 mod from_pb;
+mod shares;
 mod to_pb;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,8 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+
+pub use shares::GrpcShareRegistry;
 
 use crate::audit::{AuditKind, NewAuditEvent};
 use crate::domain::{Alias, SessionAttachment, SessionName, SessionSelector};
@@ -88,7 +91,7 @@ impl GrpcSessionApi {
 
 /// Who a call is for: the actor its gateway names in the metadata. A caller that names none
 /// (a gateway credential used directly) is recorded as `gateway`.
-fn actor_of<T>(request: &Request<T>) -> Actor {
+pub(super) fn actor_of<T>(request: &Request<T>) -> Actor {
     Actor::from_metadata(request.metadata())
         .unwrap_or_else(|| Actor::new("gateway", None, Surface::Grpc))
 }

@@ -10,7 +10,7 @@ use ptyhub_wire::Role;
 use crate::audit::{AuditKind, AuditPage};
 use crate::domain::{
     AttachTarget, Broker, ChangeKind, CloseReason, Instance, RecordMode, Session,
-    SessionAttachment, SessionChange, SessionStatus, Target,
+    SessionAttachment, SessionChange, SessionStatus, Share, Target,
 };
 
 fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
@@ -162,6 +162,21 @@ pub(super) fn broker_to_pb(broker: &Broker) -> pb::Broker {
     }
 }
 
+pub(super) fn share_to_pb(share: &Share) -> pb::Share {
+    pb::Share {
+        id: share.id.to_string(),
+        instance_id: share.instance_id.to_string(),
+        session_id: share
+            .session_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        created_by: share.created_by.clone(),
+        created_at: Some(timestamp(share.created_at)),
+        expires_at: Some(timestamp(share.expires_at)),
+        revoked_at: share.revoked_at.map(timestamp),
+    }
+}
+
 pub(super) fn audit_kind_to_pb(kind: AuditKind) -> pb::AuditKind {
     match kind {
         AuditKind::InstanceCreated => pb::AuditKind::InstanceCreated,
@@ -175,6 +190,8 @@ pub(super) fn audit_kind_to_pb(kind: AuditKind) -> pb::AuditKind {
         AuditKind::Takeover => pb::AuditKind::Takeover,
         AuditKind::Input => pb::AuditKind::Input,
         AuditKind::Refused => pb::AuditKind::Refused,
+        AuditKind::ShareCreated => pb::AuditKind::ShareCreated,
+        AuditKind::ShareRevoked => pb::AuditKind::ShareRevoked,
     }
 }
 

@@ -16,6 +16,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateTables),
             Box::new(AddSessionTitleAndBell),
             Box::new(AddBrokerCredential),
+            Box::new(AddShares),
             Box::new(AddInstanceRecord),
             Box::new(CreateAuditEvents),
         ]
@@ -412,6 +413,78 @@ impl MigrationTrait for AddBrokerCredential {
                     .drop_column(Brokers::CredentialFingerprint)
                     .to_owned(),
             )
+            .await
+    }
+}
+
+#[derive(DeriveIden)]
+enum Shares {
+    Table,
+    Id,
+    InstanceId,
+    SessionId,
+    TokenSha256,
+    CreatedBy,
+    CreatedAt,
+    ExpiresAt,
+    RevokedAt,
+}
+
+/// Share links (issue 16): viewer-only grants of an instance or a session, ended with their
+/// instance.
+struct AddShares;
+
+impl MigrationName for AddShares {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261216_000001_add_shares"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddShares {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Shares::Table)
+                    .col(ColumnDef::new(Shares::Id).uuid().not_null().primary_key())
+                    .col(ColumnDef::new(Shares::InstanceId).uuid().not_null())
+                    .col(ColumnDef::new(Shares::SessionId).uuid())
+                    .col(
+                        ColumnDef::new(Shares::TokenSha256)
+                            .string()
+                            .not_null()
+                            .unique_key(),
+                    )
+                    .col(ColumnDef::new(Shares::CreatedBy).string().not_null())
+                    .col(timestamp(Shares::CreatedAt))
+                    .col(timestamp(Shares::ExpiresAt))
+                    .col(ColumnDef::new(Shares::RevokedAt).timestamp_with_time_zone())
+                    .foreign_key(
+                        ForeignKey::create()
+                            .name("fk_shares_instance")
+                            .from(Shares::Table, Shares::InstanceId)
+                            .to(Instances::Table, Instances::Id)
+                            .on_delete(ForeignKeyAction::Cascade),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_shares_instance")
+                    .table(Shares::Table)
+                    .col(Shares::InstanceId)
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(Table::drop().table(Shares::Table).to_owned())
             .await
     }
 }

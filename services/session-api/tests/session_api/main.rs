@@ -9,4 +9,5 @@ mod audit;
 mod lifecycle;
 mod screens;
 mod sessions;
+mod shares;
 mod store;

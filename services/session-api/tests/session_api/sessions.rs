@@ -862,6 +862,7 @@ async fn health_and_v1alpha_reflection_answer_without_a_credential() {
             "grpc.reflection.v1alpha.ServerReflection",
             "ptyhub.session.v1.BrokerRegistry",
             "ptyhub.session.v1.SessionApi",
+            "ptyhub.session.v1.ShareRegistry",
         ]
     );
 }

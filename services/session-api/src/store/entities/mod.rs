@@ -4,4 +4,5 @@ pub mod audit_event;
 pub mod broker;
 pub mod instance;
 pub mod session_alias;
+pub mod share;
 pub mod terminal_session;

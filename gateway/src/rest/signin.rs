@@ -1,0 +1,298 @@
+//! Signing the web page in and out with a session cookie ([`crate::cookie`]): `/?token=` (and
+//! `/instances/{iid}?token=`, and a share link's `?share=`) is exchanged once for the cookie and
+//! answered with a redirect to the same address without the token; `POST /api/v1/auth/session` does the same for the
+//! sign-in form; `GET` says who the cookie (or any credential) is; `DELETE` signs out.
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use ptyhub_wire::{ErrorCode, Surface};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::extract::{Caller, ClientAddress};
+use super::shares::SHARE_PARAMETER;
+use crate::auth::Principal;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::{AppState, Presented, unix_now};
+
+/// The query parameter of a sign-in link.
+pub const TOKEN_PARAMETER: &str = "token";
+
+/// The fragment a sign-in link is redirected to when its token was refused, so the page can
+/// say so (a fragment never reaches a server or a log).
+pub const REFUSED_FRAGMENT: &str = "#token-refused";
+
+/// Who a credential is, as the page needs to know it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignedIn {
+    pub subject: String,
+    /// Whether it may register and delete instances.
+    pub admin: bool,
+    /// When the sign-in ends (the cookie's or the credential's expiry), if it does.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// A share link's: it may watch, never type, resize, reset, rename, close or create.
+    pub viewer_only: bool,
+    /// The one session it covers, when it covers one only.
+    pub session_id: Option<String>,
+}
+
+impl From<&Principal> for SignedIn {
+    fn from(principal: &Principal) -> Self {
+        Self {
+            subject: principal.subject.clone(),
+            admin: principal.access.is_admin(),
+            expires_at: principal
+                .expires_at
+                .and_then(|exp| DateTime::from_timestamp(i64::try_from(exp).ok()?, 0)),
+            viewer_only: principal.access.is_viewer_only(),
+            session_id: principal.access.only_session().map(str::to_owned),
+        }
+    }
+}
+
+/// Exchanges the bearer credential for a session cookie.
+#[utoipa::path(
+    post, path = "/api/v1/auth/session", tag = "sign-in",
+    responses(
+        (status = 200, body = SignedIn, description = "signed in; Set-Cookie carries the session"),
+        (status = 401, body = ErrorBody), (status = 429, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn sign_in(
+    State(state): State<AppState>,
+    ClientAddress { client, peer }: ClientAddress,
+    headers: HeaderMap,
+) -> Response {
+    let presented = Presented {
+        bearer: crate::auth::bearer_token(&headers).map(str::to_owned),
+        cookie: None,
+        client,
+        peer,
+    };
+    if presented.bearer.is_none() {
+        return ApiError::unauthenticated("missing credential").into_response();
+    }
+    match state.authenticate(&presented).await {
+        Ok(principal) => {
+            let cookie = session_cookie(&state, &principal, &headers);
+            let mut response = Json(SignedIn::from(&principal)).into_response();
+            response.headers_mut().insert(header::SET_COOKIE, cookie);
+            response
+        }
+        Err(error) => {
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    peer.map(|address| address.to_string()),
+                    Surface::Rest,
+                    "unauthenticated",
+                    "POST /api/v1/auth/session".to_owned(),
+                );
+            }
+            error.into_response()
+        }
+    }
+}
+
+/// Who the caller is (its session cookie or any other credential).
+#[utoipa::path(
+    get, path = "/api/v1/auth/session", tag = "sign-in",
+    responses((status = 200, body = SignedIn), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])),
+)]
+pub async fn current_session(Caller(principal): Caller) -> Json<SignedIn> {
+    Json(SignedIn::from(&principal))
+}
+
+/// Signs out: the cookie is cleared, and ended on this gateway even where a copy of it is kept.
+#[utoipa::path(
+    delete, path = "/api/v1/auth/session", tag = "sign-in",
+    responses((status = 200, description = "signed out; Set-Cookie clears the session")),
+)]
+pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let cookies = state.authenticator.cookies();
+    let now = unix_now();
+    if let Some(value) = cookies.find(&headers)
+        && let Ok(claims) = cookies.open(value, now)
+    {
+        cookies.sign_out(&claims, now);
+    }
+    let mut response = Json(serde_json::json!({"status": "signed_out"})).into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookies.clear_cookie(is_https(&state, &headers)),
+    );
+    response
+}
+
+/// The page's routes: a request with `?token=` is answered with the cookie and a redirect to
+/// the same address without the token (or, when the token is refused, to the address with
+/// [`REFUSED_FRAGMENT`]); any other goes on to the page.
+pub async fn sign_in_from_address(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(query) = request.uri().query() else {
+        return next.run(request).await;
+    };
+    let mut token = None;
+    let mut kept = Vec::new();
+    for (name, value) in form_pairs(query) {
+        if name == TOKEN_PARAMETER || name == SHARE_PARAMETER {
+            token = Some(value);
+        } else {
+            kept.push((name, value));
+        }
+    }
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    let mut location = request.uri().path().to_owned();
+    if !kept.is_empty() {
+        location.push('?');
+        location.push_str(&encode_pairs(&kept));
+    }
+    let headers = request.headers();
+    let presented = Presented {
+        bearer: Some(token.trim().to_owned()),
+        cookie: None,
+        client: state.client_address(headers, request.extensions()),
+        peer: crate::auth::peer_address(request.extensions()),
+    };
+    let (cookie, location) = match state.authenticate(&presented).await {
+        Ok(principal) => (Some(session_cookie(&state, &principal, headers)), location),
+        Err(error) => {
+            tracing::info!(reason = %error.message, "sign-in link refused");
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    Surface::Rest,
+                    "unauthenticated",
+                    format!("GET {}", request.uri().path()),
+                );
+            }
+            (None, format!("{location}{REFUSED_FRAGMENT}"))
+        }
+    };
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let response_headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response_headers.insert(header::LOCATION, location);
+    }
+    if let Some(cookie) = cookie {
+        response_headers.insert(header::SET_COOKIE, cookie);
+    }
+    response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `Set-Cookie` for a principal that just authenticated.
+fn session_cookie(state: &AppState, principal: &Principal, headers: &HeaderMap) -> HeaderValue {
+    let (value, max_age) = state.authenticator.cookie_for(principal, unix_now());
+    state
+        .authenticator
+        .cookies()
+        .set_cookie(&value, max_age, is_https(state, headers))
+}
+
+/// Whether the browser reached the gateway over TLS: the gateway serves TLS itself
+/// (`--tls-cert`), its public URL is `https`, or the proxy that terminates TLS in front of it
+/// says so.
+pub(crate) fn is_https(state: &AppState, headers: &HeaderMap) -> bool {
+    state.serves_tls
+        || state
+            .public_url
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https://"))
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.split(',').next().map(str::trim) == Some("https"))
+}
+
+/// The pairs of a query string, decoded (`+` is a space).
+fn form_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(name), percent_decode(value))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'+' => out.push(b' '),
+            b'%' if index + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[index + 1..index + 3])
+                    .ok()
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                {
+                    Some(byte) => {
+                        out.push(byte);
+                        index += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        index += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn encode_pairs(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(name, value)| format!("{}={}", percent_encode(name), percent_encode(value)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (byte as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_pairs_decode_and_encode_back() {
+        let pairs = form_pairs("mode=view&token=a%2Bb+c&x&&y=%zz");
+        assert_eq!(
+            pairs,
+            [
+                ("mode".to_owned(), "view".to_owned()),
+                ("token".to_owned(), "a+b c".to_owned()),
+                ("x".to_owned(), String::new()),
+                ("y".to_owned(), "%zz".to_owned()),
+            ]
+        );
+        assert_eq!(encode_pairs(&[("a b".into(), "1/2".into())]), "a%20b=1%2F2");
+        // A cut escape at the end is kept as it is, never a panic.
+        assert_eq!(percent_decode("abc%4"), "abc%4");
+        assert_eq!(percent_decode("%"), "%");
+    }
+}
