@@ -17,8 +17,9 @@ use crate::state::AppState;
 
 /// The page loads its script, styles and fonts from the gateway alone and talks to the gateway
 /// alone (`'self'` covers its WebSockets); xterm.js sets styles at run time, hence the inline
-/// styles. Nothing may frame it.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+/// styles. The History view's asciinema player runs its terminal as WebAssembly, which
+/// `'wasm-unsafe-eval'` allows to compile (and nothing else: no `eval`). Nothing may frame it.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; \
      style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; \
      connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; \
      frame-ancestors 'none'";

@@ -92,7 +92,7 @@ export const api = {
 async function getRecording(iid, sid) {
   let response;
   try {
-    response = await fetch(`${sessionPath(iid, sid)}/recording`, { headers: authHeaders(), cache: 'no-store' });
+    response = await fetch(`${sessionPath(iid, sid)}/recording`, { cache: 'no-store' });
   } catch (error) {
     throw new ApiError(0, `the gateway cannot be reached (${error instanceof Error ? error.message : error})`);
   }
