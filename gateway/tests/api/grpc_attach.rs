@@ -664,3 +664,35 @@ async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
     assert!(status.message().contains("hello"), "{status:?}");
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Valid when the stream opens (JWT checks allow a minute of clock skew, the stream's end
+    // does not), expired a few seconds later.
+    let token = stack.jwt_expiring_at("short-lived", &["*"], now + 3);
+    let mut stream = Stream::open(
+        &stack,
+        Some(&token),
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, None),
+    )
+    .await
+    .expect("the gateway relays the attach");
+    expect_connected(stream.next().await);
+    stream.send(input("echo before-$((2*3))\n")).await;
+    stream.read_until("before-6").await;
+    let status = stream.ending_status().await;
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.message(), "credential expired");
+    stack.shutdown().await;
+}

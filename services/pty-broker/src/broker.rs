@@ -253,10 +253,18 @@ impl Broker {
     }
 
     /// Publishes what a previous run left in the recording spool and keeps retention running
-    /// until shutdown (no-op without a recordings store).
+    /// until shutdown (no-op without a recordings store). The sessions live by now are those
+    /// taken over from the previous process: their recorders go on with their spool files.
     pub fn keep_recordings(&self) {
         if let Some(recordings) = &self.inner.recordings {
-            recordings.keep_up(self.inner.shutdown.clone(), &self.inner.tracker);
+            let live = self
+                .inner
+                .registry
+                .list()
+                .into_iter()
+                .map(|session| session.session_id)
+                .collect();
+            recordings.keep_up(live, self.inner.shutdown.clone(), &self.inner.tracker);
         }
     }
 
@@ -501,7 +509,13 @@ impl Broker {
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
         };
-        let (session, task, pty) = Session::adopt(frozen, spawned, self.inner.settings, context);
+        let (session, task, pty) = Session::adopt(
+            frozen,
+            spawned,
+            self.inner.settings,
+            context,
+            self.inner.recordings.as_ref(),
+        );
         self.inner.registry.insert(Arc::clone(&session))?;
         let registry = Arc::clone(&self.inner.registry);
         self.inner.tracker.spawn(async move {

@@ -11,7 +11,7 @@ use tokio::time::timeout;
 use super::wire::Channel;
 use super::{
     ANSWER_TIMEOUT, Acceptance, Answer, FORMAT_VERSION, FREEZE_TIMEOUT, HandOffError, Hello,
-    Outcome, SessionHeader, WireExit, WireProcess, WireSpec, bind_fresh, running,
+    Outcome, SessionHeader, WireExit, WireProcess, WireRecording, WireSpec, bind_fresh, running,
 };
 use crate::broker::Broker;
 use crate::error::Error;
@@ -229,6 +229,7 @@ async fn send_sessions(
                 .process
                 .as_ref()
                 .map(|process| WireProcess::from(process.process.clone())),
+            recording: session.recording.as_ref().map(WireRecording::from_frozen),
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

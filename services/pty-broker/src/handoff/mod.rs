@@ -47,8 +47,10 @@ pub use take::{STOP_AT_VARIABLE, TakeOver, connect_to_predecessor};
 
 use crate::config::{BackendKind, Config};
 use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::recording::{CastHeader, RecordMode};
 use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
+use crate::session::FrozenRecording;
 
 /// The version of this protocol. Both processes must speak the same one.
 pub const FORMAT_VERSION: u32 = 1;
@@ -157,6 +159,82 @@ struct SessionHeader {
     screen: Option<(u16, u16)>,
     tombstone_left: Option<Duration>,
     process: Option<WireProcess>,
+    /// The recording in progress, which the new process appends to. Absent from a predecessor
+    /// that did not carry recordings over: its spool file is published as it was.
+    #[serde(default)]
+    recording: Option<WireRecording>,
+}
+
+/// A recording in progress: its header, its spool file, and how far it got.
+#[derive(Debug, Serialize, Deserialize)]
+struct WireRecording {
+    /// Whether input is recorded too.
+    input: bool,
+    cols: u16,
+    rows: u16,
+    timestamp: u64,
+    command: Option<String>,
+    title: Option<String>,
+    term: Option<String>,
+    spool: PathBuf,
+    started_at: SystemTime,
+    last_time: Duration,
+    offset: u64,
+    held_input: Vec<u8>,
+}
+
+impl WireRecording {
+    fn from_frozen(recording: &FrozenRecording) -> Self {
+        Self {
+            input: recording.mode.records_input(),
+            cols: recording.header.size.cols(),
+            rows: recording.header.size.rows(),
+            timestamp: recording.header.timestamp,
+            command: recording.header.command.clone(),
+            title: recording.header.title.clone(),
+            term: recording.header.term.clone(),
+            spool: recording.spool.clone(),
+            started_at: recording.started_at,
+            last_time: recording.last_time,
+            offset: recording.offset,
+            held_input: recording.held_input.clone(),
+        }
+    }
+
+    /// The recording, checked against the ring it continues from (`ring_start..=ring_end`).
+    fn into_frozen(self, ring_start: u64, ring_end: u64) -> Result<FrozenRecording, HandOffError> {
+        if !(ring_start..=ring_end).contains(&self.offset) {
+            return Err(HandOffError::Protocol(format!(
+                "a recording at offset {} outside the ring {ring_start}..{ring_end}",
+                self.offset
+            )));
+        }
+        if self.held_input.len() > 3 {
+            return Err(HandOffError::Protocol(format!(
+                "{} held input bytes (at most 3)",
+                self.held_input.len()
+            )));
+        }
+        Ok(FrozenRecording {
+            mode: if self.input {
+                RecordMode::OutputAndInput
+            } else {
+                RecordMode::Output
+            },
+            header: CastHeader {
+                size: size(self.cols, self.rows)?,
+                timestamp: self.timestamp,
+                command: self.command,
+                title: self.title,
+                term: self.term,
+            },
+            spool: self.spool,
+            started_at: self.started_at,
+            last_time: self.last_time,
+            offset: self.offset,
+            held_input: self.held_input,
+        })
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -169,6 +169,16 @@ impl Broker {
                 }),
                 None => None,
             };
+            // A recording that does not fit the ring is dropped, never the session: its spool
+            // file stays for the next start to publish.
+            let recording = header.recording.and_then(|recording| {
+                recording
+                    .into_frozen(header.ring_start, ring_end)
+                    .inspect_err(|error| {
+                        tracing::warn!(%session_id, %error, "the session's recording cannot go on here");
+                    })
+                    .ok()
+            });
             let frozen = FrozenSession {
                 id: session_id,
                 spec,
@@ -194,6 +204,7 @@ impl Broker {
                 screen,
                 tombstone_left: header.tombstone_left,
                 process: None,
+                recording,
             };
             self.adopt(frozen, header.process.map(|process| (process.into(), fds)))
                 .await

@@ -134,6 +134,28 @@ impl CastEncoder {
         }
     }
 
+    /// Output bytes held back (the start of a UTF-8 sequence whose rest has not come yet):
+    /// whoever goes on with the recording elsewhere feeds them again.
+    pub fn held_output(&self) -> usize {
+        self.output_carry.held.len()
+    }
+
+    /// The time of the last event and the input held back, for an encoder that goes on with
+    /// this recording in another process ([`CastEncoder::resumed`]).
+    pub fn resume_point(&self) -> (Duration, Vec<u8>) {
+        (self.last_time, self.input_carry.held.clone())
+    }
+
+    /// An encoder that goes on with a recording another encoder wrote up to `last_time`, with
+    /// `held_input` held back (its output carry is fed again by the caller).
+    pub fn resumed(last_time: Duration, held_input: Vec<u8>) -> Self {
+        Self {
+            last_time,
+            output_carry: Utf8Carry::default(),
+            input_carry: Utf8Carry { held: held_input },
+        }
+    }
+
     fn advance(&mut self, at: Duration) -> Duration {
         self.last_time = self.last_time.max(at);
         self.last_time
@@ -242,6 +264,31 @@ mod tests {
             .collect();
         assert_eq!(joined, text);
         assert_eq!(events[0][2], "a");
+    }
+
+    #[test]
+    fn a_resumed_encoder_goes_on_where_the_first_stopped_without_splitting_a_character() {
+        let mut first = CastEncoder::default();
+        let mut out = Vec::new();
+        let output = "x€y".as_bytes();
+        let input = "é".as_bytes();
+        first.output(Duration::from_secs(2), &output[..2], &mut out);
+        first.input(Duration::from_secs(3), &input[..1], &mut out);
+        // The euro sign's first byte is held back: the next process feeds it again.
+        assert_eq!(first.held_output(), 1);
+        let (last_time, held_input) = first.resume_point();
+        assert_eq!(last_time, Duration::from_secs(2));
+
+        let mut next = CastEncoder::resumed(last_time, held_input);
+        // The next process's clock says less: times still never go backwards.
+        next.output(Duration::from_secs(1), &output[1..], &mut out);
+        next.input(Duration::from_secs(4), &input[1..], &mut out);
+        let events = lines(&out);
+        assert_eq!(events[0][2], "x");
+        assert_eq!(events[1][2], "€y");
+        assert_eq!(events[1][0], 2.0);
+        assert_eq!(events[2][1], "i");
+        assert_eq!(events[2][2], "é");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! spool is published at the next start, its last line cut if the kill cut it. Retention deletes
 //! recordings older than the maximum age, then the oldest until the total fits the maximum size.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -119,8 +120,9 @@ impl Recordings {
     }
 
     /// Publishes what a previous run left in the spool (it was killed before its sessions
-    /// closed), each file cut after its last whole line.
-    pub async fn recover_spool(&self) -> usize {
+    /// closed), each file cut after its last whole line. The recordings of `live` sessions (taken
+    /// over from the previous process, whose recorders go on with them) stay.
+    pub async fn recover_spool(&self, live: &HashSet<Uuid>) -> usize {
         let Ok(mut entries) = tokio::fs::read_dir(&self.config.spool).await else {
             return 0;
         };
@@ -135,6 +137,9 @@ impl Recordings {
             else {
                 continue;
             };
+            if live.contains(&session_id) {
+                continue;
+            }
             let result = async {
                 cut_after_last_line(&path).await?;
                 self.publish(session_id, &path).await
@@ -192,11 +197,17 @@ impl Recordings {
         Ok(report)
     }
 
-    /// Recovers the spool, then runs retention now and every few minutes until `shutdown`.
-    pub fn keep_up(self: &Arc<Self>, shutdown: CancellationToken, tracker: &TaskTracker) {
+    /// Recovers the spool but for the `live` sessions' recordings, then runs retention now and
+    /// every few minutes until `shutdown`.
+    pub fn keep_up(
+        self: &Arc<Self>,
+        live: HashSet<Uuid>,
+        shutdown: CancellationToken,
+        tracker: &TaskTracker,
+    ) {
         let recordings = Arc::clone(self);
         tracker.spawn(async move {
-            recordings.recover_spool().await;
+            recordings.recover_spool(&live).await;
             loop {
                 match recordings.enforce_retention().await {
                     Ok(report) if report.deleted > 0 => tracing::info!(
@@ -265,11 +276,22 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(recordings.recover_spool().await, 1);
+        // A live session's recording (taken over from the previous process) stays.
+        let live_id = Uuid::new_v4();
+        let live = recordings.spool_path(live_id);
+        tokio::fs::write(&live, b"{\"version\": 2}\n[0.1, \"o\", \"c")
+            .await
+            .unwrap();
+        assert_eq!(recordings.recover_spool(&HashSet::from([live_id])).await, 1);
         let published =
             std::fs::read(root.path().join(format!("store/{session_id}.cast"))).unwrap();
         assert_eq!(published, b"{\"version\": 2}\n[0.1, \"o\", \"a\"]\n");
         assert!(!spooled.exists());
+        assert_eq!(
+            std::fs::read(&live).unwrap(),
+            b"{\"version\": 2}\n[0.1, \"o\", \"c"
+        );
+        assert!(!root.path().join(format!("store/{live_id}.cast")).exists());
     }
 
     #[tokio::test]

@@ -10,10 +10,12 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::attachments::Attachments;
+use super::recording::{FrozenRecording, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
 use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
 use crate::error::Error;
+use crate::recording::Recordings;
 use crate::ring::OutputRing;
 use crate::runtime::{ProcessHandOff, SpawnSpec, SpawnedPty};
 use crate::screen::{Screen, Snapshot};
@@ -44,6 +46,8 @@ pub struct FrozenSession {
     pub tombstone_left: Option<Duration>,
     /// The running process and its descriptors (borrowed: they stay open until the verdict).
     pub process: Option<ProcessHandOff>,
+    /// The recording in progress, written up to the end of the ring.
+    pub recording: Option<FrozenRecording>,
 }
 
 impl FrozenSession {
@@ -103,13 +107,27 @@ impl Session {
 
     /// A session that goes on from `frozen` (without its process, which `spawned` now is: the
     /// descriptors the previous process sent, adopted by the runtime), and the task that runs
-    /// it; the caller spawns [`SessionTask::run_adopted`] with the returned PTY.
+    /// it; the caller spawns [`SessionTask::run_adopted`] with the returned PTY. Its recording
+    /// goes on into `recordings`.
     pub(crate) fn adopt(
-        frozen: FrozenSession,
+        mut frozen: FrozenSession,
         spawned: Option<SpawnedPty>,
         settings: SessionSettings,
         context: TaskContext,
+        recordings: Option<&Arc<Recordings>>,
     ) -> (Arc<Session>, SessionTask, Option<Pty>) {
+        let (recorder_tap, recorder) = match (frozen.recording.take(), recordings) {
+            (Some(recording), Some(recordings)) => {
+                let (tap, recorder) = resumed_recorder(Arc::clone(recordings), recording);
+                (Some(tap), Some(recorder))
+            }
+            (Some(recording), None) => {
+                tracing::warn!(session_id = %frozen.id, spool = %recording.spool.display(),
+                    "the session was recorded, but this broker has no recordings store: the recording so far stays in the spool");
+                (None, None)
+            }
+            (None, _) => (None, None),
+        };
         let ring = OutputRing::resume(settings.ring_bytes, frozen.ring_start, frozen.ring);
         let end = ring.end();
         let screen = settings.scrollback_lines.map(|lines| {
@@ -164,7 +182,7 @@ impl Session {
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(input)),
             screen,
-            recorder: None,
+            recorder: recorder_tap,
         });
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let session = Arc::new(Session {
@@ -184,6 +202,7 @@ impl Session {
             context,
             command_rx,
             tombstone_deadline,
+            recorder,
         );
         (session, task, pty)
     }

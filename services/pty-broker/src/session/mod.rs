@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 pub use attachments::ClientId;
 pub use handoff::{Frozen, FrozenSession, Verdict};
-pub(crate) use recording::SessionRecording;
+pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
 pub(crate) use task::{SessionTask, TaskContext};
 

@@ -169,6 +169,7 @@ impl SessionTask {
         context: TaskContext,
         commands: mpsc::Receiver<Command>,
         tombstone_deadline: Option<Instant>,
+        recorder: Option<Recorder>,
     ) -> Self {
         Self {
             id,
@@ -182,9 +183,8 @@ impl SessionTask {
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline,
-            // A recording ends at a hand-off: the previous process's spool holds it, and this
-            // process publishes what is there at start (`Recordings::keep_up`).
-            recorder: None,
+            // Goes on with the previous process's recording, from where it stopped.
+            recorder,
             recording_done: CancellationToken::new(),
             recording_drained: None,
         }
@@ -199,18 +199,14 @@ impl SessionTask {
             self.screen_done.clone(),
         ));
         let _feeder = self.screen_done.clone().drop_guard();
+        self.start_recorder();
+        let _recorder = self.recording_done.clone().drop_guard();
         self.attachments_changed();
         self.serve(pty).await;
     }
 
-    /// Runs the session to its end. `started` hears whether the first spawn worked.
-    pub async fn run(mut self, started: oneshot::Sender<Result<SessionInfo, Error>>) {
-        self.context.tracker.spawn(super::screen::feed_screen_until(
-            Arc::clone(&self.shared),
-            self.settings.screen_sleep,
-            self.screen_done.clone(),
-        ));
-        let _feeder = self.screen_done.clone().drop_guard();
+    /// Starts the session's recorder, when it records.
+    fn start_recorder(&mut self) {
         if let Some(recorder) = self.recorder.take() {
             let (drained, drained_rx) = oneshot::channel();
             self.recording_drained = Some(drained_rx);
@@ -222,6 +218,17 @@ impl SessionTask {
                 drained,
             ));
         }
+    }
+
+    /// Runs the session to its end. `started` hears whether the first spawn worked.
+    pub async fn run(mut self, started: oneshot::Sender<Result<SessionInfo, Error>>) {
+        self.context.tracker.spawn(super::screen::feed_screen_until(
+            Arc::clone(&self.shared),
+            self.settings.screen_sleep,
+            self.screen_done.clone(),
+        ));
+        let _feeder = self.screen_done.clone().drop_guard();
+        self.start_recorder();
         let _recorder = self.recording_done.clone().drop_guard();
         let spec = self.context.spec.clone();
         let pty = match self.spawn(&spec).await {
@@ -335,8 +342,10 @@ impl SessionTask {
                 return Verdict::Resume;
             }
         };
-        // The screen first (its lock comes before the state's); nothing is read meanwhile, so
-        // it is as of the end of the ring.
+        // Nothing is read meanwhile: the recorder writes up to the end of the ring and waits
+        // for the verdict too.
+        let (recording, recorder_verdict) = self.shared.freeze_recording().await.unzip();
+        // The screen first (its lock comes before the state's), as of the end of the ring.
         let screen = self.shared.snapshot();
         let frozen = {
             let mut state = self.shared.lock();
@@ -358,6 +367,7 @@ impl SessionTask {
                 screen,
                 tombstone_left: None,
                 process,
+                recording,
             }
         };
         self.shared.notify_clients();
@@ -375,6 +385,9 @@ impl SessionTask {
             Ok(Verdict::Commit) => {
                 if let Some(pty) = &pty {
                     pty.process.handed_over();
+                }
+                if let Some(recorder) = recorder_verdict {
+                    let _ = recorder.send(Verdict::Commit);
                 }
                 let _ = let_go.send(());
                 tracing::info!(session_id = %self.id, "session handed to the next broker process");

@@ -43,6 +43,16 @@ impl BrokerProcess {
         take_over: bool,
         stop_at: Option<&str>,
     ) -> anyhow::Result<(Self, Option<Address>)> {
+        Self::start_with(data_dir, take_over, stop_at, &[])
+    }
+
+    /// [`BrokerProcess::start`] with `extra` arguments.
+    fn start_with(
+        data_dir: &Path,
+        take_over: bool,
+        stop_at: Option<&str>,
+        extra: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<(Self, Option<Address>)> {
         let secrets = tempfile::tempdir()?;
         let token_file = secrets.path().join("session-api-token");
         std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
@@ -61,6 +71,7 @@ impl BrokerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(extra)
             .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
             .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
             .env_remove(pty_broker::handoff::STOP_AT_VARIABLE)
@@ -676,5 +687,127 @@ async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -
         "the stream was ended by a refused hand-off"
     );
     ensure!(old.is_running());
+    Ok(())
+}
+
+/// A recorded session handed over twice: one recording, published once at the close, with one
+/// header, every byte the client saw and every line typed, in time order, and a marker where
+/// each next process took over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()> {
+    test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let store = tempfile::tempdir()?;
+    let recording_args = ["--recordings".as_ref(), store.path().as_os_str()];
+    let (mut broker, address) =
+        BrokerProcess::start_with(data_dir.path(), false, None, &recording_args)?;
+    let address = address.expect("serving");
+    let session = control(&address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["sh".into(), "-c".into(), "exec cat".into()],
+            env: [("TERM".to_owned(), "xterm-256color".to_owned())].into(),
+            size: Some(pb::TerminalSize { cols: 80, rows: 24 }),
+            record: pb::RecordMode::OutputAndInput as i32,
+            recording_title: "handed".to_owned(),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?;
+    let mut client = ResumingClient::new(address.clone(), session.session_id.clone());
+    let mut expected = Vec::new();
+    let mut line = Vec::new();
+    // "€" is three bytes: split across two inputs, it is held back by the recorder when a
+    // hand-off comes between them.
+    let typed: [&[u8]; 5] = [b"one\n", b"two \xe2\x82", b"\xac\n", b"three\n", b"four\n"];
+    for (index, input) in typed.iter().enumerate() {
+        if index == 2 || index == 4 {
+            let (next, next_address) =
+                BrokerProcess::start_with(data_dir.path(), true, None, &recording_args)?;
+            ensure!(next_address.expect("serving").0 == address.0);
+            ensure!(broker.exited().await?, "the old broker failed");
+            broker = next;
+            client.reattach_next();
+        }
+        client.send_input(Bytes::copy_from_slice(input)).await?;
+        // The PTY echoes what it is given at once (a newline as CR LF); cat writes the line
+        // back once it is whole. Waiting for the echo keeps input out of a hand-off's way.
+        match input.strip_suffix(b"\n") {
+            Some(rest) => {
+                expected.extend_from_slice(rest);
+                expected.extend_from_slice(b"\r\n");
+                line.extend_from_slice(rest);
+                expected.append(&mut line);
+                expected.extend_from_slice(b"\r\n");
+            }
+            None => {
+                expected.extend_from_slice(input);
+                line.extend_from_slice(input);
+            }
+        }
+        client.read(Some(&expected)).await?;
+    }
+    ensure!(
+        client.output == expected,
+        "the echoes differ from what was typed"
+    );
+    control(&address)
+        .await?
+        .kill(authorized(pb::KillRequest {
+            session_id: session.session_id.clone(),
+        }))
+        .await?;
+
+    let path = store.path().join(format!("{}.cast", session.session_id));
+    let published = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let path = path.clone();
+        async move { std::fs::read(&path).ok() }
+    })
+    .await
+    .with_context(|| format!("{} was never published", path.display()))?;
+    let cast = test_support::asciicast::Cast::parse(&published)?;
+    ensure!(cast.title.as_deref() == Some("handed"), "{cast:?}");
+    ensure!(
+        cast.output().starts_with(&expected),
+        "the recording's output differs from what the client saw:\n{:?}\n{:?}",
+        String::from_utf8_lossy(&cast.output()),
+        String::from_utf8_lossy(&expected)
+    );
+    ensure!(
+        cast.input() == "one\ntwo €\nthree\nfour\n",
+        "input events: {:?}",
+        cast.input()
+    );
+    let markers: Vec<_> = cast
+        .events_of("m")
+        .map(|event| event.data.clone())
+        .collect();
+    ensure!(
+        markers
+            == [
+                "ptyhub: taken over by the next broker process",
+                "ptyhub: taken over by the next broker process"
+            ],
+        "markers {markers:?}"
+    );
+    let times: Vec<f64> = cast.events.iter().map(|event| event.time).collect();
+    ensure!(
+        times.windows(2).all(|pair| pair[0] <= pair[1]),
+        "times go backwards: {times:?}"
+    );
+    // Nothing is left in the spool, and the store holds this one file.
+    let spool = data_dir.path().join("recording-spool");
+    ensure!(
+        std::fs::read_dir(&spool)?.next().is_none(),
+        "the spool still holds a file"
+    );
+    ensure!(std::fs::read_dir(store.path())?.count() == 1);
+    drop(broker);
     Ok(())
 }
