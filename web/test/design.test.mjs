@@ -554,6 +554,41 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
     });
   }
 
+  // ---- 9: sign-in by cookie, and a read-only share link ---------------------------------------
+
+  for (const device of DEVICES) {
+    test(`${device}: the token becomes a cookie that no URL carries, and Share read-only hands out a viewer link`, async () => {
+      const instance = await stack.createInstance();
+      const owner = await open(device, instance.id, { permissions: ['clipboard-read', 'clipboard-write'] });
+      assert.equal(new URL(owner.url()).search, '', 'the token is gone from the address bar');
+      for (const socket of owner.sockets) assert.ok(!socket.url.search.includes('token'), `no token in ${socket.url}`);
+      await typeLine(owner, 'echo shared-$((6*7))');
+      await waitForScreen(owner, 'shared-42');
+      await showTabs(device, owner);
+      await press(device, owner.getByRole('button', { name: 'Share read-only' }));
+      await owner.locator('.toast[data-kind="info"]').waitFor();
+      const link = await owner.evaluate(() => navigator.clipboard.readText());
+      assert.match(link, new RegExp(`^${stack.origin}/instances/${instance.id}\\?share=ptyhub-share-`));
+
+      // A guest on the same kind of screen, with no cookie of the owner's.
+      const guest = await newPage(device);
+      await guest.goto(link);
+      await guest.locator('[role="tablist"] [role="tab"]').first().waitFor();
+      await waitForConnectionState(guest, 'Connected, read-only');
+      assert.equal(new URL(guest.url()).search, '', 'the share token is gone from the address');
+      await waitForScreen(guest, 'shared-42');
+      await showTabs(device, guest);
+      assert.equal(await guest.getByRole('button', { name: 'Share read-only' }).count(), 0);
+      assert.ok(await guest.getByRole('button', { name: 'New session' }).isDisabled());
+      for (const socket of guest.sockets) {
+        assert.equal(socket.connected?.role, 'viewer', 'every socket of the guest is a viewer');
+        assert.ok(!socket.url.search.includes('share'), `no share token in ${socket.url}`);
+      }
+      await closePage(owner);
+      await closePage(guest);
+    });
+  }
+
   // ---- the README's screenshots --------------------------------------------------------------
 
   for (const device of DEVICES) {
