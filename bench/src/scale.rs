@@ -484,17 +484,7 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
     .await;
     drop(terms);
     service.stop(Duration::from_secs(15)).await;
-    close_all(stack, &placed).await;
-    for instance in instances {
-        let _ = tokio::time::timeout(
-            CALL_PATIENCE,
-            stack
-                .session_api
-                .clone()
-                .delete_instance(ptyhub_proto::session::v1::DeleteInstanceRequest { instance }),
-        )
-        .await;
-    }
+    remove_all(stack, &placed, instances).await;
     result
 }
 
@@ -523,6 +513,21 @@ async fn wait_healthy(stack: &Stack, service: &mut Service) -> Result<()> {
             bail!("the gateway never became healthy:\n{}", service.log_tail());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Closes `sessions` (instance, session id), then deletes `instances`, each call bounded.
+async fn remove_all(stack: &Stack, sessions: &[(String, String)], instances: Vec<String>) {
+    close_all(stack, sessions).await;
+    for instance in instances {
+        let _ = tokio::time::timeout(
+            CALL_PATIENCE,
+            stack
+                .session_api
+                .clone()
+                .delete_instance(ptyhub_proto::session::v1::DeleteInstanceRequest { instance }),
+        )
+        .await;
     }
 }
 
@@ -664,21 +669,7 @@ pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result
     }
     .await;
     let created = created.into_inner().unwrap_or_default();
-    futures::stream::iter(&created)
-        .for_each_concurrent(BATCH, |(instance, id)| async move {
-            let _ = tokio::time::timeout(CALL_PATIENCE, close_session(stack, instance, id)).await;
-        })
-        .await;
-    for instance in instances {
-        let _ = tokio::time::timeout(
-            CALL_PATIENCE,
-            stack
-                .session_api
-                .clone()
-                .delete_instance(ptyhub_proto::session::v1::DeleteInstanceRequest { instance }),
-        )
-        .await;
-    }
+    remove_all(stack, &created, instances).await;
     result
 }
 
