@@ -352,7 +352,8 @@ export function xtermScreen(terminal) {
       return { line: buffer.baseY + buffer.cursorY, col: buffer.cursorX };
     },
     cell: (index, col) => line(index)?.getCell(col)?.getChars() ?? '',
-    blankFrom: (index, col) => (line(index)?.translateToString(true, col) ?? '') === '',
+    // Spaces count as blank: erasing with `\b \b` (the tty's Backspace) writes them.
+    blankFrom: (index, col) => (line(index)?.translateToString(true, col) ?? '').trim() === '',
     textBeforeCursor(count) {
       const buffer = terminal.buffer.active;
       const col = Math.min(buffer.cursorX, terminal.cols);
@@ -412,6 +413,10 @@ export class DecorationView {
     const cursor = document.createElement('span');
     cursor.className = 'local-echo-cursor';
     cursor.style.background = theme.cursor ?? theme.foreground ?? '#ffffff';
-    element.replaceChildren(...cells, cursor);
+    // In a row of its own: xterm shows and hides the decoration by its `display`.
+    const row = document.createElement('div');
+    row.className = 'local-echo-row';
+    row.append(...cells, cursor);
+    element.replaceChildren(row);
   }
 }

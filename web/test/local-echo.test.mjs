@@ -114,6 +114,7 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     assert.equal(seen.visible, true);
     assert.equal(seen.cursorLine, '$ e', 'the terminal itself holds only what the server sent');
     await page.keyboard.press('Enter');
+    await waitForScreen(page, '\npredicted');
     const server = await waitForServerScreen(page, instance.id, sessionId);
     assert.ok(server.lines.includes('$ echo predicted'), server.text);
     assert.ok(server.lines.includes('predicted'), server.text);
@@ -183,6 +184,51 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     await waitForScreen(page, '漢a漢b漢c');
     await waitForServerScreen(page, instance.id, sessionId);
     await page.keyboard.press('Control+C');
+    await closePage(page);
+  });
+
+  test('the setting: Off predicts nothing, a threshold over the round trip neither, back to 30 ms it predicts', async () => {
+    const { page, instance, sessionId } = await openSlow();
+    const panel = page.getByRole('dialog', { name: 'Typing prediction' });
+    /** Types `keys` (the first waits for its echo) with the output held back; what was drawn. */
+    const predictedWhileHeld = async (keys) => {
+      await page.keyboard.type(keys[0]);
+      await waitFor(`the echo of ${JSON.stringify(keys[0])}`, () => page.evaluate(() =>
+        document.querySelector('.pane:not([hidden])').localEcho.confident || localStorage.getItem('ptyhub.localEcho') === 'off'));
+      await waitForScreen(page, `$ ${keys[0]}`);
+      relay.hold();
+      await page.keyboard.type(keys.slice(1));
+      const seen = await afterTwoFrames(page);
+      relay.release();
+      await waitForScreen(page, `$ ${keys}`);
+      // The tty's line kill erases the line with spaces, which do not stop the next prediction.
+      await page.keyboard.press('Control+U');
+      await waitFor('the line erased', async () => (await visibleBufferLines(page)).some((line) => line.trimEnd() === '$'));
+      return seen.predicted;
+    };
+
+    await page.getByRole('button', { name: 'Typing prediction' }).click();
+    await panel.waitFor();
+    assert.match(await panel.textContent(), /Round trip: \d+ ms/);
+    await panel.getByLabel('Prediction').selectOption('off');
+    await panel.getByRole('button', { name: 'Done' }).click();
+    assert.equal(await page.evaluate(() => localStorage.getItem('ptyhub.localEcho')), 'off');
+    assert.equal(await predictedWhileHeld('off-typed'), '');
+
+    await page.getByRole('button', { name: 'Typing prediction' }).click();
+    await panel.getByLabel('Prediction').selectOption('auto');
+    await panel.getByLabel('Threshold in milliseconds').fill('5000');
+    await panel.getByLabel('Threshold in milliseconds').press('Tab');
+    await panel.getByRole('button', { name: 'Done' }).click();
+    assert.equal(await page.evaluate(() => localStorage.getItem('ptyhub.localEchoThresholdMs')), '5000');
+    assert.equal(await predictedWhileHeld('slow-enough'), '', 'a 200 ms round trip is under 5000 ms');
+
+    await page.getByRole('button', { name: 'Typing prediction' }).click();
+    await panel.getByLabel('Threshold in milliseconds').fill('30');
+    await panel.getByLabel('Threshold in milliseconds').press('Tab');
+    await panel.getByRole('button', { name: 'Done' }).click();
+    assert.equal(await predictedWhileHeld('drawn'), 'rawn');
+    await waitForServerScreen(page, instance.id, sessionId);
     await closePage(page);
   });
 });
