@@ -13,7 +13,7 @@
 // - the page is *confident* that the server echoes what is typed where the cursor is: after
 //   connecting, after any key that is not a printable character (Enter, Tab, Backspace, arrows,
 //   control keys, escape sequences), after a wrong prediction or one the server did not echo in
-//   time, the next keys are only sent, and prediction resumes once the output shows them echoed
+//   time (max(1 s, 4 round trips); 5 s before any was measured), the next keys are only sent, and prediction resumes once the output shows them echoed
 //   just before the cursor. A password prompt (`stty -echo`) never echoes, so nothing typed
 //   there is drawn;
 // - no prediction was wrong in the last COOLDOWN_MS;
@@ -32,6 +32,8 @@ export const MAX_THRESHOLD_MS = 10_000;
 export const COOLDOWN_MS = 2_000;
 /** A prediction the output has not confirmed after this long (or 4 round trips) was wrong. */
 export const MIN_TIMEOUT_MS = 1_000;
+/** The same before any round trip was measured: long enough to measure a very slow link. */
+export const UNMEASURED_TIMEOUT_MS = 5_000;
 /** The round trip is the median of this many recent samples. */
 const SAMPLES = 5;
 /** Keys sent while not confident, kept to recognise their echo; more are forgotten. */
@@ -303,7 +305,8 @@ export class LocalEcho {
   /** A timer for the oldest prediction: one the server never echoes (no echo) is taken back. */
   armTimer() {
     if (this.timer !== null || this.predictions.length === 0) return;
-    const timeout = Math.max(MIN_TIMEOUT_MS, 4 * (this.rtt ?? 0));
+    const rtt = this.rtt;
+    const timeout = rtt === null ? UNMEASURED_TIMEOUT_MS : Math.max(MIN_TIMEOUT_MS, 4 * rtt);
     const due = this.predictions[0].sentAt + timeout;
     this.timer = this.setTimer(() => {
       this.timer = null;

@@ -179,8 +179,9 @@ export class SessionTab {
     if (this.localEcho) Object.defineProperty(this.pane, 'localEcho', { value: this.localEcho });
 
     this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
+    // Binary input (X10 mouse reports) is never printable: it ends prediction.
     this.terminal.onBinary((data) => {
-      if (this.canWrite) this.localEcho?.input('\x00');
+      if (this.canWrite) this.localEcho?.input(data);
       this.sendBytes(latin1ToBytes(data));
     });
     this.terminal.onResize(({ cols, rows }) => {

@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { COOLDOWN_MS, LocalEcho, MIN_TIMEOUT_MS, isPredictable } from '../src/local-echo.js';
+import { COOLDOWN_MS, LocalEcho, MIN_TIMEOUT_MS, UNMEASURED_TIMEOUT_MS, isPredictable } from '../src/local-echo.js';
 
 /** A screen of `cols` x `rows` cells that prints text at its cursor, as a terminal would. */
 class FakeScreen {
@@ -252,6 +252,21 @@ describe('local echo: the logic', () => {
     world.advance(COOLDOWN_MS);
     world.type('c');
     assert.equal(world.shown, null, 'no prediction until the output shows echo again');
+  });
+
+  test('before any round trip is measured, a slow echo still measures one', () => {
+    const world = setup();
+    world.output('$ ');
+    world.type('w');
+    world.advance(3_000);
+    world.output('w');
+    world.type('a');
+    world.advance(UNMEASURED_TIMEOUT_MS - 1);
+    world.output('a');
+    assert.equal(world.echo.rtt, UNMEASURED_TIMEOUT_MS - 1);
+    assert.equal(world.echo.mispredictions, 0);
+    world.type('b');
+    assert.equal(world.shown?.text, 'b');
   });
 
   test('the alternate screen gets no predictions, and entering it takes them back', () => {

@@ -58,10 +58,17 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     return { page, instance, sessionId };
   }
 
-  /** Types `key` and waits until the page has seen it echoed: after a prompt, keys are predicted. */
-  async function typeUntilEchoed(page, key) {
+  /**
+   * Types `key` and waits until the page has seen it echoed (after a prompt the keys after it are
+   * predicted) and, unless `drawing` is false, until it draws predictions (a wrong or late echo
+   * keeps them back for a while).
+   */
+  async function typeUntilEchoed(page, key, { drawing = true } = {}) {
     await page.keyboard.type(key);
-    await waitFor(`the echo of ${JSON.stringify(key)}`, () => page.evaluate(() => document.querySelector('.pane:not([hidden])').localEcho.confident));
+    await waitFor(`the echo of ${JSON.stringify(key)}`, () => page.evaluate((drawn) => {
+      const echo = document.querySelector('.pane:not([hidden])').localEcho;
+      return echo.confident && (!drawn || echo.showing);
+    }, drawing));
   }
 
   /**
@@ -191,10 +198,9 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     const { page, instance, sessionId } = await openSlow();
     const panel = page.getByRole('dialog', { name: 'Typing prediction' });
     /** Types `keys` (the first waits for its echo) with the output held back; what was drawn. */
-    const predictedWhileHeld = async (keys) => {
-      await page.keyboard.type(keys[0]);
-      await waitFor(`the echo of ${JSON.stringify(keys[0])}`, () => page.evaluate(() =>
-        document.querySelector('.pane:not([hidden])').localEcho.confident || localStorage.getItem('ptyhub.localEcho') === 'off'));
+    const predictedWhileHeld = async (keys, { off = false, drawing = true } = {}) => {
+      if (off) await page.keyboard.type(keys[0]);
+      else await typeUntilEchoed(page, keys[0], { drawing });
       await waitForScreen(page, `$ ${keys[0]}`);
       relay.hold();
       await page.keyboard.type(keys.slice(1));
@@ -213,7 +219,7 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     await panel.getByLabel('Prediction').selectOption('off');
     await panel.getByRole('button', { name: 'Done' }).click();
     assert.equal(await page.evaluate(() => localStorage.getItem('ptyhub.localEcho')), 'off');
-    assert.equal(await predictedWhileHeld('off-typed'), '');
+    assert.equal(await predictedWhileHeld('off-typed', { off: true }), '');
 
     await page.getByRole('button', { name: 'Typing prediction' }).click();
     await panel.getByLabel('Prediction').selectOption('auto');
@@ -221,7 +227,7 @@ describe('local echo over a slow link', { skip: skip ?? false }, () => {
     await panel.getByLabel('Threshold in milliseconds').press('Tab');
     await panel.getByRole('button', { name: 'Done' }).click();
     assert.equal(await page.evaluate(() => localStorage.getItem('ptyhub.localEchoThresholdMs')), '5000');
-    assert.equal(await predictedWhileHeld('slow-enough'), '', 'a 200 ms round trip is under 5000 ms');
+    assert.equal(await predictedWhileHeld('slow-enough', { drawing: false }), '', 'a 200 ms round trip is under 5000 ms');
 
     await page.getByRole('button', { name: 'Typing prediction' }).click();
     await panel.getByLabel('Threshold in milliseconds').fill('30');
