@@ -2,7 +2,7 @@
 // browser has it, Unicode 11 widths, links, search, OSC 52 clipboard), its WebSocket
 // (CONTRACT.md "WebSocket (gateway)"), the snapshot that draws a fresh terminal, the offsets that
 // make output appear exactly once after a reconnect, the window title and bell, and the notices
-// drawn over its pane.
+// drawn over its pane, and the predictive local echo over a slow link (local-echo.js).
 
 import { Terminal } from '@xterm/xterm';
 import { ClipboardAddon } from '@xterm/addon-clipboard';
@@ -13,7 +13,8 @@ import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
 import { el } from './dom.js';
-import { activeTheme, fontSize, terminalTheme } from './settings.js';
+import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
+import { activeTheme, fontSize, localEchoSettings, terminalTheme } from './settings.js';
 
 /**
  * Where OSC 52 sequences from programs (tmux, vim) go: only writes reach the system clipboard.
@@ -169,10 +170,26 @@ export class SessionTab {
     this.useWebgl();
     // For the browser tests and tools: the pane's terminal, to read its buffer as xterm holds it.
     Object.defineProperty(this.pane, 'xterm', { value: this.terminal });
+    /** Typed keys drawn at once over a slow link; a viewer types nothing. */
+    this.localEcho = viewer ? null : new LocalEcho({
+      screen: xtermScreen(this.terminal),
+      view: new DecorationView(this.terminal),
+      settings: localEchoSettings,
+    });
+    if (this.localEcho) Object.defineProperty(this.pane, 'localEcho', { value: this.localEcho });
 
     this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
-    this.terminal.onBinary((data) => this.sendBytes(latin1ToBytes(data)));
-    this.terminal.onResize(({ cols, rows }) => this.sendResize(cols, rows));
+    // Binary input (X10 mouse reports) is never printable: it ends prediction.
+    this.terminal.onBinary((data) => {
+      if (this.canWrite) this.localEcho?.input(data);
+      this.sendBytes(latin1ToBytes(data));
+    });
+    this.terminal.onResize(({ cols, rows }) => {
+      this.localEcho?.reset();
+      this.sendResize(cols, rows);
+    });
+    // A full-screen program took over (or left): predictions made on the other screen are void.
+    this.terminal.buffer.onBufferChange(() => this.localEcho?.reset());
     this.terminal.attachCustomKeyEventHandler((event) => this.callbacks.terminalKeyAllowed(event));
     this.terminal.onTitleChange((title) => {
       this.windowTitle = title;
@@ -216,6 +233,8 @@ export class SessionTab {
     const resized = this.terminal.options.fontSize !== size;
     if (resized) this.terminal.options.fontSize = size;
     this.terminal.options.theme = terminalTheme();
+    // The predictions' colours and size are the terminal's: draw them anew.
+    this.localEcho?.reset();
     if (this.searchTerm) this.find(this.searchTerm, 'next', { incremental: true });
     return resized;
   }
@@ -318,6 +337,7 @@ export class SessionTab {
     this.snapshotOffset = null;
     this.pendingGapNotice = null;
     this.discardingOldOutput = false;
+    this.localEcho?.reset();
     if (!this.viewer) {
       query.set('cols', String(this.terminal.cols));
       query.set('rows', String(this.terminal.rows));
@@ -370,6 +390,7 @@ export class SessionTab {
     this.disposed = true;
     clearTimeout(this.reconnectTimer);
     this.closeSocket();
+    this.localEcho?.dispose();
     this.terminal.dispose();
     this.pane.remove();
   }
@@ -468,6 +489,7 @@ export class SessionTab {
    * queue: output of the old process still queued is drawn before, never after, the clearing.
    */
   clearForRestart() {
+    this.localEcho?.reset();
     this.terminal.write('\x1bc\x1b[3J');
   }
 
@@ -475,6 +497,7 @@ export class SessionTab {
   handleSnapshot(bytes) {
     const offset = this.snapshotOffset;
     this.snapshotOffset = null;
+    this.localEcho?.reset();
     this.terminal.reset();
     this.terminal.write(bytes);
     this.cursor = offset;
@@ -492,7 +515,12 @@ export class SessionTab {
     this.written = end;
     // The old process's last words after a reset began: the new one gets a clean screen.
     if (this.discardingOldOutput) return;
-    this.terminal.write(fresh);
+    if (this.localEcho) {
+      const seq = this.localEcho.receivedOutput();
+      this.terminal.write(fresh, () => this.localEcho.drawnOutput(seq));
+    } else {
+      this.terminal.write(fresh);
+    }
   }
 
   flushGapNotice() {
@@ -596,6 +624,7 @@ export class SessionTab {
   }
 
   sendText(text) {
+    if (this.canWrite) this.localEcho?.input(text);
     this.sendBytes(encoder.encode(text));
   }
 

@@ -1,8 +1,14 @@
 // What the page remembers across visits (localStorage): the terminal font size and the theme
-// (light, dark, or following the system), and the terminal colours of each theme.
+// (light, dark, or following the system), the terminal colours of each theme, and the
+// predictive local echo (local-echo.js: `auto` or `off`, and the round trip above which `auto`
+// predicts).
+
+import { DEFAULT_THRESHOLD_MS, MAX_THRESHOLD_MS } from './local-echo.js';
 
 const FONT_SIZE_KEY = 'ptyhub.fontSize';
 const THEME_KEY = 'ptyhub.theme';
+const LOCAL_ECHO_KEY = 'ptyhub.localEcho';
+const LOCAL_ECHO_THRESHOLD_KEY = 'ptyhub.localEchoThresholdMs';
 
 export const DEFAULT_FONT_SIZE = 14;
 export const MIN_FONT_SIZE = 8;
@@ -33,7 +39,7 @@ const systemDark = window.matchMedia('(prefers-color-scheme: dark)');
 systemDark.addEventListener('change', () => notify());
 window.addEventListener('storage', (event) => {
   // Another window of the page changed a setting: follow it.
-  if (event.key === FONT_SIZE_KEY || event.key === THEME_KEY) notify();
+  if ([FONT_SIZE_KEY, THEME_KEY, LOCAL_ECHO_KEY, LOCAL_ECHO_THRESHOLD_KEY].includes(event.key)) notify();
 });
 
 function notify() {
@@ -76,6 +82,32 @@ export function activeTheme() {
 export function setThemeChoice(/** @type {ThemeChoice} */ choice) {
   if (choice === 'system') localStorage.removeItem(THEME_KEY);
   else localStorage.setItem(THEME_KEY, choice);
+  notify();
+}
+
+/** @returns {import('./local-echo.js').LocalEchoSettings} the local echo setting in effect */
+export function localEchoSettings() {
+  const mode = localStorage.getItem(LOCAL_ECHO_KEY) === 'off' ? 'off' : 'auto';
+  return { mode, thresholdMs: localEchoThreshold() };
+}
+
+/** The round trip (ms) above which `auto` predicts: the remembered one, else the default. */
+export function localEchoThreshold() {
+  const stored = localStorage.getItem(LOCAL_ECHO_THRESHOLD_KEY);
+  const value = stored === null ? NaN : Number(stored);
+  return Number.isInteger(value) && value >= 0 && value <= MAX_THRESHOLD_MS ? value : DEFAULT_THRESHOLD_MS;
+}
+
+export function setLocalEchoMode(/** @type {'auto' | 'off'} */ mode) {
+  if (mode === 'off') localStorage.setItem(LOCAL_ECHO_KEY, 'off');
+  else localStorage.removeItem(LOCAL_ECHO_KEY);
+  notify();
+}
+
+/** Sets the threshold in ms (clamped to 0..MAX_THRESHOLD_MS; null goes back to the default). */
+export function setLocalEchoThreshold(/** @type {number | null} */ ms) {
+  if (ms === null || !Number.isFinite(ms)) localStorage.removeItem(LOCAL_ECHO_THRESHOLD_KEY);
+  else localStorage.setItem(LOCAL_ECHO_THRESHOLD_KEY, String(Math.min(MAX_THRESHOLD_MS, Math.max(0, Math.round(ms)))));
   notify();
 }
 

@@ -8,7 +8,9 @@ import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
 import { el, icon, loadingView } from './dom.js';
 import { SessionTab, Status } from './session-tab.js';
-import { fontSize, onSettingsChange, setFontSize, setThemeChoice, themeChoice } from './settings.js';
+import {
+  fontSize, localEchoSettings, onSettingsChange, setFontSize, setLocalEchoMode, setLocalEchoThreshold, setThemeChoice, themeChoice,
+} from './settings.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
 /** The last `last_bell_at` of a session that the user saw (its tab shown), per session id. */
@@ -170,7 +172,53 @@ class TerminalPage {
     this.themeButton.setAttribute('aria-label', THEME_WORDS[themeChoice()]);
     this.themeButton.title = THEME_WORDS[themeChoice()];
     this.themeButton.dataset.theme = themeChoice();
+    this.showEchoSettings();
     if (resized) this.scheduleFit();
+  }
+
+  // ---- typing prediction (local-echo.js) ---------------------------------------------------
+
+  /** The panel of the local echo setting: off or auto, the threshold, the measured round trip. */
+  buildEchoSettings() {
+    this.echoMode = el('select', { 'aria-label': 'Prediction', onchange: () => setLocalEchoMode(this.echoMode.value === 'off' ? 'off' : 'auto') },
+      el('option', { value: 'auto' }, 'Auto: over a slow link'),
+      el('option', { value: 'off' }, 'Off'));
+    this.echoThreshold = el('input', {
+      type: 'number', min: '0', max: '10000', step: '1', class: 'echo-threshold', 'aria-label': 'Threshold in milliseconds',
+      onchange: () => setLocalEchoThreshold(this.echoThreshold.value === '' ? null : Number(this.echoThreshold.value)),
+    });
+    this.echoMeasured = el('span', { class: 'echo-measured', 'aria-live': 'polite' });
+    this.echoPanel = el('div', { class: 'echo-settings', role: 'dialog', 'aria-label': 'Typing prediction', hidden: true },
+      el('p', {}, 'Draws typed characters at once, dimmed, when the round trip to the server is slower than the threshold; the server\'s output confirms or replaces them.'),
+      el('label', {}, 'Prediction ', this.echoMode),
+      el('label', {}, 'Threshold (ms) ', this.echoThreshold),
+      this.echoMeasured,
+      el('button', { type: 'button', onclick: () => this.toggleEchoSettings(false) }, 'Done'));
+    this.echoPanel.addEventListener('keydown', (event) => {
+      event.stopPropagation();
+      if (event.key === 'Escape') this.toggleEchoSettings(false);
+    });
+    this.showEchoSettings();
+  }
+
+  showEchoSettings() {
+    if (!this.echoPanel) return;
+    const { mode, thresholdMs } = localEchoSettings();
+    this.echoMode.value = mode;
+    if (document.activeElement !== this.echoThreshold) this.echoThreshold.value = String(thresholdMs);
+    const rtt = this.active?.localEcho?.rtt ?? null;
+    this.echoMeasured.textContent = rtt === null ? 'Round trip: not measured yet (type at a prompt)' : `Round trip: ${Math.round(rtt)} ms`;
+  }
+
+  toggleEchoSettings(open = this.echoPanel.hidden) {
+    this.echoPanel.hidden = !open;
+    this.echoButton.setAttribute('aria-expanded', String(open));
+    if (open) {
+      this.showEchoSettings();
+      this.echoMode.focus();
+    } else {
+      this.active?.terminal.focus();
+    }
   }
 
   get activeKey() {
@@ -190,6 +238,7 @@ class TerminalPage {
         ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
         : button('Open read-only view', icon('eye'), () => this.openViewer());
     this.shareButton = this.viewer ? null : button('Share read-only', icon('link'), () => this.shareReadOnly());
+    this.echoButton = this.viewer ? null : button('Typing prediction', icon('keyboard'), () => this.toggleEchoSettings(), { 'aria-expanded': 'false' });
     this.header = el('header', { class: 'topbar' },
       el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
       el('span', { class: 'instance-name' }, this.instance.name),
@@ -198,9 +247,11 @@ class TerminalPage {
       el('span', { class: 'spacer' }),
       el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
       this.themeButton = button(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
+      this.echoButton,
       this.shareButton,
       this.viewerSwitch,
     );
+    if (!this.viewer) this.buildEchoSettings();
 
     this.tablist = el('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Sessions', onkeydown: (event) => this.tablistKey(event) });
     this.tabsWrap = el('div', { class: 'tabs-wrap' }, this.tablist);
@@ -263,7 +314,7 @@ class TerminalPage {
       this.copyText);
 
     this.root = el('div', { class: `terminal-page${this.viewer ? ' viewer' : ''}` },
-      this.header, this.tabbar, this.viewerBanner, this.searchBar, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
+      this.header, this.tabbar, this.viewerBanner, this.searchBar, this.echoPanel ?? null, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
     app.replaceChildren(this.root);
   }
 

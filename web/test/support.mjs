@@ -142,14 +142,19 @@ export async function startStack() {
   return stack;
 }
 
-// ---- a relay that can cut the network ---------------------------------------------------------
+// ---- a relay that can cut the network, or slow it down ------------------------------------------
 
 /**
  * A TCP relay on 127.0.0.1 in front of the gateway. `cut()` closes the listener and destroys
  * every connection (the browser sees its WebSockets drop and its reconnects refused); `restore()`
  * listens again on the same port.
+ *
+ * With `delayMs`, every chunk (and the end of a stream) is passed on that long after it came, in
+ * each direction and in order: a link with a round trip of twice `delayMs`. Then `hold()` keeps
+ * what the gateway sends from reaching the browser until `release()`, which passes it all on at
+ * once: what the page shows meanwhile cannot be the server's echo.
  */
-export async function startRelay(targetOrigin) {
+export async function startRelay(targetOrigin, { delayMs = null } = {}) {
   const target = new URL(targetOrigin);
   const sockets = new Set();
   let server = null;
@@ -159,8 +164,13 @@ export async function startRelay(targetOrigin) {
       const upstream = net.connect(Number(target.port), target.hostname);
       sockets.add(client);
       sockets.add(upstream);
-      client.pipe(upstream);
-      upstream.pipe(client);
+      if (delayMs === null) {
+        client.pipe(upstream);
+        upstream.pipe(client);
+      } else {
+        forwardLater(client, upstream, false);
+        forwardLater(upstream, client, true);
+      }
       const drop = () => {
         client.destroy();
         upstream.destroy();
@@ -169,8 +179,10 @@ export async function startRelay(targetOrigin) {
       };
       client.on('error', drop);
       upstream.on('error', drop);
-      client.on('close', drop);
-      upstream.on('close', drop);
+      // A slowed link closes after what it still carries.
+      const closed = delayMs === null ? drop : () => setTimeout(drop, delayMs);
+      client.on('close', closed);
+      upstream.on('close', closed);
     });
     server.once('error', reject);
     server.listen(port, '127.0.0.1', () => {
@@ -178,10 +190,33 @@ export async function startRelay(targetOrigin) {
       resolvePromise();
     });
   });
+  let held = null;
+  /** Passes `from`'s chunks (null: its end) on to `to` after `delayMs`, or into `held`. */
+  const forwardLater = (from, to, towardBrowser) => {
+    const pass = (chunk) => {
+      if (to.destroyed) return;
+      if (chunk === null) to.end();
+      else to.write(chunk);
+    };
+    const later = (chunk) => setTimeout(() => {
+      if (towardBrowser && held !== null) held.push(() => pass(chunk));
+      else pass(chunk);
+    }, delayMs);
+    from.on('data', (chunk) => later(chunk));
+    from.on('end', () => later(null));
+  };
   await listen();
   return {
     get origin() {
       return `http://127.0.0.1:${port}`;
+    },
+    hold() {
+      held ??= [];
+    },
+    release() {
+      const queued = held ?? [];
+      held = null;
+      for (const pass of queued) pass();
     },
     async cut() {
       const closed = new Promise((resolvePromise) => server.close(resolvePromise));
