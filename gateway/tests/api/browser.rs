@@ -128,6 +128,24 @@ async fn a_sign_in_link_becomes_an_http_only_strict_cookie_and_leaves_the_addres
 }
 
 #[tokio::test]
+async fn behind_a_tls_terminating_proxy_the_cookie_is_secure() {
+    let stack = TestStack::builder().start().await;
+    let response = client()
+        .get(format!(
+            "{}/instances/local?token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .header("X-Forwarded-Proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let (_, whole) = set_cookie(response.headers()).expect("a session cookie");
+    assert!(whole.ends_with("; Secure"), "{whole}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_refused_sign_in_link_sets_no_cookie_and_says_so_in_the_fragment() {
     let stack = TestStack::builder().start().await;
     let response = client()
