@@ -95,6 +95,21 @@ impl Service {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// Waits up to `patience` for the process to exit by itself.
+    pub async fn exited(&mut self, patience: Duration) -> Result<std::process::ExitStatus> {
+        let child = self.child.as_mut().context("the process was stopped")?;
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("{} still runs after {patience:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// SIGTERM, then up to `patience` for the process to exit, then SIGKILL.
     pub async fn stop(mut self, patience: Duration) {
         let Some(mut child) = self.child.take() else {

@@ -3,6 +3,7 @@
 
 mod child;
 mod grpc_attach;
+mod handoff;
 mod reload;
 mod scale;
 mod scenarios;
@@ -30,13 +31,16 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale,
-    /// snapshot, reload.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload"])]
+    /// snapshot, reload, handoff.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff"])]
     only: Vec<String>,
     /// Every session records output and input (asciicast, the server-wide default): run the
     /// same scenarios with and without it for the recording rows of BENCHMARKS.md.
     #[arg(long)]
     record: bool,
+    /// Override the number of sessions the hand-off scenario hands to the next broker process.
+    #[arg(long)]
+    handoff_sessions: Option<usize>,
     /// Override the MiB written by each throughput run.
     #[arg(long)]
     flood_mib: Option<u64>,
@@ -94,6 +98,8 @@ struct Sizes {
     feed_bytes: u64,
     reload_bytes: u64,
     reloads: usize,
+    handoff_sessions: usize,
+    handoff_tickers: usize,
 }
 
 impl Sizes {
@@ -115,6 +121,8 @@ impl Sizes {
                 feed_bytes: 1 << 20,
                 reload_bytes: 10 << 20,
                 reloads: 2,
+                handoff_sessions: 5,
+                handoff_tickers: 2,
             }
         } else {
             Self {
@@ -136,6 +144,8 @@ impl Sizes {
                 feed_bytes: 64 << 20,
                 reload_bytes: 100 << 20,
                 reloads: 5,
+                handoff_sessions: 1000,
+                handoff_tickers: 8,
             }
         }
     }
@@ -151,6 +161,7 @@ async fn main() -> Result<()> {
     sizes.sockets = args.sockets.unwrap_or(sizes.sockets);
     sizes.typists = args.typists.unwrap_or(sizes.typists);
     sizes.reload_bytes = args.reload_mib.map_or(sizes.reload_bytes, |mib| mib << 20);
+    sizes.handoff_sessions = args.handoff_sessions.unwrap_or(sizes.handoff_sessions);
     let selected =
         |name: &str| args.only.is_empty() || args.only.iter().any(|wanted| wanted == name);
     let browser = BrowserSetup {
@@ -520,7 +531,50 @@ async fn run(
     if selected("reload") {
         reload_section(stack, sizes, browser, &mut out, &mut failures).await?;
     }
+    if selected("handoff") {
+        handoff_section(sizes, &mut out, &mut failures).await?;
+    }
     Ok((out, failures))
+}
+
+/// (9) A broker process hands every session to the next one (`--take-over`).
+async fn handoff_section(sizes: Sizes, out: &mut String, failures: &mut Vec<String>) -> Result<()> {
+    let sessions = sizes.handoff_sessions;
+    let tickers = sizes.handoff_tickers.min(sessions.saturating_sub(1)).max(1);
+    eprintln!("(9) hand-off: {sessions} sessions to the next broker process");
+    writeln!(out, "\n### (9) Hand-off to the next broker process\n")?;
+    writeln!(out, "| measure | value | target |")?;
+    writeln!(out, "|---|---:|---|")?;
+    match handoff::hand_off(sessions, tickers).await {
+        Ok(measured) => {
+            writeln!(
+                out,
+                "| {} live local sessions handed to a new pty-broker process (`--take-over`): its start to the old one gone and every session served | {:.0} ms | < 1 s |",
+                measured.sessions,
+                measured.total.as_secs_f64() * 1000.0
+            )?;
+            writeln!(
+                out,
+                "| longest output stall a client saw across it ({} attached sessions printing a line every 20 ms; usual gap {:.0} ms) | {:.0} ms | |",
+                measured.tickers,
+                measured.usual_gap.as_secs_f64() * 1000.0,
+                measured.longest_stall.as_secs_f64() * 1000.0
+            )?;
+            writeln!(
+                out,
+                "| bytes lost or repeated (of {} KiB read by those clients, each resuming with `since`); pids changed | 0; 0 | 0 |",
+                measured.ticker_bytes >> 10
+            )?;
+        }
+        Err(error) => {
+            failures.push(format!("hand-off of {sessions} sessions: {error:#}"));
+            writeln!(
+                out,
+                "| {sessions} live local sessions handed to a new pty-broker process | failed | < 1 s |"
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// (1) Throughput, the paths interleaved in each round so that they share the noise; each of

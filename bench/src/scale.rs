@@ -254,7 +254,7 @@ pub async fn connect_broker(service: &mut Service) -> Result<BrokerClient> {
     }
 }
 
-async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<()> {
+pub(crate) async fn spawn_session(client: &BrokerClient, id: &str, script: &str) -> Result<()> {
     let request = broker_pb::SpawnRequest {
         session_id: id.to_owned(),
         target: Some(broker_pb::Target {
@@ -292,7 +292,7 @@ async fn list_offsets(client: &BrokerClient) -> Result<HashMap<String, u64>> {
 }
 
 /// Waits until every session of `ids` has produced at least `offset` bytes.
-async fn wait_offsets(
+pub(crate) async fn wait_offsets(
     client: &BrokerClient,
     service: &mut Service,
     ids: &[String],

@@ -134,6 +134,9 @@ struct AttachArgs {
 }
 
 fn main() -> ExitCode {
+    // Before anything else, and before any thread: `ptyhub up` starts local sessions through
+    // this binary as their keeper, which forks.
+    ptyhub_stack::run_session_keeper_if_asked();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     // Derived fields lose the order of `send`'s mixed --text and --key; the matches keep it.

@@ -50,6 +50,11 @@ pub struct UpArgs {
     /// every container, and no root in containers (`--allow-root` allows it).
     #[command(flatten)]
     pub policy: ptyhub_stack::SpawnPolicy,
+    /// Replace the `ptyhub up` that runs on this data dir with this binary, ending no terminal:
+    /// its sessions (the same processes, ids and output offsets) move to this process, which
+    /// then serves on the address the old one served on. Attached clients reconnect.
+    #[arg(long)]
+    pub upgrade: bool,
 }
 
 /// What goes to the log file in the data dir.
@@ -78,24 +83,43 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         args.backends.clone()
     };
 
-    // The user's address is bound first, so that a port in use fails before anything starts.
-    let gateway_listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot bind --listen {}", args.listen))?;
     let broker_data_dir = data_dir.join("broker");
     std::fs::create_dir_all(&broker_data_dir)?;
     let mut builder = Stack::builder()
         .broker_id(LOCAL_BROKER)
         .backends(backends.clone())
         .spawn_policy(args.policy.clone())
-        .broker_data_dir(broker_data_dir)
+        .broker_data_dir(broker_data_dir.clone())
+        // Local sessions start through this binary as their keeper, so that a `ptyhub up
+        // --upgrade` can take them over.
+        .session_keeper("/proc/self/exe")
         .database_url(format!(
             "sqlite://{}?mode=rwc",
             data_dir.join("ptyhub.db").display()
         ))
-        .gateway_listener(gateway_listener)
         .api_token(user_token.clone())
         .start_patience(STARTUP_DEADLINE);
+    if args.upgrade {
+        let socket = broker_data_dir.join(ptyhub_stack::HANDOFF_SOCKET);
+        if !socket.exists() {
+            anyhow::bail!(
+                "--upgrade: no ptyhub up runs on --data-dir {} (there is no {}); start it without --upgrade",
+                data_dir.display(),
+                socket.display()
+            );
+        }
+        // The old process serves the user's address until it has let go of its sessions; this
+        // one binds it once the old one is gone.
+        let address = served_address(&data_dir).unwrap_or(args.listen);
+        builder = builder.take_over(socket).gateway_address(address);
+        eprintln!("upgrading the ptyhub up on {}", data_dir.display());
+    } else {
+        // The user's address is bound first, so that a port in use fails before anything starts.
+        let gateway_listener = TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot bind --listen {}", args.listen))?;
+        builder = builder.gateway_listener(gateway_listener);
+    }
     if let Some(web_dir) = &args.web_dir {
         if !web_dir.join("index.html").is_file() {
             anyhow::bail!(
@@ -143,12 +167,23 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         // A service that stops on its own takes the others down with it.
         failure = stack.failure() => Some(failure),
     };
+    if failure.is_some() && stack.broker_handed_over() {
+        // A `ptyhub up --upgrade` owns every session now: stop the rest, touching none.
+        eprintln!("handed every session to the upgraded ptyhub: stopping this one");
+        return stack.shutdown().await.map_err(Into::into);
+    }
     eprintln!("stopping: closing sessions and shutting the services down");
     let stopped = stack.shutdown().await;
     match failure {
         Some(failure) => Err(failure.into()),
         None => stopped.map_err(Into::into),
     }
+}
+
+/// The address the running `ptyhub up` serves on, from the URL it wrote into the data dir.
+fn served_address(data_dir: &Path) -> Option<SocketAddr> {
+    let url = std::fs::read_to_string(data_dir.join(SERVER_FILE)).ok()?;
+    url.trim().strip_prefix("http://")?.parse().ok()
 }
 
 fn default_backends() -> Vec<BackendKind> {

@@ -245,6 +245,9 @@ pub enum TerminalEvent {
         message: String,
     },
     Closed,
+    /// The broker hands the session to its next process: the stream ends, and a client that
+    /// reattaches with `since` goes on there. The last event.
+    HandingOver,
 }
 
 /// How a screen's rows are returned.

@@ -816,7 +816,13 @@ impl AttachEvents {
     /// The next event; `None` when the broker ended the stream.
     pub async fn next(&mut self) -> Result<Option<TerminalEvent>, ApiError> {
         loop {
-            match self.events.message().await.map_err(broker_error)? {
+            let message = match self.events.message().await {
+                Err(status) if ptyhub_wire::is_handing_over(&status) => {
+                    return Ok(Some(TerminalEvent::HandingOver));
+                }
+                message => message.map_err(broker_error)?,
+            };
+            match message {
                 None => return Ok(None),
                 Some(frame) => {
                     if let Some(event) = event_from_proto(frame) {

@@ -1,6 +1,7 @@
 //! The settings of a stack and how they become each service's `Config`: the one place that knows
 //! the three services' configuration types. A setting left unset keeps the service's default.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub struct StackBuilder {
     kill_grace: Option<Duration>,
     shutdown_grace: Option<Duration>,
     gateway_listener: Option<TcpListener>,
+    gateway_address: Option<SocketAddr>,
+    session_keeper: Option<PathBuf>,
+    take_over: Option<PathBuf>,
     api_tokens: Vec<SecretString>,
     jwt_hs256_secret: Option<SecretString>,
     allowed_origins: Vec<String>,
@@ -59,6 +63,9 @@ impl Default for StackBuilder {
             kill_grace: None,
             shutdown_grace: None,
             gateway_listener: None,
+            gateway_address: None,
+            session_keeper: None,
+            take_over: None,
             api_tokens: Vec::new(),
             jwt_hs256_secret: None,
             allowed_origins: Vec::new(),
@@ -230,6 +237,29 @@ impl StackBuilder {
         self
     }
 
+    /// Binds the gateway on `address` once the broker runs, waiting (up to the start patience)
+    /// while another process still holds it: the `ptyhub up` this stack takes over from.
+    pub fn gateway_address(mut self, address: SocketAddr) -> Self {
+        self.gateway_address = Some(address);
+        self
+    }
+
+    /// Starts local sessions through `keeper`, a binary that calls
+    /// `pty_broker::runtime::local::run_session_keeper_if_asked` first thing in `main` (usually
+    /// the running binary, `/proc/self/exe`), so that they can be handed to another process.
+    pub fn session_keeper(mut self, keeper: impl Into<PathBuf>) -> Self {
+        self.session_keeper = Some(keeper.into());
+        self
+    }
+
+    /// Takes every session and the broker's listening socket over from the broker that
+    /// listens on the hand-off socket `socket` (`<its data dir>/handoff.sock`), which lets go
+    /// of them and stops; with no broker there, the broker starts afresh.
+    pub fn take_over(mut self, socket: PathBuf) -> Self {
+        self.take_over = Some(socket);
+        self
+    }
+
     /// Binds the broker and session-api on `127.0.0.1:0` (and the gateway, unless it was given a
     /// listener), starts the three services, and waits until session-api sees the broker up.
     /// A service that fails meanwhile fails the start with its error; the others are stopped.
@@ -251,24 +281,6 @@ impl StackBuilder {
                 );
                 (url, Some(data))
             }
-        };
-
-        let broker_listener = bind_loopback(Service::Broker).await?;
-        let session_api_listener = bind_loopback(Service::SessionApi).await?;
-        let gateway_listener = match self.gateway_listener.take() {
-            Some(listener) => listener,
-            None => bind_loopback(Service::Gateway).await?,
-        };
-        let addresses = running::Addresses {
-            broker: local_address(&broker_listener, Service::Broker)?,
-            session_api: local_address(&session_api_listener, Service::SessionApi)?,
-            gateway: local_address(&gateway_listener, Service::Gateway)?,
-            internal_tls: self.internal_tls.is_some(),
-            gateway_tls: self.gateway_tls.is_some(),
-        };
-        let client_tls = match &self.internal_tls {
-            Some(files) => TlsConfig::from_files(files).map_err(StackError::Tls)?,
-            None => TlsConfig::plain(),
         };
 
         let recordings_dir = self.recordings.clone().or_else(|| {
@@ -296,6 +308,24 @@ impl StackBuilder {
         {
             broker_config.recordings.spool = Some(data.path().join("recording-spool"));
         }
+        let (broker, broker_listener) = self.start_broker(broker_config).await?;
+        let session_api_listener = bind_loopback(Service::SessionApi).await?;
+        let gateway_listener = match (self.gateway_listener.take(), self.gateway_address) {
+            (Some(listener), _) => listener,
+            (None, Some(address)) => bind_when_free(address, self.start_patience).await?,
+            (None, None) => bind_loopback(Service::Gateway).await?,
+        };
+        let addresses = running::Addresses {
+            broker: local_address(&broker_listener, Service::Broker)?,
+            session_api: local_address(&session_api_listener, Service::SessionApi)?,
+            gateway: local_address(&gateway_listener, Service::Gateway)?,
+            internal_tls: self.internal_tls.is_some(),
+            gateway_tls: self.gateway_tls.is_some(),
+        };
+        let client_tls = match &self.internal_tls {
+            Some(files) => TlsConfig::from_files(files).map_err(StackError::Tls)?,
+            None => TlsConfig::plain(),
+        };
         let session_api_config = session_api_config(
             &self_settings(&self),
             &credentials,
@@ -312,7 +342,7 @@ impl StackBuilder {
 
         let stack = Stack::spawn(
             running::Services {
-                broker: (broker_config, broker_listener),
+                broker: (broker, broker_listener),
                 session_api: (session_api_config, session_api_listener),
                 gateway: (gateway_config, gateway_listener),
             },
@@ -323,6 +353,80 @@ impl StackBuilder {
             client_tls,
         );
         stack.wait_until_broker_is_up(self.start_patience).await
+    }
+}
+
+impl StackBuilder {
+    /// The broker and its listener: bound afresh on `127.0.0.1:0`, or taken over with every
+    /// session from the broker on [`StackBuilder::take_over`]'s socket.
+    async fn start_broker(
+        &self,
+        config: pty_broker::Config,
+    ) -> Result<(pty_broker::Broker, TcpListener), StackError> {
+        let predecessor = match &self.take_over {
+            Some(socket) => pty_broker::handoff::connect_to_predecessor(socket)
+                .await
+                .map_err(failed_broker)?,
+            None => None,
+        };
+        let mut builder = pty_broker::Broker::builder(config);
+        if let Some(keeper) = &self.session_keeper {
+            builder = builder.session_keeper(keeper);
+        }
+        if predecessor.is_some() {
+            builder = builder.taking_over();
+        }
+        let broker = builder
+            .configured_runtimes()
+            .await
+            .map_err(failed_broker)?
+            .build();
+        let listener = match predecessor {
+            Some(predecessor) => {
+                let listener = broker.take_over(predecessor).await.map_err(failed_broker)?;
+                listener
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpListener::from_std(listener))
+                    .map_err(|source| StackError::Bind {
+                        service: Service::Broker,
+                        source,
+                    })?
+            }
+            None => bind_loopback(Service::Broker).await?,
+        };
+        Ok((broker, listener))
+    }
+}
+
+fn failed_broker(error: impl std::error::Error + Send + Sync + 'static) -> StackError {
+    StackError::Failed {
+        service: Service::Broker,
+        source: Box::new(error),
+    }
+}
+
+/// Binds `address`, trying again while another process still holds it, for up to `patience`.
+async fn bind_when_free(
+    address: SocketAddr,
+    patience: Duration,
+) -> Result<TcpListener, StackError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        match TcpListener::bind(address).await {
+            Ok(listener) => return Ok(listener),
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(source) => {
+                return Err(StackError::Bind {
+                    service: Service::Gateway,
+                    source,
+                });
+            }
+        }
     }
 }
 

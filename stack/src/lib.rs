@@ -24,6 +24,8 @@ mod running;
 
 pub use builder::StackBuilder;
 pub use error::{Service, StackError};
+pub use pty_broker::handoff::HANDOFF_SOCKET;
+pub use pty_broker::runtime::local::run_session_keeper_if_asked;
 pub use pty_broker::{BackendKind, ContainerRule, SpawnPolicy};
 pub use running::{BrokerClient, BrokerRegistryClient, SessionApiClient, Stack};
 

@@ -44,6 +44,7 @@ const READINESS_INTERVAL: Duration = Duration::from_millis(50);
 pub struct Stack {
     addresses: Addresses,
     credentials: TierCredentials,
+    broker: pty_broker::Broker,
     broker_id: String,
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
@@ -89,7 +90,7 @@ impl Addresses {
 /// Each service's configuration and the listener it serves on.
 #[derive(Debug)]
 pub(crate) struct Services {
-    pub broker: (pty_broker::Config, TcpListener),
+    pub broker: (pty_broker::Broker, TcpListener),
     pub session_api: (session_api::Config, TcpListener),
     pub gateway: (gateway::Config, TcpListener),
 }
@@ -117,13 +118,15 @@ impl Stack {
     ) -> Self {
         let shutdown = CancellationToken::new();
         let gateway_shutdown = shutdown.child_token();
-        let (broker_config, broker_listener) = services.broker;
+        let (broker, broker_listener) = services.broker;
         let (session_api_config, session_api_listener) = services.session_api;
         let (gateway_config, gateway_listener) = services.gateway;
 
         let stopped = shutdown.clone().cancelled_owned();
-        let broker = tokio::spawn(async move {
-            pty_broker::run(broker_config, broker_listener, stopped)
+        let serving = broker.clone();
+        let broker_task = tokio::spawn(async move {
+            serving
+                .serve(broker_listener, stopped)
                 .await
                 .map_err(|error| failed(Service::Broker, error))
         });
@@ -143,11 +146,12 @@ impl Stack {
         Self {
             addresses,
             credentials,
+            broker,
             broker_id,
             shutdown,
             gateway_shutdown,
             tasks: vec![
-                ServiceTask::new(Service::Broker, broker),
+                ServiceTask::new(Service::Broker, broker_task),
                 ServiceTask::new(Service::SessionApi, session_api),
                 ServiceTask::new(Service::Gateway, gateway),
             ],
@@ -184,6 +188,12 @@ impl Stack {
     /// `http://<gateway address>`, `https://` when the gateway serves TLS.
     pub fn gateway_url(&self) -> String {
         self.addresses.gateway_url()
+    }
+
+    /// Whether the broker handed its sessions to another process (a `ptyhub up --upgrade`): it
+    /// has stopped, and the stack should stop without it.
+    pub fn broker_handed_over(&self) -> bool {
+        self.broker.handed_over()
     }
 
     /// The broker's name in session-api's registry.

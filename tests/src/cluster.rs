@@ -269,6 +269,43 @@ impl Cluster {
         .await
     }
 
+    /// Upgrades broker `index` in place, as `maxSurge: 1` rolls the DaemonSet: a new process
+    /// with the same flags takes its sessions and its socket over (`--take-over`), and the old
+    /// one exits once it has let go.
+    pub async fn hand_off_broker(&mut self, index: usize) -> anyhow::Result<()> {
+        let data_dir = self.logs.path().join(format!("broker-{index}-data"));
+        let args = args(
+            &self.shape.broker_flags,
+            &[
+                ("broker-id", broker_id(index)),
+                (
+                    "session-api",
+                    self.session_api_endpoint(index % self.apis.len()),
+                ),
+                ("data-dir", data_dir.display().to_string()),
+                (
+                    "take-over",
+                    data_dir.join("handoff.sock").display().to_string(),
+                ),
+            ],
+        );
+        let next = Service::start(
+            &format!("broker-{index}-next-{}", uuid::Uuid::new_v4().simple()),
+            &binary("pty-broker")?,
+            &args,
+            self.logs.path(),
+        )
+        .await?;
+        let status = tokio::task::block_in_place(|| self.brokers[index].wait(PATIENCE))?;
+        anyhow::ensure!(
+            status.success(),
+            "the old broker-{index} exited with {status}:\n{}",
+            self.brokers[index].log()
+        );
+        self.brokers[index] = next;
+        Ok(())
+    }
+
     /// Starts broker `index` again after it ended (same id and data directory), as a node's
     /// supervisor would, and waits until it has registered again, with the endpoint of the
     /// port it listens on now.

@@ -133,6 +133,26 @@ impl ErrorCode {
     }
 }
 
+/// The metadata key a broker puts on the `UNAVAILABLE` status that ends a stream because it hands
+/// its sessions to its next process: nothing failed, and the client may reattach at once.
+pub const HANDING_OVER_METADATA: &str = "ptyhub-handing-over";
+
+/// The status that ends a stream while its broker hands its sessions to its next process:
+/// `UNAVAILABLE` with `message`, marked with [`HANDING_OVER_METADATA`].
+pub fn handing_over_status(message: impl Into<String>) -> tonic::Status {
+    let mut status = ErrorCode::Unavailable.status(message);
+    status.metadata_mut().insert(
+        HANDING_OVER_METADATA,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    status
+}
+
+/// Whether `status` ended a stream because its broker hands its sessions to its next process.
+pub fn is_handing_over(status: &tonic::Status) -> bool {
+    status.code() == Code::Unavailable && status.metadata().contains_key(HANDING_OVER_METADATA)
+}
+
 /// The WebSocket close codes of the contract, including those no [`ErrorCode`] produces.
 pub mod close_code {
     /// The session exited or was closed.
@@ -143,7 +163,8 @@ pub mod close_code {
     pub const TOO_BIG: u16 = 1009;
     /// A backend failed; reconnect with backoff.
     pub const BACKEND_FAILURE: u16 = 1011;
-    /// This gateway is shutting down (a rolling restart); reconnect now, to another replica.
+    /// This gateway is shutting down (a rolling restart), or the session's broker hands it to its
+    /// next process; reconnect now.
     pub const SERVICE_RESTART: u16 = 1012;
     /// No credential, or one that does not verify.
     pub const UNAUTHENTICATED: u16 = 4001;
@@ -178,6 +199,19 @@ mod tests {
         ErrorCode::Unavailable,
         ErrorCode::Internal,
     ];
+
+    #[test]
+    fn a_hand_off_status_is_told_apart_after_the_wire() {
+        let sent = handing_over_status("handing over");
+        let mut trailers = http::HeaderMap::new();
+        sent.add_header(&mut trailers).expect("trailers");
+        let received = tonic::Status::from_header_map(&trailers).expect("a status");
+        assert_eq!(received.code(), Code::Unavailable);
+        assert!(is_handing_over(&received));
+        assert!(!is_handing_over(
+            &ErrorCode::Unavailable.status("broker down")
+        ));
+    }
 
     #[test]
     fn the_table_gives_the_contract_status_and_close_code() {

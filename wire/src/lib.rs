@@ -23,7 +23,9 @@ pub use audit::{
     ACTOR_ADDRESS_METADATA, ACTOR_PRINCIPAL_METADATA, ACTOR_SURFACE_METADATA, Actor,
     CLI_USER_AGENT_PREFIX, MAX_PRINCIPAL_BYTES, Surface,
 };
-pub use code::{ErrorCode, close_code};
+pub use code::{
+    ErrorCode, HANDING_OVER_METADATA, close_code, handing_over_status, is_handing_over,
+};
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
     TierCredentials, bearer_token,

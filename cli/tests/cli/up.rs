@@ -2,7 +2,7 @@
 //! takes the printed token and no other, and a restart on the same data directory keeps the
 //! token, the instances and the session history.
 
-use crate::support::{TEST_PAGE, Up, eventually};
+use crate::support::{PATIENCE, TEST_PAGE, Up, eventually};
 
 #[test]
 fn up_serves_health_page_and_api_to_the_printed_token_only() {
@@ -117,4 +117,201 @@ fn restart_keeps_token_instances_and_session_history() {
             .iter()
             .any(|session| session["name"] == "after-restart" && session["status"] == "active")
     });
+}
+
+#[test]
+fn upgrade_hands_live_sessions_to_the_new_process_and_ends_none() {
+    let mut up = Up::start();
+    let created: Vec<serde_json::Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "new", "local", "--name", "kept"]))
+            .expect("new --json");
+    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let shell_pid = |up: &Up, name: &str| {
+        let file = up.scratch.path().join(name);
+        let command = format!("echo $$ > {}", file.display());
+        up.run_ok(&[
+            "send", "local", &session, "--text", &command, "--key", "Enter",
+        ]);
+        let mut pid = String::new();
+        eventually(&format!("the shell wrote {name}"), || {
+            pid = std::fs::read_to_string(&file).unwrap_or_default();
+            pid.ends_with('\n')
+        });
+        pid.trim().to_owned()
+    };
+    let before = shell_pid(&up, "pid-before");
+    let address = up.address;
+
+    up.upgrade();
+    assert_eq!(
+        up.address, address,
+        "the upgraded ptyhub serves the same address"
+    );
+    eventually("the session is still active after the upgrade", || {
+        up.sessions("local")
+            .iter()
+            .any(|listed| listed["id"] == session.as_str() && listed["status"] == "active")
+    });
+    let after = shell_pid(&up, "pid-after");
+    assert_eq!(after, before, "the same shell runs on after the upgrade");
+
+    // Upgraded once more, the exit code still arrives.
+    up.upgrade();
+    up.run_ok(&[
+        "send", "local", &session, "--text", "exit 7", "--key", "Enter",
+    ]);
+    let ended = up.run(&["wait", "local", &session, "never-shown"]);
+    assert_eq!(ended.status.code(), Some(1), "{ended:?}");
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert!(stderr.contains("exited with code 7"), "{stderr}");
+}
+
+#[test]
+fn upgrade_without_a_running_ptyhub_is_refused_with_a_reason() {
+    let data_dir = tempfile::tempdir().expect("data dir");
+    let mut command = crate::support::ptyhub_command();
+    command.arg("--data-dir").arg(data_dir.path()).args([
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        "local",
+        "--upgrade",
+    ]);
+    let output = crate::support::run_bounded(&mut command, None);
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--upgrade") && stderr.contains("no ptyhub up runs"),
+        "{stderr}"
+    );
+}
+
+/// What a viewer attached from offset 0 read until the session printed `marker`: the bytes, and
+/// how many times its stream was resumed (with `since`) after a drop.
+struct Watched {
+    output: Vec<u8>,
+    resumed: usize,
+}
+
+/// Watches `session` from its first byte on a thread of its own, as a client of the gateway at
+/// `address` that reconnects by itself, until its output holds `marker`.
+fn watch_until(
+    address: std::net::SocketAddr,
+    token: String,
+    session: String,
+    marker: &'static str,
+) -> std::thread::JoinHandle<Result<Watched, String>> {
+    use ptyhub_client::{AttachOptions, Client, Event, Role};
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let watching = async {
+                let client = Client::connect(&format!("http://{address}"), &token)
+                    .await
+                    .map_err(|error| format!("connect: {error}"))?;
+                let options = AttachOptions {
+                    role: Role::Viewer,
+                    since: Some(0),
+                    ..AttachOptions::default()
+                };
+                let mut attachment = client
+                    .attach("local", &session, options)
+                    .await
+                    .map_err(|error| format!("attach: {error}"))?;
+                let mut watched = Watched {
+                    output: Vec::new(),
+                    resumed: 0,
+                };
+                loop {
+                    match attachment.next().await {
+                        Ok(Some(Event::Output { offset, data })) => {
+                            if offset != watched.output.len() as u64 {
+                                return Err(format!(
+                                    "output at offset {offset} after {} bytes",
+                                    watched.output.len()
+                                ));
+                            }
+                            watched.output.extend_from_slice(&data);
+                            if String::from_utf8_lossy(&watched.output).contains(marker) {
+                                return Ok(watched);
+                            }
+                        }
+                        Ok(Some(Event::Connected {
+                            offset, resumed, ..
+                        })) => {
+                            if offset != watched.output.len() as u64 {
+                                return Err(format!(
+                                    "a stream resumed at {offset} after {} bytes",
+                                    watched.output.len()
+                                ));
+                            }
+                            watched.resumed += usize::from(resumed);
+                        }
+                        Ok(Some(Event::Gap { lost, .. })) => {
+                            return Err(format!("{lost} bytes lost"));
+                        }
+                        Ok(Some(_)) => {}
+                        Ok(None) => return Err("the attachment ended".to_owned()),
+                        Err(error) => return Err(format!("the attachment failed: {error}")),
+                    }
+                }
+            };
+            tokio::time::timeout(PATIENCE, watching)
+                .await
+                .unwrap_or_else(|_| Err(format!("no {marker:?} within {PATIENCE:?}")))
+        })
+    })
+}
+
+#[test]
+fn output_across_an_upgrade_reaches_a_reattaching_client_exactly_once() {
+    let mut up = Up::start();
+    let created: Vec<serde_json::Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "new", "local", "--name", "ticking"]))
+            .expect("new --json");
+    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let watcher = watch_until(
+        up.address,
+        up.token.clone(),
+        session.clone(),
+        "ticks-42-done",
+    );
+    // Numbered lines until the test lets the loop end, after the upgrade. (Not in `up.scratch`:
+    // the upgraded `Up` has a scratch directory of its own.)
+    let scratch = tempfile::tempdir().expect("scratch");
+    let stop = scratch.path().join("stop");
+    let ticking = format!(
+        "i=0; while [ ! -e {} ]; do echo tick-$i; i=$((i+1)); sleep 0.02; done; echo ticks-$((6*7))-done",
+        stop.display()
+    );
+    up.run_ok(&[
+        "send", "local", &session, "--text", &ticking, "--key", "Enter",
+    ]);
+    up.run_ok(&["wait", "local", &session, "tick-5\\b"]);
+
+    up.upgrade();
+    std::fs::write(&stop, b"").expect("the stop file");
+
+    let watched = watcher
+        .join()
+        .expect("the watcher thread")
+        .unwrap_or_else(|error| panic!("the watching client: {error}"));
+    assert!(
+        watched.resumed >= 1,
+        "the client's stream never dropped: the upgrade did not happen under it"
+    );
+    let text = String::from_utf8_lossy(&watched.output);
+    let ticks: Vec<u64> = text
+        .split("\r\n")
+        .filter_map(|line| line.strip_prefix("tick-")?.parse().ok())
+        .collect();
+    let expected: Vec<u64> = (0..ticks.len() as u64).collect();
+    assert_eq!(
+        ticks, expected,
+        "every numbered line exactly once and in order"
+    );
 }

@@ -569,6 +569,14 @@ impl BrokerWriter {
                     .await;
                 return Flow::Stop(Ending::closed("session closed"));
             }
+            TerminalEvent::HandingOver => {
+                self.closing.store(true, Ordering::Release);
+                let _ = self
+                    .client
+                    .close(close_code::SERVICE_RESTART, "broker handing over")
+                    .await;
+                return Flow::Stop(Ending::closed("broker handing over"));
+            }
         };
         match sent {
             Ok(()) => Flow::Continue,

@@ -221,6 +221,13 @@ fn check_kubernetes(helps: &BTreeMap<&'static str, Help>, documents: &[Value]) -
                     .collect()
             })
             .unwrap_or_default();
+        // A pod on the host's network that rolls with a surge must declare no port: each would
+        // be a host port, and the new pod would never be scheduled beside the old one. Its
+        // probes reach the port the process listens on.
+        let surges_on_host_network = pod.get("hostNetwork").and_then(Value::as_bool) == Some(true)
+            && document["spec"]["updateStrategy"]["rollingUpdate"]
+                .get("maxSurge")
+                .is_some_and(|surge| surge.as_u64() != Some(0) && surge.as_str() != Some("0%"));
         let mut named_ports = BTreeMap::new();
         for container in seq(pod.get("containers")) {
             let image = str_at(container, &["image"]).unwrap_or_default();
@@ -265,6 +272,19 @@ fn check_kubernetes(helps: &BTreeMap<&'static str, Help>, documents: &[Value]) -
                 env.insert(variable_name, value);
             }
             let mut ports = Vec::new();
+            if surges_on_host_network {
+                if !seq(container.get("ports")).is_empty() {
+                    problems.push(format!(
+                        "{what}: declares a port (a host port with hostNetwork), so the surge pod of a rolling update cannot be scheduled beside the old one"
+                    ));
+                }
+                let help = &helps[service];
+                ports.push(
+                    env.get(&help.listen_env)
+                        .and_then(|listen| port_of(listen))
+                        .unwrap_or(help.default_port),
+                );
+            }
             for port in seq(container.get("ports")) {
                 let number = port
                     .get("containerPort")
@@ -430,6 +450,36 @@ fn the_kubernetes_check_finds_drift() {
             "{expected} not reported in:\n{problems}"
         );
     }
+}
+
+#[test]
+fn the_broker_daemonset_rolls_with_a_surge_and_no_host_port() {
+    let helps = helps();
+    let mut documents = kubernetes_documents();
+    let daemon_set = documents
+        .iter_mut()
+        .find(|document| str_at(document, &["kind"]) == Some("DaemonSet"))
+        .expect("the broker DaemonSet");
+    let rolling = &daemon_set["spec"]["updateStrategy"]["rollingUpdate"];
+    assert_eq!(rolling["maxSurge"].as_u64(), Some(1), "{rolling:?}");
+    assert_eq!(rolling["maxUnavailable"].as_u64(), Some(0), "{rolling:?}");
+    let container = &mut daemon_set["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = seq(container.get("args"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.contains(&"--take-over=/var/lib/ptyhub-broker/handoff.sock")
+            && args.contains(&"--data-dir=/var/lib/ptyhub-broker")
+            && args.contains(&"--wait-after-hand-off"),
+        "the new pod takes over from the old one through the hostPath data dir: {args:?}"
+    );
+    container["ports"] = serde_yaml::from_str("[{name: grpc, containerPort: 50061}]").unwrap();
+    let problems = check_kubernetes(&helps, &documents).join("\n");
+    assert!(
+        problems.contains("surge pod"),
+        "a host port on the surging DaemonSet is not reported:\n{problems}"
+    );
 }
 
 /// Every problem in the compose file.

@@ -5,6 +5,7 @@
 mod churn;
 mod cluster;
 mod deployment;
+mod handoff;
 mod health;
 mod idle_reaping;
 mod keepalive;

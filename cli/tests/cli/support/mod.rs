@@ -82,11 +82,32 @@ impl Up {
     }
 
     fn launch(data_dir: TempDir, web_dir: TempDir, backends: &str) -> Self {
+        Self::launch_with(data_dir, web_dir, backends, &[])
+    }
+
+    /// Replaces this `ptyhub up` with a `ptyhub up --upgrade` on the same data directory: the
+    /// new process takes every session over, and the old one must exit by itself, successfully.
+    pub fn upgrade(&mut self) {
+        let (data_dir, web_dir) = self.dirs.take().expect("running");
+        let mut old = self.child.take().expect("running");
+        let old_stderr = self.stderr();
+        let next = Self::launch_with(data_dir, web_dir, "local", &["--upgrade"]);
+        let status = wait_bounded(&mut old, PATIENCE);
+        assert!(
+            status.is_some_and(|status| status.success()),
+            "the old ptyhub up did not exit cleanly after the upgrade ({status:?})\nold stderr:\n{old_stderr}\nnew stderr:\n{}",
+            next.stderr()
+        );
+        *self = next;
+    }
+
+    fn launch_with(data_dir: TempDir, web_dir: TempDir, backends: &str, extra: &[&str]) -> Self {
         let mut command = ptyhub_command();
         command
             .arg("--data-dir")
             .arg(data_dir.path())
             .args(["up", "--listen", "127.0.0.1:0", "--backend", backends])
+            .args(extra)
             .arg("--web-dir")
             .arg(web_dir.path())
             .args(["--log", "warn"])

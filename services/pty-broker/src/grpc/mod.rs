@@ -374,6 +374,10 @@ fn inbound_status(status: Status) -> Status {
 
 impl From<Error> for Status {
     fn from(error: Error) -> Self {
-        error.code().status(error.to_string())
+        match error {
+            // Marked, so that the gateway tells its WebSocket clients to reconnect at once.
+            Error::HandingOver => ptyhub_wire::handing_over_status(error.to_string()),
+            error => error.code().status(error.to_string()),
+        }
     }
 }
