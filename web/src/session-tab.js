@@ -365,6 +365,22 @@ export class SessionTab {
     };
   }
 
+  /**
+   * The session was closed on the server while this tab was away from it (reconnecting, or told
+   * already that it expired): say so as a 4004 does, rather than drop the tab the user was
+   * waiting on. False for a tab that is attached, idle or ended otherwise, which the page removes.
+   */
+  closedWhileAway() {
+    if (this.disposed) return false;
+    if (this.ended === 'expired') return true;
+    if (this.ended || this.exited || this.status !== Status.disconnected) return false;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.closeSocket();
+    this.handleClose(4004, '');
+    return true;
+  }
+
   /** Reconnects now, after a manual action (take back, restart) or the network coming back. */
   reconnectNow() {
     if (this.disposed || this.ended || this.exited) return;

@@ -125,7 +125,8 @@ class TerminalPage {
 
   /**
    * One session-change event: the opening list adds the tabs this page lacks, `created` adds a
-   * tab, `closed` removes one, and every other change updates the tab's name and title.
+   * tab, `closed` removes one (a tab waiting to reconnect to it says it expired instead), and
+   * every other change updates the tab's name and title.
    * @param {string} name
    * @param {any} data
    */
@@ -138,7 +139,8 @@ class TerminalPage {
     if (!session?.id) return;
     if (name === 'closed' || session.status === 'closed') {
       const tab = this.tabs.find((candidate) => candidate.sessionId === session.id);
-      if (tab && !tab.closing) this.removeTab(tab, { byOthers: true });
+      // A tab waiting to reconnect says its session expired instead of vanishing.
+      if (tab && !tab.closing && !tab.closedWhileAway()) this.removeTab(tab, { byOthers: true });
       return;
     }
     this.followSession(session);
