@@ -13,12 +13,26 @@ use bytes::Bytes;
 #[derive(Debug)]
 pub struct OutputRing {
     capacity: usize,
-    /// Chunks in offset order; `chunks[0]` starts at `start`.
-    chunks: VecDeque<Bytes>,
+    /// Chunks in offset order, contiguous; `chunks[0]` starts at `start`.
+    chunks: VecDeque<Chunk>,
     /// Offset of the oldest byte held.
     start: u64,
     /// Offset of the next byte the PTY will produce.
     end: u64,
+}
+
+/// One read of the PTY, with the offset of its first byte: a reader anywhere in the ring is
+/// found by binary search, however many chunks it holds (an echoing shell's are single bytes).
+#[derive(Debug)]
+struct Chunk {
+    start: u64,
+    bytes: Bytes,
+}
+
+impl Chunk {
+    fn end(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
 }
 
 /// Where a reader at some offset goes next.
@@ -61,7 +75,22 @@ impl OutputRing {
 
     /// The chunks held, oldest first (from [`OutputRing::start`] on), as shared handles.
     pub fn chunks(&self) -> impl Iterator<Item = &Bytes> {
-        self.chunks.iter()
+        self.chunks.iter().map(|chunk| &chunk.bytes)
+    }
+
+    /// The output from `offset` to the end as the chunks hold it, the first cut to start at
+    /// `offset`; nothing when the ring does not hold `offset` (see [`OutputRing::read_at`]).
+    pub fn pieces_from(&self, offset: u64) -> impl Iterator<Item = Bytes> + '_ {
+        let held = offset >= self.start && offset < self.end;
+        let first = if held {
+            self.locate(offset)
+        } else {
+            self.chunks.len()
+        };
+        self.chunks.range(first..).map(move |chunk| {
+            let skip = offset.saturating_sub(chunk.start) as usize;
+            chunk.bytes.slice(skip..)
+        })
     }
 
     pub fn capacity(&self) -> usize {
@@ -96,7 +125,10 @@ impl OutputRing {
             return offset;
         }
         self.end += chunk.len() as u64;
-        self.chunks.push_back(chunk);
+        self.chunks.push_back(Chunk {
+            start: offset,
+            bytes: chunk,
+        });
         self.evict_beyond_capacity();
         offset
     }
@@ -113,13 +145,14 @@ impl OutputRing {
             let Some(front) = self.chunks.front_mut() else {
                 break;
             };
-            if front.len() <= excess {
-                self.start += front.len() as u64;
+            if front.bytes.len() <= excess {
+                self.start += front.bytes.len() as u64;
                 self.chunks.pop_front();
             } else {
                 // Keep the tail of the oldest chunk: the ring holds exactly `capacity` bytes, so a
                 // controller allowed to lag by `capacity` never loses a byte.
-                let _ = front.split_to(excess);
+                let _ = front.bytes.split_to(excess);
+                front.start += excess as u64;
                 self.start += excess as u64;
             }
         }
@@ -137,37 +170,22 @@ impl OutputRing {
         if offset >= self.end {
             return RingRead::UpToDate;
         }
-        // Chunks are contiguous: find the one that holds `offset` by walking back from the end
-        // (readers are nearly always close to the end), or by binary search for long replays.
-        let (index, chunk_start) = self.locate(offset);
-        let chunk = &self.chunks[index];
-        let skip = (offset - chunk_start) as usize;
-        let len = (chunk.len() - skip).min(max_len.max(1));
-        RingRead::Data(chunk.slice(skip..skip + len))
+        let chunk = &self.chunks[self.locate(offset)];
+        let skip = (offset - chunk.start) as usize;
+        let len = (chunk.bytes.len() - skip).min(max_len.max(1));
+        RingRead::Data(chunk.bytes.slice(skip..skip + len))
     }
 
-    /// The index of the chunk holding `offset` and that chunk's first offset. `offset` must be in
-    /// `start..end`.
-    fn locate(&self, offset: u64) -> (usize, u64) {
-        let mut chunk_end = self.end;
-        for (index, chunk) in self.chunks.iter().enumerate().rev().take(8) {
-            let chunk_start = chunk_end - chunk.len() as u64;
-            if offset >= chunk_start {
-                return (index, chunk_start);
-            }
-            chunk_end = chunk_start;
-        }
-        // A long replay: walk forward from the start, summing lengths. Replays are rare (one per
-        // attach), so a linear walk over at most `capacity / chunk size` entries is fine.
-        let mut chunk_start = self.start;
-        for (index, chunk) in self.chunks.iter().enumerate() {
-            let next = chunk_start + chunk.len() as u64;
-            if offset < next {
-                return (index, chunk_start);
-            }
-            chunk_start = next;
-        }
-        unreachable!("offset {offset} is inside the ring but in no chunk")
+    /// The index of the chunk holding `offset`, which must be in `start..end`.
+    fn locate(&self, offset: u64) -> usize {
+        let index = self.chunks.partition_point(|chunk| chunk.end() <= offset);
+        debug_assert!(
+            self.chunks
+                .get(index)
+                .is_some_and(|chunk| chunk.start <= offset && offset < chunk.end()),
+            "offset {offset} is inside the ring but in no chunk"
+        );
+        index
     }
 }
 
@@ -237,7 +255,7 @@ mod tests {
         }
         let expected: Vec<u8> = (0..100u8).flat_map(|index| [index; 3]).collect();
         assert_eq!(collect(&ring, 0), expected);
-        // A reader in the middle of an old chunk (found by the forward walk).
+        // A reader in the middle of an old chunk.
         assert_eq!(
             ring.read_at(4, 10),
             RingRead::Data(Bytes::from(vec![1u8; 2]))
@@ -247,6 +265,40 @@ mod tests {
             RingRead::Data(Bytes::from(vec![1u8; 1]))
         );
         assert_eq!(collect(&ring, 298), vec![99u8; 2]);
+    }
+
+    #[test]
+    fn pieces_from_an_offset_are_the_rest_of_the_output() {
+        let mut ring = OutputRing::new(10);
+        for piece in [&b"abc"[..], b"de", b"fghij", b"kl"] {
+            ring.push(Bytes::copy_from_slice(piece));
+        }
+        // Held: c..l (the oldest two bytes were dropped).
+        let pieces = |offset| ring.pieces_from(offset).collect::<Vec<_>>();
+        assert_eq!(pieces(2), [&b"c"[..], b"de", b"fghij", b"kl"]);
+        assert_eq!(pieces(6), [&b"ghij"[..], b"kl"]);
+        assert_eq!(pieces(10), [&b"kl"[..]]);
+        assert!(pieces(1).is_empty(), "dropped");
+        assert!(pieces(12).is_empty(), "the end");
+        assert!(pieces(40).is_empty(), "beyond the end");
+    }
+
+    #[test]
+    fn a_ring_of_single_bytes_is_read_anywhere_in_order() {
+        let mut ring = OutputRing::new(5000);
+        for index in 0..6000u32 {
+            ring.push(Bytes::from(vec![(index % 251) as u8]));
+        }
+        assert_eq!((ring.start(), ring.end()), (1000, 6000));
+        for offset in [1000u64, 1001, 2500, 5990, 5999] {
+            assert_eq!(
+                ring.read_at(offset, 10),
+                RingRead::Data(Bytes::from(vec![(offset % 251) as u8]))
+            );
+            let rest: Vec<u8> = ring.pieces_from(offset).flatten().collect();
+            let expected: Vec<u8> = (offset..6000).map(|at| (at % 251) as u8).collect();
+            assert_eq!(rest, expected);
+        }
     }
 
     #[test]

@@ -162,12 +162,7 @@ impl Shared {
             } else {
                 FAST_FORWARD_LEAST
             };
-            let mut output = Vec::new();
-            let mut at = screen.offset();
-            while let RingRead::Data(piece) = state.ring.read_at(at, usize::MAX) {
-                at += piece.len() as u64;
-                output.push(piece);
-            }
+            let output: Vec<Bytes> = state.ring.pieces_from(screen.offset()).collect();
             (output, behind >= skip_from as u64)
         };
         match screen.look_ahead(&output, try_skip) {
