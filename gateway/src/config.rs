@@ -59,6 +59,9 @@ pub struct Config {
     /// Takes the client address from the last `X-Forwarded-For` entry: only behind a proxy that
     /// sets it, since clients can send the header themselves.
     pub trust_forwarded_for: bool,
+    /// Brokers in the gateway's own process (`ptyhub up`), called without a socket; every
+    /// other broker is reached at the endpoint session-api names. Empty by default.
+    pub in_process_brokers: crate::InProcessBrokers,
 }
 
 impl Config {
@@ -95,6 +98,7 @@ impl Config {
             allowed_hosts: Vec::new(),
             failed_auth_per_minute: Self::DEFAULT_FAILED_AUTH_PER_MINUTE,
             trust_forwarded_for: false,
+            in_process_brokers: crate::InProcessBrokers::default(),
         }
     }
 

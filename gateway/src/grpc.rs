@@ -4,8 +4,8 @@
 //! The session proxy (`session_proxy.rs`) forwards protobuf messages as they are; everything
 //! else goes through here.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -20,6 +20,7 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::brokers::{BrokerChannels, InProcessBrokers};
 use crate::domain::{
     AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
     InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
@@ -148,6 +149,7 @@ impl Upstreams {
         service_credential: &ServiceCredential,
         timeout: Duration,
         tls: &ptyhub_wire::TlsConfig,
+        in_process_brokers: InProcessBrokers,
     ) -> Result<Self, UpstreamError> {
         let endpoint = tls
             .endpoint(endpoint)
@@ -191,7 +193,7 @@ impl Upstreams {
             channel,
             waits_channel: waits,
             credential: interceptor,
-            brokers: BrokerChannels::new(timeout, tls.clone()),
+            brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers),
             answer_margin: timeout,
         })
     }
@@ -731,7 +733,7 @@ impl Upstreams {
         since: Option<u64>,
         snapshot: bool,
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
-        let channel = self.brokers.channel(&target.broker_endpoint)?;
+        let broker = self.brokers.transport(&target.broker_endpoint)?;
         let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
         let hello = broker_pb::ClientFrame {
             frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
@@ -747,7 +749,7 @@ impl Upstreams {
             .send(hello)
             .await
             .map_err(|_| ApiError::internal("attach stream closed before hello"))?;
-        let events = broker_pb::pty_broker_client::PtyBrokerClient::new(channel)
+        let events = broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
             .attach(ReceiverStream::new(command_receiver))
             .await
             .map_err(broker_error)?
@@ -785,8 +787,8 @@ impl Upstreams {
         broker_endpoint: &str,
         frames: mpsc::Receiver<broker_pb::ClientFrame>,
     ) -> Result<tonic::Streaming<broker_pb::ServerFrame>, ApiError> {
-        let channel = self.brokers.channel(broker_endpoint)?;
-        broker_pb::pty_broker_client::PtyBrokerClient::new(channel)
+        let broker = self.brokers.transport(broker_endpoint)?;
+        broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
             .attach(ReceiverStream::new(frames))
             .await
             .map(tonic::Response::into_inner)
@@ -863,69 +865,6 @@ impl AttachCommands {
             .send(broker_pb::ClientFrame { frame: Some(frame) })
             .await
             .map_err(|_| ApiError::unavailable("attach stream ended"))
-    }
-}
-
-/// One lazily connected channel per broker endpoint, shared by every stream to it.
-#[derive(Clone, Debug)]
-struct BrokerChannels {
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
-    timeout: Duration,
-    /// `https://` brokers are dialled with TLS, trusting the configured CA.
-    tls: ptyhub_wire::TlsConfig,
-}
-
-impl BrokerChannels {
-    fn new(timeout: Duration, tls: ptyhub_wire::TlsConfig) -> Self {
-        Self {
-            channels: Arc::default(),
-            timeout,
-            tls,
-        }
-    }
-
-    fn channel(&self, endpoint: &str) -> Result<Channel, ApiError> {
-        let mut channels = self
-            .channels
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(channel) = channels.get(endpoint) {
-            return Ok(channel.clone());
-        }
-        // No request timeout here: an Attach stream lives as long as its client. HTTP/2
-        // keepalive finds a dead broker instead.
-        let channel = self
-            .tls
-            .endpoint(endpoint)
-            .map_err(|error| {
-                ApiError::internal(format!(
-                    "session-api returned a broker endpoint the gateway cannot use: {error}"
-                ))
-            })?
-            .connect_timeout(self.timeout)
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(20))
-            .keep_alive_while_idle(true)
-            .connect_lazy();
-        channels.insert(endpoint.to_owned(), channel.clone());
-        Ok(channel)
-    }
-
-    async fn check_health(&self, endpoint: &str) -> Result<(), String> {
-        use tonic_health::pb::health_check_response::ServingStatus;
-        let channel = self.channel(endpoint).map_err(|error| error.message)?;
-        let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
-        let request = tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        };
-        match tokio::time::timeout(self.timeout, client.check(request)).await {
-            Err(_) => Err("health check timed out".into()),
-            Ok(Err(status)) => Err(format!("health check failed: {}", status.message())),
-            Ok(Ok(response)) if response.get_ref().status == ServingStatus::Serving as i32 => {
-                Ok(())
-            }
-            Ok(Ok(_)) => Err("not serving".into()),
-        }
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod attach_relay;
 pub mod audit;
 pub mod auth;
+pub mod brokers;
 pub mod browser;
 pub mod config;
 pub mod cookie;
@@ -35,6 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use axum::serve::ListenerExt as _;
 
+pub use brokers::InProcessBrokers;
 pub use config::{AuthConfig, Config, ConfigError};
 // What a caller needs to fill in a [`Config`].
 pub use ptyhub_wire::ServiceCredential;
@@ -81,6 +83,7 @@ pub async fn run(
         &config.service_credential,
         config.backend_timeout,
         &tls,
+        config.in_process_brokers.clone(),
     )?;
     let bound = listener.local_addr().map_err(Error::Serve)?;
     let host_policy = browser::HostPolicy::new(&config, bound);

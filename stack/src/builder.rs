@@ -47,6 +47,7 @@ pub struct StackBuilder {
     max_streams_per_principal: Option<usize>,
     internal_tls: Option<TlsFiles>,
     gateway_tls: Option<(PathBuf, PathBuf)>,
+    broker_in_process: bool,
 }
 
 impl Default for StackBuilder {
@@ -78,6 +79,7 @@ impl Default for StackBuilder {
             max_streams_per_principal: None,
             internal_tls: None,
             gateway_tls: None,
+            broker_in_process: true,
         }
     }
 }
@@ -167,6 +169,14 @@ impl StackBuilder {
     /// How long each service's graceful shutdown may take.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = Some(grace);
+        self
+    }
+
+    /// Whether the gateway calls the stack's broker in process (the default: no socket, no
+    /// HTTP/2 between them, see `gateway::InProcessBrokers`) or over the broker's port, as a
+    /// gateway in a process of its own does.
+    pub fn broker_in_process(mut self, in_process: bool) -> Self {
+        self.broker_in_process = in_process;
         self
     }
 
@@ -339,6 +349,11 @@ impl StackBuilder {
             &addresses.session_api_endpoint(),
         );
         gateway_config.recordings = recordings;
+        if self.broker_in_process {
+            gateway_config
+                .in_process_brokers
+                .insert(addresses.broker_endpoint(), broker.in_process_service());
+        }
 
         let stack = Stack::spawn(
             running::Services {

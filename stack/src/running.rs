@@ -46,6 +46,9 @@ pub struct Stack {
     credentials: TierCredentials,
     broker: pty_broker::Broker,
     broker_id: String,
+    /// The brokers the gateway calls in process: the stack's own unless
+    /// [`StackBuilder::broker_in_process`] turned it off.
+    in_process_brokers: gateway::InProcessBrokers,
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
     tasks: Vec<ServiceTask>,
@@ -121,6 +124,7 @@ impl Stack {
         let (broker, broker_listener) = services.broker;
         let (session_api_config, session_api_listener) = services.session_api;
         let (gateway_config, gateway_listener) = services.gateway;
+        let in_process_brokers = gateway_config.in_process_brokers.clone();
 
         let stopped = shutdown.clone().cancelled_owned();
         let serving = broker.clone();
@@ -148,6 +152,7 @@ impl Stack {
             credentials,
             broker,
             broker_id,
+            in_process_brokers,
             shutdown,
             gateway_shutdown,
             tasks: vec![
@@ -168,6 +173,12 @@ impl Stack {
     /// session-api's bound address.
     pub fn session_api_address(&self) -> SocketAddr {
         self.addresses.session_api
+    }
+
+    /// The table of brokers the gateway calls without a socket: a broker started beside the
+    /// stack in the same process can be added to it (as the bench's second broker is).
+    pub fn in_process_brokers(&self) -> &gateway::InProcessBrokers {
+        &self.in_process_brokers
     }
 
     /// The gateway's bound address.

@@ -1,4 +1,5 @@
-//! The builder on real sockets: ephemeral ports reported, the credential required, the gateway
+//! The builder on real sockets: ephemeral ports reported, the credential required, the broker
+//! called in process by the gateway (with the same checks) unless asked not to, the gateway
 //! stopped alone, a service that cannot start failing the start, the idle-reaping knob
 //! reaching the broker, and the same stack with TLS on every hop (certificates made by the test
 //! with `rcgen`).
@@ -87,6 +88,46 @@ async fn services_listen_on_reported_loopback_ports_and_require_the_credential()
             "{address} still accepts connections after shutdown"
         );
     }
+}
+
+#[tokio::test]
+async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
+    let stack = Stack::builder().start().await.expect("the stack starts");
+    let endpoint = stack.broker_endpoint();
+    assert!(stack.in_process_brokers().contains(&endpoint));
+    local_instance(&stack, "in-process").await;
+
+    let service = stack
+        .in_process_brokers()
+        .remove(&endpoint)
+        .expect("the broker's service");
+    let transport = gateway::brokers::BrokerTransport::InProcess(service);
+    let refused = broker_pb::pty_broker_client::PtyBrokerClient::new(transport.clone())
+        .list(broker_pb::ListRequest {})
+        .await
+        .expect_err("no credential, no answer, in process too");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let listed = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
+        transport,
+        stack.credentials().session_api.bearer_auth(),
+    )
+    .list(broker_pb::ListRequest {})
+    .await
+    .expect("session-api's credential is admitted");
+    assert!(listed.into_inner().sessions.is_empty());
+    stack.shutdown().await.expect("a clean shutdown");
+
+    let over_tcp = Stack::builder()
+        .broker_in_process(false)
+        .start()
+        .await
+        .expect("the stack starts");
+    assert!(
+        !over_tcp
+            .in_process_brokers()
+            .contains(&over_tcp.broker_endpoint())
+    );
+    over_tcp.shutdown().await.expect("a clean shutdown");
 }
 
 #[tokio::test]

@@ -65,6 +65,7 @@ pub struct TestStackBuilder {
     detached_timeout: Option<Duration>,
     kill_grace: Duration,
     max_streams_per_principal: Option<usize>,
+    broker_over_tcp: bool,
 }
 
 impl Default for TestStackBuilder {
@@ -79,6 +80,7 @@ impl Default for TestStackBuilder {
             detached_timeout: None,
             kill_grace: Duration::from_millis(500),
             max_streams_per_principal: None,
+            broker_over_tcp: false,
         }
     }
 }
@@ -140,6 +142,13 @@ impl TestStackBuilder {
         self
     }
 
+    /// The gateway reaches the broker over its TCP port, as a gateway in a process of its own
+    /// does, instead of in process (`ptyhub up`'s default).
+    pub fn broker_over_tcp(mut self) -> Self {
+        self.broker_over_tcp = true;
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
@@ -153,7 +162,8 @@ impl TestStackBuilder {
             .api_token(ADMIN_TOKEN)
             .jwt_hs256_secret(JWT_SECRET)
             .allowed_origins(self.allowed_origins)
-            .start_patience(START_PATIENCE);
+            .start_patience(START_PATIENCE)
+            .broker_in_process(!self.broker_over_tcp);
         if let Some(ring_bytes) = self.ring_bytes {
             builder = builder.ring_bytes(ring_bytes);
         }

@@ -598,3 +598,44 @@ async fn a_socket_ends_with_4001_when_its_jwt_expires() {
     assert_eq!(closed.reason, "credential expired");
     stack.shutdown().await;
 }
+
+/// Every other test here runs with the gateway calling the broker in process (`ptyhub up`'s
+/// way); this one runs the stream's semantics with the gateway reaching the broker over its
+/// TCP port, as a gateway in a process of its own does.
+#[tokio::test]
+async fn over_tcp_to_the_broker_the_stream_behaves_the_same() {
+    let stack = TestStack::builder().broker_over_tcp().start().await;
+    let id = create_session(&stack, &stack.instance_id, json!({})).await;
+    let session_path = format!(
+        "/ws/tool-instances/{}/terminal/{id}?cols=300&rows=40",
+        stack.instance_id
+    );
+    let mut controller = Terminal::open(&stack, &session_path).await;
+    let start = controller.connected().await["offset"].as_u64().unwrap();
+    controller.send_input("echo tcp-$((6*7))\n").await;
+    controller.read_until_output("tcp-42").await;
+
+    let mut viewer =
+        Terminal::open(&stack, &format!("{session_path}&mode=view&since={start}")).await;
+    assert_eq!(viewer.connected().await["role"], "viewer");
+    viewer.read_until_output("tcp-42").await;
+    // The same bytes from the same offset, on the span both have read.
+    let common = viewer.output.len().min(controller.output.len());
+    assert_eq!(viewer.output[..common], controller.output[..common]);
+    assert!(String::from_utf8_lossy(&viewer.output[..common]).contains("tcp-42"));
+    viewer.send_input("echo viewer\n").await;
+    let error = viewer.read_until_text("error").await;
+    assert!(
+        error["message"].as_str().unwrap().contains("viewer"),
+        "{error}"
+    );
+
+    controller.send_input("exit 5\n").await;
+    assert_eq!(controller.read_until_closed().await.code, 1000);
+    let exit = controller.texts.iter().find(|text| text["type"] == "exit");
+    assert_eq!(
+        exit,
+        Some(&json!({"type": "exit", "code": 5, "signal": null}))
+    );
+    stack.shutdown().await;
+}

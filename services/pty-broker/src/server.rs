@@ -194,6 +194,15 @@ impl Broker {
         }
     }
 
+    /// This broker's gRPC service (`ptyhub.broker.v1.PtyBroker`) as a value another part of the
+    /// same process calls without a socket: `ptyhub up`'s gateway does. The same handlers,
+    /// checks and limits as on the port; no HTTP/2, no connection, no task between caller and
+    /// handler. It serves as long as the broker does, on the port or not (a hand-off ends its
+    /// streams as it ends those on the port; health and reflection are on the port only).
+    pub fn in_process_service(&self) -> tonic::service::Routes {
+        tonic::service::Routes::new(PtyBrokerService::new(self.clone()).into_server()).prepare()
+    }
+
     /// The graceful end: not serving, every session closed, every stream ended, within `grace`.
     async fn shut_down_within(
         &self,
