@@ -178,7 +178,7 @@ async fn main() -> Result<()> {
     let stack = Stack::start(StackOptions {
         ring_bytes: pty_broker::Config::DEFAULT_RING_BYTES,
         max_sessions: 50,
-        unscreened: selected("throughput"),
+        unscreened: selected("throughput") || selected("echo"),
         web_dir: (selected("reload") && browser.web_dir.join("index.html").is_file())
             .then(|| browser.web_dir.clone()),
         record: args.record,
@@ -262,6 +262,7 @@ async fn run(
     let paths: Vec<Path> = Path::ALL
         .into_iter()
         .filter(|path| !path.needs_docker() || stack.docker.is_some())
+        .filter(|path| !path.needs_unscreened() || stack.unscreened.is_some())
         .collect();
     if stack.docker.is_none() {
         writeln!(
@@ -299,14 +300,11 @@ async fn run(
                 writeln!(out, "| {} | failed | | | |", path.label())?;
                 continue;
             }
-            let target = if matches!(
-                path,
+            let target = match path {
                 Path::Gateway(Backend::Local, Screens::On)
-                    | Path::GatewayGrpc(Backend::Local, Screens::On)
-            ) {
-                "p50 < 150, p99 < 300"
-            } else {
-                ""
+                | Path::GatewayGrpc(Backend::Local, Screens::On) => "p50 < 150, p99 < 300",
+                Path::GatewayOverTcp(Backend::Local) => "p50 ≤ 1.3x (a2)",
+                _ => "",
             };
             writeln!(
                 out,
@@ -586,10 +584,20 @@ async fn throughput_section(
     failures: &mut Vec<String>,
 ) -> Result<()> {
     eprintln!("(1) throughput");
+    // The Python client is required under CI, as the browser is.
+    let python = scenarios::python_client();
+    if let Err(reason) = &python
+        && !stack::in_ci()
+    {
+        stack::report_skip(&format!(
+            "SKIP: bench throughput, Python client paths: {reason}"
+        ));
+    }
     let paths: Vec<Path> = Path::THROUGHPUT
         .into_iter()
         .filter(|path| !path.needs_docker() || stack.docker.is_some())
         .filter(|path| !path.needs_unscreened() || stack.unscreened.is_some())
+        .filter(|path| !matches!(path, Path::GatewayPython(..)) || python.is_ok() || stack::in_ci())
         .collect();
     let mut runs: Vec<Vec<scenarios::Throughput>> = vec![Vec::new(); paths.len()];
     for _ in 0..sizes.repeats {
@@ -648,6 +656,12 @@ async fn throughput_section(
             | Path::GatewayGrpc(Backend::Local, Screens::On) => "≥ 0.90x (a); on/off ≥ 0.90x",
             Path::Gateway(Backend::Docker, Screens::On)
             | Path::GatewayGrpc(Backend::Docker, Screens::On) => "≥ 0.90x (b); on/off ≥ 0.90x",
+            Path::GatewayOverTcp(Backend::Local) | Path::GatewayPython(Backend::Local, _) => {
+                "≥ 0.90x (a)"
+            }
+            Path::GatewayOverTcp(Backend::Docker) | Path::GatewayPython(Backend::Docker, _) => {
+                "≥ 0.90x (b)"
+            }
             Path::Broker(_, Screens::On) => "on/off ≥ 0.90x",
             _ => "",
         };

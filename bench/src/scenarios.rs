@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack, TICKET_SECRET};
 use crate::term::{
-    Path, READ_PATIENCE, Term, attach_broker, attach_broker_at, close_session, connect_gateway,
-    create_session_on,
+    Path, READ_PATIENCE, Reads, SMALL_READ_BYTES, Term, attach_broker, attach_broker_at,
+    close_session, connect_gateway, create_session, create_session_on,
 };
 
 /// One line of the flood: 63 printable bytes and a newline.
@@ -62,6 +62,9 @@ pub struct Throughput {
 
 /// One throughput run: from the go keystroke until the client has all `bytes`, checked.
 pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<Throughput> {
+    if let Path::GatewayPython(backend, reads) = path {
+        return throughput_python(stack, backend, reads, bytes).await;
+    }
     let mut term = Term::open(stack, path, &flood_script(bytes)).await?;
     let result = async {
         let ready = term.read_until(b"R", 4096).await?;
@@ -98,6 +101,90 @@ pub async fn throughput_once(stack: &Stack, path: Path, bytes: u64) -> Result<Th
     }
     .await;
     term.close(stack).await;
+    result
+}
+
+/// The Python client of [`Path::GatewayPython`].
+const PYTHON_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/ws_flood.py");
+
+/// The Python with `websockets` the bench runs its other client with: `PTYHUB_TEST_PYTHON`
+/// (the venv `cargo xtask` prepares), else `python3`; why not, when it lacks the package.
+pub fn python_client() -> Result<std::path::PathBuf, String> {
+    let python = std::env::var_os("PTYHUB_TEST_PYTHON")
+        .map_or_else(|| "python3".into(), std::path::PathBuf::from);
+    match std::process::Command::new(&python)
+        .args(["-c", "import websockets.asyncio.client"])
+        .output()
+    {
+        Ok(output) if output.status.success() => Ok(python),
+        Ok(output) => Err(format!(
+            "{} cannot import websockets (`cargo xtask deps` installs it): {}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+        Err(error) => Err(format!("cannot run {}: {error}", python.display())),
+    }
+}
+
+/// The flood read through the gateway by the Python client in a process of its own, timed by
+/// the client from its newline to the last byte. The CPU column is the bench process's (the
+/// services') over the client's whole run, its start and connection included.
+async fn throughput_python(
+    stack: &Stack,
+    backend: Backend,
+    reads: Reads,
+    bytes: u64,
+) -> Result<Throughput> {
+    let python = python_client().map_err(anyhow::Error::msg)?;
+    let command = vec!["/bin/sh".to_owned(), "-c".to_owned(), flood_script(bytes)];
+    let (instance, attach) = create_session(stack, backend, Screens::On, command).await?;
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal/{}?token={ADMIN_TOKEN}",
+        stack.websocket_url(),
+        attach.session_id
+    );
+    let mut client = tokio::process::Command::new(python);
+    client
+        .arg(PYTHON_CLIENT)
+        .arg(&url)
+        .arg(bytes.to_string())
+        .kill_on_drop(true);
+    if reads == Reads::Small {
+        client.arg("--read-size").arg(SMALL_READ_BYTES.to_string());
+    }
+    // At 1 MiB/s at least, with the client's own 60 s bound on every frame inside it.
+    let patience = READ_PATIENCE + Duration::from_secs(bytes >> 20);
+    let result = async {
+        let cpu_before = process_cpu_seconds()?;
+        let output = tokio::time::timeout(patience, client.output())
+            .await
+            .map_err(|_| anyhow::anyhow!("the Python client took over {patience:?}"))?
+            .context("run the Python client")?;
+        let cpu = process_cpu_seconds()? - cpu_before;
+        ensure!(
+            output.status.success(),
+            "the Python client failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).with_context(|| {
+            format!(
+                "the Python client printed {:?}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })?;
+        let seconds = report["seconds"]
+            .as_f64()
+            .filter(|seconds| *seconds > 0.0)
+            .context("the Python client's report has no seconds")?;
+        let mib = bytes as f64 / (1024.0 * 1024.0);
+        Ok(Throughput {
+            mib_per_second: mib / seconds,
+            cpu_ms_per_mib: cpu * 1e3 / mib,
+        })
+    }
+    .await;
+    close_session(stack, &instance, &attach.session_id).await;
     result
 }
 

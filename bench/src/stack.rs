@@ -53,6 +53,21 @@ pub fn service_auth() -> BearerAuth {
     BearerAuth::new(SERVICE_TOKEN).expect("the bench's service token is printable ascii")
 }
 
+/// While it lives, the gateway reaches the stack's broker over TCP ([`Stack::broker_over_tcp`]).
+pub struct OverTcp<'a> {
+    in_process: &'a ptyhub_stack::InProcessBrokers,
+    endpoint: &'a str,
+    service: Option<tonic::service::Routes>,
+}
+
+impl Drop for OverTcp<'_> {
+    fn drop(&mut self) {
+        if let Some(service) = self.service.take() {
+            self.in_process.insert(self.endpoint, service);
+        }
+    }
+}
+
 /// Which runtime a session runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -251,8 +266,18 @@ impl Stack {
         config.session_api = Some(self.session_api_endpoint.clone());
         config.secrets.service_token = Some(tier_credentials()?.broker);
         config.advertise = Some(endpoint.clone());
+        let broker = pty_broker::Broker::builder(config)
+            .configured_runtimes()
+            .await
+            .context("start the broker without screens")?
+            .build();
+        // The gateway calls it in process as it calls the stack's broker: the two differ in
+        // their screens alone.
+        self.services
+            .in_process_brokers()
+            .insert(endpoint.clone(), broker.in_process_service());
         let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(pty_broker::run(config, listener, async move {
+        let served = tokio::spawn(broker.serve(listener, async move {
             let _ = stopped.await;
         }));
         let channel = Channel::from_shared(endpoint.clone())?.connect_lazy();
@@ -320,6 +345,17 @@ impl Stack {
                 unscreened.stop().await;
                 Err(error)
             }
+        }
+    }
+
+    /// Until the guard drops, the gateway reaches the stack's broker over its TCP port, as a
+    /// gateway in a process of its own does, instead of in process.
+    pub fn broker_over_tcp(&self) -> OverTcp<'_> {
+        let in_process = self.services.in_process_brokers();
+        OverTcp {
+            service: in_process.remove(&self.broker_endpoint),
+            in_process,
+            endpoint: &self.broker_endpoint,
         }
     }
 

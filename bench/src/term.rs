@@ -49,7 +49,27 @@ pub enum Path {
     /// The gateway's gRPC `Attach` relay (an outside client's path), to a session on the broker
     /// with or without screens.
     GatewayGrpc(Backend, Screens),
+    /// The gateway's WebSocket with the gateway reaching the broker over its TCP port (gRPC on
+    /// HTTP/2), as a gateway in a process of its own does, instead of in process as `ptyhub up`
+    /// does (every other gateway path).
+    GatewayOverTcp(Backend),
+    /// The gateway's WebSocket read by a client that is not the bench's: Python's `websockets`
+    /// in a process of its own (`bench/python/ws_flood.py`), reading whole or in small reads.
+    /// Throughput only: the client measures the flood itself.
+    GatewayPython(Backend, Reads),
 }
+
+/// How the Python client reads its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// As `asyncio` does by default (up to 256 KiB a read).
+    Whole,
+    /// [`SMALL_READ_BYTES`] a read, one frame queued at most.
+    Small,
+}
+
+/// The read size of [`Reads::Small`].
+pub const SMALL_READ_BYTES: usize = 4096;
 
 impl Path {
     pub fn label(self) -> &'static str {
@@ -77,6 +97,22 @@ impl Path {
             Path::GatewayGrpc(Backend::Docker, Screens::Off) => {
                 "(e) gateway gRPC Attach, Docker, screens off"
             }
+            Path::GatewayOverTcp(Backend::Local) => "(d) gateway WebSocket, local, broker over TCP",
+            Path::GatewayOverTcp(Backend::Docker) => {
+                "(d) gateway WebSocket, Docker, broker over TCP"
+            }
+            Path::GatewayPython(Backend::Local, Reads::Whole) => {
+                "(f) gateway WebSocket, local, Python client in its own process"
+            }
+            Path::GatewayPython(Backend::Local, Reads::Small) => {
+                "(f) gateway WebSocket, local, Python client reading 4 KiB at a time"
+            }
+            Path::GatewayPython(Backend::Docker, Reads::Whole) => {
+                "(f) gateway WebSocket, Docker, Python client in its own process"
+            }
+            Path::GatewayPython(Backend::Docker, Reads::Small) => {
+                "(f) gateway WebSocket, Docker, Python client reading 4 KiB at a time"
+            }
         }
     }
 
@@ -87,6 +123,8 @@ impl Path {
                 | Path::Broker(Backend::Docker, _)
                 | Path::Gateway(Backend::Docker, _)
                 | Path::GatewayGrpc(Backend::Docker, _)
+                | Path::GatewayOverTcp(Backend::Docker)
+                | Path::GatewayPython(Backend::Docker, _)
         )
     }
 
@@ -106,21 +144,25 @@ impl Path {
     }
 
     /// Every path of the latency scenarios, in table order (ptyhub as it runs by default).
-    pub const ALL: [Path; 9] = [
+    pub const ALL: [Path; 13] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
         Path::Broker(Backend::Local, Screens::On),
+        Path::Broker(Backend::Local, Screens::Off),
         Path::Broker(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Local, Screens::On),
+        Path::Gateway(Backend::Local, Screens::Off),
+        Path::GatewayOverTcp(Backend::Local),
         Path::Gateway(Backend::Docker, Screens::On),
+        Path::GatewayOverTcp(Backend::Docker),
         Path::GatewayGrpc(Backend::Local, Screens::On),
         Path::GatewayGrpc(Backend::Docker, Screens::On),
     ];
 
     /// Every path of the throughput scenario, in table order: each of ptyhub's beside the same
     /// with screens off.
-    pub const THROUGHPUT: [Path; 15] = [
+    pub const THROUGHPUT: [Path; 21] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -130,8 +172,14 @@ impl Path {
         Path::Broker(Backend::Docker, Screens::Off),
         Path::Gateway(Backend::Local, Screens::On),
         Path::Gateway(Backend::Local, Screens::Off),
+        Path::GatewayOverTcp(Backend::Local),
+        Path::GatewayPython(Backend::Local, Reads::Whole),
+        Path::GatewayPython(Backend::Local, Reads::Small),
         Path::Gateway(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Docker, Screens::Off),
+        Path::GatewayOverTcp(Backend::Docker),
+        Path::GatewayPython(Backend::Docker, Reads::Whole),
+        Path::GatewayPython(Backend::Docker, Reads::Small),
         Path::GatewayGrpc(Backend::Local, Screens::On),
         Path::GatewayGrpc(Backend::Local, Screens::Off),
         Path::GatewayGrpc(Backend::Docker, Screens::On),
@@ -208,6 +256,14 @@ impl Term {
                 let (instance, attach) = create_session(stack, backend, screens, command).await?;
                 crate::grpc_attach::attach_through_gateway(stack, instance, attach.session_id).await
             }
+            Path::GatewayOverTcp(backend) => {
+                let (instance, attach) =
+                    create_session(stack, backend, Screens::On, command).await?;
+                // Only the attach is made over TCP; the stream keeps its transport after.
+                let _over_tcp = stack.broker_over_tcp();
+                connect_gateway(stack, &instance, &attach.session_id, "").await
+            }
+            Path::GatewayPython(..) => bail!("the Python client opens its own socket"),
         }
     }
 
@@ -573,7 +629,7 @@ async fn open_exec(stack: &Stack, command: Vec<String>) -> Result<Term> {
 
 /// Creates a session running `command` through session-api on the broker with or without
 /// screens; its instance and attach target.
-async fn create_session(
+pub async fn create_session(
     stack: &Stack,
     backend: Backend,
     screens: Screens,

@@ -8,7 +8,8 @@
 //! - PostgreSQL: a throwaway cluster under `/var/cache/ptyhub-pg`, listening on 127.0.0.1 only;
 //!   tests create one database each from `PTYHUB_TEST_POSTGRES_URL`.
 //! - Python: a virtual environment under `/var/cache/ptyhub-py` with the packages of
-//!   `interop/requirements.txt` and `examples/python/requirements.txt` from PyPI
+//!   `interop/requirements.txt`, `examples/python/requirements.txt` and
+//!   `bench/python/requirements.txt` from PyPI
 //!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
 //!   tests; `iproute2` for the tests' own network namespaces.
 //!

@@ -29,8 +29,8 @@ pub fn python_grpc_reflection_client(root: &Path, address: SocketAddr, token: &s
     .context("the Python grpcio client failed against the gateway's gRPC port")
 }
 
-/// The Python of the virtual environment, with `interop/requirements.txt` and
-/// `examples/python/requirements.txt` installed.
+/// The Python of the virtual environment, with `interop/requirements.txt`,
+/// `examples/python/requirements.txt` and `bench/python/requirements.txt` installed.
 pub fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
     let venv = PathBuf::from(VENV);
     let python = venv.join("bin/python");
@@ -53,8 +53,10 @@ pub fn ensure_python_clients(root: &Path) -> Result<PathBuf> {
             ])
             .arg(root.join("interop/requirements.txt"))
             .arg("-r")
-            .arg(root.join("examples/python/requirements.txt")),
+            .arg(root.join("examples/python/requirements.txt"))
+            .arg("-r")
+            .arg(root.join("bench/python/requirements.txt")),
     )
-    .context("cannot install the Python gRPC clients from PyPI")?;
+    .context("cannot install the Python clients from PyPI")?;
     Ok(python)
 }
