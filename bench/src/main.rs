@@ -135,8 +135,8 @@ impl Sizes {
                 starts: 100,
                 scale_sessions: 1000,
                 scale_output: 1 << 20,
-                sockets: 2000,
-                typists: 200,
+                sockets: 10_000,
+                typists: 1000,
                 typing: Duration::from_secs(10),
                 // The broker's default (`--screen-sleep`).
                 screen_sleep: SCREEN_SLEEP,

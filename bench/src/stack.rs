@@ -36,6 +36,8 @@ const CONTAINER_LABEL: &str = "ptyhub.bench";
 pub const BROKER_ID: &str = "bench";
 /// The id of the second broker, the one without screens.
 pub const UNSCREENED_BROKER_ID: &str = "bench-screens-off";
+/// The streams the bench's one principal may hold open at the stack's gateway.
+const MAX_BENCH_STREAMS: usize = 20_000;
 /// Liveness bound for start-up, not a performance figure.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -166,6 +168,9 @@ impl Stack {
             .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
             .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
             .broker_id(BROKER_ID)
+            // Every stream of the bench is the one admin's: the typing scenario alone holds a
+            // thousand, beyond the per-principal limit meant for people.
+            .max_streams_per_principal(MAX_BENCH_STREAMS)
             .backends(backends.clone())
             // The bench container runs as root, which brokers refuse in containers by default.
             .spawn_policy(ptyhub_stack::SpawnPolicy {
