@@ -21,7 +21,10 @@ use crate::scenarios::{ECHO_SCRIPT, LINE};
 use crate::stack::{
     ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth, tier_credentials,
 };
-use crate::term::{Term, close_session, connect_gateway, connect_gateway_at, create_session_on};
+use crate::term::{
+    Term, close_session, connect_gateway_at, connect_gateway_configured, create_session_on,
+    typist_client,
+};
 
 /// Bound of one call (spawn, create, connect).
 const CALL_PATIENCE: Duration = Duration::from_secs(30);
@@ -357,7 +360,10 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
     );
     let sessions = sockets.div_ceil(MAX_VIEWERS_PER_SESSION + 1);
     let instance_count = sessions.div_ceil(INSTANCE_CAP);
-    let needed = sockets as u64 * 2 + 256;
+    // This process holds the client end of every socket and its sessions' PTYs (the stack's
+    // broker is in it); the gateway's ends are in the gateway's process, which has its own
+    // limit, and its streams to the broker share one connection.
+    let needed = sockets as u64 + sessions as u64 * 4 + 256;
     let limit = open_files_limit()?;
     ensure!(
         limit >= needed,
@@ -604,8 +610,14 @@ pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result
                     if let Ok(mut created) = created.lock() {
                         created.push((instance.clone(), attach.session_id.clone()));
                     }
-                    let mut term =
-                        connect_gateway(stack, &instance, &attach.session_id, "").await?;
+                    let mut term = connect_gateway_configured(
+                        &stack.websocket_url(),
+                        &instance,
+                        &attach.session_id,
+                        "",
+                        Some(typist_client()),
+                    )
+                    .await?;
                     let ready = term.read_until(b"R", 4096).await?;
                     ensure!(ready == b"R", "unexpected output before echo: {ready:?}");
                     Ok(term)

@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack};
@@ -741,12 +742,31 @@ pub async fn connect_gateway_at(
     session_id: &str,
     extra_query: &str,
 ) -> Result<Term> {
+    connect_gateway_configured(ws_base, instance, session_id, extra_query, None).await
+}
+
+/// The client of a typist: tungstenite zero-fills its whole read buffer (128 KiB by default)
+/// before every read, a cost a thousand clients in the services' process would add to each
+/// echo; a typist reads a few bytes at a time, as the gateway's own sockets do (8 KiB).
+pub fn typist_client() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(8 * 1024)
+}
+
+/// [`connect_gateway_at`] with the client's WebSocket settings (`None`: tokio-tungstenite's).
+pub async fn connect_gateway_configured(
+    ws_base: &str,
+    instance: &str,
+    session_id: &str,
+    extra_query: &str,
+    config: Option<WebSocketConfig>,
+) -> Result<Term> {
     let url = format!(
         "{ws_base}/ws/tool-instances/{instance}/terminal/{session_id}?token={ADMIN_TOKEN}{extra_query}"
     );
     let (mut socket, _) = tokio::time::timeout(
         READ_PATIENCE,
-        tokio_tungstenite::connect_async(url.as_str()),
+        // As `connect_async` does: Nagle on.
+        tokio_tungstenite::connect_async_with_config(url.as_str(), config, false),
     )
     .await
     .map_err(|_| anyhow!("the WebSocket upgrade took over {READ_PATIENCE:?}"))?
