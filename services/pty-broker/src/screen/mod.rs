@@ -250,6 +250,30 @@ impl Screen {
         }
     }
 
+    /// The screen [`Screen::from_snapshot`] makes, asleep: it draws the snapshot only when it is
+    /// first needed (output, a resize, a read of its cells), and answers snapshots meanwhile
+    /// without drawing. Taking over a thousand idle sessions so parses none of them.
+    /// `marks` are the session's title and bell, which the screen answers until it wakes.
+    pub fn asleep_from_snapshot(
+        snapshot: &Snapshot,
+        scrollback_lines: usize,
+        marks: ScreenMarks,
+    ) -> Self {
+        Self {
+            state: State::Asleep(Asleep {
+                compressed_snapshot: lz4_flex::compress_prepend_size(&snapshot.data)
+                    .into_boxed_slice(),
+                last_bell_at: marks.last_bell_at,
+                title: marks.title,
+                changed: false,
+            }),
+            offset: snapshot.offset,
+            size: snapshot.size,
+            scrollback_lines,
+            ahead: Ahead::default(),
+        }
+    }
+
     /// Output bytes fed so far.
     pub fn offset(&self) -> u64 {
         self.offset
@@ -831,6 +855,34 @@ mod tests {
         }
         assert!(!sleepy.is_asleep());
         assert_same_screen(&mut sleepy, &mut awake);
+    }
+
+    #[test]
+    fn a_screen_made_asleep_from_a_snapshot_is_the_screen_drawn_from_it() {
+        let mut output = Vec::new();
+        for line in 0..200 {
+            output.extend_from_slice(
+                format!("\x1b[1;3{}mline {line}\x1b[m\r\n", line % 8).as_bytes(),
+            );
+        }
+        output.extend_from_slice(b"\x1b]2;taken over\x07$ ");
+        let snapshot = fed(size(80, 24), 1000, &output).snapshot();
+        let mut drawn = Screen::from_snapshot(&snapshot, 1000);
+        let marks = ScreenMarks {
+            title: "taken over".to_owned(),
+            last_bell_at: None,
+        };
+        let mut asleep = Screen::asleep_from_snapshot(&snapshot, 1000, marks.clone());
+        assert!(asleep.is_asleep());
+        assert_eq!(asleep.offset(), snapshot.offset);
+        assert_eq!(asleep.snapshot(), drawn.snapshot());
+        assert_eq!(asleep.marks(), marks);
+        assert!(asleep.is_asleep(), "answering a snapshot does not wake it");
+        for screen in [&mut drawn, &mut asleep] {
+            screen.feed_at(screen.offset(), b"echo more\r\nmore\r\n$ ");
+        }
+        assert!(!asleep.is_asleep());
+        assert_same_screen(&mut asleep, &mut drawn);
     }
 
     /// `prefix`, then `flood` and `suffix` with a fast-forward tried first, against the same

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::recording::Recordings;
 use crate::ring::OutputRing;
 use crate::runtime::{ProcessHandOff, SpawnSpec, SpawnedPty};
-use crate::screen::{Screen, Snapshot};
+use crate::screen::{Screen, ScreenMarks, Snapshot};
 use bytes::Bytes;
 
 /// Everything a session is, as of the moment its task stopped reading.
@@ -132,7 +132,14 @@ impl Session {
         let end = ring.end();
         let screen = settings.scrollback_lines.map(|lines| {
             let screen = match &frozen.screen {
-                Some(snapshot) if snapshot.offset == end => Screen::from_snapshot(snapshot, lines),
+                // Asleep: drawn when first needed, not all at once during the hand-off.
+                Some(snapshot) if snapshot.offset == end => {
+                    let marks = ScreenMarks {
+                        title: frozen.title.clone(),
+                        last_bell_at: frozen.last_bell_at,
+                    };
+                    Screen::asleep_from_snapshot(snapshot, lines, marks)
+                }
                 // The previous process ran without screens: this one's starts blank here.
                 _ => Screen::new(frozen.size, lines, end),
             };
