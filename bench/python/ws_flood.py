@@ -35,6 +35,8 @@ def check(chunk: bytes, position: int) -> None:
                 raise ValueError(
                     f"byte {position + index} is {byte:#04x}, expected {expected:#04x}"
                 )
+        # Equal bytes but unequal slices: a frame longer than the pattern held.
+        raise ValueError(f"a frame of {len(chunk)} bytes at {position} outruns the check")
 
 
 async def next_frame(socket):
