@@ -60,6 +60,11 @@ export async function showHistoryPage(app, instanceId, { onUnauthorized, onRefus
 
   // A new speed starts the player again where it was: the player takes its speed at creation.
   speed.addEventListener('change', async () => {
+    if (!current) return;
+    // Said before the first await: until the new player reports, the old one's "Ended ..." is
+    // no longer true.
+    status.textContent = `Restarting ${current.session.name} at ${speed.value}x…`;
+    stage.dataset.state = 'loading';
     const at = player ? await player.getCurrentTime() : 0;
     await start(at);
   });

@@ -84,7 +84,7 @@ describe('the History view', { skip: skip ?? false }, () => {
     // A new speed plays it again from where it was (the end): it ends once more, same screen.
     await page.getByLabel('Speed').selectOption('0.5');
     await waitFor('the player to end again', async () => (await status.textContent())?.startsWith('Ended taped'));
-    assert.match(await screen(), /LAST-42/);
+    await waitFor('the last screen to be drawn again', async () => /LAST-42/.test(await screen()));
     // The player seeks: `0` goes to 0% of the recording, where the output is not on the screen
     // yet.
     await page.locator('.history-player .ap-wrapper').focus();
