@@ -87,6 +87,7 @@ async fn keep_registered(mut client: RegistryClient, registration: Registration)
         };
         let wait = match outcome {
             Ok(interval) => {
+                tracing::debug!(?interval, "heartbeat answered");
                 retry_delay = FIRST_RETRY_DELAY;
                 interval
             }

@@ -109,9 +109,7 @@ impl Supervisor {
                 () = brokers_changed.notified() => {}
             }
             let store = &self.watcher.service.store;
-            let cutoff = now()
-                - chrono::Duration::from_std(self.watcher.settings.heartbeat_timeout)
-                    .unwrap_or(chrono::Duration::MAX);
+            let cutoff = self.watcher.heartbeat_cutoff();
             match store.mark_stale_brokers_down(cutoff).await {
                 Ok(down) => {
                     for broker_id in down {
@@ -128,7 +126,7 @@ impl Supervisor {
                 }
             };
             for broker in brokers.iter().filter(|broker| is_lost(broker, cutoff)) {
-                self.watcher.close_lost_sessions(broker, cutoff).await;
+                self.watcher.close_lost_sessions(broker).await;
             }
             for broker in brokers {
                 if let Some((endpoint, token)) = running.get(&broker.id) {
@@ -155,17 +153,15 @@ struct Watcher {
 impl Watcher {
     /// Closes (`broker_lost`) the open sessions of a broker that has been down for longer than
     /// the heartbeat timeout: its processes died with it (a broker restart leaves none), and no
-    /// client can reach them. A session still being spawned is left to the replica spawning it,
-    /// and the broker is read again first, so one that just came back keeps its sessions.
-    async fn close_lost_sessions(&self, broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) {
+    /// client can reach them. A session still being spawned is left to the replica spawning it.
+    /// The broker is read again, with the timeout counted from now, before anything is closed
+    /// and before each close: the tick's list can be seconds old on a loaded host, and a broker
+    /// that heartbeats in the meantime (the old process of a hand-off does until it exits) keeps
+    /// its sessions.
+    async fn close_lost_sessions(&self, broker: &Broker) {
         let store = &self.service.store;
-        match store.get_broker(&broker.id).await {
-            Ok(current) if is_lost(&current, cutoff) => {}
-            Ok(_) => return,
-            Err(error) => {
-                tracing::warn!(broker_id = %broker.id, %error, "could not read broker");
-                return;
-            }
+        if !self.still_lost(broker).await {
+            return;
         }
         let sessions = match store.open_sessions_on_broker(&broker.id).await {
             Ok(sessions) => sessions,
@@ -195,6 +191,11 @@ impl Watcher {
             }
         }
         for session in sessions {
+            if !self.still_lost(broker).await {
+                tracing::info!(broker_id = %broker.id,
+                    "a broker marked down heartbeats again: its other sessions are kept");
+                return;
+            }
             match store
                 .close_session(session.id, CloseReason::BrokerLost, Some(&Actor::system()))
                 .await
@@ -211,6 +212,24 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// Whether `broker`, read again now, is still down with no heartbeat for the timeout.
+    async fn still_lost(&self, broker: &Broker) -> bool {
+        match self.service.store.get_broker(&broker.id).await {
+            Ok(current) => is_lost(&current, self.heartbeat_cutoff()),
+            Err(error) => {
+                tracing::warn!(broker_id = %broker.id, %error, "could not read broker");
+                false
+            }
+        }
+    }
+
+    /// The time before which a last heartbeat is too old: now less the heartbeat timeout.
+    fn heartbeat_cutoff(&self) -> chrono::DateTime<chrono::Utc> {
+        now()
+            - chrono::Duration::from_std(self.settings.heartbeat_timeout)
+                .unwrap_or(chrono::Duration::MAX)
     }
 
     /// Follows one broker's events until cancelled, reconnecting with backoff.
