@@ -175,6 +175,7 @@ impl ClusterBuilder {
         }
         let mut cluster = Cluster {
             brokers: Vec::new(),
+            retired: Vec::new(),
             apis: Vec::new(),
             gateways: Vec::new(),
             http,
@@ -208,6 +209,8 @@ impl ClusterBuilder {
 #[derive(Debug)]
 pub struct Cluster {
     pub brokers: Vec<Service>,
+    /// Brokers that handed their sessions to a successor and exited, kept for their logs.
+    retired: Vec<Service>,
     pub apis: Vec<Service>,
     pub gateways: Vec<Service>,
     pub http: reqwest::Client,
@@ -289,10 +292,11 @@ impl Cluster {
                 ),
             ],
         );
-        let next = Service::start(
+        let next = Service::start_with_env(
             &format!("broker-{index}-next-{}", uuid::Uuid::new_v4().simple()),
             &binary("pty-broker")?,
             &args,
+            &self.shape.env,
             self.logs.path(),
         )
         .await?;
@@ -302,7 +306,8 @@ impl Cluster {
             "the old broker-{index} exited with {status}:\n{}",
             self.brokers[index].log()
         );
-        self.brokers[index] = next;
+        let previous = std::mem::replace(&mut self.brokers[index], next);
+        self.retired.push(previous);
         Ok(())
     }
 
@@ -445,10 +450,11 @@ impl Cluster {
         }
     }
 
-    /// Every process's log, for failure messages.
+    /// Every process's log (brokers that handed over first), for failure messages.
     pub fn logs(&self) -> String {
-        self.brokers
+        self.retired
             .iter()
+            .chain(&self.brokers)
             .chain(&self.apis)
             .chain(&self.gateways)
             .map(|service| format!("--- {}\n{}", service.name(), service.log()))

@@ -7,6 +7,7 @@
 pub mod binaries;
 pub mod churn;
 pub mod cluster;
+pub mod container;
 pub mod front;
 pub mod isolated;
 pub mod process;

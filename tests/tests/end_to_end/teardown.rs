@@ -11,6 +11,7 @@ use ptyhub_proto::session::v1 as session_pb;
 use serde_json::json;
 use test_support::Requirement;
 use tests::cluster::Cluster;
+use tests::container::Container;
 
 use crate::{created_session, start};
 
@@ -202,86 +203,6 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, fields) = stat.rsplit_once(')')?;
     Some(fields.split_whitespace().map(str::to_owned).collect())
-}
-
-/// A container of the test image whose first process is `sleep` itself, with no init to reap
-/// or end anything; removed (forcibly) when dropped. Driven with the `docker` command.
-#[derive(Debug)]
-struct Container {
-    name: String,
-}
-
-impl Container {
-    async fn start_without_init() -> Self {
-        let name = format!("ptyhub-e2e-{}", uuid::Uuid::new_v4().simple());
-        let output = tokio::process::Command::new("docker")
-            .args(["run", "--detach", "--init=false", "--network=none"])
-            .args(["--label=ptyhub.test=1", "--name", &name])
-            .args(["ptyhub-test-busybox:latest", "sleep", "86400"])
-            .output()
-            .await
-            .expect("docker runs");
-        assert!(
-            output.status.success(),
-            "docker run (is the test image built? cargo xtask deps builds it): {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let container = Self { name };
-        let first = container
-            .exec(&["cat", "/proc/1/cmdline"])
-            .await
-            .unwrap_or_default()
-            .replace('\0', " ");
-        assert_eq!(first.trim(), "sleep 86400", "no init in the container");
-        container
-    }
-
-    /// The output of `command` run in the container, when it succeeds.
-    async fn exec(&self, command: &[&str]) -> Option<String> {
-        let output = tokio::process::Command::new("docker")
-            .args(["exec", &self.name])
-            .args(command)
-            .output()
-            .await
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    /// The live processes (`pid stat args`) other than the container's first process and the
-    /// listing itself. Zombies are dead and counted as gone: without an init nothing reaps
-    /// the orphans among them.
-    async fn live_processes(&self) -> Vec<String> {
-        let listing = self
-            .exec(&["ps", "-o", "pid,stat,args"])
-            .await
-            .expect("ps runs in the container");
-        listing
-            .lines()
-            .skip(1)
-            .filter(|line| {
-                let mut fields = line.split_whitespace();
-                let pid = fields.next().unwrap_or_default();
-                let state = fields.next().unwrap_or_default();
-                let command = fields.collect::<Vec<_>>().join(" ");
-                pid != "1" && !state.starts_with('Z') && command != "ps -o pid,stat,args"
-            })
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let removed = std::process::Command::new("docker")
-            .args(["rm", "--force", "--volumes", &self.name])
-            .output();
-        if !removed.is_ok_and(|output| output.status.success()) {
-            eprintln!("cannot remove test container {}", self.name);
-        }
-    }
 }
 
 #[test]
