@@ -302,9 +302,31 @@ async fn run(
             }
             let target = match path {
                 Path::Gateway(Backend::Local, Screens::On)
-                | Path::GatewayGrpc(Backend::Local, Screens::On) => "p50 < 150, p99 < 300",
-                Path::GatewayOverTcp(Backend::Local) => "p50 ≤ 1.3x (a2)",
-                _ => "",
+                | Path::GatewayGrpc(Backend::Local, Screens::On) => {
+                    "p50 < 150, p99 < 300".to_owned()
+                }
+                Path::GatewayOverTcp(Backend::Local) => "p50 ≤ 1.3x (a2)".to_owned(),
+                // The recorded row against the same path unrecorded, run beside it.
+                Path::GatewayRecorded(backend) => {
+                    let median_p50 = |wanted: Path| {
+                        let index = paths.iter().position(|path| *path == wanted)?;
+                        let p50s: Vec<f64> = echoes[index]
+                            .iter()
+                            .map(|latency| micros(latency.p50))
+                            .collect();
+                        Spread::of(&p50s).map(|spread| spread.median)
+                    };
+                    match (
+                        median_p50(*path),
+                        median_p50(Path::Gateway(*backend, Screens::On)),
+                    ) {
+                        (Some(recorded), Some(unrecorded)) => {
+                            format!("p50 ≤ unrecorded + 10: {:+.0} µs", recorded - unrecorded)
+                        }
+                        _ => "p50 ≤ unrecorded + 10".to_owned(),
+                    }
+                }
+                _ => String::new(),
             };
             writeln!(
                 out,
@@ -627,12 +649,12 @@ async fn throughput_section(
     )?;
     writeln!(
         out,
-        "| path | MiB/s median | min | max | vs (a) | vs (b) | screens on/off | bench CPU ms/MiB | target |"
+        "| path | MiB/s median | min | max | vs (a) | vs (b) | screens on/off | recording on/off | bench CPU ms/MiB | target |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")?;
     for (index, path) in paths.iter().enumerate() {
         let Some(spread) = Spread::of(&rates(index)) else {
-            writeln!(out, "| {} | failed | | | | | | | |", path.label())?;
+            writeln!(out, "| {} | failed | | | | | | | | |", path.label())?;
             continue;
         };
         let ratio = |base: Option<f64>| {
@@ -649,6 +671,11 @@ async fn throughput_section(
             }
             _ => None,
         };
+        // On the recorded row: its median over that of the same path unrecorded.
+        let unrecorded = match path {
+            Path::GatewayRecorded(backend) => median_of(Path::Gateway(*backend, Screens::On)),
+            _ => None,
+        };
         let cpu: Vec<f64> = runs[index].iter().map(|run| run.cpu_ms_per_mib).collect();
         let cpu = Spread::of(&cpu).map_or(String::new(), |cpu| format!("{:.1}", cpu.median));
         let target = match path {
@@ -663,11 +690,12 @@ async fn throughput_section(
                 "≥ 0.90x (b)"
             }
             Path::Broker(_, Screens::On) => "on/off ≥ 0.90x",
+            Path::GatewayRecorded(_) => "recording on/off ≥ 0.90x",
             _ => "",
         };
         writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {cpu} | {target} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {cpu} | {target} |",
             path.label(),
             spread.median,
             spread.min,
@@ -679,6 +707,7 @@ async fn throughput_section(
                 String::new()
             },
             ratio(unscreened),
+            ratio(unrecorded),
         )?;
     }
     Ok(())

@@ -99,6 +99,11 @@ pub struct Stack {
     pub local_instance: String,
     /// The Docker instance's id and its container, when Docker answers.
     pub docker: Option<DockerTarget>,
+    /// Instances on the stack's broker like the two above but recording output and input, so
+    /// that recorded and unrecorded paths run side by side in one run: the local one, and the
+    /// Docker one in the same container.
+    pub recorded_local_instance: String,
+    pub recorded_docker_instance: Option<String>,
     /// The broker without screens and its instances, when asked for.
     pub unscreened: Option<UnscreenedBroker>,
     /// The gateway serves the web page (built in this directory).
@@ -200,6 +205,8 @@ impl Stack {
             http: reqwest::Client::new(),
             local_instance: String::new(),
             docker: None,
+            recorded_local_instance: String::new(),
+            recorded_docker_instance: None,
             unscreened: None,
             web_dir: options.web_dir.clone(),
             services,
@@ -208,7 +215,16 @@ impl Stack {
             kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
         };
         stack.local_instance = stack
-            .register("bench-local", local, options.max_sessions)
+            .register("bench-local", local.clone(), options.max_sessions)
+            .await?;
+        stack.recorded_local_instance = stack
+            .register_with(
+                "bench-local-recorded",
+                local,
+                options.max_sessions,
+                BROKER_ID,
+                broker_pb::RecordMode::OutputAndInput,
+            )
             .await?;
         if let Some(engine) = engine {
             let container_id = start_container(&engine).await?;
@@ -217,11 +233,27 @@ impl Stack {
                     container: container_id.clone(),
                 })),
             };
-            let registered = stack
-                .register("bench-docker", target, options.max_sessions)
-                .await;
+            let registered = async {
+                let instance = stack
+                    .register("bench-docker", target.clone(), options.max_sessions)
+                    .await?;
+                let recorded = stack
+                    .register_with(
+                        "bench-docker-recorded",
+                        target,
+                        options.max_sessions,
+                        BROKER_ID,
+                        broker_pb::RecordMode::OutputAndInput,
+                    )
+                    .await?;
+                anyhow::Ok((instance, recorded))
+            }
+            .await;
             let instance = match registered {
-                Ok(instance) => instance,
+                Ok((instance, recorded)) => {
+                    stack.recorded_docker_instance = Some(recorded);
+                    instance
+                }
                 Err(error) => {
                     remove_container(&engine, &container_id).await;
                     return Err(error);
@@ -392,6 +424,14 @@ impl Stack {
         }
     }
 
+    /// The instance id of `backend` whose sessions record output and input, if available.
+    pub fn recorded_instance(&self, backend: Backend) -> Option<&str> {
+        match backend {
+            Backend::Local => Some(&self.recorded_local_instance),
+            Backend::Docker => self.recorded_docker_instance.as_deref(),
+        }
+    }
+
     /// The broker with or without screens: a client and its endpoint, if it runs.
     pub fn broker_with(&self, screens: Screens) -> Option<(&BrokerClient, &str)> {
         match screens {
@@ -423,6 +463,26 @@ impl Stack {
         max_sessions: u32,
         broker_id: &str,
     ) -> Result<String> {
+        self.register_with(
+            name,
+            target,
+            max_sessions,
+            broker_id,
+            broker_pb::RecordMode::Unspecified,
+        )
+        .await
+    }
+
+    /// [`Stack::register_on`] with what the instance's sessions record (`Unspecified`: the
+    /// server's default).
+    pub async fn register_with(
+        &self,
+        name: &str,
+        target: broker_pb::Target,
+        max_sessions: u32,
+        broker_id: &str,
+        record: broker_pb::RecordMode,
+    ) -> Result<String> {
         let env: HashMap<String, String> = [("PS1", "$ "), ("TERM", "xterm-256color")]
             .into_iter()
             .map(|(key, value)| (key.to_owned(), value.to_owned()))
@@ -437,6 +497,7 @@ impl Stack {
             max_sessions,
             labels: HashMap::new(),
             broker_id: broker_id.to_owned(),
+            record: record as i32,
             ..Default::default()
         };
         let instance = self

@@ -47,6 +47,9 @@ pub enum Path {
     Broker(Backend, Screens),
     /// The gateway's WebSocket, end to end, to a session on the broker with or without screens.
     Gateway(Backend, Screens),
+    /// As `Gateway(backend, Screens::On)`, to a session whose instance records output and
+    /// input (asciicast, in the stack's recordings directory).
+    GatewayRecorded(Backend),
     /// The gateway's gRPC `Attach` relay (an outside client's path), to a session on the broker
     /// with or without screens.
     GatewayGrpc(Backend, Screens),
@@ -90,6 +93,12 @@ impl Path {
             Path::Gateway(Backend::Docker, Screens::Off) => {
                 "(d) gateway WebSocket, Docker, screens off"
             }
+            Path::GatewayRecorded(Backend::Local) => {
+                "(d) gateway WebSocket, local, recording output+input"
+            }
+            Path::GatewayRecorded(Backend::Docker) => {
+                "(d) gateway WebSocket, Docker, recording output+input"
+            }
             Path::GatewayGrpc(Backend::Local, Screens::On) => "(e) gateway gRPC Attach, local",
             Path::GatewayGrpc(Backend::Docker, Screens::On) => "(e) gateway gRPC Attach, Docker",
             Path::GatewayGrpc(Backend::Local, Screens::Off) => {
@@ -123,6 +132,7 @@ impl Path {
             Path::DockerExec
                 | Path::Broker(Backend::Docker, _)
                 | Path::Gateway(Backend::Docker, _)
+                | Path::GatewayRecorded(Backend::Docker)
                 | Path::GatewayGrpc(Backend::Docker, _)
                 | Path::GatewayOverTcp(Backend::Docker)
                 | Path::GatewayPython(Backend::Docker, _)
@@ -145,7 +155,7 @@ impl Path {
     }
 
     /// Every path of the latency scenarios, in table order (ptyhub as it runs by default).
-    pub const ALL: [Path; 13] = [
+    pub const ALL: [Path; 15] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -154,16 +164,18 @@ impl Path {
         Path::Broker(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Local, Screens::On),
         Path::Gateway(Backend::Local, Screens::Off),
+        Path::GatewayRecorded(Backend::Local),
         Path::GatewayOverTcp(Backend::Local),
         Path::Gateway(Backend::Docker, Screens::On),
+        Path::GatewayRecorded(Backend::Docker),
         Path::GatewayOverTcp(Backend::Docker),
         Path::GatewayGrpc(Backend::Local, Screens::On),
         Path::GatewayGrpc(Backend::Docker, Screens::On),
     ];
 
     /// Every path of the throughput scenario, in table order: each of ptyhub's beside the same
-    /// with screens off.
-    pub const THROUGHPUT: [Path; 21] = [
+    /// with screens off (and the gateway's beside the same recorded).
+    pub const THROUGHPUT: [Path; 23] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -173,11 +185,13 @@ impl Path {
         Path::Broker(Backend::Docker, Screens::Off),
         Path::Gateway(Backend::Local, Screens::On),
         Path::Gateway(Backend::Local, Screens::Off),
+        Path::GatewayRecorded(Backend::Local),
         Path::GatewayOverTcp(Backend::Local),
         Path::GatewayPython(Backend::Local, Reads::Whole),
         Path::GatewayPython(Backend::Local, Reads::Small),
         Path::Gateway(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Docker, Screens::Off),
+        Path::GatewayRecorded(Backend::Docker),
         Path::GatewayOverTcp(Backend::Docker),
         Path::GatewayPython(Backend::Docker, Reads::Whole),
         Path::GatewayPython(Backend::Docker, Reads::Small),
@@ -251,6 +265,14 @@ impl Term {
             }
             Path::Gateway(backend, screens) => {
                 let (instance, attach) = create_session(stack, backend, screens, command).await?;
+                connect_gateway(stack, &instance, &attach.session_id, "").await
+            }
+            Path::GatewayRecorded(backend) => {
+                let instance = stack
+                    .recorded_instance(backend)
+                    .context("that backend is not available")?
+                    .to_owned();
+                let attach = create_session_on(stack, &instance, command).await?;
                 connect_gateway(stack, &instance, &attach.session_id, "").await
             }
             Path::GatewayGrpc(backend, screens) => {
