@@ -446,6 +446,11 @@ pub(super) async fn record_until(
                 writer.flush().await;
             }
         }
+        // Woken by a keystroke or its echo, as the client's tasks are: they go first. A task
+        // woken last runs next on its worker, ahead of the others woken with it, and the
+        // recorder is the one reader that is never waited for (it timestamps on reading, so
+        // its times move by the wait; the player cannot tell).
+        tokio::task::yield_now().await;
     }
     // Everything the session wrote is in the buffer: the ring may go.
     let _ = drained.send(());
