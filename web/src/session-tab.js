@@ -14,7 +14,7 @@ import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
 import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
-import { activeTheme, fontSize, localEchoSettings, terminalTheme } from './settings.js';
+import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
 
 /**
  * Where OSC 52 sequences from programs (tmux, vim) go: only writes reach the system clipboard.
@@ -74,6 +74,34 @@ const ENDED_WORDS = Object.freeze({
  * - `snapshotOffset`: set between a `snapshot` frame and its binary frame, the offset the
  *   snapshot stands for (its own bytes are not output and have no offsets).
  */
+/** @type {boolean | undefined} */
+let hardwareWebgl2;
+
+/** The renderers of software rasterizers: Chromium's SwiftShader, Mesa's, Windows'. */
+const SOFTWARE_RENDERER = /swiftshader|llvmpipe|softpipe|software|basic render driver/i;
+
+/**
+ * Whether the browser draws WebGL2 on a GPU. A software rasterizer (SwiftShader in Chromium
+ * without a GPU) sets up and draws on the main thread, which made a page load several times
+ * slower than the DOM renderer there; headless Chromium offers it even to a context asked for
+ * with `failIfMajorPerformanceCaveat`, so its renderer's name says. Asked once per page.
+ */
+function hasHardwareWebgl2() {
+  if (hardwareWebgl2 === undefined) {
+    const context = document.createElement('canvas')
+      .getContext('webgl2', { failIfMajorPerformanceCaveat: true });
+    if (context === null) {
+      hardwareWebgl2 = false;
+    } else {
+      const info = context.getExtension('WEBGL_debug_renderer_info');
+      const renderer = String(context.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : context.RENDERER));
+      hardwareWebgl2 = !SOFTWARE_RENDERER.test(renderer);
+      context.getExtension('WEBGL_lose_context')?.loseContext();
+    }
+  }
+  return hardwareWebgl2;
+}
+
 export class SessionTab {
   constructor({ instanceId, session, clientId, viewer, size, callbacks }) {
     this.instanceId = instanceId;
@@ -200,11 +228,17 @@ export class SessionTab {
   }
 
   /**
-   * Draws with WebGL when the browser offers it (many live terminals stay smooth), else with
-   * xterm's DOM renderer, which is also where a lost WebGL context falls back to. The pane says
-   * which in `data-renderer`.
+   * Draws with WebGL when the browser offers it on a GPU (many live terminals stay smooth), else
+   * with xterm's DOM renderer, which is also where a lost WebGL context falls back to; the
+   * `gpuAcceleration` setting can ask for WebGL on a software rasterizer too, or never. The pane
+   * says which in `data-renderer`.
    */
   useWebgl() {
+    const wanted = gpuAcceleration();
+    if (wanted === 'off' || (wanted === 'auto' && !hasHardwareWebgl2())) {
+      this.setRenderer('dom');
+      return;
+    }
     let addon = null;
     try {
       addon = new WebglAddon();

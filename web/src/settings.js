@@ -8,6 +8,7 @@ import { DEFAULT_THRESHOLD_MS, MAX_THRESHOLD_MS } from './local-echo.js';
 const FONT_SIZE_KEY = 'ptyhub.fontSize';
 const THEME_KEY = 'ptyhub.theme';
 const LOCAL_ECHO_KEY = 'ptyhub.localEcho';
+const GPU_ACCELERATION_KEY = 'ptyhub.gpuAcceleration';
 const LOCAL_ECHO_THRESHOLD_KEY = 'ptyhub.localEchoThresholdMs';
 
 export const DEFAULT_FONT_SIZE = 14;
@@ -121,4 +122,15 @@ export function applyPageTheme() {
   const theme = activeTheme();
   document.documentElement.dataset.theme = theme;
   document.documentElement.style.colorScheme = theme;
+}
+
+/**
+ * Whether terminals draw with WebGL, as VS Code's `terminal.integrated.gpuAcceleration`:
+ * `auto` (the default) only where the browser draws WebGL on a GPU, `on` wherever it has WebGL
+ * (a software rasterizer included), `off` never (xterm's DOM renderer).
+ * @returns {'auto' | 'on' | 'off'}
+ */
+export function gpuAcceleration() {
+  const stored = localStorage.getItem(GPU_ACCELERATION_KEY);
+  return stored === 'on' || stored === 'off' ? stored : 'auto';
 }

@@ -335,7 +335,11 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
   for (const device of DEVICES) {
     test(`${device}: WebGL draws when the browser has it, Unicode 11 widths, and clickable links`, async () => {
       const instance = await stack.createInstance();
-      const page = await open(device, instance.id);
+      const page = await newPage(device);
+      // Headless Chromium has no GPU: its WebGL is SwiftShader's, which the default (`auto`)
+      // leaves for the DOM renderer and `on` takes.
+      await page.addInitScript(() => localStorage.setItem('ptyhub.gpuAcceleration', 'on'));
+      await openOn(page, instance.id);
       assert.equal(await page.locator('.pane:not([hidden])').getAttribute('data-renderer'), 'webgl');
       assert.equal(await page.locator('.pane:not([hidden]) canvas').count() > 0, true, 'a canvas draws');
 
@@ -375,6 +379,19 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
     });
   }
 
+  test('a software rasterizer draws with the DOM renderer unless asked for WebGL, and off is never WebGL', async () => {
+    const instance = await stack.createInstance();
+    for (const [setting, renderer] of [[null, 'dom'], ['auto', 'dom'], ['off', 'dom'], ['on', 'webgl'], ['nonsense', 'dom']]) {
+      const page = await newPage('desktop');
+      if (setting !== null) await page.addInitScript((value) => localStorage.setItem('ptyhub.gpuAcceleration', value), setting);
+      await openOn(page, instance.id);
+      assert.equal(await page.locator('.pane:not([hidden])').getAttribute('data-renderer'), renderer, `gpuAcceleration ${setting}`);
+      await typeLine(page, `echo drawn-${setting}-$((8*8))`);
+      await waitForScreen(page, `drawn-${setting}-64`);
+      await closePage(page);
+    }
+  });
+
   test('without WebGL the DOM renderer draws', async () => {
     const instance = await stack.createInstance();
     const noWebgl = await launchBrowser({ extraArgs: ['--disable-webgl', '--disable-webgl2'] });
@@ -383,6 +400,8 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
         const page = device === 'phone'
           ? await newMobilePage(noWebgl.browser, stack.origin)
           : await newDesktopPage(noWebgl.browser);
+        // Even when asked for: there is none.
+        await page.addInitScript(() => localStorage.setItem('ptyhub.gpuAcceleration', 'on'));
         await openOn(page, instance.id);
         assert.equal(await page.locator('.pane:not([hidden])').getAttribute('data-renderer'), 'dom');
         await typeLine(page, `echo dom-${device}-$((8*8))`);
