@@ -498,7 +498,6 @@ impl Stack {
             labels: HashMap::new(),
             broker_id: broker_id.to_owned(),
             record: record as i32,
-            ..Default::default()
         };
         let instance = self
             .session_api
