@@ -112,13 +112,14 @@ fn flood(dir: &str) -> String {
     )
 }
 
-/// What one session runs, and how its client reaches the gateway.
+/// What one session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Work {
     Flood,
     Echo,
 }
 
+/// How its client reaches the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Transport {
     WebSocket,
