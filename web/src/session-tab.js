@@ -64,16 +64,6 @@ const ENDED_WORDS = Object.freeze({
   cap_reached: 'Session limit reached',
 });
 
-/**
- * What the tab knows about its session's output:
- * - `written`: the offset of the next byte not yet written to the terminal, or null while the
- *   terminal shows nothing from the server. A fresh terminal (a tab opened or reloaded) asks for
- *   a snapshot of the screen; one still mounted resumes with `since=written`, and output below
- *   it is never written again, so a reconnect shows nothing twice.
- * - `cursor`: the offset of the next byte the server sends on the current socket.
- * - `snapshotOffset`: set between a `snapshot` frame and its binary frame, the offset the
- *   snapshot stands for (its own bytes are not output and have no offsets).
- */
 /** @type {boolean | undefined} */
 let hardwareWebgl2;
 
@@ -102,6 +92,16 @@ function hasHardwareWebgl2() {
   return hardwareWebgl2;
 }
 
+/**
+ * What the tab knows about its session's output:
+ * - `written`: the offset of the next byte not yet written to the terminal, or null while the
+ *   terminal shows nothing from the server. A fresh terminal (a tab opened or reloaded) asks for
+ *   a snapshot of the screen; one still mounted resumes with `since=written`, and output below
+ *   it is never written again, so a reconnect shows nothing twice.
+ * - `cursor`: the offset of the next byte the server sends on the current socket.
+ * - `snapshotOffset`: set between a `snapshot` frame and its binary frame, the offset the
+ *   snapshot stands for (its own bytes are not output and have no offsets).
+ */
 export class SessionTab {
   constructor({ instanceId, session, clientId, viewer, size, callbacks }) {
     this.instanceId = instanceId;
