@@ -14,6 +14,7 @@ mod error;
 mod events;
 pub mod grpc;
 pub mod handoff;
+mod memory;
 pub mod policy;
 pub mod recording;
 mod registration;

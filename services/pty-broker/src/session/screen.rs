@@ -274,6 +274,8 @@ pub(super) async fn feed_screen_until(
                 if let Some(mut screen) = shared.screen_lock() {
                     screen.sleep();
                 }
+                // The grid and scrollback it let go of stay with the allocator otherwise.
+                crate::memory::release_freed_soon();
             }
         }
     }
