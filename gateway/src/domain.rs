@@ -8,6 +8,8 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use ptyhub_wire::{Role, TerminalSize};
 
+pub use ptyhub_wire::RecordMode;
+
 /// Where an instance's terminals run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -33,35 +35,6 @@ pub struct Instance {
     pub record: RecordMode,
     /// Whether `record` is the server's default rather than the instance's own setting.
     pub record_is_default: bool,
-}
-
-/// What a session's recording keeps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RecordMode {
-    #[default]
-    Off,
-    Output,
-    OutputAndInput,
-}
-
-impl RecordMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Off => "off",
-            RecordMode::Output => "output",
-            RecordMode::OutputAndInput => "output+input",
-        }
-    }
-
-    /// The contract's spelling; `None` for anything else.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "off" => Some(RecordMode::Off),
-            "output" => Some(RecordMode::Output),
-            "output+input" => Some(RecordMode::OutputAndInput),
-            _ => None,
-        }
-    }
 }
 
 /// What registering an instance needs.

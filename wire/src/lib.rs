@@ -1,7 +1,8 @@
 //! The edge that every ptyhub service shares, written once: the contract's limits, the terminal
 //! vocabulary (`TerminalSize`, `Role`), service credentials with one client interceptor and one
 //! server check, health and reflection set up by one function, and the closed table of error
-//! codes that every transport (gRPC, HTTP, WebSocket) maps from, and TLS for every hop.
+//! codes that every transport (gRPC, HTTP, WebSocket) maps from, TLS for every hop, and the
+//! record modes every surface spells alike.
 //!
 //! Nothing here knows a service's domain: a service turns its own errors into an [`ErrorCode`],
 //! and this crate says what that code is on each wire.
@@ -13,6 +14,7 @@ mod code;
 mod credential;
 mod introspection;
 pub mod limits;
+mod record_mode;
 #[cfg(feature = "recordings")]
 mod recordings;
 mod secret;
@@ -31,6 +33,7 @@ pub use credential::{
     TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
+pub use record_mode::{InvalidRecordMode, RecordMode};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};
 pub use secret::{

@@ -61,7 +61,7 @@ pub async fn register_instance(
         labels: body.labels.unwrap_or_default(),
         record: match body.record.as_deref() {
             None => None,
-            Some(text) => Some(RecordMode::parse(text).ok_or_else(|| {
+            Some(text) => Some(text.parse::<RecordMode>().map_err(|_| {
                 ApiError::invalid("record must be one of off, output, output+input")
             })?),
         },

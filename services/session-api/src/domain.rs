@@ -11,6 +11,8 @@ use uuid::Uuid;
 
 use crate::error::Error;
 
+pub use ptyhub_wire::RecordMode;
+
 /// The most sessions an instance may allow at once.
 pub const MAX_SESSIONS_LIMIT: u32 = 50;
 /// The cap of an instance registered without one.
@@ -288,40 +290,6 @@ pub struct NewInstance {
     pub broker_id: Option<String>,
     /// `None` follows the server's default.
     pub record: Option<RecordMode>,
-}
-
-/// What a session's recording keeps (`off`, `output`, `output+input`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum RecordMode {
-    #[default]
-    Off,
-    Output,
-    OutputAndInput,
-}
-
-impl RecordMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Off => "off",
-            RecordMode::Output => "output",
-            RecordMode::OutputAndInput => "output+input",
-        }
-    }
-}
-
-impl std::str::FromStr for RecordMode {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "off" => Ok(RecordMode::Off),
-            "output" => Ok(RecordMode::Output),
-            "output+input" => Ok(RecordMode::OutputAndInput),
-            other => Err(format!(
-                "record mode {other:?} is not one of off, output, output+input"
-            )),
-        }
-    }
 }
 
 /// An instance as stored.

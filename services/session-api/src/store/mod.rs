@@ -247,7 +247,12 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
         live_sessions,
         record: model
             .record
-            .map(|mode| mode.parse().map_err(Error::CorruptRecord))
+            .map(|mode| {
+                mode.parse()
+                    .map_err(|error: ptyhub_wire::InvalidRecordMode| {
+                        Error::CorruptRecord(error.to_string())
+                    })
+            })
             .transpose()?,
     })
 }
