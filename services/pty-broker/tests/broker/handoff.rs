@@ -22,8 +22,13 @@ use tonic::Streaming;
 use crate::support::docker::DockerFixture;
 use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
 
-/// Prints numbered lines as fast as it is read until the stop file appears, then exits 3.
-const FLOOD: &str = r#"i=0; while [ ! -e "$STOP" ]; do echo "$i"; i=$((i+1)); done; exit 3"#;
+/// Prints [`FLOOD_READY`] with echo off and waits for a line, then prints numbered lines as fast
+/// as it is read until the stop file appears, then exits 3. Its reader sends the line once
+/// attached at offset 0: a flood started at spawn could fill the ring before a reader on a loaded
+/// machine attached, and its first lines would be gone before anyone asked for them.
+const FLOOD: &str = r#"stty -echo; printf R; read -r go; i=0; while [ ! -e "$STOP" ]; do echo "$i"; i=$((i+1)); done; exit 3"#;
+/// What [`FLOOD`] prints before it waits.
+const FLOOD_READY: &[u8] = b"R";
 
 /// A `pty-broker` process.
 struct BrokerProcess {
@@ -390,8 +395,11 @@ impl ResumingClient {
     }
 }
 
-/// The flood's output is the numbers from 0 on, each once, in order.
+/// The flood's output is [`FLOOD_READY`], then the numbers from 0 on, each once, in order.
 fn check_flood(output: &[u8]) -> anyhow::Result<usize> {
+    let output = output
+        .strip_prefix(FLOOD_READY)
+        .context("the flood did not start with its ready mark")?;
     let text = std::str::from_utf8(output)?;
     let lines: Vec<&str> = text.split_terminator("\r\n").collect();
     for (index, line) in lines.iter().enumerate() {
@@ -442,6 +450,8 @@ async fn survive_three_hand_offs(docker: Option<&DockerFixture>) -> anyhow::Resu
             let session = spawn_sh(&address, FLOOD, on).await?;
             let mut client = ResumingClient::new(address.clone(), session.session_id);
             flooders.push(tokio::spawn(async move {
+                client.read(Some(FLOOD_READY)).await?;
+                client.send_input(Bytes::from_static(b"go\n")).await?;
                 let exit = client.read(None).await?;
                 anyhow::Ok((client, exit))
             }));
