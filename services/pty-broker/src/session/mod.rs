@@ -85,9 +85,9 @@ struct Shared {
     changed: watch::Sender<()>,
     /// Wakes the session task: a client left, or the controller took output the task waits on.
     task_wake: Notify,
-    /// Wakes the screen's feeder while it lets a flood run ahead: the task stopped reading
-    /// because the screen is a ring behind, so the feeder should fast-forward now rather than at
-    /// its next look.
+    /// Wakes the screen's feeder while it lets a flood run ahead or batches output: the task
+    /// stopped reading because the screen is a ring behind, so the feeder should feed (or
+    /// fast-forward) now rather than at its next look.
     feeder_wake: Notify,
     /// The running process's input side; `None` once no process runs. The task holds the lock
     /// while it starts a process, so input sent meanwhile waits for the new process.
