@@ -144,6 +144,9 @@ struct State {
     marks_since_report: bool,
     /// When output last arrived (for waits that want a quiet screen).
     last_output_at: tokio::time::Instant,
+    /// When each chunk of output not yet recorded was read, for the recorder; `None` when the
+    /// session is not recorded.
+    output_timeline: Option<recording::OutputTimeline>,
 }
 
 impl State {
@@ -251,6 +254,9 @@ impl Session {
                 last_bell_at: None,
                 marks_since_report: false,
                 last_output_at: tokio::time::Instant::now(),
+                output_timeline: recorder_tap
+                    .is_some()
+                    .then(recording::OutputTimeline::default),
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),
