@@ -1,14 +1,22 @@
 //! A fake runtime for unit tests: the "process" is a pair of in-memory pipes that the test drives,
-//! so that timers can run on tokio's paused clock without a real process in the way.
+//! so that timers can run on tokio's paused clock without a real process in the way; and
+//! [`FakeSession`], one session on it without a broker around, for the tests of a session's
+//! parts (its screen's feeder, its recorder).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::DuplexStream;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
-use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty};
+use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use crate::domain::{ExitStatus, TerminalSize};
+use crate::events::EventBus;
+use crate::session::{Session, SessionRecording, SessionSettings, TaskContext};
 
 /// Spawns fake processes and hands the test the other end of each.
 #[derive(Debug, Default)]
@@ -107,5 +115,71 @@ impl PtyProcess for FakeProcess {
             .await
             .map_err(|_| RuntimeError::Other("fake process vanished".to_owned()))?;
         Ok(status.expect("waited for a status"))
+    }
+}
+
+/// One running session on the fake runtime, with the test's end of its terminal.
+#[derive(Debug)]
+pub struct FakeSession {
+    pub session: Arc<Session>,
+    pub terminal: FakeTerminal,
+    /// The session's task and the tasks beside it (screen feeder, recorder).
+    tracker: TaskTracker,
+}
+
+impl FakeSession {
+    /// Settings as a broker's defaults make them (screens on, 1 MiB ring).
+    pub fn settings() -> SessionSettings {
+        SessionSettings {
+            ring_bytes: 1 << 20,
+            scrollback_lines: Some(100),
+            screen_sleep: Duration::from_secs(30),
+            tombstone: Duration::from_secs(300),
+            detached_timeout: Duration::from_secs(1800),
+            kill_grace: Duration::from_secs(2),
+        }
+    }
+
+    /// Starts a session with `settings`, recorded as `recording` says, once its process runs.
+    pub async fn start(settings: SessionSettings, recording: Option<SessionRecording>) -> Self {
+        let runtime = Arc::new(FakeRuntime::default());
+        let tracker = TaskTracker::new();
+        let spec = SpawnSpec {
+            session_id: Uuid::new_v4(),
+            target: Target::Local,
+            command: vec!["fake".to_owned()],
+            env: Vec::new(),
+            cwd: None,
+            user: None,
+            size: TerminalSize::DEFAULT,
+        };
+        let context = TaskContext {
+            runtime: runtime.clone(),
+            spec: spec.clone(),
+            events: EventBus::new(),
+            shutdown: CancellationToken::new(),
+            tracker: tracker.clone(),
+        };
+        let (session, task) =
+            Session::new(spec.session_id, spec.size, settings, context, recording);
+        let (started, answer) = oneshot::channel();
+        tracker.spawn(task.run(started));
+        answer
+            .await
+            .expect("the session task answers")
+            .expect("the fake process starts");
+        let terminal = runtime.take_terminal().expect("one fake process");
+        Self {
+            session,
+            terminal,
+            tracker,
+        }
+    }
+
+    /// Kills the session and waits until every task of it ended (a recorder has published).
+    pub async fn kill(self) {
+        self.session.kill().await.expect("the session is killed");
+        self.tracker.close();
+        self.tracker.wait().await;
     }
 }

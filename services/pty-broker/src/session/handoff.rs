@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::attachments::Attachments;
-use super::recording::{FrozenRecording, resumed_recorder};
+use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
 use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
@@ -183,6 +183,9 @@ impl Session {
                 last_bell_at: frozen.last_bell_at,
                 marks_since_report: false,
                 last_output_at: tokio::time::Instant::now(),
+                output_timeline: recorder_tap
+                    .is_some()
+                    .then(|| OutputTimeline::starting_at(end)),
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),

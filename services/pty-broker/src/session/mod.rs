@@ -85,9 +85,9 @@ struct Shared {
     changed: watch::Sender<()>,
     /// Wakes the session task: a client left, or the controller took output the task waits on.
     task_wake: Notify,
-    /// Wakes the screen's feeder while it lets a flood run ahead: the task stopped reading
-    /// because the screen is a ring behind, so the feeder should fast-forward now rather than at
-    /// its next look.
+    /// Wakes the screen's feeder while it lets a flood run ahead or batches output: the task
+    /// stopped reading because the screen is a ring behind, so the feeder should feed (or
+    /// fast-forward) now rather than at its next look.
     feeder_wake: Notify,
     /// The running process's input side; `None` once no process runs. The task holds the lock
     /// while it starts a process, so input sent meanwhile waits for the new process.
@@ -144,6 +144,9 @@ struct State {
     marks_since_report: bool,
     /// When output last arrived (for waits that want a quiet screen).
     last_output_at: tokio::time::Instant,
+    /// When each chunk of output not yet recorded was read, for the recorder; `None` when the
+    /// session is not recorded.
+    output_timeline: Option<recording::OutputTimeline>,
 }
 
 impl State {
@@ -251,6 +254,9 @@ impl Session {
                 last_bell_at: None,
                 marks_since_report: false,
                 last_output_at: tokio::time::Instant::now(),
+                output_timeline: recorder_tap
+                    .is_some()
+                    .then(recording::OutputTimeline::default),
             }),
             changed: watch::Sender::new(()),
             task_wake: Notify::new(),

@@ -10,12 +10,25 @@
 //! closes, the recorder reads the ring to its end (the session task waits for that before it
 //! clears the ring) and publishes the file to the recordings store.
 //!
+//! The recorder batches, because nobody waits for it: woken by output or a mark after it had
+//! caught up, it lets more come for [`RECORD_BATCH_INTERVAL`] before it reads, and while output
+//! keeps coming it reads a batch an interval, woken by the timer and neither by the chunks nor by
+//! the keystrokes' marks. A hand-off's freeze and the session's end are answered at once, and
+//! output piling up (a quarter of the ring unread) wakes it so that a flood never runs a ring
+//! ahead between two intervals. Its times do not come from its reads: the session task notes
+//! when it read each chunk from the PTY ([`OutputTimeline`], kept only for a recorded session)
+//! and the recorder gives each piece of output that time, so output stays in time and in order
+//! with the marks around it however late it is read. A recorder so far behind that the timeline
+//! dropped the oldest times gives older output the oldest time kept; the encoder never lets a
+//! time go backwards.
+//!
 //! A hand-off to the next broker process takes the recording along: the frozen session's task
 //! asks its recorder to write everything up to the end of the ring and to wait for the verdict
 //! ([`Shared::freeze_recording`]). On a commit the recorder ends without publishing, and the next
 //! process's recorder appends to the same spool file from the offset and time it reached
 //! ([`resumed_recorder`]); on a resume it goes on here.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +36,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -42,6 +55,22 @@ const FLUSH_BYTES: usize = 64 * 1024;
 const READ_SLICE: usize = 64 * 1024;
 /// Marks (input, resizes, resets) waiting for the recorder.
 const MARK_QUEUE: usize = 4096;
+/// Woken by output or a mark after it had caught up, the recorder lets more come this long
+/// before it reads, and reads at most this often while output keeps coming, so that typing
+/// wakes it once per interval rather than for every keystroke and again for its echo (each such
+/// wake costs the echo latency on a machine of few cores). Nothing waits for the recorder: its
+/// times come from the PTY's reads ([`OutputTimeline`]) and the marks, and the file is written
+/// at least every [`FLUSH_INTERVAL`] as before, so 50 ms only delays when the spool sees output
+/// by as much, and bounds its wakes to 20 a second while output goes on.
+const RECORD_BATCH_INTERVAL: Duration = Duration::from_millis(50);
+/// A batching recorder is woken at once when this part of the ring is output it has not read,
+/// so that a flood never runs a ring ahead of it between two intervals (which would lose
+/// output): at a local PTY's 46 MiB/s a 1 MiB ring fills in about 22 ms.
+const CATCH_UP_RING_PART: u64 = 4;
+/// The most chunks whose read times the session keeps for its recorder. Half of it unread
+/// wakes the recorder too; only a recorder that cannot keep up (no CPU for it) loses the
+/// oldest times, and the output they timed takes the next time kept.
+const TIMELINE_CHUNKS: usize = 1024;
 
 /// The session's side of its recorder: where marks go.
 #[derive(Debug)]
@@ -49,9 +78,71 @@ pub(super) struct RecorderTap {
     marks: mpsc::Sender<Mark>,
     /// Where a hand-off asks the recorder to stop at the end of the ring.
     freezes: mpsc::Sender<RecorderFreeze>,
+    /// Wakes the recorder during a batching interval when output piles up (see
+    /// [`OutputTimeline::pushed`]).
+    catch_up: Notify,
     records_input: bool,
     /// Marks dropped because the queue was full, not yet reported in the recording.
     dropped_marks: AtomicU64,
+}
+
+/// When the session task read each chunk of output from the PTY, kept (in the session's state,
+/// only when it is recorded) until the recorder has read the chunk: a recording's output events
+/// carry the time the output was produced, not the time the batching recorder read it, and so
+/// stay in order with the input marks between them.
+#[derive(Debug, Default)]
+pub(super) struct OutputTimeline {
+    /// The offset of a chunk's first byte and when it was read, oldest first; at most
+    /// [`TIMELINE_CHUNKS`].
+    chunks: VecDeque<(u64, Instant)>,
+    /// How far the recorder has read.
+    recorded: u64,
+    /// The recorder was woken to catch up and has not caught up since.
+    woken: bool,
+}
+
+impl OutputTimeline {
+    /// The timeline of a recorder that goes on from `offset` (a session taken over from the
+    /// previous broker process, whose recording reached the end of its ring).
+    pub(super) fn starting_at(offset: u64) -> Self {
+        Self {
+            recorded: offset,
+            ..Self::default()
+        }
+    }
+
+    /// Notes a chunk pushed at `offset` at `at`, the ring now ending at `end`; true when the
+    /// recorder must be woken to catch up (once until it has: a quarter of a ring or half the
+    /// timeline unread), which a keystroke's echo never is.
+    pub(super) fn pushed(&mut self, offset: u64, at: Instant, end: u64, capacity: usize) -> bool {
+        if self.chunks.len() >= TIMELINE_CHUNKS {
+            self.chunks.pop_front();
+        }
+        self.chunks.push_back((offset, at));
+        let behind = end.saturating_sub(self.recorded) >= capacity as u64 / CATCH_UP_RING_PART
+            || self.chunks.len() >= TIMELINE_CHUNKS / 2;
+        let wake = behind && !self.woken;
+        self.woken |= wake;
+        wake
+    }
+
+    /// When the output at `offset` was read: the time of the chunk that holds it, or of the
+    /// oldest chunk kept when its own time was dropped; `None` for output older than every time
+    /// kept (what a previous broker process read). Forgets the times of the chunks before it.
+    fn time_of(&mut self, offset: u64) -> Option<Instant> {
+        while self.chunks.get(1).is_some_and(|&(next, _)| next <= offset) {
+            self.chunks.pop_front();
+        }
+        self.chunks.front().map(|&(_, at)| at)
+    }
+
+    /// The recorder has read up to `offset`; `caught_up` when that is the end of the ring.
+    fn recorded_to(&mut self, offset: u64, caught_up: bool) {
+        self.recorded = offset;
+        if caught_up {
+            self.woken = false;
+        }
+    }
 }
 
 /// Something other than output, at the output offset it happened at.
@@ -135,6 +226,7 @@ pub(super) fn recorder(recording: SessionRecording) -> (RecorderTap, Recorder) {
     let tap = RecorderTap {
         marks: marks_tx,
         freezes: freezes_tx,
+        catch_up: Notify::new(),
         records_input: recording.mode.records_input(),
         dropped_marks: AtomicU64::new(0),
     };
@@ -193,6 +285,21 @@ impl Shared {
         }
     }
 
+    /// Wakes the recorder that output piled up for (see [`OutputTimeline::pushed`]).
+    pub(super) fn wake_recorder(&self) {
+        if let Some(tap) = &self.recorder {
+            tap.catch_up.notify_one();
+        }
+    }
+
+    /// Completes when the session task wakes the recorder to catch up; never without one.
+    async fn recorder_behind(&self) {
+        match &self.recorder {
+            Some(tap) => tap.catch_up.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Records input the process took, when the session records input.
     pub(super) fn record_input(&self, data: &[u8]) {
         if self.recorder.as_ref().is_some_and(|tap| tap.records_input) {
@@ -222,6 +329,14 @@ struct CastWriter {
 impl CastWriter {
     fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// The recording's time of `instant`, or of now when it is not known.
+    fn time_of(&self, instant: Option<Instant>) -> Duration {
+        instant.map_or_else(
+            || self.elapsed(),
+            |instant| instant.saturating_duration_since(self.started),
+        )
     }
 
     fn buffered(&mut self) {
@@ -361,6 +476,9 @@ pub(super) async fn record_until(
     let mut pending: Option<Mark> = None;
     let mut finishing = false;
     let mut freezing: Option<RecorderFreeze> = None;
+    // Output or a mark came during the last batching interval: the next interval follows at
+    // once, without waiting to be woken.
+    let mut busy = false;
     loop {
         changed.borrow_and_update();
         // Marks due at or before `offset` first, then output up to the next mark.
@@ -387,10 +505,10 @@ pub(super) async fn record_until(
             .as_ref()
             .map_or(READ_SLICE as u64, |mark| mark.offset() - offset)
             .min(READ_SLICE as u64) as usize;
-        let read = shared.lock().ring.read_at(offset, limit);
+        let (read, read_at) = read_output(&shared, offset, limit);
         let up_to_date = match read {
             RingRead::Data(data) => {
-                let at = writer.elapsed();
+                let at = writer.time_of(read_at);
                 writer.encoder.output(at, &data, &mut writer.buffer);
                 writer.buffered();
                 offset += data.len() as u64;
@@ -398,7 +516,7 @@ pub(super) async fn record_until(
             }
             RingRead::Gap { lost, resume_at } => {
                 tracing::debug!(%session_id, lost, "the recorder fell behind the ring");
-                let at = writer.elapsed();
+                let at = writer.time_of(read_at);
                 writer.encoder.marker(
                     at,
                     &format!("ptyhub: lost {lost} bytes of output (the recorder fell behind)"),
@@ -434,23 +552,37 @@ pub(super) async fn record_until(
             break;
         }
         let flush_at = writer.dirty_since.map(|since| since + FLUSH_INTERVAL);
-        tokio::select! {
-            changed = changed.changed() => if changed.is_err() { finishing = true },
-            mark = marks.recv() => match mark {
-                Some(mark) => pending = Some(mark),
-                None => finishing = true,
-            },
-            () = done.cancelled(), if !finishing => finishing = true,
-            freeze = freezes.recv(), if freezing.is_none() => freezing = freeze,
-            () = tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {
-                writer.flush().await;
+        if !busy {
+            tokio::select! {
+                changed = changed.changed() => if changed.is_err() { finishing = true },
+                mark = marks.recv() => match mark {
+                    Some(mark) => pending = Some(mark),
+                    None => finishing = true,
+                },
+                () = done.cancelled() => finishing = true,
+                freeze = freezes.recv() => freezing = freeze,
+                () = tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {
+                    writer.flush().await;
+                    continue;
+                }
+            }
+            if finishing || freezing.is_some() {
+                continue;
             }
         }
-        // Woken by a keystroke or its echo, as the client's tasks are: they go first. A task
-        // woken last runs next on its worker, ahead of the others woken with it, and the
-        // recorder is the one reader that is never waited for (it timestamps on reading, so
-        // its times move by the wait; the player cannot tell).
-        tokio::task::yield_now().await;
+        // Output or input is coming: let more of it come and read it in one go. Neither the
+        // output nor the marks wake the recorder meanwhile, only a hand-off, the end, a flush
+        // due, or output piling up (a flood must not run a ring ahead of it).
+        let batch_end = Instant::now() + RECORD_BATCH_INTERVAL;
+        tokio::select! {
+            () = tokio::time::sleep_until(flush_at.map_or(batch_end, |at| at.min(batch_end))) => {}
+            () = done.cancelled() => finishing = true,
+            freeze = freezes.recv() => freezing = freeze,
+            () = shared.recorder_behind() => {}
+        }
+        // Marked seen at the top of the loop, before the ring is read: what comes from there on
+        // counts for the next interval.
+        busy = changed.has_changed().unwrap_or(false) || !marks.is_empty();
     }
     // Everything the session wrote is in the buffer: the ring may go.
     let _ = drained.send(());
@@ -472,6 +604,24 @@ pub(super) async fn record_until(
             tracing::warn!(%session_id, %error, "cannot publish the recording");
         }
     }
+}
+
+/// The output at `offset` (at most `limit` bytes) and when the PTY's reader read it, noting in
+/// the timeline how far the recorder got.
+fn read_output(shared: &Shared, offset: u64, limit: usize) -> (RingRead, Option<Instant>) {
+    let mut state = shared.lock();
+    let state = &mut *state;
+    let read = state.ring.read_at(offset, limit);
+    let Some(timeline) = state.output_timeline.as_mut() else {
+        return (read, None);
+    };
+    let (at, recorded) = match &read {
+        RingRead::Data(data) => (timeline.time_of(offset), offset + data.len() as u64),
+        RingRead::Gap { resume_at, .. } => (timeline.time_of(*resume_at), *resume_at),
+        RingRead::UpToDate => (None, offset),
+    };
+    timeline.recorded_to(recorded, recorded >= state.ring.end());
+    (read, at)
 }
 
 /// Answers a hand-off's freeze once everything up to `offset` (the end of the frozen ring) is
@@ -519,4 +669,217 @@ async fn append_to_spool(previous: &Path, spooled: &Path) -> std::io::Result<tok
         .append(true)
         .open(spooled)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use ptyhub_wire::RecordingStore;
+    use test_support::asciicast::Cast;
+    use tokio::io::AsyncWriteExt as _;
+    use tokio::time::advance;
+
+    use super::*;
+    use crate::recording::RecordingsConfig;
+    use crate::runtime::fake::FakeSession;
+    use crate::session::{InputItem, SessionSettings};
+
+    /// Lets every task that output, a timer or a message woke run to its next wait.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A recording of `mode` into `directory`'s `store`, spooled in its `spool`.
+    fn recording(directory: &Path, mode: RecordMode) -> SessionRecording {
+        let store = directory.join("store");
+        std::fs::create_dir(&store).unwrap();
+        SessionRecording {
+            recordings: Arc::new(Recordings::new(RecordingsConfig {
+                store: RecordingStore::open(store.to_str().unwrap()).unwrap(),
+                spool: directory.join("spool"),
+                max_age: None,
+                max_bytes: None,
+            })),
+            mode,
+            header: CastHeader {
+                size: TerminalSize::DEFAULT,
+                timestamp: 0,
+                command: None,
+                title: None,
+                term: None,
+            },
+        }
+    }
+
+    /// Kills the session and parses the recording it published into `directory`'s store.
+    async fn published(fake: FakeSession, directory: &Path) -> Cast {
+        let session_id = fake.session.id;
+        fake.kill().await;
+        let cast = std::fs::read(directory.join("store").join(format!("{session_id}.cast")));
+        let cast = cast.unwrap();
+        Cast::parse(&cast).unwrap()
+    }
+
+    fn output_end(fake: &FakeSession) -> u64 {
+        fake.session.shared.lock().ring.end()
+    }
+
+    /// Waits until the recorder of `fake` started (its recording's clock starts then) and waits
+    /// for output. Its spool file is written on a blocking thread, in real time, which the
+    /// paused clock does not see.
+    async fn recorder_started(fake: &FakeSession, directory: &Path) {
+        let spooled = directory
+            .join("spool")
+            .join(format!("{}.cast", fake.session.id));
+        let mut header_written = false;
+        for _ in 0..10_000 {
+            if std::fs::metadata(&spooled).is_ok_and(|file| file.len() > 0) {
+                header_written = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(header_written, "the recorder never wrote its header");
+        // The write is done; its completion reaches the recorder, which then waits.
+        for _ in 0..10 {
+            settle().await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// How far the recorder has read, as the session task knows.
+    fn recorded(fake: &FakeSession) -> u64 {
+        let state = fake.session.shared.lock();
+        state.output_timeline.as_ref().unwrap().recorded
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn output_is_timed_when_the_pty_produced_it_not_when_the_recorder_read_it() {
+        let directory = tempfile::tempdir().unwrap();
+        let recording = recording(directory.path(), RecordMode::OutputAndInput);
+        let mut fake = FakeSession::start(FakeSession::settings(), Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        fake.terminal.terminal.write_all(b"first ").await.unwrap();
+        settle().await;
+        assert_eq!(recorded(&fake), 0, "the recorder read a chunk at once");
+        advance(Duration::from_millis(20)).await;
+        fake.session
+            .send_input(vec![InputItem::Text("x".to_owned())], false)
+            .await
+            .unwrap();
+        settle().await;
+        advance(Duration::from_millis(10)).await;
+        fake.terminal.terminal.write_all(b"second ").await.unwrap();
+        settle().await;
+        advance(Duration::from_millis(300)).await;
+        fake.terminal.terminal.write_all(b"third").await.unwrap();
+        settle().await;
+        advance(Duration::from_secs(1)).await;
+        settle().await;
+
+        let cast = published(fake, directory.path()).await;
+        let events: Vec<(&str, &str, f64)> = cast
+            .events
+            .iter()
+            .map(|event| (event.code.as_str(), event.data.as_str(), event.time))
+            .collect();
+        let start = events[0].2;
+        let since_first: Vec<(&str, &str, u128)> = events
+            .iter()
+            .map(|&(code, data, time)| (code, data, ((time - start) * 1e6).round() as u128))
+            .collect();
+        assert_eq!(
+            since_first,
+            [
+                ("o", "first ", 0),
+                ("i", "x", 20_000),
+                ("o", "second ", 30_000),
+                ("o", "third", 330_000),
+            ],
+            "{events:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batching_recorder_keeps_up_with_a_flood_many_rings_long() {
+        let directory = tempfile::tempdir().unwrap();
+        let recording = recording(directory.path(), RecordMode::Output);
+        let settings = SessionSettings {
+            ring_bytes: 64 * 1024,
+            scrollback_lines: None,
+            ..FakeSession::settings()
+        };
+        let mut fake = FakeSession::start(settings, Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        let flood: String = (0..100_000).map(|line| format!("line {line}\n")).collect();
+        assert!(flood.len() > 16 * settings.ring_bytes);
+        let start = Instant::now();
+        let catch_up_at = settings.ring_bytes as u64 / CATCH_UP_RING_PART;
+        for piece in flood.as_bytes().chunks(8 * 1024) {
+            fake.terminal.terminal.write_all(piece).await.unwrap();
+            settle().await;
+            // Output piling up wakes the recorder at once: it catches up (its spool writes take
+            // real time) while the paused clock stands still.
+            let mut turns = 0;
+            while output_end(&fake) - recorded(&fake) >= catch_up_at {
+                assert!(
+                    turns < 1_000_000,
+                    "output piled up and the recorder slept on"
+                );
+                turns += 1;
+                tokio::task::yield_now().await;
+            }
+        }
+        // The paused clock never moved: no batching interval ended during the flood, so the
+        // recorder kept up only by being woken as output piled up.
+        assert_eq!(start.elapsed(), Duration::ZERO);
+
+        let cast = published(fake, directory.path()).await;
+        let markers: Vec<_> = cast.events_of("m").map(|event| &event.data).collect();
+        assert!(markers.is_empty(), "{markers:?}");
+        assert!(
+            cast.output() == flood.as_bytes(),
+            "the recording lost output"
+        );
+    }
+
+    #[test]
+    fn a_timeline_that_overflowed_times_older_output_by_the_oldest_time_kept() {
+        let start = Instant::now();
+        let mut timeline = OutputTimeline::default();
+        let at = |chunk: u64| start + Duration::from_millis(chunk);
+        for chunk in 0..TIMELINE_CHUNKS as u64 + 10 {
+            timeline.pushed(chunk * 10, at(chunk), chunk * 10 + 10, 1 << 20);
+        }
+        // The first ten chunks' times are gone: their output takes the oldest time kept.
+        assert_eq!(timeline.time_of(0), Some(at(10)));
+        assert_eq!(timeline.time_of(95), Some(at(10)));
+        assert_eq!(timeline.time_of(105), Some(at(10)));
+        assert_eq!(timeline.time_of(110), Some(at(11)));
+        // Times never go back for a reader moving forward.
+        assert_eq!(timeline.time_of(115), Some(at(11)));
+        assert_eq!(timeline.time_of(500), Some(at(50)));
+    }
+
+    #[test]
+    fn the_recorder_is_woken_once_when_output_piles_up() {
+        let start = Instant::now();
+        let mut timeline = OutputTimeline::default();
+        let capacity = 4096;
+        let wakes: Vec<bool> = (0..8)
+            .map(|chunk| timeline.pushed(chunk * 256, start, chunk * 256 + 256, capacity))
+            .collect();
+        // A quarter of the ring unread (1024 bytes) wakes it, once.
+        assert_eq!(
+            wakes,
+            [false, false, false, true, false, false, false, false]
+        );
+        timeline.recorded_to(2048, true);
+        assert!(!timeline.pushed(2048, start, 2304, capacity));
+        assert!(timeline.pushed(2304, start, 3072, capacity));
+    }
 }

@@ -9,6 +9,14 @@
 //! the screen ([`super::State::read_allowance`]), so the screen never misses a byte. A screen far
 //! behind first tries to skip the part of a plain-text flood nobody can see any more
 //! ([`Screen::fast_forward`]), which is what lets a flood run at the PTY's pace.
+//!
+//! The feeder batches, because nobody waits for it: woken by output after it had caught up, it
+//! lets output come for [`FEED_BATCH_INTERVAL`] before it feeds, and while output keeps coming it
+//! feeds a batch an interval, woken by the timer and not by the chunks, so a fast typist's echoes
+//! do not each wake it beside the client they are for. The PTY's reader waiting for the screen
+//! wakes it at once ([`Shared::feeder_wake`]), so flow control and floods never wait for the
+//! timer. The screen is as current as ever for its readers (they feed it first); what the feeder
+//! publishes, the title and the last bell, may be an interval late.
 
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
@@ -38,6 +46,17 @@ const FAST_FORWARD_LEAST: usize = 32 * 1024;
 /// PTY's reader must wait for it (a faster flood fills the ring sooner); when nothing came in
 /// between, the flood stopped and it parses the rest.
 const FLOOD_TICK: Duration = Duration::from_millis(4);
+/// Woken by output after it had caught up, the feeder lets output come this long before it
+/// feeds, and feeds at most this often while output keeps coming, so that a burst of chunks or
+/// a fast typist's echoes wake it once per interval rather than once per chunk: on a machine of
+/// few cores every wake beside the echo's own costs the echo latency. 16 ms (a frame at 60 Hz) is
+/// long against the gap between keystrokes echoed back to back (well under a millisecond) and
+/// short against everything that waits for what the feeder publishes: the title and bell reach
+/// `WatchEvents` at most once a second anyway, and a reader of the screen feeds it itself
+/// ([`Shared::current_screen`]). At a local PTY's 46 MiB/s about 740 KiB arrive in one
+/// interval, within the default 1 MiB ring, so such a flood does not wait for the screen; a
+/// faster one, or a smaller ring, wakes the feeder at once through [`Shared::feeder_wake`].
+const FEED_BATCH_INTERVAL: Duration = Duration::from_millis(16);
 
 /// What [`Shared::look_ahead`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,9 +240,13 @@ impl Shared {
     }
 }
 
-/// Keeps the session's screen fed until `done`: a reader of the ring like any client, woken by
-/// the same notifications, that parses in slices so that it never holds a worker for long. A
-/// screen with nothing new for `sleep_after` goes to sleep (see [`Screen::sleep`]).
+/// Keeps the session's screen fed until `done`: a reader of the ring like any client, that
+/// parses in slices so that it never holds a worker for long. Caught up, it waits for the next
+/// change; woken by one, it lets output come for [`FEED_BATCH_INTERVAL`] before it feeds, and
+/// while output keeps coming it goes on a batch at a time, woken by the timer and not by the
+/// chunks (nor the keystrokes' echoes), or at once by [`Shared::feeder_wake`] when the PTY's
+/// reader waits for it. A screen with nothing new for `sleep_after` goes to sleep (see
+/// [`Screen::sleep`]).
 pub(super) async fn feed_screen_until(
     shared: Arc<Shared>,
     sleep_after: Duration,
@@ -234,6 +257,9 @@ pub(super) async fn feed_screen_until(
     }
     let mut changed = shared.changed.subscribe();
     let mut may_wait = true;
+    // Something changed during the last batching interval: the next interval follows the feed
+    // at once, without waiting to be woken.
+    let mut busy = false;
     loop {
         let waiting = loop {
             let fed = {
@@ -264,20 +290,35 @@ pub(super) async fn feed_screen_until(
             continue;
         }
         may_wait = true;
-        let awake = shared
-            .screen_lock()
-            .is_some_and(|screen| !screen.is_asleep());
-        tokio::select! {
-            changed = changed.changed() => if changed.is_err() { return },
-            () = done.cancelled() => return,
-            () = tokio::time::sleep(sleep_after), if awake => {
-                if let Some(mut screen) = shared.screen_lock() {
-                    screen.sleep();
+        if !busy {
+            let awake = shared
+                .screen_lock()
+                .is_some_and(|screen| !screen.is_asleep());
+            tokio::select! {
+                changed = changed.changed() => if changed.is_err() { return },
+                () = done.cancelled() => return,
+                () = tokio::time::sleep(sleep_after), if awake => {
+                    if let Some(mut screen) = shared.screen_lock() {
+                        screen.sleep();
+                    }
+                    // The grid and scrollback it let go of stay with the allocator otherwise.
+                    crate::memory::release_freed_soon();
+                    continue;
                 }
-                // The grid and scrollback it let go of stay with the allocator otherwise.
-                crate::memory::release_freed_soon();
             }
         }
+        // Output is coming: let more of it come and feed it in one go. Nothing that arrives
+        // meanwhile wakes the feeder (`changed` is not listened to), except the PTY's reader
+        // waiting for the screen (flow control: a flood never waits for this timer).
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(FEED_BATCH_INTERVAL) => {}
+            () = shared.feeder_wake.notified() => {}
+        }
+        // Marked seen before the feed, so that what comes from here on counts for the next
+        // interval: nothing pushed before the feed reads the ring goes unfed.
+        busy = changed.has_changed().unwrap_or(false);
+        changed.borrow_and_update();
     }
 }
 
@@ -411,5 +452,136 @@ impl Session {
             return Err(Error::SessionNotFound(self.id));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt as _;
+    use tokio::time::advance;
+
+    use super::*;
+    use crate::runtime::fake::FakeSession;
+    use crate::session::SessionSettings;
+
+    /// Lets every task that output, a timer or a message woke run to its next wait.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// How far the feeder (or a reader of the screen) fed the screen, as the session task knows.
+    fn fed(session: &Session) -> u64 {
+        session.shared.lock().screen_offset
+    }
+
+    fn output_end(session: &Session) -> u64 {
+        session.shared.lock().ring.end()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn feeder_is_not_woken_per_chunk_yet_every_screen_read_is_current() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        let session = Arc::clone(&fake.session);
+        let start = Instant::now();
+        let mut feeds = 0;
+        let mut last_fed = fed(&session);
+        for line in 0..40 {
+            // Bold, as a prompt or a build's log would be: plain text arriving this often is a
+            // flood to the feeder, which waits for it to stop instead (`FLOOD_TICK`).
+            let chunk = format!("\x1b[1mline {line}\x1b[m\r\n");
+            fake.terminal
+                .terminal
+                .write_all(chunk.as_bytes())
+                .await
+                .unwrap();
+            settle().await;
+            if line == 0 {
+                assert_eq!(
+                    fed(&session),
+                    0,
+                    "the feeder fed the first chunk at once, not after a batching interval"
+                );
+            }
+            if fed(&session) != last_fed {
+                feeds += 1;
+            }
+            if line % 8 == 5 {
+                // Behind or not, the feeder never makes a read of the screen stale.
+                let view = session.screen(ScreenFormat::Text, 0).unwrap();
+                assert_eq!(view.offset, output_end(&session));
+                assert!(
+                    view.lines.iter().any(|row| *row == format!("line {line}")),
+                    "{:?}",
+                    view.lines
+                );
+            }
+            last_fed = fed(&session);
+            advance(Duration::from_millis(2)).await;
+        }
+        let elapsed = start.elapsed();
+        let intervals = (elapsed.as_millis() / FEED_BATCH_INTERVAL.as_millis()) as usize;
+        assert!(
+            feeds <= intervals + 1,
+            "{feeds} feeds for 40 chunks in {elapsed:?}: the feeder was woken per chunk"
+        );
+        // Once output stops, the feeder catches up by itself and goes back to waiting.
+        advance(FEED_BATCH_INTERVAL).await;
+        settle().await;
+        assert_eq!(fed(&session), output_end(&session));
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_title_reaches_the_session_within_one_batching_interval() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        fake.terminal
+            .terminal
+            .write_all(b"\x1b]2;building\x07")
+            .await
+            .unwrap();
+        settle().await;
+        advance(FEED_BATCH_INTERVAL).await;
+        settle().await;
+        assert_eq!(fake.session.info().title, "building");
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_never_waits_for_the_feeders_batching_interval() {
+        // A ring much smaller than the flood: the PTY's reader waits for the screen often.
+        let settings = SessionSettings {
+            ring_bytes: 16 * 1024,
+            ..FakeSession::settings()
+        };
+        let mut fake = FakeSession::start(settings, None).await;
+        let session = Arc::clone(&fake.session);
+        // Coloured, so that the screen parses all of it rather than fast-forwarding.
+        let flood: Vec<u8> = (0..20_000)
+            .flat_map(|line| format!("\x1b[3{}mline {line}\x1b[0m\r\n", line % 8).into_bytes())
+            .collect();
+        assert!(flood.len() > 16 * settings.ring_bytes);
+        let start = Instant::now();
+        fake.terminal.terminal.write_all(&flood).await.unwrap();
+        for _ in 0..100_000 {
+            if fed(&session) == flood.len() as u64 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(output_end(&session), flood.len() as u64);
+        assert_eq!(
+            fed(&session),
+            flood.len() as u64,
+            "the feeder stopped feeding"
+        );
+        // The paused clock moves only when every task waits for a timer.
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "the PTY's reader waited for the feeder's timer"
+        );
+        fake.kill().await;
     }
 }

@@ -734,14 +734,26 @@ impl SessionTask {
         allowance
     }
 
+    /// Appends a chunk to the ring and wakes whoever waits for output: the clients, and the
+    /// screen's feeder and the recorder unless they are batching (which neither does for long);
+    /// a batching recorder only when output piles up. A recorded session notes when the chunk
+    /// was read, which is the time its recording gives it.
     fn push_output(&mut self, chunk: Bytes) {
-        {
+        let wake_recorder = {
             let mut state = self.shared.lock();
-            state.ring.push(chunk);
+            let state = &mut *state;
+            let now = Instant::now();
+            let offset = state.ring.push(chunk);
             state.last_activity_at = SystemTime::now();
-            state.last_output_at = Instant::now();
-        }
+            state.last_output_at = now;
+            state.output_timeline.as_mut().is_some_and(|timeline| {
+                timeline.pushed(offset, now, state.ring.end(), state.ring.capacity())
+            })
+        };
         self.shared.notify_clients();
+        if wake_recorder {
+            self.shared.wake_recorder();
+        }
         self.activity.mark();
     }
 
