@@ -12,24 +12,8 @@ mod asciicast;
 mod store;
 
 pub use asciicast::{CastEncoder, CastHeader};
+pub use ptyhub_wire::RecordMode;
 pub use store::{Recordings, RecordingsConfig, RetentionReport};
-
-/// What a session's recording keeps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RecordMode {
-    #[default]
-    Off,
-    /// Output, resizes and resets.
-    Output,
-    /// Output, resizes, resets and the input written to the process.
-    OutputAndInput,
-}
-
-impl RecordMode {
-    pub fn records_input(self) -> bool {
-        self == RecordMode::OutputAndInput
-    }
-}
 
 /// What to record of one session, as its Spawn call asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
