@@ -279,8 +279,17 @@ async fn run(
         eprintln!("(2) echo");
         let rounds = sizes.repeats.min(5);
         let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
-        for _ in 0..rounds {
-            for (index, path) in paths.iter().enumerate() {
+        for round in 0..rounds {
+            // Every other round in reverse, so that no path always runs right after the same
+            // one: a Docker session's teardown overlaps the next run's first keystrokes, which
+            // made whichever Docker path came second look 10-20 µs slower.
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..paths.len()).collect()
+            } else {
+                (0..paths.len()).rev().collect()
+            };
+            for index in order {
+                let path = &paths[index];
                 match scenarios::echo_once(stack, *path, sizes.echo_keys).await {
                     Ok(samples) => echoes[index].extend(Latency::of(&samples)),
                     Err(error) => failures.push(format!("echo {}: {error:#}", path.label())),
