@@ -551,8 +551,8 @@ mod tests {
     use tokio::time::{Instant, advance};
 
     use super::*;
-    use crate::domain::{BrokerEventKind, ClientEvent, CloseReason, TerminalSize};
-    use crate::runtime::fake::FakeRuntime;
+    use crate::domain::{BrokerEventKind, ClientEvent, CloseReason};
+    use crate::runtime::fake::{FakeRuntime, FakeSession};
 
     const MINUTE: Duration = Duration::from_secs(60);
 
@@ -570,15 +570,7 @@ mod tests {
     }
 
     fn spec() -> SpawnSpec {
-        SpawnSpec {
-            session_id: Uuid::new_v4(),
-            target: Target::Local,
-            command: vec!["fake".to_owned()],
-            env: Vec::new(),
-            cwd: None,
-            user: None,
-            size: TerminalSize::DEFAULT,
-        }
+        FakeSession::spec()
     }
 
     fn hello(broker: &Broker, session_id: Uuid) -> Hello {

@@ -140,11 +140,9 @@ impl FakeSession {
         }
     }
 
-    /// Starts a session with `settings`, recorded as `recording` says, once its process runs.
-    pub async fn start(settings: SessionSettings, recording: Option<SessionRecording>) -> Self {
-        let runtime = Arc::new(FakeRuntime::default());
-        let tracker = TaskTracker::new();
-        let spec = SpawnSpec {
+    /// What a test spawns on the fake runtime: a new session id, the default size.
+    pub fn spec() -> SpawnSpec {
+        SpawnSpec {
             session_id: Uuid::new_v4(),
             target: Target::Local,
             command: vec!["fake".to_owned()],
@@ -152,7 +150,14 @@ impl FakeSession {
             cwd: None,
             user: None,
             size: TerminalSize::DEFAULT,
-        };
+        }
+    }
+
+    /// Starts a session with `settings`, recorded as `recording` says, once its process runs.
+    pub async fn start(settings: SessionSettings, recording: Option<SessionRecording>) -> Self {
+        let runtime = Arc::new(FakeRuntime::default());
+        let tracker = TaskTracker::new();
+        let spec = Self::spec();
         let context = TaskContext {
             runtime: runtime.clone(),
             spec: spec.clone(),

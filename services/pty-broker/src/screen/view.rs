@@ -163,7 +163,7 @@ fn lines(emulator: &Emulator, size: TerminalSize, scrollback: usize) -> Vec<Stri
 }
 
 /// A scrollback row as cells: its formatted text drawn on a one-row emulator of its width.
-fn scrollback_cells(row: &ScrollbackRow) -> Row {
+fn scrollback_cells(row: ScrollbackRow<'_>) -> Row {
     let cols = std::num::NonZeroU16::new(row.cols).unwrap_or(std::num::NonZeroU16::MIN);
     let mut parser = vt100::Parser::new(std::num::NonZeroU16::MIN, cols, 0);
     parser.process(row.formatted.as_bytes());
