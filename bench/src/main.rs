@@ -954,6 +954,13 @@ async fn scale_section(
                     "| {} live sessions on one broker (local, {what}), broker RSS per session, idle | {:.1} KiB | |",
                     memory.sessions, memory.idle_kib
                 )?;
+                if let (Some(asleep), Some(screens)) = (memory.idle_asleep_kib, screens) {
+                    writeln!(
+                        out,
+                        "| same, idle, once every screen slept ({} s without output) | {asleep:.1} KiB | {target} |",
+                        screens.after.as_secs(),
+                    )?;
+                }
                 writeln!(
                     out,
                     "| same, after each printed {} KiB with no client (ring {} KiB): RSS per session | {:.1} KiB (ring holds {:.1} KiB) | |",

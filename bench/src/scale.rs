@@ -59,6 +59,8 @@ pub struct BrokerMemory {
     pub baseline_kib: u64,
     /// RSS per additional session, all idle (each printed one byte), KiB.
     pub idle_kib: f64,
+    /// With screens: the same once every screen slept, before any further output, KiB.
+    pub idle_asleep_kib: Option<f64>,
     /// RSS per additional session after each printed `output_bytes`, KiB.
     pub after_kib: f64,
     /// Ring bytes each session holds after its output (from the broker's offsets), KiB.
@@ -73,8 +75,9 @@ pub struct BrokerMemory {
 
 /// Spawns `sessions` local shells on a broker of its own (a separate process, ring of
 /// `ring_bytes`, a terminal emulator per session when `screens` says how it sleeps), reads its
-/// RSS with them idle, makes each print `output_bytes` with no client attached, and reads it
-/// again; with screens, once more after the screens slept.
+/// RSS with them idle (with screens, again once the idle screens slept), makes each print
+/// `output_bytes` with no client attached, and reads it again; with screens, once more after the
+/// screens slept.
 ///
 /// The sessions wait on a FIFO rather than on their terminal, so that releasing them needs no
 /// attach (which would add the attach's own buffers to the figure): each reads one line from it
@@ -134,6 +137,16 @@ pub async fn broker_memory(
         wait_offsets(&client, &mut service, &ids, 1).await?;
         tokio::time::sleep(SETTLE).await;
         let idle = service.resident_kib()?;
+        // With screens, once more when the idle sessions' screens slept (each printed `R` and
+        // waits): what a session at a prompt costs once nobody has looked at it for a while.
+        let idle_asleep = match screens {
+            Some(screens) => {
+                tokio::time::sleep(screens.after + SLEEP_MARGIN + SETTLE).await;
+                service.check_running()?;
+                Some(service.resident_kib()?)
+            }
+            None => None,
+        };
 
         // Release the sessions a batch at a time: each batch's output arrives before the next.
         let releasing = Instant::now();
@@ -188,6 +201,8 @@ pub async fn broker_memory(
             output_bytes,
             baseline_kib: baseline,
             idle_kib: idle.saturating_sub(baseline) as f64 / others,
+            idle_asleep_kib: idle_asleep
+                .map(|asleep| asleep.saturating_sub(baseline) as f64 / others),
             after_kib: after_bytes / 1024.0 / others,
             ring_kib: ring_total as f64 / sessions as f64 / 1024.0,
             beyond_ring_kib: (after_bytes - ring_growth) / 1024.0 / others,
