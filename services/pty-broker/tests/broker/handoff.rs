@@ -811,12 +811,15 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
         times.windows(2).all(|pair| pair[0] <= pair[1]),
         "times go backwards: {times:?}"
     );
-    // Nothing is left in the spool, and the store holds this one file.
+    // Nothing is left in the spool (the broker removes its file after the upload the test saw,
+    // so wait for that), and the store holds this one file.
     let spool = data_dir.path().join("recording-spool");
-    ensure!(
-        std::fs::read_dir(&spool)?.next().is_none(),
-        "the spool still holds a file"
-    );
+    let spool_empty = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let empty = std::fs::read_dir(&spool).is_ok_and(|mut entries| entries.next().is_none());
+        async move { empty.then_some(()) }
+    })
+    .await;
+    ensure!(spool_empty.is_some(), "the spool still holds a file");
     ensure!(std::fs::read_dir(store.path())?.count() == 1);
     drop(broker);
     Ok(())

@@ -263,7 +263,17 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
         output == expected,
         "the recovered recording's output: {output:?}"
     );
-    ensure!(!spooled.exists(), "the spool file stayed after publishing");
+    // The store has the file before the spool's copy goes (the broker removes it after the
+    // upload): wait for that rather than look once.
+    let spool_gone = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let gone = !spooled.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    ensure!(
+        spool_gone.is_some(),
+        "the spool file stayed after publishing"
+    );
     drop(second);
     Ok(())
 }
