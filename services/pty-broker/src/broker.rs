@@ -334,9 +334,6 @@ impl Broker {
         self.inner.tracker.spawn(async move {
             task.run(started).await;
             registry.remove(&session);
-            drop(session);
-            // Its ring, screen and buffers are freed: let the system have the pages back.
-            crate::memory::release_freed_soon();
         });
         answer
             .await
@@ -524,9 +521,6 @@ impl Broker {
         self.inner.tracker.spawn(async move {
             task.run_adopted(pty).await;
             registry.remove(&session);
-            drop(session);
-            // Its ring, screen and buffers are freed: let the system have the pages back.
-            crate::memory::release_freed_soon();
         });
         Ok(())
     }

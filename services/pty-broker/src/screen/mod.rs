@@ -290,10 +290,21 @@ impl Screen {
 
     /// Puts the screen to sleep: it keeps only its snapshot, compressed, until it is next used.
     /// What a snapshot does not carry (see ARCHITECTURE.md, "Screens") is lost with the grid.
-    pub fn sleep(&mut self) {
+    /// Returns about how many bytes the grids and the scrollback it let go of took (0 when it
+    /// already slept).
+    pub fn sleep(&mut self) -> usize {
         let State::Awake(emulator) = &self.state else {
-            return;
+            return 0;
         };
+        // vt100's cells are 32 bytes; the alternate grid exists once a program used it.
+        let grid = usize::from(self.size.cols()) * usize::from(self.size.rows()) * 32;
+        let grids =
+            if emulator.normal_screen.is_some() || emulator.parser.screen().alternate_screen() {
+                2 * grid
+            } else {
+                grid
+            };
+        let freed = grids + emulator.parser.callbacks().scrollback.heap_bytes();
         let snapshot = emulator.snapshot(self.size);
         let tracker = emulator.parser.callbacks();
         let asleep = Asleep {
@@ -304,6 +315,7 @@ impl Screen {
             changed: tracker.changed,
         };
         self.state = State::Asleep(asleep);
+        freed
     }
 
     /// The emulator, woken first if the screen sleeps.

@@ -75,6 +75,13 @@ impl Scrollback {
         }
     }
 
+    /// About how many bytes the rows take on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.blocks.iter().map(String::capacity).sum::<usize>()
+            + self.rows.capacity() * std::mem::size_of::<RowSpan>()
+            + self.scratch.capacity()
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()

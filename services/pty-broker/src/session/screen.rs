@@ -298,11 +298,9 @@ pub(super) async fn feed_screen_until(
                 changed = changed.changed() => if changed.is_err() { return },
                 () = done.cancelled() => return,
                 () = tokio::time::sleep(sleep_after), if awake => {
-                    if let Some(mut screen) = shared.screen_lock() {
-                        screen.sleep();
-                    }
+                    let freed = shared.screen_lock().map_or(0, |mut screen| screen.sleep());
                     // The grid and scrollback it let go of stay with the allocator otherwise.
-                    crate::memory::release_freed_soon();
+                    crate::memory::release_freed_soon(freed);
                     continue;
                 }
             }

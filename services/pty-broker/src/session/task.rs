@@ -962,7 +962,14 @@ impl SessionTask {
             }
         })
         .await;
-        self.shared.lock().ring.clear();
+        let freed = {
+            let mut state = self.shared.lock();
+            let held = state.ring.len();
+            state.ring.clear();
+            held
+        };
+        // What the ring held stays with the allocator otherwise.
+        crate::memory::release_freed_soon(freed);
     }
 
     /// Tells the recorder that a reset starts at `offset` (a marker between the two processes).
