@@ -54,7 +54,9 @@ async fn a_broker_handed_over_three_times_keeps_its_session_and_every_byte() {
 
     for round in 1..=3 {
         cluster.hand_off_broker(0).await.unwrap();
-        // The stream to the old process ended with a hand-off: the gateway says reconnect now.
+        // The stream to the old process ended with a hand-off: the gateway says reconnect now
+        // (1012), or, when its connection to the old process broke a moment before the stream's
+        // end arrived, reconnect with backoff (1011; deploy/README.md, "Brokers").
         let code = loop {
             match terminal.next().await {
                 Ok(Event::Closed(code)) => break code,
@@ -63,10 +65,9 @@ async fn a_broker_handed_over_three_times_keeps_its_session_and_every_byte() {
                 Err(error) => panic!("round {round}: the WebSocket broke: {error}"),
             }
         };
-        assert_eq!(
-            code,
-            Some(1012),
-            "round {round}: the close says reconnect now"
+        assert!(
+            matches!(code, Some(1011 | 1012)),
+            "round {round}: the close says reconnect ({code:?})"
         );
 
         let (resumed, connected_at) =
