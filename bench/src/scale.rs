@@ -1,6 +1,6 @@
 //! (4) Scale: many live sessions on one broker and the resident memory each costs (idle, and
 //! after each printed output into its ring); many WebSockets on one gateway and the memory each
-//! costs; many sessions typing at once and their echo. The broker and the gateway under
+//! costs (many sessions typing at once are `typists.rs`). The broker and the gateway under
 //! measurement run as separate processes (the real binaries), so that their `VmRSS` is theirs
 //! alone. Every call and every wait is bounded; spawning and connecting go in bounded batches.
 
@@ -21,10 +21,7 @@ use crate::scenarios::{ECHO_SCRIPT, LINE};
 use crate::stack::{
     ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth, tier_credentials,
 };
-use crate::term::{
-    Term, close_session, connect_gateway_at, connect_gateway_configured, create_session_on,
-    typist_client,
-};
+use crate::term::{Term, close_session, connect_gateway_at, create_session_on};
 
 /// Bound of one call (spawn, create, connect).
 const CALL_PATIENCE: Duration = Duration::from_secs(30);
@@ -37,7 +34,7 @@ const SETTLE: Duration = Duration::from_millis(1000);
 /// Beyond a screen's sleep interval, before it is taken as asleep.
 const SLEEP_MARGIN: Duration = Duration::from_millis(500);
 /// The per-instance session cap is 1..=50 (the contract).
-const INSTANCE_CAP: usize = 50;
+pub(crate) const INSTANCE_CAP: usize = 50;
 
 /// The screens of the sessions on the broker under measurement.
 #[derive(Debug, Clone, Copy)]
@@ -538,7 +535,11 @@ async fn wait_healthy(stack: &Stack, service: &mut Service) -> Result<()> {
 }
 
 /// Closes `sessions` (instance, session id), then deletes `instances`, each call bounded.
-async fn remove_all(stack: &Stack, sessions: &[(String, String)], instances: Vec<String>) {
+pub(crate) async fn remove_all(
+    stack: &Stack,
+    sessions: &[(String, String)],
+    instances: Vec<String>,
+) {
     close_all(stack, sessions).await;
     for instance in instances {
         let _ = tokio::time::timeout(
@@ -566,177 +567,8 @@ async fn close_all(stack: &Stack, sessions: &[(String, String)]) {
         .await;
 }
 
-/// Echo of many sessions typing at once.
-#[derive(Debug, Clone)]
-pub struct Typing {
-    pub typists: usize,
-    pub duration: Duration,
-    /// Every keystroke's round trip.
-    pub samples: Vec<Duration>,
-    /// Keystrokes the typists were to send at 10 a second.
-    pub planned: usize,
-}
-
-/// Keystrokes per second of one typist.
-const KEYS_PER_SECOND: u32 = 10;
-
-/// `typists` echo sessions through the stack's gateway (local backend, spread over instances of
-/// at most 50 sessions), each typing 10 keystrokes a second for `duration`, each keystroke timed
-/// until its echo. A typist whose echo is late sends its next key late (at most one keystroke in
-/// flight per session, as a person waiting on a laggy terminal).
-pub async fn typing(stack: &Stack, typists: usize, duration: Duration) -> Result<Typing> {
-    ensure!(typists >= 1, "the typing scenario needs a typist");
-    let needed = typists as u64 * 3 + 256;
-    let limit = open_files_limit()?;
-    ensure!(
-        limit >= needed,
-        "the open-files limit is {limit}, {typists} typists need about {needed} (raise `ulimit -n`)"
-    );
-    let mut instances = Vec::new();
-    for index in 0..typists.div_ceil(INSTANCE_CAP) {
-        let local = broker_pb::Target {
-            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
-        };
-        instances.push(
-            stack
-                .register(&format!("bench-typing-{index}"), local, INSTANCE_CAP as u32)
-                .await?,
-        );
-    }
-    // Which (instance, session) each typist has, for the cleanup whatever happens.
-    let created = std::sync::Mutex::new(Vec::<(String, String)>::new());
-    let result = async {
-        let opened: Vec<Result<Term>> = futures::stream::iter(0..typists)
-            .map(|index| {
-                let instance = instances[index / INSTANCE_CAP].clone();
-                let created = &created;
-                async move {
-                    let command = vec![
-                        "/bin/sh".to_owned(),
-                        "-c".to_owned(),
-                        ECHO_SCRIPT.to_owned(),
-                    ];
-                    let attach = tokio::time::timeout(
-                        CALL_PATIENCE,
-                        create_session_on(stack, &instance, command),
-                    )
-                    .await
-                    .map_err(|_| anyhow!("create session took over {CALL_PATIENCE:?}"))??;
-                    if let Ok(mut created) = created.lock() {
-                        created.push((instance.clone(), attach.session_id.clone()));
-                    }
-                    let mut term = connect_gateway_configured(
-                        &stack.websocket_url(),
-                        &instance,
-                        &attach.session_id,
-                        "",
-                        Some(typist_client()),
-                    )
-                    .await?;
-                    let ready = term.read_until(b"R", 4096).await?;
-                    ensure!(ready == b"R", "unexpected output before echo: {ready:?}");
-                    Ok(term)
-                }
-            })
-            .buffer_unordered(BATCH)
-            .collect()
-            .await;
-        let terms = match all_opened(opened) {
-            Ok(terms) => terms,
-            Err((failed, error)) => {
-                bail!("{failed} of {typists} typing sessions did not open, first: {error:#}")
-            }
-        };
-
-        let period = Duration::from_secs(1) / KEYS_PER_SECOND;
-        let tasks: Vec<_> = terms
-            .into_iter()
-            .enumerate()
-            .map(|(index, mut term)| {
-                // Spread the typists' phases over one period.
-                let phase = period * index as u32 / typists as u32;
-                tokio::spawn(async move {
-                    tokio::time::sleep(phase).await;
-                    type_for(&mut term, period, duration).await
-                })
-            })
-            .collect();
-        let mut samples = Vec::new();
-        let mut first_error = None;
-        let mut failed = 0;
-        let bound = duration + PROGRESS_PATIENCE;
-        for task in tasks {
-            let abort = task.abort_handle();
-            match tokio::time::timeout(bound, task).await {
-                Ok(Ok(Ok(series))) => samples.extend(series),
-                Ok(Ok(Err(error))) => {
-                    failed += 1;
-                    first_error.get_or_insert(error);
-                }
-                Ok(Err(join_error)) => {
-                    failed += 1;
-                    first_error.get_or_insert(anyhow!("typist task failed: {join_error}"));
-                }
-                Err(_) => {
-                    abort.abort();
-                    failed += 1;
-                    first_error.get_or_insert(anyhow!("a typist did not finish within {bound:?}"));
-                }
-            }
-        }
-        if let Some(error) = first_error {
-            bail!("{failed} of {typists} typists failed, first: {error:#}");
-        }
-        Ok(Typing {
-            typists,
-            duration,
-            planned: typists * (duration.as_millis() / period.as_millis()) as usize,
-            samples,
-        })
-    }
-    .await;
-    let created = created.into_inner().unwrap_or_default();
-    remove_all(stack, &created, instances).await;
-    result
-}
-
-/// One typist: a keystroke every `period` for `duration`, each timed until its echo.
-async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Result<Vec<Duration>> {
-    let alphabet = b"abcdefghijklmnopqrstuvwxyz";
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let end = tokio::time::Instant::now() + duration;
-    let mut samples = Vec::new();
-    let mut index = 0;
-    loop {
-        ticker.tick().await;
-        if tokio::time::Instant::now() >= end {
-            return Ok(samples);
-        }
-        let key = alphabet[index % alphabet.len()];
-        index += 1;
-        let sent = Instant::now();
-        term.send(&[key]).await?;
-        let mut echoed = Vec::new();
-        while echoed.is_empty() {
-            let chunk = tokio::time::timeout(CALL_PATIENCE, term.recv())
-                .await
-                .map_err(|_| anyhow!("no echo within {CALL_PATIENCE:?}"))??
-                .context("the terminal ended")?;
-            echoed.extend_from_slice(&chunk);
-        }
-        samples.push(sent.elapsed());
-        ensure!(
-            echoed == [key],
-            "keystroke {:?} came back as {:?}",
-            key as char,
-            String::from_utf8_lossy(&echoed)
-        );
-    }
-}
-
 /// The terminals if every one opened; otherwise how many failed and the first error.
-fn all_opened(opened: Vec<Result<Term>>) -> Result<Vec<Term>, (usize, anyhow::Error)> {
+pub(crate) fn all_opened(opened: Vec<Result<Term>>) -> Result<Vec<Term>, (usize, anyhow::Error)> {
     let failed = opened.iter().filter(|result| result.is_err()).count();
     let mut terms = Vec::with_capacity(opened.len() - failed);
     let mut first_error = None;

@@ -504,7 +504,7 @@ pub async fn close_session(stack: &Stack, instance: &str, session_id: &str) {
     }
 }
 
-fn open_pty(command: &[String]) -> Result<Term> {
+pub(crate) fn open_pty(command: &[String]) -> Result<Term> {
     let size = Winsize {
         ws_row: 24,
         ws_col: 80,
@@ -540,7 +540,7 @@ fn open_pty(command: &[String]) -> Result<Term> {
 /// A bare PTY with two relays in front: the bench's stream → relay 1 → relay 2 → the PTY
 /// master, each hop a loopback TCP connection, each relay a task on the runtime that serves
 /// ptyhub (as the gateway and the broker are).
-async fn open_relayed(command: &[String]) -> Result<Term> {
+pub(crate) async fn open_relayed(command: &[String]) -> Result<Term> {
     let Term::Pty { master, child, .. } = open_pty(command)? else {
         unreachable!("open_pty opens a PTY")
     };

@@ -1,0 +1,404 @@
+//! (4) Scale, typing: many sessions typing at once through the stack's gateway, each keystroke
+//! timed until its echo. The services stay in the bench's process (as under `ptyhub up`); the
+//! typists run in a client process of their own (the bench binary again, `--typist-client`), so
+//! that a thousand clients' WebSocket work and timers neither share the services' runtime nor
+//! count in their latency as queueing behind the services' own tasks.
+//!
+//! Beside it, in the same run, the floors: the same client process typing on as many bare PTYs
+//! of its own (each `cat` on a PTY the process holds), and on as many bare PTYs behind two
+//! loopback TCP relays (tasks in the client's process), as the echo scenario's (a) and (a2).
+//!
+//! The bench tells its client process what to open on stdin: `gateway <ws base>` then one
+//! `instance session` line per typist, or `pty <count>`, or `relayed <count>`, then end of file.
+//! The client answers on stdout with `ready` once every terminal is open, then `done <planned>`
+//! and one line per timed keystroke (nanoseconds). Anything else it prints is an error, and it
+//! exits non-zero.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use futures::StreamExt as _;
+use ptyhub_proto::broker::v1 as broker_pb;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::child::open_files_limit;
+use crate::scale::{INSTANCE_CAP, all_opened, remove_all};
+use crate::scenarios::ECHO_SCRIPT;
+use crate::stack::Stack;
+use crate::term::{
+    Term, connect_gateway_configured, create_session_on, open_pty, open_relayed, typist_client,
+};
+
+/// Keystrokes per second of one typist.
+const KEYS_PER_SECOND: u32 = 10;
+/// Bound of one call (create, connect) and of one echo.
+const CALL_PATIENCE: Duration = Duration::from_secs(30);
+/// Bound of a phase in which nothing need progress but the client (opening every socket).
+const PROGRESS_PATIENCE: Duration = Duration::from_secs(120);
+/// How many creates or connects are in flight at once (the machine has two cores).
+const BATCH: usize = 16;
+
+/// What the typists type on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Typed {
+    /// Sessions of the stack, through its gateway's WebSockets.
+    Gateway,
+    /// Bare PTYs the client process holds.
+    BarePty,
+    /// Bare PTYs behind two loopback TCP relays, in the client process.
+    Relayed,
+}
+
+impl Typed {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Gateway => "through the gateway (local)",
+            Self::BarePty => "on bare local PTYs (the floor)",
+            Self::Relayed => "on bare PTYs behind two TCP relays",
+        }
+    }
+}
+
+/// Echo of many sessions typing at once.
+#[derive(Debug, Clone)]
+pub struct Typing {
+    pub typists: usize,
+    pub duration: Duration,
+    /// Every keystroke's round trip.
+    pub samples: Vec<Duration>,
+    /// Keystrokes the typists were to send at 10 a second.
+    pub planned: usize,
+}
+
+/// `typists` echo terminals of `typed`: for the gateway, sessions of the stack (local backend,
+/// spread over instances of at most 50 sessions); each typing 10 keystrokes a second for `duration` from the client
+/// process, each keystroke timed until its echo. A typist whose echo is late sends its next key
+/// late (at most one keystroke in flight per session, as a person waiting on a laggy terminal),
+/// so a slow echo shows as fewer keystrokes than planned as well as in the percentiles.
+pub async fn typing(
+    stack: &Stack,
+    typed: Typed,
+    typists: usize,
+    duration: Duration,
+) -> Result<Typing> {
+    ensure!(typists >= 1, "the typing scenario needs a typist");
+    if typed != Typed::Gateway {
+        let work = match typed {
+            Typed::BarePty => format!("pty {typists}\n"),
+            _ => format!("relayed {typists}\n"),
+        };
+        return type_through(work, typists, duration).await;
+    }
+    // This process holds every session's PTY and the gateway's end of every socket.
+    let needed = typists as u64 * 4 + 256;
+    let limit = open_files_limit()?;
+    ensure!(
+        limit >= needed,
+        "the open-files limit is {limit}, {typists} typists need about {needed} (raise `ulimit -n`)"
+    );
+    let mut instances = Vec::new();
+    for index in 0..typists.div_ceil(INSTANCE_CAP) {
+        let local = broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+        };
+        instances.push(
+            stack
+                .register(&format!("bench-typing-{index}"), local, INSTANCE_CAP as u32)
+                .await?,
+        );
+    }
+    // Which (instance, session) each typist has, for the cleanup whatever happens.
+    let created = std::sync::Mutex::new(Vec::<(String, String)>::new());
+    let result = async {
+        let sessions: Vec<Result<(String, String)>> = futures::stream::iter(0..typists)
+            .map(|index| {
+                let instance = instances[index / INSTANCE_CAP].clone();
+                let created = &created;
+                async move {
+                    let command = vec![
+                        "/bin/sh".to_owned(),
+                        "-c".to_owned(),
+                        ECHO_SCRIPT.to_owned(),
+                    ];
+                    let attach = tokio::time::timeout(
+                        CALL_PATIENCE,
+                        create_session_on(stack, &instance, command),
+                    )
+                    .await
+                    .map_err(|_| anyhow!("create session took over {CALL_PATIENCE:?}"))??;
+                    let placed = (instance, attach.session_id);
+                    if let Ok(mut created) = created.lock() {
+                        created.push(placed.clone());
+                    }
+                    Ok(placed)
+                }
+            })
+            .buffer_unordered(BATCH)
+            .collect()
+            .await;
+        let sessions = sessions.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut work = format!("gateway {}\n", stack.websocket_url());
+        for (instance, session) in &sessions {
+            work.push_str(&format!("{instance} {session}\n"));
+        }
+        type_through(work, typists, duration).await
+    }
+    .await;
+    let created = created.into_inner().unwrap_or_default();
+    remove_all(stack, &created, instances).await;
+    result
+}
+
+/// Starts the client process with `work`, waits until its terminals are open, and collects what
+/// it timed.
+async fn type_through(work: String, typists: usize, duration: Duration) -> Result<Typing> {
+    let mut client = ClientProcess::start(&work, duration).await?;
+    client.wait_ready().await?;
+    let (planned, samples) = client.results(duration).await?;
+    Ok(Typing {
+        typists,
+        duration,
+        planned,
+        samples,
+    })
+}
+
+/// The typists' process, seen from the bench.
+struct ClientProcess {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl ClientProcess {
+    /// Starts the bench binary as the typists' client and hands it its `work`.
+    async fn start(work: &str, duration: Duration) -> Result<Self> {
+        let binary = std::env::current_exe().context("the bench's own binary")?;
+        let mut child = Command::new(binary)
+            .arg("--typist-client")
+            .arg(format!("--typing-ms={}", duration.as_millis()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start the typists' client process")?;
+        let mut stdin = child.stdin.take().context("the client's stdin")?;
+        stdin
+            .write_all(work.as_bytes())
+            .await
+            .context("hand the typists' client its sessions")?;
+        drop(stdin);
+        let stdout = child.stdout.take().context("the client's stdout")?;
+        Ok(Self {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// The next line the client prints, within `patience`.
+    async fn line(&mut self, patience: Duration) -> Result<String> {
+        match tokio::time::timeout(patience, self.lines.next_line()).await {
+            Err(_) => bail!("the typists' client said nothing for {patience:?}"),
+            Ok(Err(error)) => Err(error).context("read the typists' client"),
+            Ok(Ok(Some(line))) => Ok(line),
+            Ok(Ok(None)) => {
+                let status = self.child.wait().await?;
+                bail!("the typists' client ended ({status}) before its results")
+            }
+        }
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let line = self.line(PROGRESS_PATIENCE).await?;
+        ensure!(
+            line == "ready",
+            "the typists' client answered {line:?} instead of ready"
+        );
+        Ok(())
+    }
+
+    /// Keystrokes planned and every timed keystroke, once the client typed for `duration`.
+    async fn results(&mut self, duration: Duration) -> Result<(usize, Vec<Duration>)> {
+        let line = self.line(duration + CALL_PATIENCE * 2).await?;
+        let planned = line
+            .strip_prefix("done ")
+            .and_then(|planned| planned.parse::<usize>().ok())
+            .with_context(|| format!("the typists' client answered {line:?} instead of done"))?;
+        let mut samples = Vec::new();
+        loop {
+            match tokio::time::timeout(CALL_PATIENCE, self.lines.next_line()).await {
+                Err(_) => bail!("the typists' client stopped in the middle of its results"),
+                Ok(line) => match line.context("read the typists' client")? {
+                    None => break,
+                    Some(line) => samples
+                        .push(Duration::from_nanos(line.parse().with_context(|| {
+                            format!("a sample that is not a number: {line:?}")
+                        })?)),
+                },
+            }
+        }
+        let status = self.child.wait().await?;
+        ensure!(status.success(), "the typists' client exited with {status}");
+        Ok((planned, samples))
+    }
+}
+
+/// The typists' process (`bench --typist-client`): reads its work from stdin, opens every socket,
+/// types for `duration` and prints its results (the module's docs give the exchange).
+pub async fn client(duration: Duration) -> Result<()> {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let header = lines.next_line().await?.context("no work on stdin")?;
+    let script = [
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        ECHO_SCRIPT.to_owned(),
+    ];
+    let opened: Vec<Result<Term>> = match header.split_once(' ') {
+        Some(("gateway", ws_base)) => {
+            let mut sessions = Vec::new();
+            while let Some(line) = lines.next_line().await? {
+                let (instance, session) = line
+                    .split_once(' ')
+                    .with_context(|| format!("not `instance session`: {line:?}"))?;
+                sessions.push((instance.to_owned(), session.to_owned()));
+            }
+            futures::stream::iter(&sessions)
+                .map(|(instance, session)| async move {
+                    let term = connect_gateway_configured(
+                        ws_base,
+                        instance,
+                        session,
+                        "",
+                        Some(typist_client()),
+                    )
+                    .await?;
+                    echo_ready(term).await
+                })
+                .buffer_unordered(BATCH)
+                .collect()
+                .await
+        }
+        Some((kind @ ("pty" | "relayed"), count)) => {
+            let count: usize = count
+                .parse()
+                .with_context(|| format!("not a count: {count:?}"))?;
+            let script = &script;
+            futures::stream::iter(0..count)
+                .map(|_| async move {
+                    let term = if kind == "pty" {
+                        open_pty(script)?
+                    } else {
+                        open_relayed(script).await?
+                    };
+                    echo_ready(term).await
+                })
+                .buffer_unordered(BATCH)
+                .collect()
+                .await
+        }
+        _ => bail!("unknown work {header:?}"),
+    };
+    let typists = opened.len();
+    ensure!(typists > 0, "no terminals to type on");
+    let terms = match all_opened(opened) {
+        Ok(terms) => terms,
+        Err((failed, error)) => {
+            bail!("{failed} of {typists} typing terminals did not open, first: {error:#}")
+        }
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout.write_all(b"ready\n").await?;
+    stdout.flush().await?;
+
+    let period = Duration::from_secs(1) / KEYS_PER_SECOND;
+    let tasks: Vec<_> = terms
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut term)| {
+            // Spread the typists' phases over one period.
+            let phase = period * index as u32 / typists as u32;
+            tokio::spawn(async move {
+                tokio::time::sleep(phase).await;
+                type_for(&mut term, period, duration).await
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    let mut first_error = None;
+    let mut failed = 0;
+    let bound = duration + CALL_PATIENCE;
+    for task in tasks {
+        let abort = task.abort_handle();
+        match tokio::time::timeout(bound, task).await {
+            Ok(Ok(Ok(series))) => samples.extend(series),
+            Ok(Ok(Err(error))) => {
+                failed += 1;
+                first_error.get_or_insert(error);
+            }
+            Ok(Err(join_error)) => {
+                failed += 1;
+                first_error.get_or_insert(anyhow!("typist task failed: {join_error}"));
+            }
+            Err(_) => {
+                abort.abort();
+                failed += 1;
+                first_error.get_or_insert(anyhow!("a typist did not finish within {bound:?}"));
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        bail!("{failed} of {typists} typists failed, first: {error:#}");
+    }
+    let planned = typists * (duration.as_millis() / period.as_millis()) as usize;
+    let mut report = format!("done {planned}\n");
+    for sample in samples {
+        report.push_str(&format!("{}\n", sample.as_nanos()));
+    }
+    stdout.write_all(report.as_bytes()).await?;
+    stdout.flush().await?;
+    Ok(())
+}
+
+/// `term` once its echo script printed `R` (echo off, `cat` running).
+async fn echo_ready(mut term: Term) -> Result<Term> {
+    let ready = term.read_until(b"R", 4096).await?;
+    ensure!(ready == b"R", "unexpected output before echo: {ready:?}");
+    Ok(term)
+}
+
+/// One typist: a keystroke every `period` for `duration`, each timed until its echo.
+async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Result<Vec<Duration>> {
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz";
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let end = tokio::time::Instant::now() + duration;
+    let mut samples = Vec::new();
+    let mut index = 0;
+    loop {
+        ticker.tick().await;
+        if tokio::time::Instant::now() >= end {
+            return Ok(samples);
+        }
+        let key = alphabet[index % alphabet.len()];
+        index += 1;
+        let sent = Instant::now();
+        term.send(&[key]).await?;
+        let mut echoed = Vec::new();
+        while echoed.is_empty() {
+            let chunk = tokio::time::timeout(CALL_PATIENCE, term.recv())
+                .await
+                .map_err(|_| anyhow!("no echo within {CALL_PATIENCE:?}"))??
+                .context("the terminal ended")?;
+            echoed.extend_from_slice(&chunk);
+        }
+        samples.push(sent.elapsed());
+        ensure!(
+            echoed == [key],
+            "keystroke {:?} came back as {:?}",
+            key as char,
+            String::from_utf8_lossy(&echoed)
+        );
+    }
+}
