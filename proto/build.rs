@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         file_descriptors.encode_to_vec(),
     )?;
     tonic_prost_build::configure()
+        // Every generated client and server starts its calls' buffers small (src/codec.rs).
+        .codec_path("crate::codec::ProstCodec")
         // Terminal bytes travel as `bytes::Bytes` so a chunk is shared, never copied, on its way
         // from the ring to every attached client.
         .bytes(".ptyhub.broker.v1.Output.data")

@@ -3,6 +3,8 @@
 //!
 //! Generated types stop at each service's `grpc.rs` adapter; nothing else should name them.
 
+pub mod codec;
+
 /// `ptyhub.broker.v1`: the pty-broker's spawn/kill/list, event stream and `Attach`.
 pub mod broker {
     pub mod v1 {
