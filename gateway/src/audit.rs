@@ -1,12 +1,15 @@
 //! What the gateway tells the audit trail about terminal streams: every WebSocket bridge and
 //! every relayed gRPC `Attach` holds a [`StreamAudit`] from the broker's first frame on, which
 //! reports the attach and, when it is dropped, the detach with the reason the stream ended.
-//! Both reports go through one task per stream, so session-api hears them in order, and none
-//! of them waits on the terminal's path.
+//! A stream's reports go out in order, one at a time, from a task that runs only while some
+//! are waiting (an idle stream holds no task and no channel), and none of them waits on the
+//! terminal's path.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ptyhub_proto::session::v1::AuditKind;
 use ptyhub_wire::Role;
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::grpc::{AuditReport, Upstreams};
@@ -14,7 +17,7 @@ use crate::grpc::{AuditReport, Upstreams};
 /// One attached stream in the audit trail.
 #[derive(Debug)]
 pub struct StreamAudit {
-    reports: mpsc::UnboundedSender<AuditReport>,
+    reports: AuditQueue,
     instance_id: String,
     session_id: String,
     role: Role,
@@ -27,14 +30,8 @@ impl StreamAudit {
     /// Reports the attach of a stream to `session_id`, through `upstreams` acting for the
     /// stream's principal.
     pub fn attached(upstreams: Upstreams, instance_id: &str, session_id: &str, role: Role) -> Self {
-        let (reports, mut queue) = mpsc::unbounded_channel::<AuditReport>();
-        tokio::spawn(async move {
-            while let Some(report) = queue.recv().await {
-                upstreams.report_audit_event(report).await;
-            }
-        });
         let audit = Self {
-            reports,
+            reports: AuditQueue::new(upstreams),
             instance_id: instance_id.to_owned(),
             session_id: session_id.to_owned(),
             role,
@@ -77,8 +74,7 @@ impl StreamAudit {
         if let Some((key, value)) = detail {
             report = report.detail(key, value);
         }
-        // The task ends only once this sender is gone.
-        let _ = self.reports.send(report);
+        self.reports.push(report);
     }
 }
 
@@ -91,13 +87,78 @@ impl Drop for StreamAudit {
 /// Reports the resets a stream's controller sends (see [`StreamAudit::resets`]).
 #[derive(Debug, Clone)]
 pub struct StreamResets {
-    reports: mpsc::UnboundedSender<AuditReport>,
+    reports: AuditQueue,
     report: AuditReport,
 }
 
 impl StreamResets {
     pub fn reset(&self) {
-        let _ = self.reports.send(self.report.clone());
+        self.reports.push(self.report.clone());
+    }
+}
+
+/// One stream's reports on their way to session-api, in the order they were made.
+#[derive(Debug, Clone)]
+struct AuditQueue(Arc<QueueShared>);
+
+#[derive(Debug)]
+struct QueueShared {
+    upstreams: Upstreams,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    reports: VecDeque<AuditReport>,
+    /// A task is sending: it takes what is pushed meanwhile, and ends once nothing is left.
+    sending: bool,
+}
+
+impl AuditQueue {
+    fn new(upstreams: Upstreams) -> Self {
+        Self(Arc::new(QueueShared {
+            upstreams,
+            pending: Mutex::default(),
+        }))
+    }
+
+    /// Queues `report` behind the stream's earlier ones, and starts the sending task unless it
+    /// runs. Outside a runtime (a process tearing down) the report is dropped, with a log line.
+    fn push(&self, report: AuditReport) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(?report, "audit report dropped: no runtime to send it");
+            return;
+        };
+        let mut pending = self
+            .0
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pending.reports.push_back(report);
+        if !pending.sending {
+            pending.sending = true;
+            runtime.spawn(self.clone().send_all());
+        }
+    }
+
+    async fn send_all(self) {
+        loop {
+            let report = {
+                let mut pending = self
+                    .0
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match pending.reports.pop_front() {
+                    Some(report) => report,
+                    None => {
+                        pending.sending = false;
+                        return;
+                    }
+                }
+            };
+            self.0.upstreams.report_audit_event(report).await;
+        }
     }
 }
 
