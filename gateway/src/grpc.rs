@@ -124,9 +124,22 @@ pub struct UpstreamError {
     source: ptyhub_wire::TlsError,
 }
 
-/// The services the gateway forwards to: session-api, and the brokers it names.
+/// The services the gateway forwards to: session-api, and the brokers it names. A handle: every
+/// stream holds one (acting for its principal), and a clone costs a reference count.
 #[derive(Clone, Debug)]
-pub struct Upstreams {
+pub struct Upstreams(Arc<UpstreamClients>);
+
+impl std::ops::Deref for Upstreams {
+    type Target = UpstreamClients;
+
+    fn deref(&self) -> &UpstreamClients {
+        &self.0
+    }
+}
+
+/// The clients of [`Upstreams`].
+#[derive(Clone, Debug)]
+pub struct UpstreamClients {
     session_api: SessionApiClient,
     /// The channels and credential the session-api clients are built on, for
     /// [`Upstreams::acting_for`].
@@ -171,7 +184,7 @@ impl Upstreams {
             credential: interceptor.clone(),
             actor: None,
         };
-        Ok(Self {
+        Ok(Self(Arc::new(UpstreamClients {
             session_api: session_pb::session_api_client::SessionApiClient::with_interceptor(
                 channel.clone(),
                 auth.clone(),
@@ -195,7 +208,7 @@ impl Upstreams {
             credential: interceptor,
             brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers),
             answer_margin: timeout,
-        })
+        })))
     }
 
     /// The same upstreams, whose calls to session-api say they are made for `actor`: what
@@ -205,7 +218,7 @@ impl Upstreams {
             credential: self.credential.clone(),
             actor: Some(Arc::new(actor.clone())),
         };
-        let mut upstreams = self.clone();
+        let mut upstreams = UpstreamClients::clone(self);
         upstreams.session_api = session_pb::session_api_client::SessionApiClient::with_interceptor(
             self.channel.clone(),
             auth.clone(),
@@ -220,7 +233,7 @@ impl Upstreams {
                 self.waits_channel.clone(),
                 auth,
             );
-        upstreams
+        Self(Arc::new(upstreams))
     }
 
     /// Reports what only the gateway sees (an attach, a detach, a refusal) to the audit trail,
@@ -734,6 +747,8 @@ impl Upstreams {
         snapshot: bool,
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
         let broker = self.brokers.transport(&target.broker_endpoint)?;
+        // The queue holds commands, not client frames: a bounded channel allocates its first
+        // block of slots up front, and a frame (the hello's variant) is twice a command's size.
         let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
         let hello = broker_pb::ClientFrame {
             frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
@@ -745,12 +760,10 @@ impl Upstreams {
                 snapshot,
             })),
         };
-        commands
-            .send(hello)
-            .await
-            .map_err(|_| ApiError::internal("attach stream closed before hello"))?;
+        let frames = futures::stream::once(std::future::ready(hello))
+            .chain(ReceiverStream::new(command_receiver).map(command_frame));
         let events = broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
-            .attach(ReceiverStream::new(command_receiver))
+            .attach(frames)
             .await
             .map_err(broker_error)?
             .into_inner();
@@ -844,28 +857,33 @@ impl AttachEvents {
 /// The client half of an `Attach` stream.
 #[derive(Debug, Clone)]
 pub struct AttachCommands {
-    commands: mpsc::Sender<broker_pb::ClientFrame>,
+    commands: mpsc::Sender<TerminalCommand>,
 }
 
 impl AttachCommands {
     /// Sends a command; an error means the stream has ended.
     pub async fn send(&self, command: TerminalCommand) -> Result<(), ApiError> {
-        let frame = match command {
-            TerminalCommand::Input(data) => {
-                broker_pb::client_frame::Frame::Input(broker_pb::Input { data })
-            }
-            TerminalCommand::Resize(size) => {
-                broker_pb::client_frame::Frame::Resize(size_to_proto(size))
-            }
-            TerminalCommand::Reset => {
-                broker_pb::client_frame::Frame::Reset(broker_pb::ResetTerminal {})
-            }
-        };
         self.commands
-            .send(broker_pb::ClientFrame { frame: Some(frame) })
+            .send(command)
             .await
             .map_err(|_| ApiError::unavailable("attach stream ended"))
     }
+}
+
+/// The client frame that carries `command`.
+fn command_frame(command: TerminalCommand) -> broker_pb::ClientFrame {
+    let frame = match command {
+        TerminalCommand::Input(data) => {
+            broker_pb::client_frame::Frame::Input(broker_pb::Input { data })
+        }
+        TerminalCommand::Resize(size) => {
+            broker_pb::client_frame::Frame::Resize(size_to_proto(size))
+        }
+        TerminalCommand::Reset => {
+            broker_pb::client_frame::Frame::Reset(broker_pb::ResetTerminal {})
+        }
+    };
+    broker_pb::ClientFrame { frame: Some(frame) }
 }
 
 fn session_api_error(status: tonic::Status) -> ApiError {

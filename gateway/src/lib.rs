@@ -92,7 +92,7 @@ pub async fn run(
             "no --public-url or --allowed-host: browsers may reach this gateway by any host name; name it to refuse pages of other names (DNS rebinding)"
         );
     }
-    let state = state::AppState {
+    let state = state::AppState::new(state::Shared {
         upstreams,
         authenticator,
         metrics: metrics::Metrics::default(),
@@ -113,7 +113,7 @@ pub async fn run(
         host_policy,
         failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
         trust_forwarded_for: config.trust_forwarded_for,
-    };
+    });
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(%address, session_api = %config.session_api_endpoint, tls = public_tls.is_some(),

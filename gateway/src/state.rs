@@ -34,8 +34,28 @@ use crate::metrics::Metrics;
 /// single session), as `/terminal/reset` and the WebSocket's `/terminal` name it.
 pub const DEFAULT_SESSION: &str = "default";
 
+/// What every handler and stream shares: one allocation, so that a clone (every request and
+/// every WebSocket bridge holds one) costs a reference count, not a copy of every field.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+#[derive(Debug)]
+pub struct Shared {
     pub upstreams: Upstreams,
     pub authenticator: Authenticator,
     pub metrics: Metrics,

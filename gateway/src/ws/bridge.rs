@@ -70,27 +70,28 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             snapshot = prepared.snapshot,
             "terminal websocket opened"
         );
-        let attached = prepared
-            .upstreams
-            .attach(
-                &prepared.attach,
-                prepared.size,
-                prepared.since,
-                prepared.snapshot,
-            )
-            .await;
+        // What is awaited once on the way in (the attach, its answer, a refusal) is boxed: a
+        // socket's task is one allocation the size of its largest state, kept for as long as
+        // the socket lives, and the attach's states would otherwise be part of it.
+        let attached = Box::pin(prepared.upstreams.attach(
+            &prepared.attach,
+            prepared.size,
+            prepared.since,
+            prepared.snapshot,
+        ))
+        .await;
         let (mut events, commands) = match attached {
             Ok(attached) => attached,
             Err(error) => {
                 tracing::warn!(error = %error, "attach failed");
-                return refuse(socket, &error).await;
+                return Box::pin(refuse(socket, &error)).await;
             }
         };
         let _attach_gauge = state.metrics.attach_stream_opened();
         // The broker's first frame says where the stream starts; nothing is sent before it.
-        let connected = match first_event(&mut events).await {
+        let connected = match Box::pin(first_event(&mut events)).await {
             Ok(connected) => connected,
-            Err(error) => return refuse(socket, &error).await,
+            Err(error) => return Box::pin(refuse(socket, &error)).await,
         };
         let mut audit = StreamAudit::attached(
             prepared.upstreams.clone(),
@@ -134,7 +135,9 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             shutdown: state.shutdown.clone(),
             expires_at: prepared.expires_at,
         };
-        let ending = writer.run(connected, events, control_receiver).await;
+        let ending = writer.run(connected, events, control_receiver);
+        eprintln!("SIZE run {}", std::mem::size_of_val(&ending));
+        let ending = ending.await;
         audit.ending(detach_reason(ending.reason));
         closing.store(true, Ordering::Release);
         if ending.await_client_close {

@@ -35,8 +35,9 @@ use crate::state::{AppState, DEFAULT_SESSION, Presented};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
-/// frame (a paste) still arrives whole, the buffer grows for it.
-const READ_BUFFER_BYTES: usize = 8 * 1024;
+/// frame (a paste) still arrives whole, the buffer grows for it (and is read this much at a
+/// time: 256 reads for a 1 MiB paste).
+const READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// The query parameters of a terminal WebSocket.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -168,10 +169,12 @@ async fn open_terminal(
         .on_upgrade(move |socket| {
             bridges.track_future(async move {
                 match prepared {
-                    Ok(prepared) => bridge::bridge_terminal(state, socket, prepared).await,
+                    Ok(prepared) => { let f = bridge::bridge_terminal(state, socket, prepared); eprintln!("SIZE bridge_terminal {} appstate {} upstreams {} prepared {} websocket {}", std::mem::size_of_val(&f), std::mem::size_of::<AppState>(), std::mem::size_of::<Upstreams>(), std::mem::size_of::<PreparedAttach>(), std::mem::size_of::<axum::extract::ws::WebSocket>()); f.await },
                     Err(error) => {
                         tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
-                        bridge::refuse(socket, &error).await;
+                        // Boxed, as the bridge's own refusals are: only the running bridge
+                        // sizes the socket's task.
+                        Box::pin(bridge::refuse(socket, &error)).await;
                     }
                 }
             })
