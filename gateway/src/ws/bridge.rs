@@ -135,9 +135,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             shutdown: state.shutdown.clone(),
             expires_at: prepared.expires_at,
         };
-        let ending = writer.run(connected, events, control_receiver);
-        eprintln!("SIZE run {}", std::mem::size_of_val(&ending));
-        let ending = ending.await;
+        let ending = writer.run(connected, events, control_receiver).await;
         audit.ending(detach_reason(ending.reason));
         closing.store(true, Ordering::Release);
         if ending.await_client_close {

@@ -169,7 +169,7 @@ async fn open_terminal(
         .on_upgrade(move |socket| {
             bridges.track_future(async move {
                 match prepared {
-                    Ok(prepared) => { let f = bridge::bridge_terminal(state, socket, prepared); eprintln!("SIZE bridge_terminal {} appstate {} upstreams {} prepared {} websocket {}", std::mem::size_of_val(&f), std::mem::size_of::<AppState>(), std::mem::size_of::<Upstreams>(), std::mem::size_of::<PreparedAttach>(), std::mem::size_of::<axum::extract::ws::WebSocket>()); f.await },
+                    Ok(prepared) => bridge::bridge_terminal(state, socket, prepared).await,
                     Err(error) => {
                         tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
                         // Boxed, as the bridge's own refusals are: only the running bridge
