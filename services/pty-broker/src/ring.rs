@@ -7,7 +7,11 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+
+/// Chunks shorter than this are gathered by [`OutputRing::read_gathered`]; longer ones are sent
+/// as they are, without a copy.
+const GATHER_BELOW: usize = 16 * 1024;
 
 /// The last `capacity` bytes of a session's output.
 #[derive(Debug)]
@@ -176,6 +180,45 @@ impl OutputRing {
         RingRead::Data(chunk.bytes.slice(skip..skip + len))
     }
 
+    /// As [`OutputRing::read_at`], but when the chunk at `offset` is small and small chunks
+    /// follow it, their bytes are gathered into one piece (a copy) of at most `max_len`, up to the
+    /// first large chunk. What a client is sent then follows how far behind it is, not how the
+    /// PTY was read: a process that writes a little at a time (a container's output arrives
+    /// through the engine 64-256 bytes a read) reaches a client that lags by a few reads in one
+    /// frame instead of one frame per read. A client that keeps up is sent each read as it
+    /// comes, without waiting for more.
+    pub fn read_gathered(&self, offset: u64, max_len: usize) -> RingRead {
+        let first = match self.read_at(offset, max_len) {
+            RingRead::Data(first) => first,
+            other => return other,
+        };
+        let max_len = max_len.max(1);
+        let next = offset + first.len() as u64;
+        if first.len() >= GATHER_BELOW || first.len() >= max_len || next >= self.end {
+            return RingRead::Data(first);
+        }
+        let small_after: Vec<&Bytes> = self
+            .chunks
+            .range(self.locate(next)..)
+            .map(|chunk| &chunk.bytes)
+            .take_while(|bytes| bytes.len() < GATHER_BELOW)
+            .collect();
+        if small_after.is_empty() {
+            return RingRead::Data(first);
+        }
+        let available = first.len() + small_after.iter().map(|bytes| bytes.len()).sum::<usize>();
+        let mut gathered = BytesMut::with_capacity(available.min(max_len));
+        gathered.extend_from_slice(&first);
+        for bytes in small_after {
+            let room = max_len - gathered.len();
+            if room == 0 {
+                break;
+            }
+            gathered.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+        RingRead::Data(gathered.freeze())
+    }
+
     /// The index of the chunk holding `offset`, which must be in `start..end`.
     fn locate(&self, offset: u64) -> usize {
         let index = self.chunks.partition_point(|chunk| chunk.end() <= offset);
@@ -329,6 +372,103 @@ mod tests {
             assert_eq!(ring.end(), expected_end);
             assert!(ring.len() <= 7);
             assert_eq!(ring.start(), expected_end.saturating_sub(7));
+        }
+    }
+
+    #[test]
+    fn a_gathered_read_joins_the_small_chunks_that_piled_up() {
+        let mut ring = OutputRing::new(1 << 20);
+        for line in [&b"abc"[..], b"def", b"gh", b"ij"] {
+            ring.push(Bytes::copy_from_slice(line));
+        }
+        assert_eq!(
+            ring.read_gathered(0, 100),
+            RingRead::Data(Bytes::from_static(b"abcdefghij"))
+        );
+        // From inside a chunk, and cut at `max_len` inside a later one.
+        assert_eq!(
+            ring.read_gathered(1, 6),
+            RingRead::Data(Bytes::from_static(b"bcdefg"))
+        );
+        // The last chunk alone is sent as it is.
+        assert_eq!(
+            ring.read_gathered(8, 100),
+            RingRead::Data(Bytes::from_static(b"ij"))
+        );
+        assert_eq!(ring.read_gathered(10, 100), RingRead::UpToDate);
+    }
+
+    #[test]
+    fn a_large_chunk_is_never_copied_and_ends_a_gathering() {
+        let mut ring = OutputRing::new(1 << 20);
+        let large = Bytes::from(vec![b'x'; GATHER_BELOW]);
+        ring.push(Bytes::from_static(b"ab"));
+        ring.push(Bytes::from_static(b"cd"));
+        ring.push(large.clone());
+        ring.push(Bytes::from_static(b"ef"));
+        assert_eq!(
+            ring.read_gathered(0, 1 << 20),
+            RingRead::Data(Bytes::from_static(b"abcd"))
+        );
+        let RingRead::Data(sent) = ring.read_gathered(4, 1 << 20) else {
+            panic!("the large chunk is there");
+        };
+        // The same bytes in memory: a slice of the chunk, not a copy.
+        assert_eq!(sent.as_ptr(), large.as_ptr());
+        assert_eq!(sent.len(), GATHER_BELOW);
+    }
+
+    #[test]
+    fn a_gathered_read_reports_gaps_as_a_plain_read_does() {
+        let mut ring = OutputRing::new(4);
+        for chunk in [&b"ab"[..], b"cd", b"ef"] {
+            ring.push(Bytes::copy_from_slice(chunk));
+        }
+        assert_eq!(
+            ring.read_gathered(0, 10),
+            RingRead::Gap {
+                lost: 2,
+                resume_at: 2
+            }
+        );
+        assert_eq!(
+            ring.read_gathered(2, 10),
+            RingRead::Data(Bytes::from_static(b"cdef"))
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the chunks, the offset and the bound, gathered reads return the same bytes
+        /// as plain reads, each within its bound, and never less than the chunk at the offset.
+        #[test]
+        fn gathered_reads_carry_the_same_bytes_as_plain_reads(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+                0..30,
+            ),
+            start in 0u64..400,
+            max_len in 1usize..64,
+        ) {
+            let mut ring = OutputRing::new(300);
+            for chunk in chunks {
+                ring.push(Bytes::from(chunk));
+            }
+            let mut offset = start.min(ring.end());
+            if offset < ring.start() {
+                offset = ring.start();
+            }
+            let mut gathered = Vec::new();
+            let mut at = offset;
+            while let RingRead::Data(data) = ring.read_gathered(at, max_len) {
+                proptest::prop_assert!(!data.is_empty() && data.len() <= max_len);
+                if let RingRead::Data(plain) = ring.read_at(at, max_len) {
+                    proptest::prop_assert!(data.len() >= plain.len());
+                }
+                at += data.len() as u64;
+                gathered.extend_from_slice(&data);
+            }
+            proptest::prop_assert_eq!(at, ring.end());
+            proptest::prop_assert_eq!(gathered, collect(&ring, offset));
         }
     }
 }

@@ -70,6 +70,7 @@ impl PtyRuntime for FakeRuntime {
             output: Box::pin(output),
             input: Box::pin(input),
             process: Box::new(FakeProcess { exit }),
+            output_buffered: false,
         })
     }
 }

@@ -66,6 +66,11 @@ pub struct SpawnedPty {
     /// The PTY master's input.
     pub input: Pin<Box<dyn AsyncWrite + Send>>,
     pub process: Box<dyn PtyProcess>,
+    /// Whether the output reaches the broker through a buffer deep enough that a read may wait
+    /// a moment without stalling the process: the engine's connection and its own copying do for
+    /// a container; a local PTY's kernel buffer does not. The session then paces the reads of
+    /// output that flows in small pieces (`session::task::ReadPacer`).
+    pub output_buffered: bool,
 }
 
 impl fmt::Debug for SpawnedPty {

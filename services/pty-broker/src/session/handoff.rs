@@ -156,6 +156,7 @@ impl Session {
                     output: spawned.output,
                     input_ended,
                     process: Arc::from(spawned.process),
+                    output_buffered: spawned.output_buffered,
                 };
                 (Some(pty), Some(input))
             }
@@ -178,6 +179,7 @@ impl Session {
                 attachments: Attachments::after_generation(frozen.controller_generation),
                 reader_waiting: false,
                 input_since_report: false,
+                last_input_at: None,
                 screen_offset: end,
                 title: frozen.title,
                 last_bell_at: frozen.last_bell_at,

@@ -134,6 +134,9 @@ struct State {
     /// Input arrived since the task last reported activity (set by the writer, which wakes the
     /// task once per report rather than once per keystroke).
     input_since_report: bool,
+    /// When input last reached the PTY: output read soon after is taken as its answer, which
+    /// the task reads without pacing (`task::ReadPacer`).
+    last_input_at: Option<tokio::time::Instant>,
     /// How far the screen has been fed: the task reads no more than a ring ahead of it, so the
     /// screen never misses a byte.
     screen_offset: u64,
@@ -249,6 +252,7 @@ impl Session {
                 attachments: Attachments::default(),
                 reader_waiting: false,
                 input_since_report: false,
+                last_input_at: None,
                 screen_offset: 0,
                 title: String::new(),
                 last_bell_at: None,
@@ -372,6 +376,7 @@ impl Shared {
     fn note_input(&self) {
         let mut state = self.lock();
         state.last_activity_at = SystemTime::now();
+        state.last_input_at = Some(tokio::time::Instant::now());
         if !state.input_since_report {
             state.input_since_report = true;
             drop(state);
@@ -454,7 +459,7 @@ impl Attachment {
         let max_len = limit
             .saturating_sub(client.cursor)
             .min(MAX_OUTPUT_FRAME as u64) as usize;
-        match state.ring.read_at(client.cursor, max_len) {
+        match state.ring.read_gathered(client.cursor, max_len) {
             RingRead::Gap { lost, resume_at } => {
                 client.cursor = resume_at;
                 Poll::Event(ClientEvent::Gap {

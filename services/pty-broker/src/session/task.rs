@@ -96,6 +96,8 @@ pub(crate) struct Pty {
     /// Cancels writes waiting on this process's input.
     pub input_ended: CancellationToken,
     pub process: Arc<dyn PtyProcess>,
+    /// [`crate::runtime::SpawnedPty::output_buffered`]: reads of small pieces may be paced.
+    pub output_buffered: bool,
 }
 
 /// The frozen session's answer and its verdict, as the task receives them.
@@ -441,6 +443,7 @@ impl SessionTask {
             output: spawned.output,
             input_ended,
             process,
+            output_buffered: spawned.output_buffered,
         })
     }
 
@@ -468,11 +471,15 @@ impl SessionTask {
     /// Serves one process until it exits or must end.
     async fn drive(&mut self, pty: &mut Pty) -> ProcessEnd {
         let Pty {
-            output, process, ..
+            output,
+            process,
+            output_buffered,
+            ..
         } = pty;
         let mut wait = process.wait();
         let mut read_buf = BytesMut::new();
         let mut output_ended = false;
+        let mut pacer = ReadPacer::new(*output_buffered);
         loop {
             let allowance = if output_ended {
                 0
@@ -508,10 +515,13 @@ impl SessionTask {
                     drop(state);
                     self.attachments_changed();
                 }
-                read = read_some(output, &mut read_buf, allowance), if allowance > 0 => {
+                read = pacer.paced(read_some(output, &mut read_buf, allowance)), if allowance > 0 => {
                     match read {
                         Ok(0) => output_ended = true,
-                        Ok(_) => self.push_output(read_buf.split().freeze()),
+                        Ok(read) => {
+                            let last_input_at = self.push_output(read_buf.split().freeze());
+                            pacer.read(read, last_input_at, Instant::now());
+                        }
                         Err(error) => {
                             tracing::debug!(session_id = %self.id, %error, "pty output ended with an error");
                             output_ended = true;
@@ -738,23 +748,26 @@ impl SessionTask {
     /// screen's feeder and the recorder unless they are batching (which neither does for long);
     /// a batching recorder only when output piles up. A recorded session notes when the chunk
     /// was read, which is the time its recording gives it.
-    fn push_output(&mut self, chunk: Bytes) {
-        let wake_recorder = {
+    /// Appends a read to the ring and tells the clients; returns when input last reached the PTY.
+    fn push_output(&mut self, chunk: Bytes) -> Option<Instant> {
+        let (wake_recorder, last_input_at) = {
             let mut state = self.shared.lock();
             let state = &mut *state;
             let now = Instant::now();
             let offset = state.ring.push(chunk);
             state.last_activity_at = SystemTime::now();
             state.last_output_at = now;
-            state.output_timeline.as_mut().is_some_and(|timeline| {
+            let wake_recorder = state.output_timeline.as_mut().is_some_and(|timeline| {
                 timeline.pushed(offset, now, state.ring.end(), state.ring.capacity())
-            })
+            });
+            (wake_recorder, state.last_input_at)
         };
         self.shared.notify_clients();
         if wake_recorder {
             self.shared.wake_recorder();
         }
         self.activity.mark();
+        last_input_at
     }
 
     /// Takes what is still readable after the leader exited: until the end of output, a quiet
@@ -775,7 +788,9 @@ impl SessionTask {
             }
             let quiet_until = (Instant::now() + DRAIN_QUIET).min(deadline);
             match timeout_at(quiet_until, read_some(output, read_buf, allowance)).await {
-                Ok(Ok(read)) if read > 0 => self.push_output(read_buf.split().freeze()),
+                Ok(Ok(read)) if read > 0 => {
+                    self.push_output(read_buf.split().freeze());
+                }
                 _ => break,
             }
         }
@@ -1068,6 +1083,61 @@ impl ActivityReport {
     }
 }
 
+/// Paces the reads of output that flows in small pieces, where the output is buffered on its
+/// way ([`crate::runtime::SpawnedPty::output_buffered`]: a container's). A container's output
+/// reaches the broker through the engine in reads of 64-256 bytes; read as they come, each costs
+/// a read, a ring chunk, a screen wake and a frame to every client, thousands of wakeups a
+/// second on the cores the engine needs to produce them.
+///
+/// Once two reads in a row come less than [`PACE`] apart and the second is shorter than
+/// [`PACE_BELOW`], the next read waits until [`PACE`] after it, and takes whatever arrived
+/// meanwhile at once. Never paced: the first read after a pause, a read after a long one (a fast
+/// producer is read as fast as it writes; a PTY gives at most 4095 bytes a read), and any read
+/// within [`ANSWER_WINDOW`] of input, which is taken as the input's answer (echo, a prompt, a
+/// program driven keystroke by keystroke).
+#[derive(Debug)]
+struct ReadPacer {
+    enabled: bool,
+    last_read: Option<Instant>,
+    next_read: Option<Instant>,
+}
+
+/// How close two reads are for the output to count as flowing, and how long the next read then
+/// waits (tokio's timer rounds it up to its millisecond tick).
+const PACE: Duration = Duration::from_micros(500);
+/// A read shorter than this, while output flows, paces the next.
+const PACE_BELOW: usize = 1024;
+/// Output read this soon after input is never paced.
+const ANSWER_WINDOW: Duration = Duration::from_millis(100);
+
+impl ReadPacer {
+    /// A pacer for output that is buffered on its way (`enabled`), else one that never waits.
+    fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            last_read: None,
+            next_read: None,
+        }
+    }
+
+    /// `read`, once the pace allows it.
+    async fn paced<T>(&self, read: impl Future<Output = T>) -> T {
+        if let Some(at) = self.next_read {
+            sleep_until(at).await;
+        }
+        read.await
+    }
+
+    /// Notes a read of `len` bytes made at `now`, with input last written at `last_input_at`.
+    fn read(&mut self, len: usize, last_input_at: Option<Instant>, now: Instant) {
+        let flowing = self.last_read.is_some_and(|last| now - last < PACE);
+        let answering = last_input_at.is_some_and(|input| now - input < ANSWER_WINDOW);
+        self.next_read =
+            (self.enabled && flowing && len < PACE_BELOW && !answering).then(|| now + PACE);
+        self.last_read = Some(now);
+    }
+}
+
 async fn read_some(
     output: &mut Pin<Box<dyn AsyncRead + Send>>,
     read_buf: &mut BytesMut,
@@ -1110,4 +1180,62 @@ async fn group_alive(process: &dyn PtyProcess, session_id: Uuid) -> bool {
         // Assume it is: signalling a dead group is harmless, leaving a live one is not.
         true
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: usize = 128;
+
+    #[test]
+    fn small_reads_in_quick_succession_pace_the_next() {
+        let mut pacer = ReadPacer::new(true);
+        let start = Instant::now();
+        pacer.read(SMALL, None, start);
+        assert_eq!(
+            pacer.next_read, None,
+            "the first read after a pause is never paced"
+        );
+        let second = start + Duration::from_micros(20);
+        pacer.read(SMALL, None, second);
+        assert_eq!(pacer.next_read, Some(second + PACE));
+    }
+
+    #[test]
+    fn a_long_read_or_a_pause_lifts_the_pace() {
+        let mut pacer = ReadPacer::new(true);
+        let start = Instant::now();
+        pacer.read(SMALL, None, start);
+        pacer.read(PACE_BELOW, None, start + Duration::from_micros(20));
+        assert_eq!(pacer.next_read, None, "a read as long as the threshold");
+        pacer.read(SMALL, None, start + Duration::from_micros(40));
+        assert!(pacer.next_read.is_some());
+        pacer.read(SMALL, None, start + Duration::from_micros(40) + PACE * 2);
+        assert_eq!(pacer.next_read, None, "output that paused");
+    }
+
+    #[test]
+    fn output_read_straight_from_a_pty_is_never_paced() {
+        let mut pacer = ReadPacer::new(false);
+        let start = Instant::now();
+        pacer.read(SMALL, None, start);
+        pacer.read(SMALL, None, start + Duration::from_micros(20));
+        assert_eq!(pacer.next_read, None);
+    }
+
+    #[test]
+    fn output_soon_after_input_is_never_paced() {
+        let mut pacer = ReadPacer::new(true);
+        let start = Instant::now();
+        let typed = Some(start);
+        pacer.read(1, typed, start + Duration::from_micros(100));
+        pacer.read(1, typed, start + Duration::from_micros(150));
+        assert_eq!(pacer.next_read, None);
+        // Long after the last keystroke, a flood of small reads is paced again.
+        let later = start + ANSWER_WINDOW;
+        pacer.read(SMALL, typed, later);
+        pacer.read(SMALL, typed, later + Duration::from_micros(20));
+        assert!(pacer.next_read.is_some());
+    }
 }

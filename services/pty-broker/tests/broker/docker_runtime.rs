@@ -399,6 +399,7 @@ async fn assert_reaping_after_crash_leaves_no_process(view: ProcessView) {
         output,
         input,
         process,
+        output_buffered: _,
     } = pty;
     drop((output, input));
     std::mem::forget(process);

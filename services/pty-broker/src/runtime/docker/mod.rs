@@ -352,6 +352,7 @@ impl PtyRuntime for DockerRuntime {
         let (ended, output_ended) = tokio::sync::watch::channel(false);
         let tcp = matches!(engine.endpoint, Endpoint::Tcp(_));
         Ok(SpawnedPty {
+            output_buffered: true,
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 container: container.clone(),
@@ -410,6 +411,7 @@ impl PtyRuntime for DockerRuntime {
             .map(|directory| RecordGuard::new(directory.clone(), session_id));
         let (ended, output_ended) = tokio::sync::watch::channel(false);
         Ok(SpawnedPty {
+            output_buffered: true,
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 exec_id: handed.exec_id.clone(),

@@ -415,6 +415,7 @@ fn spawned_pty(
         .map_err(|error| RuntimeError::io("register pty master", error.into_parts().1))?;
     let master = Arc::new(master);
     Ok(SpawnedPty {
+        output_buffered: false,
         output: Box::pin(PtyMasterReader {
             master: Arc::clone(&master),
         }),
