@@ -35,6 +35,11 @@ struct Args {
     /// snapshot, reload, handoff.
     #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff"])]
     only: Vec<String>,
+    /// Only the paths of the throughput and latency scenarios whose label contains one of these
+    /// (comma separated, any case: `docker`, `over tcp`); the floors (a), (a2) and (b) always run,
+    /// so the ratios stay.
+    #[arg(long, value_delimiter = ',')]
+    paths: Vec<String>,
     /// Every session records output and input (asciicast, the server-wide default): run the
     /// same scenarios with and without it for the recording rows of BENCHMARKS.md.
     #[arg(long)]
@@ -196,7 +201,7 @@ async fn main() -> Result<()> {
     .await?;
     let started = Instant::now();
     let result = tokio::select! {
-        result = run(&stack, sizes, &args.only, &browser) => result,
+        result = run(&stack, sizes, &args.only, &args.paths, &browser) => result,
         signal = interrupted.recv() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     stack.stop().await;
@@ -264,6 +269,7 @@ async fn run(
     stack: &Stack,
     sizes: Sizes,
     only: &[String],
+    path_filter: &[String],
     browser: &BrowserSetup,
 ) -> Result<(String, Vec<String>)> {
     let selected = |name: &str| only.is_empty() || only.iter().any(|wanted| wanted == name);
@@ -273,6 +279,7 @@ async fn run(
         .into_iter()
         .filter(|path| !path.needs_docker() || stack.docker.is_some())
         .filter(|path| !path.needs_unscreened() || stack.unscreened.is_some())
+        .filter(|path| path.is_wanted(path_filter))
         .collect();
     if stack.docker.is_none() {
         writeln!(
@@ -282,7 +289,7 @@ async fn run(
     }
 
     if selected("throughput") {
-        throughput_section(stack, sizes, &mut out, &mut failures).await?;
+        throughput_section(stack, sizes, path_filter, &mut out, &mut failures).await?;
     }
     if selected("echo") {
         // (2) Echo.
@@ -621,6 +628,7 @@ async fn handoff_section(sizes: Sizes, out: &mut String, failures: &mut Vec<Stri
 async fn throughput_section(
     stack: &Stack,
     sizes: Sizes,
+    path_filter: &[String],
     out: &mut String,
     failures: &mut Vec<String>,
 ) -> Result<()> {
@@ -639,6 +647,7 @@ async fn throughput_section(
         .filter(|path| !path.needs_docker() || stack.docker.is_some())
         .filter(|path| !path.needs_unscreened() || stack.unscreened.is_some())
         .filter(|path| !matches!(path, Path::GatewayPython(..)) || python.is_ok() || stack::in_ci())
+        .filter(|path| path.is_wanted(path_filter))
         .collect();
     let mut runs: Vec<Vec<scenarios::Throughput>> = vec![Vec::new(); paths.len()];
     for _ in 0..sizes.repeats {

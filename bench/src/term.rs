@@ -139,6 +139,17 @@ impl Path {
         )
     }
 
+    /// Whether `--paths` keeps this path: no filter, a floor, or a label that contains one of
+    /// the filter's words (any case).
+    pub fn is_wanted(self, filter: &[String]) -> bool {
+        let label = self.label().to_lowercase();
+        filter.is_empty()
+            || matches!(self, Path::BarePty | Path::Relayed | Path::DockerExec)
+            || filter
+                .iter()
+                .any(|word| label.contains(&word.to_lowercase()))
+    }
+
     /// Whether the path needs the broker without screens.
     pub fn needs_unscreened(self) -> bool {
         matches!(
@@ -816,4 +827,23 @@ pub async fn connect_gateway_configured(
         session_id: session_id.to_owned(),
         controller,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_filter_matches_labels_in_any_case_and_keeps_the_floors() {
+        let filter = ["Docker".to_owned()];
+        assert!(Path::Gateway(Backend::Docker, Screens::On).is_wanted(&filter));
+        assert!(!Path::Gateway(Backend::Local, Screens::On).is_wanted(&filter));
+        assert!(Path::BarePty.is_wanted(&filter));
+        assert!(Path::Relayed.is_wanted(&filter));
+        let over_tcp = ["over tcp".to_owned(), "python".to_owned()];
+        assert!(Path::GatewayOverTcp(Backend::Local).is_wanted(&over_tcp));
+        assert!(Path::GatewayPython(Backend::Docker, Reads::Small).is_wanted(&over_tcp));
+        assert!(!Path::Broker(Backend::Local, Screens::Off).is_wanted(&over_tcp));
+        assert!(Path::Broker(Backend::Local, Screens::Off).is_wanted(&[]));
+    }
 }
