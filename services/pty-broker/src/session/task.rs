@@ -748,7 +748,8 @@ impl SessionTask {
     /// screen's feeder and the recorder unless they are batching (which neither does for long);
     /// a batching recorder only when output piles up. A recorded session notes when the chunk
     /// was read, which is the time its recording gives it.
-    /// Appends a read to the ring and tells the clients; returns when input last reached the PTY.
+    ///
+    /// Returns when input last reached the PTY, for the read pacer.
     fn push_output(&mut self, chunk: Bytes) -> Option<Instant> {
         let (wake_recorder, last_input_at) = {
             let mut state = self.shared.lock();
