@@ -197,19 +197,20 @@ impl OutputRing {
         if first.len() >= GATHER_BELOW || first.len() >= max_len || next >= self.end {
             return RingRead::Data(first);
         }
-        let small_after: Vec<&Bytes> = self
-            .chunks
-            .range(self.locate(next)..)
-            .map(|chunk| &chunk.bytes)
-            .take_while(|bytes| bytes.len() < GATHER_BELOW)
-            .collect();
-        if small_after.is_empty() {
+        let small_after = || {
+            self.chunks
+                .range(self.locate(next)..)
+                .map(|chunk| &chunk.bytes)
+                .take_while(|bytes| bytes.len() < GATHER_BELOW)
+        };
+        let after: usize = small_after().map(|bytes| bytes.len()).sum();
+        if after == 0 {
             return RingRead::Data(first);
         }
-        let available = first.len() + small_after.iter().map(|bytes| bytes.len()).sum::<usize>();
-        let mut gathered = BytesMut::with_capacity(available.min(max_len));
+        // Two passes over the chunks rather than a list of them: no allocation but the frame's.
+        let mut gathered = BytesMut::with_capacity((first.len() + after).min(max_len));
         gathered.extend_from_slice(&first);
-        for bytes in small_after {
+        for bytes in small_after() {
             let room = max_len - gathered.len();
             if room == 0 {
                 break;
