@@ -106,6 +106,36 @@ pub fn check_transcript(output: &[u8], typed: &[String]) -> Result<usize, String
 /// Processes (pid and command line, NULs as spaces) whose command line contains `marker`,
 /// except this one.
 pub fn processes_with_marker(marker: &str) -> Vec<(u32, String)> {
+    marked_processes(marker)
+        .into_iter()
+        .map(|process| (process.pid, process.cmdline))
+        .collect()
+}
+
+/// Of [`processes_with_marker`], the pids whose parent does not carry the marker: one per
+/// process tree, so a shell's child between `fork` and `exec` is not counted twice.
+pub fn marked_tree_roots(marker: &str) -> Vec<u32> {
+    let marked = marked_processes(marker);
+    let pids: std::collections::HashSet<u32> = marked.iter().map(|process| process.pid).collect();
+    marked
+        .iter()
+        .filter(|process| !pids.contains(&process.parent))
+        .map(|process| process.pid)
+        .collect()
+}
+
+/// A live process whose command line carries a marker, as `/proc` showed it.
+struct MarkedProcess {
+    pid: u32,
+    parent: u32,
+    cmdline: String,
+}
+
+/// Every live process (but this one) whose command line contains `marker`, with its parent
+/// read right after its command line. A process that ends during the walk is left out: read
+/// later, a child of a tree being torn down would look like a tree of its own (its parent pid
+/// gone) while its parent still counts.
+fn marked_processes(marker: &str) -> Vec<MarkedProcess> {
     let own = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -122,32 +152,29 @@ pub fn processes_with_marker(marker: &str) -> Vec<(u32, String)> {
         if pid == own {
             continue;
         }
-        // A process may end between the listing and the read: skip it.
+        // A process may end between the listing and the reads: skip it. A zombie's command
+        // line is empty, so it never matches.
         let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains(marker) {
-            found.push((pid, cmdline.trim_end().to_owned()));
+        if !cmdline.contains(marker) {
+            continue;
         }
+        let Some(parent) = parent(pid) else {
+            continue;
+        };
+        found.push(MarkedProcess {
+            pid,
+            parent,
+            cmdline: cmdline.trim_end().to_owned(),
+        });
     }
     found
 }
 
-/// Of [`processes_with_marker`], the pids whose parent does not carry the marker: one per
-/// process tree, so a shell's child between `fork` and `exec` is not counted twice.
-pub fn marked_tree_roots(marker: &str) -> Vec<u32> {
-    let marked = processes_with_marker(marker);
-    let pids: std::collections::HashSet<u32> = marked.iter().map(|(pid, _)| *pid).collect();
-    marked
-        .iter()
-        .map(|(pid, _)| *pid)
-        .filter(|pid| parent(*pid).is_none_or(|parent| !pids.contains(&parent)))
-        .collect()
-}
-
 /// The parent pid from `/proc/<pid>/stat` (`pid (comm) state ppid ...`; `comm` may hold
-/// spaces and parentheses, so the fields are read after the last `)`).
+/// spaces and parentheses, so the fields are read after the last `)`); `None` once it is gone.
 fn parent(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, fields) = stat.rsplit_once(')')?;
