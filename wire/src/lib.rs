@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+pub mod call_socket;
 mod code;
 mod credential;
 mod introspection;
