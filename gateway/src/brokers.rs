@@ -9,16 +9,24 @@
 //! keystroke crosses one (the broker's reader of the client's frames). Health checks still go
 //! over the network: `/healthz` reports whether the broker answers on the port session-api and
 //! every other client use.
+//!
+//! A broker in another process on this host may serve a call socket (`--broker-call-socket`,
+//! `ptyhub_wire::call_socket`): the same calls over a Unix socket, one per connection, with no
+//! connection task on either side. When nothing serves the socket (the broker is being
+//! upgraded, or is down), the call goes over the network instead, where a successor picks it up.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
+use std::io;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
+use ptyhub_wire::call_socket::CallSocketClient;
 use tonic::body::Body;
 use tonic::service::Routes;
 use tonic::transport::Channel;
@@ -72,10 +80,63 @@ impl fmt::Debug for InProcessBrokers {
     }
 }
 
-/// What a broker client is built on: a channel to its endpoint, or its service in this process.
+/// Call sockets of brokers on this host (`pty-broker --call-socket`), by the endpoint they
+/// registered with session-api: calls to that endpoint go over the socket. Cloned handles share
+/// one table.
+#[derive(Clone, Default)]
+pub struct BrokerCallSockets {
+    sockets: Arc<RwLock<HashMap<String, CallSocketClient>>>,
+}
+
+impl BrokerCallSockets {
+    /// From now on, calls to `endpoint` go over the call socket at `path`.
+    pub fn insert(&self, endpoint: impl Into<String>, path: impl Into<PathBuf>) {
+        self.sockets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(endpoint.into(), CallSocketClient::new(path));
+    }
+
+    /// From now on, calls to `endpoint` go over the network; whether it had a call socket.
+    pub fn remove(&self, endpoint: &str) -> bool {
+        self.sockets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(endpoint)
+            .is_some()
+    }
+
+    fn get(&self, endpoint: &str) -> Option<CallSocketClient> {
+        self.sockets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(endpoint)
+            .cloned()
+    }
+}
+
+impl fmt::Debug for BrokerCallSockets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sockets = self.sockets.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_map()
+            .entries(
+                sockets
+                    .iter()
+                    .map(|(endpoint, socket)| (endpoint, socket.path().display())),
+            )
+            .finish()
+    }
+}
+
+/// What a broker client is built on: a channel to its endpoint, its call socket (with the
+/// channel for when nothing serves the socket), or its service in this process.
 #[derive(Clone, Debug)]
 pub enum BrokerTransport {
     Network(Channel),
+    CallSocket {
+        socket: CallSocketClient,
+        network: Channel,
+    },
     InProcess(Routes),
 }
 
@@ -92,6 +153,8 @@ impl tower::Service<http::Request<Body>> for BrokerTransport {
             Self::InProcess(routes) => {
                 tower::Service::<http::Request<Body>>::poll_ready(routes, cx).map_err(never)
             }
+            // Each call connects anew, and waits for the channel only if it falls back to it.
+            Self::CallSocket { .. } => Poll::Ready(Ok(())),
         }
     }
 
@@ -99,7 +162,37 @@ impl tower::Service<http::Request<Body>> for BrokerTransport {
         match self {
             Self::Network(channel) => channel.call(request).map(|r| r.map_err(Into::into)).boxed(),
             Self::InProcess(routes) => routes.call(request).map(|r| r.map_err(never)).boxed(),
+            Self::CallSocket { socket, network } => {
+                call_over_socket(socket.clone(), network.clone(), request).boxed()
+            }
         }
+    }
+}
+
+/// Calls over the call socket, or over the network when nothing serves the socket.
+async fn call_over_socket(
+    socket: CallSocketClient,
+    mut network: Channel,
+    request: http::Request<Body>,
+) -> Result<http::Response<Body>, tonic::codegen::StdError> {
+    match socket.connect().await {
+        Ok(connection) => Ok(connection.call(request).await?),
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            tracing::debug!(path = %socket.path().display(), %error,
+                "nothing serves the broker's call socket: calling over the network");
+            let network = tower::ServiceExt::ready(&mut network).await?;
+            Ok(tower::Service::call(network, request).await?)
+        }
+        Err(error) => Err(tonic::Status::unavailable(format!(
+            "cannot connect to the broker's call socket {}: {error}",
+            socket.path().display()
+        ))
+        .into()),
     }
 }
 
@@ -113,6 +206,7 @@ fn never(never: Infallible) -> tonic::codegen::StdError {
 pub struct BrokerChannels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     in_process: InProcessBrokers,
+    call_sockets: BrokerCallSockets,
     timeout: Duration,
     /// `https://` brokers are dialled with TLS, trusting the configured CA.
     tls: ptyhub_wire::TlsConfig,
@@ -123,21 +217,28 @@ impl BrokerChannels {
         timeout: Duration,
         tls: ptyhub_wire::TlsConfig,
         in_process: InProcessBrokers,
+        call_sockets: BrokerCallSockets,
     ) -> Self {
         Self {
             channels: Arc::default(),
             in_process,
+            call_sockets,
             timeout,
             tls,
         }
     }
 
-    /// How to call the broker at `endpoint`: in process when it runs here, else over its channel.
+    /// How to call the broker at `endpoint`: in process when it runs here, else over its call
+    /// socket when it has one, else over its channel.
     pub fn transport(&self, endpoint: &str) -> Result<BrokerTransport, ApiError> {
-        match self.in_process.get(endpoint) {
-            Some(service) => Ok(BrokerTransport::InProcess(service)),
-            None => self.channel(endpoint).map(BrokerTransport::Network),
+        if let Some(service) = self.in_process.get(endpoint) {
+            return Ok(BrokerTransport::InProcess(service));
         }
+        let network = self.channel(endpoint)?;
+        Ok(match self.call_sockets.get(endpoint) {
+            Some(socket) => BrokerTransport::CallSocket { socket, network },
+            None => BrokerTransport::Network(network),
+        })
     }
 
     fn channel(&self, endpoint: &str) -> Result<Channel, ApiError> {
@@ -203,6 +304,7 @@ mod tests {
             Duration::from_secs(2),
             ptyhub_wire::TlsConfig::plain(),
             in_process,
+            BrokerCallSockets::default(),
         )
     }
 
@@ -250,12 +352,83 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
     }
 
+    /// A health service serving on a call socket in a directory of its own.
+    async fn health_on_a_call_socket() -> tempfile::TempDir {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let directory = tempfile::tempdir().unwrap();
+        let listener =
+            ptyhub_wire::call_socket::bind_call_socket(&directory.path().join("calls.sock"))
+                .unwrap();
+        tokio::spawn(ptyhub_wire::call_socket::serve_calls(
+            listener,
+            Routes::new(service).prepare(),
+            std::future::pending(),
+        ));
+        directory
+    }
+
+    fn brokers_with_call_sockets(sockets: BrokerCallSockets) -> BrokerChannels {
+        BrokerChannels::new(
+            Duration::from_secs(2),
+            ptyhub_wire::TlsConfig::plain(),
+            InProcessBrokers::default(),
+            sockets,
+        )
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_with_a_call_socket_is_called_over_it() {
+        let served = health_on_a_call_socket().await;
+        let sockets = BrokerCallSockets::default();
+        sockets.insert(HERE, served.path().join("calls.sock"));
+        let brokers = brokers_with_call_sockets(sockets.clone());
+        let transport = brokers.transport(HERE).unwrap();
+        assert!(matches!(transport, BrokerTransport::CallSocket { .. }));
+        // Nothing listens on port 1: the answer came over the socket.
+        assert_eq!(
+            check(transport).await.unwrap(),
+            health_check_response::ServingStatus::Serving as i32
+        );
+        assert!(sockets.remove(HERE));
+        let transport = brokers.transport(HERE).unwrap();
+        assert!(matches!(transport, BrokerTransport::Network(_)));
+    }
+
+    #[tokio::test]
+    async fn with_nothing_on_its_call_socket_an_endpoint_is_called_over_the_network() {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let directory = tempfile::tempdir().unwrap();
+        let sockets = BrokerCallSockets::default();
+        sockets.insert(&endpoint, directory.path().join("nobody.sock"));
+        let brokers = brokers_with_call_sockets(sockets);
+        let transport = brokers.transport(&endpoint).unwrap();
+        assert!(matches!(transport, BrokerTransport::CallSocket { .. }));
+        assert_eq!(
+            check(transport).await.unwrap(),
+            health_check_response::ServingStatus::Serving as i32
+        );
+    }
+
     #[test]
     fn a_bad_endpoint_is_an_error_not_a_panic() {
         let brokers = BrokerChannels::new(
             Duration::from_secs(1),
             ptyhub_wire::TlsConfig::plain(),
             InProcessBrokers::default(),
+            BrokerCallSockets::default(),
         );
         let error = brokers.transport("not a uri at all").unwrap_err();
         assert!(error.message.contains("cannot use"), "{}", error.message);

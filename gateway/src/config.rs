@@ -62,6 +62,10 @@ pub struct Config {
     /// Brokers in the gateway's own process (`ptyhub up`), called without a socket; every
     /// other broker is reached at the endpoint session-api names. Empty by default.
     pub in_process_brokers: crate::InProcessBrokers,
+    /// Brokers on this host with a call socket (`pty-broker --call-socket`), by the endpoint
+    /// they registered: calls to them go over the socket (HTTP/2's connection tasks skipped),
+    /// and over the endpoint when nothing serves the socket. Empty by default.
+    pub broker_call_sockets: crate::BrokerCallSockets,
 }
 
 impl Config {
@@ -99,6 +103,7 @@ impl Config {
             failed_auth_per_minute: Self::DEFAULT_FAILED_AUTH_PER_MINUTE,
             trust_forwarded_for: false,
             in_process_brokers: crate::InProcessBrokers::default(),
+            broker_call_sockets: crate::BrokerCallSockets::default(),
         }
     }
 

@@ -20,7 +20,7 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::brokers::{BrokerChannels, InProcessBrokers};
+use crate::brokers::{BrokerCallSockets, BrokerChannels, InProcessBrokers};
 use crate::domain::{
     AttachTarget, Cell, ChangeKind, CloseReason, Color, Cursor, ExitStatus, InputItem,
     InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
@@ -163,6 +163,7 @@ impl Upstreams {
         timeout: Duration,
         tls: &ptyhub_wire::TlsConfig,
         in_process_brokers: InProcessBrokers,
+        broker_call_sockets: BrokerCallSockets,
     ) -> Result<Self, UpstreamError> {
         let endpoint = tls
             .endpoint(endpoint)
@@ -206,7 +207,12 @@ impl Upstreams {
             channel,
             waits_channel: waits,
             credential: interceptor,
-            brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers),
+            brokers: BrokerChannels::new(
+                timeout,
+                tls.clone(),
+                in_process_brokers,
+                broker_call_sockets,
+            ),
             answer_margin: timeout,
         })))
     }

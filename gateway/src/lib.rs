@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use axum::serve::ListenerExt as _;
 
-pub use brokers::InProcessBrokers;
+pub use brokers::{BrokerCallSockets, InProcessBrokers};
 pub use config::{AuthConfig, Config, ConfigError};
 // What a caller needs to fill in a [`Config`].
 pub use ptyhub_wire::ServiceCredential;
@@ -84,6 +84,7 @@ pub async fn run(
         config.backend_timeout,
         &tls,
         config.in_process_brokers.clone(),
+        config.broker_call_sockets.clone(),
     )?;
     let bound = listener.local_addr().map_err(Error::Serve)?;
     let host_policy = browser::HostPolicy::new(&config, bound);

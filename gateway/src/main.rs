@@ -112,6 +112,19 @@ struct Args {
     #[arg(long, env = "PTYHUB_GATEWAY_TRUST_FORWARDED_FOR")]
     trust_forwarded_for: bool,
 
+    /// A broker on this host that serves a call socket (`pty-broker --call-socket`), as
+    /// `ENDPOINT=PATH` with the endpoint it registered (comma-separated in the variable): calls
+    /// to it go over the socket without HTTP/2, and over the endpoint when nothing serves the
+    /// socket (a broker being upgraded, or stopped).
+    #[arg(
+        long = "broker-call-socket",
+        env = "PTYHUB_GATEWAY_BROKER_CALL_SOCKETS",
+        value_delimiter = ',',
+        value_name = "ENDPOINT=PATH",
+        value_parser = parse_call_socket
+    )]
+    broker_call_sockets: Vec<(String, PathBuf)>,
+
     /// Origins allowed to open WebSockets and call gRPC-web, comma-separated (`*` for any).
     /// Empty allows only the gateway's own origin.
     #[arg(
@@ -249,6 +262,9 @@ async fn main() -> anyhow::Result<()> {
     config.allowed_hosts = args.allowed_hosts;
     config.failed_auth_per_minute = args.failed_auth_per_minute;
     config.trust_forwarded_for = args.trust_forwarded_for;
+    for (endpoint, path) in args.broker_call_sockets {
+        config.broker_call_sockets.insert(endpoint, path);
+    }
     config.allowed_origins = args.allowed_origins;
     config.static_dir = args.static_dir;
     config.recordings = args.recordings;
@@ -310,6 +326,46 @@ async fn shutdown_signal() {
     }
 }
 
+/// `ENDPOINT=PATH`: a broker's registered endpoint and its call socket.
+fn parse_call_socket(value: &str) -> Result<(String, PathBuf), String> {
+    let (endpoint, path) = value.split_once('=').ok_or(
+        "expected ENDPOINT=PATH, for example http://127.0.0.1:50052=/run/ptyhub/broker.sock",
+    )?;
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(format!(
+            "the endpoint {endpoint:?} must start with http:// or https:// (as the broker registered it)"
+        ));
+    }
+    if path.is_empty() {
+        return Err("the call socket's path is empty".to_owned());
+    }
+    Ok((endpoint.to_owned(), PathBuf::from(path)))
+}
+
 fn parse_recording_store(url: &str) -> Result<ptyhub_wire::RecordingStore, String> {
     ptyhub_wire::RecordingStore::open(url).map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_socket_is_an_endpoint_and_a_path() {
+        assert_eq!(
+            parse_call_socket("http://127.0.0.1:50061=/run/ptyhub/broker.sock"),
+            Ok((
+                "http://127.0.0.1:50061".to_owned(),
+                PathBuf::from("/run/ptyhub/broker.sock")
+            ))
+        );
+        for (bad, says) in [
+            ("/run/ptyhub/broker.sock", "ENDPOINT=PATH"),
+            ("127.0.0.1:50061=/run/b.sock", "must start with http://"),
+            ("http://127.0.0.1:50061=", "path is empty"),
+        ] {
+            let error = parse_call_socket(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
 }

@@ -66,6 +66,16 @@ pub struct TestStackBuilder {
     kill_grace: Duration,
     max_streams_per_principal: Option<usize>,
     broker_over_tcp: bool,
+    call_socket: CallSocket,
+}
+
+/// Whether the broker serves a call socket and the gateway calls over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallSocket {
+    None,
+    Served,
+    /// The gateway is told of a socket the broker does not serve.
+    Unserved,
 }
 
 impl Default for TestStackBuilder {
@@ -81,6 +91,7 @@ impl Default for TestStackBuilder {
             kill_grace: Duration::from_millis(500),
             max_streams_per_principal: None,
             broker_over_tcp: false,
+            call_socket: CallSocket::None,
         }
     }
 }
@@ -149,6 +160,23 @@ impl TestStackBuilder {
         self
     }
 
+    /// The broker serves a call socket (in a directory of the stack's own), and the gateway
+    /// reaches the broker over it, as a gateway in a process of its own on the broker's host
+    /// does with `--broker-call-socket`.
+    pub fn broker_over_call_socket(mut self) -> Self {
+        self.broker_over_tcp = true;
+        self.call_socket = CallSocket::Served;
+        self
+    }
+
+    /// The gateway is told of a call socket that nothing serves (a broker being upgraded, or
+    /// one started without it): it must call over the broker's TCP port instead.
+    pub fn broker_with_unserved_call_socket(mut self) -> Self {
+        self.broker_over_tcp = true;
+        self.call_socket = CallSocket::Unserved;
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
@@ -179,10 +207,29 @@ impl TestStackBuilder {
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
         }
+        let call_socket_dir = match self.call_socket {
+            CallSocket::None => None,
+            CallSocket::Served | CallSocket::Unserved => {
+                Some(tempfile::tempdir().expect("a directory for the call socket"))
+            }
+        };
+        let call_socket_path = call_socket_dir
+            .as_ref()
+            .map(|directory| directory.path().join("broker-calls.sock"));
+        if self.call_socket == CallSocket::Served
+            && let Some(path) = &call_socket_path
+        {
+            builder = builder.broker_call_socket(path.clone());
+        }
         let stack = builder
             .start()
             .await
             .unwrap_or_else(|error| panic!("the stack did not start: {}", chain(&error)));
+        if let Some(path) = &call_socket_path {
+            stack
+                .broker_call_sockets()
+                .insert(stack.broker_endpoint(), path.clone());
+        }
 
         let mut test_stack = TestStack {
             gateway_url: stack.gateway_url(),
@@ -193,7 +240,9 @@ impl TestStackBuilder {
             broker: stack.broker_client(),
             session_api_endpoint: stack.session_api_endpoint(),
             broker_endpoint: stack.broker_endpoint(),
+            call_socket: call_socket_path,
             stack: Some(stack),
+            _call_socket_dir: call_socket_dir,
         };
         test_stack.wait_until_healthy().await;
         test_stack.instance_id = test_stack
@@ -225,8 +274,11 @@ pub struct TestStack {
     pub broker: BrokerClient,
     pub session_api_endpoint: String,
     pub broker_endpoint: String,
+    /// The broker's call socket, when the gateway was told of one.
+    pub call_socket: Option<PathBuf>,
     /// The services; `None` once shut down.
     stack: Option<Stack>,
+    _call_socket_dir: Option<tempfile::TempDir>,
 }
 
 impl TestStack {

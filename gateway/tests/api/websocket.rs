@@ -600,11 +600,35 @@ async fn a_socket_ends_with_4001_when_its_jwt_expires() {
 }
 
 /// Every other test here runs with the gateway calling the broker in process (`ptyhub up`'s
-/// way); this one runs the stream's semantics with the gateway reaching the broker over its
-/// TCP port, as a gateway in a process of its own does.
+/// way); these run the stream's semantics with the gateway reaching the broker as a gateway in
+/// a process of its own does: over its TCP port, over its call socket, and over the port when
+/// the call socket it was told of is not served.
 #[tokio::test]
 async fn over_tcp_to_the_broker_the_stream_behaves_the_same() {
-    let stack = TestStack::builder().broker_over_tcp().start().await;
+    the_stream_behaves_the_same(TestStack::builder().broker_over_tcp().start().await).await;
+}
+
+#[tokio::test]
+async fn over_a_call_socket_to_the_broker_the_stream_behaves_the_same() {
+    let stack = TestStack::builder().broker_over_call_socket().start().await;
+    let path = stack.call_socket.clone().expect("a call socket");
+    assert!(path.exists(), "the broker serves {}", path.display());
+    the_stream_behaves_the_same(stack).await;
+    // A clean stop takes the socket file with it.
+    assert!(!path.exists(), "{} outlived the broker", path.display());
+}
+
+#[tokio::test]
+async fn with_its_call_socket_unserved_the_gateway_reaches_the_broker_over_tcp() {
+    let stack = TestStack::builder()
+        .broker_with_unserved_call_socket()
+        .start()
+        .await;
+    assert!(!stack.call_socket.as_ref().expect("a call socket").exists());
+    the_stream_behaves_the_same(stack).await;
+}
+
+async fn the_stream_behaves_the_same(stack: TestStack) {
     let id = create_session(&stack, &stack.instance_id, json!({})).await;
     let session_path = format!(
         "/ws/tool-instances/{}/terminal/{id}?cols=300&rows=40",

@@ -9,6 +9,7 @@ use ptyhub_wire::{Introspection, ServingStatus};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -101,7 +102,7 @@ impl Broker {
                     source,
                 })?;
             let stop_accepting = CancellationToken::new();
-            let stop_signal = {
+            let stop_signal = || {
                 let stop_accepting = stop_accepting.clone();
                 let broker = self.clone();
                 // A hand-off stops accepting too (and sends GOAWAY on every connection), so that
@@ -112,6 +113,10 @@ impl Broker {
                         () = broker.handing_over() => {}
                     }
                 }
+            };
+            let _call_socket = match &config.call_socket {
+                Some(path) => Some(self.serve_call_socket(path, routes.clone(), stop_signal())?),
+                None => None,
             };
             let mut server = Server::builder();
             if let Some(tls) = tls.tonic_server() {
@@ -125,7 +130,7 @@ impl Broker {
                 .add_service(PtyBrokerService::new(self.clone()).into_server())
                 .serve_with_incoming_shutdown(
                     TcpIncoming::from(incoming).with_nodelay(Some(true)),
-                    stop_signal,
+                    stop_signal(),
                 );
             let mut server = tokio::spawn(server);
             health.set_status(ServingStatus::Serving).await;
@@ -192,6 +197,40 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Serves what the port serves (`routes` and the broker's service) on the call socket at
+    /// `path` until `stop`, then removes the socket file, unless another process bound that path
+    /// since. A hand-off stops it as it stops the port: gateways find no socket and call over the
+    /// port, where their calls queue for the successor, which binds the socket anew.
+    fn serve_call_socket(
+        &self,
+        path: &std::path::Path,
+        routes: tonic::service::Routes,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<AbortOnDropHandle<()>, StartError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let bound = |source| StartError::Io {
+            context: "bind the call socket",
+            source,
+        };
+        let listener = ptyhub_wire::call_socket::bind_call_socket(path).map_err(bound)?;
+        let identity = std::fs::metadata(path)
+            .map(|metadata| (metadata.dev(), metadata.ino()))
+            .map_err(bound)?;
+        let service = routes
+            .add_service(PtyBrokerService::new(self.clone()).into_server())
+            .prepare();
+        tracing::info!(path = %path.display(), "serving the call socket");
+        let path = path.to_owned();
+        Ok(AbortOnDropHandle::new(tokio::spawn(async move {
+            ptyhub_wire::call_socket::serve_calls(listener, service, stop).await;
+            let still_ours = std::fs::metadata(&path)
+                .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == identity);
+            if still_ours && let Err(error) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), %error, "cannot remove the call socket");
+            }
+        })))
     }
 
     /// This broker's gRPC service (`ptyhub.broker.v1.PtyBroker`) as a value another part of the
