@@ -38,6 +38,8 @@ pub const BROKER_ID: &str = "bench";
 pub const UNSCREENED_BROKER_ID: &str = "bench-screens-off";
 /// The streams the bench's one principal may hold open at the stack's gateway.
 const MAX_BENCH_STREAMS: usize = 20_000;
+/// The broker's call socket, in the stack's own directory.
+const BROKER_CALL_SOCKET: &str = "broker-calls.sock";
 /// Liveness bound for start-up, not a performance figure.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -67,6 +69,19 @@ impl Drop for OverTcp<'_> {
         if let Some(service) = self.service.take() {
             self.in_process.insert(self.endpoint, service);
         }
+    }
+}
+
+/// While it lives, the gateway reaches the stack's broker over the broker's call socket
+/// ([`Stack::broker_over_call_socket`]).
+pub struct OverCallSocket<'a> {
+    call_sockets: &'a ptyhub_stack::BrokerCallSockets,
+    _over_tcp: OverTcp<'a>,
+}
+
+impl Drop for OverCallSocket<'_> {
+    fn drop(&mut self) {
+        self.call_sockets.remove(self._over_tcp.endpoint);
     }
 }
 
@@ -109,6 +124,8 @@ pub struct Stack {
     /// The gateway serves the web page (built in this directory).
     pub web_dir: Option<PathBuf>,
     services: ptyhub_stack::Stack,
+    /// Holds the broker's call socket.
+    call_socket_dir: tempfile::TempDir,
 }
 
 /// The second broker: the stack's settings but `screens = false`, in this process (as the
@@ -169,7 +186,9 @@ impl Stack {
         } else {
             vec![BackendKind::Local]
         };
+        let call_socket_dir = tempfile::tempdir().context("a directory for the call socket")?;
         let mut builder = ptyhub_stack::Stack::builder()
+            .broker_call_socket(call_socket_dir.path().join(BROKER_CALL_SOCKET))
             .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
             .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
             .broker_id(BROKER_ID)
@@ -210,6 +229,7 @@ impl Stack {
             unscreened: None,
             web_dir: options.web_dir.clone(),
             services,
+            call_socket_dir,
         };
         let local = broker_pb::Target {
             kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
@@ -394,6 +414,22 @@ impl Stack {
             in_process,
             endpoint: &self.broker_endpoint,
         }
+    }
+
+    /// Until the guard drops, the gateway reaches the stack's broker over the broker's call
+    /// socket, as a gateway in a process of its own on the same host does with
+    /// `--broker-call-socket`, instead of in process.
+    pub fn broker_over_call_socket(&self) -> OverCallSocket<'_> {
+        let call_sockets = self.services.broker_call_sockets();
+        call_sockets.insert(&self.broker_endpoint, self.broker_call_socket());
+        OverCallSocket {
+            call_sockets,
+            _over_tcp: self.broker_over_tcp(),
+        }
+    }
+
+    fn broker_call_socket(&self) -> PathBuf {
+        self.call_socket_dir.path().join(BROKER_CALL_SOCKET)
     }
 
     /// `ws://127.0.0.1:<port>` of the gateway.
