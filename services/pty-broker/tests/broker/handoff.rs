@@ -824,3 +824,50 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
     drop(broker);
     Ok(())
 }
+
+/// The sessions on the broker serving the call socket at `path`, called over that socket.
+async fn listed_over_call_socket(path: &Path) -> anyhow::Result<Vec<(String, u32)>> {
+    let socket = ptyhub_wire::call_socket::CallSocketClient::new(path);
+    let mut sessions: Vec<(String, u32)> = PtyBrokerClient::new(socket)
+        .list(authorized(pb::ListRequest {}))
+        .await?
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|session| (session.session_id, session.pid))
+        .collect();
+    sessions.sort();
+    Ok(sessions)
+}
+
+/// A broker with a call socket hands over: the successor serves the same sessions on the same
+/// socket path, and the socket file goes only with the last broker's clean stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_socket_moves_to_the_successor() -> anyhow::Result<()> {
+    test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let socket_dir = tempfile::tempdir()?;
+    let socket = socket_dir.path().join("calls.sock");
+    let extra = [std::ffi::OsStr::new("--call-socket"), socket.as_os_str()];
+    let stop = data_dir.path().join("unused");
+    let (mut old, address) = BrokerProcess::start_with(data_dir.path(), false, None, &extra)?;
+    let address = address.expect("serving");
+    spawn_sh(&address, "exec cat", On::Local(&stop)).await?;
+    let before = pids(&address).await?;
+    ensure!(listed_over_call_socket(&socket).await? == before);
+
+    let (mut new, _) = BrokerProcess::start_with(data_dir.path(), true, None, &extra)?;
+    ensure!(old.exited().await?, "the old broker failed");
+    ensure!(
+        listed_over_call_socket(&socket).await? == before,
+        "the successor does not serve the call socket with the sessions"
+    );
+    // SIGTERM: a clean stop, which removes the socket file.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(new.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    ensure!(new.exited().await?, "the successor failed to stop");
+    ensure!(!socket.exists(), "the call socket outlived the last broker");
+    Ok(())
+}
