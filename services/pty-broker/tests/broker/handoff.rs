@@ -227,17 +227,22 @@ async fn spawn_sh(address: &Address, script: &str, on: On<'_>) -> anyhow::Result
 
 /// Every live session's pid, by id.
 async fn pids(address: &Address) -> anyhow::Result<Vec<(String, u32)>> {
-    let mut sessions: Vec<(String, u32)> = control(address)
+    let listed = control(address)
         .await?
         .list(authorized(pb::ListRequest {}))
-        .await?
-        .into_inner()
+        .await?;
+    Ok(sorted_pids(listed.into_inner()))
+}
+
+/// The listed sessions' pids, by id, in id order.
+fn sorted_pids(listed: pb::ListResponse) -> Vec<(String, u32)> {
+    let mut sessions: Vec<(String, u32)> = listed
         .sessions
         .into_iter()
         .map(|session| (session.session_id, session.pid))
         .collect();
     sessions.sort();
-    Ok(sessions)
+    sessions
 }
 
 /// A controller that reattaches with `since` whenever its stream ends with UNAVAILABLE, and
@@ -828,16 +833,10 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
 /// The sessions on the broker serving the call socket at `path`, called over that socket.
 async fn listed_over_call_socket(path: &Path) -> anyhow::Result<Vec<(String, u32)>> {
     let socket = ptyhub_wire::call_socket::CallSocketClient::new(path);
-    let mut sessions: Vec<(String, u32)> = PtyBrokerClient::new(socket)
+    let listed = PtyBrokerClient::new(socket)
         .list(authorized(pb::ListRequest {}))
-        .await?
-        .into_inner()
-        .sessions
-        .into_iter()
-        .map(|session| (session.session_id, session.pid))
-        .collect();
-    sessions.sort();
-    Ok(sessions)
+        .await?;
+    Ok(sorted_pids(listed.into_inner()))
 }
 
 /// A broker with a call socket hands over: the successor serves the same sessions on the same
