@@ -76,12 +76,13 @@ impl Drop for OverTcp<'_> {
 /// ([`Stack::broker_over_call_socket`]).
 pub struct OverCallSocket<'a> {
     call_sockets: &'a ptyhub_stack::BrokerCallSockets,
-    _over_tcp: OverTcp<'a>,
+    over_tcp: OverTcp<'a>,
 }
 
 impl Drop for OverCallSocket<'_> {
     fn drop(&mut self) {
-        self.call_sockets.remove(self._over_tcp.endpoint);
+        // The call socket goes first; then `over_tcp` puts the broker back in process.
+        self.call_sockets.remove(self.over_tcp.endpoint);
     }
 }
 
@@ -424,7 +425,7 @@ impl Stack {
         call_sockets.insert(&self.broker_endpoint, self.broker_call_socket());
         OverCallSocket {
             call_sockets,
-            _over_tcp: self.broker_over_tcp(),
+            over_tcp: self.broker_over_tcp(),
         }
     }
 

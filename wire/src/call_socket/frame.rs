@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// The version a head carries; a peer that reads another refuses the call.
@@ -35,6 +35,36 @@ pub(super) enum Kind {
     Trailers = 4,
 }
 
+impl Kind {
+    fn from_byte(byte: u8) -> Option<Self> {
+        Some(match byte {
+            1 => Kind::Head,
+            2 => Kind::Data,
+            3 => Kind::End,
+            4 => Kind::Trailers,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Head => "head",
+            Kind::Data => "data",
+            Kind::End => "end",
+            Kind::Trailers => "trailers",
+        }
+    }
+
+    /// The most a frame of this kind may hold.
+    fn limit(self) -> usize {
+        match self {
+            Kind::Head | Kind::Trailers => MAX_HEAD_BYTES,
+            Kind::Data => MAX_DATA_BYTES,
+            Kind::End => 0,
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Frame {
     Head(Bytes),
@@ -46,11 +76,12 @@ pub(super) enum Frame {
 impl Frame {
     pub fn name(&self) -> &'static str {
         match self {
-            Frame::Head(_) => "head",
-            Frame::Data(_) => "data",
-            Frame::End => "end",
-            Frame::Trailers(_) => "trailers",
+            Frame::Head(_) => Kind::Head,
+            Frame::Data(_) => Kind::Data,
+            Frame::End => Kind::End,
+            Frame::Trailers(_) => Kind::Trailers,
         }
+        .name()
     }
 }
 
@@ -121,25 +152,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if self.buffer.len() < PREFIX_BYTES {
             return Ok(None);
         }
-        let kind = self.buffer[0];
+        let byte = self.buffer[0];
+        let kind = Kind::from_byte(byte).ok_or(FrameError::UnknownKind(byte))?;
         let len = u32::from_be_bytes([
             self.buffer[1],
             self.buffer[2],
             self.buffer[3],
             self.buffer[4],
         ]) as usize;
-        let (name, limit) = match kind {
-            k if k == Kind::Head as u8 => ("head", MAX_HEAD_BYTES),
-            k if k == Kind::Data as u8 => ("data", MAX_DATA_BYTES),
-            k if k == Kind::End as u8 => ("end", 0),
-            k if k == Kind::Trailers as u8 => ("trailers", MAX_HEAD_BYTES),
-            other => return Err(FrameError::UnknownKind(other)),
-        };
-        if len > limit {
+        if len > kind.limit() {
             return Err(FrameError::TooLong {
-                kind: name,
+                kind: kind.name(),
                 len,
-                limit,
+                limit: kind.limit(),
             });
         }
         if self.buffer.len() < PREFIX_BYTES + len {
@@ -149,10 +174,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.buffer.advance(PREFIX_BYTES);
         let payload = self.buffer.split_to(len).freeze();
         Ok(Some(match kind {
-            k if k == Kind::Head as u8 => Frame::Head(payload),
-            k if k == Kind::Data as u8 => Frame::Data(payload),
-            k if k == Kind::End as u8 => Frame::End,
-            _ => Frame::Trailers(payload),
+            Kind::Head => Frame::Head(payload),
+            Kind::Data => Frame::Data(payload),
+            Kind::End => Frame::End,
+            Kind::Trailers => Frame::Trailers(payload),
         }))
     }
 }
@@ -252,12 +277,15 @@ pub(super) fn encode_request_head(path: &str, headers: &HeaderMap) -> Result<Byt
     Ok(head.freeze())
 }
 
-pub(super) fn decode_request_head(mut head: Bytes) -> Result<(String, HeaderMap), FrameError> {
+/// The request's path (as a URI: what an `http::Request` holds) and headers.
+pub(super) fn decode_request_head(mut head: Bytes) -> Result<(Uri, HeaderMap), FrameError> {
     check_version(&mut head)?;
     let path = take_short(&mut head, "the path")?;
-    let path = String::from_utf8(path.to_vec())
+    let path = Uri::from_maybe_shared(path)
         .ok()
-        .filter(|path| path.starts_with('/') && path.parse::<http::Uri>().is_ok())
+        .filter(|uri| {
+            uri.scheme().is_none() && uri.authority().is_none() && uri.path().starts_with('/')
+        })
         .ok_or_else(|| malformed("the path is not a URI path"))?;
     let headers = take_headers(&mut head)?;
     Ok((path, headers))
@@ -380,7 +408,7 @@ mod tests {
         let head = encode_request_head("/a.B/C", &headers()).unwrap();
         assert_eq!(
             decode_request_head(head).unwrap(),
-            ("/a.B/C".to_owned(), headers())
+            (Uri::from_static("/a.B/C"), headers())
         );
         let head = encode_response_head(StatusCode::OK, &headers()).unwrap();
         assert_eq!(

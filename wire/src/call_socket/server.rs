@@ -97,7 +97,7 @@ where
         Ok(Ok(None) | Err(FrameError::Io(_))) => return,
         Ok(Err(error)) => Err(unreadable(error)),
     };
-    let (path, headers) = match head {
+    let (uri, headers) = match head {
         Ok(head) => head,
         Err(status) => return answer_error(writer, status).await,
     };
@@ -110,13 +110,7 @@ where
     *request.method_mut() = Method::POST;
     *request.version_mut() = Version::HTTP_2;
     *request.headers_mut() = headers;
-    match path.parse() {
-        Ok(uri) => *request.uri_mut() = uri,
-        Err(_) => {
-            let status = Status::invalid_argument("a malformed call: the path is not a URI path");
-            return answer_error(writer, status).await;
-        }
-    }
+    *request.uri_mut() = uri;
     let response = match service.call(request).await {
         Ok(response) => response,
         Err(never) => match never {},
