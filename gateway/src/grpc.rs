@@ -815,7 +815,7 @@ impl Upstreams {
     }
 }
 
-/// How many client frames may wait for the broker before the WebSocket reader waits too.
+/// How many client frames may wait for the broker before the WebSocket stops reading the client.
 const ATTACH_COMMAND_QUEUE: usize = 64;
 
 /// A broker's health as `/healthz` reports it.
@@ -867,13 +867,27 @@ pub struct AttachCommands {
 }
 
 impl AttachCommands {
-    /// Sends a command; an error means the stream has ended.
-    pub async fn send(&self, command: TerminalCommand) -> Result<(), ApiError> {
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| ApiError::unavailable("attach stream ended"))
+    /// Queues a command if there is room, without waiting: `Ok(Some(command))` hands it back
+    /// when the queue is full, an error means the stream has ended.
+    pub fn try_send(&self, command: TerminalCommand) -> Result<Option<TerminalCommand>, ApiError> {
+        match self.commands.try_send(command) {
+            Ok(()) => Ok(None),
+            Err(mpsc::error::TrySendError::Full(command)) => Ok(Some(command)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(attach_stream_ended()),
+        }
     }
+
+    /// Waits for room for one command; an error means the stream has ended.
+    pub async fn reserve(&self) -> Result<mpsc::Permit<'_, TerminalCommand>, ApiError> {
+        self.commands
+            .reserve()
+            .await
+            .map_err(|_| attach_stream_ended())
+    }
+}
+
+fn attach_stream_ended() -> ApiError {
+    ApiError::unavailable("attach stream ended")
 }
 
 /// The client frame that carries `command`.

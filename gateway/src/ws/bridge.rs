@@ -1,11 +1,12 @@
-//! One terminal WebSocket bridged to one broker `Attach` stream, with one task per direction:
-//! the reader turns client frames into `Attach` commands ([`forward_client_frames`]), the writer
-//! turns `Attach` events into WebSocket frames and sends the heartbeats ([`BrokerWriter::run`]).
-//! The writer owns the socket's sending half; the reader asks it for error answers and closes
-//! through a small control queue.
+//! One terminal WebSocket bridged to one broker `Attach` stream, in one task ([`Bridge::run`]):
+//! it reads the client's frames and queues them as `Attach` commands, turns `Attach` events into
+//! WebSocket frames, sends the heartbeats, and goes on reading while a frame it sent waits for
+//! the client to take it.
+//!
+//! One task, not one per direction: a keystroke is read and handed to the `Attach` stream by the
+//! task that also drives that stream, so it reaches the broker without waking another task (over
+//! a call socket the same task writes it to the socket), and a socket costs one task's memory.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket};
@@ -13,9 +14,7 @@ use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use ptyhub_wire::{ErrorCode, Role, close_code};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use super::PreparedAttach;
@@ -39,9 +38,6 @@ pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// How long the broker may take to answer an attach with its first frame.
 const ATTACH_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How many frames the reader may queue for the writer (error answers, close requests).
-const CONTROL_QUEUE: usize = 16;
-
 /// Closes a just-upgraded socket with the error's close code.
 pub(super) async fn refuse(mut socket: WebSocket, error: &ApiError) {
     let _ = socket
@@ -55,7 +51,7 @@ pub(super) async fn refuse(mut socket: WebSocket, error: &ApiError) {
 }
 
 /// Runs one terminal WebSocket to its end: attaches to the broker, waits for its `connected`,
-/// then runs the two directions until either ends.
+/// then bridges the two until either ends.
 pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedAttach) {
     let span = tracing::info_span!(
         "terminal",
@@ -100,47 +96,37 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             prepared.role,
         );
         let (sink, stream) = socket.split();
-        let heard = Heard::new();
-        let closing = Arc::new(AtomicBool::new(false));
-        let (control, control_receiver) = mpsc::channel(CONTROL_QUEUE);
-        // Whatever way this function ends, the reader task ends with it.
-        let mut reader = AbortOnDropHandle::new(tokio::spawn(
-            forward_client_frames(ClientReader {
-                stream,
-                commands,
-                control,
-                role: prepared.role,
-                heard: heard.clone(),
-                closing: closing.clone(),
-                cancel: state.shutdown.child_token(),
-                metrics: state.metrics.clone(),
-                resets: audit.resets(),
-            })
-            .in_current_span(),
-        ));
-        let writer = BrokerWriter {
+        let mut bridge = Bridge {
             client: ClientSink {
                 sink,
                 send_timeout: state.heartbeat_interval * 2,
+                unflushed_since: None,
                 metrics: state.metrics.clone(),
             },
+            stream,
+            commands,
+            waiting_command: None,
+            role: prepared.role,
+            last_heard: Instant::now(),
+            resets: audit.resets(),
             state: state.clone(),
             instance_id: prepared.instance_id,
             session_id: prepared.session_id,
             session_name: prepared.session_name,
             connected_before: false,
             heartbeat_interval: state.heartbeat_interval,
-            heard,
-            closing: closing.clone(),
             shutdown: state.shutdown.clone(),
             expires_at: prepared.expires_at,
         };
-        let ending = writer.run(connected, events, control_receiver).await;
+        let ending = bridge.run(connected, events).await;
         audit.ending(detach_reason(ending.reason));
-        closing.store(true, Ordering::Release);
         if ending.await_client_close {
-            // Give the client time to read our last frames and answer the close.
-            let _ = tokio::time::timeout(CLOSE_GRACE, &mut reader).await;
+            // Give the client time to read our last frames and answer the close; what it sends
+            // meanwhile is read and not applied.
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                while let Some(Ok(_)) = bridge.stream.next().await {}
+            })
+            .await;
         }
         tracing::info!(reason = ending.reason, "terminal websocket closed");
     }
@@ -165,127 +151,6 @@ async fn first_event(events: &mut AttachEvents) -> Result<TerminalEvent, ApiErro
     }
 }
 
-/// When the client was last heard from (any frame), in milliseconds since `start`.
-#[derive(Debug, Clone)]
-struct Heard {
-    start: Instant,
-    last_millis: Arc<AtomicU64>,
-}
-
-impl Heard {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            last_millis: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn now(&self) {
-        let millis = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_millis.store(millis, Ordering::Relaxed);
-    }
-
-    fn silent_for(&self) -> Duration {
-        let last = Duration::from_millis(self.last_millis.load(Ordering::Relaxed));
-        self.start.elapsed().saturating_sub(last)
-    }
-}
-
-/// What the reader asks of the writer, which owns the socket's sending half.
-#[derive(Debug)]
-enum Control {
-    /// Answer a refused frame with `{"type":"error"}`.
-    Error(String),
-    /// Close the socket with the error's close code.
-    Close(ApiError),
-}
-
-/// Client → broker: WebSocket frames become `Attach` client frames.
-struct ClientReader {
-    stream: SplitStream<WebSocket>,
-    commands: AttachCommands,
-    control: mpsc::Sender<Control>,
-    role: Role,
-    heard: Heard,
-    /// Set once the writer is closing: frames are then read (to finish the close handshake)
-    /// but no longer applied.
-    closing: Arc<AtomicBool>,
-    cancel: CancellationToken,
-    metrics: Metrics,
-    resets: StreamResets,
-}
-
-/// The reader task: reads the client's frames until the client leaves, the stream ends or the
-/// gateway shuts down.
-async fn forward_client_frames(mut reader: ClientReader) {
-    loop {
-        let message = tokio::select! {
-            () = reader.cancel.cancelled() => return,
-            message = reader.stream.next() => message,
-        };
-        let message = match message {
-            None => return,
-            Some(Ok(message)) => message,
-            Some(Err(error)) => {
-                if is_oversized(error) {
-                    tracing::info!("client sent a frame over 1 MiB");
-                    let too_big =
-                        ApiError::new(ErrorCode::LimitExceeded, "frame larger than 1 MiB");
-                    let _ = reader.control.send(Control::Close(too_big)).await;
-                }
-                return;
-            }
-        };
-        reader.heard.now();
-        if reader.closing.load(Ordering::Acquire) {
-            continue;
-        }
-        let command = match message {
-            Message::Binary(data) => Ok(Some(TerminalCommand::Input(data))),
-            Message::Text(text) => parse_client_frame(text.as_str()),
-            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => Ok(None),
-        };
-        let command = match command {
-            Ok(Some(command)) => command,
-            Ok(None) => continue,
-            Err(message) => {
-                if reader.control.send(Control::Error(message)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
-        if reader.role == Role::Viewer {
-            let refusal = match command {
-                TerminalCommand::Input(_) => "viewers cannot send input",
-                TerminalCommand::Resize(_) => "viewers cannot resize",
-                TerminalCommand::Reset => "viewers cannot reset",
-            };
-            if reader
-                .control
-                .send(Control::Error(refusal.into()))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            continue;
-        }
-        if matches!(command, TerminalCommand::Reset) {
-            reader.resets.reset();
-        }
-        if let TerminalCommand::Input(data) = &command {
-            if data.is_empty() {
-                continue;
-            }
-            reader.metrics.bytes_from_client(data.len());
-        }
-        if reader.commands.send(command).await.is_err() {
-            return;
-        }
-    }
-}
-
 fn is_oversized(error: axum::Error) -> bool {
     error
         .into_inner()
@@ -293,11 +158,13 @@ fn is_oversized(error: axum::Error) -> bool {
         .is_some_and(|error| matches!(error, tungstenite::Error::Capacity(_)))
 }
 
-/// The sending half of the socket, with a deadline on every send: a client that accepts
-/// nothing for two heartbeat intervals is gone.
+/// The sending half of the socket. Frames are queued and then flushed while the bridge goes on
+/// reading the client; a client that takes nothing for two heartbeat intervals is gone.
 struct ClientSink {
     sink: SplitSink<WebSocket, Message>,
     send_timeout: Duration,
+    /// Since when frames have waited for the client to take them; `None` when all were taken.
+    unflushed_since: Option<Instant>,
     metrics: Metrics,
 }
 
@@ -306,20 +173,58 @@ struct ClientSink {
 struct ClientGone;
 
 impl ClientSink {
-    async fn send(&mut self, message: Message) -> Result<(), ClientGone> {
-        match tokio::time::timeout(self.send_timeout, self.sink.send(message)).await {
-            Ok(Ok(())) => Ok(()),
+    /// Queues a frame; [`ClientSink::flush`] sends it. Waits only when the socket's write buffer
+    /// is full, which it is not once the frames before were flushed.
+    async fn queue(&mut self, message: Message) -> Result<(), ClientGone> {
+        match tokio::time::timeout(self.send_timeout, self.sink.feed(message)).await {
+            Ok(Ok(())) => {
+                self.unflushed_since.get_or_insert_with(Instant::now);
+                Ok(())
+            }
             Ok(Err(_)) | Err(_) => Err(ClientGone),
         }
     }
 
-    async fn send_frame(&mut self, frame: &ServerFrame<'_>) -> Result<(), ClientGone> {
-        self.send(frame.to_message()).await
+    fn is_flushed(&self) -> bool {
+        self.unflushed_since.is_none()
     }
 
-    async fn send_output(&mut self, data: Bytes) -> Result<(), ClientGone> {
+    /// When the frames waiting now must have been taken by; `None` when nothing waits.
+    fn flush_deadline(&self) -> Option<tokio::time::Instant> {
+        self.unflushed_since
+            .map(|since| tokio::time::Instant::from_std(since + self.send_timeout))
+    }
+
+    /// Sends what was queued. Cancel-safe: what is not sent stays queued.
+    async fn flush(&mut self) -> Result<(), ClientGone> {
+        match self.sink.flush().await {
+            Ok(()) => {
+                self.unflushed_since = None;
+                Ok(())
+            }
+            Err(_) => Err(ClientGone),
+        }
+    }
+
+    /// Queues a frame and waits until it is sent: for the last frames of a socket.
+    async fn send(&mut self, message: Message) -> Result<(), ClientGone> {
+        self.queue(message).await?;
+        let deadline = self
+            .flush_deadline()
+            .unwrap_or_else(|| tokio::time::Instant::now() + self.send_timeout);
+        match tokio::time::timeout_at(deadline, self.flush()).await {
+            Ok(sent) => sent,
+            Err(_) => Err(ClientGone),
+        }
+    }
+
+    async fn queue_frame(&mut self, frame: &ServerFrame<'_>) -> Result<(), ClientGone> {
+        self.queue(frame.to_message()).await
+    }
+
+    async fn queue_output(&mut self, data: Bytes) -> Result<(), ClientGone> {
         self.metrics.bytes_to_client(data.len());
-        self.send(Message::Binary(data)).await
+        self.queue(Message::Binary(data)).await
     }
 
     async fn close(&mut self, code: u16, reason: &str) -> Result<(), ClientGone> {
@@ -333,9 +238,17 @@ impl ClientSink {
     }
 }
 
-/// Broker → client: `Attach` server frames become WebSocket frames; also heartbeats.
-struct BrokerWriter {
+/// Both directions of one terminal WebSocket.
+struct Bridge {
     client: ClientSink,
+    stream: SplitStream<WebSocket>,
+    commands: AttachCommands,
+    /// A command the full queue could not take yet: no client frame is read until it is queued.
+    waiting_command: Option<TerminalCommand>,
+    role: Role,
+    /// When the client last sent a frame (any frame, pongs included).
+    last_heard: Instant,
+    resets: StreamResets,
     /// For the session's current name when a reset connects again.
     state: AppState,
     instance_id: String,
@@ -344,9 +257,6 @@ struct BrokerWriter {
     /// Whether `connected` was sent already: the next one follows a reset.
     connected_before: bool,
     heartbeat_interval: Duration,
-    heard: Heard,
-    /// Set before the last frames go out, so input the client sends meanwhile is not applied.
-    closing: Arc<AtomicBool>,
     shutdown: CancellationToken,
     /// When the credential the socket opened with expires (a JWT's `exp`, a share's end): the
     /// socket ends then with 4001, as a new one would be refused.
@@ -377,21 +287,26 @@ impl Ending {
     }
 }
 
-/// What to do after an event.
+/// What to do after a frame or an event.
 enum Flow {
     Continue,
     Stop(Ending),
 }
 
-impl BrokerWriter {
-    /// The writer task: sends `connected`, then every event, heartbeat and control request until
-    /// the stream, the client or the gateway ends.
-    async fn run(
-        mut self,
-        connected: TerminalEvent,
-        mut events: AttachEvents,
-        mut control: mpsc::Receiver<Control>,
-    ) -> Ending {
+impl From<Result<(), ClientGone>> for Flow {
+    fn from(sent: Result<(), ClientGone>) -> Self {
+        match sent {
+            Ok(()) => Flow::Continue,
+            Err(ClientGone) => Flow::Stop(Ending::client_gone("client stopped reading")),
+        }
+    }
+}
+
+impl Bridge {
+    /// Sends `connected`, then runs until the stream, the client or the gateway ends. The
+    /// client's frames are read even while output waits for the client to take it (input such
+    /// as a Ctrl-C still goes through); no further event is taken from the broker until then.
+    async fn run(&mut self, connected: TerminalEvent, mut events: AttachEvents) -> Ending {
         if let Flow::Stop(ending) = self.forward_event(connected).await {
             return ending;
         }
@@ -403,57 +318,55 @@ impl BrokerWriter {
         let expiry = credential_expired(self.expires_at);
         tokio::pin!(expiry);
         loop {
+            let flush_deadline = self.client.flush_deadline();
+            let flushed = flush_deadline.is_none();
             let next = match pending.take() {
-                Some(next) => next,
-                None => tokio::select! {
-                    biased;
-                    () = self.shutdown.cancelled() => {
-                        let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
-                        return Ending::closed("gateway shutdown");
-                    }
-                    () = &mut expiry => {
-                        let _ = self.client.close(close_code::UNAUTHENTICATED, "credential expired").await;
-                        return Ending::closed("credential expired");
-                    }
-                    request = control.recv() => match request {
-                        None => return Ending::client_gone("client left"),
-                        Some(Control::Error(message)) => {
-                            let frame = ServerFrame::Error { message: &message };
-                            if self.client.send_frame(&frame).await.is_err() {
+                Some(next) if flushed => next,
+                held => {
+                    pending = held;
+                    tokio::select! {
+                        biased;
+                        () = self.shutdown.cancelled() => {
+                            let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
+                            return Ending::closed("gateway shutdown");
+                        }
+                        () = &mut expiry => {
+                            let _ = self.client.close(close_code::UNAUTHENTICATED, "credential expired").await;
+                            return Ending::closed("credential expired");
+                        }
+                        sent = self.client.flush(), if !flushed => {
+                            if sent.is_err() {
                                 return Ending::client_gone("client stopped reading");
                             }
                             continue;
                         }
-                        Some(Control::Close(error)) => {
-                            let _ = self.client.close_with(&error).await;
-                            return Ending::closed("client frame refused");
-                        }
-                    },
-                    _ = heartbeat.tick() => {
-                        if self.heard.silent_for() >= self.heartbeat_interval * 2 {
-                            // The contract's code for a dropped client: reconnect with backoff.
-                            let _ = self.client.close(close_code::BACKEND_FAILURE, "heartbeat timeout").await;
-                            return Ending::client_gone("client silent for two heartbeat intervals");
-                        }
-                        let ping = self.client.send_frame(&ServerFrame::Ping).await;
-                        if ping.is_err() || self.client.send(Message::Ping(Bytes::new())).await.is_err() {
+                        () = sleep_until_some(flush_deadline), if !flushed => {
                             return Ending::client_gone("client stopped reading");
                         }
-                        continue;
+                        // The client's frames come before the broker's events: a keystroke (a
+                        // Ctrl-C) is not kept behind a flood of output.
+                        message = self.stream.next(), if self.waiting_command.is_none() => {
+                            match self.client_frame(message).await {
+                                Flow::Continue => continue,
+                                Flow::Stop(ending) => return ending,
+                            }
+                        }
+                        () = queue_waiting(&self.commands, &mut self.waiting_command), if self.waiting_command.is_some() => continue,
+                        _ = heartbeat.tick() => {
+                            match self.heartbeat().await {
+                                Flow::Continue => continue,
+                                Flow::Stop(ending) => return ending,
+                            }
+                        }
+                        next = events.next(), if flushed && pending.is_none() => next,
                     }
-                    next = events.next() => next,
-                },
+                }
             };
             let flow = match next {
                 Ok(Some(TerminalEvent::Output { data, .. })) => {
                     let (batch, after) = collect_output(data, &mut events);
                     pending = after;
-                    match self.client.send_output(batch).await {
-                        Ok(()) => Flow::Continue,
-                        Err(ClientGone) => {
-                            Flow::Stop(Ending::client_gone("client stopped reading"))
-                        }
-                    }
+                    self.client.queue_output(batch).await.into()
                 }
                 Ok(Some(event)) => self.forward_event(event).await,
                 Ok(None) => {
@@ -471,6 +384,87 @@ impl BrokerWriter {
                 return ending;
             }
         }
+    }
+
+    /// Applies one of the client's frames: input, a resize or a reset is queued for the broker;
+    /// a frame that cannot be applied is answered with an error frame.
+    async fn client_frame(&mut self, message: Option<Result<Message, axum::Error>>) -> Flow {
+        let message = match message {
+            None => return Flow::Stop(Ending::client_gone("client left")),
+            Some(Ok(message)) => message,
+            Some(Err(error)) => {
+                if !is_oversized(error) {
+                    return Flow::Stop(Ending::client_gone("client left"));
+                }
+                tracing::info!("client sent a frame over 1 MiB");
+                let too_big = ApiError::new(ErrorCode::LimitExceeded, "frame larger than 1 MiB");
+                let _ = self.client.close_with(&too_big).await;
+                return Flow::Stop(Ending::closed("client frame refused"));
+            }
+        };
+        self.last_heard = Instant::now();
+        let command = match message {
+            Message::Binary(data) => Ok(Some(TerminalCommand::Input(data))),
+            Message::Text(text) => parse_client_frame(text.as_str()),
+            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => Ok(None),
+        };
+        let command = match command {
+            Ok(Some(command)) => command,
+            Ok(None) => return Flow::Continue,
+            Err(message) => return self.refuse_frame(&message).await,
+        };
+        if self.role == Role::Viewer {
+            let refusal = match command {
+                TerminalCommand::Input(_) => "viewers cannot send input",
+                TerminalCommand::Resize(_) => "viewers cannot resize",
+                TerminalCommand::Reset => "viewers cannot reset",
+            };
+            return self.refuse_frame(refusal).await;
+        }
+        match &command {
+            TerminalCommand::Input(data) if data.is_empty() => return Flow::Continue,
+            TerminalCommand::Input(data) => self.client.metrics.bytes_from_client(data.len()),
+            TerminalCommand::Reset => self.resets.reset(),
+            TerminalCommand::Resize(_) => {}
+        }
+        // A full queue keeps the command here and stops reading the client until there is
+        // room; output goes on meanwhile. A queue that is gone means the stream ended, which
+        // the broker's side reports.
+        if let Ok(full) = self.commands.try_send(command) {
+            self.waiting_command = full;
+        }
+        Flow::Continue
+    }
+
+    /// Answers a frame that was not applied with `{"type":"error"}`.
+    async fn refuse_frame(&mut self, message: &str) -> Flow {
+        self.client
+            .queue_frame(&ServerFrame::Error { message })
+            .await
+            .into()
+    }
+
+    /// Drops a client silent for two heartbeat intervals, else pings it (both as a JSON frame
+    /// and as a WebSocket ping). No ping is queued behind output the client has not taken.
+    async fn heartbeat(&mut self) -> Flow {
+        if self.last_heard.elapsed() >= self.heartbeat_interval * 2 {
+            // The contract's code for a dropped client: reconnect with backoff.
+            let _ = self
+                .client
+                .close(close_code::BACKEND_FAILURE, "heartbeat timeout")
+                .await;
+            return Flow::Stop(Ending::client_gone(
+                "client silent for two heartbeat intervals",
+            ));
+        }
+        if !self.client.is_flushed() {
+            return Flow::Continue;
+        }
+        let pinged = match self.client.queue_frame(&ServerFrame::Ping).await {
+            Ok(()) => self.client.queue(Message::Ping(Bytes::new())).await,
+            Err(gone) => Err(gone),
+        };
+        pinged.into()
     }
 
     /// The name the session has now: it may have been renamed since the socket opened, and the
@@ -503,11 +497,11 @@ impl BrokerWriter {
                     name: &self.session_name,
                 };
                 let frame = ServerFrame::connected(session, role, offset, size.unwrap_or_default());
-                self.client.send_frame(&frame).await
+                self.client.queue_frame(&frame).await
             }
-            TerminalEvent::Output { data, .. } => self.client.send_output(data).await,
+            TerminalEvent::Output { data, .. } => self.client.queue_output(data).await,
             TerminalEvent::Gap { lost, .. } => {
-                self.client.send_frame(&ServerFrame::Gap { lost }).await
+                self.client.queue_frame(&ServerFrame::Gap { lost }).await
             }
             TerminalEvent::Snapshot { offset, size, data } => {
                 // The announcement, then the snapshot's bytes as one binary frame of their own:
@@ -519,29 +513,30 @@ impl BrokerWriter {
                     cols: size.cols(),
                     rows: size.rows(),
                 };
-                match self.client.send_frame(&frame).await {
-                    Ok(()) => self.client.send_output(data).await,
+                match self.client.queue_frame(&frame).await {
+                    Ok(()) => self.client.queue_output(data).await,
                     Err(gone) => Err(gone),
                 }
             }
-            TerminalEvent::Resize(size) => self.client.send_frame(&ServerFrame::resize(size)).await,
+            TerminalEvent::Resize(size) => {
+                self.client.queue_frame(&ServerFrame::resize(size)).await
+            }
             TerminalEvent::Resetting => {
                 self.client
-                    .send_frame(&ServerFrame::Status(StreamStatus::Resetting))
+                    .queue_frame(&ServerFrame::Status(StreamStatus::Resetting))
                     .await
             }
             TerminalEvent::Error { message } => {
                 self.client
-                    .send_frame(&ServerFrame::Error { message: &message })
+                    .queue_frame(&ServerFrame::Error { message: &message })
                     .await
             }
             TerminalEvent::TakenOver => {
-                self.closing.store(true, Ordering::Release);
                 tracing::info!("controller taken over");
                 let detached = ServerFrame::SessionDetached {
                     reason: DetachReason::TakenOver,
                 };
-                let _ = self.client.send_frame(&detached).await;
+                let _ = self.client.queue_frame(&detached).await;
                 let _ = self
                     .client
                     .close(close_code::TAKEN_OVER, "taken over")
@@ -549,13 +544,12 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("taken over"));
             }
             TerminalEvent::Exit(exit) => {
-                self.closing.store(true, Ordering::Release);
                 tracing::info!(code = exit.code, signal = exit.signal, "session exited");
                 let frame = ServerFrame::Exit {
                     code: exit.code,
                     signal: exit.signal,
                 };
-                let _ = self.client.send_frame(&frame).await;
+                let _ = self.client.queue_frame(&frame).await;
                 let _ = self
                     .client
                     .close(close_code::NORMAL, "session exited")
@@ -563,7 +557,6 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("session exited"));
             }
             TerminalEvent::Closed => {
-                self.closing.store(true, Ordering::Release);
                 let _ = self
                     .client
                     .close(close_code::NORMAL, "session closed")
@@ -571,7 +564,6 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("session closed"));
             }
             TerminalEvent::HandingOver => {
-                self.closing.store(true, Ordering::Release);
                 let _ = self
                     .client
                     .close(close_code::SERVICE_RESTART, "broker handing over")
@@ -579,10 +571,25 @@ impl BrokerWriter {
                 return Flow::Stop(Ending::closed("broker handing over"));
             }
         };
-        match sent {
-            Ok(()) => Flow::Continue,
-            Err(ClientGone) => Flow::Stop(Ending::client_gone("client stopped reading")),
-        }
+        sent.into()
+    }
+}
+
+/// Queues the command that waited for room once there is room. Cancel-safe: the command stays
+/// where it is until it is queued. When the stream has ended it is dropped, and the broker's
+/// side of the stream says why.
+async fn queue_waiting(commands: &AttachCommands, waiting: &mut Option<TerminalCommand>) {
+    let permit = commands.reserve().await;
+    if let (Ok(permit), Some(command)) = (permit, waiting.take()) {
+        permit.send(command);
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

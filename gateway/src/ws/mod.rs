@@ -4,7 +4,7 @@
 //!
 //! - `origin.rs`: which browser origins may open a socket;
 //! - `frames.rs`: the JSON frames both ways, as typed values;
-//! - `bridge.rs`: the socket and one broker `Attach` stream, one task per direction.
+//! - `bridge.rs`: the socket and one broker `Attach` stream, in one task.
 
 mod bridge;
 pub mod frames;

@@ -49,6 +49,46 @@ impl Terminal {
             .expect("websocket handshake")
     }
 
+    /// Opens `path` as [`Terminal::open`] does, on a TCP socket whose receive buffer is
+    /// `bytes` (the kernel's floor applies): a client that stops reading backs up the gateway's
+    /// sends after a few KiB.
+    pub async fn open_with_receive_buffer(
+        stack: &TestStack,
+        path_and_query: &str,
+        bytes: u32,
+    ) -> Terminal {
+        let url = format!(
+            "{}{path_and_query}&token={}",
+            stack.websocket_url(),
+            stack.admin_token
+        );
+        let request = url.as_str().into_client_request().unwrap();
+        let host = request.uri().host().expect("a host").to_owned();
+        let port = request.uri().port_u16().expect("a port");
+        let address = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .unwrap()
+            .next()
+            .expect("an address");
+        let socket = if address.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+        .unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let stream = socket.connect(address).await.expect("connect");
+        let (socket, _response) =
+            tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream))
+                .await
+                .expect("websocket handshake");
+        Terminal {
+            socket,
+            output: Vec::new(),
+            texts: Vec::new(),
+        }
+    }
+
     /// Opens a URL as is, with extra request headers.
     pub async fn open_url(
         url: &str,

@@ -599,6 +599,56 @@ async fn a_socket_ends_with_4001_when_its_jwt_expires() {
     stack.shutdown().await;
 }
 
+#[tokio::test]
+async fn input_goes_through_while_the_client_is_not_reading_its_output() {
+    let stack = TestStack::builder().start().await;
+    input_goes_through_while_output_waits(&stack).await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_tcp_input_goes_through_while_the_client_is_not_reading_its_output() {
+    let stack = TestStack::builder().broker_over_tcp().start().await;
+    input_goes_through_while_output_waits(&stack).await;
+    stack.shutdown().await;
+}
+
+/// A client that has stopped reading a flood (its receive buffer full, the gateway's sends
+/// waiting on it) still has its keystrokes applied: a Ctrl-C and a command reach the shell
+/// before the client reads another byte. Then it reads on, and the stream is whole. (Over a
+/// call socket input is written as the gateway reads the broker's output, so there it waits;
+/// gateway/README.md says so.)
+async fn input_goes_through_while_output_waits(stack: &TestStack) {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("typed-while-not-reading");
+    let id = create_session(stack, &stack.instance_id, json!({})).await;
+    let path = format!(
+        "/ws/tool-instances/{}/terminal/{id}?cols=80&rows=24",
+        stack.instance_id
+    );
+    let mut terminal = Terminal::open_with_receive_buffer(stack, &path, 4096).await;
+    terminal.connected().await;
+    terminal.send_input("yes flooding-the-socket\n").await;
+    // Not a timing assertion: it gives the flood time to fill the client's small receive
+    // buffer and the gateway's send buffer, so the gateway holds output the client has not
+    // taken when the keystrokes below arrive.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    terminal.send_input("\u{3}").await;
+    terminal
+        .send_input(&format!("touch {}\n", marker.display()))
+        .await;
+    let typed = test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        marker.exists().then_some(())
+    })
+    .await;
+    assert!(
+        typed.is_some(),
+        "the keystrokes sent while the client read nothing were not applied"
+    );
+    terminal.send_input("echo reading-again-$((6*7))\n").await;
+    terminal.read_until_output("reading-again-42").await;
+}
+
 /// Every other test here runs with the gateway calling the broker in process (`ptyhub up`'s
 /// way); these run the stream's semantics with the gateway reaching the broker as a gateway in
 /// a process of its own does: over its TCP port, over its call socket, and over the port when
