@@ -247,7 +247,8 @@ class TerminalPage {
       this.mobileTitle,
       this.viewer ? el('span', { class: 'viewer-badge' }, 'Read-only') : null,
       el('span', { class: 'spacer' }),
-      el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
+      // A share link's viewer cannot download recordings, so it has no history to play.
+      this.viewerOnly ? null : el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
       this.themeButton = button(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
       this.echoButton,
       this.shareButton,

@@ -160,6 +160,8 @@ describe('web page', { skip: skip ?? false }, () => {
     await waitForScreen(guest, 'shared-42');
     assert.equal(await guest.getByRole('link', { name: 'Take control' }).count(), 0, 'no way to take control');
     assert.equal(await guest.getByRole('button', { name: 'Share read-only' }).count(), 0);
+    assert.equal(await guest.getByRole('link', { name: 'History' }).count(), 0, 'a share plays no recordings');
+    assert.equal(await owner.getByRole('link', { name: 'History' }).count(), 1);
     assert.ok(await guest.getByRole('button', { name: 'New session' }).isDisabled());
     // Typing reaches nothing: the session's screen does not change.
     await guest.locator('.xterm').first().click();

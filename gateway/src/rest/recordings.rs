@@ -40,6 +40,12 @@ pub async fn get_recording(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    // A share link shows a terminal as it is from now on. A recording is the session's past,
+    // and with `output+input` it holds keystrokes no screen showed (a password typed at a
+    // prompt that does not echo).
+    principal
+        .access
+        .require_control("downloading a recording")?;
     let instance = scope.authorize(&state, &principal).await?;
     let session = state.authorize_session(&principal, &instance, &sid).await?;
     let Some(recordings) = &state.recordings else {

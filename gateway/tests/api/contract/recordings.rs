@@ -2,6 +2,7 @@
 //! sessions recorded, and `GET .../sessions/{sid}/recording` serves the asciicast v2 file once
 //! the session closed: it parses with a strict reader, its output events are the bytes the
 //! WebSocket client saw (split UTF-8 and a reset included), and one byte range comes back as 206.
+//! A share link's credential is refused (403).
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -29,10 +30,19 @@ async fn recorded_instance(stack: &TestStack, name: &str, record: &str) -> Value
 }
 
 async fn recording(stack: &TestStack, path: &str, range: Option<&str>) -> reqwest::Response {
+    recording_as(stack, path, range, &stack.admin_token).await
+}
+
+async fn recording_as(
+    stack: &TestStack,
+    path: &str,
+    range: Option<&str>,
+    token: &str,
+) -> reqwest::Response {
     let mut request = stack
         .http
         .get(format!("{}{path}", stack.gateway_url))
-        .bearer_auth(&stack.admin_token);
+        .bearer_auth(token);
     if let Some(range) = range {
         request = request.header(reqwest::header::RANGE, range);
     }
@@ -48,6 +58,20 @@ async fn a_recording_holds_the_bytes_the_websocket_saw_across_a_reset() {
     let instance = instance["id"].as_str().unwrap().to_owned();
     let session_id = create_session(&stack, &instance, json!({"name": "taped"})).await;
     let session_path = format!("{}/{session_id}", sessions_path(&instance));
+
+    // Shares of the instance and of the session, made while the session is open.
+    let mut shares = Vec::new();
+    for share in [json!({}), json!({"session_id": session_id})] {
+        let created = rest(
+            &stack,
+            Method::POST,
+            &format!("/api/v1/instances/{instance}/shares"),
+            Some(share.clone()),
+        )
+        .await
+        .expect(201, "share the recorded instance");
+        shares.push((share, created["token"].as_str().unwrap().to_owned()));
+    }
 
     // Before the session closes there is nothing to serve yet.
     let early = recording(&stack, &format!("{session_path}/recording"), None).await;
@@ -135,6 +159,17 @@ async fn a_recording_holds_the_bytes_the_websocket_saw_across_a_reset() {
         refused.headers()[reqwest::header::CONTENT_RANGE],
         format!("bytes */{}", whole.len()).as_str()
     );
+
+    // A share link watches a terminal from now on: neither a share of the instance nor one of
+    // the session downloads its past (and the keystrokes in it).
+    for (share, token) in shares {
+        let refused =
+            recording_as(&stack, &format!("{session_path}/recording"), None, &token).await;
+        assert_eq!(refused.status(), 403, "a share {share}");
+        let body: Value = refused.json().await.unwrap();
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.contains("recording"), "{detail}");
+    }
     stack.shutdown().await;
 }
 
