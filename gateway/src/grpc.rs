@@ -867,6 +867,13 @@ pub struct AttachCommands {
 }
 
 impl AttachCommands {
+    /// A queue of `capacity` commands and the receiving end a stream would read.
+    #[cfg(test)]
+    pub(crate) fn channel(capacity: usize) -> (Self, mpsc::Receiver<TerminalCommand>) {
+        let (commands, receiver) = mpsc::channel(capacity);
+        (Self { commands }, receiver)
+    }
+
     /// Queues a command if there is room, without waiting: `Ok(Some(command))` hands it back
     /// when the queue is full, an error means the stream has ended.
     pub fn try_send(&self, command: TerminalCommand) -> Result<Option<TerminalCommand>, ApiError> {

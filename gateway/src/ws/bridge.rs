@@ -576,11 +576,13 @@ impl Bridge {
 }
 
 /// Queues the command that waited for room once there is room. Cancel-safe: the command stays
-/// where it is until it is queued. When the stream has ended it is dropped, and the broker's
-/// side of the stream says why.
+/// where it is until it is queued. When the stream has ended it is dropped (the client is read
+/// again, and the broker's side of the stream says why): kept, it would make this ready again at
+/// once, forever.
 async fn queue_waiting(commands: &AttachCommands, waiting: &mut Option<TerminalCommand>) {
     let permit = commands.reserve().await;
-    if let (Ok(permit), Some(command)) = (permit, waiting.take()) {
+    let command = waiting.take();
+    if let (Ok(permit), Some(command)) = (permit, command) {
         permit.send(command);
     }
 }
@@ -641,6 +643,32 @@ fn collect_output(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_waiting_command_is_queued_once_there_is_room_and_dropped_when_the_stream_ended() {
+        let (commands, mut receiver) = AttachCommands::channel(1);
+        assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
+        let full = commands.try_send(TerminalCommand::Input(Bytes::from_static(b"a")));
+        let mut waiting = full.unwrap();
+        assert!(waiting.is_some(), "a full queue hands the command back");
+        assert!(matches!(
+            receiver.recv().await,
+            Some(TerminalCommand::Reset)
+        ));
+        queue_waiting(&commands, &mut waiting).await;
+        assert!(waiting.is_none());
+        assert!(matches!(receiver.recv().await, Some(TerminalCommand::Input(data)) if data == "a"));
+
+        assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
+        let mut waiting = commands.try_send(TerminalCommand::Reset).unwrap();
+        drop(receiver);
+        assert!(commands.try_send(TerminalCommand::Reset).is_err());
+        queue_waiting(&commands, &mut waiting).await;
+        assert!(
+            waiting.is_none(),
+            "an ended stream's command is dropped, not kept waiting"
+        );
+    }
 
     #[test]
     fn a_stream_failing_after_attach_closes_4004_or_1011() {
