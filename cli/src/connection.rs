@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ptyhub_client::Client;
+use ptyhub_client::{Client, ConnectOptions};
 
 /// The file in the data directory that holds the token `ptyhub up` generated.
 pub const TOKEN_FILE: &str = "token";
@@ -28,6 +28,10 @@ pub struct ConnectionArgs {
     /// of the machine reads it in /proc).
     #[arg(long, env = "PTYHUB_TOKEN_FILE", global = true)]
     pub token_file: Option<PathBuf>,
+    /// The CA certificate (PEM) an `https://` server's certificate must chain to, instead of
+    /// the system's roots: a private CA, or the server's own self-signed certificate.
+    #[arg(long, env = "PTYHUB_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
     /// Where `ptyhub up` keeps its database, token and server URL.
     #[arg(
         long,
@@ -67,25 +71,55 @@ impl ConnectionArgs {
         })
     }
 
-    /// A client of the gateway: every command needs its URL and the token alone.
+    /// The certificates of `--ca-cert`, checked: a file that holds none is an error here, not
+    /// a failed handshake later.
+    pub fn ca_certificate(&self) -> Result<Option<Vec<u8>>> {
+        let Some(path) = &self.ca_cert else {
+            return Ok(None);
+        };
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+        ptyhub_wire::pem_certificate_count(&pem)
+            .with_context(|| format!("--ca-cert {} cannot be used", path.display()))?;
+        Ok(Some(pem))
+    }
+
+    /// A client of the gateway: every command needs its URL and the token alone (and the CA
+    /// of an `https://` gateway whose certificate the system does not trust).
     pub async fn client(&self) -> Result<Client> {
         // The token first: without one there is no point in reaching the server.
         let token = self.token()?;
         let server = self.server_url();
-        let user_agent = format!(
-            "{}{}",
-            ptyhub_wire::CLI_USER_AGENT_PREFIX,
-            env!("CARGO_PKG_VERSION")
-        );
-        Client::connect_as(&server, &token, &user_agent)
+        let options = ConnectOptions {
+            user_agent: Some(user_agent()),
+            ca_certificate: self.ca_certificate()?,
+        };
+        Client::connect_with(&server, &token, options)
             .await
             .map_err(|error| match error {
                 ptyhub_client::Error::InvalidToken => anyhow::Error::new(error),
-                other => anyhow::Error::new(other).context(format!(
-                    "cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)"
-                )),
+                other => anyhow::Error::new(other).context(unreachable(&server)),
             })
     }
+}
+
+/// The first words of every "cannot reach" error, with what the user can check.
+pub fn unreachable(server: &str) -> String {
+    let hint = if server.starts_with("https://") {
+        "is `ptyhub up` running? else pass --server; for a certificate the system does not trust, pass --ca-cert"
+    } else {
+        "is `ptyhub up` running? else pass --server"
+    };
+    format!("cannot reach ptyhub at {server} ({hint})")
+}
+
+/// What the CLI calls itself in the gateway's audit trail.
+pub fn user_agent() -> String {
+    format!(
+        "{}{}",
+        ptyhub_wire::CLI_USER_AGENT_PREFIX,
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {

@@ -30,14 +30,19 @@ pub async fn download_recording(connection: &ConnectionArgs, args: RecordingArgs
         args.instance,
         args.session
     );
-    let mut response = reqwest::Client::new()
+    let mut http = reqwest::Client::builder().user_agent(crate::connection::user_agent());
+    if let Some(pem) = connection.ca_certificate()? {
+        let certificates =
+            reqwest::Certificate::from_pem_bundle(&pem).context("--ca-cert cannot be used")?;
+        http = http.tls_certs_only(certificates);
+    }
+    let http = http.build().context("cannot set up the HTTP client")?;
+    let mut response = http
         .get(&url)
         .bearer_auth(token)
         .send()
         .await
-        .with_context(|| {
-            format!("cannot reach ptyhub at {server} (is `ptyhub up` running? else pass --server)")
-        })?;
+        .with_context(|| crate::connection::unreachable(&server))?;
     if !response.status().is_success() {
         let status = response.status();
         let body = response.text().await.unwrap_or_default();

@@ -37,6 +37,14 @@ pub struct UpArgs {
     /// docker when a Docker engine socket is there.
     #[arg(long = "backend", env = "PTYHUB_BACKENDS", value_delimiter = ',')]
     pub backends: Vec<BackendKind>,
+    /// Serve HTTPS, WSS and gRPC over TLS on --listen with this certificate chain (PEM), for a
+    /// gateway others reach over a network. The printed URL is then `https://`; clients whose
+    /// system does not trust the certificate pass its CA with `--ca-cert`.
+    #[arg(long, env = "PTYHUB_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "PTYHUB_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Serve the web page from this directory (a built `web/dist`) instead of the page built
     /// into the binary.
     #[arg(long, env = "PTYHUB_WEB_DIR")]
@@ -120,6 +128,9 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
             .with_context(|| format!("cannot bind --listen {}", args.listen))?;
         builder = builder.gateway_listener(gateway_listener);
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        builder = builder.gateway_tls(cert.clone(), key.clone());
+    }
     if let Some(web_dir) = &args.web_dir {
         if !web_dir.join("index.html").is_file() {
             anyhow::bail!(
@@ -135,9 +146,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
     // instance is already there.
     let mut stack = builder.start().await?;
     register_local_instance(&stack).await?;
-    let gateway_address = stack.gateway_address();
-
-    let server_url = format!("http://{gateway_address}");
+    let server_url = stack.gateway_url();
     std::fs::write(data_dir.join(SERVER_FILE), format!("{server_url}\n"))
         .context("cannot write the server URL into the data dir")?;
     let backend_names: Vec<String> = backends.iter().map(ToString::to_string).collect();
@@ -183,7 +192,11 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
 /// The address the running `ptyhub up` serves on, from the URL it wrote into the data dir.
 fn served_address(data_dir: &Path) -> Option<SocketAddr> {
     let url = std::fs::read_to_string(data_dir.join(SERVER_FILE)).ok()?;
-    url.trim().strip_prefix("http://")?.parse().ok()
+    let url = url.trim();
+    let address = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
+    address.parse().ok()
 }
 
 fn default_backends() -> Vec<BackendKind> {

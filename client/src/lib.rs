@@ -41,7 +41,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus};
 pub use error::Error;
@@ -93,6 +93,31 @@ pub struct Resolved {
 
 type SessionService = SessionApiClient<InterceptedService<Channel, BearerAuth>>;
 
+/// The user agent of a [`Client`] that names none.
+const DEFAULT_USER_AGENT: &str = concat!("ptyhub-client/", env!("CARGO_PKG_VERSION"));
+
+/// How [`Client::connect_with`] reaches the gateway; every field may stay at its default.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// What the program calls itself in the gateway's audit trail; default
+    /// `ptyhub-client/<version>`.
+    pub user_agent: Option<String>,
+    /// The certificate authority (one or more PEM certificates) an `https://` gateway's
+    /// certificate must chain to, instead of the system's roots: a private CA, or a gateway's
+    /// self-signed certificate. Unused with `http://`.
+    pub ca_certificate: Option<Vec<u8>>,
+}
+
+/// The TLS of an `https://` gateway: the given CA alone, or the system's roots.
+fn tls_config(ca_certificate: Option<&[u8]>) -> Result<ClientTlsConfig, Error> {
+    let config = ClientTlsConfig::new();
+    let Some(pem) = ca_certificate else {
+        return Ok(config.with_native_roots());
+    };
+    ptyhub_wire::pem_certificate_count(pem).map_err(Error::InvalidCaCertificate)?;
+    Ok(config.ca_certificate(Certificate::from_pem(pem)))
+}
+
 /// A connection to a ptyhub gateway with one credential. Cheap to clone; clones share the
 /// connection, which comes back by itself after the gateway restarts.
 #[derive(Debug, Clone)]
@@ -103,34 +128,52 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the gateway at `url` (`http://host:port`) with `token` (an API token or a
-    /// JWT). Fails at once when the gateway cannot be reached.
+    /// Connects to the gateway at `url` (`http://host:port`, or `https://host:port` for a
+    /// gateway serving TLS, whose certificate the system's roots must trust) with `token` (an
+    /// API token or a JWT). Fails at once when the gateway cannot be reached.
     pub async fn connect(url: &str, token: &str) -> Result<Self, Error> {
-        Self::connect_as(
-            url,
-            token,
-            concat!("ptyhub-client/", env!("CARGO_PKG_VERSION")),
-        )
-        .await
+        Self::connect_with(url, token, ConnectOptions::default()).await
     }
 
     /// Like [`Client::connect`], with the user agent a program names itself by (the gateway's
     /// audit trail tells the `ptyhub` CLI apart by its own).
     pub async fn connect_as(url: &str, token: &str, user_agent: &str) -> Result<Self, Error> {
+        let options = ConnectOptions {
+            user_agent: Some(user_agent.to_owned()),
+            ..ConnectOptions::default()
+        };
+        Self::connect_with(url, token, options).await
+    }
+
+    /// Like [`Client::connect`], with [`ConnectOptions`]: the user agent, and the certificate
+    /// authority an `https://` gateway's certificate is checked against.
+    pub async fn connect_with(
+        url: &str,
+        token: &str,
+        options: ConnectOptions,
+    ) -> Result<Self, Error> {
         let auth = BearerAuth::new(token).map_err(|_| Error::InvalidToken)?;
         let invalid_url = |source| Error::InvalidUrl {
             url: url.to_owned(),
             source,
         };
-        let endpoint = Endpoint::from_shared(url.to_owned())
+        let user_agent = options
+            .user_agent
+            .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned());
+        let mut endpoint = Endpoint::from_shared(url.to_owned())
             .map_err(invalid_url)?
-            .user_agent(user_agent.to_owned())
+            .user_agent(user_agent)
             .map_err(invalid_url)?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
+        if endpoint.uri().scheme_str() == Some("https") {
+            endpoint = endpoint
+                .tls_config(tls_config(options.ca_certificate.as_deref())?)
+                .map_err(invalid_url)?;
+        }
         let channel = endpoint
             .connect()
             .await

@@ -1,13 +1,14 @@
 //! The builder on real sockets: ephemeral ports reported, the credential required, the broker
 //! called in process by the gateway (with the same checks) unless asked not to, the gateway
 //! stopped alone, a service that cannot start failing the start, the idle-reaping knob
-//! reaching the broker, and the same stack with TLS on every hop (certificates made by the test
-//! with `rcgen`).
+//! reaching the broker, and the same stack with TLS on every hop (certificates made by the test:
+//! `test_support::tls`).
 
 use std::time::Duration;
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
+use test_support::tls::TestCertificates;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::{Service, Stack, StackError};
@@ -222,45 +223,6 @@ async fn a_short_detached_timeout_reaps_a_session_nobody_attached_to() {
 
 /// A CA and one certificate it signed for 127.0.0.1 and localhost, made for one test and
 /// written to its temporary directory; every service uses the certificate both ways.
-struct TestCertificates {
-    _dir: tempfile::TempDir,
-    ca: std::path::PathBuf,
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-    ca_pem: String,
-}
-
-fn test_certificates() -> TestCertificates {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().expect("a CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "ptyhub test CA");
-    let ca = ca_params.self_signed(&ca_key).expect("the CA certificate");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("a service key");
-    let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("service certificate parameters");
-    let cert = params
-        .signed_by(&key, &issuer)
-        .expect("a signed certificate");
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |name: &str, pem: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, pem).expect("write a PEM file");
-        path
-    };
-    TestCertificates {
-        ca: write("ca.pem", &ca.pem()),
-        cert: write("cert.pem", &cert.pem()),
-        key: write("key.pem", &key.serialize_pem()),
-        ca_pem: ca.pem(),
-        _dir: dir,
-    }
-}
-
 /// The status line of an HTTPS GET that trusts `ca_pem` alone.
 async fn https_status(
     address: std::net::SocketAddr,
@@ -314,7 +276,7 @@ fn assert_refused_by_the_handshake(refused: &tonic::Status) {
 #[tokio::test]
 async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certificate() {
     const TOKEN: &str = "tls-test-admin-token-0123456789abcdef";
-    let certificates = test_certificates();
+    let certificates = TestCertificates::new();
     let stack = Stack::builder()
         .internal_tls(ptyhub_wire::TlsFiles {
             cert: Some(certificates.cert.clone()),
@@ -452,7 +414,7 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
     assert_refused_by_the_handshake(&refused);
 
     // A client that trusts another CA does not take the gateway's certificate.
-    let stranger = test_certificates();
+    let stranger = TestCertificates::new();
     let distrusted = https_status(stack.gateway_address(), "/healthz", &stranger.ca_pem).await;
     assert!(
         distrusted.is_err(),
@@ -466,7 +428,7 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
 /// another CA, or speaks plain HTTP/2, is refused.
 #[tokio::test]
 async fn internal_tls_without_client_auth_checks_the_servers_certificates_only() {
-    let certificates = test_certificates();
+    let certificates = TestCertificates::new();
     let stack = Stack::builder()
         .internal_tls(ptyhub_wire::TlsFiles {
             cert: Some(certificates.cert.clone()),
@@ -514,7 +476,7 @@ async fn internal_tls_without_client_auth_checks_the_servers_certificates_only()
     .expect("no client certificate is needed without --tls-client-auth");
     assert_eq!(listed.into_inner().instances.len(), 1);
 
-    let stranger = test_certificates();
+    let stranger = TestCertificates::new();
     let distrusting = ptyhub_wire::TlsConfig::from_pem(None, Some(&stranger.ca_pem), false);
     let refused = list_instances(
         distrusting
@@ -542,7 +504,7 @@ async fn internal_tls_without_client_auth_checks_the_servers_certificates_only()
 /// error that names the setting and the file.
 #[tokio::test]
 async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
-    let certificates = test_certificates();
+    let certificates = TestCertificates::new();
     let missing = certificates.cert.with_file_name("missing.pem");
     let not_a_key = certificates.cert.clone();
     let credential = |token: &str| ptyhub_wire::ServiceCredential::new(token).expect("a token");

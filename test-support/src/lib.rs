@@ -1,5 +1,6 @@
 //! What ptyhub's tests share: access to the real dependencies that `cargo xtask test` starts
-//! (PostgreSQL, a Docker engine), and in-process stacks of the services on port 0.
+//! (PostgreSQL, a Docker engine), in-process stacks of the services on port 0, and certificates
+//! for tests of TLS.
 //!
 //! A test that needs a dependency asks for it through [`require`]: under `CI=true` a missing
 //! dependency fails the test; elsewhere the test is skipped with a printed reason.
@@ -14,6 +15,8 @@ pub mod postgres;
 pub mod reflection;
 #[cfg(feature = "stack")]
 pub mod stack;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use environment::{Requirement, SKIP_LOG_VARIABLE, require};
 pub use poll::{poll_until, poll_until_blocking};

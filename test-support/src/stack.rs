@@ -67,6 +67,15 @@ pub struct TestStackBuilder {
     max_streams_per_principal: Option<usize>,
     broker_over_tcp: bool,
     call_socket: CallSocket,
+    gateway_tls: Option<GatewayTls>,
+}
+
+/// The gateway's certificate, and the CA the stack's own HTTP client trusts it by.
+#[derive(Debug)]
+struct GatewayTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca_pem: String,
 }
 
 /// Whether the broker serves a call socket and the gateway calls over it.
@@ -92,6 +101,7 @@ impl Default for TestStackBuilder {
             max_streams_per_principal: None,
             broker_over_tcp: false,
             call_socket: CallSocket::None,
+            gateway_tls: None,
         }
     }
 }
@@ -177,6 +187,18 @@ impl TestStackBuilder {
         self
     }
 
+    /// The gateway serves HTTPS, WSS and gRPC over TLS with these certificates' server
+    /// certificate: [`TestStack::gateway_url`] is `https://`, and [`TestStack::http`] trusts
+    /// their CA.
+    pub fn gateway_tls(mut self, certificates: &crate::tls::TestCertificates) -> Self {
+        self.gateway_tls = Some(GatewayTls {
+            cert: certificates.cert.clone(),
+            key: certificates.key.clone(),
+            ca_pem: certificates.ca_pem.clone(),
+        });
+        self
+    }
+
     /// Starts broker, session-api and gateway, registers the `local` instance, and waits until
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
@@ -207,6 +229,13 @@ impl TestStackBuilder {
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
         }
+        let mut http = reqwest::Client::builder();
+        if let Some(tls) = &self.gateway_tls {
+            builder = builder.gateway_tls(tls.cert.clone(), tls.key.clone());
+            let ca = reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).expect("the test CA");
+            http = http.tls_certs_only([ca]);
+        }
+        let http = http.build().expect("an HTTP client");
         let call_socket_dir = match self.call_socket {
             CallSocket::None => None,
             CallSocket::Served | CallSocket::Unserved => {
@@ -235,7 +264,7 @@ impl TestStackBuilder {
             gateway_url: stack.gateway_url(),
             admin_token: ADMIN_TOKEN.to_owned(),
             instance_id: String::new(),
-            http: reqwest::Client::new(),
+            http,
             session_api: stack.session_api_client(),
             broker: stack.broker_client(),
             session_api_endpoint: stack.session_api_endpoint(),
@@ -260,7 +289,7 @@ impl TestStackBuilder {
 /// A running stack. Dropping it stops the services; [`TestStack::shutdown`] also waits.
 #[derive(Debug)]
 pub struct TestStack {
-    /// `http://127.0.0.1:<port>` of the gateway.
+    /// `http://127.0.0.1:<port>` of the gateway (`https://` with TLS).
     pub gateway_url: String,
     /// A static API token of the gateway: admin over every instance.
     pub admin_token: String,
@@ -288,7 +317,10 @@ impl TestStack {
 
     /// `ws://127.0.0.1:<port>` of the gateway.
     pub fn websocket_url(&self) -> String {
-        self.gateway_url.replacen("http://", "ws://", 1)
+        match self.gateway_url.strip_prefix("https://") {
+            Some(address) => format!("wss://{address}"),
+            None => self.gateway_url.replacen("http://", "ws://", 1),
+        }
     }
 
     /// The gateway's bound address.

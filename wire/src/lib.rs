@@ -42,5 +42,5 @@ pub use secret::{
     read_secret_lines, secret_from,
 };
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
-pub use tls::{TlsConfig, TlsError, TlsFiles};
+pub use tls::{PemCertificatesError, TlsConfig, TlsError, TlsFiles, pem_certificate_count};
 pub use tonic_health::ServingStatus;

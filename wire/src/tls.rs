@@ -129,7 +129,7 @@ impl TlsConfig {
         let ca = match files.ca.as_deref() {
             Some(path) => {
                 let pem = read("tls_ca", path)?;
-                first_certificate("tls_ca", path, &pem)?;
+                check_certificates("tls_ca", path, &pem)?;
                 Some(pem)
             }
             None => None,
@@ -247,15 +247,38 @@ fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-fn first_certificate(setting: &'static str, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
-    match CertificateDer::pem_slice_iter(pem).next() {
-        Some(Ok(_)) => Ok(()),
-        _ => Err(TlsError::NotPem {
+/// Checks that a file a setting names holds certificates, every one of them readable.
+fn check_certificates(setting: &'static str, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
+    pem_certificate_count(pem)
+        .map(|_| ())
+        .map_err(|_| TlsError::NotPem {
             setting,
             path: path.to_owned(),
             what: "PEM certificate",
-        }),
+        })
+}
+
+/// Why a PEM bundle that should hold certificates cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PemCertificatesError {
+    #[error("it holds no PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)")]
+    None,
+    #[error("a PEM certificate in it cannot be read: {0}")]
+    Unreadable(String),
+}
+
+/// How many certificates a PEM bundle holds; an error when none, or when one is damaged.
+/// Other PEM blocks (a key next to the certificate) are skipped, as TLS libraries skip them.
+pub fn pem_certificate_count(pem: &[u8]) -> Result<usize, PemCertificatesError> {
+    let mut count = 0;
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        certificate.map_err(|error| PemCertificatesError::Unreadable(error.to_string()))?;
+        count += 1;
     }
+    if count == 0 {
+        return Err(PemCertificatesError::None);
+    }
+    Ok(count)
 }
 
 fn read_identity(
@@ -279,7 +302,7 @@ fn read_identity(
         (Some(cert), Some(key)) => (cert, key),
     };
     let cert = read(cert_setting, cert_path)?;
-    first_certificate(cert_setting, cert_path, &cert)?;
+    check_certificates(cert_setting, cert_path, &cert)?;
     let key = read(key_setting, key_path)?;
     if PrivateKeyDer::from_pem_slice(&key).is_err() {
         return Err(TlsError::NotPem {

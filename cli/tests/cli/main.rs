@@ -9,4 +9,5 @@ mod exec;
 mod recording;
 mod screen;
 mod support;
+mod tls;
 mod up;

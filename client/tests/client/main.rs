@@ -4,6 +4,7 @@
 //! an attach that resumes by offset across cut connections with every byte once.
 
 mod relay;
+mod tls;
 
 use std::time::Duration;
 

@@ -40,6 +40,10 @@ pub fn ptyhub_command() -> Command {
         "PTYHUB_WEB_DIR",
         "PTYHUB_LOG",
         "PTYHUB_DETACH_KEYS",
+        "PTYHUB_TOKEN_FILE",
+        "PTYHUB_CA_CERT",
+        "PTYHUB_TLS_CERT",
+        "PTYHUB_TLS_KEY",
     ] {
         command.env_remove(variable);
     }
@@ -74,6 +78,23 @@ impl Up {
         let web_dir = tempfile::tempdir().expect("web dir");
         std::fs::write(web_dir.path().join("index.html"), TEST_PAGE).expect("write index.html");
         Self::launch(data_dir, web_dir, backends)
+    }
+
+    /// Starts `ptyhub up` serving HTTPS with these certificates' server certificate.
+    pub fn start_with_tls(certificates: &test_support::tls::TestCertificates) -> Self {
+        let data_dir = tempfile::tempdir().expect("data dir");
+        let web_dir = tempfile::tempdir().expect("web dir");
+        std::fs::write(web_dir.path().join("index.html"), TEST_PAGE).expect("write index.html");
+        let (cert, key) = (
+            certificates.cert.to_str().expect("a UTF-8 path"),
+            certificates.key.to_str().expect("a UTF-8 path"),
+        );
+        Self::launch_with(
+            data_dir,
+            web_dir,
+            "local",
+            &["--tls-cert", cert, "--tls-key", key],
+        )
     }
 
     /// Starts `ptyhub up` (local backend) on an existing data directory: a restart.
@@ -352,7 +373,8 @@ fn forward_lines(pipe: ChildStdout, lines: mpsc::Sender<String>, into: Arc<Mutex
 fn parse_page_url(url: &str) -> (SocketAddr, String) {
     let rest = url
         .strip_prefix("http://")
-        .unwrap_or_else(|| panic!("the page URL {url:?} is not http://"));
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or_else(|| panic!("the page URL {url:?} is neither http:// nor https://"));
     let (authority, query) = rest
         .split_once("/?token=")
         .unwrap_or_else(|| panic!("the page URL {url:?} carries no token"));
