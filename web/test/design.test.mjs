@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
   closePage, connectedSockets, launchBrowser, missingRequirement, newDesktopPage, newMobilePage,
-  saveScreenshot, screenText, startStack, tabNamed, tabNames, typeLine, waitFor,
+  openNewSession, saveScreenshot, screenText, startStack, tabNamed, tabNames, typeLine, waitFor,
   waitForActiveConnected, waitForConnectionState, waitForScreen,
 } from './support.mjs';
 
@@ -624,10 +624,7 @@ describe('web page: issue 17', { skip: skip ?? false }, () => {
         await waitForScreen(page, 'outlive the tab');
         await showTabs(device, page);
         for (let index = 0; index < 2; index += 1) {
-          const tabs = (await tabNames(page)).length;
-          await press(device, page.getByRole('button', { name: 'New session' }));
-          await waitFor('another tab', async () => (await tabNames(page)).length === tabs + 1);
-          await waitForActiveConnected(page);
+          await openNewSession(page, (button) => press(device, button));
         }
         await press(device, page.getByRole('tab', { name: 'Session 1' }));
         await waitForScreen(page, 'outlive the tab');

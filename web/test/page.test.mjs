@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
   closePage, connectedSockets, connectionState, count, exactly, isInputFrame,
-  launchBrowser, missingRequirement, newDesktopPage, newMobilePage, PATIENCE_MS,
+  launchBrowser, missingRequirement, newDesktopPage, newMobilePage, openNewSession, PATIENCE_MS,
   screenText, startRelay, startStack, tabNamed, tabNames, tabState, typeLine, visibleBufferLines,
   waitFor, waitForActiveConnected, waitForConnectionState, waitForScreen,
 } from './support.mjs';
@@ -268,9 +268,7 @@ describe('web page', { skip: skip ?? false }, () => {
   test('closing asks inline first, and closing the last tab starts a fresh session', async () => {
     const instance = await stack.createInstance();
     const page = await openInstance(instance.id);
-    await page.getByRole('button', { name: 'New session' }).click();
-    await waitFor('two tabs', async () => (await tabNames(page)).length === 2);
-    await waitForActiveConnected(page);
+    await openNewSession(page);
 
     await page.getByRole('button', { name: 'Close Session 2' }).click();
     const confirm = page.locator('.close-confirm:not([hidden])');
@@ -302,9 +300,7 @@ describe('web page', { skip: skip ?? false }, () => {
     const page = await openInstance(instance.id);
     await typeLine(page, 'echo one-$((5*5))');
     await waitForScreen(page, 'one-25');
-    await page.getByRole('button', { name: 'New session' }).click();
-    await waitFor('two tabs', async () => (await tabNames(page)).length === 2);
-    await waitForActiveConnected(page);
+    await openNewSession(page);
     await typeLine(page, 'echo two-$((6*6))');
     await waitForScreen(page, 'two-36');
     const namesBefore = await tabNames(page);
@@ -409,10 +405,7 @@ describe('web page', { skip: skip ?? false }, () => {
       await typeLine(page, `echo armed-$((2*4)); while [ ! -e ${bellFlag} ]; do sleep 0.1; done; printf 'rang-%s\\a\\n' $((3*4))`);
       await waitForScreen(page, 'armed-8');
       for (const line of [`echo armed-$((3*4)); while [ ! -e ${exitFlag} ]; do sleep 0.1; done; exit 4`, `printf '\\ahere-%s\\n' $((5*5))`]) {
-        const tabs = (await tabNames(page)).length;
-        await page.getByRole('button', { name: 'New session' }).click();
-        await waitFor('another tab', async () => (await tabNames(page)).length === tabs + 1);
-        await waitForActiveConnected(page);
+        await openNewSession(page);
         await typeLine(page, line);
       }
       await waitForScreen(page, 'here-25');
@@ -739,9 +732,7 @@ describe('web page', { skip: skip ?? false }, () => {
     await page.getByRole('tablist').waitFor({ state: 'visible' });
     // More tabs than fit: the strip scrolls sideways and fades on the side with more.
     for (let index = 0; index < 3; index += 1) {
-      await page.getByRole('button', { name: 'New session' }).tap();
-      await waitFor('another tab', async () => (await tabNames(page)).length === index + 2);
-      await waitForActiveConnected(page);
+      await openNewSession(page, (button) => button.tap());
     }
     await page.getByTestId('active-session-name').filter({ hasText: 'Session 4' }).waitFor();
     const strip = page.locator('.tabs-wrap');

@@ -432,6 +432,26 @@ export async function tabNames(page) {
   return page.locator('[role="tab"]').allTextContents();
 }
 
+/**
+ * Presses "New session" (with `press`: a click unless told otherwise) and waits until the page
+ * shows the new tab, connected. The tab count alone is not enough: the instance's change event can
+ * bring the tab in before the page has selected it, and a line typed then goes to the old tab.
+ */
+export async function openNewSession(page, press = (button) => button.click()) {
+  const tabsNow = () => page.locator('[role="tab"]').evaluateAll((tabs) => tabs.map((tab) => ({
+    id: tab.dataset.sessionId ?? null,
+    selected: tab.getAttribute('aria-selected') === 'true',
+  })));
+  const before = (await tabsNow()).map((tab) => tab.id);
+  await press(page.getByRole('button', { name: 'New session' }));
+  await waitFor('the new tab to be shown', async () => {
+    const tabs = await tabsNow();
+    const shown = tabs.find((tab) => tab.selected);
+    return tabs.length === before.length + 1 && typeof shown?.id === 'string' && !before.includes(shown.id);
+  });
+  await waitForActiveConnected(page);
+}
+
 export async function ensureDirectory(path) {
   await mkdir(path, { recursive: true });
 }
