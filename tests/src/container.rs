@@ -4,6 +4,11 @@
 /// The image the tests' containers run: static busybox, users `root` and `tester`.
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 
+/// How long a test container runs at most: its command is `sleep` for this long, so one whose
+/// test was killed before its drop (a timeout) stops by itself, and `cargo xtask test` removes
+/// it at its next start.
+const LIFETIME_SECONDS: &str = "3600";
+
 /// A running container of [`TEST_IMAGE`] with no network, whose command is `sleep`.
 #[derive(Debug)]
 pub struct Container {
@@ -25,7 +30,11 @@ impl Container {
             .await
             .unwrap_or_default()
             .replace('\0', " ");
-        assert_eq!(first.trim(), "sleep 86400", "no init in the container");
+        assert_eq!(
+            first.trim(),
+            format!("sleep {LIFETIME_SECONDS}"),
+            "no init in the container"
+        );
         container
     }
 
@@ -39,7 +48,7 @@ impl Container {
                 "--network=none",
             ])
             .args(["--label=ptyhub.test=1", "--name", &name])
-            .args([TEST_IMAGE, "sleep", "86400"])
+            .args([TEST_IMAGE, "sleep", LIFETIME_SECONDS])
             .output()
             .await
             .expect("docker runs");
@@ -84,7 +93,7 @@ impl Container {
                 pid != "1"
                     && !state.starts_with('Z')
                     && command != "ps -o pid,stat,args"
-                    && command != "sleep 86400"
+                    && command != format!("sleep {LIFETIME_SECONDS}")
             })
             .map(str::to_owned)
             .collect()

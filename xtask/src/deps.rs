@@ -4,7 +4,10 @@
 //!
 //! - Docker engine: `dockerd --bridge=none --iptables=false --ip6tables=false` (no bridge, so test
 //!   containers have no network beyond their own loopback), started in the background when no
-//!   engine answers, and the `ptyhub-test-busybox` image built from `deploy/test-image/`.
+//!   engine answers, and the `ptyhub-test-busybox` image built from `deploy/test-image/`. Test
+//!   containers (label `ptyhub.test`) run `sleep` for an hour at most, so those of a test killed
+//!   before its cleanup stop by themselves; the stopped ones are removed here. Running ones are
+//!   left alone: they may belong to a test run going on beside this one.
 //! - PostgreSQL: a throwaway cluster under `/var/cache/ptyhub-pg`, listening on 127.0.0.1 only;
 //!   tests create one database each from `PTYHUB_TEST_POSTGRES_URL`.
 //! - Python: a virtual environment under `/var/cache/ptyhub-py` with the packages of
@@ -62,7 +65,9 @@ pub fn prepare() -> Result<TestEnvironment> {
     let mut environment = TestEnvironment::default();
     tolerate(
         "Docker engine",
-        ensure_docker_engine().and_then(|()| build_test_image()),
+        ensure_docker_engine()
+            .and_then(|()| remove_stopped_test_containers())
+            .and_then(|()| build_test_image()),
     )?;
     environment.postgres_url = tolerate("PostgreSQL", ensure_postgres())?;
     // The Python clients the tests run (the reflection client and the example), and moto's S3
@@ -151,6 +156,21 @@ fn ensure_docker_engine() -> Result<()> {
         Duration::from_secs(90),
         "the Docker engine to answer",
         || Path::new(DOCKER_SOCKET).exists() && docker_answers(),
+    )
+}
+
+/// Removes the stopped containers the tests left behind (see the module docs).
+fn remove_stopped_test_containers() -> Result<()> {
+    run::status(
+        Command::new("docker")
+            .args([
+                "container",
+                "prune",
+                "--force",
+                "--filter",
+                "label=ptyhub.test",
+            ])
+            .stdout(Stdio::null()),
     )
 }
 

@@ -15,6 +15,10 @@ use test_support::Requirement;
 const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 /// Every test container carries it, so leftovers can be found and removed.
 const TEST_LABEL: &str = "ptyhub.test";
+/// How long a test container runs at most: its command is `sleep` for this long, so one whose
+/// test was killed before its drop (a timeout) stops by itself, and `cargo xtask test` removes
+/// it at its next start.
+const LIFETIME_SECONDS: &str = "3600";
 
 /// A throwaway container from the test image, removed (forcibly) when dropped.
 #[derive(Debug)]
@@ -40,7 +44,7 @@ impl Container {
                 .expect("the docker engine answers");
             let body = ContainerCreateBody {
                 image: Some(TEST_IMAGE.to_owned()),
-                cmd: Some(vec!["sleep".to_owned(), "86400".to_owned()]),
+                cmd: Some(vec!["sleep".to_owned(), LIFETIME_SECONDS.to_owned()]),
                 labels: Some(HashMap::from([(TEST_LABEL.to_owned(), "1".to_owned())])),
                 host_config: Some(HostConfig {
                     network_mode: Some("none".to_owned()),

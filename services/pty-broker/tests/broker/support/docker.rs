@@ -15,6 +15,10 @@ use futures::StreamExt as _;
 pub const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
 /// The label every test container carries, so leftovers can be found and removed.
 pub const TEST_LABEL: &str = "ptyhub.test";
+/// How long a test container runs at most: its command is `sleep` for this long, so one whose
+/// test was killed before its drop (a timeout) stops by itself, and `cargo xtask test` removes
+/// it at its next start.
+const LIFETIME_SECONDS: &str = "3600";
 
 /// Whether a test container runs an init process as PID 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +68,7 @@ impl DockerFixture {
         let name = format!("ptyhub-test-{}", uuid::Uuid::new_v4().simple());
         let body = ContainerCreateBody {
             image: Some(TEST_IMAGE.to_owned()),
-            cmd: Some(vec!["sleep".to_owned(), "86400".to_owned()]),
+            cmd: Some(vec!["sleep".to_owned(), LIFETIME_SECONDS.to_owned()]),
             labels: Some(HashMap::from([(TEST_LABEL.to_owned(), "1".to_owned())])),
             host_config: Some(HostConfig {
                 network_mode: Some("none".to_owned()),
