@@ -15,7 +15,7 @@ pub enum Error {
     },
     /// The certificate authority given to trust an `https://` gateway is not a PEM
     /// certificate.
-    #[error("the CA certificate cannot be used: {0}")]
+    #[error("the CA certificate cannot be used")]
     InvalidCaCertificate(#[source] ptyhub_wire::PemCertificatesError),
     /// The token holds characters gRPC metadata cannot carry.
     #[error("the token contains characters that cannot be sent")]

@@ -104,7 +104,8 @@ pub struct ConnectOptions {
     pub user_agent: Option<String>,
     /// The certificate authority (one or more PEM certificates) an `https://` gateway's
     /// certificate must chain to, instead of the system's roots: a private CA, or a gateway's
-    /// self-signed certificate. Unused with `http://`.
+    /// self-signed certificate (one not marked as a CA itself, which rustls refuses as a
+    /// server's: deploy/README.md, "TLS"). Unused with `http://`.
     pub ca_certificate: Option<Vec<u8>>,
 }
 
