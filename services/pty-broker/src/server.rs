@@ -21,14 +21,19 @@ use crate::grpc::PtyBrokerService;
 use crate::handoff::{HandOffListener, handoff_socket};
 use crate::registration::{Registrar, Registration};
 
+/// How long a process that handed its sessions over waits for its servers to write the end of
+/// every stream (the hand-off's status) before it returns.
+const HAND_OFF_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Broker {
     /// Serves this broker on `listener` until `shutdown` completes or the server fails. Then it
     /// stops accepting, closes every session (clients hear `Closed` with reason shutdown, process
     /// groups end) and returns within `config.shutdown_grace`, cutting off what is left.
     ///
     /// With a data directory it also waits for a successor on the hand-off socket (`handoff/`):
-    /// after a hand-off it returns at once, and the caller must exit without touching a session
-    /// (they belong to the successor); after one that failed it serves on.
+    /// after a hand-off it returns once the streams it served have ended (2 s at most), and the
+    /// caller must exit without touching a session (they belong to the successor); after one
+    /// that failed it serves on.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -114,7 +119,7 @@ impl Broker {
                     }
                 }
             };
-            let _call_socket = match &config.call_socket {
+            let mut call_socket = match &config.call_socket {
                 Some(path) => Some(self.serve_call_socket(path, routes.clone(), stop_signal())?),
                 None => None,
             };
@@ -182,6 +187,21 @@ impl Broker {
                         match self.give_sessions(successor, listener.as_raw_fd()).await {
                             Ok(()) => {
                                 stop_registering.cancel();
+                                // Each attached stream ends with the hand-off's status, the
+                                // gateway's cue to reconnect at once (1012). They are written
+                                // by the servers' tasks: let those finish before this process
+                                // exits, or a client sees its connection reset (1011).
+                                let drained = tokio::time::timeout(HAND_OFF_DRAIN, async {
+                                    let _ = (&mut server).await;
+                                    if let Some(call_socket) = &mut call_socket {
+                                        let _ = call_socket.await;
+                                    }
+                                })
+                                .await;
+                                if drained.is_err() {
+                                    tracing::warn!(drain = ?HAND_OFF_DRAIN,
+                                        "streams still open after the hand-off: ending them");
+                                }
                                 tracing::info!("handed over: this process ends, its sessions go on");
                                 return Ok(());
                             }
@@ -201,7 +221,7 @@ impl Broker {
 
     /// Serves what the port serves (`routes` and the broker's service) on the call socket at
     /// `path` until `stop`, then removes the socket file, unless another process bound that path
-    /// since. A hand-off stops it as it stops the port: gateways find no socket and call over the
+    /// since; the task ends once the calls in progress have ended too. A hand-off stops it as it stops the port: gateways find no socket and call over the
     /// port, where their calls queue for the successor, which binds the socket anew.
     fn serve_call_socket(
         &self,
@@ -224,12 +244,13 @@ impl Broker {
         tracing::info!(path = %path.display(), "serving the call socket");
         let path = path.to_owned();
         Ok(AbortOnDropHandle::new(tokio::spawn(async move {
-            ptyhub_wire::call_socket::serve_calls(listener, service, stop).await;
+            let calls = ptyhub_wire::call_socket::serve_calls(listener, service, stop).await;
             let still_ours = std::fs::metadata(&path)
                 .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == identity);
             if still_ours && let Err(error) = std::fs::remove_file(&path) {
                 tracing::warn!(path = %path.display(), %error, "cannot remove the call socket");
             }
+            calls.ended().await;
         })))
     }
 

@@ -41,7 +41,7 @@ mod frame;
 mod server;
 
 pub use client::{CallConnection, CallSocketClient};
-pub use server::{bind_call_socket, serve_calls};
+pub use server::{CallsInProgress, bind_call_socket, serve_calls};
 
 #[cfg(test)]
 mod tests;

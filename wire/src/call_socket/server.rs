@@ -16,6 +16,7 @@ use http::{HeaderMap, Method, Version};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::Service;
@@ -51,8 +52,25 @@ pub fn bind_call_socket(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves calls to `service` on `listener` until `stop`; calls in progress go on to their end.
-pub async fn serve_calls<S>(listener: UnixListener, service: S, stop: impl Future<Output = ()>)
+/// The calls a stopped [`serve_calls`] had in progress, which go on to their end.
+#[derive(Debug)]
+pub struct CallsInProgress(TaskTracker);
+
+impl CallsInProgress {
+    /// Waits until each of them has ended: its response, trailers included, written.
+    pub async fn ended(self) {
+        self.0.close();
+        self.0.wait().await;
+    }
+}
+
+/// Serves calls to `service` on `listener` until `stop`, then returns the calls in progress,
+/// which go on to their end.
+pub async fn serve_calls<S>(
+    listener: UnixListener,
+    service: S,
+    stop: impl Future<Output = ()>,
+) -> CallsInProgress
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
         + Clone
@@ -61,9 +79,10 @@ where
     S::Future: Send + 'static,
 {
     let mut stop = std::pin::pin!(stop);
+    let calls = TaskTracker::new();
     loop {
         let stream = tokio::select! {
-            () = &mut stop => return,
+            () = &mut stop => return CallsInProgress(calls),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
@@ -73,7 +92,7 @@ where
                 }
             },
         };
-        tokio::spawn(serve_call(stream, service.clone()));
+        calls.spawn(serve_call(stream, service.clone()));
     }
 }
 

@@ -37,7 +37,7 @@ struct Served {
     path: PathBuf,
     health: HealthHandle,
     stop: CancellationToken,
-    server: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<CallsInProgress>,
 }
 
 async fn serve_introspection() -> Served {
@@ -158,13 +158,14 @@ async fn a_socket_nobody_serves_is_unavailable() {
 }
 
 #[tokio::test]
-async fn a_server_stopping_ends_accepting_but_not_the_calls_in_progress() {
+async fn a_server_stopping_ends_accepting_and_hands_back_the_calls_in_progress_to_wait_for() {
     let served = serve_introspection().await;
     let mut client = HealthClient::new(CallSocketClient::new(&served.path));
     let mut watch = client.watch(check(BROKER)).await.unwrap().into_inner();
     watch.message().await.unwrap().unwrap();
     served.stop.cancel();
-    served.server.await.unwrap();
+    let calls = served.server.await.unwrap();
+    let ended = tokio::spawn(calls.ended());
     served.health.set_status(ServingStatus::NotServing).await;
     let change = tokio::time::timeout(PATIENCE, watch.message())
         .await
@@ -177,6 +178,15 @@ async fn a_server_stopping_ends_accepting_but_not_the_calls_in_progress() {
     );
     let status = client.check(check("")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!ended.is_finished(), "the watch is still in progress");
+
+    // The client goes; the server's next write finds it gone and the call ends.
+    drop(watch);
+    served.health.set_status(ServingStatus::Serving).await;
+    tokio::time::timeout(PATIENCE, ended)
+        .await
+        .expect("the calls in progress end once their clients are gone")
+        .unwrap();
 }
 
 #[test]
