@@ -550,32 +550,15 @@ impl Emulator {
     }
 
     /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
-    /// alternate screen (found by [`alternate_screen_switch`]), and keeping the cursor where it
-    /// was across the switch, as xterm and xterm.js do: vt100 puts it where the alternate grid
-    /// had it (the top left, after the clear of `?1049h`).
+    /// alternate screen (found by [`alternate_screen_switch`]).
     fn process(&mut self, mut data: &[u8]) {
         self.parse.advance(data);
         while let Some((start, end)) = alternate_screen_switch(data) {
             self.parser.process(&data[..start]);
-            let was_alternate = self.parser.screen().alternate_screen();
-            let (row, col) = self.parser.screen().cursor_position();
-            if !was_alternate {
+            if !self.parser.screen().alternate_screen() {
                 self.normal_screen = Some(self.parser.screen().contents_formatted());
             }
-            if was_alternate {
-                // Already there: xterm switches nothing and clears nothing, where vt100 would
-                // clear the screen of `?1049h` again. The sequence's other modes still count.
-                let others = without_screen_switches(&data[start + 3..end - 1]);
-                if !others.is_empty() {
-                    self.parser.process(format!("\x1b[?{others}h").as_bytes());
-                }
-            } else {
-                self.parser.process(&data[start..end]);
-                if self.parser.screen().alternate_screen() {
-                    let back = format!("\x1b[{};{}H", u32::from(row) + 1, u32::from(col) + 1);
-                    self.parser.process(back.as_bytes());
-                }
-            }
+            self.parser.process(&data[start..end]);
             data = &data[end..];
         }
         self.parser.process(data);
@@ -649,26 +632,12 @@ fn alternate_screen_switch(data: &[u8]) -> Option<(usize, usize)> {
         }
         let switches = data[params_start..final_at]
             .split(|byte| *byte == b';')
-            .any(is_screen_switch);
+            .any(|param| matches!(param, b"47" | b"1047" | b"1049"));
         if switches {
             return Some((start, final_at + 1));
         }
     }
     None
-}
-
-/// The parameters of a DECSET other than the screen switches (47, 1047, 1049), `;`-separated.
-fn without_screen_switches(params: &[u8]) -> String {
-    params
-        .split(|byte| *byte == b';')
-        .filter(|param| !is_screen_switch(param))
-        .map(String::from_utf8_lossy)
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-fn is_screen_switch(param: &[u8]) -> bool {
-    matches!(param, b"47" | b"1047" | b"1049")
 }
 
 fn dimensions(size: TerminalSize) -> (NonZeroU16, NonZeroU16) {
@@ -748,29 +717,6 @@ mod tests {
         assert_same_screen(&mut copy, &mut original);
         let lines: Vec<String> = original.text(0).lines().map(str::to_owned).collect();
         assert_eq!(lines[..4], ["line one", "red line two", "$ top-like", "$ "]);
-    }
-
-    #[test]
-    fn the_cursor_stays_where_it_was_when_a_program_switches_to_the_alternate_screen() {
-        // (vt100 has no mode 1047, which programs hardly use: terminfo's smcup is 1049.)
-        for switch in ["\x1b[?1049h", "\x1b[?47h", "\x1b[?1;1049h"] {
-            let output = format!("abc\r\n12345{switch}X");
-            let mut screen = fed(size(20, 5), 0, output.as_bytes());
-            let parser = emulator(&mut screen);
-            assert!(parser.screen().alternate_screen(), "{switch:?}");
-            // X is drawn where the cursor was on the normal screen, as in xterm and xterm.js.
-            assert_eq!(parser.screen().cursor_position(), (1, 6), "{switch:?}");
-            assert_eq!(parser.screen().contents(), "\n     X", "{switch:?}");
-            let mut copy = restored(&screen);
-            assert_same_screen(&mut copy, &mut screen);
-        }
-        // Once on the alternate screen, another switch moves and clears nothing; the other modes
-        // of its sequence still take effect.
-        let mut screen = fed(size(20, 5), 0, b"\x1b[?1049h\x1b[3;4Hab\x1b[?1;1049h");
-        let parser = emulator(&mut screen);
-        assert_eq!(parser.screen().cursor_position(), (2, 5));
-        assert_eq!(parser.screen().contents(), "\n\n   ab");
-        assert!(parser.screen().application_cursor());
     }
 
     #[test]
