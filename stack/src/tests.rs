@@ -513,16 +513,6 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
             .await
             .expect("a loopback port")
     };
-    let chain = |error: &dyn std::error::Error| {
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        text
-    };
 
     let mut config = gateway::Config::new(
         "http://127.0.0.1:1",
@@ -541,7 +531,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("the gateway returns at once")
     .expect_err("no certificate file, no gateway");
-    let text = chain(&error);
+    let text = test_support::error_chain(&error);
     assert!(
         text.contains("tls_cert") && text.contains("missing.pem"),
         "{text}"
@@ -566,7 +556,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("session-api returns at once")
     .expect_err("no key, no session-api");
-    let text = chain(&error);
+    let text = test_support::error_chain(&error);
     assert!(
         text.contains("tls_key") && text.contains("cert.pem"),
         "{text}"
@@ -587,7 +577,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("the broker returns at once")
     .expect_err("no CA file, no broker");
-    let text = chain(&error);
+    let text = test_support::error_chain(&error);
     assert!(
         text.contains("tls_ca") && text.contains("missing.pem"),
         "{text}"

@@ -21,6 +21,19 @@ pub mod tls;
 pub use environment::{Requirement, SKIP_LOG_VARIABLE, require};
 pub use poll::{poll_until, poll_until_blocking};
 
+/// An error with its causes, on one line (`error: cause: cause`), for assertions on what a
+/// user would read.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Routes `tracing` output to the test's captured output when `TEST_LOG=1`; silent otherwise.
 /// Safe to call from every test.
 pub fn init_test_logging() {

@@ -250,10 +250,9 @@ impl TestStackBuilder {
         {
             builder = builder.broker_call_socket(path.clone());
         }
-        let stack = builder
-            .start()
-            .await
-            .unwrap_or_else(|error| panic!("the stack did not start: {}", chain(&error)));
+        let stack = builder.start().await.unwrap_or_else(|error| {
+            panic!("the stack did not start: {}", crate::error_chain(&error))
+        });
         if let Some(path) = &call_socket_path {
             stack
                 .broker_call_sockets()
@@ -421,7 +420,7 @@ impl TestStack {
         };
         match tokio::time::timeout(STOP_PATIENCE, stack.stop_gateway()).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => panic!("{}", chain(&error)),
+            Ok(Err(error)) => panic!("{}", crate::error_chain(&error)),
             Err(_) => panic!("the gateway did not stop within {STOP_PATIENCE:?} of shutdown"),
         }
     }
@@ -434,7 +433,7 @@ impl TestStack {
         };
         match tokio::time::timeout(STOP_PATIENCE, stack.shutdown()).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => panic!("{}", chain(&error)),
+            Ok(Err(error)) => panic!("{}", crate::error_chain(&error)),
             Err(_) => panic!("a service did not stop within {STOP_PATIENCE:?} of shutdown"),
         }
     }
@@ -471,18 +470,6 @@ impl TestStack {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-/// An error with its causes, on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn unix_now() -> u64 {

@@ -2,9 +2,8 @@
 //! terminal stream), and refuses it, saying why, when it is given no CA the system trusts, another
 //! CA, or one that is no certificate.
 
-use std::error::Error as _;
-
 use ptyhub_client::{Client, ConnectOptions, Error, ExitStatus};
+use test_support::error_chain;
 use test_support::stack::TestStack;
 use test_support::tls::TestCertificates;
 
@@ -13,18 +12,6 @@ fn trusting(ca_pem: &str) -> ConnectOptions {
         ca_certificate: Some(ca_pem.as_bytes().to_vec()),
         ..ConnectOptions::default()
     }
-}
-
-/// The error and every source under it, in one line.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[tokio::test]
@@ -90,9 +77,9 @@ async fn a_gateway_certificate_the_client_cannot_trust_is_refused_with_the_reaso
         "{untrusted:?}"
     );
     assert!(
-        chain(&untrusted).contains("certificate"),
+        error_chain(&untrusted).contains("certificate"),
         "{}",
-        chain(&untrusted)
+        error_chain(&untrusted)
     );
 
     let other = TestCertificates::new();
@@ -104,7 +91,11 @@ async fn a_gateway_certificate_the_client_cannot_trust_is_refused_with_the_reaso
     .await
     .expect_err("another CA did not sign the gateway's certificate");
     assert!(matches!(wrong, Error::Unreachable { .. }), "{wrong:?}");
-    assert!(chain(&wrong).contains("certificate"), "{}", chain(&wrong));
+    assert!(
+        error_chain(&wrong).contains("certificate"),
+        "{}",
+        error_chain(&wrong)
+    );
 
     // A key is not a certificate: refused before any connection is tried.
     let key = std::fs::read_to_string(&certificates.key).expect("the key file");
@@ -117,9 +108,9 @@ async fn a_gateway_certificate_the_client_cannot_trust_is_refused_with_the_reaso
         "{not_a_certificate:?}"
     );
     assert!(
-        chain(&not_a_certificate).contains("no PEM certificate"),
+        error_chain(&not_a_certificate).contains("no PEM certificate"),
         "{}",
-        chain(&not_a_certificate)
+        error_chain(&not_a_certificate)
     );
     stack.shutdown().await;
 }
