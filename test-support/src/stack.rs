@@ -314,7 +314,7 @@ impl TestStack {
         TestStackBuilder::default()
     }
 
-    /// `ws://127.0.0.1:<port>` of the gateway.
+    /// `ws://127.0.0.1:<port>` of the gateway (`wss://` with TLS).
     pub fn websocket_url(&self) -> String {
         match self.gateway_url.strip_prefix("https://") {
             Some(address) => format!("wss://{address}"),

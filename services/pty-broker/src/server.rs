@@ -221,8 +221,9 @@ impl Broker {
 
     /// Serves what the port serves (`routes` and the broker's service) on the call socket at
     /// `path` until `stop`, then removes the socket file, unless another process bound that path
-    /// since; the task ends once the calls in progress have ended too. A hand-off stops it as it stops the port: gateways find no socket and call over the
-    /// port, where their calls queue for the successor, which binds the socket anew.
+    /// since; the task ends once the calls in progress have ended too. A hand-off stops it as it
+    /// stops the port: gateways find no socket and call over the port, where their calls queue
+    /// for the successor, which binds the socket anew.
     fn serve_call_socket(
         &self,
         path: &std::path::Path,
