@@ -12,6 +12,7 @@ import { Unicode11Addon } from '@xterm/addon-unicode11';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
+import { CLOSE } from './close-codes.js';
 import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
 import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
@@ -401,8 +402,9 @@ export class SessionTab {
 
   /**
    * The session was closed on the server while this tab was away from it (reconnecting, or told
-   * already that it expired): say so as a 4004 does, rather than drop the tab the user was
-   * waiting on. False for a tab that is attached, idle or ended otherwise, which the page removes.
+   * already that it expired): say so as a NOT_FOUND close does, rather than drop the tab the user
+   * was waiting on. False for a tab that is attached, idle or ended otherwise, which the page
+   * removes.
    */
   closedWhileAway() {
     if (this.disposed) return false;
@@ -411,7 +413,7 @@ export class SessionTab {
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
     this.closeSocket();
-    this.handleClose(4004, '');
+    this.handleClose(CLOSE.NOT_FOUND, '');
     return true;
   }
 
@@ -433,7 +435,7 @@ export class SessionTab {
   closeSocket() {
     const socket = this.socket;
     this.socket = null;
-    if (socket && socket.readyState <= WebSocket.OPEN) socket.close(1000, 'tab closed');
+    if (socket && socket.readyState <= WebSocket.OPEN) socket.close(CLOSE.NORMAL, 'tab closed');
   }
 
   dispose() {
@@ -596,40 +598,40 @@ export class SessionTab {
   handleClose(code, reason) {
     if (this.disposed) return;
     switch (code) {
-      case 4009:
+      case CLOSE.TAKEN_OVER:
         this.ended = 'taken_over';
         this.setStatus(Status.error);
         this.showBanner('This session is open elsewhere: another window took control of it.',
           this.viewer ? null : { label: 'Take back', onClick: () => this.takeBack() });
         break;
-      case 4004:
+      case CLOSE.NOT_FOUND:
         this.ended = 'expired';
         this.setStatus(Status.error);
         this.showNotice('Session expired: it is no longer running on the server.', this.viewer ? [] : [
           { label: 'Start a new session', onClick: () => this.callbacks.onReplace(this) },
         ]);
         break;
-      case 4001:
+      case CLOSE.UNAUTHENTICATED:
         this.ended = 'unauthenticated';
         this.setStatus(Status.error);
         this.callbacks.onUnauthorized();
         break;
-      case 4003:
+      case CLOSE.FORBIDDEN:
         this.ended = 'forbidden';
         this.setStatus(Status.error);
         this.showNotice(`Not allowed: ${reason || 'this credential may not use this instance'}.`, []);
         break;
-      case 4029:
+      case CLOSE.CAP_REACHED:
         this.ended = 'cap_reached';
         this.setStatus(Status.error);
         this.showNotice(reason || 'The instance has reached its maximum number of sessions.', [
           { label: 'Try again', onClick: () => this.connect() },
         ]);
         break;
-      case 1000:
+      case CLOSE.NORMAL:
         if (this.exited) break;
         if (this.ended === 'taken_over') {
-          this.handleClose(4009, reason);
+          this.handleClose(CLOSE.TAKEN_OVER, reason);
           break;
         }
         this.ended = 'closed';
@@ -638,15 +640,17 @@ export class SessionTab {
           { label: 'Start a new session', onClick: () => this.callbacks.onReplace(this) },
         ]);
         break;
-      case 1012:
+      case CLOSE.SERVICE_RESTART:
         // A rolling restart of the gateway: another replica answers at once, so start the
         // backoff over (it still has jitter, so every tab does not come back at the same moment).
         this.reconnectAttempts = 0;
         this.scheduleReconnect('Server restarting: reconnecting');
         break;
       default:
+        // BACKEND_FAILURE, TOO_BIG and any other close (a dropped connection, 1006) reconnect
+        // with backoff, unless the tab was taken over already.
         if (this.ended === 'taken_over') {
-          this.handleClose(4009, reason);
+          this.handleClose(CLOSE.TAKEN_OVER, reason);
           break;
         }
         this.scheduleReconnect();
