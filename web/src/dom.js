@@ -1,5 +1,5 @@
 // A small element builder: el('button', { class: 'x', onclick: fn, 'aria-label': 'y' }, 'text'),
-// the icons, and the view shown while a page loads.
+// the icons and icon buttons, and the view shown while a page loads.
 
 /**
  * @param {string} tag
@@ -50,6 +50,18 @@ export function icon(/** @type {string} */ name) {
   path.setAttribute('stroke-linejoin', 'round');
   svg.append(path);
   return svg;
+}
+
+/**
+ * A button drawn as an icon or a glyph: `label` names it for screen readers and is its tooltip.
+ * @param {string} label
+ * @param {any} content
+ * @param {(event: MouseEvent) => void} onClick
+ * @param {Record<string, any>} [extra] more attributes
+ * @returns {any}
+ */
+export function iconButton(label, content, onClick, extra = {}) {
+  return el('button', { type: 'button', class: 'icon-button', 'aria-label': label, title: label, onclick: onClick, ...extra }, content);
 }
 
 /** What a page shows while it loads: a spinner and words, announced as a busy status. */

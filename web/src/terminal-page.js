@@ -1,27 +1,27 @@
 // The terminal page of one instance (`/instances/{iid}`): the tab strip (with each session's
 // window title and a mark on a background tab that rang the bell or exited), one SessionTab per
 // live session kept in step with the instance's session-change events (renames, creates, closes
-// and status changes made anywhere), shortcuts, search, font size and theme, fullscreen, the
-// phone layout and the read-only view.
+// and status changes made anywhere), the header (theme, typing prediction, sharing, the
+// read-only view), and the composition of the page's parts: its keyboard (keyboard.js), the find
+// bar (search.js), the copy view (copy.js), fullscreen (fullscreen.js) and the phone's chrome
+// (touch.js).
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
-import { el, icon, loadingView } from './dom.js';
+import { CopyView } from './copy.js';
+import { el, icon, iconButton, loadingView } from './dom.js';
+import { Fullscreen } from './fullscreen.js';
+import { isPageShortcut, listenForShortcuts, SpecialKeys } from './keyboard.js';
+import { SearchBar } from './search.js';
 import { SessionTab, Status } from './session-tab.js';
 import {
-  fontSize, localEchoSettings, onSettingsChange, setFontSize, setLocalEchoMode, setLocalEchoThreshold, setThemeChoice, themeChoice,
+  localEchoSettings, onSettingsChange, setLocalEchoMode, setLocalEchoThreshold, setThemeChoice, themeChoice,
 } from './settings.js';
+import { isMobile, TouchChrome } from './touch.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
 /** The last `last_bell_at` of a session that the user saw (its tab shown), per session id. */
 const SEEN_BELL_KEY_PREFIX = 'ptyhub.seenBell.';
-/** How far from a corner a tap counts as a tap in the corner (phone fullscreen), in CSS pixels. */
-const CORNER_PX = 56;
-/** A swipe from the top edge starts this close to it and goes at least this far down. */
-const EDGE_PX = 28;
-const SWIPE_PX = 48;
-/** A touch that moves less than this is a tap. */
-const TAP_SLOP_PX = 10;
 const EVENTS_BACKOFF_FIRST_MS = 500;
 const EVENTS_BACKOFF_MAX_MS = 10_000;
 const THEME_WORDS = Object.freeze({ system: 'Theme: follows the system', light: 'Theme: light', dark: 'Theme: dark' });
@@ -29,7 +29,6 @@ const THEME_WORDS = Object.freeze({ system: 'Theme: follows the system', light: 
 const NEXT_THEME = { system: 'light', light: 'dark', dark: 'system' };
 /** What a tab's attention mark says in the tab's accessible name (its look is in style.css). */
 const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', exited: 'process exited' });
-const OVERLAY_HIDE_MS = 3000;
 const TOAST_MS = 10_000;
 
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
@@ -60,14 +59,9 @@ class TerminalPage {
     this.tabs = [];
     this.active = null;
     this.size = null;
-    this.fullscreen = false;
-    this.overlayTimer = null;
-    this.ctrlLatched = false;
     this.toastTimer = null;
     this.creating = false;
     this.clientId = tabClientId();
-    /** Where a touch on the terminal began (phone taps and swipes). */
-    this.touchStart = null;
     this.watchAbort = new AbortController();
 
     this.build(app);
@@ -230,17 +224,26 @@ class TerminalPage {
   // ---- layout ------------------------------------------------------------------------------
 
   build(app) {
-    const button = (label, text, onClick, extra = {}) =>
-      el('button', { type: 'button', class: 'icon-button', 'aria-label': label, title: label, onclick: onClick, ...extra }, text);
+    this.root = el('div', { class: `terminal-page${this.viewer ? ' viewer' : ''}` });
+    this.panes = el('main', { class: 'panes' });
+    this.chrome = new TouchChrome({
+      root: this.root, panes: this.panes, isFullscreen: () => this.fullscreen.on, scheduleFit: () => this.scheduleFit(),
+    });
+    this.fullscreen = new Fullscreen({
+      root: this.root, chrome: this.chrome, scheduleFit: () => this.scheduleFit(), activeTab: () => this.active,
+    });
+    this.search = new SearchBar({ activeTab: () => this.active, tabs: () => this.tabs });
+    this.copy = new CopyView({ activeTab: () => this.active, showToast: (text, kind) => this.showToast(text, kind) });
+    this.keys = new SpecialKeys({ activeTab: () => this.active, openCopyView: () => this.copy.open() });
 
     this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
     this.viewerSwitch = this.viewerOnly
       ? null
       : this.viewer
         ? el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}` }, 'Take control')
-        : button('Open read-only view', icon('eye'), () => this.openViewer());
-    this.shareButton = this.viewer ? null : button('Share read-only', icon('link'), () => this.shareReadOnly());
-    this.echoButton = this.viewer ? null : button('Typing prediction', icon('keyboard'), () => this.toggleEchoSettings(), { 'aria-expanded': 'false' });
+        : iconButton('Open read-only view', icon('eye'), () => this.openViewer());
+    this.shareButton = this.viewer ? null : iconButton('Share read-only', icon('link'), () => this.shareReadOnly());
+    this.echoButton = this.viewer ? null : iconButton('Typing prediction', icon('keyboard'), () => this.toggleEchoSettings(), { 'aria-expanded': 'false' });
     this.header = el('header', { class: 'topbar' },
       el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
       el('span', { class: 'instance-name' }, this.instance.name),
@@ -249,7 +252,7 @@ class TerminalPage {
       el('span', { class: 'spacer' }),
       // A share link's viewer cannot download recordings, so it has no history to play.
       this.viewerOnly ? null : el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
-      this.themeButton = button(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
+      this.themeButton = iconButton(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
       this.echoButton,
       this.shareButton,
       this.viewerSwitch,
@@ -261,87 +264,41 @@ class TerminalPage {
     this.tablist.addEventListener('scroll', () => this.updateFades(), { passive: true });
     this.newButton = el('button', { type: 'button', class: 'new-tab', 'aria-label': 'New session', onclick: () => this.createSession() }, '+');
     this.newWrap = el('span', { class: 'new-wrap' }, this.newButton);
-    this.previousButton = button('Previous session', '‹', () => this.step(-1));
-    this.nextButton = button('Next session', '›', () => this.step(1));
-    this.restartButton = button('Restart session', '⟳', () => this.active && this.restart(this.active));
-    this.fullscreenButton = button('Fullscreen', icon('fullscreen'), () => this.toggleFullscreen());
-    this.fullscreenButton.title = 'Fullscreen (Alt+Shift+F)';
-    this.searchButton = button('Find in the terminal', icon('search'), () => this.openSearch());
-    this.searchButton.title = 'Find in the terminal (Ctrl+Shift+F)';
-    this.searchInput = el('input', { type: 'search', class: 'search-input', 'aria-label': 'Find in the terminal', placeholder: 'Find', autocomplete: 'off', spellcheck: 'false' });
-    this.searchCount = el('span', { class: 'search-count', 'aria-live': 'polite' });
-    this.searchBar = el('div', { class: 'search-bar', role: 'search', 'aria-label': 'Find in the terminal', hidden: true },
-      this.searchInput, this.searchCount,
-      button('Previous match', '↑', () => this.findInActive('previous')),
-      button('Next match', '↓', () => this.findInActive('next')),
-      button('Close search', '×', () => this.closeSearch()));
-    this.searchInput.addEventListener('input', () => this.findInActive('next', { incremental: true }));
-    this.searchInput.addEventListener('keydown', (event) => {
-      event.stopPropagation();
-      if (event.key === 'Enter') {
-        event.preventDefault();
-        this.findInActive(event.shiftKey ? 'previous' : 'next');
-      } else if (event.key === 'Escape') {
-        event.preventDefault();
-        this.closeSearch();
-      }
-    });
+    this.previousButton = iconButton('Previous session', '‹', () => this.step(-1));
+    this.nextButton = iconButton('Next session', '›', () => this.step(1));
+    this.restartButton = iconButton('Restart session', '⟳', () => this.active && this.restart(this.active));
     this.tabbar = el('nav', { class: 'tabbar', 'aria-label': 'Session tabs' },
       this.tabsWrap, this.newWrap,
-      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.searchButton, this.fullscreenButton));
+      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.search.button, this.fullscreen.button));
 
     this.viewerBanner = this.viewer
       ? el('div', { class: 'viewer-banner', role: 'note' }, 'Read-only view: you are watching these sessions; typing is disabled.')
       : null;
-    this.panes = el('main', { class: 'panes' });
-
-    this.ctrlKey = el('button', { type: 'button', 'aria-pressed': 'false', 'data-key': 'ctrl' }, 'Ctrl');
-    const key = (label, text, send) => el('button', { type: 'button', 'aria-label': label, 'data-send': send }, text);
-    this.keysRow = el('div', { class: 'keys-row', role: 'toolbar', 'aria-label': 'Special keys' },
-      key('Escape', 'Esc', 'esc'), key('Tab', 'Tab', 'tab'), this.ctrlKey,
-      key('Left', '←', 'left'), key('Up', '↑', 'up'), key('Down', '↓', 'down'), key('Right', '→', 'right'),
-      el('button', { type: 'button', 'data-key': 'select', 'aria-label': 'Select text' }, 'Select'));
-    this.keysRow.addEventListener('pointerdown', (event) => event.preventDefault());
-    this.keysRow.addEventListener('mousedown', (event) => event.preventDefault());
-    this.keysRow.addEventListener('click', (event) => this.specialKey(event));
-
-    this.chromeHandle = el('button', { type: 'button', class: 'chrome-handle', 'aria-label': 'Show tabs', hidden: true, onclick: () => this.showChrome() },
-      el('span', { class: 'handle-grip', 'aria-hidden': 'true' }));
     this.toast = el('div', { class: 'toast', role: 'alert', hidden: true });
-    this.copyText = el('pre', { class: 'copy-text', tabindex: '0' });
-    this.copyView = el('div', { class: 'copy-view', role: 'dialog', 'aria-label': 'Select text', hidden: true },
-      el('div', { class: 'copy-toolbar' },
-        el('span', {}, 'Select text, then copy'),
-        el('button', { type: 'button', onclick: () => this.copySelection() }, 'Copy'),
-        el('button', { type: 'button', onclick: () => this.closeCopyView() }, 'Done')),
-      this.copyText);
 
-    this.root = el('div', { class: `terminal-page${this.viewer ? ' viewer' : ''}` },
-      this.header, this.tabbar, this.viewerBanner, this.searchBar, this.echoPanel ?? null, this.panes, this.keysRow, this.chromeHandle, this.copyView, this.toast);
+    const parts = [this.header, this.tabbar, this.viewerBanner, this.search.element, this.echoPanel, this.panes,
+      this.keys.element, this.chrome.handle, this.copy.element, this.toast];
+    // Only a viewer has the banner, only a controller the prediction panel; `append` would write
+    // the missing one out as text.
+    this.root.append(...parts.filter((part) => part));
     app.replaceChildren(this.root);
   }
 
   installListeners() {
-    window.addEventListener('keydown', (event) => this.globalKey(event), true);
+    listenForShortcuts({
+      openSearch: () => this.search.open(),
+      toggleFullscreen: () => this.fullscreen.toggle(),
+      createSession: () => this.createSession(),
+      closeActive: () => this.active && this.requestClose(this.active),
+      previous: () => this.step(-1),
+      next: () => this.step(1),
+      restartActive: () => this.active && this.restart(this.active),
+    });
     window.addEventListener('resize', () => this.scheduleFit());
     // A pane's terminal area changes size with the window and when a banner or notice appears.
     this.resizeObserver = new ResizeObserver(() => this.scheduleFit());
     this.resizeObserver.observe(this.panes);
     window.addEventListener('online', () => this.tabs.forEach((tab) => tab.reconnectNow()));
-    document.addEventListener('fullscreenchange', () => {
-      if (!document.fullscreenElement && this.fullscreen) this.leaveFullscreen();
-    });
-    this.root.addEventListener('mousemove', (event) => {
-      // Touch screens send a compatibility mousemove with every tap: only a mouse pokes.
-      if (!this.isTouchLayout()) this.pokeOverlay();
-      else if (event.movementX || event.movementY) this.pokeOverlay();
-    });
-    // Phones: a tap on the terminal shows or hides the header and tabs; in fullscreen a tap in a
-    // corner or a swipe down from the top edge brings them back.
-    this.panes.addEventListener('touchstart', (event) => this.touchBegan(event), { passive: true, capture: true });
-    this.panes.addEventListener('touchend', (event) => this.touchEnded(event), { passive: false, capture: true });
-    this.root.addEventListener('touchstart', (event) => this.edgeTouchBegan(event), { passive: true });
-    this.root.addEventListener('touchmove', (event) => this.edgeTouchMoved(event), { passive: true });
     window.visualViewport?.addEventListener('resize', () => this.followVisualViewport());
   }
 
@@ -359,7 +316,7 @@ class TerminalPage {
         onKeyboardInput: (from, data) => this.keyboardInput(from, data),
         // Esc goes to the program, in fullscreen too: fullscreen is left with its shortcut or button.
         terminalKeyAllowed: (event) => !isPageShortcut(event),
-        onSearchResults: (from, results) => { if (from === this.active) this.showSearchResults(results); },
+        onSearchResults: (from, results) => { if (from === this.active) this.search.showResults(results); },
         onRestart: (from) => this.restart(from),
         onAttention: (from, kind) => this.markAttention(from, kind),
         onReplace: (from) => this.replace(from),
@@ -459,9 +416,7 @@ class TerminalPage {
     if (tab === this.active) this.mobileTitle.textContent = tab.name;
     // The handle that brings hidden tabs back carries the mark of any tab that wants a look.
     const wanting = this.tabs.find((other) => other.attention)?.attention;
-    if (wanting) this.chromeHandle.dataset.attention = wanting;
-    else delete this.chromeHandle.dataset.attention;
-    this.chromeHandle.setAttribute('aria-label', wanting ? `Show tabs (${ATTENTION_WORDS[wanting]} in another session)` : 'Show tabs');
+    this.chrome.markHandle(wanting, ATTENTION_WORDS[wanting]);
     this.updateControls();
   }
 
@@ -487,10 +442,7 @@ class TerminalPage {
     }
     if (tab.sessionId) sessionStorage.setItem(this.activeKey, tab.sessionId);
     this.rememberSeenBell(tab);
-    if (previous && previous !== tab && !this.searchBar.hidden) {
-      previous.endSearch();
-      this.findInActive('next', { incremental: true });
-    }
+    if (previous && previous !== tab) this.search.switchedFrom(previous);
     this.mobileTitle.textContent = tab.name;
     tab.ui.item.scrollIntoView({ block: 'nearest', inline: 'nearest' });
     this.updateFades();
@@ -754,273 +706,24 @@ class TerminalPage {
 
   // ---- keyboard ----------------------------------------------------------------------------
 
-  globalKey(event) {
-    if (isSearchShortcut(event)) {
-      event.preventDefault();
-      event.stopPropagation();
-      this.openSearch();
-      return;
-    }
-    const zoom = fontSizeShortcut(event);
-    if (zoom !== undefined) {
-      event.preventDefault();
-      event.stopPropagation();
-      setFontSize(zoom === null ? null : fontSize() + zoom);
-      return;
-    }
-    if (!(event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey)) return;
-    const action = {
-      KeyF: () => this.toggleFullscreen(),
-      KeyN: () => this.createSession(),
-      KeyW: () => this.active && this.requestClose(this.active),
-      ArrowLeft: () => this.step(-1),
-      ArrowRight: () => this.step(1),
-      KeyR: () => this.active && this.restart(this.active),
-    }[event.code];
-    if (!action) return;
-    event.preventDefault();
-    event.stopPropagation();
-    if (event.repeat) return;
-    action();
-  }
-
-  keyboardInput(tab, data) {
-    let text = data;
-    if (this.ctrlLatched && data.length === 1) {
-      text = controlCharacter(data);
-      this.setCtrlLatched(false);
-    }
-    tab.sendText(text);
-    if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
-    if (this.isMobile()) this.hideChrome();
-  }
-
-  specialKey(event) {
-    const button = event.target.closest('button');
-    if (!button || !this.active) return;
-    if (button.dataset.key === 'ctrl') {
-      this.setCtrlLatched(!this.ctrlLatched);
-      return;
-    }
-    if (button.dataset.key === 'select') {
-      this.openCopyView();
-      return;
-    }
-    const tab = this.active;
-    const application = tab.terminal.modes.applicationCursorKeysMode;
-    const arrow = (letter) => (this.ctrlLatched ? `\x1b[1;5${letter}` : application ? `\x1bO${letter}` : `\x1b[${letter}`);
-    const sequence = {
-      esc: '\x1b',
-      tab: '\t',
-      up: arrow('A'),
-      down: arrow('B'),
-      right: arrow('C'),
-      left: arrow('D'),
-    }[button.dataset.send];
-    if (sequence === undefined) return;
-    tab.sendText(sequence);
-    this.setCtrlLatched(false);
-    tab.terminal.focus();
-  }
-
-  setCtrlLatched(latched) {
-    this.ctrlLatched = latched;
-    this.ctrlKey.setAttribute('aria-pressed', String(latched));
-  }
-
-  // ---- search in the scrollback ----------------------------------------------------------------
-
-  openSearch() {
-    if (!this.active) return;
-    this.searchBar.hidden = false;
-    this.searchInput.focus();
-    this.searchInput.select();
-    if (this.searchInput.value) this.findInActive('next', { incremental: true });
-  }
-
-  closeSearch() {
-    this.searchBar.hidden = true;
-    this.searchCount.textContent = '';
-    for (const tab of this.tabs) tab.endSearch();
-    this.active?.terminal.focus();
-  }
-
-  /** @param {'next' | 'previous'} direction @param {{ incremental?: boolean }} [options] */
-  findInActive(direction, options) {
-    const tab = this.active;
-    if (!tab) return;
-    const found = tab.find(this.searchInput.value, direction, options);
-    if (!found) this.searchCount.textContent = this.searchInput.value ? 'No matches' : '';
-    this.searchBar.dataset.found = String(found);
-  }
-
-  /** @param {{ resultIndex: number, resultCount: number }} results */
-  showSearchResults({ resultIndex, resultCount }) {
-    if (this.searchBar.hidden || !this.searchInput.value) return;
-    this.searchCount.textContent = resultCount === 0
-      ? 'No matches'
-      : resultIndex < 0 ? `${resultCount} matches` : `${resultIndex + 1} of ${resultCount}`;
-  }
-
-  // ---- copy view ---------------------------------------------------------------------------
-
-  openCopyView() {
-    if (!this.active) return;
-    this.copyText.textContent = this.active.bufferText();
-    this.copyView.hidden = false;
-    this.copyText.scrollTop = this.copyText.scrollHeight;
-  }
-
-  closeCopyView() {
-    this.copyView.hidden = true;
-    this.active?.terminal.focus();
-  }
-
-  async copySelection() {
-    const selection = window.getSelection();
-    const selected = selection && !selection.isCollapsed && this.copyText.contains(selection.anchorNode)
-      ? selection.toString()
-      : this.copyText.textContent;
-    try {
-      await navigator.clipboard.writeText(selected);
-    } catch {
-      const scratch = el('textarea', { class: 'scratch' });
-      scratch.value = selected;
-      document.body.append(scratch);
-      scratch.select();
-      document.execCommand('copy');
-      scratch.remove();
-    }
-    this.showToast(`Copied ${selected.length} characters`, 'info');
-  }
-
-  // ---- fullscreen and the auto-hiding chrome ------------------------------------------------
-
-  toggleFullscreen() {
-    if (this.fullscreen) this.leaveFullscreen();
-    else this.enterFullscreen();
-  }
-
-  enterFullscreen() {
-    this.fullscreen = true;
-    this.root.classList.add('fullscreen');
-    this.fullscreenButton.setAttribute('aria-label', 'Exit fullscreen');
-    this.fullscreenButton.title = 'Exit fullscreen (Alt+Shift+F)';
-    document.documentElement.requestFullscreen?.().then(() => {
-      // In the browser's fullscreen Esc would leave it; with the key locked it reaches the
-      // program (vim, less), and holding Esc still leaves, as the browser tells.
-      const keyboard = /** @type {any} */ (navigator).keyboard;
-      return keyboard?.lock?.(['Escape']);
-    }).catch(() => {
-      // Not allowed here (no user gesture, an iframe): the page still fills the window.
-    });
-    if (this.isTouchLayout()) this.hideChrome();
-    else this.pokeOverlay();
-    this.scheduleFit();
-    this.active?.terminal.focus();
-  }
-
-  leaveFullscreen() {
-    this.fullscreen = false;
-    clearTimeout(this.overlayTimer);
-    this.root.classList.remove('fullscreen', 'overlay-hidden');
-    this.fullscreenButton.setAttribute('aria-label', 'Fullscreen');
-    this.fullscreenButton.title = 'Fullscreen (Alt+Shift+F)';
-    /** @type {any} */ (navigator).keyboard?.unlock?.();
-    if (document.fullscreenElement) document.exitFullscreen().catch(() => {});
-    this.showChrome();
-    this.scheduleFit();
-    this.active?.terminal.focus();
-  }
-
-  /** In fullscreen the tab strip is an overlay that hides after 3 s without mouse movement. */
-  pokeOverlay() {
-    if (!this.fullscreen || this.isTouchLayout()) return;
-    this.root.classList.remove('overlay-hidden');
-    clearTimeout(this.overlayTimer);
-    this.overlayTimer = setTimeout(() => this.root.classList.add('overlay-hidden'), OVERLAY_HIDE_MS);
-  }
-
-  isMobile() {
-    return window.matchMedia('(max-width: 640px)').matches;
-  }
-
-  /** The phone layout: a narrow window or a touch screen without a fine pointer. */
-  isTouchLayout() {
-    return this.isMobile() || window.matchMedia('(pointer: coarse)').matches;
-  }
-
   /**
-   * On a phone, typing or a tap on the terminal hides the header and tab strip to give the
-   * terminal the room (in fullscreen the special keys too); the handle brings them back.
+   * What is typed in a tab's terminal goes to its session (a latched Ctrl applied); typing clears
+   * a passing status line and, on a phone, hides the header and tabs.
    */
-  hideChrome() {
-    if (this.root.classList.contains('chrome-hidden')) return;
-    this.root.classList.add('chrome-hidden');
-    this.chromeHandle.hidden = false;
-    this.scheduleFit();
+  keyboardInput(tab, data) {
+    tab.sendText(this.keys.typed(data));
+    if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
+    if (isMobile()) this.chrome.hide();
   }
 
-  showChrome() {
-    if (!this.root.classList.contains('chrome-hidden')) return;
-    this.root.classList.remove('chrome-hidden');
-    this.chromeHandle.hidden = true;
-    this.scheduleFit();
-  }
+  // ---- sizes -------------------------------------------------------------------------------
 
-  /** @param {TouchEvent} event */
-  touchBegan(event) {
-    const touch = event.touches.length === 1 ? event.touches[0] : null;
-    this.touchStart = touch ? { x: touch.clientX, y: touch.clientY } : null;
-  }
-
-  /** A tap (a touch that did not move) on the terminal: toggles the header and tabs. */
-  touchEnded(/** @type {TouchEvent} */ event) {
-    const start = this.touchStart;
-    this.touchStart = null;
-    const touch = event.changedTouches[0];
-    if (!start || !touch || !this.isTouchLayout()) return;
-    // Only the terminal itself: a tap on a banner's or notice's button must stay where it was.
-    if (!(event.target instanceof Element) || !event.target.closest('.term-host')) return;
-    if (Math.hypot(touch.clientX - start.x, touch.clientY - start.y) > TAP_SLOP_PX) return;
-    const hidden = this.root.classList.contains('chrome-hidden');
-    if (this.fullscreen && hidden) {
-      // In fullscreen a tap is for the program; only a corner brings the tabs back. That tap
-      // ends there: its click would land on the special keys now drawn under the finger.
-      if (inCorner(touch.clientX, touch.clientY)) {
-        event.preventDefault();
-        this.showChrome();
-      }
-      return;
-    }
-    if (hidden) this.showChrome();
-    else this.hideChrome();
-  }
-
-  /** @param {TouchEvent} event */
-  edgeTouchBegan(event) {
-    const touch = event.touches.length === 1 ? event.touches[0] : null;
-    this.edgeStart = touch && touch.clientY <= EDGE_PX ? { x: touch.clientX, y: touch.clientY } : null;
-  }
-
-  /** A swipe down from the top edge brings the header and tabs back. */
-  edgeTouchMoved(/** @type {TouchEvent} */ event) {
-    const start = this.edgeStart;
-    const touch = event.touches[0];
-    if (!start || !touch) return;
-    if (touch.clientY - start.y >= SWIPE_PX && Math.abs(touch.clientX - start.x) < touch.clientY - start.y) {
-      this.edgeStart = null;
-      this.showChrome();
-    }
-  }
-
+  /** The page is as tall as what the browser shows of it (less a phone's on-screen keyboard). */
   followVisualViewport() {
     const viewport = window.visualViewport;
     if (viewport) this.root.style.setProperty('--viewport-height', `${viewport.height}px`);
     this.scheduleFit();
   }
-
-  // ---- sizes -------------------------------------------------------------------------------
 
   scheduleFit() {
     if (this.fitFrame) return;
@@ -1056,51 +759,4 @@ class TerminalPage {
     clearTimeout(this.toastTimer);
     this.toastTimer = setTimeout(() => { this.toast.hidden = true; }, TOAST_MS);
   }
-}
-
-/** The page's own shortcuts, which the terminal must not also receive. */
-function isPageShortcut(/** @type {KeyboardEvent} */ event) {
-  if (isSearchShortcut(event) || fontSizeShortcut(event) !== undefined) return true;
-  return event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey
-    && ['KeyF', 'KeyN', 'KeyW', 'KeyR', 'ArrowLeft', 'ArrowRight'].includes(event.code);
-}
-
-const onMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
-
-/** Ctrl+Shift+F, as terminals have it (Ctrl+F is the shell's); on a Mac also the browser's Cmd+F. */
-function isSearchShortcut(/** @type {KeyboardEvent} */ event) {
-  if (event.type !== 'keydown' || event.code !== 'KeyF' || event.altKey) return false;
-  if (event.ctrlKey && event.shiftKey && !event.metaKey) return true;
-  return onMac && event.metaKey && !event.ctrlKey && !event.shiftKey;
-}
-
-/**
- * Ctrl+= / Ctrl+- (Cmd on a Mac) make the terminal's font larger or smaller by one, Ctrl+0 goes
- * back to the default (null); undefined for any other key.
- * @param {KeyboardEvent} event
- * @returns {number | null | undefined}
- */
-function fontSizeShortcut(event) {
-  const modifier = onMac ? event.metaKey && !event.ctrlKey : event.ctrlKey && !event.metaKey;
-  if (event.type !== 'keydown' || !modifier || event.altKey) return undefined;
-  if (event.code === 'Equal' || event.code === 'NumpadAdd' || event.key === '+') return 1;
-  if ((event.code === 'Minus' || event.code === 'NumpadSubtract') && !event.shiftKey) return -1;
-  if ((event.code === 'Digit0' || event.code === 'Numpad0') && !event.shiftKey) return null;
-  return undefined;
-}
-
-/** Whether a point is in a corner of the window. */
-function inCorner(/** @type {number} */ x, /** @type {number} */ y) {
-  const nearX = x <= CORNER_PX || x >= window.innerWidth - CORNER_PX;
-  const nearY = y <= CORNER_PX || y >= window.innerHeight - CORNER_PX;
-  return nearX && nearY;
-}
-
-/** What Ctrl plus a typed character sends: Ctrl+C is 0x03, Ctrl+[ is Escape, and so on. */
-function controlCharacter(character) {
-  if (character === ' ' || character === '@') return '\x00';
-  if (character === '?') return '\x7f';
-  const code = character.toUpperCase().charCodeAt(0);
-  if (code >= 0x40 && code <= 0x5f) return String.fromCharCode(code - 0x40);
-  return character;
 }
