@@ -1,8 +1,7 @@
-// One binary that carries its page (issue 17, item 10): the `ptyhub` binary, copied into an
-// empty directory and started there with no web directory anywhere near it, serves the page it
-// was built with; `ptyhub up` prints only its banner on stdout, keeps its service logs in the
-// data directory, and lets only warnings through to stderr. Chromium loads the page on the
-// desktop and on a phone.
+// One binary that carries its page: the `ptyhub` binary, copied into an empty directory and
+// started there with no web directory anywhere near it, serves the page it was built with;
+// `ptyhub up` prints only its banner on stdout, keeps its service logs in the data directory, and
+// lets only warnings through to stderr. Chromium loads the page on the desktop and on a phone.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -1,4 +1,4 @@
-// Issue 17 in Debian's Chromium against a real stack: the design's details (live pages, `default`
+// The page's design in Debian's Chromium against a real stack: its details (live pages, `default`
 // as a session id, restart, loading, the phone's chrome, fullscreen Esc), what people expect of a
 // terminal in the browser (WebGL, Unicode 11, links, search, OSC 52, font size, theme), the marks
 // a reload brings back, and the README's screenshots, light and dark. Each behaviour runs on the
@@ -18,7 +18,7 @@ if (skip) console.log(`# skipping the browser tests: ${skip}`);
 /** The two kinds of screen every behaviour is tried on. */
 const DEVICES = ['desktop', 'phone'];
 
-describe('web page: issue 17', { skip: skip ?? false }, () => {
+describe('web page: the design and the terminal\'s features, on desktop and phone', { skip: skip ?? false }, () => {
   let stack;
   let chromium;
 

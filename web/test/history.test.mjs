@@ -1,6 +1,6 @@
-// The History view (issue 18, item 3): an instance's closed sessions, each played in the
-// asciinema player from its recording. In Chromium, a recorded session played to its end shows
-// its last screen; a new speed starts the player again; a session without a recording says so.
+// The History view: an instance's closed sessions, each played in the asciinema player from its
+// recording. In Chromium, a recorded session played to its end shows its last screen; a new speed
+// starts the player again; a session without a recording says so.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';

@@ -1,8 +1,10 @@
-// The web page in Debian's Chromium against a real stack (`ptyhub up`): issue 7's behaviours,
-// each observed the way a person would see them (tabs, terminal text, banners), the connection
-// state the way assistive technology reads it (the status region, issue 21), the screen
-// snapshots, window titles and bell marks of issue 14 (the screenshots for the docs are taken
-// by design.test.mjs).
+// The web page in Debian's Chromium against a real stack (`ptyhub up`): signing in, the
+// instances, the session tabs (typing, the cap, renaming, closing, the shortcuts), reloads and
+// reconnects that show output once, a take-over, an expired session, an exit, fullscreen, the
+// read-only view and the phone, each observed the way a person would see them (tabs, terminal
+// text, banners); the connection state the way assistive technology reads it (the status
+// region); the screen snapshots, window titles and bell marks (the screenshots for the docs are
+// taken by design.test.mjs).
 
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
