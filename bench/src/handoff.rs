@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use attach_ticket::{TicketKey, TicketRole};
 use futures::StreamExt as _;
+use ptyhub_attach_ticket::{TicketKey, TicketRole};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::sync::{mpsc, watch};

@@ -331,8 +331,7 @@ async fn run(
                 | Path::GatewayGrpc(Backend::Local, Screens::On) => {
                     "p50 < 150, p99 < 300".to_owned()
                 }
-                Path::GatewayOverTcp(Backend::Local)
-                | Path::GatewayOverCallSocket(Backend::Local) => "p50 ≤ 1.3x (a2)".to_owned(),
+                Path::GatewayOverTcp(Backend::Local) => "p50 ≤ 1.3x (a2)".to_owned(),
                 // The recorded row against the same path unrecorded, run beside it.
                 Path::GatewayRecorded(backend) => {
                     let median_p50 = |wanted: Path| {
@@ -712,12 +711,12 @@ async fn throughput_section(
             | Path::GatewayGrpc(Backend::Local, Screens::On) => "≥ 0.90x (a); on/off ≥ 0.90x",
             Path::Gateway(Backend::Docker, Screens::On)
             | Path::GatewayGrpc(Backend::Docker, Screens::On) => "≥ 0.90x (b); on/off ≥ 0.90x",
-            Path::GatewayOverTcp(Backend::Local)
-            | Path::GatewayOverCallSocket(Backend::Local)
-            | Path::GatewayPython(Backend::Local, _) => "≥ 0.90x (a)",
-            Path::GatewayOverTcp(Backend::Docker)
-            | Path::GatewayOverCallSocket(Backend::Docker)
-            | Path::GatewayPython(Backend::Docker, _) => "≥ 0.90x (b)",
+            Path::GatewayOverTcp(Backend::Local) | Path::GatewayPython(Backend::Local, _) => {
+                "≥ 0.90x (a)"
+            }
+            Path::GatewayOverTcp(Backend::Docker) | Path::GatewayPython(Backend::Docker, _) => {
+                "≥ 0.90x (b)"
+            }
             Path::Broker(_, Screens::On) => "on/off ≥ 0.90x",
             Path::GatewayRecorded(_) => "recording on/off ≥ 0.90x",
             _ => "",

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketKey, TicketRole};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 

@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use attach_ticket::TicketKey;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::BackendKind;
@@ -38,8 +38,6 @@ pub const BROKER_ID: &str = "bench";
 pub const UNSCREENED_BROKER_ID: &str = "bench-screens-off";
 /// The streams the bench's one principal may hold open at the stack's gateway.
 const MAX_BENCH_STREAMS: usize = 20_000;
-/// The broker's call socket, in the stack's own directory.
-const BROKER_CALL_SOCKET: &str = "broker-calls.sock";
 /// Liveness bound for start-up, not a performance figure.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -69,20 +67,6 @@ impl Drop for OverTcp<'_> {
         if let Some(service) = self.service.take() {
             self.in_process.insert(self.endpoint, service);
         }
-    }
-}
-
-/// While it lives, the gateway reaches the stack's broker over the broker's call socket
-/// ([`Stack::broker_over_call_socket`]).
-pub struct OverCallSocket<'a> {
-    call_sockets: &'a ptyhub_stack::BrokerCallSockets,
-    over_tcp: OverTcp<'a>,
-}
-
-impl Drop for OverCallSocket<'_> {
-    fn drop(&mut self) {
-        // The call socket goes first; then `over_tcp` puts the broker back in process.
-        self.call_sockets.remove(self.over_tcp.endpoint);
     }
 }
 
@@ -125,8 +109,6 @@ pub struct Stack {
     /// The gateway serves the web page (built in this directory).
     pub web_dir: Option<PathBuf>,
     services: ptyhub_stack::Stack,
-    /// Holds the broker's call socket.
-    call_socket_dir: tempfile::TempDir,
 }
 
 /// The second broker: the stack's settings but `screens = false`, in this process (as the
@@ -187,9 +169,7 @@ impl Stack {
         } else {
             vec![BackendKind::Local]
         };
-        let call_socket_dir = tempfile::tempdir().context("a directory for the call socket")?;
         let mut builder = ptyhub_stack::Stack::builder()
-            .broker_call_socket(call_socket_dir.path().join(BROKER_CALL_SOCKET))
             .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
             .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
             .broker_id(BROKER_ID)
@@ -230,7 +210,6 @@ impl Stack {
             unscreened: None,
             web_dir: options.web_dir.clone(),
             services,
-            call_socket_dir,
         };
         let local = broker_pb::Target {
             kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
@@ -415,22 +394,6 @@ impl Stack {
             in_process,
             endpoint: &self.broker_endpoint,
         }
-    }
-
-    /// Until the guard drops, the gateway reaches the stack's broker over the broker's call
-    /// socket, as a gateway in a process of its own on the same host does with
-    /// `--broker-call-socket`, instead of in process.
-    pub fn broker_over_call_socket(&self) -> OverCallSocket<'_> {
-        let call_sockets = self.services.broker_call_sockets();
-        call_sockets.insert(&self.broker_endpoint, self.broker_call_socket());
-        OverCallSocket {
-            call_sockets,
-            over_tcp: self.broker_over_tcp(),
-        }
-    }
-
-    fn broker_call_socket(&self) -> PathBuf {
-        self.call_socket_dir.path().join(BROKER_CALL_SOCKET)
     }
 
     /// `ws://127.0.0.1:<port>` of the gateway.

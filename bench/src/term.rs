@@ -57,10 +57,6 @@ pub enum Path {
     /// HTTP/2), as a gateway in a process of its own does, instead of in process as `ptyhub up`
     /// does (every other gateway path).
     GatewayOverTcp(Backend),
-    /// As `GatewayOverTcp`, with the gateway reaching the broker over the broker's call socket
-    /// (gRPC without HTTP/2 on a Unix socket, one call per connection), as a gateway in a
-    /// process of its own on the broker's host does with `--broker-call-socket`.
-    GatewayOverCallSocket(Backend),
     /// The gateway's WebSocket read by a client that is not the bench's: Python's `websockets`
     /// in a process of its own (`bench/python/ws_flood.py`), reading whole or in small reads.
     /// Throughput only: the client measures the flood itself.
@@ -115,12 +111,6 @@ impl Path {
             Path::GatewayOverTcp(Backend::Docker) => {
                 "(d) gateway WebSocket, Docker, broker over TCP"
             }
-            Path::GatewayOverCallSocket(Backend::Local) => {
-                "(d) gateway WebSocket, local, broker over a call socket"
-            }
-            Path::GatewayOverCallSocket(Backend::Docker) => {
-                "(d) gateway WebSocket, Docker, broker over a call socket"
-            }
             Path::GatewayPython(Backend::Local, Reads::Whole) => {
                 "(f) gateway WebSocket, local, Python client in its own process"
             }
@@ -145,7 +135,6 @@ impl Path {
                 | Path::GatewayRecorded(Backend::Docker)
                 | Path::GatewayGrpc(Backend::Docker, _)
                 | Path::GatewayOverTcp(Backend::Docker)
-                | Path::GatewayOverCallSocket(Backend::Docker)
                 | Path::GatewayPython(Backend::Docker, _)
         )
     }
@@ -177,7 +166,7 @@ impl Path {
     }
 
     /// Every path of the latency scenarios, in table order (ptyhub as it runs by default).
-    pub const ALL: [Path; 17] = [
+    pub const ALL: [Path; 15] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -188,18 +177,16 @@ impl Path {
         Path::Gateway(Backend::Local, Screens::Off),
         Path::GatewayRecorded(Backend::Local),
         Path::GatewayOverTcp(Backend::Local),
-        Path::GatewayOverCallSocket(Backend::Local),
         Path::Gateway(Backend::Docker, Screens::On),
         Path::GatewayRecorded(Backend::Docker),
         Path::GatewayOverTcp(Backend::Docker),
-        Path::GatewayOverCallSocket(Backend::Docker),
         Path::GatewayGrpc(Backend::Local, Screens::On),
         Path::GatewayGrpc(Backend::Docker, Screens::On),
     ];
 
     /// Every path of the throughput scenario, in table order: each of ptyhub's beside the same
     /// with screens off (and the gateway's beside the same recorded).
-    pub const THROUGHPUT: [Path; 25] = [
+    pub const THROUGHPUT: [Path; 23] = [
         Path::BarePty,
         Path::Relayed,
         Path::DockerExec,
@@ -211,14 +198,12 @@ impl Path {
         Path::Gateway(Backend::Local, Screens::Off),
         Path::GatewayRecorded(Backend::Local),
         Path::GatewayOverTcp(Backend::Local),
-        Path::GatewayOverCallSocket(Backend::Local),
         Path::GatewayPython(Backend::Local, Reads::Whole),
         Path::GatewayPython(Backend::Local, Reads::Small),
         Path::Gateway(Backend::Docker, Screens::On),
         Path::Gateway(Backend::Docker, Screens::Off),
         Path::GatewayRecorded(Backend::Docker),
         Path::GatewayOverTcp(Backend::Docker),
-        Path::GatewayOverCallSocket(Backend::Docker),
         Path::GatewayPython(Backend::Docker, Reads::Whole),
         Path::GatewayPython(Backend::Docker, Reads::Small),
         Path::GatewayGrpc(Backend::Local, Screens::On),
@@ -310,12 +295,6 @@ impl Term {
                     create_session(stack, backend, Screens::On, command).await?;
                 // Only the attach is made over TCP; the stream keeps its transport after.
                 let _over_tcp = stack.broker_over_tcp();
-                connect_gateway(stack, &instance, &attach.session_id, "").await
-            }
-            Path::GatewayOverCallSocket(backend) => {
-                let (instance, attach) =
-                    create_session(stack, backend, Screens::On, command).await?;
-                let _over_call_socket = stack.broker_over_call_socket();
                 connect_gateway(stack, &instance, &attach.session_id, "").await
             }
             Path::GatewayPython(..) => bail!("the Python client opens its own socket"),

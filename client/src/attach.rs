@@ -10,10 +10,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use ptyhub_model::{Role, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::client_frame::Frame as ClientFrameKind;
 use ptyhub_proto::broker::v1::server_frame::Frame as ServerFrameKind;
-use ptyhub_wire::{ErrorCode, Role, TerminalSize};
+use ptyhub_wire::ErrorCode;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;

@@ -46,7 +46,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
-pub use ptyhub_wire::{BearerAuth, ErrorCode, Role, TerminalSize};
+pub use ptyhub_model::{Role, TerminalSize};
+pub use ptyhub_wire::{BearerAuth, ErrorCode};
 
 /// The protobuf messages the calls take and answer with (`ptyhub.session.v1`,
 /// `ptyhub.broker.v1`), for the fields this crate has no type of its own for.

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use attach_ticket::TicketKey;
 use pty_broker::{BackendKind, SpawnPolicy};
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, TierCredentials, TlsConfig, TlsFiles};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
@@ -27,7 +27,6 @@ pub struct StackBuilder {
     broker_id: String,
     backends: Option<Vec<BackendKind>>,
     broker_data_dir: Option<PathBuf>,
-    broker_call_socket: Option<PathBuf>,
     ring_bytes: Option<u64>,
     detached_timeout: Option<Duration>,
     kill_grace: Option<Duration>,
@@ -60,7 +59,6 @@ impl Default for StackBuilder {
             broker_id: "local".to_owned(),
             backends: None,
             broker_data_dir: None,
-            broker_call_socket: None,
             ring_bytes: None,
             detached_timeout: None,
             kill_grace: None,
@@ -132,15 +130,6 @@ impl StackBuilder {
     /// Where the broker records the sessions it started, so that a restart ends survivors.
     pub fn broker_data_dir(mut self, directory: PathBuf) -> Self {
         self.broker_data_dir = Some(directory);
-        self
-    }
-
-    /// A call socket the broker serves besides its port (`pty-broker --call-socket`). The
-    /// gateway calls in process still; add the broker's endpoint to
-    /// [`Stack::broker_call_sockets`] (and take it out of [`Stack::in_process_brokers`]) to call
-    /// over the socket, as a gateway in a process of its own on the same host would.
-    pub fn broker_call_socket(mut self, path: PathBuf) -> Self {
-        self.broker_call_socket = Some(path);
         self
     }
 
@@ -324,7 +313,6 @@ impl StackBuilder {
             self.broker_data_dir.clone(),
         )?;
         broker_config.recordings.store = recordings.clone();
-        broker_config.call_socket = self.broker_call_socket.clone();
         if self.broker_data_dir.is_none()
             && let Some(data) = &data
         {

@@ -24,7 +24,7 @@ mod running;
 
 pub use builder::StackBuilder;
 pub use error::{Service, StackError};
-pub use gateway::{BrokerCallSockets, InProcessBrokers};
+pub use gateway::InProcessBrokers;
 pub use pty_broker::handoff::HANDOFF_SOCKET;
 pub use pty_broker::runtime::local::run_session_keeper_if_asked;
 pub use pty_broker::{BackendKind, ContainerRule, SpawnPolicy};

@@ -49,7 +49,6 @@ pub struct Stack {
     /// The brokers the gateway calls in process: the stack's own unless
     /// [`StackBuilder::broker_in_process`] turned it off.
     in_process_brokers: gateway::InProcessBrokers,
-    broker_call_sockets: gateway::BrokerCallSockets,
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
     tasks: Vec<ServiceTask>,
@@ -126,7 +125,6 @@ impl Stack {
         let (session_api_config, session_api_listener) = services.session_api;
         let (gateway_config, gateway_listener) = services.gateway;
         let in_process_brokers = gateway_config.in_process_brokers.clone();
-        let broker_call_sockets = gateway_config.broker_call_sockets.clone();
 
         let stopped = shutdown.clone().cancelled_owned();
         let serving = broker.clone();
@@ -155,7 +153,6 @@ impl Stack {
             broker,
             broker_id,
             in_process_brokers,
-            broker_call_sockets,
             shutdown,
             gateway_shutdown,
             tasks: vec![
@@ -182,12 +179,6 @@ impl Stack {
     /// stack in the same process can be added to it (as the bench's second broker is).
     pub fn in_process_brokers(&self) -> &gateway::InProcessBrokers {
         &self.in_process_brokers
-    }
-
-    /// The table of call sockets the gateway calls brokers over (see
-    /// [`crate::StackBuilder::broker_call_socket`]).
-    pub fn broker_call_sockets(&self) -> &gateway::BrokerCallSockets {
-        &self.broker_call_sockets
     }
 
     /// The gateway's bound address.

@@ -2,13 +2,13 @@
 //! called in process by the gateway (with the same checks) unless asked not to, the gateway
 //! stopped alone, a service that cannot start failing the start, the idle-reaping knob
 //! reaching the broker, and the same stack with TLS on every hop (certificates made by the test:
-//! `test_support::tls`).
+//! `ptyhub_test_support::tls`).
 
 use std::time::Duration;
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use test_support::tls::TestCertificates;
+use ptyhub_test_support::tls::TestCertificates;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::{Service, Stack, StackError};
@@ -531,7 +531,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("the gateway returns at once")
     .expect_err("no certificate file, no gateway");
-    let text = test_support::error_chain(&error);
+    let text = ptyhub_test_support::error_chain(&error);
     assert!(
         text.contains("tls_cert") && text.contains("missing.pem"),
         "{text}"
@@ -545,7 +545,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
         ),
         credential("session-api-token-for-this-test-0123"),
         credential("gateway-token-for-this-test-0123456789"),
-        attach_ticket::TicketKey::generate(),
+        ptyhub_attach_ticket::TicketKey::generate(),
     );
     config.tls.cert = Some(certificates.cert.clone());
     config.tls.key = Some(not_a_key.clone());
@@ -556,7 +556,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("session-api returns at once")
     .expect_err("no key, no session-api");
-    let text = test_support::error_chain(&error);
+    let text = ptyhub_test_support::error_chain(&error);
     assert!(
         text.contains("tls_key") && text.contains("cert.pem"),
         "{text}"
@@ -564,7 +564,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
 
     let mut config = pty_broker::Config::new(
         credential("session-api-token-for-this-test-0123"),
-        attach_ticket::TicketKey::generate(),
+        ptyhub_attach_ticket::TicketKey::generate(),
     );
     config.data_dir = Some(data.path().join("broker"));
     config.tls.cert = Some(certificates.cert.clone());
@@ -577,7 +577,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
     .await
     .expect("the broker returns at once")
     .expect_err("no CA file, no broker");
-    let text = test_support::error_chain(&error);
+    let text = ptyhub_test_support::error_chain(&error);
     assert!(
         text.contains("tls_ca") && text.contains("missing.pem"),
         "{text}"

@@ -131,7 +131,7 @@ pub fn in_ci() -> bool {
 /// and returns `false`; the caller then returns early:
 ///
 /// ```ignore
-/// if !test_support::require(Requirement::Docker) { return; }
+/// if !ptyhub_test_support::require(Requirement::Docker) { return; }
 /// ```
 pub fn require(requirement: Requirement) -> bool {
     let Some(reason) = requirement.missing_because() else {
@@ -224,7 +224,7 @@ mod tests {
     fn the_current_test_is_named_after_its_binary() {
         let name = current_test_name();
         assert!(
-            name.starts_with("test_support ")
+            name.starts_with("ptyhub_test_support ")
                 && name.ends_with("the_current_test_is_named_after_its_binary"),
             "{name}"
         );

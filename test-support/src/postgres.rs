@@ -1,8 +1,8 @@
 //! A fresh PostgreSQL database per test, on the server `cargo xtask test` started.
 //!
 //! ```ignore
-//! if !test_support::require(test_support::Requirement::Postgres) { return; }
-//! let database = test_support::postgres::TestDatabase::create().await?;
+//! if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Postgres) { return; }
+//! let database = ptyhub_test_support::postgres::TestDatabase::create().await?;
 //! let url = database.url(); // postgres://.../test_<uuid>
 //! ```
 //!

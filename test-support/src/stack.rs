@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::Stack;
@@ -66,7 +66,6 @@ pub struct TestStackBuilder {
     kill_grace: Duration,
     max_streams_per_principal: Option<usize>,
     broker_over_tcp: bool,
-    call_socket: CallSocket,
     gateway_tls: Option<GatewayTls>,
 }
 
@@ -76,15 +75,6 @@ struct GatewayTls {
     cert: PathBuf,
     key: PathBuf,
     ca_pem: String,
-}
-
-/// Whether the broker serves a call socket and the gateway calls over it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallSocket {
-    None,
-    Served,
-    /// The gateway is told of a socket the broker does not serve.
-    Unserved,
 }
 
 impl Default for TestStackBuilder {
@@ -100,7 +90,6 @@ impl Default for TestStackBuilder {
             kill_grace: Duration::from_millis(500),
             max_streams_per_principal: None,
             broker_over_tcp: false,
-            call_socket: CallSocket::None,
             gateway_tls: None,
         }
     }
@@ -170,23 +159,6 @@ impl TestStackBuilder {
         self
     }
 
-    /// The broker serves a call socket (in a directory of the stack's own), and the gateway
-    /// reaches the broker over it, as a gateway in a process of its own on the broker's host
-    /// does with `--broker-call-socket`.
-    pub fn broker_over_call_socket(mut self) -> Self {
-        self.broker_over_tcp = true;
-        self.call_socket = CallSocket::Served;
-        self
-    }
-
-    /// The gateway is told of a call socket that nothing serves (a broker being upgraded, or
-    /// one started without it): it must call over the broker's TCP port instead.
-    pub fn broker_with_unserved_call_socket(mut self) -> Self {
-        self.broker_over_tcp = true;
-        self.call_socket = CallSocket::Unserved;
-        self
-    }
-
     /// The gateway serves HTTPS, WSS and gRPC over TLS with these certificates' server
     /// certificate: [`TestStack::gateway_url`] is `https://`, and [`TestStack::http`] trusts
     /// their CA.
@@ -236,28 +208,9 @@ impl TestStackBuilder {
             http = http.tls_certs_only([ca]);
         }
         let http = http.build().expect("an HTTP client");
-        let call_socket_dir = match self.call_socket {
-            CallSocket::None => None,
-            CallSocket::Served | CallSocket::Unserved => {
-                Some(tempfile::tempdir().expect("a directory for the call socket"))
-            }
-        };
-        let call_socket_path = call_socket_dir
-            .as_ref()
-            .map(|directory| directory.path().join("broker-calls.sock"));
-        if self.call_socket == CallSocket::Served
-            && let Some(path) = &call_socket_path
-        {
-            builder = builder.broker_call_socket(path.clone());
-        }
         let stack = builder.start().await.unwrap_or_else(|error| {
             panic!("the stack did not start: {}", crate::error_chain(&error))
         });
-        if let Some(path) = &call_socket_path {
-            stack
-                .broker_call_sockets()
-                .insert(stack.broker_endpoint(), path.clone());
-        }
 
         let mut test_stack = TestStack {
             gateway_url: stack.gateway_url(),
@@ -268,9 +221,7 @@ impl TestStackBuilder {
             broker: stack.broker_client(),
             session_api_endpoint: stack.session_api_endpoint(),
             broker_endpoint: stack.broker_endpoint(),
-            call_socket: call_socket_path,
             stack: Some(stack),
-            _call_socket_dir: call_socket_dir,
         };
         test_stack.wait_until_healthy().await;
         test_stack.instance_id = test_stack
@@ -302,11 +253,8 @@ pub struct TestStack {
     pub broker: BrokerClient,
     pub session_api_endpoint: String,
     pub broker_endpoint: String,
-    /// The broker's call socket, when the gateway was told of one.
-    pub call_socket: Option<PathBuf>,
     /// The services; `None` once shut down.
     stack: Option<Stack>,
-    _call_socket_dir: Option<tempfile::TempDir>,
 }
 
 impl TestStack {

@@ -19,8 +19,8 @@ use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_test_support::postgres::TestDatabase;
 use tempfile::TempDir;
-use test_support::postgres::TestDatabase;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -477,7 +477,7 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        test_support::poll_until(patience, Duration::from_millis(100), check)
+        ptyhub_test_support::poll_until(patience, Duration::from_millis(100), check)
             .await
             .unwrap_or_else(|| {
                 panic!(

@@ -24,11 +24,11 @@ pub struct S3Server {
 }
 
 impl S3Server {
-    /// Starts `moto_server` (at `test_support::environment::moto_server_path()`), logging to
+    /// Starts `moto_server` (at `ptyhub_test_support::environment::moto_server_path()`), logging to
     /// `log_dir/moto.log`.
     pub async fn start(log_dir: &Path) -> anyhow::Result<Self> {
         let log = std::fs::File::create(log_dir.join("moto.log"))?;
-        let child = Command::new(test_support::environment::moto_server_path())
+        let child = Command::new(ptyhub_test_support::environment::moto_server_path())
             .args(["-H", "127.0.0.1", "-p", "0"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

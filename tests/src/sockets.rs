@@ -189,7 +189,7 @@ mod tests {
         // The server hangs up: the client's side waits for its own close.
         server.shutdown(Shutdown::Both).unwrap();
         drop(server);
-        let state = test_support::poll_until_blocking(
+        let state = ptyhub_test_support::poll_until_blocking(
             std::time::Duration::from_secs(10),
             std::time::Duration::from_millis(10),
             || {

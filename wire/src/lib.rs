@@ -1,8 +1,8 @@
-//! The edge that every ptyhub service shares, written once: the contract's limits, the terminal
-//! vocabulary (`TerminalSize`, `Role`), service credentials with one client interceptor and one
-//! server check, health and reflection set up by one function, and the closed table of error
-//! codes that every transport (gRPC, HTTP, WebSocket) maps from, TLS for every hop, and the
-//! record modes every surface spells alike.
+//! The edge that every ptyhub service shares, written once: the contract's limits, service
+//! credentials with one client interceptor and one server check, health and reflection set up
+//! by one function, the closed table of error codes that every transport (gRPC, HTTP,
+//! WebSocket) maps from, and TLS for every hop. The contract's nouns (sizes, roles, statuses,
+//! names) are `ptyhub-model`'s.
 //!
 //! Nothing here knows a service's domain: a service turns its own errors into an [`ErrorCode`],
 //! and this crate says what that code is on each wire.
@@ -10,16 +10,13 @@
 #![forbid(unsafe_code)]
 
 mod audit;
-pub mod call_socket;
 mod code;
 mod credential;
 mod introspection;
 pub mod limits;
-mod record_mode;
 #[cfg(feature = "recordings")]
 mod recordings;
 mod secret;
-mod terminal;
 mod tls;
 
 pub use audit::{
@@ -34,13 +31,11 @@ pub use credential::{
     TierCredentials, bearer_token,
 };
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
-pub use record_mode::{InvalidRecordMode, RecordMode};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};
 pub use secret::{
     SecretError, create_private_directory, create_private_file, read_secret_file,
     read_secret_lines, secret_from,
 };
-pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};
 pub use tls::{PemCertificatesError, TlsConfig, TlsError, TlsFiles, pem_certificate_count};
 pub use tonic_health::ServingStatus;

@@ -119,7 +119,7 @@ fn main() -> Result<()> {
 /// The gateway's fuzz tests, one at a time (each gets the same share of the budget), through
 /// `cargo test` rather than nextest, whose slow-test timeout would end a long property.
 fn fuzz(minutes: u64) -> Result<()> {
-    /// The `fuzz_` tests in `gateway/tests/api/fuzz.rs`.
+    /// The `fuzz_` tests in `services/gateway/tests/api/fuzz.rs`.
     const FUZZ_TESTS: u64 = 6;
     let seconds = (minutes * 60 / FUZZ_TESTS).max(1);
     let variables = [("PTYHUB_FUZZ_SECONDS".to_owned(), seconds.to_string())];
@@ -222,7 +222,7 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
 }
 
 /// The name of the variable through which the tests and the bench report a skip; the same as
-/// `test_support::SKIP_LOG_VARIABLE` (xtask does not depend on the workspace's crates).
+/// `ptyhub_test_support::SKIP_LOG_VARIABLE` (xtask does not depend on the workspace's crates).
 const SKIP_LOG_VARIABLE: &str = "PTYHUB_TEST_SKIP_LOG";
 
 /// Lists the skipped tests after the run, so that a skip never reads as a pass.

@@ -1,5 +1,5 @@
 //! The web page: building it from `web/` with npm and esbuild into `web/dist/` (which
-//! `gateway/build.rs` puts into the binaries), checking its JavaScript (tsc on the JSDoc types,
+//! `services/gateway/build.rs` puts into the binaries), checking its JavaScript (tsc on the JSDoc types,
 //! eslint), and running its browser tests (node's test runner driving Debian's Chromium through
 //! playwright-core) against a `ptyhub up` that the tests start themselves.
 //!

@@ -5,8 +5,8 @@
 
 use std::process::Output;
 
+use ptyhub_test_support::stack::TestStack;
 use serde_json::{Value, json};
-use test_support::stack::TestStack;
 
 use crate::support::{one_error_line, ptyhub_command, run_bounded};
 

@@ -9,7 +9,7 @@ use crate::support::pty::Terminal;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use test_support::Requirement;
+use ptyhub_test_support::Requirement;
 
 /// The image `cargo xtask test` builds: static busybox.
 const TEST_IMAGE: &str = "ptyhub-test-busybox:latest";
@@ -92,7 +92,7 @@ impl Drop for Container {
 
 #[test]
 fn docker_instances_run_exec_and_attach_inside_the_container() {
-    if !test_support::require(Requirement::Docker) {
+    if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let container = Container::start();
@@ -150,7 +150,7 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
 
 #[test]
 fn root_in_a_container_is_refused_unless_up_allows_it() {
-    if !test_support::require(Requirement::Docker) {
+    if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let container = Container::start();
@@ -170,7 +170,7 @@ fn root_in_a_container_is_refused_unless_up_allows_it() {
 
 #[test]
 fn an_unknown_container_is_one_clear_error() {
-    if !test_support::require(Requirement::Docker) {
+    if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let up = Up::start_with_backends("local,docker");

@@ -5,8 +5,8 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 
+use ptyhub_test_support::asciicast::Cast;
 use serde_json::Value;
-use test_support::asciicast::Cast;
 
 use crate::support::{Up, eventually, one_error_line};
 

@@ -2,7 +2,7 @@
 //! of `--ca-cert` (gRPC for the session commands, HTTPS for a recording's download); without
 //! that CA, with another CA, or with a file that holds no certificate, each says why in one line.
 
-use test_support::tls::TestCertificates;
+use ptyhub_test_support::tls::TestCertificates;
 
 use crate::support::{Up, one_error_line};
 

@@ -12,7 +12,7 @@ use ptyhub_client::proto::session as session_pb;
 use ptyhub_client::{
     AttachOptions, Client, ErrorCode, Event, ExitStatus, NewSession, Role, Selector, TerminalSize,
 };
-use test_support::stack::TestStack;
+use ptyhub_test_support::stack::TestStack;
 
 use relay::Relay;
 

@@ -3,9 +3,9 @@
 //! CA, or one that is no certificate.
 
 use ptyhub_client::{Client, ConnectOptions, Error, ExitStatus};
-use test_support::error_chain;
-use test_support::stack::TestStack;
-use test_support::tls::TestCertificates;
+use ptyhub_test_support::error_chain;
+use ptyhub_test_support::stack::TestStack;
+use ptyhub_test_support::tls::TestCertificates;
 
 fn trusting(ca_pem: &str) -> ConnectOptions {
     ConnectOptions {

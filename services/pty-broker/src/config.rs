@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, secret_from};
 
 use crate::policy::SpawnPolicy;
@@ -79,14 +79,6 @@ pub struct Config {
     /// `http://` and the listen address, which then must not be 0.0.0.0 or [::].
     #[arg(long, env = "PTYHUB_BROKER_ADVERTISE", value_parser = parse_endpoint)]
     pub advertise: Option<String>,
-
-    /// A Unix socket that serves the same gRPC calls as the port to a gateway on this host,
-    /// without HTTP/2 (one call per connection, `ptyhub_wire::call_socket`): a keystroke's
-    /// round trip through a separate gateway process is shorter by the connection tasks it
-    /// skips. The file is made with mode 0660: who may connect is who may read and write it.
-    /// The gateway names it with `--broker-call-socket`. Unset: none.
-    #[arg(long, env = "PTYHUB_BROKER_CALL_SOCKET", value_name = "PATH")]
-    pub call_socket: Option<PathBuf>,
 
     /// Which runtimes to offer (comma separated): `local` runs on this host, `docker` in
     /// containers of the Docker engine.
@@ -203,7 +195,6 @@ impl Config {
             },
             data_dir: None,
             broker_id: "local".to_owned(),
-            call_socket: None,
             session_api: None,
             advertise: None,
             backends: vec![BackendKind::Local],

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub use ptyhub_wire::{InvalidSize, Role, TerminalSize};
+pub use ptyhub_model::{InvalidSize, Role, TerminalSize};
 
 /// How a session's process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use attach_ticket::TicketError;
+use ptyhub_attach_ticket::TicketError;
 use ptyhub_wire::{ErrorCode, IntrospectionError};
 use uuid::Uuid;
 

@@ -9,7 +9,6 @@ use ptyhub_wire::{Introspection, ServingStatus};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -119,10 +118,6 @@ impl Broker {
                     }
                 }
             };
-            let mut call_socket = match &config.call_socket {
-                Some(path) => Some(self.serve_call_socket(path, routes.clone(), stop_signal())?),
-                None => None,
-            };
             let mut server = Server::builder();
             if let Some(tls) = tls.tonic_server() {
                 server = server.tls_config(tls)?;
@@ -189,15 +184,10 @@ impl Broker {
                                 stop_registering.cancel();
                                 // Each attached stream ends with the hand-off's status, the
                                 // gateway's cue to reconnect at once (1012). They are written
-                                // by the servers' tasks: let those finish before this process
+                                // by the server's tasks: let those finish before this process
                                 // exits, or a client sees its connection reset (1011).
-                                let drained = tokio::time::timeout(HAND_OFF_DRAIN, async {
-                                    let _ = (&mut server).await;
-                                    if let Some(call_socket) = &mut call_socket {
-                                        let _ = call_socket.await;
-                                    }
-                                })
-                                .await;
+                                let drained =
+                                    tokio::time::timeout(HAND_OFF_DRAIN, &mut server).await;
                                 if drained.is_err() {
                                     tracing::warn!(drain = ?HAND_OFF_DRAIN,
                                         "streams still open after the hand-off: ending them");
@@ -217,42 +207,6 @@ impl Broker {
                 }
             }
         }
-    }
-
-    /// Serves what the port serves (`routes` and the broker's service) on the call socket at
-    /// `path` until `stop`, then removes the socket file, unless another process bound that path
-    /// since; the task ends once the calls in progress have ended too. A hand-off stops it as it
-    /// stops the port: gateways find no socket and call over the port, where their calls queue
-    /// for the successor, which binds the socket anew.
-    fn serve_call_socket(
-        &self,
-        path: &std::path::Path,
-        routes: tonic::service::Routes,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<AbortOnDropHandle<()>, StartError> {
-        use std::os::unix::fs::MetadataExt as _;
-        let bound = |source| StartError::Io {
-            context: "bind the call socket",
-            source,
-        };
-        let listener = ptyhub_wire::call_socket::bind_call_socket(path).map_err(bound)?;
-        let identity = std::fs::metadata(path)
-            .map(|metadata| (metadata.dev(), metadata.ino()))
-            .map_err(bound)?;
-        let service = routes
-            .add_service(PtyBrokerService::new(self.clone()).into_server())
-            .prepare();
-        tracing::info!(path = %path.display(), "serving the call socket");
-        let path = path.to_owned();
-        Ok(AbortOnDropHandle::new(tokio::spawn(async move {
-            let calls = ptyhub_wire::call_socket::serve_calls(listener, service, stop).await;
-            let still_ours = std::fs::metadata(&path)
-                .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == identity);
-            if still_ours && let Err(error) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), %error, "cannot remove the call socket");
-            }
-            calls.ended().await;
-        })))
     }
 
     /// This broker's gRPC service (`ptyhub.broker.v1.PtyBroker`) as a value another part of the
@@ -325,7 +279,7 @@ mod tests {
     fn config() -> Config {
         Config::new(
             ptyhub_wire::ServiceCredential::new("a-service-token-for-tests").unwrap(),
-            attach_ticket::TicketKey::new(b"a ticket secret for tests 0123456789".to_vec())
+            ptyhub_attach_ticket::TicketKey::new(b"a ticket secret for tests 0123456789".to_vec())
                 .unwrap(),
         )
     }

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use ptyhub_wire::{Actor, Role};
+use ptyhub_model::Role;
+use ptyhub_wire::Actor;
 use uuid::Uuid;
 
 use crate::error::Error;
@@ -18,76 +19,7 @@ pub const DEFAULT_PAGE_SIZE: u32 = 100;
 pub const MAX_DETAIL_ENTRIES: usize = 16;
 pub const MAX_DETAIL_VALUE_BYTES: usize = 1024;
 
-/// What happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuditKind {
-    InstanceCreated,
-    InstanceDeleted,
-    SessionCreated,
-    SessionRenamed,
-    SessionReset,
-    SessionClosed,
-    Attached,
-    Detached,
-    Takeover,
-    Input,
-    Refused,
-    ShareCreated,
-    ShareRevoked,
-}
-
-impl AuditKind {
-    pub const ALL: [AuditKind; 13] = [
-        AuditKind::InstanceCreated,
-        AuditKind::InstanceDeleted,
-        AuditKind::SessionCreated,
-        AuditKind::SessionRenamed,
-        AuditKind::SessionReset,
-        AuditKind::SessionClosed,
-        AuditKind::Attached,
-        AuditKind::Detached,
-        AuditKind::Takeover,
-        AuditKind::Input,
-        AuditKind::Refused,
-        AuditKind::ShareCreated,
-        AuditKind::ShareRevoked,
-    ];
-
-    /// The name stored in the table and shown by the gateway's REST API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditKind::InstanceCreated => "instance_created",
-            AuditKind::InstanceDeleted => "instance_deleted",
-            AuditKind::SessionCreated => "session_created",
-            AuditKind::SessionRenamed => "session_renamed",
-            AuditKind::SessionReset => "session_reset",
-            AuditKind::SessionClosed => "session_closed",
-            AuditKind::Attached => "attached",
-            AuditKind::Detached => "detached",
-            AuditKind::Takeover => "takeover",
-            AuditKind::Input => "input",
-            AuditKind::Refused => "refused",
-            AuditKind::ShareCreated => "share_created",
-            AuditKind::ShareRevoked => "share_revoked",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
-    }
-
-    /// Whether a gateway may report this kind: what session-api cannot see itself (a reset
-    /// sent on a terminal stream goes to the broker directly).
-    pub fn reported_by_gateways(self) -> bool {
-        matches!(
-            self,
-            AuditKind::Attached
-                | AuditKind::Detached
-                | AuditKind::Refused
-                | AuditKind::SessionReset
-        )
-    }
-}
+pub use ptyhub_model::AuditKind;
 
 /// An event about to be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,14 +176,6 @@ mod tests {
     use ptyhub_wire::Surface;
 
     use super::*;
-
-    #[test]
-    fn every_kind_parses_from_its_name() {
-        for kind in AuditKind::ALL {
-            assert_eq!(AuditKind::parse(kind.as_str()), Some(kind));
-        }
-        assert_eq!(AuditKind::parse("teleported"), None);
-    }
 
     #[test]
     fn a_filter_keeps_its_bounds() {

@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
+use ptyhub_model::TerminalSize;
+use ptyhub_model::proto::ProtoEnum as _;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
-use ptyhub_wire::{BearerAuth, ServiceCredential, TerminalSize};
+use ptyhub_wire::{BearerAuth, ServiceCredential};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use uuid::Uuid;
@@ -180,28 +182,15 @@ impl BrokerClients {
 
     /// Starts the session's process on `broker`.
     pub async fn spawn(&self, broker: &Broker, spec: &SpawnSpec) -> Result<(), Error> {
-        let target = match &spec.target {
-            Target::Local => pb::target::Kind::Local(pb::LocalTarget {}),
-            Target::Docker { container } => pb::target::Kind::Docker(pb::DockerTarget {
-                container: container.clone(),
-            }),
-        };
         let request = pb::SpawnRequest {
             session_id: spec.session_id.to_string(),
-            target: Some(pb::Target { kind: Some(target) }),
+            target: Some(spec.target.clone().into()),
             command: spec.command.clone(),
             env: spec.env.clone().into_iter().collect(),
             cwd: spec.cwd.clone(),
             user: spec.user.clone(),
-            size: Some(pb::TerminalSize {
-                cols: u32::from(spec.size.cols()),
-                rows: u32::from(spec.size.rows()),
-            }),
-            record: match spec.record {
-                RecordMode::Off => pb::RecordMode::Off,
-                RecordMode::Output => pb::RecordMode::Output,
-                RecordMode::OutputAndInput => pb::RecordMode::OutputAndInput,
-            } as i32,
+            size: Some(spec.size.into()),
+            record: spec.record.to_proto(),
             recording_title: spec.recording_title.clone(),
         };
         self.client(broker)?

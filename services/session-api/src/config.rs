@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
 
 use crate::domain::RecordMode;
@@ -149,7 +149,7 @@ impl Config {
                 broker_tokens: Vec::new(),
                 ticket_key,
             },
-            ticket_ttl: attach_ticket::DEFAULT_TICKET_TTL,
+            ticket_ttl: ptyhub_attach_ticket::DEFAULT_TICKET_TTL,
             brokers: Vec::new(),
             heartbeat_timeout: Duration::from_secs(15),
             activity_flush_interval: Duration::from_secs(1),

@@ -2,8 +2,15 @@
 //! `grpc.rs` turns into a status, in one place), and [`StartError`] for what keeps the server
 //! from starting or serving.
 
-use ptyhub_wire::{ErrorCode, IntrospectionError, InvalidSize};
+use ptyhub_model::InvalidSize;
+use ptyhub_wire::{ErrorCode, IntrospectionError};
 use uuid::Uuid;
+
+impl From<ptyhub_model::Invalid> for Error {
+    fn from(invalid: ptyhub_model::Invalid) -> Self {
+        Error::InvalidRequest(invalid.0)
+    }
+}
 
 /// What can go wrong with one request. Messages are lowercase, except the cap's, whose wording
 /// the contract fixes.

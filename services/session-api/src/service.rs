@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use attach_ticket::{TicketKey, TicketRole};
-use ptyhub_wire::{Actor, Role, TerminalSize};
+use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_model::{Role, TerminalSize};
+use ptyhub_wire::Actor;
 use tokio::sync::{Notify, broadcast};
 use uuid::Uuid;
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use test_support::Requirement;
-use test_support::postgres::TestDatabase;
+use ptyhub_test_support::Requirement;
+use ptyhub_test_support::postgres::TestDatabase;
 use tests::churn::{
     ECHO_PREFIX, READY_LINE, Rng, check_transcript, marked_tree_roots, processes_with_marker,
 };
@@ -86,7 +86,7 @@ fn instance_marker(marker: &str, index: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn churn_keeps_the_caps_every_byte_no_orphan_and_the_memory() {
-    if !test_support::require(Requirement::Postgres) {
+    if !ptyhub_test_support::require(Requirement::Postgres) {
         return;
     }
     let started = Instant::now();

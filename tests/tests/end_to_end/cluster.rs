@@ -8,15 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::join_all;
 use ptyhub_proto::session::v1 as session_pb;
-use test_support::Requirement;
-use test_support::postgres::TestDatabase;
+use ptyhub_test_support::Requirement;
+use ptyhub_test_support::postgres::TestDatabase;
 use tests::cluster::{Cluster, PATIENCE, broker_id};
 use tests::terminal::{Event, Terminal};
 
 const CAP_MESSAGE: &str = "Maximum of 5 terminal sessions reached for this instance";
 
 async fn start_cluster() -> Option<Cluster> {
-    if !test_support::require(Requirement::Postgres) {
+    if !ptyhub_test_support::require(Requirement::Postgres) {
         return None;
     }
     let database = TestDatabase::create().await.expect("a fresh database");

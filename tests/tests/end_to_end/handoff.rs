@@ -10,7 +10,7 @@ use std::time::Duration;
 use ptyhub_client::{AttachOptions, Attachment, Client, Event as ClientEvent};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use test_support::Requirement;
+use ptyhub_test_support::Requirement;
 use tests::cluster::{API_TOKEN, Cluster, PATIENCE};
 use tests::container::Container;
 use tests::terminal::{Event, Terminal};
@@ -409,7 +409,7 @@ async fn assert_full_and_active(cluster: &Cluster, instances: &[String], round: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_sessions_per_backend_and_both_kinds_of_client_survive_three_hand_offs() {
-    if !test_support::require(Requirement::Docker) {
+    if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let container = Container::start().await;

@@ -15,14 +15,14 @@ mod teardown;
 mod tickets;
 mod tombstone;
 
-use test_support::Requirement;
-use test_support::postgres::TestDatabase;
+use ptyhub_test_support::Requirement;
+use ptyhub_test_support::postgres::TestDatabase;
 use tests::cluster::{Cluster, ClusterBuilder};
 
 /// Starts `cluster` on a fresh database; `None` when PostgreSQL is unavailable (the test is
 /// skipped, or fails under `CI=true`).
 async fn start(cluster: ClusterBuilder) -> Option<Cluster> {
-    if !test_support::require(Requirement::Postgres) {
+    if !ptyhub_test_support::require(Requirement::Postgres) {
         return None;
     }
     let database = TestDatabase::create().await.expect("a fresh database");

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ptyhub_client::{AttachOptions, Client, Event, NewSession};
-use test_support::Requirement;
+use ptyhub_test_support::Requirement;
 use tests::binaries::binary;
 use tests::isolated::IsolatedStack;
 
@@ -125,12 +125,12 @@ fn generate_python_stubs(python: &str, dir: &Path) {
 
 #[tokio::test]
 async fn outside_clients_stream_through_the_gateway_alone_across_a_gateway_restart() {
-    if !test_support::require(Requirement::NetworkNamespaces)
-        || !test_support::require(Requirement::Python)
+    if !ptyhub_test_support::require(Requirement::NetworkNamespaces)
+        || !ptyhub_test_support::require(Requirement::Python)
     {
         return;
     }
-    let python = test_support::environment::python_path();
+    let python = ptyhub_test_support::environment::python_path();
     let mut stack = IsolatedStack::start()
         .await
         .expect("the isolated stack starts");

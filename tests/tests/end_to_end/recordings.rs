@@ -2,8 +2,8 @@
 //! (moto's server on loopback); a session recorded on broker 0 and closed through gateway 0 is
 //! downloaded through gateway 1 and parses with a strict asciicast v2 reader.
 
-use test_support::Requirement;
-use test_support::asciicast::Cast;
+use ptyhub_test_support::Requirement;
+use ptyhub_test_support::asciicast::Cast;
 use tests::cluster::Cluster;
 use tests::s3::S3Server;
 
@@ -13,7 +13,7 @@ const BUCKET: &str = "ptyhub-recordings";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_made_on_one_broker_is_served_by_the_other_gateway() {
-    if !test_support::require(Requirement::S3Server) {
+    if !ptyhub_test_support::require(Requirement::S3Server) {
         return;
     }
     let logs = tempfile::tempdir().unwrap();

@@ -8,8 +8,8 @@
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_test_support::Requirement;
 use serde_json::json;
-use test_support::Requirement;
 use tests::cluster::Cluster;
 use tests::container::Container;
 
@@ -118,7 +118,7 @@ async fn closing_a_session_hangs_up_then_terminates_then_kills_its_processes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_a_session_in_a_container_without_init_leaves_no_process() {
-    if !test_support::require(Requirement::Docker) {
+    if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let container = Container::start_without_init().await;

@@ -81,7 +81,7 @@ impl Up {
     }
 
     /// Starts `ptyhub up` serving HTTPS with these certificates' server certificate.
-    pub fn start_with_tls(certificates: &test_support::tls::TestCertificates) -> Self {
+    pub fn start_with_tls(certificates: &ptyhub_test_support::tls::TestCertificates) -> Self {
         let data_dir = tempfile::tempdir().expect("data dir");
         let web_dir = tempfile::tempdir().expect("web dir");
         std::fs::write(web_dir.path().join("index.html"), TEST_PAGE).expect("write index.html");
@@ -441,9 +441,10 @@ fn dechunk(mut body: &str) -> String {
 
 /// Polls `condition` until it holds, failing the test after [`PATIENCE`].
 pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let held = test_support::poll_until_blocking(PATIENCE, Duration::from_millis(50), || {
-        condition().then_some(())
-    });
+    let held =
+        ptyhub_test_support::poll_until_blocking(PATIENCE, Duration::from_millis(50), || {
+            condition().then_some(())
+        });
     assert!(held.is_some(), "{what}: not within {PATIENCE:?}");
 }
 

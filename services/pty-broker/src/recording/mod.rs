@@ -12,7 +12,7 @@ mod asciicast;
 mod store;
 
 pub use asciicast::{CastEncoder, CastHeader};
-pub use ptyhub_wire::RecordMode;
+pub use ptyhub_model::RecordMode;
 pub use store::{Recordings, RecordingsConfig, RetentionReport};
 
 /// What to record of one session, as its Spawn call asked.

@@ -155,7 +155,7 @@ pub(crate) fn boot_id() -> Option<String> {
 mod tests {
     use std::time::Duration;
 
-    use test_support::poll_until_blocking;
+    use ptyhub_test_support::poll_until_blocking;
 
     use super::*;
 

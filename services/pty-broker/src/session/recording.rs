@@ -675,8 +675,8 @@ async fn append_to_spool(previous: &Path, spooled: &Path) -> std::io::Result<tok
 mod tests {
     use std::path::Path;
 
+    use ptyhub_test_support::asciicast::Cast;
     use ptyhub_wire::RecordingStore;
-    use test_support::asciicast::Cast;
     use tokio::io::AsyncWriteExt as _;
     use tokio::time::advance;
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use attach_ticket::TicketRole;
 use pb::server_frame::Frame;
+use ptyhub_attach_ticket::TicketRole;
 use ptyhub_proto::broker::v1 as pb;
 use tonic::Code;
 
@@ -109,7 +109,7 @@ async fn gap_reports_bytes_lost_beyond_the_ring(backend: Backend) -> anyhow::Res
     // Everything the script prints, as the terminal turns each \n into \r\n.
     let mut expected = b"0123456789abcdefghij\r\n".repeat(400);
     expected.extend_from_slice(b"END\r\n");
-    let produced = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    let produced = ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         let info = broker.get(&session.session_id).await.ok()?;
         (info.output_offset >= expected.len() as u64).then_some(info.output_offset)
     })
@@ -527,7 +527,7 @@ async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()
         }
     });
     // The outgoing queue fills once the broker stopped reading: its write waits on the PTY.
-    test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         (controller.sender.capacity() == 0).then_some(())
     })
     .await
@@ -693,7 +693,7 @@ async fn spawn_and_close_many_sessions_without_leaking_descriptors(
         let closed = broker.kill(&session.session_id).await?;
         assert_eq!(closed.state, pb::SessionState::Closed as i32);
     }
-    let released = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    let released = ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         open_descriptors()
             .is_ok_and(|after| after <= before)
             .then_some(())
@@ -965,7 +965,7 @@ async fn a_session_takes_a_bounded_number_of_viewers() -> anyhow::Result<()> {
         .attach(&session.session_id, pb::Role::Controller, None)
         .await?;
     drop(viewers.pop());
-    test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         broker
             .attach(&session.session_id, pb::Role::Viewer, None)
             .await

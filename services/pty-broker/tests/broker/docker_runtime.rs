@@ -283,7 +283,7 @@ async fn spawn_busy_session(runtime: &DockerRuntime, container: &DockerFixture) 
         .expect("spawn");
     let mut collected = Vec::new();
     read_until(&mut pty, &mut collected, 0, b"started").await;
-    let started = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+    let started = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
         (container.session_processes().await.len() >= 4).then_some(())
     })
     .await;
@@ -318,7 +318,7 @@ async fn assert_signal_group_leaves_no_process(runtime: DockerRuntime) {
     end_group(&pty).await;
     read_to_end(&mut pty).await;
     assert_ne!(wait(&pty).await.code, 0);
-    let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+    let ended = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
         (!pty.process.group_alive().await.unwrap()).then_some(())
     })
     .await;
@@ -492,7 +492,7 @@ fn unsupported_endpoint_is_refused_at_construction() {
 
 #[tokio::test]
 async fn unknown_container_is_not_found() {
-    if !test_support::require(test_support::Requirement::Docker) {
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
         return;
     }
     let name = format!("ptyhub-test-absent-{}", Uuid::new_v4().simple());

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
-use attach_ticket::{TicketKey, TicketRole};
 use bytes::Bytes;
+use ptyhub_attach_ticket::{TicketKey, TicketRole};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::sync::{RwLock, mpsc};
@@ -124,7 +124,7 @@ impl BrokerProcess {
 
     /// Waits for the process to exit on its own and returns whether it succeeded.
     async fn exited(&mut self) -> anyhow::Result<bool> {
-        let status = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let status = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
             let status = self.child.try_wait().ok().flatten();
             async move { status }
         })
@@ -140,7 +140,7 @@ impl BrokerProcess {
     /// Waits until the hand-off test hook has stopped the process.
     async fn stopped(&self) -> anyhow::Result<()> {
         let pid = self.pid();
-        test_support::poll_until(PATIENCE, POLL_INTERVAL, || async move {
+        ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async move {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
             (state == "T").then_some(())
@@ -419,7 +419,7 @@ fn check_flood(output: &[u8]) -> anyhow::Result<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_sessions_survive_three_hand_offs_with_every_byte_once() -> anyhow::Result<()> {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
     survive_three_hand_offs(None).await
 }
 
@@ -563,7 +563,7 @@ const STEPS: [(&str, bool); 4] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_killed_at_any_step_leaves_every_session_one_owner() -> anyhow::Result<()> {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
     let unused = tempfile::tempdir()?;
     killed_at_each_step(On::Local(&unused.path().join("unused"))).await
 }
@@ -637,7 +637,7 @@ async fn killed_at_each_step(on: On<'_>) -> anyhow::Result<()> {
             );
             // Nobody owns it: the next start ends it from its crash record.
             let (fresh, _) = BrokerProcess::start(data_dir.path(), false, None)?;
-            let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+            let ended = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
                 session_members(on, &stubborn)
                     .await
                     .is_empty()
@@ -658,7 +658,7 @@ async fn killed_at_each_step(on: On<'_>) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -> anyhow::Result<()>
 {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
     let data_dir = tempfile::tempdir()?;
     let stop = data_dir.path().join("unused");
     let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
@@ -710,7 +710,7 @@ async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -
 /// each next process took over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()> {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
     let data_dir = tempfile::tempdir()?;
     let store = tempfile::tempdir()?;
     let recording_args = ["--recordings".as_ref(), store.path().as_os_str()];
@@ -780,13 +780,13 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
         .await?;
 
     let path = store.path().join(format!("{}.cast", session.session_id));
-    let published = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    let published = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let path = path.clone();
         async move { std::fs::read(&path).ok() }
     })
     .await
     .with_context(|| format!("{} was never published", path.display()))?;
-    let cast = test_support::asciicast::Cast::parse(&published)?;
+    let cast = ptyhub_test_support::asciicast::Cast::parse(&published)?;
     ensure!(cast.title.as_deref() == Some("handed"), "{cast:?}");
     ensure!(
         cast.output().starts_with(&expected),
@@ -819,7 +819,7 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
     // Nothing is left in the spool (the broker removes its file after the upload the test saw,
     // so wait for that), and the store holds this one file.
     let spool = data_dir.path().join("recording-spool");
-    let spool_empty = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    let spool_empty = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let empty = std::fs::read_dir(&spool).is_ok_and(|mut entries| entries.next().is_none());
         async move { empty.then_some(()) }
     })
@@ -827,46 +827,5 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
     ensure!(spool_empty.is_some(), "the spool still holds a file");
     ensure!(std::fs::read_dir(store.path())?.count() == 1);
     drop(broker);
-    Ok(())
-}
-
-/// The sessions on the broker serving the call socket at `path`, called over that socket.
-async fn listed_over_call_socket(path: &Path) -> anyhow::Result<Vec<(String, u32)>> {
-    let socket = ptyhub_wire::call_socket::CallSocketClient::new(path);
-    let listed = PtyBrokerClient::new(socket)
-        .list(authorized(pb::ListRequest {}))
-        .await?;
-    Ok(sorted_pids(listed.into_inner()))
-}
-
-/// A broker with a call socket hands over: the successor serves the same sessions on the same
-/// socket path, and the socket file goes only with the last broker's clean stop.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_call_socket_moves_to_the_successor() -> anyhow::Result<()> {
-    test_support::init_test_logging();
-    let data_dir = tempfile::tempdir()?;
-    let socket_dir = tempfile::tempdir()?;
-    let socket = socket_dir.path().join("calls.sock");
-    let extra = [std::ffi::OsStr::new("--call-socket"), socket.as_os_str()];
-    let stop = data_dir.path().join("unused");
-    let (mut old, address) = BrokerProcess::start_with(data_dir.path(), false, None, &extra)?;
-    let address = address.expect("serving");
-    spawn_sh(&address, "exec cat", On::Local(&stop)).await?;
-    let before = pids(&address).await?;
-    ensure!(listed_over_call_socket(&socket).await? == before);
-
-    let (mut new, _) = BrokerProcess::start_with(data_dir.path(), true, None, &extra)?;
-    ensure!(old.exited().await?, "the old broker failed");
-    ensure!(
-        listed_over_call_socket(&socket).await? == before,
-        "the successor does not serve the call socket with the sessions"
-    );
-    // SIGTERM: a clean stop, which removes the socket file.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(new.pid() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )?;
-    ensure!(new.exited().await?, "the successor failed to stop");
-    ensure!(!socket.exists(), "the call socket outlived the last broker");
     Ok(())
 }

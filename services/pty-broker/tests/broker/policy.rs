@@ -21,7 +21,7 @@ async fn sessions(broker: &TestBroker) -> anyhow::Result<Vec<pb::SessionInfo>> {
 
 /// A Docker broker with the policy's defaults (the scenario tests opt out of them).
 async fn docker_broker(configure: Configure) -> anyhow::Result<Option<TestBroker>> {
-    if !test_support::require(test_support::Requirement::Docker) {
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
         return Ok(None);
     }
     let broker = TestBroker::start_with(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, ensure};
 use ptyhub_proto::broker::v1 as pb;
-use test_support::asciicast::Cast;
+use ptyhub_test_support::asciicast::Cast;
 
 use crate::restart::BrokerProcess;
 use crate::support::{self, Backend, PATIENCE, POLL_INTERVAL, TestBroker, authorized};
@@ -50,7 +50,7 @@ fn recorded_spawn(broker: &TestBroker, script: &str, mode: pb::RecordMode) -> pb
 /// The published recording of `session_id`, once it is there.
 async fn published(store: &Path, session_id: &str) -> anyhow::Result<Vec<u8>> {
     let path = store.join(format!("{session_id}.cast"));
-    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let path = path.clone();
         async move { std::fs::read(&path).ok() }
     })
@@ -233,7 +233,7 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
         .path()
         .join("recording-spool")
         .join(format!("{session_id}.cast"));
-    let flushed = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    let flushed = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let spooled = spooled.clone();
         async move {
             let contents = std::fs::read(&spooled).ok()?;
@@ -265,7 +265,7 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
     );
     // The store has the file before the spool's copy goes (the broker removes it after the
     // upload): wait for that rather than look once.
-    let spool_gone = test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    let spool_gone = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let gone = !spooled.exists();
         async move { gone.then_some(()) }
     })

@@ -114,7 +114,7 @@ impl Drop for BrokerProcess {
 
 /// Polls `condition` for up to [`PATIENCE`].
 async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let holds = condition().then_some(());
         async move { holds }
     })
@@ -124,7 +124,7 @@ async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
 
 #[tokio::test]
 async fn local_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> anyhow::Result<()> {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
     let data_dir = tempfile::tempdir()?;
     let first = BrokerProcess::start(data_dir.path(), "local")?;
     let session = first
@@ -166,7 +166,7 @@ async fn docker_sessions_of_a_killed_broker_are_ended_by_the_next_start() -> any
             container: container.name().to_owned(),
         }))
         .await?;
-    let sleeping = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+    let sleeping = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
         let running = container.session_processes().await;
         let sleeps = running
             .iter()
@@ -209,7 +209,7 @@ async fn the_data_directory_is_private_to_the_brokers_user() -> anyhow::Result<(
     for data_dir in [parent.path().join("new/data"), loose] {
         let mut config = pty_broker::Config::new(
             pty_broker::ServiceCredential::new(SERVICE_TOKEN)?,
-            attach_ticket::TicketKey::new(TICKET_SECRET.to_vec())?,
+            ptyhub_attach_ticket::TicketKey::new(TICKET_SECRET.to_vec())?,
         );
         config.data_dir = Some(data_dir.clone());
         pty_broker::Broker::builder(config)

@@ -393,7 +393,7 @@ async fn input_is_refused_while_a_controller_holds_the_lease_unless_forced(
     // A viewer is no controller: input goes through unforced.
     drop(person);
     let _viewer = broker.attach(&id, pb::Role::Viewer, None).await?;
-    let wait = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    let wait = ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         broker
             .send_keys(&id, vec![text("typed\n")], false)
             .await
@@ -505,7 +505,7 @@ async fn title_and_bell_reach_the_session_info(backend: Backend) -> anyhow::Resu
         .spawn_sh("printf '\\033]2;deploying web-1\\007'; printf '\\007done\\n'; sleep 600")
         .await?
         .session_id;
-    let info = test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
+    let info = ptyhub_test_support::poll_until(PATIENCE, support::POLL_INTERVAL, || async {
         let info = broker.get(&id).await.ok()?;
         (info.title == "deploying web-1" && info.last_bell_at.is_some()).then_some(info)
     })
@@ -569,7 +569,7 @@ async fn late_viewer_snapshot_asked(
     broker: &TestBroker,
     session_id: &str,
 ) -> anyhow::Result<Snapshot> {
-    let ticket = broker.ticket(session_id, attach_ticket::TicketRole::Viewer);
+    let ticket = broker.ticket(session_id, ptyhub_attach_ticket::TicketRole::Viewer);
     let mut viewer = broker
         .attach_with(pb::Hello {
             ticket,

@@ -177,12 +177,12 @@ async fn health_and_both_reflection_versions_are_served() -> anyhow::Result<()> 
         BROKER_SERVICE,
     ];
     assert_eq!(
-        test_support::reflection::services_listed_by_v1(channel.clone()).await?,
+        ptyhub_test_support::reflection::services_listed_by_v1(channel.clone()).await?,
         expected
     );
     // What Python's grpcio-reflection and other older clients speak.
     assert_eq!(
-        test_support::reflection::services_listed_by_v1alpha(channel).await?,
+        ptyhub_test_support::reflection::services_listed_by_v1alpha(channel).await?,
         expected
     );
     broker.stop().await

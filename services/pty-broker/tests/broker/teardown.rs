@@ -32,7 +32,7 @@ backend_scenarios! {
 async fn kill_in_a_container_without_init_sends_hup_then_term_then_kill_and_leaves_no_process()
 -> anyhow::Result<()> {
     support::init_logging();
-    if !test_support::require(test_support::Requirement::Docker) {
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
         return Ok(());
     }
     let broker = TestBroker::start_docker_without_init(Box::new(|config| {

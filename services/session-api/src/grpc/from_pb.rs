@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use ptyhub_model::proto::{self, ProtoEnum as _};
+use ptyhub_model::{Name, NameKind};
+use ptyhub_model::{Role, TerminalSize};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_wire::{Actor, Role, TerminalSize, limits};
+use ptyhub_wire::Actor;
 use uuid::Uuid;
 
 use crate::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
@@ -34,12 +37,9 @@ pub(super) fn size_from_pb(size: Option<broker_pb::TerminalSize>) -> Result<Term
     }
 }
 
+/// A role, the controller's when none is named.
 pub(super) fn role_from_pb(role: i32) -> Result<Role, Error> {
-    match broker_pb::Role::try_from(role) {
-        Ok(broker_pb::Role::Unspecified | broker_pb::Role::Controller) => Ok(Role::Controller),
-        Ok(broker_pb::Role::Viewer) => Ok(Role::Viewer),
-        Err(_) => Err(Error::InvalidRequest(format!("role {role} is unknown"))),
-    }
+    Ok(proto::optional_role(role)?.unwrap_or(Role::Controller))
 }
 
 pub(super) fn validated_command(command: Vec<String>) -> Result<Vec<String>, Error> {
@@ -76,24 +76,14 @@ pub(super) fn validated_endpoint(endpoint: &str) -> Result<&str, Error> {
 }
 
 fn validated_instance_name(name: &str) -> Result<String, Error> {
-    let name = name.trim();
-    if name.is_empty()
-        || name.chars().count() > 255
-        || name.chars().any(limits::is_forbidden_in_names)
-    {
-        return Err(Error::InvalidRequest(
-            "instance name must be 1..=255 characters after trimming, without control, \
-             format or bidirectional characters"
-                .into(),
-        ));
-    }
-    if Uuid::parse_str(name).is_ok() {
+    let name = Name::parse(NameKind::Instance, name)?.into_string();
+    if Uuid::parse_str(&name).is_ok() {
         // Instances are addressed by id or name: a name that is a uuid would be ambiguous.
         return Err(Error::InvalidRequest(
             "instance name must not be a uuid".into(),
         ));
     }
-    Ok(name.to_owned())
+    Ok(name)
 }
 
 fn validated_env(
@@ -113,20 +103,7 @@ fn validated_env(
 pub(super) fn new_instance_from_pb(
     request: pb::RegisterInstanceRequest,
 ) -> Result<NewInstance, Error> {
-    let target = match request.target.and_then(|target| target.kind) {
-        None => return Err(Error::InvalidRequest("target is required".into())),
-        Some(broker_pb::target::Kind::Local(_)) => Target::Local,
-        Some(broker_pb::target::Kind::Docker(docker)) => {
-            if docker.container.trim().is_empty() {
-                return Err(Error::InvalidRequest(
-                    "target.docker.container is required".into(),
-                ));
-            }
-            Target::Docker {
-                container: docker.container,
-            }
-        }
-    };
+    let target = Target::try_from(request.target.unwrap_or_default())?;
     let max_sessions = match request.max_sessions {
         0 => DEFAULT_MAX_SESSIONS,
         n if n <= MAX_SESSIONS_LIMIT => n,
@@ -156,42 +133,15 @@ pub(super) fn new_instance_from_pb(
 
 /// A record mode; `None` for unspecified (the server's default).
 pub(super) fn record_mode_from_pb(value: i32) -> Result<Option<RecordMode>, Error> {
-    match broker_pb::RecordMode::try_from(value) {
-        Ok(broker_pb::RecordMode::Unspecified) => Ok(None),
-        Ok(broker_pb::RecordMode::Off) => Ok(Some(RecordMode::Off)),
-        Ok(broker_pb::RecordMode::Output) => Ok(Some(RecordMode::Output)),
-        Ok(broker_pb::RecordMode::OutputAndInput) => Ok(Some(RecordMode::OutputAndInput)),
-        Err(_) => Err(Error::InvalidRequest(format!(
-            "record mode {value} is unknown"
-        ))),
-    }
+    Ok(proto::optional_record_mode(value)?)
 }
 
 /// The kinds of the audit trail, one to one.
 pub(super) fn audit_kind_from_pb(kind: i32) -> Result<AuditKind, Error> {
-    use pb::AuditKind as Kind;
-    let kind = match Kind::try_from(kind) {
-        Ok(Kind::InstanceCreated) => AuditKind::InstanceCreated,
-        Ok(Kind::InstanceDeleted) => AuditKind::InstanceDeleted,
-        Ok(Kind::SessionCreated) => AuditKind::SessionCreated,
-        Ok(Kind::SessionRenamed) => AuditKind::SessionRenamed,
-        Ok(Kind::SessionReset) => AuditKind::SessionReset,
-        Ok(Kind::SessionClosed) => AuditKind::SessionClosed,
-        Ok(Kind::Attached) => AuditKind::Attached,
-        Ok(Kind::Detached) => AuditKind::Detached,
-        Ok(Kind::Takeover) => AuditKind::Takeover,
-        Ok(Kind::Input) => AuditKind::Input,
-        Ok(Kind::Refused) => AuditKind::Refused,
-        Ok(Kind::ShareCreated) => AuditKind::ShareCreated,
-        Ok(Kind::ShareRevoked) => AuditKind::ShareRevoked,
-        Ok(Kind::Unspecified) => return Err(Error::InvalidRequest("kind is required".into())),
-        Err(_) => {
-            return Err(Error::InvalidRequest(format!(
-                "audit kind {kind} is unknown"
-            )));
-        }
-    };
-    Ok(kind)
+    if kind == 0 {
+        return Err(Error::InvalidRequest("kind is required".into()));
+    }
+    Ok(AuditKind::from_proto(kind)?)
 }
 
 /// A UUID field that may be empty.
@@ -223,17 +173,7 @@ pub(super) fn reported_event_from_pb(
     actor: &Actor,
 ) -> Result<NewAuditEvent, Error> {
     let kind = audit_kind_from_pb(request.kind)?;
-    let role = match broker_pb::Role::try_from(request.role) {
-        Ok(broker_pb::Role::Unspecified) => None,
-        Ok(broker_pb::Role::Controller) => Some(Role::Controller),
-        Ok(broker_pb::Role::Viewer) => Some(Role::Viewer),
-        Err(_) => {
-            return Err(Error::InvalidRequest(format!(
-                "role {} is unknown",
-                request.role
-            )));
-        }
-    };
+    let role = proto::optional_role(request.role)?;
     Ok(NewAuditEvent {
         kind,
         actor: actor.clone(),

@@ -178,7 +178,7 @@ impl SessionApi for GrpcSessionApi {
         let name = if request.name.is_empty() {
             None
         } else {
-            Some(SessionName::parse(&request.name)?)
+            Some(SessionName::parse(&request.name).map_err(Error::from)?)
         };
         // Counted before any is parsed: each alias is a row the create writes while it holds
         // the instance's lock.
@@ -193,7 +193,8 @@ impl SessionApi for GrpcSessionApi {
             .aliases
             .iter()
             .map(|alias| Alias::parse(alias))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::from)?;
         let command = if request.command.is_empty() {
             None
         } else {
@@ -252,9 +253,11 @@ impl SessionApi for GrpcSessionApi {
                 .into());
             }
             Some(Selector::SessionId(id)) => SessionSelector::Id(session_id_from_pb(&id)?),
-            Some(Selector::Alias(alias)) => SessionSelector::Alias(Alias::parse(&alias)?),
+            Some(Selector::Alias(alias)) => {
+                SessionSelector::Alias(Alias::parse(&alias).map_err(Error::from)?)
+            }
             Some(Selector::ClientId(client_id)) => {
-                SessionSelector::Alias(Alias::client(&client_id)?)
+                SessionSelector::Alias(Alias::client(&client_id).map_err(Error::from)?)
             }
             Some(Selector::Default(true)) => SessionSelector::Alias(Alias::Default),
             Some(Selector::Default(false)) => {
@@ -297,7 +300,7 @@ impl SessionApi for GrpcSessionApi {
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
-        let name = SessionName::parse(&request.name)?;
+        let name = SessionName::parse(&request.name).map_err(Error::from)?;
         let session = self
             .service
             .rename_session(instance, session_id, &name)
@@ -548,7 +551,7 @@ impl BrokerRegistry for GrpcBrokerRegistry {
 
 #[cfg(test)]
 mod tests {
-    use ptyhub_wire::TerminalSize;
+    use ptyhub_model::TerminalSize;
     use tonic::Code;
     use uuid::Uuid;
 

@@ -1,16 +1,15 @@
-//! Domain types to the generated messages of answers and change events.
+//! Domain types to the generated messages of answers and change events; the contract's nouns
+//! inside them by `ptyhub_model::proto`.
 
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_model::proto::{self, ProtoEnum as _};
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_wire::Role;
 
-use crate::audit::{AuditKind, AuditPage};
+use crate::audit::AuditPage;
 use crate::domain::{
-    AttachTarget, Broker, ChangeKind, CloseReason, Instance, RecordMode, Session,
-    SessionAttachment, SessionChange, SessionStatus, Share, Target,
+    AttachTarget, Broker, Instance, RecordMode, Session, SessionAttachment, SessionChange, Share,
 };
 
 fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
@@ -24,24 +23,14 @@ fn system_timestamp(at: SystemTime) -> prost_types::Timestamp {
     timestamp(DateTime::<Utc>::from(at))
 }
 
-fn target_to_pb(target: &Target) -> broker_pb::Target {
-    let kind = match target {
-        Target::Local => broker_pb::target::Kind::Local(broker_pb::LocalTarget {}),
-        Target::Docker { container } => broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
-            container: container.clone(),
-        }),
-    };
-    broker_pb::Target { kind: Some(kind) }
-}
-
 /// An instance as clients see it, its recording setting resolved against the server's default.
 pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) -> pb::Instance {
     pb::Instance {
-        record: record_mode_to_pb(instance.record.unwrap_or(default_record)) as i32,
+        record: instance.record.unwrap_or(default_record).to_proto(),
         record_is_default: instance.record.is_none(),
         id: instance.id.to_string(),
         name: instance.name.clone(),
-        target: Some(target_to_pb(&instance.target)),
+        target: Some(instance.target.clone().into()),
         command: instance.command.clone(),
         env: instance.env.clone().into_iter().collect(),
         cwd: instance.cwd.clone(),
@@ -54,52 +43,16 @@ pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) ->
     }
 }
 
-fn record_mode_to_pb(mode: RecordMode) -> broker_pb::RecordMode {
-    match mode {
-        RecordMode::Off => broker_pb::RecordMode::Off,
-        RecordMode::Output => broker_pb::RecordMode::Output,
-        RecordMode::OutputAndInput => broker_pb::RecordMode::OutputAndInput,
-    }
-}
-
-fn status_to_pb(status: SessionStatus) -> pb::SessionStatus {
-    match status {
-        SessionStatus::Starting => pb::SessionStatus::Starting,
-        SessionStatus::Active => pb::SessionStatus::Active,
-        SessionStatus::Resetting => pb::SessionStatus::Resetting,
-        SessionStatus::Exited => pb::SessionStatus::Exited,
-        SessionStatus::Closed => pb::SessionStatus::Closed,
-    }
-}
-
-fn close_reason_to_pb(reason: Option<CloseReason>) -> pb::CloseReason {
-    match reason {
-        None => pb::CloseReason::Unspecified,
-        Some(CloseReason::ClosedByUser) => pb::CloseReason::ClosedByUser,
-        Some(CloseReason::Exited) => pb::CloseReason::Exited,
-        Some(CloseReason::IdleReaped) => pb::CloseReason::IdleReaped,
-        Some(CloseReason::BrokerLost) => pb::CloseReason::BrokerLost,
-        Some(CloseReason::InstanceDeleted) => pb::CloseReason::InstanceDeleted,
-        Some(CloseReason::SpawnFailed) => pb::CloseReason::SpawnFailed,
-    }
-}
-
 pub(super) fn session_to_pb(session: &Session) -> pb::Session {
     pb::Session {
         id: session.id.to_string(),
         instance_id: session.instance_id.to_string(),
         name: session.name.clone(),
-        status: status_to_pb(session.status).into(),
-        close_reason: close_reason_to_pb(session.close_reason).into(),
-        exit: session.exit.map(|exit| broker_pb::ExitStatus {
-            code: exit.code,
-            signal: exit.signal,
-        }),
+        status: session.status.to_proto(),
+        close_reason: proto::optional_to_proto(session.close_reason),
+        exit: session.exit.map(Into::into),
         aliases: session.aliases.clone(),
-        size: Some(broker_pb::TerminalSize {
-            cols: u32::from(session.size.cols()),
-            rows: u32::from(session.size.rows()),
-        }),
+        size: Some(session.size.into()),
         broker_id: session.broker_id.clone(),
         created_at: Some(timestamp(session.created_at)),
         last_activity_at: Some(timestamp(session.last_activity_at)),
@@ -110,20 +63,13 @@ pub(super) fn session_to_pb(session: &Session) -> pb::Session {
     }
 }
 
-fn role_to_pb(role: Role) -> broker_pb::Role {
-    match role {
-        Role::Controller => broker_pb::Role::Controller,
-        Role::Viewer => broker_pb::Role::Viewer,
-    }
-}
-
 pub(super) fn attach_target_to_pb(target: &AttachTarget) -> pb::AttachTarget {
     pb::AttachTarget {
         session_id: target.session_id.to_string(),
         broker_endpoint: target.broker_endpoint.clone(),
         ticket: target.ticket.clone(),
         ticket_expires_at: Some(system_timestamp(target.ticket_expires_at)),
-        role: role_to_pb(target.role).into(),
+        role: target.role.to_proto(),
     }
 }
 
@@ -136,17 +82,8 @@ pub(super) fn attachment_to_pb(attachment: &SessionAttachment) -> pb::SessionAtt
 }
 
 pub(super) fn change_to_pb(change: &SessionChange) -> pb::SessionChange {
-    use pb::session_change::Kind;
-    let kind = match change.kind {
-        ChangeKind::Created => Kind::Created,
-        ChangeKind::Renamed => Kind::Renamed,
-        ChangeKind::Status => Kind::Status,
-        ChangeKind::Closed => Kind::Closed,
-        ChangeKind::Attachments => Kind::Attachments,
-        ChangeKind::Screen => Kind::Screen,
-    };
     pb::SessionChange {
-        kind: kind.into(),
+        kind: change.kind.to_proto(),
         session: Some(session_to_pb(&change.session)),
         at: Some(timestamp(change.at)),
     }
@@ -177,24 +114,6 @@ pub(super) fn share_to_pb(share: &Share) -> pb::Share {
     }
 }
 
-pub(super) fn audit_kind_to_pb(kind: AuditKind) -> pb::AuditKind {
-    match kind {
-        AuditKind::InstanceCreated => pb::AuditKind::InstanceCreated,
-        AuditKind::InstanceDeleted => pb::AuditKind::InstanceDeleted,
-        AuditKind::SessionCreated => pb::AuditKind::SessionCreated,
-        AuditKind::SessionRenamed => pb::AuditKind::SessionRenamed,
-        AuditKind::SessionReset => pb::AuditKind::SessionReset,
-        AuditKind::SessionClosed => pb::AuditKind::SessionClosed,
-        AuditKind::Attached => pb::AuditKind::Attached,
-        AuditKind::Detached => pb::AuditKind::Detached,
-        AuditKind::Takeover => pb::AuditKind::Takeover,
-        AuditKind::Input => pb::AuditKind::Input,
-        AuditKind::Refused => pb::AuditKind::Refused,
-        AuditKind::ShareCreated => pb::AuditKind::ShareCreated,
-        AuditKind::ShareRevoked => pb::AuditKind::ShareRevoked,
-    }
-}
-
 pub(super) fn audit_page_to_pb(page: &AuditPage) -> pb::ListAuditEventsResponse {
     pb::ListAuditEventsResponse {
         events: page
@@ -203,7 +122,7 @@ pub(super) fn audit_page_to_pb(page: &AuditPage) -> pb::ListAuditEventsResponse 
             .map(|event| pb::AuditEvent {
                 id: event.id,
                 at: Some(timestamp(event.at)),
-                kind: audit_kind_to_pb(event.kind).into(),
+                kind: event.kind.to_proto(),
                 principal: event.principal.clone(),
                 instance_id: event
                     .instance_id
@@ -215,10 +134,7 @@ pub(super) fn audit_page_to_pb(page: &AuditPage) -> pb::ListAuditEventsResponse 
                     .unwrap_or_default(),
                 client_address: event.client_address.clone().unwrap_or_default(),
                 surface: event.surface.clone(),
-                role: event
-                    .role
-                    .map_or(broker_pb::Role::Unspecified, role_to_pb)
-                    .into(),
+                role: proto::optional_to_proto(event.role),
                 attachment_id: event
                     .attachment_id
                     .map(|id| id.to_string())

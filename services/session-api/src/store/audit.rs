@@ -17,7 +17,7 @@ use super::entities::audit_event;
 use super::{Store, now};
 use crate::audit::{AuditEvent, AuditFilter, AuditKind, AuditPage, NewAuditEvent};
 use crate::error::Error;
-use ptyhub_wire::Role;
+use ptyhub_model::Role;
 
 /// How many of a session's latest stream events a takeover is looked for in: the two facts of
 /// one takeover arrive within moments of each other.

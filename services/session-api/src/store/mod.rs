@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use ptyhub_wire::TerminalSize;
+use ptyhub_model::TerminalSize;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
@@ -249,7 +249,7 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
             .record
             .map(|mode| {
                 mode.parse()
-                    .map_err(|error: ptyhub_wire::InvalidRecordMode| {
+                    .map_err(|error: ptyhub_model::InvalidRecordMode| {
                         Error::CorruptRecord(error.to_string())
                     })
             })

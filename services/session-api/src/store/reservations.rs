@@ -1,7 +1,7 @@
 //! Reserving a session's slot: the cap and the aliases, checked and written in one transaction
 //! that serialises the writers of one instance, and the live holder of an alias.
 
-use ptyhub_wire::TerminalSize;
+use ptyhub_model::TerminalSize;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect,
 };

@@ -2,7 +2,8 @@
 //! it, a takeover once whichever of its two facts arrives first, and listings filter and page
 //! without losing or repeating an event.
 
-use ptyhub_wire::{Actor, Role, Surface};
+use ptyhub_model::Role;
+use ptyhub_wire::{Actor, Surface};
 use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent};
 use session_api::domain::CloseReason;
 use session_api::store::{Reservation, Store, TAKEN_OVER};

@@ -851,7 +851,7 @@ async fn health_and_v1alpha_reflection_answer_without_a_credential() {
         assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
     }
 
-    let names = test_support::reflection::services_listed_by_v1alpha(channel)
+    let names = ptyhub_test_support::reflection::services_listed_by_v1alpha(channel)
         .await
         .expect("v1alpha reflection needs no credential");
     assert_eq!(

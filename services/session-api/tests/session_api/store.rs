@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use ptyhub_wire::TerminalSize;
+use ptyhub_model::TerminalSize;
 use session_api::Error;
 use session_api::domain::{
     Alias, ChangeKind, CloseReason, NewInstance, ScreenFacts, Session, SessionName, Target,

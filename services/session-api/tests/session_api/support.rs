@@ -5,15 +5,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_test_support::postgres::TestDatabase;
 use ptyhub_wire::{BearerAuth, ServiceCredential};
 use tempfile::TempDir;
-use test_support::postgres::TestDatabase;
 use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -55,7 +55,7 @@ impl FreshDatabase {
     /// A fresh database of `backend`, or `None` when PostgreSQL is unavailable outside CI
     /// (the test is then skipped with a printed reason).
     pub async fn create(backend: Backend) -> Option<Self> {
-        test_support::init_test_logging();
+        ptyhub_test_support::init_test_logging();
         match backend {
             Backend::Sqlite => {
                 let directory = tempfile::tempdir().expect("temporary directory");
@@ -69,7 +69,7 @@ impl FreshDatabase {
                 })
             }
             Backend::Postgres => {
-                if !test_support::require(test_support::Requirement::Postgres) {
+                if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Postgres) {
                     return None;
                 }
                 Some(FreshDatabase::Postgres(
@@ -312,7 +312,7 @@ pub fn auth(token: &str) -> BearerAuth {
 /// A channel to `endpoint`, once the server there accepts connections.
 pub async fn channel(endpoint: &str) -> Channel {
     let endpoint = Channel::from_shared(endpoint.to_owned()).expect("a valid endpoint url");
-    test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+    ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
         let endpoint = endpoint.clone();
         async move { endpoint.connect().await.ok() }
     })
@@ -392,7 +392,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    test_support::poll_until(PATIENCE, POLL_INTERVAL, check)
+    ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, check)
         .await
         .unwrap_or_else(|| panic!("gave up waiting: {what}"))
 }

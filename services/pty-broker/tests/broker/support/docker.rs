@@ -56,10 +56,10 @@ impl DockerFixture {
 
     /// [`DockerFixture::start`] with or without an init process.
     pub async fn start_with(init: ContainerInit) -> Option<Self> {
-        if !test_support::require(test_support::Requirement::Docker) {
+        if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
             return None;
         }
-        test_support::init_test_logging();
+        ptyhub_test_support::init_test_logging();
         let docker = Docker::connect_with_defaults()
             .expect("docker client")
             .negotiate_version()
@@ -146,10 +146,11 @@ impl DockerFixture {
     /// Waits (within [`super::PATIENCE`]) until no session process is left, and returns what
     /// is left then.
     pub async fn wait_for_no_session_processes(&self) -> Vec<ContainerProcess> {
-        let gone = test_support::poll_until(super::PATIENCE, super::POLL_INTERVAL, || async {
-            self.session_processes().await.is_empty().then_some(())
-        })
-        .await;
+        let gone =
+            ptyhub_test_support::poll_until(super::PATIENCE, super::POLL_INTERVAL, || async {
+                self.session_processes().await.is_empty().then_some(())
+            })
+            .await;
         match gone {
             Some(()) => Vec::new(),
             None => self.session_processes().await,

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
-use attach_ticket::{TicketKey, TicketRole};
 use bytes::Bytes;
 use pty_broker::runtime::PtyRuntime;
 use pty_broker::runtime::docker::{DockerRuntime, DockerRuntimeConfig};
 use pty_broker::runtime::local::LocalRuntime;
 use pty_broker::{BackendKind, Broker, Config, ServiceCredential};
+use ptyhub_attach_ticket::{TicketKey, TicketRole};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::net::TcpListener;
@@ -59,7 +59,7 @@ macro_rules! backend_scenarios {
                 async fn $scenario() -> anyhow::Result<()> {
                     crate::support::init_logging();
                     // Skips with a reason without an engine; fails under CI=true.
-                    if !test_support::require(test_support::Requirement::Docker) {
+                    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
                         return Ok(());
                     }
                     super::$scenario(crate::support::Backend::Docker).await
@@ -77,7 +77,7 @@ pub enum Backend {
 }
 
 pub fn init_logging() {
-    test_support::init_test_logging();
+    ptyhub_test_support::init_test_logging();
 }
 
 /// A broker serving on 127.0.0.1:0, and what a test needs to talk to it.
@@ -436,7 +436,7 @@ impl TestBroker {
 
     /// Waits, within [`PATIENCE`], until none of `pids` is alive.
     pub async fn assert_all_ended(&self, pids: &[u32]) -> anyhow::Result<()> {
-        let ended = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+        let ended = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
             match self.still_alive(pids).await {
                 Ok(left) if left.is_empty() => Some(Ok(())),
                 Ok(_) => None,
@@ -460,7 +460,7 @@ impl TestBroker {
         leader_pid: u32,
         count: usize,
     ) -> anyhow::Result<Vec<u32>> {
-        let found = test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
+        let found = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || async {
             match self.session_processes(leader_pid).await {
                 Ok(processes) if processes.len() >= count => Some(Ok(processes)),
                 Ok(_) => None,

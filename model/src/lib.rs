@@ -1,0 +1,27 @@
+//! The contract's nouns, written once: a session's status, why it closed, how its process
+//! ended, what a change to it was about, the rules of names and aliases, where an instance's
+//! terminals run, and what an audit event says happened. Each is spelled as docs/CONTRACT.md
+//! spells it ([`SessionStatus::as_str`] and the like), and each has its one protobuf form in
+//! [`proto`], proven by round-trip tests. Services pass these types; none keeps a mirror.
+//!
+//! The contract's numbers (bounds of sizes, names and aliases) are `ptyhub-wire`'s limits,
+//! which these types enforce.
+
+#![forbid(unsafe_code)]
+
+mod audit;
+mod error;
+mod names;
+pub mod proto;
+mod record_mode;
+mod session;
+mod target;
+mod terminal;
+
+pub use audit::AuditKind;
+pub use error::Invalid;
+pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
+pub use record_mode::{InvalidRecordMode, RecordMode};
+pub use session::{ChangeKind, CloseReason, ExitStatus, SessionStatus};
+pub use target::Target;
+pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};

@@ -1,0 +1,336 @@
+//! The one place the contract's nouns meet their protobuf forms: each noun's conversion to the
+//! generated type and back, checked on the way in, proven by the round-trip tests below. A
+//! service's adapter calls these and keeps no conversion of its own for these nouns.
+//!
+//! Enumerations travel as `i32` in prost's messages; [`ProtoEnum`] reads one (refusing the
+//! `UNSPECIFIED` zero and numbers this build does not know) and writes one. Where the zero means
+//! "none" on the wire (a session that is not closed has no close reason, a stream that is not
+//! attached no role), the `optional_*` functions say so with an `Option`.
+
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
+
+use crate::{
+    AuditKind, ChangeKind, CloseReason, ExitStatus, Invalid, RecordMode, Role, SessionStatus,
+    Target, TerminalSize,
+};
+
+/// A contract enumeration carried as a protobuf enum.
+pub trait ProtoEnum: Sized + Copy {
+    /// What the value is, for the message of a refused one.
+    const WHAT: &'static str;
+
+    /// The value a message carries, `UNSPECIFIED` (0) and unknown numbers refused.
+    fn from_proto(value: i32) -> Result<Self, Invalid>;
+
+    /// The number a message carries.
+    fn to_proto(self) -> i32;
+}
+
+fn unknown<T: ProtoEnum>(value: i32) -> Invalid {
+    Invalid(format!("{} {value} is not one this server knows", T::WHAT))
+}
+
+/// Implements [`ProtoEnum`] from one table of pairs, so that the two directions cannot differ.
+macro_rules! proto_enum {
+    ($model:ident, $proto:ty, $what:literal, { $($variant:ident => $proto_variant:ident),+ $(,)? }) => {
+        impl ProtoEnum for $model {
+            const WHAT: &'static str = $what;
+
+            fn from_proto(value: i32) -> Result<Self, Invalid> {
+                match <$proto>::try_from(value) {
+                    $(Ok(<$proto>::$proto_variant) => Ok($model::$variant),)+
+                    _ => Err(unknown::<Self>(value)),
+                }
+            }
+
+            fn to_proto(self) -> i32 {
+                match self {
+                    $($model::$variant => <$proto>::$proto_variant as i32,)+
+                }
+            }
+        }
+    };
+}
+
+proto_enum!(SessionStatus, session_pb::SessionStatus, "session status", {
+    Starting => Starting,
+    Active => Active,
+    Resetting => Resetting,
+    Exited => Exited,
+    Closed => Closed,
+});
+
+proto_enum!(CloseReason, session_pb::CloseReason, "close reason", {
+    ClosedByUser => ClosedByUser,
+    Exited => Exited,
+    IdleReaped => IdleReaped,
+    BrokerLost => BrokerLost,
+    InstanceDeleted => InstanceDeleted,
+    SpawnFailed => SpawnFailed,
+});
+
+proto_enum!(ChangeKind, session_pb::session_change::Kind, "change kind", {
+    Created => Created,
+    Renamed => Renamed,
+    Status => Status,
+    Closed => Closed,
+    Attachments => Attachments,
+    Screen => Screen,
+});
+
+proto_enum!(AuditKind, session_pb::AuditKind, "audit kind", {
+    InstanceCreated => InstanceCreated,
+    InstanceDeleted => InstanceDeleted,
+    SessionCreated => SessionCreated,
+    SessionRenamed => SessionRenamed,
+    SessionReset => SessionReset,
+    SessionClosed => SessionClosed,
+    Attached => Attached,
+    Detached => Detached,
+    Takeover => Takeover,
+    Input => Input,
+    Refused => Refused,
+    ShareCreated => ShareCreated,
+    ShareRevoked => ShareRevoked,
+});
+
+proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {
+    Off => Off,
+    Output => Output,
+    OutputAndInput => OutputAndInput,
+});
+
+proto_enum!(Role, broker_pb::Role, "role", {
+    Controller => Controller,
+    Viewer => Viewer,
+});
+
+/// A close reason where `UNSPECIFIED` means the session is not closed.
+pub fn optional_close_reason(value: i32) -> Result<Option<CloseReason>, Invalid> {
+    optional(value)
+}
+
+/// A role where `UNSPECIFIED` means none was given (a listing of every role, say).
+pub fn optional_role(value: i32) -> Result<Option<Role>, Invalid> {
+    optional(value)
+}
+
+/// A recording setting where `UNSPECIFIED` means the server's default.
+pub fn optional_record_mode(value: i32) -> Result<Option<RecordMode>, Invalid> {
+    optional(value)
+}
+
+/// The number of `value`, `UNSPECIFIED` (0) for none.
+pub fn optional_to_proto<T: ProtoEnum>(value: Option<T>) -> i32 {
+    value.map_or(0, ProtoEnum::to_proto)
+}
+
+fn optional<T: ProtoEnum>(value: i32) -> Result<Option<T>, Invalid> {
+    if value == 0 {
+        Ok(None)
+    } else {
+        T::from_proto(value).map(Some)
+    }
+}
+
+impl From<TerminalSize> for broker_pb::TerminalSize {
+    fn from(size: TerminalSize) -> Self {
+        Self {
+            cols: size.cols().into(),
+            rows: size.rows().into(),
+        }
+    }
+}
+
+impl TryFrom<broker_pb::TerminalSize> for TerminalSize {
+    type Error = crate::InvalidSize;
+
+    fn try_from(size: broker_pb::TerminalSize) -> Result<Self, crate::InvalidSize> {
+        TerminalSize::new(size.cols, size.rows)
+    }
+}
+
+impl From<ExitStatus> for broker_pb::ExitStatus {
+    fn from(exit: ExitStatus) -> Self {
+        Self {
+            code: exit.code,
+            signal: exit.signal,
+        }
+    }
+}
+
+impl From<broker_pb::ExitStatus> for ExitStatus {
+    fn from(exit: broker_pb::ExitStatus) -> Self {
+        Self {
+            code: exit.code,
+            signal: exit.signal,
+        }
+    }
+}
+
+impl From<Target> for broker_pb::Target {
+    fn from(target: Target) -> Self {
+        let kind = match target {
+            Target::Local => broker_pb::target::Kind::Local(broker_pb::LocalTarget {}),
+            Target::Docker { container } => {
+                broker_pb::target::Kind::Docker(broker_pb::DockerTarget { container })
+            }
+        };
+        Self { kind: Some(kind) }
+    }
+}
+
+impl TryFrom<broker_pb::Target> for Target {
+    type Error = Invalid;
+
+    /// A target names its kind, and a container target its container.
+    fn try_from(target: broker_pb::Target) -> Result<Self, Invalid> {
+        match target.kind {
+            Some(broker_pb::target::Kind::Local(_)) => Ok(Target::Local),
+            Some(broker_pb::target::Kind::Docker(docker)) if docker.container.trim().is_empty() => {
+                Err(Invalid::new("target.docker.container must not be empty"))
+            }
+            Some(broker_pb::target::Kind::Docker(docker)) => Ok(Target::Docker {
+                container: docker.container,
+            }),
+            None => Err(Invalid::new("target must be local or docker")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Every value of `all` survives the trip to its number and back; the numbers are distinct
+    /// and none is 0; every other number in a wide range is refused, 0 included.
+    fn round_trips<T: ProtoEnum + PartialEq + std::fmt::Debug>(all: &[T]) {
+        let mut numbers: Vec<i32> = all.iter().map(|value| value.to_proto()).collect();
+        for (value, number) in all.iter().zip(&numbers) {
+            assert_eq!(T::from_proto(*number).as_ref(), Ok(value), "{value:?}");
+        }
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), all.len(), "two values share a number");
+        for number in -5..64 {
+            if !numbers.contains(&number) {
+                let refused = T::from_proto(number).unwrap_err();
+                assert!(refused.message().starts_with(T::WHAT), "{refused}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_contract_enum_round_trips_through_its_protobuf_number() {
+        round_trips(&SessionStatus::ALL);
+        round_trips(&CloseReason::ALL);
+        round_trips(&ChangeKind::ALL);
+        round_trips(&AuditKind::ALL);
+        round_trips(&[Role::Controller, Role::Viewer]);
+        round_trips(&[
+            RecordMode::Off,
+            RecordMode::Output,
+            RecordMode::OutputAndInput,
+        ]);
+    }
+
+    /// The protobuf enums have no value the model lacks: a value added to a `.proto` file and
+    /// not here fails this test (prost's `TryFrom<i32>` knows every declared number).
+    #[test]
+    fn every_declared_protobuf_value_but_unspecified_has_a_model_value() {
+        fn declared<P: TryFrom<i32>>() -> Vec<i32> {
+            (1..64)
+                .filter(|number| P::try_from(*number).is_ok())
+                .collect()
+        }
+        /// A protobuf enum's declared numbers, and whether the model reads a number.
+        type Declared = (Vec<i32>, fn(i32) -> bool);
+        let pairs: [Declared; 6] = [
+            (declared::<session_pb::SessionStatus>(), |n| {
+                SessionStatus::from_proto(n).is_ok()
+            }),
+            (declared::<session_pb::CloseReason>(), |n| {
+                CloseReason::from_proto(n).is_ok()
+            }),
+            (declared::<session_pb::session_change::Kind>(), |n| {
+                ChangeKind::from_proto(n).is_ok()
+            }),
+            (declared::<session_pb::AuditKind>(), |n| {
+                AuditKind::from_proto(n).is_ok()
+            }),
+            (declared::<broker_pb::Role>(), |n| {
+                Role::from_proto(n).is_ok()
+            }),
+            (declared::<broker_pb::RecordMode>(), |n| {
+                RecordMode::from_proto(n).is_ok()
+            }),
+        ];
+        for (numbers, known) in pairs {
+            assert!(!numbers.is_empty());
+            for number in numbers {
+                assert!(known(number), "declared number {number} has no model value");
+            }
+        }
+    }
+
+    #[test]
+    fn unspecified_is_none_where_the_wire_means_none() {
+        assert_eq!(optional_close_reason(0), Ok(None));
+        assert_eq!(
+            optional_close_reason(CloseReason::Exited.to_proto()),
+            Ok(Some(CloseReason::Exited))
+        );
+        assert!(optional_close_reason(99).is_err());
+        assert_eq!(optional_role(0), Ok(None));
+        assert_eq!(optional_to_proto::<Role>(None), 0);
+        assert_eq!(
+            optional_to_proto(Some(Role::Viewer)),
+            broker_pb::Role::Viewer as i32
+        );
+    }
+
+    #[test]
+    fn a_target_without_a_kind_or_container_is_refused() {
+        assert!(Target::try_from(broker_pb::Target { kind: None }).is_err());
+        let blank = broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Docker(broker_pb::DockerTarget {
+                container: " ".to_owned(),
+            })),
+        };
+        assert!(Target::try_from(blank).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn a_size_in_bounds_round_trips_and_one_out_of_bounds_is_refused(
+            cols in 0u32..1200,
+            rows in 0u32..700,
+        ) {
+            let message = broker_pb::TerminalSize { cols, rows };
+            match TerminalSize::try_from(message) {
+                Ok(size) => {
+                    prop_assert_eq!(broker_pb::TerminalSize::from(size), message);
+                }
+                Err(_) => prop_assert!(!(1..=1000).contains(&cols) || !(1..=500).contains(&rows)),
+            }
+        }
+
+        #[test]
+        fn a_target_round_trips(container in proptest::option::of("[a-z0-9_.-]{1,40}")) {
+            let target = match container {
+                None => Target::Local,
+                Some(container) => Target::Docker { container },
+            };
+            prop_assert_eq!(Target::try_from(broker_pb::Target::from(target.clone())).unwrap(), target);
+        }
+
+        #[test]
+        fn an_exit_status_round_trips(code in any::<i32>(), signal in proptest::option::of(1i32..65)) {
+            let exit = ExitStatus { code, signal };
+            prop_assert_eq!(ExitStatus::from(broker_pb::ExitStatus::from(exit)), exit);
+        }
+    }
+}

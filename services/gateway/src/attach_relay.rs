@@ -1,0 +1,462 @@
+//! The broker's `Attach` on the gateway's public port, for gRPC clients outside the cluster: the
+//! caller's credential and the instance it names are checked as for a WebSocket, the gateway
+//! obtains the ticket from session-api, and the frames are relayed to the owning broker and
+//! back unchanged (offsets, gap, snapshot, detached, exit, all of it). Every other
+//! `PtyBroker` method is refused: those are for session-api alone.
+//!
+//! Each stream holds one of its principal's stream slots (`--max-streams-per-principal`, shared
+//! with the principal's WebSockets) from before its hello until it ends; a client that sends no
+//! hello within [`HELLO_TIMEOUT`] is ended with `INVALID_ARGUMENT`.
+//!
+//! One task reads the client's frames and forwards those a client may send
+//! ([`forward_client_frames`]); the response stream is polled by the transport and yields the
+//! broker's frames with the reader's refusals in between ([`relay_frames`]). Nothing the
+//! gateway refuses reaches the broker, so nothing refused reaches the PTY.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use futures::Stream;
+use ptyhub_model::Role;
+use ptyhub_proto::broker::v1 as pb;
+use ptyhub_proto::broker::v1::pty_broker_server::{PtyBroker, PtyBrokerServer};
+use ptyhub_wire::ErrorCode;
+use ptyhub_wire::limits::{HELLO_TIMEOUT, MAX_FRAME_BYTES};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tonic::{Code, Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use crate::audit::{StreamAudit, StreamResets};
+use crate::metrics::GaugeGuard;
+use crate::session_proxy::{authenticate, surface_of};
+use crate::state::{AppState, StreamSlot, credential_expired};
+
+/// The metadata entry that names the instance of the session an `Attach` is for (id or name).
+pub const INSTANCE_METADATA: &str = "ptyhub-instance";
+
+/// Client frames queued for the broker before the reader waits for it.
+const UPSTREAM_QUEUE: usize = 64;
+/// Refusals queued for the client between the reader and the response stream.
+const REPLY_QUEUE: usize = 8;
+/// How long a stream goes on once the gateway begins to stop, before it ends with UNAVAILABLE
+/// (reconnect, to another replica). When the whole system stops (`ptyhub up` ending), the
+/// broker's own last frames (`closed`, reason shutdown) arrive within it, and the client learns
+/// the session is gone instead of trying to reconnect.
+const SHUTDOWN_RELAY_GRACE: Duration = Duration::from_secs(2);
+
+/// The `PtyBroker` service as the gateway offers it: `Attach`, relayed.
+#[derive(Debug, Clone)]
+pub struct AttachRelay {
+    state: AppState,
+}
+
+impl AttachRelay {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
+    /// The tonic server, with the decoder's limit for one client frame.
+    pub fn into_server(self, max_frame_bytes: usize) -> PtyBrokerServer<Self> {
+        PtyBrokerServer::new(self).max_decoding_message_size(max_frame_bytes)
+    }
+}
+
+/// A method the gateway does not offer. Not a code of the error table: nothing about the
+/// request is wrong, the method lives elsewhere, which is what gRPC's UNIMPLEMENTED says.
+fn not_offered(method: &str, instead: &str) -> Status {
+    Status::unimplemented(format!(
+        "the gateway offers only Attach of ptyhub.broker.v1.PtyBroker; {method} is not available here{instead}"
+    ))
+}
+
+const SCREEN_CALLS_INSTEAD: &str =
+    ": use the call of the same name on ptyhub.session.v1.SessionApi";
+const SESSION_CALLS_INSTEAD: &str = ": use ptyhub.session.v1.SessionApi";
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl PtyBroker for AttachRelay {
+    async fn spawn(
+        &self,
+        _request: Request<pb::SpawnRequest>,
+    ) -> Result<Response<pb::SpawnResponse>, Status> {
+        Err(not_offered(
+            "Spawn",
+            ": create sessions with ptyhub.session.v1.SessionApi/CreateSession",
+        ))
+    }
+
+    async fn kill(
+        &self,
+        _request: Request<pb::KillRequest>,
+    ) -> Result<Response<pb::KillResponse>, Status> {
+        Err(not_offered(
+            "Kill",
+            ": close sessions with ptyhub.session.v1.SessionApi/CloseSession",
+        ))
+    }
+
+    async fn reset(
+        &self,
+        _request: Request<pb::ResetRequest>,
+    ) -> Result<Response<pb::ResetResponse>, Status> {
+        Err(not_offered(
+            "Reset",
+            ": use ptyhub.session.v1.SessionApi/ResetSession",
+        ))
+    }
+
+    async fn list(
+        &self,
+        _request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        Err(not_offered("List", SESSION_CALLS_INSTEAD))
+    }
+
+    async fn get(
+        &self,
+        _request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::SessionInfo>, Status> {
+        Err(not_offered("Get", SESSION_CALLS_INSTEAD))
+    }
+
+    type WatchEventsStream = BoxStream<pb::BrokerEvent>;
+
+    async fn watch_events(
+        &self,
+        _request: Request<pb::WatchEventsRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        Err(not_offered(
+            "WatchEvents",
+            ": watch sessions with ptyhub.session.v1.SessionApi/WatchSessions",
+        ))
+    }
+
+    async fn get_screen(
+        &self,
+        _request: Request<pb::GetScreenRequest>,
+    ) -> Result<Response<pb::Screen>, Status> {
+        Err(not_offered("GetScreen", SCREEN_CALLS_INSTEAD))
+    }
+
+    async fn send_input(
+        &self,
+        _request: Request<pb::SendInputRequest>,
+    ) -> Result<Response<pb::SendInputResponse>, Status> {
+        Err(not_offered("SendInput", SCREEN_CALLS_INSTEAD))
+    }
+
+    async fn wait_for_screen(
+        &self,
+        _request: Request<pb::WaitForScreenRequest>,
+    ) -> Result<Response<pb::WaitForScreenResponse>, Status> {
+        Err(not_offered("WaitForScreen", SCREEN_CALLS_INSTEAD))
+    }
+
+    type AttachStream = BoxStream<pb::ServerFrame>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<pb::ClientFrame>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let state = &self.state;
+        let principal = authenticate(state, &request).await?;
+        let surface = surface_of(&request);
+        // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
+        // at most the hello timeout, so one credential cannot pile up silent streams either.
+        let stream_slot = state
+            .stream_slots
+            .acquire(&principal.subject)
+            .map_err(|error| error.to_status())?;
+        let instance_reference = request
+            .metadata()
+            .get(INSTANCE_METADATA)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned();
+        let mut inbound = request.into_inner();
+        let hello = read_hello(&mut inbound).await?;
+        if instance_reference.is_empty() {
+            return Err(ErrorCode::Invalid.status(format!(
+                "the {INSTANCE_METADATA} metadata is required: the instance (id or name) the session belongs to"
+            )));
+        }
+        let role = match pb::Role::try_from(hello.role) {
+            Ok(pb::Role::Controller) => Role::Controller,
+            Ok(pb::Role::Viewer) => Role::Viewer,
+            _ => return Err(ErrorCode::Invalid.status("hello needs a role")),
+        };
+        if role == Role::Controller && principal.access.is_viewer_only() {
+            return Err(ErrorCode::Forbidden
+                .status("this credential may only view: attach with the viewer role"));
+        }
+        let instance = state
+            .authorize_instance_through(&principal, &instance_reference, surface)
+            .await
+            .map_err(|error| error.to_status())?;
+        let upstreams = state.upstreams.acting_for(&principal.actor(surface));
+        let session = state
+            .authorize_live_session(&principal, &instance, &hello.session_id)
+            .await
+            .map_err(|error| error.to_status())?;
+        let target = upstreams
+            .issue_attach_ticket(&instance.id, &session.id, role)
+            .await
+            .map_err(|error| error.to_status())?;
+
+        let span = tracing::info_span!(
+            "attach_relay",
+            instance_id = %instance.id,
+            session_id = %session.id,
+            role = role.as_str(),
+        );
+        let (upstream, upstream_frames) = mpsc::channel(UPSTREAM_QUEUE);
+        let broker_hello = pb::ClientFrame {
+            frame: Some(pb::client_frame::Frame::Hello(pb::Hello {
+                ticket: target.ticket,
+                session_id: session.id.clone(),
+                ..hello
+            })),
+        };
+        // The queue is empty and its receiver alive: this cannot fail.
+        let _ = upstream.send(broker_hello).await;
+        let frames = upstreams
+            .attach_frames(&target.broker_endpoint, upstream_frames)
+            .instrument(span.clone())
+            .await
+            .map_err(|error| error.to_status())?;
+        let audit = StreamAudit::attached(upstreams.clone(), &instance.id, &session.id, role);
+        let resets = audit.resets();
+        span.in_scope(|| tracing::info!(resume = hello.since.is_some(), "grpc attach relayed"));
+        let (replies, reply_receiver) = mpsc::channel(REPLY_QUEUE);
+        let reader = tokio::spawn(
+            forward_client_frames(inbound, upstream, replies, role, resets).instrument(span),
+        );
+        Ok(Response::new(Box::pin(relay_frames(Relay {
+            frames,
+            replies: Some(reply_receiver),
+            shutdown: state.shutdown.clone(),
+            _reader: AbortOnDropHandle::new(reader),
+            _tracked: state.bridges.token(),
+            _gauge: state.metrics.attach_stream_opened(),
+            _stream_slot: stream_slot,
+            stopping_at: None,
+            expires_at: principal.expires_at,
+            ended: false,
+            audit,
+        }))))
+    }
+}
+
+/// The client's first frame, which must be a hello.
+async fn read_hello(inbound: &mut Streaming<pb::ClientFrame>) -> Result<pb::Hello, Status> {
+    let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+        Err(_) => {
+            return Err(ErrorCode::Malformed.status(format!(
+                "no hello frame within {} seconds",
+                HELLO_TIMEOUT.as_secs()
+            )));
+        }
+        Ok(Err(status)) => return Err(inbound_status(status)),
+        Ok(Ok(None)) => {
+            return Err(ErrorCode::Malformed.status("stream ended before the hello frame"));
+        }
+        Ok(Ok(Some(frame))) => frame,
+    };
+    match first.frame {
+        Some(pb::client_frame::Frame::Hello(hello)) => Ok(hello),
+        _ => Err(ErrorCode::Malformed.status("the first client frame must be a hello")),
+    }
+}
+
+/// One relayed stream's response side.
+struct Relay {
+    /// The broker's frames.
+    frames: Streaming<pb::ServerFrame>,
+    /// The reader's refusals (error frames, and the error that ends the stream); `None` once
+    /// the reader is done.
+    replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
+    /// The gateway is stopping: the stream ends with UNAVAILABLE, and the client resumes
+    /// elsewhere with its offset.
+    shutdown: CancellationToken,
+    /// Ends the reader with the response stream.
+    _reader: AbortOnDropHandle<()>,
+    /// Shutdown waits for the stream like for a WebSocket bridge.
+    _tracked: TaskTrackerToken,
+    _gauge: GaugeGuard,
+    /// The principal's stream slot, shared with its WebSockets, given back with the stream.
+    _stream_slot: StreamSlot,
+    /// When the stream ends because the gateway stops, once it began to.
+    stopping_at: Option<Instant>,
+    /// When the caller's credential expires: the stream ends then with UNAUTHENTICATED.
+    expires_at: Option<u64>,
+    /// Set after the last frame: the stream ends at the next poll.
+    ended: bool,
+    /// Reports the detach, with why, when the stream is dropped.
+    audit: StreamAudit,
+}
+
+/// The broker's frames as they come, the reader's refusals in between, and an end at shutdown.
+/// Dropping the stream drops the broker's stream, which detaches the client there.
+fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Status>> {
+    futures::stream::unfold(relay, |mut relay| async move {
+        if relay.ended {
+            return None;
+        }
+        loop {
+            let reply = async {
+                match relay.replies.as_mut() {
+                    Some(replies) => replies.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let stopping = async {
+                match relay.stopping_at {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => relay.shutdown.cancelled().await,
+                }
+            };
+            let expired = credential_expired(relay.expires_at);
+            let item = tokio::select! {
+                biased;
+                () = expired => {
+                    Err(ErrorCode::Unauthenticated.status("credential expired"))
+                }
+                () = stopping => {
+                    if relay.stopping_at.is_none() {
+                        relay.stopping_at = Some(Instant::now() + SHUTDOWN_RELAY_GRACE);
+                        continue;
+                    }
+                    Err(ErrorCode::Unavailable.status(
+                        "the gateway is shutting down: reconnect with since set to the next offset",
+                    ))
+                }
+                reply = reply => match reply {
+                    Some(reply) => reply,
+                    None => {
+                        relay.replies = None;
+                        continue;
+                    }
+                },
+                frame = relay.frames.message() => match frame {
+                    Ok(Some(frame)) => Ok(frame),
+                    Ok(None) => return None,
+                    Err(status) => Err(broker_status(&status)),
+                },
+            };
+            relay.ended = item.is_err();
+            match &item {
+                Ok(frame) => match &frame.frame {
+                    Some(pb::server_frame::Frame::Detached(detached))
+                        if detached.reason == pb::DetachReason::TakenOver as i32 =>
+                    {
+                        relay.audit.ending("taken_over");
+                    }
+                    Some(pb::server_frame::Frame::Exit(_)) => relay.audit.ending("exited"),
+                    Some(pb::server_frame::Frame::Closed(_)) => {
+                        relay.audit.ending("session_closed");
+                    }
+                    _ => {}
+                },
+                Err(status) if status.code() == Code::Unavailable => {
+                    relay.audit.ending("shutdown");
+                }
+                Err(_) => relay.audit.ending("stream_ended"),
+            }
+            return Some((item, relay));
+        }
+    })
+}
+
+/// Forwards the client's frames after its hello, refusing what the client may not send: a
+/// viewer's input, resize and reset, a second hello, an empty frame (answered with an error
+/// frame, the stream goes on) and a frame over the limit (the stream ends). When the client
+/// closes its side, so does the gateway towards the broker.
+async fn forward_client_frames(
+    mut inbound: Streaming<pb::ClientFrame>,
+    upstream: mpsc::Sender<pb::ClientFrame>,
+    replies: mpsc::Sender<Result<pb::ServerFrame, Status>>,
+    role: Role,
+    resets: StreamResets,
+) {
+    use pb::client_frame::Frame;
+    let viewer = role == Role::Viewer;
+    loop {
+        let frame = match inbound.message().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(status) => {
+                let _ = replies.send(Err(inbound_status(status))).await;
+                return;
+            }
+        };
+        let refusal = match &frame.frame {
+            Some(Frame::Input(input)) if input.data.len() > MAX_FRAME_BYTES => {
+                let too_large = ErrorCode::LimitExceeded.status(format!(
+                    "input frame of {} bytes is over the 1 MiB limit",
+                    input.data.len()
+                ));
+                let _ = replies.send(Err(too_large)).await;
+                return;
+            }
+            Some(Frame::Input(_)) if viewer => {
+                Some(ErrorCode::Forbidden.status("a viewer may not write input"))
+            }
+            Some(Frame::Resize(_)) if viewer => {
+                Some(ErrorCode::Forbidden.status("a viewer may not resize"))
+            }
+            Some(Frame::Reset(_)) if viewer => {
+                Some(ErrorCode::Forbidden.status("a viewer may not reset"))
+            }
+            Some(Frame::Hello(_)) => {
+                Some(ErrorCode::Malformed.status("hello was already sent on this stream"))
+            }
+            None => Some(ErrorCode::Malformed.status("empty client frame")),
+            Some(_) => None,
+        };
+        match refusal {
+            Some(status) => {
+                let frame = pb::ServerFrame {
+                    frame: Some(pb::server_frame::Frame::Error(pb::Error {
+                        code: status.code() as i32,
+                        message: status.message().to_owned(),
+                    })),
+                };
+                if replies.send(Ok(frame)).await.is_err() {
+                    return;
+                }
+            }
+            None => {
+                if matches!(frame.frame, Some(Frame::Reset(_))) {
+                    resets.reset();
+                }
+                if upstream.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A decoding failure of a client frame, as the client should see it.
+fn inbound_status(status: Status) -> Status {
+    if status.code() == Code::OutOfRange {
+        // tonic's code for a message over the decoding limit.
+        ErrorCode::LimitExceeded.status("client frame over the 1 MiB limit")
+    } else {
+        status
+    }
+}
+
+/// A broker's error on an open stream, as the client should see it: its own words, except that
+/// a refused ticket is the gateway's problem and a vanished broker is unavailability.
+fn broker_status(status: &Status) -> Status {
+    crate::error::ApiError::from_backend("pty-broker", status).to_status()
+}

@@ -1,0 +1,306 @@
+//! The gateway's view of instances, sessions, screens and terminal streams, converted from
+//! protobuf in `grpc.rs` and rendered as JSON by the REST and WebSocket layers. The contract's
+//! nouns inside them (sizes, roles, statuses, close reasons, targets) are `ptyhub-model`'s.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use ptyhub_model::{Role, TerminalSize};
+
+pub use ptyhub_model::{ChangeKind, CloseReason, ExitStatus, RecordMode, SessionStatus, Target};
+
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub id: String,
+    pub name: String,
+    pub target: Option<Target>,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+    pub user: String,
+    pub max_sessions: u32,
+    pub labels: BTreeMap<String, String>,
+    pub broker_id: String,
+    pub created_at: Option<DateTime<Utc>>,
+    pub live_sessions: u32,
+    /// What new sessions record (the instance's setting or the server's default).
+    pub record: RecordMode,
+    /// Whether `record` is the server's default rather than the instance's own setting.
+    pub record_is_default: bool,
+}
+
+/// What registering an instance needs.
+#[derive(Debug, Clone)]
+pub struct NewInstance {
+    pub name: String,
+    pub target: Target,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+    pub user: String,
+    /// 0 means the default.
+    pub max_sessions: u32,
+    pub labels: BTreeMap<String, String>,
+    /// `None` follows the server's default.
+    pub record: Option<RecordMode>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub instance_id: String,
+    pub name: String,
+    pub status: SessionStatus,
+    pub close_reason: Option<CloseReason>,
+    pub exit: Option<ExitStatus>,
+    pub aliases: Vec<String>,
+    pub size: Option<TerminalSize>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub last_activity_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub attached_clients: u32,
+    /// The window title the program set last; empty when none.
+    pub title: String,
+    pub last_bell_at: Option<DateTime<Utc>>,
+}
+
+/// One change of a session, with the session as it is after it.
+#[derive(Debug, Clone)]
+pub struct SessionChange {
+    pub kind: ChangeKind,
+    pub session: Session,
+}
+
+/// Where and with which ticket to attach to a session's PTY.
+#[derive(Debug, Clone)]
+pub struct AttachTarget {
+    pub session_id: String,
+    pub broker_endpoint: String,
+    pub ticket: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionAttachment {
+    pub session: Session,
+    pub attach: AttachTarget,
+    pub created: bool,
+}
+
+/// Which session a WebSocket opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSelector {
+    Id(String),
+    Alias(String),
+    ClientId(String),
+    Default,
+}
+
+/// What the client asks of an attached stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalCommand {
+    Input(Bytes),
+    Resize(TerminalSize),
+    Reset,
+}
+
+/// What an attached stream tells the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalEvent {
+    Connected {
+        offset: u64,
+        size: Option<TerminalSize>,
+        role: Role,
+    },
+    Output {
+        offset: u64,
+        data: Bytes,
+    },
+    Gap {
+        lost: u64,
+        offset: u64,
+    },
+    /// Bytes that redraw the screen as of `offset` on a fresh terminal of `size`; the output
+    /// that follows starts at `offset`.
+    Snapshot {
+        offset: u64,
+        size: Option<TerminalSize>,
+        data: Bytes,
+    },
+    Resize(TerminalSize),
+    Resetting,
+    TakenOver,
+    Exit(ExitStatus),
+    Error {
+        message: String,
+    },
+    Closed,
+    /// The broker hands the session to its next process: the stream ends, and a client that
+    /// reattaches with `since` goes on there. The last event.
+    HandingOver,
+}
+
+/// How a screen's rows are returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScreenFormat {
+    /// One string a row, trailing spaces trimmed.
+    #[default]
+    Text,
+    /// The rows drawn with their attributes (SGR), joined by CR LF.
+    Ansi,
+    /// Rows of cells with their attributes (`json` on REST).
+    Cells,
+}
+
+/// What a screen read asks for: the format, and how many scrollback lines go first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScreenRequest {
+    pub format: ScreenFormat,
+    /// At most [`ptyhub_wire::limits::MAX_SCREEN_SCROLLBACK`].
+    pub scrollback: u32,
+}
+
+/// A session's screen as its broker's terminal emulator holds it, after every output byte
+/// before `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    pub session_id: String,
+    pub offset: u64,
+    pub size: Option<TerminalSize>,
+    pub cursor: Cursor,
+    pub title: String,
+    pub alternate_screen: bool,
+    pub status: SessionStatus,
+    pub exit: Option<ExitStatus>,
+    /// How many of the rows come from the scrollback (they come first).
+    pub scrollback_rows: u32,
+    pub content: ScreenContent,
+}
+
+/// The rows of a [`Screen`], in the format that was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScreenContent {
+    Text(Vec<String>),
+    Ansi(Bytes),
+    Cells(Vec<ScreenRow>),
+}
+
+impl ScreenContent {
+    pub fn format(&self) -> ScreenFormat {
+        match self {
+            ScreenContent::Text(_) => ScreenFormat::Text,
+            ScreenContent::Ansi(_) => ScreenFormat::Ansi,
+            ScreenContent::Cells(_) => ScreenFormat::Cells,
+        }
+    }
+}
+
+/// The cursor, 0-based from the top of the visible rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor {
+    pub row: u32,
+    pub col: u32,
+    pub visible: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScreenRow {
+    pub cells: Vec<Cell>,
+    /// The row's text continues on the next row.
+    pub wrapped: bool,
+}
+
+/// One column of a row. The second column of a wide character has empty `text`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cell {
+    pub text: String,
+    pub wide: bool,
+    /// `None` is the terminal's default colour.
+    pub fg: Option<Color>,
+    pub bg: Option<Color>,
+    pub bold: bool,
+    pub dim: bool,
+    pub italic: bool,
+    pub underline: bool,
+    pub inverse: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    /// One of the 256 palette colours.
+    Indexed(u8),
+    Rgb {
+        red: u8,
+        green: u8,
+        blue: u8,
+    },
+}
+
+/// One piece of typed input, written in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputItem {
+    /// UTF-8 text, as given.
+    Text(String),
+    /// A named key (`Enter`, `C-c`, ...), which the broker translates.
+    Key(String),
+}
+
+/// What typing wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputWritten {
+    pub bytes_written: u64,
+    /// The output offset when the input was written: output from here on may answer it.
+    pub offset: u64,
+}
+
+/// A wait for the screen to match, with its bounds already checked against
+/// [`ptyhub_wire::limits`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenWait {
+    /// A regular expression; empty matches any screen.
+    pub pattern: String,
+    pub timeout: std::time::Duration,
+    pub quiet: std::time::Duration,
+    pub after_offset: Option<u64>,
+    pub screen: ScreenRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The pattern matched (and the screen was quiet, when asked).
+    Matched,
+    /// The process ended first.
+    Exited,
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenWaitResult {
+    pub outcome: WaitOutcome,
+    /// The text the pattern matched; `None` when the process exited first.
+    pub matched: Option<String>,
+    pub screen: Screen,
+}
+
+/// A share link: a viewer-only grant of an instance, or of one session of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub id: String,
+    pub instance_id: String,
+    /// `None`: every session of the instance.
+    pub session_id: Option<String>,
+    pub created_by: String,
+    pub created_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// What names a share to look up.
+#[derive(Debug, Clone, Copy)]
+pub enum ShareLookup<'a> {
+    /// A share link's token.
+    Token(&'a str),
+    /// A share's id (a cookie made from a share link names it).
+    Id(&'a str),
+}

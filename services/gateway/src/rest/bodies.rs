@@ -1,0 +1,910 @@
+//! The JSON bodies of the REST API (docs/CONTRACT.md, "REST"), what they are made from, and the
+//! name rule every session and instance name follows.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::domain::{
+    Cell, Color, InputItem, Instance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
+    ScreenWait, ScreenWaitResult, Session, Target, WaitOutcome,
+};
+use crate::error::ApiError;
+use ptyhub_model::{Name, NameKind};
+use ptyhub_wire::ErrorCode;
+use ptyhub_wire::limits::{
+    DEFAULT_WAIT_MS, MAX_FRAME_BYTES, MAX_PATTERN_BYTES, MAX_QUIET_MS, MAX_SCREEN_SCROLLBACK,
+    MAX_WAIT_MS,
+};
+
+/// Where an instance's terminals run: `{"docker": {"container": "..."}}` or `{"local": {}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetBody {
+    /// `docker exec` in a running container, by id or name.
+    Docker { container: String },
+    /// The broker's own host (development).
+    Local {},
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceBody {
+    pub id: String,
+    pub name: String,
+    pub target: Option<TargetBody>,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+    pub user: String,
+    pub max_sessions: u32,
+    pub labels: BTreeMap<String, String>,
+    pub broker_id: String,
+    pub created_at: Option<DateTime<Utc>>,
+    /// Live sessions now.
+    pub live_sessions: u32,
+    /// What new sessions record: `off`, `output` or `output+input`.
+    pub record: String,
+    /// Whether `record` is the server's default (the instance has no setting of its own).
+    pub record_is_default: bool,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RegisterInstanceBody {
+    pub name: String,
+    pub target: TargetBody,
+    /// argv of new sessions; may contain `{session_id}`.
+    pub command: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    pub user: Option<String>,
+    /// 1..=50, default 5.
+    pub max_sessions: Option<u32>,
+    /// Include `project_id` and `repository_id` for the project/repository routes.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// `off`, `output` or `output+input`; absent follows the server's default.
+    pub record: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceList {
+    pub instances: Vec<InstanceBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletedInstance {
+    /// Always `deleted`.
+    pub status: String,
+    pub instance_id: String,
+    pub closed_sessions: u32,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionBody {
+    pub id: String,
+    pub instance_id: String,
+    pub name: String,
+    /// `starting`, `active`, `resetting`, `exited` or `closed`.
+    pub status: String,
+    /// Set when closed: `closed_by_user`, `exited`, `idle_reaped`, `broker_lost`,
+    /// `instance_deleted` or `spawn_failed`.
+    pub close_reason: Option<String>,
+    /// Whether any client is attached now.
+    pub has_websockets: bool,
+    pub attached_clients: u32,
+    pub created_at: Option<DateTime<Utc>>,
+    pub last_activity_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub aliases: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub cols: Option<u32>,
+    pub rows: Option<u32>,
+    /// The window title the program set last (OSC 0 or 2); `""` when none.
+    pub title: String,
+    /// When the program last rang the bell; `null` when it never did.
+    pub last_bell_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionBody>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct CreateSessionBody {
+    /// 1..=255 characters after trimming; absent gives `Session N`.
+    pub name: Option<String>,
+    /// Pre-assigned external ids, each `^[A-Za-z0-9_.:-]{1,128}$`.
+    pub aliases: Option<Vec<String>>,
+    /// 1..=1000, with `rows`; default 80.
+    pub cols: Option<u32>,
+    /// 1..=500, with `cols`; default 24.
+    pub rows: Option<u32>,
+    /// argv instead of the instance's command (may contain `{session_id}`); only for an admin
+    /// or a credential with the `choose_command` claim, 403 otherwise.
+    pub command: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedSession {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClosedSession {
+    /// Always `closed`.
+    pub status: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResetSessionBody {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RenameSessionBody {
+    /// 1..=255 characters after trimming, no control characters.
+    pub name: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RenamedSession {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthBody {
+    /// `ok` or `unavailable`.
+    pub status: String,
+    /// Why the gateway is not healthy, when it is not (an admin's credential only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Every broker and whether it answers (an admin's credential only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<BrokerHealthBody>,
+}
+
+/// The answer of `/livez` and `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProbeBody {
+    /// `ok` or `unavailable`.
+    pub status: String,
+    /// Why the gateway is not ready, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BrokerHealthBody {
+    pub id: String,
+    pub endpoint: String,
+    /// `ok` or why the broker is considered down.
+    pub status: String,
+}
+
+impl From<Instance> for InstanceBody {
+    fn from(instance: Instance) -> Self {
+        Self {
+            id: instance.id,
+            name: instance.name,
+            target: instance.target.map(|target| match target {
+                Target::Local => TargetBody::Local {},
+                Target::Docker { container } => TargetBody::Docker { container },
+            }),
+            command: instance.command,
+            env: instance.env,
+            cwd: instance.cwd,
+            user: instance.user,
+            max_sessions: instance.max_sessions,
+            labels: instance.labels,
+            broker_id: instance.broker_id,
+            created_at: instance.created_at,
+            live_sessions: instance.live_sessions,
+            record: instance.record.as_str().to_owned(),
+            record_is_default: instance.record_is_default,
+        }
+    }
+}
+
+impl From<Session> for SessionBody {
+    fn from(session: Session) -> Self {
+        Self {
+            has_websockets: session.attached_clients > 0,
+            attached_clients: session.attached_clients,
+            id: session.id,
+            instance_id: session.instance_id,
+            name: session.name,
+            status: session.status.as_str().to_owned(),
+            close_reason: session
+                .close_reason
+                .map(|reason| reason.as_str().to_owned()),
+            created_at: session.created_at,
+            last_activity_at: session.last_activity_at,
+            closed_at: session.closed_at,
+            aliases: session.aliases,
+            exit_code: session.exit.map(|exit| exit.code),
+            exit_signal: session.exit.and_then(|exit| exit.signal),
+            cols: session.size.map(|size| size.cols().into()),
+            rows: session.size.map(|size| size.rows().into()),
+            title: session.title,
+            last_bell_at: session.last_bell_at,
+        }
+    }
+}
+
+/// How a screen's rows come: `text` (default), `ansi` or `json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScreenFormatName {
+    /// `lines` and `text`: the rows as plain text, trailing spaces trimmed.
+    #[default]
+    Text,
+    /// `ansi`: the rows drawn with their attributes (SGR), joined by CR LF.
+    Ansi,
+    /// `rows`: every cell with its attributes.
+    Json,
+}
+
+impl ScreenFormatName {
+    /// The `format` query parameter; an unknown one is 400, like any malformed query.
+    pub fn parse_query(value: Option<&str>) -> Result<Self, ApiError> {
+        match value {
+            None | Some("") | Some("text") => Ok(Self::Text),
+            Some("ansi") => Ok(Self::Ansi),
+            Some("json") => Ok(Self::Json),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "unknown format {other:?}, expected \"text\", \"ansi\" or \"json\""
+            ))),
+        }
+    }
+}
+
+impl From<ScreenFormatName> for ScreenFormat {
+    fn from(name: ScreenFormatName) -> Self {
+        match name {
+            ScreenFormatName::Text => ScreenFormat::Text,
+            ScreenFormatName::Ansi => ScreenFormat::Ansi,
+            ScreenFormatName::Json => ScreenFormat::Cells,
+        }
+    }
+}
+
+impl From<ScreenFormat> for ScreenFormatName {
+    fn from(format: ScreenFormat) -> Self {
+        match format {
+            ScreenFormat::Text => ScreenFormatName::Text,
+            ScreenFormat::Ansi => ScreenFormatName::Ansi,
+            ScreenFormat::Cells => ScreenFormatName::Json,
+        }
+    }
+}
+
+/// Checks a `scrollback` bound: at most [`MAX_SCREEN_SCROLLBACK`] lines, else 422.
+fn checked_scrollback(scrollback: u32) -> Result<u32, ApiError> {
+    if scrollback > MAX_SCREEN_SCROLLBACK {
+        return Err(ApiError::invalid(format!(
+            "scrollback must be at most {MAX_SCREEN_SCROLLBACK} lines"
+        )));
+    }
+    Ok(scrollback)
+}
+
+/// The query of `GET .../screen`, as given: each value is checked by [`ScreenQuery::parse`].
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScreenQuery {
+    /// `text` (default), `ansi` or `json`.
+    pub format: Option<String>,
+    /// Lines of scrollback before the visible rows, 0..=10000 (default 0).
+    pub scrollback: Option<String>,
+}
+
+impl ScreenQuery {
+    /// An unknown format or a scrollback that is not a non-negative integer is 400; a
+    /// scrollback over the limit 422.
+    pub fn parse(&self) -> Result<ScreenRequest, ApiError> {
+        let format = ScreenFormatName::parse_query(self.format.as_deref())?;
+        let scrollback = match self.scrollback.as_deref() {
+            None | Some("") => 0,
+            Some(value) => value
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("scrollback must be a non-negative integer"))?,
+        };
+        let scrollback = u32::try_from(scrollback)
+            .map_err(|_| {
+                ApiError::invalid(format!(
+                    "scrollback must be at most {MAX_SCREEN_SCROLLBACK} lines"
+                ))
+            })
+            .and_then(checked_scrollback)?;
+        Ok(ScreenRequest {
+            format: format.into(),
+            scrollback,
+        })
+    }
+}
+
+/// A session's screen (docs/CONTRACT.md, "Screens"): the state after every output byte before
+/// `offset`. Which of `lines` and `text`, `ansi`, or `grid` it carries depends on `format`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScreenBody {
+    pub session_id: String,
+    /// The screen reflects every output byte before this offset.
+    pub offset: u64,
+    pub cols: Option<u32>,
+    pub rows: Option<u32>,
+    pub cursor: CursorBody,
+    /// The window title the program set last; `""` when none.
+    pub title: String,
+    pub alternate_screen: bool,
+    /// The session's status: `starting`, `active`, `resetting`, `exited` or `closed`.
+    pub status: String,
+    /// Set once the process has exited.
+    pub exit_code: Option<i32>,
+    pub format: ScreenFormatName,
+    /// How many of the rows or lines come from the scrollback (they come first).
+    pub scrollback_rows: u32,
+    /// `text`: one string a row, trailing spaces trimmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<Vec<String>>,
+    /// `text`: the lines joined by `\n`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `ansi`: the rows drawn with their attributes (SGR), joined by CR LF.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ansi: Option<String>,
+    /// `json`: the rows as cells, scrollback rows first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<Vec<ScreenRowBody>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CursorBody {
+    /// 0-based, from the top of the visible rows.
+    pub row: u32,
+    pub col: u32,
+    pub visible: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScreenRowBody {
+    /// One cell a column.
+    pub cells: Vec<CellBody>,
+    /// The row's text continues on the next row.
+    pub wrapped: bool,
+}
+
+/// One column. Attributes that are off, and default colours, are left out.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CellBody {
+    /// The character and its combining marks; `""` for a blank cell and for the second column
+    /// of a wide character.
+    pub text: String,
+    /// A wide character: the next cell is its continuation.
+    #[serde(skip_serializing_if = "is_false")]
+    pub wide: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fg: Option<ColorBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bg: Option<ColorBody>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub bold: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub dim: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub italic: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub underline: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub inverse: bool,
+}
+
+/// A palette index (0..=255) or `"#rrggbb"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ColorBody {
+    Indexed(u8),
+    Rgb(String),
+}
+
+/// For `skip_serializing_if`, which passes a reference.
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl From<Color> for ColorBody {
+    fn from(color: Color) -> Self {
+        match color {
+            Color::Indexed(index) => ColorBody::Indexed(index),
+            Color::Rgb { red, green, blue } => {
+                ColorBody::Rgb(format!("#{red:02x}{green:02x}{blue:02x}"))
+            }
+        }
+    }
+}
+
+impl From<Cell> for CellBody {
+    fn from(cell: Cell) -> Self {
+        Self {
+            text: cell.text,
+            wide: cell.wide,
+            fg: cell.fg.map(ColorBody::from),
+            bg: cell.bg.map(ColorBody::from),
+            bold: cell.bold,
+            dim: cell.dim,
+            italic: cell.italic,
+            underline: cell.underline,
+            inverse: cell.inverse,
+        }
+    }
+}
+
+impl From<Screen> for ScreenBody {
+    fn from(screen: Screen) -> Self {
+        let format = screen.content.format().into();
+        let (grid, lines, text, ansi) = match screen.content {
+            ScreenContent::Text(lines) => {
+                let text = lines.join("\n");
+                (None, Some(lines), Some(text), None)
+            }
+            ScreenContent::Ansi(ansi) => (
+                None,
+                None,
+                None,
+                Some(String::from_utf8_lossy(&ansi).into_owned()),
+            ),
+            ScreenContent::Cells(rows) => (
+                Some(
+                    rows.into_iter()
+                        .map(|row| ScreenRowBody {
+                            cells: row.cells.into_iter().map(CellBody::from).collect(),
+                            wrapped: row.wrapped,
+                        })
+                        .collect(),
+                ),
+                None,
+                None,
+                None,
+            ),
+        };
+        Self {
+            session_id: screen.session_id,
+            offset: screen.offset,
+            cols: screen.size.map(|size| size.cols().into()),
+            rows: screen.size.map(|size| size.rows().into()),
+            cursor: CursorBody {
+                row: screen.cursor.row,
+                col: screen.cursor.col,
+                visible: screen.cursor.visible,
+            },
+            title: screen.title,
+            alternate_screen: screen.alternate_screen,
+            status: screen.status.as_str().to_owned(),
+            exit_code: screen.exit.map(|exit| exit.code),
+            format,
+            scrollback_rows: screen.scrollback_rows,
+            lines,
+            text,
+            ansi,
+            grid,
+        }
+    }
+}
+
+/// `POST .../input`: `text` first, then each of `keys` in order.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputBody {
+    /// Written as UTF-8 exactly as given (typed, not pasted); at most 1 MiB.
+    pub text: Option<String>,
+    /// Named keys: `Enter`, `Tab`, `Escape`, `Backspace`, `Space`, `Up`, `Down`, `Left`,
+    /// `Right`, `Home`, `End`, `PageUp`, `PageDown`, `Insert`, `Delete`, `F1`..`F12`, `C-<key>`,
+    /// `M-<key>`. An unknown name is 422 and nothing is written.
+    pub keys: Option<Vec<String>>,
+    /// Type even while a client holds control (the control stays with it).
+    #[serde(default)]
+    pub force: bool,
+}
+
+impl InputBody {
+    /// The items to type, in order: 422 when there is nothing to type, 413 for more than
+    /// 1 MiB of text.
+    pub fn items(self) -> Result<Vec<InputItem>, ApiError> {
+        let text = self.text.filter(|text| !text.is_empty());
+        let keys = self.keys.unwrap_or_default();
+        if text.is_none() && keys.is_empty() {
+            return Err(ApiError::invalid("input needs text or keys"));
+        }
+        let bytes =
+            text.as_ref().map_or(0, String::len) + keys.iter().map(String::len).sum::<usize>();
+        if bytes > MAX_FRAME_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::LimitExceeded,
+                "input larger than 1 MiB",
+            ));
+        }
+        Ok(text
+            .map(InputItem::Text)
+            .into_iter()
+            .chain(keys.into_iter().map(InputItem::Key))
+            .collect())
+    }
+}
+
+/// What typing wrote.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InputWrittenBody {
+    pub bytes_written: u64,
+    /// The output offset when the input was written: pass it as a wait's `after_offset` so only
+    /// output from then on answers.
+    pub offset: u64,
+}
+
+/// `POST .../wait`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitBody {
+    /// A regular expression (Rust `regex` syntax, at most 4096 bytes) searched in the screen
+    /// text; absent or empty matches any screen.
+    pub pattern: Option<String>,
+    /// 1..=300000, default 30000; then 408.
+    pub timeout_ms: Option<u32>,
+    /// 0..=60000: the screen must also have had no output for this long.
+    pub quiet_ms: Option<u32>,
+    /// Only a screen that reflects output from this offset on may match (for example the
+    /// `offset` an input answered).
+    pub after_offset: Option<u64>,
+    /// How the screen is returned: `text` (default), `ansi` or `json`.
+    pub format: Option<ScreenFormatName>,
+    /// Lines of scrollback searched and returned, 0..=10000.
+    pub scrollback: Option<u32>,
+}
+
+impl WaitBody {
+    /// The wait, its bounds checked against the contract's limits (each 422), so that a bad
+    /// one is refused before any call.
+    pub fn wait(self) -> Result<ScreenWait, ApiError> {
+        let pattern = self.pattern.unwrap_or_default();
+        if pattern.len() > MAX_PATTERN_BYTES {
+            return Err(ApiError::invalid(format!(
+                "pattern must be at most {MAX_PATTERN_BYTES} bytes"
+            )));
+        }
+        let timeout_ms = self.timeout_ms.unwrap_or(DEFAULT_WAIT_MS);
+        if !(1..=MAX_WAIT_MS).contains(&timeout_ms) {
+            return Err(ApiError::invalid(format!(
+                "timeout_ms must be 1 to {MAX_WAIT_MS}"
+            )));
+        }
+        let quiet_ms = self.quiet_ms.unwrap_or(0);
+        if quiet_ms > MAX_QUIET_MS {
+            return Err(ApiError::invalid(format!(
+                "quiet_ms must be at most {MAX_QUIET_MS}"
+            )));
+        }
+        Ok(ScreenWait {
+            pattern,
+            timeout: std::time::Duration::from_millis(timeout_ms.into()),
+            quiet: std::time::Duration::from_millis(quiet_ms.into()),
+            after_offset: self.after_offset,
+            screen: ScreenRequest {
+                format: self.format.unwrap_or_default().into(),
+                scrollback: checked_scrollback(self.scrollback.unwrap_or(0))?,
+            },
+        })
+    }
+}
+
+/// How a wait ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WaitAnswerBody {
+    pub outcome: WaitOutcomeName,
+    /// The text the pattern matched; `null` when the process exited first.
+    pub matched: Option<String>,
+    /// The matching screen, or the final one (with `exit_code`) when the process exited.
+    pub screen: ScreenBody,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitOutcomeName {
+    /// The pattern matched (and the screen was quiet, when asked).
+    Matched,
+    /// The process ended first.
+    Exited,
+}
+
+impl From<ScreenWaitResult> for WaitAnswerBody {
+    fn from(result: ScreenWaitResult) -> Self {
+        Self {
+            outcome: match result.outcome {
+                WaitOutcome::Matched => WaitOutcomeName::Matched,
+                WaitOutcome::Exited => WaitOutcomeName::Exited,
+            },
+            matched: result.matched,
+            screen: result.screen.into(),
+        }
+    }
+}
+
+/// A session's name, checked and trimmed by the contract's one rule.
+pub fn validate_name(name: &str) -> Result<String, ApiError> {
+    Ok(Name::parse(NameKind::Session, name)?.into_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use ptyhub_wire::ErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn names_are_trimmed_and_checked() {
+        assert_eq!(validate_name("  build  ").unwrap(), "build");
+        assert_eq!(validate_name("   ").unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(
+            validate_name(&"x".repeat(256)).unwrap_err().code,
+            ErrorCode::Invalid
+        );
+        assert!(validate_name(&"é".repeat(255)).is_ok());
+        assert_eq!(
+            validate_name("a\u{7}b").unwrap_err().code,
+            ErrorCode::Invalid
+        );
+    }
+
+    fn query(format: Option<&str>, scrollback: Option<&str>) -> ScreenQuery {
+        ScreenQuery {
+            format: format.map(str::to_owned),
+            scrollback: scrollback.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_screen_query_refuses_unknown_formats_as_400_and_too_much_scrollback_as_422() {
+        assert_eq!(query(None, None).parse().unwrap(), ScreenRequest::default());
+        let cells = query(Some("json"), Some("10000")).parse().unwrap();
+        assert_eq!(
+            (cells.format, cells.scrollback),
+            (ScreenFormat::Cells, 10_000)
+        );
+        assert_eq!(
+            query(Some("ansi"), None).parse().unwrap().format,
+            ScreenFormat::Ansi
+        );
+        for (format, scrollback, code) in [
+            (Some("xml"), None, ErrorCode::Malformed),
+            (Some("JSON"), None, ErrorCode::Malformed),
+            (None, Some("-1"), ErrorCode::Malformed),
+            (None, Some("lots"), ErrorCode::Malformed),
+            (None, Some("10001"), ErrorCode::Invalid),
+            (None, Some("99999999999"), ErrorCode::Invalid),
+        ] {
+            let refused = query(format, scrollback).parse().unwrap_err();
+            assert_eq!(refused.code, code, "{format:?} {scrollback:?}: {refused}");
+        }
+    }
+
+    #[test]
+    fn input_is_the_text_then_the_keys_and_needs_one_of_them() {
+        let body: InputBody =
+            serde_json::from_str(r#"{"text": "ls", "keys": ["Enter", "C-c"]}"#).unwrap();
+        assert!(!body.force);
+        assert_eq!(
+            body.items().unwrap(),
+            [
+                InputItem::Text("ls".into()),
+                InputItem::Key("Enter".into()),
+                InputItem::Key("C-c".into()),
+            ]
+        );
+        let keys_only: InputBody =
+            serde_json::from_str(r#"{"text": "", "keys": ["Up"], "force": true}"#).unwrap();
+        assert!(keys_only.force);
+        assert_eq!(keys_only.items().unwrap(), [InputItem::Key("Up".into())]);
+        for empty in [
+            r#"{}"#,
+            r#"{"text": ""}"#,
+            r#"{"keys": []}"#,
+            r#"{"force": true}"#,
+        ] {
+            let body: InputBody = serde_json::from_str(empty).unwrap();
+            assert_eq!(
+                body.items().unwrap_err().code,
+                ErrorCode::Invalid,
+                "{empty}"
+            );
+        }
+        let too_much = InputBody {
+            text: Some("x".repeat(MAX_FRAME_BYTES + 1)),
+            ..InputBody::default()
+        };
+        let refused = too_much.items().unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LimitExceeded);
+        assert_eq!(refused.code.http_status().as_u16(), 413);
+        let at_the_limit = InputBody {
+            text: Some("x".repeat(MAX_FRAME_BYTES)),
+            ..InputBody::default()
+        };
+        assert!(at_the_limit.items().is_ok());
+    }
+
+    fn wait(json: &str) -> Result<ScreenWait, ApiError> {
+        serde_json::from_str::<WaitBody>(json)
+            .expect("a wait body")
+            .wait()
+    }
+
+    #[test]
+    fn a_wait_has_the_contract_defaults_and_refuses_bounds_over_the_limits() {
+        let default = wait("{}").unwrap();
+        assert_eq!(default.pattern, "");
+        assert_eq!(default.timeout, std::time::Duration::from_secs(30));
+        assert_eq!(default.quiet, std::time::Duration::ZERO);
+        assert_eq!(default.after_offset, None);
+        assert_eq!(default.screen, ScreenRequest::default());
+        let full = wait(
+            r#"{"pattern": "hi \\w+", "timeout_ms": 300000, "quiet_ms": 60000,
+                "after_offset": 42, "format": "json", "scrollback": 10000}"#,
+        )
+        .unwrap();
+        assert_eq!(full.pattern, r"hi \w+");
+        assert_eq!(full.timeout, std::time::Duration::from_secs(300));
+        assert_eq!(full.quiet, std::time::Duration::from_secs(60));
+        assert_eq!(full.after_offset, Some(42));
+        assert_eq!(full.screen.format, ScreenFormat::Cells);
+        assert_eq!(full.screen.scrollback, 10_000);
+        let long_pattern = format!(r#"{{"pattern": "{}"}}"#, "a".repeat(MAX_PATTERN_BYTES + 1));
+        for refused in [
+            r#"{"timeout_ms": 0}"#,
+            r#"{"timeout_ms": 300001}"#,
+            r#"{"quiet_ms": 60001}"#,
+            r#"{"scrollback": 10001}"#,
+            long_pattern.as_str(),
+        ] {
+            let error = wait(refused).unwrap_err();
+            assert_eq!(error.code, ErrorCode::Invalid, "{refused}: {error}");
+        }
+        for wrong_shape in [
+            r#"{"format": "xml"}"#,
+            r#"{"timeout_ms": -1}"#,
+            r#"{"timeout": 5}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<WaitBody>(wrong_shape).is_err(),
+                "{wrong_shape}"
+            );
+        }
+    }
+
+    fn screen(content: ScreenContent) -> Screen {
+        Screen {
+            session_id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".into(),
+            offset: 120,
+            size: Some(ptyhub_model::TerminalSize::new(3, 2).unwrap()),
+            cursor: crate::domain::Cursor {
+                row: 1,
+                col: 2,
+                visible: true,
+            },
+            title: "hello".into(),
+            alternate_screen: false,
+            status: crate::domain::SessionStatus::Active,
+            exit: None,
+            scrollback_rows: 0,
+            content,
+        }
+    }
+
+    #[test]
+    fn a_text_screen_has_lines_and_their_text() {
+        let body = ScreenBody::from(screen(ScreenContent::Text(vec![
+            "$ ls".into(),
+            "a  b".into(),
+        ])));
+        assert_eq!(
+            serde_json::to_value(body).unwrap(),
+            serde_json::json!({
+                "session_id": "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10", "offset": 120,
+                "cols": 3, "rows": 2, "cursor": {"row": 1, "col": 2, "visible": true},
+                "title": "hello", "alternate_screen": false, "status": "active",
+                "exit_code": null, "format": "text", "scrollback_rows": 0,
+                "lines": ["$ ls", "a  b"], "text": "$ ls\na  b",
+            })
+        );
+    }
+
+    #[test]
+    fn an_ansi_screen_has_its_escapes_as_a_string() {
+        let mut exited = screen(ScreenContent::Ansi(bytes::Bytes::from_static(
+            b"\x1b[1mbold\x1b[0m\r\nplain",
+        )));
+        exited.status = crate::domain::SessionStatus::Exited;
+        exited.exit = Some(crate::domain::ExitStatus {
+            code: 3,
+            signal: None,
+        });
+        let json = serde_json::to_value(ScreenBody::from(exited)).unwrap();
+        assert_eq!(json["format"], "ansi");
+        assert_eq!(json["ansi"], "\u{1b}[1mbold\u{1b}[0m\r\nplain");
+        assert_eq!(json["rows"], 2);
+        assert_eq!(
+            (&json["status"], &json["exit_code"]),
+            (&"exited".into(), &3.into())
+        );
+        assert!(
+            json.get("lines").is_none() && json.get("text").is_none(),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn a_json_screen_leaves_out_default_colours_and_attributes_that_are_off() {
+        let cells = vec![
+            Cell {
+                text: "字".into(),
+                wide: true,
+                fg: Some(Color::Indexed(1)),
+                bold: true,
+                ..Cell::default()
+            },
+            Cell::default(),
+            Cell {
+                text: "x".into(),
+                bg: Some(Color::Rgb {
+                    red: 0x0a,
+                    green: 0xff,
+                    blue: 0x00,
+                }),
+                dim: true,
+                italic: true,
+                underline: true,
+                inverse: true,
+                ..Cell::default()
+            },
+        ];
+        let body = ScreenBody::from(screen(ScreenContent::Cells(vec![
+            crate::domain::ScreenRow {
+                cells,
+                wrapped: true,
+            },
+        ])));
+        let json = serde_json::to_value(body).unwrap();
+        assert_eq!(json["format"], "json");
+        assert_eq!(
+            json["grid"],
+            serde_json::json!([{"wrapped": true, "cells": [
+                {"text": "字", "wide": true, "fg": 1, "bold": true},
+                {"text": ""},
+                {"text": "x", "bg": "#0aff00", "dim": true, "italic": true,
+                 "underline": true, "inverse": true},
+            ]}])
+        );
+        assert!(
+            json.get("lines").is_none() && json.get("ansi").is_none(),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn targets_use_the_contract_shape() {
+        let docker: TargetBody =
+            serde_json::from_str(r#"{"docker": {"container": "web"}}"#).unwrap();
+        assert!(matches!(docker, TargetBody::Docker { container } if container == "web"));
+        let local: TargetBody = serde_json::from_str(r#"{"local": {}}"#).unwrap();
+        assert!(matches!(local, TargetBody::Local {}));
+        assert_eq!(
+            serde_json::to_string(&TargetBody::Local {}).unwrap(),
+            r#"{"local":{}}"#
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! The session routes, each one handler served under both path layouts:
+//! `/api/v1/instances/{iid}/terminal/...` and the older single-app layout's
+//! `/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/...`, where the
+//! [`InstanceScope`] also checks the instance's labels. The OpenAPI annotations name the first
+//! layout; `openapi.rs` documents the second from them.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use ptyhub_model::{Role, TerminalSize};
+use ptyhub_wire::Surface;
+
+use super::bodies::{
+    ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody, RenamedSession,
+    ResetSessionBody, SessionBody, SessionList, validate_name,
+};
+use super::extract::{
+    Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, SessionPath,
+};
+use crate::domain::{SessionSelector, SessionStatus};
+use crate::error::{ApiError, ErrorBody};
+use crate::state::{AppState, DEFAULT_SESSION};
+
+/// Live sessions of an instance, oldest first; `?include=closed` adds history.
+#[utoipa::path(
+    get, path = "/api/v1/instances/{iid}/terminal/sessions", tag = "sessions",
+    params(InstancePath, ListSessionsQuery),
+    responses(
+        (status = 200, body = SessionList), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Query(query): Query<ListSessionsQuery>,
+) -> Result<Json<SessionList>, ApiError> {
+    let include_closed = match query.include.as_deref() {
+        None | Some("") => false,
+        Some("closed") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "unknown include value {other:?}, expected \"closed\""
+            )));
+        }
+    };
+    let instance = scope.authorize(&state, &principal).await?;
+    let sessions = state
+        .upstreams
+        .list_sessions(&instance.id, include_closed)
+        .await?
+        .into_iter()
+        .filter(|session| principal.access.allows_session(&session.id))
+        .map(SessionBody::from)
+        .collect();
+    Ok(Json(SessionList { sessions }))
+}
+
+/// Create a session; 409 at the instance's cap; 403 for a `command` the credential may not
+/// choose.
+#[utoipa::path(
+    post, path = "/api/v1/instances/{iid}/terminal/sessions", tag = "sessions",
+    params(InstancePath), request_body(content = Option<CreateSessionBody>),
+    responses(
+        (status = 201, body = CreatedSession), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn create_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    JsonBody(body): JsonBody<CreateSessionBody>,
+) -> Result<(StatusCode, Json<CreatedSession>), ApiError> {
+    principal.access.require_control("creating a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    let name = body.name.as_deref().map(validate_name).transpose()?;
+    let aliases = body.aliases.unwrap_or_default();
+    if aliases.len() > ptyhub_wire::limits::MAX_ALIASES_PER_SESSION {
+        return Err(ApiError::invalid(format!(
+            "a session may have at most {} aliases",
+            ptyhub_wire::limits::MAX_ALIASES_PER_SESSION
+        )));
+    }
+    let size = TerminalSize::from_optional(body.cols, body.rows)
+        .map_err(|error| ApiError::invalid(error.to_string()))?;
+    let command = match body.command {
+        Some(command) if command.is_empty() => {
+            return Err(ApiError::invalid(
+                "command must name a program; leave it out for the instance's command",
+            ));
+        }
+        Some(command) => command,
+        None => Vec::new(),
+    };
+    principal.access.check_command_override(&command)?;
+    let created = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .create_session(&instance.id, name, aliases, size, command)
+        .await?;
+    let session = created.session;
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedSession {
+            id: session.id,
+            name: session.name,
+            status: session.status.as_str().to_owned(),
+            created_at: session.created_at,
+        }),
+    ))
+}
+
+/// One session.
+#[utoipa::path(
+    get, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}", tag = "sessions",
+    params(SessionPath),
+    responses(
+        (status = 200, body = SessionBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+) -> Result<Json<SessionBody>, ApiError> {
+    let instance = scope.authorize(&state, &principal).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    Ok(Json(session.into()))
+}
+
+/// Close a session, ending its processes.
+#[utoipa::path(
+    delete, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}", tag = "sessions",
+    params(SessionPath),
+    responses(
+        (status = 200, body = ClosedSession), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn close_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+) -> Result<Json<ClosedSession>, ApiError> {
+    principal.access.require_control("closing a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    if session.status != SessionStatus::Closed {
+        state
+            .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
+            .close_session(&instance.id, &session.id)
+            .await?;
+    }
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session closed");
+    Ok(Json(ClosedSession {
+        status: "closed".into(),
+        session_id: session.id,
+    }))
+}
+
+/// Restart a session's command; the session id and offsets go on.
+#[utoipa::path(
+    post, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}/reset", tag = "sessions",
+    params(SessionPath),
+    responses(
+        (status = 200, body = ResetSessionBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn reset_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+) -> Result<Json<ResetSessionBody>, ApiError> {
+    principal.access.require_control("resetting a session")?;
+    if sid == DEFAULT_SESSION {
+        // The same as the legacy `/terminal/reset`, which creates the session when absent.
+        return reset_default_session(State(state), Caller(principal), scope).await;
+    }
+    let instance = scope.authorize(&state, &principal).await?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    let session = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .reset_session(&instance.id, &session.id)
+        .await?;
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
+    Ok(Json(ResetSessionBody {
+        id: session.id,
+        name: session.name,
+        status: session.status.as_str().to_owned(),
+    }))
+}
+
+/// Rename a session.
+#[utoipa::path(
+    post, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}/rename", tag = "sessions",
+    params(SessionPath), request_body = RenameSessionBody,
+    responses(
+        (status = 200, body = RenamedSession), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn rename_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+    JsonBody(body): JsonBody<RenameSessionBody>,
+) -> Result<Json<RenamedSession>, ApiError> {
+    principal.access.require_control("renaming a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    let name = validate_name(&body.name)?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    let session = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .rename_session(&instance.id, &session.id, name)
+        .await?;
+    Ok(Json(RenamedSession {
+        id: session.id,
+        name: session.name,
+    }))
+}
+
+/// Reset the `default` session (legacy single-terminal API), creating it when absent (a fresh
+/// one needs no reset).
+#[utoipa::path(
+    post, path = "/api/v1/instances/{iid}/terminal/reset", tag = "sessions",
+    params(InstancePath),
+    responses(
+        (status = 200, body = ResetSessionBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn reset_default_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+) -> Result<Json<ResetSessionBody>, ApiError> {
+    principal.access.require_control("resetting a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    let resolved = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .resolve_session(
+            &instance.id,
+            SessionSelector::Default,
+            true,
+            None,
+            Role::Controller,
+        )
+        .await?;
+    let session = if resolved.created {
+        resolved.session
+    } else {
+        state
+            .upstreams
+            .acting_for(&principal.actor(Surface::Rest))
+            .reset_session(&instance.id, &resolved.session.id)
+            .await?
+    };
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "default session reset");
+    Ok(Json(ResetSessionBody {
+        id: session.id,
+        name: session.name,
+        status: session.status.as_str().to_owned(),
+    }))
+}

@@ -1,0 +1,696 @@
+//! One terminal WebSocket bridged to one broker `Attach` stream, in one task ([`Bridge::run`]):
+//! it reads the client's frames and queues them as `Attach` commands, turns `Attach` events into
+//! WebSocket frames, sends the heartbeats, and goes on reading while a frame it sent waits for
+//! the client to take it.
+//!
+//! One task, not one per direction: a keystroke is read and handed to the `Attach` stream by the
+//! task that also drives that stream, so it reaches the broker without waking another task, and
+//! a socket costs one task's memory.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, WebSocket};
+use bytes::Bytes;
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use ptyhub_model::Role;
+use ptyhub_wire::{ErrorCode, close_code};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::PreparedAttach;
+use super::frames::{
+    DetachReason, ServerFrame, SessionName, StreamStatus, close_message, parse_client_frame,
+};
+use crate::audit::{StreamAudit, StreamResets, detach_reason};
+use crate::domain::{TerminalCommand, TerminalEvent};
+use crate::error::ApiError;
+use crate::grpc::{AttachCommands, AttachEvents};
+use crate::metrics::Metrics;
+use crate::state::{AppState, credential_expired};
+
+/// Output that piled up while the client was busy is coalesced into frames of at most about
+/// this size; what is there is always sent at once.
+const OUTPUT_BATCH_BYTES: usize = 64 * 1024;
+
+/// How long a closing socket may take to answer our close frame before it is dropped.
+pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the broker may take to answer an attach with its first frame.
+const ATTACH_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Closes a just-upgraded socket with the error's close code.
+pub(super) async fn refuse(mut socket: WebSocket, error: &ApiError) {
+    let _ = socket
+        .send(close_message(error.websocket_close_code(), &error.message))
+        .await;
+    // Wait briefly for the client's close answer so our frame is not lost to a reset.
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        while let Some(Ok(_)) = socket.recv().await {}
+    })
+    .await;
+}
+
+/// Runs one terminal WebSocket to its end: attaches to the broker, waits for its `connected`,
+/// then bridges the two until either ends.
+pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedAttach) {
+    let span = tracing::info_span!(
+        "terminal",
+        instance_id = %prepared.instance_id,
+        session_id = %prepared.session_id,
+        role = prepared.role.as_str(),
+    );
+    async move {
+        let _websocket_gauge = state.metrics.websocket_opened(prepared.since.is_some());
+        tracing::info!(
+            resume = prepared.since.is_some(),
+            snapshot = prepared.snapshot,
+            "terminal websocket opened"
+        );
+        // What is awaited once on the way in (the attach, its answer, a refusal) is boxed: a
+        // socket's task is one allocation the size of its largest state, kept for as long as
+        // the socket lives, and the attach's states would otherwise be part of it.
+        let attached = Box::pin(prepared.upstreams.attach(
+            &prepared.attach,
+            prepared.size,
+            prepared.since,
+            prepared.snapshot,
+        ))
+        .await;
+        let (mut events, commands) = match attached {
+            Ok(attached) => attached,
+            Err(error) => {
+                tracing::warn!(error = %error, "attach failed");
+                return Box::pin(refuse(socket, &error)).await;
+            }
+        };
+        let _attach_gauge = state.metrics.attach_stream_opened();
+        // The broker's first frame says where the stream starts; nothing is sent before it.
+        let connected = match Box::pin(first_event(&mut events)).await {
+            Ok(connected) => connected,
+            Err(error) => return Box::pin(refuse(socket, &error)).await,
+        };
+        let mut audit = StreamAudit::attached(
+            prepared.upstreams.clone(),
+            &prepared.instance_id,
+            &prepared.session_id,
+            prepared.role,
+        );
+        let (sink, stream) = socket.split();
+        let mut bridge = Bridge {
+            client: ClientSink {
+                sink,
+                send_timeout: state.heartbeat_interval * 2,
+                unflushed_since: None,
+                metrics: state.metrics.clone(),
+            },
+            stream,
+            commands,
+            waiting_command: None,
+            role: prepared.role,
+            last_heard: Instant::now(),
+            resets: audit.resets(),
+            state: state.clone(),
+            instance_id: prepared.instance_id,
+            session_id: prepared.session_id,
+            session_name: prepared.session_name,
+            connected_before: false,
+            heartbeat_interval: state.heartbeat_interval,
+            shutdown: state.shutdown.clone(),
+            expires_at: prepared.expires_at,
+        };
+        let ending = bridge.run(connected, events).await;
+        audit.ending(detach_reason(ending.reason));
+        if ending.await_client_close {
+            // Give the client time to read our last frames and answer the close; what it sends
+            // meanwhile is read and not applied.
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                while let Some(Ok(_)) = bridge.stream.next().await {}
+            })
+            .await;
+        }
+        tracing::info!(reason = ending.reason, "terminal websocket closed");
+    }
+    .instrument(span)
+    .await;
+}
+
+/// The broker's answer to an attach, which must be `connected`; anything else refuses the socket.
+async fn first_event(events: &mut AttachEvents) -> Result<TerminalEvent, ApiError> {
+    match tokio::time::timeout(ATTACH_ANSWER_TIMEOUT, events.next()).await {
+        Ok(Ok(Some(connected @ TerminalEvent::Connected { .. }))) => Ok(connected),
+        Ok(Ok(Some(other))) => {
+            tracing::warn!(?other, "broker answered an attach without connected");
+            Err(ApiError::internal("broker answered without connected"))
+        }
+        Ok(Ok(None)) => Err(ApiError::not_found("session not found or closed")),
+        Ok(Err(error)) => {
+            tracing::info!(error = %error, "broker refused the attach");
+            Err(error)
+        }
+        Err(_) => Err(ApiError::unavailable("broker did not answer the attach")),
+    }
+}
+
+fn is_oversized(error: axum::Error) -> bool {
+    error
+        .into_inner()
+        .downcast_ref::<tungstenite::Error>()
+        .is_some_and(|error| matches!(error, tungstenite::Error::Capacity(_)))
+}
+
+/// The sending half of the socket. Frames are queued and then flushed while the bridge goes on
+/// reading the client; a client that takes nothing for two heartbeat intervals is gone.
+struct ClientSink {
+    sink: SplitSink<WebSocket, Message>,
+    send_timeout: Duration,
+    /// Since when frames have waited for the client to take them; `None` when all were taken.
+    unflushed_since: Option<Instant>,
+    metrics: Metrics,
+}
+
+/// The client stopped accepting frames.
+#[derive(Debug)]
+struct ClientGone;
+
+impl ClientSink {
+    /// Queues a frame; [`ClientSink::flush`] sends it. Waits only when the socket's write buffer
+    /// is full, which it is not once the frames before were flushed.
+    async fn queue(&mut self, message: Message) -> Result<(), ClientGone> {
+        match tokio::time::timeout(self.send_timeout, self.sink.feed(message)).await {
+            Ok(Ok(())) => {
+                self.unflushed_since.get_or_insert_with(Instant::now);
+                Ok(())
+            }
+            Ok(Err(_)) | Err(_) => Err(ClientGone),
+        }
+    }
+
+    fn is_flushed(&self) -> bool {
+        self.unflushed_since.is_none()
+    }
+
+    /// When the frames waiting now must have been taken by; `None` when nothing waits.
+    fn flush_deadline(&self) -> Option<tokio::time::Instant> {
+        self.unflushed_since
+            .map(|since| tokio::time::Instant::from_std(since + self.send_timeout))
+    }
+
+    /// Sends what was queued. Cancel-safe: what is not sent stays queued.
+    async fn flush(&mut self) -> Result<(), ClientGone> {
+        match self.sink.flush().await {
+            Ok(()) => {
+                self.unflushed_since = None;
+                Ok(())
+            }
+            Err(_) => Err(ClientGone),
+        }
+    }
+
+    /// Queues a frame and waits until it is sent: for the last frames of a socket.
+    async fn send(&mut self, message: Message) -> Result<(), ClientGone> {
+        self.queue(message).await?;
+        let deadline = self
+            .flush_deadline()
+            .unwrap_or_else(|| tokio::time::Instant::now() + self.send_timeout);
+        match tokio::time::timeout_at(deadline, self.flush()).await {
+            Ok(sent) => sent,
+            Err(_) => Err(ClientGone),
+        }
+    }
+
+    async fn queue_frame(&mut self, frame: &ServerFrame<'_>) -> Result<(), ClientGone> {
+        self.queue(frame.to_message()).await
+    }
+
+    async fn queue_output(&mut self, data: Bytes) -> Result<(), ClientGone> {
+        self.metrics.bytes_to_client(data.len());
+        self.queue(Message::Binary(data)).await
+    }
+
+    async fn close(&mut self, code: u16, reason: &str) -> Result<(), ClientGone> {
+        self.send(close_message(code, reason)).await
+    }
+
+    /// Closes with the close code the error table gives the error.
+    async fn close_with(&mut self, error: &ApiError) -> Result<(), ClientGone> {
+        self.close(error.websocket_close_code(), &error.message)
+            .await
+    }
+}
+
+/// Both directions of one terminal WebSocket.
+struct Bridge {
+    client: ClientSink,
+    stream: SplitStream<WebSocket>,
+    commands: AttachCommands,
+    /// A command the full queue could not take yet: no client frame is read until it is queued.
+    waiting_command: Option<TerminalCommand>,
+    role: Role,
+    /// When the client last sent a frame (any frame, pongs included).
+    last_heard: Instant,
+    resets: StreamResets,
+    /// For the session's current name when a reset connects again.
+    state: AppState,
+    instance_id: String,
+    session_id: String,
+    session_name: String,
+    /// Whether `connected` was sent already: the next one follows a reset.
+    connected_before: bool,
+    heartbeat_interval: Duration,
+    shutdown: CancellationToken,
+    /// When the credential the socket opened with expires (a JWT's `exp`, a share's end): the
+    /// socket ends then with 4001, as a new one would be refused.
+    expires_at: Option<u64>,
+}
+
+/// How a bridge ended.
+#[derive(Debug)]
+struct Ending {
+    reason: &'static str,
+    /// We sent a close frame and should let the client answer it.
+    await_client_close: bool,
+}
+
+impl Ending {
+    fn closed(reason: &'static str) -> Self {
+        Self {
+            reason,
+            await_client_close: true,
+        }
+    }
+
+    fn client_gone(reason: &'static str) -> Self {
+        Self {
+            reason,
+            await_client_close: false,
+        }
+    }
+}
+
+/// What to do after a frame or an event.
+enum Flow {
+    Continue,
+    Stop(Ending),
+}
+
+impl From<Result<(), ClientGone>> for Flow {
+    fn from(sent: Result<(), ClientGone>) -> Self {
+        match sent {
+            Ok(()) => Flow::Continue,
+            Err(ClientGone) => Flow::Stop(Ending::client_gone("client stopped reading")),
+        }
+    }
+}
+
+impl Bridge {
+    /// Sends `connected`, then runs until the stream, the client or the gateway ends. The
+    /// client's frames are read even while output waits for the client to take it (input such
+    /// as a Ctrl-C still goes through); no further event is taken from the broker until then.
+    async fn run(&mut self, connected: TerminalEvent, mut events: AttachEvents) -> Ending {
+        if let Flow::Stop(ending) = self.forward_event(connected).await {
+            return ending;
+        }
+        let start = tokio::time::Instant::now() + self.heartbeat_interval;
+        let mut heartbeat = tokio::time::interval_at(start, self.heartbeat_interval);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // An event read while batching output that is not output itself, handled next.
+        let mut pending: Option<Result<Option<TerminalEvent>, ApiError>> = None;
+        let expiry = credential_expired(self.expires_at);
+        tokio::pin!(expiry);
+        loop {
+            let flush_deadline = self.client.flush_deadline();
+            let flushed = flush_deadline.is_none();
+            let next = match pending.take() {
+                Some(next) if flushed => next,
+                held => {
+                    pending = held;
+                    tokio::select! {
+                        biased;
+                        () = self.shutdown.cancelled() => {
+                            let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
+                            return Ending::closed("gateway shutdown");
+                        }
+                        () = &mut expiry => {
+                            let _ = self.client.close(close_code::UNAUTHENTICATED, "credential expired").await;
+                            return Ending::closed("credential expired");
+                        }
+                        sent = self.client.flush(), if !flushed => {
+                            if sent.is_err() {
+                                return Ending::client_gone("client stopped reading");
+                            }
+                            continue;
+                        }
+                        () = sleep_until_some(flush_deadline), if !flushed => {
+                            return Ending::client_gone("client stopped reading");
+                        }
+                        // The client's frames come before the broker's events: a keystroke (a
+                        // Ctrl-C) is not kept behind a flood of output.
+                        message = self.stream.next(), if self.waiting_command.is_none() => {
+                            match self.client_frame(message).await {
+                                Flow::Continue => continue,
+                                Flow::Stop(ending) => return ending,
+                            }
+                        }
+                        () = queue_waiting(&self.commands, &mut self.waiting_command), if self.waiting_command.is_some() => continue,
+                        _ = heartbeat.tick() => {
+                            match self.heartbeat().await {
+                                Flow::Continue => continue,
+                                Flow::Stop(ending) => return ending,
+                            }
+                        }
+                        next = events.next(), if flushed && pending.is_none() => next,
+                    }
+                }
+            };
+            let flow = match next {
+                Ok(Some(TerminalEvent::Output { data, .. })) => {
+                    let (batch, after) = collect_output(data, &mut events);
+                    pending = after;
+                    self.client.queue_output(batch).await.into()
+                }
+                Ok(Some(event)) => self.forward_event(event).await,
+                Ok(None) => {
+                    let ended = ApiError::unavailable("broker ended the stream");
+                    let _ = self.client.close_with(&ended).await;
+                    Flow::Stop(Ending::closed("broker ended the stream"))
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "attach stream failed");
+                    let _ = self.client.close_with(&failed_after_attach(error)).await;
+                    Flow::Stop(Ending::closed("attach stream failed"))
+                }
+            };
+            if let Flow::Stop(ending) = flow {
+                return ending;
+            }
+        }
+    }
+
+    /// Applies one of the client's frames: input, a resize or a reset is queued for the broker;
+    /// a frame that cannot be applied is answered with an error frame.
+    async fn client_frame(&mut self, message: Option<Result<Message, axum::Error>>) -> Flow {
+        let message = match message {
+            None => return Flow::Stop(Ending::client_gone("client left")),
+            Some(Ok(message)) => message,
+            Some(Err(error)) => {
+                if !is_oversized(error) {
+                    return Flow::Stop(Ending::client_gone("client left"));
+                }
+                tracing::info!("client sent a frame over 1 MiB");
+                let too_big = ApiError::new(ErrorCode::LimitExceeded, "frame larger than 1 MiB");
+                let _ = self.client.close_with(&too_big).await;
+                return Flow::Stop(Ending::closed("client frame refused"));
+            }
+        };
+        self.last_heard = Instant::now();
+        let command = match message {
+            Message::Binary(data) => Ok(Some(TerminalCommand::Input(data))),
+            Message::Text(text) => parse_client_frame(text.as_str()),
+            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => Ok(None),
+        };
+        let command = match command {
+            Ok(Some(command)) => command,
+            Ok(None) => return Flow::Continue,
+            Err(message) => return self.refuse_frame(&message).await,
+        };
+        if self.role == Role::Viewer {
+            let refusal = match command {
+                TerminalCommand::Input(_) => "viewers cannot send input",
+                TerminalCommand::Resize(_) => "viewers cannot resize",
+                TerminalCommand::Reset => "viewers cannot reset",
+            };
+            return self.refuse_frame(refusal).await;
+        }
+        match &command {
+            TerminalCommand::Input(data) if data.is_empty() => return Flow::Continue,
+            TerminalCommand::Input(data) => self.client.metrics.bytes_from_client(data.len()),
+            TerminalCommand::Reset => self.resets.reset(),
+            TerminalCommand::Resize(_) => {}
+        }
+        // A full queue keeps the command here and stops reading the client until there is
+        // room; output goes on meanwhile. A queue that is gone means the stream ended, which
+        // the broker's side reports.
+        if let Ok(full) = self.commands.try_send(command) {
+            self.waiting_command = full;
+        }
+        Flow::Continue
+    }
+
+    /// Answers a frame that was not applied with `{"type":"error"}`.
+    async fn refuse_frame(&mut self, message: &str) -> Flow {
+        self.client
+            .queue_frame(&ServerFrame::Error { message })
+            .await
+            .into()
+    }
+
+    /// Drops a client silent for two heartbeat intervals, else pings it (both as a JSON frame
+    /// and as a WebSocket ping). No ping is queued behind output the client has not taken.
+    async fn heartbeat(&mut self) -> Flow {
+        if self.last_heard.elapsed() >= self.heartbeat_interval * 2 {
+            // The contract's code for a dropped client: reconnect with backoff.
+            let _ = self
+                .client
+                .close(close_code::BACKEND_FAILURE, "heartbeat timeout")
+                .await;
+            return Flow::Stop(Ending::client_gone(
+                "client silent for two heartbeat intervals",
+            ));
+        }
+        if !self.client.is_flushed() {
+            return Flow::Continue;
+        }
+        let pinged = match self.client.queue_frame(&ServerFrame::Ping).await {
+            Ok(()) => self.client.queue(Message::Ping(Bytes::new())).await,
+            Err(gone) => Err(gone),
+        };
+        pinged.into()
+    }
+
+    /// The name the session has now: it may have been renamed since the socket opened, and the
+    /// `connected` after a reset must not bring the old name back. When session-api does not
+    /// answer, the name known so far is sent.
+    async fn refresh_session_name(&mut self) {
+        match self
+            .state
+            .upstreams
+            .get_session(&self.instance_id, &self.session_id)
+            .await
+        {
+            Ok(session) => self.session_name = session.name,
+            Err(error) => {
+                tracing::info!(error = %error, "cannot read the session's name after a reset");
+            }
+        }
+    }
+
+    /// Forwards one event other than batched output.
+    async fn forward_event(&mut self, event: TerminalEvent) -> Flow {
+        let sent = match event {
+            TerminalEvent::Connected { offset, size, role } => {
+                if self.connected_before {
+                    self.refresh_session_name().await;
+                }
+                self.connected_before = true;
+                let session = SessionName {
+                    id: &self.session_id,
+                    name: &self.session_name,
+                };
+                let frame = ServerFrame::connected(session, role, offset, size.unwrap_or_default());
+                self.client.queue_frame(&frame).await
+            }
+            TerminalEvent::Output { data, .. } => self.client.queue_output(data).await,
+            TerminalEvent::Gap { lost, .. } => {
+                self.client.queue_frame(&ServerFrame::Gap { lost }).await
+            }
+            TerminalEvent::Snapshot { offset, size, data } => {
+                // The announcement, then the snapshot's bytes as one binary frame of their own:
+                // it arrives as an event apart from output, so `collect_output` never merges it
+                // with output, and nothing else is sent between the two.
+                let size = size.unwrap_or_default();
+                let frame = ServerFrame::Snapshot {
+                    offset,
+                    cols: size.cols(),
+                    rows: size.rows(),
+                };
+                match self.client.queue_frame(&frame).await {
+                    Ok(()) => self.client.queue_output(data).await,
+                    Err(gone) => Err(gone),
+                }
+            }
+            TerminalEvent::Resize(size) => {
+                self.client.queue_frame(&ServerFrame::resize(size)).await
+            }
+            TerminalEvent::Resetting => {
+                self.client
+                    .queue_frame(&ServerFrame::Status(StreamStatus::Resetting))
+                    .await
+            }
+            TerminalEvent::Error { message } => {
+                self.client
+                    .queue_frame(&ServerFrame::Error { message: &message })
+                    .await
+            }
+            TerminalEvent::TakenOver => {
+                tracing::info!("controller taken over");
+                let detached = ServerFrame::SessionDetached {
+                    reason: DetachReason::TakenOver,
+                };
+                let _ = self.client.queue_frame(&detached).await;
+                let _ = self
+                    .client
+                    .close(close_code::TAKEN_OVER, "taken over")
+                    .await;
+                return Flow::Stop(Ending::closed("taken over"));
+            }
+            TerminalEvent::Exit(exit) => {
+                tracing::info!(code = exit.code, signal = exit.signal, "session exited");
+                let frame = ServerFrame::Exit {
+                    code: exit.code,
+                    signal: exit.signal,
+                };
+                let _ = self.client.queue_frame(&frame).await;
+                let _ = self
+                    .client
+                    .close(close_code::NORMAL, "session exited")
+                    .await;
+                return Flow::Stop(Ending::closed("session exited"));
+            }
+            TerminalEvent::Closed => {
+                let _ = self
+                    .client
+                    .close(close_code::NORMAL, "session closed")
+                    .await;
+                return Flow::Stop(Ending::closed("session closed"));
+            }
+            TerminalEvent::HandingOver => {
+                let _ = self
+                    .client
+                    .close(close_code::SERVICE_RESTART, "broker handing over")
+                    .await;
+                return Flow::Stop(Ending::closed("broker handing over"));
+            }
+        };
+        sent.into()
+    }
+}
+
+/// Queues the command that waited for room once there is room. Cancel-safe: the command stays
+/// where it is until it is queued. When the stream has ended it is dropped (the client is read
+/// again, and the broker's side of the stream says why): kept, it would make this ready again at
+/// once, forever.
+async fn queue_waiting(commands: &AttachCommands, waiting: &mut Option<TerminalCommand>) {
+    let permit = commands.reserve().await;
+    let command = waiting.take();
+    if let (Ok(permit), Some(command)) = (permit, command) {
+        permit.send(command);
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What an `Attach` stream that failed after `connected` means to the client: its session went
+/// away (4004), or a failure to retry with backoff (1011). Codes about the request itself
+/// (credential, size, cap) were settled when the broker answered the attach.
+fn failed_after_attach(error: ApiError) -> ApiError {
+    match error.code {
+        ErrorCode::NotFound | ErrorCode::Unavailable => error,
+        _ => ApiError::unavailable(error.message),
+    }
+}
+
+/// Takes the output chunks that are already here, up to [`OUTPUT_BATCH_BYTES`], without
+/// waiting for more. Returns the batch and the first non-output event read, if any: a snapshot
+/// is such an event, so its bytes are never part of a batch.
+fn collect_output(
+    first: Bytes,
+    events: &mut AttachEvents,
+) -> (Bytes, Option<Result<Option<TerminalEvent>, ApiError>>) {
+    if first.len() >= OUTPUT_BATCH_BYTES {
+        return (first, None);
+    }
+    // The common case (an echo, a prompt): nothing else is waiting, and the chunk goes out as it
+    // came, with no allocation.
+    let second = match events.next_ready() {
+        None => return (first, None),
+        Some(Ok(Some(TerminalEvent::Output { data, .. }))) => data,
+        Some(other) => return (first, Some(other)),
+    };
+    let mut batch =
+        bytes::BytesMut::with_capacity(OUTPUT_BATCH_BYTES.max(first.len() + second.len()));
+    batch.extend_from_slice(&first);
+    batch.extend_from_slice(&second);
+    let mut after = None;
+    while batch.len() < OUTPUT_BATCH_BYTES {
+        match events.next_ready() {
+            None => break,
+            Some(Ok(Some(TerminalEvent::Output { data, .. }))) => batch.extend_from_slice(&data),
+            Some(other) => {
+                after = Some(other);
+                break;
+            }
+        }
+    }
+    (batch.freeze(), after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_waiting_command_is_queued_once_there_is_room_and_dropped_when_the_stream_ended() {
+        let (commands, mut receiver) = AttachCommands::channel(1);
+        assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
+        let full = commands.try_send(TerminalCommand::Input(Bytes::from_static(b"a")));
+        let mut waiting = full.unwrap();
+        assert!(waiting.is_some(), "a full queue hands the command back");
+        assert!(matches!(
+            receiver.recv().await,
+            Some(TerminalCommand::Reset)
+        ));
+        queue_waiting(&commands, &mut waiting).await;
+        assert!(waiting.is_none());
+        assert!(matches!(receiver.recv().await, Some(TerminalCommand::Input(data)) if data == "a"));
+
+        assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
+        let mut waiting = commands.try_send(TerminalCommand::Reset).unwrap();
+        drop(receiver);
+        assert!(commands.try_send(TerminalCommand::Reset).is_err());
+        queue_waiting(&commands, &mut waiting).await;
+        assert!(
+            waiting.is_none(),
+            "an ended stream's command is dropped, not kept waiting"
+        );
+    }
+
+    #[test]
+    fn a_stream_failing_after_attach_closes_4004_or_1011() {
+        let cases = [
+            (ApiError::not_found("session gone"), close_code::NOT_FOUND),
+            (
+                ApiError::unavailable("broker down"),
+                close_code::BACKEND_FAILURE,
+            ),
+            (
+                ApiError::new(ErrorCode::CapReached, "input frame over the limit"),
+                close_code::BACKEND_FAILURE,
+            ),
+            (ApiError::forbidden("ticket"), close_code::BACKEND_FAILURE),
+            (ApiError::internal("bug"), close_code::BACKEND_FAILURE),
+        ];
+        for (error, close) in cases {
+            let message = error.message.clone();
+            let mapped = failed_after_attach(error);
+            assert_eq!(mapped.websocket_close_code(), close, "{message}");
+            assert_eq!(mapped.message, message);
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The terminal WebSocket: the two routes, the checks before the upgrade (origin, credential,
+//! query, session resolution through session-api), and the hand-over of the upgraded socket to
+//! the bridge.
+//!
+//! - `origin.rs`: which browser origins may open a socket;
+//! - `frames.rs`: the JSON frames both ways, as typed values;
+//! - `bridge.rs`: the socket and one broker `Attach` stream, in one task.
+
+mod bridge;
+pub mod frames;
+pub mod origin;
+
+use axum::Json;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ptyhub_model::{Role, TerminalSize};
+use ptyhub_wire::limits::MAX_FRAME_BYTES;
+use ptyhub_wire::{ErrorCode, Surface};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+pub use origin::{check_origin, origin_allowed};
+
+use crate::auth::{
+    WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
+};
+use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
+use crate::error::{ApiError, ErrorBody};
+use crate::grpc::Upstreams;
+use crate::rest::extract::ClientAddress;
+use crate::rest::{InstancePath, SessionPath};
+use crate::state::{AppState, DEFAULT_SESSION, Presented};
+
+/// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
+/// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
+/// frame (a paste) still arrives whole, the buffer grows for it (and is read this much at a
+/// time: 256 reads for a 1 MiB paste).
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// The query parameters of a terminal WebSocket.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TerminalQuery {
+    /// The browser tab's id: opens (or creates) the session with alias `client:<client_id>`.
+    pub client_id: Option<String>,
+    /// Opens the live session with this alias; 4004 when there is none.
+    pub alias: Option<String>,
+    /// Columns, with `rows`: the size of a session this open creates, applied on attach.
+    pub cols: Option<String>,
+    /// Rows, with `cols`.
+    pub rows: Option<String>,
+    /// Resume from this output offset.
+    pub since: Option<String>,
+    /// `1` or `true`: start with a snapshot of the screen (a `snapshot` frame and one binary
+    /// frame) instead of a replay of raw bytes. A `since` older than the ring gets one anyway.
+    pub snapshot: Option<String>,
+    /// `view` attaches read-only.
+    pub mode: Option<String>,
+    /// The credential, for browsers.
+    pub token: Option<String>,
+}
+
+/// The `default` session (created when absent), the tab's own session with `?client_id=`, or an
+/// aliased one with `?alias=`.
+#[utoipa::path(
+    get, path = "/ws/tool-instances/{iid}/terminal", tag = "websocket",
+    params(InstancePath, TerminalQuery),
+    responses(
+        (status = 101, description = "WebSocket; see CONTRACT.md for frames and close codes"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "origin not allowed"),
+        (status = 426, body = ErrorBody),
+    ),
+)]
+pub async fn open_instance_terminal(
+    State(state): State<AppState>,
+    Path(path): Path<InstancePath>,
+    Query(query): Query<TerminalQuery>,
+    addresses: ClientAddress,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    open_terminal(state, path.iid, None, query, addresses, headers, upgrade).await
+}
+
+/// One session by id (`default`: the default session, created when absent); 4004 when unknown
+/// or closed.
+#[utoipa::path(
+    get, path = "/ws/tool-instances/{iid}/terminal/{sid}", tag = "websocket",
+    params(SessionPath, TerminalQuery),
+    responses(
+        (status = 101, description = "WebSocket; see CONTRACT.md for frames and close codes"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "origin not allowed"),
+        (status = 426, body = ErrorBody),
+    ),
+)]
+pub async fn open_session_terminal(
+    State(state): State<AppState>,
+    Path(path): Path<SessionPath>,
+    Query(query): Query<TerminalQuery>,
+    addresses: ClientAddress,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    open_terminal(
+        state,
+        path.iid,
+        Some(path.sid),
+        query,
+        addresses,
+        headers,
+        upgrade,
+    )
+    .await
+}
+
+/// Checks the origin, then upgrades; every later refusal (credential, query, session) is a close
+/// code on the upgraded socket, which is all a browser's WebSocket can read.
+async fn open_terminal(
+    state: AppState,
+    instance_reference: String,
+    session_id: Option<String>,
+    query: TerminalQuery,
+    addresses: ClientAddress,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    if let Err(error) = check_origin(&state.allowed_origins, &headers) {
+        return error.into_response();
+    }
+    // Programs give a token (query, protocol or header); the page sends its session cookie,
+    // which the origin check above keeps to the gateway's own pages.
+    let presented = Presented {
+        bearer: query
+            .token
+            .clone()
+            .or_else(|| websocket_protocol_token(&headers))
+            .or_else(|| bearer_token(&headers).map(str::to_owned)),
+        cookie: state
+            .authenticator
+            .cookies()
+            .find(&headers)
+            .map(str::to_owned),
+        client: addresses.client,
+        peer: addresses.peer,
+    };
+    let Ok(upgrade) = upgrade else {
+        // A plain HTTP request: say what is wrong with it without creating anything.
+        if let Err(error) = state.authenticate(&presented).await {
+            return error.into_response();
+        }
+        // 426 is about the transport, not the request, so it has no code in the error table.
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            Json(ErrorBody {
+                detail: "this route needs a websocket upgrade".into(),
+            }),
+        )
+            .into_response();
+    };
+    let prepared =
+        prepare_attach(&state, &presented, &instance_reference, session_id, &query).await;
+    let bridges = state.bridges.clone();
+    select_protocol(upgrade, &headers)
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| {
+            bridges.track_future(async move {
+                match prepared {
+                    Ok(prepared) => bridge::bridge_terminal(state, socket, prepared).await,
+                    Err(error) => {
+                        tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
+                        // Boxed, as the bridge's own refusals are: only the running bridge
+                        // sizes the socket's task.
+                        Box::pin(bridge::refuse(socket, &error)).await;
+                    }
+                }
+            })
+        })
+}
+
+/// Echoes `ptyhub` when offered, else the `bearer.` entry (a browser fails the handshake when
+/// it offered protocols and none is selected).
+fn select_protocol(upgrade: WebSocketUpgrade, headers: &HeaderMap) -> WebSocketUpgrade {
+    let offered: Vec<String> = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|protocol| protocol.trim().to_owned())
+        .collect();
+    if offered
+        .iter()
+        .any(|protocol| protocol == WEBSOCKET_PROTOCOL)
+    {
+        return upgrade.protocols([WEBSOCKET_PROTOCOL]);
+    }
+    match offered
+        .into_iter()
+        .find(|protocol| protocol.starts_with(WEBSOCKET_TOKEN_PROTOCOL_PREFIX))
+    {
+        Some(protocol) => upgrade.protocols([protocol]),
+        None => upgrade,
+    }
+}
+
+/// A session resolved and authorised, ready to attach.
+#[derive(Debug)]
+struct PreparedAttach {
+    /// Acting for the socket's principal: the attach and its audit reports go through them.
+    upstreams: Upstreams,
+    instance_id: String,
+    session_id: String,
+    session_name: String,
+    attach: AttachTarget,
+    role: Role,
+    size: Option<TerminalSize>,
+    since: Option<u64>,
+    snapshot: bool,
+    /// When the credential expires; the socket ends then.
+    expires_at: Option<u64>,
+    /// Held for as long as the bridge runs.
+    _stream_slot: crate::state::StreamSlot,
+}
+
+/// Authenticates, reads the query, and resolves (or creates) the session through session-api.
+async fn prepare_attach(
+    state: &AppState,
+    presented: &Presented,
+    instance_reference: &str,
+    session_id: Option<String>,
+    query: &TerminalQuery,
+) -> Result<PreparedAttach, ApiError> {
+    let principal = match state.authenticate(presented).await {
+        Ok(principal) => principal,
+        Err(error) => {
+            if error.code == ErrorCode::Unauthenticated {
+                state.report_refusal(
+                    None,
+                    presented.peer.map(|address| address.to_string()),
+                    Surface::WebSocket,
+                    "unauthenticated",
+                    format!("websocket {instance_reference}"),
+                );
+            }
+            return Err(error);
+        }
+    };
+    let stream_slot = state.stream_slots.acquire(&principal.subject)?;
+    let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
+    let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
+    let size = TerminalSize::from_optional(cols, rows)
+        .map_err(|error| ApiError::bad_request(error.to_string()))?;
+    let since = parse_number::<u64>("since", query.since.as_deref())?;
+    let snapshot = parse_flag("snapshot", query.snapshot.as_deref())?;
+    let role = match query.mode.as_deref() {
+        // A viewer-only credential (a share link's) is a viewer whatever it asks for.
+        None | Some("") if principal.access.is_viewer_only() => Role::Viewer,
+        None | Some("") => Role::Controller,
+        Some("view") => Role::Viewer,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown mode {other:?}, expected \"view\""
+            )));
+        }
+    };
+    let (selector, create_if_absent) = match (session_id, &query.client_id, &query.alias) {
+        // `/terminal/default` is `/terminal`: the default session, created when absent.
+        (Some(session_id), _, _) if session_id == DEFAULT_SESSION => {
+            (SessionSelector::Default, true)
+        }
+        (Some(session_id), _, _) => {
+            if uuid::Uuid::parse_str(&session_id).is_err() {
+                return Err(ApiError::not_found("session not found"));
+            }
+            (SessionSelector::Id(session_id), false)
+        }
+        (None, Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "use either client_id or alias, not both",
+            ));
+        }
+        (None, Some(client_id), None) => (SessionSelector::ClientId(client_id.clone()), true),
+        (None, None, Some(alias)) => (SessionSelector::Alias(alias.clone()), false),
+        (None, None, None) => (SessionSelector::Default, true),
+    };
+    // A viewer creates nothing: it watches sessions that exist.
+    let create_if_absent = create_if_absent && !principal.access.is_viewer_only();
+    let instance = state
+        .authorize_instance_through(&principal, instance_reference, Surface::WebSocket)
+        .await?;
+    let upstreams = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::WebSocket));
+    let resolved = upstreams
+        .resolve_session(&instance.id, selector, create_if_absent, size, role)
+        .await
+        .map_err(|error| match error.code {
+            // session-api refuses a session id it will not attach to (closed, another
+            // instance's) as a failed precondition; for the client that is "not found".
+            ErrorCode::WrongState | ErrorCode::AlreadyExists if !create_if_absent => {
+                ApiError::not_found(error.message)
+            }
+            _ => error,
+        })?;
+    let session = resolved.session;
+    if session.instance_id != instance.id
+        || session.status == SessionStatus::Closed
+        || !principal.access.allows_session(&session.id)
+    {
+        return Err(ApiError::not_found("session not found or closed"));
+    }
+    Ok(PreparedAttach {
+        upstreams,
+        instance_id: instance.id,
+        session_id: session.id,
+        session_name: session.name,
+        attach: resolved.attach,
+        role,
+        size,
+        since,
+        snapshot,
+        expires_at: principal.expires_at,
+        _stream_slot: stream_slot,
+    })
+}
+
+/// A yes/no query parameter: `1`/`true` or `0`/`false`, absent meaning no.
+fn parse_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "{name} must be 1, true, 0 or false, not {other:?}"
+        ))),
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(
+    name: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(value) => value
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("{name} must be a non-negative integer"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_numbers_are_optional_and_malformed_ones_refused() {
+        assert_eq!(parse_number::<u32>("cols", None).unwrap(), None);
+        assert_eq!(parse_number::<u32>("cols", Some("")).unwrap(), None);
+        assert_eq!(parse_number::<u64>("since", Some("42")).unwrap(), Some(42));
+        let refused = parse_number::<u32>("cols", Some("-1")).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Malformed);
+        assert_eq!(refused.message, "cols must be a non-negative integer");
+    }
+
+    #[test]
+    fn the_snapshot_flag_is_one_true_zero_or_false() {
+        for (value, expected) in [
+            (None, false),
+            (Some(""), false),
+            (Some("0"), false),
+            (Some("false"), false),
+            (Some("1"), true),
+            (Some("true"), true),
+        ] {
+            assert_eq!(
+                parse_flag("snapshot", value).unwrap(),
+                expected,
+                "{value:?}"
+            );
+        }
+        for value in ["maybe", "yes", "TRUE", "2"] {
+            let refused = parse_flag("snapshot", Some(value)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Malformed, "{value}");
+            assert_eq!(refused.websocket_close_code(), 1008, "{value}");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! The browser's edge against a real stack: the sign-in link exchanged for an HttpOnly session
+//! cookie, the cookie on REST and the WebSocket, signing out; JSON-only bodies, the `Host`
+//! allow-list and the security headers on every answer.
+
+use ptyhub_test_support::stack::TestStack;
+use reqwest::header::{self, HeaderMap};
+use reqwest::redirect::Policy;
+use serde_json::{Value, json};
+
+use crate::common::{Terminal, get};
+
+/// A client that shows redirects instead of following them.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `name=value` of a `Set-Cookie` answer, and the whole header.
+fn set_cookie(headers: &HeaderMap) -> Option<(String, String)> {
+    let whole = headers.get(header::SET_COOKIE)?.to_str().ok()?.to_owned();
+    let pair = whole.split(';').next()?.trim().to_owned();
+    Some((pair, whole))
+}
+
+/// Signs in through the address, as a browser following `ptyhub up`'s link does; returns the
+/// cookie's `name=value`.
+async fn sign_in_by_link(stack: &TestStack) -> String {
+    let response = client()
+        .get(format!(
+            "{}/?token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    set_cookie(response.headers()).expect("a cookie").0
+}
+
+async fn with_cookie(
+    stack: &TestStack,
+    method: reqwest::Method,
+    path: &str,
+    cookie: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Value, HeaderMap) {
+    let mut request = client()
+        .request(method, format!("{}{path}", stack.gateway_url))
+        .header(header::COOKIE, cookie);
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        headers,
+    )
+}
+
+#[tokio::test]
+async fn a_sign_in_link_becomes_an_http_only_strict_cookie_and_leaves_the_address() {
+    let stack = TestStack::builder().start().await;
+    let response = client()
+        .get(format!(
+            "{}/instances/local?mode=view&token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        response.headers()[header::LOCATION],
+        "/instances/local?mode=view",
+        "the token is gone from the address the browser goes on to"
+    );
+    let (cookie, whole) = set_cookie(response.headers()).expect("a session cookie");
+    assert!(cookie.starts_with("ptyhub_session_"), "{whole}");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(whole.contains(attribute), "{attribute} in {whole}");
+    }
+    assert!(!whole.contains("Secure"), "no TLS here: {whole}");
+    assert!(
+        !whole.contains(&stack.admin_token),
+        "the cookie holds no token"
+    );
+
+    // The cookie is the credential of REST, the sign-in check and the WebSocket.
+    let (status, body, _) = with_cookie(
+        &stack,
+        reqwest::Method::GET,
+        "/api/v1/instances",
+        &cookie,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = with_cookie(
+        &stack,
+        reqwest::Method::GET,
+        "/api/v1/auth/session",
+        &cookie,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["subject"], "api-token-0");
+    assert_eq!(body["admin"], true);
+    assert!(body["expires_at"].is_string(), "{body}");
+    let url = format!(
+        "{}/ws/tool-instances/{}/terminal",
+        stack.websocket_url(),
+        stack.instance_id
+    );
+    let mut terminal = Terminal::open_url(&url, &[("cookie", &cookie)])
+        .await
+        .expect("a websocket opened with the cookie alone");
+    terminal.connected().await;
+    terminal.send_input("echo cookie-$((6*7))\n").await;
+    terminal.read_until_output("cookie-42").await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn behind_a_tls_terminating_proxy_the_cookie_is_secure() {
+    let stack = TestStack::builder().start().await;
+    let response = client()
+        .get(format!(
+            "{}/instances/local?token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .header("X-Forwarded-Proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let (_, whole) = set_cookie(response.headers()).expect("a session cookie");
+    assert!(whole.ends_with("; Secure"), "{whole}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_sign_in_link_sets_no_cookie_and_says_so_in_the_fragment() {
+    let stack = TestStack::builder().start().await;
+    let response = client()
+        .get(format!("{}/?token=not-the-token&x=1", stack.gateway_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()[header::LOCATION], "/?x=1#token-refused");
+    assert!(set_cookie(response.headers()).is_none());
+    // Without a cookie or token the API refuses.
+    let (status, _, _) = with_cookie(
+        &stack,
+        reqwest::Method::GET,
+        "/api/v1/auth/session",
+        "ptyhub_session_00000000=v1.e30.AAAA",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 401);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_sign_in_form_exchanges_a_bearer_token_and_sign_out_ends_the_cookie() {
+    let stack = TestStack::builder().start().await;
+    let response = client()
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let response = client()
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth("not-the-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert!(set_cookie(response.headers()).is_none());
+    let response = client()
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth(&stack.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (cookie, _) = set_cookie(response.headers()).expect("a cookie");
+
+    let (status, body, headers) = with_cookie(
+        &stack,
+        reqwest::Method::DELETE,
+        "/api/v1/auth/session",
+        &cookie,
+        &[],
+    )
+    .await;
+    assert_eq!((status, &body), (200, &json!({"status": "signed_out"})));
+    let (_, cleared) = set_cookie(&headers).expect("the cookie is cleared");
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    // A copy of the signed-out cookie no longer works.
+    let (status, body, _) = with_cookie(
+        &stack,
+        reqwest::Method::GET,
+        "/api/v1/instances",
+        &cookie,
+        &[],
+    )
+    .await;
+    assert_eq!((status, &body), (401, &json!({"detail": "signed out"})));
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cookie_changes_nothing_for_a_page_of_another_origin() {
+    let stack = TestStack::builder().start().await;
+    let cookie = sign_in_by_link(&stack).await;
+    let sessions = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
+    // Another port on the same host is the same site: the browser sends the cookie along.
+    let (status, body, _) = with_cookie(
+        &stack,
+        reqwest::Method::POST,
+        &sessions,
+        &cookie,
+        &[("origin", "http://127.0.0.1:1")],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (_, listed) = get(&stack, &sessions).await;
+    assert_eq!(listed["sessions"], json!([]), "nothing was created");
+    // The gateway's own page may.
+    let own_origin = stack.gateway_url.clone();
+    let (status, body, _) = with_cookie(
+        &stack,
+        reqwest::Method::POST,
+        &sessions,
+        &cookie,
+        &[("origin", &own_origin)],
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn rest_bodies_are_json_only_and_a_text_plain_post_changes_nothing() {
+    let stack = TestStack::builder().start().await;
+    let sessions = format!(
+        "{}/api/v1/instances/{}/terminal/sessions",
+        stack.gateway_url, stack.instance_id
+    );
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let response = client()
+            .post(&sessions)
+            .bearer_auth(&stack.admin_token)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(r#"{"name":"from a form"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 415, "{content_type}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["detail"], "request bodies must be application/json");
+    }
+    // A body without a content type at all is refused the same way.
+    let response = client()
+        .post(&sessions)
+        .bearer_auth(&stack.admin_token)
+        .body(r#"{"name":"no type"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    let (_, listed) = get(
+        &stack,
+        &format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id),
+    )
+    .await;
+    assert_eq!(listed["sessions"], json!([]), "nothing was created");
+    // JSON, and an empty body for a body that may be left out, still work.
+    let response = client()
+        .post(&sessions)
+        .bearer_auth(&stack.admin_token)
+        .header(header::CONTENT_TYPE, "application/json; charset=utf-8")
+        .body(r#"{"name":"json"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let response = client()
+        .post(&sessions)
+        .bearer_auth(&stack.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_host_name_that_is_not_the_gateways_is_refused_except_by_probes() {
+    let stack = TestStack::builder().start().await;
+    let port = stack.gateway_address().port();
+    let request = |path: &str, host: String| {
+        client()
+            .get(format!("{}{path}", stack.gateway_url))
+            .bearer_auth(&stack.admin_token)
+            .header(header::HOST, host)
+            .send()
+    };
+    // A rebinding page: evil.example resolves to 127.0.0.1, the browser names it in Host.
+    for path in ["/api/v1/instances", "/", "/assets/app.js"] {
+        let response = request(path, format!("evil.example:{port}")).await.unwrap();
+        assert_eq!(response.status(), 403, "{path}");
+    }
+    let response = request("/?token=x", format!("evil.example:{port}"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403, "no sign-in under a foreign name");
+    assert!(set_cookie(response.headers()).is_none());
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let response = request("/api/v1/instances", host.clone()).await.unwrap();
+        assert_eq!(response.status(), 200, "{host}");
+    }
+    let response = request("/livez", format!("evil.example:{port}"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "probes answer any name");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_page_asset_and_answer_carries_the_security_headers() {
+    let stack = TestStack::builder().start().await;
+    for (path, token) in [
+        ("/", None),
+        ("/instances/local", None),
+        ("/assets/app.js", None),
+        ("/assets/no-such-file.js", None),
+        ("/api/v1/instances", Some(stack.admin_token.as_str())),
+        ("/api/v1/instances", None),
+        ("/no-such-route", None),
+    ] {
+        let mut request = client().get(format!("{}{path}", stack.gateway_url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        let headers = response.headers();
+        let policy = headers
+            .get(header::CONTENT_SECURITY_POLICY)
+            .unwrap_or_else(|| panic!("no CSP on {path}"))
+            .to_str()
+            .unwrap();
+        assert!(
+            policy.contains("frame-ancestors 'none'"),
+            "{path}: {policy}"
+        );
+        // Scripts from the gateway alone; WebAssembly may compile (the History view's player),
+        // nothing may `eval` or run inline.
+        let scripts = policy
+            .split(';')
+            .map(str::trim)
+            .find(|directive| directive.starts_with("script-src "));
+        assert_eq!(
+            scripts,
+            Some("script-src 'self' 'wasm-unsafe-eval'"),
+            "{path}: {policy}"
+        );
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+        assert_eq!(headers[header::REFERRER_POLICY], "no-referrer", "{path}");
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_credentials_are_limited_per_client_address() {
+    let stack = TestStack::builder().start().await;
+    let instances = format!("{}/api/v1/instances", stack.gateway_url);
+    // A missing credential is no guess: a page without its cookie yet never counts.
+    for _ in 0..20 {
+        let response = client().get(&instances).send().await.unwrap();
+        assert_eq!(response.status(), 401);
+    }
+    for attempt in 0..10 {
+        let response = client()
+            .get(&instances)
+            .bearer_auth(format!("guess-{attempt}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "attempt {attempt}");
+    }
+    // The address is out of tries: refused before its credential is looked at, on every
+    // surface, even with the right token.
+    let response = client()
+        .get(&instances)
+        .bearer_auth("guess-10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("too many refused credentials from this address"),
+        "{body}"
+    );
+    let response = client()
+        .get(&instances)
+        .bearer_auth(&stack.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    let response = client()
+        .get(format!(
+            "{}/?token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert!(
+        set_cookie(response.headers()).is_none(),
+        "no sign-in either"
+    );
+    let url = format!(
+        "{}/ws/tool-instances/{}/terminal?token={}",
+        stack.websocket_url(),
+        stack.instance_id,
+        stack.admin_token
+    );
+    let mut socket = Terminal::open_url(&url, &[]).await.expect("a socket");
+    assert_eq!(socket.read_until_closed().await.code, 4029);
+    let mut grpc = ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(
+        tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let mut request =
+        tonic::Request::new(ptyhub_proto::session::v1::ListInstancesRequest::default());
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", stack.admin_token).parse().unwrap(),
+    );
+    let refused = grpc.list_instances(request).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    stack.shutdown().await;
+}

@@ -1,0 +1,698 @@
+//! The broker's `Attach` on the gateway's public port, as a gRPC client outside the cluster uses
+//! it: attach targets from the gateway name the gateway, a stream authorised by the user's
+//! credential and the `ptyhub-instance` metadata carries input and output and resumes by
+//! offset, every bad input gets its code and reaches no PTY, the other broker methods are
+//! UNIMPLEMENTED, and a stopping gateway ends its streams with UNAVAILABLE.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_test_support::stack::TestStack;
+use ptyhub_wire::limits::MAX_FRAME_BYTES;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::common::PATIENCE;
+
+use broker_pb::client_frame::Frame as ClientFrameKind;
+use broker_pb::server_frame::Frame as ServerFrameKind;
+
+async fn gateway_channel(stack: &TestStack) -> Channel {
+    Channel::from_shared(stack.gateway_url.clone())
+        .expect("gateway url")
+        .connect()
+        .await
+        .expect("an http/2 connection to the gateway")
+}
+
+/// `message` with `token` (when given) as its bearer credential and `instance` (when given) as
+/// the instance it is about.
+fn request<T>(message: T, token: Option<&str>, instance: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("an ascii token"),
+        );
+    }
+    if let Some(instance) = instance {
+        request
+            .metadata_mut()
+            .insert("ptyhub-instance", instance.parse().expect("an ascii name"));
+    }
+    request
+}
+
+fn hello(session_id: &str, role: broker_pb::Role, since: Option<u64>) -> broker_pb::ClientFrame {
+    broker_pb::ClientFrame {
+        frame: Some(ClientFrameKind::Hello(broker_pb::Hello {
+            // Through the gateway no ticket is needed: the credential authorises the stream.
+            ticket: String::new(),
+            session_id: session_id.to_owned(),
+            role: role as i32,
+            size: None,
+            since,
+            snapshot: false,
+        })),
+    }
+}
+
+fn input(data: impl Into<Bytes>) -> broker_pb::ClientFrame {
+    broker_pb::ClientFrame {
+        frame: Some(ClientFrameKind::Input(broker_pb::Input {
+            data: data.into(),
+        })),
+    }
+}
+
+/// One `Attach` through the gateway, its client side open until dropped.
+struct Stream {
+    frames: mpsc::Sender<broker_pb::ClientFrame>,
+    server: tonic::Streaming<broker_pb::ServerFrame>,
+    /// Output bytes in order, from the first output frame's offset.
+    output: Vec<u8>,
+    first_offset: Option<u64>,
+}
+
+impl Stream {
+    /// Opens the stream with `first` as its first client frame.
+    async fn open(
+        stack: &TestStack,
+        token: Option<&str>,
+        instance: Option<&str>,
+        first: broker_pb::ClientFrame,
+    ) -> Result<Stream, tonic::Status> {
+        let (frames, receiver) = mpsc::channel(16);
+        frames.send(first).await.expect("an open queue");
+        let mut client = PtyBrokerClient::new(gateway_channel(stack).await);
+        let server = client
+            .attach(request(ReceiverStream::new(receiver), token, instance))
+            .await?
+            .into_inner();
+        Ok(Stream {
+            frames,
+            server,
+            output: Vec::new(),
+            first_offset: None,
+        })
+    }
+
+    async fn send(&self, frame: broker_pb::ClientFrame) {
+        self.frames.send(frame).await.expect("the stream is open");
+    }
+
+    /// The next server frame; `Err` when the stream ended with a status, `Ok(None)` when it
+    /// ended cleanly.
+    async fn next(&mut self) -> Result<Option<ServerFrameKind>, tonic::Status> {
+        let frame = tokio::time::timeout(PATIENCE, self.server.message())
+            .await
+            .expect("a server frame in time")?;
+        let Some(frame) = frame else {
+            return Ok(None);
+        };
+        let frame = frame.frame.expect("a frame with content");
+        if let ServerFrameKind::Output(output) = &frame {
+            self.first_offset.get_or_insert(output.offset);
+            self.output.extend_from_slice(&output.data);
+        }
+        Ok(Some(frame))
+    }
+
+    /// Reads until the output contains `text`, returning the frames that were not output.
+    async fn read_until(&mut self, text: &str) -> Vec<ServerFrameKind> {
+        let mut others = Vec::new();
+        while !String::from_utf8_lossy(&self.output).contains(text) {
+            match self.next().await {
+                Ok(Some(ServerFrameKind::Output(_))) => {}
+                Ok(Some(other)) => others.push(other),
+                Ok(None) => panic!("the stream ended before {text:?}"),
+                Err(status) => panic!("the stream failed before {text:?}: {status:?}"),
+            }
+        }
+        others
+    }
+
+    /// Reads until the output holds `count` bytes.
+    async fn read_bytes(&mut self, count: usize) {
+        while self.output.len() < count {
+            match self.next().await {
+                Ok(Some(_)) => {}
+                other => panic!("the stream ended before {count} bytes: {other:?}"),
+            }
+        }
+    }
+
+    /// The status that ends the stream, reading past any frames before it.
+    async fn ending_status(&mut self) -> tonic::Status {
+        loop {
+            match self.next().await {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the stream ended without a status"),
+                Err(status) => return status,
+            }
+        }
+    }
+}
+
+fn expect_connected(frame: Result<Option<ServerFrameKind>, tonic::Status>) -> broker_pb::Connected {
+    match frame {
+        Ok(Some(ServerFrameKind::Connected(connected))) => connected,
+        other => panic!("expected connected first, got {other:?}"),
+    }
+}
+
+/// Creates a session on `instance` through the gateway's gRPC surface.
+async fn create_session(stack: &TestStack, instance: &str) -> session_pb::SessionAttachment {
+    SessionApiClient::new(gateway_channel(stack).await)
+        .create_session(request(
+            session_pb::CreateSessionRequest {
+                instance: instance.to_owned(),
+                ..Default::default()
+            },
+            Some(&stack.admin_token),
+            None,
+        ))
+        .await
+        .expect("create a session through the gateway")
+        .into_inner()
+}
+
+#[tokio::test]
+async fn attach_targets_from_the_gateway_point_at_the_gateway() {
+    let stack = TestStack::builder().start().await;
+    let mut sessions = SessionApiClient::new(gateway_channel(&stack).await);
+    let token = Some(stack.admin_token.as_str());
+
+    let created = create_session(&stack, "local").await;
+    let created_target = created.attach.expect("an attach target");
+    let resolved = sessions
+        .resolve_session(request(
+            session_pb::ResolveSessionRequest {
+                instance: "local".into(),
+                selector: Some(session_pb::resolve_session_request::Selector::Alias(
+                    "build".into(),
+                )),
+                create_if_absent: true,
+                size: None,
+                role: broker_pb::Role::Controller as i32,
+            },
+            token,
+            None,
+        ))
+        .await
+        .expect("resolve an alias")
+        .into_inner()
+        .attach
+        .expect("an attach target");
+    let issued = sessions
+        .issue_attach_ticket(request(
+            session_pb::IssueAttachTicketRequest {
+                instance: "local".into(),
+                session_id: created_target.session_id.clone(),
+                role: broker_pb::Role::Viewer as i32,
+            },
+            token,
+            None,
+        ))
+        .await
+        .expect("issue a ticket")
+        .into_inner();
+    for (what, target) in [
+        ("CreateSession", &created_target),
+        ("ResolveSession", &resolved),
+        ("IssueAttachTicket", &issued),
+    ] {
+        assert_eq!(target.broker_endpoint, stack.gateway_url, "{what}");
+        assert_ne!(target.broker_endpoint, stack.broker_endpoint, "{what}");
+        assert!(!target.ticket.is_empty(), "{what} still carries a ticket");
+    }
+
+    // session-api itself, asked directly, still names the broker: only the gateway's callers
+    // are pointed at the gateway.
+    let direct = stack
+        .session_api
+        .clone()
+        .issue_attach_ticket(session_pb::IssueAttachTicketRequest {
+            instance: stack.instance_id.clone(),
+            session_id: created_target.session_id.clone(),
+            role: broker_pb::Role::Viewer as i32,
+        })
+        .await
+        .expect("a ticket from session-api")
+        .into_inner();
+    assert_eq!(direct.broker_endpoint, stack.broker_endpoint);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_grpc_attach_through_the_gateway_carries_input_and_output_and_resumes_by_offset() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let token = Some(stack.admin_token.as_str());
+
+    let mut first = Stream::open(
+        &stack,
+        token,
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, Some(0)),
+    )
+    .await
+    .expect("the gateway relays the attach");
+    let connected = expect_connected(first.next().await);
+    assert_eq!(connected.session_id, session_id);
+    assert_eq!(connected.role, broker_pb::Role::Controller as i32);
+    first.send(input("echo relayed-$((6*7))\n")).await;
+    first.read_until("relayed-42").await;
+    let seen = first.output.clone();
+    assert_eq!(first.first_offset, Some(0), "a replay from 0 starts at 0");
+    drop(first);
+
+    // Resumed by offset: exactly the same bytes from 0, then the rest from where it left off.
+    let mut replay = Stream::open(
+        &stack,
+        token,
+        Some(&stack.instance_id),
+        hello(&session_id, broker_pb::Role::Viewer, Some(0)),
+    )
+    .await
+    .expect("a viewer resumes from 0");
+    let connected = expect_connected(replay.next().await);
+    assert_eq!(connected.offset, 0);
+    replay.read_bytes(seen.len()).await;
+    assert_eq!(replay.output[..seen.len()], seen[..]);
+
+    let next = u64::try_from(seen.len()).unwrap();
+    let mut resumed = Stream::open(
+        &stack,
+        token,
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, Some(next)),
+    )
+    .await
+    .expect("a controller resumes where it left off");
+    let connected = expect_connected(resumed.next().await);
+    assert_eq!(connected.offset, next);
+    resumed.send(input("echo again-$((7*7))\n")).await;
+    resumed.read_until("again-49").await;
+    assert_eq!(
+        resumed.first_offset,
+        Some(next),
+        "nothing before the offset twice"
+    );
+    stack.shutdown().await;
+}
+
+/// Every refused attempt types a line with `REFUSED` into the session; at the end the session's
+/// whole output, replayed from 0, must not contain it.
+#[tokio::test]
+async fn bad_input_on_the_public_attach_gets_its_code_and_reaches_no_pty() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    stack.register_instance("other", 5, &[]).await;
+    let other_session = create_session(&stack, "other")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let admin = Some(stack.admin_token.as_str());
+    let controller = broker_pb::Role::Controller;
+    let refused = |step: &str| input(format!("echo REFUSED-{step}\n"));
+
+    let assert_refused =
+        |result: Result<Stream, tonic::Status>, code: Code, words: &str, what: &str| match result {
+            Ok(_) => panic!("{what} was admitted"),
+            Err(status) => {
+                assert_eq!(status.code(), code, "{what}: {status:?}");
+                assert!(
+                    status.message().contains(words),
+                    "{what}: {:?} does not say {words:?}",
+                    status.message()
+                );
+            }
+        };
+
+    assert_refused(
+        Stream::open(
+            &stack,
+            None,
+            Some("local"),
+            hello(&session_id, controller, None),
+        )
+        .await,
+        Code::Unauthenticated,
+        "",
+        "no credential",
+    );
+    assert_refused(
+        Stream::open(
+            &stack,
+            Some("wrong"),
+            Some("local"),
+            hello(&session_id, controller, None),
+        )
+        .await,
+        Code::Unauthenticated,
+        "",
+        "a wrong token",
+    );
+    let other_only = stack.jwt("someone", &["other"], false);
+    assert_refused(
+        Stream::open(
+            &stack,
+            Some(&other_only),
+            Some("local"),
+            hello(&session_id, controller, None),
+        )
+        .await,
+        Code::PermissionDenied,
+        "not allowed for this instance",
+        "a token without the instance in scope",
+    );
+    assert_refused(
+        Stream::open(&stack, admin, None, hello(&session_id, controller, None)).await,
+        Code::InvalidArgument,
+        "ptyhub-instance",
+        "no instance named",
+    );
+    assert_refused(
+        Stream::open(&stack, admin, Some("local"), refused("no-hello")).await,
+        Code::InvalidArgument,
+        "first client frame must be a hello",
+        "input before any hello",
+    );
+    // A client that closes its side without a hello.
+    let mut client = PtyBrokerClient::new(gateway_channel(&stack).await);
+    let closed = client
+        .attach(request(tokio_stream::empty(), admin, Some("local")))
+        .await
+        .map(|_| ());
+    let status = closed.expect_err("an attach without frames is refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("before the hello"), "{status:?}");
+    assert_refused(
+        Stream::open(
+            &stack,
+            admin,
+            Some("local"),
+            hello(&other_session, controller, None),
+        )
+        .await,
+        Code::NotFound,
+        "not found",
+        "a hello for another instance's session",
+    );
+    assert_refused(
+        Stream::open(
+            &stack,
+            admin,
+            Some("local"),
+            hello(&uuid::Uuid::new_v4().to_string(), controller, None),
+        )
+        .await,
+        Code::NotFound,
+        "not found",
+        "an unknown session",
+    );
+    assert_refused(
+        Stream::open(
+            &stack,
+            admin,
+            Some("local"),
+            hello(&session_id, broker_pb::Role::Unspecified, None),
+        )
+        .await,
+        Code::InvalidArgument,
+        "role",
+        "a hello without a role",
+    );
+
+    // A viewer's input, resize and reset are answered with an error frame; the stream goes on.
+    let mut viewer = Stream::open(
+        &stack,
+        admin,
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Viewer, None),
+    )
+    .await
+    .expect("a viewer attaches");
+    expect_connected(viewer.next().await);
+    viewer.send(refused("viewer")).await;
+    viewer
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::Resize(broker_pb::TerminalSize {
+                cols: 100,
+                rows: 30,
+            })),
+        })
+        .await;
+    viewer.send(hello(&session_id, controller, None)).await;
+    let mut refusals = Vec::new();
+    while refusals.len() < 3 {
+        match viewer.next().await {
+            Ok(Some(ServerFrameKind::Error(error))) => refusals.push(error),
+            Ok(Some(ServerFrameKind::Output(_))) => {}
+            other => panic!("expected error frames for the viewer, got {other:?}"),
+        }
+    }
+    assert_eq!(refusals[0].code, Code::PermissionDenied as i32);
+    assert_eq!(refusals[0].message, "a viewer may not write input");
+    assert_eq!(refusals[1].code, Code::PermissionDenied as i32);
+    assert_eq!(refusals[1].message, "a viewer may not resize");
+    assert_eq!(refusals[2].code, Code::InvalidArgument as i32);
+    assert!(refusals[2].message.contains("hello was already sent"));
+
+    // Over the size limit: just over (decoded, refused by the relay), and far over (refused by
+    // the decoder): both end the stream with RESOURCE_EXHAUSTED.
+    for (what, size) in [
+        ("just over", MAX_FRAME_BYTES + 1),
+        ("far over", 2 * MAX_FRAME_BYTES),
+    ] {
+        let mut stream = Stream::open(
+            &stack,
+            admin,
+            Some("local"),
+            hello(&session_id, controller, None),
+        )
+        .await
+        .expect("a controller attaches");
+        expect_connected(stream.next().await);
+        let mut oversized = b"echo REFUSED-".to_vec();
+        oversized.resize(size, b'Z');
+        stream.send(input(oversized)).await;
+        let status = stream.ending_status().await;
+        assert_eq!(status.code(), Code::ResourceExhausted, "{what}: {status:?}");
+        assert!(status.message().contains("1 MiB"), "{what}: {status:?}");
+    }
+
+    // The session saw none of it: a controller's own line comes back, and the whole output
+    // replayed from 0 holds no refused line.
+    let mut check = Stream::open(
+        &stack,
+        admin,
+        Some("local"),
+        hello(&session_id, controller, Some(0)),
+    )
+    .await
+    .expect("a controller attaches");
+    expect_connected(check.next().await);
+    check.send(input("echo accepted-$((2+3))\n")).await;
+    check.read_until("accepted-5").await;
+    let output = String::from_utf8_lossy(&check.output).into_owned();
+    assert!(
+        !output.contains("REFUSED"),
+        "refused input reached the PTY: {output:?}"
+    );
+    assert!(
+        !output.contains("ZZZZ"),
+        "an oversized frame reached the PTY"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_other_broker_methods_are_unimplemented_on_the_gateway() {
+    let stack = TestStack::builder().start().await;
+    let mut client = PtyBrokerClient::new(gateway_channel(&stack).await);
+    let token = Some(stack.admin_token.as_str());
+    let list = client
+        .list(request(broker_pb::ListRequest {}, token, None))
+        .await
+        .expect_err("List is not offered");
+    let spawn = client
+        .spawn(request(broker_pb::SpawnRequest::default(), token, None))
+        .await
+        .expect_err("Spawn is not offered");
+    let screen = client
+        .get_screen(request(broker_pb::GetScreenRequest::default(), token, None))
+        .await
+        .expect_err("GetScreen is not offered");
+    for (what, status, hint) in [
+        ("List", list, "SessionApi"),
+        ("Spawn", spawn, "CreateSession"),
+        ("GetScreen", screen, "SessionApi"),
+    ] {
+        assert_eq!(status.code(), Code::Unimplemented, "{what}: {status:?}");
+        assert!(
+            status.message().contains("only Attach"),
+            "{what}: {status:?}"
+        );
+        assert!(status.message().contains(hint), "{what}: {status:?}");
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stopping_gateway_ends_relayed_streams_with_unavailable() {
+    let mut stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let mut stream = Stream::open(
+        &stack,
+        Some(&stack.admin_token),
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, None),
+    )
+    .await
+    .expect("the gateway relays the attach");
+    expect_connected(stream.next().await);
+    let reader = tokio::spawn(async move { stream.ending_status().await });
+    // The gateway waits for its streams as for its WebSockets: this returns once ours ended.
+    tokio::time::timeout(Duration::from_secs(30), stack.stop_gateway())
+        .await
+        .expect("the gateway stops in time");
+    let status = reader.await.expect("the reader");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("shutting down"), "{status:?}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets() {
+    let stack = TestStack::builder()
+        .max_streams_per_principal(2)
+        .start()
+        .await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let token = Some(stack.admin_token.as_str());
+    let viewer = || hello(&session_id, broker_pb::Role::Viewer, None);
+
+    // One WebSocket and one relayed attach of the same credential: its two slots.
+    let mut socket = crate::common::Terminal::open(
+        &stack,
+        &format!(
+            "/ws/tool-instances/{}/terminal/{session_id}?mode=view",
+            stack.instance_id
+        ),
+    )
+    .await;
+    socket.connected().await;
+    let mut first = Stream::open(&stack, token, Some("local"), viewer())
+        .await
+        .expect("a slot for the first attach");
+    expect_connected(first.next().await);
+
+    let refused = Stream::open(&stack, token, Some("local"), viewer())
+        .await
+        .err()
+        .expect("no third stream for the credential");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("terminal streams"),
+        "{refused:?}"
+    );
+
+    // Another principal has slots of its own.
+    let alice = stack.jwt("alice", &["local"], false);
+    let mut theirs = Stream::open(&stack, Some(&alice), Some("local"), viewer())
+        .await
+        .expect("another principal's stream");
+    expect_connected(theirs.next().await);
+
+    // A stream that ends gives its slot back.
+    drop(first);
+    let reopened = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        Stream::open(&stack, token, Some("local"), viewer())
+            .await
+            .ok()
+    })
+    .await;
+    assert!(
+        reopened.is_some(),
+        "the slot came back when the stream ended"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
+    let stack = TestStack::builder().start().await;
+    let (_frames, receiver) = mpsc::channel::<broker_pb::ClientFrame>(1);
+    let mut client = PtyBrokerClient::new(gateway_channel(&stack).await);
+    let answer = tokio::time::timeout(
+        ptyhub_wire::limits::HELLO_TIMEOUT + PATIENCE,
+        client.attach(request(
+            ReceiverStream::new(receiver),
+            Some(&stack.admin_token),
+            Some("local"),
+        )),
+    )
+    .await
+    .expect("an answer once the hello timeout has passed");
+    let status = answer.expect_err("the silent stream is ended");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("hello"), "{status:?}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Valid when the stream opens (JWT checks allow a minute of clock skew, the stream's end
+    // does not), expired a few seconds later.
+    let token = stack.jwt_expiring_at("short-lived", &["*"], now + 3);
+    let mut stream = Stream::open(
+        &stack,
+        Some(&token),
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, None),
+    )
+    .await
+    .expect("the gateway relays the attach");
+    expect_connected(stream.next().await);
+    stream.send(input("echo before-$((2*3))\n")).await;
+    stream.read_until("before-6").await;
+    let status = stream.ending_status().await;
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.message(), "credential expired");
+    stack.shutdown().await;
+}

@@ -1,0 +1,461 @@
+//! Share links against a real stack: created, listed and revoked under
+//! `/api/v1/instances/{iid}/shares`; a share's credential (its token, or the cookie its link
+//! signs in) may watch and never take control, type, resize, reset, rename, close or create, on
+//! REST, the WebSocket, the gRPC surface and the relayed `Attach`; a share of one session covers
+//! that session alone; a revoked share ends its token and its cookies.
+
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_test_support::stack::TestStack;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_tungstenite::tungstenite::Message;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::common::{Terminal, create_session, delete, get, post, send};
+
+async fn create_share(stack: &TestStack, body: Value) -> Value {
+    let (status, created) = post(
+        stack,
+        &format!("/api/v1/instances/{}/shares", stack.instance_id),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    created
+}
+
+fn grpc_request<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("an ascii token"),
+    );
+    request
+}
+
+async fn gateway_channel(stack: &TestStack) -> Channel {
+    Channel::from_shared(stack.gateway_url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_share_link_is_made_listed_and_revoked_by_the_instances_user() {
+    let stack = TestStack::builder().start().await;
+    let created = create_share(&stack, json!({"expires_in": 3600})).await;
+    let token = created["token"].as_str().unwrap();
+    assert!(token.starts_with("ptyhub-share-"), "{created}");
+    assert_eq!(created["role"], "viewer");
+    assert_eq!(created["session_id"], Value::Null);
+    assert_eq!(created["created_by"], "api-token-0");
+    assert_eq!(
+        created["url"],
+        format!(
+            "{}/instances/{}?share={token}",
+            stack.gateway_url, stack.instance_id
+        )
+    );
+    let shares = format!("/api/v1/instances/{}/shares", stack.instance_id);
+    let (status, listed) = get(&stack, &shares).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["shares"].as_array().unwrap().len(), 1);
+    assert!(
+        listed["shares"][0].get("token").is_none(),
+        "the token is shown once"
+    );
+
+    for (body, status) in [
+        (json!({"expires_in": 59}), 422),
+        (json!({"expires_in": 2_592_001}), 422),
+        (
+            json!({"session_id": "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10"}),
+            404,
+        ),
+        (json!({"role": "controller"}), 422),
+    ] {
+        let (answered, refused) = post(&stack, &shares, Some(body.clone())).await;
+        assert_eq!(answered, status, "{body}: {refused}");
+    }
+
+    // A share shows a terminal, never who did what on the instance.
+    let (status, body) = send(&stack, Method::GET, "/api/v1/audit", Some(token), None).await;
+    assert_eq!(
+        status, 403,
+        "a share's credential reads no audit trail: {body}"
+    );
+
+    let id = created["id"].as_str().unwrap();
+    let (status, revoked) = delete(&stack, &format!("{shares}/{id}")).await;
+    assert_eq!(status, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let (status, again) = delete(&stack, &format!("{shares}/{id}")).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again, revoked, "revoking again answers the share unchanged");
+
+    // Made and revoked once each, by the instance's user: two events, whatever was retried.
+    let (status, trail) = get(
+        &stack,
+        &format!("/api/v1/audit?instance={}", stack.instance_id),
+    )
+    .await;
+    assert_eq!(status, 200, "{trail}");
+    let share_events: Vec<&Value> = trail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["kind"].as_str().unwrap().starts_with("share_"))
+        .collect();
+    let kinds: Vec<&str> = share_events
+        .iter()
+        .map(|event| event["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["share_created", "share_revoked"], "{trail}");
+    for event in share_events {
+        assert_eq!(event["principal"], "api-token-0", "{event}");
+        assert_eq!(event["surface"], "rest", "{event}");
+        assert_eq!(event["instance_id"], stack.instance_id.as_str(), "{event}");
+        assert_eq!(event["detail"]["share_id"], id, "{event}");
+        assert!(
+            event.to_string().find("ptyhub-share-").is_none(),
+            "an event never carries the token: {event}"
+        );
+    }
+    let (status, body) = send(&stack, Method::GET, "/api/v1/instances", Some(token), None).await;
+    assert_eq!(status, 401, "a revoked share's token is refused: {body}");
+    let (_, listed) = get(&stack, &shares).await;
+    assert_eq!(listed["shares"], json!([]));
+    let (_, listed) = get(&stack, &format!("{shares}?include=ended")).await;
+    assert_eq!(listed["shares"].as_array().unwrap().len(), 1);
+    let (status, _) = delete(&stack, &format!("{shares}/not-a-uuid")).await;
+    assert_eq!(status, 404);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_shares_credential_watches_and_never_controls_on_any_surface() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session = create_session(&stack, &instance, json!({"name": "watched"})).await;
+    let created = create_share(&stack, json!({})).await;
+    let token = created["token"].as_str().unwrap().to_owned();
+    let sessions = format!("/api/v1/instances/{instance}/terminal/sessions");
+    let one = format!("{sessions}/{session}");
+
+    // REST: reads work, every change is 403 and changes nothing.
+    let (status, listed) = send(&stack, Method::GET, &sessions, Some(&token), None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["sessions"][0]["id"], session.as_str());
+    let (status, _) = send(
+        &stack,
+        Method::GET,
+        &format!("{one}/screen"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    for (method, path, body) in [
+        (Method::POST, sessions.clone(), Some(json!({}))),
+        (
+            Method::POST,
+            format!("{one}/rename"),
+            Some(json!({"name": "mine"})),
+        ),
+        (Method::POST, format!("{one}/reset"), None),
+        (Method::DELETE, one.clone(), None),
+        (
+            Method::POST,
+            format!("{one}/input"),
+            Some(json!({"text": "touch /tmp/x\n"})),
+        ),
+        (
+            Method::POST,
+            format!("/api/v1/instances/{instance}/terminal/reset"),
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/api/v1/instances/{instance}/shares"),
+            Some(json!({})),
+        ),
+        (
+            Method::GET,
+            format!("/api/v1/instances/{instance}/shares"),
+            None,
+        ),
+        (
+            Method::DELETE,
+            format!("/api/v1/instances/{instance}"),
+            None,
+        ),
+    ] {
+        let (status, body) = send(&stack, method.clone(), &path, Some(&token), body).await;
+        assert_eq!(status, 403, "{method} {path}: {body}");
+    }
+    let (_, listed) = get(&stack, &sessions).await;
+    assert_eq!(
+        listed["sessions"].as_array().unwrap().len(),
+        1,
+        "nothing created"
+    );
+    assert_eq!(listed["sessions"][0]["name"], "watched", "nothing renamed");
+    assert_eq!(listed["sessions"][0]["status"], "active", "nothing closed");
+
+    // WebSocket: a viewer whatever it asks for; its input, resize and reset are refused.
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal/{session}?token={token}",
+        stack.websocket_url()
+    );
+    let mut watcher = Terminal::open_url(&url, &[])
+        .await
+        .expect("a viewer socket");
+    let connected = watcher.connected().await;
+    assert_eq!(connected["role"], "viewer", "{connected}");
+    watcher.send_input("echo typed-by-viewer\n").await;
+    assert_eq!(
+        watcher.read_until_text("error").await["message"],
+        "viewers cannot send input"
+    );
+    watcher
+        .send_json(json!({"type": "resize", "cols": 100, "rows": 30}))
+        .await;
+    assert_eq!(
+        watcher.read_until_text("error").await["message"],
+        "viewers cannot resize"
+    );
+    watcher.send_json(json!({"type": "reset"})).await;
+    assert_eq!(
+        watcher.read_until_text("error").await["message"],
+        "viewers cannot reset"
+    );
+    // Opening the tab's own session would create one: a viewer creates nothing.
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal?client_id=tab-1&token={token}",
+        stack.websocket_url()
+    );
+    let mut creator = Terminal::open_url(&url, &[]).await.expect("a socket");
+    assert_eq!(creator.read_until_closed().await.code, 4004);
+
+    // gRPC: every change PERMISSION_DENIED, a controller ticket too.
+    let channel = gateway_channel(&stack).await;
+    let mut sessions_client = SessionApiClient::new(channel.clone());
+    let denied = sessions_client
+        .create_session(grpc_request(
+            session_pb::CreateSessionRequest {
+                instance: instance.clone(),
+                ..Default::default()
+            },
+            &token,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    let denied = sessions_client
+        .send_input(grpc_request(
+            session_pb::SendInputRequest {
+                instance: instance.clone(),
+                session_id: session.clone(),
+                items: vec![broker_pb::InputItem {
+                    item: Some(broker_pb::input_item::Item::Text("touch /tmp/x\n".into())),
+                }],
+                force: true,
+            },
+            &token,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    for role in [broker_pb::Role::Controller, broker_pb::Role::Unspecified] {
+        let denied = sessions_client
+            .resolve_session(grpc_request(
+                session_pb::ResolveSessionRequest {
+                    instance: instance.clone(),
+                    selector: Some(session_pb::resolve_session_request::Selector::SessionId(
+                        session.clone(),
+                    )),
+                    role: role as i32,
+                    ..Default::default()
+                },
+                &token,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(denied.code(), Code::PermissionDenied, "{role:?}");
+        let denied = sessions_client
+            .issue_attach_ticket(grpc_request(
+                session_pb::IssueAttachTicketRequest {
+                    instance: instance.clone(),
+                    session_id: session.clone(),
+                    role: role as i32,
+                },
+                &token,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(denied.code(), Code::PermissionDenied, "{role:?}");
+    }
+    let viewer_ticket = sessions_client
+        .issue_attach_ticket(grpc_request(
+            session_pb::IssueAttachTicketRequest {
+                instance: instance.clone(),
+                session_id: session.clone(),
+                role: broker_pb::Role::Viewer as i32,
+            },
+            &token,
+        ))
+        .await;
+    assert!(viewer_ticket.is_ok(), "{viewer_ticket:?}");
+
+    // The relayed Attach: a controller hello is refused before anything reaches a broker.
+    let (frames, receiver) = mpsc::channel(4);
+    frames
+        .send(broker_pb::ClientFrame {
+            frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
+                session_id: session.clone(),
+                role: broker_pb::Role::Controller as i32,
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+    let mut attach = grpc_request(ReceiverStream::new(receiver), &token);
+    attach
+        .metadata_mut()
+        .insert("ptyhub-instance", instance.parse().unwrap());
+    let denied = PtyBrokerClient::new(channel)
+        .attach(attach)
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+
+    // The screen never saw a viewer's keystroke.
+    let (_, screen) = get(&stack, &format!("{one}/screen")).await;
+    assert!(
+        !screen["text"].as_str().unwrap().contains("typed-by-viewer"),
+        "{screen}"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_share_of_one_session_covers_that_session_alone() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let shared = create_session(&stack, &instance, json!({"name": "shared"})).await;
+    let private = create_session(&stack, &instance, json!({"name": "private"})).await;
+    let created = create_share(&stack, json!({"session_id": shared})).await;
+    assert_eq!(created["session_id"], shared.as_str());
+    let token = created["token"].as_str().unwrap().to_owned();
+    let sessions = format!("/api/v1/instances/{instance}/terminal/sessions");
+    let (status, listed) = send(&stack, Method::GET, &sessions, Some(&token), None).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| session["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [shared.as_str()]);
+    for path in [
+        format!("{sessions}/{private}"),
+        format!("{sessions}/{private}/screen"),
+    ] {
+        let (status, body) = send(&stack, Method::GET, &path, Some(&token), None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal/{private}?mode=view&token={token}",
+        stack.websocket_url()
+    );
+    let mut socket = Terminal::open_url(&url, &[]).await.expect("a socket");
+    assert_eq!(socket.read_until_closed().await.code, 4004);
+    let url = format!(
+        "{}/ws/tool-instances/{instance}/terminal/{shared}?mode=view&token={token}",
+        stack.websocket_url()
+    );
+    let mut socket = Terminal::open_url(&url, &[]).await.expect("a socket");
+    socket.connected().await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_share_link_signs_a_browser_in_as_a_viewer_until_it_is_revoked() {
+    let stack = TestStack::builder().start().await;
+    let created = create_share(&stack, json!({})).await;
+    let url = created["url"].as_str().unwrap();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        response.headers()["location"],
+        format!("/instances/{}", stack.instance_id)
+    );
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let who = |cookie: String| {
+        client
+            .get(format!("{}/api/v1/auth/session", stack.gateway_url))
+            .header("cookie", cookie)
+            .send()
+    };
+    let response = who(cookie.clone()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["viewer_only"], true, "{body}");
+    assert_eq!(body["admin"], false, "{body}");
+    // The cookie's socket is a viewer's too.
+    let socket_url = format!(
+        "{}/ws/tool-instances/{}/terminal/default",
+        stack.websocket_url(),
+        stack.instance_id
+    );
+    let (status, _) = post(
+        &stack,
+        &format!("/api/v1/instances/{}/terminal/reset", stack.instance_id),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "the default session exists");
+    let mut socket = Terminal::open_url(&socket_url, &[("cookie", &cookie)])
+        .await
+        .expect("a socket");
+    assert_eq!(socket.connected().await["role"], "viewer");
+    socket
+        .send(Message::Close(None))
+        .await
+        .expect("a close frame");
+
+    let (status, _) = delete(
+        &stack,
+        &format!(
+            "/api/v1/instances/{}/shares/{}",
+            stack.instance_id,
+            created["id"].as_str().unwrap()
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let response = who(cookie).await.unwrap();
+    assert_eq!(
+        response.status(),
+        401,
+        "a revoked share's cookie ends with it"
+    );
+    stack.shutdown().await;
+}
