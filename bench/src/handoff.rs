@@ -1,5 +1,5 @@
 //! (9) Hand-off: a pty-broker process hands every live session to the next one
-//! (`--take-over`, issue 19). Measures how long that takes for many sessions, from the start of
+//! (`--take-over`). Measures how long that takes for many sessions, from the start of
 //! the new process until the old one is gone and the new one serves every session, and the
 //! longest output stall that attached clients see across it; checks that no byte is lost or
 //! repeated and that every session keeps its process.

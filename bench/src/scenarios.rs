@@ -1,4 +1,4 @@
-//! The measurements of issue 9, each over every path that applies, side by side in one run:
+//! The measurements of BENCHMARKS.md, each over every path that applies, side by side in one run:
 //! output throughput, keystroke echo, Ctrl-C under a flood, isolation from a stalled flood, and
 //! session start. Every loop is bounded in count and in time.
 

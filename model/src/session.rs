@@ -108,8 +108,23 @@ impl fmt::Display for CloseReason {
 /// then 128 plus the signal, as a shell reports it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExitStatus {
+    /// The exit code; 128 + the signal number when a signal ended the process.
     pub code: i32,
+    /// The signal that ended the process, if one did.
     pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    pub fn exited(code: i32) -> Self {
+        Self { code, signal: None }
+    }
+
+    pub fn signalled(signal: i32) -> Self {
+        Self {
+            code: 128 + signal,
+            signal: Some(signal),
+        }
+    }
 }
 
 /// What a change on an instance's change stream (`WatchSessions`, the page's events) was about.

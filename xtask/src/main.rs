@@ -66,6 +66,9 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         minutes: u64,
     },
+    /// The checks that keep ARCHITECTURE.md true to the tree: named paths, the code map,
+    /// module docs, where generated types and `unsafe` may appear, and import cycles per crate.
+    Tidy,
     /// Measure throughput, echo latency, Ctrl-C, isolation and session start (BENCHMARKS.md).
     Bench {
         /// Small sizes: only checks that every scenario completes with the right bytes.
@@ -111,6 +114,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Task::Tidy => tidy::tidy(),
         Task::Bench { quick } => bench::bench(quick),
         Task::Fuzz { minutes } => fuzz(minutes),
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_model::{AuditKind, Role, TerminalSize};
 
 pub use ptyhub_model::{ChangeKind, CloseReason, ExitStatus, RecordMode, SessionStatus, Target};
 
@@ -303,4 +303,48 @@ pub enum ShareLookup<'a> {
     Token(&'a str),
     /// A share's id (a cookie made from a share link names it).
     Id(&'a str),
+}
+
+/// A listing of the audit trail, its filters checked: what session-api is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditListing {
+    /// An instance id or name; empty for every instance the caller may see.
+    pub instance: String,
+    /// A session id; empty for every session.
+    pub session_id: String,
+    /// A principal; empty for every principal.
+    pub principal: String,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// 0 for session-api's default.
+    pub page_size: u32,
+    /// The `next_page_token` of the page before; empty for the first page.
+    pub page_token: String,
+    /// `Some`: only the events of these instances (a caller whose scope is not every instance).
+    pub only_instances: Option<Vec<String>>,
+}
+
+/// One event of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub id: u64,
+    pub at: Option<DateTime<Utc>>,
+    /// `None` for a kind this build does not know.
+    pub kind: Option<AuditKind>,
+    pub principal: String,
+    pub instance_id: Option<String>,
+    pub session_id: Option<String>,
+    pub client_address: Option<String>,
+    pub surface: String,
+    pub role: Option<Role>,
+    pub attachment_id: Option<String>,
+    pub detail: BTreeMap<String, String>,
+}
+
+/// One page of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEventPage {
+    pub events: Vec<AuditEvent>,
+    /// The token of the next page; `None` on the last.
+    pub next_page_token: Option<String>,
 }

@@ -24,10 +24,11 @@ use tonic::transport::Channel;
 
 use crate::brokers::{BrokerChannels, InProcessBrokers};
 use crate::domain::{
-    AttachTarget, Cell, ChangeKind, Color, Cursor, ExitStatus, InputItem, InputWritten, Instance,
-    NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenRow,
-    ScreenWait, ScreenWaitResult, Session, SessionAttachment, SessionChange, SessionSelector,
-    SessionStatus, Share, ShareLookup, Target, TerminalCommand, TerminalEvent, WaitOutcome,
+    AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Cursor,
+    ExitStatus, InputItem, InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent,
+    ScreenFormat, ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session,
+    SessionAttachment, SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target,
+    TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -261,15 +262,16 @@ impl Upstreams {
     /// One page of the audit trail.
     pub async fn list_audit_events(
         &self,
-        request: session_pb::ListAuditEventsRequest,
-    ) -> Result<session_pb::ListAuditEventsResponse, ApiError> {
-        Ok(self
+        listing: AuditListing,
+    ) -> Result<AuditEventPage, ApiError> {
+        let page = self
             .session_api
             .clone()
-            .list_audit_events(request)
+            .list_audit_events(audit_listing_to_proto(listing))
             .await
             .map_err(session_api_error)?
-            .into_inner())
+            .into_inner();
+        Ok(audit_page_from_proto(page))
     }
 
     /// The raw client, for the gRPC-web surface that forwards messages unchanged.
@@ -918,6 +920,77 @@ fn share_from_proto(share: session_pb::Share) -> Share {
         created_at: timestamp_from_proto(share.created_at),
         expires_at: timestamp_from_proto(share.expires_at),
         revoked_at: timestamp_from_proto(share.revoked_at),
+    }
+}
+
+/// An outside client's audit listing (the gRPC surface), its times checked.
+pub fn audit_listing_from_proto(
+    request: session_pb::ListAuditEventsRequest,
+) -> Result<AuditListing, ApiError> {
+    let time = |name: &str, at: Option<prost_types::Timestamp>| match at {
+        None => Ok(None),
+        Some(at) => timestamp_from_proto(Some(at))
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("{name} is not a valid time"))),
+    };
+    Ok(AuditListing {
+        since: time("since", request.since)?,
+        until: time("until", request.until)?,
+        instance: request.instance,
+        session_id: request.session_id,
+        principal: request.principal,
+        page_size: request.page_size,
+        page_token: request.page_token,
+        only_instances: request
+            .only_listed_instances
+            .then_some(request.only_instances),
+    })
+}
+
+/// A listing as session-api's request.
+pub fn audit_listing_to_proto(listing: AuditListing) -> session_pb::ListAuditEventsRequest {
+    let only_listed_instances = listing.only_instances.is_some();
+    session_pb::ListAuditEventsRequest {
+        instance: listing.instance,
+        session_id: listing.session_id,
+        principal: listing.principal,
+        since: listing.since.map(timestamp_to_proto),
+        until: listing.until.map(timestamp_to_proto),
+        page_size: listing.page_size,
+        page_token: listing.page_token,
+        only_instances: listing.only_instances.unwrap_or_default(),
+        only_listed_instances,
+    }
+}
+
+fn audit_page_from_proto(page: session_pb::ListAuditEventsResponse) -> AuditEventPage {
+    let present = |value: String| Some(value).filter(|value| !value.is_empty());
+    AuditEventPage {
+        events: page
+            .events
+            .into_iter()
+            .map(|event| AuditEvent {
+                id: event.id,
+                at: timestamp_from_proto(event.at),
+                kind: AuditKind::from_proto(event.kind).ok(),
+                principal: event.principal,
+                instance_id: present(event.instance_id),
+                session_id: present(event.session_id),
+                client_address: present(event.client_address),
+                surface: event.surface,
+                role: proto::optional_role(event.role).ok().flatten(),
+                attachment_id: present(event.attachment_id),
+                detail: event.detail.into_iter().collect(),
+            })
+            .collect(),
+        next_page_token: present(page.next_page_token),
+    }
+}
+
+fn timestamp_to_proto(at: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),
     }
 }
 

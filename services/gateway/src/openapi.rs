@@ -8,11 +8,11 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
+use crate::rest::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::rest::{
     ProjectRepositoryLabels, audit, events, instances, operations, recordings, screens, sessions,
     shares, signin,
 };
-use crate::server::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::{rest, ws};
 
 /// The tag of the session routes under the project/repository layout.

@@ -13,7 +13,6 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
-use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
 use ptyhub_wire::{CLI_USER_AGENT_PREFIX, Introspection, IntrospectionError, Surface};
 use tower::ServiceExt;
@@ -22,13 +21,14 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::attach_relay::AttachRelay;
+use crate::browser::origin_allowed;
 use crate::error::{ApiError, ErrorBody};
 use crate::rest::{
-    audit, events, instances, operations, recordings, screens, sessions, shares, signin,
+    INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, events, instances, operations, recordings,
+    screens, sessions, shares, signin,
 };
 use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
-use crate::ws::origin_allowed;
 use crate::{browser, openapi, web, ws};
 
 /// The session-api surface the gateway offers.
@@ -50,14 +50,6 @@ type GrpcService = tower_http::cors::Cors<tonic_web::GrpcWebService<tonic::servi
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct RouterError(#[from] IntrospectionError);
-
-/// The prefix of the session routes under the instance layout of the contract.
-pub const INSTANCE_PREFIX: &str = "/api/v1/instances/{iid}";
-
-/// The prefix of the same session routes under the older single-app layout, where the
-/// instance's `project_id` and `repository_id` labels must match the path.
-pub const PROJECT_REPOSITORY_PREFIX: &str =
-    "/projects/{project_id}/repositories/{repository_id}/instances/{iid}";
 
 /// The whole gateway as one axum router.
 pub async fn router(state: AppState) -> Result<Router, RouterError> {
@@ -204,7 +196,7 @@ async fn grpc_service(state: AppState) -> Result<GrpcService, RouterError> {
     let routes = Introspection::new(&[SESSION_API_SERVICE, PTY_BROKER_SERVICE])
         .await?
         .into_routes()
-        .add_service(SessionApiServer::new(SessionApiProxy::new(state.clone())))
+        .add_service(SessionApiProxy::new(state.clone()).into_server())
         .add_service(AttachRelay::new(state).into_server(MAX_ATTACH_FRAME_BYTES));
     Ok(tower::Layer::layer(
         &cors,

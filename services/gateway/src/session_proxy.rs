@@ -20,7 +20,7 @@ use std::pin::Pin;
 use futures::{Stream, StreamExt};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_proto::session::v1::session_api_server::SessionApi;
+use ptyhub_proto::session::v1::session_api_server::{SessionApi, SessionApiServer};
 use ptyhub_wire::ErrorCode;
 use tonic::{Request, Response, Status};
 
@@ -40,6 +40,11 @@ pub struct SessionApiProxy {
 impl SessionApiProxy {
     pub fn new(state: AppState) -> Self {
         Self { state }
+    }
+
+    /// The proxy as the gRPC service it serves.
+    pub fn into_server(self) -> SessionApiServer<Self> {
+        SessionApiServer::new(self)
     }
 
     /// session-api's client, acting for `principal` through `surface`.
@@ -568,12 +573,13 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::ListAuditEventsResponse>, Status> {
         let principal = self.authenticate(&request).await?;
         let surface = surface_of(&request);
-        let message =
-            crate::rest::audit::scope_audit_listing(&self.state, &principal, request.into_inner())
-                .await
-                .map_err(|error| error.to_status())?;
+        let listing = crate::grpc::audit_listing_from_proto(request.into_inner())
+            .map_err(|error| error.to_status())?;
+        let listing = crate::rest::audit::scope_audit_listing(&self.state, &principal, listing)
+            .await
+            .map_err(|error| error.to_status())?;
         self.client(&principal, surface)
-            .list_audit_events(message)
+            .list_audit_events(crate::grpc::audit_listing_to_proto(listing))
             .await
             .map_err(forwarded)
     }

@@ -6,29 +6,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub use ptyhub_model::{InvalidSize, Role, TerminalSize};
-
-/// How a session's process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// The exit code; 128 + the signal number when a signal ended the process, as shells report.
-    pub code: i32,
-    /// The signal that ended the process, if one did.
-    pub signal: Option<i32>,
-}
-
-impl ExitStatus {
-    pub fn exited(code: i32) -> Self {
-        Self { code, signal: None }
-    }
-
-    pub fn signalled(signal: i32) -> Self {
-        Self {
-            code: 128 + signal,
-            signal: Some(signal),
-        }
-    }
-}
+pub use ptyhub_model::{ExitStatus, InvalidSize, Role, TerminalSize};
 
 /// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
 /// to `Resetting` and back.

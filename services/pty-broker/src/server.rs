@@ -4,12 +4,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd as _;
 
-use ptyhub_proto::broker::v1::pty_broker_server::PtyBrokerServer;
 use ptyhub_wire::{Introspection, ServingStatus};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
-use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -51,9 +49,7 @@ impl Broker {
         })?;
         let grace = config.shutdown_grace;
 
-        let introspection =
-            Introspection::new(&[<PtyBrokerServer<PtyBrokerService> as NamedService>::NAME])
-                .await?;
+        let introspection = Introspection::new(&[PtyBrokerService::NAME]).await?;
         let health = introspection.health_handle();
         let routes = introspection.into_routes();
 

@@ -29,9 +29,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
-use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
-use ptyhub_proto::session::v1::share_registry_server::ShareRegistryServer;
 use ptyhub_wire::{Introspection, RequireCredential, ServingStatus};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -40,7 +37,6 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::broker_client::BrokerClients;
 use crate::changes::ChangeFeed;
-use crate::grpc::{GrpcBrokerRegistry, GrpcSessionApi, GrpcShareRegistry};
 use crate::lifecycle::LifecycleSettings;
 use crate::service::SessionService;
 use crate::store::Store;
@@ -119,21 +115,14 @@ pub async fn run(
     let server = server
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_interval))
-        .add_routes(introspection.into_routes())
-        .add_service(SessionApiServer::with_interceptor(
-            GrpcSessionApi::new(service.clone(), root.clone()),
-            gateways.clone(),
-        ))
-        // Share links are the gateways' business, like the session calls.
-        .add_service(ShareRegistryServer::with_interceptor(
-            GrpcShareRegistry::new(shares::ShareService::new(store.clone()), service.clone()),
-            gateways.clone(),
-        ))
-        .add_service(BrokerRegistryServer::new(GrpcBrokerRegistry::new(
+        .add_routes(grpc::with_services(
+            introspection.into_routes(),
             service.clone(),
-            brokers,
+            shares::ShareService::new(store.clone()),
+            root.clone(),
             gateways,
-        )))
+            brokers,
+        ))
         // Every answer is one small write: without TCP_NODELAY, Nagle's algorithm holds it
         // until the peer's delayed acknowledgement, ~40 ms per call (most of a session start).
         .serve_with_incoming_shutdown(

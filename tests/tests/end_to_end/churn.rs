@@ -1,4 +1,4 @@
-//! The bounded churn run of issue 8 on a cluster of real processes (two brokers, two session-api
+//! The bounded churn run on a cluster of real processes (two brokers, two session-api
 //! replicas on one PostgreSQL database, two gateways): workers create sessions through random
 //! gateways, type into them, drop and resume their WebSockets at random, and close them. The
 //! run ends with no cap exceeded, no byte lost or duplicated, no orphan process and memory back

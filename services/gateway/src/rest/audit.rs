@@ -9,14 +9,13 @@ use axum::Json;
 use axum::extract::{Query, State};
 use chrono::{DateTime, Utc};
 use ptyhub_model::AuditKind;
-use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::{ErrorCode, Surface};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Caller;
 use crate::auth::Principal;
+use crate::domain::{AuditEvent, AuditListing};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -92,33 +91,27 @@ pub async fn list_audit_events(
     Caller(principal): Caller,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let request = listing_request(query)?;
-    let request = scope_audit_listing(&state, &principal, request).await?;
+    let listing = listing_request(query)?;
+    let listing = scope_audit_listing(&state, &principal, listing).await?;
     let page = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
-        .list_audit_events(request)
+        .list_audit_events(listing)
         .await?;
     Ok(Json(AuditPage {
         events: page.events.into_iter().map(event_body).collect(),
-        next_cursor: Some(page.next_page_token).filter(|token| !token.is_empty()),
+        next_cursor: page.next_page_token,
     }))
 }
 
 /// The query as session-api's request, every filter checked (422 when one is bad).
-fn listing_request(query: AuditQuery) -> Result<session_pb::ListAuditEventsRequest, ApiError> {
+fn listing_request(query: AuditQuery) -> Result<AuditListing, ApiError> {
     let present = |value: Option<String>| value.filter(|value| !value.is_empty());
     let time = |name: &str, value: Option<String>| {
         present(value)
             .map(|value| {
                 DateTime::parse_from_rfc3339(&value)
-                    .map(|at| {
-                        let at = at.with_timezone(&Utc);
-                        prost_types::Timestamp {
-                            seconds: at.timestamp(),
-                            nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),
-                        }
-                    })
+                    .map(|at| at.with_timezone(&Utc))
                     .map_err(|_| {
                         ApiError::invalid(format!(
                             "{name} must be an RFC 3339 time, for example 2026-12-01T17:00:00Z"
@@ -129,8 +122,8 @@ fn listing_request(query: AuditQuery) -> Result<session_pb::ListAuditEventsReque
     };
     let since = time("since", query.since)?;
     let until = time("until", query.until)?;
-    if let (Some(since), Some(until)) = (&since, &until)
-        && (until.seconds, until.nanos) < (since.seconds, since.nanos)
+    if let (Some(since), Some(until)) = (since, until)
+        && until < since
     {
         return Err(ApiError::invalid("until must not be before since"));
     }
@@ -162,7 +155,7 @@ fn listing_request(query: AuditQuery) -> Result<session_pb::ListAuditEventsReque
             ptyhub_wire::MAX_PRINCIPAL_BYTES
         )));
     }
-    Ok(session_pb::ListAuditEventsRequest {
+    Ok(AuditListing {
         instance: present(query.instance).unwrap_or_default(),
         session_id,
         principal,
@@ -170,8 +163,7 @@ fn listing_request(query: AuditQuery) -> Result<session_pb::ListAuditEventsReque
         until,
         page_size,
         page_token,
-        only_instances: Vec::new(),
-        only_listed_instances: false,
+        only_instances: None,
     })
 }
 
@@ -181,58 +173,51 @@ fn listing_request(query: AuditQuery) -> Result<session_pb::ListAuditEventsReque
 pub async fn scope_audit_listing(
     state: &AppState,
     principal: &Principal,
-    mut request: session_pb::ListAuditEventsRequest,
-) -> Result<session_pb::ListAuditEventsRequest, ApiError> {
+    mut listing: AuditListing,
+) -> Result<AuditListing, ApiError> {
     // A share link shows a terminal, never who did what on the instance.
     principal
         .access
         .require_control("reading the audit trail")?;
-    if !request.instance.is_empty() {
-        match state.authorize_instance(principal, &request.instance).await {
-            Ok(instance) => request.instance = instance.id,
+    if !listing.instance.is_empty() {
+        match state.authorize_instance(principal, &listing.instance).await {
+            Ok(instance) => listing.instance = instance.id,
             // A deleted instance's history, by the id the principal's scope names.
             Err(error)
                 if error.code == ErrorCode::NotFound
-                    && uuid::Uuid::parse_str(&request.instance).is_ok()
-                    && principal.access.names(&request.instance) => {}
+                    && uuid::Uuid::parse_str(&listing.instance).is_ok()
+                    && principal.access.names(&listing.instance) => {}
             Err(error) => return Err(error),
         }
     }
     if !principal.access.covers_all_instances() {
-        request.only_instances = state
-            .upstreams
-            .list_instances()
-            .await?
-            .into_iter()
-            .filter(|instance| principal.access.allows(instance))
-            .map(|instance| instance.id)
-            .collect();
-        request.only_listed_instances = true;
+        listing.only_instances = Some(
+            state
+                .upstreams
+                .list_instances()
+                .await?
+                .into_iter()
+                .filter(|instance| principal.access.allows(instance))
+                .map(|instance| instance.id)
+                .collect(),
+        );
     }
-    Ok(request)
+    Ok(listing)
 }
 
-fn event_body(event: session_pb::AuditEvent) -> AuditEventBody {
-    let present = |value: String| Some(value).filter(|value| !value.is_empty());
-    let kind = AuditKind::from_proto(event.kind).map_or("unknown", AuditKind::as_str);
-    let role = proto::optional_role(event.role)
-        .ok()
-        .flatten()
-        .map(|role| role.as_str().to_owned());
+fn event_body(event: AuditEvent) -> AuditEventBody {
     AuditEventBody {
         id: event.id,
-        at: event
-            .at
-            .and_then(|at| DateTime::from_timestamp(at.seconds, u32::try_from(at.nanos).ok()?)),
-        kind: kind.to_owned(),
+        at: event.at,
+        kind: event.kind.map_or("unknown", AuditKind::as_str).to_owned(),
         principal: event.principal,
-        instance_id: present(event.instance_id),
-        session_id: present(event.session_id),
-        client_address: present(event.client_address),
+        instance_id: event.instance_id,
+        session_id: event.session_id,
+        client_address: event.client_address,
         surface: event.surface,
-        role,
-        attachment_id: present(event.attachment_id),
-        detail: event.detail.into_iter().collect(),
+        role: event.role.map(|role| role.as_str().to_owned()),
+        attachment_id: event.attachment_id,
+        detail: event.detail,
     }
 }
 
@@ -284,8 +269,8 @@ mod tests {
         .expect("good filters");
         assert_eq!(fine.page_size, 1000);
         assert_eq!(
-            fine.since.expect("since").seconds + 3600,
-            fine.until.expect("until").seconds
+            fine.since.expect("since") + chrono::Duration::hours(1),
+            fine.until.expect("until")
         );
     }
 }

@@ -13,10 +13,10 @@ use axum::http::Method;
 use ptyhub_wire::{ErrorCode, Surface};
 
 use crate::auth::Principal;
+use crate::browser::check_origin;
 use crate::domain::Instance;
 use crate::error::ApiError;
 use crate::state::{AppState, Presented};
-use crate::ws::check_origin;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]

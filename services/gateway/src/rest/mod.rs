@@ -28,3 +28,11 @@ pub use extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, ProjectRepositoryLabels,
     SessionPath,
 };
+
+/// The prefix of the session routes under the instance layout of the contract.
+pub const INSTANCE_PREFIX: &str = "/api/v1/instances/{iid}";
+
+/// The prefix of the same session routes under the older single-app layout, where the
+/// instance's `project_id` and `repository_id` labels must match the path.
+pub const PROJECT_REPOSITORY_PREFIX: &str =
+    "/projects/{project_id}/repositories/{repository_id}/instances/{iid}";

@@ -8,7 +8,6 @@
 
 mod bridge;
 pub mod frames;
-pub mod origin;
 
 use axum::Json;
 use axum::extract::ws::WebSocketUpgrade;
@@ -22,11 +21,10 @@ use ptyhub_wire::{ErrorCode, Surface};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-pub use origin::{check_origin, origin_allowed};
-
 use crate::auth::{
     WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
 };
+use crate::browser::check_origin;
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
 use crate::grpc::Upstreams;

@@ -3,14 +3,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use ptyhub_model::proto::{self, ProtoEnum as _};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::limits;
 use uuid::Uuid;
 
 use crate::broker::Hello;
 use crate::domain::{
-    BrokerEvent, BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo,
-    SessionPhase, TerminalSize,
+    BrokerEvent, BrokerEventKind, ClientEvent, CloseReason, Role, SessionInfo, SessionPhase,
+    TerminalSize,
 };
 use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
@@ -26,22 +27,14 @@ pub(super) fn parse_session_id(text: &str) -> Result<Uuid, Error> {
 }
 
 pub(super) fn terminal_size(size: pb::TerminalSize) -> Result<TerminalSize, Error> {
-    Ok(TerminalSize::new(size.cols, size.rows)?)
+    Ok(TerminalSize::try_from(size)?)
 }
 
 /// What a Spawn call asks to be recorded.
 pub(crate) fn recording_request(request: &pb::SpawnRequest) -> Result<RecordingRequest, Error> {
-    let mode = match pb::RecordMode::try_from(request.record) {
-        Ok(pb::RecordMode::Unspecified | pb::RecordMode::Off) => RecordMode::Off,
-        Ok(pb::RecordMode::Output) => RecordMode::Output,
-        Ok(pb::RecordMode::OutputAndInput) => RecordMode::OutputAndInput,
-        Err(_) => {
-            return Err(Error::InvalidRequest(format!(
-                "unknown record mode {}",
-                request.record
-            )));
-        }
-    };
+    let mode = proto::optional_record_mode(request.record)
+        .map_err(|invalid| Error::InvalidRequest(invalid.0))?
+        .unwrap_or(RecordMode::Off);
     let title = request.recording_title.trim();
     Ok(RecordingRequest {
         mode,
@@ -55,18 +48,8 @@ impl TryFrom<pb::SpawnRequest> for SpawnSpec {
     fn try_from(request: pb::SpawnRequest) -> Result<Self, Error> {
         let invalid = |message: &str| Error::InvalidRequest(message.to_owned());
         let session_id = parse_session_id(&request.session_id)?;
-        let target = match request.target.and_then(|target| target.kind) {
-            Some(pb::target::Kind::Local(_)) => Target::Local,
-            Some(pb::target::Kind::Docker(docker)) => {
-                if docker.container.trim().is_empty() {
-                    return Err(invalid("docker target needs a container"));
-                }
-                Target::Docker {
-                    container: docker.container,
-                }
-            }
-            None => return Err(invalid("spawn needs a target")),
-        };
+        let target = Target::try_from(request.target.unwrap_or_default())
+            .map_err(|refused| Error::InvalidRequest(refused.0))?;
         if request.command.iter().any(|arg| arg.contains('\0')) {
             return Err(invalid("command arguments must not contain NUL"));
         }
@@ -108,11 +91,8 @@ impl TryFrom<pb::Hello> for Hello {
             return Err(Error::MissingTicket);
         }
         let session_id = parse_session_id(&hello.session_id)?;
-        let role = match pb::Role::try_from(hello.role) {
-            Ok(pb::Role::Controller) => Role::Controller,
-            Ok(pb::Role::Viewer) => Role::Viewer,
-            _ => return Err(Error::InvalidRequest("hello needs a role".to_owned())),
-        };
+        let role = Role::from_proto(hello.role)
+            .map_err(|_| Error::InvalidRequest("hello needs a role".to_owned()))?;
         let size = hello.size.map(terminal_size).transpose()?;
         Ok(Hello {
             ticket: hello.ticket,
@@ -216,22 +196,6 @@ pub(super) fn timestamp(time: SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp::from(time)
 }
 
-fn pb_size(size: TerminalSize) -> pb::TerminalSize {
-    pb::TerminalSize {
-        cols: u32::from(size.cols()),
-        rows: u32::from(size.rows()),
-    }
-}
-
-impl From<ExitStatus> for pb::ExitStatus {
-    fn from(exit: ExitStatus) -> Self {
-        pb::ExitStatus {
-            code: exit.code,
-            signal: exit.signal,
-        }
-    }
-}
-
 fn state(phase: SessionPhase) -> pb::SessionState {
     match phase {
         SessionPhase::Starting => pb::SessionState::Starting,
@@ -252,13 +216,6 @@ fn close_reason(reason: CloseReason) -> pb::CloseReason {
     }
 }
 
-fn role(role: Role) -> pb::Role {
-    match role {
-        Role::Controller => pb::Role::Controller,
-        Role::Viewer => pb::Role::Viewer,
-    }
-}
-
 impl From<SessionInfo> for pb::SessionInfo {
     fn from(info: SessionInfo) -> Self {
         let reason = match info.phase {
@@ -268,7 +225,7 @@ impl From<SessionInfo> for pb::SessionInfo {
         pb::SessionInfo {
             session_id: info.session_id.to_string(),
             state: state(info.phase) as i32,
-            size: Some(pb_size(info.size)),
+            size: Some(info.size.into()),
             created_at: Some(timestamp(info.created_at)),
             last_activity_at: Some(timestamp(info.last_activity_at)),
             output_offset: info.output_offset,
@@ -293,7 +250,7 @@ pub(super) fn screen(session_id: Uuid, view: ScreenView, info: &SessionInfo) -> 
     pb::Screen {
         session_id: session_id.to_string(),
         offset: view.offset,
-        size: Some(pb_size(view.size)),
+        size: Some(view.size.into()),
         cursor: Some(pb::Cursor {
             row: u32::from(view.cursor.row),
             col: u32::from(view.cursor.col),
@@ -424,19 +381,19 @@ pub(super) fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFr
             phase,
         } => Frame::Connected(pb::Connected {
             session_id: session_id.to_string(),
-            role: role(client_role) as i32,
+            role: client_role.to_proto(),
             offset,
-            size: Some(pb_size(size)),
+            size: Some(size.into()),
             state: state(phase) as i32,
         }),
         ClientEvent::Output { offset, data } => Frame::Output(pb::Output { offset, data }),
         ClientEvent::Gap { lost, offset } => Frame::Gap(pb::Gap { lost, offset }),
         ClientEvent::Snapshot(snapshot) => Frame::Snapshot(pb::ScreenSnapshot {
             offset: snapshot.offset,
-            size: Some(pb_size(snapshot.size)),
+            size: Some(snapshot.size.into()),
             data: snapshot.data,
         }),
-        ClientEvent::Resize(size) => Frame::Resize(pb_size(size)),
+        ClientEvent::Resize(size) => Frame::Resize(size.into()),
         ClientEvent::Resetting => Frame::Resetting(pb::Resetting {}),
         ClientEvent::TakenOver => Frame::Detached(pb::Detached {
             reason: pb::DetachReason::TakenOver as i32,

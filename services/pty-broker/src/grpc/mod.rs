@@ -59,6 +59,10 @@ impl PtyBrokerService {
     }
 
     /// The tonic server for this service, with the client frame limit set.
+    /// The service's full name, as health checks and reflection list it.
+    pub const NAME: &'static str =
+        <pb::pty_broker_server::PtyBrokerServer<Self> as tonic::server::NamedService>::NAME;
+
     pub fn into_server(self) -> pb::pty_broker_server::PtyBrokerServer<Self> {
         pb::pty_broker_server::PtyBrokerServer::new(self)
             .max_decoding_message_size(MAX_CLIENT_FRAME_BYTES)

@@ -21,6 +21,10 @@ use uuid::Uuid;
 use crate::domain::{ExitStatus, TerminalSize};
 use crate::policy::{PolicyRefusal, SpawnPolicy};
 
+/// Where a session's process runs: the broker's own host, or a running container of its
+/// Docker engine by id or name.
+pub use ptyhub_model::Target;
+
 pub mod docker;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -39,15 +43,6 @@ pub struct SpawnSpec {
     pub user: Option<String>,
     /// The size the PTY has from its first byte on; never corrected afterwards.
     pub size: TerminalSize,
-}
-
-/// Where a session's process runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// The broker's own host.
-    Local,
-    /// A running container on the broker's Docker engine, by id or name.
-    Docker { container: String },
 }
 
 /// The signals a session sends to its process group when it ends it.

@@ -67,6 +67,35 @@ pub struct GrpcSessionApi {
     shutdown: CancellationToken,
 }
 
+/// session-api's three services added to `routes`, each admitting its tier: the gateways to
+/// the session calls and share links, the brokers to the registry (checked per call there, which
+/// binds a broker id to its credential).
+pub(crate) fn with_services(
+    routes: tonic::service::Routes,
+    service: Arc<SessionService>,
+    shares: crate::shares::ShareService,
+    shutdown: CancellationToken,
+    gateways: RequireCredential,
+    brokers: RequireCredential,
+) -> tonic::service::Routes {
+    use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
+    use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
+    use ptyhub_proto::session::v1::share_registry_server::ShareRegistryServer;
+    routes
+        .add_service(SessionApiServer::with_interceptor(
+            GrpcSessionApi::new(service.clone(), shutdown),
+            gateways.clone(),
+        ))
+        // Share links are the gateways' business, like the session calls.
+        .add_service(ShareRegistryServer::with_interceptor(
+            GrpcShareRegistry::new(shares, service.clone()),
+            gateways.clone(),
+        ))
+        .add_service(BrokerRegistryServer::new(GrpcBrokerRegistry::new(
+            service, brokers, gateways,
+        )))
+}
+
 impl GrpcSessionApi {
     pub(crate) fn new(service: Arc<SessionService>, shutdown: CancellationToken) -> Self {
         Self { service, shutdown }

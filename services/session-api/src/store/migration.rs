@@ -329,7 +329,7 @@ impl MigrationTrait for CreateTables {
     }
 }
 
-/// The window title and the last bell on the session record (issue 14, screens). Both nullable,
+/// The window title and the last bell on the session record. Both nullable,
 /// so existing rows need no value and PostgreSQL adds them without rewriting the table.
 struct AddSessionTitleAndBell;
 
@@ -381,7 +381,7 @@ impl MigrationTrait for AddSessionTitleAndBell {
     }
 }
 
-/// The credential a broker registered with (issue 16): nullable, so that brokers registered
+/// The credential a broker registered with: nullable, so that brokers registered
 /// before it are bound to the credential they next register with.
 struct AddBrokerCredential;
 
@@ -430,7 +430,7 @@ enum Shares {
     RevokedAt,
 }
 
-/// Share links (issue 16): viewer-only grants of an instance or a session, ended with their
+/// Share links: viewer-only grants of an instance or a session, ended with their
 /// instance.
 struct AddShares;
 
@@ -489,7 +489,7 @@ impl MigrationTrait for AddShares {
     }
 }
 
-/// The per-instance recording setting (issue 18). Nullable: existing instances follow the
+/// The per-instance recording setting. Nullable: existing instances follow the
 /// server's default.
 struct AddInstanceRecord;
 
@@ -525,7 +525,7 @@ impl MigrationTrait for AddInstanceRecord {
     }
 }
 
-/// The audit trail (issue 18): one row per event, never updated. No foreign keys, so pruning a
+/// The audit trail: one row per event, never updated. No foreign keys, so pruning a
 /// closed session or deleting an instance leaves its history in place.
 struct CreateAuditEvents;
 

@@ -1,7 +1,10 @@
-//! What the gateway does on every request for the sake of browsers: the `Host` allow-list
-//! against DNS rebinding, JSON as the only request body type (so a cross-site form or
-//! `text/plain` post never reaches a handler), and the security headers on every page, asset and
-//! answer (Content-Security-Policy with `frame-ancestors 'none'`, `nosniff`, no referrer).
+//! The gateway's browser policy, in one module: the `Host` allow-list against DNS rebinding,
+//! the `Origin` allow-list of WebSockets, gRPC-web and cookie-authenticated requests
+//! (`origin.rs`), JSON as the only request body type (so a cross-site form or `text/plain` post
+//! never reaches a handler), and the security headers on every page, asset and answer
+//! (Content-Security-Policy with `frame-ancestors 'none'`, `nosniff`, no referrer).
+
+mod origin;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -14,6 +17,8 @@ use ptyhub_wire::ErrorCode;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::state::AppState;
+
+pub use origin::{check_origin, origin_allowed};
 
 /// The page loads its script, styles and fonts from the gateway alone and talks to the gateway
 /// alone (`'self'` covers its WebSockets); xterm.js sets styles at run time, hence the inline
