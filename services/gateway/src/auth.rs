@@ -157,6 +157,13 @@ impl Access {
         self.viewer_only
     }
 
+    /// Whether it may read how an instance runs its sessions: the environment (which holds
+    /// secrets such as API keys), the command, the user and the container. A viewer-only
+    /// credential (a share link's) watches a terminal and learns nothing else.
+    pub fn sees_instance_settings(&self) -> bool {
+        !self.viewer_only
+    }
+
     /// The one session it covers, when it is restricted to one.
     pub fn only_session(&self) -> Option<&str> {
         self.session.as_deref()

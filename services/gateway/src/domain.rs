@@ -30,6 +30,30 @@ pub struct Instance {
     pub record_is_default: bool,
 }
 
+impl Instance {
+    /// The instance as a credential that may not read its settings sees it: no environment,
+    /// command, user, working directory or container.
+    pub fn without_settings(self) -> Self {
+        Self {
+            target: None,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: String::new(),
+            user: String::new(),
+            ..self
+        }
+    }
+
+    /// The instance as `access` may see it.
+    pub fn as_seen_by(self, access: &crate::auth::Access) -> Self {
+        if access.sees_instance_settings() {
+            self
+        } else {
+            self.without_settings()
+        }
+    }
+}
+
 /// What registering an instance needs.
 #[derive(Debug, Clone)]
 pub struct NewInstance {

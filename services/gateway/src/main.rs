@@ -102,8 +102,9 @@ struct Args {
     )]
     allowed_hosts: Vec<String>,
 
-    /// Refused credentials one client address may present a minute before its requests are
-    /// refused (429) until the allowance refills; 0 turns the limit off.
+    /// Refused credentials one client address may present a minute before its refused ones are
+    /// answered 429 until the allowance refills (a valid credential always passes); 0 turns the
+    /// limit off.
     #[arg(long, env = "PTYHUB_GATEWAY_FAILED_AUTH_PER_MINUTE", default_value_t = gateway::Config::DEFAULT_FAILED_AUTH_PER_MINUTE)]
     failed_auth_per_minute: u32,
 

@@ -1,13 +1,15 @@
-//! Failed authentications, limited per client address: each address has a bucket of `per_minute`
-//! tries that refills at `per_minute` a minute; every refused credential takes one, and an
-//! address with an empty bucket is refused (429, `RESOURCE_EXHAUSTED`, WebSocket 4029) before its
-//! credential is even looked at, until the bucket refills. Guessing a 32-character token or an
-//! HMAC key at ten tries a minute is hopeless; a user who mistyped waits seconds.
+//! Refused credentials, limited per client address: each address has a bucket of `per_minute`
+//! tries that refills at `per_minute` a minute, and every refused credential takes one. An
+//! address with an empty bucket has its refused credentials answered 429 (`RESOURCE_EXHAUSTED`,
+//! WebSocket 4029) instead of 401 until the bucket refills, and they take no more. A valid
+//! credential is never refused for its address: behind one proxy every client shares an
+//! address, and any web page can make a browser send bad tokens, so refusing the address would
+//! let a stranger lock everyone out. Guessing is bounded by the credentials themselves (tokens of
+//! 32 characters and more, HMAC-signed cookies and JWTs), which no number of online tries finds;
+//! the limit keeps a guesser's requests cheap and its refusals out of the logs.
 //!
 //! Written here rather than with `tower_governor` or `governor`: those limit every request (a
-//! browser's many good requests would count), and their keyed limiters take a cell on every
-//! check, while this must ask "may this address try?" before the credential is verified and
-//! count only the tries that failed, so that a right guess past the limit is never verified.
+//! browser's many good requests would count), while this counts only the tries that failed.
 //! IPv6 addresses count per /64, the block a single host is usually given, so that rotating
 //! addresses within it does not reset the count.
 //! Buckets that have refilled are forgotten, so the map holds only addresses that failed lately.

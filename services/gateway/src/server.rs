@@ -105,7 +105,10 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             )
         });
     let router = api
-        .layer(middleware::from_fn(browser::require_json_bodies))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            browser::check_writes,
+        ))
         .layer(middleware::from_fn_with_state(
             (grpc, state.serves_tls),
             route_grpc,

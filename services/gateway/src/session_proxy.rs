@@ -73,16 +73,6 @@ impl SessionApiProxy {
 
     /// Authenticates the caller and checks its scope for the request's instance, which it
     /// replaces by the instance's id: what every instance-scoped call does first.
-    async fn scoped<M: InstanceScoped>(
-        &self,
-        request: Request<M>,
-    ) -> Result<(M, SessionApiClient), Status> {
-        self.scoped_principal(request)
-            .await
-            .map(|(_, message, client)| (message, client))
-    }
-
-    /// [`SessionApiProxy::scoped`], keeping the principal.
     async fn scoped_principal<M: InstanceScoped>(
         &self,
         request: Request<M>,
@@ -98,8 +88,8 @@ impl SessionApiProxy {
         Ok((principal, message, client))
     }
 
-    /// [`SessionApiProxy::scoped`] for a call that changes something: a viewer-only credential
-    /// (a share link's) is PERMISSION_DENIED.
+    /// [`SessionApiProxy::scoped_principal`] for a call that changes something: a viewer-only
+    /// credential (a share link's) is PERMISSION_DENIED.
     async fn controlled<M: InstanceScoped>(
         &self,
         request: Request<M>,
@@ -113,8 +103,8 @@ impl SessionApiProxy {
         Ok((message, client))
     }
 
-    /// Like [`SessionApiProxy::scoped`], and the request's session must be a live one of that
-    /// instance: for the calls whose answer does not say which instance it is about.
+    /// Like [`SessionApiProxy::scoped_principal`], and the request's session must be a live one
+    /// of that instance: for the calls whose answer does not say which instance it is about.
     async fn scoped_live_session<M: SessionScoped>(
         &self,
         request: Request<M>,
@@ -346,8 +336,12 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetInstanceRequest>,
     ) -> Result<Response<pb::Instance>, Status> {
-        let (message, mut client) = self.scoped(request).await?;
-        client.get_instance(message).await.map_err(forwarded)
+        let (principal, message, mut client) = self.scoped_principal(request).await?;
+        let mut response = client.get_instance(message).await.map_err(forwarded)?;
+        if !principal.access.sees_instance_settings() {
+            without_settings(response.get_mut());
+        }
+        Ok(response)
     }
 
     async fn list_instances(
@@ -365,6 +359,13 @@ impl SessionApi for SessionApiProxy {
                 .access
                 .allows_id_or_name(&instance.id, &instance.name)
         });
+        if !principal.access.sees_instance_settings() {
+            response
+                .get_mut()
+                .instances
+                .iter_mut()
+                .for_each(without_settings);
+        }
         Ok(response)
     }
 
@@ -634,4 +635,14 @@ impl SessionApi for SessionApiProxy {
             });
         Ok(Response::new(Box::pin(stream)))
     }
+}
+
+/// An instance as a credential that may not read its settings sees it (as
+/// `crate::domain::Instance::without_settings` for REST).
+fn without_settings(instance: &mut pb::Instance) {
+    instance.target = None;
+    instance.command.clear();
+    instance.env.clear();
+    instance.cwd.clear();
+    instance.user.clear();
 }

@@ -228,21 +228,13 @@ impl AppState {
         client_address(extensions, headers, self.trust_forwarded_for)
     }
 
-    /// The principal of a request's credentials. A client address that presented too many
-    /// refused credentials lately is refused with 429 first; each refused credential (not a
-    /// missing one, nor a cookie that merely ended) counts against its address.
+    /// The principal of a request's credentials. Each refused credential (not a missing one,
+    /// nor a cookie that merely ended) counts against its client address; once an address is
+    /// out of tries, a credential it presents that is refused is answered 429 instead of 401.
+    /// A valid credential always passes, so that nobody (a page of another site firing bad
+    /// tokens at the gateway, a stranger behind the same proxy) can lock its owner out.
     pub async fn authenticate(&self, presented: &Presented) -> Result<Principal, ApiError> {
-        if let Some(client) = presented.client
-            && let Err(wait) = self.failed_auth.check(client, Instant::now())
-        {
-            return Err(ApiError::new(
-                ErrorCode::TooManyRequests,
-                format!(
-                    "too many refused credentials from this address: try again in {} s",
-                    wait.as_secs().max(1)
-                ),
-            ));
-        }
+        let now = Instant::now();
         let result = self
             .authenticate_unlimited(presented)
             .await
@@ -250,7 +242,16 @@ impl AppState {
         if let (Err(error), Some(client)) = (&result, presented.client)
             && counts_as_a_guess(presented, error)
         {
-            self.failed_auth.record_failure(client, Instant::now());
+            if let Err(wait) = self.failed_auth.check(client, now) {
+                return Err(ApiError::new(
+                    ErrorCode::TooManyRequests,
+                    format!(
+                        "too many refused credentials from this address: try again in {} s",
+                        wait.as_secs().max(1)
+                    ),
+                ));
+            }
+            self.failed_auth.record_failure(client, now);
             tracing::info!(%client, reason = %error.message, "credential refused");
         }
         result

@@ -1,7 +1,7 @@
 //! The gateway's browser policy, in one module: the `Host` allow-list against DNS rebinding,
-//! the `Origin` allow-list of WebSockets, gRPC-web and cookie-authenticated requests
-//! (`origin.rs`), JSON as the only request body type (so a cross-site form or `text/plain` post
-//! never reaches a handler), and the security headers on every page, asset and answer
+//! the `Origin` allow-list (`origin.rs`) of WebSockets, gRPC-web and every state-changing REST
+//! request, JSON as the only request body type (so a cross-site form or `text/plain` post never
+//! reaches a handler), and the security headers on every page, asset and answer
 //! (Content-Security-Policy with `frame-ancestors 'none'`, `nosniff`, no referrer).
 
 mod origin;
@@ -127,35 +127,42 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
     next.run(request).await
 }
 
-/// Refuses a request body that is not JSON on the REST routes, with 415, before any handler:
-/// browsers send `text/plain`, form and multipart bodies cross-site without asking.
-pub async fn require_json_bodies(request: Request, next: Next) -> Response {
+/// What every state-changing request (any method but GET, HEAD and OPTIONS) of the REST
+/// surface must show before any handler runs, on every route (the legacy layout's too) and
+/// whatever its credential, anonymous included: an `Origin`, when it has one, that is allowed
+/// (403 otherwise), and a body that is JSON (415 otherwise). Browsers send `text/plain`, form
+/// and multipart bodies cross-site without asking; programs send no `Origin`. gRPC and gRPC-web
+/// are routed away before this and checked by their own surface.
+pub async fn check_writes(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let writes = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
-    if writes && request.uri().path().starts_with("/api/") {
-        let content_type = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|value| value.to_str().unwrap_or("?"));
-        let headers = request.headers();
-        let has_body = headers.contains_key(header::TRANSFER_ENCODING)
-            || headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|value| value.to_str().ok())
-                .is_some_and(|length| length.trim() != "0");
-        let refused = match content_type {
-            Some(content_type) => !is_json(content_type),
-            None => has_body,
-        };
-        if refused {
-            return ApiError::new(
-                ErrorCode::UnsupportedMediaType,
-                "request bodies must be application/json",
-            )
-            .into_response();
-        }
+    if !writes {
+        return next.run(request).await;
+    }
+    if let Err(refused) = check_origin(&state.allowed_origins, request.headers()) {
+        return refused.into_response();
+    }
+    let headers = request.headers();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|value| value.to_str().unwrap_or("?"));
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|length| length.trim() != "0");
+    let refused = match content_type {
+        Some(content_type) => !is_json(content_type),
+        None => has_body,
+    };
+    if refused {
+        return ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "request bodies must be application/json",
+        )
+        .into_response();
     }
     next.run(request).await
 }

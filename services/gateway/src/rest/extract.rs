@@ -9,11 +9,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
-use axum::http::Method;
 use ptyhub_wire::{ErrorCode, Surface};
 
 use crate::auth::Principal;
-use crate::browser::check_origin;
 use crate::domain::Instance;
 use crate::error::ApiError;
 use crate::state::{AppState, Presented};
@@ -72,12 +70,9 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let presented = Presented::from_request(state, &parts.headers, &parts.extensions);
-        // A cookie goes with every request the browser makes to this site, also with those a
-        // page of another origin of the same site (another port on the same host) starts; only
-        // a page of an allowed origin may change something with it.
-        if presented.by_cookie() && !matches!(parts.method, Method::GET | Method::HEAD) {
-            check_origin(&state.allowed_origins, &parts.headers)?;
-        }
+        // A write's `Origin` was checked before any handler (`browser::check_writes`), whatever
+        // its credential: a cookie goes with every request the browser makes to this site, and
+        // an anonymous gateway needs none.
         match state.authenticate(&presented).await {
             Ok(principal) => Ok(Caller(principal)),
             Err(error) => {

@@ -90,7 +90,7 @@ pub async fn list_instances(
         .await?
         .into_iter()
         .filter(|instance| principal.access.allows(instance))
-        .map(InstanceBody::from)
+        .map(|instance| InstanceBody::from(instance.as_seen_by(&principal.access)))
         .collect();
     Ok(Json(InstanceList { instances }))
 }
@@ -112,7 +112,7 @@ pub async fn get_instance(
     let instance = state
         .authorize_instance_through(&principal, &path.iid, Surface::Rest)
         .await?;
-    Ok(Json(instance.into()))
+    Ok(Json(instance.as_seen_by(&principal.access).into()))
 }
 
 /// Delete an instance, closing its sessions (admin).

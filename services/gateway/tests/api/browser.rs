@@ -309,6 +309,70 @@ async fn rest_bodies_are_json_only_and_a_text_plain_post_changes_nothing() {
     stack.shutdown().await;
 }
 
+/// Every write of both layouts, the legacy one too, is JSON only and refuses a page of another
+/// origin whatever credential it carries (a bearer token here: a page that has one, or an
+/// anonymous gateway that asks for none, must not be driven from another site).
+#[tokio::test]
+async fn writes_of_both_layouts_are_json_only_and_refuse_foreign_origins_whatever_the_credential() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack
+        .register_instance(
+            "legacy",
+            5,
+            &[("project_id", "p1"), ("repository_id", "r1")],
+        )
+        .await;
+    let layouts = [
+        format!("/api/v1/instances/{instance}/terminal/sessions"),
+        format!("/projects/p1/repositories/r1/instances/{instance}/terminal/sessions"),
+    ];
+    for sessions in &layouts {
+        let url = format!("{}{sessions}", stack.gateway_url);
+        let response = client()
+            .post(&url)
+            .bearer_auth(&stack.admin_token)
+            .header(header::CONTENT_TYPE, "text/plain")
+            .body(r#"{"name":"from a form"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 415, "{sessions}");
+        let response = client()
+            .post(&url)
+            .bearer_auth(&stack.admin_token)
+            .header(header::ORIGIN, "https://evil.example")
+            .json(&json!({"name": "from another site"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{sessions}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().unwrap().contains("origin"),
+            "{body}"
+        );
+    }
+    let (_, listed) = get(
+        &stack,
+        &format!("/api/v1/instances/{instance}/terminal/sessions"),
+    )
+    .await;
+    assert_eq!(listed["sessions"], json!([]), "nothing was created");
+    // The gateway's own origin, and a program that sends none, may write.
+    for origin in [Some(stack.gateway_url.clone()), None] {
+        let mut request = client()
+            .post(format!("{}{}", stack.gateway_url, layouts[1]))
+            .bearer_auth(&stack.admin_token)
+            .json(&json!({}));
+        if let Some(origin) = &origin {
+            request = request.header(header::ORIGIN, origin);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 201, "{origin:?}");
+    }
+    stack.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_host_name_that_is_not_the_gateways_is_refused_except_by_probes() {
     let stack = TestStack::builder().start().await;
@@ -386,7 +450,7 @@ async fn every_page_asset_and_answer_carries_the_security_headers() {
 }
 
 #[tokio::test]
-async fn refused_credentials_are_limited_per_client_address() {
+async fn refused_credentials_are_limited_per_client_address_and_never_lock_out_the_right_one() {
     let stack = TestStack::builder().start().await;
     let instances = format!("{}/api/v1/instances", stack.gateway_url);
     // A missing credential is no guess: a page without its cookie yet never counts.
@@ -403,8 +467,7 @@ async fn refused_credentials_are_limited_per_client_address() {
             .unwrap();
         assert_eq!(response.status(), 401, "attempt {attempt}");
     }
-    // The address is out of tries: refused before its credential is looked at, on every
-    // surface, even with the right token.
+    // The address is out of tries: a wrong credential is 429 on every surface.
     let response = client()
         .get(&instances)
         .bearer_auth("guess-10")
@@ -420,13 +483,49 @@ async fn refused_credentials_are_limited_per_client_address() {
             .starts_with("too many refused credentials from this address"),
         "{body}"
     );
+    let bad_socket = format!(
+        "{}/ws/tool-instances/{}/terminal?token=guess-11",
+        stack.websocket_url(),
+        stack.instance_id,
+    );
+    let mut socket = Terminal::open_url(&bad_socket, &[])
+        .await
+        .expect("a socket");
+    assert_eq!(socket.read_until_closed().await.code, 4029);
+    let list_instances = |token: &str| {
+        let mut request =
+            tonic::Request::new(ptyhub_proto::session::v1::ListInstancesRequest::default());
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        request
+    };
+    let mut grpc = ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(
+        tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let refused = grpc
+        .list_instances(list_instances("guess-12"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+
+    // The right credential still passes, on every surface: bad guesses from an address (a web
+    // page firing them, a stranger behind the same proxy) lock nobody out.
     let response = client()
         .get(&instances)
         .bearer_auth(&stack.admin_token)
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 429);
+    assert_eq!(response.status(), 200);
     let response = client()
         .get(format!(
             "{}/?token={}",
@@ -437,8 +536,8 @@ async fn refused_credentials_are_limited_per_client_address() {
         .unwrap();
     assert_eq!(response.status(), 303);
     assert!(
-        set_cookie(response.headers()).is_none(),
-        "no sign-in either"
+        set_cookie(response.headers()).is_some(),
+        "the right token signs in"
     );
     let url = format!(
         "{}/ws/tool-instances/{}/terminal?token={}",
@@ -447,25 +546,9 @@ async fn refused_credentials_are_limited_per_client_address() {
         stack.admin_token
     );
     let mut socket = Terminal::open_url(&url, &[]).await.expect("a socket");
-    assert_eq!(socket.read_until_closed().await.code, 4029);
-    let mut grpc = ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(
-        tonic::transport::Channel::from_shared(stack.gateway_url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
-    );
-    let mut request =
-        tonic::Request::new(ptyhub_proto::session::v1::ListInstancesRequest::default());
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", stack.admin_token).parse().unwrap(),
-    );
-    let refused = grpc.list_instances(request).await.unwrap_err();
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
+    socket.connected().await;
+    grpc.list_instances(list_instances(&stack.admin_token))
+        .await
+        .expect("the right token over gRPC");
     stack.shutdown().await;
 }

@@ -459,3 +459,88 @@ async fn a_share_link_signs_a_browser_in_as_a_viewer_until_it_is_revoked() {
     );
     stack.shutdown().await;
 }
+
+/// A share's credential watches a terminal and learns nothing else of its instance: no
+/// environment (where API keys live), command, user, working directory or container, on REST
+/// and on the gRPC surface; the instance's own users still read them.
+#[tokio::test]
+async fn a_shares_credential_reads_no_instance_settings_on_any_surface() {
+    let stack = TestStack::builder().start().await;
+    let (status, registered) = post(
+        &stack,
+        "/api/v1/instances",
+        Some(json!({
+            "name": "with-secrets",
+            "target": {"local": {}},
+            "command": ["/bin/sh", "-c", "exec sh"],
+            "env": {"API_KEY": "sk-do-not-share"},
+            "cwd": "/tmp",
+        })),
+    )
+    .await;
+    assert_eq!(status, 201, "{registered}");
+    let instance = registered["id"].as_str().unwrap().to_owned();
+    let (status, created) = post(
+        &stack,
+        &format!("/api/v1/instances/{instance}/shares"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().unwrap().to_owned();
+
+    let (status, seen) = send(
+        &stack,
+        Method::GET,
+        &format!("/api/v1/instances/{instance}"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{seen}");
+    let (status, listed) = send(&stack, Method::GET, "/api/v1/instances", Some(&token), None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["instances"].as_array().unwrap().len(), 1, "{listed}");
+    for body in [&seen, &listed["instances"][0]] {
+        assert_eq!(body["name"], "with-secrets", "{body}");
+        assert_eq!(body["env"], json!({}), "{body}");
+        assert_eq!(body["command"], json!([]), "{body}");
+        assert_eq!(body["cwd"], "", "{body}");
+        assert_eq!(body["user"], "", "{body}");
+        assert_eq!(body["target"], Value::Null, "{body}");
+        assert!(!body.to_string().contains("sk-do-not-share"), "{body}");
+    }
+
+    let mut grpc = SessionApiClient::new(gateway_channel(&stack).await);
+    let one = grpc
+        .get_instance(grpc_request(
+            session_pb::GetInstanceRequest {
+                instance: instance.clone(),
+            },
+            &token,
+        ))
+        .await
+        .expect("the shared instance")
+        .into_inner();
+    let all = grpc
+        .list_instances(grpc_request(
+            session_pb::ListInstancesRequest::default(),
+            &token,
+        ))
+        .await
+        .expect("the instances the share covers")
+        .into_inner();
+    assert_eq!(all.instances.len(), 1);
+    for seen in [&one, &all.instances[0]] {
+        assert!(seen.env.is_empty(), "{seen:?}");
+        assert!(seen.command.is_empty(), "{seen:?}");
+        assert!(seen.user.is_empty() && seen.cwd.is_empty(), "{seen:?}");
+        assert!(seen.target.is_none(), "{seen:?}");
+    }
+
+    // The instance's users still see how it runs.
+    let (_, full) = get(&stack, &format!("/api/v1/instances/{instance}")).await;
+    assert_eq!(full["env"]["API_KEY"], "sk-do-not-share", "{full}");
+    assert_eq!(full["cwd"], "/tmp", "{full}");
+    stack.shutdown().await;
+}
