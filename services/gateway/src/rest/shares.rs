@@ -10,14 +10,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use chrono::{DateTime, Utc};
 use ptyhub_wire::Surface;
-use ptyhub_wire::limits::DEFAULT_SHARE_TTL;
+use ptyhub_wire::limits::{DEFAULT_SHARE_TTL, MIN_SHARE_TTL};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Caller, InstancePath, JsonBody};
 use crate::domain::Share;
 use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use crate::state::{AppState, unix_now};
 
 /// The query parameter of a share link (`/instances/{iid}?share=<token>`).
 pub const SHARE_PARAMETER: &str = "share";
@@ -124,7 +124,21 @@ pub async fn create_share(
         ),
         None => None,
     };
-    let ttl = Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_SHARE_TTL.as_secs()));
+    let mut ttl = Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_SHARE_TTL.as_secs()));
+    // A share grants what its creator may see, so it ends no later than the creator's own
+    // credential (a JWT's `exp`, a cookie's end).
+    if let Some(expires_at) = principal.expires_at {
+        let left = Duration::from_secs(expires_at.saturating_sub(unix_now()));
+        if left < MIN_SHARE_TTL && ttl >= MIN_SHARE_TTL {
+            return Err(ApiError::invalid(format!(
+                "this credential ends in {} s: a share link lasts at least {} s and never \
+                 outlives its creator's credential",
+                left.as_secs(),
+                MIN_SHARE_TTL.as_secs()
+            )));
+        }
+        ttl = ttl.min(left);
+    }
     let (share, token) = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
@@ -206,6 +220,18 @@ pub async fn revoke_share(
         .await?;
     if uuid::Uuid::parse_str(&path.share_id).is_err() {
         return Err(ApiError::not_found("share not found"));
+    }
+    let existing = state
+        .upstreams
+        .list_shares(&instance.id, true)
+        .await?
+        .into_iter()
+        .find(|share| share.id == path.share_id)
+        .ok_or_else(|| ApiError::not_found("share not found"))?;
+    if !(principal.access.is_admin() || existing.created_by == principal.subject) {
+        return Err(ApiError::forbidden(
+            "only the share link's creator or an admin may revoke it",
+        ));
     }
     let share = state
         .upstreams

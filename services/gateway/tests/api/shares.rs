@@ -544,3 +544,75 @@ async fn a_shares_credential_reads_no_instance_settings_on_any_surface() {
     assert_eq!(full["cwd"], "/tmp", "{full}");
     stack.shutdown().await;
 }
+
+/// A share grants what its creator may see, so it never outlives the creator's credential, and
+/// only its creator (or an admin) revokes it: another user of the instance may not.
+#[tokio::test]
+async fn a_share_ends_with_its_creators_credential_and_only_its_creator_or_an_admin_revokes_it() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let shares = format!("/api/v1/instances/{instance}/shares");
+    let creator_expires_at = unix_now() + 600;
+    let creator = stack.jwt_expiring_at("alice", &[&instance], creator_expires_at);
+    let (status, created) = send(
+        &stack,
+        Method::POST,
+        &shares,
+        Some(&creator),
+        Some(json!({"expires_in": 86400})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let expires_at = chrono::DateTime::parse_from_rfc3339(created["expires_at"].as_str().unwrap())
+        .unwrap()
+        .timestamp();
+    assert!(
+        expires_at <= i64::try_from(creator_expires_at).unwrap(),
+        "the share ends at {expires_at}, after its creator's credential ({creator_expires_at})"
+    );
+    let share = format!("{shares}/{}", created["id"].as_str().unwrap());
+
+    // A credential with less than the shortest share left cannot make one.
+    let ending = stack.jwt_expiring_at("alice", &[&instance], unix_now() + 20);
+    let (status, refused) = send(
+        &stack,
+        Method::POST,
+        &shares,
+        Some(&ending),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+
+    // Another user of the instance may not revoke it; nothing changes.
+    let other = stack.jwt("bob", &[&instance], false);
+    let (status, refused) = send(&stack, Method::DELETE, &share, Some(&other), None).await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap().contains("creator"),
+        "{refused}"
+    );
+    let (_, listed) = get(&stack, &shares).await;
+    assert_eq!(listed["shares"].as_array().unwrap().len(), 1, "{listed}");
+
+    // Its creator may; and an admin may revoke anyone's.
+    let (status, revoked) = send(&stack, Method::DELETE, &share, Some(&creator), None).await;
+    assert_eq!(status, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let (status, second) = send(&stack, Method::POST, &shares, Some(&other), Some(json!({}))).await;
+    assert_eq!(status, 201, "{second}");
+    let (status, revoked) = delete(
+        &stack,
+        &format!("{shares}/{}", second["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(status, 200, "{revoked}");
+    stack.shutdown().await;
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
