@@ -1,8 +1,10 @@
 //! The old process's side: listening for a successor, freezing every session, sending them,
 //! and either letting go (committed) or thawing them (aborted).
 
+use std::collections::HashSet;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::UnixListener;
@@ -15,7 +17,15 @@ use super::{
 };
 use crate::broker::Broker;
 use crate::error::Error;
+use crate::runtime::docker::SESSION_MARKER_VARIABLE;
+use crate::runtime::procfs::{self, ProcStat};
 use crate::session::{Frozen, Verdict};
+
+/// How long a successor that connected may take to say hello. A successor says it at once;
+/// waiting on one that does not holds up this broker's shutdown, never a session.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How far up a peer's parents the check for a session's process looks.
+const MAX_ANCESTORS: usize = 64;
 
 /// Where a running broker waits for its successor.
 #[derive(Debug)]
@@ -61,16 +71,17 @@ impl Broker {
     ) -> Result<(), HandOffError> {
         let mut channel = successor.channel;
         let peer = channel.peer_pid();
-        let hello: Hello = timeout(ANSWER_TIMEOUT, channel.receive())
+        if let Err(reason) = self.check_peer(&channel) {
+            tracing::warn!(?peer, %reason, "a process that may not take over connected to the hand-off socket");
+            refuse(&mut channel, &reason).await;
+            return Err(HandOffError::Refused(reason));
+        }
+        let hello: Hello = timeout(HELLO_TIMEOUT, channel.receive())
             .await
             .map_err(|_| HandOffError::TimedOut("the hello"))??;
         tracing::info!(?peer, version = %hello.version, "a successor asks to take over");
         if let Err(reason) = self.check_successor(&hello) {
-            let _ = channel
-                .send(&Answer::Refused {
-                    reason: reason.clone(),
-                })
-                .await;
+            refuse(&mut channel, &reason).await;
             return Err(HandOffError::Refused(reason));
         }
 
@@ -79,25 +90,26 @@ impl Broker {
             Ok(Ok(frozen)) => frozen,
             Ok(Err(error)) => {
                 self.end_hand_off();
-                let _ = channel
-                    .send(&Answer::Refused {
-                        reason: error.to_string(),
-                    })
-                    .await;
+                refuse(&mut channel, &error.to_string()).await;
                 return Err(error);
             }
             Err(_) => {
                 self.end_hand_off();
-                let reason = "the sessions did not stop in time".to_owned();
-                let _ = channel
-                    .send(&Answer::Refused {
-                        reason: reason.clone(),
-                    })
-                    .await;
+                refuse(&mut channel, "the sessions did not stop in time").await;
                 return Err(HandOffError::TimedOut("the sessions to stop"));
             }
         };
-        let sent = send_sessions(&mut channel, &frozen, listener_fd).await;
+        // Every session is frozen from here until the verdict: a successor that stops reading
+        // holds them for one deadline at most, never longer.
+        let sent = match timeout(
+            ANSWER_TIMEOUT,
+            send_sessions(&mut channel, &frozen, listener_fd),
+        )
+        .await
+        {
+            Ok(sent) => sent,
+            Err(_) => Err(HandOffError::TimedOut("the successor to read the sessions")),
+        };
         let accepted = match sent {
             Ok(()) => match timeout(ANSWER_TIMEOUT, channel.receive::<Acceptance>()).await {
                 Ok(Ok(Acceptance::Accepted)) => Ok(()),
@@ -110,11 +122,10 @@ impl Broker {
             Err(error) => Err(error),
         };
         if let Err(error) = accepted {
-            let _ = channel
-                .send(&Outcome::Aborted {
-                    reason: error.to_string(),
-                })
-                .await;
+            let aborted = Outcome::Aborted {
+                reason: error.to_string(),
+            };
+            let _ = timeout(ANSWER_TIMEOUT, channel.send(&aborted)).await;
             for session in frozen {
                 let _ = session.verdict.send(Verdict::Resume);
             }
@@ -133,14 +144,66 @@ impl Broker {
         let _ = timeout(FREEZE_TIMEOUT, futures::future::join_all(letting_go)).await;
         // Committed whether or not the successor hears it: it owns the sessions from here, and
         // should it be gone, the crash records let the next start end them.
-        if let Err(error) = channel.send(&Outcome::Committed).await {
-            tracing::warn!(%error, "the successor did not hear the commit");
+        match timeout(ANSWER_TIMEOUT, channel.send(&Outcome::Committed)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the successor did not hear the commit"),
+            Err(_) => tracing::warn!("the successor did not read the commit in time"),
         }
         tracing::info!(
             sessions,
             ?peer,
             "every session handed to the next broker process"
         );
+        Ok(())
+    }
+
+    /// Why the process at the other end of `channel` may not take over, if it may not: it must
+    /// run as this broker's user, in its PID namespace, and be no process of a session (no
+    /// program in a terminal may freeze every terminal, or take them): not carrying a
+    /// session's marker, and neither in the Unix session of a session's leader nor below one.
+    fn check_peer(&self, channel: &Channel) -> Result<(), String> {
+        let Some((uid, pid)) = channel.peer_credentials() else {
+            return Err("the successor's credentials cannot be read".to_owned());
+        };
+        let own_uid = nix::unistd::geteuid().as_raw();
+        if uid != own_uid {
+            return Err(format!(
+                "the successor runs as uid {uid}, not as this broker's {own_uid}"
+            ));
+        }
+        let Some(pid) = pid
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|pid| *pid > 0)
+        else {
+            return Err("the successor runs in another PID namespace".to_owned());
+        };
+        if procfs::pid_namespace(pid) != procfs::pid_namespace(std::process::id()) {
+            return Err("the successor runs in another PID namespace".to_owned());
+        }
+        let of_a_session = "the successor is a process of one of this broker's sessions";
+        if procfs::environment_sets(pid, SESSION_MARKER_VARIABLE) {
+            return Err(of_a_session.to_owned());
+        }
+        let leaders: HashSet<u32> = self
+            .list()
+            .into_iter()
+            .filter_map(|info| info.pid)
+            .collect();
+        let mut current = pid;
+        // Up the parents to init: a session's process was started below its leader, and keeps
+        // the leader's Unix session unless it made one of its own.
+        for _ in 0..MAX_ANCESTORS {
+            let Some(stat) = ProcStat::read(current) else {
+                break;
+            };
+            if leaders.contains(&current) || leaders.contains(&stat.session) {
+                return Err(of_a_session.to_owned());
+            }
+            if stat.parent <= 1 {
+                break;
+            }
+            current = stat.parent;
+        }
         Ok(())
     }
 
@@ -244,4 +307,12 @@ async fn send_sessions(
         channel.send_blob(&[screen]).await?;
     }
     Ok(())
+}
+
+/// Tells the other end why it may not take over, giving up when it does not read.
+async fn refuse(channel: &mut Channel, reason: &str) {
+    let answer = Answer::Refused {
+        reason: reason.to_owned(),
+    };
+    let _ = timeout(ANSWER_TIMEOUT, channel.send(&answer)).await;
 }

@@ -44,6 +44,14 @@ impl Channel {
         self.stream.peer_cred().ok().and_then(|cred| cred.pid())
     }
 
+    /// The uid and pid of the process at the other end, as the kernel saw it connect.
+    pub fn peer_credentials(&self) -> Option<(u32, Option<i32>)> {
+        self.stream
+            .peer_cred()
+            .ok()
+            .map(|cred| (cred.uid(), cred.pid()))
+    }
+
     pub async fn send<T: Serialize>(&mut self, message: &T) -> Result<(), HandOffError> {
         let json = serde_json::to_vec(message).map_err(HandOffError::Encode)?;
         let length = u32::try_from(json.len())

@@ -77,6 +77,16 @@ pub(crate) fn environment_has(pid: u32, marker: &str) -> bool {
     })
 }
 
+/// Whether `pid`'s environment sets `name` (to anything).
+pub(crate) fn environment_sets(pid: u32, name: &str) -> bool {
+    let prefix = format!("{name}=");
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|byte| *byte == 0)
+            .any(|entry| entry.starts_with(prefix.as_bytes()))
+    })
+}
+
 /// A process of a session: its pid and start time, to check again before signalling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Member {

@@ -829,3 +829,87 @@ async fn a_recording_goes_on_across_hand_offs_as_one_file() -> anyhow::Result<()
     drop(broker);
     Ok(())
 }
+
+/// A program in one of the broker's own terminals (same user, same host) that connects to the
+/// hand-off socket is refused before it can say anything: it can neither take the sessions nor
+/// freeze them. It hears why, and the sessions go on. A successor started outside any session
+/// still takes over afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_of_a_session_may_not_take_over_nor_freeze_the_sessions() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let answer_dir = tempfile::tempdir()?;
+    let answer = answer_dir.path().join("answer");
+    let stop = data_dir.path().join("unused");
+    let (mut old, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let bystander = spawn_sh(&address, "exec cat", On::Local(&stop)).await?;
+    // Connects as a successor would and writes down the first answer, a length-prefixed JSON
+    // message, without sending anything itself.
+    let client = answer_dir.path().join("successor.py");
+    std::fs::write(
+        &client,
+        "import socket, struct, sys, time\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.connect(sys.argv[1])\n\
+         data = b''\n\
+         while True:\n\
+         \x20   chunk = s.recv(65536)\n\
+         \x20   if not chunk:\n\
+         \x20       break\n\
+         \x20   data += chunk\n\
+         \x20   if len(data) >= 4 and len(data) >= 4 + struct.unpack('>I', data[:4])[0]:\n\
+         \x20       break\n\
+         open(sys.argv[2], 'wb').write(data[4:])\n\
+         time.sleep(600)\n",
+    )?;
+    let script = format!(
+        "exec python3 {} {} {} 2>{}.err",
+        client.display(),
+        data_dir
+            .path()
+            .join(pty_broker::handoff::HANDOFF_SOCKET)
+            .display(),
+        answer.display(),
+        answer.display()
+    );
+    spawn_sh(&address, &script, On::Local(&stop)).await?;
+    let heard = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let text = std::fs::read_to_string(&answer).ok();
+        async move { text.filter(|text| text.ends_with('}')) }
+    })
+    .await
+    .with_context(|| {
+        let errors = std::fs::read_to_string(answer.with_extension("err")).unwrap_or_default();
+        format!("the session's process heard no answer: {errors}")
+    })?;
+    let heard: serde_json::Value = serde_json::from_str(&heard)?;
+    ensure!(heard["answer"] == "refused", "{heard}");
+    ensure!(
+        heard["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("a process of one of this broker's sessions")),
+        "{heard}"
+    );
+    // Nothing was frozen: the broker serves both sessions as before.
+    let listed = pids(&address).await?;
+    ensure!(listed.len() == 2, "{listed:?}");
+    ensure!(
+        listed
+            .iter()
+            .any(|(id, pid)| *id == bystander.session_id && *pid == bystander.pid),
+        "{listed:?}"
+    );
+
+    // A successor from outside every session still takes over.
+    let (mut new, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    ensure!(old.exited().await?, "the old broker failed");
+    ensure!(pids(&address).await? == listed, "the sessions did not move");
+    // SIGTERM: a clean stop, which ends the sessions.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(new.pid())?),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    ensure!(new.exited().await?, "the successor failed to stop");
+    Ok(())
+}
