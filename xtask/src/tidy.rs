@@ -206,38 +206,37 @@ fn undocumented_files(root: &Path) -> Vec<String> {
 /// The services' source files (their tests aside) that name `ptyhub_proto` and are not one of
 /// the adapters the invariant lists.
 fn generated_types_outside_adapters(root: &Path) -> Vec<String> {
-    let adapters = invariant_paths(&architecture(root), ADAPTERS_INVARIANT);
-    if adapters.is_empty() {
-        return vec![format!(
-            "ARCHITECTURE.md has no invariant {ADAPTERS_INVARIANT:?}"
-        )];
-    }
-    workspace_rust_files(root)
-        .into_iter()
-        .filter(|file| file.starts_with("services/") && file.contains("/src/"))
-        .filter(|file| !is_listed(file, &adapters))
-        .filter(|file| {
-            let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
-            without_comments(shipped_code(&text)).contains("ptyhub_proto")
-        })
-        .collect()
+    files_outside_invariant(root, ADAPTERS_INVARIANT, |file, text| {
+        file.starts_with("services/")
+            && file.contains("/src/")
+            && without_comments(shipped_code(text)).contains("ptyhub_proto")
+    })
 }
 
 /// The files that allow `unsafe` (the workspace denies it) and are not listed by the invariant.
 fn unsafe_outside_allowed(root: &Path) -> Vec<String> {
-    let allowed = invariant_paths(&architecture(root), UNSAFE_INVARIANT);
-    if allowed.is_empty() {
-        return vec![format!(
-            "ARCHITECTURE.md has no invariant {UNSAFE_INVARIANT:?}"
-        )];
+    files_outside_invariant(root, UNSAFE_INVARIANT, |file, text| {
+        !file.starts_with("xtask/") && without_comments(text).contains("allow(unsafe_code)")
+    })
+}
+
+/// The Rust files for which `breaks(path, text)` holds and that the invariant starting with
+/// `invariant` does not list.
+fn files_outside_invariant(
+    root: &Path,
+    invariant: &str,
+    breaks: impl Fn(&str, &str) -> bool,
+) -> Vec<String> {
+    let listed = invariant_paths(&architecture(root), invariant);
+    if listed.is_empty() {
+        return vec![format!("ARCHITECTURE.md has no invariant {invariant:?}")];
     }
     workspace_rust_files(root)
         .into_iter()
-        .filter(|file| !file.starts_with("xtask/"))
-        .filter(|file| !is_listed(file, &allowed))
+        .filter(|file| !is_listed(file, &listed))
         .filter(|file| {
             let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
-            without_comments(&text).contains("allow(unsafe_code)")
+            breaks(file, &text)
         })
         .collect()
 }
