@@ -604,6 +604,11 @@ impl SessionApi for SessionApiProxy {
                 .authorize_instance(&principal, &message.instance, surface)
                 .await?;
         }
+        let slot = self
+            .state
+            .stream_slots
+            .acquire(&principal.subject)
+            .map_err(|error| error.to_status())?;
         let changes = self
             .client(&principal, surface)
             .watch_sessions(message)
@@ -626,7 +631,11 @@ impl SessionApi for SessionApiProxy {
                 };
                 std::future::ready(covered)
             })
-            .map(|change| change.map_err(forwarded))
+            .map(move |change| {
+                // Held while the changes flow: they count among the principal's streams.
+                let _held = &slot;
+                change.map_err(forwarded)
+            })
             .take_until(async move {
                 tokio::select! {
                     () = shutdown.cancelled() => {}

@@ -161,8 +161,9 @@ pub fn unix_now() -> u64 {
 /// and dropped.
 pub const MAX_REFUSAL_REPORTS_IN_FLIGHT: usize = 64;
 
-/// Counts the terminal streams of each principal (by subject), so that one credential cannot
-/// hold an unbounded number of broker streams and sockets open.
+/// Counts the long-lived streams of each principal (by subject) on every surface (terminal
+/// WebSockets, relayed `Attach` streams, session events as Server-Sent Events and gRPC
+/// `WatchSessions`), so that one credential cannot hold an unbounded number of them open.
 #[derive(Clone, Debug)]
 pub struct StreamSlots {
     held: Arc<Mutex<HashMap<String, usize>>>,
@@ -186,7 +187,7 @@ impl StreamSlots {
             return Err(ApiError::new(
                 ErrorCode::TooManyRequests,
                 format!(
-                    "this credential holds {} terminal streams already, the most it may",
+                    "this credential holds {} streams already, the most it may",
                     self.max_per_principal
                 ),
             ));

@@ -40,6 +40,8 @@ pub async fn session_events(
     scope: InstanceScope,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
+    // Held while the events flow: they count among the principal's streams.
+    let slot = state.stream_slots.acquire(&principal.subject)?;
     // Watch before listing: a change between the two is then seen (twice at worst, which a
     // client applying "the session as it is now" does not notice), never missed.
     let changes = state.upstreams.watch_sessions(&instance.id).await?;
@@ -80,7 +82,10 @@ pub async fn session_events(
     let expires_at = principal.expires_at;
     let events = stream::once(std::future::ready(first))
         .chain(changes)
-        .map(Ok)
+        .map(move |event| {
+            let _held = &slot;
+            Ok(event)
+        })
         // The stream ends with the gateway, so a watching page never holds up a shutdown, and
         // with the credential it was opened with.
         .take_until(async move {

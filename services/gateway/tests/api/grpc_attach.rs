@@ -617,10 +617,7 @@ async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets(
         .err()
         .expect("no third stream for the credential");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-    assert!(
-        refused.message().contains("terminal streams"),
-        "{refused:?}"
-    );
+    assert!(refused.message().contains("streams already"), "{refused:?}");
 
     // Another principal has slots of its own.
     let alice = stack.jwt("alice", &["local"], false);
@@ -635,6 +632,67 @@ async fn relayed_attaches_share_the_principals_stream_slots_with_its_websockets(
         Stream::open(&stack, token, Some("local"), viewer())
             .await
             .ok()
+    })
+    .await;
+    assert!(
+        reopened.is_some(),
+        "the slot came back when the stream ended"
+    );
+    stack.shutdown().await;
+}
+
+/// Session event streams (Server-Sent Events) and gRPC `WatchSessions` count among a
+/// principal's streams like its terminals: one credential cannot hold an unbounded number open.
+#[tokio::test]
+async fn event_streams_and_session_watches_share_the_principals_stream_slots() {
+    let stack = TestStack::builder()
+        .max_streams_per_principal(2)
+        .start()
+        .await;
+    let events = format!(
+        "{}/api/v1/instances/{}/terminal/events",
+        stack.gateway_url, stack.instance_id
+    );
+    let open_events = || {
+        stack
+            .http
+            .get(&events)
+            .bearer_auth(&stack.admin_token)
+            .send()
+    };
+    let first = open_events().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let mut watcher = SessionApiClient::new(gateway_channel(&stack).await);
+    let watch = |token: &str| {
+        let mut request = tonic::Request::new(session_pb::WatchSessionsRequest {
+            instance: "local".to_owned(),
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        request
+    };
+    let watching = watcher
+        .watch_sessions(watch(&stack.admin_token))
+        .await
+        .expect("the second slot");
+
+    // Both slots are held: a third stream of either kind is refused.
+    let refused = open_events().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let refused = watcher
+        .watch_sessions(watch(&stack.admin_token))
+        .await
+        .err()
+        .expect("no third stream");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+
+    // A stream that ends gives its slot back.
+    drop(first);
+    drop(watching);
+    let reopened = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        let response = open_events().await.ok()?;
+        (response.status() == 200).then_some(response)
     })
     .await;
     assert!(
