@@ -21,7 +21,9 @@ use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
-const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+/// The seed of every tier's credential in a test stack, as `ptyhub-stack` derives them: a test
+/// that plays another service (a second gateway) presents its tier's credential.
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 /// The secret the stack's session-api signs attach tickets with, for tests that make tickets of
 /// their own (expired, forged, for another session) the way an outside signer would.
 pub const TICKET_SECRET: &str = "test-ticket-secret-0123456789";

@@ -34,7 +34,7 @@ use tracing::Instrument;
 use crate::audit::{StreamAudit, StreamResets};
 use crate::metrics::GaugeGuard;
 use crate::session_proxy::{authenticate, surface_of};
-use crate::state::{AppState, StreamSlot, credential_expired};
+use crate::state::{AppState, CredentialWatch, StreamSlot};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
 pub const INSTANCE_METADATA: &str = "ptyhub-instance";
@@ -248,7 +248,7 @@ impl PtyBroker for AttachRelay {
             _gauge: state.metrics.attach_stream_opened(),
             _stream_slot: stream_slot,
             stopping_at: None,
-            expires_at: principal.expires_at,
+            credential: state.credential_watch(&principal),
             ended: false,
             audit,
         }))))
@@ -295,8 +295,9 @@ struct Relay {
     _stream_slot: StreamSlot,
     /// When the stream ends because the gateway stops, once it began to.
     stopping_at: Option<Instant>,
-    /// When the caller's credential expires: the stream ends then with UNAUTHENTICATED.
-    expires_at: Option<u64>,
+    /// What ends the caller's credential (its expiry, a share's revocation): the stream ends
+    /// then with UNAUTHENTICATED.
+    credential: CredentialWatch,
     /// Set after the last frame: the stream ends at the next poll.
     ended: bool,
     /// Reports the detach, with why, when the stream is dropped.
@@ -323,11 +324,11 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                     None => relay.shutdown.cancelled().await,
                 }
             };
-            let expired = credential_expired(relay.expires_at);
+            let expired = relay.credential.ended();
             let item = tokio::select! {
                 biased;
-                () = expired => {
-                    Err(ErrorCode::Unauthenticated.status("credential expired"))
+                end = expired => {
+                    Err(ErrorCode::Unauthenticated.status(end.reason()))
                 }
                 () = stopping => {
                     if relay.stopping_at.is_none() {

@@ -104,6 +104,7 @@ pub async fn run(
         draining: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         bridges: TaskTracker::new(),
+        share_watches: state::ShareWatches::default(),
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
         refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(

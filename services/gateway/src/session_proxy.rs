@@ -29,7 +29,7 @@ use ptyhub_wire::Surface;
 use crate::auth::{Principal, peer_address};
 use crate::domain::Instance;
 use crate::grpc::SessionApiClient;
-use crate::state::{AppState, Presented, credential_expired};
+use crate::state::{AppState, Presented};
 
 /// Implements session-api's service by forwarding, after the gateway's own checks.
 #[derive(Debug, Clone)]
@@ -618,7 +618,7 @@ impl SessionApi for SessionApiProxy {
         // The stream ends with the gateway, so a watching browser never holds up shutdown, and
         // with the credential it was opened with.
         let shutdown = self.state.shutdown.clone();
-        let expires_at = principal.expires_at;
+        let credential = self.state.credential_watch(&principal);
         let access = principal.access.clone();
         let stream = changes
             .filter(move |change| {
@@ -639,7 +639,7 @@ impl SessionApi for SessionApiProxy {
             .take_until(async move {
                 tokio::select! {
                     () = shutdown.cancelled() => {}
-                    () = credential_expired(expires_at) => {}
+                    _ = credential.ended() => {}
                 }
             });
         Ok(Response::new(Box::pin(stream)))

@@ -72,6 +72,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Every WebSocket bridge and public `Attach` relay, so shutdown can wait for them.
     pub bridges: TaskTracker,
+    /// The shares whose credentials hold streams open here.
+    pub share_watches: ShareWatches,
     /// The terminal streams each principal holds open, bounded per principal.
     pub stream_slots: StreamSlots,
     /// The configured public URL of the gateway, handed out as the attach endpoint.
@@ -139,6 +141,145 @@ fn counts_as_a_guess(presented: &Presented, error: &ApiError) -> bool {
         return true;
     }
     presented.cookie.is_some() && error.message == AuthError::Invalid.to_string()
+}
+
+/// Why a credential's streams end before their clients leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialEnd {
+    Expired,
+    Revoked,
+}
+
+impl CredentialEnd {
+    /// The words a closing stream gives (a WebSocket's close reason, a gRPC status message).
+    pub fn reason(self) -> &'static str {
+        match self {
+            CredentialEnd::Expired => "credential expired",
+            CredentialEnd::Revoked => "share link revoked",
+        }
+    }
+}
+
+/// What ends the streams a credential opened: its expiry, and for a share's credential the
+/// share's revocation. Clones share one watch.
+#[derive(Debug, Clone)]
+pub struct CredentialWatch {
+    expires_at: Option<u64>,
+    revoked: Option<Arc<ShareWatch>>,
+}
+
+impl CredentialWatch {
+    /// Completes when the credential ends, saying why; never for one that does not.
+    pub async fn ended(&self) -> CredentialEnd {
+        match &self.revoked {
+            None => {
+                credential_expired(self.expires_at).await;
+                CredentialEnd::Expired
+            }
+            Some(watch) => tokio::select! {
+                () = credential_expired(self.expires_at) => CredentialEnd::Expired,
+                () = watch.ended.cancelled() => CredentialEnd::Revoked,
+            },
+        }
+    }
+}
+
+/// How often a gateway asks session-api whether a share with open streams still stands, so
+/// that a revoke made through another replica ends them too (one made here ends them at once).
+const SHARE_RECHECK: Duration = Duration::from_secs(1);
+
+/// The shares whose credentials hold streams open here, each with a token cancelled when the
+/// share ends, and how many streams watch it.
+#[derive(Debug, Clone, Default)]
+pub struct ShareWatches {
+    watched: Arc<Mutex<HashMap<String, (CancellationToken, usize)>>>,
+}
+
+/// One stream's watch of a share; the share is looked up while any stream watches it.
+#[derive(Debug)]
+pub struct ShareWatch {
+    watches: ShareWatches,
+    share_id: String,
+    ended: CancellationToken,
+}
+
+impl Drop for ShareWatch {
+    fn drop(&mut self) {
+        let mut watched = self
+            .watches
+            .watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, count)) = watched.get_mut(&self.share_id) {
+            *count -= 1;
+            if *count == 0 {
+                watched.remove(&self.share_id);
+            }
+        }
+    }
+}
+
+impl ShareWatches {
+    /// Ends the streams of `share_id` now: it was revoked through this gateway.
+    pub fn revoked(&self, share_id: &str) {
+        let watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((ended, _)) = watched.get(share_id) {
+            ended.cancel();
+        }
+    }
+
+    fn watch(&self, state: &AppState, share_id: &str) -> ShareWatch {
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let (ended, count) = watched.entry(share_id.to_owned()).or_insert_with(|| {
+            let ended = CancellationToken::new();
+            tokio::spawn(recheck_share(
+                state.clone(),
+                share_id.to_owned(),
+                ended.clone(),
+            ));
+            (ended, 0)
+        });
+        *count += 1;
+        ShareWatch {
+            watches: self.clone(),
+            share_id: share_id.to_owned(),
+            ended: ended.clone(),
+        }
+    }
+
+    fn is_watched(&self, share_id: &str) -> bool {
+        self.watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(share_id)
+    }
+}
+
+/// Looks `share_id` up every [`SHARE_RECHECK`] while streams watch it, and cancels `ended` once
+/// session-api no longer finds it live (revoked or expired). A failed lookup is tried again:
+/// streams end for a share that ended, never for a session-api that did not answer.
+async fn recheck_share(state: AppState, share_id: String, ended: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = ended.cancelled() => return,
+            () = state.shutdown.cancelled() => return,
+            () = tokio::time::sleep(SHARE_RECHECK) => {}
+        }
+        if !state.share_watches.is_watched(&share_id) {
+            return;
+        }
+        match state.upstreams.find_share(ShareLookup::Id(&share_id)).await {
+            Ok(_) => {}
+            Err(error) if error.code == ErrorCode::NotFound || error.code == ErrorCode::Invalid => {
+                tracing::info!(%share_id, "share ended: ending its streams");
+                ended.cancel();
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%share_id, %error, "cannot check a share: trying again");
+            }
+        }
+    }
 }
 
 /// Completes when a credential that expires at `expires_at` (Unix seconds) does; never for one
@@ -227,6 +368,19 @@ impl AppState {
     /// The client address of a request.
     pub fn client_address(&self, headers: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
         client_address(extensions, headers, self.trust_forwarded_for)
+    }
+
+    /// What ends the streams `principal` opens: its credential's expiry, and a share's
+    /// revocation.
+    pub fn credential_watch(&self, principal: &Principal) -> CredentialWatch {
+        let revoked = match &principal.via {
+            Via::Share(share_id) => Some(Arc::new(self.share_watches.watch(self, share_id))),
+            _ => None,
+        };
+        CredentialWatch {
+            expires_at: principal.expires_at,
+            revoked,
+        }
     }
 
     /// The principal of a request's credentials. Each refused credential (not a missing one,

@@ -13,7 +13,7 @@ use futures::{Stream, StreamExt, stream};
 use super::bodies::{SessionBody, SessionList};
 use super::extract::{Caller, InstancePath, InstanceScope};
 use crate::error::{ApiError, ErrorBody};
-use crate::state::{AppState, credential_expired};
+use crate::state::AppState;
 
 /// A comment line this often keeps proxies and the browser from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -79,7 +79,7 @@ pub async fn session_events(
             })
         });
     let shutdown = state.shutdown.clone();
-    let expires_at = principal.expires_at;
+    let credential = state.credential_watch(&principal);
     let events = stream::once(std::future::ready(first))
         .chain(changes)
         .map(move |event| {
@@ -91,7 +91,7 @@ pub async fn session_events(
         .take_until(async move {
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                () = credential_expired(expires_at) => {}
+                _ = credential.ended() => {}
             }
         });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))

@@ -238,6 +238,8 @@ pub async fn revoke_share(
         .acting_for(&principal.actor(Surface::Rest))
         .revoke_share(&instance.id, &path.share_id)
         .await?;
+    // Its open streams here end at once; other gateways find it gone within a second.
+    state.share_watches.revoked(&share.id);
     tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, "share link revoked");
     Ok(Json(share.into()))
 }

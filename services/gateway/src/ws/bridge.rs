@@ -27,7 +27,7 @@ use crate::domain::{TerminalCommand, TerminalEvent};
 use crate::error::ApiError;
 use crate::grpc::{AttachCommands, AttachEvents};
 use crate::metrics::Metrics;
-use crate::state::{AppState, credential_expired};
+use crate::state::{AppState, CredentialWatch};
 
 /// Output that piled up while the client was busy is coalesced into frames of at most about
 /// this size; what is there is always sent at once.
@@ -117,7 +117,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             connected_before: false,
             heartbeat_interval: state.heartbeat_interval,
             shutdown: state.shutdown.clone(),
-            expires_at: prepared.expires_at,
+            credential: prepared.credential,
         };
         let ending = bridge.run(connected, events).await;
         audit.ending(detach_reason(ending.reason));
@@ -259,9 +259,9 @@ struct Bridge {
     connected_before: bool,
     heartbeat_interval: Duration,
     shutdown: CancellationToken,
-    /// When the credential the socket opened with expires (a JWT's `exp`, a share's end): the
-    /// socket ends then with 4001, as a new one would be refused.
-    expires_at: Option<u64>,
+    /// What ends the credential the socket opened with (a JWT's `exp`, a share's end or
+    /// revocation): the socket ends then with 4001, as a new one would be refused.
+    credential: CredentialWatch,
 }
 
 /// How a bridge ended.
@@ -316,7 +316,8 @@ impl Bridge {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // An event read while batching output that is not output itself, handled next.
         let mut pending: Option<Result<Option<TerminalEvent>, ApiError>> = None;
-        let expiry = credential_expired(self.expires_at);
+        let credential = self.credential.clone();
+        let expiry = credential.ended();
         tokio::pin!(expiry);
         loop {
             let flush_deadline = self.client.flush_deadline();
@@ -331,9 +332,9 @@ impl Bridge {
                             let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
                             return Ending::closed("gateway shutdown");
                         }
-                        () = &mut expiry => {
-                            let _ = self.client.close(close_code::UNAUTHENTICATED, "credential expired").await;
-                            return Ending::closed("credential expired");
+                        end = &mut expiry => {
+                            let _ = self.client.close(close_code::UNAUTHENTICATED, end.reason()).await;
+                            return Ending::closed(end.reason());
                         }
                         sent = self.client.flush(), if !flushed => {
                             if sent.is_err() {

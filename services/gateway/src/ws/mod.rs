@@ -218,8 +218,8 @@ struct PreparedAttach {
     size: Option<TerminalSize>,
     since: Option<u64>,
     snapshot: bool,
-    /// When the credential expires; the socket ends then.
-    expires_at: Option<u64>,
+    /// What ends the credential (its expiry, a share's revocation); the socket ends then.
+    credential: crate::state::CredentialWatch,
     /// Held for as long as the bridge runs.
     _stream_slot: crate::state::StreamSlot,
 }
@@ -321,7 +321,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
-        expires_at: principal.expires_at,
+        credential: state.credential_watch(&principal),
         _stream_slot: stream_slot,
     })
 }

@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::common::{Terminal, create_session, delete, get, post, send};
+use crate::common::{PATIENCE, Terminal, create_session, delete, get, post, send};
 
 async fn create_share(stack: &TestStack, body: Value) -> Value {
     let (status, created) = post(
@@ -615,4 +615,93 @@ fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
         .as_secs()
+}
+
+/// Revoking a share ends what its credential has open, not only what it opens next: a
+/// WebSocket closes with 4001 (`share link revoked`) and an event stream ends, when the share is
+/// revoked through this gateway (at once) and when another gateway revokes it through
+/// session-api (this one finds it gone within a second).
+#[tokio::test]
+async fn revoking_a_share_ends_its_open_streams_on_every_gateway() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session = create_session(&stack, &instance, json!({"name": "watched"})).await;
+    let open_viewer = |token: String| {
+        let url = format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session}?token={token}",
+            stack.websocket_url()
+        );
+        async move {
+            let mut socket = Terminal::open_url(&url, &[])
+                .await
+                .expect("a viewer socket");
+            socket.connected().await;
+            socket
+        }
+    };
+
+    // Revoked here.
+    let created = create_share(&stack, json!({})).await;
+    let token = created["token"].as_str().unwrap().to_owned();
+    let mut socket = open_viewer(token.clone()).await;
+    let mut events = stack
+        .http
+        .get(format!(
+            "{}/api/v1/instances/{instance}/terminal/events",
+            stack.gateway_url
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let first = events.chunk().await.unwrap().expect("the list of sessions");
+    assert!(String::from_utf8_lossy(&first).contains("sessions"));
+    let (status, _) = delete(
+        &stack,
+        &format!(
+            "/api/v1/instances/{instance}/shares/{}",
+            created["id"].as_str().unwrap()
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let closed = socket.read_until_closed().await;
+    assert_eq!(closed.code, 4001, "{closed:?}");
+    assert_eq!(closed.reason, "share link revoked");
+    let ended = tokio::time::timeout(PATIENCE, async {
+        while let Ok(Some(_)) = events.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream outlived the share");
+
+    // Revoked by another gateway, straight through session-api.
+    let created = create_share(&stack, json!({})).await;
+    let token = created["token"].as_str().unwrap().to_owned();
+    let mut socket = open_viewer(token).await;
+    let gateway_credential = ptyhub_wire::TierCredentials::derived_from(
+        &ptyhub_wire::ServiceCredential::new(ptyhub_test_support::stack::SERVICE_TOKEN).unwrap(),
+    )
+    .gateway;
+    let channel = Channel::from_shared(stack.session_api_endpoint.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut other_gateway =
+        session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+            channel,
+            gateway_credential.bearer_auth(),
+        );
+    other_gateway
+        .revoke_share(session_pb::RevokeShareRequest {
+            instance: instance.clone(),
+            share_id: created["id"].as_str().unwrap().to_owned(),
+        })
+        .await
+        .expect("revoked through session-api");
+    let closed = socket.read_until_closed().await;
+    assert_eq!(closed.code, 4001, "{closed:?}");
+    assert_eq!(closed.reason, "share link revoked");
+    stack.shutdown().await;
 }
