@@ -683,8 +683,7 @@ async fn event_streams_and_session_watches_share_the_principals_stream_slots() {
     let refused = watcher
         .watch_sessions(watch(&stack.admin_token))
         .await
-        .err()
-        .expect("no third stream");
+        .expect_err("no third stream");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
 
     // A stream that ends gives its slot back.
