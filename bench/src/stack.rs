@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -202,7 +203,7 @@ impl Stack {
                 .session_api_client()
                 .max_decoding_message_size(16 << 20),
             broker: services.broker_client().max_decoding_message_size(16 << 20),
-            http: reqwest::Client::new(),
+            http: http_client(),
             local_instance: String::new(),
             docker: None,
             recorded_local_instance: String::new(),
@@ -616,4 +617,19 @@ async fn remove_container(engine: &Docker, id: &str) {
     if let Err(error) = engine.remove_container(id, Some(options)).await {
         eprintln!("could not remove container {id}: {error}");
     }
+}
+
+/// The bench's plain-HTTP client. The workspace's reqwest has rustls without a crypto provider
+/// of its own, so even an `http://`-only client carries a rustls config (on ring, no roots).
+fn http_client() -> reqwest::Client {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring's protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .expect("an HTTP client")
 }

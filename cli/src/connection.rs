@@ -5,9 +5,13 @@
 //! relay): the CLI never needs a broker's or session-api's address.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use ptyhub_client::{Client, ConnectOptions};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
+use rustls_platform_verifier::BuilderVerifierExt as _;
 
 /// The file in the data directory that holds the token `ptyhub up` generated.
 pub const TOKEN_FILE: &str = "token";
@@ -84,6 +88,18 @@ impl ConnectionArgs {
         Ok(Some(pem))
     }
 
+    /// An HTTP client for the gateway's REST API (a recording's download), which trusts what
+    /// [`ConnectionArgs::client`] trusts: the CA of `--ca-cert` alone, else the system's roots.
+    pub fn http_client(&self) -> Result<reqwest::Client> {
+        let https = self.server_url().starts_with("https://");
+        let tls = tls_config(self.ca_certificate()?.as_deref(), https)?;
+        reqwest::Client::builder()
+            .user_agent(user_agent())
+            .tls_backend_preconfigured(tls)
+            .build()
+            .context("cannot set up the HTTP client")
+    }
+
     /// A client of the gateway: every command needs its URL and the token alone (and the CA
     /// of an `https://` gateway whose certificate the system does not trust).
     pub async fn client(&self) -> Result<Client> {
@@ -101,6 +117,36 @@ impl ConnectionArgs {
                 other => anyhow::Error::new(other).context(unreachable(&server)),
             })
     }
+}
+
+/// The TLS of [`ConnectionArgs::http_client`]: rustls on ring, given to reqwest whole so that no
+/// process-wide crypto provider is needed. With `ca_certificate` its certificates are the only
+/// roots (as `curl --cacert`); without, the system's roots through the platform verifier, read
+/// only for an `https://` server (a plain-HTTP one needs none, also where the system has none).
+fn tls_config(ca_certificate: Option<&[u8]>, https: bool) -> Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("cannot set up TLS")?;
+    let builder = match ca_certificate {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in CertificateDer::pem_slice_iter(pem) {
+                roots
+                    .add(certificate.context("--ca-cert cannot be used")?)
+                    .context("--ca-cert cannot be used")?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        None if https => builder.with_platform_verifier().context(
+            "cannot use the system's root certificates (a CA may be given with --ca-cert)",
+        )?,
+        None => builder.with_root_certificates(rustls::RootCertStore::empty()),
+    };
+    let mut config = builder.with_no_client_auth();
+    // What reqwest offers when it builds the config itself: HTTP/2, else HTTP/1.1.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// The first words of every "cannot reach" error, with what the user can check.

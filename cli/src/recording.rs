@@ -30,13 +30,7 @@ pub async fn download_recording(connection: &ConnectionArgs, args: RecordingArgs
         args.instance,
         args.session
     );
-    let mut http = reqwest::Client::builder().user_agent(crate::connection::user_agent());
-    if let Some(pem) = connection.ca_certificate()? {
-        let certificates =
-            reqwest::Certificate::from_pem_bundle(&pem).context("--ca-cert cannot be used")?;
-        http = http.tls_certs_only(certificates);
-    }
-    let http = http.build().context("cannot set up the HTTP client")?;
+    let http = connection.http_client()?;
     let mut response = http
         .get(&url)
         .bearer_auth(token)

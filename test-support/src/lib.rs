@@ -10,6 +10,8 @@
 pub mod asciicast;
 pub mod environment;
 pub mod fuzz;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod poll;
 pub mod postgres;
 pub mod reflection;

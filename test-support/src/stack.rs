@@ -203,11 +203,10 @@ impl TestStackBuilder {
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
         }
-        let mut http = reqwest::Client::builder();
+        let mut http = crate::http::client();
         if let Some(tls) = &self.gateway_tls {
             builder = builder.gateway_tls(tls.cert.clone(), tls.key.clone());
-            let ca = reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).expect("the test CA");
-            http = http.tls_certs_only([ca]);
+            http = crate::http::client_trusting(&tls.ca_pem);
         }
         let http = http.build().expect("an HTTP client");
         let stack = builder.start().await.unwrap_or_else(|error| {

@@ -166,7 +166,7 @@ impl ClusterBuilder {
     /// every gateway is healthy.
     pub async fn start(self, database: TestDatabase) -> anyhow::Result<Cluster> {
         let logs = tempfile::tempdir()?;
-        let http = reqwest::Client::builder()
+        let http = ptyhub_test_support::http::client()
             .timeout(Duration::from_secs(30))
             .build()?;
         let mut api_fronts = Vec::new();

@@ -238,7 +238,7 @@ impl IsolatedStack {
 
     /// Waits until `/healthz` through the ingress lists a broker and says all is well.
     pub async fn wait_healthy(&self) -> anyhow::Result<()> {
-        let http = reqwest::Client::builder()
+        let http = ptyhub_test_support::http::client()
             .timeout(Duration::from_secs(10))
             .build()?;
         let url = format!("{}/healthz", self.gateway_url());

@@ -6,8 +6,9 @@
 //! with `object_store`'s names for them). A session's
 //! recording is the object `<session id>.cast` under the store's root.
 //!
-//! HTTPS goes through the system's OpenSSL (reqwest's native-tls); a plain-HTTP endpoint such as
-//! a local S3-compatible server needs `AWS_ALLOW_HTTP=true`.
+//! HTTPS goes through rustls with ring, checking the system's roots (reqwest's platform
+//! verifier); a plain-HTTP endpoint such as a local S3-compatible server needs
+//! `AWS_ALLOW_HTTP=true`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +64,7 @@ impl RecordingStore {
                 }
                 builder = builder.with_config(key, value);
             }
+            install_crypto_provider();
             let s3 = builder
                 .build()
                 .map_err(|error| invalid(error.to_string()))?;
@@ -115,6 +117,14 @@ impl RecordingStore {
         let name = path.filename()?;
         name.strip_suffix(".cast")
     }
+}
+
+/// object_store builds its reqwest clients itself, with no way to hand them a rustls config,
+/// and reqwest (built without a provider of its own) takes the process's default crypto
+/// provider: ring, the one everything else here uses, unless the process installed one already.
+fn install_crypto_provider() {
+    // An error only says that a provider is installed already, which is all this needs.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
 }
 
 #[cfg(test)]

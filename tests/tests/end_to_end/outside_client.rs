@@ -139,7 +139,9 @@ async fn outside_clients_stream_through_the_gateway_alone_across_a_gateway_resta
     let work = tempfile::tempdir().expect("a work directory");
 
     // The only instance, registered through the gateway like everything else.
-    let http = reqwest::Client::new();
+    let http = ptyhub_test_support::http::client()
+        .build()
+        .expect("an HTTP client");
     let registered = http
         .post(format!("{url}/api/v1/instances"))
         .bearer_auth(token)

@@ -20,7 +20,7 @@ async fn a_recording_made_on_one_broker_is_served_by_the_other_gateway() {
     let s3 = S3Server::start(logs.path())
         .await
         .expect("moto_server starts");
-    let http = reqwest::Client::new();
+    let http = ptyhub_test_support::http::client().build().unwrap();
     s3.create_bucket(&http, BUCKET).await.expect("a bucket");
     let url = s3.recordings_url(BUCKET, "cluster-a");
     let mut builder = Cluster::builder()

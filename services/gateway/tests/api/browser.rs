@@ -11,7 +11,7 @@ use crate::common::{Terminal, get};
 
 /// A client that shows redirects instead of following them.
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    ptyhub_test_support::http::client()
         .redirect(Policy::none())
         .build()
         .unwrap()

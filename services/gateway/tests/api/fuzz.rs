@@ -311,7 +311,7 @@ async fn fuzz_rest_paths_and_bodies_never_5xx_and_refusals_change_nothing() {
     let stack = TestStack::builder().start().await;
     let instance = stack.register_instance("fuzzed", 3, &[]).await;
     let strategy = rest_request(instance.clone());
-    let client = reqwest::Client::builder()
+    let client = ptyhub_test_support::http::client()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();

@@ -836,7 +836,7 @@ async fn an_unreachable_session_api_is_503() {
         stop.clone().cancelled_owned(),
     ));
 
-    let http = reqwest::Client::new();
+    let http = ptyhub_test_support::http::client().build().unwrap();
     for probe in ["/healthz", "/readyz"] {
         let response = http
             .get(format!("{url}{probe}"))

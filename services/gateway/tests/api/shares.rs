@@ -391,7 +391,7 @@ async fn a_share_link_signs_a_browser_in_as_a_viewer_until_it_is_revoked() {
     let stack = TestStack::builder().start().await;
     let created = create_share(&stack, json!({})).await;
     let url = created["url"].as_str().unwrap();
-    let client = reqwest::Client::builder()
+    let client = ptyhub_test_support::http::client()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
