@@ -12,6 +12,7 @@
 
 mod bench;
 mod deps;
+mod dist;
 mod interop;
 mod run;
 mod smoke;
@@ -40,6 +41,9 @@ enum Task {
     /// Build the web page into web/dist (which the next `cargo build` puts into the `gateway`
     /// and `ptyhub` binaries), then type-check and lint its JavaScript.
     Web,
+    /// Build the `ptyhub` binary as users get it: the page inside, release, stripped, checked,
+    /// in `dist/ptyhub` under the target dir.
+    Dist,
     /// Install and start the test dependencies, then run every test.
     Test {
         /// Skip the browser tests of the web page and the fresh-clone run of `cargo xtask up`.
@@ -88,6 +92,7 @@ fn main() -> Result<()> {
             println!("built {}", dist.display());
             Ok(())
         }
+        Task::Dist => dist::dist(),
         Task::Test {
             no_browser,
             nextest_args,
