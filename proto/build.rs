@@ -29,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".ptyhub.broker.v1.Input.data")
         .bytes(".ptyhub.broker.v1.InputItem.data")
         .bytes(".ptyhub.broker.v1.ScreenSnapshot.data")
+        .bytes(".ptyhub.broker.v1.CommandOutput.data")
         .compile_fds(file_descriptors)?;
     Ok(())
 }

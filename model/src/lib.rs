@@ -1,5 +1,5 @@
 //! The contract's nouns, written once: a session's status, why it closed, how its process
-//! ended, what a change to it was about, the rules of names and aliases, where an instance's
+//! ended, what its terminal is doing and the commands it ran, what a change to it was about, the rules of names and aliases, where an instance's
 //! terminals run, and what an audit event says happened. Each is spelled as docs/CONTRACT.md
 //! spells it ([`SessionStatus::as_str`] and the like), and each has its one protobuf form in
 //! [`proto`], proven by round-trip tests. Services pass these types; none keeps a mirror.
@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+mod activity;
 mod audit;
 mod error;
 mod names;
@@ -18,6 +19,7 @@ mod session;
 mod target;
 mod terminal;
 
+pub use activity::{Command, Notification, Progress, TerminalActivity, TerminalState};
 pub use audit::AuditKind;
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};

@@ -10,9 +10,11 @@
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use crate::{
-    AuditKind, ChangeKind, CloseReason, ExitStatus, Invalid, RecordMode, Role, SessionStatus,
-    Target, TerminalSize,
+    AuditKind, ChangeKind, CloseReason, Command, ExitStatus, Invalid, Notification, Progress,
+    RecordMode, Role, SessionStatus, Target, TerminalActivity, TerminalSize, TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -77,6 +79,7 @@ proto_enum!(ChangeKind, session_pb::session_change::Kind, "change kind", {
     Closed => Closed,
     Attachments => Attachments,
     Screen => Screen,
+    Terminal => Terminal,
 });
 
 proto_enum!(AuditKind, session_pb::AuditKind, "audit kind", {
@@ -99,6 +102,15 @@ proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {
     Off => Off,
     Output => Output,
     OutputAndInput => OutputAndInput,
+});
+
+proto_enum!(TerminalState, broker_pb::TerminalState, "terminal state", {
+    Starting => Starting,
+    AtPrompt => AtPrompt,
+    Running => Running,
+    WaitingForInput => WaitingForInput,
+    Idle => Idle,
+    Exited => Exited,
 });
 
 proto_enum!(Role, broker_pb::Role, "role", {
@@ -199,6 +211,112 @@ impl TryFrom<broker_pb::Target> for Target {
     }
 }
 
+/// A timestamp as a time; one before the epoch or out of range is the epoch.
+pub fn system_time(at: prost_types::Timestamp) -> SystemTime {
+    SystemTime::try_from(at).unwrap_or(UNIX_EPOCH)
+}
+
+impl From<Progress> for broker_pb::Progress {
+    fn from(progress: Progress) -> Self {
+        Self {
+            kind: progress.kind().to_owned(),
+            percent: progress.percent().map(u32::from),
+        }
+    }
+}
+
+impl TryFrom<broker_pb::Progress> for Progress {
+    type Error = Invalid;
+
+    fn try_from(progress: broker_pb::Progress) -> Result<Self, Invalid> {
+        let percent = progress.percent.map(|percent| percent.min(100) as u8);
+        Progress::from_parts(&progress.kind, percent).ok_or_else(|| {
+            Invalid(format!(
+                "progress kind {:?} is not one this server knows",
+                progress.kind
+            ))
+        })
+    }
+}
+
+impl From<Notification> for broker_pb::Notification {
+    fn from(notification: Notification) -> Self {
+        Self {
+            text: notification.text,
+            at: Some(notification.at.into()),
+        }
+    }
+}
+
+impl From<broker_pb::Notification> for Notification {
+    fn from(notification: broker_pb::Notification) -> Self {
+        Self {
+            text: notification.text,
+            at: notification.at.map_or(UNIX_EPOCH, system_time),
+        }
+    }
+}
+
+impl From<TerminalActivity> for broker_pb::TerminalActivity {
+    fn from(terminal: TerminalActivity) -> Self {
+        Self {
+            state: terminal.state.to_proto(),
+            progress: terminal.progress.map(Into::into),
+            notification: terminal.notification.map(Into::into),
+            cwd: terminal.cwd.unwrap_or_default(),
+            shell_integration: terminal.integrated,
+            running_command_id: terminal.running_command.unwrap_or(0),
+        }
+    }
+}
+
+impl TryFrom<broker_pb::TerminalActivity> for TerminalActivity {
+    type Error = Invalid;
+
+    /// An `UNSPECIFIED` state (from a broker that does not know) is `starting`.
+    fn try_from(terminal: broker_pb::TerminalActivity) -> Result<Self, Invalid> {
+        Ok(Self {
+            state: optional::<TerminalState>(terminal.state)?.unwrap_or_default(),
+            progress: terminal.progress.map(TryInto::try_into).transpose()?,
+            notification: terminal.notification.map(Into::into),
+            cwd: (!terminal.cwd.is_empty()).then_some(terminal.cwd),
+            integrated: terminal.shell_integration,
+            running_command: (terminal.running_command_id != 0)
+                .then_some(terminal.running_command_id),
+        })
+    }
+}
+
+impl From<Command> for broker_pb::Command {
+    fn from(command: Command) -> Self {
+        Self {
+            id: command.id,
+            command: command.command,
+            cwd: command.cwd.unwrap_or_default(),
+            started_at: Some(command.started_at.into()),
+            ended_at: command.ended_at.map(Into::into),
+            exit_code: command.exit_code,
+            output_start: command.output_start,
+            output_end: command.output_end,
+        }
+    }
+}
+
+impl From<broker_pb::Command> for Command {
+    fn from(command: broker_pb::Command) -> Self {
+        Self {
+            id: command.id,
+            command: command.command,
+            cwd: (!command.cwd.is_empty()).then_some(command.cwd),
+            started_at: command.started_at.map_or(UNIX_EPOCH, system_time),
+            ended_at: command.ended_at.map(system_time),
+            exit_code: command.exit_code,
+            output_start: command.output_start,
+            output_end: command.output_end,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -230,6 +348,7 @@ mod tests {
         round_trips(&ChangeKind::ALL);
         round_trips(&AuditKind::ALL);
         round_trips(&[Role::Controller, Role::Viewer]);
+        round_trips(&TerminalState::ALL);
         round_trips(&[
             RecordMode::Off,
             RecordMode::Output,
@@ -316,6 +435,47 @@ mod tests {
                 }
                 Err(_) => prop_assert!(!(1..=1000).contains(&cols) || !(1..=500).contains(&rows)),
             }
+        }
+
+        #[test]
+        fn a_command_and_a_terminal_round_trip(
+            id in 1u64..u64::MAX,
+            line in "\\PC{0,40}",
+            cwd in proptest::option::of("/[a-z/]{0,20}"),
+            started_ms in 0u64..4_000_000_000_000,
+            duration_ms in proptest::option::of(0u64..100_000_000),
+            exit_code in proptest::option::of(any::<i32>()),
+            output_start in 0u64..u64::MAX / 2,
+            length in 0u64..1 << 40,
+            state in 0usize..TerminalState::ALL.len(),
+            percent in proptest::option::of(0u8..=100),
+            running in proptest::option::of(1u64..1000),
+        ) {
+            let started_at = UNIX_EPOCH + std::time::Duration::from_millis(started_ms);
+            let ended_at =
+                duration_ms.map(|ms| started_at + std::time::Duration::from_millis(ms));
+            let command = Command {
+                id,
+                command: line,
+                cwd: cwd.clone(),
+                started_at,
+                ended_at,
+                exit_code: ended_at.and(exit_code),
+                output_start,
+                output_end: ended_at.map(|_| output_start + length),
+            };
+            let back = Command::from(broker_pb::Command::from(command.clone()));
+            prop_assert_eq!(back, command);
+            let terminal = TerminalActivity {
+                state: TerminalState::ALL[state],
+                progress: percent.map(Progress::Percent),
+                notification: Some(Notification { text: "asks".to_owned(), at: started_at }),
+                cwd,
+                integrated: running.is_some(),
+                running_command: running,
+            };
+            let back = TerminalActivity::try_from(broker_pb::TerminalActivity::from(terminal.clone()));
+            prop_assert_eq!(back, Ok(terminal));
         }
 
         #[test]

@@ -137,16 +137,19 @@ pub enum ChangeKind {
     Attachments,
     /// The window title changed or the bell rang.
     Screen,
+    /// What the terminal is doing changed, or commands started or ended.
+    Terminal,
 }
 
 impl ChangeKind {
-    pub const ALL: [ChangeKind; 6] = [
+    pub const ALL: [ChangeKind; 7] = [
         ChangeKind::Created,
         ChangeKind::Renamed,
         ChangeKind::Status,
         ChangeKind::Closed,
         ChangeKind::Attachments,
         ChangeKind::Screen,
+        ChangeKind::Terminal,
     ];
 
     /// The contract's spelling (the `type` of a change event).
@@ -158,6 +161,7 @@ impl ChangeKind {
             ChangeKind::Closed => "closed",
             ChangeKind::Attachments => "attachments",
             ChangeKind::Screen => "screen",
+            ChangeKind::Terminal => "terminal",
         }
     }
 }

@@ -37,6 +37,8 @@ pub enum ErrorCode {
     TooManyRequests,
     /// What the caller waited for did not happen in the time it gave (a screen wait).
     TimedOut,
+    /// What was asked for existed but is no longer held: output the ring has let go of.
+    Gone,
     /// A service or a container runtime did not answer, or is shutting down.
     Unavailable,
     /// A bug, or an answer no code above describes.
@@ -59,6 +61,7 @@ impl ErrorCode {
                 Code::ResourceExhausted
             }
             ErrorCode::TimedOut => Code::DeadlineExceeded,
+            ErrorCode::Gone => Code::OutOfRange,
             ErrorCode::Unavailable => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
         }
@@ -79,6 +82,7 @@ impl ErrorCode {
             ErrorCode::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TimedOut => StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::Gone => StatusCode::GONE,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -98,7 +102,8 @@ impl ErrorCode {
             | ErrorCode::UnsupportedMediaType
             | ErrorCode::OriginRefused
             | ErrorCode::AlreadyExists
-            | ErrorCode::WrongState => close_code::POLICY,
+            | ErrorCode::WrongState
+            | ErrorCode::Gone => close_code::POLICY,
             ErrorCode::TimedOut | ErrorCode::Unavailable | ErrorCode::Internal => {
                 close_code::BACKEND_FAILURE
             }
@@ -112,7 +117,8 @@ impl ErrorCode {
     /// are read as what a caller can do about them.
     pub fn from_grpc(code: Code) -> Self {
         match code {
-            Code::InvalidArgument | Code::OutOfRange => ErrorCode::Invalid,
+            Code::InvalidArgument => ErrorCode::Invalid,
+            Code::OutOfRange => ErrorCode::Gone,
             Code::Unauthenticated => ErrorCode::Unauthenticated,
             Code::PermissionDenied => ErrorCode::Forbidden,
             Code::NotFound => ErrorCode::NotFound,
@@ -182,7 +188,7 @@ pub mod close_code {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 15] = [
+    const ALL: [ErrorCode; 16] = [
         ErrorCode::Malformed,
         ErrorCode::Invalid,
         ErrorCode::UnsupportedMediaType,
@@ -196,6 +202,7 @@ mod tests {
         ErrorCode::LimitExceeded,
         ErrorCode::TooManyRequests,
         ErrorCode::TimedOut,
+        ErrorCode::Gone,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
     ];
@@ -229,6 +236,7 @@ mod tests {
             (ErrorCode::LimitExceeded, 413, 1009),
             (ErrorCode::TooManyRequests, 429, 4029),
             (ErrorCode::TimedOut, 408, 1011),
+            (ErrorCode::Gone, 410, 1008),
             (ErrorCode::Unavailable, 503, 1011),
             (ErrorCode::Internal, 500, 1011),
         ];

@@ -26,6 +26,11 @@ pub const DEFAULT_SCROLLBACK_LINES: usize = 1000;
 /// The most scrollback lines a screen read may ask for (`scrollback=N`).
 pub const MAX_SCREEN_SCROLLBACK: u32 = 10_000;
 
+/// Commands in one page of a session's command list when the caller names no limit.
+pub const DEFAULT_COMMANDS_PAGE: usize = 100;
+/// The most commands one page of a session's command list may hold.
+pub const MAX_COMMANDS_PAGE: usize = 1000;
+
 /// How long a screen wait lasts when the caller names no timeout, in milliseconds.
 pub const DEFAULT_WAIT_MS: u32 = 30_000;
 

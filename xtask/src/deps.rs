@@ -91,8 +91,16 @@ fn tolerate<T>(what: &str, result: Result<T>) -> Result<Option<T>> {
     }
 }
 
-/// The Debian packages the tests need. The static busybox is what the test image is made of.
-const PACKAGES: &[&str] = &["docker.io", "busybox-static", "postgresql", "iproute2"];
+/// The Debian packages the tests need. The static busybox is what the test image is made of;
+/// zsh and fish are shells whose integration the broker's tests exercise beside bash and sh.
+const PACKAGES: &[&str] = &[
+    "docker.io",
+    "busybox-static",
+    "postgresql",
+    "iproute2",
+    "zsh",
+    "fish",
+];
 
 fn install_missing_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES

@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::{BackendKind, Config};
-use crate::domain::{BrokerEvent, Role, SessionInfo};
+use crate::domain::{BrokerEvent, Command, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
 use crate::recording::{CastHeader, RecordMode, RecordingRequest, Recordings, RecordingsConfig};
@@ -24,9 +24,11 @@ use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_fr
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
 use crate::runtime::{HandedProcess, PtyRuntime, SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
+use bytes::Bytes;
+
 use crate::session::{
-    AttachRequest, Attachment, FrozenSession, InputItem, InputSent, ScreenWait, Session,
-    SessionRecording, SessionSettings, TaskContext, WaitOutcome,
+    AttachRequest, Attachment, CommandPage, FrozenSession, InputItem, InputSent, ScreenWait,
+    Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -184,6 +186,8 @@ impl BrokerBuilder {
             tombstone: config.tombstone,
             detached_timeout: config.detached_timeout,
             kill_grace: config.kill_grace,
+            idle_after: config.idle_after,
+            commands_kept: config.commands_kept,
         };
         let boot_id = Uuid::new_v4();
         let recordings = config.recordings.store.clone().map(|store| {
@@ -369,6 +373,28 @@ impl Broker {
         let session = self.inner.registry.get(session_id)?;
         let view = session.screen(format, scrollback)?;
         Ok((view, session.info()))
+    }
+
+    /// The session's commands (see [`Session::commands`]).
+    pub fn commands(
+        &self,
+        session_id: Uuid,
+        after: u64,
+        limit: usize,
+    ) -> Result<CommandPage, Error> {
+        self.inner.registry.get(session_id)?.commands(after, limit)
+    }
+
+    /// One command's output (see [`Session::command_output`]).
+    pub fn command_output(
+        &self,
+        session_id: Uuid,
+        command_id: u64,
+    ) -> Result<(Command, Bytes), Error> {
+        self.inner
+            .registry
+            .get(session_id)?
+            .command_output(command_id)
     }
 
     /// Types into the session without an attach (see [`Session::send_input`]).

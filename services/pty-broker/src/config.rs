@@ -48,6 +48,15 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_KILL_GRACE", default_value = "2s", value_parser = parse_duration)]
     pub kill_grace: Duration,
 
+    /// A full-screen program whose output stays quiet this long is `idle` (docs/CONTRACT.md,
+    /// "Terminal state").
+    #[arg(long, env = "PTYHUB_BROKER_IDLE_AFTER", default_value = "5s", value_parser = parse_duration)]
+    pub idle_after: Duration,
+
+    /// How many of its commands each session keeps (the oldest go first).
+    #[arg(long, env = "PTYHUB_BROKER_COMMANDS_KEPT", default_value_t = crate::activity::DEFAULT_COMMANDS_KEPT)]
+    pub commands_kept: usize,
+
     /// How long a graceful shutdown may take before the server is stopped hard.
     #[arg(long, env = "PTYHUB_BROKER_SHUTDOWN_GRACE", default_value = "5s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -186,6 +195,8 @@ impl Config {
             tombstone: Duration::from_secs(5 * 60),
             detached_timeout: Duration::from_secs(30 * 60),
             kill_grace: Duration::from_secs(2),
+            idle_after: crate::activity::DEFAULT_IDLE_AFTER,
+            commands_kept: crate::activity::DEFAULT_COMMANDS_KEPT,
             shutdown_grace: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             secrets: BrokerSecrets {

@@ -6,7 +6,10 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub use ptyhub_model::{ExitStatus, InvalidSize, Role, TerminalSize};
+pub use ptyhub_model::{
+    Command, ExitStatus, InvalidSize, Notification, Progress, Role, TerminalActivity, TerminalSize,
+    TerminalState,
+};
 
 /// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
 /// to `Resetting` and back.
@@ -65,6 +68,8 @@ pub struct SessionInfo {
     pub title: String,
     /// When the program last rang the bell.
     pub last_bell_at: Option<SystemTime>,
+    /// What the terminal is doing.
+    pub terminal: TerminalActivity,
 }
 
 /// A lifecycle event, as `WatchEvents` streams it.
@@ -99,6 +104,13 @@ pub enum BrokerEventKind {
         viewers: u32,
     },
     ResetDone(SessionInfo),
+    /// What the terminal is doing changed, or commands started or finished (each in its form as
+    /// of the event). Sent as the screen reads the marks, never batched.
+    Terminal {
+        session_id: Uuid,
+        terminal: TerminalActivity,
+        commands: Vec<Command>,
+    },
 }
 
 /// What an attached client is sent, in order.

@@ -75,6 +75,10 @@ pub enum Error {
     WaitTimedOut(std::time::Duration),
     #[error("this broker runs without screens (--screens=false)")]
     ScreensOff,
+    #[error("command {0} is not one this session keeps")]
+    CommandNotFound(u64),
+    #[error("the ring no longer holds the first {lost} bytes of command {command}'s output")]
+    CommandOutputLost { command: u64, lost: u64 },
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
@@ -83,7 +87,8 @@ impl Error {
     /// Where this error sits in the closed table every transport maps from.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::SessionNotFound(_) => ErrorCode::NotFound,
+            Error::SessionNotFound(_) | Error::CommandNotFound(_) => ErrorCode::NotFound,
+            Error::CommandOutputLost { .. } => ErrorCode::Gone,
             Error::SessionExists(_) => ErrorCode::AlreadyExists,
             Error::MalformedStream(_) => ErrorCode::Malformed,
             Error::InvalidRequest(_)

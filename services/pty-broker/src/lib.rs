@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod activity;
 mod broker;
 pub mod config;
 pub mod domain;
@@ -24,6 +25,7 @@ pub mod runtime;
 pub mod screen;
 mod server;
 pub mod session;
+mod shell_integration;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
 pub use config::{BackendKind, Config, DockerConfig, RecordingConfig};

@@ -79,6 +79,7 @@ impl TryFrom<pb::SpawnRequest> for SpawnSpec {
             cwd: non_empty(request.cwd),
             user: non_empty(request.user),
             size,
+            shell_integration: request.shell_integration,
         })
     }
 }
@@ -126,6 +127,19 @@ pub(super) fn scrollback(lines: u32) -> Result<usize, Error> {
         )));
     }
     Ok(lines as usize)
+}
+
+/// A page of commands: 0 means [`limits::DEFAULT_COMMANDS_PAGE`], more than
+/// [`limits::MAX_COMMANDS_PAGE`] is refused.
+pub(super) fn commands_limit(limit: u32) -> Result<usize, Error> {
+    match limit {
+        0 => Ok(limits::DEFAULT_COMMANDS_PAGE),
+        limit if limit as usize > limits::MAX_COMMANDS_PAGE => Err(Error::InvalidRequest(format!(
+            "limit {limit} is over the maximum of {}",
+            limits::MAX_COMMANDS_PAGE
+        ))),
+        limit => Ok(limit as usize),
+    }
 }
 
 pub(super) fn input_items(items: Vec<pb::InputItem>) -> Result<Vec<InputItem>, Error> {
@@ -236,6 +250,7 @@ impl From<SessionInfo> for pb::SessionInfo {
             pid: info.pid.unwrap_or(0),
             title: info.title,
             last_bell_at: info.last_bell_at.map(timestamp),
+            terminal: Some(info.terminal.into()),
         }
     }
 }
@@ -361,6 +376,15 @@ impl From<BrokerEvent> for pb::BrokerEvent {
             }),
             BrokerEventKind::ResetDone(info) => Event::Reset(pb::ResetDone {
                 session: Some(info.into()),
+            }),
+            BrokerEventKind::Terminal {
+                session_id,
+                terminal,
+                commands,
+            } => Event::Terminal(pb::TerminalChanged {
+                session_id: session_id.to_string(),
+                terminal: Some(terminal.into()),
+                commands: commands.into_iter().map(Into::into).collect(),
             }),
         };
         pb::BrokerEvent {

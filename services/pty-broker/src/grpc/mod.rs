@@ -9,6 +9,7 @@ mod registry_client;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use futures::Stream;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::{RequireCredential, limits};
@@ -21,11 +22,12 @@ use crate::broker::{Broker, Hello};
 use crate::domain::SessionInfo;
 use crate::error::Error;
 use crate::runtime::SpawnSpec;
+use crate::screen::ScreenFormat;
 use crate::session::ScreenWait;
 use crate::session::{Attachment, AttachmentHandle};
 use convert::{
-    input_items, parse_session_id, screen, screen_format, scrollback, server_frame, terminal_size,
-    timestamp, wait_response,
+    commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
+    terminal_size, timestamp, wait_response,
 };
 pub(crate) use registry_client::RegistryClient;
 
@@ -157,6 +159,51 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let scrollback = scrollback(request.scrollback)?;
         let (view, info) = self.broker.screen(session_id, format, scrollback)?;
         Ok(Response::new(screen(session_id, view, &info)))
+    }
+
+    async fn list_commands(
+        &self,
+        request: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let limit = commands_limit(request.limit)?;
+        let page = self.broker.commands(session_id, request.after, limit)?;
+        Ok(Response::new(pb::ListCommandsResponse {
+            commands: page.commands.into_iter().map(Into::into).collect(),
+            first_kept_id: page.first_kept_id,
+            terminal: Some(page.terminal.into()),
+        }))
+    }
+
+    async fn get_command_output(
+        &self,
+        request: Request<pb::GetCommandOutputRequest>,
+    ) -> Result<Response<pb::CommandOutput>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let text = match screen_format(request.format)? {
+            ScreenFormat::Text => true,
+            ScreenFormat::Ansi => false,
+            ScreenFormat::Cells => {
+                return Err(Error::InvalidRequest(
+                    "a command's output is text or ansi, not cells".to_owned(),
+                )
+                .into());
+            }
+        };
+        let (command, data) = self.broker.command_output(session_id, request.command_id)?;
+        let data = if text {
+            Bytes::from(crate::activity::plain_text(&data))
+        } else {
+            data
+        };
+        Ok(Response::new(pb::CommandOutput {
+            command: Some(command.into()),
+            data,
+        }))
     }
 
     async fn send_input(

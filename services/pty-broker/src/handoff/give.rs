@@ -13,7 +13,8 @@ use tokio::time::timeout;
 use super::wire::Channel;
 use super::{
     ANSWER_TIMEOUT, Acceptance, Answer, FORMAT_VERSION, FREEZE_TIMEOUT, HandOffError, Hello,
-    Outcome, SessionHeader, WireExit, WireProcess, WireRecording, WireSpec, bind_fresh, running,
+    Outcome, SessionHeader, WireActivity, WireExit, WireProcess, WireRecording, WireSpec,
+    bind_fresh, running,
 };
 use crate::broker::Broker;
 use crate::error::Error;
@@ -293,6 +294,7 @@ async fn send_sessions(
                 .as_ref()
                 .map(|process| WireProcess::from(process.process.clone())),
             recording: session.recording.as_ref().map(WireRecording::from_frozen),
+            activity: session.activity.as_ref().map(WireActivity::from_parts),
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

@@ -47,8 +47,11 @@ use uuid::Uuid;
 pub(crate) use give::HandOffListener;
 pub use take::{STOP_AT_VARIABLE, TakeOver, connect_to_predecessor};
 
+use crate::activity::ActivityParts;
 use crate::config::{BackendKind, Config};
-use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::domain::{
+    Command, ExitStatus, Notification, Progress, SessionPhase, TerminalSize, TerminalState,
+};
 use crate::recording::{CastHeader, RecordMode};
 use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
@@ -165,6 +168,123 @@ struct SessionHeader {
     /// that did not carry recordings over: its spool file is published as it was.
     #[serde(default)]
     recording: Option<WireRecording>,
+    /// What the terminal was doing and the commands it ran. Absent from a predecessor that did
+    /// not track them, or ran without screens.
+    #[serde(default)]
+    activity: Option<WireActivity>,
+}
+
+/// A session's activity (`activity/`): its state and its commands.
+#[derive(Debug, Serialize, Deserialize)]
+struct WireActivity {
+    /// The contract's spelling.
+    state: String,
+    expects_prompt: bool,
+    integrated: bool,
+    marks_output_start: bool,
+    cwd: Option<String>,
+    /// The contract's spelling of the kind, and the percent.
+    progress: Option<(String, Option<u8>)>,
+    notification: Option<(String, SystemTime)>,
+    commands_kept: usize,
+    next_command_id: u64,
+    commands: Vec<WireCommand>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireCommand {
+    id: u64,
+    command: String,
+    cwd: Option<String>,
+    started_at: SystemTime,
+    ended_at: Option<SystemTime>,
+    exit_code: Option<i32>,
+    output_start: u64,
+    output_end: Option<u64>,
+}
+
+impl WireActivity {
+    fn from_parts(parts: &ActivityParts) -> Self {
+        Self {
+            state: parts.state.as_str().to_owned(),
+            expects_prompt: parts.expects_prompt,
+            integrated: parts.integrated,
+            marks_output_start: parts.marks_output_start,
+            cwd: parts.cwd.clone(),
+            progress: parts
+                .progress
+                .map(|progress| (progress.kind().to_owned(), progress.percent())),
+            notification: parts
+                .notification
+                .as_ref()
+                .map(|notification| (notification.text.clone(), notification.at)),
+            commands_kept: parts.commands_kept,
+            next_command_id: parts.next_command_id,
+            commands: parts
+                .commands
+                .iter()
+                .map(|command| WireCommand {
+                    id: command.id,
+                    command: command.command.clone(),
+                    cwd: command.cwd.clone(),
+                    started_at: command.started_at,
+                    ended_at: command.ended_at,
+                    exit_code: command.exit_code,
+                    output_start: command.output_start,
+                    output_end: command.output_end,
+                })
+                .collect(),
+        }
+    }
+
+    /// The activity, checked: a state this process does not know, or commands out of order,
+    /// are a protocol error.
+    fn into_parts(self) -> Result<ActivityParts, HandOffError> {
+        let state = TerminalState::parse(&self.state).ok_or_else(|| {
+            HandOffError::Protocol(format!("unknown terminal state {:?}", self.state))
+        })?;
+        let consecutive = self
+            .commands
+            .windows(2)
+            .all(|pair| pair[1].id == pair[0].id + 1);
+        if !consecutive
+            || self
+                .commands
+                .last()
+                .is_some_and(|last| last.id >= self.next_command_id)
+        {
+            return Err(HandOffError::Protocol("commands out of order".to_owned()));
+        }
+        Ok(ActivityParts {
+            state,
+            expects_prompt: self.expects_prompt,
+            integrated: self.integrated,
+            marks_output_start: self.marks_output_start,
+            cwd: self.cwd,
+            progress: self
+                .progress
+                .and_then(|(kind, percent)| Progress::from_parts(&kind, percent)),
+            notification: self
+                .notification
+                .map(|(text, at)| Notification { text, at }),
+            commands_kept: self.commands_kept.max(1),
+            next_command_id: self.next_command_id,
+            commands: self
+                .commands
+                .into_iter()
+                .map(|command| Command {
+                    id: command.id,
+                    command: command.command,
+                    cwd: command.cwd,
+                    started_at: command.started_at,
+                    ended_at: command.ended_at,
+                    exit_code: command.exit_code,
+                    output_start: command.output_start,
+                    output_end: command.output_end,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// A recording in progress: its header, its spool file, and how far it got.
@@ -249,6 +369,9 @@ struct WireSpec {
     user: Option<String>,
     cols: u16,
     rows: u16,
+    /// Absent from a predecessor without shell integration.
+    #[serde(default)]
+    shell_integration: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -328,6 +451,7 @@ impl WireSpec {
             user: spec.user.clone(),
             cols: spec.size.cols(),
             rows: spec.size.rows(),
+            shell_integration: spec.shell_integration,
         }
     }
 
@@ -343,6 +467,7 @@ impl WireSpec {
             cwd: self.cwd,
             user: self.user,
             size: size(self.cols, self.rows)?,
+            shell_integration: self.shell_integration,
         })
     }
 }

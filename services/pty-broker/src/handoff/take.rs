@@ -179,6 +179,15 @@ impl Broker {
                     })
                     .ok()
             });
+            // An activity that does not read is dropped, never the session.
+            let activity = header.activity.and_then(|activity| {
+                activity
+                    .into_parts()
+                    .inspect_err(|error| {
+                        tracing::warn!(%session_id, %error, "the session's commands cannot go on here");
+                    })
+                    .ok()
+            });
             let frozen = FrozenSession {
                 id: session_id,
                 spec,
@@ -202,6 +211,7 @@ impl Broker {
                 last_bell_at: header.last_bell_at,
                 controller_generation: header.controller_generation,
                 screen,
+                activity,
                 tombstone_left: header.tombstone_left,
                 process: None,
                 recording,

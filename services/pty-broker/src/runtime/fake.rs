@@ -71,6 +71,7 @@ impl PtyRuntime for FakeRuntime {
             input: Box::pin(input),
             process: Box::new(FakeProcess { exit }),
             output_buffered: false,
+            shell_integration: false,
         })
     }
 }
@@ -138,6 +139,8 @@ impl FakeSession {
             tombstone: Duration::from_secs(300),
             detached_timeout: Duration::from_secs(1800),
             kill_grace: Duration::from_secs(2),
+            idle_after: crate::activity::DEFAULT_IDLE_AFTER,
+            commands_kept: crate::activity::DEFAULT_COMMANDS_KEPT,
         }
     }
 
@@ -151,6 +154,7 @@ impl FakeSession {
             cwd: None,
             user: None,
             size: TerminalSize::DEFAULT,
+            shell_integration: false,
         }
     }
 

@@ -43,6 +43,9 @@ pub struct SpawnSpec {
     pub user: Option<String>,
     /// The size the PTY has from its first byte on; never corrected afterwards.
     pub size: TerminalSize,
+    /// Start an interactive shell with its integration (`shell_integration/`), where the
+    /// program is one that has it.
+    pub shell_integration: bool,
 }
 
 /// The signals a session sends to its process group when it ends it.
@@ -66,6 +69,8 @@ pub struct SpawnedPty {
     /// a container; a local PTY's kernel buffer does not. The session then paces the reads of
     /// output that flows in small pieces (`session::task::ReadPacer`).
     pub output_buffered: bool,
+    /// Whether the program is a shell started with its integration, which marks its prompts.
+    pub shell_integration: bool,
 }
 
 impl fmt::Debug for SpawnedPty {

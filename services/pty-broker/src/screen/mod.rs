@@ -29,6 +29,7 @@ use bytes::Bytes;
 pub use keys::{KEY_NAMES, UnknownKey, key_bytes};
 pub use view::{Cell, Color, Cursor, Row, ScreenFormat, ScreenView};
 
+use crate::activity::{Activity, Mark, MarkAt, ScreenPoint};
 use crate::domain::TerminalSize;
 use parse_state::ParseState;
 use scrollback::Scrollback;
@@ -45,6 +46,11 @@ pub struct Screen {
     scrollback_lines: usize,
     /// What the screen knows of the output it has not parsed yet.
     ahead: Ahead,
+    /// What the terminal is doing, from the marks in the output fed (`activity/`).
+    activity: Activity,
+    /// Rows that scrolled off the top of the normal screen since the screen was made, for
+    /// [`ScreenPoint`]s that stay put while the screen scrolls, sleeps and wakes.
+    lines_scrolled: u64,
 }
 
 /// What a screen knows of the output beyond its offset, so that looking costs a scan of new
@@ -126,12 +132,18 @@ struct Tracker {
     scrollback: Scrollback,
     /// Set when the title or the bell changed since [`Screen::take_changes`].
     changed: bool,
+    /// Marks read since the screen last looked, each with the length of its sequence up to its
+    /// terminator.
+    marks: Vec<(Mark, usize)>,
+    /// Rows of the normal screen that scrolled off since the screen last looked.
+    scrolled: u64,
 }
 
 impl vt100::Callbacks for Tracker {
     fn audible_bell(&mut self, _: &mut vt100::Screen) {
         self.last_bell_at = Some(SystemTime::now());
         self.changed = true;
+        self.marks.push((Mark::Bell, 0));
     }
 
     fn set_window_title(&mut self, _: &mut vt100::Screen, title: &[u8]) {
@@ -145,6 +157,11 @@ impl vt100::Callbacks for Tracker {
             && parts.len() > 1
         {
             self.set_title(&parts.join(&b';'));
+        }
+        if let Some(mark) = Mark::from_osc(params) {
+            // `ESC ]`, the parameters and the `;`s between them.
+            let length = 2 + params.iter().map(|param| param.len() + 1).sum::<usize>() - 1;
+            self.marks.push((mark, length));
         }
     }
 
@@ -165,6 +182,7 @@ impl vt100::Callbacks for Tracker {
         // Terminals keep no scrollback of the alternate screen.
         if !alternate_screen {
             self.scrollback.push(&row, self.cols);
+            self.scrolled += 1;
         }
     }
 }
@@ -178,6 +196,8 @@ impl Tracker {
             cols,
             scrollback: Scrollback::new(scrollback_lines),
             changed: false,
+            marks: Vec::new(),
+            scrolled: 0,
         }
     }
 
@@ -232,6 +252,8 @@ impl Screen {
             size,
             scrollback_lines,
             ahead: Ahead::default(),
+            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            lines_scrolled: 0,
         }
     }
 
@@ -239,7 +261,7 @@ impl Screen {
     /// at the snapshot's offset.
     pub fn from_snapshot(snapshot: &Snapshot, scrollback_lines: usize) -> Self {
         let mut emulator = Emulator::new(snapshot.size, scrollback_lines);
-        emulator.process(&snapshot.data);
+        emulator.draw(&snapshot.data);
         emulator.parser.callbacks_mut().changed = false;
         Self {
             state: State::Awake(Box::new(emulator)),
@@ -247,6 +269,8 @@ impl Screen {
             size: snapshot.size,
             scrollback_lines,
             ahead: Ahead::default(),
+            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            lines_scrolled: 0,
         }
     }
 
@@ -271,6 +295,8 @@ impl Screen {
             size: snapshot.size,
             scrollback_lines,
             ahead: Ahead::default(),
+            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            lines_scrolled: 0,
         }
     }
 
@@ -323,7 +349,7 @@ impl Screen {
         if let State::Asleep(asleep) = &self.state {
             let mut emulator = Emulator::new(self.size, self.scrollback_lines);
             match lz4_flex::decompress_size_prepended(&asleep.compressed_snapshot) {
-                Ok(snapshot) => emulator.process(&snapshot),
+                Ok(snapshot) => emulator.draw(&snapshot),
                 // Our own compression of our own bytes: a failure is a bug, and a blank screen
                 // is the least surprising way on.
                 Err(error) => tracing::error!(%error, "a sleeping screen could not be woken"),
@@ -358,8 +384,80 @@ impl Screen {
             return;
         }
         let fresh = &data[(self.offset - at) as usize..];
-        self.emulator().process(fresh);
+        self.feed_live(fresh);
         self.offset = end;
+    }
+
+    /// Feeds `data`, the output from [`Screen::offset`] on, to the emulator and the marks in it
+    /// to the activity, each at its exact offset: the data goes in pieces that end just after
+    /// each BEL or ST (where an OSC sequence, and so a mark, can end), and, while the activity
+    /// waits for a command line to be entered, just after the next line feed.
+    fn feed_live(&mut self, data: &[u8]) {
+        let now = SystemTime::now();
+        let base = self.offset;
+        self.emulator();
+        let State::Awake(emulator) = &mut self.state else {
+            unreachable!("woken above")
+        };
+        let activity = &mut self.activity;
+        let mut done = 0;
+        while done < data.len() {
+            let rest = &data[done..];
+            let mut length = piece_length(rest);
+            let awaits_line = activity.awaits_line();
+            let mut line_entered = false;
+            if awaits_line && let Some(newline) = memchr::memchr(b'\n', &rest[..length]) {
+                length = newline + 1;
+                line_entered = true;
+            }
+            let piece = &rest[..length];
+            emulator.process(piece);
+            let end = base + (done + length) as u64;
+            let terminator = match piece {
+                [.., 0x1b, b'\\'] => 2,
+                [.., 0x07] => 1,
+                _ => 0,
+            };
+            let tracker = emulator.parser.callbacks_mut();
+            self.lines_scrolled += std::mem::take(&mut tracker.scrolled);
+            let marks = std::mem::take(&mut tracker.marks);
+            let screen = emulator.parser.screen();
+            let (row, col) = screen.cursor_position();
+            let cursor = ScreenPoint {
+                line: self.lines_scrolled + u64::from(row),
+                col,
+            };
+            for (mark, length) in marks {
+                let start = end
+                    .saturating_sub((length + terminator) as u64)
+                    .max(base + done as u64);
+                activity.apply(
+                    mark,
+                    MarkAt {
+                        start,
+                        end,
+                        cursor,
+                        now,
+                    },
+                );
+            }
+            if line_entered && let Some(input_at) = activity.input_at() {
+                let line = line_since(screen, input_at, self.lines_scrolled);
+                activity.line_entered(line, now, end);
+            }
+            done += length;
+        }
+        let full_screen = emulator.parser.screen().alternate_screen();
+        activity.output(now, full_screen);
+    }
+
+    /// What the terminal is doing, as of [`Screen::offset`].
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    pub fn activity_mut(&mut self) -> &mut Activity {
+        &mut self.activity
     }
 
     /// Looks at `output`, the output after the screen's offset in order, and skips most of it
@@ -549,6 +647,15 @@ impl Emulator {
         }
     }
 
+    /// Draws a snapshot: what it does is no output of the session's, so its marks and scrolled
+    /// rows are let go.
+    fn draw(&mut self, snapshot: &[u8]) {
+        self.process(snapshot);
+        let tracker = self.parser.callbacks_mut();
+        tracker.marks.clear();
+        tracker.scrolled = 0;
+    }
+
     /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
     /// alternate screen (found by [`alternate_screen_switch`]).
     fn process(&mut self, mut data: &[u8]) {
@@ -612,6 +719,37 @@ impl Emulator {
         }
         out
     }
+}
+
+/// How much of `data` to feed before looking for marks: up to and including the first BEL or
+/// the first ST (`ESC \\`), where an OSC sequence can end; all of it when it has neither.
+fn piece_length(data: &[u8]) -> usize {
+    let mut from = 0;
+    while let Some(found) = memchr::memchr2(0x07, 0x1b, &data[from..]) {
+        let at = from + found;
+        match (data[at], data.get(at + 1)) {
+            (0x07, _) => return at + 1,
+            (0x1b, Some(b'\\')) => return at + 2,
+            _ => from = at + 1,
+        }
+    }
+    data.len()
+}
+
+/// The text from `input_at` to the cursor: the command line as entered, on a screen that has
+/// scrolled `lines_scrolled` rows since it was made. Empty when the line left the screen.
+fn line_since(screen: &vt100::Screen, input_at: ScreenPoint, lines_scrolled: u64) -> String {
+    let Some(row) = input_at.line.checked_sub(lines_scrolled) else {
+        return String::new();
+    };
+    let (cursor_row, cursor_col) = screen.cursor_position();
+    let Ok(row) = u16::try_from(row) else {
+        return String::new();
+    };
+    if row > cursor_row {
+        return String::new();
+    }
+    screen.contents_between(row, input_at.col, cursor_row, cursor_col)
 }
 
 /// Where the next switch to the alternate screen starts and ends in `data`: a DECSET (`CSI ?

@@ -13,7 +13,8 @@ use super::attachments::Attachments;
 use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
-use crate::domain::{ExitStatus, SessionPhase, TerminalSize};
+use crate::activity::{Activity, ActivityParts};
+use crate::domain::{ExitStatus, SessionPhase, TerminalActivity, TerminalSize};
 use crate::error::Error;
 use crate::recording::Recordings;
 use crate::ring::OutputRing;
@@ -42,6 +43,8 @@ pub struct FrozenSession {
     pub controller_generation: u64,
     /// The screen as of the end of the ring; `None` on a broker without screens.
     pub screen: Option<Snapshot>,
+    /// What the terminal was doing, with its commands; `None` without screens.
+    pub activity: Option<ActivityParts>,
     /// What is left of an exited session's tombstone.
     pub tombstone_left: Option<Duration>,
     /// The running process and its descriptors (borrowed: they stay open until the verdict).
@@ -145,6 +148,21 @@ impl Session {
             };
             Mutex::new(screen)
         });
+        let now = SystemTime::now();
+        let activity = frozen
+            .activity
+            .take()
+            .map(|parts| Activity::from_parts(parts, now));
+        let terminal = match (&screen, activity) {
+            (Some(screen), Some(activity)) => {
+                let mut screen = screen
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                *screen.activity_mut() = activity;
+                screen.activity().summary(now, settings.idle_after)
+            }
+            _ => TerminalActivity::default(),
+        };
         let (pty, input) = match spawned {
             Some(spawned) => {
                 let input_ended = CancellationToken::new();
@@ -184,6 +202,9 @@ impl Session {
                 title: frozen.title,
                 last_bell_at: frozen.last_bell_at,
                 marks_since_report: false,
+                terminal,
+                terminal_commands: Vec::new(),
+                terminal_changed: false,
                 last_output_at: tokio::time::Instant::now(),
                 output_timeline: recorder_tap
                     .is_some()
@@ -195,6 +216,7 @@ impl Session {
             input: Arc::new(tokio::sync::Mutex::new(input)),
             screen,
             recorder: recorder_tap,
+            idle_after: settings.idle_after,
         });
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let session = Arc::new(Session {

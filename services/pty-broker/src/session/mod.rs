@@ -29,10 +29,15 @@ use uuid::Uuid;
 pub use attachments::ClientId;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
-pub use screen::{FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome};
+pub use screen::{
+    CommandPage, FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome,
+};
 pub(crate) use task::{SessionTask, TaskContext};
 
-use crate::domain::{ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalSize};
+use crate::activity::Activity;
+use crate::domain::{
+    ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalActivity, TerminalSize,
+};
 use crate::error::{ClientAction, Error};
 use crate::ring::{OutputRing, RingRead};
 use crate::screen::Screen;
@@ -55,6 +60,10 @@ pub struct SessionSettings {
     pub tombstone: Duration,
     pub detached_timeout: Duration,
     pub kill_grace: Duration,
+    /// A full-screen program whose output is quiet this long is `idle`.
+    pub idle_after: Duration,
+    /// How many commands the session keeps.
+    pub commands_kept: usize,
 }
 
 /// A client's request to attach, after its ticket was checked.
@@ -98,6 +107,8 @@ struct Shared {
     /// Where input, resizes and resets go for the session's recorder (`session/recording.rs`);
     /// `None` when the session is not recorded.
     recorder: Option<recording::RecorderTap>,
+    /// A full-screen program whose output is quiet this long is `idle`.
+    idle_after: Duration,
 }
 
 /// The session task's hold on the input side (see [`Shared::input`]).
@@ -145,6 +156,12 @@ struct State {
     last_bell_at: Option<SystemTime>,
     /// The title or bell changed since the task last reported activity.
     marks_since_report: bool,
+    /// What the terminal is doing, as the screen last read it.
+    terminal: TerminalActivity,
+    /// Commands that started or finished since the task last reported the terminal, in their
+    /// latest form; `terminal_changed` is set when there is something to report.
+    terminal_commands: Vec<ptyhub_model::Command>,
+    terminal_changed: bool,
     /// When output last arrived (for waits that want a quiet screen).
     last_output_at: tokio::time::Instant,
     /// When each chunk of output not yet recorded was read, for the recorder; `None` when the
@@ -168,6 +185,7 @@ impl State {
             pid: self.pid,
             title: self.title.clone(),
             last_bell_at: self.last_bell_at,
+            terminal: self.terminal.clone(),
         }
     }
 
@@ -237,9 +255,11 @@ impl Session {
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
         let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
-        let screen = settings
-            .scrollback_lines
-            .map(|lines| Mutex::new(Screen::new(size, lines, 0)));
+        let screen = settings.scrollback_lines.map(|lines| {
+            let mut screen = Screen::new(size, lines, 0);
+            *screen.activity_mut() = Activity::new(false, settings.commands_kept);
+            Mutex::new(screen)
+        });
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 phase: SessionPhase::Starting,
@@ -257,6 +277,9 @@ impl Session {
                 title: String::new(),
                 last_bell_at: None,
                 marks_since_report: false,
+                terminal: TerminalActivity::default(),
+                terminal_commands: Vec::new(),
+                terminal_changed: false,
                 last_output_at: tokio::time::Instant::now(),
                 output_timeline: recorder_tap
                     .is_some()
@@ -268,6 +291,7 @@ impl Session {
             input: Arc::new(tokio::sync::Mutex::new(None)),
             screen,
             recorder: recorder_tap,
+            idle_after: settings.idle_after,
         });
         // Held from the start, so input waits for the first spawn rather than finding nothing.
         let input = Arc::clone(&shared.input)

@@ -19,7 +19,7 @@
 //! publishes, the title and the last bell, may be an interval late.
 
 use std::sync::{Arc, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ptyhub_wire::limits;
@@ -28,6 +28,8 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::{Session, Shared};
+use crate::activity::{ActivityParts, Change};
+use crate::domain::{Command, TerminalActivity};
 use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
 use crate::ring::RingRead;
@@ -144,7 +146,16 @@ impl Shared {
         let mut fed = 0;
         while fed < budget {
             let at = screen.offset();
-            let read = self.lock().ring.read_at(at, budget - fed);
+            let (read, last_input_at) = {
+                let state = self.lock();
+                (state.ring.read_at(at, budget - fed), state.last_input_at)
+            };
+            if let Some(input_at) = last_input_at {
+                let input_at = SystemTime::now()
+                    .checked_sub(input_at.elapsed())
+                    .unwrap_or(UNIX_EPOCH);
+                screen.activity_mut().input_reached(input_at);
+            }
             match read {
                 RingRead::Data(data) => {
                     screen.feed_at(at, &data);
@@ -197,6 +208,18 @@ impl Shared {
     /// Tells the session task how far the screen got (it may read on) and what it saw.
     fn publish_screen(&self, screen: &mut Screen) {
         let (marks, changed) = screen.take_changes();
+        let terminal = screen
+            .activity()
+            .summary(SystemTime::now(), self.idle_after);
+        let mut commands: Vec<Command> = Vec::new();
+        for change in screen.activity_mut().take_changes() {
+            if let Change::CommandStarted(id) | Change::CommandFinished(id) = change
+                && let Some(command) = screen.activity().command(id)
+            {
+                commands.retain(|seen| seen.id != id);
+                commands.push(command);
+            }
+        }
         let mut state = self.lock();
         state.screen_offset = screen.offset();
         if changed {
@@ -204,7 +227,16 @@ impl Shared {
             state.last_bell_at = marks.last_bell_at;
             state.marks_since_report = true;
         }
-        let wake_task = state.reader_waiting || changed;
+        let terminal_changed = terminal != state.terminal || !commands.is_empty();
+        if terminal_changed {
+            state.terminal = terminal;
+            for command in commands {
+                state.terminal_commands.retain(|seen| seen.id != command.id);
+                state.terminal_commands.push(command);
+            }
+            state.terminal_changed = true;
+        }
+        let wake_task = state.reader_waiting || changed || terminal_changed;
         drop(state);
         if wake_task {
             self.task_wake.notify_one();
@@ -237,6 +269,33 @@ impl Shared {
             screen.reset();
             self.publish_screen(&mut screen);
         }
+    }
+
+    /// A process started: its activity starts over (the commands stay), `shell_integration`
+    /// when it is a shell started with its integration.
+    pub(super) fn start_activity(&self, shell_integration: bool) {
+        if let Some(mut screen) = self.current_screen() {
+            let offset = screen.offset();
+            screen
+                .activity_mut()
+                .restart(shell_integration, SystemTime::now(), offset);
+            self.publish_screen(&mut screen);
+        }
+    }
+
+    /// The process ended, after all it wrote.
+    pub(super) fn activity_exited(&self) {
+        if let Some(mut screen) = self.current_screen() {
+            let offset = screen.offset();
+            screen.activity_mut().exited(SystemTime::now(), offset);
+            self.publish_screen(&mut screen);
+        }
+    }
+
+    /// A snapshot and the activity as of the end of the ring, for a hand-off.
+    pub(super) fn snapshot_and_activity(&self) -> Option<(Snapshot, ActivityParts)> {
+        self.current_screen()
+            .map(|screen| (screen.snapshot(), screen.activity().to_parts()))
     }
 }
 
@@ -291,12 +350,28 @@ pub(super) async fn feed_screen_until(
         }
         may_wait = true;
         if !busy {
-            let awake = shared
-                .screen_lock()
-                .is_some_and(|screen| !screen.is_asleep());
+            let (awake, idle_at) = shared.screen_lock().map_or((false, None), |screen| {
+                let idle_at = screen
+                    .activity()
+                    .idle_at(SystemTime::now(), shared.idle_after);
+                (!screen.is_asleep(), idle_at)
+            });
+            // A full-screen program turns idle with no output to tell: the feeder looks then.
+            let idle_in = idle_at.map(|at| {
+                at.duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    // The state is read at the moment; a millisecond later it is surely past.
+                    + Duration::from_millis(1)
+            });
             tokio::select! {
                 changed = changed.changed() => if changed.is_err() { return },
                 () = done.cancelled() => return,
+                () = tokio::time::sleep(idle_in.unwrap_or_default()), if idle_in.is_some() => {
+                    if let Some(mut screen) = shared.screen_lock() {
+                        shared.publish_screen(&mut screen);
+                    }
+                    continue;
+                }
                 () = tokio::time::sleep(sleep_after), if awake => {
                     let freed = shared.screen_lock().map_or(0, |mut screen| screen.sleep());
                     // The grid and scrollback it let go of stay with the allocator otherwise.
@@ -320,7 +395,57 @@ pub(super) async fn feed_screen_until(
     }
 }
 
+/// A page of a session's commands ([`Session::commands`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandPage {
+    pub commands: Vec<Command>,
+    /// The id of the oldest command the session keeps.
+    pub first_kept_id: u64,
+    pub terminal: TerminalActivity,
+}
+
 impl Session {
+    /// The commands after `after` (0 for all kept), at most `limit`, as of the end of the ring.
+    pub fn commands(&self, after: u64, limit: usize) -> Result<CommandPage, Error> {
+        self.check_open()?;
+        let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+        let activity = screen.activity();
+        Ok(CommandPage {
+            commands: activity.commands().after(after, limit),
+            first_kept_id: activity.commands().first_id(),
+            terminal: activity.summary(SystemTime::now(), self.shared.idle_after),
+        })
+    }
+
+    /// One command and its output as the ring holds it (so far, while it runs).
+    pub fn command_output(&self, id: u64) -> Result<(Command, Bytes), Error> {
+        self.check_open()?;
+        let command = {
+            let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
+            screen
+                .activity()
+                .command(id)
+                .ok_or(Error::CommandNotFound(id))?
+        };
+        let state = self.shared.lock();
+        let end = command.output_end.unwrap_or_else(|| state.ring.end());
+        let mut output = bytes::BytesMut::with_capacity((end - command.output_start) as usize);
+        let mut at = command.output_start;
+        while at < end {
+            match state.ring.read_at(at, (end - at) as usize) {
+                RingRead::Data(data) => {
+                    at += data.len() as u64;
+                    output.extend_from_slice(&data);
+                }
+                RingRead::Gap { lost, .. } => {
+                    return Err(Error::CommandOutputLost { command: id, lost });
+                }
+                RingRead::UpToDate => break,
+            }
+        }
+        Ok((command, output.freeze()))
+    }
+
     /// The screen as of the end of the ring.
     pub fn screen(&self, format: ScreenFormat, scrollback: usize) -> Result<ScreenView, Error> {
         self.check_open()?;

@@ -348,7 +348,7 @@ impl SessionTask {
         // for the verdict too.
         let (recording, recorder_verdict) = self.shared.freeze_recording().await.unzip();
         // The screen first (its lock comes before the state's), as of the end of the ring.
-        let screen = self.shared.snapshot();
+        let (screen, activity) = self.shared.snapshot_and_activity().unzip();
         let frozen = {
             let mut state = self.shared.lock();
             state.attachments.end_every_stream();
@@ -367,6 +367,7 @@ impl SessionTask {
                 last_bell_at: state.last_bell_at,
                 controller_generation: state.attachments.generation(),
                 screen,
+                activity,
                 tombstone_left: None,
                 process,
                 recording,
@@ -428,6 +429,7 @@ impl SessionTask {
         };
         // On failure the guard goes with `None` in it: input is refused as for an exited process.
         let spawned = self.context.runtime.spawn(spec).await?;
+        self.shared.start_activity(spawned.shell_integration);
         let process: Arc<dyn PtyProcess> = Arc::from(spawned.process);
         {
             let mut state = self.shared.lock();
@@ -513,6 +515,7 @@ impl SessionTask {
                         self.activity.mark();
                     }
                     drop(state);
+                    self.report_terminal();
                     self.attachments_changed();
                 }
                 read = pacer.paced(read_some(output, &mut read_buf, allowance)), if allowance > 0 => {
@@ -799,6 +802,7 @@ impl SessionTask {
 
     /// Records the exit, tells every client, and ends what is left of the process group.
     fn exited(&mut self, status: ExitStatus, pty: Pty) {
+        self.shared.activity_exited();
         {
             let mut state = self.shared.lock();
             state.phase = SessionPhase::Exited;
@@ -1028,6 +1032,26 @@ impl SessionTask {
         } else if self.idle_deadline.is_none() {
             self.idle_deadline = Some(Instant::now() + self.settings.detached_timeout);
         }
+    }
+
+    /// Publishes what the terminal is doing when it changed: at once, since a client waiting
+    /// for a command's end or a prompt waits on it.
+    fn report_terminal(&mut self) {
+        let (terminal, commands) = {
+            let mut state = self.shared.lock();
+            if !std::mem::take(&mut state.terminal_changed) {
+                return;
+            }
+            (
+                state.terminal.clone(),
+                std::mem::take(&mut state.terminal_commands),
+            )
+        };
+        self.context.events.publish(BrokerEventKind::Terminal {
+            session_id: self.id,
+            terminal,
+            commands,
+        });
     }
 
     fn report_activity(&mut self) {

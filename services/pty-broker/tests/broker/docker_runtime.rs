@@ -26,6 +26,7 @@ fn spec(container: &str, command: &[&str]) -> SpawnSpec {
         cwd: None,
         user: None,
         size: TerminalSize::DEFAULT,
+        shell_integration: false,
     }
 }
 
@@ -400,6 +401,7 @@ async fn assert_reaping_after_crash_leaves_no_process(view: ProcessView) {
         input,
         process,
         output_buffered: _,
+        shell_integration: _,
     } = pty;
     drop((output, input));
     std::mem::forget(process);

@@ -22,6 +22,7 @@ async fn ignored_signals_of_a_session() -> u64 {
         cwd: None,
         user: None,
         size: TerminalSize::DEFAULT,
+        shell_integration: false,
     };
     let mut pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
     let mut output = Vec::new();
@@ -68,6 +69,7 @@ async fn output_of(command: &str, env: Vec<(String, String)>) -> String {
         cwd: None,
         user: None,
         size: TerminalSize::DEFAULT,
+        shell_integration: false,
     };
     let mut pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
     let mut output = Vec::new();

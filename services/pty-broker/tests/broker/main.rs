@@ -3,6 +3,7 @@
 //! reason without one, and fail under `CI=true`.
 //!
 //! - `attach`: the Attach scenarios over gRPC, each run against the local and the Docker runtime;
+//! - `commands`: shell integration in real shells, their commands and what the terminal is doing;
 //! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
@@ -16,6 +17,7 @@
 mod support;
 
 mod attach;
+mod commands;
 mod docker_runtime;
 mod handoff;
 mod local_runtime;

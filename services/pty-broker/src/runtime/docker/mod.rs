@@ -260,6 +260,19 @@ impl PtyRuntime for DockerRuntime {
         } else {
             spec.command.clone()
         };
+        let integrated = spec
+            .shell_integration
+            .then(|| crate::shell_integration::integrate(&argv))
+            .flatten();
+        let shell_integration = integrated.is_some();
+        let (argv, env) = match integrated {
+            Some(integrated) => {
+                let mut env = spec.env.clone();
+                env.extend(integrated.env);
+                (integrated.argv, env)
+            }
+            None => (argv, spec.env.clone()),
+        };
         let size_at_start = engine.api.applies_console_size_at_start();
         let command = if size_at_start {
             argv
@@ -276,7 +289,7 @@ impl PtyRuntime for DockerRuntime {
                 usize::from(spec.size.cols()),
             ]),
             detach_keys: Some(detach_keys(spec.session_id)),
-            env: Some(exec_environment(&spec.env, &marker)),
+            env: Some(exec_environment(&env, &marker)),
             cmd: Some(command),
             user: spec.user.clone(),
             working_dir: spec.cwd.clone(),
@@ -353,6 +366,7 @@ impl PtyRuntime for DockerRuntime {
         let tcp = matches!(engine.endpoint, Endpoint::Tcp(_));
         Ok(SpawnedPty {
             output_buffered: true,
+            shell_integration,
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 container: container.clone(),
@@ -412,6 +426,7 @@ impl PtyRuntime for DockerRuntime {
         let (ended, output_ended) = tokio::sync::watch::channel(false);
         Ok(SpawnedPty {
             output_buffered: true,
+            shell_integration: false,
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 exec_id: handed.exec_id.clone(),

@@ -194,6 +194,16 @@ impl PtyRuntime for LocalRuntime {
             ));
         }
         let argv = self.argv(spec);
+        let program = argv[0].clone();
+        let integrated = spec
+            .shell_integration
+            .then(|| crate::shell_integration::integrate(&argv))
+            .flatten();
+        let shell_integration = integrated.is_some();
+        let (argv, integration_env) = match integrated {
+            Some(integrated) => (integrated.argv, integrated.env),
+            None => (argv, Vec::new()),
+        };
         let pty = openpty(&winsize(spec.size), None)
             .map_err(|errno| RuntimeError::io("openpty", io::Error::from(errno)))?;
         // Neither end may leak into other children the broker spawns: a leaked slave would keep
@@ -243,10 +253,11 @@ impl PtyRuntime for LocalRuntime {
             ),
             None => None,
         };
-        for (name, value) in session_environment(&argv[0], user.as_ref()) {
+        for (name, value) in session_environment(&program, user.as_ref()) {
             command.env(name, value);
         }
         command.envs(spec.env.iter().map(|(name, value)| (name, value)));
+        command.envs(integration_env.iter().map(|(name, value)| (name, value)));
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         } else if let Some(user) = &user {
@@ -355,7 +366,9 @@ impl PtyRuntime for LocalRuntime {
             None => None,
         };
 
-        spawned_pty(pty.master, pid, leader, exit, record)
+        let mut spawned = spawned_pty(pty.master, pid, leader, exit, record)?;
+        spawned.shell_integration = shell_integration;
+        Ok(spawned)
     }
 
     async fn adopt(
@@ -416,6 +429,7 @@ fn spawned_pty(
     let master = Arc::new(master);
     Ok(SpawnedPty {
         output_buffered: false,
+        shell_integration: false,
         output: Box::pin(PtyMasterReader {
             master: Arc::clone(&master),
         }),

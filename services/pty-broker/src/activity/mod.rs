@@ -1,0 +1,601 @@
+//! What a session's terminal is doing: its [`TerminalState`], the commands its shell ran, the
+//! last notification and progress report of its program, learnt from the marks in its output
+//! ([`marks`]) as the screen is fed. The rules are docs/CONTRACT.md's "Terminal state"; this is
+//! their one implementation, a state machine fed in output order by the session's screen
+//! (`screen/mod.rs`), so that every mark is read once, at its exact offset.
+
+mod log;
+pub mod marks;
+mod text;
+
+use std::time::{Duration, SystemTime};
+
+use crate::domain::TerminalActivity;
+
+pub use log::{CommandLog, DEFAULT_COMMANDS_KEPT};
+pub use marks::Mark;
+use ptyhub_model::{Command, Notification, Progress, TerminalState};
+pub use text::plain_text;
+
+/// How long a full-screen program's output must stay quiet before it is `idle`, by default.
+pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(5);
+
+/// A place on the screen: a line counted from the first the screen ever drew (rows that
+/// scrolled off included), and a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScreenPoint {
+    pub line: u64,
+    pub col: u16,
+}
+
+/// Where a mark sits in the output, and what the screen looked like there.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkAt {
+    /// The offset of the mark's first byte.
+    pub start: u64,
+    /// The offset just past its last byte.
+    pub end: u64,
+    /// The cursor once the mark was read.
+    pub cursor: ScreenPoint,
+    pub now: SystemTime,
+}
+
+/// Something that changed, for the session's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    State(TerminalState),
+    CommandStarted(u64),
+    CommandFinished(u64),
+}
+
+/// An [`Activity`] taken apart, as a broker process hands it to the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityParts {
+    pub state: TerminalState,
+    pub expects_prompt: bool,
+    pub integrated: bool,
+    pub marks_output_start: bool,
+    pub cwd: Option<String>,
+    pub progress: Option<Progress>,
+    pub notification: Option<Notification>,
+    pub commands_kept: usize,
+    pub next_command_id: u64,
+    /// Oldest first.
+    pub commands: Vec<Command>,
+}
+
+/// One session's activity.
+#[derive(Debug, Clone)]
+pub struct Activity {
+    log: CommandLog,
+    state: TerminalState,
+    /// Whether the program is a shell started with integration, so that `starting` lasts until
+    /// its first prompt rather than its first output.
+    expects_prompt: bool,
+    /// Whether the program marked a prompt: its shell has integration.
+    integrated: bool,
+    /// Whether the shell marks where a command's output starts (`133;C`). Until one has, a
+    /// command starts when the line typed after the prompt is entered, read from the screen.
+    marks_output_start: bool,
+    /// Where the command line starts on the screen, from the end of the prompt until the line
+    /// is entered.
+    input_at: Option<ScreenPoint>,
+    /// The command line the shell reported (`633;E`) for the command about to start.
+    pending_line: Option<String>,
+    cwd: Option<String>,
+    progress: Option<Progress>,
+    notification: Option<Notification>,
+    /// When output last came.
+    last_output_at: Option<SystemTime>,
+    /// Whether the program draws on the alternate screen (a full-screen program).
+    full_screen: bool,
+    /// Input reached the program since it asked for the user.
+    answered: bool,
+    changes: Vec<Change>,
+}
+
+impl Activity {
+    /// The activity of a process just started; `expects_prompt` for a shell started with
+    /// integration.
+    pub fn new(expects_prompt: bool, commands_kept: usize) -> Self {
+        Self {
+            log: CommandLog::new(commands_kept),
+            state: TerminalState::Starting,
+            expects_prompt,
+            integrated: false,
+            marks_output_start: false,
+            input_at: None,
+            pending_line: None,
+            cwd: None,
+            progress: None,
+            notification: None,
+            last_output_at: None,
+            full_screen: false,
+            answered: false,
+            changes: Vec::new(),
+        }
+    }
+
+    /// The activity taken apart, for a hand-off. What is between a prompt's end and the line
+    /// entered (a command line not entered yet) is not carried over.
+    pub fn to_parts(&self) -> ActivityParts {
+        ActivityParts {
+            state: self.state,
+            expects_prompt: self.expects_prompt,
+            integrated: self.integrated,
+            marks_output_start: self.marks_output_start,
+            cwd: self.cwd.clone(),
+            progress: self.progress,
+            notification: self.notification.clone(),
+            commands_kept: self.log.capacity(),
+            next_command_id: self.log.next_id(),
+            commands: self.log.after(0, usize::MAX),
+        }
+    }
+
+    /// The activity [`Activity::to_parts`] took apart; output goes on from where it was.
+    pub fn from_parts(parts: ActivityParts, now: SystemTime) -> Self {
+        Self {
+            log: CommandLog::resume(parts.commands_kept, parts.next_command_id, &parts.commands),
+            state: parts.state,
+            expects_prompt: parts.expects_prompt,
+            integrated: parts.integrated,
+            marks_output_start: parts.marks_output_start,
+            input_at: None,
+            pending_line: None,
+            cwd: parts.cwd,
+            progress: parts.progress,
+            notification: parts.notification,
+            last_output_at: Some(now),
+            full_screen: false,
+            answered: false,
+            changes: Vec::new(),
+        }
+    }
+
+    /// A new process in the same session (a reset): the commands stay, the rest starts over.
+    pub fn restart(&mut self, expects_prompt: bool, now: SystemTime, offset: u64) {
+        if let Some(command) = self.log.finish(None, now, offset) {
+            self.changes.push(Change::CommandFinished(command.id));
+        }
+        let state = self.state;
+        let log = std::mem::replace(&mut self.log, CommandLog::new(1));
+        *self = Self {
+            log,
+            state,
+            changes: std::mem::take(&mut self.changes),
+            ..Self::new(expects_prompt, 1)
+        };
+        self.set_state(TerminalState::Starting);
+    }
+
+    /// The state as of `now`: a running full-screen program quiet for `idle_after` is idle.
+    pub fn state(&self, now: SystemTime, idle_after: Duration) -> TerminalState {
+        if self.state == TerminalState::Running && self.is_quiet(now, idle_after) {
+            return TerminalState::Idle;
+        }
+        self.state
+    }
+
+    /// When, after `now`, the state will turn idle if no output comes, where it can.
+    pub fn idle_at(&self, now: SystemTime, idle_after: Duration) -> Option<SystemTime> {
+        (self.state == TerminalState::Running && self.full_screen)
+            .then(|| self.last_output_at.map(|at| at + idle_after))
+            .flatten()
+            .filter(|at| *at > now)
+    }
+
+    fn is_quiet(&self, now: SystemTime, idle_after: Duration) -> bool {
+        self.full_screen
+            && self.last_output_at.is_some_and(|at| {
+                now.duration_since(at)
+                    .is_ok_and(|quiet| quiet >= idle_after)
+            })
+    }
+
+    /// What the terminal is doing as of `now`, for the session's record.
+    pub fn summary(&self, now: SystemTime, idle_after: Duration) -> TerminalActivity {
+        TerminalActivity {
+            state: self.state(now, idle_after),
+            progress: self.progress,
+            notification: self.notification.clone(),
+            cwd: self.cwd.clone(),
+            integrated: self.integrated,
+            running_command: self.log.running().map(|command| command.id),
+        }
+    }
+
+    pub fn integrated(&self) -> bool {
+        self.integrated
+    }
+
+    pub fn commands(&self) -> &CommandLog {
+        &self.log
+    }
+
+    pub fn cwd(&self) -> Option<&str> {
+        self.cwd.as_deref()
+    }
+
+    pub fn progress(&self) -> Option<Progress> {
+        self.progress
+    }
+
+    pub fn notification(&self) -> Option<&Notification> {
+        self.notification.as_ref()
+    }
+
+    /// The changes since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Whether the screen should tell [`Activity::line_entered`] when the line typed after the
+    /// prompt is entered: the shell marks prompts but not where output starts.
+    pub fn awaits_line(&self) -> bool {
+        !self.marks_output_start && self.input_at.is_some() && self.log.running().is_none()
+    }
+
+    /// Where the command line starts on the screen, while [`Activity::awaits_line`].
+    pub fn input_at(&self) -> Option<ScreenPoint> {
+        self.input_at
+    }
+
+    /// Output came (`full_screen` as the screen is after it). A program waiting for input runs
+    /// again at its first output after input reached it ([`Activity::input_reached`]).
+    pub fn output(&mut self, now: SystemTime, full_screen: bool) {
+        self.last_output_at = Some(now);
+        self.full_screen = full_screen;
+        match self.state {
+            TerminalState::Starting if !self.expects_prompt => {
+                self.set_state(TerminalState::Running)
+            }
+            TerminalState::WaitingForInput if self.answered => {
+                self.answered = false;
+                self.set_state(TerminalState::Running)
+            }
+            _ => {}
+        }
+    }
+
+    /// Input reached the program at `at`: an answer, if it came after the notification the
+    /// program waits on.
+    pub fn input_reached(&mut self, at: SystemTime) {
+        if self.state == TerminalState::WaitingForInput
+            && self
+                .notification
+                .as_ref()
+                .is_some_and(|asked| at >= asked.at)
+        {
+            self.answered = true;
+        }
+    }
+
+    /// Applies one mark.
+    pub fn apply(&mut self, mark: Mark, at: MarkAt) {
+        match mark {
+            Mark::PromptStart => {
+                self.integrated = true;
+                if let Some(command) = self.log.finish(None, at.now, at.start) {
+                    self.changes.push(Change::CommandFinished(command.id));
+                }
+                self.input_at = None;
+                self.pending_line = None;
+                self.progress = None;
+                self.set_state(TerminalState::AtPrompt);
+            }
+            Mark::InputStart => {
+                self.integrated = true;
+                self.input_at = Some(at.cursor);
+                if self.state == TerminalState::Starting {
+                    self.set_state(TerminalState::AtPrompt);
+                }
+            }
+            Mark::CommandLine(line) => self.pending_line = Some(line),
+            Mark::OutputStart => {
+                self.integrated = true;
+                self.marks_output_start = true;
+                let line = self.pending_line.take();
+                if self.log.running().is_some() {
+                    // Started already, from the screen: the shell knows better.
+                    self.log.restart_running(line.as_deref(), at.end);
+                } else {
+                    self.start(line.unwrap_or_default(), at.now, at.end);
+                }
+            }
+            Mark::CommandEnd(code) => {
+                self.integrated = true;
+                if let Some(command) = self.log.finish(code, at.now, at.start) {
+                    self.changes.push(Change::CommandFinished(command.id));
+                }
+            }
+            Mark::Cwd(cwd) => self.cwd = Some(cwd),
+            Mark::Progress(progress) => self.progress = progress,
+            Mark::Notification(text) => self.notify(text, at.now),
+            // At a prompt a bell is the line editor's complaint, not a question.
+            Mark::Bell => {
+                if self.state != TerminalState::AtPrompt {
+                    self.notify(String::new(), at.now);
+                }
+            }
+        }
+    }
+
+    /// The line typed after the prompt was entered: the output from `offset` is its command's,
+    /// `line` as the screen shows it.
+    pub fn line_entered(&mut self, line: String, now: SystemTime, offset: u64) {
+        self.input_at = None;
+        let line = marks::cut(line.trim().to_owned());
+        if line.is_empty() {
+            return;
+        }
+        self.start(line, now, offset);
+    }
+
+    /// The process ended.
+    pub fn exited(&mut self, now: SystemTime, offset: u64) {
+        if let Some(command) = self.log.finish(None, now, offset) {
+            self.changes.push(Change::CommandFinished(command.id));
+        }
+        self.progress = None;
+        self.set_state(TerminalState::Exited);
+    }
+
+    fn start(&mut self, line: String, now: SystemTime, offset: u64) {
+        self.input_at = None;
+        let id = self.log.start(&line, self.cwd.as_deref(), now, offset);
+        self.changes.push(Change::CommandStarted(id));
+        self.set_state(TerminalState::Running);
+    }
+
+    fn notify(&mut self, text: String, now: SystemTime) {
+        self.notification = Some(Notification { text, at: now });
+        self.answered = false;
+        if matches!(
+            self.state,
+            TerminalState::Running | TerminalState::Idle | TerminalState::WaitingForInput
+        ) {
+            self.set_state(TerminalState::WaitingForInput);
+        }
+    }
+
+    fn set_state(&mut self, state: TerminalState) {
+        if self.state != state {
+            self.state = state;
+            self.changes.push(Change::State(state));
+        }
+    }
+
+    /// The command by id, while it is kept.
+    pub fn command(&self, id: u64) -> Option<Command> {
+        self.log.get(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn at(offset: u64) -> MarkAt {
+        MarkAt {
+            start: offset,
+            end: offset + 8,
+            cursor: ScreenPoint { line: 0, col: 2 },
+            now: UNIX_EPOCH + Duration::from_secs(offset),
+        }
+    }
+
+    fn shell() -> Activity {
+        Activity::new(true, DEFAULT_COMMANDS_KEPT)
+    }
+
+    #[test]
+    fn a_shell_starts_until_its_first_prompt_then_runs_commands() {
+        let mut activity = shell();
+        activity.output(at(0).now, false);
+        assert_eq!(
+            activity.state(at(0).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Starting
+        );
+        activity.apply(Mark::Cwd("/tmp".into()), at(1));
+        activity.apply(Mark::PromptStart, at(2));
+        activity.apply(Mark::InputStart, at(3));
+        assert_eq!(
+            activity.state(at(3).now, DEFAULT_IDLE_AFTER),
+            TerminalState::AtPrompt
+        );
+        activity.apply(Mark::CommandLine("false".into()), at(10));
+        activity.apply(Mark::OutputStart, at(20));
+        assert_eq!(
+            activity.state(at(20).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+        activity.apply(Mark::CommandEnd(Some(1)), at(40));
+        activity.apply(Mark::PromptStart, at(50));
+        let commands = activity.commands().after(0, 10);
+        assert_eq!(commands.len(), 1);
+        let command = &commands[0];
+        assert_eq!(command.command, "false");
+        assert_eq!(command.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(command.exit_code, Some(1));
+        assert_eq!((command.output_start, command.output_end), (28, Some(40)));
+        assert_eq!(
+            activity.take_changes(),
+            vec![
+                Change::State(TerminalState::AtPrompt),
+                Change::CommandStarted(1),
+                Change::State(TerminalState::Running),
+                Change::CommandFinished(1),
+                Change::State(TerminalState::AtPrompt),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shell_without_output_marks_starts_commands_when_the_line_is_entered() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::InputStart, at(1));
+        assert!(activity.awaits_line());
+        activity.line_entered("  ".into(), at(5).now, 12);
+        assert!(activity.commands().is_empty(), "an empty line runs nothing");
+        activity.apply(Mark::CommandEnd(Some(0)), at(13));
+        activity.apply(Mark::PromptStart, at(14));
+        activity.apply(Mark::InputStart, at(15));
+        activity.line_entered("exit 7 ".into(), at(20).now, 30);
+        assert!(!activity.awaits_line());
+        activity.apply(Mark::CommandEnd(Some(7)), at(40));
+        let command = activity.commands().get(1).expect("recorded");
+        assert_eq!(command.command, "exit 7");
+        assert_eq!(command.exit_code, Some(7));
+        assert_eq!(command.output_start, 30);
+    }
+
+    #[test]
+    fn the_shells_own_start_corrects_one_read_from_the_screen() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::InputStart, at(1));
+        activity.line_entered("echo hi".into(), at(5).now, 12);
+        activity.apply(Mark::CommandLine("echo hi".into()), at(13));
+        activity.apply(Mark::OutputStart, at(14));
+        assert_eq!(activity.commands().len(), 1);
+        assert_eq!(activity.commands().get(1).unwrap().output_start, 22);
+        // From now on the shell's marks alone start commands.
+        activity.apply(Mark::CommandEnd(Some(0)), at(30));
+        activity.apply(Mark::PromptStart, at(31));
+        activity.apply(Mark::InputStart, at(32));
+        assert!(!activity.awaits_line());
+    }
+
+    #[test]
+    fn a_notification_waits_for_input_and_output_after_input_runs_again() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::OutputStart, at(1));
+        activity.output(at(2).now, true);
+        activity.apply(Mark::Notification("needs your permission".into()), at(3));
+        assert_eq!(
+            activity.state(at(3).now, DEFAULT_IDLE_AFTER),
+            TerminalState::WaitingForInput
+        );
+        assert_eq!(
+            activity.notification().unwrap().text,
+            "needs your permission"
+        );
+        activity.input_reached(at(2).now);
+        activity.output(at(4).now, true);
+        assert_eq!(
+            activity.state(at(4).now, DEFAULT_IDLE_AFTER),
+            TerminalState::WaitingForInput,
+            "a repaint is no answer, nor input from before the question"
+        );
+        activity.input_reached(at(5).now);
+        assert_eq!(
+            activity.state(at(5).now, DEFAULT_IDLE_AFTER),
+            TerminalState::WaitingForInput,
+            "until the program goes on"
+        );
+        activity.output(at(6).now, true);
+        assert_eq!(
+            activity.state(at(6).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+    }
+
+    #[test]
+    fn a_bell_at_a_prompt_asks_nothing() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::Bell, at(1));
+        assert_eq!(
+            activity.state(at(1).now, DEFAULT_IDLE_AFTER),
+            TerminalState::AtPrompt
+        );
+        activity.apply(Mark::OutputStart, at(2));
+        activity.apply(Mark::Bell, at(3));
+        assert_eq!(
+            activity.state(at(3).now, DEFAULT_IDLE_AFTER),
+            TerminalState::WaitingForInput
+        );
+    }
+
+    #[test]
+    fn a_full_screen_program_is_idle_only_after_sustained_quiet() {
+        let mut activity = Activity::new(false, 10);
+        activity.output(at(0).now, true);
+        assert_eq!(
+            activity.state(at(0).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+        assert_eq!(
+            activity.state(at(4).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+        activity.output(at(4).now, true);
+        assert_eq!(
+            activity.state(at(8).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+        assert_eq!(
+            activity.state(at(9).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Idle
+        );
+        assert_eq!(
+            activity.idle_at(at(8).now, DEFAULT_IDLE_AFTER),
+            Some(at(9).now)
+        );
+        assert_eq!(
+            activity.idle_at(at(9).now, DEFAULT_IDLE_AFTER),
+            None,
+            "idle already"
+        );
+        // A line-mode program is never idle: quiet output is how it waits.
+        activity.output(at(10).now, false);
+        assert_eq!(
+            activity.state(at(100).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running
+        );
+        activity.exited(at(101).now, 500);
+        assert_eq!(
+            activity.state(at(101).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Exited
+        );
+    }
+
+    #[test]
+    fn a_command_left_open_ends_at_the_next_prompt_without_a_code() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::OutputStart, at(1));
+        activity.apply(Mark::PromptStart, at(20));
+        let command = activity.commands().get(1).unwrap();
+        assert_eq!(command.exit_code, None);
+        assert_eq!(command.output_end, Some(20));
+        assert!(!command.is_running());
+    }
+
+    #[test]
+    fn an_activity_taken_apart_goes_on_as_it_was() {
+        let mut activity = Activity::new(true, 3);
+        for n in 0..5u64 {
+            activity.apply(Mark::PromptStart, at(n * 10));
+            activity.apply(Mark::CommandLine(format!("cmd {n}")), at(n * 10 + 1));
+            activity.apply(Mark::OutputStart, at(n * 10 + 2));
+            activity.apply(Mark::CommandEnd(Some(n as i32)), at(n * 10 + 5));
+        }
+        activity.apply(Mark::PromptStart, at(60));
+        activity.apply(Mark::OutputStart, at(61));
+        let parts = activity.to_parts();
+        let mut resumed = Activity::from_parts(parts.clone(), at(62).now);
+        assert_eq!(resumed.to_parts(), parts);
+        assert_eq!(resumed.commands().first_id(), 4);
+        assert_eq!(resumed.commands().running().map(|c| c.id), Some(6));
+        resumed.apply(Mark::CommandEnd(Some(3)), at(70));
+        resumed.apply(Mark::PromptStart, at(71));
+        resumed.apply(Mark::OutputStart, at(72));
+        assert_eq!(resumed.commands().running().map(|c| c.id), Some(7));
+        assert_eq!(resumed.commands().get(6).and_then(|c| c.exit_code), Some(3));
+    }
+}

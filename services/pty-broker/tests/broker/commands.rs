@@ -1,0 +1,405 @@
+//! Shell integration and what a terminal is doing, against real shells: bash, busybox ash, dash,
+//! zsh and fish on local PTYs, busybox sh in a container. Each runs the same command lines typed
+//! as a person would; their commands come back with exit codes, command lines, working
+//! directories and output, and the terminal's state follows prompts, commands, a program's
+//! notification and its quiet.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use ptyhub_proto::broker::v1 as pb;
+
+use crate::support::{Backend, PATIENCE, POLL_INTERVAL, TestBroker, authorized};
+
+/// A shell started with its integration, and what the test types into it.
+struct ShellRun<'a> {
+    argv: Vec<String>,
+    /// A command that exits with 7 in this shell's syntax.
+    exit_seven: &'a str,
+}
+
+/// The shell at `path`, or `None` (a skip with a reason, a failure under `CI=true`) when this
+/// machine has none.
+fn shell_at(path: &str) -> Option<String> {
+    if Path::new(path).exists() {
+        return Some(path.to_owned());
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{path} is required under CI=true (cargo xtask deps installs it)");
+    }
+    eprintln!("skipped: {path} is not installed (cargo xtask deps installs it)");
+    None
+}
+
+async fn spawn_shell(broker: &TestBroker, argv: &[String]) -> anyhow::Result<String> {
+    let mut request = broker.spawn_request(&[], "");
+    request.command = argv.to_vec();
+    request.shell_integration = true;
+    let session = broker.spawn_as(request).await?;
+    Ok(session.session_id)
+}
+
+async fn list_commands(
+    broker: &TestBroker,
+    session_id: &str,
+    after: u64,
+) -> Result<pb::ListCommandsResponse, tonic::Status> {
+    let request = pb::ListCommandsRequest {
+        session_id: session_id.to_owned(),
+        after,
+        limit: 0,
+    };
+    Ok(broker
+        .client
+        .clone()
+        .list_commands(authorized(request))
+        .await?
+        .into_inner())
+}
+
+fn state_of(terminal: Option<&pb::TerminalActivity>) -> pb::TerminalState {
+    terminal
+        .and_then(|terminal| pb::TerminalState::try_from(terminal.state).ok())
+        .unwrap_or(pb::TerminalState::Unspecified)
+}
+
+/// Waits until the session's terminal is in `state` (read from `Get`, as session-api reads it).
+async fn wait_for_state(
+    broker: &TestBroker,
+    session_id: &str,
+    state: pb::TerminalState,
+) -> anyhow::Result<pb::TerminalActivity> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let info = broker.get(session_id).await?;
+        if state_of(info.terminal.as_ref()) == state {
+            return Ok(info.terminal.unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            bail!("the terminal is {:?}, not {state:?}", info.terminal);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Types `line` and Enter, then waits for the shell's next prompt after the command ended.
+async fn run_line(broker: &TestBroker, session_id: &str, line: &str) -> anyhow::Result<()> {
+    let before = list_commands(broker, session_id, 0).await?;
+    let finished_before = before
+        .commands
+        .iter()
+        .filter(|command| command.ended_at.is_some())
+        .count();
+    broker
+        .send_keys(
+            session_id,
+            vec![pb::input_item::Item::Text(format!("{line}\r"))],
+            false,
+        )
+        .await?;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let page = list_commands(broker, session_id, 0).await?;
+        let finished = page
+            .commands
+            .iter()
+            .filter(|command| command.ended_at.is_some())
+            .count();
+        if finished > finished_before
+            && state_of(page.terminal.as_ref()) == pb::TerminalState::AtPrompt
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{line:?} did not finish: {page:?}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The scenario every shell goes through: `true`, `false`, exit 7, `cd /tmp`, `pwd`.
+async fn commands_of(backend: Backend, shell: ShellRun<'_>) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session_id = spawn_shell(&broker, &shell.argv).await?;
+    let terminal = wait_for_state(&broker, &session_id, pb::TerminalState::AtPrompt).await?;
+    assert!(terminal.shell_integration, "{terminal:?}");
+    let home_cwd = terminal.cwd.clone();
+    assert!(
+        home_cwd.starts_with('/'),
+        "the first prompt reports a cwd: {terminal:?}"
+    );
+
+    for line in ["true", "false", shell.exit_seven, "cd /tmp", "pwd"] {
+        run_line(&broker, &session_id, line).await?;
+    }
+    let page = list_commands(&broker, &session_id, 0).await?;
+    let commands: Vec<(&str, Option<i32>, &str)> = page
+        .commands
+        .iter()
+        .map(|command| {
+            (
+                command.command.as_str(),
+                command.exit_code,
+                command.cwd.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            ("true", Some(0), home_cwd.as_str()),
+            ("false", Some(1), home_cwd.as_str()),
+            (shell.exit_seven, Some(7), home_cwd.as_str()),
+            ("cd /tmp", Some(0), home_cwd.as_str()),
+            ("pwd", Some(0), "/tmp"),
+        ],
+        "{:?}",
+        page.commands
+    );
+    let ids: Vec<u64> = page.commands.iter().map(|command| command.id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+    assert_eq!(page.first_kept_id, 1);
+    for command in &page.commands {
+        let end = command.output_end.context("ended")?;
+        assert!(command.output_start <= end, "{command:?}");
+        let seconds =
+            |at: &Option<prost_types::Timestamp>| at.as_ref().map(|at| (at.seconds, at.nanos));
+        assert!(
+            seconds(&command.started_at) <= seconds(&command.ended_at),
+            "{command:?}"
+        );
+    }
+
+    // The output of `pwd`, from the ring: what it printed, with no prompt before it. (zsh
+    // draws its partial-line marker, PROMPT_SP, before any hook runs, so it ends the range.)
+    let output = broker
+        .client
+        .clone()
+        .get_command_output(authorized(pb::GetCommandOutputRequest {
+            session_id: session_id.clone(),
+            command_id: 5,
+            format: pb::ScreenFormat::Text as i32,
+        }))
+        .await?
+        .into_inner();
+    let text = String::from_utf8_lossy(&output.data);
+    assert!(text.starts_with("/tmp\n"), "{:?}", output.data);
+    if !shell.argv[0].ends_with("zsh") {
+        assert_eq!(text, "/tmp\n", "{:?}", output.data);
+    }
+    let raw = broker
+        .client
+        .clone()
+        .get_command_output(authorized(pb::GetCommandOutputRequest {
+            session_id: session_id.clone(),
+            command_id: 5,
+            format: pb::ScreenFormat::Ansi as i32,
+        }))
+        .await?
+        .into_inner();
+    assert!(
+        raw.data.windows(6).any(|window| window == b"/tmp\r\n"),
+        "{:?}",
+        raw.data
+    );
+
+    // Paging, and the errors of a bad request.
+    let after = list_commands(&broker, &session_id, 3).await?;
+    assert_eq!(
+        after.commands.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![4, 5]
+    );
+    let unknown = broker
+        .client
+        .clone()
+        .get_command_output(authorized(pb::GetCommandOutputRequest {
+            session_id: session_id.clone(),
+            command_id: 99,
+            format: 0,
+        }))
+        .await
+        .expect_err("no command 99");
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    let too_many = broker
+        .client
+        .clone()
+        .list_commands(authorized(pb::ListCommandsRequest {
+            session_id: session_id.clone(),
+            after: 0,
+            limit: 5000,
+        }))
+        .await
+        .expect_err("over the maximum");
+    assert_eq!(
+        too_many.code(),
+        tonic::Code::InvalidArgument,
+        "{too_many:?}"
+    );
+
+    // The shell's exit ends the terminal.
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("exit\r".to_owned())],
+            false,
+        )
+        .await?;
+    wait_for_state(&broker, &session_id, pb::TerminalState::Exited).await?;
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(bash) = shell_at("/bin/bash") else {
+        return Ok(());
+    };
+    let shell = ShellRun {
+        argv: vec![bash],
+        exit_seven: "(exit 7)",
+    };
+    commands_of(Backend::Local, shell).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busybox_ash_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(busybox) = shell_at("/bin/busybox") else {
+        return Ok(());
+    };
+    // busybox runs the applet its name says.
+    let directory = tempfile::tempdir()?;
+    let ash = directory.path().join("ash");
+    std::os::unix::fs::symlink(busybox, &ash)?;
+    let shell = ShellRun {
+        argv: vec![ash.display().to_string()],
+        exit_seven: "(exit 7)",
+    };
+    commands_of(Backend::Local, shell).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dash_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(dash) = shell_at("/bin/dash") else {
+        return Ok(());
+    };
+    let shell = ShellRun {
+        argv: vec![dash],
+        exit_seven: "(exit 7)",
+    };
+    commands_of(Backend::Local, shell).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zsh_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(zsh) = shell_at("/usr/bin/zsh") else {
+        return Ok(());
+    };
+    let shell = ShellRun {
+        argv: vec![zsh],
+        exit_seven: "(exit 7)",
+    };
+    commands_of(Backend::Local, shell).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fish_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(fish) = shell_at("/usr/bin/fish") else {
+        return Ok(());
+    };
+    let shell = ShellRun {
+        argv: vec![fish],
+        exit_seven: "sh -c 'exit 7'",
+    };
+    commands_of(Backend::Local, shell).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_sh_reports_commands_exit_codes_and_cwd() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
+        return Ok(());
+    }
+    let shell = ShellRun {
+        argv: vec!["/bin/sh".to_owned()],
+        exit_seven: "(exit 7)",
+    };
+    commands_of(Backend::Docker, shell).await
+}
+
+/// A program that behaves like a coding agent: it draws on the alternate screen, repaints, asks
+/// for permission with a notification and waits for a key, then works on.
+const AGENT: &str = r#"printf '\033[?1049h'
+for n in 1 2 3; do printf '\033[H\033[2Jworking %s' "$n"; sleep 0.1; done
+printf '\033[H\033[2JAllow? [y/n]\033]9;needs your permission\007'
+read answer
+printf '\033[H\033[2Jgot %s, working' "$answer"
+sleep 60
+"#;
+
+async fn agent_asks_then_works_on(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.idle_after = Duration::from_secs(600)),
+    )
+    .await?;
+    let session = broker.spawn_sh(AGENT).await?;
+    let session_id = session.session_id;
+    wait_for_state(&broker, &session_id, pb::TerminalState::WaitingForInput).await?;
+    let info = broker.get(&session_id).await?;
+    let terminal = info.terminal.context("a terminal")?;
+    let notification = terminal.notification.context("the question")?;
+    assert_eq!(notification.text, "needs your permission");
+    assert!(!terminal.shell_integration, "sh -c is no interactive shell");
+    // Until it is answered, it waits, however long.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let still = broker.get(&session_id).await?;
+    assert_eq!(
+        state_of(still.terminal.as_ref()),
+        pb::TerminalState::WaitingForInput
+    );
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("y\r".to_owned())],
+            false,
+        )
+        .await?;
+    wait_for_state(&broker, &session_id, pb::TerminalState::Running).await?;
+    broker.kill(&session_id).await?;
+    broker.stop().await
+}
+
+async fn a_quiet_full_screen_program_is_idle(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.idle_after = Duration::from_millis(500)),
+    )
+    .await?;
+    let session = broker
+        .spawn_sh(
+            "printf '\\033[?1049hdrawing'; for n in 1 2 3 4 5; do sleep 0.2; printf .; done; sleep 60",
+        )
+        .await?;
+    let session_id = session.session_id;
+    wait_for_state(&broker, &session_id, pb::TerminalState::Running).await?;
+    // Dots every 200 ms keep it from idle: the quiet must last the whole idle time.
+    let started = Instant::now();
+    let idle = wait_for_state(&broker, &session_id, pb::TerminalState::Idle).await?;
+    assert_eq!(state_of(Some(&idle)), pb::TerminalState::Idle);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "idle before the program stopped drawing"
+    );
+    broker.kill(&session_id).await?;
+    broker.stop().await
+}
+
+backend_scenarios!(
+    agent_asks_then_works_on,
+    a_quiet_full_screen_program_is_idle
+);
