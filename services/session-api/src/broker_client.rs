@@ -21,7 +21,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use uuid::Uuid;
 
-use crate::domain::{Broker, CloseReason, ExitStatus, RecordMode, ScreenFacts, Target};
+use crate::domain::{
+    Broker, CloseReason, Command, ExitStatus, RecordMode, ScreenFacts, Target, TerminalActivity,
+};
 use crate::error::Error;
 
 /// What to start on a broker.
@@ -37,6 +39,8 @@ pub struct SpawnSpec {
     pub size: TerminalSize,
     pub record: RecordMode,
     pub recording_title: String,
+    /// Start an interactive shell with its integration.
+    pub shell_integration: bool,
 }
 
 /// A session's state as its broker reports it.
@@ -100,6 +104,12 @@ pub enum BrokerEvent {
         attached_clients: u32,
     },
     ResetDone(BrokerSession),
+    /// What the terminal is doing changed, or commands started or ended.
+    Terminal {
+        session_id: Uuid,
+        terminal: TerminalActivity,
+        commands: Vec<Command>,
+    },
 }
 
 type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
@@ -192,6 +202,7 @@ impl BrokerClients {
             size: Some(spec.size.into()),
             record: spec.record.to_proto(),
             recording_title: spec.recording_title.clone(),
+            shell_integration: spec.shell_integration,
         };
         self.client(broker)?
             .spawn(self.unary(request))
@@ -245,6 +256,32 @@ impl BrokerClients {
     ) -> Result<pb::Screen, Error> {
         self.client(broker)?
             .get_screen(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// The session's commands, as the broker answers them.
+    pub async fn list_commands(
+        &self,
+        broker: &Broker,
+        request: pb::ListCommandsRequest,
+    ) -> Result<pb::ListCommandsResponse, Error> {
+        self.client(broker)?
+            .list_commands(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// One command's output, as the broker answers it.
+    pub async fn get_command_output(
+        &self,
+        broker: &Broker,
+        request: pb::GetCommandOutputRequest,
+    ) -> Result<pb::CommandOutput, Error> {
+        self.client(broker)?
+            .get_command_output(self.unary(request))
             .await
             .map(tonic::Response::into_inner)
             .map_err(|status| Error::from_forwarded_status(&broker.id, status))
@@ -400,6 +437,11 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
             attached_clients: changed.controllers.saturating_add(changed.viewers),
         },
         Event::Reset(reset) => BrokerEvent::ResetDone(session_from_pb(reset.session?)?),
+        Event::Terminal(changed) => BrokerEvent::Terminal {
+            session_id: parse_session_id(&changed.session_id)?,
+            terminal: TerminalActivity::try_from(changed.terminal?).ok()?,
+            commands: changed.commands.into_iter().map(Into::into).collect(),
+        },
     })
 }
 

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use crate::domain::{ChangeKind, ExitStatus, Session, SessionChange, SessionStatus};
+use crate::domain::{ChangeKind, Command, ExitStatus, Session, SessionChange, SessionStatus};
 use crate::store::now;
 
 /// How many changes a slow watcher may fall behind before it misses some.
@@ -95,6 +95,18 @@ impl ChangeFeed {
             kind,
             session: session.clone(),
             at: now(),
+            commands: Vec::new(),
+        });
+    }
+
+    /// Publishes what `session`'s terminal is doing now, and the `commands` that started or
+    /// ended. Every such report is published: the broker sends one only for a change.
+    pub fn publish_terminal(&self, session: &Session, commands: Vec<Command>) {
+        let _ = self.sender.send(SessionChange {
+            kind: ChangeKind::Terminal,
+            session: session.clone(),
+            at: now(),
+            commands,
         });
     }
 }

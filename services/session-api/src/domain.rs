@@ -10,8 +10,8 @@ use ptyhub_model::{Role, TerminalSize};
 use uuid::Uuid;
 
 pub use ptyhub_model::{
-    Alias, ChangeKind, CloseReason, ExitStatus, RecordMode, SessionName, SessionStatus, Target,
-    smallest_free_session_number,
+    Alias, ChangeKind, CloseReason, Command, ExitStatus, RecordMode, SessionName, SessionStatus,
+    Target, TerminalActivity, smallest_free_session_number,
 };
 
 /// The most sessions an instance may allow at once.
@@ -34,6 +34,8 @@ pub struct NewInstance {
     pub broker_id: Option<String>,
     /// `None` follows the server's default.
     pub record: Option<RecordMode>,
+    /// Whether new sessions start interactive shells with their integration.
+    pub shell_integration: bool,
 }
 
 /// An instance as stored.
@@ -53,6 +55,8 @@ pub struct Instance {
     pub live_sessions: u32,
     /// The instance's own recording setting; `None` follows the server's default.
     pub record: Option<RecordMode>,
+    /// Whether new sessions start interactive shells with their integration.
+    pub shell_integration: bool,
 }
 
 /// A session record.
@@ -77,6 +81,8 @@ pub struct Session {
     pub title: Option<String>,
     /// When the program last rang the bell, as its broker last reported it.
     pub last_bell_at: Option<DateTime<Utc>>,
+    /// What the terminal is doing, as its broker last reported it; `None` until it did.
+    pub terminal: Option<TerminalActivity>,
 }
 
 /// The most characters of a window title a session record keeps.
@@ -151,6 +157,8 @@ pub struct SessionChange {
     pub kind: ChangeKind,
     pub session: Session,
     pub at: DateTime<Utc>,
+    /// For [`ChangeKind::Terminal`]: the commands that started or ended, as they are now.
+    pub commands: Vec<Command>,
 }
 
 /// Which live session a resolve means.

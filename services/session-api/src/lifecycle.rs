@@ -370,6 +370,21 @@ impl Watcher {
                     Some(update.last_activity_at.map_or(at, |seen| seen.max(at)));
                 batch.note_screen(session_id, screen);
             }
+            BrokerEvent::Terminal {
+                session_id,
+                terminal,
+                commands,
+            } => match store.record_terminal(session_id, &terminal).await? {
+                Some(session) => changes.publish_terminal(&session, commands),
+                // The record said so already (a replay after a reconnect), but commands that
+                // started or ended are news all the same.
+                None if !commands.is_empty() => {
+                    if let Some(session) = store.find_session(session_id).await? {
+                        changes.publish_terminal(&session, commands);
+                    }
+                }
+                None => {}
+            },
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,

@@ -265,6 +265,7 @@ impl SessionService {
                 size: session.size,
                 record: instance.record.unwrap_or(self.default_record),
                 recording_title: format!("{} / {}", instance.name, session.name),
+                shell_integration: instance.shell_integration,
             };
             self.brokers.spawn(&broker, &spec).await?;
             // A broker that just spawned a process is up, whether or not this replica's

@@ -1,4 +1,5 @@
-//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`), which session-api checks and
+//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) and the command calls
+//! (`ListCommands`, `GetCommandOutput`), which session-api checks and
 //! forwards: the caller's request re-addressed to the session's broker, field for field.
 //!
 //! The fields are not checked here. Key names, patterns, formats and bounds are the broker's
@@ -26,6 +27,40 @@ pub(super) fn get_screen_request(
         session_id: session_id.to_string(),
         format,
         scrollback,
+    }
+}
+
+pub(super) fn list_commands_request(
+    session_id: Uuid,
+    request: pb::ListCommandsRequest,
+) -> broker_pb::ListCommandsRequest {
+    let pb::ListCommandsRequest {
+        instance: _,
+        session_id: _,
+        after,
+        limit,
+    } = request;
+    broker_pb::ListCommandsRequest {
+        session_id: session_id.to_string(),
+        after,
+        limit,
+    }
+}
+
+pub(super) fn get_command_output_request(
+    session_id: Uuid,
+    request: pb::GetCommandOutputRequest,
+) -> broker_pb::GetCommandOutputRequest {
+    let pb::GetCommandOutputRequest {
+        instance: _,
+        session_id: _,
+        command_id,
+        format,
+    } = request;
+    broker_pb::GetCommandOutputRequest {
+        session_id: session_id.to_string(),
+        command_id,
+        format,
     }
 }
 

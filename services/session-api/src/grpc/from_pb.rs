@@ -128,6 +128,7 @@ pub(super) fn new_instance_from_pb(
             Some(validated_broker_id(&request.broker_id)?.to_owned())
         },
         record: record_mode_from_pb(request.record)?,
+        shell_integration: request.shell_integration.unwrap_or(true),
     })
 }
 

@@ -395,6 +395,45 @@ impl SessionApi for GrpcSessionApi {
         Ok(Response::new(screen))
     }
 
+    async fn list_commands(
+        &self,
+        request: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<broker_pb::ListCommandsResponse>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        let commands = self
+            .service
+            .brokers
+            .list_commands(&broker, forward::list_commands_request(session_id, request))
+            .await?;
+        Ok(Response::new(commands))
+    }
+
+    async fn get_command_output(
+        &self,
+        request: Request<pb::GetCommandOutputRequest>,
+    ) -> Result<Response<broker_pb::CommandOutput>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        let output = self
+            .service
+            .brokers
+            .get_command_output(
+                &broker,
+                forward::get_command_output_request(session_id, request),
+            )
+            .await?;
+        Ok(Response::new(output))
+    }
+
     async fn send_input(
         &self,
         request: Request<pb::SendInputRequest>,

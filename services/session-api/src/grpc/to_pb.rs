@@ -28,6 +28,7 @@ pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) ->
     pb::Instance {
         record: instance.record.unwrap_or(default_record).to_proto(),
         record_is_default: instance.record.is_none(),
+        shell_integration: instance.shell_integration,
         id: instance.id.to_string(),
         name: instance.name.clone(),
         target: Some(instance.target.clone().into()),
@@ -60,6 +61,7 @@ pub(super) fn session_to_pb(session: &Session) -> pb::Session {
         attached_clients: session.attached_clients,
         title: session.title.clone().unwrap_or_default(),
         last_bell_at: session.last_bell_at.map(timestamp),
+        terminal: session.terminal.clone().map(Into::into),
     }
 }
 
@@ -86,6 +88,7 @@ pub(super) fn change_to_pb(change: &SessionChange) -> pb::SessionChange {
         kind: change.kind.to_proto(),
         session: Some(session_to_pb(&change.session)),
         at: Some(timestamp(change.at)),
+        commands: change.commands.iter().cloned().map(Into::into).collect(),
     }
 }
 

@@ -46,6 +46,7 @@ impl Store {
             labels: serde_json::json!(new.labels),
             broker_id: broker_id.to_owned(),
             record: new.record.map(|mode| mode.as_str().to_owned()),
+            shell_integration: new.shell_integration,
             created_at: at,
             updated_at: at,
         };

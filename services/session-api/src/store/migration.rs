@@ -19,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddShares),
             Box::new(AddInstanceRecord),
             Box::new(CreateAuditEvents),
+            Box::new(AddTerminalActivity),
         ]
     }
 }
@@ -56,6 +57,7 @@ enum Instances {
     CreatedAt,
     UpdatedAt,
     Record,
+    ShellIntegration,
 }
 
 #[derive(DeriveIden)]
@@ -78,6 +80,7 @@ enum TerminalSessions {
     UpdatedAt,
     Title,
     LastBellAt,
+    Terminal,
 }
 
 #[derive(DeriveIden)]
@@ -595,6 +598,64 @@ impl MigrationTrait for CreateAuditEvents {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
             .drop_table(Table::drop().table(AuditEvents::Table).to_owned())
+            .await
+    }
+}
+
+/// What a session's terminal is doing, as its broker last reported it (a JSON object, NULL
+/// until reported), and the per-instance shell-integration setting (on for existing
+/// instances, as for new ones).
+struct AddTerminalActivity;
+
+impl MigrationName for AddTerminalActivity {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000001_add_terminal_activity"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddTerminalActivity {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .add_column(ColumnDef::new(TerminalSessions::Terminal).text().null())
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .add_column(
+                        ColumnDef::new(Instances::ShellIntegration)
+                            .boolean()
+                            .not_null()
+                            .default(true),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .drop_column(Instances::ShellIntegration)
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .drop_column(TerminalSessions::Terminal)
+                    .to_owned(),
+            )
             .await
     }
 }

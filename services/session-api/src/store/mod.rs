@@ -13,6 +13,7 @@ mod reservations;
 mod session_reads;
 mod session_writes;
 mod shares;
+mod terminal;
 
 pub use audit::TAKEN_OVER;
 pub use reservations::{Reservation, SessionReservation};
@@ -218,6 +219,11 @@ fn session_from_model(
         attached_clients: non_negative(model.attached_clients),
         title: model.title,
         last_bell_at: model.last_bell_at,
+        terminal: model
+            .terminal
+            .as_deref()
+            .map(terminal::from_json)
+            .transpose()?,
     })
 }
 
@@ -254,6 +260,7 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
                     })
             })
             .transpose()?,
+        shell_integration: model.shell_integration,
     })
 }
 

@@ -107,6 +107,7 @@ impl Store {
             updated_at: at,
             title: None,
             last_bell_at: None,
+            terminal: None,
         };
         terminal_session::Entity::insert(terminal_session::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)

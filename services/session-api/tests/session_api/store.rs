@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use ptyhub_model::TerminalSize;
+use ptyhub_model::{Notification, Progress, TerminalActivity, TerminalSize, TerminalState};
 use session_api::Error;
 use session_api::domain::{
     Alias, ChangeKind, CloseReason, NewInstance, ScreenFacts, Session, SessionName, Target,
@@ -33,6 +33,7 @@ pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
         labels: BTreeMap::new(),
         broker_id: None,
         record: None,
+        shell_integration: true,
     }
 }
 
@@ -341,5 +342,69 @@ both_databases!(
             [],
             "a closed record is final"
         );
+    }
+);
+
+both_databases!(
+    what_a_terminal_does_is_written_when_it_changes_and_reads_back,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let instance = store
+            .insert_instance(&new_instance("terminals", 5), "b1")
+            .await
+            .unwrap();
+        assert!(instance.shell_integration, "on unless turned off");
+        let off = store
+            .insert_instance(
+                &NewInstance {
+                    shell_integration: false,
+                    ..new_instance("plain", 5)
+                },
+                "b1",
+            )
+            .await
+            .unwrap();
+        assert!(
+            !store
+                .find_instance("plain")
+                .await
+                .unwrap()
+                .shell_integration
+        );
+        assert_eq!(off.name, "plain");
+        let Reservation::Created { session, .. } = store
+            .reserve_session(&reservation(instance.id, vec![], false))
+            .await
+            .unwrap()
+        else {
+            panic!("expected a new session")
+        };
+        assert_eq!(session.terminal, None, "nothing reported yet");
+        let terminal = TerminalActivity {
+            state: TerminalState::WaitingForInput,
+            progress: Some(Progress::Percent(30)),
+            notification: Some(Notification {
+                text: "needs your permission".to_owned(),
+                at: std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_123),
+            }),
+            cwd: Some("/srv/app".to_owned()),
+            integrated: true,
+            running_command: Some(4),
+        };
+        let written = store
+            .record_terminal(session.id, &terminal)
+            .await
+            .unwrap()
+            .expect("a change");
+        assert_eq!(written.terminal.as_ref(), Some(&terminal));
+        assert_eq!(
+            store.record_terminal(session.id, &terminal).await.unwrap(),
+            None,
+            "the same report again is no change"
+        );
+        let read = store.get_session(instance.id, session.id).await.unwrap();
+        assert_eq!(read.terminal, Some(terminal));
     }
 );

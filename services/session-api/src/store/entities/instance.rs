@@ -24,6 +24,8 @@ pub struct Model {
     pub broker_id: String,
     /// `off`, `output` or `output+input`; NULL follows the server's default.
     pub record: Option<String>,
+    /// Whether new sessions start interactive shells with their integration.
+    pub shell_integration: bool,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -28,6 +28,10 @@ pub struct Model {
     pub title: Option<String>,
     /// When the program last rang the bell, as the broker last reported it.
     pub last_bell_at: Option<DateTimeUtc>,
+    /// What the terminal is doing as the broker last reported it, a JSON object
+    /// (`store/terminal.rs`); `NULL` until reported.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub terminal: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
