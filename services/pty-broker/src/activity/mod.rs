@@ -10,11 +10,9 @@ mod text;
 
 use std::time::{Duration, SystemTime};
 
-use crate::domain::TerminalActivity;
-
 pub use log::{CommandLog, DEFAULT_COMMANDS_KEPT};
 pub use marks::Mark;
-use ptyhub_model::{Command, Notification, Progress, TerminalState};
+use ptyhub_model::{Command, Notification, Progress, TerminalActivity, TerminalState};
 pub use text::plain_text;
 
 /// How long a full-screen program's output must stay quiet before it is `idle`, by default.
