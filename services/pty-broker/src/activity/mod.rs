@@ -60,6 +60,8 @@ pub struct ActivityParts {
     pub next_command_id: u64,
     /// Oldest first.
     pub commands: Vec<Command>,
+    /// Where the command line being typed starts, as a row and column of the visible screen.
+    pub input_at: Option<(u16, u16)>,
 }
 
 /// One session's activity.
@@ -114,9 +116,9 @@ impl Activity {
         }
     }
 
-    /// The activity taken apart, for a hand-off. What is between a prompt's end and the line
-    /// entered (a command line not entered yet) is not carried over.
-    pub fn to_parts(&self) -> ActivityParts {
+    /// The activity taken apart, for a hand-off, on a screen that scrolled `lines_scrolled`
+    /// rows since it was made (for where a command line being typed starts).
+    pub fn to_parts(&self, lines_scrolled: u64) -> ActivityParts {
         ActivityParts {
             state: self.state,
             expects_prompt: self.expects_prompt,
@@ -128,18 +130,26 @@ impl Activity {
             commands_kept: self.log.capacity(),
             next_command_id: self.log.next_id(),
             commands: self.log.after(0, usize::MAX),
+            input_at: self.input_at.and_then(|at| {
+                let row = u16::try_from(at.line.checked_sub(lines_scrolled)?).ok()?;
+                Some((row, at.col))
+            }),
         }
     }
 
-    /// The activity [`Activity::to_parts`] took apart; output goes on from where it was.
-    pub fn from_parts(parts: ActivityParts, now: SystemTime) -> Self {
+    /// The activity [`Activity::to_parts`] took apart, on a screen that shows what the other
+    /// one showed and has scrolled `lines_scrolled` rows; output goes on from where it was.
+    pub fn from_parts(parts: ActivityParts, now: SystemTime, lines_scrolled: u64) -> Self {
         Self {
             log: CommandLog::resume(parts.commands_kept, parts.next_command_id, &parts.commands),
             state: parts.state,
             expects_prompt: parts.expects_prompt,
             integrated: parts.integrated,
             marks_output_start: parts.marks_output_start,
-            input_at: None,
+            input_at: parts.input_at.map(|(row, col)| ScreenPoint {
+                line: lines_scrolled + u64::from(row),
+                col,
+            }),
             pending_line: None,
             cwd: parts.cwd,
             progress: parts.progress,
@@ -585,9 +595,9 @@ mod tests {
         }
         activity.apply(Mark::PromptStart, at(60));
         activity.apply(Mark::OutputStart, at(61));
-        let parts = activity.to_parts();
-        let mut resumed = Activity::from_parts(parts.clone(), at(62).now);
-        assert_eq!(resumed.to_parts(), parts);
+        let parts = activity.to_parts(0);
+        let mut resumed = Activity::from_parts(parts.clone(), at(62).now, 0);
+        assert_eq!(resumed.to_parts(0), parts);
         assert_eq!(resumed.commands().first_id(), 4);
         assert_eq!(resumed.commands().running().map(|c| c.id), Some(6));
         resumed.apply(Mark::CommandEnd(Some(3)), at(70));
@@ -595,5 +605,21 @@ mod tests {
         resumed.apply(Mark::OutputStart, at(72));
         assert_eq!(resumed.commands().running().map(|c| c.id), Some(7));
         assert_eq!(resumed.commands().get(6).and_then(|c| c.exit_code), Some(3));
+    }
+
+    #[test]
+    fn a_command_line_being_typed_is_found_again_after_a_hand_off() {
+        let mut activity = shell();
+        activity.apply(Mark::PromptStart, at(0));
+        let mut typing = at(1);
+        typing.cursor = ScreenPoint { line: 130, col: 7 };
+        activity.apply(Mark::InputStart, typing);
+        // The screen had scrolled 110 rows: the prompt is on row 20.
+        let parts = activity.to_parts(110);
+        assert_eq!(parts.input_at, Some((20, 7)));
+        // The next screen redraws the same rows, having scrolled 3.
+        let resumed = Activity::from_parts(parts, at(2).now, 3);
+        assert!(resumed.awaits_line());
+        assert_eq!(resumed.input_at(), Some(ScreenPoint { line: 23, col: 7 }));
     }
 }

@@ -189,6 +189,9 @@ struct WireActivity {
     commands_kept: usize,
     next_command_id: u64,
     commands: Vec<WireCommand>,
+    /// Where the command line being typed starts on the screen (row, column).
+    #[serde(default)]
+    input_at: Option<(u16, u16)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -234,6 +237,7 @@ impl WireActivity {
                     output_end: command.output_end,
                 })
                 .collect(),
+            input_at: parts.input_at,
         }
     }
 
@@ -283,6 +287,7 @@ impl WireActivity {
                     output_end: command.output_end,
                 })
                 .collect(),
+            input_at: self.input_at,
         })
     }
 }

@@ -29,7 +29,7 @@ use bytes::Bytes;
 pub use keys::{KEY_NAMES, UnknownKey, key_bytes};
 pub use view::{Cell, Color, Cursor, Row, ScreenFormat, ScreenView};
 
-use crate::activity::{Activity, Mark, MarkAt, ScreenPoint};
+use crate::activity::{Activity, ActivityParts, Mark, MarkAt, ScreenPoint};
 use crate::domain::TerminalSize;
 use parse_state::ParseState;
 use scrollback::Scrollback;
@@ -454,6 +454,17 @@ impl Screen {
     /// What the terminal is doing, as of [`Screen::offset`].
     pub fn activity(&self) -> &Activity {
         &self.activity
+    }
+
+    /// The activity taken apart for a hand-off (see [`Activity::to_parts`]).
+    pub fn activity_parts(&self) -> ActivityParts {
+        self.activity.to_parts(self.lines_scrolled)
+    }
+
+    /// Goes on with the activity a previous broker process took apart, on this screen drawn
+    /// from its snapshot.
+    pub fn resume_activity(&mut self, parts: ActivityParts, now: SystemTime) {
+        self.activity = Activity::from_parts(parts, now, self.lines_scrolled);
     }
 
     pub fn activity_mut(&mut self) -> &mut Activity {

@@ -13,7 +13,7 @@ use super::attachments::Attachments;
 use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
-use crate::activity::{Activity, ActivityParts};
+use crate::activity::ActivityParts;
 use crate::domain::{ExitStatus, SessionPhase, TerminalActivity, TerminalSize};
 use crate::error::Error;
 use crate::recording::Recordings;
@@ -149,16 +149,12 @@ impl Session {
             Mutex::new(screen)
         });
         let now = SystemTime::now();
-        let activity = frozen
-            .activity
-            .take()
-            .map(|parts| Activity::from_parts(parts, now));
-        let terminal = match (&screen, activity) {
-            (Some(screen), Some(activity)) => {
+        let terminal = match (&screen, frozen.activity.take()) {
+            (Some(screen), Some(parts)) => {
                 let mut screen = screen
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
-                *screen.activity_mut() = activity;
+                screen.resume_activity(parts, now);
                 screen.activity().summary(now, settings.idle_after)
             }
             _ => TerminalActivity::default(),

@@ -295,7 +295,7 @@ impl Shared {
     /// A snapshot and the activity as of the end of the ring, for a hand-off.
     pub(super) fn snapshot_and_activity(&self) -> Option<(Snapshot, ActivityParts)> {
         self.current_screen()
-            .map(|screen| (screen.snapshot(), screen.activity().to_parts()))
+            .map(|screen| (screen.snapshot(), screen.activity_parts()))
     }
 }
 

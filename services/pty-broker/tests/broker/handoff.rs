@@ -913,3 +913,105 @@ async fn a_process_of_a_session_may_not_take_over_nor_freeze_the_sessions() -> a
     ensure!(new.exited().await?, "the successor failed to stop");
     Ok(())
 }
+
+/// The commands a shell ran, and what its terminal is doing, go with a hand-off: the next
+/// process lists the same commands, and the next command gets the next id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let (broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session_id = control(&address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["/bin/sh".into()],
+            shell_integration: true,
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?
+        .session_id;
+    let finished = |page: &pb::ListCommandsResponse| {
+        page.commands
+            .iter()
+            .filter(|command| command.ended_at.is_some())
+            .count()
+    };
+    let list = |address: Address, session_id: String| async move {
+        anyhow::Ok(
+            control(&address)
+                .await?
+                .list_commands(authorized(pb::ListCommandsRequest {
+                    session_id,
+                    after: 0,
+                    limit: 0,
+                }))
+                .await?
+                .into_inner(),
+        )
+    };
+    let type_line = |address: Address, session_id: String, line: &'static str| async move {
+        control(&address)
+            .await?
+            .send_input(authorized(pb::SendInputRequest {
+                session_id,
+                items: vec![pb::InputItem {
+                    item: Some(pb::input_item::Item::Text(format!("{line}\r"))),
+                }],
+                force: false,
+            }))
+            .await?;
+        anyhow::Ok(())
+    };
+    let wait_for = |address: Address, session_id: String, count: usize| async move {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let page = list(address.clone(), session_id.clone()).await?;
+            let at_prompt = page.terminal.as_ref().map(|terminal| terminal.state)
+                == Some(pb::TerminalState::AtPrompt as i32);
+            if finished(&page) >= count && at_prompt {
+                return anyhow::Ok(page);
+            }
+            ensure!(std::time::Instant::now() < deadline, "{page:?}");
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    };
+    wait_for(address.clone(), session_id.clone(), 0).await?;
+    type_line(address.clone(), session_id.clone(), "true").await?;
+    wait_for(address.clone(), session_id.clone(), 1).await?;
+    type_line(address.clone(), session_id.clone(), "false").await?;
+    let before = wait_for(address.clone(), session_id.clone(), 2).await?;
+
+    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    let after = list(address.clone(), session_id.clone()).await?;
+    ensure!(
+        after.commands == before.commands,
+        "{:?} became {:?}",
+        before.commands,
+        after.commands
+    );
+    ensure!(
+        after.terminal.as_ref().map(|terminal| terminal.state)
+            == Some(pb::TerminalState::AtPrompt as i32),
+        "{:?}",
+        after.terminal
+    );
+    type_line(address.clone(), session_id.clone(), "(exit 3)").await?;
+    let page = wait_for(address.clone(), session_id.clone(), 3).await?;
+    let last = page.commands.last().context("a third command")?;
+    ensure!(
+        (last.id, last.command.as_str(), last.exit_code) == (3, "(exit 3)", Some(3)),
+        "{last:?}"
+    );
+    drop(next);
+    Ok(())
+}
