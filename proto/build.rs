@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".ptyhub.broker.v1.InputItem.data")
         .bytes(".ptyhub.broker.v1.ScreenSnapshot.data")
         .bytes(".ptyhub.broker.v1.CommandOutput.data")
+        .bytes(".ptyhub.broker.v1.RunResponse.output")
         .compile_fds(file_descriptors)?;
     Ok(())
 }

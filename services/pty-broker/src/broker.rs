@@ -27,8 +27,8 @@ use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
 use crate::session::{
-    AttachRequest, Attachment, CommandPage, FrozenSession, InputItem, InputSent, ScreenWait,
-    Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
+    AttachRequest, Attachment, CommandPage, FrozenSession, InputItem, InputSent, RunOutcome,
+    ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -395,6 +395,18 @@ impl Broker {
             .registry
             .get(session_id)?
             .command_output(command_id)
+    }
+
+    /// Runs a command at the session's shell prompt (see [`Session::run`]).
+    pub async fn run(
+        &self,
+        session_id: Uuid,
+        line: &str,
+        timeout: std::time::Duration,
+        force: bool,
+    ) -> Result<RunOutcome, Error> {
+        let session = self.inner.registry.get(session_id)?;
+        session.run(line, timeout, force).await
     }
 
     /// Types into the session without an attach (see [`Session::send_input`]).

@@ -75,6 +75,12 @@ pub enum Error {
     WaitTimedOut(std::time::Duration),
     #[error("this broker runs without screens (--screens=false)")]
     ScreensOff,
+    #[error("the session's program marks no prompts (no shell integration): run needs one")]
+    NoShellIntegration,
+    #[error("the shell is not at its prompt (the terminal is {0}): a program is running")]
+    NotAtPrompt(ptyhub_model::TerminalState),
+    #[error("the command did not end within {} ms; it goes on running", .0.as_millis())]
+    RunTimedOut(std::time::Duration),
     #[error("command {0} is not one this session keeps")]
     CommandNotFound(u64),
     #[error("the ring no longer holds the first {lost} bytes of command {command}'s output")]
@@ -96,8 +102,9 @@ impl Error {
             | Error::ResumeBeyondOutput { .. }
             | Error::UnknownKey(_)
             | Error::InvalidPattern(_) => ErrorCode::Invalid,
-            Error::ControlHeld | Error::ScreensOff => ErrorCode::WrongState,
-            Error::WaitTimedOut(_) => ErrorCode::TimedOut,
+            Error::ControlHeld | Error::ScreensOff | Error::NotAtPrompt(_) => ErrorCode::WrongState,
+            Error::NoShellIntegration => ErrorCode::Invalid,
+            Error::WaitTimedOut(_) | Error::RunTimedOut(_) => ErrorCode::TimedOut,
             Error::MissingTicket => ErrorCode::Unauthenticated,
             Error::TicketRefused(error) if error.is_unauthenticated() => ErrorCode::Unauthenticated,
             Error::TicketRefused(_) | Error::ViewerMayNot(_) | Error::TakenOver(_) => {

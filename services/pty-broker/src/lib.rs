@@ -25,7 +25,7 @@ pub mod runtime;
 pub mod screen;
 mod server;
 pub mod session;
-mod shell_integration;
+pub(crate) mod shell_integration;
 
 pub use broker::{Broker, BrokerBuilder, Hello};
 pub use config::{BackendKind, Config, DockerConfig, RecordingConfig};

@@ -318,6 +318,23 @@ impl BrokerClients {
             .map_err(|status| Error::from_forwarded_status(&broker.id, status))
     }
 
+    /// Runs a command at the session's prompt, as the broker answers it. Like a screen wait,
+    /// the call may last as long as the run asks for.
+    pub async fn run(
+        &self,
+        broker: &Broker,
+        request: pb::RunRequest,
+    ) -> Result<pb::RunResponse, Error> {
+        let deadline = self.wait_deadline(request.timeout_ms);
+        let mut call = tonic::Request::new(request);
+        call.set_timeout(deadline);
+        self.client(broker)?
+            .run(call)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
     /// Subscribes to the broker's lifecycle events. The stream ends (or yields an error) when
     /// the connection is lost; events that cannot be understood are logged and skipped.
     pub async fn watch_events(

@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime};
 pub use log::{CommandLog, DEFAULT_COMMANDS_KEPT};
 pub use marks::Mark;
 use ptyhub_model::{Command, Notification, Progress, TerminalActivity, TerminalState};
+
+use crate::shell_integration::Shell;
 pub use text::plain_text;
 
 /// How long a full-screen program's output must stay quiet before it is `idle`, by default.
@@ -50,7 +52,7 @@ pub enum Change {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActivityParts {
     pub state: TerminalState,
-    pub expects_prompt: bool,
+    pub shell: Option<Shell>,
     pub integrated: bool,
     pub marks_output_start: bool,
     pub cwd: Option<String>,
@@ -69,9 +71,9 @@ pub struct ActivityParts {
 pub struct Activity {
     log: CommandLog,
     state: TerminalState,
-    /// Whether the program is a shell started with integration, so that `starting` lasts until
-    /// its first prompt rather than its first output.
-    expects_prompt: bool,
+    /// The shell the program is, started with its integration: `starting` then lasts until its
+    /// first prompt rather than its first output.
+    shell: Option<Shell>,
     /// Whether the program marked a prompt: its shell has integration.
     integrated: bool,
     /// Whether the shell marks where a command's output starts (`133;C`). Until one has, a
@@ -80,8 +82,12 @@ pub struct Activity {
     /// Where the command line starts on the screen, from the end of the prompt until the line
     /// is entered.
     input_at: Option<ScreenPoint>,
-    /// The command line the shell reported (`633;E`) for the command about to start.
+    /// The command line the shell reported (`633;E`), or `run` typed, for the command about to
+    /// start.
     pending_line: Option<String>,
+    /// Line feeds of a command line typed by `run` still to come before its last line is
+    /// entered (a POSIX sh shows each line of a multi-line command as it reads it).
+    typed_lines_left: usize,
     cwd: Option<String>,
     progress: Option<Progress>,
     notification: Option<Notification>,
@@ -95,17 +101,18 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// The activity of a process just started; `expects_prompt` for a shell started with
+    /// The activity of a process just started; `shell` for a shell started with its
     /// integration.
-    pub fn new(expects_prompt: bool, commands_kept: usize) -> Self {
+    pub fn new(shell: Option<Shell>, commands_kept: usize) -> Self {
         Self {
             log: CommandLog::new(commands_kept),
             state: TerminalState::Starting,
-            expects_prompt,
+            shell,
             integrated: false,
             marks_output_start: false,
             input_at: None,
             pending_line: None,
+            typed_lines_left: 0,
             cwd: None,
             progress: None,
             notification: None,
@@ -121,7 +128,7 @@ impl Activity {
     pub fn to_parts(&self, lines_scrolled: u64) -> ActivityParts {
         ActivityParts {
             state: self.state,
-            expects_prompt: self.expects_prompt,
+            shell: self.shell,
             integrated: self.integrated,
             marks_output_start: self.marks_output_start,
             cwd: self.cwd.clone(),
@@ -143,7 +150,7 @@ impl Activity {
         Self {
             log: CommandLog::resume(parts.commands_kept, parts.next_command_id, &parts.commands),
             state: parts.state,
-            expects_prompt: parts.expects_prompt,
+            shell: parts.shell,
             integrated: parts.integrated,
             marks_output_start: parts.marks_output_start,
             input_at: parts.input_at.map(|(row, col)| ScreenPoint {
@@ -151,6 +158,7 @@ impl Activity {
                 col,
             }),
             pending_line: None,
+            typed_lines_left: 0,
             cwd: parts.cwd,
             progress: parts.progress,
             notification: parts.notification,
@@ -162,7 +170,7 @@ impl Activity {
     }
 
     /// A new process in the same session (a reset): the commands stay, the rest starts over.
-    pub fn restart(&mut self, expects_prompt: bool, now: SystemTime, offset: u64) {
+    pub fn restart(&mut self, shell: Option<Shell>, now: SystemTime, offset: u64) {
         if let Some(command) = self.log.finish(None, now, offset) {
             self.changes.push(Change::CommandFinished(command.id));
         }
@@ -172,7 +180,7 @@ impl Activity {
             log,
             state,
             changes: std::mem::take(&mut self.changes),
-            ..Self::new(expects_prompt, 1)
+            ..Self::new(shell, 1)
         };
         self.set_state(TerminalState::Starting);
     }
@@ -211,6 +219,11 @@ impl Activity {
             integrated: self.integrated,
             running_command: self.log.running().map(|command| command.id),
         }
+    }
+
+    /// The shell started with its integration, if the program is one.
+    pub fn shell(&self) -> Option<Shell> {
+        self.shell
     }
 
     pub fn integrated(&self) -> bool {
@@ -255,7 +268,7 @@ impl Activity {
         self.last_output_at = Some(now);
         self.full_screen = full_screen;
         match self.state {
-            TerminalState::Starting if !self.expects_prompt => {
+            TerminalState::Starting if self.shell.is_none() => {
                 self.set_state(TerminalState::Running)
             }
             TerminalState::WaitingForInput if self.answered => {
@@ -329,11 +342,31 @@ impl Activity {
         }
     }
 
-    /// The line typed after the prompt was entered: the output from `offset` is its command's,
-    /// `line` as the screen shows it.
+    /// `run` is about to type `line` at the prompt: it is the next command's line, entered
+    /// with its last line feed.
+    pub fn expect_typed(&mut self, line: &str) {
+        self.pending_line = Some(marks::cut(line.to_owned()));
+        self.typed_lines_left = line.matches('\n').count();
+    }
+
+    /// What [`Activity::expect_typed`] expected was not typed after all.
+    pub fn forget_typed(&mut self) {
+        self.pending_line = None;
+        self.typed_lines_left = 0;
+    }
+
+    /// A line typed after the prompt was entered: the output from `offset` is its command's,
+    /// `line` as the screen shows it (or as `run` typed it).
     pub fn line_entered(&mut self, line: String, now: SystemTime, offset: u64) {
+        if self.typed_lines_left > 0 {
+            self.typed_lines_left -= 1;
+            return;
+        }
         self.input_at = None;
-        let line = marks::cut(line.trim().to_owned());
+        let line = match self.pending_line.take() {
+            Some(typed) => typed,
+            None => marks::cut(line.trim().to_owned()),
+        };
         if line.is_empty() {
             return;
         }
@@ -395,7 +428,7 @@ mod tests {
     }
 
     fn shell() -> Activity {
-        Activity::new(true, DEFAULT_COMMANDS_KEPT)
+        Activity::new(Some(Shell::Bash), DEFAULT_COMMANDS_KEPT)
     }
 
     #[test]
@@ -531,7 +564,7 @@ mod tests {
 
     #[test]
     fn a_full_screen_program_is_idle_only_after_sustained_quiet() {
-        let mut activity = Activity::new(false, 10);
+        let mut activity = Activity::new(None, 10);
         activity.output(at(0).now, true);
         assert_eq!(
             activity.state(at(0).now, DEFAULT_IDLE_AFTER),
@@ -586,7 +619,7 @@ mod tests {
 
     #[test]
     fn an_activity_taken_apart_goes_on_as_it_was() {
-        let mut activity = Activity::new(true, 3);
+        let mut activity = Activity::new(Some(Shell::Bash), 3);
         for n in 0..5u64 {
             activity.apply(Mark::PromptStart, at(n * 10));
             activity.apply(Mark::CommandLine(format!("cmd {n}")), at(n * 10 + 1));
@@ -621,5 +654,20 @@ mod tests {
         let resumed = Activity::from_parts(parts, at(2).now, 3);
         assert!(resumed.awaits_line());
         assert_eq!(resumed.input_at(), Some(ScreenPoint { line: 23, col: 7 }));
+    }
+
+    #[test]
+    fn a_multi_line_command_typed_at_a_sh_prompt_starts_after_its_last_line() {
+        let mut activity = Activity::new(Some(Shell::Posix), 10);
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::InputStart, at(1));
+        activity.expect_typed("{\necho a\n}");
+        activity.line_entered("{".into(), at(2).now, 10);
+        activity.line_entered("> echo a".into(), at(3).now, 20);
+        assert!(activity.commands().is_empty(), "still being typed");
+        activity.line_entered("> }".into(), at(4).now, 30);
+        let command = activity.commands().get(1).expect("started");
+        assert_eq!(command.command, "{\necho a\n}");
+        assert_eq!(command.output_start, 30);
     }
 }

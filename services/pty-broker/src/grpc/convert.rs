@@ -129,6 +129,19 @@ pub(super) fn scrollback(lines: u32) -> Result<usize, Error> {
     Ok(lines as usize)
 }
 
+/// A wait's timeout: 0 means [`limits::DEFAULT_WAIT_MS`], more than [`limits::MAX_WAIT_MS`] is
+/// refused.
+pub(super) fn wait_timeout(timeout_ms: u32) -> Result<Duration, Error> {
+    match timeout_ms {
+        0 => Ok(Duration::from_millis(u64::from(limits::DEFAULT_WAIT_MS))),
+        ms if ms > limits::MAX_WAIT_MS => Err(Error::InvalidRequest(format!(
+            "timeout_ms {ms} is over the maximum of {}",
+            limits::MAX_WAIT_MS
+        ))),
+        ms => Ok(Duration::from_millis(u64::from(ms))),
+    }
+}
+
 /// A page of commands: 0 means [`limits::DEFAULT_COMMANDS_PAGE`], more than
 /// [`limits::MAX_COMMANDS_PAGE`] is refused.
 pub(super) fn commands_limit(limit: u32) -> Result<usize, Error> {
@@ -159,16 +172,7 @@ impl TryFrom<pb::WaitForScreenRequest> for ScreenWait {
 
     fn try_from(request: pb::WaitForScreenRequest) -> Result<Self, Error> {
         let invalid = |message: String| Error::InvalidRequest(message);
-        let timeout_ms = match request.timeout_ms {
-            0 => limits::DEFAULT_WAIT_MS,
-            ms if ms > limits::MAX_WAIT_MS => {
-                return Err(invalid(format!(
-                    "timeout_ms {ms} is over the maximum of {}",
-                    limits::MAX_WAIT_MS
-                )));
-            }
-            ms => ms,
-        };
+        let timeout = wait_timeout(request.timeout_ms)?;
         if request.quiet_ms > limits::MAX_QUIET_MS {
             return Err(invalid(format!(
                 "quiet_ms {} is over the maximum of {}",
@@ -194,7 +198,7 @@ impl TryFrom<pb::WaitForScreenRequest> for ScreenWait {
         };
         Ok(ScreenWait {
             pattern,
-            timeout: Duration::from_millis(u64::from(timeout_ms)),
+            timeout,
             quiet: (request.quiet_ms > 0)
                 .then(|| Duration::from_millis(u64::from(request.quiet_ms))),
             after_offset: request.after_offset,

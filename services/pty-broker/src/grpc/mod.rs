@@ -27,7 +27,7 @@ use crate::session::ScreenWait;
 use crate::session::{Attachment, AttachmentHandle};
 use convert::{
     commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
-    terminal_size, timestamp, wait_response,
+    terminal_size, timestamp, wait_response, wait_timeout,
 };
 pub(crate) use registry_client::RegistryClient;
 
@@ -184,16 +184,7 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         self.authorize(&request)?;
         let request = request.into_inner();
         let session_id = parse_session_id(&request.session_id)?;
-        let text = match screen_format(request.format)? {
-            ScreenFormat::Text => true,
-            ScreenFormat::Ansi => false,
-            ScreenFormat::Cells => {
-                return Err(Error::InvalidRequest(
-                    "a command's output is text or ansi, not cells".to_owned(),
-                )
-                .into());
-            }
-        };
+        let text = output_is_text(request.format)?;
         let (command, data) = self.broker.command_output(session_id, request.command_id)?;
         let data = if text {
             Bytes::from(crate::activity::plain_text(&data))
@@ -203,6 +194,31 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         Ok(Response::new(pb::CommandOutput {
             command: Some(command.into()),
             data,
+        }))
+    }
+
+    async fn run(
+        &self,
+        request: Request<pb::RunRequest>,
+    ) -> Result<Response<pb::RunResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let text = output_is_text(request.format)?;
+        let timeout = wait_timeout(request.timeout_ms)?;
+        let outcome = self
+            .broker
+            .run(session_id, &request.command, timeout, request.force)
+            .await?;
+        let output = if text {
+            Bytes::from(crate::activity::plain_text(&outcome.output))
+        } else {
+            outcome.output
+        };
+        Ok(Response::new(pb::RunResponse {
+            command: Some(outcome.command.into()),
+            output,
+            truncated: outcome.truncated,
         }))
     }
 
@@ -430,5 +446,16 @@ impl From<Error> for Status {
             Error::HandingOver => ptyhub_wire::handing_over_status(error.to_string()),
             error => error.code().status(error.to_string()),
         }
+    }
+}
+
+/// Whether a command's output is asked for as text (TEXT or unspecified) or as the bytes (ANSI).
+fn output_is_text(format: i32) -> Result<bool, Error> {
+    match screen_format(format)? {
+        ScreenFormat::Text => Ok(true),
+        ScreenFormat::Ansi => Ok(false),
+        ScreenFormat::Cells => Err(Error::InvalidRequest(
+            "a command's output is text or ansi, not cells".to_owned(),
+        )),
     }
 }

@@ -56,6 +56,7 @@ use crate::recording::{CastHeader, RecordMode};
 use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
 use crate::session::FrozenRecording;
+use crate::shell_integration::Shell;
 
 /// The version of this protocol. Both processes must speak the same one.
 pub const FORMAT_VERSION: u32 = 1;
@@ -179,7 +180,8 @@ struct SessionHeader {
 struct WireActivity {
     /// The contract's spelling.
     state: String,
-    expects_prompt: bool,
+    /// The shell started with its integration (`bash`, `sh`, `zsh`, `fish`).
+    shell: Option<String>,
     integrated: bool,
     marks_output_start: bool,
     cwd: Option<String>,
@@ -210,7 +212,7 @@ impl WireActivity {
     fn from_parts(parts: &ActivityParts) -> Self {
         Self {
             state: parts.state.as_str().to_owned(),
-            expects_prompt: parts.expects_prompt,
+            shell: parts.shell.map(|shell| shell.kind().to_owned()),
             integrated: parts.integrated,
             marks_output_start: parts.marks_output_start,
             cwd: parts.cwd.clone(),
@@ -261,7 +263,7 @@ impl WireActivity {
         }
         Ok(ActivityParts {
             state,
-            expects_prompt: self.expects_prompt,
+            shell: self.shell.as_deref().and_then(Shell::from_kind),
             integrated: self.integrated,
             marks_output_start: self.marks_output_start,
             cwd: self.cwd,

@@ -71,7 +71,7 @@ impl PtyRuntime for FakeRuntime {
             input: Box::pin(input),
             process: Box::new(FakeProcess { exit }),
             output_buffered: false,
-            shell_integration: false,
+            shell_integration: None,
         })
     }
 }

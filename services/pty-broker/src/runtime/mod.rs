@@ -69,8 +69,8 @@ pub struct SpawnedPty {
     /// a container; a local PTY's kernel buffer does not. The session then paces the reads of
     /// output that flows in small pieces (`session::task::ReadPacer`).
     pub output_buffered: bool,
-    /// Whether the program is a shell started with its integration, which marks its prompts.
-    pub shell_integration: bool,
+    /// The shell the program is, started with its integration (which marks its prompts).
+    pub shell_integration: Option<crate::shell_integration::Shell>,
 }
 
 impl fmt::Debug for SpawnedPty {

@@ -252,7 +252,7 @@ impl Screen {
             size,
             scrollback_lines,
             ahead: Ahead::default(),
-            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
         }
     }
@@ -269,7 +269,7 @@ impl Screen {
             size: snapshot.size,
             scrollback_lines,
             ahead: Ahead::default(),
-            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
         }
     }
@@ -295,7 +295,7 @@ impl Screen {
             size: snapshot.size,
             scrollback_lines,
             ahead: Ahead::default(),
-            activity: Activity::new(false, crate::activity::DEFAULT_COMMANDS_KEPT),
+            activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
         }
     }

@@ -13,6 +13,7 @@
 mod attachments;
 mod handoff;
 mod recording;
+mod run;
 mod screen;
 mod task;
 
@@ -29,6 +30,7 @@ use uuid::Uuid;
 pub use attachments::ClientId;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
+pub use run::{MAX_RUN_OUTPUT, RunOutcome};
 pub use screen::{
     CommandPage, FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome,
 };
@@ -257,7 +259,7 @@ impl Session {
         let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
         let screen = settings.scrollback_lines.map(|lines| {
             let mut screen = Screen::new(size, lines, 0);
-            *screen.activity_mut() = Activity::new(false, settings.commands_kept);
+            *screen.activity_mut() = Activity::new(None, settings.commands_kept);
             Mutex::new(screen)
         });
         let shared = Arc::new(Shared {

@@ -34,6 +34,7 @@ use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
 use crate::ring::RingRead;
 use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
+use crate::shell_integration::Shell;
 
 /// Bytes the feeder parses before it lets other tasks run.
 const FEED_SLICE: usize = 16 * 1024;
@@ -271,14 +272,14 @@ impl Shared {
         }
     }
 
-    /// A process started: its activity starts over (the commands stay), `shell_integration`
-    /// when it is a shell started with its integration.
-    pub(super) fn start_activity(&self, shell_integration: bool) {
+    /// A process started: its activity starts over (the commands stay); `shell` when it is a
+    /// shell started with its integration.
+    pub(super) fn start_activity(&self, shell: Option<Shell>) {
         if let Some(mut screen) = self.current_screen() {
             let offset = screen.offset();
             screen
                 .activity_mut()
-                .restart(shell_integration, SystemTime::now(), offset);
+                .restart(shell, SystemTime::now(), offset);
             self.publish_screen(&mut screen);
         }
     }
@@ -570,7 +571,7 @@ impl Session {
         }
     }
 
-    fn check_open(&self) -> Result<(), Error> {
+    pub(super) fn check_open(&self) -> Result<(), Error> {
         if self.is_closed() {
             return Err(Error::SessionNotFound(self.id));
         }

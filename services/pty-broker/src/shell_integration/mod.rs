@@ -50,12 +50,29 @@ impl Shell {
         interactive.then_some(shell)
     }
 
-    fn kind(self) -> &'static str {
+    /// Its name in the bootstrap, and in a hand-off.
+    pub fn kind(self) -> &'static str {
         match self {
             Shell::Bash => "bash",
             Shell::Posix => "sh",
             Shell::Zsh => "zsh",
             Shell::Fish => "fish",
+        }
+    }
+
+    /// The shell [`Shell::kind`] names.
+    pub fn from_kind(kind: &str) -> Option<Shell> {
+        [Shell::Bash, Shell::Posix, Shell::Zsh, Shell::Fish]
+            .into_iter()
+            .find(|shell| shell.kind() == kind)
+    }
+
+    /// `lines` as one command of this shell: a group, so that a shell that reads them as they
+    /// come still runs one command (one prompt, one exit code).
+    pub fn one_command(self, lines: &str) -> String {
+        match self {
+            Shell::Fish => format!("begin\n{lines}\nend"),
+            Shell::Bash | Shell::Posix | Shell::Zsh => format!("{{\n{lines}\n}}"),
         }
     }
 
@@ -72,6 +89,7 @@ impl Shell {
 /// A program started with its shell's integration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Integrated {
+    pub shell: Shell,
     pub argv: Vec<String>,
     /// Variables the bootstrap reads and removes before the shell starts.
     pub env: Vec<(String, String)>,
@@ -83,6 +101,7 @@ pub fn integrate(argv: &[String]) -> Option<Integrated> {
     let mut wrapped = vec!["/bin/sh".to_owned(), "-c".to_owned(), BOOTSTRAP.to_owned()];
     wrapped.extend(argv.iter().cloned());
     Some(Integrated {
+        shell,
         argv: wrapped,
         env: vec![
             ("PTYHUB_SHELL_KIND".to_owned(), shell.kind().to_owned()),

@@ -403,3 +403,118 @@ backend_scenarios!(
     agent_asks_then_works_on,
     a_quiet_full_screen_program_is_idle
 );
+
+async fn run(
+    broker: &TestBroker,
+    session_id: &str,
+    command: &str,
+    timeout_ms: u32,
+) -> Result<pb::RunResponse, tonic::Status> {
+    Ok(broker
+        .client
+        .clone()
+        .run(authorized(pb::RunRequest {
+            session_id: session_id.to_owned(),
+            command: command.to_owned(),
+            timeout_ms,
+            force: false,
+            format: 0,
+        }))
+        .await?
+        .into_inner())
+}
+
+/// `run` on the shell people watch: a command with quotes across lines gives its exact output
+/// and exit code, typed where everyone sees it; every refusal types nothing.
+async fn run_types_at_the_prompt_and_answers_the_commands_end(
+    backend: Backend,
+    shell: &str,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session_id = spawn_shell(&broker, &[shell.to_owned()]).await?;
+    wait_for_state(&broker, &session_id, pb::TerminalState::AtPrompt).await?;
+
+    let answer = run(&broker, &session_id, "echo \"it's\"\necho 'two\nlines'", 0).await?;
+    assert_eq!(
+        String::from_utf8_lossy(&answer.output),
+        "it's\ntwo\nlines\n",
+        "{answer:?}"
+    );
+    let command = answer.command.context("the command")?;
+    assert_eq!(command.exit_code, Some(0));
+    assert!(!answer.truncated);
+    let failed = run(&broker, &session_id, "(exit 4)", 0).await?;
+    assert_eq!(
+        failed.command.as_ref().context("the command")?.exit_code,
+        Some(4)
+    );
+    assert!(failed.output.is_empty(), "{failed:?}");
+    // The screen shows what was typed, as a person would have typed it.
+    let screen = broker
+        .screen(&session_id, pb::ScreenFormat::Text, 0)
+        .await?;
+    let text = screen.lines.join("\n");
+    assert!(text.contains("echo \"it's\""), "{text}");
+
+    // Refusals: nothing is typed.
+    let before = list_commands(&broker, &session_id, 0).await?.commands.len();
+    for (command, timeout_ms, code) in [
+        ("", 0, tonic::Code::InvalidArgument),
+        ("  \n", 0, tonic::Code::InvalidArgument),
+        ("echo a\0b", 0, tonic::Code::InvalidArgument),
+        ("true", 300_001, tonic::Code::InvalidArgument),
+    ] {
+        let refused = run(&broker, &session_id, command, timeout_ms)
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.code(), code, "{command:?}: {refused:?}");
+    }
+    // Too slow: the command goes on, the caller hears so.
+    let slow = run(&broker, &session_id, "sleep 1", 200)
+        .await
+        .expect_err("over its timeout");
+    assert_eq!(slow.code(), tonic::Code::DeadlineExceeded, "{slow:?}");
+    // While it runs, the shell is not at its prompt.
+    let busy = run(&broker, &session_id, "true", 0)
+        .await
+        .expect_err("a program runs");
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
+    assert!(busy.message().contains("running"), "{busy:?}");
+    wait_for_state(&broker, &session_id, pb::TerminalState::AtPrompt).await?;
+    // A client holding control keeps run from typing, unless forced.
+    let _controller = broker
+        .attach(&session_id, pb::Role::Controller, None)
+        .await?;
+    let held = run(&broker, &session_id, "true", 0)
+        .await
+        .expect_err("control is held");
+    assert_eq!(held.code(), tonic::Code::FailedPrecondition, "{held:?}");
+    let after = list_commands(&broker, &session_id, 0).await?.commands.len();
+    assert_eq!(after, before + 1, "only `sleep 1` ran among the refusals");
+
+    // A program that marks no prompts cannot be run in.
+    let plain = broker.spawn_sh("sleep 60").await?;
+    let refused = run(&broker, &plain.session_id, "true", 0)
+        .await
+        .expect_err("no integration");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_in_bash() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(bash) = shell_at("/bin/bash") else {
+        return Ok(());
+    };
+    run_types_at_the_prompt_and_answers_the_commands_end(Backend::Local, &bash).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_in_a_containers_sh() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::Docker) {
+        return Ok(());
+    }
+    run_types_at_the_prompt_and_answers_the_commands_end(Backend::Docker, "/bin/sh").await
+}

@@ -64,6 +64,24 @@ pub(super) fn get_command_output_request(
     }
 }
 
+pub(super) fn run_request(session_id: Uuid, request: pb::RunRequest) -> broker_pb::RunRequest {
+    let pb::RunRequest {
+        instance: _,
+        session_id: _,
+        command,
+        timeout_ms,
+        force,
+        format,
+    } = request;
+    broker_pb::RunRequest {
+        session_id: session_id.to_string(),
+        command,
+        timeout_ms,
+        force,
+        format,
+    }
+}
+
 pub(super) fn send_input_request(
     session_id: Uuid,
     request: pb::SendInputRequest,

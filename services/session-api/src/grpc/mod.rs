@@ -471,6 +471,45 @@ impl SessionApi for GrpcSessionApi {
         Ok(Response::new(written))
     }
 
+    async fn run(
+        &self,
+        request: Request<pb::RunRequest>,
+    ) -> Result<Response<broker_pb::RunResponse>, Status> {
+        let actor = actor_of(&request);
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let instance = self
+            .service
+            .get_instance(required("instance", &request.instance)?)
+            .await?;
+        let broker = self
+            .service
+            .broker_of_open_session(&instance.id.to_string(), session_id)
+            .await?;
+        let (command, force) = (request.command.clone(), request.force);
+        let outcome = self
+            .service
+            .brokers
+            .run(&broker, forward::run_request(session_id, request))
+            .await;
+        // Recorded when something was typed: a refusal types nothing, a timeout did.
+        let typed = match &outcome {
+            Ok(_) => true,
+            Err(error) => error.code() == ErrorCode::TimedOut,
+        };
+        if typed {
+            self.service
+                .record(
+                    NewAuditEvent::new(AuditKind::Input, &actor)
+                        .session(instance.id, session_id)
+                        .detail("run", truncated_line(&command))
+                        .detail("force", force.to_string()),
+                )
+                .await;
+        }
+        Ok(Response::new(outcome?))
+    }
+
     async fn wait_for_screen(
         &self,
         request: Request<pb::WaitForScreenRequest>,
@@ -615,6 +654,11 @@ impl BrokerRegistry for GrpcBrokerRegistry {
             brokers: brokers.iter().map(broker_to_pb).collect(),
         }))
     }
+}
+
+/// A command line as an audit event keeps it: at most 1,024 characters.
+fn truncated_line(line: &str) -> String {
+    line.chars().take(1024).collect()
 }
 
 #[cfg(test)]

@@ -264,7 +264,7 @@ impl PtyRuntime for DockerRuntime {
             .shell_integration
             .then(|| crate::shell_integration::integrate(&argv))
             .flatten();
-        let shell_integration = integrated.is_some();
+        let shell_integration = integrated.as_ref().map(|integrated| integrated.shell);
         let (argv, env) = match integrated {
             Some(integrated) => {
                 let mut env = spec.env.clone();
@@ -426,7 +426,7 @@ impl PtyRuntime for DockerRuntime {
         let (ended, output_ended) = tokio::sync::watch::channel(false);
         Ok(SpawnedPty {
             output_buffered: true,
-            shell_integration: false,
+            shell_integration: None,
             process: Box::new(DockerProcess {
                 engine: engine.clone(),
                 exec_id: handed.exec_id.clone(),

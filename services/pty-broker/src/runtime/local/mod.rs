@@ -199,7 +199,7 @@ impl PtyRuntime for LocalRuntime {
             .shell_integration
             .then(|| crate::shell_integration::integrate(&argv))
             .flatten();
-        let shell_integration = integrated.is_some();
+        let shell_integration = integrated.as_ref().map(|integrated| integrated.shell);
         let (argv, integration_env) = match integrated {
             Some(integrated) => (integrated.argv, integrated.env),
             None => (argv, Vec::new()),
@@ -429,7 +429,7 @@ fn spawned_pty(
     let master = Arc::new(master);
     Ok(SpawnedPty {
         output_buffered: false,
-        shell_integration: false,
+        shell_integration: None,
         output: Box::pin(PtyMasterReader {
             master: Arc::clone(&master),
         }),
