@@ -2,6 +2,7 @@
 //! prints a Markdown table (`cargo xtask bench [--quick]` runs it; BENCHMARKS.md explains it).
 
 mod child;
+mod commands;
 mod grpc_attach;
 mod handoff;
 mod reload;
@@ -32,8 +33,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale,
-    /// snapshot, reload, handoff.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff"])]
+    /// snapshot, reload, handoff, commands.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff", "commands"])]
     only: Vec<String>,
     /// Only the paths of the throughput and latency scenarios whose label contains one of these
     /// (comma separated, any case: `docker`, `over tcp`); the floors (a), (a2) and (b) always run,
@@ -580,7 +581,83 @@ async fn run(
     if selected("handoff") {
         handoff_section(sizes, &mut out, &mut failures).await?;
     }
+    if selected("commands") {
+        commands_section(stack, sizes, &mut out, &mut failures).await?;
+    }
     Ok((out, failures))
+}
+
+/// (10) `run`, and what shell integration costs, on and off side by side.
+async fn commands_section(
+    stack: &Stack,
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let runs = sizes.echo_keys.min(200);
+    eprintln!("(10) commands: {runs} runs of `true`; echo and a flood with integration on and off");
+    writeln!(out, "\n### (10) Commands and shell integration\n")?;
+    let flood_bytes = sizes.flood_bytes.min(64 << 20);
+    match commands::measure(stack, runs, sizes.echo_keys, flood_bytes).await {
+        Ok(measured) => {
+            writeln!(out, "| measure | p50 | p99 | target |")?;
+            writeln!(out, "|---|---:|---:|---|")?;
+            let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+            for (label, latency, target) in [
+                (
+                    "`run` of `true`, local bash, through session-api",
+                    measured.run_local,
+                    "p50 < 10 ms",
+                ),
+                (
+                    "`run` of `true`, a container's sh, through session-api",
+                    measured.run_docker,
+                    "p50 < 30 ms",
+                ),
+            ] {
+                match latency {
+                    Some(latency) => writeln!(
+                        out,
+                        "| {label} | {:.1} ms | {:.1} ms | {target} |",
+                        ms(latency.p50),
+                        ms(latency.p99)
+                    )?,
+                    None => writeln!(out, "| {label} | not measured | | {target} |")?,
+                }
+            }
+            let echo_ratio = micros(measured.echo_on.p50) / micros(measured.echo_off.p50);
+            writeln!(
+                out,
+                "| echo at a bash prompt through the gateway, integration on | {:.0} µs | {:.0} µs | p50 at most 1.05x off: {echo_ratio:.2}x |",
+                micros(measured.echo_on.p50),
+                micros(measured.echo_on.p99)
+            )?;
+            writeln!(
+                out,
+                "| echo at a bash prompt through the gateway, integration off | {:.0} µs | {:.0} µs | |",
+                micros(measured.echo_off.p50),
+                micros(measured.echo_off.p99)
+            )?;
+            writeln!(
+                out,
+                "\n| flood of {} MiB at a bash prompt, through the gateway | MiB/s | target |",
+                flood_bytes >> 20
+            )?;
+            writeln!(out, "|---|---:|---|")?;
+            writeln!(
+                out,
+                "| integration on | {:.0} | at least 0.95x off: {:.2}x |",
+                measured.flood_on,
+                measured.flood_on / measured.flood_off
+            )?;
+            writeln!(out, "| integration off | {:.0} | |", measured.flood_off)?;
+        }
+        Err(error) => {
+            writeln!(out, "failed: {error:#}")?;
+            failures.push(format!("commands: {error:#}"));
+        }
+    }
+    Ok(())
 }
 
 /// (9) A broker process hands every session to the next one (`--take-over`).

@@ -499,6 +499,7 @@ impl Stack {
             labels: HashMap::new(),
             broker_id: broker_id.to_owned(),
             record: record as i32,
+            shell_integration: None,
         };
         let instance = self
             .session_api
