@@ -74,7 +74,7 @@ fn not_offered(method: &str, instead: &str) -> Status {
     ))
 }
 
-const SCREEN_CALLS_INSTEAD: &str =
+const SAME_CALL_ON_SESSION_API: &str =
     ": use the call of the same name on ptyhub.session.v1.SessionApi";
 const SESSION_CALLS_INSTEAD: &str = ": use ptyhub.session.v1.SessionApi";
 
@@ -142,21 +142,42 @@ impl PtyBroker for AttachRelay {
         &self,
         _request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<pb::Screen>, Status> {
-        Err(not_offered("GetScreen", SCREEN_CALLS_INSTEAD))
+        Err(not_offered("GetScreen", SAME_CALL_ON_SESSION_API))
     }
 
     async fn send_input(
         &self,
         _request: Request<pb::SendInputRequest>,
     ) -> Result<Response<pb::SendInputResponse>, Status> {
-        Err(not_offered("SendInput", SCREEN_CALLS_INSTEAD))
+        Err(not_offered("SendInput", SAME_CALL_ON_SESSION_API))
     }
 
     async fn wait_for_screen(
         &self,
         _request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<pb::WaitForScreenResponse>, Status> {
-        Err(not_offered("WaitForScreen", SCREEN_CALLS_INSTEAD))
+        Err(not_offered("WaitForScreen", SAME_CALL_ON_SESSION_API))
+    }
+
+    async fn list_commands(
+        &self,
+        _request: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        Err(not_offered("ListCommands", SAME_CALL_ON_SESSION_API))
+    }
+
+    async fn get_command_output(
+        &self,
+        _request: Request<pb::GetCommandOutputRequest>,
+    ) -> Result<Response<pb::CommandOutput>, Status> {
+        Err(not_offered("GetCommandOutput", SAME_CALL_ON_SESSION_API))
+    }
+
+    async fn run(
+        &self,
+        _request: Request<pb::RunRequest>,
+    ) -> Result<Response<pb::RunResponse>, Status> {
+        Err(not_offered("Run", SAME_CALL_ON_SESSION_API))
     }
 
     type AttachStream = BoxStream<pb::ServerFrame>;

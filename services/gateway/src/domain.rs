@@ -1,6 +1,7 @@
-//! The gateway's view of instances, sessions, screens and terminal streams, converted from
-//! protobuf in `grpc.rs` and rendered as JSON by the REST and WebSocket layers. The contract's
-//! nouns inside them (sizes, roles, statuses, close reasons, targets) are `ptyhub-model`'s.
+//! The gateway's view of instances, sessions, screens, commands and terminal streams, converted
+//! from protobuf in `grpc.rs` and rendered as JSON by the REST and WebSocket layers. The
+//! contract's nouns inside them (sizes, roles, statuses, close reasons, targets, what a terminal
+//! is doing and the commands it ran) are `ptyhub-model`'s.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,10 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use ptyhub_model::{AuditKind, Role, TerminalSize};
 
-pub use ptyhub_model::{ChangeKind, CloseReason, ExitStatus, RecordMode, SessionStatus, Target};
+pub use ptyhub_model::{
+    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode,
+    SessionStatus, Target, TerminalActivity, TerminalState,
+};
 
 #[derive(Debug, Clone)]
 pub struct Instance {
@@ -28,6 +32,9 @@ pub struct Instance {
     pub record: RecordMode,
     /// Whether `record` is the server's default rather than the instance's own setting.
     pub record_is_default: bool,
+    /// Whether new sessions whose program is an interactive shell start with the shell
+    /// integration that marks their commands.
+    pub shell_integration: bool,
 }
 
 impl Instance {
@@ -68,6 +75,8 @@ pub struct NewInstance {
     pub labels: BTreeMap<String, String>,
     /// `None` follows the server's default.
     pub record: Option<RecordMode>,
+    /// `None` is on.
+    pub shell_integration: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +96,22 @@ pub struct Session {
     /// The window title the program set last; empty when none.
     pub title: String,
     pub last_bell_at: Option<DateTime<Utc>>,
+    /// What the terminal is doing, as its broker last reported; `None` until it reported.
+    pub terminal: Option<TerminalActivity>,
+}
+
+impl Session {
+    /// What the terminal is doing: as its broker last reported, `starting` before it did, and
+    /// `exited` once the process has ended, whatever was reported before (a session whose
+    /// broker was lost is not told so by the broker).
+    pub fn terminal_activity(&self) -> TerminalActivity {
+        let mut terminal = self.terminal.clone().unwrap_or_default();
+        if matches!(self.status, SessionStatus::Exited | SessionStatus::Closed) {
+            terminal.state = TerminalState::Exited;
+            terminal.running_command = None;
+        }
+        terminal
+    }
 }
 
 /// One change of a session, with the session as it is after it.
@@ -94,6 +119,44 @@ pub struct Session {
 pub struct SessionChange {
     pub kind: ChangeKind,
     pub session: Session,
+    /// For [`ChangeKind::Terminal`]: the commands that started or ended, as they are now.
+    pub commands: Vec<Command>,
+}
+
+/// A page of the commands a session's shell ran, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandPage {
+    pub commands: Vec<Command>,
+    /// The id of the oldest command the session still keeps (0 when it keeps none).
+    pub first_kept_id: u64,
+    pub terminal: TerminalActivity,
+}
+
+/// Which page of commands to ask for, its bound already checked against
+/// [`ptyhub_wire::limits::MAX_COMMANDS_PAGE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandListing {
+    /// Only commands with a greater id; 0 for all kept.
+    pub after: u64,
+    /// 1..=[`ptyhub_wire::limits::MAX_COMMANDS_PAGE`].
+    pub limit: u32,
+}
+
+/// How a command's output is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommandOutputFormat {
+    /// UTF-8 text, escape sequences and control characters taken out.
+    #[default]
+    Text,
+    /// The bytes as the program wrote them.
+    Ansi,
+}
+
+/// One command's output, up to the end of the output so far while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    pub command: Command,
+    pub data: Bytes,
 }
 
 /// Where and with which ticket to attach to a session's PTY.

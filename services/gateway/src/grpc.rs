@@ -24,10 +24,11 @@ use tonic::transport::Channel;
 
 use crate::brokers::{BrokerChannels, InProcessBrokers};
 use crate::domain::{
-    AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Cursor,
-    ExitStatus, InputItem, InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent,
-    ScreenFormat, ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session,
-    SessionAttachment, SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target,
+    AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Command,
+    CommandListing, CommandOutput, CommandOutputFormat, CommandPage, Cursor, ExitStatus, InputItem,
+    InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
+    ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment,
+    SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target, TerminalActivity,
     TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
@@ -285,17 +286,35 @@ impl Upstreams {
         &self,
         message: session_pb::WaitForScreenRequest,
     ) -> Result<tonic::Response<broker_pb::WaitForScreenResponse>, tonic::Status> {
-        let timeout_ms = match message.timeout_ms {
-            0 => DEFAULT_WAIT_MS,
-            // A timeout over the maximum is refused upstream, quickly; it needs no longer bound.
-            timeout_ms => timeout_ms.min(MAX_WAIT_MS),
-        };
+        let deadline = self.waiting_deadline(message.timeout_ms);
         let mut request = tonic::Request::new(message);
-        request.set_timeout(Duration::from_millis(timeout_ms.into()) + self.answer_margin);
+        request.set_timeout(deadline);
         self.session_api_waits
             .clone()
             .wait_for_screen(request)
             .await
+    }
+
+    /// Forwards a `Run` as it is, which waits for the command it types to end: like a screen
+    /// wait, with a deadline of its own timeout plus the time an answer may take.
+    pub async fn forward_run(
+        &self,
+        message: session_pb::RunRequest,
+    ) -> Result<tonic::Response<broker_pb::RunResponse>, tonic::Status> {
+        let deadline = self.waiting_deadline(message.timeout_ms);
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(deadline);
+        self.session_api_waits.clone().run(request).await
+    }
+
+    /// How long a call that waits `timeout_ms` (0: the default) may take to answer.
+    fn waiting_deadline(&self, timeout_ms: u32) -> Duration {
+        let timeout_ms = match timeout_ms {
+            0 => DEFAULT_WAIT_MS,
+            // A timeout over the maximum is refused upstream, quickly; it needs no longer bound.
+            timeout_ms => timeout_ms.min(MAX_WAIT_MS),
+        };
+        Duration::from_millis(timeout_ms.into()) + self.answer_margin
     }
 
     pub async fn get_screen(
@@ -380,6 +399,67 @@ impl Upstreams {
         wait_result_from_proto(answer)
     }
 
+    /// A page of the commands the session's shell ran, oldest first, with what its terminal
+    /// is doing.
+    pub async fn list_commands(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        listing: CommandListing,
+    ) -> Result<CommandPage, ApiError> {
+        let page = self
+            .session_api
+            .clone()
+            .list_commands(session_pb::ListCommandsRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                after: listing.after,
+                limit: listing.limit,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        Ok(CommandPage {
+            commands: page.commands.into_iter().map(Command::from).collect(),
+            first_kept_id: page.first_kept_id,
+            terminal: terminal_from_proto(page.terminal).unwrap_or_default(),
+        })
+    }
+
+    /// One command's output: NOT_FOUND for a command the session does not keep, `Gone` when
+    /// the ring no longer holds all of it (the message says how much is lost).
+    pub async fn command_output(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        command_id: u64,
+        format: CommandOutputFormat,
+    ) -> Result<CommandOutput, ApiError> {
+        let format = match format {
+            CommandOutputFormat::Text => broker_pb::ScreenFormat::Text,
+            CommandOutputFormat::Ansi => broker_pb::ScreenFormat::Ansi,
+        };
+        let output = self
+            .session_api
+            .clone()
+            .get_command_output(session_pb::GetCommandOutputRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                command_id,
+                format: format as i32,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        let command = output
+            .command
+            .ok_or_else(|| ApiError::internal("session-api answered output without its command"))?;
+        Ok(CommandOutput {
+            command: Command::from(command),
+            data: output.data,
+        })
+    }
+
     pub async fn register_instance(&self, new: NewInstance) -> Result<Instance, ApiError> {
         let request = session_pb::RegisterInstanceRequest {
             name: new.name,
@@ -392,6 +472,7 @@ impl Upstreams {
             labels: new.labels.into_iter().collect(),
             broker_id: String::new(),
             record: proto::optional_to_proto(new.record),
+            shell_integration: new.shell_integration,
         };
         let instance = self
             .session_api
@@ -1022,6 +1103,7 @@ fn instance_from_proto(instance: session_pb::Instance) -> Instance {
         live_sessions: instance.live_sessions,
         record: RecordMode::from_proto(instance.record).unwrap_or(RecordMode::Off),
         record_is_default: instance.record_is_default,
+        shell_integration: instance.shell_integration,
     }
 }
 
@@ -1029,6 +1111,7 @@ fn change_from_proto(change: session_pb::SessionChange) -> Option<SessionChange>
     Some(SessionChange {
         kind: ChangeKind::from_proto(change.kind).ok()?,
         session: session_from_proto(change.session?),
+        commands: change.commands.into_iter().map(Command::from).collect(),
     })
 }
 
@@ -1054,7 +1137,14 @@ fn session_from_proto(session: session_pb::Session) -> Session {
         attached_clients: session.attached_clients,
         title: session.title,
         last_bell_at: timestamp_from_proto(session.last_bell_at),
+        terminal: terminal_from_proto(session.terminal),
     }
+}
+
+/// What a terminal is doing; a report this build cannot read (a progress kind of a newer
+/// broker) reads as none, as an unknown status does.
+fn terminal_from_proto(terminal: Option<broker_pb::TerminalActivity>) -> Option<TerminalActivity> {
+    terminal.and_then(|terminal| TerminalActivity::try_from(terminal).ok())
 }
 
 fn attachment_from_proto(

@@ -10,8 +10,8 @@ use utoipa::{IntoParams, Modify, OpenApi};
 
 use crate::rest::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::rest::{
-    ProjectRepositoryLabels, audit, events, instances, operations, recordings, screens, sessions,
-    shares, signin,
+    ProjectRepositoryLabels, audit, commands, events, instances, operations, recordings, screens,
+    sessions, shares, signin,
 };
 use crate::{rest, ws};
 
@@ -41,6 +41,8 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,
+        commands::list_commands,
+        commands::get_command_output,
         shares::create_share,
         shares::list_shares,
         shares::revoke_share,
@@ -52,6 +54,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         ws::open_instance_terminal,
         ws::open_session_terminal,
     ),
+    components(schemas(rest::bodies::CommandEventBody)),
     modifiers(&ProjectRepositoryLayout, &BearerSecurity),
 )]
 pub struct ApiDoc;
@@ -145,6 +148,61 @@ mod tests {
         ] {
             assert!(schemas.contains_key(schema), "{schema} is not documented");
         }
+    }
+
+    #[test]
+    fn the_command_routes_and_the_terminal_fields_are_documented() {
+        let document = ApiDoc::openapi();
+        for prefix in [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX] {
+            for suffix in ["commands", "commands/{cid}/output"] {
+                let path = format!("{prefix}/terminal/sessions/{{sid}}/{suffix}");
+                let route = document
+                    .paths
+                    .paths
+                    .get(&path)
+                    .unwrap_or_else(|| panic!("{path} is not documented"));
+                assert!(route.get.is_some(), "{path}");
+            }
+        }
+        let output = &document.paths.paths
+            [&format!("{INSTANCE_PREFIX}/terminal/sessions/{{sid}}/commands/{{cid}}/output")];
+        let responses = &output.get.as_ref().expect("a get").responses.responses;
+        assert!(responses.contains_key("410"), "410 is documented");
+        let schemas = &document.components.as_ref().expect("components").schemas;
+        for schema in [
+            "CommandList",
+            "CommandBody",
+            "TerminalBody",
+            "NotificationBody",
+            "ProgressBody",
+            "CommandEventBody",
+        ] {
+            assert!(schemas.contains_key(schema), "{schema} is not documented");
+        }
+        let json = serde_json::to_value(&document).expect("the document as json");
+        let properties = |schema: &str| json["components"]["schemas"][schema]["properties"].clone();
+        for field in [
+            "state",
+            "last_notification",
+            "progress",
+            "cwd",
+            "shell_integration",
+        ] {
+            assert!(
+                properties("SessionBody").get(field).is_some(),
+                "the session body's {field} is not documented"
+            );
+        }
+        assert!(
+            properties("InstanceBody")
+                .get("shell_integration")
+                .is_some()
+        );
+        assert!(
+            properties("RegisterInstanceBody")
+                .get("shell_integration")
+                .is_some()
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::attach_relay::AttachRelay;
 use crate::browser::origin_allowed;
 use crate::error::{ApiError, ErrorBody};
 use crate::rest::{
-    INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, events, instances, operations, recordings,
-    screens, sessions, shares, signin,
+    INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
+    recordings, screens, sessions, shares, signin,
 };
 use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
@@ -162,6 +162,14 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/wait"),
             post(screens::wait_for_screen),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/commands"),
+            get(commands::list_commands),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/commands/{{cid}}/output"),
+            get(commands::get_command_output),
         )
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/recording"),

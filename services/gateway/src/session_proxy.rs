@@ -3,9 +3,13 @@
 //! service credential. Messages pass through unchanged. `server.rs` serves it as plain gRPC and,
 //! through tonic-web, as gRPC-web for browsers.
 //!
-//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) answer without the session's
-//! record, so their session is checked before they are forwarded: it must be the instance's
-//! and not closed.
+//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) and the command calls
+//! (`ListCommands`, `GetCommandOutput`) answer without the session's record, so their session is
+//! checked before they are forwarded: it must be the instance's and not closed. The command
+//! calls are the session's past, which a share link's credential does not see
+//! (`PERMISSION_DENIED`), as it does not see a recording. `Run` types like `SendInput` (a share
+//! link's credential may not) and waits like `WaitForScreen`, on the channel without a per-call
+//! bound.
 //!
 //! A session's command is the instance's unless the caller may choose one
 //! ([`crate::auth::Access::may_choose_command`]); an override from anyone else is refused with
@@ -300,12 +304,18 @@ session_scoped!(
     pb::GetScreenRequest,
     pb::SendInputRequest,
     pb::WaitForScreenRequest,
+    pb::ListCommandsRequest,
+    pb::GetCommandOutputRequest,
+    pb::RunRequest,
 );
 
 instance_scoped!(
     pb::GetScreenRequest,
     pb::SendInputRequest,
     pb::WaitForScreenRequest,
+    pb::ListCommandsRequest,
+    pb::GetCommandOutputRequest,
+    pb::RunRequest,
     pb::GetInstanceRequest,
     pb::CreateSessionRequest,
     pb::GetSessionRequest,
@@ -552,6 +562,49 @@ impl SessionApi for SessionApiProxy {
         self.state
             .upstreams
             .forward_wait_for_screen(message)
+            .await
+            .map_err(forwarded)
+    }
+
+    async fn list_commands(
+        &self,
+        request: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<broker_pb::ListCommandsResponse>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("reading a session's commands")
+            .map_err(|error| error.to_status())?;
+        client.list_commands(message).await.map_err(forwarded)
+    }
+
+    async fn get_command_output(
+        &self,
+        request: Request<pb::GetCommandOutputRequest>,
+    ) -> Result<Response<broker_pb::CommandOutput>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("reading a command's output")
+            .map_err(|error| error.to_status())?;
+        client.get_command_output(message).await.map_err(forwarded)
+    }
+
+    async fn run(
+        &self,
+        request: Request<pb::RunRequest>,
+    ) -> Result<Response<broker_pb::RunResponse>, Status> {
+        let surface = surface_of(&request);
+        let (principal, message, _) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("running a command")
+            .map_err(|error| error.to_status())?;
+        // Acting for the caller: session-api records what it typed as their input.
+        self.state
+            .upstreams
+            .acting_for(&principal.actor(surface))
+            .forward_run(message)
             .await
             .map_err(forwarded)
     }

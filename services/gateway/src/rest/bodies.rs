@@ -8,15 +8,16 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::{
-    Cell, Color, InputItem, Instance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
-    ScreenWait, ScreenWaitResult, Session, Target, WaitOutcome,
+    Cell, Color, Command, CommandListing, CommandOutputFormat, CommandPage, InputItem, Instance,
+    Notification, Progress, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenWait,
+    ScreenWaitResult, Session, Target, TerminalActivity, WaitOutcome,
 };
 use crate::error::ApiError;
 use ptyhub_model::{Name, NameKind};
 use ptyhub_wire::ErrorCode;
 use ptyhub_wire::limits::{
-    DEFAULT_WAIT_MS, MAX_FRAME_BYTES, MAX_PATTERN_BYTES, MAX_QUIET_MS, MAX_SCREEN_SCROLLBACK,
-    MAX_WAIT_MS,
+    DEFAULT_COMMANDS_PAGE, DEFAULT_WAIT_MS, MAX_COMMANDS_PAGE, MAX_FRAME_BYTES, MAX_PATTERN_BYTES,
+    MAX_QUIET_MS, MAX_SCREEN_SCROLLBACK, MAX_WAIT_MS,
 };
 
 /// Where an instance's terminals run: `{"docker": {"container": "..."}}` or `{"local": {}}`.
@@ -48,6 +49,9 @@ pub struct InstanceBody {
     pub record: String,
     /// Whether `record` is the server's default (the instance has no setting of its own).
     pub record_is_default: bool,
+    /// Whether new sessions whose program is an interactive bash, zsh, fish or sh start with
+    /// the shell integration that marks their commands.
+    pub shell_integration: bool,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -65,6 +69,9 @@ pub struct RegisterInstanceBody {
     pub labels: Option<BTreeMap<String, String>>,
     /// `off`, `output` or `output+input`; absent follows the server's default.
     pub record: Option<String>,
+    /// Whether new sessions whose program is an interactive shell start with the shell
+    /// integration that marks their commands; default true.
+    pub shell_integration: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -105,6 +112,217 @@ pub struct SessionBody {
     pub title: String,
     /// When the program last rang the bell; `null` when it never did.
     pub last_bell_at: Option<DateTime<Utc>>,
+    /// What the terminal is doing: `starting`, `at_prompt`, `running`, `waiting_for_input`,
+    /// `idle` or `exited`.
+    pub state: String,
+    /// The last thing the program asked the user's attention for; `null` when nothing yet.
+    pub last_notification: Option<NotificationBody>,
+    /// The program's report of its progress; `null` when it reports none.
+    pub progress: Option<ProgressBody>,
+    /// The working directory the shell reported last; `null` when none.
+    pub cwd: Option<String>,
+    /// Whether the program marks its prompts and commands (a shell with integration).
+    pub shell_integration: bool,
+}
+
+/// What a program last asked the user's attention for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotificationBody {
+    /// Its text; `""` for a bell.
+    pub text: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A program's report of its progress (OSC 9;4).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProgressBody {
+    /// `normal`, `indeterminate`, `error` or `paused`.
+    pub kind: String,
+    /// 0..=100; `null` for `indeterminate`.
+    pub percent: Option<u8>,
+}
+
+impl From<Notification> for NotificationBody {
+    fn from(notification: Notification) -> Self {
+        Self {
+            text: notification.text,
+            at: notification.at.into(),
+        }
+    }
+}
+
+impl From<Progress> for ProgressBody {
+    fn from(progress: Progress) -> Self {
+        Self {
+            kind: progress.kind().to_owned(),
+            percent: progress.percent(),
+        }
+    }
+}
+
+/// What a session's terminal is doing, as its broker last read it from the output.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TerminalBody {
+    /// `starting`, `at_prompt`, `running`, `waiting_for_input`, `idle` or `exited`.
+    pub state: String,
+    /// The last thing the program asked the user's attention for; `null` when nothing yet.
+    pub last_notification: Option<NotificationBody>,
+    /// The program's report of its progress; `null` when it reports none.
+    pub progress: Option<ProgressBody>,
+    /// The working directory the shell reported last; `null` when none.
+    pub cwd: Option<String>,
+    /// Whether the program marks its prompts and commands (a shell with integration).
+    pub shell_integration: bool,
+    /// The id of the command that runs; `null` when none does.
+    pub running_command_id: Option<u64>,
+}
+
+impl From<TerminalActivity> for TerminalBody {
+    fn from(terminal: TerminalActivity) -> Self {
+        Self {
+            state: terminal.state.as_str().to_owned(),
+            last_notification: terminal.notification.map(NotificationBody::from),
+            progress: terminal.progress.map(ProgressBody::from),
+            cwd: terminal.cwd,
+            shell_integration: terminal.integrated,
+            running_command_id: terminal.running_command,
+        }
+    }
+}
+
+/// One command a session's shell ran, as its shell integration marked it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CommandBody {
+    /// Counts up from 1 in each session.
+    pub id: u64,
+    /// The command line.
+    pub command: String,
+    /// The working directory it started in; `null` when the shell reported none.
+    pub cwd: Option<String>,
+    pub started_at: DateTime<Utc>,
+    /// `null` while it runs.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// `null` while it runs, or when the shell reported none.
+    pub exit_code: Option<i32>,
+    /// From `started_at` to `ended_at`; `null` while it runs.
+    pub duration_ms: Option<u64>,
+    /// The output offset of its first output byte.
+    pub output_start: u64,
+    /// The output offset just past its last output byte; `null` while it runs.
+    pub output_end: Option<u64>,
+}
+
+impl From<Command> for CommandBody {
+    fn from(command: Command) -> Self {
+        let duration_ms = command.ended_at.map(|ended_at| {
+            ended_at
+                .duration_since(command.started_at)
+                .map_or(0, |duration| {
+                    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+                })
+        });
+        Self {
+            id: command.id,
+            command: command.command,
+            cwd: command.cwd,
+            started_at: command.started_at.into(),
+            ended_at: command.ended_at.map(Into::into),
+            exit_code: command.exit_code,
+            duration_ms,
+            output_start: command.output_start,
+            output_end: command.output_end,
+        }
+    }
+}
+
+/// `GET .../commands`: a page of the commands, oldest first, and what the terminal is doing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CommandList {
+    pub commands: Vec<CommandBody>,
+    /// The id of the oldest command the session still keeps (0 when it keeps none).
+    pub first_kept_id: u64,
+    pub terminal: TerminalBody,
+}
+
+impl From<CommandPage> for CommandList {
+    fn from(page: CommandPage) -> Self {
+        Self {
+            commands: page.commands.into_iter().map(CommandBody::from).collect(),
+            first_kept_id: page.first_kept_id,
+            terminal: page.terminal.into(),
+        }
+    }
+}
+
+/// The data of a `command_started` or `command_finished` session event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CommandEventBody {
+    pub session_id: String,
+    pub command: CommandBody,
+}
+
+/// The query of `GET .../commands`, as given: each value is checked by
+/// [`CommandsQuery::parse`].
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CommandsQuery {
+    /// Only commands with a greater id (default 0: every command kept).
+    pub after: Option<String>,
+    /// At most this many commands, 1..=1000 (default 100).
+    pub limit: Option<String>,
+}
+
+impl CommandsQuery {
+    /// A value that is not a non-negative integer is 400; a limit of 0 or over the maximum 422.
+    pub fn parse(&self) -> Result<CommandListing, ApiError> {
+        let after = match self.after.as_deref() {
+            None | Some("") => 0,
+            Some(value) => value
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("after must be a non-negative integer"))?,
+        };
+        let limit = match self.limit.as_deref() {
+            None | Some("") => DEFAULT_COMMANDS_PAGE as u64,
+            Some(value) => value
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("limit must be a non-negative integer"))?,
+        };
+        if limit == 0 {
+            return Err(ApiError::invalid("limit must be at least 1"));
+        }
+        // The broker's words, so every surface refuses a page too large alike.
+        let limit = u32::try_from(limit)
+            .ok()
+            .filter(|limit| *limit as usize <= MAX_COMMANDS_PAGE)
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "limit {limit} is over the maximum of {MAX_COMMANDS_PAGE}"
+                ))
+            })?;
+        Ok(CommandListing { after, limit })
+    }
+}
+
+/// The query of `GET .../commands/{cid}/output`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CommandOutputQuery {
+    /// `text` (default): the output as plain UTF-8 text, escape sequences and control
+    /// characters taken out; `ansi`: the bytes as the program wrote them.
+    pub format: Option<String>,
+}
+
+impl CommandOutputQuery {
+    /// An unknown format is 400, like any malformed query.
+    pub fn parse(&self) -> Result<CommandOutputFormat, ApiError> {
+        match self.format.as_deref() {
+            None | Some("") | Some("text") => Ok(CommandOutputFormat::Text),
+            Some("ansi") => Ok(CommandOutputFormat::Ansi),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "unknown format {other:?}, expected \"text\" or \"ansi\""
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -211,12 +429,14 @@ impl From<Instance> for InstanceBody {
             live_sessions: instance.live_sessions,
             record: instance.record.as_str().to_owned(),
             record_is_default: instance.record_is_default,
+            shell_integration: instance.shell_integration,
         }
     }
 }
 
 impl From<Session> for SessionBody {
     fn from(session: Session) -> Self {
+        let terminal = TerminalBody::from(session.terminal_activity());
         Self {
             has_websockets: session.attached_clients > 0,
             attached_clients: session.attached_clients,
@@ -237,6 +457,11 @@ impl From<Session> for SessionBody {
             rows: session.size.map(|size| size.rows().into()),
             title: session.title,
             last_bell_at: session.last_bell_at,
+            state: terminal.state,
+            last_notification: terminal.last_notification,
+            progress: terminal.progress,
+            cwd: terminal.cwd,
+            shell_integration: terminal.shell_integration,
         }
     }
 }
@@ -893,6 +1118,181 @@ mod tests {
             json.get("lines").is_none() && json.get("ansi").is_none(),
             "{json}"
         );
+    }
+
+    fn commands_query(
+        after: Option<&str>,
+        limit: Option<&str>,
+    ) -> Result<CommandListing, ApiError> {
+        CommandsQuery {
+            after: after.map(str::to_owned),
+            limit: limit.map(str::to_owned),
+        }
+        .parse()
+    }
+
+    #[test]
+    fn a_commands_query_refuses_what_is_not_a_number_as_400_and_a_bad_limit_as_422() {
+        assert_eq!(
+            commands_query(None, None).unwrap(),
+            CommandListing {
+                after: 0,
+                limit: 100
+            }
+        );
+        assert_eq!(
+            commands_query(Some("7"), Some("1000")).unwrap(),
+            CommandListing {
+                after: 7,
+                limit: 1000
+            }
+        );
+        for (after, limit, code) in [
+            (Some("abc"), None, ErrorCode::Malformed),
+            (Some("-1"), None, ErrorCode::Malformed),
+            (None, Some("ten"), ErrorCode::Malformed),
+            (None, Some("-5"), ErrorCode::Malformed),
+            (None, Some("0"), ErrorCode::Invalid),
+            (None, Some("1001"), ErrorCode::Invalid),
+            (None, Some("5000"), ErrorCode::Invalid),
+            (None, Some("99999999999"), ErrorCode::Invalid),
+        ] {
+            let refused = commands_query(after, limit).unwrap_err();
+            assert_eq!(refused.code, code, "{after:?} {limit:?}: {refused}");
+        }
+        let refused = commands_query(None, Some("5000")).unwrap_err();
+        assert_eq!(refused.code.http_status().as_u16(), 422);
+        assert_eq!(refused.message, "limit 5000 is over the maximum of 1000");
+        assert_eq!(
+            CommandOutputQuery {
+                format: Some("ansi".into())
+            }
+            .parse()
+            .unwrap(),
+            CommandOutputFormat::Ansi
+        );
+        assert_eq!(
+            CommandOutputQuery::default().parse().unwrap(),
+            CommandOutputFormat::Text
+        );
+        for format in ["json", "cells", "ANSI"] {
+            let refused = CommandOutputQuery {
+                format: Some(format.into()),
+            }
+            .parse()
+            .unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Malformed, "{format}");
+        }
+    }
+
+    #[test]
+    fn a_command_has_a_duration_once_it_ended_and_nulls_while_it_runs() {
+        let started_at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let running = Command {
+            id: 4,
+            command: "make".into(),
+            cwd: None,
+            started_at,
+            ended_at: None,
+            exit_code: None,
+            output_start: 100,
+            output_end: None,
+        };
+        assert_eq!(
+            serde_json::to_value(CommandBody::from(running.clone())).unwrap(),
+            serde_json::json!({
+                "id": 4, "command": "make", "cwd": null,
+                "started_at": "2027-01-15T08:00:00Z", "ended_at": null, "exit_code": null,
+                "duration_ms": null, "output_start": 100, "output_end": null,
+            })
+        );
+        let finished = Command {
+            cwd: Some("/src".into()),
+            ended_at: Some(started_at + std::time::Duration::from_millis(1_234)),
+            exit_code: Some(2),
+            output_end: Some(150),
+            ..running
+        };
+        let json = serde_json::to_value(CommandBody::from(finished)).unwrap();
+        assert_eq!(json["duration_ms"], 1_234, "{json}");
+        assert_eq!(json["ended_at"], "2027-01-15T08:00:01.234Z", "{json}");
+        assert_eq!(
+            (&json["exit_code"], &json["cwd"]),
+            (&2.into(), &"/src".into())
+        );
+    }
+
+    fn session(
+        status: crate::domain::SessionStatus,
+        terminal: Option<TerminalActivity>,
+    ) -> Session {
+        Session {
+            id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".into(),
+            instance_id: "local".into(),
+            name: "Session 1".into(),
+            status,
+            close_reason: None,
+            exit: None,
+            aliases: Vec::new(),
+            size: None,
+            created_at: None,
+            last_activity_at: None,
+            closed_at: None,
+            attached_clients: 0,
+            title: String::new(),
+            last_bell_at: None,
+            terminal,
+        }
+    }
+
+    #[test]
+    fn a_session_says_what_its_terminal_is_doing() {
+        use crate::domain::{SessionStatus, TerminalState};
+        let unreported =
+            serde_json::to_value(SessionBody::from(session(SessionStatus::Starting, None)))
+                .unwrap();
+        assert_eq!(unreported["state"], "starting");
+        assert_eq!(unreported["shell_integration"], false);
+        for field in ["last_notification", "progress", "cwd"] {
+            assert_eq!(unreported[field], serde_json::Value::Null, "{field}");
+        }
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let busy = TerminalActivity {
+            state: TerminalState::WaitingForInput,
+            progress: Some(Progress::Indeterminate),
+            notification: Some(Notification {
+                text: "build done".into(),
+                at,
+            }),
+            cwd: Some("/src".into()),
+            integrated: true,
+            running_command: Some(3),
+        };
+        let json = serde_json::to_value(SessionBody::from(session(
+            SessionStatus::Active,
+            Some(busy.clone()),
+        )))
+        .unwrap();
+        assert_eq!(json["state"], "waiting_for_input");
+        assert_eq!(
+            json["last_notification"],
+            serde_json::json!({"text": "build done", "at": "2027-01-15T08:00:00Z"})
+        );
+        assert_eq!(
+            json["progress"],
+            serde_json::json!({"kind": "indeterminate", "percent": null})
+        );
+        assert_eq!(
+            (&json["cwd"], &json["shell_integration"]),
+            (&"/src".into(), &true.into())
+        );
+        // Whatever its broker said last, a session whose process ended has exited.
+        for status in [SessionStatus::Exited, SessionStatus::Closed] {
+            let ended = SessionBody::from(session(status, Some(busy.clone())));
+            assert_eq!(ended.state, "exited", "{status:?}");
+        }
+        let terminal = TerminalBody::from(busy);
+        assert_eq!(terminal.running_command_id, Some(3));
     }
 
     #[test]

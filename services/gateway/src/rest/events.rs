@@ -1,7 +1,10 @@
 //! `GET .../terminal/events`: an instance's session changes as Server-Sent Events, for pages
-//! that follow renames, creates, closes and status changes live. It is session-api's
-//! `WatchSessions` for one instance, opened first and then preceded by the list of live
-//! sessions, so a client that (re)connects sees the whole state once and every change after it.
+//! that follow renames, creates, closes, status changes and what each terminal is doing live.
+//! It is session-api's `WatchSessions` for one instance, opened first and then preceded by the
+//! list of live sessions, so a client that (re)connects sees the whole state once and every
+//! change after it. A change of what a terminal is doing is a `state_changed` event, followed
+//! by one `command_started` or `command_finished` event for each command that started or ended
+//! with it.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -10,8 +13,9 @@ use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt, stream};
 
-use super::bodies::{SessionBody, SessionList};
+use super::bodies::{CommandBody, CommandEventBody, SessionBody, SessionList};
 use super::extract::{Caller, InstancePath, InstanceScope};
+use crate::domain::{ChangeKind, SessionChange};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -21,9 +25,18 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The event that opens every stream: `{"sessions": [...]}`, the live sessions as listed.
 pub const SESSIONS_EVENT: &str = "sessions";
 
+/// The event of a change of what a terminal is doing (`ChangeKind::Terminal`): the session.
+pub const STATE_CHANGED_EVENT: &str = "state_changed";
+/// A command that started and still runs: `{"session_id", "command"}`.
+pub const COMMAND_STARTED_EVENT: &str = "command_started";
+/// A command that ended: `{"session_id", "command"}`.
+pub const COMMAND_FINISHED_EVENT: &str = "command_finished";
+
 /// Session changes of one instance: first a `sessions` event with the live sessions, then one
 /// event per change, named by its kind (`created`, `renamed`, `status`, `closed`,
-/// `attachments`, `screen`), whose data is the session after the change.
+/// `attachments`, `screen`, `state_changed`), whose data is the session after the change; a
+/// `state_changed` is followed by a `command_started` or `command_finished` event
+/// (`{"session_id", "command"}`) for each command that started or ended with it.
 #[utoipa::path(
     get, path = "/api/v1/instances/{iid}/terminal/events", tag = "sessions",
     params(InstancePath),
@@ -64,18 +77,15 @@ pub async fn session_events(
             }
             std::future::ready(change.is_ok())
         })
-        .filter_map(move |change| {
-            std::future::ready(match change {
+        .flat_map(move |change| {
+            stream::iter(match change {
                 Ok(change)
                     if change.session.instance_id == instance_id
                         && access.allows_session(&change.session.id) =>
                 {
-                    Some(json_event(
-                        change.kind.as_str(),
-                        &SessionBody::from(change.session),
-                    ))
+                    change_events(change)
                 }
-                _ => None,
+                _ => Vec::new(),
             })
         });
     let shutdown = state.shutdown.clone();
@@ -95,6 +105,37 @@ pub async fn session_events(
             }
         });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// The events of one change: one named by its kind, whose data is the session; after a change
+/// of what the terminal is doing, one more for each command that started or ended.
+fn change_events(change: SessionChange) -> Vec<Event> {
+    let SessionChange {
+        kind,
+        session,
+        commands,
+    } = change;
+    if kind != ChangeKind::Terminal {
+        return vec![json_event(kind.as_str(), &SessionBody::from(session))];
+    }
+    let session_id = session.id.clone();
+    let mut events = Vec::with_capacity(1 + commands.len());
+    events.push(json_event(STATE_CHANGED_EVENT, &SessionBody::from(session)));
+    events.extend(commands.into_iter().map(|command| {
+        let name = if command.is_running() {
+            COMMAND_STARTED_EVENT
+        } else {
+            COMMAND_FINISHED_EVENT
+        };
+        json_event(
+            name,
+            &CommandEventBody {
+                session_id: session_id.clone(),
+                command: CommandBody::from(command),
+            },
+        )
+    }));
+    events
 }
 
 fn json_event(name: &str, body: &impl serde::Serialize) -> Event {

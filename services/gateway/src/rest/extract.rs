@@ -32,6 +32,17 @@ pub struct SessionPath {
     pub sid: String,
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct CommandPath {
+    /// Instance id or name.
+    pub iid: String,
+    /// Session id (a UUID), or `default` for the session with the default alias.
+    pub sid: String,
+    /// The command's id in its session (counting from 1).
+    pub cid: String,
+}
+
 /// The two labels of the older single-app layout,
 /// `/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/...`: the
 /// instance must carry both, with these values.
@@ -253,6 +264,7 @@ mod tests {
             live_sessions: 0,
             record: crate::domain::RecordMode::Off,
             record_is_default: true,
+            shell_integration: true,
         }
     }
 

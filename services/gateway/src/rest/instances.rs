@@ -64,6 +64,7 @@ pub async fn register_instance(
                 ApiError::invalid("record must be one of off, output, output+input")
             })?),
         },
+        shell_integration: body.shell_integration,
     };
     let instance = state
         .upstreams

@@ -1,4 +1,4 @@
-//! The REST API of docs/CONTRACT.md: instances, sessions and their screens (also under the older single-app
+//! The REST API of docs/CONTRACT.md: instances, sessions, their screens and commands (also under the older single-app
 //! layout's `/projects/{project_id}/repositories/{repository_id}/...` paths), `/healthz`,
 //! `/livez`, `/readyz` and `/metrics`. Each handler authenticates, validates, calls session-api
 //! and renders JSON.
@@ -6,6 +6,7 @@
 //! - `bodies.rs`: the JSON bodies and the name rule;
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
+//! - `commands.rs`: the commands a session's shell ran, and one command's output;
 //! - `events.rs`: an instance's session changes as Server-Sent Events;
 //! - `shares.rs`: share links, viewer-only grants of an instance or a session;
 //! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out;
@@ -14,6 +15,7 @@
 
 pub mod audit;
 pub mod bodies;
+pub mod commands;
 pub mod events;
 pub mod extract;
 pub mod instances;
@@ -25,8 +27,8 @@ pub mod shares;
 pub mod signin;
 
 pub use extract::{
-    Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, ProjectRepositoryLabels,
-    SessionPath,
+    Caller, CommandPath, InstancePath, InstanceScope, JsonBody, ListSessionsQuery,
+    ProjectRepositoryLabels, SessionPath,
 };
 
 /// The prefix of the session routes under the instance layout of the contract.

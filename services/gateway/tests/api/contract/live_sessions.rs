@@ -4,89 +4,11 @@
 
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
-use serde_json::{Value, json};
-use tokio::time::Instant;
+use serde_json::json;
 
 use super::support::{
-    PATIENCE, Terminal, create_session, get_session, list_sessions, rest, sessions_path,
+    Events, Terminal, create_session, get_session, list_sessions, rest, sessions_path,
 };
-
-/// A client of the events stream that keeps what it has read and not yet parsed.
-struct Events {
-    response: reqwest::Response,
-    buffer: String,
-}
-
-impl Events {
-    async fn open(stack: &TestStack, instance: &str) -> Events {
-        let response = stack
-            .http
-            .get(format!(
-                "{}/api/v1/instances/{instance}/terminal/events",
-                stack.gateway_url
-            ))
-            .bearer_auth(&stack.admin_token)
-            .send()
-            .await
-            .expect("the gateway answers");
-        assert_eq!(response.status().as_u16(), 200);
-        let content_type = response.headers()[reqwest::header::CONTENT_TYPE]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert_eq!(content_type, "text/event-stream");
-        Events {
-            response,
-            buffer: String::new(),
-        }
-    }
-
-    /// The next event's name and JSON data; keep-alive comments are skipped.
-    async fn next(&mut self) -> (String, Value) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let mut name = String::from("message");
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("event:") {
-                        name = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        data.push_str(value.trim_start());
-                    }
-                }
-                if data.is_empty() {
-                    continue;
-                }
-                let data = serde_json::from_str(&data)
-                    .unwrap_or_else(|error| panic!("event data is not JSON ({error}): {data}"));
-                return (name, data);
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
-                .await
-                .expect("an event within the patience")
-                .expect("the stream reads")
-                .expect("the stream stays open");
-            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    }
-
-    /// Skips events until one named `name` about `session_id` satisfies `wanted`.
-    async fn until(
-        &mut self,
-        name: &str,
-        session_id: &str,
-        wanted: impl Fn(&Value) -> bool,
-    ) -> Value {
-        loop {
-            let (event, data) = self.next().await;
-            if event == name && data["id"] == session_id && wanted(&data) {
-                return data;
-            }
-        }
-    }
-}
 
 #[tokio::test]
 async fn the_events_stream_lists_the_sessions_then_follows_creates_renames_and_closes() {

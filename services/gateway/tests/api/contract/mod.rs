@@ -12,6 +12,7 @@ mod bad_input;
 mod broker_down;
 mod client_ids;
 mod closed_sessions;
+mod commands;
 mod exits;
 mod flow_control;
 mod live_sessions;

@@ -1,0 +1,547 @@
+//! Commands (docs/CONTRACT.md, "Commands"): a session running bash with the shell integration
+//! its instance has by default lists the commands typed into it, with their exit codes and
+//! their output as text or as the bytes written, over REST (both path layouts) and the
+//! gateway's gRPC surface; the session body says what the terminal is doing; the events stream
+//! reports each command; bad queries, unknown commands, output the ring lost and a share link's
+//! credential are refused; an instance without shell integration lists none. `Run` on the
+//! gateway's gRPC surface types a command and answers with how it ended.
+
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_test_support::stack::TestStack;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::support::{
+    Events, as_admin, create_session, eventually, gateway_grpc, get_session, rest, rest_as,
+    sessions_path, type_input,
+};
+
+/// Registers a local instance running `bash` (with `shell_integration` when given: absent is
+/// the default), labelled for the older layout's `/projects/p/repositories/r/...` routes, and
+/// returns its body.
+async fn bash_instance(stack: &TestStack, name: &str, shell_integration: Option<bool>) -> Value {
+    let mut body = json!({
+        "name": name,
+        "target": {"local": {}},
+        "command": ["bash"],
+        "env": {"PS1": "$ ", "TERM": "xterm-256color"},
+        "labels": {"project_id": "p", "repository_id": "r"},
+    });
+    if let Some(shell_integration) = shell_integration {
+        body["shell_integration"] = json!(shell_integration);
+    }
+    rest(stack, Method::POST, "/api/v1/instances", Some(body))
+        .await
+        .expect(201, "register a bash instance")
+}
+
+fn commands_path(instance: &str, session_id: &str) -> String {
+    format!("{}/{session_id}/commands", sessions_path(instance))
+}
+
+/// `GET .../commands` with `query` (`""` or `"?after=1"` and the like), as the admin.
+async fn list_commands(stack: &TestStack, instance: &str, session_id: &str, query: &str) -> Value {
+    rest(
+        stack,
+        Method::GET,
+        &format!("{}{query}", commands_path(instance, session_id)),
+        None,
+    )
+    .await
+    .expect(200, &format!("list the commands{query}"))
+}
+
+/// `GET .../commands/{command_id}/output` with `query`, as `token`.
+async fn command_output(
+    stack: &TestStack,
+    instance: &str,
+    session_id: &str,
+    command_id: &str,
+    query: &str,
+    token: &str,
+) -> reqwest::Response {
+    stack
+        .http
+        .get(format!(
+            "{}{}/{command_id}/output{query}",
+            stack.gateway_url,
+            commands_path(instance, session_id)
+        ))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("the gateway answers")
+}
+
+/// Waits until the session body says the shell shows its prompt, and returns the body.
+async fn at_prompt(stack: &TestStack, instance: &str, session_id: &str) -> Value {
+    eventually("the shell shows its prompt", || async {
+        let session = get_session(stack, instance, session_id).await;
+        (session["state"] == "at_prompt").then_some(session)
+    })
+    .await
+}
+
+/// Types `line` and Enter through the input call, then waits until the listing holds one more
+/// finished command and the shell is back at its prompt; returns that command.
+async fn run_line(stack: &TestStack, instance: &str, session_id: &str, line: &str) -> Value {
+    let finished = |listing: &Value| {
+        listing["commands"]
+            .as_array()
+            .expect("a commands array")
+            .iter()
+            .filter(|command| !command["ended_at"].is_null())
+            .count()
+    };
+    let before = finished(&list_commands(stack, instance, session_id, "").await);
+    type_input(
+        stack,
+        instance,
+        session_id,
+        json!({"text": line, "keys": ["Enter"]}),
+    )
+    .await
+    .expect(200, &format!("type {line:?}"));
+    let listing = eventually(&format!("{line:?} finishes"), || async {
+        let listing = list_commands(stack, instance, session_id, "").await;
+        (finished(&listing) > before && listing["terminal"]["state"] == "at_prompt")
+            .then_some(listing)
+    })
+    .await;
+    listing["commands"]
+        .as_array()
+        .expect("a commands array")
+        .last()
+        .expect("the command typed")
+        .clone()
+}
+
+/// A share link's token for the session.
+async fn share_token(stack: &TestStack, instance: &str, session_id: &str) -> String {
+    let created = rest(
+        stack,
+        Method::POST,
+        &format!("/api/v1/instances/{instance}/shares"),
+        Some(json!({"session_id": session_id})),
+    )
+    .await
+    .expect(201, "share the session");
+    created["token"].as_str().expect("a token").to_owned()
+}
+
+/// `message` with `token` as its bearer credential.
+fn with_bearer<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("an ascii token"),
+    );
+    request
+}
+
+#[tokio::test]
+async fn commands_typed_into_bash_are_listed_with_their_exit_codes_and_their_output() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await;
+    assert_eq!(
+        instance["shell_integration"], true,
+        "on by default: {instance}"
+    );
+    let instance = instance["id"].as_str().expect("an id").to_owned();
+    let session_id = create_session(&stack, &instance, json!({"name": "typed"})).await;
+    let mut events = Events::open(&stack, &instance).await;
+
+    let session = at_prompt(&stack, &instance, &session_id).await;
+    assert_eq!(session["shell_integration"], true, "{session}");
+    assert!(
+        session["cwd"].is_string(),
+        "bash reports its directory: {session}"
+    );
+    assert_eq!(session["last_notification"], Value::Null, "{session}");
+    assert_eq!(session["progress"], Value::Null, "{session}");
+
+    for line in ["true", "false", "(exit 7)"] {
+        run_line(&stack, &instance, &session_id, line).await;
+    }
+    let listing = list_commands(&stack, &instance, &session_id, "").await;
+    let commands = listing["commands"].as_array().expect("a commands array");
+    let summary: Vec<(u64, &str, i64)> = commands
+        .iter()
+        .map(|command| {
+            (
+                command["id"].as_u64().expect("an id"),
+                command["command"].as_str().expect("a command line"),
+                command["exit_code"].as_i64().expect("an exit code"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [(1, "true", 0), (2, "false", 1), (3, "(exit 7)", 7)],
+        "{listing}"
+    );
+    for command in commands {
+        assert!(command["started_at"].is_string(), "{command}");
+        assert!(command["ended_at"].is_string(), "{command}");
+        assert!(command["duration_ms"].is_u64(), "{command}");
+        assert!(command["cwd"].is_string(), "{command}");
+        assert!(
+            command["output_end"].as_u64() >= command["output_start"].as_u64(),
+            "{command}"
+        );
+    }
+    assert_eq!(listing["first_kept_id"], 1, "{listing}");
+    assert_eq!(listing["terminal"]["state"], "at_prompt", "{listing}");
+    assert_eq!(listing["terminal"]["shell_integration"], true, "{listing}");
+    assert_eq!(listing["terminal"]["running_command_id"], Value::Null);
+    assert_eq!(
+        get_session(&stack, &instance, &session_id).await["state"],
+        "at_prompt"
+    );
+
+    // A page: after an id, at most a limit; the older layout serves the same.
+    let page = list_commands(&stack, &instance, &session_id, "?after=1&limit=1").await;
+    let ids: Vec<&Value> = page["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|command| &command["id"])
+        .collect();
+    assert_eq!(ids, [&json!(2)], "{page}");
+
+    // Each typed command was reported on the events stream as it finished.
+    let finished = events
+        .until_named("command_finished", |data| {
+            data["session_id"] == session_id.as_str() && data["command"]["command"] == "true"
+        })
+        .await;
+    assert_eq!(finished["command"]["exit_code"], 0, "{finished}");
+    assert_eq!(finished["command"]["id"], 1, "{finished}");
+    let changed = events
+        .until("state_changed", &session_id, |session| {
+            session["state"] == "at_prompt"
+        })
+        .await;
+    assert_eq!(changed["shell_integration"], true, "{changed}");
+
+    // Output: as text without the colour, and as the bytes the program wrote.
+    let printed = run_line(
+        &stack,
+        &instance,
+        &session_id,
+        r"printf 'plain \033[31mred\033[0m\n'",
+    )
+    .await;
+    let printed_id = printed["id"].to_string();
+    let text = command_output(
+        &stack,
+        &instance,
+        &session_id,
+        &printed_id,
+        "",
+        &stack.admin_token,
+    )
+    .await;
+    assert_eq!(text.status(), 200);
+    assert_eq!(
+        text.headers()[reqwest::header::CONTENT_TYPE],
+        "text/plain; charset=utf-8"
+    );
+    let text = text.text().await.unwrap();
+    assert_eq!(text.trim_end(), "plain red", "{text:?}");
+    let ansi = command_output(
+        &stack,
+        &instance,
+        &session_id,
+        &printed_id,
+        "?format=ansi",
+        &stack.admin_token,
+    )
+    .await;
+    assert_eq!(ansi.status(), 200);
+    assert_eq!(
+        ansi.headers()[reqwest::header::CONTENT_TYPE],
+        "application/octet-stream"
+    );
+    let ansi = ansi.bytes().await.unwrap();
+    assert!(
+        ansi.windows(b"\x1b[31mred".len())
+            .any(|window| window == b"\x1b[31mred"),
+        "{:?}",
+        String::from_utf8_lossy(&ansi)
+    );
+    let older_layout =
+        format!("/projects/p/repositories/r/instances/{instance}/terminal/sessions/{session_id}");
+    let listed = rest(
+        &stack,
+        Method::GET,
+        &format!("{older_layout}/commands"),
+        None,
+    )
+    .await
+    .expect(200, "the commands under the older layout");
+    assert_eq!(listed["commands"].as_array().unwrap().len(), 4, "{listed}");
+    let output = rest(
+        &stack,
+        Method::GET,
+        &format!("{older_layout}/commands/{printed_id}/output"),
+        None,
+    )
+    .await
+    .expect(200, "a command's output under the older layout");
+    assert_eq!(output.as_str().map(str::trim_end), Some("plain red"));
+    rest(
+        &stack,
+        Method::GET,
+        &format!("/projects/p/repositories/other/instances/{instance}/terminal/sessions/{session_id}/commands"),
+        None,
+    )
+    .await
+    .expect_error(404, "labels that do not match");
+
+    // The gateway's gRPC surface forwards both calls.
+    let mut client = gateway_grpc(&stack).await;
+    let listed = client
+        .list_commands(as_admin(
+            &stack,
+            session_pb::ListCommandsRequest {
+                instance: "bash".to_owned(),
+                session_id: session_id.clone(),
+                after: 0,
+                limit: 0,
+            },
+        ))
+        .await
+        .expect("list the commands over grpc")
+        .into_inner();
+    let exit_codes: Vec<Option<i32>> = listed
+        .commands
+        .iter()
+        .map(|command| command.exit_code)
+        .collect();
+    assert_eq!(exit_codes, [Some(0), Some(1), Some(7), Some(0)]);
+    let output = client
+        .get_command_output(as_admin(
+            &stack,
+            session_pb::GetCommandOutputRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                command_id: printed["id"].as_u64().unwrap(),
+                format: broker_pb::ScreenFormat::Text as i32,
+            },
+        ))
+        .await
+        .expect("a command's output over grpc")
+        .into_inner();
+    assert_eq!(
+        String::from_utf8_lossy(&output.data).trim_end(),
+        "plain red"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_queries_unknown_commands_and_share_links_are_refused() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    at_prompt(&stack, &instance, &session_id).await;
+    run_line(&stack, &instance, &session_id, "true").await;
+    let path = commands_path(&instance, &session_id);
+
+    for (query, status) in [
+        ("?limit=5000", 422),
+        ("?limit=0", 422),
+        ("?limit=-1", 400),
+        ("?after=abc", 400),
+        ("?limit=ten", 400),
+    ] {
+        rest(&stack, Method::GET, &format!("{path}{query}"), None)
+            .await
+            .expect_error(status, query);
+    }
+    let limit = rest(&stack, Method::GET, &format!("{path}?limit=1000"), None).await;
+    assert_eq!(limit.status, 200, "{}", limit.body);
+
+    for (command, query, status) in [
+        ("99", "", 404),
+        ("0", "", 404),
+        ("abc", "", 404),
+        ("1", "?format=cells", 400),
+    ] {
+        let refused = command_output(
+            &stack,
+            &instance,
+            &session_id,
+            command,
+            query,
+            &stack.admin_token,
+        )
+        .await;
+        assert_eq!(refused.status().as_u16(), status, "{command}{query}");
+        let body: Value = refused.json().await.expect("a json error");
+        assert!(body["detail"].is_string(), "{body}");
+    }
+    let unknown_session = format!(
+        "{}/0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10/commands",
+        sessions_path(&instance)
+    );
+    rest(&stack, Method::GET, &unknown_session, None)
+        .await
+        .expect_error(404, "an unknown session");
+
+    // A share shows the terminal as it is now; what ran before is not its to read.
+    let token = share_token(&stack, &instance, &session_id).await;
+    rest_as(&stack, Some(&token), Method::GET, &path, None)
+        .await
+        .expect_error(403, "a share lists commands");
+    let refused = command_output(&stack, &instance, &session_id, "1", "", &token).await;
+    assert_eq!(refused.status().as_u16(), 403);
+    let mut client = gateway_grpc(&stack).await;
+    let status = client
+        .list_commands(with_bearer(
+            &token,
+            session_pb::ListCommandsRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                after: 0,
+                limit: 0,
+            },
+        ))
+        .await
+        .expect_err("a share lists no commands over grpc");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    let status = client
+        .get_command_output(with_bearer(
+            &token,
+            session_pb::GetCommandOutputRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                command_id: 1,
+                format: 0,
+            },
+        ))
+        .await
+        .expect_err("a share reads no output over grpc");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    // The same credential still reads the screen.
+    let screen = rest_as(
+        &stack,
+        Some(&token),
+        Method::GET,
+        &format!("{}/{session_id}/screen", sessions_path(&instance)),
+        None,
+    )
+    .await;
+    assert_eq!(screen.status, 200, "{}", screen.body);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn output_the_ring_no_longer_holds_is_gone_and_says_how_much() {
+    let stack = TestStack::builder().ring_bytes(4096).start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    at_prompt(&stack, &instance, &session_id).await;
+    let flood = run_line(&stack, &instance, &session_id, "seq 1 20000").await;
+    assert_eq!(flood["exit_code"], 0, "{flood}");
+    let gone = command_output(
+        &stack,
+        &instance,
+        &session_id,
+        &flood["id"].to_string(),
+        "",
+        &stack.admin_token,
+    )
+    .await;
+    assert_eq!(gone.status().as_u16(), 410);
+    let body: Value = gone.json().await.unwrap();
+    let detail = body["detail"].as_str().expect("a detail");
+    assert!(
+        detail.contains("bytes") && detail.chars().any(|c| c.is_ascii_digit()),
+        "says how much was lost: {detail}"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn sessions_of_an_instance_without_shell_integration_list_no_commands() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "plain", Some(false)).await;
+    assert_eq!(instance["shell_integration"], false, "{instance}");
+    let instance = instance["id"].as_str().unwrap().to_owned();
+    let shown = rest(
+        &stack,
+        Method::GET,
+        &format!("/api/v1/instances/{instance}"),
+        None,
+    )
+    .await
+    .expect(200, "the instance");
+    assert_eq!(shown["shell_integration"], false, "{shown}");
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    // Typed at once: the terminal keeps it until bash reads it. The echoed line does not hold
+    // the answer, only the output does.
+    type_input(
+        &stack,
+        &instance,
+        &session_id,
+        json!({"text": "echo done-$((6*7))", "keys": ["Enter"]}),
+    )
+    .await
+    .expect(200, "type a command");
+    super::support::screen_matching(&stack, &instance, &session_id, "done-42").await;
+
+    let listing = list_commands(&stack, &instance, &session_id, "").await;
+    assert_eq!(listing["commands"], json!([]), "{listing}");
+    assert_eq!(listing["terminal"]["shell_integration"], false, "{listing}");
+    let session = get_session(&stack, &instance, &session_id).await;
+    assert_eq!(session["shell_integration"], false, "{session}");
+    assert_eq!(session["cwd"], Value::Null, "{session}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn run_through_the_gateway_types_a_command_and_answers_how_it_ended() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    at_prompt(&stack, &instance, &session_id).await;
+    let run = |command: &str| session_pb::RunRequest {
+        instance: "bash".to_owned(),
+        session_id: session_id.clone(),
+        command: command.to_owned(),
+        timeout_ms: 20_000,
+        force: false,
+        format: broker_pb::ScreenFormat::Text as i32,
+    };
+    let mut client = gateway_grpc(&stack).await;
+    let ran = client
+        .run(as_admin(&stack, run("echo ran-$((6*7)); (exit 5)")))
+        .await
+        .expect("run a command through the gateway")
+        .into_inner();
+    let command = ran.command.expect("the command");
+    assert_eq!(command.exit_code, Some(5), "{command:?}");
+    assert_eq!(String::from_utf8_lossy(&ran.output).trim_end(), "ran-42");
+    let listing = list_commands(&stack, &instance, &session_id, "").await;
+    assert_eq!(listing["commands"][0]["exit_code"], 5, "{listing}");
+
+    let token = share_token(&stack, &instance, &session_id).await;
+    let refused = client
+        .run(with_bearer(&token, run("true")))
+        .await
+        .expect_err("a share runs nothing");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    stack.shutdown().await;
+}
