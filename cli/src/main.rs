@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod attach;
+mod commands;
 mod connection;
 mod manage;
 mod recording;
@@ -91,6 +92,12 @@ enum Command {
     Wait(screen::WaitArgs),
     /// Download a closed session's recording (asciicast v2, for `asciinema play`).
     Recording(recording::RecordingArgs),
+    /// List the commands a session's shell ran: id, exit code (blank while it runs), duration
+    /// and command line, oldest first.
+    Commands(commands::CommandsArgs),
+    /// Write one command's output to stdout (as `ptyhub commands` numbers them).
+    #[command(name = "command-output")]
+    Output(commands::CommandOutputArgs),
     /// Run a command in a new session, stream its output, exit with its exit code.
     Exec {
         instance: String,
@@ -251,6 +258,8 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Send(args) => screen::send(connection, args, send_items, output).await?,
         Command::Wait(args) => return screen::wait(connection, args, output).await,
         Command::Recording(args) => recording::download_recording(connection, args).await?,
+        Command::Commands(args) => commands::commands(connection, args, output).await?,
+        Command::Output(args) => commands::command_output(connection, args).await?,
         Command::Attach(args) => return attach_terminal(connection, args).await,
         Command::Exec { instance, command } => {
             return exec_command(connection, instance, command).await;

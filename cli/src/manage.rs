@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use ptyhub_client::NewSession;
+use ptyhub_client::{NewSession, TerminalActivity, TerminalState};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -47,6 +47,10 @@ pub struct InstanceAddArgs {
     /// A label, KEY=VALUE (repeatable), for example project_id=42.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_pair)]
     pub labels: Vec<(String, String)>,
+    /// Start new sessions' shells without the shell integration that marks their commands
+    /// (then `ptyhub commands` lists none).
+    #[arg(long)]
+    pub no_shell_integration: bool,
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -82,6 +86,8 @@ pub async fn instance_add(
             max_sessions: args.max_sessions.unwrap_or(0),
             labels: args.labels.into_iter().collect(),
             broker_id: String::new(),
+            // Absent is on: the server's default.
+            shell_integration: args.no_shell_integration.then_some(false),
             ..Default::default()
         })
         .await
@@ -222,6 +228,7 @@ struct InstanceView {
     live_sessions: u32,
     labels: BTreeMap<String, String>,
     broker_id: String,
+    shell_integration: bool,
 }
 
 impl From<&session_pb::Instance> for InstanceView {
@@ -239,6 +246,7 @@ impl From<&session_pb::Instance> for InstanceView {
                 .map(|(key, value)| (key.clone(), value.clone()))
                 .collect(),
             broker_id: instance.broker_id.clone(),
+            shell_integration: instance.shell_integration,
         }
     }
 }
@@ -264,6 +272,12 @@ struct SessionView {
     attached_clients: u32,
     created_at: Option<String>,
     last_activity_at: Option<String>,
+    /// What the terminal is doing, as the REST session body says it.
+    state: &'static str,
+    last_notification: Option<NotificationView>,
+    progress: Option<ProgressView>,
+    cwd: Option<String>,
+    shell_integration: bool,
 }
 
 impl From<&session_pb::Session> for SessionView {
@@ -275,6 +289,21 @@ impl From<&session_pb::Session> for SessionView {
             .ok()
             .and_then(close_reason_name)
             .map(str::to_owned);
+        // A report this build cannot read (a newer server's progress kind) reads as none.
+        let mut terminal = record
+            .terminal
+            .clone()
+            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+            .unwrap_or_default();
+        // As the gateway renders a session: a process that ended is `exited`, whatever its
+        // broker reported last.
+        if matches!(
+            session_pb::SessionStatus::try_from(record.status),
+            Ok(session_pb::SessionStatus::Exited | session_pb::SessionStatus::Closed)
+        ) {
+            terminal.state = TerminalState::Exited;
+        }
+        let terminal = TerminalView::from(&terminal);
         Self {
             id: record.id.clone(),
             name: record.name.clone(),
@@ -286,6 +315,11 @@ impl From<&session_pb::Session> for SessionView {
             attached_clients: record.attached_clients,
             created_at: record.created_at.as_ref().map(ToString::to_string),
             last_activity_at: record.last_activity_at.as_ref().map(ToString::to_string),
+            state: terminal.state,
+            last_notification: terminal.last_notification,
+            progress: terminal.progress,
+            cwd: terminal.cwd,
+            shell_integration: terminal.shell_integration,
         }
     }
 }
@@ -361,13 +395,62 @@ fn print_sessions(sessions: &[session_pb::Session], output: Output) -> Result<()
     }
 }
 
+/// What a terminal is doing, as the REST API gives it.
+#[derive(Debug, Serialize)]
+pub struct TerminalView {
+    pub state: &'static str,
+    pub last_notification: Option<NotificationView>,
+    pub progress: Option<ProgressView>,
+    pub cwd: Option<String>,
+    pub shell_integration: bool,
+    pub running_command_id: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NotificationView {
+    pub text: String,
+    pub at: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProgressView {
+    pub kind: &'static str,
+    pub percent: Option<u8>,
+}
+
+/// A time as the REST API gives it (RFC 3339, to the millisecond).
+pub fn rfc3339(at: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+impl From<&TerminalActivity> for TerminalView {
+    fn from(terminal: &TerminalActivity) -> Self {
+        Self {
+            state: terminal.state.as_str(),
+            last_notification: terminal.notification.as_ref().map(|notification| {
+                NotificationView {
+                    text: notification.text.clone(),
+                    at: rfc3339(notification.at),
+                }
+            }),
+            progress: terminal.progress.map(|progress| ProgressView {
+                kind: progress.kind(),
+                percent: progress.percent(),
+            }),
+            cwd: terminal.cwd.clone(),
+            shell_integration: terminal.integrated,
+            running_command_id: terminal.running_command,
+        }
+    }
+}
+
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 /// Prints left-aligned columns, as `docker ps` does.
-fn print_table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+pub fn print_table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     let rows: Vec<Vec<String>> = rows.collect();
     let mut widths: Vec<usize> = headers.iter().map(|header| header.len()).collect();
     for row in &rows {

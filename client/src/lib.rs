@@ -20,14 +20,17 @@
 //! ```
 //!
 //! - [`Client`]: instances, sessions (create, resolve by alias or client id, rename, reset,
-//!   close), the screen calls, [`Client::attach`] and [`Client::exec`];
+//!   close), the screen calls, the commands a session's shell ran ([`Client::list_commands`],
+//!   [`Client::command_output`]), [`Client::attach`] and [`Client::exec`];
 //! - [`Attachment`] (`attach.rs`): one terminal stream that resumes by offset on its own after
 //!   a dropped connection, with input, resize, reset and the takeover notice;
 //! - [`Exec`] (`exec.rs`): a command in a session of its own, its output byte for byte and its
 //!   exit code.
 //!
-//! Records (instances, sessions, screens) are the protobuf messages of `proto/`, re-exported as
-//! [`proto`]; the terminal stream is typed here ([`Event`]).
+//! Records (instances, sessions, screens, commands) are the protobuf messages of `proto/`,
+//! re-exported as [`proto`]; the terminal stream is typed here ([`Event`]). The contract's nouns
+//! of a terminal's activity ([`Command`], [`TerminalActivity`]) convert from those messages with
+//! `From` and `TryFrom`.
 
 #![forbid(unsafe_code)]
 
@@ -46,7 +49,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
-pub use ptyhub_model::{Role, TerminalSize};
+pub use ptyhub_model::{
+    Command, Notification, Progress, Role, TerminalActivity, TerminalSize, TerminalState,
+};
 pub use ptyhub_wire::{BearerAuth, ErrorCode};
 
 /// The protobuf messages the calls take and answer with (`ptyhub.session.v1`,
@@ -430,6 +435,57 @@ impl Client {
         Ok(self
             .sessions_service()
             .wait_for_screen(request)
+            .await?
+            .into_inner())
+    }
+
+    /// The commands the session's shell ran, oldest first (those with an id above `after`, at
+    /// most `limit`: 0 means 100, over 1000 is INVALID_ARGUMENT), with what its terminal is
+    /// doing. A session whose program has no shell integration lists none. A share link's
+    /// credential may not read them (PERMISSION_DENIED).
+    pub async fn list_commands(
+        &self,
+        instance: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<proto::broker::ListCommandsResponse, Error> {
+        Ok(self
+            .sessions_service()
+            .list_commands(session_pb::ListCommandsRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                after,
+                limit,
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// One command's output, up to now while it runs: as plain text, or with `ansi` the bytes
+    /// as the program wrote them. NOT_FOUND ([`ErrorCode::NotFound`]) for a command the session
+    /// does not keep; OUT_OF_RANGE ([`ErrorCode::Gone`]) when the session's output ring no
+    /// longer holds all of it, with how much is lost in the message.
+    pub async fn command_output(
+        &self,
+        instance: &str,
+        session_id: &str,
+        command_id: u64,
+        ansi: bool,
+    ) -> Result<proto::broker::CommandOutput, Error> {
+        let format = if ansi {
+            broker_pb::ScreenFormat::Ansi
+        } else {
+            broker_pb::ScreenFormat::Text
+        };
+        Ok(self
+            .sessions_service()
+            .get_command_output(session_pb::GetCommandOutputRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                command_id,
+                format: format as i32,
+            })
             .await?
             .into_inner())
     }

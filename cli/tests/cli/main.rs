@@ -3,6 +3,7 @@
 
 mod attach;
 mod command_choice;
+mod commands;
 mod docker;
 mod errors;
 mod exec;

@@ -1,7 +1,8 @@
 //! The client library against a real in-process stack (broker with local PTYs, session-api on
 //! SQLite, the gateway), reached through the gateway's URL alone: session calls, attach with
-//! input, viewers and takeover, exec with its exit code and exact output, the screen calls, and
-//! an attach that resumes by offset across cut connections with every byte once.
+//! input, viewers and takeover, exec with its exit code and exact output, the screen calls, the
+//! command calls, and an attach that resumes by offset across cut connections with every byte
+//! once.
 
 mod relay;
 mod tls;
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use ptyhub_client::proto::session as session_pb;
 use ptyhub_client::{
-    AttachOptions, Client, ErrorCode, Event, ExitStatus, NewSession, Role, Selector, TerminalSize,
+    AttachOptions, Client, Command, ErrorCode, Event, ExitStatus, NewSession, Role, Selector,
+    TerminalActivity, TerminalSize, TerminalState,
 };
 use ptyhub_test_support::stack::TestStack;
 
@@ -340,6 +342,79 @@ async fn the_screen_calls_read_type_and_wait() {
         .await
         .expect_err("nothing shows that");
     assert_eq!(timed_out.code(), Some(ErrorCode::TimedOut));
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_command_calls_list_what_bash_ran_and_its_output() {
+    let stack = TestStack::builder().start().await;
+    let client = client(&stack).await;
+    client
+        .register_instance(session_pb::RegisterInstanceRequest {
+            name: "bash".into(),
+            target: Some(ptyhub_client::proto::broker::Target {
+                kind: Some(ptyhub_client::proto::broker::target::Kind::Local(
+                    ptyhub_client::proto::broker::LocalTarget {},
+                )),
+            }),
+            command: vec!["bash".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("register a bash instance");
+    let session = client
+        .create_session("bash", NewSession::default())
+        .await
+        .unwrap();
+    let state = |page: &ptyhub_client::proto::broker::ListCommandsResponse| {
+        page.terminal
+            .clone()
+            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+            .map(|terminal| terminal.state)
+    };
+    let listed = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
+        let page = client.list_commands("bash", &session.id, 0, 0).await.ok()?;
+        (state(&page) == Some(TerminalState::AtPrompt)).then_some(())
+    })
+    .await;
+    assert!(listed.is_some(), "bash did not show its prompt");
+    client
+        .send_input(session_pb::SendInputRequest {
+            instance: "bash".into(),
+            session_id: session.id.clone(),
+            items: vec![ptyhub_client::proto::broker::InputItem {
+                item: Some(ptyhub_client::proto::broker::input_item::Item::Text(
+                    "echo out-$((6*7)); (exit 3)\r".into(),
+                )),
+            }],
+            force: false,
+        })
+        .await
+        .expect("type");
+    let command = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
+        let page = client.list_commands("bash", &session.id, 0, 0).await.ok()?;
+        let command = page.commands.into_iter().next().map(Command::from)?;
+        (!command.is_running()).then_some(command)
+    })
+    .await
+    .expect("the command ends");
+    assert_eq!((command.id, command.exit_code), (1, Some(3)), "{command:?}");
+    assert_eq!(command.command, "echo out-$((6*7)); (exit 3)");
+    let output = client
+        .command_output("bash", &session.id, command.id, false)
+        .await
+        .expect("the command's output");
+    assert_eq!(String::from_utf8_lossy(&output.data).trim_end(), "out-42");
+    let unknown = client
+        .command_output("bash", &session.id, 99, true)
+        .await
+        .expect_err("no such command");
+    assert_eq!(unknown.code(), Some(ErrorCode::NotFound));
+    let too_many = client
+        .list_commands("bash", &session.id, 0, 5000)
+        .await
+        .expect_err("over the maximum");
+    assert_eq!(too_many.code(), Some(ErrorCode::Invalid));
     stack.shutdown().await;
 }
 

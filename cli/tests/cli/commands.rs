@@ -1,0 +1,165 @@
+//! `ptyhub commands` and `command-output` as a person or a script uses them: the commands typed
+//! into a bash session come back as rows of id, exit code, duration and command line (or as the
+//! REST JSON), one command's output goes to stdout as text or as the bytes written, and an
+//! instance added with `--no-shell-integration` lists none.
+
+use serde_json::Value;
+
+use crate::support::{Up, eventually, one_error_line};
+
+/// Registers a local instance whose sessions run `bash` (with `extra` flags), starts one, waits
+/// until its shell shows its prompt, and returns the session's id.
+fn bash_session(up: &Up, instance: &str, extra: &[&str]) -> String {
+    let mut args = vec!["instance", "add", instance, "--local"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "bash"]);
+    up.run_ok(&args);
+    let created: Vec<Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "new", instance])).expect("new --json");
+    created[0]["id"].as_str().expect("an id").to_owned()
+}
+
+/// The session as `ls --json` shows it.
+fn session_of(up: &Up, instance: &str, session: &str) -> Value {
+    up.sessions(instance)
+        .into_iter()
+        .find(|listed| listed["id"] == session)
+        .expect("the session is listed")
+}
+
+/// `commands --json`, parsed.
+fn listing(up: &Up, instance: &str, session: &str) -> Value {
+    serde_json::from_str(&up.run_ok(&["--json", "commands", instance, session]))
+        .expect("commands --json prints JSON")
+}
+
+/// Types `line` and Enter, and waits until the listing holds `count` finished commands and the
+/// shell is back at its prompt.
+fn run_line(up: &Up, instance: &str, session: &str, line: &str, count: usize) {
+    up.run_ok(&["send", instance, session, "--text", line, "--key", "Enter"]);
+    eventually(&format!("{line:?} finishes"), || {
+        let listed = listing(up, instance, session);
+        let finished = listed["commands"]
+            .as_array()
+            .expect("a commands array")
+            .iter()
+            .filter(|command| !command["ended_at"].is_null())
+            .count();
+        finished == count && listed["terminal"]["state"] == "at_prompt"
+    });
+}
+
+#[test]
+fn commands_prints_what_the_shell_ran_with_exit_codes_and_durations() {
+    let up = Up::start();
+    let session = bash_session(&up, "shell", &[]);
+    eventually("the shell shows its prompt", || {
+        session_of(&up, "shell", &session)["state"] == "at_prompt"
+    });
+    let shown = session_of(&up, "shell", &session);
+    assert_eq!(shown["shell_integration"], true, "{shown}");
+    let instances: Vec<Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "instance", "ls"])).expect("json");
+    let instance = instances
+        .iter()
+        .find(|instance| instance["name"] == "shell")
+        .expect("the instance is listed");
+    assert_eq!(instance["shell_integration"], true, "{instance}");
+
+    for (count, line) in ["true", "false", "(exit 7)", "echo hello-$((6*7))"]
+        .into_iter()
+        .enumerate()
+    {
+        run_line(&up, "shell", &session, line, count + 1);
+    }
+
+    let table = up.run_ok(&["commands", "shell", &session]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| {
+            line.split("   ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows[0], ["ID", "EXIT", "DURATION", "COMMAND"], "{table}");
+    let summary: Vec<(&str, &str, &str)> = rows[1..]
+        .iter()
+        .map(|row| (row[0], row[1], *row.last().expect("a command")))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("1", "0", "true"),
+            ("2", "1", "false"),
+            ("3", "7", "(exit 7)"),
+            ("4", "0", "echo hello-$((6*7))"),
+        ],
+        "{table}"
+    );
+    assert!(
+        rows[1..]
+            .iter()
+            .all(|row| row.len() == 4 && row[2].ends_with('s')),
+        "every finished command has a duration: {table}"
+    );
+
+    let page: Value = serde_json::from_str(&up.run_ok(&[
+        "--json", "commands", "shell", &session, "--after", "2", "--limit", "1",
+    ]))
+    .expect("json");
+    assert_eq!(page["commands"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["commands"][0]["id"], 3, "{page}");
+    assert_eq!(page["commands"][0]["exit_code"], 7, "{page}");
+    assert!(page["commands"][0]["duration_ms"].is_u64(), "{page}");
+    assert_eq!(page["first_kept_id"], 1, "{page}");
+    assert_eq!(page["terminal"]["state"], "at_prompt", "{page}");
+
+    let output = up.run_ok(&["command-output", "shell", &session, "4"]);
+    assert_eq!(output.trim_end(), "hello-42", "{output:?}");
+    let ansi = up.run_ok(&["command-output", "shell", &session, "4", "--ansi"]);
+    assert!(ansi.contains("hello-42"), "{ansi:?}");
+
+    let unknown = one_error_line(&up.run(&["command-output", "shell", &session, "99"]));
+    assert!(unknown.contains("command"), "{unknown}");
+    let too_many = one_error_line(&up.run(&["commands", "shell", &session, "--limit", "5000"]));
+    assert!(too_many.contains("1000"), "{too_many}");
+}
+
+#[test]
+fn an_instance_added_without_shell_integration_lists_no_commands() {
+    let up = Up::start();
+    let session = bash_session(&up, "plain", &["--no-shell-integration"]);
+    let instances: Vec<Value> =
+        serde_json::from_str(&up.run_ok(&["--json", "instance", "ls"])).expect("json");
+    let instance = instances
+        .iter()
+        .find(|instance| instance["name"] == "plain")
+        .expect("the instance is listed");
+    assert_eq!(instance["shell_integration"], false, "{instance}");
+    up.run_ok(&[
+        "send",
+        "plain",
+        &session,
+        "--text",
+        "echo done-$((6*7))",
+        "--key",
+        "Enter",
+    ]);
+    up.run_ok(&["wait", "plain", &session, "done-42"]);
+    assert_eq!(
+        listing(&up, "plain", &session)["commands"],
+        serde_json::json!([])
+    );
+    let table = up.run_ok(&["commands", "plain", &session]);
+    assert_eq!(
+        table.trim_end(),
+        "ID   EXIT   DURATION   COMMAND",
+        "{table:?}"
+    );
+    assert_eq!(
+        session_of(&up, "plain", &session)["shell_integration"],
+        false
+    );
+}
