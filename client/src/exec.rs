@@ -11,7 +11,7 @@
 use bytes::Bytes;
 
 use crate::attach::{AttachOptions, Attachment, Event, ExitStatus};
-use crate::{Client, Error, NewSession, TerminalSize};
+use crate::{Client, Error, ErrorCode, NewSession, TerminalSize};
 
 /// Printed by the wrapper once the terminal's echo is off.
 const READY_MARKER: &[u8] = b"\x1b]ptyhub-exec-ready\x07";
@@ -165,6 +165,12 @@ impl Exec {
                         reason.describe()
                     )));
                 }
+                // Input that reached the command after it exited (a fast `true` with its input
+                // closed at once) is moot: the exit follows on the stream.
+                Event::Refused {
+                    code: ErrorCode::WrongState,
+                    ..
+                } => {}
                 Event::Refused { message, .. } => {
                     return Err(Error::Protocol(format!("input refused: {message}")));
                 }
