@@ -304,7 +304,7 @@ fn output_across_an_upgrade_reaches_a_reattaching_client_exactly_once() {
         watched.resumed >= 1,
         "the client's stream never dropped: the upgrade did not happen under it"
     );
-    let text = String::from_utf8_lossy(&watched.output);
+    let text = without_osc(&String::from_utf8_lossy(&watched.output));
     let ticks: Vec<u64> = text
         .split("\r\n")
         .filter_map(|line| line.strip_prefix("tick-")?.parse().ok())
@@ -315,3 +315,25 @@ fn output_across_an_upgrade_reaches_a_reattaching_client_exactly_once() {
         "every numbered line exactly once and in order"
     );
 }
+
+/// `text` without its OSC sequences (`ESC ]` to BEL or ST): what a terminal shows of a line. A
+/// shell with integration marks a command's output start (OSC 133 C) on the line the output's
+/// first line follows.
+fn without_osc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("\x1b]") {
+        out.push_str(&rest[..start]);
+        let sequence = &rest[start..];
+        let end = match (sequence.find('\x07'), sequence.find("\x1b\\")) {
+            (Some(bell), Some(st)) if st < bell => st + 2,
+            (Some(bell), _) => bell + 1,
+            (None, Some(st)) => st + 2,
+            (None, None) => sequence.len(),
+        };
+        rest = &sequence[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
