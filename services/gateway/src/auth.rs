@@ -164,6 +164,13 @@ impl Access {
         !self.viewer_only
     }
 
+    /// Whether it may read what a session's shell ran: its commands, their output and the
+    /// working directory the shell reports. A share link's credential shows the terminal from
+    /// when it is opened; the commands are the session's past.
+    pub fn sees_commands(&self) -> bool {
+        !self.viewer_only
+    }
+
     /// The one session it covers, when it is restricted to one.
     pub fn only_session(&self) -> Option<&str> {
         self.session.as_deref()

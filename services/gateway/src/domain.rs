@@ -112,6 +112,17 @@ impl Session {
         }
         terminal
     }
+
+    /// The session as `access` may see it: a credential that may not read a session's commands
+    /// (a share link's) does not see the working directory its shell reported either.
+    pub fn as_seen_by(mut self, access: &crate::auth::Access) -> Self {
+        if !access.sees_commands()
+            && let Some(terminal) = &mut self.terminal
+        {
+            terminal.cwd = None;
+        }
+        self
+    }
 }
 
 /// One change of a session, with the session as it is after it.
@@ -121,6 +132,23 @@ pub struct SessionChange {
     pub session: Session,
     /// For [`ChangeKind::Terminal`]: the commands that started or ended, as they are now.
     pub commands: Vec<Command>,
+}
+
+impl SessionChange {
+    /// The change as `access` may see it: without its commands and the shell's working
+    /// directory for a credential that may not read a session's commands.
+    pub fn as_seen_by(self, access: &crate::auth::Access) -> Self {
+        let sees_commands = access.sees_commands();
+        Self {
+            session: self.session.as_seen_by(access),
+            commands: if sees_commands {
+                self.commands
+            } else {
+                Vec::new()
+            },
+            kind: self.kind,
+        }
+    }
 }
 
 /// A page of the commands a session's shell ran, oldest first.
@@ -157,6 +185,28 @@ pub enum CommandOutputFormat {
 pub struct CommandOutput {
     pub command: Command,
     pub data: Bytes,
+}
+
+/// A command to type at a session's shell prompt (docs/CONTRACT.md, "Run"), its bounds
+/// already checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRun {
+    /// One or more lines, neither empty nor holding a NUL.
+    pub command: String,
+    /// 1..=[`ptyhub_wire::limits::MAX_WAIT_MS`] milliseconds.
+    pub timeout_ms: u32,
+    /// Type while a client holds control.
+    pub force: bool,
+    pub format: CommandOutputFormat,
+}
+
+/// A command that ran to its end: the command as its shell reported it, and its output (at
+/// most the end of it; `truncated` when some is missing from the start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRunResult {
+    pub command: Command,
+    pub output: Bytes,
+    pub truncated: bool,
 }
 
 /// Where and with which ticket to attach to a session's PTY.

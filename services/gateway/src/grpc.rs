@@ -25,11 +25,11 @@ use tonic::transport::Channel;
 use crate::brokers::{BrokerChannels, InProcessBrokers};
 use crate::domain::{
     AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Command,
-    CommandListing, CommandOutput, CommandOutputFormat, CommandPage, Cursor, ExitStatus, InputItem,
-    InputWritten, Instance, NewInstance, RecordMode, Screen, ScreenContent, ScreenFormat,
-    ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session, SessionAttachment,
-    SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target, TerminalActivity,
-    TerminalCommand, TerminalEvent, WaitOutcome,
+    CommandListing, CommandOutput, CommandOutputFormat, CommandPage, CommandRun, CommandRunResult,
+    Cursor, ExitStatus, InputItem, InputWritten, Instance, NewInstance, RecordMode, Screen,
+    ScreenContent, ScreenFormat, ScreenRequest, ScreenRow, ScreenWait, ScreenWaitResult, Session,
+    SessionAttachment, SessionChange, SessionSelector, SessionStatus, Share, ShareLookup, Target,
+    TerminalActivity, TerminalCommand, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -435,10 +435,7 @@ impl Upstreams {
         command_id: u64,
         format: CommandOutputFormat,
     ) -> Result<CommandOutput, ApiError> {
-        let format = match format {
-            CommandOutputFormat::Text => broker_pb::ScreenFormat::Text,
-            CommandOutputFormat::Ansi => broker_pb::ScreenFormat::Ansi,
-        };
+        let format = command_output_format_to_proto(format);
         let output = self
             .session_api
             .clone()
@@ -457,6 +454,38 @@ impl Upstreams {
         Ok(CommandOutput {
             command: Command::from(command),
             data: output.data,
+        })
+    }
+
+    /// Types a command at the session's shell prompt and answers once it ended: the command
+    /// and its output. INVALID_ARGUMENT (no shell integration), FAILED_PRECONDITION (not at
+    /// the prompt, or control held without `force`) and DEADLINE_EXCEEDED (it goes on running)
+    /// come back with the broker's words.
+    pub async fn run(
+        &self,
+        instance_id: &str,
+        session_id: &str,
+        run: CommandRun,
+    ) -> Result<CommandRunResult, ApiError> {
+        let answer = self
+            .forward_run(session_pb::RunRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_owned(),
+                command: run.command,
+                timeout_ms: run.timeout_ms,
+                force: run.force,
+                format: command_output_format_to_proto(run.format) as i32,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        let command = answer
+            .command
+            .ok_or_else(|| ApiError::internal("session-api answered a run without its command"))?;
+        Ok(CommandRunResult {
+            command: Command::from(command),
+            output: answer.output,
+            truncated: answer.truncated,
         })
     }
 
@@ -1211,6 +1240,13 @@ fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {
 
 fn millis(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+fn command_output_format_to_proto(format: CommandOutputFormat) -> broker_pb::ScreenFormat {
+    match format {
+        CommandOutputFormat::Text => broker_pb::ScreenFormat::Text,
+        CommandOutputFormat::Ansi => broker_pb::ScreenFormat::Ansi,
+    }
 }
 
 fn screen_format_to_proto(format: ScreenFormat) -> broker_pb::ScreenFormat {

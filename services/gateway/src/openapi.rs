@@ -43,6 +43,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::wait_for_screen,
         commands::list_commands,
         commands::get_command_output,
+        commands::run_command,
         shares::create_share,
         shares::list_shares,
         shares::revoke_share,
@@ -163,6 +164,22 @@ mod tests {
                     .unwrap_or_else(|| panic!("{path} is not documented"));
                 assert!(route.get.is_some(), "{path}");
             }
+            let path = format!("{prefix}/terminal/sessions/{{sid}}/run");
+            let route = document
+                .paths
+                .paths
+                .get(&path)
+                .unwrap_or_else(|| panic!("{path} is not documented"));
+            assert!(route.post.is_some(), "{path}");
+        }
+        let run =
+            &document.paths.paths[&format!("{INSTANCE_PREFIX}/terminal/sessions/{{sid}}/run")];
+        let responses = &run.post.as_ref().expect("a post").responses.responses;
+        for status in ["200", "403", "408", "409", "422"] {
+            assert!(
+                responses.contains_key(status),
+                "run's {status} is documented"
+            );
         }
         let output = &document.paths.paths
             [&format!("{INSTANCE_PREFIX}/terminal/sessions/{{sid}}/commands/{{cid}}/output")];
@@ -176,6 +193,8 @@ mod tests {
             "NotificationBody",
             "ProgressBody",
             "CommandEventBody",
+            "RunBody",
+            "RunAnswerBody",
         ] {
             assert!(schemas.contains_key(schema), "{schema} is not documented");
         }

@@ -172,6 +172,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
             get(commands::get_command_output),
         )
         .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/run"),
+            post(commands::run_command),
+        )
+        .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/recording"),
             get(recordings::get_recording),
         )

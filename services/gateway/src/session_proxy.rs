@@ -7,7 +7,8 @@
 //! (`ListCommands`, `GetCommandOutput`) answer without the session's record, so their session is
 //! checked before they are forwarded: it must be the instance's and not closed. The command
 //! calls are the session's past, which a share link's credential does not see
-//! (`PERMISSION_DENIED`), as it does not see a recording. `Run` types like `SendInput` (a share
+//! (`PERMISSION_DENIED`), as it does not see a recording, nor the commands of a session change
+//! nor the working directory a session's shell reported. `Run` types like `SendInput` (a share
 //! link's credential may not) and waits like `WaitForScreen`, on the channel without a per-call
 //! bound.
 //!
@@ -425,11 +426,12 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::Session>, Status> {
         let (principal, message, mut client) = self.scoped_principal(request).await?;
         let instance_id = message.instance.clone();
-        let response = client.get_session(message).await.map_err(forwarded)?;
+        let mut response = client.get_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         if !principal.access.allows_session(&response.get_ref().id) {
             return Err(ErrorCode::NotFound.status("session not found"));
         }
+        session_as_seen_by(response.get_mut(), &principal.access);
         Ok(response)
     }
 
@@ -443,6 +445,9 @@ impl SessionApi for SessionApiProxy {
             .get_mut()
             .sessions
             .retain(|session| principal.access.allows_session(&session.id));
+        for session in &mut response.get_mut().sessions {
+            session_as_seen_by(session, &principal.access);
+        }
         Ok(response)
     }
 
@@ -466,6 +471,9 @@ impl SessionApi for SessionApiProxy {
             && !principal.access.allows_session(&session.id)
         {
             return Err(ErrorCode::NotFound.status("session not found"));
+        }
+        if let Some(session) = &mut response.get_mut().session {
+            session_as_seen_by(session, &principal.access);
         }
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
@@ -673,6 +681,7 @@ impl SessionApi for SessionApiProxy {
         let shutdown = self.state.shutdown.clone();
         let credential = self.state.credential_watch(&principal);
         let access = principal.access.clone();
+        let seeing = principal.access.clone();
         let stream = changes
             .filter(move |change| {
                 let covered = match change {
@@ -687,7 +696,9 @@ impl SessionApi for SessionApiProxy {
             .map(move |change| {
                 // Held while the changes flow: they count among the principal's streams.
                 let _held = &slot;
-                change.map_err(forwarded)
+                let mut change = change.map_err(forwarded)?;
+                change_as_seen_by(&mut change, &seeing);
+                Ok(change)
             })
             .take_until(async move {
                 tokio::select! {
@@ -696,6 +707,28 @@ impl SessionApi for SessionApiProxy {
                 }
             });
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A session as `access` may see it (as `crate::domain::Session::as_seen_by` for REST): no
+/// working directory for a credential that may not read a session's commands.
+fn session_as_seen_by(session: &mut pb::Session, access: &crate::auth::Access) {
+    if !access.sees_commands()
+        && let Some(terminal) = &mut session.terminal
+    {
+        terminal.cwd.clear();
+    }
+}
+
+/// A session change as `access` may see it (as `crate::domain::SessionChange::as_seen_by`
+/// for REST): without its commands and the working directory for a credential that may not
+/// read a session's commands.
+fn change_as_seen_by(change: &mut pb::SessionChange, access: &crate::auth::Access) {
+    if !access.sees_commands() {
+        change.commands.clear();
+    }
+    if let Some(session) = &mut change.session {
+        session_as_seen_by(session, access);
     }
 }
 

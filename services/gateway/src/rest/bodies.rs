@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::{
-    Cell, Color, Command, CommandListing, CommandOutputFormat, CommandPage, InputItem, Instance,
-    Notification, Progress, Screen, ScreenContent, ScreenFormat, ScreenRequest, ScreenWait,
-    ScreenWaitResult, Session, Target, TerminalActivity, WaitOutcome,
+    Cell, Color, Command, CommandListing, CommandOutputFormat, CommandPage, CommandRun,
+    CommandRunResult, InputItem, Instance, Notification, Progress, Screen, ScreenContent,
+    ScreenFormat, ScreenRequest, ScreenWait, ScreenWaitResult, Session, Target, TerminalActivity,
+    WaitOutcome,
 };
 use crate::error::ApiError;
 use ptyhub_model::{Name, NameKind};
@@ -321,6 +322,114 @@ impl CommandOutputQuery {
             Some(other) => Err(ApiError::bad_request(format!(
                 "unknown format {other:?}, expected \"text\" or \"ansi\""
             ))),
+        }
+    }
+}
+
+/// `POST .../run`: a command to type at the session's shell prompt.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RunBody {
+    /// One or more lines (several go as one command); not empty, no NUL.
+    pub command: String,
+    /// 1..=300000, default 30000; then 408, and the command goes on running.
+    pub timeout_ms: Option<u32>,
+    /// Type even while a client holds control (default false: 409).
+    #[serde(default)]
+    pub force: bool,
+    /// How the output is returned: `text` (default) as `output`, `ansi` the bytes as written,
+    /// base64-encoded as `output_base64`.
+    pub format: Option<CommandOutputFormatName>,
+}
+
+/// How a run's output is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandOutputFormatName {
+    /// Plain UTF-8 text, escape sequences and control characters taken out.
+    #[default]
+    Text,
+    /// The bytes as the program wrote them.
+    Ansi,
+}
+
+impl From<CommandOutputFormatName> for CommandOutputFormat {
+    fn from(format: CommandOutputFormatName) -> Self {
+        match format {
+            CommandOutputFormatName::Text => Self::Text,
+            CommandOutputFormatName::Ansi => Self::Ansi,
+        }
+    }
+}
+
+impl RunBody {
+    /// The run, checked as the broker checks it and in its words (each 422), before any call.
+    pub fn run(self) -> Result<CommandRun, ApiError> {
+        if self.command.trim().is_empty() {
+            return Err(ApiError::invalid("the command is empty"));
+        }
+        if self.command.contains('\0') {
+            return Err(ApiError::invalid("the command must not contain NUL"));
+        }
+        let timeout_ms = self.timeout_ms.unwrap_or(DEFAULT_WAIT_MS);
+        if !(1..=MAX_WAIT_MS).contains(&timeout_ms) {
+            return Err(ApiError::invalid(format!(
+                "timeout_ms must be 1 to {MAX_WAIT_MS}"
+            )));
+        }
+        Ok(CommandRun {
+            command: self.command,
+            timeout_ms,
+            force: self.force,
+            format: self.format.unwrap_or_default().into(),
+        })
+    }
+}
+
+/// A command that ran to its end, with its output.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunAnswerBody {
+    /// The command's id, as `GET .../commands` lists it.
+    pub command_id: u64,
+    /// `null` when the shell reported none.
+    pub exit_code: Option<i32>,
+    /// The output as text (`format` `text`); absent for `ansi`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The bytes as written, base64 (standard alphabet, padded) (`format` `ansi`); absent for
+    /// `text`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_base64: Option<String>,
+    /// From its start to its end.
+    pub duration_ms: u64,
+    /// Output is missing from its start: over 1 MiB, or gone from the session's ring.
+    pub truncated: bool,
+    /// The command, as `GET .../commands` lists it.
+    pub command: CommandBody,
+}
+
+impl RunAnswerBody {
+    pub fn new(result: CommandRunResult, format: CommandOutputFormat) -> Self {
+        use base64::Engine as _;
+        let command = CommandBody::from(result.command);
+        let (output, output_base64) = match format {
+            // The broker's text is UTF-8; should a byte not be, it shows as U+FFFD.
+            CommandOutputFormat::Text => (
+                Some(String::from_utf8_lossy(&result.output).into_owned()),
+                None,
+            ),
+            CommandOutputFormat::Ansi => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&result.output)),
+            ),
+        };
+        Self {
+            command_id: command.id,
+            exit_code: command.exit_code,
+            output,
+            output_base64,
+            duration_ms: command.duration_ms.unwrap_or(0),
+            truncated: result.truncated,
+            command,
         }
     }
 }

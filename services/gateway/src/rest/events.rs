@@ -4,7 +4,8 @@
 //! list of live sessions, so a client that (re)connects sees the whole state once and every
 //! change after it. A change of what a terminal is doing is a `state_changed` event, followed
 //! by one `command_started` or `command_finished` event for each command that started or ended
-//! with it.
+//! with it. A share link's credential, which does not read a session's commands, gets no
+//! command events and no working directory ([`SessionChange::as_seen_by`]).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -64,7 +65,7 @@ pub async fn session_events(
         .await?
         .into_iter()
         .filter(|session| principal.access.allows_session(&session.id))
-        .map(SessionBody::from)
+        .map(|session| SessionBody::from(session.as_seen_by(&principal.access)))
         .collect();
     let first = json_event(SESSIONS_EVENT, &SessionList { sessions });
     let instance_id = instance.id.clone();
@@ -83,7 +84,7 @@ pub async fn session_events(
                     if change.session.instance_id == instance_id
                         && access.allows_session(&change.session.id) =>
                 {
-                    change_events(change)
+                    change_events(change.as_seen_by(&access))
                 }
                 _ => Vec::new(),
             })

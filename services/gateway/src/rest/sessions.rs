@@ -54,7 +54,7 @@ pub async fn list_sessions(
         .await?
         .into_iter()
         .filter(|session| principal.access.allows_session(&session.id))
-        .map(SessionBody::from)
+        .map(|session| SessionBody::from(session.as_seen_by(&principal.access)))
         .collect();
     Ok(Json(SessionList { sessions }))
 }
@@ -136,7 +136,7 @@ pub async fn get_session(
 ) -> Result<Json<SessionBody>, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
     let session = state.authorize_session(&principal, &instance, &sid).await?;
-    Ok(Json(session.into()))
+    Ok(Json(session.as_seen_by(&principal.access).into()))
 }
 
 /// Close a session, ending its processes.

@@ -3,8 +3,9 @@
 //! their output as text or as the bytes written, over REST (both path layouts) and the
 //! gateway's gRPC surface; the session body says what the terminal is doing; the events stream
 //! reports each command; bad queries, unknown commands, output the ring lost and a share link's
-//! credential are refused; an instance without shell integration lists none. `Run` on the
-//! gateway's gRPC surface types a command and answers with how it ended.
+//! credential are refused, and a share sees neither command events nor the shell's working
+//! directory, on REST, the events stream and gRPC; an instance without shell integration lists
+//! none. `Run` on the gateway's gRPC surface types a command and answers with how it ended.
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
@@ -14,13 +15,17 @@ use serde_json::{Value, json};
 
 use super::support::{
     Events, as_admin, create_session, eventually, gateway_grpc, get_session, rest, rest_as,
-    sessions_path, type_input,
+    sessions_path, type_input, watch_sessions,
 };
 
 /// Registers a local instance running `bash` (with `shell_integration` when given: absent is
 /// the default), labelled for the older layout's `/projects/p/repositories/r/...` routes, and
 /// returns its body.
-async fn bash_instance(stack: &TestStack, name: &str, shell_integration: Option<bool>) -> Value {
+pub(super) async fn bash_instance(
+    stack: &TestStack,
+    name: &str,
+    shell_integration: Option<bool>,
+) -> Value {
     let mut body = json!({
         "name": name,
         "target": {"local": {}},
@@ -75,7 +80,7 @@ async fn command_output(
 }
 
 /// Waits until the session body says the shell shows its prompt, and returns the body.
-async fn at_prompt(stack: &TestStack, instance: &str, session_id: &str) -> Value {
+pub(super) async fn at_prompt(stack: &TestStack, instance: &str, session_id: &str) -> Value {
     eventually("the shell shows its prompt", || async {
         let session = get_session(stack, instance, session_id).await;
         (session["state"] == "at_prompt").then_some(session)
@@ -118,7 +123,7 @@ async fn run_line(stack: &TestStack, instance: &str, session_id: &str, line: &st
 }
 
 /// A share link's token for the session.
-async fn share_token(stack: &TestStack, instance: &str, session_id: &str) -> String {
+pub(super) async fn share_token(stack: &TestStack, instance: &str, session_id: &str) -> String {
     let created = rest(
         stack,
         Method::POST,
@@ -131,7 +136,7 @@ async fn share_token(stack: &TestStack, instance: &str, session_id: &str) -> Str
 }
 
 /// `message` with `token` as its bearer credential.
-fn with_bearer<T>(token: &str, message: T) -> tonic::Request<T> {
+pub(super) fn with_bearer<T>(token: &str, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.metadata_mut().insert(
         "authorization",
@@ -543,5 +548,135 @@ async fn run_through_the_gateway_types_a_command_and_answers_how_it_ended() {
         .await
         .expect_err("a share runs nothing");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_share_sees_no_command_events_and_no_working_directory() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    let seen_by_admin = at_prompt(&stack, &instance, &session_id).await;
+    assert!(seen_by_admin["cwd"].is_string(), "{seen_by_admin}");
+    let token = share_token(&stack, &instance, &session_id).await;
+
+    // The session bodies a share reads: what the terminal is doing, not where.
+    let shared = rest_as(
+        &stack,
+        Some(&token),
+        Method::GET,
+        &format!("{}/{session_id}", sessions_path(&instance)),
+        None,
+    )
+    .await
+    .expect(200, "a share reads the session");
+    assert_eq!(shared["cwd"], Value::Null, "{shared}");
+    assert_eq!(shared["state"], "at_prompt", "{shared}");
+    let listed = rest_as(
+        &stack,
+        Some(&token),
+        Method::GET,
+        &sessions_path(&instance),
+        None,
+    )
+    .await
+    .expect(200, "a share lists the sessions");
+    assert_eq!(listed["sessions"][0]["cwd"], Value::Null, "{listed}");
+    let mut client = gateway_grpc(&stack).await;
+    let over_grpc = client
+        .get_session(with_bearer(
+            &token,
+            session_pb::GetSessionRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+            },
+        ))
+        .await
+        .expect("a share reads the session over grpc")
+        .into_inner();
+    let terminal = over_grpc.terminal.expect("what the terminal is doing");
+    assert_eq!(terminal.cwd, "", "{terminal:?}");
+    assert!(terminal.shell_integration, "{terminal:?}");
+
+    // The events streams: the admin's reports the command, the share's does not.
+    let mut shared_events = Events::open_as(&stack, &instance, &token).await;
+    let (name, opening) = shared_events.next().await;
+    assert_eq!(name, "sessions");
+    assert_eq!(opening["sessions"][0]["cwd"], Value::Null, "{opening}");
+    let mut events = Events::open(&stack, &instance).await;
+    let mut shared_changes = client
+        .watch_sessions(with_bearer(
+            &token,
+            session_pb::WatchSessionsRequest {
+                instance: instance.clone(),
+            },
+        ))
+        .await
+        .expect("a share watches over grpc")
+        .into_inner();
+    let mut admin_changes = watch_sessions(&stack, &instance).await;
+    run_line(&stack, &instance, &session_id, "true").await;
+    let finished = events
+        .until_named("command_finished", |data| {
+            data["command"]["command"] == "true"
+        })
+        .await;
+    assert!(finished["command"]["cwd"].is_string(), "{finished}");
+    super::support::next_change_of(
+        &mut admin_changes,
+        &session_id,
+        "the command",
+        |change, _| !change.commands.is_empty(),
+    )
+    .await;
+    // A rename after it marks where the share's streams have shown everything of the command.
+    rest(
+        &stack,
+        Method::POST,
+        &format!("{}/{session_id}/rename", sessions_path(&instance)),
+        Some(json!({"name": "marker"})),
+    )
+    .await
+    .expect(200, "rename the session");
+    let mut state_changes = 0;
+    loop {
+        let (name, data) = shared_events.next().await;
+        assert!(
+            !name.starts_with("command_"),
+            "a share got a command event: {name} {data}"
+        );
+        assert_eq!(data["cwd"], Value::Null, "{name}: {data}");
+        if name == "state_changed" {
+            state_changes += 1;
+        }
+        if name == "renamed" {
+            break;
+        }
+    }
+    assert!(state_changes > 0, "the share saw the terminal change");
+    loop {
+        let change =
+            tokio::time::timeout(std::time::Duration::from_secs(10), shared_changes.message())
+                .await
+                .expect("a change in time")
+                .expect("the stream reads")
+                .expect("the stream stays open");
+        assert!(change.commands.is_empty(), "{change:?}");
+        let session = change.session.expect("a session");
+        assert_eq!(
+            session
+                .terminal
+                .as_ref()
+                .map_or("", |terminal| terminal.cwd.as_str()),
+            "",
+            "{session:?}"
+        );
+        if session.name == "marker" {
+            break;
+        }
+    }
     stack.shutdown().await;
 }

@@ -19,6 +19,7 @@ mod live_sessions;
 mod project_routes;
 mod recordings;
 mod reset;
+mod run;
 mod screens;
 mod snapshots;
 mod support;

@@ -224,13 +224,18 @@ pub struct Events {
 
 impl Events {
     pub async fn open(stack: &TestStack, instance: &str) -> Events {
+        Self::open_as(stack, instance, &stack.admin_token).await
+    }
+
+    /// The stream as `token` (a share link's, say) sees it.
+    pub async fn open_as(stack: &TestStack, instance: &str, token: &str) -> Events {
         let response = stack
             .http
             .get(format!(
                 "{}/api/v1/instances/{instance}/terminal/events",
                 stack.gateway_url
             ))
-            .bearer_auth(&stack.admin_token)
+            .bearer_auth(token)
             .send()
             .await
             .expect("the gateway answers");
