@@ -153,14 +153,14 @@ struct CommandListView {
 
 /// A command as the REST API gives it (docs/CONTRACT.md, "Commands").
 #[derive(Debug, Serialize)]
-struct CommandView {
+pub struct CommandView {
     id: u64,
     command: String,
     cwd: Option<String>,
     started_at: String,
     ended_at: Option<String>,
     exit_code: Option<i32>,
-    duration_ms: Option<u64>,
+    pub duration_ms: Option<u64>,
     output_start: u64,
     output_end: Option<u64>,
 }

@@ -2,7 +2,8 @@
 //! exec`, manage instances and sessions).
 //!
 //! Errors are one line on stderr and a non-zero exit code; `attach` and `exec` exit with the
-//! remote process's exit code, `wait` with 124 when it times out.
+//! remote process's exit code, `run` with its command's, `wait` and `run` with 124 when they
+//! time out.
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,7 @@ mod commands;
 mod connection;
 mod manage;
 mod recording;
+mod run;
 mod screen;
 mod terminal;
 mod up;
@@ -98,6 +100,10 @@ enum Command {
     /// Write one command's output to stdout (as `ptyhub commands` numbers them).
     #[command(name = "command-output")]
     Output(commands::CommandOutputArgs),
+    /// Type a command at a session's shell prompt (everyone attached sees it), print its
+    /// output and exit with its exit code (1 when the shell reported none, 124 when it did not
+    /// end within --timeout).
+    Run(run::RunArgs),
     /// Run a command in a new session, stream its output, exit with its exit code.
     Exec {
         instance: String,
@@ -260,6 +266,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Recording(args) => recording::download_recording(connection, args).await?,
         Command::Commands(args) => commands::commands(connection, args, output).await?,
         Command::Output(args) => commands::command_output(connection, args).await?,
+        Command::Run(args) => return run::run(connection, args, output).await,
         Command::Attach(args) => return attach_terminal(connection, args).await,
         Command::Exec { instance, command } => {
             return exec_command(connection, instance, command).await;

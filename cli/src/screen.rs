@@ -115,6 +115,15 @@ pub struct ExitWith {
     message: String,
 }
 
+impl ExitWith {
+    pub fn new(status: u8, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
 /// The `--text` and `--key` values of a `send` in the order they were given on the command line.
 pub fn input_items_in_order(matches: &ArgMatches) -> Vec<broker_pb::InputItem> {
     use broker_pb::input_item::Item;

@@ -490,6 +490,28 @@ impl Client {
             .into_inner())
     }
 
+    /// Types `request.command` at the session's shell prompt, as a colleague would, and
+    /// answers once it ended: the command (its `exit_code`), its output (at most the last
+    /// 1 MiB, `truncated` otherwise). INVALID_ARGUMENT ([`ErrorCode::Invalid`]) for an empty or
+    /// NUL-bearing command, a timeout over 300 s or a program without shell integration;
+    /// FAILED_PRECONDITION ([`ErrorCode::WrongState`]) while a program runs, or while a client
+    /// holds control without `force`; DEADLINE_EXCEEDED ([`ErrorCode::TimedOut`]) when it did
+    /// not end within its timeout (it goes on running); PERMISSION_DENIED for a share link's
+    /// credential.
+    pub async fn run(
+        &self,
+        request: proto::session::RunRequest,
+    ) -> Result<proto::broker::RunResponse, Error> {
+        let timeout_ms = match request.timeout_ms {
+            0 => ptyhub_wire::limits::DEFAULT_WAIT_MS,
+            other => other.min(ptyhub_wire::limits::MAX_WAIT_MS),
+        };
+        let mut request = tonic::Request::new(request);
+        // The run is bounded by its own timeout; the call may take that plus an answer's time.
+        request.set_timeout(Duration::from_millis(timeout_ms.into()) + Duration::from_secs(30));
+        Ok(self.sessions_service().run(request).await?.into_inner())
+    }
+
     /// Attaches to a session through the gateway: see [`Attachment`].
     pub async fn attach(
         &self,

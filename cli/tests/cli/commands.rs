@@ -1,7 +1,8 @@
 //! `ptyhub commands` and `command-output` as a person or a script uses them: the commands typed
 //! into a bash session come back as rows of id, exit code, duration and command line (or as the
 //! REST JSON), one command's output goes to stdout as text or as the bytes written, and an
-//! instance added with `--no-shell-integration` lists none.
+//! instance added with `--no-shell-integration` lists none. `ptyhub run` types a command at the
+//! prompt, prints its output and exits with its exit code (124 when it outlasts `--timeout`).
 
 use serde_json::Value;
 
@@ -161,5 +162,66 @@ fn an_instance_added_without_shell_integration_lists_no_commands() {
     assert_eq!(
         session_of(&up, "plain", &session)["shell_integration"],
         false
+    );
+}
+
+#[test]
+fn run_prints_the_output_and_exits_with_the_commands_exit_code() {
+    let up = Up::start();
+    let session = bash_session(&up, "shell", &[]);
+    eventually("the shell shows its prompt", || {
+        session_of(&up, "shell", &session)["state"] == "at_prompt"
+    });
+
+    let said = up.run_ok(&["run", "shell", &session, "--", "echo", "hi"]);
+    assert_eq!(said, "hi\n", "{said:?}");
+
+    // Several words are the argv of a program, quoted for the shell.
+    let failed = up.run(&[
+        "run",
+        "shell",
+        &session,
+        "--",
+        "sh",
+        "-c",
+        "echo out; exit 5",
+    ]);
+    assert_eq!(failed.status.code(), Some(5), "{failed:?}");
+    assert_eq!(String::from_utf8_lossy(&failed.stdout), "out\n");
+
+    // One word is a shell line, as is.
+    let line = up.run(&["run", "shell", &session, "--", "echo one && (exit 3)"]);
+    assert_eq!(line.status.code(), Some(3), "{line:?}");
+    assert_eq!(String::from_utf8_lossy(&line.stdout), "one\n");
+
+    let json: Value = serde_json::from_str(
+        &up.run_ok(&["--json", "run", "shell", &session, "--", "echo", "it's"]),
+    )
+    .expect("run --json prints JSON");
+    assert_eq!(json["output"], "it's\n", "{json}");
+    assert_eq!(json["exit_code"], 0, "{json}");
+    assert_eq!(json["command"]["command"], "echo 'it'\\''s'", "{json}");
+    assert_eq!(json["command_id"], json["command"]["id"], "{json}");
+
+    let timed_out = up.run(&[
+        "run",
+        "shell",
+        &session,
+        "--timeout",
+        "0.3",
+        "--",
+        "sleep 2",
+    ]);
+    assert_eq!(timed_out.status.code(), Some(124), "{timed_out:?}");
+    let said = one_error_line(&timed_out);
+    assert!(said.contains("goes on running"), "{said}");
+    let busy = one_error_line(&up.run(&["run", "shell", &session, "--", "true"]));
+    assert!(busy.contains("a program is running"), "{busy}");
+    eventually("sleep ends", || {
+        session_of(&up, "shell", &session)["state"] == "at_prompt"
+    });
+    assert_eq!(
+        listing(&up, "shell", &session)["commands"][4]["command"],
+        "sleep 2"
     );
 }

@@ -336,4 +336,3 @@ fn without_osc(text: &str) -> String {
     out.push_str(rest);
     out
 }
-
