@@ -173,6 +173,8 @@ pub fn validate_reported(event: &NewAuditEvent) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use ptyhub_test_support::fuzz;
     use ptyhub_wire::Surface;
 
     use super::*;
@@ -212,5 +214,46 @@ mod tests {
             validate_reported(&bare_attach).is_err(),
             "no session, no attachment"
         );
+    }
+
+    /// Every page token a listing hands out (an event's id in decimal) reads back as that id,
+    /// and no other text reads as an id it does not spell: a token is the id's digits, with
+    /// nothing but an optional `+` and leading zeros around them.
+    #[test]
+    fn fuzz_page_tokens_read_back_as_the_id_they_were_made_of() {
+        fuzz::check(1024, any::<u64>(), |id| {
+            prop_assert_eq!(parse_page_token(&id.to_string()).unwrap(), Some(id));
+            Ok(())
+        });
+        let token = prop_oneof![
+            "[0-9]{0,22}",
+            "[+-]?[0-9a-f ]{0,22}",
+            ".{0,24}",
+            any::<u64>().prop_map(|id| format!("{id}0")),
+        ];
+        fuzz::check(1024, token, |token| {
+            match parse_page_token(&token) {
+                Ok(None) => prop_assert!(token.is_empty()),
+                Ok(Some(id)) => {
+                    let digits = token.strip_prefix('+').unwrap_or(&token);
+                    prop_assert!(
+                        digits.bytes().all(|byte| byte.is_ascii_digit()),
+                        "{token:?}"
+                    );
+                    let significant = digits.trim_start_matches('0');
+                    let spelled = if significant.is_empty() {
+                        "0"
+                    } else {
+                        significant
+                    };
+                    prop_assert_eq!(spelled, id.to_string());
+                }
+                Err(error) => prop_assert!(
+                    error.to_string().contains("page_token"),
+                    "{token:?}: {error}"
+                ),
+            }
+            Ok(())
+        });
     }
 }

@@ -1,10 +1,14 @@
 //! The audit trail in the store, on both databases: a close is recorded once with who closed
 //! it, a takeover once whichever of its two facts arrives first, and listings filter and page
-//! without losing or repeating an event.
+//! without losing or repeating an event, for pages of any size through the tokens handed out.
 
+use std::time::Instant;
+
+use proptest::prelude::*;
 use ptyhub_model::Role;
+use ptyhub_test_support::fuzz;
 use ptyhub_wire::{Actor, Surface};
-use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent};
+use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
 use session_api::domain::CloseReason;
 use session_api::store::{Reservation, Store, TAKEN_OVER};
 use uuid::Uuid;
@@ -308,5 +312,94 @@ both_databases!(
         )
         .await;
         assert!(before_everything.is_empty());
+    }
+);
+
+both_databases!(
+    fuzz_pages_of_any_size_list_every_event_once_in_order_through_their_tokens,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        // A case: events (whose, about which of three instances), the sizes of the pages read
+        // one after another, and which filter lists them.
+        let case = (
+            prop::collection::vec((0..3usize, 0..3usize), 0..30),
+            prop::collection::vec(1..=7u32, 1..6),
+            0..3u8,
+        );
+        let people = [person("alice"), person("bob"), person("carol")];
+        let started = Instant::now();
+        let mut batches = 0;
+        while fuzz::another_batch(started, batches) {
+            for (events, page_sizes, filter_kind) in fuzz::samples(8, &case) {
+                let instances = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
+                for (who, about) in &events {
+                    store
+                        .record_audit_event(
+                            NewAuditEvent::new(AuditKind::SessionRenamed, &people[*who])
+                                .instance(instances[*about]),
+                        )
+                        .await
+                        .expect("record");
+                }
+                // Each filter keeps to this case's instances, so the whole listing is one page.
+                let filter = match filter_kind {
+                    0 => AuditFilter {
+                        instance_id: Some(instances[0]),
+                        ..AuditFilter::default()
+                    },
+                    1 => AuditFilter {
+                        only_instances: Some(vec![instances[1], instances[2]]),
+                        ..AuditFilter::default()
+                    },
+                    _ => AuditFilter {
+                        principal: Some("bob".into()),
+                        only_instances: Some(instances.to_vec()),
+                        ..AuditFilter::default()
+                    },
+                };
+                let all: Vec<u64> = everything(&store, filter.clone())
+                    .await
+                    .iter()
+                    .map(|event| event.id)
+                    .collect();
+                let case = format!("{events:?}, pages of {page_sizes:?}, filter {filter_kind}");
+
+                // Paged as a client pages: the token handed out, parsed back for the next page.
+                let mut paged = Vec::new();
+                let mut token = String::new();
+                for page_number in 0.. {
+                    assert!(page_number <= all.len(), "paging never ends: {case}");
+                    let page_size = page_sizes[page_number % page_sizes.len()];
+                    let page = store
+                        .list_audit_events(
+                            &AuditFilter {
+                                after_id: parse_page_token(&token).expect("a token handed out"),
+                                page_size,
+                                ..filter.clone()
+                            }
+                            .validated()
+                            .unwrap(),
+                        )
+                        .await
+                        .expect("page");
+                    assert!(page.events.len() <= page_size as usize, "{case}");
+                    paged.extend(page.events.iter().map(|event| event.id));
+                    token = page
+                        .next_after_id
+                        .map(|id| id.to_string())
+                        .unwrap_or_default();
+                    if token.is_empty() {
+                        break;
+                    }
+                    // A page that says more follows is full, and more does follow.
+                    assert_eq!(page.events.len(), page_size as usize, "{case}");
+                    assert!(paged.len() < all.len(), "a next page of nothing: {case}");
+                }
+                assert_eq!(paged, all, "{case}");
+            }
+            batches += 1;
+        }
     }
 );
