@@ -465,23 +465,28 @@ mod tests {
 
     #[test]
     fn the_audit_retention_is_a_duration_or_forever() {
-        let secrets = [
-            "--service-token=session-api-token-0123456789",
-            "--gateway-token=gateway-token-0123456789",
-            "--ticket-secret=ticket-secret-0123456789",
-        ];
-        let with = |retention: Option<&str>| {
-            let mut args = secrets.to_vec();
-            let flag = retention.map(|retention| format!("--audit-retention={retention}"));
-            args.extend(flag.as_deref());
-            parse(&args).map(|config| config.audit_retention)
-        };
-        assert_eq!(with(None), Ok(Duration::from_secs(90 * 24 * 60 * 60)));
-        assert_eq!(with(Some("12h")), Ok(Duration::from_secs(12 * 60 * 60)));
-        assert_eq!(with(Some("forever")), Ok(Duration::ZERO));
-        assert_eq!(with(Some("0")), Ok(Duration::ZERO));
-        let bad = with(Some("a while")).unwrap_err();
-        assert!(bad.contains("--audit-retention"), "{bad}");
+        use clap::CommandFactory as _;
+
+        // The flag's default, as clap gives it, is the library's.
+        let command = Flags::command();
+        let flag = command
+            .get_arguments()
+            .find(|argument| argument.get_long() == Some("audit-retention"))
+            .expect("an --audit-retention flag");
+        let default = flag.get_default_values();
+        assert_eq!(default.len(), 1);
+        assert_eq!(
+            parse_retention(default[0].to_str().expect("text")),
+            Ok(ptyhub_wire::limits::DEFAULT_AUDIT_RETENTION)
+        );
+        assert_eq!(
+            parse_retention("12h"),
+            Ok(Duration::from_secs(12 * 60 * 60))
+        );
+        assert_eq!(parse_retention("forever"), Ok(Duration::ZERO));
+        assert_eq!(parse_retention("0"), Ok(Duration::ZERO));
+        let bad = parse_retention("a while").unwrap_err();
+        assert!(bad.contains("forever"), "{bad}");
     }
 
     #[test]
