@@ -324,4 +324,108 @@ mod tests {
             }
         }
     }
+
+    /// The contract's alias rule, written from docs/CONTRACT.md rather than from the code:
+    /// `default`; `client:` and an id of 1 to 64 of `A-Za-z0-9-`; else 1 to 128 of
+    /// `A-Za-z0-9_.:-`.
+    fn alias_by_the_contract(raw: &str) -> Option<Alias> {
+        let all_of = |text: &str, extra: &str, max: usize| {
+            (1..=max).contains(&text.chars().count())
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+        };
+        if raw == "default" {
+            Some(Alias::Default)
+        } else if let Some(id) = raw.strip_prefix("client:") {
+            all_of(id, "-", 64).then(|| Alias::Client(id.to_owned()))
+        } else {
+            all_of(raw, "_.:-", 128).then(|| Alias::External(raw.to_owned()))
+        }
+    }
+
+    /// Text near the alias rule's edges: its prefixes, its characters and their neighbours
+    /// (`_` in a client id, `/`, a space, non-ASCII), lengths around 64 and 128.
+    fn alias_like() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "(client:|default|Default|client|)[A-Za-z0-9_.:/ é-]{0,10}",
+            "client:[A-Za-z0-9-]{62,66}",
+            "client:[A-Za-z0-9_-]{1,8}",
+            "[A-Za-z0-9_.:-]{126,130}",
+            "\\PC{0,20}",
+            ".{0,20}",
+        ]
+    }
+
+    /// Characters a name may hold, and ones it may not (controls, format and bidirectional
+    /// characters, line and paragraph separators), as the contract lists them: each with
+    /// whether a name may hold it.
+    fn name_character() -> impl Strategy<Value = (char, bool)> {
+        let allowed = prop::sample::select(vec![
+            'a', 'Z', '0', ' ', '-', '_', 'é', '日', '🙂', '\u{a0}', '\u{3000}', '\u{fffd}',
+        ]);
+        let forbidden = prop::sample::select(vec![
+            '\0', '\t', '\n', '\r', '\u{1b}', '\u{7f}', '\u{85}', '\u{9b}', '\u{202e}', '\u{202a}',
+            '\u{2066}', '\u{200b}', '\u{200d}', '\u{200e}', '\u{feff}', '\u{61c}', '\u{2028}',
+            '\u{2029}',
+        ]);
+        prop_oneof![
+            8 => allowed.prop_map(|c| (c, true)),
+            1 => forbidden.prop_map(|c| (c, false)),
+        ]
+    }
+
+    proptest! {
+        /// Any text is an alias exactly when the contract says so, of the kind it says.
+        #[test]
+        fn fuzz_aliases_are_what_the_contract_says(raw in alias_like()) {
+            prop_assert_eq!(Alias::parse(&raw).ok(), alias_by_the_contract(&raw), "{:?}", raw);
+        }
+
+        /// A client id is accepted alone exactly when it is accepted after `client:`, and its
+        /// alias is written back as `client:<id>`.
+        #[test]
+        fn fuzz_client_ids_are_one_rule(id in prop_oneof!["[A-Za-z0-9_-]{0,66}", ".{0,8}"]) {
+            let alone = Alias::client(&id);
+            prop_assert_eq!(alone.is_ok(), Alias::is_client_id(&id));
+            prop_assert_eq!(alone.clone().ok(), Alias::parse(&format!("client:{id}")).ok());
+            match alone {
+                Ok(alias) => prop_assert_eq!(alias.to_text(), format!("client:{id}")),
+                Err(refused) => prop_assert!(refused.message().starts_with("client id")),
+            }
+        }
+
+        /// A name is accepted exactly when, trimmed, it has 1 to 255 characters and none the
+        /// contract forbids; it is kept trimmed, and a refusal names what was refused.
+        #[test]
+        fn fuzz_names_are_what_the_contract_says(
+            characters in prop::collection::vec(name_character(), 0..12),
+            padding in prop::sample::select(vec!["", " ", "\t", "\n ", "\u{a0}", "\u{2028}"]),
+            long in prop_oneof![Just(0usize), 240..260usize],
+        ) {
+            let core: String =
+                characters.iter().map(|(c, _)| *c).collect::<String>() + &"x".repeat(long);
+            let raw = format!("{padding}{core}{padding}");
+            let trimmed = raw.trim();
+            let forbidden: Vec<char> = characters
+                .iter()
+                .filter(|(_, allowed)| !allowed)
+                .map(|(c, _)| *c)
+                .collect();
+            let holds_forbidden = trimmed.chars().any(|c| forbidden.contains(&c));
+            let valid = (1..=255).contains(&trimmed.chars().count()) && !holds_forbidden;
+            for kind in [NameKind::Instance, NameKind::Session] {
+                match Name::parse(kind, &raw) {
+                    Ok(name) => {
+                        prop_assert!(valid, "{:?} was accepted", raw);
+                        prop_assert_eq!(name.as_str(), trimmed);
+                    }
+                    Err(refused) => {
+                        prop_assert!(!valid, "{:?} was refused: {}", raw, refused);
+                        prop_assert!(refused.message().starts_with(kind.subject()), "{}", refused);
+                    }
+                }
+            }
+        }
+    }
 }

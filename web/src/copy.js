@@ -2,6 +2,7 @@
 // where the browser's own selection works, and copying the selection, or all of it when nothing
 // is selected, to the clipboard.
 
+import { writeToClipboard } from './clipboard.js';
 import { el } from './dom.js';
 
 /** @typedef {import('./session-tab.js').SessionTab} SessionTab */
@@ -41,17 +42,7 @@ export class CopyView {
     const selected = selection && !selection.isCollapsed && this.text.contains(selection.anchorNode)
       ? selection.toString()
       : this.text.textContent;
-    try {
-      await navigator.clipboard.writeText(selected);
-    } catch {
-      // No clipboard API here (an insecure origin, a refused permission): the older way.
-      const scratch = el('textarea', { class: 'scratch' });
-      scratch.value = selected;
-      document.body.append(scratch);
-      scratch.select();
-      document.execCommand('copy');
-      scratch.remove();
-    }
+    await writeToClipboard(selected);
     this.showToast(`Copied ${selected.length} characters`, 'info');
   }
 }

@@ -17,19 +17,6 @@ import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
 import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
 
-/**
- * Where OSC 52 sequences from programs (tmux, vim) go: only writes reach the system clipboard.
- * A program asking to read the clipboard gets nothing, so nothing the user copied elsewhere
- * leaks into a terminal session.
- * @type {import('@xterm/addon-clipboard').IClipboardProvider}
- */
-const WRITE_ONLY_CLIPBOARD = {
-  readText: () => '',
-  writeText: async (_selection, text) => {
-    await navigator.clipboard.writeText(text);
-  },
-};
-
 /** The search highlights, per theme (`#RRGGBB`, as the search addon requires). */
 const SEARCH_DECORATIONS = Object.freeze({
   dark: { matchBackground: '#4c566a', matchOverviewRuler: '#e5b94a', activeMatchBackground: '#b48a2a', activeMatchColorOverviewRuler: '#ffcc55' },
@@ -170,9 +157,15 @@ export class SessionTab {
     }));
     this.searchAddon = new SearchAddon();
     this.terminal.loadAddon(this.searchAddon);
-    // A viewer watches someone else's session: its programs do not write to the viewer's clipboard.
+    // OSC 52 from programs (tmux, vim): a write goes to the page, which copies only what the
+    // user's setting or answer allows (clipboard.js); a read gets nothing, so nothing the user
+    // copied elsewhere leaks into a session. A viewer watches someone else's session: its
+    // programs do not reach the viewer's clipboard at all.
     if (!viewer) {
-      this.terminal.loadAddon(new ClipboardAddon(undefined, WRITE_ONLY_CLIPBOARD));
+      this.terminal.loadAddon(new ClipboardAddon(undefined, {
+        readText: () => '',
+        writeText: (_selection, text) => this.callbacks.onClipboardWrite(this, text),
+      }));
       // A program's request to read the clipboard (`?`) is not answered at all: an empty answer
       // would arrive at the program as typed input. Handlers registered later run first, and
       // `false` hands every other OSC 52 on to the addon.

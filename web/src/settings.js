@@ -1,7 +1,7 @@
 // What the page remembers across visits (localStorage): the terminal font size and the theme
 // (light, dark, or following the system), the terminal colours of each theme, and the
 // predictive local echo (local-echo.js: `auto` or `off`, and the round trip above which `auto`
-// predicts).
+// predicts), and whether programs may copy to the clipboard (clipboard.js).
 
 import { DEFAULT_THRESHOLD_MS, MAX_THRESHOLD_MS } from './local-echo.js';
 
@@ -10,6 +10,7 @@ const THEME_KEY = 'ptyhub.theme';
 const LOCAL_ECHO_KEY = 'ptyhub.localEcho';
 const GPU_ACCELERATION_KEY = 'ptyhub.gpuAcceleration';
 const LOCAL_ECHO_THRESHOLD_KEY = 'ptyhub.localEchoThresholdMs';
+const CLIPBOARD_WRITES_KEY = 'ptyhub.clipboardWrites';
 
 export const DEFAULT_FONT_SIZE = 14;
 export const MIN_FONT_SIZE = 8;
@@ -40,7 +41,7 @@ const systemDark = window.matchMedia('(prefers-color-scheme: dark)');
 systemDark.addEventListener('change', () => notify());
 window.addEventListener('storage', (event) => {
   // Another window of the page changed a setting: follow it.
-  if ([FONT_SIZE_KEY, THEME_KEY, LOCAL_ECHO_KEY, LOCAL_ECHO_THRESHOLD_KEY].includes(event.key)) notify();
+  if ([FONT_SIZE_KEY, THEME_KEY, LOCAL_ECHO_KEY, LOCAL_ECHO_THRESHOLD_KEY, CLIPBOARD_WRITES_KEY].includes(event.key)) notify();
 });
 
 function notify() {
@@ -133,4 +134,22 @@ export function applyPageTheme() {
 export function gpuAcceleration() {
   const stored = localStorage.getItem(GPU_ACCELERATION_KEY);
   return stored === 'on' || stored === 'off' ? stored : 'auto';
+}
+
+/** @typedef {'ask' | 'always' | 'never'} ClipboardWrites */
+
+/**
+ * What a program's request to set the clipboard (OSC 52) gets: `ask` (the default) the user's
+ * answer, `always` the copy, `never` nothing.
+ * @returns {ClipboardWrites}
+ */
+export function clipboardWrites() {
+  const stored = localStorage.getItem(CLIPBOARD_WRITES_KEY);
+  return stored === 'always' || stored === 'never' ? stored : 'ask';
+}
+
+export function setClipboardWrites(/** @type {ClipboardWrites} */ choice) {
+  if (choice === 'always' || choice === 'never') localStorage.setItem(CLIPBOARD_WRITES_KEY, choice);
+  else localStorage.removeItem(CLIPBOARD_WRITES_KEY);
+  notify();
 }

@@ -3,11 +3,12 @@
 // live session kept in step with the instance's session-change events (renames, creates, closes
 // and status changes made anywhere), the header (theme, typing prediction, sharing, the
 // read-only view), and the composition of the page's parts: its keyboard (keyboard.js), the find
-// bar (search.js), the copy view (copy.js), fullscreen (fullscreen.js) and the phone's chrome
-// (touch.js).
+// bar (search.js), the copy view (copy.js), programs' requests to copy (clipboard.js), fullscreen
+// (fullscreen.js) and the phone's chrome (touch.js).
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
+import { ProgramClipboard } from './clipboard.js';
 import { CopyView } from './copy.js';
 import { el, icon, iconButton, loadingView } from './dom.js';
 import { Fullscreen } from './fullscreen.js';
@@ -235,6 +236,8 @@ class TerminalPage {
     this.search = new SearchBar({ activeTab: () => this.active, tabs: () => this.tabs });
     this.copy = new CopyView({ activeTab: () => this.active, showToast: (text, kind) => this.showToast(text, kind) });
     this.keys = new SpecialKeys({ activeTab: () => this.active, openCopyView: () => this.copy.open() });
+    // What programs may copy: only where the page controls sessions (a viewer loads no handler).
+    this.programClipboard = this.viewer ? null : new ProgramClipboard({ focusTerminal: () => this.active?.terminal.focus() });
 
     this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
     this.viewerSwitch = this.viewerOnly
@@ -254,6 +257,7 @@ class TerminalPage {
       this.viewerOnly ? null : el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
       this.themeButton = iconButton(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
       this.echoButton,
+      this.programClipboard?.button,
       this.shareButton,
       this.viewerSwitch,
     );
@@ -276,8 +280,9 @@ class TerminalPage {
       : null;
     this.toast = el('div', { class: 'toast', role: 'alert', hidden: true });
 
-    const parts = [this.header, this.tabbar, this.viewerBanner, this.search.element, this.echoPanel, this.panes,
-      this.keys.element, this.chrome.handle, this.copy.element, this.toast];
+    const parts = [this.header, this.tabbar, this.viewerBanner, this.search.element, this.echoPanel,
+      this.programClipboard?.panel, this.panes, this.keys.element, this.chrome.handle, this.copy.element,
+      this.programClipboard?.notice, this.toast];
     // Only a viewer has the banner, only a controller the prediction panel; `append` would write
     // the missing one out as text.
     this.root.append(...parts.filter((part) => part));
@@ -320,6 +325,7 @@ class TerminalPage {
         onRestart: (from) => this.restart(from),
         onAttention: (from, kind) => this.markAttention(from, kind),
         onReplace: (from) => this.replace(from),
+        onClipboardWrite: (from, text) => this.programClipboard?.request(from, text),
         onUnauthorized: () => this.onUnauthorized(),
       },
     });

@@ -454,7 +454,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
   }
 
   for (const device of DEVICES) {
-    test(`${device}: a program sets the clipboard with OSC 52 and cannot read it`, async () => {
+    test(`${device}: a program sets the clipboard with OSC 52 once the user allows it, and cannot read it`, async () => {
       const instance = await stack.createInstance();
       const page = await newPage(device);
       await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: stack.origin });
@@ -465,6 +465,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       await waitForScreen(page, 'asked-4');
       await typeLine(page, "printf '\\033]52;c;%s\\007' $(printf 'osc52-%s' $((6*7)) | base64); echo sent-$((3*3))");
       await waitForScreen(page, 'sent-9');
+      await press(device, page.getByRole('button', { name: 'Allow', exact: true }));
       await waitFor('the clipboard to hold what the program sent', async () => (await page.evaluate(() => navigator.clipboard.readText())) === 'osc52-42');
       const sent = connectedSockets(page).flatMap((socket) => socket.sent).filter((payload) => typeof payload !== 'string');
       const typed = sent.map((payload) => Buffer.from(payload).toString('latin1')).join('');

@@ -235,6 +235,8 @@ pub fn bearer_token(header: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     const TOKEN: &str = "0123456789abcdef-service";
@@ -331,5 +333,78 @@ mod tests {
         assert!(!second.fingerprint().contains("second"));
         let nobody = RequireCredential::any_of([]);
         assert!(nobody.check(sent.metadata()).is_err());
+    }
+
+    /// `bearer` in any case.
+    fn bearer_scheme() -> impl Strategy<Value = String> {
+        prop::collection::vec(any::<bool>(), 6).prop_map(|upper| {
+            "bearer"
+                .chars()
+                .zip(upper)
+                .map(|(c, upper)| if upper { c.to_ascii_uppercase() } else { c })
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// `Bearer <token>`, the scheme in any case, one or more spaces after it and any spaces
+        /// around the whole, gives the token back, whatever printable characters it has.
+        #[test]
+        fn fuzz_a_bearer_header_gives_its_token_back(
+            scheme in bearer_scheme(),
+            token in "[!-~]{1,80}",
+            before in " {0,3}",
+            between in " {1,3}",
+            after in " {0,3}",
+        ) {
+            let header = format!("{before}{scheme}{between}{token}{after}");
+            prop_assert_eq!(bearer_token(&header), Some(token.as_str()));
+        }
+
+        /// Whatever the header, a token found is the non-empty rest of a header whose scheme is
+        /// `bearer`, with no spaces around it; any other scheme gives none.
+        #[test]
+        fn fuzz_any_authorization_header_gives_a_bearer_token_or_none(
+            header in prop_oneof![
+                "[ -~]{0,40}",
+                "(Bearer|bearer|Basic|Bearerx|Bear) {0,2}[ -~]{0,20}",
+                ".{0,30}",
+            ],
+        ) {
+            match bearer_token(&header) {
+                Some(token) => {
+                    prop_assert!(!token.is_empty());
+                    prop_assert_eq!(token, token.trim());
+                    let (scheme, rest) = header.trim().split_at(6);
+                    prop_assert!(scheme.eq_ignore_ascii_case("bearer"), "{:?}", header);
+                    prop_assert!(rest.starts_with(' '), "{:?}", header);
+                    prop_assert_eq!(rest.trim(), token);
+                }
+                None => {
+                    let trimmed = header.trim();
+                    let scheme_is_bearer = trimmed.len() > 7
+                        && trimmed.is_char_boundary(7)
+                        && trimmed[..7].eq_ignore_ascii_case("bearer ")
+                        && !trimmed[7..].trim().is_empty();
+                    prop_assert!(!scheme_is_bearer, "a bearer header gave no token: {:?}", header);
+                }
+            }
+        }
+
+        /// What a client's interceptor sends for a credential, the server's check admits as that
+        /// credential, and a check of another credential refuses it.
+        #[test]
+        fn fuzz_a_credential_sent_is_the_credential_admitted(
+            token in "[!-~]{16,64}",
+            other in "[!-~]{16,64}",
+        ) {
+            let credential = ServiceCredential::new(token.as_str()).unwrap();
+            let sent = credential.bearer_auth().call(Request::new(())).unwrap();
+            let header = sent.metadata().get(AUTHORIZATION_METADATA).unwrap().to_str().unwrap();
+            prop_assert_eq!(bearer_token(header), Some(token.as_str()));
+            prop_assert!(credential.require().check(sent.metadata()).is_ok());
+            let other = ServiceCredential::new(other.as_str()).unwrap();
+            prop_assert_eq!(other.require().check(sent.metadata()).is_ok(), other == credential);
+        }
     }
 }

@@ -73,6 +73,9 @@ pub const MAX_SHARES_PER_INSTANCE: usize = 100;
 /// How long a closed session stays in the records (its history) by default.
 pub const DEFAULT_CLOSED_SESSION_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
+/// How long an audit event stays in the trail by default.
+pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+
 /// Whether `character` may not appear in a name (of an instance or a session): control
 /// characters, format characters (which include the bidirectional overrides and isolates such as
 /// U+202E, zero-width joiners and the byte-order mark) and line or paragraph separators. They

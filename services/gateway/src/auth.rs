@@ -31,7 +31,7 @@ pub struct Principal {
     pub via: Via,
     /// The address the request came from (the TCP peer), for the audit trail; set by the
     /// surface that authenticated the request.
-    pub client_address: Option<String>,
+    pub client_address: Option<std::net::SocketAddr>,
 }
 
 /// The TCP peer of a TLS connection as axum records it for each request (`gateway::run`
@@ -65,12 +65,13 @@ impl Principal {
     /// This principal acting through `surface`, as the audit trail names it: the subject,
     /// never the credential.
     pub fn actor(&self, surface: Surface) -> Actor {
-        Actor::new(&self.subject, self.client_address.clone(), surface)
+        let address = self.client_address.map(|address| address.to_string());
+        Actor::new(&self.subject, address, surface)
     }
 
     /// The same principal, seen coming from `address`.
     pub fn from_address(mut self, address: Option<std::net::SocketAddr>) -> Self {
-        self.client_address = address.map(|address| address.to_string());
+        self.client_address = address;
         self
     }
 }

@@ -21,6 +21,7 @@ pub mod grpc;
 pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;
+pub mod refusals;
 pub mod rest;
 pub mod server;
 pub mod session_proxy;
@@ -92,6 +93,7 @@ pub async fn run(
             "no --public-url or --allowed-host: browsers may reach this gateway by any host name; name it to refuse pages of other names (DNS rebinding)"
         );
     }
+    let refusals = refusals::RefusalAudit::new(upstreams.clone());
     let state = state::AppState::new(state::Shared {
         upstreams,
         authenticator,
@@ -107,9 +109,7 @@ pub async fn run(
         share_watches: state::ShareWatches::default(),
         stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
         public_url: config.public_url.clone(),
-        refusal_reports: std::sync::Arc::new(tokio::sync::Semaphore::new(
-            state::MAX_REFUSAL_REPORTS_IN_FLIGHT,
-        )),
+        refusals,
         serves_tls: public_tls.is_some(),
         host_policy,
         failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
@@ -163,13 +163,20 @@ pub async fn run(
     .map_err(Error::Serve)?;
     state.shutdown.cancel();
     state.bridges.close();
-    if tokio::time::timeout(config.shutdown_grace, state.bridges.wait())
+    // What the refusal windows counted goes to the audit trail now rather than at the end of
+    // their minutes, within the same grace as the sockets.
+    state.refusals.close();
+    let stopped = async {
+        state.bridges.wait().await;
+        state.refusals.closed().await;
+    };
+    if tokio::time::timeout(config.shutdown_grace, stopped)
         .await
         .is_err()
     {
         tracing::warn!(
             open = state.bridges.len(),
-            "gateway stopped with websockets still closing"
+            "gateway stopped with websockets still closing or refusals not yet in the audit trail"
         );
     } else {
         tracing::info!("gateway stopped cleanly");

@@ -177,10 +177,10 @@ pub(crate) async fn authenticate<T>(
     match state.authenticate(&presented).await {
         Ok(principal) => Ok(principal),
         Err(error) => {
-            if error.code == ErrorCode::Unauthenticated {
+            if crate::state::credential_refused(&error) {
                 state.report_refusal(
                     None,
-                    presented.peer.map(|address| address.to_string()),
+                    presented.peer,
                     surface_of(request),
                     "unauthenticated",
                     method_of(request),

@@ -11,9 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use axum::http::{Extensions, HeaderMap};
 use tokio::time::Instant;
 
-use ptyhub_model::AuditKind;
-use ptyhub_wire::{Actor, Surface};
-use tokio::sync::Semaphore;
+use ptyhub_wire::Surface;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -27,8 +25,9 @@ use crate::rate_limit::{FailedAuthLimiter, client_address};
 use ptyhub_wire::ErrorCode;
 
 use crate::error::ApiError;
-use crate::grpc::{AuditReport, Upstreams};
+use crate::grpc::Upstreams;
 use crate::metrics::Metrics;
+use crate::refusals::{Refusal, RefusalAudit};
 
 /// What a session id in a path may also be: the session with the `default` alias (the legacy
 /// single session), as `/terminal/reset` and the WebSocket's `/terminal` name it.
@@ -78,9 +77,9 @@ pub struct Shared {
     pub stream_slots: StreamSlots,
     /// The configured public URL of the gateway, handed out as the attach endpoint.
     pub public_url: Option<String>,
-    /// Bounds the refusals being reported to the audit trail at once, so that a flood of bad
-    /// credentials costs session-api a bounded number of writes in flight.
-    pub refusal_reports: Arc<Semaphore>,
+    /// Refused attempts on their way to the audit trail, coalesced per principal, address and
+    /// reason into a row a minute.
+    pub refusals: RefusalAudit,
     /// Whether the public port is TLS: the scheme of the attach endpoints handed out when the
     /// request does not say.
     pub serves_tls: bool,
@@ -141,6 +140,16 @@ fn counts_as_a_guess(presented: &Presented, error: &ApiError) -> bool {
         return true;
     }
     presented.cookie.is_some() && error.message == AuthError::Invalid.to_string()
+}
+
+/// Whether [`AppState::authenticate`] refused the credential: 401, or 429 for an address out of
+/// tries, whose credential was refused all the same (the limit changes only the answer). Both
+/// are refusals in the audit trail, where a flood costs a row a minute ([`RefusalAudit`]).
+pub fn credential_refused(error: &ApiError) -> bool {
+    matches!(
+        error.code,
+        ErrorCode::Unauthenticated | ErrorCode::TooManyRequests
+    )
 }
 
 /// Why a credential's streams end before their clients leave.
@@ -297,10 +306,6 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
 }
-
-/// How many refused attempts may be on their way to the audit trail at once; more are logged
-/// and dropped.
-pub const MAX_REFUSAL_REPORTS_IN_FLIGHT: usize = 64;
 
 /// Counts the long-lived streams of each principal (by subject) on every surface (terminal
 /// WebSockets, relayed `Attach` streams, session events as Server-Sent Events and gRPC
@@ -462,32 +467,23 @@ impl AppState {
         })
     }
 
-    /// Reports a refused attempt to the audit trail, in the background: `principal` is `None`
+    /// Counts a refused attempt for the audit trail ([`RefusalAudit`]): `principal` is `None`
     /// when the credential itself was refused. `reason` is `unauthenticated` or `forbidden`,
     /// `action` what was tried (a method and path, a gRPC method).
     pub fn report_refusal(
         &self,
         principal: Option<&Principal>,
-        client_address: Option<String>,
+        peer: Option<SocketAddr>,
         surface: Surface,
         reason: &'static str,
         action: String,
     ) {
-        let Ok(permit) = self.refusal_reports.clone().try_acquire_owned() else {
-            tracing::warn!(reason, %action, "too many refusals in flight: one is not in the audit trail");
-            return;
-        };
-        let actor = match principal {
-            Some(principal) => Actor::new(&principal.subject, client_address, surface),
-            None => Actor::unknown(client_address, surface),
-        };
-        let upstreams = self.upstreams.acting_for(&actor);
-        tokio::spawn(async move {
-            let report = AuditReport::new(AuditKind::Refused)
-                .detail("reason", reason)
-                .detail("action", action);
-            upstreams.report_audit_event(report).await;
-            drop(permit);
+        self.refusals.record(Refusal {
+            principal: principal.map(|principal| principal.subject.clone()),
+            address: peer.map(|peer| peer.ip()),
+            surface,
+            reason,
+            action,
         });
     }
 
@@ -505,7 +501,7 @@ impl AppState {
                 if error.code == ErrorCode::Forbidden {
                     self.report_refusal(
                         Some(principal),
-                        principal.client_address.clone(),
+                        principal.client_address,
                         surface,
                         "forbidden",
                         format!("instance {instance_reference}"),

@@ -1,6 +1,7 @@
 //! The audit trail's vocabulary: what an [`AuditEvent`] says happened ([`AuditKind`]), who did it
 //! (a [`ptyhub_wire::Actor`]), and the [`AuditFilter`] a listing takes. The rows live in the
-//! `audit_events` table (`store/audit.rs`), which is only ever appended to.
+//! `audit_events` table (`store/audit.rs`), which is appended to and never changed; events older
+//! than the retention (`--audit-retention`) are deleted.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,9 @@ use crate::error::Error;
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size of a listing that asks for none.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// The detail of a `refused` event that says how many refusals it stands for: a gateway reports
+/// a principal's, address's and reason's refusals of a minute as one event.
+pub const COUNT_DETAIL: &str = "count";
 /// The most detail entries an event reported by a gateway may carry, and their longest value.
 pub const MAX_DETAIL_ENTRIES: usize = 16;
 pub const MAX_DETAIL_VALUE_BYTES: usize = 1024;
@@ -156,6 +160,14 @@ pub fn validate_reported(event: &NewAuditEvent) -> Result<(), Error> {
             )));
         }
     }
+    // A gateway reports refusals coalesced, each event standing for `count` of them.
+    if let Some(count) = event.detail.get(COUNT_DETAIL)
+        && !count.parse::<u64>().is_ok_and(|count| count >= 1)
+    {
+        return Err(Error::InvalidRequest(
+            "an audit event's count is a whole number of at least 1".into(),
+        ));
+    }
     if matches!(
         event.kind,
         AuditKind::Attached | AuditKind::Detached | AuditKind::SessionReset
@@ -173,6 +185,8 @@ pub fn validate_reported(event: &NewAuditEvent) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use ptyhub_test_support::fuzz;
     use ptyhub_wire::Surface;
 
     use super::*;
@@ -207,10 +221,59 @@ mod tests {
         assert!(validate_reported(&closed).is_err());
         let refused = NewAuditEvent::new(AuditKind::Refused, &actor).detail("reason", "forbidden");
         validate_reported(&refused).expect("a refusal is the gateway's to report");
+        validate_reported(&refused.clone().detail(COUNT_DETAIL, "37"))
+            .expect("refusals coalesced with their count");
+        for count in ["0", "-1", "many", ""] {
+            assert!(
+                validate_reported(&refused.clone().detail(COUNT_DETAIL, count)).is_err(),
+                "count {count:?}"
+            );
+        }
         let bare_attach = NewAuditEvent::new(AuditKind::Attached, &actor);
         assert!(
             validate_reported(&bare_attach).is_err(),
             "no session, no attachment"
         );
+    }
+
+    /// Every page token a listing hands out (an event's id in decimal) reads back as that id,
+    /// and no other text reads as an id it does not spell: a token is the id's digits, with
+    /// nothing but an optional `+` and leading zeros around them.
+    #[test]
+    fn fuzz_page_tokens_read_back_as_the_id_they_were_made_of() {
+        fuzz::check(1024, any::<u64>(), |id| {
+            prop_assert_eq!(parse_page_token(&id.to_string()).unwrap(), Some(id));
+            Ok(())
+        });
+        let token = prop_oneof![
+            "[0-9]{0,22}",
+            "[+-]?[0-9a-f ]{0,22}",
+            ".{0,24}",
+            any::<u64>().prop_map(|id| format!("{id}0")),
+        ];
+        fuzz::check(1024, token, |token| {
+            match parse_page_token(&token) {
+                Ok(None) => prop_assert!(token.is_empty()),
+                Ok(Some(id)) => {
+                    let digits = token.strip_prefix('+').unwrap_or(&token);
+                    prop_assert!(
+                        digits.bytes().all(|byte| byte.is_ascii_digit()),
+                        "{token:?}"
+                    );
+                    let significant = digits.trim_start_matches('0');
+                    let spelled = if significant.is_empty() {
+                        "0"
+                    } else {
+                        significant
+                    };
+                    prop_assert_eq!(spelled, id.to_string());
+                }
+                Err(error) => prop_assert!(
+                    error.to_string().contains("page_token"),
+                    "{token:?}: {error}"
+                ),
+            }
+            Ok(())
+        });
     }
 }

@@ -75,6 +75,12 @@ pub struct Config {
           value_parser = parse_duration)]
     pub closed_session_retention: Duration,
 
+    /// How long an audit event stays in the trail before it is deleted; `0` or `forever`
+    /// keeps every event.
+    #[arg(long, env = "PTYHUB_SESSION_API_AUDIT_RETENTION", default_value = "90days",
+          value_parser = parse_retention)]
+    pub audit_retention: Duration,
+
     /// How long a graceful shutdown waits for background tasks.
     #[arg(long, env = "PTYHUB_SESSION_API_SHUTDOWN_GRACE", default_value = "5s",
           value_parser = parse_duration)]
@@ -156,6 +162,7 @@ impl Config {
             broker_call_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(20),
             closed_session_retention: ptyhub_wire::limits::DEFAULT_CLOSED_SESSION_RETENTION,
+            audit_retention: ptyhub_wire::limits::DEFAULT_AUDIT_RETENTION,
             shutdown_grace: Duration::from_secs(5),
             default_record: RecordMode::Off,
             tls: SessionApiTls::default(),
@@ -363,6 +370,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{error} (use for example 30s, 5m)"))
 }
 
+/// A retention: a duration, or `forever` (also `0`), which is [`Duration::ZERO`].
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    match text.trim() {
+        "forever" | "0" => Ok(Duration::ZERO),
+        text => humantime::parse_duration(text)
+            .map_err(|error| format!("{error} (use for example 90days, 12h, or forever)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -445,6 +461,32 @@ mod tests {
             missing.contains("missing setting gateway_token"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn the_audit_retention_is_a_duration_or_forever() {
+        use clap::CommandFactory as _;
+
+        // The flag's default, as clap gives it, is the library's.
+        let command = Flags::command();
+        let flag = command
+            .get_arguments()
+            .find(|argument| argument.get_long() == Some("audit-retention"))
+            .expect("an --audit-retention flag");
+        let default = flag.get_default_values();
+        assert_eq!(default.len(), 1);
+        assert_eq!(
+            parse_retention(default[0].to_str().expect("text")),
+            Ok(ptyhub_wire::limits::DEFAULT_AUDIT_RETENTION)
+        );
+        assert_eq!(
+            parse_retention("12h"),
+            Ok(Duration::from_secs(12 * 60 * 60))
+        );
+        assert_eq!(parse_retention("forever"), Ok(Duration::ZERO));
+        assert_eq!(parse_retention("0"), Ok(Duration::ZERO));
+        let bad = parse_retention("a while").unwrap_err();
+        assert!(bad.contains("forever"), "{bad}");
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub async fn run(
         activity_flush_interval: config.activity_flush_interval,
         spawn_grace: config.broker_call_timeout * 2,
         closed_session_retention: config.closed_session_retention,
+        audit_retention: config.audit_retention,
     };
     let service = Arc::new(
         SessionService::new(

@@ -3,9 +3,11 @@
 //! titles and bells (the last four batched), and reconciles the records with the broker's
 //! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
 //! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
-//! down past the heartbeat timeout.
+//! down past the heartbeat timeout. Two sweeps keep the records from growing without bound:
+//! closed sessions past their retention, and audit events past theirs.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +38,8 @@ pub struct LifecycleSettings {
     pub spawn_grace: Duration,
     /// How long a closed session's record is kept before it is pruned.
     pub closed_session_retention: Duration,
+    /// How long an audit event is kept before it is deleted; zero keeps every event.
+    pub audit_retention: Duration,
 }
 
 impl LifecycleSettings {
@@ -52,11 +56,28 @@ pub(crate) fn start(
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
-    tracker.spawn(prune_closed_sessions(
-        service.clone(),
+    let store = service.store.clone();
+    tracker.spawn(sweep(
+        "closed sessions",
         settings.closed_session_retention,
         cancel.clone(),
+        move |cutoff| {
+            let store = store.clone();
+            async move { store.prune_closed_sessions(cutoff).await }
+        },
     ));
+    if !settings.audit_retention.is_zero() {
+        let store = service.store.clone();
+        tracker.spawn(sweep(
+            "audit events",
+            settings.audit_retention,
+            cancel.clone(),
+            move |cutoff| {
+                let store = store.clone();
+                async move { store.prune_audit_events(cutoff).await }
+            },
+        ));
+    }
     let supervisor = Supervisor {
         watcher: Arc::new(Watcher { service, settings }),
         cancel,
@@ -65,14 +86,14 @@ pub(crate) fn start(
     tracker.spawn(supervisor.run());
 }
 
-/// Removes closed sessions older than `retention`, at start and then every tenth of it (at most
-/// hourly), so that history does not grow without bound. Every replica may run it: a delete is
-/// idempotent.
-async fn prune_closed_sessions(
-    service: Arc<SessionService>,
-    retention: Duration,
-    cancel: CancellationToken,
-) {
+/// Removes the records (`what`) older than `retention` with `prune`, at start and then every
+/// tenth of it (at most hourly), so that they do not grow without bound. Every replica may run
+/// it: a delete is idempotent.
+async fn sweep<F, Fut>(what: &'static str, retention: Duration, cancel: CancellationToken, prune: F)
+where
+    F: Fn(chrono::DateTime<chrono::Utc>) -> Fut,
+    Fut: Future<Output = Result<u64, Error>>,
+{
     let period = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(3600));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -81,11 +102,17 @@ async fn prune_closed_sessions(
             () = cancel.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let cutoff = now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-        match service.store.prune_closed_sessions(cutoff).await {
+        // A retention longer than the calendar reaches back leaves nothing old enough.
+        let Some(cutoff) = chrono::Duration::from_std(retention)
+            .ok()
+            .and_then(|retention| now().checked_sub_signed(retention))
+        else {
+            continue;
+        };
+        match prune(cutoff).await {
             Ok(0) => {}
-            Ok(pruned) => tracing::info!(pruned, ?retention, "pruned closed sessions"),
-            Err(error) => tracing::warn!(%error, "could not prune closed sessions"),
+            Ok(pruned) => tracing::info!(pruned, ?retention, "pruned {what}"),
+            Err(error) => tracing::warn!(%error, "could not prune {what}"),
         }
     }
 }

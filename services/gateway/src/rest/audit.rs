@@ -71,7 +71,8 @@ pub struct AuditEventBody {
     pub role: Option<String>,
     /// One stream's id, the same in its `attached` and `detached`.
     pub attachment_id: Option<String>,
-    /// What else the kind carries (`name`, `reason`, `from`, `bytes`, `action`, ...).
+    /// What else the kind carries (`name`, `reason`, `from`, `bytes`, `action`, `count`, ...);
+    /// a `refused` event's `count` is how many refusals it stands for.
     pub detail: BTreeMap<String, String>,
 }
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 
-use ptyhub_wire::{ErrorCode, Surface};
+use ptyhub_wire::Surface;
 
 use crate::auth::Principal;
 use crate::domain::Instance;
@@ -87,10 +87,10 @@ impl FromRequestParts<AppState> for Caller {
         match state.authenticate(&presented).await {
             Ok(principal) => Ok(Caller(principal)),
             Err(error) => {
-                if error.code == ErrorCode::Unauthenticated {
+                if crate::state::credential_refused(&error) {
                     state.report_refusal(
                         None,
-                        presented.peer.map(|address| address.to_string()),
+                        presented.peer,
                         Surface::Rest,
                         "unauthenticated",
                         format!("{} {}", parts.method, parts.uri.path()),

@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt as _;
+use http_range_header::StartPosition;
 use object_store::{GetOptions, GetRange, ObjectStoreExt as _};
 use ptyhub_wire::RecordingStore;
 
@@ -130,7 +131,17 @@ fn requested_range(headers: &HeaderMap, size: u64) -> Result<Option<std::ops::Ra
     let Ok(text) = value.to_str() else {
         return Ok(None);
     };
-    let parsed = http_range_header::parse_range_header(text).map_err(|_| ())?;
+    let mut parsed = http_range_header::parse_range_header(text).map_err(|_| ())?;
+    // RFC 9110 14.1.2: a file of no bytes satisfies no range, and a suffix longer than the file
+    // is the whole file (the parser takes the one for a range and refuses the other).
+    if size == 0 {
+        return Err(());
+    }
+    for range in &mut parsed.ranges {
+        if let StartPosition::FromLast(length) = &mut range.start {
+            *length = (*length).min(size);
+        }
+    }
     let ranges = parsed.validate(size).map_err(|_| ())?;
     match ranges.as_slice() {
         [only] => Ok(Some(*only.start()..*only.end() + 1)),
@@ -155,6 +166,9 @@ fn unsatisfiable(size: u64) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use ptyhub_test_support::fuzz;
+
     use super::*;
 
     fn with_range(value: &str) -> HeaderMap {
@@ -185,5 +199,121 @@ mod tests {
     fn a_range_past_the_end_or_malformed_is_unsatisfiable() {
         assert_eq!(requested_range(&with_range("bytes=200-300"), 100), Err(()));
         assert_eq!(requested_range(&with_range("lines=1-2"), 100), Err(()));
+    }
+
+    #[test]
+    fn a_suffix_longer_than_the_file_is_the_whole_file_and_an_empty_file_has_no_range() {
+        assert_eq!(
+            requested_range(&with_range("bytes=-500"), 100),
+            Ok(Some(0..100))
+        );
+        assert_eq!(requested_range(&with_range("bytes=0-"), 0), Err(()));
+        assert_eq!(requested_range(&with_range("bytes=0-0"), 0), Err(()));
+        assert_eq!(requested_range(&with_range("bytes=-1"), 0), Err(()));
+    }
+
+    /// A recording's size: empty, small, or near the largest the numbers allow.
+    fn recording_size() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0u64), 1..2_000u64, (u64::MAX - 10)..=u64::MAX]
+    }
+
+    /// A byte position near the recording's size, or anywhere.
+    fn position(size: u64) -> impl Strategy<Value = u64> {
+        prop_oneof![
+            3 => 0..=size.saturating_add(3),
+            1 => size.saturating_sub(3)..=size,
+            1 => any::<u64>(),
+        ]
+    }
+
+    /// One `range-spec` of RFC 9110 (14.1.1): `first-last`, `first-` or `-suffix`.
+    #[derive(Debug, Clone, Copy)]
+    enum Spec {
+        Closed(u64, u64),
+        From(u64),
+        Suffix(u64),
+    }
+
+    impl Spec {
+        fn text(self) -> String {
+            match self {
+                Spec::Closed(first, last) => format!("{first}-{last}"),
+                Spec::From(first) => format!("{first}-"),
+                Spec::Suffix(length) => format!("-{length}"),
+            }
+        }
+
+        /// What RFC 9110 serves of a file of `size` bytes (14.1.2): `Some(range)` when the
+        /// spec is satisfiable, `None` when it is not (416); an invalid spec (`last` before
+        /// `first`) may be refused or ignored, so it has no answer here.
+        fn served(self, size: u64) -> Option<Option<std::ops::Range<u64>>> {
+            match self {
+                Spec::Closed(first, last) if last < first => None,
+                Spec::Closed(first, last) => {
+                    Some((first < size).then(|| first..last.min(size - 1) + 1))
+                }
+                Spec::From(first) => Some((first < size).then_some(first..size)),
+                Spec::Suffix(length) => {
+                    Some((length > 0 && size > 0).then(|| size - length.min(size)..size))
+                }
+            }
+        }
+    }
+
+    fn spec(size: u64) -> impl Strategy<Value = Spec> {
+        prop_oneof![
+            (position(size), position(size)).prop_map(|(first, last)| Spec::Closed(first, last)),
+            position(size).prop_map(Spec::From),
+            position(size).prop_map(Spec::Suffix),
+        ]
+    }
+
+    /// One byte range is served as RFC 9110 says: the bytes it names that the file has, a 416
+    /// when it names none of them.
+    #[test]
+    fn fuzz_one_range_is_served_as_rfc_9110_says() {
+        let strategy = recording_size().prop_flat_map(|size| (Just(size), spec(size)));
+        fuzz::check(1024, strategy, |(size, spec)| {
+            let header = format!("bytes={}", spec.text());
+            let answer = requested_range(&with_range(&header), size);
+            match spec.served(size) {
+                Some(Some(range)) => prop_assert_eq!(answer, Ok(Some(range)), "{}", header),
+                Some(None) => prop_assert_eq!(answer, Err(()), "{}", header),
+                None => prop_assert!(matches!(answer, Err(()) | Ok(None)), "{header}: {answer:?}"),
+            }
+            Ok(())
+        });
+    }
+
+    /// Whatever the header says, a range served is a non-empty part of the file; several
+    /// ranges are never served as one.
+    #[test]
+    fn fuzz_any_range_header_serves_only_bytes_the_file_has() {
+        let header = prop_oneof![
+            "[ -~]{0,40}",
+            "bytes=[0-9, -]{0,30}",
+            prop::collection::vec(spec(120), 1..4).prop_map(|specs| {
+                let specs: Vec<String> = specs.into_iter().map(Spec::text).collect();
+                format!("bytes={}", specs.join(", "))
+            }),
+        ];
+        fuzz::check(1024, (recording_size(), header), |(size, header)| {
+            let Ok(value) = HeaderValue::from_str(&header) else {
+                return Ok(());
+            };
+            let mut headers = HeaderMap::new();
+            headers.insert(header::RANGE, value);
+            if let Ok(Some(range)) = requested_range(&headers, size) {
+                prop_assert!(
+                    range.start < range.end && range.end <= size,
+                    "{range:?} of {size} for {header}"
+                );
+                prop_assert!(
+                    !header.contains(','),
+                    "several ranges served as one: {header}"
+                );
+            }
+            Ok(())
+        });
     }
 }

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use ptyhub_wire::{ErrorCode, Surface};
+use ptyhub_wire::Surface;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -85,10 +85,10 @@ pub async fn sign_in(
             response
         }
         Err(error) => {
-            if error.code == ErrorCode::Unauthenticated {
+            if crate::state::credential_refused(&error) {
                 state.report_refusal(
                     None,
-                    peer.map(|address| address.to_string()),
+                    peer,
                     Surface::Rest,
                     "unauthenticated",
                     "POST /api/v1/auth/session".to_owned(),
@@ -169,10 +169,10 @@ pub async fn sign_in_from_address(
         Ok(principal) => (Some(session_cookie(&state, &principal, headers)), location),
         Err(error) => {
             tracing::info!(reason = %error.message, "sign-in link refused");
-            if error.code == ErrorCode::Unauthenticated {
+            if crate::state::credential_refused(&error) {
                 state.report_refusal(
                     None,
-                    presented.peer.map(|address| address.to_string()),
+                    presented.peer,
                     Surface::Rest,
                     "unauthenticated",
                     format!("GET {}", request.uri().path()),

@@ -235,10 +235,10 @@ async fn prepare_attach(
     let principal = match state.authenticate(presented).await {
         Ok(principal) => principal,
         Err(error) => {
-            if error.code == ErrorCode::Unauthenticated {
+            if crate::state::credential_refused(&error) {
                 state.report_refusal(
                     None,
-                    presented.peer.map(|address| address.to_string()),
+                    presented.peer,
                     Surface::WebSocket,
                     "unauthenticated",
                     format!("websocket {instance_reference}"),

@@ -192,6 +192,10 @@ fn peer_gone(error: io::Error) -> HandOffError {
 #[cfg(test)]
 mod tests {
     use std::io::{Read as _, Seek as _, Write as _};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use ptyhub_test_support::fuzz;
 
     use super::*;
 
@@ -248,5 +252,196 @@ mod tests {
             receiver.receive::<u32>().await,
             Err(HandOffError::TooLarge("message"))
         ));
+    }
+
+    /// What one side of a hand-off sends, in order.
+    #[derive(Debug, Clone)]
+    enum Frame {
+        Message(serde_json::Value),
+        Blob(Vec<Vec<u8>>),
+        Descriptors(usize),
+    }
+
+    /// Any JSON a message can be, a few levels deep (numbers as integers: a float's text is
+    /// serde_json's business, not the framing's).
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            ".{0,40}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,12}", inner, 0..6)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn frame() -> impl Strategy<Value = Frame> {
+        prop_oneof![
+            json_value().prop_map(Frame::Message),
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..2000), 0..5)
+                .prop_map(Frame::Blob),
+            (1..=MAX_FDS_PER_CARRIER).prop_map(Frame::Descriptors),
+        ]
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Which file a descriptor is open on.
+    fn file_identity(fd: &OwnedFd) -> (u64, u64) {
+        use std::os::unix::fs::MetadataExt as _;
+        let metadata = std::fs::File::from(fd.try_clone().unwrap())
+            .metadata()
+            .unwrap();
+        (metadata.dev(), metadata.ino())
+    }
+
+    async fn send_frames(mut sender: Channel, frames: &[Frame], file: RawFd) {
+        for frame in frames {
+            match frame {
+                Frame::Message(value) => sender.send(value).await.unwrap(),
+                Frame::Blob(parts) => {
+                    let parts: Vec<Bytes> = parts.iter().cloned().map(Bytes::from).collect();
+                    sender.send_blob(&parts).await.unwrap();
+                }
+                Frame::Descriptors(count) => sender.send_fds(&vec![file; *count]).await.unwrap(),
+            }
+        }
+    }
+
+    /// Whatever a hand-off sends, the other side reads the same, in order, with nothing left
+    /// over: a read never takes a byte of the next frame, nor a descriptor's carrier.
+    #[test]
+    fn fuzz_messages_blobs_and_descriptors_arrive_as_they_were_sent() {
+        let runtime = runtime();
+        let file = tempfile::tempfile().unwrap();
+        let sent_file = file_identity(&OwnedFd::from(file.try_clone().unwrap()));
+        fuzz::check(64, prop::collection::vec(frame(), 0..12), |frames| {
+            runtime.block_on(async {
+                let (left, right) = UnixStream::pair().unwrap();
+                let mut receiver = Channel::new(right);
+                let sending = send_frames(Channel::new(left), &frames, file.as_raw_fd());
+                let receiving = async {
+                    for frame in &frames {
+                        match frame {
+                            Frame::Message(value) => {
+                                let received: serde_json::Value = receiver.receive().await.unwrap();
+                                prop_assert_eq!(&received, value);
+                            }
+                            Frame::Blob(parts) => {
+                                let blob = receiver.receive_blob().await.unwrap();
+                                prop_assert_eq!(&blob[..], &parts.concat()[..]);
+                            }
+                            Frame::Descriptors(count) => {
+                                let fds = receiver.receive_fds(*count).await.unwrap();
+                                prop_assert_eq!(fds.len(), *count);
+                                for fd in &fds {
+                                    prop_assert_eq!(file_identity(fd), sent_file);
+                                }
+                            }
+                        }
+                    }
+                    Ok::<(), TestCaseError>(())
+                };
+                let ((), received) = tokio::join!(sending, receiving);
+                received?;
+                // The sender is gone: nothing was left unread.
+                prop_assert!(matches!(
+                    receiver.receive::<serde_json::Value>().await,
+                    Err(HandOffError::PeerGone)
+                ));
+                Ok(())
+            })
+        });
+    }
+
+    /// The bytes a real sender writes for `frames` (messages and blobs).
+    async fn encoded(frames: &[Frame]) -> Vec<u8> {
+        let (left, mut right) = UnixStream::pair().unwrap();
+        let reading = async {
+            let mut bytes = Vec::new();
+            right.read_to_end(&mut bytes).await.unwrap();
+            bytes
+        };
+        let (_, bytes) = tokio::join!(send_frames(Channel::new(left), frames, -1), reading);
+        bytes
+    }
+
+    /// What a peer may send: random bytes, or what a real sender writes, cut short or with a
+    /// byte changed, inserted or dropped.
+    fn peer_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let without_descriptors = prop::collection::vec(frame(), 1..4).prop_map(|frames| {
+            frames
+                .into_iter()
+                .filter(|frame| !matches!(frame, Frame::Descriptors(_)))
+                .collect::<Vec<_>>()
+        });
+        let real = without_descriptors.prop_map(|frames| runtime().block_on(encoded(&frames)));
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..64),
+            real.prop_flat_map(|bytes| {
+                let length = bytes.len().max(1);
+                (Just(bytes), 0..length, any::<u8>(), 0..4u8)
+            })
+            .prop_map(|(mut bytes, at, byte, edit)| {
+                let at = at.min(bytes.len().saturating_sub(1));
+                match edit {
+                    0 if !bytes.is_empty() => bytes[at] ^= byte.max(1),
+                    1 => bytes.truncate(at),
+                    2 => bytes.insert(at, byte),
+                    _ if !bytes.is_empty() => {
+                        bytes.remove(at);
+                    }
+                    _ => bytes.push(byte),
+                }
+                bytes
+            }),
+        ]
+    }
+
+    /// Whatever bytes the peer sends before it goes, every read ends, with a frame or an error,
+    /// and none panics.
+    #[test]
+    fn fuzz_any_bytes_from_the_peer_are_read_or_refused_never_a_panic_or_a_hang() {
+        let runtime = runtime();
+        let reads = prop::collection::vec(0..3u8, 1..8);
+        fuzz::check(128, (peer_bytes(), reads), |(bytes, reads)| {
+            runtime.block_on(async {
+                let (mut left, right) = UnixStream::pair().unwrap();
+                let mut receiver = Channel::new(right);
+                left.write_all(&bytes).await.unwrap();
+                drop(left);
+                for read in reads {
+                    let result = tokio::time::timeout(Duration::from_secs(5), async {
+                        match read {
+                            0 => receiver.receive::<serde_json::Value>().await.map(drop),
+                            1 => receiver.receive_blob().await.map(drop),
+                            _ => receiver.receive_fds(1).await.map(drop),
+                        }
+                    })
+                    .await;
+                    let Ok(result) = result else {
+                        return Err(TestCaseError::fail(format!(
+                            "read {read} never ended on {bytes:?}"
+                        )));
+                    };
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+        });
     }
 }

@@ -236,6 +236,10 @@ fn incomplete_tail(bytes: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use ptyhub_test_support::asciicast::Cast;
+    use ptyhub_test_support::fuzz;
+
     use super::*;
 
     fn lines(buffer: &[u8]) -> Vec<serde_json::Value> {
@@ -344,5 +348,171 @@ mod tests {
         assert_eq!(header["command"], "bash -l");
         assert_eq!(header["title"], "web / Session 1");
         assert_eq!(header["env"]["TERM"], "xterm-256color");
+    }
+
+    /// What a recorder is given: output or input bytes, each at a time in microseconds from
+    /// the start (in any order: clocks of two processes), or a resize.
+    #[derive(Debug, Clone)]
+    enum Fed {
+        Output(u64, Vec<u8>),
+        Input(u64, Vec<u8>),
+        Resize(u64, u32, u32),
+    }
+
+    /// Bytes as terminals send them: mostly UTF-8 text (with multi-byte characters to split),
+    /// escapes and controls, and now and then bytes that are not UTF-8 at all.
+    fn terminal_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let text = "[a-z \\\\\"\\x00-\\x1f\\x7fé€😀日\u{202e}\u{fffd}]{0,24}";
+        // Leads and continuations of the sequences above, and a byte that is never UTF-8.
+        let pieces = prop::sample::select(vec![0xe2u8, 0x82, 0xac, 0xf0, 0x9f, 0xc3, 0xff]);
+        prop_oneof![
+            4 => text.prop_map(String::into_bytes),
+            1 => prop::collection::vec(any::<u8>(), 0..24),
+            1 => prop::collection::vec(pieces, 0..8),
+        ]
+    }
+
+    fn fed() -> impl Strategy<Value = Fed> {
+        let at = 0..10_000_000_000u64;
+        prop_oneof![
+            4 => (at.clone(), terminal_bytes()).prop_map(|(at, bytes)| Fed::Output(at, bytes)),
+            1 => (at.clone(), terminal_bytes()).prop_map(|(at, bytes)| Fed::Input(at, bytes)),
+            1 => (at, 1..=1000u32, 1..=500u32)
+                .prop_map(|(at, cols, rows)| Fed::Resize(at, cols, rows)),
+        ]
+    }
+
+    /// Feeds `fed` to `encoder`; returns the output and the input bytes fed.
+    fn feed(encoder: &mut CastEncoder, fed: &[Fed], out: &mut Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+        let (mut output, mut input) = (Vec::new(), Vec::new());
+        for item in fed {
+            match item {
+                Fed::Output(at, bytes) => {
+                    encoder.output(Duration::from_micros(*at), bytes, out);
+                    output.extend_from_slice(bytes);
+                }
+                Fed::Input(at, bytes) => {
+                    encoder.input(Duration::from_micros(*at), bytes, out);
+                    input.extend_from_slice(bytes);
+                }
+                Fed::Resize(at, cols, rows) => {
+                    let size = TerminalSize::new(*cols, *rows).unwrap();
+                    encoder.resize(Duration::from_micros(*at), size, out);
+                }
+            }
+        }
+        (output, input)
+    }
+
+    fn header(out: &mut Vec<u8>) {
+        CastEncoder::header(
+            &CastHeader {
+                size: TerminalSize::new(80, 24).unwrap(),
+                timestamp: 1_700_000_000,
+                command: None,
+                title: Some("fuzzed \"title\"\n".to_owned()),
+                term: Some("xterm-256color".to_owned()),
+            },
+            out,
+        );
+    }
+
+    /// Checks a recording with the strict reader and that its events say what was fed: the
+    /// output and input as `from_utf8_lossy` reads all the bytes at once (so valid UTF-8 byte
+    /// for byte, however the reads cut its characters), the resizes in order, and each time the
+    /// latest one fed so far, in microseconds.
+    fn check_recording(
+        recording: &[u8],
+        fed: &[Fed],
+        output: &[u8],
+        input: &[u8],
+    ) -> Result<(), TestCaseError> {
+        let cast =
+            Cast::parse(recording).map_err(|error| TestCaseError::fail(format!("{error:#}")))?;
+        prop_assert_eq!(
+            cast.output(),
+            String::from_utf8_lossy(output).into_owned().into_bytes()
+        );
+        prop_assert_eq!(cast.input(), String::from_utf8_lossy(input));
+        let resizes: Vec<String> = fed
+            .iter()
+            .filter_map(|item| match item {
+                Fed::Resize(_, cols, rows) => Some(format!("{cols}x{rows}")),
+                _ => None,
+            })
+            .collect();
+        let recorded: Vec<&str> = cast
+            .events
+            .iter()
+            .filter(|event| event.code == "r")
+            .map(|event| event.data.as_str())
+            .collect();
+        prop_assert_eq!(recorded, resizes);
+        let latest = fed
+            .iter()
+            .map(|item| match item {
+                Fed::Output(at, _) | Fed::Input(at, _) | Fed::Resize(at, ..) => *at,
+            })
+            .max()
+            .unwrap_or(0);
+        for event in &cast.events {
+            prop_assert!(
+                event.time <= latest as f64 / 1e6 + 1e-6,
+                "{event:?} after {latest} µs"
+            );
+        }
+        for line in std::str::from_utf8(recording).unwrap().lines().skip(1) {
+            // `[S.UUUUUU, `: whole seconds and six digits of microseconds.
+            let time = line.trim_start_matches('[').split(',').next().unwrap();
+            let (seconds, micros) = time.split_once('.').unwrap();
+            prop_assert!(seconds.bytes().all(|b| b.is_ascii_digit()), "{line}");
+            prop_assert!(
+                micros.len() == 6 && micros.bytes().all(|b| b.is_ascii_digit()),
+                "{line}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Whatever a session prints and is typed, at whatever times and cut into whatever reads,
+    /// the recording is asciicast v2 a strict reader takes, and its events decode back to the
+    /// bytes fed.
+    #[test]
+    fn fuzz_any_output_and_times_make_a_recording_that_decodes_to_the_bytes() {
+        fuzz::check(256, prop::collection::vec(fed(), 0..24), |fed| {
+            let mut out = Vec::new();
+            header(&mut out);
+            let mut encoder = CastEncoder::default();
+            let (output, input) = feed(&mut encoder, &fed, &mut out);
+            encoder.finish(Duration::ZERO, &mut out);
+            check_recording(&out, &fed, &output, &input)
+        });
+    }
+
+    /// A recording handed to another process at any point (the output the first held back fed
+    /// again, its input carry and last time passed on) reads as if one encoder wrote it all.
+    #[test]
+    fn fuzz_a_recording_handed_over_anywhere_decodes_to_the_bytes() {
+        let strategy = prop::collection::vec(fed(), 0..24).prop_flat_map(|fed| {
+            let length = fed.len();
+            (Just(fed), 0..=length)
+        });
+        fuzz::check(256, strategy, |(fed, handed_over_at)| {
+            let mut out = Vec::new();
+            header(&mut out);
+            let mut first = CastEncoder::default();
+            let (mut output, mut input) = feed(&mut first, &fed[..handed_over_at], &mut out);
+            let held = first.held_output();
+            let (last_time, held_input) = first.resume_point();
+            let mut next = CastEncoder::resumed(last_time, held_input);
+            // The new process feeds the output the first held back again, from the ring.
+            let again = output[output.len() - held..].to_vec();
+            next.output(last_time, &again, &mut out);
+            let (more_output, more_input) = feed(&mut next, &fed[handed_over_at..], &mut out);
+            next.finish(Duration::ZERO, &mut out);
+            output.extend(more_output);
+            input.extend(more_input);
+            check_recording(&out, &fed, &output, &input)
+        });
     }
 }

@@ -1,4 +1,5 @@
-//! The audit trail: appending events, deriving takeovers, and listing with filters and pages.
+//! The audit trail: appending events, deriving takeovers, listing with filters and pages, and
+//! deleting the events past the trail's retention.
 //!
 //! A takeover needs two facts that reach session-api separately, often from two gateways: the
 //! old controller's detach for `taken_over` and the new controller's attach. Whichever arrives
@@ -7,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
     EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
@@ -26,6 +28,11 @@ const TAKEOVER_WINDOW: u64 = 64;
 /// The detach reason of a controller that another took control from.
 pub const TAKEN_OVER: &str = "taken_over";
 
+/// How many events one statement of [`Store::prune_audit_events`] deletes: each batch is a
+/// short write of its own, so a sweep of a large trail never holds the writers up for long
+/// (SQLite has one), and its ids stay within the databases' parameter limits.
+pub const AUDIT_PRUNE_BATCH: u64 = 500;
+
 impl Store {
     /// Appends one event; an attach or detach of a controller may record a takeover too.
     /// Returns the event's id.
@@ -43,6 +50,34 @@ impl Store {
         }
         transaction.commit().await?;
         Ok(id)
+    }
+
+    /// Deletes the events recorded before `cutoff`, [`AUDIT_PRUNE_BATCH`] at a time. Returns how
+    /// many went.
+    pub async fn prune_audit_events(&self, cutoff: DateTime<Utc>) -> Result<u64, Error> {
+        let mut pruned = 0;
+        loop {
+            let ids: Vec<i64> = audit_event::Entity::find()
+                .select_only()
+                .column(audit_event::Column::Id)
+                .filter(audit_event::Column::At.lt(cutoff))
+                .limit(AUDIT_PRUNE_BATCH)
+                .into_tuple()
+                .all(&self.db)
+                .await?;
+            if ids.is_empty() {
+                return Ok(pruned);
+            }
+            let batch = ids.len() as u64;
+            pruned += audit_event::Entity::delete_many()
+                .filter(audit_event::Column::Id.is_in(ids))
+                .exec(&self.db)
+                .await?
+                .rows_affected;
+            if batch < AUDIT_PRUNE_BATCH {
+                return Ok(pruned);
+            }
+        }
     }
 
     /// One page of the events the filter selects, oldest first.

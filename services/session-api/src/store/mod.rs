@@ -15,7 +15,7 @@ mod session_writes;
 mod shares;
 mod terminal;
 
-pub use audit::TAKEN_OVER;
+pub use audit::{AUDIT_PRUNE_BATCH, TAKEN_OVER};
 pub use reservations::{Reservation, SessionReservation};
 pub use session_writes::{ActivityUpdate, closed_event};
 pub use shares::ShareKey;

@@ -1,15 +1,23 @@
 //! The audit trail in the store, on both databases: a close is recorded once with who closed
-//! it, a takeover once whichever of its two facts arrives first, and listings filter and page
-//! without losing or repeating an event.
+//! it, a takeover once whichever of its two facts arrives first, listings filter and page
+//! without losing or repeating an event, for pages of any size through the tokens handed out,
+//! and the events past the retention are deleted (by the store in batches, and by
+//! session-api's own sweep).
 
+use std::time::Instant;
+
+use proptest::prelude::*;
 use ptyhub_model::Role;
+use ptyhub_test_support::fuzz;
 use ptyhub_wire::{Actor, Surface};
-use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent};
+use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
 use session_api::domain::CloseReason;
-use session_api::store::{Reservation, Store, TAKEN_OVER};
+use session_api::store::{AUDIT_PRUNE_BATCH, Reservation, Store, TAKEN_OVER};
 use uuid::Uuid;
 
 use crate::store::{migrated_store, new_instance, reservation};
+use crate::support::{Backend, FreshDatabase, eventually, session_client, start_session_api_with};
+use ptyhub_proto::session::v1 as pb;
 
 fn person(name: &str) -> Actor {
     Actor::new(name, Some("127.0.0.1:40000".into()), Surface::WebSocket)
@@ -310,3 +318,196 @@ both_databases!(
         assert!(before_everything.is_empty());
     }
 );
+
+both_databases!(
+    fuzz_pages_of_any_size_list_every_event_once_in_order_through_their_tokens,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        // A case: events (whose, about which of three instances), the sizes of the pages read
+        // one after another, and which filter lists them.
+        let case = (
+            prop::collection::vec((0..3usize, 0..3usize), 0..30),
+            prop::collection::vec(1..=7u32, 1..6),
+            0..3u8,
+        );
+        let people = [person("alice"), person("bob"), person("carol")];
+        let started = Instant::now();
+        let mut batches = 0;
+        while fuzz::another_batch(started, batches) {
+            for (events, page_sizes, filter_kind) in fuzz::samples(8, &case) {
+                let instances = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
+                for (who, about) in &events {
+                    store
+                        .record_audit_event(
+                            NewAuditEvent::new(AuditKind::SessionRenamed, &people[*who])
+                                .instance(instances[*about]),
+                        )
+                        .await
+                        .expect("record");
+                }
+                // Each filter keeps to this case's instances, so the whole listing is one page.
+                let filter = match filter_kind {
+                    0 => AuditFilter {
+                        instance_id: Some(instances[0]),
+                        ..AuditFilter::default()
+                    },
+                    1 => AuditFilter {
+                        only_instances: Some(vec![instances[1], instances[2]]),
+                        ..AuditFilter::default()
+                    },
+                    _ => AuditFilter {
+                        principal: Some("bob".into()),
+                        only_instances: Some(instances.to_vec()),
+                        ..AuditFilter::default()
+                    },
+                };
+                let all: Vec<u64> = everything(&store, filter.clone())
+                    .await
+                    .iter()
+                    .map(|event| event.id)
+                    .collect();
+                let case = format!("{events:?}, pages of {page_sizes:?}, filter {filter_kind}");
+
+                // Paged as a client pages: the token handed out, parsed back for the next page.
+                let mut paged = Vec::new();
+                let mut token = String::new();
+                for page_number in 0.. {
+                    assert!(page_number <= all.len(), "paging never ends: {case}");
+                    let page_size = page_sizes[page_number % page_sizes.len()];
+                    let page = store
+                        .list_audit_events(
+                            &AuditFilter {
+                                after_id: parse_page_token(&token).expect("a token handed out"),
+                                page_size,
+                                ..filter.clone()
+                            }
+                            .validated()
+                            .unwrap(),
+                        )
+                        .await
+                        .expect("page");
+                    assert!(page.events.len() <= page_size as usize, "{case}");
+                    paged.extend(page.events.iter().map(|event| event.id));
+                    token = page
+                        .next_after_id
+                        .map(|id| id.to_string())
+                        .unwrap_or_default();
+                    if token.is_empty() {
+                        break;
+                    }
+                    // A page that says more follows is full, and more does follow.
+                    assert_eq!(page.events.len(), page_size as usize, "{case}");
+                    assert!(paged.len() < all.len(), "a next page of nothing: {case}");
+                }
+                assert_eq!(paged, all, "{case}");
+            }
+            batches += 1;
+        }
+    }
+);
+
+both_databases!(
+    events_older_than_the_cutoff_are_deleted_in_batches,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let refusal = |index: u64| {
+            NewAuditEvent::new(AuditKind::Refused, &Actor::unknown(None, Surface::Rest))
+                .detail("reason", "unauthenticated")
+                .detail("action", format!("GET /{index}"))
+        };
+        // More old events than one batch deletes, so that the sweep takes several.
+        let old = AUDIT_PRUNE_BATCH * 2 + 7;
+        for index in 0..old {
+            store.record_audit_event(refusal(index)).await.expect("old");
+        }
+        // Times are kept to the microsecond: the cutoff falls strictly between old and new.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let cutoff = chrono::Utc::now();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let mut kept = Vec::new();
+        for index in 0..3 {
+            kept.push(
+                store
+                    .record_audit_event(refusal(old + index))
+                    .await
+                    .expect("new"),
+            );
+        }
+
+        let pruned = store.prune_audit_events(cutoff).await.expect("prune");
+        assert_eq!(pruned, old);
+        let left = everything(&store, AuditFilter::default()).await;
+        assert_eq!(
+            left.iter().map(|event| event.id).collect::<Vec<_>>(),
+            kept,
+            "the newer events stay, every older one is gone"
+        );
+        assert!(left.iter().all(|event| event.at >= cutoff));
+        assert_eq!(
+            store.prune_audit_events(cutoff).await.expect("again"),
+            0,
+            "a second sweep finds nothing"
+        );
+    }
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_api_sweeps_the_trail_past_its_retention() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let api = start_session_api_with(database.url(), &[], |config| {
+        config.audit_retention = std::time::Duration::from_secs(1);
+    });
+    let mut client = session_client(&api).await;
+    let refused = |action: &str| pb::RecordAuditEventRequest {
+        kind: pb::AuditKind::Refused as i32,
+        detail: [("reason", "unauthenticated"), ("action", action)]
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    let listed = |client: &crate::support::SessionClient| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_audit_events(pb::ListAuditEventsRequest {
+                    page_size: 1000,
+                    ..Default::default()
+                })
+                .await
+                .expect("list")
+                .into_inner()
+                .events
+        }
+    };
+    let old = client
+        .record_audit_event(refused("GET /old"))
+        .await
+        .expect("record")
+        .into_inner()
+        .id;
+    assert!(listed(&client).await.iter().any(|event| event.id == old));
+    eventually("the event past the retention is deleted", || async {
+        let events = listed(&client).await;
+        (!events.iter().any(|event| event.id == old)).then_some(())
+    })
+    .await;
+    // A fresh one is well within the second and stays.
+    let fresh = client
+        .record_audit_event(refused("GET /fresh"))
+        .await
+        .expect("record")
+        .into_inner()
+        .id;
+    let events = listed(&client).await;
+    assert_eq!(
+        events.iter().map(|event| event.id).collect::<Vec<_>>(),
+        vec![fresh]
+    );
+}

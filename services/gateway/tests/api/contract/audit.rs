@@ -1,10 +1,12 @@
 //! The audit trail through the gateway: every action on an instance and its session (register,
 //! create, rename, input, attach, takeover, detach, reset, close, delete) and every refused
 //! attempt yields exactly one event naming the principal that did it, never its credential; a
-//! scoped principal lists its own instances' events only; bad filters are 422.
+//! flood of refusals yields a row a minute that counts them; a scoped principal lists its own
+//! instances' events only; bad filters are 422.
 
 use std::collections::BTreeMap;
 
+use futures::StreamExt;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
@@ -263,6 +265,78 @@ async fn every_action_yields_exactly_one_event_with_its_principal() {
         .await
         .expect_err("outside callers cannot write the trail");
     assert_eq!(forged.code(), tonic::Code::PermissionDenied);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_refused_credentials_is_a_few_rows_that_count_it() {
+    const REQUESTS: usize = 2000;
+    let mut stack = TestStack::builder().start().await;
+    // Half without a credential (never limited), half with a wrong one (429 past the limit).
+    let wrong = "a-token-this-gateway-never-issued-0123456789";
+    let statuses: Vec<u16> = futures::stream::iter(0..REQUESTS)
+        .map(|index| {
+            let token = (index % 2 == 1).then_some(wrong);
+            let stack = &stack;
+            async move {
+                rest_as(stack, token, Method::GET, "/api/v1/instances", None)
+                    .await
+                    .status
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(
+        statuses
+            .iter()
+            .all(|status| *status == 401 || *status == 429),
+        "every one refused"
+    );
+    assert!(
+        statuses.contains(&429),
+        "past the limit on refused credentials, 429: counted all the same"
+    );
+
+    // A stopping gateway reports what its windows counted so far, instead of at the end of
+    // their minute: then the trail holds every refusal of the flood.
+    stack.stop_gateway().await;
+    let events = stack
+        .session_api
+        .clone()
+        .list_audit_events(session_pb::ListAuditEventsRequest {
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect("the trail, from session-api")
+        .into_inner()
+        .events;
+    let refusals: Vec<_> = events
+        .iter()
+        .filter(|event| event.kind == session_pb::AuditKind::Refused as i32)
+        .collect();
+    // One row at once, one for the rest of its minute (and one more a minute, would the flood
+    // outlast one).
+    assert!(
+        (1..=4).contains(&refusals.len()),
+        "a handful of rows, not one a request: {}",
+        refusals.len()
+    );
+    let counted: usize = refusals
+        .iter()
+        .map(|event| {
+            assert_eq!(event.principal, "", "a refused credential names nobody");
+            assert_eq!(
+                event.client_address, "127.0.0.1",
+                "the address, over any connection"
+            );
+            assert_eq!(event.detail["reason"], "unauthenticated");
+            assert_eq!(event.detail["action"], "GET /api/v1/instances");
+            event.detail["count"].parse::<usize>().expect("a count")
+        })
+        .sum();
+    assert_eq!(counted, REQUESTS, "the counts add up to the flood");
     stack.shutdown().await;
 }
 

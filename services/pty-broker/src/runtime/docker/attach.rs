@@ -251,14 +251,18 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut decoded = Vec::new();
     while let Ok(httparse::Status::Complete((data_start, size))) = httparse::parse_chunk_size(body)
     {
-        let Ok(size) = usize::try_from(size) else {
+        // A size line may say up to 16 hex digits: more than any body has, never an overflow.
+        let Some(data_end) = usize::try_from(size)
+            .ok()
+            .and_then(|size| data_start.checked_add(size))
+        else {
             break;
         };
-        if size == 0 || body.len() < data_start + size {
+        if size == 0 || body.len() < data_end {
             break;
         }
-        decoded.extend_from_slice(&body[data_start..data_start + size]);
-        body = body.get(data_start + size + 2..).unwrap_or_default();
+        decoded.extend_from_slice(&body[data_start..data_end]);
+        body = body.get(data_end + 2..).unwrap_or_default();
     }
     decoded
 }
@@ -283,6 +287,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use ptyhub_test_support::fuzz;
+
     use super::*;
 
     #[tokio::test]
@@ -339,5 +346,289 @@ mod tests {
         assert_eq!(body, br#"{"message":"no"}"#);
         assert_eq!(engine_message(&body), "no");
         assert_eq!(engine_message(b"plain text\n"), "plain text");
+    }
+
+    /// An engine's connection that hands out `chunks` one read at a time (split further when a
+    /// read's buffer is smaller), then ends: any framing of the same stream.
+    struct ScriptedConnection {
+        chunks: std::collections::VecDeque<Vec<u8>>,
+    }
+
+    impl AsyncRead for ScriptedConnection {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            while let Some(chunk) = self.chunks.front_mut() {
+                if chunk.is_empty() {
+                    self.chunks.pop_front();
+                    continue;
+                }
+                let length = chunk.len().min(buf.remaining());
+                buf.put_slice(&chunk[..length]);
+                chunk.drain(..length);
+                break;
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for ScriptedConnection {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            data: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(data.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl std::os::fd::AsRawFd for ScriptedConnection {
+        fn as_raw_fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    /// `stream` cut at `cuts` (positions, in any order, out of range ones ignored).
+    fn framed(stream: &[u8], cuts: &[usize]) -> Box<dyn Connection> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut % (stream.len() + 1)).collect();
+        cuts.extend([0, stream.len()]);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let chunks = cuts
+            .windows(2)
+            .map(|pair| stream[pair[0]..pair[1]].to_vec())
+            .collect();
+        Box::new(ScriptedConnection { chunks })
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    /// An engine's answer to exec start: what the head says, its other headers, and the bytes
+    /// that follow it.
+    #[derive(Debug, Clone)]
+    struct Answer {
+        status: u16,
+        reason: String,
+        content_length: Option<u32>,
+        chunked: bool,
+        other_headers: Vec<(String, String)>,
+        line_end: &'static str,
+        rest: Vec<u8>,
+    }
+
+    impl Answer {
+        fn head(&self) -> Vec<u8> {
+            let end = self.line_end;
+            let mut head = format!("HTTP/1.1 {} {}{end}", self.status, self.reason);
+            for (name, value) in &self.other_headers {
+                head.push_str(&format!("{name}: {value}{end}"));
+            }
+            if let Some(length) = self.content_length {
+                head.push_str(&format!("Content-Length: {length}{end}"));
+            }
+            if self.chunked {
+                head.push_str(&format!("Transfer-Encoding: chunked{end}"));
+            }
+            head.push_str(end);
+            head.into_bytes()
+        }
+
+        fn stream(&self) -> Vec<u8> {
+            [self.head(), self.rest.clone()].concat()
+        }
+    }
+
+    fn answer() -> impl Strategy<Value = Answer> {
+        let header_name = prop_oneof![
+            Just("Api-Version".to_owned()),
+            Just("Docker-Experimental".to_owned()),
+            Just("Server".to_owned()),
+            Just("Connection".to_owned()),
+            Just("Upgrade".to_owned()),
+            "X-[A-Za-z0-9-]{1,12}",
+        ];
+        (
+            100..=599u16,
+            "[A-Za-z ]{0,20}",
+            proptest::option::of(any::<u32>()),
+            any::<bool>(),
+            prop::collection::vec((header_name, "[ -~]{0,40}"), 0..8),
+            prop_oneof![Just("\r\n"), Just("\n")],
+            prop::collection::vec(any::<u8>(), 0..300),
+        )
+            .prop_map(
+                |(status, reason, content_length, chunked, other_headers, line_end, rest)| {
+                    Answer {
+                        status,
+                        reason,
+                        content_length,
+                        chunked,
+                        // A value's own spaces at its ends are not part of it.
+                        other_headers: other_headers
+                            .into_iter()
+                            .map(|(name, value)| (name, value.trim().to_owned()))
+                            .collect(),
+                        line_end,
+                        rest,
+                    }
+                },
+            )
+    }
+
+    /// However the engine's answer arrives in reads, the head says what was sent and every
+    /// byte after it (the TTY's first output) comes out exactly once, in order: first the bytes
+    /// that came with the head, then the connection.
+    #[test]
+    fn fuzz_the_answer_to_exec_start_is_read_whole_however_it_is_framed() {
+        let runtime = runtime();
+        let cuts = prop::collection::vec(any::<usize>(), 0..12);
+        fuzz::check(256, (answer(), cuts), |(answer, cuts)| {
+            runtime.block_on(async {
+                let stream = answer.stream();
+                let mut connection = framed(&stream, &cuts);
+                let (head, rest) = read_response_head(&mut connection)
+                    .await
+                    .map_err(|error| TestCaseError::fail(error.to_string()))?;
+                prop_assert_eq!(
+                    head,
+                    ResponseHead {
+                        status: answer.status,
+                        content_length: answer.content_length.map(|length| length as usize),
+                        chunked: answer.chunked,
+                    }
+                );
+                let mut output = Unread::new(Bytes::from(rest), connection);
+                let mut after_head = Vec::new();
+                output.read_to_end(&mut after_head).await.unwrap();
+                prop_assert_eq!(after_head, answer.rest);
+                Ok(())
+            })
+        });
+    }
+
+    /// `bytes` with a random edit: a byte changed, inserted or dropped, or cut short.
+    fn mutated(bytes: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+        let length = bytes.len().max(1);
+        (0..length, any::<u8>(), 0..4u8).prop_map(move |(at, byte, edit)| {
+            let mut bytes = bytes.clone();
+            let at = at.min(bytes.len().saturating_sub(1));
+            match edit {
+                0 if !bytes.is_empty() => bytes[at] ^= byte.max(1),
+                1 => bytes.truncate(at),
+                2 => bytes.insert(at, byte),
+                _ if !bytes.is_empty() => {
+                    bytes.remove(at);
+                }
+                _ => bytes.push(byte),
+            }
+            bytes
+        })
+    }
+
+    /// Whatever the engine sends, the head is parsed or refused, never a panic; a head that
+    /// parses is within the bytes, and reading the same bytes in any framing gives the same
+    /// verdict as parsing them whole.
+    #[test]
+    fn fuzz_any_answer_to_exec_start_is_parsed_or_refused_the_same_in_any_framing() {
+        let runtime = runtime();
+        let bytes = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            answer().prop_flat_map(|answer| mutated(answer.stream())),
+        ];
+        let cuts = prop::collection::vec(any::<usize>(), 0..12);
+        fuzz::check(512, (bytes, cuts), |(bytes, cuts)| {
+            let whole = parse_response_head(&bytes);
+            if let Ok(Some((_, length))) = &whole {
+                prop_assert!(*length <= bytes.len());
+            }
+            let read = runtime.block_on(read_response_head(&mut framed(&bytes, &cuts)));
+            match (&whole, read) {
+                (Ok(Some((head, length))), Ok((read_head, rest))) => {
+                    prop_assert_eq!(head, &read_head);
+                    // What came with the head is a start of what followed it.
+                    prop_assert!(bytes[*length..].starts_with(&rest));
+                }
+                // Incomplete as a whole: the connection ended before the head did.
+                (Ok(None), Err(_)) => {}
+                (Err(_), Err(_)) => {}
+                (whole, read) => {
+                    return Err(TestCaseError::fail(format!(
+                        "whole: {whole:?}, read in pieces: {:?}",
+                        read.map(|(head, _)| head)
+                    )));
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// `parts` as a chunked body, sizes in hex of either case, some with an extension.
+    fn chunked(parts: &[(Vec<u8>, bool, bool)]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (part, upper, extension) in parts {
+            let size = if *upper {
+                format!("{:X}", part.len())
+            } else {
+                format!("{:x}", part.len())
+            };
+            body.extend_from_slice(size.as_bytes());
+            if *extension {
+                body.extend_from_slice(b";name=value");
+            }
+            body.extend_from_slice(b"\r\n");
+            body.extend_from_slice(part);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(b"0\r\n\r\n");
+        body
+    }
+
+    /// A chunked error body decodes to its parts joined; any other body decodes to at most
+    /// as many bytes as it has, never a panic.
+    #[test]
+    fn fuzz_chunked_error_bodies_decode_to_what_was_sent() {
+        let parts = prop::collection::vec(
+            (
+                prop::collection::vec(any::<u8>(), 1..100),
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            0..6,
+        );
+        fuzz::check(256, parts, |parts| {
+            let body = chunked(&parts);
+            let joined: Vec<u8> = parts.iter().flat_map(|(part, ..)| part.clone()).collect();
+            prop_assert_eq!(dechunk(&body), joined);
+            Ok(())
+        });
+        let size_line = prop_oneof![
+            "[0-9a-fA-F]{1,16}",
+            any::<u64>().prop_map(|size| format!("{size:x}")),
+            Just("ffffffffffffffff".to_owned()),
+        ];
+        let bodies = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            (size_line, prop::collection::vec(any::<u8>(), 0..100))
+                .prop_map(|(size, data)| { [size.into_bytes(), b"\r\n".to_vec(), data].concat() }),
+            Just(chunked(&[(b"engine says no".to_vec(), false, false)])).prop_flat_map(mutated),
+        ];
+        fuzz::check(512, bodies, |body| {
+            prop_assert!(dechunk(&body).len() <= body.len());
+            Ok(())
+        });
     }
 }

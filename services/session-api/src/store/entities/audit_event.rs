@@ -1,4 +1,5 @@
-//! The `audit_events` table: the audit trail, appended to and never changed.
+//! The `audit_events` table: the audit trail, appended to and never changed; rows past the
+//! retention are deleted.
 
 use sea_orm::entity::prelude::*;
 
