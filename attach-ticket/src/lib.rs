@@ -1,10 +1,17 @@
 //! Attach tickets: the proof a client shows a pty-broker that session-api let it attach to one
 //! session in one role until a moment in time.
 //!
-//! A ticket is `v1.<payload>.<mac>`, both parts base64url without padding. The payload is
-//! `<session uuid>.<role>.<expiry, unix seconds>`; the mac is HMAC-SHA256 over the bytes `v1.` and
-//! the encoded payload, keyed by a secret that session-api and the brokers share. A broker needs
-//! no database to check one, and a ticket for one session or role is worthless for another.
+//! A ticket is `v2.<payload>.<signature>`, both parts base64url without padding. The payload is
+//! `<session uuid>.<role>.<expiry, unix seconds>`; the signature is Ed25519 over the bytes `v2.`
+//! and the encoded payload. Only session-api holds the private key ([`TicketSigningKey`]); the
+//! brokers hold the public key ([`TicketVerifyingKey`]), which checks a ticket and can make none,
+//! so a broker that is broken into cannot mint tickets for the sessions of any other broker. A
+//! broker needs no database to check one, and a ticket for one session or role is worthless for
+//! another.
+//!
+//! Keys are PEM: the private key PKCS#8 (`-----BEGIN PRIVATE KEY-----`), the public key SPKI
+//! (`-----BEGIN PUBLIC KEY-----`), as `openssl genpkey -algorithm ed25519` and
+//! `openssl pkey -pubout` write them.
 
 #![forbid(unsafe_code)]
 
@@ -13,14 +20,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
+use ed25519_dalek::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _};
+use ed25519_dalek::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, KeypairBytes};
+use ed25519_dalek::{Signature, SigningKey, VerifyingKey};
 use uuid::Uuid;
 
-const VERSION_PREFIX: &str = "v1";
-
-/// Shortest secret accepted: anything shorter is too easy to guess.
-pub const MIN_SECRET_BYTES: usize = 16;
+const VERSION_PREFIX: &str = "v2";
 
 /// How long a ticket is valid by default: long enough to open a stream, short enough that a
 /// leaked one is soon useless.
@@ -69,8 +75,6 @@ pub enum TicketError {
     WrongSession,
     #[error("attach ticket does not grant the {0} role")]
     RoleNotGranted(&'static str),
-    #[error("ticket secret must be at least {MIN_SECRET_BYTES} bytes")]
-    SecretTooShort,
 }
 
 impl TicketError {
@@ -84,6 +88,25 @@ impl TicketError {
     }
 }
 
+/// Why a key could not be read. The messages never quote the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error(
+        "not an Ed25519 private key in PKCS#8 PEM (\"-----BEGIN PRIVATE KEY-----\", as `openssl genpkey -algorithm ed25519` writes it)"
+    )]
+    NotPrivateKey,
+    #[error(
+        "not an Ed25519 public key in PEM (\"-----BEGIN PUBLIC KEY-----\", as `openssl pkey -pubout` writes it)"
+    )]
+    NotPublicKey,
+    /// A private key where only the public key belongs: whoever holds it can mint tickets, so
+    /// it must stay with session-api.
+    #[error(
+        "this is a private key: give only the public key (`openssl pkey -in KEY -pubout`); the private key must stay with session-api"
+    )]
+    PrivateKeyGiven,
+}
+
 /// The verified contents of a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TicketClaims {
@@ -92,32 +115,51 @@ pub struct TicketClaims {
     pub expires_at: SystemTime,
 }
 
-/// The shared secret. Its `Debug` never shows the bytes.
+/// session-api's private key, which signs tickets. Its `Debug` never shows the key, and its
+/// bytes are wiped when it is dropped.
 #[derive(Clone)]
-pub struct TicketKey {
-    secret: Vec<u8>,
+pub struct TicketSigningKey {
+    key: SigningKey,
 }
 
-impl fmt::Debug for TicketKey {
+impl fmt::Debug for TicketSigningKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TicketKey(<redacted>)")
+        f.write_str("TicketSigningKey(<redacted>)")
     }
 }
 
-impl TicketKey {
-    pub fn new(secret: impl Into<Vec<u8>>) -> Result<Self, TicketError> {
-        let secret = secret.into();
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(TicketError::SecretTooShort);
-        }
-        Ok(Self { secret })
+impl TicketSigningKey {
+    /// A fresh random key (`ptyhub up`'s first start, tests).
+    pub fn generate() -> Self {
+        let mut secret: [u8; 32] = rand::random();
+        let key = SigningKey::from_bytes(&secret);
+        secret.fill(0);
+        Self { key }
     }
 
-    /// A fresh random key, for a single process that both signs and verifies (`ptyhub up`).
-    pub fn generate() -> Self {
-        let secret: [u8; 32] = rand::random();
-        Self {
-            secret: secret.to_vec(),
+    /// Reads a PKCS#8 PEM private key.
+    pub fn from_pem(pem: &str) -> Result<Self, KeyError> {
+        SigningKey::from_pkcs8_pem(pem.trim())
+            .map(|key| Self { key })
+            .map_err(|_| KeyError::NotPrivateKey)
+    }
+
+    /// The key as PKCS#8 PEM, for a file only its owner may read. Version 1 of the format (the
+    /// private key alone), which every tool reads (OpenSSL 3.0 reads no other).
+    pub fn to_pem(&self) -> String {
+        KeypairBytes {
+            secret_key: self.key.to_bytes(),
+            public_key: None,
+        }
+        .to_pkcs8_pem(LineEnding::LF)
+        .expect("an Ed25519 key always encodes")
+        .to_string()
+    }
+
+    /// The public key that checks this key's tickets: what the brokers hold.
+    pub fn verifying_key(&self) -> TicketVerifyingKey {
+        TicketVerifyingKey {
+            key: self.key.verifying_key(),
         }
     }
 
@@ -133,8 +175,45 @@ impl TicketKey {
             role.as_str(),
             expiry_seconds
         ));
-        let mac = URL_SAFE_NO_PAD.encode(self.mac(&payload).finalize().into_bytes());
-        format!("{VERSION_PREFIX}.{payload}.{mac}")
+        let signature: Signature = ed25519_dalek::Signer::sign(&self.key, &signed_bytes(&payload));
+        let signature = URL_SAFE_NO_PAD.encode(signature.to_bytes());
+        format!("{VERSION_PREFIX}.{payload}.{signature}")
+    }
+}
+
+/// session-api's public key, which checks tickets and can make none.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TicketVerifyingKey {
+    key: VerifyingKey,
+}
+
+impl fmt::Debug for TicketVerifyingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TicketVerifyingKey({})",
+            URL_SAFE_NO_PAD.encode(self.key.as_bytes())
+        )
+    }
+}
+
+impl TicketVerifyingKey {
+    /// Reads an SPKI PEM public key. A private key is refused: it does not belong where only
+    /// tickets are checked.
+    pub fn from_pem(pem: &str) -> Result<Self, KeyError> {
+        if pem.contains("PRIVATE KEY-----") {
+            return Err(KeyError::PrivateKeyGiven);
+        }
+        VerifyingKey::from_public_key_pem(pem.trim())
+            .map(|key| Self { key })
+            .map_err(|_| KeyError::NotPublicKey)
+    }
+
+    /// The key as SPKI PEM.
+    pub fn to_pem(&self) -> String {
+        self.key
+            .to_public_key_pem(LineEnding::LF)
+            .expect("an Ed25519 public key always encodes")
     }
 
     /// Checks the signature and expiry, and that the ticket is for `session_id` and admits
@@ -159,19 +238,21 @@ impl TicketKey {
     /// Checks the signature and expiry and returns what the ticket says.
     pub fn decode(&self, ticket: &str, now: SystemTime) -> Result<TicketClaims, TicketError> {
         let mut parts = ticket.split('.');
-        let (Some(VERSION_PREFIX), Some(payload), Some(mac), None) =
+        let (Some(VERSION_PREFIX), Some(payload), Some(signature), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(TicketError::Malformed);
         };
-        let mac = URL_SAFE_NO_PAD
-            .decode(mac)
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
             .map_err(|_| TicketError::Malformed)?;
-        self.mac(payload)
-            .verify_slice(&mac)
+        let signature = Signature::from_slice(&signature).map_err(|_| TicketError::Malformed)?;
+        // Strict: no malleable signatures, no weak keys.
+        self.key
+            .verify_strict(&signed_bytes(payload), &signature)
             .map_err(|_| TicketError::BadSignature)?;
 
-        // Only a payload we signed gets this far, but parse it defensively all the same.
+        // Only a payload session-api signed gets this far, but parse it defensively all the same.
         let payload = URL_SAFE_NO_PAD
             .decode(payload)
             .map_err(|_| TicketError::Malformed)?;
@@ -195,24 +276,42 @@ impl TicketKey {
             expires_at,
         })
     }
+}
 
-    fn mac(&self, encoded_payload: &str) -> Hmac<Sha256> {
-        // HMAC accepts keys of any length, so this cannot fail.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret)
-            .expect("hmac accepts keys of any length");
-        mac.update(VERSION_PREFIX.as_bytes());
-        mac.update(b".");
-        mac.update(encoded_payload.as_bytes());
-        mac
-    }
+/// What a signature covers: the version, so that a signature of one format is never read as
+/// another's, and the encoded payload.
+fn signed_bytes(encoded_payload: &str) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(VERSION_PREFIX.len() + 1 + encoded_payload.len());
+    bytes.extend_from_slice(VERSION_PREFIX.as_bytes());
+    bytes.push(b'.');
+    bytes.extend_from_slice(encoded_payload.as_bytes());
+    bytes
 }
 
 #[cfg(test)]
 mod tests {
+    use hmac::{Hmac, Mac as _};
+    use sha2::Sha256;
+
     use super::*;
 
-    fn key() -> TicketKey {
-        TicketKey::new(*b"0123456789abcdef0123456789abcdef").unwrap()
+    /// A key written by `openssl genpkey -algorithm ed25519`, and its public half by
+    /// `openssl pkey -pubout`: the files an operator makes are read as they are.
+    const OPENSSL_PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
+-----END PRIVATE KEY-----
+";
+    const OPENSSL_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAff+zQUXye12i1DSl0qgx+ieyMuPEcUPEPQ6DS6Hcu+Q=
+-----END PUBLIC KEY-----
+";
+
+    fn key() -> TicketSigningKey {
+        TicketSigningKey::from_pem(OPENSSL_PRIVATE_KEY).unwrap()
+    }
+
+    fn public() -> TicketVerifyingKey {
+        TicketVerifyingKey::from_pem(OPENSSL_PUBLIC_KEY).unwrap()
     }
 
     fn in_a_minute() -> SystemTime {
@@ -223,7 +322,8 @@ mod tests {
     fn signed_ticket_verifies_for_its_session_and_role() {
         let session_id = Uuid::new_v4();
         let ticket = key().sign(session_id, TicketRole::Controller, in_a_minute());
-        let claims = key()
+        assert!(ticket.starts_with("v2."), "{ticket}");
+        let claims = public()
             .verify(
                 &ticket,
                 session_id,
@@ -236,18 +336,29 @@ mod tests {
     }
 
     #[test]
+    fn keys_written_by_openssl_are_read_and_written_back_the_same() {
+        assert_eq!(key().verifying_key(), public());
+        assert_eq!(key().to_pem(), OPENSSL_PRIVATE_KEY);
+        assert_eq!(public().to_pem(), OPENSSL_PUBLIC_KEY);
+        let generated = TicketSigningKey::generate();
+        let again = TicketSigningKey::from_pem(&generated.to_pem()).unwrap();
+        assert_eq!(again.verifying_key(), generated.verifying_key());
+        assert_ne!(generated.verifying_key(), public(), "a fresh key each time");
+    }
+
+    #[test]
     fn controller_ticket_admits_viewer_but_not_the_reverse() {
         let session_id = Uuid::new_v4();
         let controller = key().sign(session_id, TicketRole::Controller, in_a_minute());
         let viewer = key().sign(session_id, TicketRole::Viewer, in_a_minute());
         let now = SystemTime::now();
         assert!(
-            key()
+            public()
                 .verify(&controller, session_id, TicketRole::Viewer, now)
                 .is_ok()
         );
         assert_eq!(
-            key().verify(&viewer, session_id, TicketRole::Controller, now),
+            public().verify(&viewer, session_id, TicketRole::Controller, now),
             Err(TicketError::RoleNotGranted("controller"))
         );
     }
@@ -260,11 +371,11 @@ mod tests {
         let just_after = expires_at + Duration::from_secs(1);
         let just_before = expires_at - Duration::from_secs(1);
         assert_eq!(
-            key().verify(&ticket, session_id, TicketRole::Viewer, just_after),
+            public().verify(&ticket, session_id, TicketRole::Viewer, just_after),
             Err(TicketError::Expired)
         );
         assert!(
-            key()
+            public()
                 .verify(&ticket, session_id, TicketRole::Viewer, just_before)
                 .is_ok()
         );
@@ -273,7 +384,7 @@ mod tests {
     #[test]
     fn ticket_for_another_session_is_refused() {
         let ticket = key().sign(Uuid::new_v4(), TicketRole::Controller, in_a_minute());
-        let error = key()
+        let error = public()
             .verify(
                 &ticket,
                 Uuid::new_v4(),
@@ -288,12 +399,30 @@ mod tests {
     #[test]
     fn ticket_signed_with_another_key_is_refused() {
         let session_id = Uuid::new_v4();
-        let other = TicketKey::new(*b"another secret of enough bytes!!").unwrap();
+        let other = TicketSigningKey::generate();
         let ticket = other.sign(session_id, TicketRole::Controller, in_a_minute());
         assert_eq!(
-            key().verify(&ticket, session_id, TicketRole::Viewer, SystemTime::now()),
+            public().verify(&ticket, session_id, TicketRole::Viewer, SystemTime::now()),
             Err(TicketError::BadSignature)
         );
+    }
+
+    /// What a broker held before tickets were signed with session-api's private key: a secret
+    /// shared with session-api, with which any broker could make a valid ticket. Such tickets,
+    /// and any HMAC in the place of the signature, are refused.
+    #[test]
+    fn hmac_tickets_of_a_shared_secret_are_refused() {
+        let session_id = Uuid::new_v4();
+        let payload = URL_SAFE_NO_PAD.encode(format!("{session_id}.controller.99999999999"));
+        for version in ["v1", "v2"] {
+            let mut mac =
+                <Hmac<Sha256> as hmac::Mac>::new_from_slice(b"a secret every broker held").unwrap();
+            mac.update(format!("{version}.{payload}").as_bytes());
+            let mac = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+            let forged = format!("{version}.{payload}.{mac}");
+            let error = public().decode(&forged, SystemTime::now()).unwrap_err();
+            assert!(error.is_unauthenticated(), "{version}: {error:?}");
+        }
     }
 
     #[test]
@@ -301,10 +430,10 @@ mod tests {
         let session_id = Uuid::new_v4();
         let viewer = key().sign(session_id, TicketRole::Viewer, in_a_minute());
         let forged_payload = URL_SAFE_NO_PAD.encode(format!("{session_id}.controller.99999999999"));
-        let mac = viewer.rsplit('.').next().unwrap();
-        let forged = format!("v1.{forged_payload}.{mac}");
+        let signature = viewer.rsplit('.').next().unwrap();
+        let forged = format!("v2.{forged_payload}.{signature}");
         assert_eq!(
-            key().decode(&forged, SystemTime::now()),
+            public().decode(&forged, SystemTime::now()),
             Err(TicketError::BadSignature)
         );
     }
@@ -314,28 +443,42 @@ mod tests {
         for garbage in [
             "",
             ".",
-            "v1",
-            "v1..",
-            "v2.a.b",
-            "v1.a.b.c",
-            "v1.!!!.???",
-            "v1.\u{1F600}.x",
+            "v2",
+            "v2..",
+            "v1.a.b",
+            "v2.a.b.c",
+            "v2.!!!.???",
+            "v2.\u{1F600}.x",
+            "v2.YQ.YQ",
         ] {
-            let error = key().decode(garbage, SystemTime::now()).unwrap_err();
+            let error = public().decode(garbage, SystemTime::now()).unwrap_err();
             assert!(error.is_unauthenticated(), "{garbage:?} gave {error:?}");
         }
     }
 
     #[test]
-    fn short_secret_is_refused() {
+    fn keys_of_the_wrong_kind_are_refused_by_name() {
         assert_eq!(
-            TicketKey::new(b"short".to_vec()).unwrap_err(),
-            TicketError::SecretTooShort
+            TicketVerifyingKey::from_pem(OPENSSL_PRIVATE_KEY).unwrap_err(),
+            KeyError::PrivateKeyGiven
+        );
+        assert_eq!(
+            TicketSigningKey::from_pem(OPENSSL_PUBLIC_KEY).unwrap_err(),
+            KeyError::NotPrivateKey
+        );
+        assert_eq!(
+            TicketSigningKey::from_pem("a ticket secret of old").unwrap_err(),
+            KeyError::NotPrivateKey
+        );
+        assert_eq!(
+            TicketVerifyingKey::from_pem("").unwrap_err(),
+            KeyError::NotPublicKey
         );
     }
 
     #[test]
-    fn debug_does_not_show_the_secret() {
-        assert_eq!(format!("{:?}", key()), "TicketKey(<redacted>)");
+    fn debug_does_not_show_the_private_key() {
+        assert_eq!(format!("{:?}", key()), "TicketSigningKey(<redacted>)");
+        assert!(format!("{:?}", public()).starts_with("TicketVerifyingKey("));
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt as _;
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::sync::{mpsc, watch};
@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::child::{Service, open_files_limit};
 use crate::scale::{connect_broker, spawn_session, wait_offsets};
 use crate::scenarios::LINE;
-use crate::stack::{BrokerClient, SERVICE_TOKEN, TICKET_SECRET};
+use crate::stack::{BrokerClient, SERVICE_TOKEN, ticket_public_key_flag, ticket_signing_key};
 
 /// What each idle session prints before it sits idle.
 const IDLE_OUTPUT: u64 = 16 << 10;
@@ -74,7 +74,7 @@ pub async fn hand_off(sessions: usize, tickers: usize) -> Result<HandOff> {
     std::fs::create_dir_all(&new_logs)?;
     let args = vec![
         format!("--session-api-token={SERVICE_TOKEN}"),
-        format!("--ticket-secret={TICKET_SECRET}"),
+        ticket_public_key_flag()?,
         "--broker-id=bench-handoff".to_owned(),
         "--backends=local".to_owned(),
         format!("--data-dir={}", data_dir.display()),
@@ -218,7 +218,7 @@ async fn read_ticker(
     session_id: String,
     mut stop: watch::Receiver<bool>,
 ) -> Result<TickerRead> {
-    let key = TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?;
+    let key = ticket_signing_key()?;
     let mut next_offset = 0u64;
     let mut text = Vec::new();
     let mut gaps = Vec::new();
@@ -299,7 +299,12 @@ type Attached = (
     tonic::Streaming<broker_pb::ServerFrame>,
 );
 
-async fn attach(endpoint: &str, key: &TicketKey, session_id: &str, since: u64) -> Result<Attached> {
+async fn attach(
+    endpoint: &str,
+    key: &TicketSigningKey,
+    session_id: &str,
+    since: u64,
+) -> Result<Attached> {
     let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
         .tcp_nodelay(true)
         .connect()

@@ -19,7 +19,8 @@ use uuid::Uuid;
 use crate::child::{Service, open_files_limit};
 use crate::scenarios::{ECHO_SCRIPT, LINE};
 use crate::stack::{
-    ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, TICKET_SECRET, service_auth, tier_credentials,
+    ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, service_auth, ticket_public_key_flag,
+    tier_credentials,
 };
 use crate::term::{Term, close_session, connect_gateway_at, create_session_on};
 
@@ -224,7 +225,7 @@ pub fn spawn_broker(
 ) -> Result<Service> {
     let mut args = vec![
         format!("--session-api-token={SERVICE_TOKEN}"),
-        format!("--ticket-secret={TICKET_SECRET}"),
+        ticket_public_key_flag()?,
         "--broker-id=bench-alone".to_owned(),
         "--backends=local".to_owned(),
         format!("--ring-bytes={ring_bytes}"),

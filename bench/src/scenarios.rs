@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::TicketRole;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
@@ -13,7 +13,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt as _;
 use serde_json::Value;
 
-use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack, TICKET_SECRET};
+use crate::stack::{ADMIN_TOKEN, Backend, BrokerClient, Screens, Stack, ticket_signing_key};
 use crate::term::{
     Path, READ_PATIENCE, Reads, SMALL_READ_BYTES, Term, attach_broker, attach_broker_at,
     close_session, connect_gateway, create_session, create_session_on,
@@ -403,7 +403,7 @@ pub async fn broker_start_once(client: &BrokerClient, endpoint: &str) -> Result<
         .context("spawn")?;
     let created = started.elapsed();
     let result = async {
-        let ticket = TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?.sign(
+        let ticket = ticket_signing_key()?.sign(
             session_id,
             TicketRole::Controller,
             SystemTime::now() + Duration::from_secs(60),

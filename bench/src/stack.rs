@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::BackendKind;
@@ -27,7 +27,14 @@ use tonic::transport::Channel;
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
-pub const TICKET_SECRET: &str = "bench-ticket-secret-0123456789";
+/// The key the bench's session-api signs attach tickets with, and with which the bench signs
+/// tickets of its own for brokers it started as processes; the brokers get its public half.
+const TICKET_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEINk2hiiRAGmN6hto39bRN+1YknJS6qiDugLhcu7nJHM2
+-----END PRIVATE KEY-----
+";
+/// The own credential of the broker without screens, bound to its id in the stack's session-api.
+const UNSCREENED_BROKER_TOKEN: &str = "bench-unscreened-broker-token-0123456789";
 /// The gateway's static API token the bench uses for REST and WebSockets.
 pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 /// The image `cargo xtask test` builds (static busybox).
@@ -54,6 +61,24 @@ pub fn tier_credentials() -> Result<TierCredentials> {
 
 pub fn service_auth() -> BearerAuth {
     BearerAuth::new(SERVICE_TOKEN).expect("the bench's service token is printable ascii")
+}
+
+/// [`TICKET_SIGNING_KEY`], read.
+pub fn ticket_signing_key() -> Result<TicketSigningKey> {
+    Ok(TicketSigningKey::from_pem(TICKET_SIGNING_KEY)?)
+}
+
+/// `--ticket-public-key=PEM` for a broker the bench starts as a process of its own: the public
+/// half of [`TICKET_SIGNING_KEY`], which is no secret.
+pub fn ticket_public_key_flag() -> Result<String> {
+    Ok(format!(
+        "--ticket-public-key={}",
+        ticket_signing_key()?.verifying_key().to_pem()
+    ))
+}
+
+fn unscreened_broker_credential() -> Result<ServiceCredential> {
+    Ok(ServiceCredential::new(UNSCREENED_BROKER_TOKEN)?)
 }
 
 /// While it lives, the gateway reaches the stack's broker over TCP ([`Stack::broker_over_tcp`]).
@@ -172,8 +197,9 @@ impl Stack {
         };
         let mut builder = ptyhub_stack::Stack::builder()
             .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
-            .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?)
+            .ticket_signing_key(ticket_signing_key()?)
             .broker_id(BROKER_ID)
+            .other_broker(UNSCREENED_BROKER_ID, unscreened_broker_credential()?)
             // Every stream of the bench is the one admin's: the typing scenario alone holds a
             // thousand, beyond the per-principal limit meant for people.
             .max_streams_per_principal(MAX_BENCH_STREAMS)
@@ -290,9 +316,9 @@ impl Stack {
             .await
             .context("bind the broker without screens")?;
         let endpoint = format!("http://{}", listener.local_addr()?);
-        let mut config = pty_broker::Config::new(
-            ServiceCredential::new(SERVICE_TOKEN)?,
-            TicketKey::new(TICKET_SECRET.as_bytes().to_vec())?,
+        let mut config = pty_broker::Config::with_own_credential(
+            unscreened_broker_credential()?,
+            ticket_signing_key()?.verifying_key(),
         );
         config.screens = false;
         config.broker_id = UNSCREENED_BROKER_ID.to_owned();
@@ -302,7 +328,6 @@ impl Stack {
         config.kill_grace = KILL_GRACE;
         config.shutdown_grace = SHUTDOWN_GRACE;
         config.session_api = Some(self.session_api_endpoint.clone());
-        config.secrets.service_token = Some(tier_credentials()?.broker);
         config.advertise = Some(endpoint.clone());
         let broker = pty_broker::Broker::builder(config)
             .configured_runtimes()
@@ -321,7 +346,9 @@ impl Stack {
         let channel = Channel::from_shared(endpoint.clone())?.connect_lazy();
         let client = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
             channel,
-            service_auth(),
+            unscreened_broker_credential()?
+                .broker_control_credential()
+                .bearer_auth(),
         )
         .max_decoding_message_size(16 << 20);
         let mut unscreened = UnscreenedBroker {

@@ -7,8 +7,9 @@
 //! terminal shows the banner (URL, token, shell command) on a clean screen; the services' logs go
 //! to `ptyhub.log` in the data directory, and only warnings and errors also to stderr, unless
 //! `--log` asks for a filter on stderr. The user's token is generated once and kept in the data directory, so the printed
-//! URL stays valid across restarts; the internal service token and the ticket secret are new at
-//! every start, since nothing outside this process uses them.
+//! URL stays valid across restarts, and so is the key that signs attach tickets
+//! (`ticket-signing-key.pem`, 0600), so that tickets stay valid across an `--upgrade`; the
+//! internal service token is new at every start, since nothing outside this process uses it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,8 @@ use crate::connection::{SERVER_FILE, TOKEN_FILE};
 const LOCAL_INSTANCE: &str = "local";
 /// The id of the in-process broker in session-api's registry.
 const LOCAL_BROKER: &str = "local";
+/// The private key that signs attach tickets, in the data dir.
+const TICKET_SIGNING_KEY_FILE: &str = "ticket-signing-key.pem";
 /// How long the services get to come up before `up` gives up.
 const STARTUP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -106,6 +109,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
             data_dir.join("ptyhub.db").display()
         ))
         .api_token(user_token.clone())
+        .ticket_signing_key_file(data_dir.join(TICKET_SIGNING_KEY_FILE))
         .start_patience(STARTUP_DEADLINE);
     if args.upgrade {
         let socket = broker_data_dir.join(ptyhub_stack::HANDOFF_SOCKET);
@@ -140,8 +144,8 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         }
         builder = builder.static_dir(web_dir.clone());
     }
-    // The internal service credential and the ticket key are the stack's defaults: new at every
-    // start, since nothing outside this process uses them. The URL is printed once it works:
+    // The internal service credential is the stack's default: new at every start, since nothing
+    // outside this process uses it. The URL is printed once it works:
     // `start` returns when session-api sees the broker up, also on a restart, where the
     // instance is already there.
     let mut stack = builder.start().await?;

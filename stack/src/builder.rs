@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pty_broker::{BackendKind, SpawnPolicy};
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_wire::{ServiceCredential, TierCredentials, TlsConfig, TlsFiles};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
@@ -22,7 +22,9 @@ const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct StackBuilder {
     service_credential: Option<ServiceCredential>,
-    ticket_key: Option<TicketKey>,
+    ticket_signing_key: Option<TicketSigningKey>,
+    ticket_signing_key_file: Option<PathBuf>,
+    other_brokers: Vec<(String, ServiceCredential)>,
     database_url: Option<String>,
     broker_id: String,
     backends: Option<Vec<BackendKind>>,
@@ -54,7 +56,9 @@ impl Default for StackBuilder {
     fn default() -> Self {
         Self {
             service_credential: None,
-            ticket_key: None,
+            ticket_signing_key: None,
+            ticket_signing_key_file: None,
+            other_brokers: Vec::new(),
             database_url: None,
             broker_id: "local".to_owned(),
             backends: None,
@@ -85,19 +89,42 @@ impl Default for StackBuilder {
 }
 
 impl StackBuilder {
-    /// session-api's credential, the seed of the others: the gateway's and the broker's are
+    /// session-api's credential, the seed of the others: the gateway's and the broker's own are
     /// derived from it ([`TierCredentials::derived_from`]), so that each tier holds its own and a
-    /// caller that knows this one can still reach every tier. Default: a new random one, since
+    /// caller that knows this one can still reach every tier (the broker's control calls take
+    /// the credential derived from the broker's own,
+    /// [`ServiceCredential::broker_control_credential`]). Default: a new random one, since
     /// nothing outside the process needs it.
     pub fn service_credential(mut self, credential: ServiceCredential) -> Self {
         self.service_credential = Some(credential);
         self
     }
 
-    /// The key session-api signs attach tickets with and the broker verifies them with.
+    /// The private key session-api signs attach tickets with; the broker gets its public key.
     /// Default: a new random one.
-    pub fn ticket_key(mut self, key: TicketKey) -> Self {
-        self.ticket_key = Some(key);
+    pub fn ticket_signing_key(mut self, key: TicketSigningKey) -> Self {
+        self.ticket_signing_key = Some(key);
+        self
+    }
+
+    /// Keeps the ticket signing key in `path` (PKCS#8 PEM): read from there, or made at the
+    /// first start and written there, readable by its owner alone (0600), as `ptyhub up` keeps
+    /// its data directory's other secrets. Tickets a previous run issued stay valid across a
+    /// restart or an upgrade.
+    pub fn ticket_signing_key_file(mut self, path: PathBuf) -> Self {
+        self.ticket_signing_key_file = Some(path);
+        self
+    }
+
+    /// Another broker's own credential, bound to its id in session-api's configuration, so that
+    /// a broker outside the stack (or a test playing one) may register as `broker_id` and no
+    /// other. The stack's own broker has one already (the broker tier's credential).
+    pub fn other_broker(
+        mut self,
+        broker_id: impl Into<String>,
+        credential: ServiceCredential,
+    ) -> Self {
+        self.other_brokers.push((broker_id.into(), credential));
         self
     }
 
@@ -280,7 +307,11 @@ impl StackBuilder {
                 .clone()
                 .unwrap_or_else(random_credential),
         );
-        let ticket_key = self.ticket_key.clone().unwrap_or_else(TicketKey::generate);
+        let ticket_signing_key = match (&self.ticket_signing_key, &self.ticket_signing_key_file) {
+            (Some(key), _) => key.clone(),
+            (None, Some(path)) => load_or_create_signing_key(path)?,
+            (None, None) => TicketSigningKey::generate(),
+        };
         let (database_url, data) = match &self.database_url {
             Some(url) => (url.clone(), None),
             None => {
@@ -309,7 +340,7 @@ impl StackBuilder {
         let mut broker_config = broker_config(
             &self_settings(&self),
             &credentials,
-            ticket_key.clone(),
+            &ticket_signing_key,
             self.broker_data_dir.clone(),
         )?;
         broker_config.recordings.store = recordings.clone();
@@ -339,7 +370,7 @@ impl StackBuilder {
         let session_api_config = session_api_config(
             &self_settings(&self),
             &credentials,
-            ticket_key,
+            ticket_signing_key,
             database_url,
             &addresses.broker_endpoint(),
         )?;
@@ -457,6 +488,7 @@ struct BackendSettings<'a> {
     default_record: session_api::RecordMode,
     spawn_policy: Option<&'a SpawnPolicy>,
     internal_tls: Option<&'a TlsFiles>,
+    other_brokers: &'a [(String, ServiceCredential)],
 }
 
 fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
@@ -470,17 +502,22 @@ fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
         default_record: builder.default_record,
         spawn_policy: builder.spawn_policy.as_ref(),
         internal_tls: builder.internal_tls.as_ref(),
+        other_brokers: &builder.other_brokers,
     }
 }
 
+/// The broker holds its own credential (the broker tier's) and session-api's public key: nothing
+/// that opens another broker or makes a ticket.
 fn broker_config(
     settings: &BackendSettings<'_>,
     credentials: &TierCredentials,
-    ticket_key: TicketKey,
+    ticket_signing_key: &TicketSigningKey,
     data_dir: Option<PathBuf>,
 ) -> Result<pty_broker::Config, StackError> {
-    let mut config = pty_broker::Config::new(credentials.session_api.clone(), ticket_key);
-    config.secrets.service_token = Some(credentials.broker.clone());
+    let mut config = pty_broker::Config::with_own_credential(
+        credentials.broker.clone(),
+        ticket_signing_key.verifying_key(),
+    );
     config.broker_id = settings.broker_id.to_owned();
     config.data_dir = data_dir;
     if let Some(backends) = settings.backends {
@@ -515,7 +552,7 @@ fn broker_config(
 fn session_api_config(
     settings: &BackendSettings<'_>,
     credentials: &TierCredentials,
-    ticket_key: TicketKey,
+    ticket_signing_key: TicketSigningKey,
     database_url: String,
     broker_endpoint: &str,
 ) -> Result<session_api::Config, StackError> {
@@ -523,9 +560,18 @@ fn session_api_config(
         database_url,
         credentials.session_api.clone(),
         credentials.gateway.clone(),
-        ticket_key,
+        ticket_signing_key,
     );
-    config.secrets.broker_tokens = vec![credentials.broker.clone()];
+    config.secrets.broker_tokens =
+        std::iter::once((settings.broker_id.to_owned(), credentials.broker.clone()))
+            .chain(settings.other_brokers.iter().cloned())
+            .map(
+                |(broker_id, credential)| session_api::config::BrokerCredential {
+                    broker_id,
+                    credential,
+                },
+            )
+            .collect();
     if let Some(files) = settings.internal_tls {
         config.tls = session_api::config::SessionApiTls {
             cert: files.cert.clone(),
@@ -584,6 +630,29 @@ fn gateway_config(
     config
 }
 
+/// The signing key in `path`, or a new one written there (0600) when there is none.
+fn load_or_create_signing_key(path: &std::path::Path) -> Result<TicketSigningKey, StackError> {
+    let failed = |message: String| StackError::TicketSigningKey {
+        path: path.to_owned(),
+        message,
+    };
+    match std::fs::read_to_string(path) {
+        Ok(pem) => {
+            // Tightened if it was loosened, as the data directory's other files are.
+            ptyhub_wire::create_private_file(path).map_err(|error| failed(error.to_string()))?;
+            TicketSigningKey::from_pem(&pem).map_err(|error| failed(error.to_string()))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let key = TicketSigningKey::generate();
+            // Created empty and 0600 first, so the key is never readable by others.
+            ptyhub_wire::create_private_file(path).map_err(|error| failed(error.to_string()))?;
+            std::fs::write(path, key.to_pem()).map_err(|error| failed(error.to_string()))?;
+            Ok(key)
+        }
+        Err(error) => Err(failed(error.to_string())),
+    }
+}
+
 /// A credential for one process's services: 64 random hex digits.
 fn random_credential() -> ServiceCredential {
     let token: String = rand::random::<[u8; 32]>()
@@ -619,14 +688,18 @@ mod tests {
         let credential = random_credential();
         let credentials = TierCredentials::derived_from(&credential);
         let defaults = StackBuilder::default();
+        let ticket_signing_key = TicketSigningKey::generate();
         let broker = broker_config(
             &self_settings(&defaults),
             &credentials,
-            TicketKey::generate(),
+            &ticket_signing_key,
             None,
         )
         .expect("a valid broker config");
-        let untouched = pty_broker::Config::new(credential.clone(), TicketKey::generate());
+        let untouched = pty_broker::Config::new(
+            credential.clone(),
+            TicketSigningKey::generate().verifying_key(),
+        );
         assert_eq!(broker.detached_timeout, untouched.detached_timeout);
         assert_eq!(broker.kill_grace, untouched.kill_grace);
         assert_eq!(broker.ring_bytes, untouched.ring_bytes);
@@ -642,7 +715,7 @@ mod tests {
         let broker = broker_config(
             &self_settings(&tuned),
             &credentials,
-            TicketKey::generate(),
+            &ticket_signing_key,
             None,
         )
         .expect("a valid broker config");
@@ -656,7 +729,7 @@ mod tests {
         let session_api = session_api_config(
             &self_settings(&tuned),
             &credentials,
-            TicketKey::generate(),
+            ticket_signing_key.clone(),
             "sqlite::memory:".to_owned(),
             "http://127.0.0.1:1",
         )
@@ -666,8 +739,13 @@ mod tests {
         assert_eq!(session_api.brokers[0].endpoint, "http://127.0.0.1:1");
         assert_eq!(session_api.shutdown_grace, Duration::from_secs(2));
 
-        // Each tier holds its own credential, and each accepts only the tier that calls it.
-        assert_eq!(broker.secrets.session_api_token, credentials.session_api);
+        // Each tier holds its own credential, and each accepts only the tier that calls it: the
+        // broker the credential derived from its own, which session-api presents to it alone.
+        assert_eq!(
+            broker.secrets.session_api_token,
+            credentials.broker.broker_control_credential()
+        );
+        assert_ne!(broker.secrets.session_api_token, credentials.session_api);
         assert_eq!(
             broker.secrets.service_token,
             Some(credentials.broker.clone())
@@ -679,7 +757,15 @@ mod tests {
         );
         assert_eq!(
             session_api.secrets.broker_tokens,
-            std::slice::from_ref(&credentials.broker)
+            [session_api::config::BrokerCredential {
+                broker_id: "bench".to_owned(),
+                credential: credentials.broker.clone(),
+            }]
+        );
+        // The broker checks tickets with the public half of session-api's key.
+        assert_eq!(
+            broker.secrets.ticket_public_key,
+            session_api.secrets.ticket_signing_key.verifying_key()
         );
         let gateway = gateway_config(&tuned, &credentials.gateway, "http://127.0.0.1:1");
         assert_eq!(gateway.service_credential, credentials.gateway);
@@ -707,6 +793,24 @@ mod tests {
             Some("stack-test-jwt-secret-0123456789")
         );
         assert_eq!(config.session_api_endpoint, "http://127.0.0.1:1");
+    }
+
+    #[test]
+    fn the_signing_key_file_is_made_once_private_and_then_kept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("ticket-signing-key.pem");
+        let made = load_or_create_signing_key(&path).expect("made");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let kept = load_or_create_signing_key(&path).expect("read back");
+        assert_eq!(kept.verifying_key(), made.verifying_key());
+        std::fs::write(&path, "not a key").expect("spoil it");
+        let refused = load_or_create_signing_key(&path).expect_err("not a key");
+        assert!(
+            refused.to_string().contains("ticket-signing-key.pem"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub enum StackError {
     },
     #[error("cannot create the stack's data directory")]
     DataDirectory(#[source] std::io::Error),
+    #[error("cannot read or create the ticket signing key {path}: {message}")]
+    TicketSigningKey {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("the stack's TLS settings cannot be used")]
     Tls(#[source] ptyhub_wire::TlsError),
     #[error("{service} refused its configuration: {message}")]
@@ -70,6 +75,7 @@ impl StackError {
             | StackError::Panicked { service, .. }
             | StackError::StoppedUnexpectedly { service } => Some(*service),
             StackError::DataDirectory(_)
+            | StackError::TicketSigningKey { .. }
             | StackError::Recordings(_)
             | StackError::Tls(_)
             | StackError::BrokerNotUp { .. } => None,

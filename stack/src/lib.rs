@@ -1,6 +1,7 @@
 //! The three ptyhub services wired together in one process, written once: a pty-broker,
 //! session-api on SQLite and the gateway, each started through its library's `run` on a bound
-//! listener, with one service credential and one ticket key between them.
+//! listener, with a credential per tier (the broker's its own) and session-api's ticket signing
+//! key, whose public half the broker checks tickets with.
 //!
 //! `ptyhub up`, the tests' `TestStack` and the bench are thin users of [`StackBuilder`]:
 //!

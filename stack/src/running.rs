@@ -239,11 +239,15 @@ impl Stack {
         )
     }
 
-    /// A client of the broker (connected on first use), presenting session-api's credential.
+    /// A client of the broker (connected on first use), presenting what session-api presents
+    /// to it: the credential derived from the broker's own.
     pub fn broker_client(&self) -> BrokerClient {
         broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
             self.lazy_channel(&self.addresses.broker_endpoint()),
-            self.credentials.session_api.bearer_auth(),
+            self.credentials
+                .broker
+                .broker_control_credential()
+                .bearer_auth(),
         )
     }
 

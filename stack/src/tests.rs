@@ -108,13 +108,27 @@ async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
         .await
         .expect_err("no credential, no answer, in process too");
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
-    let listed = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
-        transport,
+    // The broker has a credential of its own: session-api's own one, which would open every
+    // broker that held it, opens this one no more.
+    let refused = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
+        transport.clone(),
         stack.credentials().session_api.bearer_auth(),
     )
     .list(broker_pb::ListRequest {})
     .await
-    .expect("session-api's credential is admitted");
+    .expect_err("session-api's own credential is not this broker's");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let listed = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
+        transport,
+        stack
+            .credentials()
+            .broker
+            .broker_control_credential()
+            .bearer_auth(),
+    )
+    .list(broker_pb::ListRequest {})
+    .await
+    .expect("the credential session-api derives from the broker's own is admitted");
     assert!(listed.into_inner().sessions.is_empty());
     stack.shutdown().await.expect("a clean shutdown");
 
@@ -406,7 +420,11 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
         .connect_lazy();
     let refused = broker_pb::pty_broker_client::PtyBrokerClient::with_interceptor(
         anonymous,
-        stack.credentials().session_api.bearer_auth(),
+        stack
+            .credentials()
+            .broker
+            .broker_control_credential()
+            .bearer_auth(),
     )
     .list(broker_pb::ListRequest {})
     .await
@@ -545,7 +563,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
         ),
         credential("session-api-token-for-this-test-0123"),
         credential("gateway-token-for-this-test-0123456789"),
-        ptyhub_attach_ticket::TicketKey::generate(),
+        ptyhub_attach_ticket::TicketSigningKey::generate(),
     );
     config.tls.cert = Some(certificates.cert.clone());
     config.tls.key = Some(not_a_key.clone());
@@ -564,7 +582,7 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
 
     let mut config = pty_broker::Config::new(
         credential("session-api-token-for-this-test-0123"),
-        ptyhub_attach_ticket::TicketKey::generate(),
+        ptyhub_attach_ticket::TicketSigningKey::generate().verifying_key(),
     );
     config.data_dir = Some(data.path().join("broker"));
     config.tls.cert = Some(certificates.cert.clone());

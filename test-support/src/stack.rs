@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_stack::Stack;
@@ -24,9 +24,13 @@ pub use ptyhub_stack::{BrokerClient, SessionApiClient};
 /// The seed of every tier's credential in a test stack, as `ptyhub-stack` derives them: a test
 /// that plays another service (a second gateway) presents its tier's credential.
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
-/// The secret the stack's session-api signs attach tickets with, for tests that make tickets of
-/// their own (expired, forged, for another session) the way an outside signer would.
-pub const TICKET_SECRET: &str = "test-ticket-secret-0123456789";
+/// The private key the stack's session-api signs attach tickets with (PKCS#8 PEM), for tests
+/// that make tickets of their own (expired, for another session) the way session-api would. The
+/// stack's broker holds its public half only.
+pub const TICKET_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIHWNMxTbVRw/AVLdfmVYyH4XQ6hF/B3FI7dAl3HnzAoK
+-----END PRIVATE KEY-----
+";
 const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
 const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef0123";
 
@@ -40,14 +44,32 @@ pub fn tier_credentials() -> TierCredentials {
     TierCredentials::derived_from(&ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
 }
 
-/// Presents session-api's credential, for calls straight to the broker.
-pub fn service_auth() -> BearerAuth {
-    tier_credentials().session_api.bearer_auth()
+/// [`TICKET_SIGNING_KEY`], read.
+pub fn ticket_signing_key() -> TicketSigningKey {
+    TicketSigningKey::from_pem(TICKET_SIGNING_KEY).expect("the test signing key")
 }
 
-/// Presents the broker's credential, for calls to session-api's registry as a broker makes them.
+/// Presents what session-api presents to the stack's broker (the credential derived from the
+/// broker's own), for calls straight to the broker.
+pub fn service_auth() -> BearerAuth {
+    tier_credentials()
+        .broker
+        .broker_control_credential()
+        .bearer_auth()
+}
+
+/// Presents the stack's broker's own credential, for calls to session-api's registry as that
+/// broker (id `local`) makes them.
 pub fn broker_auth() -> BearerAuth {
     tier_credentials().broker.bearer_auth()
+}
+
+/// The own credential of another broker, `broker_id`, which a stack built with
+/// [`TestStackBuilder::other_broker`] binds to that id: a test that plays a broker of its own
+/// registers with it.
+pub fn other_broker_credential(broker_id: &str) -> ServiceCredential {
+    ServiceCredential::new(format!("test-broker-{broker_id}-token-0123456789"))
+        .expect("a valid broker credential")
 }
 
 /// Presents the gateway's credential, for calls straight to session-api.
@@ -69,6 +91,7 @@ pub struct TestStackBuilder {
     max_streams_per_principal: Option<usize>,
     broker_over_tcp: bool,
     gateway_tls: Option<GatewayTls>,
+    other_brokers: Vec<String>,
 }
 
 /// The gateway's certificate, and the CA the stack's own HTTP client trusts it by.
@@ -93,6 +116,7 @@ impl Default for TestStackBuilder {
             max_streams_per_principal: None,
             broker_over_tcp: false,
             gateway_tls: None,
+            other_brokers: Vec::new(),
         }
     }
 }
@@ -141,6 +165,13 @@ impl TestStackBuilder {
         self
     }
 
+    /// Lets a broker the test plays register as `broker_id`, with
+    /// [`other_broker_credential`]`(broker_id)`.
+    pub fn other_broker(mut self, broker_id: &str) -> Self {
+        self.other_brokers.push(broker_id.to_owned());
+        self
+    }
+
     /// The broker's wait between SIGHUP/SIGTERM and SIGKILL when it ends a session (default
     /// 500 ms).
     pub fn kill_grace(mut self, grace: Duration) -> Self {
@@ -179,7 +210,7 @@ impl TestStackBuilder {
         crate::init_test_logging();
         let mut builder = Stack::builder()
             .service_credential(ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
-            .ticket_key(TicketKey::new(TICKET_SECRET.as_bytes().to_vec()).expect("ticket key"))
+            .ticket_signing_key(ticket_signing_key())
             .broker_id("local")
             .shutdown_grace(Duration::from_secs(2))
             .kill_grace(self.kill_grace)
@@ -202,6 +233,9 @@ impl TestStackBuilder {
         }
         if let Some(directory) = self.static_dir {
             builder = builder.static_dir(directory);
+        }
+        for broker_id in &self.other_brokers {
+            builder = builder.other_broker(broker_id.clone(), other_broker_credential(broker_id));
         }
         let mut http = crate::http::client();
         if let Some(tls) = &self.gateway_tls {

@@ -28,13 +28,17 @@ use crate::binaries::binary;
 use crate::front::Front;
 use crate::process::Service;
 
-/// session-api's credential: the brokers' control calls accept it alone.
+/// session-api's own credential, which no broker of the cluster holds: each has its own
+/// ([`broker_token`]), and its control calls accept the one derived from it alone.
 pub const SESSION_API_TOKEN: &str = "cluster-test-session-api-token";
 /// The gateways' credential: session-api's session calls accept it alone.
 pub const GATEWAY_TOKEN: &str = "cluster-test-gateway-token";
-/// The brokers' credential: session-api's registry accepts it for registrations.
-pub const BROKER_TOKEN: &str = "cluster-test-broker-token";
-pub const TICKET_SECRET: &str = "cluster-test-ticket-secret-0123456789";
+/// The private key session-api signs attach tickets with (as `openssl genpkey -algorithm
+/// ed25519` writes one); the brokers get its public half ([`ticket_public_key`]).
+pub const TICKET_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIImjYKWyzsvoG63b0M0T+tix++x0xKruLai9LMHUSyAS
+-----END PRIVATE KEY-----
+";
 pub const API_TOKEN: &str = "cluster-test-api-token-0123456789";
 /// session-api's default heartbeat timeout in the cluster: a broker silent this long is down,
 /// and its sessions are lost.
@@ -48,7 +52,7 @@ pub type BrokerClient = PtyBrokerClient<InterceptedService<Channel, BearerToken>
 
 /// Adds a tier's credential to every gRPC call.
 #[derive(Debug, Clone)]
-pub struct BearerToken(pub &'static str);
+pub struct BearerToken(pub String);
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(
@@ -92,8 +96,7 @@ impl Default for ClusterBuilder {
             session_api_flags: flags(&[
                 ("service-token", SESSION_API_TOKEN.to_owned()),
                 ("gateway-token", GATEWAY_TOKEN.to_owned()),
-                ("broker-token", BROKER_TOKEN.to_owned()),
-                ("ticket-secret", TICKET_SECRET.to_owned()),
+                ("ticket-signing-key", TICKET_SIGNING_KEY.to_owned()),
                 (
                     "heartbeat-timeout",
                     format!("{}ms", HEARTBEAT_TIMEOUT.as_millis()),
@@ -102,9 +105,7 @@ impl Default for ClusterBuilder {
                 ("shutdown-grace", "5s".to_owned()),
             ]),
             broker_flags: flags(&[
-                ("session-api-token", SESSION_API_TOKEN.to_owned()),
-                ("service-token", BROKER_TOKEN.to_owned()),
-                ("ticket-secret", TICKET_SECRET.to_owned()),
+                ("ticket-public-key", ticket_public_key()),
                 ("backends", "local".to_owned()),
                 ("kill-grace", "500ms".to_owned()),
             ]),
@@ -255,6 +256,7 @@ impl Cluster {
             &self.shape.broker_flags,
             &[
                 ("broker-id", broker_id(index)),
+                ("service-token", broker_token(index)),
                 (
                     "session-api",
                     self.session_api_endpoint(index % self.apis.len()),
@@ -281,6 +283,7 @@ impl Cluster {
             &self.shape.broker_flags,
             &[
                 ("broker-id", broker_id(index)),
+                ("service-token", broker_token(index)),
                 (
                     "session-api",
                     self.session_api_endpoint(index % self.apis.len()),
@@ -320,10 +323,15 @@ impl Cluster {
     }
 
     async fn start_session_api(&self, index: usize) -> anyhow::Result<Service> {
-        let args = args(
-            &self.shape.session_api_flags,
-            &[("database-url", self.database.url().to_owned())],
-        );
+        // Each broker's own credential, bound to its id.
+        let broker_tokens: Vec<String> = (0..self.shape.brokers)
+            .map(|broker| format!("{}={}", broker_id(broker), broker_token(broker)))
+            .collect();
+        let mut own = vec![("database-url", self.database.url().to_owned())];
+        if !broker_tokens.is_empty() {
+            own.push(("broker-token", broker_tokens.join(",")));
+        }
+        let args = args(&self.shape.session_api_flags, &own);
         let service = Service::start(
             &format!("session-api-{index}"),
             &binary("session-api")?,
@@ -495,11 +503,12 @@ impl Cluster {
             .context("cannot connect to session-api")?;
         Ok(SessionApiClient::with_interceptor(
             channel,
-            BearerToken(GATEWAY_TOKEN),
+            BearerToken(GATEWAY_TOKEN.to_owned()),
         ))
     }
 
-    /// A gRPC client of session-api replica `index`'s broker registry.
+    /// A gRPC client of session-api replica `index`'s broker registry, which reads it as a
+    /// gateway does.
     pub async fn registry_client(&self, index: usize) -> anyhow::Result<RegistryClient> {
         let channel = Channel::from_shared(self.session_api_endpoint(index))?
             .connect()
@@ -507,11 +516,12 @@ impl Cluster {
             .context("cannot connect to session-api")?;
         Ok(BrokerRegistryClient::with_interceptor(
             channel,
-            BearerToken(BROKER_TOKEN),
+            BearerToken(GATEWAY_TOKEN.to_owned()),
         ))
     }
 
-    /// A gRPC client of broker `index`.
+    /// A gRPC client of broker `index`, presenting what session-api presents to it: the
+    /// credential derived from the broker's own.
     pub async fn broker_client(&self, index: usize) -> anyhow::Result<BrokerClient> {
         let channel = Channel::from_shared(self.brokers[index].endpoint())?
             .connect()
@@ -519,7 +529,7 @@ impl Cluster {
             .context("cannot connect to the broker")?;
         Ok(PtyBrokerClient::with_interceptor(
             channel,
-            BearerToken(SESSION_API_TOKEN),
+            BearerToken(broker_control_token(index)),
         ))
     }
 
@@ -636,4 +646,30 @@ impl Cluster {
 /// The id broker `index` runs with.
 pub fn broker_id(index: usize) -> String {
     format!("broker-{index}")
+}
+
+/// Broker `index`'s own credential, which session-api binds to [`broker_id`]`(index)`.
+pub fn broker_token(index: usize) -> String {
+    format!("cluster-test-broker-{index}-token")
+}
+
+/// What session-api presents on broker `index`'s control calls: the credential derived from
+/// [`broker_token`]`(index)`.
+pub fn broker_control_token(index: usize) -> String {
+    ptyhub_wire::ServiceCredential::new(broker_token(index))
+        .expect("a valid broker credential")
+        .broker_control_credential()
+        .expose()
+        .to_owned()
+}
+
+/// [`TICKET_SIGNING_KEY`], read.
+pub fn ticket_signing_key() -> ptyhub_attach_ticket::TicketSigningKey {
+    ptyhub_attach_ticket::TicketSigningKey::from_pem(TICKET_SIGNING_KEY)
+        .expect("the cluster's signing key")
+}
+
+/// The public half of [`TICKET_SIGNING_KEY`] (PEM): all a broker holds to check tickets.
+pub fn ticket_public_key() -> String {
+    ticket_signing_key().verifying_key().to_pem()
 }

@@ -19,7 +19,8 @@ use tempfile::TempDir;
 
 use crate::binaries::binary;
 use crate::cluster::{
-    API_TOKEN, BROKER_TOKEN, GATEWAY_TOKEN, PATIENCE, SESSION_API_TOKEN, TICKET_SECRET,
+    API_TOKEN, GATEWAY_TOKEN, PATIENCE, SESSION_API_TOKEN, TICKET_SIGNING_KEY, broker_id,
+    broker_token, ticket_public_key,
 };
 use crate::front::Front;
 use crate::process::Service;
@@ -134,8 +135,8 @@ impl IsolatedStack {
                             format!("--database-url={database}"),
                             format!("--service-token={SESSION_API_TOKEN}"),
                             format!("--gateway-token={GATEWAY_TOKEN}"),
-                            format!("--broker-token={BROKER_TOKEN}"),
-                            format!("--ticket-secret={TICKET_SECRET}"),
+                            format!("--broker-token={}={}", broker_id(0), broker_token(0)),
+                            format!("--ticket-signing-key={TICKET_SIGNING_KEY}"),
                         ],
                         &log_dir,
                     )
@@ -173,10 +174,9 @@ impl IsolatedStack {
         std::fs::create_dir_all(&data_dir)?;
         let args = vec![
             format!("--session-api={session_api}"),
-            format!("--session-api-token={SESSION_API_TOKEN}"),
-            format!("--service-token={BROKER_TOKEN}"),
-            format!("--ticket-secret={TICKET_SECRET}"),
-            "--broker-id=broker-0".to_owned(),
+            format!("--service-token={}", broker_token(0)),
+            format!("--ticket-public-key={}", ticket_public_key()),
+            format!("--broker-id={}", broker_id(0)),
             "--backends=local".to_owned(),
             "--kill-grace=500ms".to_owned(),
             format!("--data-dir={}", data_dir.display()),

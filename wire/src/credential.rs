@@ -62,12 +62,33 @@ impl ServiceCredential {
     }
 
     /// A name for this credential that can be stored and compared without keeping the
-    /// credential itself: the SHA-256 of it, in hex. A broker's registration is bound to it.
+    /// credential itself: the SHA-256 of it, in hex.
     pub fn fingerprint(&self) -> String {
         Sha256::digest(self.expose().as_bytes())
             .iter()
             .map(|byte| format!("{byte:02x}"))
             .collect()
+    }
+
+    /// The credential session-api presents on the control calls of the broker whose own
+    /// credential (the one it registers with) is this one: derived one way from it (SHA-256 over
+    /// the credential and a fixed label). So a broker with a credential of its own holds nothing
+    /// that opens another broker, and session-api, which holds every broker's credential to check
+    /// their registrations, needs no second secret per broker.
+    pub fn broker_control_credential(&self) -> ServiceCredential {
+        self.derive("ptyhub-broker-control")
+    }
+
+    /// A credential derived one way from this one for `label`: SHA-256 over the credential, `/`
+    /// and the label, in hex.
+    fn derive(&self, label: &str) -> ServiceCredential {
+        let digest = Sha256::new()
+            .chain_update(self.expose().as_bytes())
+            .chain_update(b"/")
+            .chain_update(label.as_bytes())
+            .finalize();
+        let token: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        ServiceCredential::new(token).expect("64 hex digits make a valid credential")
     }
 }
 
@@ -109,19 +130,10 @@ impl TierCredentials {
     /// that a caller that knows the seed can reach every tier while the gateway's credential
     /// reveals nothing of the others.
     pub fn derived_from(seed: &ServiceCredential) -> Self {
-        let derive = |tier: &str| {
-            let digest = Sha256::new()
-                .chain_update(seed.expose().as_bytes())
-                .chain_update(b"/ptyhub-tier/")
-                .chain_update(tier.as_bytes())
-                .finalize();
-            let token: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-            ServiceCredential::new(token).expect("64 hex digits make a valid credential")
-        };
         Self {
             session_api: seed.clone(),
-            gateway: derive("gateway"),
-            broker: derive("broker"),
+            gateway: seed.derive("ptyhub-tier/gateway"),
+            broker: seed.derive("ptyhub-tier/broker"),
         }
     }
 }
@@ -309,6 +321,22 @@ mod tests {
     }
 
     #[test]
+    fn a_brokers_control_credential_is_its_own_and_opens_no_other() {
+        let broker_a = ServiceCredential::new("broker-a-credential-0123456789").unwrap();
+        let broker_b = ServiceCredential::new("broker-b-credential-0123456789").unwrap();
+        let control_a = broker_a.broker_control_credential();
+        assert_eq!(control_a, broker_a.broker_control_credential(), "stable");
+        assert_ne!(control_a, broker_a);
+        assert_ne!(control_a, broker_b.broker_control_credential());
+        // Pinned, so that session-api and brokers of different versions derive the same, and an
+        // operator can check it: `printf %s "$TOKEN/ptyhub-broker-control" | sha256sum`.
+        assert_eq!(
+            control_a.expose(),
+            "347ff04532c2051eec23eb189707573fa5340cfb42e900eb86b1e54575006c6b"
+        );
+    }
+
+    #[test]
     fn derived_tiers_differ_and_are_stable() {
         let seed = ServiceCredential::new(TOKEN).expect("valid");
         let tiers = TierCredentials::derived_from(&seed);
@@ -318,6 +346,11 @@ mod tests {
         assert_ne!(tiers.gateway, tiers.broker);
         assert_eq!(tiers, TierCredentials::derived_from(&seed));
         assert!(!tiers.gateway.expose().contains(TOKEN));
+        assert_eq!(
+            tiers.gateway.expose(),
+            "5bdb6903407b201e71f9f4c32c7c7d026da3a252115e3fbd3093a3275c39422c",
+            "pinned"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Secrets in configuration: every secret a service reads (service credentials, the ticket secret,
-//! users' tokens, JWT keys) comes from its variable or from a file, so that none has to be on a
-//! command line, where `/proc/<pid>/cmdline` shows it to every user of the host.
+//! Secrets in configuration: every secret a service reads (service credentials, the ticket
+//! signing key, users' tokens, JWT keys) comes from its variable or from a file, so that none has
+//! to be on a command line, where `/proc/<pid>/cmdline` shows it to every user of the host.
 //!
 //! A file holds the secret alone; one trailing newline (as `echo` and editors leave it, and as
 //! Kubernetes and Docker secrets are often written) is not part of it.

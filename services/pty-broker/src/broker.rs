@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketVerifyingKey};
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -247,8 +247,8 @@ impl Broker {
         self.inner.boot_id
     }
 
-    fn ticket_key(&self) -> &TicketKey {
-        &self.inner.config.secrets.ticket_key
+    fn ticket_public_key(&self) -> &TicketVerifyingKey {
+        &self.inner.config.secrets.ticket_public_key
     }
 
     /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.
@@ -455,8 +455,12 @@ impl Broker {
             Role::Controller => TicketRole::Controller,
             Role::Viewer => TicketRole::Viewer,
         };
-        self.ticket_key()
-            .verify(&hello.ticket, hello.session_id, role, SystemTime::now())?;
+        self.ticket_public_key().verify(
+            &hello.ticket,
+            hello.session_id,
+            role,
+            SystemTime::now(),
+        )?;
         self.refuse_while_handing_over()?;
         let session = self.inner.registry.get(hello.session_id)?;
         session.attach(hello.request).await
@@ -588,10 +592,14 @@ mod tests {
 
     const MINUTE: Duration = Duration::from_secs(60);
 
+    /// session-api's key in these tests: the broker holds its public half only.
+    static SESSION_API_KEY: std::sync::LazyLock<ptyhub_attach_ticket::TicketSigningKey> =
+        std::sync::LazyLock::new(ptyhub_attach_ticket::TicketSigningKey::generate);
+
     fn broker_with_fake_runtime() -> (Broker, Arc<FakeRuntime>) {
         let mut config = Config::new(
             ptyhub_wire::ServiceCredential::new("unit-test-service-token").unwrap(),
-            TicketKey::new(b"unit-test-ticket-secret".to_vec()).unwrap(),
+            SESSION_API_KEY.verifying_key(),
         );
         config.detached_timeout = 30 * MINUTE;
         let runtime = Arc::new(FakeRuntime::default());
@@ -605,8 +613,8 @@ mod tests {
         FakeSession::spec()
     }
 
-    fn hello(broker: &Broker, session_id: Uuid) -> Hello {
-        let ticket = broker.ticket_key().sign(
+    fn hello(session_id: Uuid) -> Hello {
+        let ticket = SESSION_API_KEY.sign(
             session_id,
             TicketRole::Controller,
             SystemTime::now() + Duration::from_secs(3600),
@@ -661,7 +669,7 @@ mod tests {
 
         // Attached for a while: the timer armed at spawn (due at 30 min) is disarmed.
         advance(10 * MINUTE).await;
-        let attachment = broker.attach(hello(&broker, id)).await.unwrap();
+        let attachment = broker.attach(hello(id)).await.unwrap();
         assert_eq!(next_attachments_change(&mut events).await, (1, 0));
         advance(10 * MINUTE).await;
         drop(attachment);
@@ -692,10 +700,7 @@ mod tests {
         let (broker, runtime) = broker_with_fake_runtime();
         let session = broker.spawn(spec()).await.unwrap();
         let mut terminal = runtime.take_terminal().unwrap();
-        let mut attachment = broker
-            .attach(hello(&broker, session.session_id))
-            .await
-            .unwrap();
+        let mut attachment = broker.attach(hello(session.session_id)).await.unwrap();
         let handle = attachment.handle();
         handle
             .write_input(Bytes::from_static(b"before"))

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketVerifyingKey;
 use ptyhub_wire::{ServiceCredential, secret_from};
 
 use crate::policy::SpawnPolicy;
@@ -66,7 +66,7 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_KEEPALIVE", default_value = "20s", value_parser = parse_duration)]
     pub keepalive_interval: Duration,
 
-    /// The secrets: session-api's credential, the broker's own, the ticket secret.
+    /// The credentials (the broker's own, or session-api's) and session-api's ticket public key.
     #[command(flatten)]
     pub secrets: BrokerSecrets,
 
@@ -184,9 +184,27 @@ impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
     pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
 
-    /// The defaults, with the two secrets every broker needs: the credential session-api
-    /// presents on control calls, and the key attach tickets are verified with.
-    pub fn new(session_api_token: ServiceCredential, ticket_key: TicketKey) -> Self {
+    /// The defaults, for a broker with a credential of its own (`--service-token`), the one it
+    /// registers with: it admits on its control calls only the credential session-api derives
+    /// from it ([`ServiceCredential::broker_control_credential`]), which opens no other broker.
+    /// `ticket_public_key` checks attach tickets.
+    pub fn with_own_credential(
+        service_token: ServiceCredential,
+        ticket_public_key: TicketVerifyingKey,
+    ) -> Self {
+        let mut config = Self::new(service_token.broker_control_credential(), ticket_public_key);
+        config.secrets.service_token = Some(service_token);
+        config
+    }
+
+    /// The defaults, for a broker without a credential of its own, which session-api knows from
+    /// its configuration (`--broker id=endpoint`) and which never registers: its control calls
+    /// admit `session_api_token`, session-api's own credential. `ticket_public_key` checks
+    /// attach tickets.
+    pub fn new(
+        session_api_token: ServiceCredential,
+        ticket_public_key: TicketVerifyingKey,
+    ) -> Self {
         Self {
             ring_bytes: Self::DEFAULT_RING_BYTES,
             scrollback_lines: Self::DEFAULT_SCROLLBACK_LINES,
@@ -202,7 +220,7 @@ impl Config {
             secrets: BrokerSecrets {
                 session_api_token,
                 service_token: None,
-                ticket_key,
+                ticket_public_key,
             },
             data_dir: None,
             broker_id: "local".to_owned(),
@@ -225,55 +243,55 @@ impl Config {
 /// The broker's secrets, each from its variable, its flag, or a file (`--…-file`,
 /// `PTYHUB_BROKER_…_FILE`): documented deployments use the files or variables, never flags,
 /// whose values any user of the host reads in `/proc/<pid>/cmdline`.
+///
+/// A broker holds nothing that opens another broker: its own credential, from which the one it
+/// admits is derived, and session-api's public key, which checks tickets and makes none.
 #[derive(Debug, Clone)]
 pub struct BrokerSecrets {
     /// The credential session-api presents on the control calls (`Spawn`, `Kill`, `Reset`,
     /// `List`, `Get`, `WatchEvents` and the screen calls): the only one they accept. `Attach`
-    /// takes a ticket instead, so the gateway holds no credential of the broker's.
+    /// takes a ticket instead, so the gateway holds no credential of the broker's. With a
+    /// credential of its own, derived from it
+    /// ([`ServiceCredential::broker_control_credential`]); without one, session-api's own.
     pub session_api_token: ServiceCredential,
-    /// The broker's own credential, presented to session-api's registry when it registers and
-    /// sends heartbeats; needed with `--session-api`.
+    /// The broker's own credential, which session-api binds to its id
+    /// (`PTYHUB_SESSION_API_BROKER_TOKEN_FILE`, `id=token` lines): presented to session-api's
+    /// registry when it registers and sends heartbeats; needed with `--session-api`.
     pub service_token: Option<ServiceCredential>,
-    /// Verifies attach tickets (shared with session-api, which signs them).
-    pub ticket_key: TicketKey,
+    /// session-api's public key, which verifies attach tickets; session-api alone holds the
+    /// private key that signs them.
+    pub ticket_public_key: TicketVerifyingKey,
 }
 
 /// The flags and variables behind [`BrokerSecrets`], as clap reads them.
 #[derive(Debug, clap::Args)]
 struct BrokerSecretFlags {
-    /// The credential session-api presents on control calls (at least 16 printable ASCII
-    /// characters).
-    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN", hide_env_values = true)]
-    session_api_token: Option<String>,
-    /// A file holding `--session-api-token`.
-    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN_FILE")]
-    session_api_token_file: Option<PathBuf>,
-    /// This broker's own credential, sent to session-api when it registers (at least 16
-    /// printable ASCII characters, different from session-api's).
+    /// This broker's own credential (at least 16 printable ASCII characters), which session-api
+    /// binds to --broker-id: sent when it registers, and the one the control calls' credential
+    /// is derived from. Give each broker its own.
     #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
     service_token: Option<String>,
     /// A file holding `--service-token`.
     #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN_FILE")]
     service_token_file: Option<PathBuf>,
-    /// Secret shared with session-api to verify attach tickets (at least 16 bytes).
-    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET", hide_env_values = true)]
-    ticket_secret: Option<String>,
-    /// A file holding `--ticket-secret`.
-    #[arg(long, env = "PTYHUB_BROKER_TICKET_SECRET_FILE")]
-    ticket_secret_file: Option<PathBuf>,
+    /// For a broker without --service-token only (configured in session-api, never
+    /// registering): session-api's own credential, which its control calls then accept.
+    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN", hide_env_values = true)]
+    session_api_token: Option<String>,
+    /// A file holding `--session-api-token`.
+    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN_FILE")]
+    session_api_token_file: Option<PathBuf>,
+    /// session-api's public key for attach tickets (PEM, `-----BEGIN PUBLIC KEY-----`); never
+    /// its private key.
+    #[arg(long, env = "PTYHUB_BROKER_TICKET_PUBLIC_KEY", hide_env_values = true)]
+    ticket_public_key: Option<String>,
+    /// A file holding `--ticket-public-key`.
+    #[arg(long, env = "PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE")]
+    ticket_public_key_file: Option<PathBuf>,
 }
 
 impl BrokerSecretFlags {
     fn resolve(self) -> Result<BrokerSecrets, String> {
-        let session_api_token = secret_from(
-            "session_api_token",
-            self.session_api_token,
-            self.session_api_token_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .ok_or("missing setting session_api_token: set PTYHUB_BROKER_SESSION_API_TOKEN or --session-api-token-file")?;
-        let session_api_token = ServiceCredential::new(session_api_token)
-            .map_err(|error| format!("invalid setting session_api_token: {error}"))?;
         let service_token = secret_from(
             "service_token",
             self.service_token,
@@ -285,25 +303,42 @@ impl BrokerSecretFlags {
                 .map_err(|error| format!("invalid setting service_token: {error}"))
         })
         .transpose()?;
-        if service_token.as_ref() == Some(&session_api_token) {
-            return Err(
-                "invalid setting service_token: the broker's credential must differ from session-api's"
-                    .to_owned(),
-            );
-        }
-        let ticket_secret = secret_from(
-            "ticket_secret",
-            self.ticket_secret,
-            self.ticket_secret_file.as_deref(),
+        let session_api_token = secret_from(
+            "session_api_token",
+            self.session_api_token,
+            self.session_api_token_file.as_deref(),
         )
         .map_err(|error| error.to_string())?
-        .ok_or("missing setting ticket_secret: set PTYHUB_BROKER_TICKET_SECRET or --ticket-secret-file")?;
-        let ticket_key = TicketKey::new(ticket_secret.into_bytes())
-            .map_err(|error| format!("invalid setting ticket_secret: {error}"))?;
+        .map(|token| {
+            ServiceCredential::new(token)
+                .map_err(|error| format!("invalid setting session_api_token: {error}"))
+        })
+        .transpose()?;
+        let session_api_token = match (&service_token, session_api_token) {
+            (Some(own), None) => own.broker_control_credential(),
+            (None, Some(session_api)) => session_api,
+            // session-api's own credential opens every broker that holds it: a broker with a
+            // credential of its own must not hold it too.
+            (Some(_), Some(_)) => {
+                return Err("invalid setting session_api_token: a broker with its own service_token does not hold session-api's credential (session-api presents one derived from the broker's own): remove PTYHUB_BROKER_SESSION_API_TOKEN(_FILE)".to_owned());
+            }
+            (None, None) => {
+                return Err("missing setting service_token: set PTYHUB_BROKER_SERVICE_TOKEN_FILE to this broker's own credential (or, for a broker that never registers, PTYHUB_BROKER_SESSION_API_TOKEN_FILE)".to_owned());
+            }
+        };
+        let ticket_public_key = secret_from(
+            "ticket_public_key",
+            self.ticket_public_key,
+            self.ticket_public_key_file.as_deref(),
+        )
+        .map_err(|error| error.to_string())?
+        .ok_or("missing setting ticket_public_key: set PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE to session-api's ticket public key (PEM)")?;
+        let ticket_public_key = TicketVerifyingKey::from_pem(&ticket_public_key)
+            .map_err(|error| format!("invalid setting ticket_public_key: {error}"))?;
         Ok(BrokerSecrets {
             session_api_token,
             service_token,
-            ticket_key,
+            ticket_public_key,
         })
     }
 }
@@ -394,6 +429,21 @@ mod tests {
             .map_err(|error| error.to_string())
     }
 
+    /// A public key as `openssl pkey -pubout` writes it, and its private half.
+    const PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAff+zQUXye12i1DSl0qgx+ieyMuPEcUPEPQ6DS6Hcu+Q=
+-----END PUBLIC KEY-----
+";
+    const PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
+-----END PRIVATE KEY-----
+";
+
+    /// `--ticket-public-key=PEM` (a PEM starts with a dash: it cannot be a separate argument).
+    fn public_key() -> String {
+        format!("--ticket-public-key={PUBLIC_KEY}")
+    }
+
     #[test]
     fn every_secret_can_come_from_a_file() {
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -402,59 +452,124 @@ mod tests {
             std::fs::write(&path, format!("{secret}\n")).expect("write a secret");
             path.display().to_string()
         };
-        let session_api = write("session-api", "session-api-token-0123456789");
         let own = write("broker", "broker-own-token-0123456789");
-        let ticket = write("ticket", "ticket-secret-0123456789");
+        let ticket = write("ticket.pub", PUBLIC_KEY);
         let config = parse(&[
-            "--session-api-token-file",
-            &session_api,
             "--service-token-file",
             &own,
-            "--ticket-secret-file",
+            "--ticket-public-key-file",
             &ticket,
         ])
         .expect("secrets from files");
-        assert!(
-            config
-                .secrets
-                .session_api_token
-                .matches("session-api-token-0123456789")
-        );
-        assert!(
-            config
-                .secrets
-                .service_token
-                .as_ref()
-                .expect("the broker's own")
-                .matches("broker-own-token-0123456789")
+        let own = config
+            .secrets
+            .service_token
+            .as_ref()
+            .expect("the broker's own");
+        assert!(own.matches("broker-own-token-0123456789"));
+        assert_eq!(
+            config.secrets.ticket_public_key.to_pem(),
+            PUBLIC_KEY,
+            "session-api's public key"
         );
         assert!(!format!("{config:?}").contains("0123456789"));
     }
 
     #[test]
-    fn missing_doubled_or_shared_secrets_are_named() {
-        let missing = parse(&["--ticket-secret", "ticket-secret-0123456789"]).unwrap_err();
-        assert!(missing.contains("session_api_token"), "{missing}");
-        let doubled = parse(&[
+    fn a_broker_with_its_own_credential_admits_only_the_one_derived_from_it() {
+        let config = parse(&[
+            "--service-token",
+            "broker-own-token-0123456789",
+            &public_key(),
+        ])
+        .expect("a broker of its own");
+        let own = config.secrets.service_token.clone().expect("its own");
+        assert_eq!(
+            config.secrets.session_api_token,
+            own.broker_control_credential()
+        );
+        assert_ne!(config.secrets.session_api_token, own);
+        let built = Config::with_own_credential(own.clone(), config.secrets.ticket_public_key);
+        assert_eq!(
+            built.secrets.session_api_token,
+            own.broker_control_credential()
+        );
+
+        // Without one (a broker configured in session-api, never registering), session-api's.
+        let configured = parse(&[
             "--session-api-token",
             "session-api-token-0123456789",
-            "--session-api-token-file",
+            &public_key(),
+        ])
+        .expect("a configured broker");
+        assert!(configured.secrets.service_token.is_none());
+        assert!(
+            configured
+                .secrets
+                .session_api_token
+                .matches("session-api-token-0123456789")
+        );
+    }
+
+    #[test]
+    fn missing_doubled_or_shared_secrets_are_named() {
+        let missing = parse(&[&public_key()]).unwrap_err();
+        assert!(
+            missing.contains("missing setting service_token"),
+            "{missing}"
+        );
+        let doubled = parse(&[
+            "--service-token",
+            "broker-own-token-0123456789",
+            "--service-token-file",
             "/nonexistent",
-            "--ticket-secret",
-            "ticket-secret-0123456789",
+            &public_key(),
         ])
         .unwrap_err();
         assert!(doubled.contains("not both"), "{doubled}");
-        let shared = parse(&[
+        // session-api's credential opens every broker that holds it: a broker with one of its
+        // own is refused it.
+        let both = parse(&[
             "--session-api-token",
-            "one-token-for-every-tier-0123",
+            "session-api-token-0123456789",
             "--service-token",
-            "one-token-for-every-tier-0123",
-            "--ticket-secret",
-            "ticket-secret-0123456789",
+            "broker-own-token-0123456789",
+            &public_key(),
         ])
         .unwrap_err();
-        assert!(shared.contains("must differ"), "{shared}");
-        assert!(!shared.contains("one-token-for-every-tier"), "{shared}");
+        assert!(both.contains("invalid setting session_api_token"), "{both}");
+        assert!(!both.contains("0123456789"), "{both}");
+        let no_key = parse(&["--service-token", "broker-own-token-0123456789"]).unwrap_err();
+        assert!(
+            no_key.contains("missing setting ticket_public_key"),
+            "{no_key}"
+        );
+    }
+
+    #[test]
+    fn a_broker_refuses_to_hold_the_ticket_signing_key_or_a_ticket_secret() {
+        for (given, expected) in [
+            (PRIVATE_KEY, "this is a private key"),
+            (
+                "a-ticket-secret-of-old-0123456789",
+                "not an Ed25519 public key",
+            ),
+        ] {
+            let refused = parse(&[
+                "--service-token",
+                "broker-own-token-0123456789",
+                &format!("--ticket-public-key={given}"),
+            ])
+            .unwrap_err();
+            assert!(
+                refused.contains("invalid setting ticket_public_key"),
+                "{refused}"
+            );
+            assert!(refused.contains(expected), "{refused}");
+            assert!(
+                !refused.contains("MC4CAQAw"),
+                "never quotes the key: {refused}"
+            );
+        }
     }
 }

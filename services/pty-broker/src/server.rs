@@ -275,8 +275,7 @@ mod tests {
     fn config() -> Config {
         Config::new(
             ptyhub_wire::ServiceCredential::new("a-service-token-for-tests").unwrap(),
-            ptyhub_attach_ticket::TicketKey::new(b"a ticket secret for tests 0123456789".to_vec())
-                .unwrap(),
+            ptyhub_attach_ticket::TicketSigningKey::generate().verifying_key(),
         )
     }
 

@@ -1,5 +1,7 @@
-//! The adapter to the pty-brokers' gRPC API: one lazily connected channel per broker, the
-//! service credential on every call, and the broker's messages converted to domain types here, so
+//! The adapter to the pty-brokers' gRPC API: one lazily connected channel per broker, on every
+//! call the credential that opens that broker alone (derived from the broker's own credential,
+//! or session-api's for a broker that has none), and the broker's messages converted to domain
+//! types here, so
 //! that nothing inside session-api names a generated broker type. The one exception is the
 //! screen calls, which session-api only forwards: their requests come from the gRPC adapter
 //! (`grpc/forward.rs`) and their answers go back to it as the broker sent them, adapter to
@@ -117,29 +119,65 @@ type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>
 /// Calls to brokers, with one channel per broker endpoint kept for reuse.
 #[derive(Debug, Clone)]
 pub struct BrokerClients {
+    /// What brokers without a credential of their own accept: session-api's credential.
     authorization: BearerAuth,
+    /// What each broker with a credential of its own accepts: the credential derived from it.
+    broker_authorizations: Arc<HashMap<String, BearerAuth>>,
     call_timeout: Duration,
     /// `https://` brokers are dialled with TLS, trusting the configured CA.
     tls: ptyhub_wire::TlsConfig,
+    /// Whether an `http://` broker may be called in plain text (no TLS of session-api's own, or
+    /// the development setting that allows it).
+    plaintext_allowed: bool,
     channels: Arc<Mutex<HashMap<String, (String, Channel)>>>,
 }
 
 impl BrokerClients {
-    /// Clients that present `credential` and give up on a unary call after `call_timeout`.
+    /// Clients that present, to each broker of `broker_credentials` (id and its own
+    /// credential), the credential derived from that broker's, and to any other broker
+    /// `credential`; they give up on a unary call after `call_timeout`. Unless
+    /// `plaintext_allowed`, they call no `http://` broker.
     pub fn new(
         credential: &ServiceCredential,
+        broker_credentials: impl IntoIterator<Item = (String, ServiceCredential)>,
         call_timeout: Duration,
         tls: ptyhub_wire::TlsConfig,
+        plaintext_allowed: bool,
     ) -> Self {
+        let broker_authorizations = broker_credentials
+            .into_iter()
+            .map(|(broker_id, own)| (broker_id, own.broker_control_credential().bearer_auth()))
+            .collect();
         Self {
             authorization: credential.bearer_auth(),
+            broker_authorizations: Arc::new(broker_authorizations),
             call_timeout,
             tls,
+            plaintext_allowed,
             channels: Arc::default(),
         }
     }
 
+    /// The credential `broker_id` accepts on its control calls.
+    fn authorization_for(&self, broker_id: &str) -> BearerAuth {
+        self.broker_authorizations
+            .get(broker_id)
+            .unwrap_or(&self.authorization)
+            .clone()
+    }
+
     fn client(&self, broker: &Broker) -> Result<BrokerGrpcClient, Error> {
+        // Registrations and the configuration are checked too; this also covers an endpoint
+        // stored before session-api used TLS.
+        if !self.plaintext_allowed && !broker.endpoint.starts_with("https://") {
+            return Err(Error::BrokerUnavailable {
+                broker_id: broker.id.clone(),
+                message: format!(
+                    "its endpoint {:?} is plain text and session-api uses TLS: the broker must advertise an https:// endpoint",
+                    broker.endpoint
+                ),
+            });
+        }
         let mut channels = self
             .channels
             .lock()
@@ -168,7 +206,7 @@ impl BrokerClients {
         };
         Ok(PtyBrokerClient::with_interceptor(
             channel,
-            self.authorization.clone(),
+            self.authorization_for(&broker.id),
         ))
     }
 
@@ -466,13 +504,96 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
 mod tests {
     use super::*;
 
+    fn broker(id: &str, endpoint: &str) -> Broker {
+        Broker {
+            id: id.to_owned(),
+            endpoint: endpoint.to_owned(),
+            up: true,
+            docker: false,
+            configured: false,
+            last_heartbeat_at: None,
+        }
+    }
+
+    fn presented(authorization: BearerAuth) -> String {
+        let mut request = tonic::Request::new(());
+        authorization.authorize(&mut request);
+        request
+            .metadata()
+            .get("authorization")
+            .expect("a credential")
+            .to_str()
+            .expect("ascii")
+            .to_owned()
+    }
+
+    #[test]
+    fn each_broker_is_called_with_the_credential_that_opens_it_alone() {
+        let own = ServiceCredential::new("test-service-token-0123456789").unwrap();
+        let broker_a = ServiceCredential::new("broker-a-token-0123456789").unwrap();
+        let broker_b = ServiceCredential::new("broker-b-token-0123456789").unwrap();
+        let clients = BrokerClients::new(
+            &own,
+            [
+                ("a".to_owned(), broker_a.clone()),
+                ("b".to_owned(), broker_b.clone()),
+            ],
+            Duration::from_secs(30),
+            ptyhub_wire::TlsConfig::plain(),
+            true,
+        );
+        let bearer = |credential: &ServiceCredential| format!("Bearer {}", credential.expose());
+        let to_a = presented(clients.authorization_for("a"));
+        assert_eq!(to_a, bearer(&broker_a.broker_control_credential()));
+        assert_ne!(to_a, bearer(&broker_a), "not the broker's own");
+        assert_eq!(
+            presented(clients.authorization_for("b")),
+            bearer(&broker_b.broker_control_credential())
+        );
+        assert_eq!(
+            presented(clients.authorization_for("configured")),
+            bearer(&own),
+            "a broker without a credential of its own gets session-api's"
+        );
+    }
+
+    #[tokio::test]
+    async fn under_tls_no_broker_is_called_in_plain_text() {
+        let own = ServiceCredential::new("test-service-token-0123456789").unwrap();
+        let strict = BrokerClients::new(
+            &own,
+            [],
+            Duration::from_secs(30),
+            ptyhub_wire::TlsConfig::plain(),
+            false,
+        );
+        let refused = strict
+            .client(&broker("b1", "http://127.0.0.1:9"))
+            .expect_err("an http:// broker under TLS");
+        assert!(
+            matches!(refused, Error::BrokerUnavailable { .. }),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("https://"), "{refused}");
+        let allowed = BrokerClients::new(
+            &own,
+            [],
+            Duration::from_secs(30),
+            ptyhub_wire::TlsConfig::plain(),
+            true,
+        );
+        assert!(allowed.client(&broker("b1", "http://127.0.0.1:9")).is_ok());
+    }
+
     #[test]
     fn a_screen_wait_gets_its_own_timeout_plus_an_ordinary_calls_allowance() {
         let credential = ServiceCredential::new("test-service-token-0123456789").unwrap();
         let clients = BrokerClients::new(
             &credential,
+            [],
             Duration::from_secs(30),
             ptyhub_wire::TlsConfig::plain(),
+            true,
         );
         let allowance = Duration::from_secs(30);
         assert_eq!(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
 
 use crate::domain::RecordMode;
@@ -28,8 +28,8 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub migrate: bool,
 
-    /// The secrets: session-api's own credential, the gateways' and brokers' credentials it
-    /// accepts, the ticket secret.
+    /// The secrets: session-api's own credential, the gateways' credentials and each broker's
+    /// it accepts, the private key that signs attach tickets.
     #[command(flatten)]
     pub secrets: SessionApiSecrets,
 
@@ -39,7 +39,8 @@ pub struct Config {
     pub ticket_ttl: Duration,
 
     /// Brokers known from the start, as `id=endpoint` (repeat the flag, or separate with
-    /// commas in the variable). Brokers may also register themselves.
+    /// commas in the variable). Brokers may also register themselves. Under TLS, `https://`
+    /// only (see --allow-plaintext-brokers).
     #[arg(
         long = "broker",
         env = "PTYHUB_SESSION_API_BROKERS",
@@ -94,6 +95,12 @@ pub struct Config {
     /// TLS of the gRPC port and of the calls to brokers.
     #[command(flatten)]
     pub tls: SessionApiTls,
+
+    /// For development only: accept `http://` broker endpoints (registered or configured) and
+    /// call them in plain text although session-api uses TLS (--tls-cert or --tls-ca). Without
+    /// it, under TLS, an `http://` endpoint is refused.
+    #[arg(long, env = "PTYHUB_SESSION_API_ALLOW_PLAINTEXT_BROKERS")]
+    pub allow_plaintext_brokers: bool,
 }
 
 /// session-api's TLS files. Paths, not secrets: the key file's permissions guard the key.
@@ -137,14 +144,15 @@ impl SessionApiTls {
 }
 
 impl Config {
-    /// The defaults, with a database, session-api's own credential (presented to the brokers),
-    /// the gateways' credential it accepts, and the ticket key. Brokers that register need
+    /// The defaults, with a database, session-api's own credential (presented to the brokers
+    /// that have none of their own), the gateways' credential it accepts, and the key that signs
+    /// attach tickets. Brokers that register need their credentials in
     /// [`SessionApiSecrets::broker_tokens`] as well.
     pub fn new(
         database_url: impl Into<String>,
         service_credential: ServiceCredential,
         gateway_credential: ServiceCredential,
-        ticket_key: TicketKey,
+        ticket_signing_key: TicketSigningKey,
     ) -> Self {
         Self {
             database_url: database_url.into(),
@@ -153,7 +161,7 @@ impl Config {
                 service_token: service_credential,
                 gateway_tokens: vec![gateway_credential],
                 broker_tokens: Vec::new(),
-                ticket_key,
+                ticket_signing_key,
             },
             ticket_ttl: ptyhub_attach_ticket::DEFAULT_TICKET_TTL,
             brokers: Vec::new(),
@@ -166,7 +174,16 @@ impl Config {
             shutdown_grace: Duration::from_secs(5),
             default_record: RecordMode::Off,
             tls: SessionApiTls::default(),
+            allow_plaintext_brokers: false,
         }
+    }
+
+    /// Whether session-api may call brokers in plain text: without TLS of its own, or with
+    /// `--allow-plaintext-brokers`. Under TLS an `http://` broker endpoint is refused
+    /// otherwise, wherever it comes from.
+    pub fn plaintext_brokers_allowed(&self) -> bool {
+        let uses_tls = self.tls.cert.is_some() || self.tls.ca.is_some();
+        !uses_tls || self.allow_plaintext_brokers
     }
 }
 
@@ -182,12 +199,40 @@ pub struct SessionApiSecrets {
     /// The credentials of the gateways: the only ones `SessionApi` accepts (and, to read,
     /// `ListBrokers`).
     pub gateway_tokens: Vec<ServiceCredential>,
-    /// The credentials of the brokers: the only ones `RegisterBroker` and `Heartbeat` accept.
-    /// A broker id is bound to the credential that registered it first, so with one credential
-    /// per broker no broker can take over another's registration.
-    pub broker_tokens: Vec<ServiceCredential>,
-    /// Signs attach tickets (shared with the brokers, which verify them).
-    pub ticket_key: TicketKey,
+    /// Each broker's own credential, bound to its id: the only ones `RegisterBroker` and
+    /// `Heartbeat` accept, each for its own broker id alone. session-api presents to each of
+    /// these brokers a credential derived from its own
+    /// ([`ServiceCredential::broker_control_credential`]).
+    pub broker_tokens: Vec<BrokerCredential>,
+    /// Signs attach tickets. session-api alone holds it; the brokers hold its public key.
+    pub ticket_signing_key: TicketSigningKey,
+}
+
+/// One broker's own credential, bound to its id (`id=token`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerCredential {
+    pub broker_id: String,
+    pub credential: ServiceCredential,
+}
+
+impl FromStr for BrokerCredential {
+    type Err = String;
+
+    /// `id=token`. The message never quotes the token.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (broker_id, token) = text
+            .trim()
+            .split_once('=')
+            .ok_or("invalid setting broker_token: each entry must be broker-id=token, binding a broker's own credential to its id")?;
+        check_broker_id(broker_id)
+            .map_err(|error| format!("invalid setting broker_token: {error}"))?;
+        let credential = ServiceCredential::new(token)
+            .map_err(|error| format!("invalid setting broker_token of {broker_id}: {error}"))?;
+        Ok(Self {
+            broker_id: broker_id.to_owned(),
+            credential,
+        })
+    }
 }
 
 impl SessionApiSecrets {
@@ -196,15 +241,33 @@ impl SessionApiSecrets {
         if self.gateway_tokens.contains(&self.service_token) {
             return Err("invalid setting gateway_token: must differ from service_token".to_owned());
         }
-        if self.broker_tokens.contains(&self.service_token) {
-            return Err("invalid setting broker_token: must differ from service_token".to_owned());
-        }
-        if self
-            .broker_tokens
-            .iter()
-            .any(|broker| self.gateway_tokens.contains(broker))
-        {
-            return Err("invalid setting broker_token: must differ from gateway_token".to_owned());
+        for (index, broker) in self.broker_tokens.iter().enumerate() {
+            let id = &broker.broker_id;
+            if broker.credential == self.service_token {
+                return Err(format!(
+                    "invalid setting broker_token of {id}: must differ from service_token"
+                ));
+            }
+            if self.gateway_tokens.contains(&broker.credential) {
+                return Err(format!(
+                    "invalid setting broker_token of {id}: must differ from gateway_token"
+                ));
+            }
+            // A credential is one broker's: two ids with one, or one id twice, would let a
+            // broker act as another.
+            for other in &self.broker_tokens[index + 1..] {
+                if other.broker_id == *id {
+                    return Err(format!(
+                        "invalid setting broker_token: broker {id} is given twice"
+                    ));
+                }
+                if other.credential == broker.credential {
+                    return Err(format!(
+                        "invalid setting broker_token: brokers {id} and {} share a credential; give each broker its own",
+                        other.broker_id
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -231,8 +294,8 @@ struct SessionApiSecretFlags {
     /// A file of gateway credentials, one per line.
     #[arg(long, env = "PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE")]
     gateway_token_file: Option<PathBuf>,
-    /// Credentials of the brokers that register themselves (comma separated, or the flag
-    /// repeated); one per broker keeps each broker's registration its own.
+    /// Each broker's own credential, bound to its id, as `broker-id=token` (comma separated,
+    /// or the flag repeated): a broker registers and heartbeats under its own id alone.
     #[arg(
         long = "broker-token",
         env = "PTYHUB_SESSION_API_BROKER_TOKENS",
@@ -240,15 +303,20 @@ struct SessionApiSecretFlags {
         hide_env_values = true
     )]
     broker_tokens: Vec<String>,
-    /// A file of broker credentials, one per line.
+    /// A file of broker credentials, one `broker-id=token` per line.
     #[arg(long, env = "PTYHUB_SESSION_API_BROKER_TOKEN_FILE")]
     broker_token_file: Option<PathBuf>,
-    /// Secret shared with the brokers to sign attach tickets (at least 16 bytes).
-    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SECRET", hide_env_values = true)]
-    ticket_secret: Option<String>,
-    /// A file holding `--ticket-secret`.
-    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SECRET_FILE")]
-    ticket_secret_file: Option<PathBuf>,
+    /// The Ed25519 private key that signs attach tickets (PKCS#8 PEM, as `openssl genpkey
+    /// -algorithm ed25519` writes it). Only session-api holds it; brokers get its public key.
+    #[arg(
+        long,
+        env = "PTYHUB_SESSION_API_TICKET_SIGNING_KEY",
+        hide_env_values = true
+    )]
+    ticket_signing_key: Option<String>,
+    /// A file holding `--ticket-signing-key`.
+    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE")]
+    ticket_signing_key_file: Option<PathBuf>,
 }
 
 impl SessionApiSecretFlags {
@@ -283,21 +351,30 @@ impl SessionApiSecretFlags {
         if gateway_tokens.is_empty() {
             return Err("missing setting gateway_token: set PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE or PTYHUB_SESSION_API_GATEWAY_TOKENS".to_owned());
         }
-        let broker_tokens = tokens("broker_token", self.broker_tokens, self.broker_token_file)?;
-        let ticket_secret = secret_from(
-            "ticket_secret",
-            self.ticket_secret,
-            self.ticket_secret_file.as_deref(),
+        let mut broker_tokens = self.broker_tokens;
+        if let Some(file) = self.broker_token_file {
+            broker_tokens.extend(
+                read_secret_lines("broker_token", &file).map_err(|error| error.to_string())?,
+            );
+        }
+        let broker_tokens = broker_tokens
+            .iter()
+            .map(|entry| entry.parse())
+            .collect::<Result<Vec<BrokerCredential>, String>>()?;
+        let ticket_signing_key = secret_from(
+            "ticket_signing_key",
+            self.ticket_signing_key,
+            self.ticket_signing_key_file.as_deref(),
         )
         .map_err(|error| error.to_string())?
-        .ok_or("missing setting ticket_secret: set PTYHUB_SESSION_API_TICKET_SECRET or --ticket-secret-file")?;
-        let ticket_key = TicketKey::new(ticket_secret.into_bytes())
-            .map_err(|error| format!("invalid setting ticket_secret: {error}"))?;
+        .ok_or("missing setting ticket_signing_key: set PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE to the private key that signs attach tickets (PEM)")?;
+        let ticket_signing_key = TicketSigningKey::from_pem(&ticket_signing_key)
+            .map_err(|error| format!("invalid setting ticket_signing_key: {error}"))?;
         let secrets = SessionApiSecrets {
             service_token,
             gateway_tokens,
             broker_tokens,
-            ticket_key,
+            ticket_signing_key,
         };
         secrets.check_tiers_differ()?;
         Ok(secrets)
@@ -343,15 +420,7 @@ impl FromStr for StaticBroker {
         let (id, endpoint) = text
             .split_once('=')
             .ok_or_else(|| format!("broker {text:?} must be id=endpoint"))?;
-        let id_valid = (1..=128).contains(&id.len())
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !id_valid {
-            return Err(format!(
-                "broker id {id:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"
-            ));
-        }
+        check_broker_id(id)?;
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
             || endpoint.parse::<tonic::transport::Uri>().is_err()
         {
@@ -363,6 +432,21 @@ impl FromStr for StaticBroker {
             id: id.to_owned(),
             endpoint: endpoint.to_owned(),
         })
+    }
+}
+
+/// The rule of broker ids, as `RegisterBroker` checks them.
+fn check_broker_id(id: &str) -> Result<(), String> {
+    let valid = (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "broker id {id:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"
+        ))
     }
 }
 
@@ -397,6 +481,19 @@ mod tests {
             .map_err(|error| error.to_string())
     }
 
+    /// A private key as `openssl genpkey -algorithm ed25519` writes it.
+    const SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
+-----END PRIVATE KEY-----
+";
+
+    fn with_key(args: &[&str]) -> Result<Config, String> {
+        let key = format!("--ticket-signing-key={SIGNING_KEY}");
+        let mut all = args.to_vec();
+        all.push(&key);
+        parse(&all)
+    }
+
     #[test]
     fn every_secret_can_come_from_a_file() {
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -409,9 +506,9 @@ mod tests {
         let gateways = write("gateways", "gateway-token-0123456789\n");
         let brokers = write(
             "brokers",
-            "broker-a-token-0123456789\nbroker-b-token-0123456789\n",
+            "broker-a=broker-a-token-0123456789\n\nbroker-b=broker-b-token-0123456789\n",
         );
-        let ticket = write("ticket", "ticket-secret-0123456789\n");
+        let key = write("ticket-signing-key.pem", SIGNING_KEY);
         let config = parse(&[
             "--service-token-file",
             &own,
@@ -419,8 +516,8 @@ mod tests {
             &gateways,
             "--broker-token-file",
             &brokers,
-            "--ticket-secret-file",
-            &ticket,
+            "--ticket-signing-key-file",
+            &key,
         ])
         .expect("secrets from files");
         assert!(
@@ -431,36 +528,123 @@ mod tests {
         );
         assert_eq!(config.secrets.gateway_tokens.len(), 1);
         assert_eq!(config.secrets.broker_tokens.len(), 2);
-        assert!(config.secrets.broker_tokens[1].matches("broker-b-token-0123456789"));
+        assert_eq!(config.secrets.broker_tokens[1].broker_id, "broker-b");
+        assert!(
+            config.secrets.broker_tokens[1]
+                .credential
+                .matches("broker-b-token-0123456789")
+        );
+        assert_eq!(config.secrets.ticket_signing_key.to_pem(), SIGNING_KEY);
+        assert!(!format!("{config:?}").contains("0123456789"));
+        assert!(!format!("{config:?}").contains("MC4CAQAw"));
     }
 
     #[test]
     fn one_credential_for_two_tiers_is_refused_at_start() {
-        let shared = parse(&[
+        let shared = with_key(&[
             "--service-token=one-token-for-every-tier-0123",
             "--gateway-token=one-token-for-every-tier-0123",
-            "--ticket-secret=ticket-secret-0123456789",
         ])
         .unwrap_err();
         assert!(shared.contains("gateway_token: must differ"), "{shared}");
         assert!(!shared.contains("one-token-for-every-tier"), "{shared}");
-        let shared = parse(&[
+        let shared = with_key(&[
             "--service-token=session-api-token-0123456789",
             "--gateway-token=one-token-for-two-tiers-0123",
-            "--broker-token=one-token-for-two-tiers-0123",
-            "--ticket-secret=ticket-secret-0123456789",
+            "--broker-token=b1=one-token-for-two-tiers-0123",
         ])
         .unwrap_err();
-        assert!(shared.contains("broker_token: must differ"), "{shared}");
-        let missing = parse(&[
-            "--service-token=session-api-token-0123456789",
-            "--ticket-secret=ticket-secret-0123456789",
-        ])
-        .unwrap_err();
+        assert!(
+            shared.contains("broker_token of b1: must differ"),
+            "{shared}"
+        );
+        let missing = with_key(&["--service-token=session-api-token-0123456789"]).unwrap_err();
         assert!(
             missing.contains("missing setting gateway_token"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn each_broker_credential_is_bound_to_one_broker_id() {
+        let tiers = [
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=gateway-token-0123456789",
+        ];
+        let refused = |brokers: &[&str]| {
+            let mut args = tiers.to_vec();
+            args.extend_from_slice(brokers);
+            with_key(&args).unwrap_err()
+        };
+        // A credential without its broker's id would let its holder register as any broker.
+        let unbound = refused(&["--broker-token=broker-token-without-an-id-0123"]);
+        assert!(unbound.contains("broker-id=token"), "{unbound}");
+        assert!(!unbound.contains("broker-token-without-an-id"), "{unbound}");
+        let shared = refused(&[
+            "--broker-token=a=one-token-for-two-brokers-0123",
+            "--broker-token=b=one-token-for-two-brokers-0123",
+        ]);
+        assert!(
+            shared.contains("brokers a and b share a credential"),
+            "{shared}"
+        );
+        assert!(!shared.contains("one-token-for-two-brokers"), "{shared}");
+        let twice = refused(&[
+            "--broker-token=a=broker-a-token-0123456789",
+            "--broker-token=a=broker-a-other-token-0123456789",
+        ]);
+        assert!(twice.contains("broker a is given twice"), "{twice}");
+        let bad_id = refused(&["--broker-token=no spaces=broker-token-0123456789"]);
+        assert!(bad_id.contains("broker id"), "{bad_id}");
+
+        let mut args = tiers.to_vec();
+        args.push("--broker-token=a=broker-a-token-0123456789,b=broker-b-token-0123456789");
+        let config = with_key(&args).expect("one credential per broker");
+        let ids: Vec<&str> = config
+            .secrets
+            .broker_tokens
+            .iter()
+            .map(|broker| broker.broker_id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "b"]);
+    }
+
+    #[test]
+    fn the_signing_key_must_be_a_private_key() {
+        let tiers = [
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=gateway-token-0123456789",
+        ];
+        let missing = parse(&tiers).unwrap_err();
+        assert!(
+            missing.contains("missing setting ticket_signing_key"),
+            "{missing}"
+        );
+        let mut args = tiers.to_vec();
+        args.push("--ticket-signing-key=a-ticket-secret-of-old-0123456789");
+        let secret = parse(&args).unwrap_err();
+        assert!(
+            secret.contains("invalid setting ticket_signing_key"),
+            "{secret}"
+        );
+        assert!(!secret.contains("ticket-secret-of-old"), "{secret}");
+    }
+
+    #[test]
+    fn plaintext_brokers_are_allowed_only_without_tls_or_when_asked() {
+        let tiers = [
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=gateway-token-0123456789",
+        ];
+        assert!(with_key(&tiers).unwrap().plaintext_brokers_allowed());
+        let mut under_tls = tiers.to_vec();
+        under_tls.push("--tls-ca=/etc/ptyhub/ca.pem");
+        assert!(!with_key(&under_tls).unwrap().plaintext_brokers_allowed());
+        under_tls.push("--allow-plaintext-brokers");
+        assert!(with_key(&under_tls).unwrap().plaintext_brokers_allowed());
+        let mut serving_tls = tiers.to_vec();
+        serving_tls.push("--tls-cert=/etc/ptyhub/tls.crt");
+        assert!(!with_key(&serving_tls).unwrap().plaintext_brokers_allowed());
     }
 
     #[test]

@@ -32,9 +32,16 @@ pub enum Error {
     AliasNotFound(String),
     #[error("broker {0} not found")]
     BrokerNotFound(String),
-    /// A registration or heartbeat for a broker id that another broker's credential registered.
-    #[error("broker {0} is registered to another broker")]
-    BrokerIdTaken(String),
+    /// A registration or heartbeat for a broker id with the credential of another broker.
+    #[error(
+        "the credential presented is not broker {0}'s: a broker registers and heartbeats under its own id alone"
+    )]
+    NotThisBrokersCredential(String),
+    /// A broker endpoint that would be called in plain text while session-api uses TLS.
+    #[error(
+        "broker endpoint {0:?} is plain text, but session-api uses TLS: advertise an https:// endpoint (or, for development only, start session-api with --allow-plaintext-brokers)"
+    )]
+    PlaintextBrokerEndpoint(String),
     #[error("an instance named {0} already exists")]
     InstanceNameTaken(String),
     #[error("alias {alias} is held by live session {session_id}")]
@@ -100,7 +107,8 @@ impl Error {
             | Error::ShareNotFound => ErrorCode::NotFound,
             Error::TooManyShares(_) => ErrorCode::CapReached,
             Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
-            Error::BrokerIdTaken(_) => ErrorCode::Forbidden,
+            Error::NotThisBrokersCredential(_) => ErrorCode::Forbidden,
+            Error::PlaintextBrokerEndpoint(_) => ErrorCode::Invalid,
             Error::CapReached(_) => ErrorCode::CapReached,
             Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => ErrorCode::WrongState,
             Error::NoBrokerAvailable(_)
@@ -166,6 +174,10 @@ pub enum StartError {
     Migrate(#[source] sea_orm::DbErr),
     #[error("cannot record the configured brokers: {0}")]
     ConfiguredBrokers(#[source] Error),
+    #[error(
+        "invalid setting brokers: broker {broker_id}'s endpoint {endpoint:?} is plain text, but session-api uses TLS: give an https:// endpoint (or, for development only, set --allow-plaintext-brokers)"
+    )]
+    PlaintextBroker { broker_id: String, endpoint: String },
     #[error(transparent)]
     Introspection(#[from] IntrospectionError),
     #[error("grpc server failed: {0}")]

@@ -51,6 +51,18 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let tls = ptyhub_wire::TlsConfig::from_files(&config.tls.files())?;
+    let plaintext_brokers_allowed = config.plaintext_brokers_allowed();
+    if !plaintext_brokers_allowed
+        && let Some(broker) = config
+            .brokers
+            .iter()
+            .find(|broker| !broker.endpoint.starts_with("https://"))
+    {
+        return Err(StartError::PlaintextBroker {
+            broker_id: broker.id.clone(),
+            endpoint: broker.endpoint.clone(),
+        });
+    }
     let store = Store::connect(&config.database_url).await?;
     if config.migrate {
         store.migrate().await?;
@@ -73,16 +85,23 @@ pub async fn run(
             store.clone(),
             BrokerClients::new(
                 &config.secrets.service_token,
+                config
+                    .secrets
+                    .broker_tokens
+                    .iter()
+                    .map(|broker| (broker.broker_id.clone(), broker.credential.clone())),
                 config.broker_call_timeout,
                 tls.clone(),
+                plaintext_brokers_allowed,
             ),
             Arc::new(ChangeFeed::new()),
-            config.secrets.ticket_key.clone(),
+            config.secrets.ticket_signing_key.clone(),
             config.ticket_ttl,
             config.broker_call_timeout + Duration::from_secs(5),
             settings.heartbeat_interval(),
         )
-        .with_default_record(config.default_record),
+        .with_default_record(config.default_record)
+        .with_plaintext_brokers(plaintext_brokers_allowed),
     );
 
     let root = CancellationToken::new();
@@ -101,10 +120,16 @@ pub async fn run(
     ])
     .await?;
     let health = introspection.health_handle();
-    // Each tier is admitted where it belongs: the gateways to the session calls, the brokers to
-    // the registry (checked per call there, which binds a broker id to its credential).
+    // Each tier is admitted where it belongs: the gateways to the session calls, each broker to
+    // the registry under its own id alone (checked per call there).
     let gateways = RequireCredential::any_of(config.secrets.gateway_tokens.iter().cloned());
-    let brokers = RequireCredential::any_of(config.secrets.broker_tokens.iter().cloned());
+    let brokers = grpc::BrokerCredentials::new(
+        config
+            .secrets
+            .broker_tokens
+            .iter()
+            .map(|broker| (broker.broker_id.clone(), broker.credential.clone())),
+    );
 
     tracing::info!(address = ?listener.local_addr().ok(), brokers = config.brokers.len(),
         tls = tls.serves_tls(), "session-api serving");

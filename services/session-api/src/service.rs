@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_model::{Role, TerminalSize};
 use ptyhub_wire::Actor;
 use tokio::sync::{Notify, broadcast};
@@ -44,7 +44,8 @@ pub struct SessionService {
     pub(crate) store: Store,
     pub(crate) brokers: BrokerClients,
     pub(crate) changes: Arc<ChangeFeed>,
-    ticket_key: TicketKey,
+    /// session-api's private key: no broker holds it, so no broker can make a ticket.
+    ticket_signing_key: TicketSigningKey,
     ticket_ttl: Duration,
     /// How long a resolve waits for a session another caller is starting.
     start_wait: Duration,
@@ -53,6 +54,9 @@ pub struct SessionService {
     pub(crate) brokers_changed: Arc<Notify>,
     /// What instances without a setting of their own record.
     pub(crate) default_record: RecordMode,
+    /// Whether a broker may register an `http://` endpoint: not under TLS, unless the
+    /// development setting allows it.
+    plaintext_brokers_allowed: bool,
 }
 
 impl SessionService {
@@ -60,17 +64,18 @@ impl SessionService {
         store: Store,
         brokers: BrokerClients,
         changes: Arc<ChangeFeed>,
-        ticket_key: TicketKey,
+        ticket_signing_key: TicketSigningKey,
         ticket_ttl: Duration,
         start_wait: Duration,
         heartbeat_interval: Duration,
     ) -> Self {
         Self {
             default_record: RecordMode::Off,
+            plaintext_brokers_allowed: true,
             store,
             brokers,
             changes,
-            ticket_key,
+            ticket_signing_key,
             ticket_ttl,
             start_wait,
             heartbeat_interval,
@@ -81,6 +86,12 @@ impl SessionService {
     /// What instances without a `record` setting of their own record.
     pub(crate) fn with_default_record(mut self, mode: RecordMode) -> Self {
         self.default_record = mode;
+        self
+    }
+
+    /// Whether brokers may register `http://` endpoints ([`crate::Config::plaintext_brokers_allowed`]).
+    pub(crate) fn with_plaintext_brokers(mut self, allowed: bool) -> Self {
+        self.plaintext_brokers_allowed = allowed;
         self
     }
 
@@ -533,7 +544,7 @@ impl SessionService {
             Role::Viewer => TicketRole::Viewer,
         };
         let ticket = self
-            .ticket_key
+            .ticket_signing_key
             .sign(session.id, ticket_role, ticket_expires_at);
         Ok(SessionAttachment {
             attach: AttachTarget {
@@ -550,26 +561,27 @@ impl SessionService {
 
     // ---- brokers ------------------------------------------------------------------------
 
-    /// Registers (or re-registers) a broker presenting the credential with `fingerprint`: an id
-    /// is bound to the credential that registered it first.
+    /// Registers (or re-registers) broker `id`, whose own credential the caller presented
+    /// (the adapter checks that), at `endpoint`. Under TLS an `http://` endpoint is refused
+    /// ([`Error::PlaintextBrokerEndpoint`]), unless the development setting allows it: session-api
+    /// would call it, and hand it to gateways, in plain text.
     pub async fn register_broker(
         &self,
         id: &str,
         endpoint: &str,
         docker: bool,
-        fingerprint: &str,
     ) -> Result<Broker, Error> {
-        let broker = self
-            .store
-            .register_broker(id, endpoint, docker, fingerprint)
-            .await?;
+        if !self.plaintext_brokers_allowed && !endpoint.starts_with("https://") {
+            return Err(Error::PlaintextBrokerEndpoint(endpoint.to_owned()));
+        }
+        let broker = self.store.register_broker(id, endpoint, docker).await?;
         self.brokers_changed.notify_one();
         Ok(broker)
     }
 
-    /// Records a heartbeat and returns how often the broker should send one.
-    pub async fn heartbeat(&self, id: &str, fingerprint: &str) -> Result<Duration, Error> {
-        self.store.check_broker_credential(id, fingerprint).await?;
+    /// Records a heartbeat of broker `id`, whose own credential the caller presented, and
+    /// returns how often the broker should send one.
+    pub async fn heartbeat(&self, id: &str) -> Result<Duration, Error> {
         self.store.record_heartbeat(id).await?;
         Ok(self.heartbeat_interval)
     }

@@ -1,13 +1,14 @@
-//! Attach tickets against a running broker: a ticket signed with the cluster's secret for a
-//! live session, but expired, is refused with `UNAUTHENTICATED`; the same ticket with an expiry
-//! ahead is accepted, so the expiry alone makes the difference.
+//! Attach tickets against a running broker: a ticket signed with session-api's key for a live
+//! session, but expired, is refused with `UNAUTHENTICATED`, and so is one signed with another
+//! key; the same ticket with an expiry ahead is accepted, so the expiry, or the key, alone makes
+//! the difference.
 
 use std::time::{Duration, SystemTime};
 
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use tests::cluster::{Cluster, TICKET_SECRET};
+use tests::cluster::{Cluster, ticket_signing_key};
 
 use crate::start;
 
@@ -64,8 +65,19 @@ async fn an_expired_ticket_is_refused_by_a_running_broker() {
     assert_eq!(target.broker_endpoint, cluster.brokers[0].endpoint());
     let session_id = target.session_id.clone();
     let session_uuid: uuid::Uuid = session_id.parse().expect("a UUID session id");
-    let key = TicketKey::new(TICKET_SECRET.as_bytes().to_vec()).expect("the cluster's key");
+    let key = ticket_signing_key();
     let now = SystemTime::now();
+
+    let forged = TicketSigningKey::generate().sign(
+        session_uuid,
+        TicketRole::Controller,
+        now + Duration::from_secs(120),
+    );
+    let refusal = attach(&cluster, &session_id, forged)
+        .await
+        .expect_err("a ticket signed with another key is refused");
+    assert_eq!(refusal.code(), tonic::Code::Unauthenticated, "{refusal:?}");
+    assert!(refusal.message().contains("signature"), "{refusal:?}");
 
     let expired = key.sign(
         session_uuid,

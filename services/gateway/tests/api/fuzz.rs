@@ -11,7 +11,7 @@ use gateway::cookie::{Grant, SessionCookies};
 use gateway::ws::frames::parse_client_frame;
 use gateway::{AuthConfig, SecretString};
 use proptest::prelude::*;
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_test_support::fuzz;
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
@@ -107,10 +107,11 @@ fn fuzz_websocket_control_frames_parse_or_are_refused_with_a_reason() {
 
 #[test]
 fn fuzz_tampered_attach_tickets_never_verify() {
-    let key = TicketKey::new(b"a-ticket-secret-for-the-fuzz-tests".to_vec()).unwrap();
+    let signing_key = TicketSigningKey::generate();
+    let key = signing_key.verifying_key();
     let session = uuid::Uuid::new_v4();
     let now = SystemTime::now();
-    let ticket = key.sign(session, TicketRole::Viewer, now + Duration::from_secs(60));
+    let ticket = signing_key.sign(session, TicketRole::Viewer, now + Duration::from_secs(60));
     let strategy = prop_oneof![mutated(ticket.clone()), nasty_text()];
     fuzz::check(512, strategy, |candidate| {
         // An edit that changed nothing the signature covers (none should) is the ticket.

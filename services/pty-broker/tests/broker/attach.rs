@@ -995,3 +995,63 @@ async fn an_attach_without_a_hello_is_ended() -> anyhow::Result<()> {
     assert!(ended.message().contains("hello"), "{ended:?}");
     broker.stop().await
 }
+
+/// The broker holds session-api's public key alone: a ticket signed with any other key, or made
+/// with a secret the broker holds (as tickets once were: HMAC keyed by a secret every broker
+/// shared with session-api), is refused as the contract says, UNAUTHENTICATED, and the same
+/// claims signed by session-api's key are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_signed_with_any_key_but_session_apis_is_refused() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session = broker.spawn_sh("cat").await?;
+    let session_id = uuid::Uuid::parse_str(&session.session_id)?;
+    let expires_at = std::time::SystemTime::now() + Duration::from_secs(300);
+    let hello = |ticket: String| pb::Hello {
+        ticket,
+        session_id: session.session_id.clone(),
+        role: pb::Role::Controller as i32,
+        size: None,
+        since: None,
+        snapshot: false,
+    };
+
+    let another_key = ptyhub_attach_ticket::TicketSigningKey::generate();
+    let signed_by_another_key = another_key.sign(session_id, TicketRole::Controller, expires_at);
+    let expiry = expires_at.duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("{session_id}.controller.{expiry}"));
+    let shared_secret_ticket = |version: &str| -> anyhow::Result<String> {
+        // The secret this broker holds: the credential its control calls admit.
+        let mut mac =
+            hmac::Hmac::<sha2::Sha256>::new_from_slice(support::SERVICE_TOKEN.as_bytes())?;
+        mac.update(format!("{version}.{payload}").as_bytes());
+        let mac =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        Ok(format!("{version}.{payload}.{mac}"))
+    };
+    for (forged, what) in [
+        (signed_by_another_key, "signed with another Ed25519 key"),
+        (
+            shared_secret_ticket("v1")?,
+            "an HMAC ticket keyed by the broker's secret",
+        ),
+        (
+            shared_secret_ticket("v2")?,
+            "an HMAC in the place of a signature",
+        ),
+    ] {
+        let refused = broker.attach_with(hello(forged)).await.expect_err(what);
+        assert_eq!(refused.code(), Code::Unauthenticated, "{what}: {refused:?}");
+    }
+    let genuine = broker.ticket(&session.session_id, TicketRole::Controller);
+    broker
+        .attach_with(hello(genuine))
+        .await
+        .context("session-api's ticket is admitted")?;
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}

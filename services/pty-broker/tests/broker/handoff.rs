@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
 use bytes::Bytes;
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::sync::{RwLock, mpsc};
@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use crate::support::docker::DockerFixture;
-use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
+use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_PUBLIC_KEY, authorized};
 
 /// Prints [`FLOOD_READY`] with echo off and waits for a line, then prints numbered lines as fast
 /// as it is read until the stop file appears, then exits 3. Its reader sends the line once
@@ -61,8 +61,8 @@ impl BrokerProcess {
         let secrets = tempfile::tempdir()?;
         let token_file = secrets.path().join("session-api-token");
         std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
-        let ticket_file = secrets.path().join("ticket-secret");
-        std::fs::write(&ticket_file, TICKET_SECRET)?;
+        let ticket_file = secrets.path().join("ticket-public-key.pem");
+        std::fs::write(&ticket_file, TICKET_PUBLIC_KEY)?;
         let mut command = Command::new(env!("CARGO_BIN_EXE_pty-broker"));
         command
             .args([
@@ -78,7 +78,7 @@ impl BrokerProcess {
             .arg(data_dir)
             .args(extra)
             .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
-            .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
+            .env("PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE", &ticket_file)
             .env_remove(pty_broker::handoff::STOP_AT_VARIABLE)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -250,7 +250,7 @@ fn sorted_pids(listed: pb::ListResponse) -> Vec<(String, u32)> {
 struct ResumingClient {
     address: Address,
     session_id: String,
-    ticket_key: TicketKey,
+    ticket_key: TicketSigningKey,
     next_offset: u64,
     output: Vec<u8>,
     stream: Option<(mpsc::Sender<pb::ClientFrame>, Streaming<pb::ServerFrame>)>,
@@ -262,7 +262,7 @@ impl ResumingClient {
         Self {
             address,
             session_id,
-            ticket_key: TicketKey::new(TICKET_SECRET.to_vec()).expect("the test key is valid"),
+            ticket_key: crate::support::ticket_signing_key(),
             next_offset: 0,
             output: Vec::new(),
             stream: None,
@@ -682,10 +682,7 @@ async fn a_successor_with_another_broker_id_is_refused_before_anything_moves() -
         .arg("--take-over")
         .arg(data_dir.path().join(pty_broker::handoff::HANDOFF_SOCKET))
         .env("PTYHUB_BROKER_SESSION_API_TOKEN", SERVICE_TOKEN)
-        .env(
-            "PTYHUB_BROKER_TICKET_SECRET",
-            std::str::from_utf8(TICKET_SECRET)?,
-        )
+        .env("PTYHUB_BROKER_TICKET_PUBLIC_KEY", TICKET_PUBLIC_KEY)
         .stdin(Stdio::null())
         .output()?;
     ensure!(!output.status.success(), "the successor started");

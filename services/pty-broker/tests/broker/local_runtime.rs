@@ -91,7 +91,10 @@ async fn sessions_see_a_clean_environment_without_the_brokers_secrets() {
             "PTYHUB_BROKER_SERVICE_TOKEN",
             "secret-service-token-0123456789",
         );
-        std::env::set_var("PTYHUB_BROKER_TICKET_SECRET", "secret-ticket-0123456789");
+        std::env::set_var(
+            "PTYHUB_BROKER_SESSION_API_TOKEN",
+            "secret-session-api-token-0123456789",
+        );
         std::env::set_var("UNRELATED_BROKER_VARIABLE", "broker-only");
     }
     let output = output_of(

@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail, ensure};
 use ptyhub_proto::broker::v1 as pb;
 
 use crate::support::docker::DockerFixture;
-use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_SECRET, authorized};
+use crate::support::{PATIENCE, POLL_INTERVAL, SERVICE_TOKEN, TICKET_PUBLIC_KEY, authorized};
 
 /// A session whose processes ignore SIGHUP and SIGTERM, so only the SIGKILL step ends them.
 const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
@@ -36,8 +36,8 @@ impl BrokerProcess {
         let secrets = tempfile::tempdir()?;
         let token_file = secrets.path().join("session-api-token");
         std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
-        let ticket_file = secrets.path().join("ticket-secret");
-        std::fs::write(&ticket_file, TICKET_SECRET)?;
+        let ticket_file = secrets.path().join("ticket-public-key.pem");
+        std::fs::write(&ticket_file, TICKET_PUBLIC_KEY)?;
         let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
             .args([
                 "--listen",
@@ -52,7 +52,7 @@ impl BrokerProcess {
             // The test image runs as root, which a broker refuses in containers by default.
             .env("PTYHUB_BROKER_ALLOW_ROOT", "true")
             .env("PTYHUB_BROKER_SESSION_API_TOKEN_FILE", &token_file)
-            .env("PTYHUB_BROKER_TICKET_SECRET_FILE", &ticket_file)
+            .env("PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE", &ticket_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -209,7 +209,7 @@ async fn the_data_directory_is_private_to_the_brokers_user() -> anyhow::Result<(
     for data_dir in [parent.path().join("new/data"), loose] {
         let mut config = pty_broker::Config::new(
             pty_broker::ServiceCredential::new(SERVICE_TOKEN)?,
-            ptyhub_attach_ticket::TicketKey::new(TICKET_SECRET.to_vec())?,
+            crate::support::ticket_signing_key().verifying_key(),
         );
         config.data_dir = Some(data_dir.clone());
         pty_broker::Broker::builder(config)

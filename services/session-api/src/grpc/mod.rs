@@ -17,7 +17,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::{Actor, ErrorCode, RequireCredential, Surface, limits};
+use ptyhub_wire::{Actor, ErrorCode, RequireCredential, ServiceCredential, Surface, limits};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -68,15 +68,15 @@ pub struct GrpcSessionApi {
 }
 
 /// session-api's three services added to `routes`, each admitting its tier: the gateways to
-/// the session calls and share links, the brokers to the registry (checked per call there, which
-/// binds a broker id to its credential).
+/// the session calls and share links, each broker to the registry under its own id (checked per
+/// call there).
 pub(crate) fn with_services(
     routes: tonic::service::Routes,
     service: Arc<SessionService>,
     shares: crate::shares::ShareService,
     shutdown: CancellationToken,
     gateways: RequireCredential,
-    brokers: RequireCredential,
+    brokers: BrokerCredentials,
 ) -> tonic::service::Routes {
     use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistryServer;
     use ptyhub_proto::session::v1::session_api_server::SessionApiServer;
@@ -589,19 +589,60 @@ impl SessionApi for GrpcSessionApi {
     }
 }
 
-/// The gRPC face of the broker registry: registrations and heartbeats from the brokers' own
-/// credentials only, reads from the gateways' too.
+/// Each broker's own credential, bound to its id: which broker a registry call comes from.
+#[derive(Debug, Clone)]
+pub struct BrokerCredentials {
+    check: RequireCredential,
+    owners: Arc<[(String, ServiceCredential)]>,
+}
+
+impl BrokerCredentials {
+    /// The brokers' credentials, as `(broker id, its own credential)`.
+    pub fn new(brokers: impl IntoIterator<Item = (String, ServiceCredential)>) -> Self {
+        let owners: Arc<[(String, ServiceCredential)]> = brokers.into_iter().collect();
+        Self {
+            check: RequireCredential::any_of(
+                owners.iter().map(|(_, credential)| credential.clone()),
+            ),
+            owners,
+        }
+    }
+
+    /// `UNAUTHENTICATED` unless `metadata` carries a broker's credential.
+    fn check(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        self.check.check(metadata)
+    }
+
+    /// Admits a call for broker `id` only with that broker's own credential: `UNAUTHENTICATED`
+    /// without a broker's credential, `PERMISSION_DENIED` with another broker's.
+    fn require_own(&self, metadata: &tonic::metadata::MetadataMap, id: &str) -> Result<(), Status> {
+        let presented = self.check.identify(metadata)?;
+        let owner = self
+            .owners
+            .iter()
+            .find(|(_, credential)| credential == presented)
+            .map(|(owner, _)| owner.as_str());
+        if owner == Some(id) {
+            Ok(())
+        } else {
+            Err(Error::NotThisBrokersCredential(id.to_owned()).into())
+        }
+    }
+}
+
+/// The gRPC face of the broker registry: each broker registers and heartbeats under its own id
+/// with its own credential only; reads come from the gateways' credentials too.
 #[derive(Debug, Clone)]
 pub struct GrpcBrokerRegistry {
     service: Arc<SessionService>,
-    brokers: RequireCredential,
+    brokers: BrokerCredentials,
     gateways: RequireCredential,
 }
 
 impl GrpcBrokerRegistry {
     pub(crate) fn new(
         service: Arc<SessionService>,
-        brokers: RequireCredential,
+        brokers: BrokerCredentials,
         gateways: RequireCredential,
     ) -> Self {
         Self {
@@ -618,13 +659,14 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::Broker>, Status> {
-        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
+        self.brokers
+            .require_own(request.metadata(), &request.get_ref().id)?;
         let request = request.into_inner();
         let id = validated_broker_id(&request.id)?;
         let endpoint = validated_endpoint(&request.endpoint)?;
         let broker = self
             .service
-            .register_broker(id, endpoint, request.docker, &fingerprint)
+            .register_broker(id, endpoint, request.docker)
             .await?;
         Ok(Response::new(broker_to_pb(&broker)))
     }
@@ -633,9 +675,10 @@ impl BrokerRegistry for GrpcBrokerRegistry {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let fingerprint = self.brokers.identify(request.metadata())?.fingerprint();
+        self.brokers
+            .require_own(request.metadata(), &request.get_ref().id)?;
         let id = validated_broker_id(&request.get_ref().id)?;
-        let interval = self.service.heartbeat(id, &fingerprint).await?;
+        let interval = self.service.heartbeat(id).await?;
         Ok(Response::new(pb::HeartbeatResponse {
             interval_seconds: u32::try_from(interval.as_secs().max(1)).unwrap_or(u32::MAX),
         }))

@@ -25,7 +25,6 @@ impl Store {
             up: Set(false),
             last_heartbeat_at: Set(None),
             boot_id: Set(None),
-            credential_fingerprint: Set(None),
             created_at: Set(at),
             updated_at: Set(at),
         })
@@ -43,22 +42,17 @@ impl Store {
         Ok(())
     }
 
-    /// A broker registering itself with the credential of `fingerprint`: stored (or updated)
-    /// and up. An id is bound to the credential that registered it first, which alone may
-    /// register it again (at a new endpoint, as a rescheduled pod does) or send its heartbeats;
-    /// another credential gets [`Error::BrokerIdTaken`]. A configured broker is bound by its
-    /// first registration.
+    /// A broker registering itself: stored (or updated, at a new endpoint as a rescheduled pod
+    /// registers) and up. Whose id it is was checked before: the configuration binds each
+    /// broker's credential to its id.
     pub async fn register_broker(
         &self,
         id: &str,
         endpoint: &str,
         docker: bool,
-        fingerprint: &str,
     ) -> Result<Broker, Error> {
         let at = now();
-        // The check and the write are one conditional statement, so that two registrations of
-        // one id that race cannot both bind it.
-        let inserted = broker::Entity::insert(broker::ActiveModel {
+        broker::Entity::insert(broker::ActiveModel {
             id: Set(id.to_owned()),
             endpoint: Set(endpoint.to_owned()),
             docker: Set(docker),
@@ -66,53 +60,23 @@ impl Store {
             up: Set(true),
             last_heartbeat_at: Set(Some(at)),
             boot_id: Set(None),
-            credential_fingerprint: Set(Some(fingerprint.to_owned())),
             created_at: Set(at),
             updated_at: Set(at),
         })
         .on_conflict(
             OnConflict::column(broker::Column::Id)
-                .do_nothing()
+                .update_columns([
+                    broker::Column::Endpoint,
+                    broker::Column::Docker,
+                    broker::Column::Up,
+                    broker::Column::LastHeartbeatAt,
+                    broker::Column::UpdatedAt,
+                ])
                 .to_owned(),
         )
         .exec_without_returning(&self.db)
         .await?;
-        if inserted == 0 {
-            let bound_to_this_credential = broker::Column::CredentialFingerprint
-                .eq(fingerprint)
-                .or(broker::Column::CredentialFingerprint.is_null());
-            let updated = broker::Entity::update_many()
-                .col_expr(broker::Column::Endpoint, Expr::value(endpoint))
-                .col_expr(broker::Column::Docker, Expr::value(docker))
-                .col_expr(broker::Column::Up, Expr::value(true))
-                .col_expr(broker::Column::LastHeartbeatAt, Expr::value(Some(at)))
-                .col_expr(
-                    broker::Column::CredentialFingerprint,
-                    Expr::value(Some(fingerprint.to_owned())),
-                )
-                .col_expr(broker::Column::UpdatedAt, Expr::value(at))
-                .filter(broker::Column::Id.eq(id))
-                .filter(bound_to_this_credential)
-                .exec(&self.db)
-                .await?;
-            if updated.rows_affected == 0 {
-                return Err(Error::BrokerIdTaken(id.to_owned()));
-            }
-        }
         self.get_broker(id).await
-    }
-
-    /// [`Error::BrokerIdTaken`] unless broker `id` is bound to the credential of `fingerprint`
-    /// (or to none yet); [`Error::BrokerNotFound`] for an id never seen.
-    pub async fn check_broker_credential(&self, id: &str, fingerprint: &str) -> Result<(), Error> {
-        let broker = broker::Entity::find_by_id(id.to_owned())
-            .one(&self.db)
-            .await?
-            .ok_or_else(|| Error::BrokerNotFound(id.to_owned()))?;
-        match broker.credential_fingerprint {
-            Some(bound) if bound != fingerprint => Err(Error::BrokerIdTaken(id.to_owned())),
-            _ => Ok(()),
-        }
     }
 
     /// A heartbeat (from the broker, or a watcher that has a live stream to it): the broker is

@@ -386,6 +386,11 @@ impl MigrationTrait for AddSessionTitleAndBell {
 
 /// The credential a broker registered with: nullable, so that brokers registered
 /// before it are bound to the credential they next register with.
+///
+/// No longer read or written: session-api's configuration binds each broker's credential to its
+/// id (`broker-id=token`), so a first registration binds nothing. The column stays, nullable, so
+/// that replicas of an earlier version, which still write it, keep working through a rolling
+/// upgrade.
 struct AddBrokerCredential;
 
 impl MigrationName for AddBrokerCredential {

@@ -95,7 +95,7 @@ async fn a_broker_that_stays_down_past_the_heartbeat_timeout_loses_its_sessions(
 
 /// Waits until `api` lists `broker_id` as up at `endpoint`, without Docker.
 async fn wait_registered(api: &Isolated, broker_id: &str, endpoint: &str) {
-    let registry = registry_client(api).await;
+    let registry = registry_client(api, broker_id).await;
     eventually("the broker is registered and up", || {
         let mut registry = registry.clone();
         async move {
@@ -143,7 +143,8 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
         attachment.attach.expect("attach target").broker_endpoint,
         broker.endpoint()
     );
-    let mut broker_client = broker_client(&broker).await;
+    let mut broker_client =
+        broker_client_as(&broker, &broker_control_credential("self-registered")).await;
     assert_eq!(
         broker_processes(&mut broker_client).await,
         vec![attachment.session.expect("session").id]

@@ -638,8 +638,12 @@ both_databases!(
         let Some(database) = FreshDatabase::create(backend).await else {
             return;
         };
-        let broker = start_broker();
-        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        // A broker of its own credential, which session-api knows from its configuration and
+        // which registers its new endpoint when it comes back.
+        let broker = start_broker_of_its_own("b1");
+        let api = start_session_api_with(database.url(), &[("b1", broker.endpoint())], |config| {
+            bind_broker(config, "b1");
+        });
         let mut client = session_client(&api).await;
         let instance = register_instance(&mut client, "broker-dies", "b1", 5).await;
         let mut old = Vec::new();
@@ -653,8 +657,8 @@ both_databases!(
         }
 
         broker.kill();
-        let restarted = start_broker();
-        let mut registry = registry_client(&api).await;
+        let restarted = start_broker_of_its_own("b1");
+        let mut registry = registry_client(&api, "b1").await;
         registry
             .register_broker(pb::RegisterBrokerRequest {
                 id: "b1".into(),
@@ -684,7 +688,8 @@ both_databases!(
             .await
             .expect("the restarted broker serves")
             .into_inner();
-        let mut broker_client = broker_client(&restarted).await;
+        let mut broker_client =
+            broker_client_as(&restarted, &broker_control_credential("b1")).await;
         assert_eq!(
             broker_processes(&mut broker_client).await,
             vec![fresh.session.unwrap().id]
@@ -944,7 +949,7 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
     let broker = start_broker();
     let api = start_session_api(database.url(), &[("real", broker.endpoint())]);
     let mut client = session_client(&api).await;
-    let mut registry = registry_client(&api).await;
+    let mut registry = registry_client(&api, "silent").await;
 
     // A broker that registers and then falls silent (nothing listens at its endpoint).
     let silent = registry
@@ -957,7 +962,9 @@ async fn brokers_that_miss_heartbeats_go_down_and_placement_skips_them() {
         .unwrap()
         .into_inner();
     assert!(silent.up);
-    let unknown = registry
+    // A broker whose id session-api binds but that has not registered yet is told to.
+    let unknown = registry_client(&api, "never-registered")
+        .await
         .heartbeat(pb::HeartbeatRequest {
             id: "never-registered".into(),
         })
@@ -1075,7 +1082,8 @@ async fn each_tier_is_admitted_only_where_it_belongs() {
     assert_eq!(refused.code(), Code::Unauthenticated);
 
     // Nor does a broker's or session-api's own credential reach the session calls.
-    for token in [BROKER_TOKEN, SERVICE_TOKEN] {
+    let broker_token = broker_credential("broker-a");
+    for token in [broker_token.as_str(), SERVICE_TOKEN] {
         let mut client =
             ptyhub_proto::session::v1::session_api_client::SessionApiClient::with_interceptor(
                 channel(&api.endpoint()).await,
@@ -1089,7 +1097,7 @@ async fn each_tier_is_admitted_only_where_it_belongs() {
     }
 
     // Only session-api's credential reaches the broker's control calls.
-    for token in [GATEWAY_TOKEN, BROKER_TOKEN] {
+    for token in [GATEWAY_TOKEN, broker_token.as_str()] {
         let mut client = broker_client_as(&broker, token).await;
         let refused = client.list(broker_pb::ListRequest {}).await.unwrap_err();
         assert_eq!(refused.code(), Code::Unauthenticated, "{token}");
@@ -1104,56 +1112,6 @@ async fn each_tier_is_admitted_only_where_it_belongs() {
         .list(broker_pb::ListRequest {})
         .await
         .expect("session-api's credential is admitted");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_broker_id_is_bound_to_the_credential_that_registered_it() {
-    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
-        return;
-    };
-    let api = start_session_api(database.url(), &[]);
-    let mut owner = registry_client(&api).await;
-    let mut other = registry_client_as(&api, OTHER_BROKER_TOKEN).await;
-    let register = |endpoint: &str| pb::RegisterBrokerRequest {
-        id: "bound".into(),
-        endpoint: endpoint.into(),
-        docker: false,
-    };
-    owner
-        .register_broker(register("http://127.0.0.1:9"))
-        .await
-        .expect("the first registration binds the id");
-
-    let refused = other
-        .register_broker(register("http://127.0.0.1:10"))
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
-    let refused = other
-        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
-    let brokers = owner
-        .list_brokers(pb::ListBrokersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .brokers;
-    let bound = brokers.iter().find(|broker| broker.id == "bound").unwrap();
-    assert_eq!(bound.endpoint, "http://127.0.0.1:9", "not re-pointed");
-
-    // The same broker, rescheduled, registers its new endpoint.
-    let moved = owner
-        .register_broker(register("http://127.0.0.1:11"))
-        .await
-        .expect("the owner re-registers")
-        .into_inner();
-    assert_eq!(moved.endpoint, "http://127.0.0.1:11");
-    owner
-        .heartbeat(pb::HeartbeatRequest { id: "bound".into() })
-        .await
-        .expect("the owner's heartbeat");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

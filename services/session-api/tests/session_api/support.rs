@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ptyhub_attach_ticket::TicketKey;
+use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_proto::session::v1 as pb;
@@ -18,20 +18,31 @@ use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-/// session-api's own credential: what the brokers accept on their control calls.
+/// session-api's own credential: what brokers without a credential of their own (configured,
+/// never registering: [`start_broker`]) accept on their control calls.
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
 /// The gateways' credential: what `SessionApi` accepts.
 pub const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
-/// The brokers' credential: what `RegisterBroker` and `Heartbeat` accept.
-pub const BROKER_TOKEN: &str = "test-broker-token-0123456789";
-/// A second broker's credential, for a broker that must not take over another's id.
-pub const OTHER_BROKER_TOKEN: &str = "test-other-broker-token-0123456789";
-pub const TICKET_SECRET: &[u8] = b"test ticket secret 0123456789abcdef";
+/// The brokers with a credential of their own ([`broker_credential`]) that every session-api of
+/// these tests binds to their ids: the only ids that may register and heartbeat.
+pub const REGISTERING_BROKERS: &[&str] = &[
+    "self-registered",
+    "silent",
+    "never-registered",
+    "broker-a",
+    "broker-b",
+];
+/// session-api's ticket signing key in these tests (a key `openssl genpkey -algorithm ed25519`
+/// made); the brokers get its public half.
+pub const TICKET_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIHWNMxTbVRw/AVLdfmVYyH4XQ6hF/B3FI7dAl3HnzAoK
+-----END PRIVATE KEY-----
+";
 /// Generous bound for things that happen asynchronously (events, reconnects): a liveness
 /// bound, never a performance assertion.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 /// How often a test that waits looks again.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Which database a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,29 +203,69 @@ impl Drop for Isolated {
     }
 }
 
-fn ticket_key() -> TicketKey {
-    TicketKey::new(TICKET_SECRET.to_vec()).unwrap()
+pub fn ticket_signing_key() -> TicketSigningKey {
+    TicketSigningKey::from_pem(TICKET_SIGNING_KEY).expect("the test signing key")
 }
 
-/// A real pty-broker with the local backend.
+/// The own credential of broker `broker_id`, which session-api binds to that id.
+pub fn broker_credential(broker_id: &str) -> String {
+    format!("test-broker-{broker_id}-token-0123456789")
+}
+
+/// What session-api presents on the control calls of broker `broker_id`, which has
+/// [`broker_credential`] of its own: the credential derived from it.
+pub fn broker_control_credential(broker_id: &str) -> String {
+    ServiceCredential::new(broker_credential(broker_id))
+        .expect("a valid broker credential")
+        .broker_control_credential()
+        .expose()
+        .to_owned()
+}
+
+/// Binds `broker_id` to its [`broker_credential`] in a session-api's configuration.
+pub fn bind_broker(config: &mut session_api::Config, broker_id: &str) {
+    config
+        .secrets
+        .broker_tokens
+        .push(session_api::config::BrokerCredential {
+            broker_id: broker_id.to_owned(),
+            credential: ServiceCredential::new(broker_credential(broker_id))
+                .expect("a valid broker credential"),
+        });
+}
+
+/// A real pty-broker with the local backend, configured in session-api and never registering,
+/// without a credential of its own: its control calls take session-api's own.
 pub fn start_broker() -> Isolated {
     start_broker_with(pty_broker::Config::new(
         SERVICE_TOKEN.parse().expect("a valid service token"),
-        ticket_key(),
+        ticket_signing_key().verifying_key(),
     ))
 }
 
+/// A real pty-broker with the local backend and [`broker_credential`]`(broker_id)` of its own:
+/// its control calls take only [`broker_control_credential`]`(broker_id)`.
+pub fn start_broker_of_its_own(broker_id: &str) -> Isolated {
+    start_broker_with(own_broker_config(broker_id))
+}
+
 /// A real pty-broker with the local backend that registers itself as `broker_id` with the
-/// session-api at `session_api` and heartbeats.
+/// session-api at `session_api` and heartbeats, with a credential of its own.
 pub fn start_registering_broker(broker_id: &str, session_api: &str) -> Isolated {
-    let mut config = pty_broker::Config::new(
-        SERVICE_TOKEN.parse().expect("a valid service token"),
-        ticket_key(),
+    let mut config = own_broker_config(broker_id);
+    config.session_api = Some(session_api.to_owned());
+    start_broker_with(config)
+}
+
+fn own_broker_config(broker_id: &str) -> pty_broker::Config {
+    let mut config = pty_broker::Config::with_own_credential(
+        broker_credential(broker_id)
+            .parse()
+            .expect("a valid broker credential"),
+        ticket_signing_key().verifying_key(),
     );
     config.broker_id = broker_id.to_owned();
-    config.session_api = Some(session_api.to_owned());
-    config.secrets.service_token = Some(BROKER_TOKEN.parse().expect("a valid broker token"));
-    start_broker_with(config)
+    config
 }
 
 fn start_broker_with(config: pty_broker::Config) -> Isolated {
@@ -272,12 +323,11 @@ fn start_session_api_configured(
         database_url,
         ServiceCredential::new(SERVICE_TOKEN).expect("a valid service credential"),
         ServiceCredential::new(GATEWAY_TOKEN).expect("a valid gateway credential"),
-        ticket_key(),
+        ticket_signing_key(),
     );
-    config.secrets.broker_tokens = [BROKER_TOKEN, OTHER_BROKER_TOKEN]
-        .into_iter()
-        .map(|token| ServiceCredential::new(token).expect("a valid broker credential"))
-        .collect();
+    for broker_id in REGISTERING_BROKERS {
+        bind_broker(&mut config, broker_id);
+    }
     config.brokers = brokers
         .iter()
         .map(|(id, endpoint)| session_api::StaticBroker {
@@ -324,8 +374,9 @@ pub async fn session_client(server: &Isolated) -> SessionClient {
     SessionApiClient::with_interceptor(channel(&server.endpoint()).await, auth(GATEWAY_TOKEN))
 }
 
-pub async fn registry_client(server: &Isolated) -> RegistryClient {
-    registry_client_as(server, BROKER_TOKEN).await
+/// A registry client that presents broker `broker_id`'s own credential.
+pub async fn registry_client(server: &Isolated, broker_id: &str) -> RegistryClient {
+    registry_client_as(server, &broker_credential(broker_id)).await
 }
 
 /// A registry client that presents `token`.

@@ -1,6 +1,7 @@
-//! Attach tickets against the running broker, with gRPC `Attach` straight to the broker: a ticket the gateway's gRPC surface issued is admitted; a forged,
-//! tampered, malformed, missing or expired one is UNAUTHENTICATED; a genuine ticket for another
-//! session, or a viewer's ticket asking for control, is PERMISSION_DENIED.
+//! Attach tickets against the running broker, with gRPC `Attach` straight to the broker: a ticket the gateway's gRPC surface issued is admitted; a forged
+//! (signed with any key but session-api's, or with a secret shared with the brokers as tickets
+//! once were), tampered, malformed, missing or expired one is UNAUTHENTICATED; a genuine ticket
+//! for another session, or a viewer's ticket asking for control, is PERMISSION_DENIED.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,8 +13,16 @@ use ptyhub_test_support::stack::TestStack;
 use serde_json::json;
 
 use super::support::{
-    PATIENCE, STACK_TICKET_SECRET, as_admin, create_session, gateway_grpc, sign_ticket, ticket_mac,
+    PATIENCE, STACK_TICKET_SIGNING_KEY, as_admin, create_session, gateway_grpc,
+    shared_secret_ticket, sign_ticket, ticket_signature,
 };
+
+/// Another Ed25519 key, as `openssl genpkey -algorithm ed25519` writes one: anyone can make
+/// such a key, and tickets it signs must open nothing.
+const ANOTHER_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
+-----END PRIVATE KEY-----
+";
 
 /// A ticket the gateway issued for `session_id` in `role`.
 async fn issued_ticket(
@@ -115,7 +124,12 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
     // so the tickets made below differ from a genuine one only where each test says.
     let expires_at = issued.ticket_expires_at.expect("an expiry").seconds;
     assert_eq!(
-        sign_ticket(STACK_TICKET_SECRET, &session_id, "controller", expires_at),
+        sign_ticket(
+            STACK_TICKET_SIGNING_KEY,
+            &session_id,
+            "controller",
+            expires_at
+        ),
         issued.ticket
     );
     match attach(&endpoint, &session_id, &issued.ticket, controller).await {
@@ -127,7 +141,7 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
     }
 
     let expired = sign_ticket(
-        STACK_TICKET_SECRET,
+        STACK_TICKET_SIGNING_KEY,
         &session_id,
         "controller",
         unix_seconds_now() - 60,
@@ -140,12 +154,7 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
         "an expired ticket",
     );
 
-    let forged = sign_ticket(
-        "not-the-stack-secret-0123456789",
-        &session_id,
-        "controller",
-        expires_at,
-    );
+    let forged = sign_ticket(ANOTHER_SIGNING_KEY, &session_id, "controller", expires_at);
     assert_refused(
         attach(&endpoint, &session_id, &forged, controller).await,
         unauthenticated,
@@ -153,20 +162,34 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
         "a ticket signed with another key",
     );
 
-    // The genuine mac on a payload rewritten for another session.
-    let genuine_mac = issued.ticket.rsplit('.').next().expect("a mac part");
+    // What a broker used to hold, a secret it shared with session-api, makes no ticket either.
+    let shared = shared_secret_ticket(
+        "a-ticket-secret-every-broker-held-0123",
+        &session_id,
+        "controller",
+        expires_at,
+    );
+    assert_refused(
+        attach(&endpoint, &session_id, &shared, controller).await,
+        unauthenticated,
+        "malformed",
+        "a ticket made with a secret shared with the brokers",
+    );
+
+    // The genuine signature on a payload rewritten for another session.
+    let genuine_signature = issued.ticket.rsplit('.').next().expect("a signature part");
     let rewritten = sign_ticket(
-        STACK_TICKET_SECRET,
+        STACK_TICKET_SIGNING_KEY,
         &other_session,
         "controller",
         expires_at,
     );
     let rewritten_payload = rewritten.split('.').nth(1).expect("a payload part");
     assert_ne!(
-        ticket_mac(STACK_TICKET_SECRET, rewritten_payload),
-        genuine_mac
+        ticket_signature(STACK_TICKET_SIGNING_KEY, rewritten_payload),
+        genuine_signature
     );
-    let tampered = format!("v1.{rewritten_payload}.{genuine_mac}");
+    let tampered = format!("v2.{rewritten_payload}.{genuine_signature}");
     assert_refused(
         attach(&endpoint, &other_session, &tampered, controller).await,
         unauthenticated,

@@ -5,13 +5,16 @@
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::broker_registry_client::BrokerRegistryClient;
-use ptyhub_test_support::stack::{TestStack, broker_auth};
+use ptyhub_test_support::stack::{TestStack, other_broker_credential};
 use reqwest::Method;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use super::support::{Terminal, eventually, list_sessions, rest, rest_anonymous, sessions_path};
+
+/// The broker the tests play, which registers itself with a credential of its own.
+const LOST_BROKER: &str = "hangs-up";
 
 /// Registers a broker whose endpoint accepts connections and hangs up at once, and an instance
 /// on it; returns the instance's id. The listener task lives as long as the test's runtime.
@@ -28,14 +31,17 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
     let channel = Channel::from_shared(stack.session_api_endpoint.clone())
         .expect("session-api endpoint")
         .connect_lazy();
-    BrokerRegistryClient::with_interceptor(channel, broker_auth())
-        .register_broker(session_pb::RegisterBrokerRequest {
-            id: "hangs-up".to_owned(),
-            endpoint,
-            docker: false,
-        })
-        .await
-        .expect("register the broker");
+    BrokerRegistryClient::with_interceptor(
+        channel,
+        other_broker_credential(LOST_BROKER).bearer_auth(),
+    )
+    .register_broker(session_pb::RegisterBrokerRequest {
+        id: LOST_BROKER.to_owned(),
+        endpoint,
+        docker: false,
+    })
+    .await
+    .expect("register the broker");
     stack
         .session_api
         .clone()
@@ -46,7 +52,7 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
             }),
             command: vec!["/bin/sh".to_owned()],
             max_sessions: 5,
-            broker_id: "hangs-up".to_owned(),
+            broker_id: LOST_BROKER.to_owned(),
             ..Default::default()
         })
         .await
@@ -57,7 +63,7 @@ async fn instance_on_a_broker_that_hangs_up(stack: &TestStack) -> String {
 
 #[tokio::test]
 async fn a_broker_that_does_not_answer_is_503_over_rest_and_1011_over_websocket() {
-    let stack = TestStack::builder().start().await;
+    let stack = TestStack::builder().other_broker(LOST_BROKER).start().await;
     let instance = instance_on_a_broker_that_hangs_up(&stack).await;
 
     let refused = rest(
@@ -91,7 +97,7 @@ async fn a_broker_that_does_not_answer_is_503_over_rest_and_1011_over_websocket(
 
 #[tokio::test]
 async fn a_lost_broker_fails_healthz_but_not_readyz() {
-    let stack = TestStack::builder().start().await;
+    let stack = TestStack::builder().other_broker(LOST_BROKER).start().await;
     let healthy = rest_anonymous(&stack, "/healthz").await;
     assert_eq!(healthy.status, 200, "{:?}", healthy.body);
     instance_on_a_broker_that_hangs_up(&stack).await;

@@ -29,8 +29,9 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// How often a polled condition is checked again.
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
-/// The attach-ticket secret the stack gives session-api and the broker.
-pub use ptyhub_test_support::stack::TICKET_SECRET as STACK_TICKET_SECRET;
+/// The private key (PEM) the stack's session-api signs attach tickets with; the broker holds its
+/// public half.
+pub use ptyhub_test_support::stack::TICKET_SIGNING_KEY as STACK_TICKET_SIGNING_KEY;
 
 // ---- waiting ------------------------------------------------------------------------------
 
@@ -666,24 +667,60 @@ fn number_after(output: &[u8], marker: &str) -> Option<u64> {
 
 // ---- attach tickets -------------------------------------------------------------------------
 
-/// Signs an attach ticket as session-api does (`v1.<payload>.<mac>`, both base64url without
-/// padding; the payload `<session>.<role>.<expiry seconds>`; the mac HMAC-SHA256 over `v1.` and
-/// the encoded payload).
-pub fn sign_ticket(secret: &str, session_id: &str, role: &str, expires_at_seconds: i64) -> String {
-    let payload = base64url(format!("{session_id}.{role}.{expires_at_seconds}").as_bytes());
-    format!("v1.{payload}.{}", ticket_mac(secret, &payload))
+/// Signs an attach ticket as session-api does (`v2.<payload>.<signature>`, both base64url
+/// without padding; the payload `<session>.<role>.<expiry seconds>`; the signature Ed25519 over
+/// `v2.` and the encoded payload), with the private key `signing_key_pem` (PKCS#8 PEM).
+pub fn sign_ticket(
+    signing_key_pem: &str,
+    session_id: &str,
+    role: &str,
+    expires_at_seconds: i64,
+) -> String {
+    let payload = ticket_payload(session_id, role, expires_at_seconds);
+    format!(
+        "v2.{payload}.{}",
+        ticket_signature(signing_key_pem, &payload)
+    )
 }
 
-/// The mac part of a ticket whose encoded payload is `payload`, keyed by `secret`.
-pub fn ticket_mac(secret: &str, payload: &str) -> String {
+/// The encoded payload of a ticket.
+pub fn ticket_payload(session_id: &str, role: &str, expires_at_seconds: i64) -> String {
+    base64url(format!("{session_id}.{role}.{expires_at_seconds}").as_bytes())
+}
+
+/// The signature part of a ticket whose encoded payload is `payload`, made with the private key
+/// `signing_key_pem`: an implementation other than session-api's (jsonwebtoken's), so that the
+/// format is checked, not only agreed with itself.
+pub fn ticket_signature(signing_key_pem: &str, payload: &str) -> String {
+    let key =
+        jsonwebtoken::EncodingKey::from_ed_pem(signing_key_pem.as_bytes()).expect("an Ed25519 key");
+    // jsonwebtoken's EdDSA signature is exactly base64url(Ed25519(key, message)).
+    jsonwebtoken::crypto::sign(
+        format!("v2.{payload}").as_bytes(),
+        &key,
+        jsonwebtoken::Algorithm::EdDSA,
+    )
+    .expect("an Ed25519 signature")
+}
+
+/// A ticket in the format before tickets were signed with session-api's private key: HMAC-SHA256
+/// keyed by a secret every broker held (`v1.<payload>.<mac>`), which any broker could make.
+pub fn shared_secret_ticket(
+    secret: &str,
+    session_id: &str,
+    role: &str,
+    expires_at_seconds: i64,
+) -> String {
+    let payload = ticket_payload(session_id, role, expires_at_seconds);
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).expect("an hmac key");
     // jsonwebtoken's HS256 signature is exactly base64url(HMAC-SHA256(key, message)).
-    jsonwebtoken::crypto::sign(
+    let mac = jsonwebtoken::crypto::sign(
         format!("v1.{payload}").as_bytes(),
         &key,
         jsonwebtoken::Algorithm::HS256,
     )
-    .expect("an hmac signature")
+    .expect("an hmac signature");
+    format!("v1.{payload}.{mac}")
 }
 
 /// Base64url without padding (RFC 4648 §5).

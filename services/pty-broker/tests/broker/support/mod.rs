@@ -17,7 +17,7 @@ use pty_broker::runtime::PtyRuntime;
 use pty_broker::runtime::docker::{DockerRuntime, DockerRuntimeConfig};
 use pty_broker::runtime::local::LocalRuntime;
 use pty_broker::{BackendKind, Broker, Config, ServiceCredential};
-use ptyhub_attach_ticket::{TicketKey, TicketRole};
+use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use tokio::net::TcpListener;
@@ -37,7 +37,22 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
-pub const TICKET_SECRET: &[u8] = b"test-ticket-secret-0123456789";
+/// session-api's ticket signing key, in these tests held by the test alone, which plays
+/// session-api; the broker gets [`TICKET_PUBLIC_KEY`].
+pub const TICKET_SIGNING_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIM5AQNINeDCRJfkja1jlQGDpIZQysEW9cc9AI6VsbsoX
+-----END PRIVATE KEY-----
+";
+/// The public half of [`TICKET_SIGNING_KEY`], as `openssl pkey -pubout` writes it.
+pub const TICKET_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEA6XWI+tkE75ViFTcs3+LlB9O2jglmcKKcn+AO/NzNiQA=
+-----END PUBLIC KEY-----
+";
+
+/// [`TICKET_SIGNING_KEY`], read.
+pub fn ticket_signing_key() -> TicketSigningKey {
+    TicketSigningKey::from_pem(TICKET_SIGNING_KEY).expect("the test signing key")
+}
 
 /// Generates `mod local { ... }` and `mod docker { ... }` with
 /// one test per scenario function `async fn name(backend: Backend) -> anyhow::Result<()>`.
@@ -86,7 +101,8 @@ pub struct TestBroker {
     pub backend: Backend,
     pub address: std::net::SocketAddr,
     pub client: PtyBrokerClient<Channel>,
-    pub ticket_key: TicketKey,
+    /// session-api's signing key, which the test plays: the broker holds its public half.
+    pub ticket_key: TicketSigningKey,
     stop: CancellationToken,
     server: Option<JoinHandle<Result<(), pty_broker::StartError>>>,
     /// The Docker backend's own container, removed when the broker is dropped.
@@ -116,8 +132,11 @@ impl TestBroker {
         configure: Configure,
         init: ContainerInit,
     ) -> anyhow::Result<Self> {
-        let ticket_key = TicketKey::new(TICKET_SECRET.to_vec())?;
-        let mut config = Config::new(ServiceCredential::new(SERVICE_TOKEN)?, ticket_key.clone());
+        let ticket_key = ticket_signing_key();
+        let mut config = Config::new(
+            ServiceCredential::new(SERVICE_TOKEN)?,
+            ticket_key.verifying_key(),
+        );
         config.kill_grace = Duration::from_millis(500);
         // The scenarios are about streams and processes, and the test image's processes run as
         // root: they opt out of the default that refuses root in containers (the `policy` tests

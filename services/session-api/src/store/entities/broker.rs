@@ -15,10 +15,6 @@ pub struct Model {
     pub last_heartbeat_at: Option<DateTimeUtc>,
     /// The boot id of the broker's last Snapshot.
     pub boot_id: Option<String>,
-    /// The fingerprint of the credential that registered this broker first
-    /// (`ServiceCredential::fingerprint`): the only one that may register it again or send its
-    /// heartbeats. `None` for a configured broker that never registered.
-    pub credential_fingerprint: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
