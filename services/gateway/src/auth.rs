@@ -15,7 +15,7 @@ use ptyhub_wire::{Actor, Surface};
 use crate::tls::TlsListener;
 
 use crate::config::{AuthConfig, ConfigError};
-use crate::cookie::{CookieClaims, Grant, SessionCookies};
+use crate::cookie::{CookieClaims, CookieSite, Grant, RequestCookie, SessionCookies};
 use crate::domain::Instance;
 use crate::error::ApiError;
 
@@ -458,9 +458,9 @@ impl Authenticator {
         &self.inner.cookies
     }
 
-    /// A session cookie's value for a principal that authenticated now, and how many seconds
-    /// it lives.
-    pub fn cookie_for(&self, principal: &Principal, now: u64) -> (String, u64) {
+    /// A session cookie's value on `site` for a principal that authenticated now, and how many
+    /// seconds it lives.
+    pub fn cookie_for(&self, principal: &Principal, site: &CookieSite, now: u64) -> (String, u64) {
         let cookies = &self.inner.cookies;
         let grant = match &principal.via {
             Via::ApiToken(index) => Grant::ApiToken {
@@ -476,7 +476,7 @@ impl Authenticator {
                 share_id: share_id.clone(),
             },
         };
-        let claims = cookies.claims(&principal.subject, grant, now, principal.expires_at);
+        let claims = cookies.claims(&principal.subject, grant, site, now, principal.expires_at);
         let max_age = claims.exp.saturating_sub(now);
         (cookies.seal(&claims), max_age)
     }
@@ -485,11 +485,11 @@ impl Authenticator {
     /// needs its share checked ([`crate::state::AppState::authenticate`] does).
     pub fn authenticate_cookie(
         &self,
-        value: &str,
+        cookie: &RequestCookie,
         now: u64,
     ) -> Result<(Principal, CookieClaims), AuthError> {
         let cookies = &self.inner.cookies;
-        let claims = cookies.open(value, now)?;
+        let claims = cookies.open(&cookie.value, &cookie.site, now)?;
         let mut principal = match &claims.grant {
             Grant::ApiToken { token_mac } => {
                 // The token must still be configured: removing it ends its cookies.

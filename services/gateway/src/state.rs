@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::{Extensions, HeaderMap};
+use axum::http::{Extensions, HeaderMap, Uri};
 use tokio::time::Instant;
 
 use ptyhub_wire::Surface;
@@ -20,6 +20,7 @@ use crate::auth::{
     Access, Authenticator, Principal, SHARE_TOKEN_PREFIX, Via, bearer_token, peer_address,
 };
 use crate::browser::HostPolicy;
+use crate::cookie::{CookieSite, RequestCookie};
 use crate::domain::{Instance, Session, SessionStatus, ShareLookup};
 use crate::rate_limit::{FailedAuthLimiter, client_address};
 use ptyhub_wire::ErrorCode;
@@ -97,7 +98,7 @@ pub struct Shared {
 #[derive(Debug, Clone, Default)]
 pub struct Presented {
     pub bearer: Option<String>,
-    pub cookie: Option<String>,
+    pub cookie: Option<RequestCookie>,
     /// Where the request came from, for the limit on refused credentials.
     pub client: Option<IpAddr>,
     /// The TCP peer, the address the audit trail records.
@@ -106,14 +107,15 @@ pub struct Presented {
 
 impl Presented {
     /// The `Authorization: Bearer` header and the session cookie of a request.
-    pub fn from_request(state: &AppState, headers: &HeaderMap, extensions: &Extensions) -> Self {
+    pub fn from_request(
+        state: &AppState,
+        headers: &HeaderMap,
+        uri: &Uri,
+        extensions: &Extensions,
+    ) -> Self {
         Self {
             bearer: bearer_token(headers).map(str::to_owned),
-            cookie: state
-                .authenticator
-                .cookies()
-                .find(headers)
-                .map(str::to_owned),
+            cookie: state.session_cookie(headers, uri),
             client: state.client_address(headers, extensions),
             peer: peer_address(extensions),
         }
@@ -373,6 +375,32 @@ impl AppState {
     /// The client address of a request.
     pub fn client_address(&self, headers: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
         client_address(extensions, headers, self.trust_forwarded_for)
+    }
+
+    /// Whether the browser reached the gateway over TLS: the gateway serves TLS itself
+    /// (`--tls-cert`), its public URL is `https`, or the proxy that terminates TLS in front of it
+    /// says so.
+    pub fn is_https(&self, headers: &HeaderMap) -> bool {
+        self.serves_tls
+            || self
+                .public_url
+                .as_deref()
+                .is_some_and(|url| url.starts_with("https://"))
+            || headers
+                .get("x-forwarded-proto")
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.split(',').next().map(str::trim) == Some("https"))
+    }
+
+    /// The site a request addressed, which its session cookie is bound to.
+    pub fn cookie_site(&self, headers: &HeaderMap, uri: &Uri) -> Option<CookieSite> {
+        CookieSite::of_request(headers, uri, self.is_https(headers))
+    }
+
+    /// The request's session cookie for the site it addressed, if it carries one.
+    pub fn session_cookie(&self, headers: &HeaderMap, uri: &Uri) -> Option<RequestCookie> {
+        let site = self.cookie_site(headers, uri)?;
+        self.authenticator.cookies().find(headers, &site)
     }
 
     /// What ends the streams `principal` opens: its credential's expiry, and a share's

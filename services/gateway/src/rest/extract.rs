@@ -80,7 +80,8 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let presented = Presented::from_request(state, &parts.headers, &parts.extensions);
+        let presented =
+            Presented::from_request(state, &parts.headers, &parts.uri, &parts.extensions);
         // A write's `Origin` was checked before any handler (`browser::check_writes`), whatever
         // its credential: a cookie goes with every request the browser makes to this site, and
         // an anonymous gateway needs none.

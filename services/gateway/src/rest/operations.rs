@@ -23,7 +23,12 @@ pub async fn healthz(State(state): State<AppState>, parts: Parts) -> Response {
     let headers = &parts.headers;
     let detailed = bearer_token(headers).is_some()
         && state
-            .authenticate(&Presented::from_request(&state, headers, &parts.extensions))
+            .authenticate(&Presented::from_request(
+                &state,
+                headers,
+                &parts.uri,
+                &parts.extensions,
+            ))
             .await
             .is_ok_and(|principal| principal.access.is_admin());
     let (status, mut body) = match state.upstreams.check_brokers().await {
@@ -139,6 +144,7 @@ pub async fn metrics(State(state): State<AppState>, parts: Parts) -> Result<Resp
             .authenticate(&Presented::from_request(
                 &state,
                 &parts.headers,
+                &parts.uri,
                 &parts.extensions,
             ))
             .await?;

@@ -253,6 +253,6 @@ fn page_base(state: &AppState, headers: &HeaderMap) -> String {
         .get(header::HOST)
         .and_then(|host| host.to_str().ok())
         .unwrap_or("localhost");
-    let https = super::signin::is_https(state, headers);
+    let https = state.is_https(headers);
     format!("{}://{host}", if https { "https" } else { "http" })
 }

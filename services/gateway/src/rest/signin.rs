@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 use super::extract::{Caller, ClientAddress};
 use super::shares::SHARE_PARAMETER;
 use crate::auth::Principal;
+use crate::cookie::CookieSite;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::{AppState, Presented, unix_now};
 
@@ -66,6 +67,7 @@ impl From<&Principal> for SignedIn {
 pub async fn sign_in(
     State(state): State<AppState>,
     ClientAddress { client, peer }: ClientAddress,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let presented = Presented {
@@ -77,9 +79,12 @@ pub async fn sign_in(
     if presented.bearer.is_none() {
         return ApiError::unauthenticated("missing credential").into_response();
     }
+    let Some(site) = state.cookie_site(&headers, &uri) else {
+        return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
+    };
     match state.authenticate(&presented).await {
         Ok(principal) => {
-            let cookie = session_cookie(&state, &principal, &headers);
+            let cookie = session_cookie(&state, &principal, &site, &headers);
             let mut response = Json(SignedIn::from(&principal)).into_response();
             response.headers_mut().insert(header::SET_COOKIE, cookie);
             response
@@ -114,19 +119,21 @@ pub async fn current_session(Caller(principal): Caller) -> Json<SignedIn> {
     delete, path = "/api/v1/auth/session", tag = "sign-in",
     responses((status = 200, description = "signed out; Set-Cookie clears the session")),
 )]
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn sign_out(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     let cookies = state.authenticator.cookies();
     let now = unix_now();
-    if let Some(value) = cookies.find(&headers)
-        && let Ok(claims) = cookies.open(value, now)
+    if let Some(found) = state.session_cookie(&headers, &uri)
+        && let Ok(claims) = cookies.open(&found.value, &found.site, now)
     {
         cookies.sign_out(&claims, now);
     }
     let mut response = Json(serde_json::json!({"status": "signed_out"})).into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        cookies.clear_cookie(is_https(&state, &headers)),
-    );
+    if let Some(site) = state.cookie_site(&headers, &uri) {
+        response.headers_mut().insert(
+            header::SET_COOKIE,
+            cookies.clear_cookie(&site, state.is_https(&headers)),
+        );
+    }
     response
 }
 
@@ -159,6 +166,9 @@ pub async fn sign_in_from_address(
         location.push_str(&encode_pairs(&kept));
     }
     let headers = request.headers();
+    let Some(site) = state.cookie_site(headers, request.uri()) else {
+        return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
+    };
     let presented = Presented {
         bearer: Some(token.trim().to_owned()),
         cookie: None,
@@ -166,7 +176,10 @@ pub async fn sign_in_from_address(
         peer: crate::auth::peer_address(request.extensions()),
     };
     let (cookie, location) = match state.authenticate(&presented).await {
-        Ok(principal) => (Some(session_cookie(&state, &principal, headers)), location),
+        Ok(principal) => (
+            Some(session_cookie(&state, &principal, &site, headers)),
+            location,
+        ),
         Err(error) => {
             tracing::info!(reason = %error.message, "sign-in link refused");
             if crate::state::credential_refused(&error) {
@@ -193,28 +206,18 @@ pub async fn sign_in_from_address(
     response
 }
 
-/// `Set-Cookie` for a principal that just authenticated.
-fn session_cookie(state: &AppState, principal: &Principal, headers: &HeaderMap) -> HeaderValue {
-    let (value, max_age) = state.authenticator.cookie_for(principal, unix_now());
+/// `Set-Cookie` on `site` for a principal that just authenticated.
+fn session_cookie(
+    state: &AppState,
+    principal: &Principal,
+    site: &CookieSite,
+    headers: &HeaderMap,
+) -> HeaderValue {
+    let (value, max_age) = state.authenticator.cookie_for(principal, site, unix_now());
     state
         .authenticator
         .cookies()
-        .set_cookie(&value, max_age, is_https(state, headers))
-}
-
-/// Whether the browser reached the gateway over TLS: the gateway serves TLS itself
-/// (`--tls-cert`), its public URL is `https`, or the proxy that terminates TLS in front of it
-/// says so.
-pub(crate) fn is_https(state: &AppState, headers: &HeaderMap) -> bool {
-    state.serves_tls
-        || state
-            .public_url
-            .as_deref()
-            .is_some_and(|url| url.starts_with("https://"))
-        || headers
-            .get("x-forwarded-proto")
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.split(',').next().map(str::trim) == Some("https"))
+        .set_cookie(site, &value, max_age, state.is_https(headers))
 }
 
 /// The pairs of a query string, decoded (`+` is a space).

@@ -13,7 +13,7 @@ use axum::Json;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use ptyhub_model::{Role, TerminalSize};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
@@ -77,10 +77,16 @@ pub async fn open_instance_terminal(
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
     addresses: ClientAddress,
+    uri: Uri,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(state, path.iid, None, query, addresses, headers, upgrade).await
+    let caller = SocketCaller {
+        addresses,
+        uri,
+        headers,
+    };
+    open_terminal(state, path.iid, None, query, caller, upgrade).await
 }
 
 /// One session by id (`default`: the default session, created when absent); 4004 when unknown
@@ -99,19 +105,24 @@ pub async fn open_session_terminal(
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
     addresses: ClientAddress,
+    uri: Uri,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    open_terminal(
-        state,
-        path.iid,
-        Some(path.sid),
-        query,
+    let caller = SocketCaller {
         addresses,
+        uri,
         headers,
-        upgrade,
-    )
-    .await
+    };
+    open_terminal(state, path.iid, Some(path.sid), query, caller, upgrade).await
+}
+
+/// What a socket's request says of its caller: where it came from, and its headers and URI
+/// (the session cookie is bound to the host and port they name).
+struct SocketCaller {
+    addresses: ClientAddress,
+    uri: Uri,
+    headers: HeaderMap,
 }
 
 /// Checks the origin, then upgrades; every later refusal (credential, query, session) is a close
@@ -121,10 +132,14 @@ async fn open_terminal(
     instance_reference: String,
     session_id: Option<String>,
     query: TerminalQuery,
-    addresses: ClientAddress,
-    headers: HeaderMap,
+    caller: SocketCaller,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let SocketCaller {
+        addresses,
+        uri,
+        headers,
+    } = caller;
     if let Err(error) = check_origin(&state.allowed_origins, &headers) {
         return error.into_response();
     }
@@ -136,11 +151,7 @@ async fn open_terminal(
             .clone()
             .or_else(|| websocket_protocol_token(&headers))
             .or_else(|| bearer_token(&headers).map(str::to_owned)),
-        cookie: state
-            .authenticator
-            .cookies()
-            .find(&headers)
-            .map(str::to_owned),
+        cookie: state.session_cookie(&headers, &uri),
         client: addresses.client,
         peer: addresses.peer,
     };

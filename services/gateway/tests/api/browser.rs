@@ -1,5 +1,6 @@
 //! The browser's edge against a real stack: the sign-in link exchanged for an HttpOnly session
-//! cookie, the cookie on REST and the WebSocket, signing out; JSON-only bodies, the `Host`
+//! cookie, the cookie on REST and the WebSocket and on its own port alone, signing out;
+//! JSON-only bodies, the `Host`
 //! allow-list and the security headers on every answer.
 
 use ptyhub_test_support::stack::TestStack;
@@ -216,6 +217,89 @@ async fn the_sign_in_form_exchanges_a_bearer_token_and_sign_out_ends_the_cookie(
     )
     .await;
     assert_eq!((status, &body), (401, &json!({"detail": "signed out"})));
+    stack.shutdown().await;
+}
+
+/// Browsers send a host's cookies to each of its ports: a cookie is bound to the port (and host)
+/// it was issued on, by its name and by its signed claims, so that another gateway on the same
+/// host neither finds it nor accepts it replayed under its own name, even when both sign with
+/// the same cookie secret.
+#[tokio::test]
+async fn a_cookie_issued_on_one_port_is_refused_on_another_even_with_the_same_secret() {
+    let stack = TestStack::builder().start().await;
+    let start_gateway = || async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let mut config = gateway::Config::new(
+            stack.session_api_endpoint.clone(),
+            ptyhub_test_support::stack::tier_credentials().gateway,
+        );
+        config.auth.api_tokens = vec![gateway::SecretString::from(stack.admin_token.clone())];
+        config.auth.cookie_secret = Some(gateway::SecretString::from(
+            "one-cookie-secret-for-both-gateways-0123456789",
+        ));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let serving = tokio::spawn(gateway::run(
+            config,
+            listener,
+            stop.clone().cancelled_owned(),
+        ));
+        (url, stop, serving)
+    };
+    let (first, stop_first, first_serving) = start_gateway().await;
+    let (second, stop_second, second_serving) = start_gateway().await;
+    let who = |url: &str, cookie: &str| {
+        client()
+            .get(format!("{url}/api/v1/auth/session"))
+            .header(header::COOKIE, cookie.to_owned())
+            .send()
+    };
+
+    let response = client()
+        .get(format!("{first}/?token={}", stack.admin_token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let (cookie, whole) = set_cookie(response.headers()).expect("a cookie");
+    assert_eq!(who(&first, &cookie).await.unwrap().status(), 200);
+    // The browser sends it to the other port too, where it signs nobody in.
+    assert_eq!(
+        who(&second, &cookie).await.unwrap().status(),
+        401,
+        "a cookie of another port signed in"
+    );
+    // The other gateway does not even look for it: the name carries the port.
+    let port = first.rsplit(':').next().unwrap();
+    assert!(
+        cookie.starts_with(&format!("ptyhub_session_{port}_")),
+        "{whole}"
+    );
+    // Replayed under the other gateway's own name, its claims name another port.
+    let response = client()
+        .get(format!("{second}/?token={}", stack.admin_token))
+        .send()
+        .await
+        .unwrap();
+    let (second_cookie, _) = set_cookie(response.headers()).expect("a cookie");
+    let second_name = second_cookie.split('=').next().unwrap();
+    let value = cookie.split_once('=').unwrap().1;
+    let replayed = format!("{second_name}={value}");
+    let response = who(&second, &replayed).await.unwrap();
+    assert_eq!(response.status(), 401);
+    // The first gateway refuses the second's cookie the same way.
+    let (first_name, _) = cookie.split_once('=').unwrap();
+    let second_value = second_cookie.split_once('=').unwrap().1;
+    let response = who(&first, &format!("{first_name}={second_value}"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(who(&second, &second_cookie).await.unwrap().status(), 200);
+
+    stop_first.cancel();
+    stop_second.cancel();
+    first_serving.await.unwrap().unwrap();
+    second_serving.await.unwrap().unwrap();
     stack.shutdown().await;
 }
 

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use gateway::auth::Authenticator;
-use gateway::cookie::{Grant, SessionCookies};
+use gateway::cookie::{CookieSite, Grant, SessionCookies};
 use gateway::ws::frames::parse_client_frame;
 use gateway::{AuthConfig, SecretString};
 use proptest::prelude::*;
@@ -189,6 +189,7 @@ fn fuzz_tampered_session_cookies_never_open() {
         Duration::from_secs(3600),
     );
     let now = fuzz_now();
+    let site = CookieSite::from_authority("127.0.0.1:8080", false).expect("a site");
     let claims = cookies.claims(
         "fuzzed",
         Grant::Jwt {
@@ -196,13 +197,14 @@ fn fuzz_tampered_session_cookies_never_open() {
             admin: false,
             choose_command: false,
         },
+        &site,
         now,
         None,
     );
     let value = cookies.seal(&claims);
     let strategy = prop_oneof![mutated(value), nasty_text()];
     fuzz::check(512, strategy, |candidate| {
-        if let Ok(opened) = cookies.open(&candidate, now) {
+        if let Ok(opened) = cookies.open(&candidate, &site, now) {
             prop_assert_eq!(&opened, &claims);
         }
         Ok(())
