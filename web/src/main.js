@@ -1,13 +1,15 @@
-// The page's entry: asks who the session cookie signs in (the gateway has exchanged a `?token=`
-// for it before the page loads), then shows the instances page (`/`) or one instance's
-// terminal page (`/instances/{iid}`), or the sign-in form.
+// The page's entry: signs in with a share link's token when the address carries one (asking
+// first when that would replace another sign-in), asks who the session cookie signs in (the
+// gateway has exchanged a `?token=` for it before the page loads), then shows the instances page
+// (`/`) or one instance's terminal page (`/instances/{iid}`), or the sign-in form.
 
 import '@xterm/xterm/css/xterm.css';
 import './style.css';
-import { currentSignIn, signIn } from './auth.js';
+import { currentSignIn, signIn, takeShareToken } from './auth.js';
 import { el } from './dom.js';
 import { showHistoryPage } from './history-page.js';
 import { showInstancesPage } from './instances-page.js';
+import { askToReplaceSignIn } from './signin.js';
 import { applyPageTheme } from './settings.js';
 import { showTerminalPage } from './terminal-page.js';
 
@@ -16,6 +18,20 @@ applyPageTheme();
 const app = document.getElementById('app');
 
 async function route() {
+  const shareToken = takeShareToken();
+  if (shareToken !== null) {
+    let outcome;
+    try {
+      outcome = await signInAsking(shareToken, 'share');
+    } catch (error) {
+      showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
+      return;
+    }
+    if (outcome === 'refused') {
+      showSignIn('share-refused');
+      return;
+    }
+  }
   let signedIn;
   let refused;
   try {
@@ -47,9 +63,24 @@ async function route() {
 }
 
 /**
- * The sign-in page: shown when the browser is not signed in, the gateway refused a token, or the
- * sign-in ended.
- * @param {'missing' | 'refused' | 'expired'} reason
+ * Signs in with `token`; when the browser is signed in as someone else, asks whether to replace
+ * that sign-in. `stayed` when the user chose to keep it.
+ * @param {string} token
+ * @param {'share' | 'token'} kind
+ * @returns {Promise<'signed-in' | 'stayed' | 'refused'>}
+ */
+async function signInAsking(token, kind) {
+  const result = await signIn(token);
+  if (result.outcome !== 'conflict') return result.outcome;
+  const replace = await askToReplaceSignIn(app, { signedIn: result.signedIn, offered: result.offered, kind });
+  if (!replace) return 'stayed';
+  return (await signIn(token, { replace: true })).outcome === 'signed-in' ? 'signed-in' : 'refused';
+}
+
+/**
+ * The sign-in page: shown when the browser is not signed in, the gateway refused a token or a
+ * share link, or the sign-in ended.
+ * @param {'missing' | 'refused' | 'share-refused' | 'expired'} reason
  */
 function showSignIn(reason) {
   const input = el('input', { type: 'password', name: 'token', autocomplete: 'off', required: true, 'aria-label': 'Access token' });
@@ -59,22 +90,23 @@ function showSignIn(reason) {
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     if (input.value.trim() === '') return;
-    let accepted;
+    let outcome;
     try {
-      accepted = await signIn(input.value.trim());
+      outcome = await signInAsking(input.value.trim(), 'token');
     } catch (error) {
       showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
       return;
     }
-    if (accepted) route();
-    else showSignIn('refused');
+    if (outcome === 'refused') showSignIn('refused');
+    else route();
   });
-  const message = reason === 'refused'
-    ? 'The access token was refused by the gateway. It may have expired or belong to another server.'
-    : reason === 'expired'
-      ? 'The sign-in has ended (it expired, was signed out, or the gateway restarted). Sign in again.'
-      : 'This page needs an access token and none was given.';
-  const heading = { refused: 'Access token refused', expired: 'Signed out', missing: 'Sign in required' }[reason];
+  const message = {
+    refused: 'The access token was refused by the gateway. It may have expired or belong to another server.',
+    'share-refused': 'The share link was refused by the gateway: it may have expired or been revoked. Ask for a new one, or sign in.',
+    expired: 'The sign-in has ended (it expired, was signed out, or the gateway restarted). Sign in again.',
+    missing: 'This page needs an access token and none was given.',
+  }[reason];
+  const heading = { refused: 'Access token refused', 'share-refused': 'Share link refused', expired: 'Signed out', missing: 'Sign in required' }[reason];
   app.replaceChildren(el('main', { class: 'signin', 'data-reason': reason },
     el('h1', {}, heading),
     el('p', { class: 'signin-message' }, message),

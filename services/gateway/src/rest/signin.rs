@@ -1,7 +1,16 @@
 //! Signing the web page in and out with a session cookie ([`crate::cookie`]): `/?token=` (and
-//! `/instances/{iid}?token=`, and a share link's `?share=`) is exchanged once for the cookie and
-//! answered with a redirect to the same address without the token; `POST /api/v1/auth/session` does the same for the
-//! sign-in form; `GET` says who the cookie (or any credential) is; `DELETE` signs out.
+//! `/instances/{iid}?token=`) is exchanged once for the cookie and answered with a redirect to
+//! the same address without the token; `POST /api/v1/auth/session` does the same for the
+//! sign-in form and for share links; `GET` says who the cookie (or any credential) is; `DELETE`
+//! signs out.
+//!
+//! A share link never replaces another sign-in without asking: its `?share=` is not exchanged by
+//! the redirect, whose request may come without the browser's cookie (a `SameSite=Strict` cookie
+//! stays home when a link on another site is followed), so the gateway cannot see what it would
+//! replace. The redirect moves the token into the fragment instead, which the page reads and
+//! posts to `POST /api/v1/auth/session`, a request of the page's own that carries the cookie.
+//! That refuses (409) to replace a valid cookie of another principal unless the body says
+//! `replace: true`, and the page asks the user first.
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -9,13 +18,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use ptyhub_wire::Surface;
-use serde::Serialize;
+use ptyhub_wire::{ErrorCode, Surface};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::extract::{Caller, ClientAddress};
+use super::extract::{Caller, ClientAddress, JsonBody};
 use super::shares::SHARE_PARAMETER;
-use crate::auth::Principal;
+use crate::auth::{Principal, SHARE_TOKEN_PREFIX};
 use crate::cookie::CookieSite;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::{AppState, Presented, unix_now};
@@ -26,6 +35,10 @@ pub const TOKEN_PARAMETER: &str = "token";
 /// The fragment a sign-in link is redirected to when its token was refused, so the page can
 /// say so (a fragment never reaches a server or a log).
 pub const REFUSED_FRAGMENT: &str = "#token-refused";
+
+/// The start of the fragment a share link is redirected to, followed by its token: the page
+/// signs in with it itself, asking first when the browser is signed in as someone else.
+pub const SHARE_FRAGMENT: &str = "#share=";
 
 /// Who a credential is, as the page needs to know it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -55,12 +68,35 @@ impl From<&Principal> for SignedIn {
     }
 }
 
-/// Exchanges the bearer credential for a session cookie.
+/// The body of a sign-in, optional.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct SignInRequest {
+    /// Replace the sign-in of another principal that the browser holds; without it such a
+    /// sign-in is refused with 409, so that nothing replaces it without the user's word.
+    #[serde(default)]
+    pub replace: bool,
+}
+
+/// A sign-in that would replace the browser's sign-in as another principal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignInConflict {
+    pub detail: String,
+    /// Who the browser is signed in as.
+    pub signed_in: SignedIn,
+    /// Who it would be signed in as with `replace: true`.
+    pub offered: SignedIn,
+}
+
+/// Exchanges the bearer credential for a session cookie. A valid cookie of another principal
+/// is replaced only with `replace: true` (409 otherwise).
 #[utoipa::path(
     post, path = "/api/v1/auth/session", tag = "sign-in",
+    request_body(content = Option<SignInRequest>, content_type = "application/json"),
     responses(
         (status = 200, body = SignedIn, description = "signed in; Set-Cookie carries the session"),
-        (status = 401, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 409, body = SignInConflict, description = "the browser is signed in as another principal, which only `replace: true` replaces"),
+        (status = 429, body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -69,6 +105,7 @@ pub async fn sign_in(
     ClientAddress { client, peer }: ClientAddress,
     uri: Uri,
     headers: HeaderMap,
+    JsonBody(request): JsonBody<SignInRequest>,
 ) -> Response {
     let presented = Presented {
         bearer: crate::auth::bearer_token(&headers).map(str::to_owned),
@@ -82,13 +119,8 @@ pub async fn sign_in(
     let Some(site) = state.cookie_site(&headers, &uri) else {
         return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
     };
-    match state.authenticate(&presented).await {
-        Ok(principal) => {
-            let cookie = session_cookie(&state, &principal, &site, &headers);
-            let mut response = Json(SignedIn::from(&principal)).into_response();
-            response.headers_mut().insert(header::SET_COOKIE, cookie);
-            response
-        }
+    let principal = match state.authenticate(&presented).await {
+        Ok(principal) => principal,
         Err(error) => {
             if crate::state::credential_refused(&error) {
                 state.report_refusal(
@@ -99,9 +131,44 @@ pub async fn sign_in(
                     "POST /api/v1/auth/session".to_owned(),
                 );
             }
-            error.into_response()
+            return error.into_response();
         }
+    };
+    if !request.replace
+        && let Some(current) = signed_in_now(&state, &headers, &uri, &presented).await
+        && current.subject != principal.subject
+    {
+        let conflict = SignInConflict {
+            detail: format!(
+                "this browser is signed in as {}: sign in with replace: true to be {} instead",
+                current.subject, principal.subject
+            ),
+            signed_in: SignedIn::from(&current),
+            offered: SignedIn::from(&principal),
+        };
+        return (ErrorCode::WrongState.http_status(), Json(conflict)).into_response();
     }
+    let cookie = session_cookie(&state, &principal, &site, &headers);
+    let mut response = Json(SignedIn::from(&principal)).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
+}
+
+/// Who the request's session cookie signs in, when it is valid.
+async fn signed_in_now(
+    state: &AppState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    presented: &Presented,
+) -> Option<Principal> {
+    let cookie = state.session_cookie(headers, uri)?;
+    let by_cookie = Presented {
+        bearer: None,
+        cookie: Some(cookie),
+        client: presented.client,
+        peer: presented.peer,
+    };
+    state.authenticate(&by_cookie).await.ok()
 }
 
 /// Who the caller is (its session cookie or any other credential).
@@ -139,7 +206,9 @@ pub async fn sign_out(State(state): State<AppState>, uri: Uri, headers: HeaderMa
 
 /// The page's routes: a request with `?token=` is answered with the cookie and a redirect to
 /// the same address without the token (or, when the token is refused, to the address with
-/// [`REFUSED_FRAGMENT`]); any other goes on to the page.
+/// [`REFUSED_FRAGMENT`]); one with a share link's `?share=` (or a share's token as `?token=`)
+/// with a redirect that moves the token into the fragment ([`SHARE_FRAGMENT`]) for the page to
+/// sign in with; any other goes on to the page.
 pub async fn sign_in_from_address(
     State(state): State<AppState>,
     request: Request,
@@ -160,26 +229,32 @@ pub async fn sign_in_from_address(
     let Some(token) = token else {
         return next.run(request).await;
     };
+    let token = token.trim().to_owned();
     let mut location = request.uri().path().to_owned();
     if !kept.is_empty() {
         location.push('?');
         location.push_str(&encode_pairs(&kept));
+    }
+    if token.starts_with(SHARE_TOKEN_PREFIX) {
+        // This request may not carry the cookie it would replace: the page signs in instead.
+        let location = format!("{location}{SHARE_FRAGMENT}{}", percent_encode(&token));
+        return redirect(&location, None);
     }
     let headers = request.headers();
     let Some(site) = state.cookie_site(headers, request.uri()) else {
         return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
     };
     let presented = Presented {
-        bearer: Some(token.trim().to_owned()),
+        bearer: Some(token),
         cookie: None,
         client: state.client_address(headers, request.extensions()),
         peer: crate::auth::peer_address(request.extensions()),
     };
-    let (cookie, location) = match state.authenticate(&presented).await {
-        Ok(principal) => (
-            Some(session_cookie(&state, &principal, &site, headers)),
-            location,
-        ),
+    match state.authenticate(&presented).await {
+        Ok(principal) => {
+            let cookie = session_cookie(&state, &principal, &site, headers);
+            redirect(&location, Some(cookie))
+        }
         Err(error) => {
             tracing::info!(reason = %error.message, "sign-in link refused");
             if crate::state::credential_refused(&error) {
@@ -191,12 +266,16 @@ pub async fn sign_in_from_address(
                     format!("GET {}", request.uri().path()),
                 );
             }
-            (None, format!("{location}{REFUSED_FRAGMENT}"))
+            redirect(&format!("{location}{REFUSED_FRAGMENT}"), None)
         }
-    };
+    }
+}
+
+/// `303 See Other` to `location`, never cached, with `cookie` set when given.
+fn redirect(location: &str, cookie: Option<HeaderValue>) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     let response_headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(&location) {
+    if let Ok(location) = HeaderValue::from_str(location) {
         response_headers.insert(header::LOCATION, location);
     }
     if let Some(cookie) = cookie {

@@ -2,7 +2,8 @@
 //! `/api/v1/instances/{iid}/shares`; a share's credential (its token, or the cookie its link
 //! signs in) may watch and never take control, type, resize, reset, rename, close or create, on
 //! REST, the WebSocket, the gRPC surface and the relayed `Attach`; a share of one session covers
-//! that session alone; a revoked share ends its token and its cookies.
+//! that session alone; a revoked share ends its token and its cookies; a share link never
+//! replaces another sign-in of the browser without being told to.
 
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
@@ -395,19 +396,18 @@ async fn a_share_link_signs_a_browser_in_as_a_viewer_until_it_is_revoked() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
+    let token = created["token"].as_str().unwrap();
+    // The link's token leaves the query for the fragment, which the page signs in with.
     let response = client.get(url).send().await.unwrap();
     assert_eq!(response.status(), 303);
     assert_eq!(
         response.headers()["location"],
-        format!("/instances/{}", stack.instance_id)
+        format!("/instances/{}#share={token}", stack.instance_id)
     );
-    let cookie = response.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    assert!(response.headers().get("set-cookie").is_none());
+    let response = sign_in(&client, &stack, token, None, None).await;
+    assert_eq!(response.status(), 200);
+    let cookie = cookie_of(&response);
     let who = |cookie: String| {
         client
             .get(format!("{}/api/v1/auth/session", stack.gateway_url))
@@ -457,6 +457,170 @@ async fn a_share_link_signs_a_browser_in_as_a_viewer_until_it_is_revoked() {
         401,
         "a revoked share's cookie ends with it"
     );
+    stack.shutdown().await;
+}
+
+/// `POST /api/v1/auth/session` with `token`, the browser's `cookie` and the JSON `body`, as the
+/// page posts it.
+async fn sign_in(
+    client: &reqwest::Client,
+    stack: &TestStack,
+    token: &str,
+    cookie: Option<&str>,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = client
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth(token);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+/// The `name=value` of an answer's `Set-Cookie`.
+fn cookie_of(response: &reqwest::Response) -> String {
+    response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_share_link_never_replaces_another_sign_in_without_asking() {
+    let stack = TestStack::builder().start().await;
+    let client = ptyhub_test_support::http::client()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let who = |cookie: String| {
+        let request = client
+            .get(format!("{}/api/v1/auth/session", stack.gateway_url))
+            .header("cookie", cookie);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    // The browser is signed in as the admin.
+    let response = client
+        .get(format!(
+            "{}/?token={}",
+            stack.gateway_url, stack.admin_token
+        ))
+        .send()
+        .await
+        .unwrap();
+    let admin_cookie = cookie_of(&response);
+    let created = create_share(&stack, json!({})).await;
+    let token = created["token"].as_str().unwrap();
+
+    // Following the link (as `?share=`, or its token as `?token=`) sets no cookie, whatever
+    // the browser holds: the page signs in with the fragment.
+    for link in [
+        created["url"].as_str().unwrap().to_owned(),
+        format!(
+            "{}/instances/{}?token={token}",
+            stack.gateway_url, stack.instance_id
+        ),
+    ] {
+        let response = client
+            .get(&link)
+            .header("cookie", &admin_cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303, "{link}");
+        assert!(
+            response.headers().get("set-cookie").is_none(),
+            "{link} replaced the sign-in"
+        );
+        assert_eq!(
+            response.headers()["location"],
+            format!("/instances/{}#share={token}", stack.instance_id)
+        );
+    }
+
+    // The page's sign-in with the share is refused while the admin's cookie is valid, and
+    // says who the browser is and who it would be.
+    let response = sign_in(&client, &stack, token, Some(&admin_cookie), None).await;
+    assert_eq!(response.status(), 409);
+    assert!(response.headers().get("set-cookie").is_none());
+    let conflict: Value = response.json().await.unwrap();
+    assert_eq!(
+        conflict["signed_in"]["subject"], "api-token-0",
+        "{conflict}"
+    );
+    assert_eq!(conflict["signed_in"]["admin"], true, "{conflict}");
+    assert_eq!(conflict["offered"]["viewer_only"], true, "{conflict}");
+    assert!(
+        conflict["detail"].as_str().unwrap().contains("api-token-0"),
+        "{conflict}"
+    );
+    let response = sign_in(
+        &client,
+        &stack,
+        token,
+        Some(&admin_cookie),
+        Some(json!({"replace": false})),
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    assert_eq!(who(admin_cookie.clone()).await["admin"], true);
+
+    // Told to, it replaces it.
+    let response = sign_in(
+        &client,
+        &stack,
+        token,
+        Some(&admin_cookie),
+        Some(json!({"replace": true})),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let viewer_cookie = cookie_of(&response);
+    assert_eq!(who(viewer_cookie.clone()).await["viewer_only"], true);
+
+    // The same principal again replaces nothing and needs no word; another one (the admin's
+    // token, pasted into the form) asks as well.
+    let response = sign_in(&client, &stack, token, Some(&viewer_cookie), None).await;
+    assert_eq!(response.status(), 200);
+    let response = sign_in(
+        &client,
+        &stack,
+        &stack.admin_token,
+        Some(&viewer_cookie),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    let conflict: Value = response.json().await.unwrap();
+    assert_eq!(conflict["signed_in"]["viewer_only"], true, "{conflict}");
+    assert_eq!(conflict["offered"]["admin"], true, "{conflict}");
+
+    // A cookie that no longer signs anyone in (its share revoked) is replaced without asking.
+    let (status, _) = delete(
+        &stack,
+        &format!(
+            "/api/v1/instances/{}/shares/{}",
+            stack.instance_id,
+            created["id"].as_str().unwrap()
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let response = sign_in(
+        &client,
+        &stack,
+        &stack.admin_token,
+        Some(&viewer_cookie),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
     stack.shutdown().await;
 }
 
