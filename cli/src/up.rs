@@ -62,8 +62,9 @@ pub struct UpArgs {
     #[command(flatten)]
     pub policy: ptyhub_stack::SpawnPolicy,
     /// Replace the `ptyhub up` that runs on this data dir with this binary, ending no terminal:
-    /// its sessions (the same processes, ids and output offsets) move to this process, which
-    /// then serves on the address the old one served on. Attached clients reconnect.
+    /// its sessions (the same processes, ids and output offsets) move to this process, and so
+    /// does its listening socket, so that the address refuses no connection meanwhile. Attached
+    /// clients reconnect.
     #[arg(long)]
     pub upgrade: bool,
 }
@@ -120,8 +121,9 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
                 socket.display()
             );
         }
-        // The old process serves the user's address until it has let go of its sessions; this
-        // one binds it once the old one is gone.
+        // The old process's listening socket comes over once its sessions have (the stack asks
+        // for it); from an older `ptyhub up` that offers none, this one binds the address once
+        // the old one is gone.
         let address = served_address(&data_dir).unwrap_or(args.listen);
         builder = builder.take_over(socket).gateway_address(address);
         eprintln!("upgrading the ptyhub up on {}", data_dir.display());

@@ -12,6 +12,7 @@ use secrecy::SecretString;
 use tokio::net::TcpListener;
 
 use crate::error::{Service, StackError};
+use crate::listener_handoff::{self, ListenerOffer};
 use crate::running::{self, Stack};
 
 /// How long [`StackBuilder::start`] waits, by default, for session-api to see the broker up: a
@@ -275,7 +276,8 @@ impl StackBuilder {
     }
 
     /// Binds the gateway on `address` once the broker runs, waiting (up to the start patience)
-    /// while another process still holds it: the `ptyhub up` this stack takes over from.
+    /// while another process still holds it: the `ptyhub up` this stack takes over from, when
+    /// that one does not hand its gateway's listener over ([`StackBuilder::take_over`]).
     pub fn gateway_address(mut self, address: SocketAddr) -> Self {
         self.gateway_address = Some(address);
         self
@@ -291,7 +293,9 @@ impl StackBuilder {
 
     /// Takes every session and the broker's listening socket over from the broker that
     /// listens on the hand-off socket `socket` (`<its data dir>/handoff.sock`), which lets go
-    /// of them and stops; with no broker there, the broker starts afresh.
+    /// of them and stops; with no broker there, the broker starts afresh. Then the gateway's
+    /// listening socket too, from a stack that offers it beside that socket: its address is
+    /// never free, so no connection to it is refused.
     pub fn take_over(mut self, socket: PathBuf) -> Self {
         self.take_over = Some(socket);
         self
@@ -351,11 +355,17 @@ impl StackBuilder {
         }
         let (broker, broker_listener) = self.start_broker(broker_config).await?;
         let session_api_listener = bind_loopback(Service::SessionApi).await?;
-        let gateway_listener = match (self.gateway_listener.take(), self.gateway_address) {
-            (Some(listener), _) => listener,
-            (None, Some(address)) => bind_when_free(address, self.start_patience).await?,
-            (None, None) => bind_loopback(Service::Gateway).await?,
+        let gateway_listener = match self.gateway_listener.take() {
+            Some(listener) => listener,
+            None => match self.predecessors_gateway_listener(&broker_listener).await {
+                Some(listener) => listener,
+                None => match self.gateway_address {
+                    Some(address) => bind_when_free(address, self.start_patience).await?,
+                    None => bind_loopback(Service::Gateway).await?,
+                },
+            },
         };
+        let listener_offer = self.offer_gateway_listener(&gateway_listener, &broker_listener);
         let addresses = running::Addresses {
             broker: local_address(&broker_listener, Service::Broker)?,
             session_api: local_address(&session_api_listener, Service::SessionApi)?,
@@ -391,6 +401,7 @@ impl StackBuilder {
                 broker: (broker, broker_listener),
                 session_api: (session_api_config, session_api_listener),
                 gateway: (gateway_config, gateway_listener),
+                listener_offer,
             },
             addresses,
             credentials,
@@ -441,6 +452,44 @@ impl StackBuilder {
             None => bind_loopback(Service::Broker).await?,
         };
         Ok((broker, listener))
+    }
+
+    /// The gateway's listener of the stack this one takes over from ([`StackBuilder::take_over`]),
+    /// asked for with the broker's listener that came over with the sessions; `None` when that
+    /// stack offers none (or refuses), and the address is bound once it is free instead.
+    async fn predecessors_gateway_listener(
+        &self,
+        broker_listener: &TcpListener,
+    ) -> Option<TcpListener> {
+        let socket = self.take_over.as_deref()?;
+        match listener_handoff::take_gateway_listener(socket, broker_listener).await {
+            Ok(Some(listener)) => {
+                tracing::info!("the gateway's listener came over from the running stack");
+                Some(listener)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(%error, "the gateway's listener did not come over: binding its address once it is free");
+                None
+            }
+        }
+    }
+
+    /// The offer of the gateway's listener to the next stack that takes this one's broker
+    /// over, beside the broker's hand-off socket; none without a broker data directory.
+    fn offer_gateway_listener(
+        &self,
+        gateway_listener: &TcpListener,
+        broker_listener: &TcpListener,
+    ) -> Option<ListenerOffer> {
+        let directory = self.broker_data_dir.as_deref()?;
+        match ListenerOffer::bind(directory, gateway_listener, broker_listener) {
+            Ok(offer) => Some(offer),
+            Err(error) => {
+                tracing::warn!(%error, directory = %directory.display(), "cannot offer the gateway's listener to an upgrade: its address will be free for a moment then");
+                None
+            }
+        }
     }
 }
 

@@ -21,6 +21,7 @@
 
 mod builder;
 mod error;
+mod listener_handoff;
 mod running;
 
 pub use builder::StackBuilder;

@@ -19,6 +19,7 @@ use tonic::transport::Channel;
 
 use crate::builder::StackBuilder;
 use crate::error::{Service, StackError};
+use crate::listener_handoff::ListenerOffer;
 
 /// session-api's client with the gateway's credential on every call.
 pub type SessionApiClient =
@@ -52,6 +53,9 @@ pub struct Stack {
     shutdown: CancellationToken,
     gateway_shutdown: CancellationToken,
     tasks: Vec<ServiceTask>,
+    /// Offers the gateway's listener to an upgrade ([`ListenerOffer`]); it outlives the gateway
+    /// for as long as the next process takes to ask, once the broker handed over.
+    listener_offer: Option<JoinHandle<()>>,
     /// What the stack's own clients dial the services with: the services' CA and certificate
     /// when they speak TLS.
     client_tls: ptyhub_wire::TlsConfig,
@@ -96,6 +100,8 @@ pub(crate) struct Services {
     pub broker: (pty_broker::Broker, TcpListener),
     pub session_api: (session_api::Config, TcpListener),
     pub gateway: (gateway::Config, TcpListener),
+    /// The gateway's listener, offered to the next stack that takes the broker over.
+    pub listener_offer: Option<ListenerOffer>,
 }
 
 #[derive(Debug)]
@@ -125,6 +131,9 @@ impl Stack {
         let (session_api_config, session_api_listener) = services.session_api;
         let (gateway_config, gateway_listener) = services.gateway;
         let in_process_brokers = gateway_config.in_process_brokers.clone();
+        let listener_offer = services
+            .listener_offer
+            .map(|offer| tokio::spawn(offer.serve(broker.clone(), gateway_shutdown.clone())));
 
         let stopped = shutdown.clone().cancelled_owned();
         let serving = broker.clone();
@@ -160,6 +169,7 @@ impl Stack {
                 ServiceTask::new(Service::SessionApi, session_api),
                 ServiceTask::new(Service::Gateway, gateway),
             ],
+            listener_offer,
             client_tls,
             _data: data,
         }
@@ -313,6 +323,10 @@ impl Stack {
             if result.is_ok() {
                 result = ended;
             }
+        }
+        // After a hand-off, the address stays open until the next process has it.
+        if let Some(offer) = self.listener_offer.take() {
+            let _ = offer.await;
         }
         result
     }

@@ -166,6 +166,93 @@ fn upgrade_hands_live_sessions_to_the_new_process_and_ends_none() {
     assert!(stderr.contains("exited with code 7"), "{stderr}");
 }
 
+/// What a client connecting over and over saw of the gateway's address.
+#[derive(Debug, Default)]
+struct Probes {
+    /// Connections refused: nothing listened on the address.
+    refused: usize,
+    /// Connections whose request was answered.
+    answered: usize,
+    /// Connections that closed or failed before an answer (a gateway stopping mid-request).
+    unanswered: usize,
+    /// Other failures to connect.
+    failed: Vec<String>,
+}
+
+/// Connects to `address` over and over until `stop`, asking `/livez` on each connection.
+fn probe_until(
+    address: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Probes> {
+    use std::io::{BufRead as _, Write as _};
+    std::thread::spawn(move || {
+        let mut probes = Probes::default();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut stream = match std::net::TcpStream::connect_timeout(&address, PATIENCE) {
+                Ok(stream) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    probes.refused += 1;
+                    continue;
+                }
+                Err(error) => {
+                    probes.failed.push(error.to_string());
+                    continue;
+                }
+            };
+            let _ = stream.set_read_timeout(Some(PATIENCE));
+            let request =
+                format!("GET /livez HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+            let mut status = String::new();
+            let answered = stream.write_all(request.as_bytes()).is_ok()
+                && std::io::BufReader::new(&stream)
+                    .read_line(&mut status)
+                    .is_ok_and(|read| read > 0)
+                && status.starts_with("HTTP/1.1 200");
+            if answered {
+                probes.answered += 1;
+            } else {
+                probes.unanswered += 1;
+            }
+        }
+        probes
+    })
+}
+
+/// `--upgrade` hands the listening socket itself to the new process, which serves it on: the
+/// address is never free, so a client connecting throughout is never refused (a connection made
+/// while neither gateway accepts waits in the socket's queue).
+#[test]
+fn upgrade_never_refuses_a_connection_to_the_address() {
+    let mut up = Up::start();
+    let address = up.address;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let prober = probe_until(address, stop.clone());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    up.upgrade();
+    assert_eq!(up.address, address);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let probes = prober.join().expect("the prober");
+    assert_eq!(
+        probes.refused, 0,
+        "connections refused during the upgrade: {probes:?}"
+    );
+    assert!(probes.failed.is_empty(), "{probes:?}");
+    assert!(probes.answered > 0, "{probes:?}");
+    // And once more: the new process offers the socket on in turn.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let prober = probe_until(address, stop.clone());
+    up.upgrade();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let probes = prober.join().expect("the prober");
+    assert_eq!(
+        probes.refused, 0,
+        "connections refused during the second upgrade: {probes:?}"
+    );
+    assert_eq!(up.get("/healthz", None).status, 200);
+}
+
 #[test]
 fn upgrade_without_a_running_ptyhub_is_refused_with_a_reason() {
     let data_dir = tempfile::tempdir().expect("data dir");
