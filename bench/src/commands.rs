@@ -126,11 +126,22 @@ async fn run_true(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Dura
     result
 }
 
-/// A terminal on a fresh session of `instance` through the gateway, at its prompt.
+/// A terminal on a fresh session of `instance` through the gateway, at its prompt (whatever
+/// the user's startup files made of it), with the prompt read.
 async fn prompt_terminal(stack: &Stack, instance: &str) -> Result<(Term, String)> {
     let attach = create_session_on(stack, instance, Vec::new()).await?;
     let mut term = connect_gateway(stack, instance, &attach.session_id, "").await?;
-    term.read_until(b"$ ", 64 * 1024).await?;
+    let deadline = Instant::now() + PROMPT_PATIENCE;
+    loop {
+        // A bash whose integration is off tells no state: its first prompt is its first output.
+        let shown = tokio::time::timeout(Duration::from_millis(200), term.recv()).await;
+        if let Ok(chunk) = shown {
+            chunk?.context("the terminal ended")?;
+            wait_quiet(&mut term).await?;
+            break;
+        }
+        ensure!(Instant::now() < deadline, "no prompt within {PROMPT_PATIENCE:?}");
+    }
     Ok((term, attach.session_id))
 }
 
