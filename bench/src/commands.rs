@@ -140,7 +140,10 @@ async fn prompt_terminal(stack: &Stack, instance: &str) -> Result<(Term, String)
             wait_quiet(&mut term).await?;
             break;
         }
-        ensure!(Instant::now() < deadline, "no prompt within {PROMPT_PATIENCE:?}");
+        ensure!(
+            Instant::now() < deadline,
+            "no prompt within {PROMPT_PATIENCE:?}"
+        );
     }
     Ok((term, attach.session_id))
 }
