@@ -181,4 +181,62 @@ mod tests {
             assert!(key_bytes(name, false).is_ok(), "{name}");
         }
     }
+
+    /// The rule written out apart from the code: a name is known when, past any `M-` prefixes,
+    /// it is a listed key, one printable character, or `C-` with a letter, one of `@[\\]^_ ?`
+    /// or `Space`.
+    fn known(name: &str) -> bool {
+        if let Some(rest) = name.strip_prefix("M-") {
+            return known(rest);
+        }
+        if let Some(rest) = name.strip_prefix("C-") {
+            let mut chars = rest.chars();
+            return match (chars.next(), chars.next()) {
+                (Some(c), None) => c.is_ascii_alphabetic() || "@[\\]^_ ?".contains(c),
+                _ => rest == "Space",
+            };
+        }
+        let mut chars = name.chars();
+        KEY_NAMES.contains(&name)
+            || matches!((chars.next(), chars.next()), (Some(c), None) if !c.is_control())
+    }
+
+    fn names() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let atom = prop_oneof![
+            proptest::sample::select(KEY_NAMES.to_vec()).prop_map(str::to_owned),
+            any::<char>().prop_map(|c| c.to_string()),
+            "\\PC{0,4}",
+            Just(String::new()),
+        ];
+        let prefix = proptest::sample::select(vec!["", "M-", "C-", "M-C-", "C-M-", "M-M-"]);
+        (prefix, atom).prop_map(|(prefix, atom)| format!("{prefix}{atom}"))
+    }
+
+    proptest::proptest! {
+        /// Any name gives bytes exactly when the rule knows it, never a panic; a refusal names
+        /// the name; Alt is ESC before the key; only cursor keys change with DECCKM.
+        #[test]
+        fn fuzz_key_names_follow_the_rule(name in names(), application_cursor: bool) {
+            match key_bytes(&name, application_cursor) {
+                Ok(bytes) => {
+                    proptest::prop_assert!(known(&name), "{name:?} gave {bytes:?}");
+                    proptest::prop_assert!(!bytes.is_empty());
+                    if let Some(rest) = name.strip_prefix("M-") {
+                        let mut expected = vec![0x1b];
+                        expected.extend(key_bytes(rest, application_cursor).unwrap());
+                        proptest::prop_assert_eq!(&bytes, &expected);
+                    }
+                    let base = name.trim_start_matches("M-");
+                    let moves = ["Up", "Down", "Left", "Right", "Home", "End"].contains(&base);
+                    let other_mode = key_bytes(&name, !application_cursor).unwrap();
+                    proptest::prop_assert_eq!(bytes == other_mode, !moves, "{}", name);
+                }
+                Err(error) => {
+                    proptest::prop_assert!(!known(&name), "{name:?} refused: {error}");
+                    proptest::prop_assert_eq!(error.0, name);
+                }
+            }
+        }
+    }
 }
