@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod asciicast;
+pub mod child;
 pub mod environment;
 pub mod fuzz;
 #[cfg(feature = "http")]

@@ -34,7 +34,7 @@ pub use introspection::{HealthHandle, Introspection, IntrospectionError};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};
 pub use secret::{
-    SecretError, create_private_directory, create_private_file, read_secret_file,
+    SecretError, SecretSource, create_private_directory, create_private_file, read_secret_file,
     read_secret_lines, secret_from,
 };
 pub use tls::{PemCertificatesError, TlsConfig, TlsError, TlsFiles, pem_certificate_count};
