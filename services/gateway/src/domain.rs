@@ -1,5 +1,5 @@
 //! The gateway's view of instances, sessions, screens, commands and terminal streams, converted
-//! from protobuf in `grpc.rs` and rendered as JSON by the REST and WebSocket layers. The
+//! from protobuf in `grpc/convert.rs` and rendered as JSON by the REST and WebSocket layers. The
 //! contract's nouns inside them (sizes, roles, statuses, close reasons, targets, what a terminal
 //! is doing and the commands it ran) are `ptyhub-model`'s.
 

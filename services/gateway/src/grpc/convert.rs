@@ -1,0 +1,373 @@
+//! The conversions between session-api's and brokers' protobuf messages and the gateway's
+//! domain types.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use ptyhub_model::proto::{self, ProtoEnum as _};
+use ptyhub_model::{AuditKind, Role, TerminalSize};
+use ptyhub_proto::broker::v1 as broker_pb;
+use ptyhub_proto::session::v1 as session_pb;
+
+use crate::domain::{
+    AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Command,
+    CommandOutputFormat, Cursor, ExitStatus, Instance, RecordMode, Screen, ScreenContent,
+    ScreenFormat, ScreenRow, ScreenWaitResult, Session, SessionAttachment, SessionChange,
+    SessionStatus, Share, Target, TerminalActivity, TerminalEvent, WaitOutcome,
+};
+use crate::error::ApiError;
+
+pub(super) fn share_from_proto(share: session_pb::Share) -> Share {
+    Share {
+        id: share.id,
+        instance_id: share.instance_id,
+        session_id: Some(share.session_id).filter(|id| !id.is_empty()),
+        created_by: share.created_by,
+        created_at: timestamp_from_proto(share.created_at),
+        expires_at: timestamp_from_proto(share.expires_at),
+        revoked_at: timestamp_from_proto(share.revoked_at),
+    }
+}
+
+/// An outside client's audit listing (the gRPC surface), its times checked.
+pub fn audit_listing_from_proto(
+    request: session_pb::ListAuditEventsRequest,
+) -> Result<AuditListing, ApiError> {
+    let time = |name: &str, at: Option<prost_types::Timestamp>| match at {
+        None => Ok(None),
+        Some(at) => timestamp_from_proto(Some(at))
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("{name} is not a valid time"))),
+    };
+    Ok(AuditListing {
+        since: time("since", request.since)?,
+        until: time("until", request.until)?,
+        instance: request.instance,
+        session_id: request.session_id,
+        principal: request.principal,
+        page_size: request.page_size,
+        page_token: request.page_token,
+        only_instances: request
+            .only_listed_instances
+            .then_some(request.only_instances),
+    })
+}
+
+/// A listing as session-api's request.
+pub fn audit_listing_to_proto(listing: AuditListing) -> session_pb::ListAuditEventsRequest {
+    let only_listed_instances = listing.only_instances.is_some();
+    session_pb::ListAuditEventsRequest {
+        instance: listing.instance,
+        session_id: listing.session_id,
+        principal: listing.principal,
+        since: listing.since.map(timestamp_to_proto),
+        until: listing.until.map(timestamp_to_proto),
+        page_size: listing.page_size,
+        page_token: listing.page_token,
+        only_instances: listing.only_instances.unwrap_or_default(),
+        only_listed_instances,
+    }
+}
+
+pub(super) fn audit_page_from_proto(page: session_pb::ListAuditEventsResponse) -> AuditEventPage {
+    let present = |value: String| Some(value).filter(|value| !value.is_empty());
+    AuditEventPage {
+        events: page
+            .events
+            .into_iter()
+            .map(|event| AuditEvent {
+                id: event.id,
+                at: timestamp_from_proto(event.at),
+                kind: AuditKind::from_proto(event.kind).ok(),
+                principal: event.principal,
+                instance_id: present(event.instance_id),
+                session_id: present(event.session_id),
+                client_address: present(event.client_address),
+                surface: event.surface,
+                role: proto::optional_role(event.role).ok().flatten(),
+                attachment_id: present(event.attachment_id),
+                detail: event.detail.into_iter().collect(),
+            })
+            .collect(),
+        next_page_token: present(page.next_page_token),
+    }
+}
+
+pub(super) fn timestamp_to_proto(at: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),
+    }
+}
+
+pub(super) fn timestamp_from_proto(
+    timestamp: Option<prost_types::Timestamp>,
+) -> Option<DateTime<Utc>> {
+    let timestamp = timestamp?;
+    DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
+}
+
+/// A role as session-api names it: the controller's unless it says viewer.
+pub(super) fn role_from_proto(role: i32) -> Role {
+    Role::from_proto(role).unwrap_or(Role::Controller)
+}
+
+pub(super) fn instance_from_proto(instance: session_pb::Instance) -> Instance {
+    Instance {
+        id: instance.id,
+        name: instance.name,
+        target: instance
+            .target
+            .and_then(|target| Target::try_from(target).ok()),
+        command: instance.command,
+        env: instance.env.into_iter().collect::<BTreeMap<_, _>>(),
+        cwd: instance.cwd,
+        user: instance.user,
+        max_sessions: instance.max_sessions,
+        labels: instance.labels.into_iter().collect::<BTreeMap<_, _>>(),
+        broker_id: instance.broker_id,
+        created_at: timestamp_from_proto(instance.created_at),
+        live_sessions: instance.live_sessions,
+        record: RecordMode::from_proto(instance.record).unwrap_or(RecordMode::Off),
+        record_is_default: instance.record_is_default,
+        shell_integration: instance.shell_integration,
+    }
+}
+
+pub(super) fn change_from_proto(change: session_pb::SessionChange) -> Option<SessionChange> {
+    Some(SessionChange {
+        kind: ChangeKind::from_proto(change.kind).ok()?,
+        session: session_from_proto(change.session?),
+        commands: change.commands.into_iter().map(Command::from).collect(),
+    })
+}
+
+pub(super) fn session_from_proto(session: session_pb::Session) -> Session {
+    // A value this build does not know (a newer session-api) reads as the nearest it does:
+    // a status as starting, a close reason as none.
+    let status = SessionStatus::from_proto(session.status).unwrap_or(SessionStatus::Starting);
+    let close_reason = proto::optional_close_reason(session.close_reason).unwrap_or(None);
+    Session {
+        id: session.id,
+        instance_id: session.instance_id,
+        name: session.name,
+        status,
+        close_reason,
+        exit: session.exit.map(ExitStatus::from),
+        aliases: session.aliases,
+        size: session
+            .size
+            .and_then(|size| TerminalSize::try_from(size).ok()),
+        created_at: timestamp_from_proto(session.created_at),
+        last_activity_at: timestamp_from_proto(session.last_activity_at),
+        closed_at: timestamp_from_proto(session.closed_at),
+        attached_clients: session.attached_clients,
+        title: session.title,
+        last_bell_at: timestamp_from_proto(session.last_bell_at),
+        terminal: terminal_from_proto(session.terminal),
+    }
+}
+
+/// What a terminal is doing; a report this build cannot read (a progress kind of a newer
+/// broker) reads as none, as an unknown status does.
+pub(super) fn terminal_from_proto(
+    terminal: Option<broker_pb::TerminalActivity>,
+) -> Option<TerminalActivity> {
+    terminal.and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+}
+
+pub(super) fn attachment_from_proto(
+    attachment: session_pb::SessionAttachment,
+) -> Result<SessionAttachment, ApiError> {
+    let session = attachment
+        .session
+        .ok_or_else(|| ApiError::internal("session-api answered without a session"))?;
+    let attach = attachment
+        .attach
+        .ok_or_else(|| ApiError::internal("session-api answered without an attach target"))?;
+    Ok(SessionAttachment {
+        session: session_from_proto(session),
+        attach: attach_target_from_proto(attach),
+        created: attachment.created,
+    })
+}
+
+pub(super) fn attach_target_from_proto(attach: session_pb::AttachTarget) -> AttachTarget {
+    AttachTarget {
+        session_id: attach.session_id,
+        broker_endpoint: attach.broker_endpoint,
+        ticket: attach.ticket,
+        role: role_from_proto(attach.role),
+    }
+}
+
+pub(super) fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<TerminalEvent> {
+    use broker_pb::server_frame::Frame;
+    let event = match frame.frame? {
+        Frame::Connected(connected) => TerminalEvent::Connected {
+            offset: connected.offset,
+            size: connected
+                .size
+                .and_then(|size| TerminalSize::try_from(size).ok()),
+            role: role_from_proto(connected.role),
+        },
+        Frame::Output(output) => TerminalEvent::Output {
+            offset: output.offset,
+            data: output.data,
+        },
+        Frame::Gap(gap) => TerminalEvent::Gap {
+            lost: gap.lost,
+            offset: gap.offset,
+        },
+        Frame::Resize(size) => TerminalEvent::Resize(TerminalSize::try_from(size).ok()?),
+        Frame::Resetting(_) => TerminalEvent::Resetting,
+        Frame::Detached(_) => TerminalEvent::TakenOver,
+        Frame::Exit(exit) => TerminalEvent::Exit(ExitStatus::from(exit)),
+        Frame::Error(error) => TerminalEvent::Error {
+            message: error.message,
+        },
+        Frame::Closed(_) => TerminalEvent::Closed,
+        Frame::Snapshot(snapshot) => TerminalEvent::Snapshot {
+            offset: snapshot.offset,
+            size: snapshot
+                .size
+                .and_then(|size| TerminalSize::try_from(size).ok()),
+            data: snapshot.data,
+        },
+    };
+    Some(event)
+}
+
+pub(super) fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+pub(super) fn command_output_format_to_proto(
+    format: CommandOutputFormat,
+) -> broker_pb::ScreenFormat {
+    match format {
+        CommandOutputFormat::Text => broker_pb::ScreenFormat::Text,
+        CommandOutputFormat::Ansi => broker_pb::ScreenFormat::Ansi,
+    }
+}
+
+pub(super) fn screen_format_to_proto(format: ScreenFormat) -> broker_pb::ScreenFormat {
+    match format {
+        ScreenFormat::Text => broker_pb::ScreenFormat::Text,
+        ScreenFormat::Ansi => broker_pb::ScreenFormat::Ansi,
+        ScreenFormat::Cells => broker_pb::ScreenFormat::Cells,
+    }
+}
+
+/// The broker's session state in the words of a session's status.
+pub(super) fn state_from_proto(state: i32) -> SessionStatus {
+    match broker_pb::SessionState::try_from(state) {
+        Ok(broker_pb::SessionState::Running) => SessionStatus::Active,
+        Ok(broker_pb::SessionState::Resetting) => SessionStatus::Resetting,
+        Ok(broker_pb::SessionState::Exited) => SessionStatus::Exited,
+        Ok(broker_pb::SessionState::Closed) => SessionStatus::Closed,
+        Ok(broker_pb::SessionState::Starting | broker_pb::SessionState::Unspecified) | Err(_) => {
+            SessionStatus::Starting
+        }
+    }
+}
+
+pub(super) fn screen_from_proto(screen: broker_pb::Screen) -> Result<Screen, ApiError> {
+    let format = match broker_pb::ScreenFormat::try_from(screen.format) {
+        Ok(broker_pb::ScreenFormat::Text | broker_pb::ScreenFormat::Unspecified) => {
+            ScreenFormat::Text
+        }
+        Ok(broker_pb::ScreenFormat::Ansi) => ScreenFormat::Ansi,
+        Ok(broker_pb::ScreenFormat::Cells) => ScreenFormat::Cells,
+        Err(_) => {
+            return Err(ApiError::internal(format!(
+                "session-api answered with an unknown screen format {}",
+                screen.format
+            )));
+        }
+    };
+    let content = match format {
+        ScreenFormat::Text => ScreenContent::Text(screen.lines),
+        ScreenFormat::Ansi => ScreenContent::Ansi(screen.ansi.into()),
+        ScreenFormat::Cells => ScreenContent::Cells(
+            screen
+                .rows
+                .into_iter()
+                .map(|row| ScreenRow {
+                    cells: row.cells.into_iter().map(cell_from_proto).collect(),
+                    wrapped: row.wrapped,
+                })
+                .collect(),
+        ),
+    };
+    let cursor = screen.cursor.unwrap_or_default();
+    Ok(Screen {
+        session_id: screen.session_id,
+        offset: screen.offset,
+        size: screen
+            .size
+            .and_then(|size| TerminalSize::try_from(size).ok()),
+        cursor: Cursor {
+            row: cursor.row,
+            col: cursor.col,
+            visible: cursor.visible,
+        },
+        title: screen.title,
+        alternate_screen: screen.alternate_screen,
+        status: state_from_proto(screen.state),
+        exit: screen.exit.map(ExitStatus::from),
+        scrollback_rows: screen.scrollback_rows,
+        content,
+    })
+}
+
+pub(super) fn cell_from_proto(cell: broker_pb::Cell) -> Cell {
+    Cell {
+        text: cell.text,
+        wide: cell.wide,
+        fg: cell.fg.and_then(color_from_proto),
+        bg: cell.bg.and_then(color_from_proto),
+        bold: cell.bold,
+        dim: cell.dim,
+        italic: cell.italic,
+        underline: cell.underline,
+        inverse: cell.inverse,
+    }
+}
+
+/// A colour; one out of range reads as the default rather than failing the whole screen.
+pub(super) fn color_from_proto(color: broker_pb::Color) -> Option<Color> {
+    match color.kind? {
+        broker_pb::color::Kind::Indexed(index) => u8::try_from(index).ok().map(Color::Indexed),
+        broker_pb::color::Kind::Rgb(rgb) if rgb <= 0xff_ffff => {
+            let [_, red, green, blue] = rgb.to_be_bytes();
+            Some(Color::Rgb { red, green, blue })
+        }
+        broker_pb::color::Kind::Rgb(_) => None,
+    }
+}
+
+pub(super) fn wait_result_from_proto(
+    answer: broker_pb::WaitForScreenResponse,
+) -> Result<ScreenWaitResult, ApiError> {
+    use broker_pb::wait_for_screen_response::Outcome;
+    let screen = answer
+        .screen
+        .ok_or_else(|| ApiError::internal("session-api answered a wait without a screen"))?;
+    let (outcome, matched) = match Outcome::try_from(answer.outcome) {
+        Ok(Outcome::Matched) => (WaitOutcome::Matched, Some(answer.matched)),
+        Ok(Outcome::Exited) => (WaitOutcome::Exited, None),
+        Ok(Outcome::Unspecified) | Err(_) => {
+            return Err(ApiError::internal(format!(
+                "session-api answered a wait with an unknown outcome {}",
+                answer.outcome
+            )));
+        }
+    };
+    Ok(ScreenWaitResult {
+        outcome,
+        matched,
+        screen: screen_from_proto(screen)?,
+    })
+}

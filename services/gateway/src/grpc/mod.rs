@@ -1,0 +1,246 @@
+//! The gateway's only contact with generated protobuf types on the way to its upstreams:
+//! [`Upstreams`] and its typed calls to session-api (about records in `records.rs`, about what a
+//! terminal shows and does in `terminal.rs`), `Attach` streams to brokers (`attach.rs`), and the
+//! conversions to [`crate::domain`] (`convert.rs`).
+//!
+//! The session proxy (`session_proxy.rs`) and the relay (`attach_relay.rs`) forward protobuf
+//! messages as they are; everything else goes through here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptyhub_model::{AuditKind, Role};
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_wire::{Actor, BearerAuth, ServiceCredential};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::brokers::{BrokerChannels, InProcessBrokers};
+use crate::domain::SessionChange;
+use crate::error::ApiError;
+
+mod attach;
+mod convert;
+mod records;
+mod terminal;
+
+pub use attach::{AttachCommands, AttachEvents};
+pub use convert::{audit_listing_from_proto, audit_listing_to_proto};
+pub use records::BrokerHealth;
+
+/// What the gateway reports to the audit trail (see [`Upstreams::report_audit_event`]).
+#[derive(Debug, Clone)]
+pub struct AuditReport {
+    pub kind: AuditKind,
+    pub instance_id: Option<String>,
+    pub session_id: Option<String>,
+    pub role: Option<Role>,
+    pub attachment_id: Option<uuid::Uuid>,
+    pub detail: BTreeMap<String, String>,
+}
+
+impl AuditReport {
+    pub fn new(kind: AuditKind) -> Self {
+        Self {
+            kind,
+            instance_id: None,
+            session_id: None,
+            role: None,
+            attachment_id: None,
+            detail: BTreeMap::new(),
+        }
+    }
+
+    /// One stream's attach or detach.
+    pub fn stream(
+        kind: AuditKind,
+        instance_id: &str,
+        session_id: &str,
+        role: Role,
+        attachment_id: uuid::Uuid,
+    ) -> Self {
+        Self {
+            instance_id: Some(instance_id.to_owned()),
+            session_id: Some(session_id.to_owned()),
+            role: Some(role),
+            attachment_id: Some(attachment_id),
+            ..Self::new(kind)
+        }
+    }
+
+    pub fn detail(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.detail.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+/// Session changes as [`Upstreams::watch_sessions`] streams them.
+pub type SessionChanges = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<SessionChange, ApiError>> + Send + 'static>,
+>;
+
+/// The raw session-api client, with the service credential (and, acting for a user, the
+/// [`Actor`]) on every call.
+pub type SessionApiClient =
+    session_pb::session_api_client::SessionApiClient<InterceptedService<Channel, SessionApiAuth>>;
+
+/// What every call to session-api carries: the gateway's service credential, and the end user
+/// the call is made for, whom session-api's audit trail names.
+#[derive(Clone, Debug)]
+pub struct SessionApiAuth {
+    credential: BearerAuth,
+    actor: Option<Arc<Actor>>,
+}
+
+impl Interceptor for SessionApiAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        self.credential.authorize(&mut request);
+        if let Some(actor) = &self.actor {
+            actor.insert_into(request.metadata_mut());
+        }
+        Ok(request)
+    }
+}
+type BrokerRegistryClient = session_pb::broker_registry_client::BrokerRegistryClient<
+    InterceptedService<Channel, BearerAuth>,
+>;
+type ShareRegistryClient = session_pb::share_registry_client::ShareRegistryClient<
+    InterceptedService<Channel, SessionApiAuth>,
+>;
+
+const SESSION_API: &str = "session-api";
+const BROKER: &str = "pty-broker";
+
+/// The session-api endpoint cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid session-api endpoint {endpoint:?}: {source}")]
+pub struct UpstreamError {
+    endpoint: String,
+    source: ptyhub_wire::TlsError,
+}
+
+/// The services the gateway forwards to: session-api, and the brokers it names. A handle: every
+/// stream holds one (acting for its principal), and a clone costs a reference count.
+#[derive(Clone, Debug)]
+pub struct Upstreams(Arc<UpstreamClients>);
+
+impl std::ops::Deref for Upstreams {
+    type Target = UpstreamClients;
+
+    fn deref(&self) -> &UpstreamClients {
+        &self.0
+    }
+}
+
+/// The clients of [`Upstreams`].
+#[derive(Clone, Debug)]
+pub struct UpstreamClients {
+    session_api: SessionApiClient,
+    /// The channels and credential the session-api clients are built on, for
+    /// [`Upstreams::acting_for`].
+    channel: Channel,
+    waits_channel: Channel,
+    credential: BearerAuth,
+    /// The same service on a channel without a per-call bound, for screen waits.
+    session_api_waits: SessionApiClient,
+    broker_registry: BrokerRegistryClient,
+    share_registry: ShareRegistryClient,
+    brokers: BrokerChannels,
+    /// How long an answer may take beyond a wait's own timeout.
+    answer_margin: Duration,
+}
+
+impl Upstreams {
+    /// Connects lazily: the gateway starts even when session-api is down, and `/healthz` says so.
+    pub fn new(
+        endpoint: &str,
+        service_credential: &ServiceCredential,
+        timeout: Duration,
+        tls: &ptyhub_wire::TlsConfig,
+        in_process_brokers: InProcessBrokers,
+    ) -> Result<Self, UpstreamError> {
+        let endpoint = tls
+            .endpoint(endpoint)
+            .map_err(|source| UpstreamError {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
+            .connect_timeout(timeout)
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(20));
+        // Screen waits last as long as their caller asks (up to five minutes), so they cannot
+        // share the channel whose every call gives up after `timeout`: the channel's bound
+        // would cut them short (tonic takes the shorter of it and the call's own). Their
+        // channel has no bound of its own; each wait carries its own deadline instead.
+        let waits = endpoint.clone().connect_lazy();
+        let channel = endpoint.timeout(timeout).connect_lazy();
+        let interceptor = service_credential.bearer_auth();
+        let auth = SessionApiAuth {
+            credential: interceptor.clone(),
+            actor: None,
+        };
+        Ok(Self(Arc::new(UpstreamClients {
+            session_api: session_pb::session_api_client::SessionApiClient::with_interceptor(
+                channel.clone(),
+                auth.clone(),
+            ),
+            session_api_waits: session_pb::session_api_client::SessionApiClient::with_interceptor(
+                waits.clone(),
+                auth.clone(),
+            ),
+            broker_registry:
+                session_pb::broker_registry_client::BrokerRegistryClient::with_interceptor(
+                    channel.clone(),
+                    interceptor.clone(),
+                ),
+            share_registry:
+                session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+                    channel.clone(),
+                    auth,
+                ),
+            channel,
+            waits_channel: waits,
+            credential: interceptor,
+            brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers),
+            answer_margin: timeout,
+        })))
+    }
+
+    /// The same upstreams, whose calls to session-api say they are made for `actor`: what
+    /// every call that changes something, or attaches, uses, so the audit trail names the user.
+    pub fn acting_for(&self, actor: &Actor) -> Upstreams {
+        let auth = SessionApiAuth {
+            credential: self.credential.clone(),
+            actor: Some(Arc::new(actor.clone())),
+        };
+        let mut upstreams = UpstreamClients::clone(self);
+        upstreams.session_api = session_pb::session_api_client::SessionApiClient::with_interceptor(
+            self.channel.clone(),
+            auth.clone(),
+        );
+        upstreams.share_registry =
+            session_pb::share_registry_client::ShareRegistryClient::with_interceptor(
+                self.channel.clone(),
+                auth.clone(),
+            );
+        upstreams.session_api_waits =
+            session_pb::session_api_client::SessionApiClient::with_interceptor(
+                self.waits_channel.clone(),
+                auth,
+            );
+        Self(Arc::new(upstreams))
+    }
+}
+
+fn session_api_error(status: tonic::Status) -> ApiError {
+    ApiError::from_backend(SESSION_API, &status)
+}
+
+fn broker_error(status: tonic::Status) -> ApiError {
+    ApiError::from_backend(BROKER, &status)
+}
