@@ -15,7 +15,7 @@ use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::{RequireCredential, limits};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::task::AbortOnDropHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::broker::{Broker, Hello};
@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::runtime::SpawnSpec;
 use crate::screen::ScreenFormat;
 use crate::session::ScreenWait;
-use crate::session::{Attachment, AttachmentHandle};
+use crate::session::{AttachedInput, Attachment, AttachmentHandle};
 use convert::{
     commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
     terminal_size, timestamp, wait_response, wait_timeout,
@@ -39,6 +39,8 @@ pub const MAX_CLIENT_FRAME_BYTES: usize = limits::MAX_FRAME_BYTES + 1024;
 const HELLO_TIMEOUT: Duration = limits::HELLO_TIMEOUT;
 /// Replies (error frames) queued per attached client between its inbound and outbound sides.
 const OUTBOUND_REPLIES: usize = 8;
+/// How long a client's frames are still applied once its response stream is gone.
+const INPUT_DRAIN: Duration = Duration::from_secs(2);
 /// Events queued per `WatchEvents` subscriber between the broker and the transport.
 const OUTBOUND_EVENTS: usize = 64;
 
@@ -269,11 +271,17 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let hello = Hello::try_from(hello)?;
         let attachment = self.broker.attach(hello).await?;
         let (replies, reply_receiver) = mpsc::channel(OUTBOUND_REPLIES);
-        let inbound_task = tokio::spawn(apply_client_frames(attachment.handle(), inbound, replies));
+        let response_gone = CancellationToken::new();
+        tokio::spawn(apply_client_frames_until(
+            attachment.input(),
+            inbound,
+            replies,
+            response_gone.clone(),
+        ));
         Ok(Response::new(Box::pin(outbound_frames(Outbound {
             attachment,
             replies: Some(reply_receiver),
-            _inbound_task: AbortOnDropHandle::new(inbound_task),
+            _response_gone: response_gone.drop_guard(),
             ended: false,
         }))))
     }
@@ -334,8 +342,9 @@ struct Outbound {
     /// What the inbound side answers (error frames, and the error that ends the stream);
     /// `None` once the client closed its side.
     replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
-    /// Ends the inbound task with the response stream: the client left, or its stream failed.
-    _inbound_task: AbortOnDropHandle<()>,
+    /// Tells the inbound task that the response stream is gone (the client left, or its stream
+    /// failed): it applies what the client sent before, for at most [`INPUT_DRAIN`], and ends.
+    _response_gone: DropGuard,
     /// Set after the last frame: the stream ends at the next poll.
     ended: bool,
 }
@@ -378,10 +387,37 @@ fn outbound_frames(outbound: Outbound) -> impl Stream<Item = Result<pb::ServerFr
     })
 }
 
+/// Applies a client's frames after its hello until its side of the stream ends, and, once the
+/// response stream is gone, for at most [`INPUT_DRAIN`] more: input the client sent just before
+/// it left is typed (the client stays attached, under its lease, meanwhile), and a client that
+/// left without ending its side, or input the process does not read, holds nothing for long.
+async fn apply_client_frames_until(
+    input: AttachedInput,
+    inbound: Streaming<pb::ClientFrame>,
+    sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
+    response_gone: CancellationToken,
+) {
+    let drain_over = async {
+        response_gone.cancelled().await;
+        tokio::time::sleep(INPUT_DRAIN).await;
+    };
+    tokio::select! {
+        () = apply_client_frames(input.handle(), inbound, sender) => {}
+        () = drain_over => {
+            tracing::debug!(
+                session_id = %input.handle().session_id(),
+                "client gone: input it sent was not all taken within the drain"
+            );
+        }
+    }
+}
+
 /// Applies a client's frames after its hello. Refused frames are answered with an error frame
-/// and the stream goes on; an oversized or undecodable frame ends the stream.
+/// and the stream goes on; an oversized or undecodable frame ends the stream. A reply nobody
+/// reads any more (the response stream is gone) stops nothing: what the client sent before is
+/// still applied.
 async fn apply_client_frames(
-    handle: AttachmentHandle,
+    handle: &AttachmentHandle,
     mut inbound: Streaming<pb::ClientFrame>,
     sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
 ) {
@@ -402,7 +438,7 @@ async fn apply_client_frames(
                     let _ = sender.send(Err(too_large.into())).await;
                     return;
                 }
-                handle.write_input(input.data).await
+                handle.write_input(input.data).await.map(drop)
             }
             Some(pb::client_frame::Frame::Resize(size)) => match terminal_size(size) {
                 Ok(size) => handle.resize(size).await,
@@ -422,9 +458,8 @@ async fn apply_client_frames(
                     message: status.message().to_owned(),
                 })),
             };
-            if sender.send(Ok(frame)).await.is_err() {
-                return;
-            }
+            // Nobody reads the answer once the response stream is gone; the frames go on.
+            let _ = sender.send(Ok(frame)).await;
         }
     }
 }

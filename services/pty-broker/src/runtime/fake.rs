@@ -58,7 +58,9 @@ impl PtyRuntime for FakeRuntime {
         Ok(())
     }
 
-    async fn spawn(&self, _spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
+    /// A spec that asks for shell integration gets a fake POSIX shell with it: its marks are
+    /// whatever the test writes.
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<SpawnedPty, RuntimeError> {
         let (session_end, terminal) = tokio::io::duplex(64 * 1024);
         let (output, input) = tokio::io::split(session_end);
         let exit = Arc::new(watch::Sender::new(None));
@@ -71,7 +73,9 @@ impl PtyRuntime for FakeRuntime {
             input: Box::pin(input),
             process: Box::new(FakeProcess { exit }),
             output_buffered: false,
-            shell_integration: None,
+            shell_integration: spec
+                .shell_integration
+                .then_some(crate::shell_integration::Shell::Posix),
         })
     }
 }
@@ -160,9 +164,26 @@ impl FakeSession {
 
     /// Starts a session with `settings`, recorded as `recording` says, once its process runs.
     pub async fn start(settings: SessionSettings, recording: Option<SessionRecording>) -> Self {
+        Self::start_spec(settings, recording, Self::spec()).await
+    }
+
+    /// Starts a session whose process is a shell with its integration (the test prints its
+    /// marks).
+    pub async fn start_shell(settings: SessionSettings) -> Self {
+        let spec = SpawnSpec {
+            shell_integration: true,
+            ..Self::spec()
+        };
+        Self::start_spec(settings, None, spec).await
+    }
+
+    async fn start_spec(
+        settings: SessionSettings,
+        recording: Option<SessionRecording>,
+        spec: SpawnSpec,
+    ) -> Self {
         let runtime = Arc::new(FakeRuntime::default());
         let tracker = TaskTracker::new();
-        let spec = Self::spec();
         let context = TaskContext {
             runtime: runtime.clone(),
             spec: spec.clone(),

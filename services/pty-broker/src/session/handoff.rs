@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::attachments::Attachments;
+use super::input::PromptGate;
 use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
@@ -210,6 +211,9 @@ impl Session {
             task_wake: Notify::new(),
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(input)),
+            // Nothing is held for a first prompt here: the previous process wrote what it held
+            // before it froze.
+            prompt_gate: PromptGate::open(),
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,

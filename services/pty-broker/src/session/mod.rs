@@ -12,6 +12,7 @@
 
 mod attachments;
 mod handoff;
+mod input;
 mod recording;
 mod run;
 mod screen;
@@ -22,17 +23,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::io::AsyncWrite;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
 pub use handoff::{Frozen, FrozenSession, Verdict};
+pub use input::{FIRST_PROMPT_WAIT, InputSent};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
 pub use screen::{
-    CommandPage, FAST_FORWARD_RING_PART, InputItem, InputSent, ScreenWait, WaitOutcome,
+    CommandPage, FAST_FORWARD_RING_PART, InputItem, ScreenWait, WaitOutcome,
 };
 pub(crate) use task::{SessionTask, TaskContext};
 
@@ -103,6 +105,8 @@ struct Shared {
     /// The running process's input side; `None` once no process runs. The task holds the lock
     /// while it starts a process, so input sent meanwhile waits for the new process.
     input: Arc<tokio::sync::Mutex<Option<PtyInput>>>,
+    /// Holds input while an integrated shell has not shown its first prompt (`session/input.rs`).
+    prompt_gate: input::PromptGate,
     /// The session's terminal emulator, fed from the ring off the output path (`session/screen.rs`);
     /// `None` on a broker that runs without screens. Lock order: this before `state`.
     screen: Option<Mutex<Screen>>,
@@ -291,6 +295,7 @@ impl Session {
             task_wake: Notify::new(),
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
+            prompt_gate: input::PromptGate::open(),
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,
@@ -351,6 +356,10 @@ impl Session {
                 role: request.role,
             },
             changed: self.shared.changed.subscribe(),
+            attached: Arc::new(Attached {
+                session: Arc::clone(self),
+                client: attached.client,
+            }),
         })
     }
 
@@ -373,49 +382,48 @@ impl Shared {
     fn notify_clients(&self) {
         self.changed.send_modify(|_| {});
     }
-
-    /// Writes `data` to the running process once the input side is free and `still_allowed` (asked
-    /// again then) says yes. Returns once the PTY took all of it.
-    async fn write_to_pty(
-        &self,
-        data: &[u8],
-        still_allowed: impl FnOnce() -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        let mut input = self.input.lock().await;
-        still_allowed()?;
-        let Some(PtyInput { writer, ended }) = input.as_mut() else {
-            return Err(Error::ProcessExited);
-        };
-        let written = tokio::select! {
-            biased;
-            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
-            written = writer.write_all(data) => written,
-        };
-        drop(input);
-        written.map_err(Error::InputNotTaken)?;
-        self.record_input(data);
-        self.note_input();
-        Ok(())
-    }
-
-    /// Notes input for the activity report; the task hears of it once per report.
-    fn note_input(&self) {
-        let mut state = self.lock();
-        state.last_activity_at = SystemTime::now();
-        state.last_input_at = Some(tokio::time::Instant::now());
-        if !state.input_since_report {
-            state.input_since_report = true;
-            drop(state);
-            self.task_wake.notify_one();
-        }
-    }
 }
 
-/// One attached client's stream: pulls what it must send next. Dropping it detaches the client.
+/// One attached client's stream: pulls what it must send next. Dropping it detaches the client,
+/// unless its [`AttachedInput`] still lives: then that detaches it.
 #[derive(Debug)]
 pub struct Attachment {
     handle: AttachmentHandle,
     changed: watch::Receiver<()>,
+    attached: Arc<Attached>,
+}
+
+/// The input side of an attached client's stream: its handle, holding the client attached, so
+/// that input the client sent before its stream went away is still written under its lease when
+/// the output side is dropped first (a client that sends and leaves at once).
+#[derive(Debug)]
+pub struct AttachedInput {
+    handle: AttachmentHandle,
+    _attached: Arc<Attached>,
+}
+
+impl AttachedInput {
+    pub fn handle(&self) -> &AttachmentHandle {
+        &self.handle
+    }
+}
+
+/// A client's place among the session's attachments; the last side of its stream that drops it
+/// detaches the client.
+#[derive(Debug)]
+struct Attached {
+    session: Arc<Session>,
+    client: ClientId,
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let shared = &self.session.shared;
+        let detached = shared.lock().attachments.detach(self.client);
+        if detached {
+            shared.task_wake.notify_one();
+        }
+    }
 }
 
 /// What an attached client may ask of the session (input, resize, reset). Cheap to clone; the
@@ -431,6 +439,14 @@ pub struct AttachmentHandle {
 impl Attachment {
     pub fn handle(&self) -> AttachmentHandle {
         self.handle.clone()
+    }
+
+    /// The input side of this client's stream, which keeps it attached while it lives.
+    pub fn input(&self) -> AttachedInput {
+        AttachedInput {
+            handle: self.handle.clone(),
+            _attached: Arc::clone(&self.attached),
+        }
     }
 
     /// The next event to send this client, waiting for one if needed. `None` once the stream is
@@ -517,16 +533,6 @@ enum Poll {
     HandingOver,
 }
 
-impl Drop for Attachment {
-    fn drop(&mut self) {
-        let shared = &self.handle.session.shared;
-        let detached = shared.lock().attachments.detach(self.handle.client);
-        if detached {
-            shared.task_wake.notify_one();
-        }
-    }
-}
-
 impl AttachmentHandle {
     pub fn role(&self) -> Role {
         self.role
@@ -537,9 +543,11 @@ impl AttachmentHandle {
     }
 
     /// Writes input to the PTY if this client is the current controller. Returns once the PTY
-    /// took all of it; while the process does not read its input, that waits (and so does the
-    /// client's stream: flow control) until it does or the process ends.
-    pub async fn write_input(&self, data: Bytes) -> Result<(), Error> {
+    /// took all of it, with its receipt; while the process does not read its input, that waits
+    /// (and so does the client's stream: flow control) until it does or the process ends, and
+    /// while a shell shows no first prompt it is held (`session/input.rs`). Empty input writes
+    /// nothing and answers once the input before it was written.
+    pub async fn write_input(&self, data: Bytes) -> Result<InputSent, Error> {
         self.check_controller(ClientAction::WriteInput)?;
         // Control may have moved while this client waited for the input side.
         self.session

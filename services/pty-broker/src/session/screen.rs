@@ -27,9 +27,9 @@ use regex::Regex;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::{Session, Shared};
+use super::{InputSent, Session, Shared};
 use crate::activity::{ActivityParts, Change};
-use crate::domain::{Command, TerminalActivity};
+use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
 use crate::ring::RingRead;
@@ -90,14 +90,6 @@ pub enum InputItem {
     Key(String),
     /// Raw bytes.
     Data(Bytes),
-}
-
-/// What [`Session::send_input`] wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InputSent {
-    pub bytes_written: u64,
-    /// The output offset when the input was written: output from here on may answer it.
-    pub output_offset: u64,
 }
 
 /// What [`Session::wait_for_screen`] waits for, validated.
@@ -227,6 +219,10 @@ impl Shared {
             state.title = marks.title;
             state.last_bell_at = marks.last_bell_at;
             state.marks_since_report = true;
+        }
+        // A shell's first prompt lets input held for it go (`session/input.rs`).
+        if terminal.state != TerminalState::Starting && self.prompt_gate.is_held() {
+            self.prompt_gate.release();
         }
         let terminal_changed = terminal != state.terminal || !commands.is_empty();
         if terminal_changed {
@@ -478,20 +474,13 @@ impl Session {
             return Err(Error::InvalidRequest("the input is empty".to_owned()));
         }
         let control_check = || {
-            let state = self.shared.lock();
-            if !force && state.attachments.controller_cursor().is_some() {
+            if !force && self.shared.lock().attachments.controller_cursor().is_some() {
                 return Err(Error::ControlHeld);
             }
-            Ok(state.ring.end())
+            Ok(())
         };
-        let output_offset = control_check()?;
-        self.shared
-            .write_to_pty(&bytes, || control_check().map(drop))
-            .await?;
-        Ok(InputSent {
-            bytes_written: bytes.len() as u64,
-            output_offset,
-        })
+        control_check()?;
+        self.shared.write_to_pty(&bytes, control_check).await
     }
 
     /// Waits until the screen matches (and is quiet, when asked), the process ends, or the

@@ -49,6 +49,8 @@ const KILL_CONFIRM: Duration = Duration::from_secs(1);
 const REAP_LIMIT: Duration = Duration::from_secs(1);
 /// How long attached clients get to hear that the session closed before their streams end.
 const CLOSE_FLUSH: Duration = Duration::from_secs(1);
+/// How long a hand-off lets input held for a shell's first prompt reach the PTY before it freezes.
+const HELD_INPUT_FLUSH: Duration = Duration::from_secs(1);
 /// Activity reaches `WatchEvents` at most this often per session.
 const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -329,10 +331,8 @@ impl SessionTask {
         let mut held = match self.input.take() {
             Some(held) => held,
             None => {
-                if let Some(pty) = &pty {
-                    pty.input_ended.cancel();
-                }
-                Arc::clone(&self.shared.input).lock_owned().await
+                let input_ended = pty.as_ref().map(|pty| pty.input_ended.clone());
+                input_for_freeze(&self.shared, input_ended).await
             }
         };
         let input = held.take();
@@ -430,6 +430,10 @@ impl SessionTask {
         // On failure the guard goes with `None` in it: input is refused as for an exited process.
         let spawned = self.context.runtime.spawn(spec).await?;
         self.shared.start_activity(spawned.shell_integration);
+        // Input waits for the shell's first prompt, where its marks will be read to show it.
+        if spawned.shell_integration.is_some() && self.shared.screen.is_some() {
+            self.shared.prompt_gate.hold();
+        }
         let process: Arc<dyn PtyProcess> = Arc::from(spawned.process);
         {
             let mut state = self.shared.lock();
@@ -1205,6 +1209,22 @@ async fn group_alive(process: &dyn PtyProcess, session_id: Uuid) -> bool {
         // Assume it is: signalling a dead group is harmless, leaving a live one is not.
         true
     })
+}
+
+/// Takes the input side for a freeze. Input held for the shell's first prompt is written
+/// first (it would not outlive this process's hold on the PTY), for at most
+/// [`HELD_INPUT_FLUSH`]; then a write blocked on a process that does not read gives way.
+async fn input_for_freeze(shared: &Shared, input_ended: Option<CancellationToken>) -> InputGuard {
+    let input = Arc::clone(&shared.input);
+    if shared.prompt_gate.release()
+        && let Ok(held) = timeout(HELD_INPUT_FLUSH, Arc::clone(&input).lock_owned()).await
+    {
+        return held;
+    }
+    if let Some(input_ended) = input_ended {
+        input_ended.cancel();
+    }
+    input.lock_owned().await
 }
 
 #[cfg(test)]

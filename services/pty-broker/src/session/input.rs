@@ -1,0 +1,253 @@
+//! Input's way to the PTY: written by whoever sent it (the controller's handler, a screen call's
+//! brief controller), one writer at a time in the order they asked, each answered with the
+//! output offset at which it went in; and held while a shell started with its integration has
+//! not shown its first prompt.
+//!
+//! Why hold it: until the shell's line editor runs, typed-ahead bytes go to whatever reads the
+//! terminal first (the user's startup files, the integration's bootstrap) and are echoed by the
+//! terminal driver before the prompt, so a command would be typed blind and read from the screen
+//! in the wrong place. So input to an integrated shell waits, in order, until its first prompt
+//! mark (`A` or `B`) has been read, or [`FIRST_PROMPT_WAIT`] has passed since the process started
+//! (a startup file that never ends, a shell that prints no marks after all), or the process
+//! ended. A program without integration, or a broker without screens (no marks are read), writes
+//! at once.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{PtyInput, Shared};
+use crate::error::Error;
+
+/// How long input waits for an integrated shell's first prompt after its process started.
+pub const FIRST_PROMPT_WAIT: Duration = Duration::from_secs(5);
+
+/// What one input wrote: its receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSent {
+    pub bytes_written: u64,
+    /// The session's output offset just before the first byte was written (after any input
+    /// before it): every byte the program wrote in answer comes at this offset or after it.
+    pub output_offset: u64,
+}
+
+/// Whether input is held for a shell's first prompt, and until when at the latest.
+#[derive(Debug)]
+pub(super) struct PromptGate {
+    /// `Some(deadline)` while input waits; `None` while it goes at once.
+    held_until: watch::Sender<Option<Instant>>,
+}
+
+impl PromptGate {
+    /// A gate that holds nothing.
+    pub(super) fn open() -> Self {
+        Self {
+            held_until: watch::Sender::new(None),
+        }
+    }
+
+    /// Holds input from now until [`PromptGate::release`], at most [`FIRST_PROMPT_WAIT`].
+    pub(super) fn hold(&self) {
+        self.held_until
+            .send_replace(Some(Instant::now() + FIRST_PROMPT_WAIT));
+    }
+
+    /// Lets held input go. Returns whether anything was held.
+    pub(super) fn release(&self) -> bool {
+        self.held_until.send_if_modified(|held| held.take().is_some())
+    }
+
+    pub(super) fn is_held(&self) -> bool {
+        self.held_until.borrow().is_some()
+    }
+
+    /// Waits until the gate is open: released, or past its deadline (which opens it for every
+    /// writer).
+    async fn opened(&self) {
+        let mut held_until = self.held_until.subscribe();
+        loop {
+            let Some(deadline) = *held_until.borrow_and_update() else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {
+                    if self.release() {
+                        tracing::debug!("no first prompt within the wait: held input goes now");
+                    }
+                    return;
+                }
+                changed = held_until.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Writes `data` to the running process once the input side is free, the shell's first
+    /// prompt came (see the module's doc) and `still_allowed` (asked again then) says yes.
+    /// Returns once the PTY took all of it, with the output offset it went in at.
+    pub(super) async fn write_to_pty(
+        &self,
+        data: &[u8],
+        still_allowed: impl Fn() -> Result<(), Error>,
+    ) -> Result<InputSent, Error> {
+        let mut input = self.input.lock().await;
+        still_allowed()?;
+        let Some(PtyInput { writer, ended }) = input.as_mut() else {
+            return Err(Error::ProcessExited);
+        };
+        // Held with the input side, so what comes later waits behind it and the order stays.
+        if self.prompt_gate.is_held() {
+            // The prompt may be in the ring already, not yet read by the screen's feeder.
+            drop(self.current_screen());
+            tokio::select! {
+                biased;
+                () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+                () = self.prompt_gate.opened() => {}
+            }
+            // Control may have moved meanwhile.
+            still_allowed()?;
+        }
+        // The lock on the input side is held, so no other input goes in between.
+        let output_offset = self.lock().ring.end();
+        let written = tokio::select! {
+            biased;
+            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+            written = writer.write_all(data) => written,
+        };
+        drop(input);
+        written.map_err(Error::InputNotTaken)?;
+        if !data.is_empty() {
+            self.record_input(data);
+            self.note_input();
+        }
+        Ok(InputSent {
+            bytes_written: data.len() as u64,
+            output_offset,
+        })
+    }
+
+    /// Notes input for the activity report; the task hears of it once per report.
+    fn note_input(&self) {
+        let mut state = self.lock();
+        state.last_activity_at = std::time::SystemTime::now();
+        state.last_input_at = Some(Instant::now());
+        if !state.input_since_report {
+            state.input_since_report = true;
+            drop(state);
+            self.task_wake.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+    use crate::runtime::fake::FakeSession;
+    use crate::session::InputItem;
+
+    /// What a shell with the integration prints for its prompt: `A`, the prompt, `B`.
+    const PROMPT: &[u8] = b"\x1b]133;A\x07$ \x1b]133;B\x07";
+
+    fn text(text: &str) -> Vec<InputItem> {
+        vec![InputItem::Text(text.to_owned())]
+    }
+
+    /// Reads exactly `len` bytes of what the session wrote to its process.
+    async fn typed(fake: &mut FakeSession, len: usize) -> Vec<u8> {
+        let mut typed = vec![0; len];
+        fake.terminal.terminal.read_exact(&mut typed).await.unwrap();
+        typed
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn input_before_a_shells_first_prompt_is_typed_after_it_in_order() {
+        let mut fake = FakeSession::start_shell(FakeSession::settings()).await;
+        let session = std::sync::Arc::clone(&fake.session);
+        let first = tokio::spawn({
+            let session = std::sync::Arc::clone(&session);
+            async move { session.send_input(text("echo one\n"), false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let second = tokio::spawn(async move { session.send_input(text("echo two\n"), false).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!first.is_finished() && !second.is_finished(), "held for the prompt");
+
+        fake.terminal.terminal.write_all(b"startup files\r\n").await.unwrap();
+        fake.terminal.terminal.write_all(PROMPT).await.unwrap();
+        let first = first.await.unwrap().unwrap();
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(typed(&mut fake, 18).await, b"echo one\necho two\n");
+        let prompt_end = (b"startup files\r\n".len() + PROMPT.len()) as u64;
+        assert_eq!(first.output_offset, prompt_end, "typed after the prompt");
+        assert_eq!(first.bytes_written, 9);
+        assert!(second.output_offset >= first.output_offset);
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_input_goes_once_the_wait_for_a_first_prompt_is_over() {
+        let mut fake = FakeSession::start_shell(FakeSession::settings()).await;
+        let started = Instant::now();
+        let sent = fake.session.send_input(text("x"), false).await.unwrap();
+        assert_eq!(started.elapsed(), FIRST_PROMPT_WAIT);
+        assert_eq!(sent.output_offset, 0);
+        assert_eq!(typed(&mut fake, 1).await, b"x");
+        // Open from then on.
+        let again = Instant::now();
+        fake.session.send_input(text("y"), false).await.unwrap();
+        assert_eq!(again.elapsed(), Duration::ZERO);
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_program_without_integration_takes_input_at_once() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        let started = Instant::now();
+        fake.terminal.terminal.write_all(b"hello").await.unwrap();
+        let sent = loop {
+            // The receipt's offset follows the output the session has read.
+            let sent = fake.session.send_input(text("z"), false).await.unwrap();
+            if sent.output_offset == 5 {
+                break sent;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(sent.bytes_written, 1);
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_gate_opens_when_released_or_at_its_deadline() {
+        let gate = PromptGate::open();
+        assert!(!gate.is_held());
+        gate.opened().await;
+        assert!(!gate.release(), "an open gate held nothing");
+
+        gate.hold();
+        let started = Instant::now();
+        let waiting = gate.opened();
+        tokio::pin!(waiting);
+        assert!(
+            futures::poll!(&mut waiting).is_pending(),
+            "a held gate keeps its writers"
+        );
+        assert!(gate.release());
+        waiting.await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "released at once");
+
+        gate.hold();
+        gate.opened().await;
+        assert_eq!(started.elapsed(), FIRST_PROMPT_WAIT);
+        assert!(!gate.is_held(), "the deadline opened it for everyone");
+    }
+}
