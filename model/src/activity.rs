@@ -50,6 +50,33 @@ impl TerminalState {
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|state| state.as_str() == text)
     }
+
+    /// The states a wait may wait for, in the order the contract lists their `for` names.
+    pub const AWAITABLE: [TerminalState; 4] = [
+        TerminalState::AtPrompt,
+        TerminalState::Idle,
+        TerminalState::WaitingForInput,
+        TerminalState::Exited,
+    ];
+
+    /// The name a wait's `for` gives the state (`prompt`, `idle`, `input`, `exit`); `None` for
+    /// a state no wait waits for (`starting`, `running`: passing moments, not answers).
+    pub fn wait_name(self) -> Option<&'static str> {
+        match self {
+            TerminalState::AtPrompt => Some("prompt"),
+            TerminalState::Idle => Some("idle"),
+            TerminalState::WaitingForInput => Some("input"),
+            TerminalState::Exited => Some("exit"),
+            TerminalState::Starting | TerminalState::Running => None,
+        }
+    }
+
+    /// The state a wait's `for` names.
+    pub fn from_wait_name(name: &str) -> Option<Self> {
+        Self::AWAITABLE
+            .into_iter()
+            .find(|state| state.wait_name() == Some(name))
+    }
 }
 
 impl fmt::Display for TerminalState {
@@ -165,6 +192,22 @@ mod tests {
             assert_eq!(TerminalState::parse(state.as_str()), Some(state));
         }
         assert_eq!(TerminalState::parse("busy"), None);
+    }
+
+    #[test]
+    fn the_awaitable_states_round_trip_through_their_wait_names() {
+        for state in TerminalState::AWAITABLE {
+            let name = state.wait_name().expect("an awaitable state has a name");
+            assert_eq!(TerminalState::from_wait_name(name), Some(state));
+        }
+        for state in TerminalState::ALL {
+            assert_eq!(
+                state.wait_name().is_some(),
+                TerminalState::AWAITABLE.contains(&state)
+            );
+        }
+        assert_eq!(TerminalState::from_wait_name("at_prompt"), None);
+        assert_eq!(TerminalState::from_wait_name("running"), None);
     }
 
     #[test]

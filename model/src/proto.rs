@@ -133,6 +133,12 @@ pub fn optional_record_mode(value: i32) -> Result<Option<RecordMode>, Invalid> {
     optional(value)
 }
 
+/// A terminal state where `UNSPECIFIED` means none was given (a wait for a pattern rather than
+/// a state).
+pub fn optional_terminal_state(value: i32) -> Result<Option<TerminalState>, Invalid> {
+    optional(value)
+}
+
 /// The number of `value`, `UNSPECIFIED` (0) for none.
 pub fn optional_to_proto<T: ProtoEnum>(value: Option<T>) -> i32 {
     value.map_or(0, ProtoEnum::to_proto)

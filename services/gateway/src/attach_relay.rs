@@ -180,6 +180,15 @@ impl PtyBroker for AttachRelay {
         Err(not_offered("Run", SAME_CALL_ON_SESSION_API))
     }
 
+    type WatchCommandsStream = BoxStream<pb::Command>;
+
+    async fn watch_commands(
+        &self,
+        _request: Request<pb::WatchCommandsRequest>,
+    ) -> Result<Response<Self::WatchCommandsStream>, Status> {
+        Err(not_offered("WatchCommands", SAME_CALL_ON_SESSION_API))
+    }
+
     type AttachStream = BoxStream<pb::ServerFrame>;
 
     async fn attach(

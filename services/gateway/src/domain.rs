@@ -391,12 +391,14 @@ pub struct InputWritten {
     pub offset: u64,
 }
 
-/// A wait for the screen to match, with its bounds already checked against
-/// [`ptyhub_wire::limits`].
+/// A wait for the screen to match or the terminal to reach a state, with its bounds already
+/// checked against [`ptyhub_wire::limits`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScreenWait {
-    /// A regular expression; empty matches any screen.
+    /// A regular expression; empty matches any screen. Empty when `state` is set.
     pub pattern: String,
+    /// The state to wait for instead of a pattern: one of [`TerminalState::AWAITABLE`].
+    pub state: Option<TerminalState>,
     pub timeout: std::time::Duration,
     pub quiet: std::time::Duration,
     pub after_offset: Option<u64>,
@@ -407,6 +409,8 @@ pub struct ScreenWait {
 pub enum WaitOutcome {
     /// The pattern matched (and the screen was quiet, when asked).
     Matched,
+    /// The terminal reached the state waited for.
+    State(TerminalState),
     /// The process ended first.
     Exited,
 }
@@ -415,9 +419,12 @@ pub enum WaitOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScreenWaitResult {
     pub outcome: WaitOutcome,
-    /// The text the pattern matched; `None` when the process exited first.
+    /// The text the pattern matched; `None` when the process exited first or the wait was for
+    /// a state.
     pub matched: Option<String>,
     pub screen: Screen,
+    /// What the terminal was doing as the wait answered; `None` from a broker that does not say.
+    pub terminal: Option<TerminalActivity>,
 }
 
 /// A share link: a viewer-only grant of an instance, or of one session of it.

@@ -308,9 +308,11 @@ session_scoped!(
     pb::ListCommandsRequest,
     pb::GetCommandOutputRequest,
     pb::RunRequest,
+    pb::WatchCommandsRequest,
 );
 
 instance_scoped!(
+    pb::WatchCommandsRequest,
     pb::GetScreenRequest,
     pb::SendInputRequest,
     pb::WaitForScreenRequest,
@@ -328,6 +330,7 @@ instance_scoped!(
 );
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
+type CommandStream = Pin<Box<dyn Stream<Item = Result<broker_pb::Command, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl SessionApi for SessionApiProxy {
@@ -615,6 +618,45 @@ impl SessionApi for SessionApiProxy {
             .forward_run(message)
             .await
             .map_err(forwarded)
+    }
+
+    type WatchCommandsStream = CommandStream;
+
+    /// As `ListCommands` (a share link's credential is refused), a stream that counts among the
+    /// principal's and ends with the gateway or the credential, as `WatchSessions` does.
+    async fn watch_commands(
+        &self,
+        request: Request<pb::WatchCommandsRequest>,
+    ) -> Result<Response<Self::WatchCommandsStream>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("reading a session's commands")
+            .map_err(|error| error.to_status())?;
+        let slot = self
+            .state
+            .stream_slots
+            .acquire(&principal.subject)
+            .map_err(|error| error.to_status())?;
+        let commands = client
+            .watch_commands(message)
+            .await
+            .map_err(forwarded)?
+            .into_inner();
+        let shutdown = self.state.shutdown.clone();
+        let credential = self.state.credential_watch(&principal);
+        let stream = commands
+            .map(move |command| {
+                let _held = &slot;
+                command.map_err(forwarded)
+            })
+            .take_until(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    _ = credential.ended() => {}
+                }
+            });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     /// Only gateways report to the audit trail: a caller of the gateway could otherwise write

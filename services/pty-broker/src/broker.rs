@@ -27,8 +27,8 @@ use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
 use crate::session::{
-    AttachRequest, Attachment, CommandPage, FrozenSession, InputItem, InputSent, RunOutcome,
-    ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
+    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, InputItem, InputSent,
+    RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -383,6 +383,14 @@ impl Broker {
         limit: usize,
     ) -> Result<CommandPage, Error> {
         self.inner.registry.get(session_id)?.commands(after, limit)
+    }
+
+    /// The session's commands after `after_id`, then as they happen (see [`CommandWatch`]).
+    pub fn watch_commands(&self, session_id: Uuid, after_id: u64) -> Result<CommandWatch, Error> {
+        // Subscribed before the watch reads the log, so that no change after the read is missed.
+        let events = self.inner.events.subscribe();
+        let session = self.inner.registry.get(session_id)?;
+        CommandWatch::new(session, after_id, events)
     }
 
     /// One command's output (see [`Session::command_output`]).

@@ -356,6 +356,25 @@ impl BrokerClients {
             .map_err(|status| Error::from_forwarded_status(&broker.id, status))
     }
 
+    /// The session's commands as they happen, as the broker sends them. No deadline: the stream
+    /// lasts as long as the session's process, and HTTP/2 keepalive watches the connection.
+    pub async fn watch_commands(
+        &self,
+        broker: &Broker,
+        request: pb::WatchCommandsRequest,
+    ) -> Result<impl Stream<Item = Result<pb::Command, Error>> + Send + use<>, Error> {
+        let stream = self
+            .client(broker)?
+            .watch_commands(tonic::Request::new(request))
+            .await
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))?
+            .into_inner();
+        let broker_id = broker.id.clone();
+        Ok(stream.map(move |item| {
+            item.map_err(|status| Error::from_forwarded_status(&broker_id, status))
+        }))
+    }
+
     /// Runs a command at the session's prompt, as the broker answers it. Like a screen wait,
     /// the call may last as long as the run asks for.
     pub async fn run(

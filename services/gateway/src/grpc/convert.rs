@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{AuditKind, Role, TerminalSize};
+use ptyhub_model::{AuditKind, Role, TerminalSize, TerminalState};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
@@ -358,6 +358,12 @@ pub(super) fn wait_result_from_proto(
     let (outcome, matched) = match Outcome::try_from(answer.outcome) {
         Ok(Outcome::Matched) => (WaitOutcome::Matched, Some(answer.matched)),
         Ok(Outcome::Exited) => (WaitOutcome::Exited, None),
+        Ok(Outcome::State) => {
+            let state = TerminalState::from_proto(answer.state).map_err(|invalid| {
+                ApiError::internal(format!("session-api answered a wait: {invalid}"))
+            })?;
+            (WaitOutcome::State(state), None)
+        }
         Ok(Outcome::Unspecified) | Err(_) => {
             return Err(ApiError::internal(format!(
                 "session-api answered a wait with an unknown outcome {}",
@@ -369,5 +375,6 @@ pub(super) fn wait_result_from_proto(
         outcome,
         matched,
         screen: screen_from_proto(screen)?,
+        terminal: terminal_from_proto(answer.terminal),
     })
 }

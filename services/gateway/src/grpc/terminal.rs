@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ptyhub_model::proto::optional_to_proto;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -130,6 +131,7 @@ impl Upstreams {
             after_offset: wait.after_offset,
             format: screen_format_to_proto(wait.screen.format) as i32,
             scrollback: wait.screen.scrollback,
+            wait_for: optional_to_proto(wait.state),
         };
         let answer = self
             .forward_wait_for_screen(request)

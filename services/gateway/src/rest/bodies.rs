@@ -14,7 +14,7 @@ use crate::domain::{
     WaitOutcome,
 };
 use crate::error::ApiError;
-use ptyhub_model::{Name, NameKind};
+use ptyhub_model::{Name, NameKind, TerminalState};
 use ptyhub_wire::ErrorCode;
 use ptyhub_wire::limits::{
     DEFAULT_COMMANDS_PAGE, DEFAULT_WAIT_MS, MAX_COMMANDS_PAGE, MAX_FRAME_BYTES, MAX_PATTERN_BYTES,
@@ -901,12 +901,18 @@ pub struct WaitBody {
     pub format: Option<ScreenFormatName>,
     /// Lines of scrollback searched and returned, 0..=10000.
     pub scrollback: Option<u32>,
+    /// Instead of `pattern`, the state to wait for: `prompt` (at_prompt), `idle`, `input`
+    /// (waiting_for_input) or `exit` (exited). A state that holds when the wait starts answers
+    /// at once; with `after_offset`, only one entered by output from there on counts.
+    #[serde(rename = "for")]
+    pub wait_for: Option<String>,
 }
 
 impl WaitBody {
     /// The wait, its bounds checked against the contract's limits (each 422), so that a bad
     /// one is refused before any call.
     pub fn wait(self) -> Result<ScreenWait, ApiError> {
+        let has_pattern = self.pattern.is_some();
         let pattern = self.pattern.unwrap_or_default();
         if pattern.len() > MAX_PATTERN_BYTES {
             return Err(ApiError::invalid(format!(
@@ -925,8 +931,25 @@ impl WaitBody {
                 "quiet_ms must be at most {MAX_QUIET_MS}"
             )));
         }
+        let state = match self.wait_for.as_deref() {
+            None => None,
+            Some(_) if has_pattern => {
+                return Err(ApiError::invalid("a wait has a pattern or a for, not both"));
+            }
+            Some(_) if self.quiet_ms.is_some() => {
+                return Err(ApiError::invalid(
+                    "quiet_ms is for a pattern; a wait for a state has its own rules",
+                ));
+            }
+            Some(name) => Some(TerminalState::from_wait_name(name).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "for must be prompt, idle, input or exit, not {name:?}"
+                ))
+            })?),
+        };
         Ok(ScreenWait {
             pattern,
+            state,
             timeout: std::time::Duration::from_millis(timeout_ms.into()),
             quiet: std::time::Duration::from_millis(quiet_ms.into()),
             after_offset: self.after_offset,
@@ -942,10 +965,17 @@ impl WaitBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WaitAnswerBody {
     pub outcome: WaitOutcomeName,
-    /// The text the pattern matched; `null` when the process exited first.
+    /// The text the pattern matched; `null` when the process exited first or the wait was for a
+    /// state.
     pub matched: Option<String>,
+    /// For `outcome` `state`, the state reached (`at_prompt`, `idle`, `waiting_for_input` or
+    /// `exited`); `null` otherwise.
+    pub state: Option<String>,
     /// The matching screen, or the final one (with `exit_code`) when the process exited.
     pub screen: ScreenBody,
+    /// What the terminal was doing as the wait answered (the question asked, for `input`), as
+    /// in the session object; the terminal may already have left the state reached.
+    pub terminal: Option<TerminalBody>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -953,19 +983,25 @@ pub struct WaitAnswerBody {
 pub enum WaitOutcomeName {
     /// The pattern matched (and the screen was quiet, when asked).
     Matched,
+    /// The terminal reached the state the wait's `for` named.
+    State,
     /// The process ended first.
     Exited,
 }
 
 impl From<ScreenWaitResult> for WaitAnswerBody {
     fn from(result: ScreenWaitResult) -> Self {
+        let (outcome, state) = match result.outcome {
+            WaitOutcome::Matched => (WaitOutcomeName::Matched, None),
+            WaitOutcome::State(state) => (WaitOutcomeName::State, Some(state.as_str().to_owned())),
+            WaitOutcome::Exited => (WaitOutcomeName::Exited, None),
+        };
         Self {
-            outcome: match result.outcome {
-                WaitOutcome::Matched => WaitOutcomeName::Matched,
-                WaitOutcome::Exited => WaitOutcomeName::Exited,
-            },
+            outcome,
             matched: result.matched,
+            state,
             screen: result.screen.into(),
+            terminal: result.terminal.map(TerminalBody::from),
         }
     }
 }
@@ -1112,11 +1148,41 @@ mod tests {
             r#"{"format": "xml"}"#,
             r#"{"timeout_ms": -1}"#,
             r#"{"timeout": 5}"#,
+            r#"{"for": 3}"#,
         ] {
             assert!(
                 serde_json::from_str::<WaitBody>(wrong_shape).is_err(),
                 "{wrong_shape}"
             );
+        }
+    }
+
+    #[test]
+    fn a_wait_for_a_state_names_one_and_has_no_pattern_nor_quiet() {
+        for (name, state) in [
+            ("prompt", TerminalState::AtPrompt),
+            ("idle", TerminalState::Idle),
+            ("input", TerminalState::WaitingForInput),
+            ("exit", TerminalState::Exited),
+        ] {
+            let parsed = wait(&format!(r#"{{"for": "{name}", "after_offset": 7}}"#)).unwrap();
+            assert_eq!(parsed.state, Some(state));
+            assert_eq!(
+                (parsed.pattern.as_str(), parsed.after_offset),
+                ("", Some(7))
+            );
+        }
+        for refused in [
+            r#"{"for": "busy"}"#,
+            r#"{"for": "at_prompt"}"#,
+            r#"{"for": "running"}"#,
+            r#"{"for": ""}"#,
+            r#"{"for": "prompt", "pattern": "\$ $"}"#,
+            r#"{"for": "prompt", "pattern": ""}"#,
+            r#"{"for": "idle", "quiet_ms": 100}"#,
+        ] {
+            let error = wait(refused).unwrap_err();
+            assert_eq!(error.code, ErrorCode::Invalid, "{refused}: {error}");
         }
     }
 

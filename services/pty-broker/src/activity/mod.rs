@@ -97,6 +97,11 @@ pub struct Activity {
     full_screen: bool,
     /// Input reached the program since it asked for the user.
     answered: bool,
+    /// The offset of the mark of the last prompt shown (`A`, or the first `B`), for waits.
+    prompt_at: Option<u64>,
+    /// The offset of the last notification or bell that made or kept the program waiting for
+    /// input, for waits.
+    asked_at: Option<u64>,
     changes: Vec<Change>,
 }
 
@@ -119,6 +124,8 @@ impl Activity {
             last_output_at: None,
             full_screen: false,
             answered: false,
+            prompt_at: None,
+            asked_at: None,
             changes: Vec::new(),
         }
     }
@@ -165,6 +172,8 @@ impl Activity {
             last_output_at: Some(now),
             full_screen: false,
             answered: false,
+            prompt_at: None,
+            asked_at: None,
             changes: Vec::new(),
         }
     }
@@ -218,6 +227,20 @@ impl Activity {
             cwd: self.cwd.clone(),
             integrated: self.integrated,
             running_command: self.log.running().map(|command| command.id),
+        }
+    }
+
+    /// Where the output last put the terminal in `state` by a mark, whether or not it is still
+    /// there: the offset of the last prompt's mark for `at_prompt`, of the last notification or
+    /// bell the program waited on for `waiting_for_input`. `None` for the states no mark begins
+    /// (`idle` is a time of quiet, `exited` the process's end) and before any such mark. A wait
+    /// reads it to tell a prompt or a question that came after a given offset from an old one,
+    /// and to see one the terminal already left again.
+    pub fn entered_at(&self, state: TerminalState) -> Option<u64> {
+        match state {
+            TerminalState::AtPrompt => self.prompt_at,
+            TerminalState::WaitingForInput => self.asked_at,
+            _ => None,
         }
     }
 
@@ -304,12 +327,14 @@ impl Activity {
                 self.pending_line = None;
                 self.progress = None;
                 self.set_state(TerminalState::AtPrompt);
+                self.prompt_at = Some(at.start);
             }
             Mark::InputStart => {
                 self.integrated = true;
                 self.input_at = Some(at.cursor);
                 if self.state == TerminalState::Starting {
                     self.set_state(TerminalState::AtPrompt);
+                    self.prompt_at = Some(at.start);
                 }
             }
             Mark::CommandLine(line) => self.pending_line = Some(line),
@@ -332,11 +357,11 @@ impl Activity {
             }
             Mark::Cwd(cwd) => self.cwd = Some(cwd),
             Mark::Progress(progress) => self.progress = progress,
-            Mark::Notification(text) => self.notify(text, at.now),
+            Mark::Notification(text) => self.notify(text, at),
             // At a prompt a bell is the line editor's complaint, not a question.
             Mark::Bell => {
                 if self.state != TerminalState::AtPrompt {
-                    self.notify(String::new(), at.now);
+                    self.notify(String::new(), at);
                 }
             }
         }
@@ -389,14 +414,15 @@ impl Activity {
         self.set_state(TerminalState::Running);
     }
 
-    fn notify(&mut self, text: String, now: SystemTime) {
-        self.notification = Some(Notification { text, at: now });
+    fn notify(&mut self, text: String, at: MarkAt) {
+        self.notification = Some(Notification { text, at: at.now });
         self.answered = false;
         if matches!(
             self.state,
             TerminalState::Running | TerminalState::Idle | TerminalState::WaitingForInput
         ) {
             self.set_state(TerminalState::WaitingForInput);
+            self.asked_at = Some(at.start);
         }
     }
 
@@ -543,6 +569,37 @@ mod tests {
             activity.state(at(6).now, DEFAULT_IDLE_AFTER),
             TerminalState::Running
         );
+    }
+
+    #[test]
+    fn the_marks_that_began_a_prompt_and_a_question_are_remembered_after_they_pass() {
+        let mut activity = shell();
+        assert_eq!(activity.entered_at(TerminalState::AtPrompt), None);
+        activity.apply(Mark::PromptStart, at(10));
+        activity.apply(Mark::InputStart, at(11));
+        assert_eq!(activity.entered_at(TerminalState::AtPrompt), Some(10));
+        activity.apply(Mark::OutputStart, at(20));
+        activity.apply(Mark::Bell, at(30));
+        activity.apply(Mark::Notification("again".into()), at(40));
+        assert_eq!(
+            activity.entered_at(TerminalState::WaitingForInput),
+            Some(40),
+            "the latest question asked"
+        );
+        activity.apply(Mark::PromptStart, at(50));
+        assert_eq!(activity.entered_at(TerminalState::AtPrompt), Some(50));
+        assert_eq!(
+            activity.entered_at(TerminalState::WaitingForInput),
+            Some(40),
+            "kept after the terminal left the state"
+        );
+        activity.apply(Mark::Bell, at(60));
+        assert_eq!(
+            activity.entered_at(TerminalState::WaitingForInput),
+            Some(40),
+            "a bell at a prompt asks nothing"
+        );
+        assert_eq!(activity.entered_at(TerminalState::Idle), None);
     }
 
     #[test]

@@ -17,7 +17,9 @@ use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::{Cell, Color, ScreenFormat, ScreenView};
-use crate::session::{AttachRequest, InputItem, InputSent, ScreenWait, WaitOutcome};
+use crate::session::{
+    AttachRequest, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
+};
 
 // Protobuf to domain, validated.
 
@@ -186,26 +188,54 @@ impl TryFrom<pb::WaitForScreenRequest> for ScreenWait {
                 limits::MAX_PATTERN_BYTES
             )));
         }
-        let pattern = if request.pattern.is_empty() {
-            None
-        } else {
-            let pattern = regex::RegexBuilder::new(&request.pattern)
-                .multi_line(true)
-                .size_limit(1 << 20)
-                .build()
-                .map_err(|error| Error::InvalidPattern(error.to_string()))?;
-            Some(pattern)
+        let target = match proto::optional_terminal_state(request.wait_for)
+            .map_err(|refused| Error::InvalidRequest(refused.0))?
+        {
+            None => WaitTarget::Screen {
+                pattern: wait_pattern(&request.pattern)?,
+                quiet: (request.quiet_ms > 0)
+                    .then(|| Duration::from_millis(u64::from(request.quiet_ms))),
+            },
+            Some(_) if !request.pattern.is_empty() => {
+                return Err(invalid(
+                    "a wait has a pattern or a state to wait for, not both".to_owned(),
+                ));
+            }
+            Some(_) if request.quiet_ms > 0 => {
+                return Err(invalid(
+                    "quiet_ms is for a pattern; a wait for a state has its own rules".to_owned(),
+                ));
+            }
+            Some(state) if state.wait_name().is_none() => {
+                return Err(invalid(format!(
+                    "no wait waits for the state {state}: wait for at_prompt, idle, \
+                     waiting_for_input or exited"
+                )));
+            }
+            Some(state) => WaitTarget::State(state),
         };
         Ok(ScreenWait {
-            pattern,
+            target,
             timeout,
-            quiet: (request.quiet_ms > 0)
-                .then(|| Duration::from_millis(u64::from(request.quiet_ms))),
             after_offset: request.after_offset,
             format: screen_format(request.format)?,
             scrollback: scrollback(request.scrollback)?,
         })
     }
+}
+
+/// A wait's pattern, compiled in multi-line mode; `None` for an empty one, which matches any
+/// screen.
+fn wait_pattern(pattern: &str) -> Result<Option<regex::Regex>, Error> {
+    if pattern.is_empty() {
+        return Ok(None);
+    }
+    regex::RegexBuilder::new(pattern)
+        .multi_line(true)
+        .size_limit(1 << 20)
+        .build()
+        .map(Some)
+        .map_err(|error| Error::InvalidPattern(error.to_string()))
 }
 
 // Domain to protobuf.
@@ -337,6 +367,8 @@ pub(super) fn wait_response(session_id: Uuid, outcome: WaitOutcome) -> pb::WaitF
         outcome: outcome_code as i32,
         screen: Some(screen(session_id, outcome.view, &outcome.info)),
         matched,
+        terminal: Some(outcome.terminal.into()),
+        state: proto::optional_to_proto(state),
     }
 }
 

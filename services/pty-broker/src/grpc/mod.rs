@@ -23,8 +23,8 @@ use crate::domain::SessionInfo;
 use crate::error::Error;
 use crate::runtime::SpawnSpec;
 use crate::screen::ScreenFormat;
-use crate::session::ScreenWait;
 use crate::session::{AttachedInput, Attachment, AttachmentHandle};
+use crate::session::{CommandWatch, ScreenWait};
 use convert::{
     commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
     terminal_size, timestamp, wait_response, wait_timeout,
@@ -43,6 +43,8 @@ const OUTBOUND_REPLIES: usize = 8;
 const INPUT_DRAIN: Duration = Duration::from_secs(2);
 /// Events queued per `WatchEvents` subscriber between the broker and the transport.
 const OUTBOUND_EVENTS: usize = 64;
+/// Command records queued per `WatchCommands` watcher between the broker and the transport.
+const OUTBOUND_COMMANDS: usize = 16;
 
 /// The `PtyBroker` gRPC service.
 #[derive(Debug, Clone)]
@@ -224,6 +226,21 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         }))
     }
 
+    type WatchCommandsStream = BoxStream<pb::Command>;
+
+    async fn watch_commands(
+        &self,
+        request: Request<pb::WatchCommandsRequest>,
+    ) -> Result<Response<Self::WatchCommandsStream>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let watch = self.broker.watch_commands(session_id, request.after_id)?;
+        let (sender, receiver) = mpsc::channel(OUTBOUND_COMMANDS);
+        tokio::spawn(forward_commands(self.broker.clone(), watch, sender));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
     async fn send_input(
         &self,
         request: Request<pb::SendInputRequest>,
@@ -322,6 +339,34 @@ async fn forward_events(broker: Broker, sender: mpsc::Sender<Result<pb::BrokerEv
                 return;
             }
         }
+    }
+}
+
+/// Sends the watch's command records until it ends (the stream then ends too), the watcher
+/// leaves, or the broker stops serving the session: shutting down or handing it over, which the
+/// watcher hears as UNAVAILABLE and answers by watching again from the last id it saw.
+async fn forward_commands(
+    broker: Broker,
+    mut watch: CommandWatch,
+    sender: mpsc::Sender<Result<pb::Command, Status>>,
+) {
+    loop {
+        let ended = tokio::select! {
+            command = watch.next() => match command {
+                Some(command) => {
+                    if sender.send(Ok(command.into())).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                None => return,
+            },
+            () = sender.closed() => return,
+            () = broker.shutting_down() => Error::ShuttingDown,
+            () = broker.handing_over() => Error::HandingOver,
+        };
+        let _ = sender.send(Err(ended.into())).await;
+        return;
     }
 }
 

@@ -11,12 +11,14 @@
 //! more than a ring's worth ahead (flow control).
 
 mod attachments;
+mod command_watch;
 mod handoff;
 mod input;
 mod recording;
 mod run;
 mod screen;
 mod task;
+mod wait;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,10 +35,10 @@ pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, InputSent};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
-pub use screen::{
-    CommandPage, FAST_FORWARD_RING_PART, InputItem, ScreenWait, WaitOutcome,
-};
+pub use command_watch::CommandWatch;
+pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem};
 pub(crate) use task::{SessionTask, TaskContext};
+pub use wait::{ScreenWait, WaitEnd, WaitOutcome, WaitTarget};
 
 use crate::activity::Activity;
 use crate::domain::{

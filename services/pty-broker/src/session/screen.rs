@@ -1,6 +1,7 @@
 //! A session's screen beside its ring: the feeder that keeps the emulator fed off the output path,
 //! the catch-up that makes every read of the screen current (a snapshot is never stale), and the
-//! screen calls clients make without an `Attach` stream: read the screen, type, wait for text.
+//! screen calls clients make without an `Attach` stream: read the screen and the commands, type
+//! (the waits are `wait.rs`'s).
 //!
 //! The feeder is a task of its own that reads the ring at the screen's offset, as a client reads
 //! it at its cursor, so the PTY's reader never parses. Whoever needs the screen current (an attach
@@ -23,14 +24,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ptyhub_wire::limits;
-use regex::Regex;
-use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::{InputSent, Session, Shared};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
-use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
 use crate::ring::RingRead;
 use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
@@ -78,9 +76,6 @@ enum Fed {
     /// It waits for more of a plain-text flood.
     Waiting,
 }
-/// A wait looks at a changing screen at most this often.
-const WAIT_RECHECK: Duration = Duration::from_millis(10);
-
 /// One piece of input for [`Session::send_input`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InputItem {
@@ -90,29 +85,6 @@ pub enum InputItem {
     Key(String),
     /// Raw bytes.
     Data(Bytes),
-}
-
-/// What [`Session::wait_for_screen`] waits for, validated.
-#[derive(Debug, Clone)]
-pub struct ScreenWait {
-    /// `None` matches any screen.
-    pub pattern: Option<Regex>,
-    pub timeout: Duration,
-    /// The screen must also have had no output for this long.
-    pub quiet: Option<Duration>,
-    /// Only a screen that reflects output from this offset on may match.
-    pub after_offset: Option<u64>,
-    pub format: ScreenFormat,
-    pub scrollback: usize,
-}
-
-/// How a wait ended (a timeout is [`Error::WaitTimedOut`]).
-#[derive(Debug, Clone)]
-pub struct WaitOutcome {
-    /// The matched text; `None` when the process ended before a match.
-    pub matched: Option<String>,
-    pub view: ScreenView,
-    pub info: SessionInfo,
 }
 
 impl Shared {
@@ -483,83 +455,6 @@ impl Session {
         self.shared.write_to_pty(&bytes, control_check).await
     }
 
-    /// Waits until the screen matches (and is quiet, when asked), the process ends, or the
-    /// timeout passes.
-    pub async fn wait_for_screen(&self, wait: ScreenWait) -> Result<WaitOutcome, Error> {
-        self.check_open()?;
-        if self.shared.screen.is_none() {
-            return Err(Error::ScreensOff);
-        }
-        let deadline = Instant::now() + wait.timeout;
-        let mut changed = self.shared.changed.subscribe();
-        loop {
-            changed.borrow_and_update();
-            let checked_at = Instant::now();
-            let (matched, view) = {
-                let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
-                let reflects_after = wait
-                    .after_offset
-                    .is_none_or(|after| screen.offset() > after);
-                let text = screen.text(wait.scrollback);
-                let matched = match &wait.pattern {
-                    _ if !reflects_after => None,
-                    None => Some(String::new()),
-                    Some(pattern) => pattern.find(&text).map(|found| found.as_str().to_owned()),
-                };
-                let view = matched
-                    .is_some()
-                    .then(|| screen.view(wait.format, wait.scrollback));
-                (matched, view)
-            };
-            let (phase, last_output_at) = {
-                let state = self.shared.lock();
-                (state.phase, state.last_output_at)
-            };
-            let exited = phase == SessionPhase::Exited;
-            let mut quiet_until = None;
-            if let (Some(matched), Some(view)) = (matched, view) {
-                let quiet_from = wait.quiet.map(|quiet| last_output_at + quiet);
-                match quiet_from {
-                    Some(at) if !exited && at > Instant::now() => quiet_until = Some(at),
-                    _ => {
-                        return Ok(WaitOutcome {
-                            matched: Some(matched),
-                            view,
-                            info: self.info(),
-                        });
-                    }
-                }
-            } else if exited {
-                let view = self
-                    .shared
-                    .current_screen()
-                    .ok_or(Error::ScreensOff)?
-                    .view(wait.format, wait.scrollback);
-                return Ok(WaitOutcome {
-                    matched: None,
-                    view,
-                    info: self.info(),
-                });
-            }
-            if matches!(phase, SessionPhase::Closed(_)) {
-                return Err(Error::SessionClosed);
-            }
-            tokio::select! {
-                () = sleep_until(deadline) => {
-                    return Err(Error::WaitTimedOut(wait.timeout));
-                }
-                () = sleep_until(quiet_until.unwrap_or(deadline)), if quiet_until.is_some() => {}
-                changed = changed.changed() => {
-                    if changed.is_err() {
-                        return Err(Error::SessionClosed);
-                    }
-                    // A flood changes the screen per read; look again at most every few ms.
-                    sleep_until((checked_at + WAIT_RECHECK).min(deadline)).await;
-                }
-            }
-        }
-    }
-
     pub(super) fn check_open(&self) -> Result<(), Error> {
         if self.is_closed() {
             return Err(Error::SessionNotFound(self.id));
@@ -571,7 +466,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncWriteExt as _;
-    use tokio::time::advance;
+    use tokio::time::{Instant, advance};
 
     use super::*;
     use crate::runtime::fake::FakeSession;

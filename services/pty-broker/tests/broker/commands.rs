@@ -399,10 +399,221 @@ async fn a_quiet_full_screen_program_is_idle(backend: Backend) -> anyhow::Result
     broker.stop().await
 }
 
+/// A wait for `state` (and nothing else) on the session.
+fn state_wait(session_id: &str, state: pb::TerminalState) -> pb::WaitForScreenRequest {
+    pb::WaitForScreenRequest {
+        session_id: session_id.to_owned(),
+        timeout_ms: 20_000,
+        wait_for: state.into(),
+        ..Default::default()
+    }
+}
+
+fn outcome_of(answer: &pb::WaitForScreenResponse) -> pb::wait_for_screen_response::Outcome {
+    pb::wait_for_screen_response::Outcome::try_from(answer.outcome)
+        .unwrap_or(pb::wait_for_screen_response::Outcome::Unspecified)
+}
+
+/// A wait for input, made while the agent still repaints, answers at its question with the
+/// question on the screen, not at a repaint; after the answer, the old question answers no wait
+/// that asks for one from the answer's offset on. Waits with two targets or an unknown one are
+/// refused.
+async fn a_wait_for_input_answers_at_the_agents_question(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.idle_after = Duration::from_secs(600)),
+    )
+    .await?;
+    let session = broker.spawn_sh(AGENT).await?;
+    let session_id = session.session_id;
+    let asked = broker
+        .wait_for_screen(state_wait(&session_id, pb::TerminalState::WaitingForInput))
+        .await?;
+    assert_eq!(
+        outcome_of(&asked),
+        pb::wait_for_screen_response::Outcome::State,
+        "{asked:?}"
+    );
+    assert_eq!(asked.state, pb::TerminalState::WaitingForInput as i32);
+    let screen = asked.screen.as_ref().context("the screen")?;
+    assert_eq!(screen.lines[0], "Allow? [y/n]", "{screen:?}");
+    let terminal = asked.terminal.as_ref().context("the terminal")?;
+    assert_eq!(
+        terminal
+            .notification
+            .as_ref()
+            .map(|asked| asked.text.as_str()),
+        Some("needs your permission")
+    );
+
+    let sent = broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("y\r".to_owned())],
+            false,
+        )
+        .await?;
+    let mut after_answer = state_wait(&session_id, pb::TerminalState::WaitingForInput);
+    after_answer.after_offset = Some(sent.output_offset);
+    after_answer.timeout_ms = 500;
+    let refused = broker
+        .wait_for_screen(after_answer)
+        .await
+        .expect_err("no question after the answer");
+    assert_eq!(refused.code(), tonic::Code::DeadlineExceeded, "{refused:?}");
+
+    let mut both = state_wait(&session_id, pb::TerminalState::AtPrompt);
+    both.pattern = "working".to_owned();
+    let mut with_quiet = state_wait(&session_id, pb::TerminalState::Idle);
+    with_quiet.quiet_ms = 100;
+    for refused in [
+        both,
+        with_quiet,
+        state_wait(&session_id, pb::TerminalState::Running),
+        state_wait(&session_id, pb::TerminalState::Starting),
+        pb::WaitForScreenRequest {
+            wait_for: 99,
+            ..state_wait(&session_id, pb::TerminalState::Idle)
+        },
+    ] {
+        let status = broker
+            .wait_for_screen(refused.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{refused:?}: {status:?}"
+        );
+    }
+    broker.kill(&session_id).await?;
+    broker.stop().await
+}
+
+/// A wait for idle made as a full-screen program starts answers only once its output has been
+/// quiet for the whole idle time: the pause between its two bursts, shorter than that, does not
+/// answer it.
+async fn a_wait_for_idle_outlasts_a_pause_between_bursts(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(|config| config.idle_after = Duration::from_millis(1500)),
+    )
+    .await?;
+    let session = broker
+        .spawn_sh("printf '\\033[?1049hfirst burst'; sleep 0.2; printf ', second burst'; sleep 60")
+        .await?;
+    let session_id = session.session_id;
+    let idle = broker
+        .wait_for_screen(state_wait(&session_id, pb::TerminalState::Idle))
+        .await?;
+    assert_eq!(
+        outcome_of(&idle),
+        pb::wait_for_screen_response::Outcome::State,
+        "{idle:?}"
+    );
+    let screen = idle.screen.as_ref().context("the screen")?;
+    assert_eq!(screen.lines[0], "first burst, second burst", "{screen:?}");
+    broker.kill(&session_id).await?;
+    broker.stop().await
+}
+
 backend_scenarios!(
     agent_asks_then_works_on,
-    a_quiet_full_screen_program_is_idle
+    a_quiet_full_screen_program_is_idle,
+    a_wait_for_input_answers_at_the_agents_question,
+    a_wait_for_idle_outlasts_a_pause_between_bursts,
 );
+
+/// Watches the session's commands from `after_id`.
+async fn watch_commands(
+    broker: &TestBroker,
+    session_id: &str,
+    after_id: u64,
+) -> Result<tonic::Streaming<pb::Command>, tonic::Status> {
+    Ok(broker
+        .client
+        .clone()
+        .watch_commands(authorized(pb::WatchCommandsRequest {
+            session_id: session_id.to_owned(),
+            after_id,
+        }))
+        .await?
+        .into_inner())
+}
+
+/// The next record of a command watch, within [`PATIENCE`].
+async fn next_command(
+    commands: &mut tonic::Streaming<pb::Command>,
+) -> anyhow::Result<Option<pb::Command>> {
+    Ok(tokio::time::timeout(PATIENCE, commands.message())
+        .await
+        .context("a command record within the patience")??)
+}
+
+/// `WatchCommands` on bash: each command once started and once ended with its exit code, in
+/// order, then the end of the stream when the shell exits; a watch from an id gets the kept
+/// commands after it first, as they are; an unknown session is NOT_FOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_commands_sends_each_command_started_then_ended() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(bash) = shell_at("/bin/bash") else {
+        return Ok(());
+    };
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session_id = spawn_shell(&broker, &[bash]).await?;
+    wait_for_state(&broker, &session_id, pb::TerminalState::AtPrompt).await?;
+    let mut commands = watch_commands(&broker, &session_id, 0).await?;
+    run_line(&broker, &session_id, "true").await?;
+    run_line(&broker, &session_id, "sleep 0.3; (exit 3)").await?;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let command = next_command(&mut commands).await?.context("a record")?;
+        seen.push((command.id, command.command.clone(), command.exit_code));
+        assert_eq!(
+            command.ended_at.is_none(),
+            seen.len() % 2 == 1,
+            "started, then ended: {command:?}"
+        );
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (1, "true".to_owned(), None),
+            (1, "true".to_owned(), Some(0)),
+            (2, "sleep 0.3; (exit 3)".to_owned(), None),
+            (2, "sleep 0.3; (exit 3)".to_owned(), Some(3)),
+        ]
+    );
+
+    let mut later = watch_commands(&broker, &session_id, 1).await?;
+    let kept = next_command(&mut later)
+        .await?
+        .context("the kept command")?;
+    assert_eq!((kept.id, kept.exit_code), (2, Some(3)), "as it is, once");
+
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("exit\r".to_owned())],
+            false,
+        )
+        .await?;
+    let started = next_command(&mut commands).await?.context("exit starts")?;
+    let ended = next_command(&mut commands).await?.context("exit ends")?;
+    assert_eq!((started.id, started.command.as_str()), (3, "exit"));
+    assert!(started.ended_at.is_none() && ended.ended_at.is_some());
+    assert_eq!(
+        next_command(&mut commands).await?,
+        None,
+        "the stream ends with the process"
+    );
+
+    let unknown = watch_commands(&broker, &uuid::Uuid::new_v4().to_string(), 0)
+        .await
+        .expect_err("an unknown session");
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    broker.stop().await
+}
 
 async fn run(
     broker: &TestBroker,

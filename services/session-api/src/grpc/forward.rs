@@ -1,5 +1,5 @@
 //! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) and the command calls
-//! (`ListCommands`, `GetCommandOutput`), which session-api checks and
+//! (`ListCommands`, `GetCommandOutput`, `Run`, `WatchCommands`), which session-api checks and
 //! forwards: the caller's request re-addressed to the session's broker, field for field.
 //!
 //! The fields are not checked here. Key names, patterns, formats and bounds are the broker's
@@ -112,6 +112,7 @@ pub(super) fn wait_for_screen_request(
         after_offset,
         format,
         scrollback,
+        wait_for,
     } = request;
     broker_pb::WaitForScreenRequest {
         session_id: session_id.to_string(),
@@ -121,6 +122,22 @@ pub(super) fn wait_for_screen_request(
         after_offset,
         format,
         scrollback,
+        wait_for,
+    }
+}
+
+pub(super) fn watch_commands_request(
+    session_id: Uuid,
+    request: pb::WatchCommandsRequest,
+) -> broker_pb::WatchCommandsRequest {
+    let pb::WatchCommandsRequest {
+        instance: _,
+        session_id: _,
+        after_id,
+    } = request;
+    broker_pb::WatchCommandsRequest {
+        session_id: session_id.to_string(),
+        after_id,
     }
 }
 
@@ -186,6 +203,7 @@ mod tests {
                 after_offset: Some(789),
                 format: broker_pb::ScreenFormat::Ansi.into(),
                 scrollback: 10,
+                wait_for: broker_pb::TerminalState::Idle.into(),
             },
         );
         assert_eq!(
@@ -198,6 +216,23 @@ mod tests {
                 after_offset: Some(789),
                 format: broker_pb::ScreenFormat::Ansi.into(),
                 scrollback: 10,
+                wait_for: broker_pb::TerminalState::Idle.into(),
+            }
+        );
+
+        let watch = watch_commands_request(
+            session_id,
+            pb::WatchCommandsRequest {
+                instance: "web".into(),
+                session_id: "ignored".into(),
+                after_id: 41,
+            },
+        );
+        assert_eq!(
+            watch,
+            broker_pb::WatchCommandsRequest {
+                session_id: session_id.to_string(),
+                after_id: 41,
             }
         );
     }

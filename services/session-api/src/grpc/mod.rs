@@ -126,6 +126,7 @@ pub(super) fn actor_of<T>(request: &Request<T>) -> Actor {
 }
 
 type ChangeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
+type CommandStream = Pin<Box<dyn Stream<Item = Result<broker_pb::Command, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl SessionApi for GrpcSessionApi {
@@ -530,6 +531,45 @@ impl SessionApi for GrpcSessionApi {
             )
             .await?;
         Ok(Response::new(outcome))
+    }
+
+    type WatchCommandsStream = CommandStream;
+
+    async fn watch_commands(
+        &self,
+        request: Request<pb::WatchCommandsRequest>,
+    ) -> Result<Response<Self::WatchCommandsStream>, Status> {
+        let request = request.into_inner();
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let broker = self
+            .service
+            .broker_of_open_session(required("instance", &request.instance)?, session_id)
+            .await?;
+        let commands = self
+            .service
+            .brokers
+            .watch_commands(
+                &broker,
+                forward::watch_commands_request(session_id, request),
+            )
+            .await?;
+        let shutdown = self.shutdown.clone();
+        let commands = commands
+            .map(|item| item.map_err(Status::from))
+            .take_until(self.shutdown.clone().cancelled_owned())
+            // Ended by this replica's shutdown rather than the session's end: tell the client to
+            // watch again.
+            .chain(
+                futures::stream::once(async move {
+                    shutdown.is_cancelled().then(|| {
+                        Err(Status::unavailable(
+                            "session-api is shutting down; watch again from the last command seen",
+                        ))
+                    })
+                })
+                .filter_map(std::future::ready),
+            );
+        Ok(Response::new(Box::pin(commands)))
     }
 
     async fn record_audit_event(
