@@ -1,6 +1,6 @@
 //! What ptyhub's tests share: access to the real dependencies that `cargo xtask test` starts
-//! (PostgreSQL, a Docker engine), in-process stacks of the services on port 0, and certificates
-//! for tests of TLS.
+//! (PostgreSQL, a Docker engine), in-process stacks of the services on port 0, certificates
+//! for tests of TLS, and a webhook receiver.
 //!
 //! A test that needs a dependency asks for it through [`require`]: under `CI=true` a missing
 //! dependency fails the test; elsewhere the test is skipped with a printed reason.
@@ -20,6 +20,8 @@ pub mod reflection;
 pub mod stack;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "webhooks")]
+pub mod webhooks;
 
 pub use environment::{Requirement, SKIP_LOG_VARIABLE, require};
 pub use poll::{poll_until, poll_until_blocking};

@@ -492,3 +492,42 @@ pub struct AuditEventPage {
     /// The token of the next page; `None` on the last.
     pub next_page_token: Option<String>,
 }
+
+/// A webhook of an instance, as session-api lists it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: String,
+    pub instance_id: String,
+    pub url: String,
+    /// `state_changed`, `command_finished`.
+    pub events: Vec<String>,
+    pub created_by: String,
+    pub created_at: Option<DateTime<Utc>>,
+    /// Events not queued because the webhook's receiver was too far behind.
+    pub dropped_events: u64,
+    /// The last delivery tried, after its last attempt.
+    pub last_delivery: Option<WebhookDelivery>,
+}
+
+/// A webhook's last delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    pub id: String,
+    pub event: String,
+    pub at: Option<DateTime<Utc>>,
+    pub attempts: u32,
+    /// The receiver's HTTP status, when it answered.
+    pub status_code: Option<u16>,
+    /// Why no answer came, when none did.
+    pub error: Option<String>,
+    /// `pending`, `delivered` or `failed`.
+    pub outcome: String,
+}
+
+/// A webhook to register: session-api checks every field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWebhook {
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret: String,
+}

@@ -13,6 +13,7 @@ use crate::rest::{
     ProjectRepositoryLabels, audit, commands, events, instances, operations, recordings, screens,
     sessions, shares, signin,
 };
+use crate::rest::webhooks;
 use crate::{rest, ws};
 
 /// The tag of the session routes under the project/repository layout.
@@ -47,6 +48,9 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         shares::create_share,
         shares::list_shares,
         shares::revoke_share,
+        webhooks::create_webhook,
+        webhooks::list_webhooks,
+        webhooks::delete_webhook,
         signin::sign_in,
         signin::current_session,
         signin::sign_out,

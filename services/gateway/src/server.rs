@@ -27,6 +27,7 @@ use crate::rest::{
     INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
     recordings, screens, sessions, shares, signin,
 };
+use crate::rest::webhooks;
 use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::{browser, openapi, web, ws};
@@ -70,6 +71,14 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
         .route(
             &format!("{INSTANCE_PREFIX}/shares/{{share_id}}"),
             delete(shares::revoke_share),
+        )
+        .route(
+            &format!("{INSTANCE_PREFIX}/webhooks"),
+            post(webhooks::create_webhook).get(webhooks::list_webhooks),
+        )
+        .route(
+            &format!("{INSTANCE_PREFIX}/webhooks/{{webhook_id}}"),
+            delete(webhooks::delete_webhook),
         );
     let api = [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX]
         .into_iter()

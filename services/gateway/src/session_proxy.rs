@@ -16,6 +16,9 @@
 //! ([`crate::auth::Access::may_choose_command`]); an override from anyone else is refused with
 //! `PERMISSION_DENIED`, as REST refuses it with 403.
 //!
+//! The webhook calls are an instance's settings: a viewer-only credential (a share link's) may
+//! neither register, list nor delete one (`PERMISSION_DENIED`).
+//!
 //! Every attach target it hands out (`CreateSession`, `ResolveSession`, `IssueAttachTicket`)
 //! names the gateway as its `broker_endpoint`, never a broker's internal address: a caller of
 //! the gateway streams through the gateway ([`crate::attach_relay`]).
@@ -327,6 +330,9 @@ instance_scoped!(
     pb::RenameSessionRequest,
     pb::ResetSessionRequest,
     pb::CloseSessionRequest,
+    pb::CreateWebhookRequest,
+    pb::ListWebhooksRequest,
+    pb::DeleteWebhookRequest,
 );
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::SessionChange, Status>> + Send>>;
@@ -686,6 +692,30 @@ impl SessionApi for SessionApiProxy {
             .list_audit_events(crate::grpc::audit_listing_to_proto(listing))
             .await
             .map_err(forwarded)
+    }
+
+    async fn create_webhook(
+        &self,
+        request: Request<pb::CreateWebhookRequest>,
+    ) -> Result<Response<pb::Webhook>, Status> {
+        let (message, mut client) = self.controlled(request, "registering webhooks").await?;
+        client.create_webhook(message).await.map_err(forwarded)
+    }
+
+    async fn list_webhooks(
+        &self,
+        request: Request<pb::ListWebhooksRequest>,
+    ) -> Result<Response<pb::ListWebhooksResponse>, Status> {
+        let (message, mut client) = self.controlled(request, "listing webhooks").await?;
+        client.list_webhooks(message).await.map_err(forwarded)
+    }
+
+    async fn delete_webhook(
+        &self,
+        request: Request<pb::DeleteWebhookRequest>,
+    ) -> Result<Response<pb::Webhook>, Status> {
+        let (message, mut client) = self.controlled(request, "deleting webhooks").await?;
+        client.delete_webhook(message).await.map_err(forwarded)
     }
 
     type WatchSessionsStream = WatchStream;

@@ -9,6 +9,7 @@ use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
 
 use crate::domain::RecordMode;
+use crate::webhooks::WebhookSettings;
 
 /// Everything session-api needs to run. Build it with [`Config::new`] in code, or parse it from
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
@@ -92,6 +93,10 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_SESSION_API_DEFAULT_RECORD", default_value = "off")]
     pub default_record: RecordMode,
 
+    /// How webhooks are delivered.
+    #[command(flatten)]
+    pub webhooks: WebhookSettings,
+
     /// TLS of the gRPC port and of the calls to brokers.
     #[command(flatten)]
     pub tls: SessionApiTls,
@@ -173,6 +178,7 @@ impl Config {
             audit_retention: ptyhub_wire::limits::DEFAULT_AUDIT_RETENTION,
             shutdown_grace: Duration::from_secs(5),
             default_record: RecordMode::Off,
+            webhooks: WebhookSettings::default(),
             tls: SessionApiTls::default(),
             allow_plaintext_brokers: false,
         }

@@ -88,6 +88,10 @@ pub enum Error {
     ShareNotFound,
     #[error("the instance has {0} live shares, the most it may have: revoke one first")]
     TooManyShares(usize),
+    #[error("webhook {0} not found")]
+    WebhookNotFound(Uuid),
+    #[error("the instance has {0} webhooks, the most it may have: delete one first")]
+    TooManyWebhooks(usize),
     #[error("database error: {0}")]
     Database(#[from] sea_orm::DbErr),
     #[error("corrupt record: {0}")]
@@ -104,8 +108,9 @@ impl Error {
             | Error::SessionClosed(_)
             | Error::AliasNotFound(_)
             | Error::BrokerNotFound(_)
-            | Error::ShareNotFound => ErrorCode::NotFound,
-            Error::TooManyShares(_) => ErrorCode::CapReached,
+            | Error::ShareNotFound
+            | Error::WebhookNotFound(_) => ErrorCode::NotFound,
+            Error::TooManyShares(_) | Error::TooManyWebhooks(_) => ErrorCode::CapReached,
             Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
             Error::NotThisBrokersCredential(_) => ErrorCode::Forbidden,
             Error::PlaintextBrokerEndpoint(_) => ErrorCode::Invalid,
@@ -184,6 +189,8 @@ pub enum StartError {
     Serve(#[from] tonic::transport::Error),
     #[error(transparent)]
     Tls(#[from] ptyhub_wire::TlsError),
+    #[error("cannot set up the webhooks' HTTP client: {0}")]
+    WebhookClient(String),
 }
 
 fn lowercase_first(message: &str) -> String {

@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod service;
 pub mod shares;
 pub mod store;
+pub mod webhooks;
 
 pub use config::{Config, StaticBroker};
 pub use domain::RecordMode;
@@ -112,6 +113,12 @@ pub async fn run(
         root.child_token(),
         tracker.clone(),
     );
+    webhooks::delivery::start(
+        &service.webhooks,
+        config.webhooks.clone(),
+        root.child_token(),
+        tracker.clone(),
+    )?;
 
     let introspection = Introspection::new(&[
         "ptyhub.session.v1.SessionApi",

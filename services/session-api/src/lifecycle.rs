@@ -401,17 +401,25 @@ impl Watcher {
                 session_id,
                 terminal,
                 commands,
-            } => match store.record_terminal(session_id, &terminal).await? {
-                Some(session) => changes.publish_terminal(&session, commands),
-                // The record said so already (a replay after a reconnect), but commands that
-                // started or ended are news all the same.
-                None if !commands.is_empty() => {
-                    if let Some(session) = store.find_session(session_id).await? {
-                        changes.publish_terminal(&session, commands);
-                    }
+            } => {
+                let recorded = store
+                    .record_terminal(session_id, &terminal, &commands)
+                    .await?;
+                if recorded.webhook_deliveries > 0 {
+                    self.service.webhooks.deliveries_queued();
                 }
-                None => {}
-            },
+                match recorded.changed {
+                    Some(session) => changes.publish_terminal(&session, commands),
+                    // The record said so already (a replay after a reconnect), but commands
+                    // that started or ended are news all the same.
+                    None if !commands.is_empty() => {
+                        if let Some(session) = store.find_session(session_id).await? {
+                            changes.publish_terminal(&session, commands);
+                        }
+                    }
+                    None => {}
+                }
+            }
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,

@@ -21,6 +21,7 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::store::{Reservation, SessionReservation, Store, closed_event};
+use crate::webhooks::WebhookService;
 
 /// The placeholder in a command that is replaced by the new session's id at spawn.
 pub const SESSION_ID_PLACEHOLDER: &str = "{session_id}";
@@ -57,6 +58,8 @@ pub struct SessionService {
     /// Whether a broker may register an `http://` endpoint: not under TLS, unless the
     /// development setting allows it.
     plaintext_brokers_allowed: bool,
+    /// The instances' webhooks, and the wake-up of this replica's delivery task.
+    pub(crate) webhooks: WebhookService,
 }
 
 impl SessionService {
@@ -70,6 +73,7 @@ impl SessionService {
         heartbeat_interval: Duration,
     ) -> Self {
         Self {
+            webhooks: WebhookService::new(store.clone()),
             default_record: RecordMode::Off,
             plaintext_brokers_allowed: true,
             store,

@@ -25,6 +25,7 @@ mod attach;
 mod convert;
 mod records;
 mod terminal;
+mod webhooks;
 
 pub use attach::{AttachCommands, AttachEvents};
 pub use convert::{audit_listing_from_proto, audit_listing_to_proto};

@@ -12,6 +12,7 @@
 //! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out;
 //! - `recordings.rs`: a closed session's asciicast recording, with ranges;
 //! - `audit.rs`: the audit trail, filtered, paged and scoped to the caller's instances.
+//! - `webhooks.rs`: an instance's webhooks: register, list, delete.
 
 pub mod audit;
 pub mod bodies;
@@ -25,6 +26,7 @@ pub mod screens;
 pub mod sessions;
 pub mod shares;
 pub mod signin;
+pub mod webhooks;
 
 pub use extract::{
     Caller, CommandPath, InstancePath, InstanceScope, JsonBody, ListSessionsQuery,

@@ -1,12 +1,14 @@
 //! The gRPC adapter: `SessionApi` and `BrokerRegistry` served over the generated types, and the
 //! one mapping of [`Error`] to `tonic::Status`. Requests become domain types in `from_pb.rs`,
 //! answers become messages in `to_pb.rs`; no generated type goes further in. The screen calls,
-//! which session-api checks and forwards, go from `forward.rs` to the broker adapter directly.
+//! which session-api checks and forwards, go from `forward.rs` to the broker adapter directly;
+//! the webhook calls are in `webhooks.rs`.
 
 mod forward;
 mod from_pb;
 mod shares;
 mod to_pb;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -591,6 +593,33 @@ impl SessionApi for GrpcSessionApi {
         let instance = Some(request.instance.as_str()).filter(|instance| !instance.is_empty());
         let page = self.service.list_audit_events(instance, filter).await?;
         Ok(Response::new(audit_page_to_pb(&page)))
+    }
+
+    async fn create_webhook(
+        &self,
+        request: Request<pb::CreateWebhookRequest>,
+    ) -> Result<Response<pb::Webhook>, Status> {
+        let actor = actor_of(&request);
+        let webhook =
+            webhooks::create_webhook(&self.service.webhooks, request.into_inner(), &actor.principal)
+                .await?;
+        Ok(Response::new(webhook))
+    }
+
+    async fn list_webhooks(
+        &self,
+        request: Request<pb::ListWebhooksRequest>,
+    ) -> Result<Response<pb::ListWebhooksResponse>, Status> {
+        let listed = webhooks::list_webhooks(&self.service.webhooks, request.into_inner()).await?;
+        Ok(Response::new(listed))
+    }
+
+    async fn delete_webhook(
+        &self,
+        request: Request<pb::DeleteWebhookRequest>,
+    ) -> Result<Response<pb::Webhook>, Status> {
+        let deleted = webhooks::delete_webhook(&self.service.webhooks, request.into_inner()).await?;
+        Ok(Response::new(deleted))
     }
 
     type WatchSessionsStream = ChangeStream;

@@ -12,7 +12,7 @@ use crate::domain::{
     AttachTarget, Broker, Instance, RecordMode, Session, SessionAttachment, SessionChange, Share,
 };
 
-fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
+pub(super) fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: at.timestamp(),
         nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),

@@ -5,6 +5,8 @@
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, TransactionTrait};
 use sea_orm_migration::prelude::*;
 
+mod webhooks;
+
 /// Every migration of session-api, oldest first.
 #[derive(Debug)]
 pub struct Migrator;
@@ -20,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddInstanceRecord),
             Box::new(CreateAuditEvents),
             Box::new(AddTerminalActivity),
+            Box::new(webhooks::CreateWebhooks),
         ]
     }
 }

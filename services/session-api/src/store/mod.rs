@@ -1,6 +1,6 @@
 //! The database: connecting (SQLite file with WAL, or PostgreSQL), migrating, and the helpers
 //! that read rows into domain types. The queries live in one file per subject (instances,
-//! reservations, session reads and writes, brokers, shares), all as methods of [`Store`]. The cap and
+//! reservations, session reads and writes, brokers, shares, webhooks), all as methods of [`Store`]. The cap and
 //! alias checks run inside transactions that serialise the writers of one instance, so that no
 //! count is ever kept in memory.
 
@@ -14,11 +14,14 @@ mod session_reads;
 mod session_writes;
 mod shares;
 mod terminal;
+mod webhooks;
 
 pub use audit::{AUDIT_PRUNE_BATCH, TAKEN_OVER};
 pub use reservations::{Reservation, SessionReservation};
 pub use session_writes::{ActivityUpdate, closed_event};
 pub use shares::ShareKey;
+pub use terminal::RecordedTerminal;
+pub use webhooks::{AttemptResult, ClaimedDelivery};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

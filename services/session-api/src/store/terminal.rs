@@ -1,15 +1,20 @@
 //! A session's terminal activity as its record keeps it: a JSON object in
-//! `terminal_sessions.terminal`, written when its broker reports a change and only then.
+//! `terminal_sessions.terminal`, written when its broker reports a change and only then, with
+//! the webhook deliveries the report makes queued in the same transaction.
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Condition, Expr};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter,
+    QuerySelect,
+};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::entities::terminal_session;
+use super::webhooks::{TerminalEvents, queue_terminal_events};
 use super::{Store, load_session};
-use crate::domain::{Session, SessionStatus, TerminalActivity};
+use crate::domain::{Command, Session, SessionStatus, TerminalActivity};
 use crate::error::Error;
 use ptyhub_model::{Notification, Progress, TerminalState};
 
@@ -73,16 +78,29 @@ pub(super) fn from_json(text: &str) -> Result<TerminalActivity, Error> {
     })
 }
 
+/// What recording a terminal report did.
+#[derive(Debug)]
+pub struct RecordedTerminal {
+    /// The session as it is now, when the report changed its record.
+    pub changed: Option<Session>,
+    /// How many webhook deliveries the report queued.
+    pub webhook_deliveries: usize,
+}
+
 impl Store {
     /// Records what the terminal of a session that is not closed is doing, unless the record
-    /// says so already. The session as it is now when the row changed.
+    /// says so already, and queues in the same transaction the webhook deliveries the report
+    /// makes: a `state_changed` when this write changed the state (so one replica alone
+    /// queues it), a `command_finished` for each of `commands` that ended.
     pub async fn record_terminal(
         &self,
         session_id: Uuid,
         terminal: &TerminalActivity,
-    ) -> Result<Option<Session>, Error> {
+        commands: &[Command],
+    ) -> Result<RecordedTerminal, Error> {
         let stored = to_json(terminal);
         let transaction = self.begin_write().await?;
+        let previous_state = stored_state(&transaction, session_id).await?;
         let changed = terminal_session::Entity::update_many()
             .col_expr(
                 terminal_session::Column::Terminal,
@@ -97,13 +115,65 @@ impl Store {
             )
             .exec(&transaction)
             .await?;
-        if changed.rows_affected == 0 {
-            return Ok(None);
+        let changed = if changed.rows_affected == 0 {
+            None
+        } else {
+            Some(load_session(&transaction, session_id).await?)
+        };
+        let finished: Vec<&Command> = commands
+            .iter()
+            .filter(|command| command.ended_at.is_some())
+            .collect();
+        let session = match &changed {
+            Some(session) => Some(session.clone()),
+            None if !finished.is_empty() => Some(load_session(&transaction, session_id).await?),
+            None => None,
+        };
+        let webhook_deliveries = match &session {
+            Some(session) => {
+                let state_changed = changed
+                    .as_ref()
+                    .filter(|_| previous_state != Some(terminal.state))
+                    .map(|_| (previous_state, terminal));
+                queue_terminal_events(
+                    &transaction,
+                    TerminalEvents {
+                        session,
+                        state_changed,
+                        finished,
+                    },
+                )
+                .await?
+            }
+            None => 0,
+        };
+        if changed.is_some() || webhook_deliveries > 0 {
+            transaction.commit().await?;
         }
-        let session = load_session(&transaction, session_id).await?;
-        transaction.commit().await?;
-        Ok(Some(session))
+        Ok(RecordedTerminal {
+            changed,
+            webhook_deliveries,
+        })
     }
+}
+
+/// The state the record holds for a session, read under the row's lock on PostgreSQL, so that
+/// of two replicas recording the same report the second sees the first one's write.
+async fn stored_state(
+    transaction: &DatabaseTransaction,
+    session_id: Uuid,
+) -> Result<Option<TerminalState>, Error> {
+    let mut query = terminal_session::Entity::find_by_id(session_id)
+        .select_only()
+        .column(terminal_session::Column::Terminal);
+    if transaction.get_database_backend() == DbBackend::Postgres {
+        query = query.lock_exclusive();
+    }
+    let stored: Option<Option<String>> = query.into_tuple().one(transaction).await?;
+    Ok(stored
+        .flatten()
+        .and_then(|text| from_json(&text).ok())
+        .map(|terminal| terminal.state))
 }
 
 #[cfg(test)]

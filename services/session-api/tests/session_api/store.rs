@@ -394,13 +394,18 @@ both_databases!(
             running_command: Some(4),
         };
         let written = store
-            .record_terminal(session.id, &terminal)
+            .record_terminal(session.id, &terminal, &[])
             .await
             .unwrap()
+            .changed
             .expect("a change");
         assert_eq!(written.terminal.as_ref(), Some(&terminal));
         assert_eq!(
-            store.record_terminal(session.id, &terminal).await.unwrap(),
+            store
+                .record_terminal(session.id, &terminal, &[])
+                .await
+                .unwrap()
+                .changed,
             None,
             "the same report again is no change"
         );

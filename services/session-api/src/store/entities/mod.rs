@@ -6,3 +6,5 @@ pub mod instance;
 pub mod session_alias;
 pub mod share;
 pub mod terminal_session;
+pub mod webhook;
+pub mod webhook_delivery;
