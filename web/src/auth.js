@@ -1,19 +1,20 @@
-// Signing in and out. The page holds no credential: the gateway exchanges a `?token=` in the
-// address (or the token pasted into the sign-in form) for an HttpOnly session cookie, which the
-// browser then sends with every request and WebSocket of this site, in every tab.
+// Signing in and out. The page holds no credential: it exchanges a token for an HttpOnly session
+// cookie (`POST /api/v1/auth/session`), which the browser then sends with every request and
+// WebSocket of this site, in every tab.
 //
-// A share link is the exception that proves it: the gateway redirects its `?share=` into the
-// fragment, and the page signs in with it (once, then forgets it), because only the page's own
-// request carries the cookie the share would replace. The gateway refuses to replace a sign-in
-// of someone else without `replace: true`, and the page asks the user first (signin.js).
+// A link's token, a sign-in link's `?token=` or a share link's `?share=`, is redirected by the
+// gateway into the fragment, and the page signs in with it (once, then forgets it), because only
+// the page's own request carries the cookie the link would replace. The gateway refuses to
+// replace a sign-in of someone else without `replace: true`, and the page asks the user first
+// (signin.js). The token pasted into the sign-in form goes the same way.
 
 import { el } from './dom.js';
 
-/** What the fragment says when the gateway refused the token of a sign-in link. */
-const REFUSED_FRAGMENT = '#token-refused';
-
 /** The start of the fragment a share link is redirected to; its token follows. */
 const SHARE_FRAGMENT = '#share=';
+
+/** The start of the fragment a sign-in link (`?token=`) is redirected to; its token follows. */
+const TOKEN_FRAGMENT = '#token=';
 
 /** The storage key where earlier versions of the page kept the token. */
 const LEGACY_TOKEN_KEY = 'ptyhub.token';
@@ -23,39 +24,36 @@ const LEGACY_TOKEN_KEY = 'ptyhub.token';
  */
 
 /**
- * Who the browser is signed in as, or null when it is not; `refused` says that a sign-in link's
- * token was refused just now (the gateway redirected here with the fragment that says so).
- * @returns {Promise<{ signedIn: SignedIn | null, refused: boolean }>}
+ * Who the browser is signed in as, or null when it is not.
+ * @returns {Promise<SignedIn | null>}
  */
 export async function currentSignIn() {
   sessionStorage.removeItem(LEGACY_TOKEN_KEY);
-  let refused = false;
-  if (window.location.hash === REFUSED_FRAGMENT) {
-    refused = true;
-    window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search);
-  }
   const response = await fetch('/api/v1/auth/session', { headers: { Accept: 'application/json' }, cache: 'no-store' });
-  if (response.status === 401) return { signedIn: null, refused };
+  if (response.status === 401) return null;
   if (!response.ok) throw new Error(`the gateway answered ${response.status} when asked who is signed in`);
-  return { signedIn: await response.json(), refused };
+  return response.json();
 }
 
 /**
- * A share link's token, taken out of the address (the gateway moved it from `?share=` into the
- * fragment); null when the address carries none.
- * @returns {string | null}
+ * A link's token, taken out of the address (the gateway moved a share link's `?share=` into the
+ * fragment as `#share=`, a sign-in link's `?token=` as `#token=`), with which kind of link it
+ * came in; null when the address carries none.
+ * @returns {{ token: string, kind: 'share' | 'token' } | null}
  */
-export function takeShareToken() {
+export function takeLinkToken() {
   const { hash } = window.location;
-  if (!hash.startsWith(SHARE_FRAGMENT)) return null;
+  const kind = hash.startsWith(SHARE_FRAGMENT) ? 'share' : hash.startsWith(TOKEN_FRAGMENT) ? 'token' : null;
+  if (kind === null) return null;
   window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search);
+  const prefix = kind === 'share' ? SHARE_FRAGMENT : TOKEN_FRAGMENT;
   let token;
   try {
-    token = decodeURIComponent(hash.slice(SHARE_FRAGMENT.length)).trim();
+    token = decodeURIComponent(hash.slice(prefix.length)).trim();
   } catch {
     return null;
   }
-  return token === '' ? null : token;
+  return token === '' ? null : { token, kind };
 }
 
 /**

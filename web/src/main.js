@@ -1,11 +1,11 @@
-// The page's entry: signs in with a share link's token when the address carries one (asking
-// first when that would replace another sign-in), asks who the session cookie signs in (the
-// gateway has exchanged a `?token=` for it before the page loads), then shows the instances page
+// The page's entry: signs in with a link's token when the address carries one (a sign-in link's
+// or a share link's, which the gateway moved into the fragment; asking first when that would
+// replace another sign-in), asks who the session cookie signs in, then shows the instances page
 // (`/`) or one instance's terminal page (`/instances/{iid}`), or the sign-in form.
 
 import '@xterm/xterm/css/xterm.css';
 import './style.css';
-import { currentSignIn, signIn, takeShareToken } from './auth.js';
+import { currentSignIn, signIn, takeLinkToken } from './auth.js';
 import { el } from './dom.js';
 import { showHistoryPage } from './history-page.js';
 import { showInstancesPage } from './instances-page.js';
@@ -18,30 +18,29 @@ applyPageTheme();
 const app = document.getElementById('app');
 
 async function route() {
-  const shareToken = takeShareToken();
-  if (shareToken !== null) {
+  const link = takeLinkToken();
+  if (link !== null) {
     let outcome;
     try {
-      outcome = await signInAsking(shareToken, 'share');
+      outcome = await signInAsking(link.token, link.kind);
     } catch (error) {
       showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
       return;
     }
     if (outcome === 'refused') {
-      showSignIn('share-refused');
+      showSignIn(link.kind === 'share' ? 'share-refused' : 'refused');
       return;
     }
   }
   let signedIn;
-  let refused;
   try {
-    ({ signedIn, refused } = await currentSignIn());
+    signedIn = await currentSignIn();
   } catch (error) {
     showProblem({ status: 0, detail: error instanceof Error ? error.message : String(error) });
     return;
   }
-  if (refused || !signedIn) {
-    showSignIn(refused ? 'refused' : 'missing');
+  if (!signedIn) {
+    showSignIn('missing');
     return;
   }
   const handlers = {

@@ -1,6 +1,6 @@
 // The question a sign-in asks before it replaces the browser's sign-in as someone else: a share
-// link opened in a browser signed in as its admin, or a token pasted while another tab signed
-// in. The cookie goes with every tab of the browser, so a share link that replaced it silently
+// link opened in a browser signed in as its admin, a sign-in link (`?token=`) of another
+// principal, or a token pasted while another tab signed in. The cookie goes with every tab of the browser, so a share link that replaced it silently
 // would turn every tab viewer-only; as with a shared document opened while signed in, the user
 // stays who they are unless they choose otherwise.
 

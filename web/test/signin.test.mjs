@@ -3,6 +3,7 @@
 // pasted into the address bar or followed from a page of another site (whose navigation carries
 // no SameSite=Strict cookie); staying keeps every tab signed in as before, and opening it as a
 // viewer makes the browser the link's viewer. In a browser signed in as nobody it opens at once.
+// A sign-in link (`?token=`) of someone else asks the same way.
 
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -99,6 +100,41 @@ describe('share links and the sign-in', { skip: skip ?? false }, () => {
     }
     await tab.close();
     await closePage(admin);
+  });
+
+  test('a sign-in link asks before it replaces another sign-in, as a share link does', async () => {
+    const instance = await stack.createInstance();
+    const { status: created } = await stack.rest('POST', `/api/v1/instances/${instance.id}/terminal/sessions`, {});
+    assert.equal(created, 201);
+    const share = await shareLink(instance.id);
+    const page = await newDesktopPage(chromium.browser);
+    await page.goto(share.url);
+    await waitForConnectionState(page, 'Connected, read-only');
+
+    // The admin's sign-in link, followed from a page of another site: no cookie goes along, and
+    // the viewer's sign-in stays until the user says otherwise.
+    const signInLink = `${stack.origin}/instances/${instance.id}?token=${stack.token}`;
+    const elsewhere = await pageOfAnotherSite(signInLink);
+    try {
+      await page.goto(elsewhere.url);
+      await page.locator('#link').click();
+      await page.getByRole('heading', { name: 'Sign in as someone else?' }).waitFor();
+      assert.equal(new URL(page.url()).search, '', 'the token is gone from the address');
+      assert.equal(new URL(page.url()).hash, '', 'and from its fragment');
+      assert.equal((await whoIsSignedIn(page)).viewer_only, true, 'nothing was replaced while asking');
+      await page.getByRole('button', { name: 'Stay signed in' }).click();
+      await waitForConnectionState(page, 'Connected, read-only');
+      assert.equal((await whoIsSignedIn(page)).viewer_only, true);
+    } finally {
+      await elsewhere.close();
+    }
+
+    // Opened again and accepted: the browser is the token's.
+    await page.goto(signInLink);
+    await page.getByRole('button', { name: 'Sign in as api-token-0' }).click();
+    await waitForConnectionState(page, 'Connected');
+    assert.equal((await whoIsSignedIn(page)).admin, true);
+    await closePage(page);
   });
 
   test('a share link in a browser signed in as nobody opens read-only at once; a revoked one says so', async () => {

@@ -32,9 +32,10 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::audit::{StreamAudit, StreamResets};
+use crate::front_door::{grpc_surface_of as surface_of, principal_of};
 use crate::metrics::GaugeGuard;
-use crate::session_proxy::{authenticate, surface_of};
-use crate::state::{AppState, CredentialWatch, StreamSlot};
+use crate::state::AppState;
+use crate::streams::{CredentialWatch, StreamSlot};
 
 /// The metadata entry that names the instance of the session an `Attach` is for (id or name).
 pub const INSTANCE_METADATA: &str = "ptyhub-instance";
@@ -196,14 +197,15 @@ impl PtyBroker for AttachRelay {
         request: Request<Streaming<pb::ClientFrame>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let state = &self.state;
-        let principal = authenticate(state, &request).await?;
+        let principal = principal_of(&request).await?;
         let surface = surface_of(&request);
         // Taken before the hello is awaited: a stream that sends nothing holds a slot too, for
         // at most the hello timeout, so one credential cannot pile up silent streams either.
-        let stream_slot = state
-            .stream_slots
-            .acquire(&principal.subject)
-            .map_err(|error| error.to_status())?;
+        let (stream_slot, credential) = state
+            .streams
+            .open(&principal)
+            .map_err(|error| error.to_status())?
+            .into_parts();
         let instance_reference = request
             .metadata()
             .get(INSTANCE_METADATA)
@@ -278,7 +280,7 @@ impl PtyBroker for AttachRelay {
             _gauge: state.metrics.attach_stream_opened(),
             _stream_slot: stream_slot,
             stopping_at: None,
-            credential: state.credential_watch(&principal),
+            credential,
             ended: false,
             audit,
         }))))

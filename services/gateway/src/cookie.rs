@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::auth::AuthError;
+use crate::error::AuthError;
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -121,6 +121,33 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Why a credential was refused. Messages never contain the credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing credential")]
+    Missing,
+    #[error("invalid credential")]
+    Invalid,
+    #[error("expired credential")]
+    Expired,
+    #[error("unsupported token algorithm {0}")]
+    UnsupportedAlgorithm(String),
+    #[error("signed out")]
+    SignedOut,
+    #[error("credential not valid yet")]
+    NotYetValid,
+    #[error("credential for another audience")]
+    WrongAudience,
+    #[error("credential from another issuer")]
+    WrongIssuer,
+}
+
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        ApiError::unauthenticated(error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use ptyhub_wire::close_code;

@@ -17,15 +17,18 @@ pub mod config;
 pub mod cookie;
 pub mod domain;
 pub mod error;
+pub mod front_door;
 pub mod grpc;
 pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;
 pub mod refusals;
 pub mod rest;
+pub mod scope;
 pub mod server;
 pub mod session_proxy;
 pub mod state;
+pub mod streams;
 pub mod tls;
 pub mod web;
 pub mod ws;
@@ -94,6 +97,12 @@ pub async fn run(
         );
     }
     let refusals = refusals::RefusalAudit::new(upstreams.clone());
+    let gateway_stopped = CancellationToken::new();
+    let streams = streams::StreamRegistry::new(
+        config.max_streams_per_principal,
+        upstreams.clone(),
+        gateway_stopped.clone(),
+    );
     let state = state::AppState::new(state::Shared {
         upstreams,
         authenticator,
@@ -104,10 +113,9 @@ pub async fn run(
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
         draining: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
+        shutdown: gateway_stopped,
         bridges: TaskTracker::new(),
-        share_watches: state::ShareWatches::default(),
-        stream_slots: state::StreamSlots::new(config.max_streams_per_principal),
+        streams,
         public_url: config.public_url.clone(),
         refusals,
         serves_tls: public_tls.is_some(),

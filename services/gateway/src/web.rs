@@ -1,5 +1,6 @@
 //! The web page: `/` and `/instances/{iid}` serve `index.html` (the page reads its instance from
-//! the address; a `?token=` there is exchanged for the session cookie first), `/assets/...` the files below `assets/`. The page comes from the
+//! the address; a sign-in or share link's token there is moved into the fragment first, for the
+//! page to sign in with), `/assets/...` the files below `assets/`. The page comes from the
 //! binary itself (`web/dist` as it was when the binary was built, embedded by `build.rs` and
 //! rust-embed), or, when a directory is configured (`--web-dir`, `--static-dir`), from that
 //! directory through tower-http's file services, which refuse any path that leaves it. What is
@@ -20,7 +21,7 @@ use tower::service_fn;
 use tower_http::services::{ServeDir, ServeFile};
 
 use crate::error::ApiError;
-use crate::rest::signin::sign_in_from_address;
+use crate::rest::signin::move_token_into_fragment;
 use crate::state::AppState;
 
 /// The page built into this binary: `$OUT_DIR/page`, which `build.rs` fills from `web/dist`
@@ -35,18 +36,15 @@ pub fn page_embedded() -> bool {
 }
 
 /// The page's routes: from `static_dir` when one is given, else the page built into the binary.
-/// The page itself (not its assets) first exchanges a `?token=` for the session cookie
-/// ([`crate::rest::signin::sign_in_from_address`]).
+/// The page itself (not its assets) first moves a `?token=` or `?share=` into the fragment
+/// ([`crate::rest::signin::move_token_into_fragment`]).
 pub fn routes(state: &AppState) -> Router<AppState> {
     let (pages, assets) = match state.static_dir.as_deref() {
         Some(static_dir) => directory_routes(static_dir),
         None => embedded_routes(),
     };
     pages
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            sign_in_from_address,
-        ))
+        .route_layer(middleware::from_fn(move_token_into_fragment))
         .merge(assets)
 }
 

@@ -1,22 +1,23 @@
 //! The gateway's browser policy, in one module: the `Host` allow-list against DNS rebinding,
 //! the `Origin` allow-list (`origin.rs`) of WebSockets, gRPC-web and every state-changing REST
 //! request, JSON as the only request body type (so a cross-site form or `text/plain` post never
-//! reaches a handler), and the security headers on every page, asset and answer
-//! (Content-Security-Policy with `frame-ancestors 'none'`, `nosniff`, no referrer).
+//! reaches a handler), the security headers on every page, asset and answer
+//! (Content-Security-Policy with `frame-ancestors 'none'`, `nosniff`, no referrer), and whether
+//! the browser reached the gateway over https (which makes its cookie `Secure`). It needs no
+//! more of the gateway than a [`BrowserPolicy`].
 
 mod origin;
 
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ptyhub_wire::ErrorCode;
 
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 pub use origin::{check_origin, origin_allowed};
 
@@ -32,6 +33,28 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 /// Paths that answer whatever `Host` a request names: probes come from kubelets and load
 /// balancers by IP or by a name of their own, and say nothing a page could misuse.
 const PROBE_PATHS: [&str; 3] = ["/livez", "/readyz", "/healthz"];
+
+/// What the browser checks ([`check_host`], [`check_writes`]) are told of the gateway's
+/// configuration.
+#[derive(Debug, Clone)]
+pub struct BrowserPolicy {
+    /// Which `Host` names the gateway answers.
+    pub hosts: HostPolicy,
+    /// The origins, besides the gateway's own, whose pages may write and open sockets.
+    pub allowed_origins: Vec<String>,
+}
+
+/// Whether the browser reached the gateway over TLS: the gateway serves TLS itself
+/// (`--tls-cert`), its public URL is `https`, or the proxy that terminates TLS in front of it
+/// says so (`X-Forwarded-Proto`).
+pub fn request_is_https(serves_tls: bool, public_url: Option<&str>, headers: &HeaderMap) -> bool {
+    serves_tls
+        || public_url.is_some_and(|url| url.starts_with("https://"))
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.split(',').next().map(str::trim) == Some("https"))
+}
 
 /// Which `Host` names the gateway answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +122,11 @@ fn normalise(host: &str) -> String {
 }
 
 /// Refuses a request whose `Host` (or HTTP/2 `:authority`) is not allowed, with 403.
-pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn check_host(
+    State(policy): State<BrowserPolicy>,
+    request: Request,
+    next: Next,
+) -> Response {
     let authority = request
         .headers()
         .get(header::HOST)
@@ -114,7 +141,7 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
     let allowed = match &authority {
         // HTTP/1.0 without a Host: not a browser.
         None => true,
-        Some(authority) => state.host_policy.allows(authority),
+        Some(authority) => policy.hosts.allows(authority),
     };
     if !allowed && !PROBE_PATHS.contains(&request.uri().path()) {
         tracing::info!(path = %request.uri().path(), "request for a host name not on the allow-list refused");
@@ -133,7 +160,11 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
 /// (403 otherwise), and a body that is JSON (415 otherwise). Browsers send `text/plain`, form
 /// and multipart bodies cross-site without asking; programs send no `Origin`. gRPC and gRPC-web
 /// are routed away before this and checked by their own surface.
-pub async fn check_writes(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn check_writes(
+    State(policy): State<BrowserPolicy>,
+    request: Request,
+    next: Next,
+) -> Response {
     let writes = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
@@ -141,7 +172,7 @@ pub async fn check_writes(State(state): State<AppState>, request: Request, next:
     if !writes {
         return next.run(request).await;
     }
-    if let Err(refused) = check_origin(&state.allowed_origins, request.headers()) {
+    if let Err(refused) = check_origin(&policy.allowed_origins, request.headers()) {
         return refused.into_response();
     }
     let headers = request.headers();

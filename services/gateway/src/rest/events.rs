@@ -55,7 +55,7 @@ pub async fn session_events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
     // Held while the events flow: they count among the principal's streams.
-    let slot = state.stream_slots.acquire(&principal.subject)?;
+    let (slot, credential) = state.streams.open(&principal)?.into_parts();
     // Watch before listing: a change between the two is then seen (twice at worst, which a
     // client applying "the session as it is now" does not notice), never missed.
     let changes = state.upstreams.watch_sessions(&instance.id).await?;
@@ -90,7 +90,6 @@ pub async fn session_events(
             })
         });
     let shutdown = state.shutdown.clone();
-    let credential = state.credential_watch(&principal);
     let events = stream::once(std::future::ready(first))
         .chain(changes)
         .map(move |event| {

@@ -14,7 +14,8 @@ use ptyhub_wire::Surface;
 use crate::auth::Principal;
 use crate::domain::Instance;
 use crate::error::ApiError;
-use crate::state::{AppState, Presented};
+use crate::front_door::Authentication;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -71,58 +72,20 @@ pub struct ListSessionsQuery {
     pub include: Option<String>,
 }
 
-/// The authenticated caller of a REST route (`Authorization: Bearer <token>`, else the page's
-/// session cookie).
+/// The authenticated caller of a REST route, as the front door found it
+/// ([`crate::front_door`]: `Authorization: Bearer <token>`, else the page's session cookie).
 #[derive(Debug, Clone)]
 pub struct Caller(pub Principal);
 
-impl FromRequestParts<AppState> for Caller {
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let presented =
-            Presented::from_request(state, &parts.headers, &parts.uri, &parts.extensions);
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         // A write's `Origin` was checked before any handler (`browser::check_writes`), whatever
         // its credential: a cookie goes with every request the browser makes to this site, and
         // an anonymous gateway needs none.
-        match state.authenticate(&presented).await {
-            Ok(principal) => Ok(Caller(principal)),
-            Err(error) => {
-                if crate::state::credential_refused(&error) {
-                    state.report_refusal(
-                        None,
-                        presented.peer,
-                        Surface::Rest,
-                        "unauthenticated",
-                        format!("{} {}", parts.method, parts.uri.path()),
-                    );
-                }
-                Err(error)
-            }
-        }
-    }
-}
-
-/// Where a request came from; `None` when the server recorded no connection.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientAddress {
-    /// The peer's, or a trusted proxy's `X-Forwarded-For`: for the limit on refused credentials.
-    pub client: Option<std::net::IpAddr>,
-    /// The TCP peer: what the audit trail records.
-    pub peer: Option<std::net::SocketAddr>,
-}
-
-impl FromRequestParts<AppState> for ClientAddress {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, std::convert::Infallible> {
-        Ok(ClientAddress {
-            client: state.client_address(&parts.headers, &parts.extensions),
-            peer: crate::auth::peer_address(&parts.extensions),
-        })
+        let authentication = Authentication::from_request_parts(parts, state).await?;
+        authentication.principal().await.map(Caller)
     }
 }
 

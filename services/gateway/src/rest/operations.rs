@@ -3,14 +3,13 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::{BrokerHealthBody, HealthBody, ProbeBody};
-use crate::auth::bearer_token;
 use crate::error::{ApiError, ErrorBody};
-use crate::state::{AppState, Presented};
+use crate::front_door::Authentication;
+use crate::state::AppState;
 
 /// Whether session-api and every broker answer. Needs no credential, but without an admin's it
 /// says only `ok` or `unavailable`: which brokers exist, where, and what failed is for
@@ -19,16 +18,10 @@ use crate::state::{AppState, Presented};
     get, path = "/healthz", tag = "operations",
     responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
 )]
-pub async fn healthz(State(state): State<AppState>, parts: Parts) -> Response {
-    let headers = &parts.headers;
-    let detailed = bearer_token(headers).is_some()
-        && state
-            .authenticate(&Presented::from_request(
-                &state,
-                headers,
-                &parts.uri,
-                &parts.extensions,
-            ))
+pub async fn healthz(State(state): State<AppState>, authentication: Authentication) -> Response {
+    let detailed = authentication.presents_bearer()
+        && authentication
+            .principal()
             .await
             .is_ok_and(|principal| principal.access.is_admin());
     let (status, mut body) = match state.upstreams.check_brokers().await {
@@ -138,16 +131,12 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ErrorBody)),
     security(("bearer" = [])),
 )]
-pub async fn metrics(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
+pub async fn metrics(
+    State(state): State<AppState>,
+    authentication: Authentication,
+) -> Result<Response, ApiError> {
     if state.metrics_require_auth {
-        state
-            .authenticate(&Presented::from_request(
-                &state,
-                &parts.headers,
-                &parts.uri,
-                &parts.extensions,
-            ))
-            .await?;
+        authentication.principal().await?;
     }
     Ok((
         [(

@@ -98,6 +98,7 @@ pub async fn send_input(
         (status = 404, body = ErrorBody, description = "unknown or closed session"),
         (status = 408, body = ErrorBody, description = "timeout_ms passed without a match"),
         (status = 422, body = ErrorBody, description = "a pattern that does not compile, or a bound exceeded"),
+        (status = 429, body = ErrorBody, description = "the credential holds the most streams and waits it may"),
     ),
     security(("bearer" = [])),
 )]
@@ -113,6 +114,8 @@ pub async fn wait_for_screen(
     let session = state
         .authorize_live_session(&principal, &instance, &sid)
         .await?;
+    // A wait is held open like a stream: it counts among the principal's, on every surface.
+    let _open = state.streams.open(&principal)?;
     let result = state
         .upstreams
         .wait_for_screen(&instance.id, &session.id, wait)

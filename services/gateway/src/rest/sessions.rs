@@ -19,7 +19,8 @@ use super::extract::{
 };
 use crate::domain::{SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
-use crate::state::{AppState, DEFAULT_SESSION};
+use crate::scope::DEFAULT_SESSION;
+use crate::state::AppState;
 
 /// Live sessions of an instance, oldest first; `?include=closed` adds history.
 #[utoipa::path(

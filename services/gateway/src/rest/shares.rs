@@ -239,7 +239,7 @@ pub async fn revoke_share(
         .revoke_share(&instance.id, &path.share_id)
         .await?;
     // Its open streams here end at once; other gateways find it gone within a second.
-    state.share_watches.revoked(&share.id);
+    state.streams.revoke_share(&share.id);
     tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, "share link revoked");
     Ok(Json(share.into()))
 }

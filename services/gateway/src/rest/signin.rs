@@ -1,15 +1,16 @@
-//! Signing the web page in and out with a session cookie ([`crate::cookie`]): `/?token=` (and
-//! `/instances/{iid}?token=`) is exchanged once for the cookie and answered with a redirect to
-//! the same address without the token; `POST /api/v1/auth/session` does the same for the
-//! sign-in form and for share links; `GET` says who the cookie (or any credential) is; `DELETE`
-//! signs out.
+//! Signing the web page in and out with a session cookie ([`crate::cookie`]):
+//! `POST /api/v1/auth/session` exchanges a bearer credential for the cookie (for the sign-in
+//! form, sign-in links and share links alike); `GET` says who the cookie (or any credential)
+//! is; `DELETE` signs out.
 //!
-//! A share link never replaces another sign-in without asking: its `?share=` is not exchanged by
-//! the redirect, whose request may come without the browser's cookie (a `SameSite=Strict` cookie
-//! stays home when a link on another site is followed), so the gateway cannot see what it would
-//! replace. The redirect moves the token into the fragment instead, which the page reads and
-//! posts to `POST /api/v1/auth/session`, a request of the page's own that carries the cookie.
-//! That refuses (409) to replace a valid cookie of another principal unless the body says
+//! A link never replaces another sign-in without asking, whether it carries an access token
+//! (`/?token=`, `/instances/{iid}?token=`, as `ptyhub up` prints) or a share link's
+//! (`?share=`): the gateway exchanges neither on the link's own request, which may come without
+//! the browser's cookie (a `SameSite=Strict` cookie stays home when a link on another site is
+//! followed), so it could not see what it would replace. The redirect moves the token into the
+//! fragment instead ([`move_token_into_fragment`]), which the page reads and posts to
+//! `POST /api/v1/auth/session`, a request of the page's own that carries the cookie. That
+//! refuses (409) to replace a valid cookie of another principal unless the body says
 //! `replace: true`, and the page asks the user first.
 
 use axum::Json;
@@ -18,27 +19,28 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use ptyhub_wire::{ErrorCode, Surface};
+use ptyhub_wire::ErrorCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::extract::{Caller, ClientAddress, JsonBody};
+use super::extract::{Caller, JsonBody};
 use super::shares::SHARE_PARAMETER;
 use crate::auth::{Principal, SHARE_TOKEN_PREFIX};
 use crate::cookie::CookieSite;
 use crate::error::{ApiError, ErrorBody};
-use crate::state::{AppState, Presented, unix_now};
+use crate::front_door::Authentication;
+use crate::state::{AppState, unix_now};
 
 /// The query parameter of a sign-in link.
 pub const TOKEN_PARAMETER: &str = "token";
 
-/// The fragment a sign-in link is redirected to when its token was refused, so the page can
-/// say so (a fragment never reaches a server or a log).
-pub const REFUSED_FRAGMENT: &str = "#token-refused";
-
 /// The start of the fragment a share link is redirected to, followed by its token: the page
 /// signs in with it itself, asking first when the browser is signed in as someone else.
 pub const SHARE_FRAGMENT: &str = "#share=";
+
+/// The same for a sign-in link's access token (`?token=`): the page signs in with it, asking
+/// first when the browser is signed in as someone else.
+pub const TOKEN_FRAGMENT: &str = "#token=";
 
 /// Who a credential is, as the page needs to know it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -102,40 +104,24 @@ pub struct SignInConflict {
 )]
 pub async fn sign_in(
     State(state): State<AppState>,
-    ClientAddress { client, peer }: ClientAddress,
+    authentication: Authentication,
     uri: Uri,
     headers: HeaderMap,
     JsonBody(request): JsonBody<SignInRequest>,
 ) -> Response {
-    let presented = Presented {
-        bearer: crate::auth::bearer_token(&headers).map(str::to_owned),
-        cookie: None,
-        client,
-        peer,
-    };
-    if presented.bearer.is_none() {
+    // The cookie the browser holds is what this replaces, never what signs in.
+    if !authentication.presents_bearer() {
         return ApiError::unauthenticated("missing credential").into_response();
     }
     let Some(site) = state.cookie_site(&headers, &uri) else {
         return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
     };
-    let principal = match state.authenticate(&presented).await {
+    let principal = match authentication.principal().await {
         Ok(principal) => principal,
-        Err(error) => {
-            if crate::state::credential_refused(&error) {
-                state.report_refusal(
-                    None,
-                    peer,
-                    Surface::Rest,
-                    "unauthenticated",
-                    "POST /api/v1/auth/session".to_owned(),
-                );
-            }
-            return error.into_response();
-        }
+        Err(error) => return error.into_response(),
     };
     if !request.replace
-        && let Some(current) = signed_in_now(&state, &headers, &uri, &presented).await
+        && let Some(current) = authentication.principal_by_cookie().await
         && current.subject != principal.subject
     {
         let conflict = SignInConflict {
@@ -152,23 +138,6 @@ pub async fn sign_in(
     let mut response = Json(SignedIn::from(&principal)).into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
-}
-
-/// Who the request's session cookie signs in, when it is valid.
-async fn signed_in_now(
-    state: &AppState,
-    headers: &HeaderMap,
-    uri: &Uri,
-    presented: &Presented,
-) -> Option<Principal> {
-    let cookie = state.session_cookie(headers, uri)?;
-    let by_cookie = Presented {
-        bearer: None,
-        cookie: Some(cookie),
-        client: presented.client,
-        peer: presented.peer,
-    };
-    state.authenticate(&by_cookie).await.ok()
 }
 
 /// Who the caller is (its session cookie or any other credential).
@@ -204,16 +173,13 @@ pub async fn sign_out(State(state): State<AppState>, uri: Uri, headers: HeaderMa
     response
 }
 
-/// The page's routes: a request with `?token=` is answered with the cookie and a redirect to
-/// the same address without the token (or, when the token is refused, to the address with
-/// [`REFUSED_FRAGMENT`]); one with a share link's `?share=` (or a share's token as `?token=`)
-/// with a redirect that moves the token into the fragment ([`SHARE_FRAGMENT`]) for the page to
-/// sign in with; any other goes on to the page.
-pub async fn sign_in_from_address(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The page's routes: a request with a sign-in link's `?token=` or a share link's `?share=` is
+/// answered with a redirect to the same address without it and with the token in the fragment
+/// ([`TOKEN_FRAGMENT`], or [`SHARE_FRAGMENT`] for a share link's token however it came), for
+/// the page to sign in with, asking first before it replaces another sign-in; any other goes on
+/// to the page. Nothing is checked here: the page's own request does that, with the cookie the
+/// sign-in would replace.
+pub async fn move_token_into_fragment(request: Request, next: Next) -> Response {
     let Some(query) = request.uri().query() else {
         return next.run(request).await;
     };
@@ -229,57 +195,26 @@ pub async fn sign_in_from_address(
     let Some(token) = token else {
         return next.run(request).await;
     };
-    let token = token.trim().to_owned();
+    let token = token.trim();
     let mut location = request.uri().path().to_owned();
     if !kept.is_empty() {
         location.push('?');
         location.push_str(&encode_pairs(&kept));
     }
-    if token.starts_with(SHARE_TOKEN_PREFIX) {
-        // This request may not carry the cookie it would replace: the page signs in instead.
-        let location = format!("{location}{SHARE_FRAGMENT}{}", percent_encode(&token));
-        return redirect(&location, None);
-    }
-    let headers = request.headers();
-    let Some(site) = state.cookie_site(headers, request.uri()) else {
-        return ApiError::bad_request("a sign-in needs the Host it is for").into_response();
+    let fragment = if token.starts_with(SHARE_TOKEN_PREFIX) {
+        SHARE_FRAGMENT
+    } else {
+        TOKEN_FRAGMENT
     };
-    let presented = Presented {
-        bearer: Some(token),
-        cookie: None,
-        client: state.client_address(headers, request.extensions()),
-        peer: crate::auth::peer_address(request.extensions()),
-    };
-    match state.authenticate(&presented).await {
-        Ok(principal) => {
-            let cookie = session_cookie(&state, &principal, &site, headers);
-            redirect(&location, Some(cookie))
-        }
-        Err(error) => {
-            tracing::info!(reason = %error.message, "sign-in link refused");
-            if crate::state::credential_refused(&error) {
-                state.report_refusal(
-                    None,
-                    presented.peer,
-                    Surface::Rest,
-                    "unauthenticated",
-                    format!("GET {}", request.uri().path()),
-                );
-            }
-            redirect(&format!("{location}{REFUSED_FRAGMENT}"), None)
-        }
-    }
+    redirect(&format!("{location}{fragment}{}", percent_encode(token)))
 }
 
-/// `303 See Other` to `location`, never cached, with `cookie` set when given.
-fn redirect(location: &str, cookie: Option<HeaderValue>) -> Response {
+/// `303 See Other` to `location`, never cached.
+fn redirect(location: &str) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     let response_headers = response.headers_mut();
     if let Ok(location) = HeaderValue::from_str(location) {
         response_headers.insert(header::LOCATION, location);
-    }
-    if let Some(cookie) = cookie {
-        response_headers.insert(header::SET_COOKIE, cookie);
     }
     response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response

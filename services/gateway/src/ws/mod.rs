@@ -13,7 +13,7 @@ use axum::Json;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ptyhub_model::{Role, TerminalSize};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
@@ -21,16 +21,16 @@ use ptyhub_wire::{ErrorCode, Surface};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::auth::{
-    WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX, bearer_token, websocket_protocol_token,
-};
+use crate::auth::{WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX};
 use crate::browser::check_origin;
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
+use crate::front_door::Authentication;
 use crate::grpc::Upstreams;
-use crate::rest::extract::ClientAddress;
 use crate::rest::{InstancePath, SessionPath};
-use crate::state::{AppState, DEFAULT_SESSION, Presented};
+use crate::scope::DEFAULT_SESSION;
+use crate::state::AppState;
+use crate::streams::{CredentialWatch, StreamSlot};
 
 /// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
 /// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
@@ -57,7 +57,7 @@ pub struct TerminalQuery {
     pub snapshot: Option<String>,
     /// `view` attaches read-only.
     pub mode: Option<String>,
-    /// The credential, for browsers.
+    /// The credential, for programs that can set no header (the front door reads it).
     pub token: Option<String>,
 }
 
@@ -76,14 +76,12 @@ pub async fn open_instance_terminal(
     State(state): State<AppState>,
     Path(path): Path<InstancePath>,
     Query(query): Query<TerminalQuery>,
-    addresses: ClientAddress,
-    uri: Uri,
+    authentication: Authentication,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let caller = SocketCaller {
-        addresses,
-        uri,
+        authentication,
         headers,
     };
     open_terminal(state, path.iid, None, query, caller, upgrade).await
@@ -104,24 +102,21 @@ pub async fn open_session_terminal(
     State(state): State<AppState>,
     Path(path): Path<SessionPath>,
     Query(query): Query<TerminalQuery>,
-    addresses: ClientAddress,
-    uri: Uri,
+    authentication: Authentication,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let caller = SocketCaller {
-        addresses,
-        uri,
+        authentication,
         headers,
     };
     open_terminal(state, path.iid, Some(path.sid), query, caller, upgrade).await
 }
 
-/// What a socket's request says of its caller: where it came from, and its headers and URI
-/// (the session cookie is bound to the host and port they name).
+/// What a socket's request says of its caller: its credentials as the front door found them,
+/// and its headers (its origin, the protocols it offers).
 struct SocketCaller {
-    addresses: ClientAddress,
-    uri: Uri,
+    authentication: Authentication,
     headers: HeaderMap,
 }
 
@@ -136,28 +131,17 @@ async fn open_terminal(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let SocketCaller {
-        addresses,
-        uri,
+        authentication,
         headers,
     } = caller;
+    // Programs give a token (query, protocol or header); the page sends its session cookie,
+    // which this origin check keeps to the gateway's own pages.
     if let Err(error) = check_origin(&state.allowed_origins, &headers) {
         return error.into_response();
     }
-    // Programs give a token (query, protocol or header); the page sends its session cookie,
-    // which the origin check above keeps to the gateway's own pages.
-    let presented = Presented {
-        bearer: query
-            .token
-            .clone()
-            .or_else(|| websocket_protocol_token(&headers))
-            .or_else(|| bearer_token(&headers).map(str::to_owned)),
-        cookie: state.session_cookie(&headers, &uri),
-        client: addresses.client,
-        peer: addresses.peer,
-    };
     let Ok(upgrade) = upgrade else {
         // A plain HTTP request: say what is wrong with it without creating anything.
-        if let Err(error) = state.authenticate(&presented).await {
+        if let Err(error) = authentication.principal().await {
             return error.into_response();
         }
         // 426 is about the transport, not the request, so it has no code in the error table.
@@ -169,8 +153,14 @@ async fn open_terminal(
         )
             .into_response();
     };
-    let prepared =
-        prepare_attach(&state, &presented, &instance_reference, session_id, &query).await;
+    let prepared = prepare_attach(
+        &state,
+        &authentication,
+        &instance_reference,
+        session_id,
+        &query,
+    )
+    .await;
     let bridges = state.bridges.clone();
     select_protocol(upgrade, &headers)
         .read_buffer_size(READ_BUFFER_BYTES)
@@ -230,35 +220,22 @@ struct PreparedAttach {
     since: Option<u64>,
     snapshot: bool,
     /// What ends the credential (its expiry, a share's revocation); the socket ends then.
-    credential: crate::state::CredentialWatch,
-    /// Held for as long as the bridge runs.
-    _stream_slot: crate::state::StreamSlot,
+    credential: CredentialWatch,
+    /// One of the principal's open streams, held for as long as the bridge runs.
+    _stream_slot: StreamSlot,
 }
 
-/// Authenticates, reads the query, and resolves (or creates) the session through session-api.
+/// Takes the caller's principal, reads the query, and resolves (or creates) the session through
+/// session-api.
 async fn prepare_attach(
     state: &AppState,
-    presented: &Presented,
+    authentication: &Authentication,
     instance_reference: &str,
     session_id: Option<String>,
     query: &TerminalQuery,
 ) -> Result<PreparedAttach, ApiError> {
-    let principal = match state.authenticate(presented).await {
-        Ok(principal) => principal,
-        Err(error) => {
-            if crate::state::credential_refused(&error) {
-                state.report_refusal(
-                    None,
-                    presented.peer,
-                    Surface::WebSocket,
-                    "unauthenticated",
-                    format!("websocket {instance_reference}"),
-                );
-            }
-            return Err(error);
-        }
-    };
-    let stream_slot = state.stream_slots.acquire(&principal.subject)?;
+    let principal = authentication.principal().await?;
+    let (stream_slot, credential) = state.streams.open(&principal)?.into_parts();
     let cols = parse_number::<u32>("cols", query.cols.as_deref())?;
     let rows = parse_number::<u32>("rows", query.rows.as_deref())?;
     let size = TerminalSize::from_optional(cols, rows)
@@ -332,7 +309,7 @@ async fn prepare_attach(
         size,
         since,
         snapshot,
-        credential: state.credential_watch(&principal),
+        credential,
         _stream_slot: stream_slot,
     })
 }

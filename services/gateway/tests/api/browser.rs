@@ -1,5 +1,6 @@
-//! The browser's edge against a real stack: the sign-in link exchanged for an HttpOnly session
-//! cookie, the cookie on REST and the WebSocket and on its own port alone, signing out;
+//! The browser's edge against a real stack: the sign-in link's token moved into the fragment for
+//! the page, the page's sign-in exchanging it for an HttpOnly session cookie, the cookie on REST
+//! and the WebSocket and on its own port alone, signing out;
 //! JSON-only bodies, the `Host`
 //! allow-list and the security headers on every answer.
 
@@ -25,19 +26,25 @@ fn set_cookie(headers: &HeaderMap) -> Option<(String, String)> {
     Some((pair, whole))
 }
 
-/// Signs in through the address, as a browser following `ptyhub up`'s link does; returns the
-/// cookie's `name=value`.
-async fn sign_in_by_link(stack: &TestStack) -> String {
-    let response = client()
-        .get(format!(
-            "{}/?token={}",
-            stack.gateway_url, stack.admin_token
-        ))
-        .send()
+/// Signs in with `token` on the gateway at `url` as the page does (`POST /api/v1/auth/session`);
+/// returns the cookie's `name=value`, and the whole `Set-Cookie`.
+async fn sign_in_on(url: &str, token: &str, extra: &[(&str, &str)]) -> (String, String) {
+    let mut request = client()
+        .post(format!("{url}/api/v1/auth/session"))
+        .bearer_auth(token);
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    set_cookie(response.headers()).expect("a cookie")
+}
+
+/// Signs in with the admin token as the page does; returns the cookie's `name=value`.
+async fn sign_in(stack: &TestStack) -> String {
+    sign_in_on(&stack.gateway_url, &stack.admin_token, &[])
         .await
-        .unwrap();
-    assert_eq!(response.status(), 303);
-    set_cookie(response.headers()).expect("a cookie").0
+        .0
 }
 
 async fn with_cookie(
@@ -65,7 +72,7 @@ async fn with_cookie(
 }
 
 #[tokio::test]
-async fn a_sign_in_link_becomes_an_http_only_strict_cookie_and_leaves_the_address() {
+async fn a_sign_in_link_leaves_the_address_and_the_pages_sign_in_gets_an_http_only_strict_cookie() {
     let stack = TestStack::builder().start().await;
     let response = client()
         .get(format!(
@@ -78,10 +85,14 @@ async fn a_sign_in_link_becomes_an_http_only_strict_cookie_and_leaves_the_addres
     assert_eq!(response.status(), 303);
     assert_eq!(
         response.headers()[header::LOCATION],
-        "/instances/local?mode=view",
-        "the token is gone from the address the browser goes on to"
+        format!("/instances/local?mode=view#token={}", stack.admin_token),
+        "the token goes from the address into the fragment, for the page"
     );
-    let (cookie, whole) = set_cookie(response.headers()).expect("a session cookie");
+    assert!(
+        set_cookie(response.headers()).is_none(),
+        "the link's own request signs nobody in"
+    );
+    let (cookie, whole) = sign_in_on(&stack.gateway_url, &stack.admin_token, &[]).await;
     assert!(cookie.starts_with("ptyhub_session_"), "{whole}");
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
         assert!(whole.contains(attribute), "{attribute} in {whole}");
@@ -131,23 +142,18 @@ async fn a_sign_in_link_becomes_an_http_only_strict_cookie_and_leaves_the_addres
 #[tokio::test]
 async fn behind_a_tls_terminating_proxy_the_cookie_is_secure() {
     let stack = TestStack::builder().start().await;
-    let response = client()
-        .get(format!(
-            "{}/instances/local?token={}",
-            stack.gateway_url, stack.admin_token
-        ))
-        .header("X-Forwarded-Proto", "https")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 303);
-    let (_, whole) = set_cookie(response.headers()).expect("a session cookie");
+    let (_, whole) = sign_in_on(
+        &stack.gateway_url,
+        &stack.admin_token,
+        &[("X-Forwarded-Proto", "https")],
+    )
+    .await;
     assert!(whole.ends_with("; Secure"), "{whole}");
     stack.shutdown().await;
 }
 
 #[tokio::test]
-async fn a_refused_sign_in_link_sets_no_cookie_and_says_so_in_the_fragment() {
+async fn a_refused_sign_in_links_token_sets_no_cookie() {
     let stack = TestStack::builder().start().await;
     let response = client()
         .get(format!("{}/?token=not-the-token&x=1", stack.gateway_url))
@@ -155,7 +161,19 @@ async fn a_refused_sign_in_link_sets_no_cookie_and_says_so_in_the_fragment() {
         .await
         .unwrap();
     assert_eq!(response.status(), 303);
-    assert_eq!(response.headers()[header::LOCATION], "/?x=1#token-refused");
+    assert_eq!(
+        response.headers()[header::LOCATION],
+        "/?x=1#token=not-the-token"
+    );
+    assert!(set_cookie(response.headers()).is_none());
+    // The page signs in with it, and is refused.
+    let response = client()
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth("not-the-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
     assert!(set_cookie(response.headers()).is_none());
     // Without a cookie or token the API refuses.
     let (status, _, _) = with_cookie(
@@ -255,13 +273,7 @@ async fn a_cookie_issued_on_one_port_is_refused_on_another_even_with_the_same_se
             .send()
     };
 
-    let response = client()
-        .get(format!("{first}/?token={}", stack.admin_token))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 303);
-    let (cookie, whole) = set_cookie(response.headers()).expect("a cookie");
+    let (cookie, whole) = sign_in_on(&first, &stack.admin_token, &[]).await;
     assert_eq!(who(&first, &cookie).await.unwrap().status(), 200);
     // The browser sends it to the other port too, where it signs nobody in.
     assert_eq!(
@@ -276,12 +288,7 @@ async fn a_cookie_issued_on_one_port_is_refused_on_another_even_with_the_same_se
         "{whole}"
     );
     // Replayed under the other gateway's own name, its claims name another port.
-    let response = client()
-        .get(format!("{second}/?token={}", stack.admin_token))
-        .send()
-        .await
-        .unwrap();
-    let (second_cookie, _) = set_cookie(response.headers()).expect("a cookie");
+    let (second_cookie, _) = sign_in_on(&second, &stack.admin_token, &[]).await;
     let second_name = second_cookie.split('=').next().unwrap();
     let value = cookie.split_once('=').unwrap().1;
     let replayed = format!("{second_name}={value}");
@@ -306,7 +313,7 @@ async fn a_cookie_issued_on_one_port_is_refused_on_another_even_with_the_same_se
 #[tokio::test]
 async fn a_cookie_changes_nothing_for_a_page_of_another_origin() {
     let stack = TestStack::builder().start().await;
-    let cookie = sign_in_by_link(&stack).await;
+    let cookie = sign_in(&stack).await;
     let sessions = format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id);
     // Another port on the same host is the same site: the browser sends the cookie along.
     let (status, body, _) = with_cookie(
@@ -611,14 +618,12 @@ async fn refused_credentials_are_limited_per_client_address_and_never_lock_out_t
         .unwrap();
     assert_eq!(response.status(), 200);
     let response = client()
-        .get(format!(
-            "{}/?token={}",
-            stack.gateway_url, stack.admin_token
-        ))
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth(&stack.admin_token)
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 303);
+    assert_eq!(response.status(), 200);
     assert!(
         set_cookie(response.headers()).is_some(),
         "the right token signs in"

@@ -6,6 +6,7 @@ mod browser;
 mod command_choice;
 mod common;
 mod contract;
+mod front_door;
 mod fuzz;
 mod grpc_attach;
 mod grpc_web;

@@ -507,10 +507,8 @@ async fn a_share_link_never_replaces_another_sign_in_without_asking() {
     };
     // The browser is signed in as the admin.
     let response = client
-        .get(format!(
-            "{}/?token={}",
-            stack.gateway_url, stack.admin_token
-        ))
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth(&stack.admin_token)
         .send()
         .await
         .unwrap();

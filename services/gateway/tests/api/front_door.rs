@@ -1,0 +1,228 @@
+//! The front door across surfaces: a principal's screen waits (REST and gRPC) hold its stream
+//! slots like its sockets and event streams, and a sign-in link (`?token=`) never replaces the
+//! browser's sign-in as someone else without asking, as a share link does not.
+
+use std::time::Duration;
+
+use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
+use ptyhub_test_support::stack::TestStack;
+use reqwest::redirect::Policy;
+use serde_json::{Value, json};
+use tonic::Code;
+
+use crate::common::{PATIENCE, Terminal};
+
+/// What no screen shows until the test types it.
+const RELEASE: &str = "release-the-waits";
+
+/// A session's REST route: `POST {session}/{action}` with `token` and `body`, answered with
+/// its status and JSON body.
+async fn session_call(session: &str, action: &str, token: &str, body: Value) -> (u16, Value) {
+    let response = ptyhub_test_support::http::client()
+        .build()
+        .unwrap()
+        .post(format!("{session}/{action}"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A wait of `timeout_ms` for [`RELEASE`], which no screen shows until the test types it.
+fn wait_for_release(timeout_ms: u32) -> Value {
+    json!({"pattern": RELEASE, "timeout_ms": timeout_ms})
+}
+
+#[tokio::test]
+async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
+    let stack = TestStack::builder()
+        .max_streams_per_principal(2)
+        .start()
+        .await;
+    let instance = stack.instance_id.clone();
+    let created = stack
+        .http
+        .post(format!(
+            "{}/api/v1/instances/{instance}/terminal/sessions",
+            stack.gateway_url
+        ))
+        .bearer_auth(&stack.admin_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let session_id = created.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    let session = format!(
+        "{}/api/v1/instances/{instance}/terminal/sessions/{session_id}",
+        stack.gateway_url
+    );
+    let admin = stack.admin_token.clone();
+
+    // Two long waits of the admin's fill its two slots.
+    let waits: Vec<_> = (0..2)
+        .map(|_| {
+            let (session, admin) = (session.clone(), admin.clone());
+            tokio::spawn(async move {
+                session_call(&session, "wait", &admin, wait_for_release(300_000)).await
+            })
+        })
+        .collect();
+
+    // Once both are waiting, a third wait is refused rather than run (a wait that runs ends
+    // with 408 after its millisecond).
+    let refused = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
+        let (status, body) = session_call(&session, "wait", &admin, wait_for_release(1)).await;
+        (status != 408).then_some((status, body))
+    })
+    .await
+    .expect("a third wait refused once two wait");
+    assert_eq!(refused.0, 429, "{}", refused.1);
+    let detail = refused.1["detail"].as_str().expect("a detail");
+    assert!(detail.contains("streams already"), "{detail}");
+
+    // The same slots on the gateway's gRPC and on its WebSockets.
+    let channel = tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(session_pb::WaitForScreenRequest {
+        instance: instance.clone(),
+        session_id: session_id.clone(),
+        pattern: RELEASE.to_owned(),
+        timeout_ms: 1,
+        ..Default::default()
+    });
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {admin}").parse().unwrap());
+    let refused = SessionApiClient::new(channel)
+        .wait_for_screen(request)
+        .await
+        .expect_err("no gRPC wait beyond the principal's streams");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let mut socket = Terminal::open(
+        &stack,
+        &format!("/ws/tool-instances/{instance}/terminal/{session_id}?mode=view"),
+    )
+    .await;
+    assert_eq!(socket.read_until_closed().await.code, 4029);
+
+    // Another principal has slots of its own: its wait runs, and times out.
+    let alice = stack.jwt("alice", &["*"], false);
+    let (status, body) = session_call(&session, "wait", &alice, wait_for_release(1)).await;
+    assert_eq!(status, 408, "{body}");
+
+    // The waits end when the screen shows what they wait for, and give their slots back.
+    let (status, body) = session_call(
+        &session,
+        "input",
+        &admin,
+        json!({"text": format!("# {RELEASE}"), "keys": ["Enter"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for wait in waits {
+        let (status, answer) = wait.await.expect("a wait");
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["outcome"], "matched", "{answer}");
+    }
+    let (status, answer) = session_call(&session, "wait", &admin, wait_for_release(60_000)).await;
+    assert_eq!(status, 200, "a slot given back: {answer}");
+    stack.shutdown().await;
+}
+
+/// A client that shows redirects instead of following them.
+fn browser() -> reqwest::Client {
+    ptyhub_test_support::http::client()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The page's sign-in with `token`, as a browser holding `cookie` makes it.
+async fn sign_in(
+    stack: &TestStack,
+    token: &str,
+    cookie: Option<&str>,
+    replace: bool,
+) -> reqwest::Response {
+    let mut request = browser()
+        .post(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .bearer_auth(token)
+        .json(&json!({"replace": replace}));
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    request.send().await.unwrap()
+}
+
+/// The `name=value` of an answer's `Set-Cookie`, if it has one.
+fn cookie_of(response: &reqwest::Response) -> Option<String> {
+    let whole = response.headers().get("set-cookie")?.to_str().ok()?;
+    Some(whole.split(';').next()?.to_owned())
+}
+
+#[tokio::test]
+async fn a_sign_in_link_never_replaces_another_sign_in_without_asking() {
+    let stack = TestStack::builder().start().await;
+    // The browser is signed in as alice.
+    let alice = stack.jwt("alice", &["*"], false);
+    let signed_in = sign_in(&stack, &alice, None, false).await;
+    assert_eq!(signed_in.status(), 200);
+    let alice_cookie = cookie_of(&signed_in).expect("alice's cookie");
+
+    // The admin's sign-in link, followed with alice's cookie or (from a page of another site)
+    // without it: nothing is exchanged on the link's own request, the token goes into the
+    // fragment for the page.
+    let link = format!(
+        "{}/instances/{}?mode=view&token={}",
+        stack.gateway_url, stack.instance_id, stack.admin_token
+    );
+    for cookie in [Some(alice_cookie.as_str()), None] {
+        let mut request = browser().get(&link);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 303, "{cookie:?}");
+        assert_eq!(cookie_of(&response), None, "the link replaced the sign-in");
+        assert_eq!(
+            response.headers()["location"],
+            format!(
+                "/instances/{}?mode=view#token={}",
+                stack.instance_id, stack.admin_token
+            )
+        );
+    }
+
+    // The page's sign-in with it asks first (409, naming both), and replaces only when told.
+    let asked = sign_in(&stack, &stack.admin_token, Some(&alice_cookie), false).await;
+    assert_eq!(asked.status(), 409);
+    assert_eq!(cookie_of(&asked), None);
+    let conflict: Value = asked.json().await.unwrap();
+    assert_eq!(conflict["signed_in"]["subject"], "alice", "{conflict}");
+    assert_eq!(conflict["offered"]["subject"], "api-token-0", "{conflict}");
+    let replaced = sign_in(&stack, &stack.admin_token, Some(&alice_cookie), true).await;
+    assert_eq!(replaced.status(), 200);
+    let admin_cookie = cookie_of(&replaced).expect("the admin's cookie");
+    let who: Value = browser()
+        .get(format!("{}/api/v1/auth/session", stack.gateway_url))
+        .header("cookie", admin_cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(who["subject"], "api-token-0", "{who}");
+    stack.shutdown().await;
+}
