@@ -38,4 +38,5 @@ pub use secret::{
     read_secret_lines, secret_from,
 };
 pub use tls::{PemCertificatesError, TlsConfig, TlsError, TlsFiles, pem_certificate_count};
+pub use secrecy::{ExposeSecret, SecretString};
 pub use tonic_health::ServingStatus;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ptyhub_attach_ticket::TicketVerifyingKey;
-use ptyhub_wire::{ServiceCredential, secret_from};
+use ptyhub_wire::{ExposeSecret as _, SecretSource, ServiceCredential};
 
 use crate::policy::SpawnPolicy;
 
@@ -184,7 +184,7 @@ impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
     pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
 
-    /// The defaults, for a broker with a credential of its own (`--service-token`), the one it
+    /// The defaults, for a broker with a credential of its own (`--service-token-file`), the one it
     /// registers with: it admits on its control calls only the credential session-api derives
     /// from it ([`ServiceCredential::broker_control_credential`]), which opens no other broker.
     /// `ticket_public_key` checks attach tickets.
@@ -240,9 +240,8 @@ impl Config {
     }
 }
 
-/// The broker's secrets, each from its variable, its flag, or a file (`--…-file`,
-/// `PTYHUB_BROKER_…_FILE`): documented deployments use the files or variables, never flags,
-/// whose values any user of the host reads in `/proc/<pid>/cmdline`.
+/// The broker's secrets, each from its variable or a file (`--…-file`, `PTYHUB_BROKER_…_FILE`),
+/// never from a flag, whose value any user of the host reads in `/proc/<pid>/cmdline`.
 ///
 /// A broker holds nothing that opens another broker: its own credential, from which the one it
 /// admits is derived, and session-api's public key, which checks tickets and makes none.
@@ -263,57 +262,52 @@ pub struct BrokerSecrets {
     pub ticket_public_key: TicketVerifyingKey,
 }
 
-/// The flags and variables behind [`BrokerSecrets`], as clap reads them.
-#[derive(Debug, clap::Args)]
-struct BrokerSecretFlags {
-    /// This broker's own credential (at least 16 printable ASCII characters), which session-api
-    /// binds to --broker-id: sent when it registers, and the one the control calls' credential
-    /// is derived from. Give each broker its own.
-    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN", hide_env_values = true)]
-    service_token: Option<String>,
-    /// A file holding `--service-token`.
-    #[arg(long, env = "PTYHUB_BROKER_SERVICE_TOKEN_FILE")]
-    service_token_file: Option<PathBuf>,
-    /// For a broker without --service-token only (configured in session-api, never
-    /// registering): session-api's own credential, which its control calls then accept.
-    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN", hide_env_values = true)]
-    session_api_token: Option<String>,
-    /// A file holding `--session-api-token`.
-    #[arg(long, env = "PTYHUB_BROKER_SESSION_API_TOKEN_FILE")]
-    session_api_token_file: Option<PathBuf>,
-    /// session-api's public key for attach tickets (PEM, `-----BEGIN PUBLIC KEY-----`); never
-    /// its private key.
-    #[arg(long, env = "PTYHUB_BROKER_TICKET_PUBLIC_KEY", hide_env_values = true)]
-    ticket_public_key: Option<String>,
-    /// A file holding `--ticket-public-key`.
-    #[arg(long, env = "PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE")]
-    ticket_public_key_file: Option<PathBuf>,
-}
+/// This broker's own credential.
+const SERVICE_TOKEN: SecretSource = SecretSource {
+    setting: "service_token",
+    flag: "service-token",
+    variable: "PTYHUB_BROKER_SERVICE_TOKEN",
+    file_flag: "service-token-file",
+    file_variable: "PTYHUB_BROKER_SERVICE_TOKEN_FILE",
+    help: "This broker's own credential (at least 16 printable ASCII characters), which session-api binds to --broker-id: sent when it registers, and the one the control calls' credential is derived from. Give each broker its own.",
+    list: false,
+};
 
-impl BrokerSecretFlags {
-    fn resolve(self) -> Result<BrokerSecrets, String> {
-        let service_token = secret_from(
-            "service_token",
-            self.service_token,
-            self.service_token_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .map(|token| {
-            ServiceCredential::new(token)
-                .map_err(|error| format!("invalid setting service_token: {error}"))
-        })
-        .transpose()?;
-        let session_api_token = secret_from(
-            "session_api_token",
-            self.session_api_token,
-            self.session_api_token_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .map(|token| {
-            ServiceCredential::new(token)
-                .map_err(|error| format!("invalid setting session_api_token: {error}"))
-        })
-        .transpose()?;
+/// session-api's own credential, for a broker without one of its own.
+const SESSION_API_TOKEN: SecretSource = SecretSource {
+    setting: "session_api_token",
+    flag: "session-api-token",
+    variable: "PTYHUB_BROKER_SESSION_API_TOKEN",
+    file_flag: "session-api-token-file",
+    file_variable: "PTYHUB_BROKER_SESSION_API_TOKEN_FILE",
+    help: "For a broker without --service-token-file only (configured in session-api, never registering): session-api's own credential, which its control calls then accept.",
+    list: false,
+};
+
+/// session-api's public key for attach tickets: no secret, but read the same way, so that a
+/// broker's keys and credentials are given alike.
+const TICKET_PUBLIC_KEY: SecretSource = SecretSource {
+    setting: "ticket_public_key",
+    flag: "ticket-public-key",
+    variable: "PTYHUB_BROKER_TICKET_PUBLIC_KEY",
+    file_flag: "ticket-public-key-file",
+    file_variable: "PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE",
+    help: "session-api's public key for attach tickets (PEM, -----BEGIN PUBLIC KEY-----); never its private key.",
+    list: false,
+};
+
+impl BrokerSecrets {
+    fn from_matches(matches: &clap::ArgMatches) -> Result<Self, String> {
+        let credential = |source: &SecretSource| -> Result<Option<ServiceCredential>, String> {
+            let Some(secret) = source.read(matches).map_err(|error| error.to_string())? else {
+                return Ok(None);
+            };
+            ServiceCredential::new(secret.expose_secret())
+                .map(Some)
+                .map_err(|error| format!("invalid setting {}: {error}", source.setting))
+        };
+        let service_token = credential(&SERVICE_TOKEN)?;
+        let session_api_token = credential(&SESSION_API_TOKEN)?;
         let session_api_token = match (&service_token, session_api_token) {
             (Some(own), None) => own.broker_control_credential(),
             (None, Some(session_api)) => session_api,
@@ -326,16 +320,13 @@ impl BrokerSecretFlags {
                 return Err("missing setting service_token: set PTYHUB_BROKER_SERVICE_TOKEN_FILE to this broker's own credential (or, for a broker that never registers, PTYHUB_BROKER_SESSION_API_TOKEN_FILE)".to_owned());
             }
         };
-        let ticket_public_key = secret_from(
-            "ticket_public_key",
-            self.ticket_public_key,
-            self.ticket_public_key_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .ok_or("missing setting ticket_public_key: set PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE to session-api's ticket public key (PEM)")?;
-        let ticket_public_key = TicketVerifyingKey::from_pem(&ticket_public_key)
+        let ticket_public_key = TICKET_PUBLIC_KEY
+            .read(matches)
+            .map_err(|error| error.to_string())?
+            .ok_or("missing setting ticket_public_key: set PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE to session-api's ticket public key (PEM)")?;
+        let ticket_public_key = TicketVerifyingKey::from_pem(ticket_public_key.expose_secret())
             .map_err(|error| format!("invalid setting ticket_public_key: {error}"))?;
-        Ok(BrokerSecrets {
+        Ok(Self {
             session_api_token,
             service_token,
             ticket_public_key,
@@ -343,12 +334,12 @@ impl BrokerSecretFlags {
     }
 }
 
-// The secrets are typed in the configuration but come from one of several sources, which clap's
-// derive cannot express: it reads the flags above, and `resolve` makes the typed secrets.
+// The secrets are typed in the configuration but come from a variable or a file
+// ([`SecretSource`]), which clap's derive cannot express: the sources declare the arguments, and
+// `from_matches` makes the typed secrets.
 impl clap::FromArgMatches for BrokerSecrets {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        BrokerSecretFlags::from_arg_matches(matches)?
-            .resolve()
+        Self::from_matches(matches)
             .map_err(|message| clap::Error::raw(clap::error::ErrorKind::ValueValidation, message))
     }
 
@@ -360,11 +351,13 @@ impl clap::FromArgMatches for BrokerSecrets {
 
 impl clap::Args for BrokerSecrets {
     fn augment_args(command: clap::Command) -> clap::Command {
-        BrokerSecretFlags::augment_args(command)
+        [SERVICE_TOKEN, SESSION_API_TOKEN, TICKET_PUBLIC_KEY]
+            .iter()
+            .fold(command, |command, source| command.args(source.arguments()))
     }
 
     fn augment_args_for_update(command: clap::Command) -> clap::Command {
-        BrokerSecretFlags::augment_args_for_update(command)
+        Self::augment_args(command)
     }
 }
 
@@ -439,26 +432,32 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
 -----END PRIVATE KEY-----
 ";
 
-    /// `--ticket-public-key=PEM` (a PEM starts with a dash: it cannot be a separate argument).
-    fn public_key() -> String {
-        format!("--ticket-public-key={PUBLIC_KEY}")
+    /// Secret files in a temporary directory, each named by its `--…-file` flag.
+    struct SecretFiles(tempfile::TempDir);
+
+    impl SecretFiles {
+        fn new() -> Self {
+            Self(tempfile::tempdir().expect("a temporary directory"))
+        }
+
+        /// `--<flag>=<a file holding secret and a newline>`.
+        fn flag(&self, flag: &str, secret: &str) -> String {
+            format!("--{flag}={}", self.path(flag, secret))
+        }
+
+        fn path(&self, name: &str, secret: &str) -> String {
+            let path = self.0.path().join(name);
+            std::fs::write(&path, format!("{secret}\n")).expect("write a secret");
+            path.display().to_string()
+        }
     }
 
     #[test]
     fn every_secret_can_come_from_a_file() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let write = |name: &str, secret: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, format!("{secret}\n")).expect("write a secret");
-            path.display().to_string()
-        };
-        let own = write("broker", "broker-own-token-0123456789");
-        let ticket = write("ticket.pub", PUBLIC_KEY);
+        let files = SecretFiles::new();
         let config = parse(&[
-            "--service-token-file",
-            &own,
-            "--ticket-public-key-file",
-            &ticket,
+            &files.flag("service-token-file", "broker-own-token-0123456789"),
+            &files.flag("ticket-public-key-file", PUBLIC_KEY),
         ])
         .expect("secrets from files");
         let own = config
@@ -476,11 +475,36 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
     }
 
     #[test]
+    fn secrets_on_the_command_line_are_refused() {
+        let files = SecretFiles::new();
+        let key = files.flag("ticket-public-key-file", PUBLIC_KEY);
+        for flag in ["--service-token", "--session-api-token"] {
+            let refused = parse(&[flag, "a-token-on-the-command-line-0123", &key]).unwrap_err();
+            assert!(refused.contains("is refused"), "{refused}");
+            assert!(refused.contains("_FILE"), "{refused}");
+            assert!(
+                !refused.contains("a-token-on-the-command-line"),
+                "{refused}"
+            );
+        }
+        let refused = parse(&[
+            &files.flag("service-token-file", "broker-own-token-0123456789"),
+            &format!("--ticket-public-key={PUBLIC_KEY}"),
+        ])
+        .unwrap_err();
+        assert!(
+            refused.contains("PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn a_broker_with_its_own_credential_admits_only_the_one_derived_from_it() {
+        let files = SecretFiles::new();
+        let key = files.flag("ticket-public-key-file", PUBLIC_KEY);
         let config = parse(&[
-            "--service-token",
-            "broker-own-token-0123456789",
-            &public_key(),
+            &files.flag("service-token-file", "broker-own-token-0123456789"),
+            &key,
         ])
         .expect("a broker of its own");
         let own = config.secrets.service_token.clone().expect("its own");
@@ -497,9 +521,8 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
 
         // Without one (a broker configured in session-api, never registering), session-api's.
         let configured = parse(&[
-            "--session-api-token",
-            "session-api-token-0123456789",
-            &public_key(),
+            &files.flag("session-api-token-file", "session-api-token-0123456789"),
+            &key,
         ])
         .expect("a configured broker");
         assert!(configured.secrets.service_token.is_none());
@@ -512,34 +535,31 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
     }
 
     #[test]
-    fn missing_doubled_or_shared_secrets_are_named() {
-        let missing = parse(&[&public_key()]).unwrap_err();
+    fn missing_or_shared_secrets_are_named() {
+        let files = SecretFiles::new();
+        let key = files.flag("ticket-public-key-file", PUBLIC_KEY);
+        let missing = parse(&[&key]).unwrap_err();
         assert!(
             missing.contains("missing setting service_token"),
             "{missing}"
         );
-        let doubled = parse(&[
-            "--service-token",
-            "broker-own-token-0123456789",
-            "--service-token-file",
-            "/nonexistent",
-            &public_key(),
-        ])
-        .unwrap_err();
-        assert!(doubled.contains("not both"), "{doubled}");
+        let unreadable = parse(&["--service-token-file=/nonexistent/token", &key]).unwrap_err();
+        assert!(
+            unreadable.contains("invalid setting service_token: cannot read /nonexistent/token"),
+            "{unreadable}"
+        );
         // session-api's credential opens every broker that holds it: a broker with one of its
         // own is refused it.
         let both = parse(&[
-            "--session-api-token",
-            "session-api-token-0123456789",
-            "--service-token",
-            "broker-own-token-0123456789",
-            &public_key(),
+            &files.flag("session-api-token-file", "session-api-token-0123456789"),
+            &files.flag("service-token-file", "broker-own-token-0123456789"),
+            &key,
         ])
         .unwrap_err();
         assert!(both.contains("invalid setting session_api_token"), "{both}");
         assert!(!both.contains("0123456789"), "{both}");
-        let no_key = parse(&["--service-token", "broker-own-token-0123456789"]).unwrap_err();
+        let no_key =
+            parse(&[&files.flag("service-token-file", "broker-own-token-0123456789")]).unwrap_err();
         assert!(
             no_key.contains("missing setting ticket_public_key"),
             "{no_key}"
@@ -548,6 +568,7 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
 
     #[test]
     fn a_broker_refuses_to_hold_the_ticket_signing_key_or_a_ticket_secret() {
+        let files = SecretFiles::new();
         for (given, expected) in [
             (PRIVATE_KEY, "this is a private key"),
             (
@@ -556,9 +577,8 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
             ),
         ] {
             let refused = parse(&[
-                "--service-token",
-                "broker-own-token-0123456789",
-                &format!("--ticket-public-key={given}"),
+                &files.flag("service-token-file", "broker-own-token-0123456789"),
+                &files.flag("ticket-public-key-file", given),
             ])
             .unwrap_err();
             assert!(
@@ -571,5 +591,98 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
                 "never quotes the key: {refused}"
             );
         }
+    }
+
+    /// Run by [`the_variables_of_the_deploy_manifests_configure_the_broker`] in a child process
+    /// whose environment holds them.
+    #[test]
+    #[ignore = "runs in a child process with its variables set"]
+    fn child_parses_the_deploy_manifests_variables() {
+        if !ptyhub_test_support::child::is_child() {
+            return;
+        }
+        let config = parse(&[]).expect("the manifests' variables parse");
+        assert_eq!(config.broker_id, "node-1");
+        assert_eq!(
+            config.session_api.as_deref(),
+            Some("https://session-api.ptyhub.svc.cluster.local:50051")
+        );
+        assert_eq!(config.advertise.as_deref(), Some("https://10.0.0.5:50061"));
+        assert_eq!(config.backends, [BackendKind::Docker]);
+        assert_eq!(config.shutdown_grace, Duration::from_secs(10));
+        assert_eq!(
+            config.data_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/ptyhub-broker"))
+        );
+        assert_eq!(
+            config.docker.host.as_deref(),
+            Some("unix:///var/run/docker.sock")
+        );
+        assert!(config.tls.client_auth);
+        assert_eq!(
+            config.tls.ca.as_deref(),
+            Some(std::path::Path::new("/etc/ptyhub/secrets/ca.crt"))
+        );
+        let own = config.secrets.service_token.as_ref().expect("its own");
+        assert!(own.matches("broker-own-token-0123456789"));
+        assert_eq!(config.secrets.ticket_public_key.to_pem(), PUBLIC_KEY);
+        assert!(!format!("{config:?}").contains("0123456789"));
+    }
+
+    /// The variables `deploy/kubernetes/pty-broker.yaml` and `deploy/compose.yaml` give the
+    /// broker, read by the broker's own configuration.
+    #[test]
+    fn the_variables_of_the_deploy_manifests_configure_the_broker() {
+        let files = SecretFiles::new();
+        let variables = [
+            ("PTYHUB_BROKER_ID", "node-1".to_owned()),
+            (
+                "PTYHUB_BROKER_SESSION_API",
+                "https://session-api.ptyhub.svc.cluster.local:50051".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_ADVERTISE",
+                "https://10.0.0.5:50061".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_SERVICE_TOKEN_FILE",
+                files.path("service-token", "broker-own-token-0123456789"),
+            ),
+            (
+                "PTYHUB_BROKER_TICKET_PUBLIC_KEY_FILE",
+                files.path("ticket-public-key.pem", PUBLIC_KEY),
+            ),
+            (
+                "PTYHUB_BROKER_TLS_CERT",
+                "/etc/ptyhub/secrets/tls.crt".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_TLS_KEY",
+                "/etc/ptyhub/secrets/tls.key".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_TLS_CA",
+                "/etc/ptyhub/secrets/ca.crt".to_owned(),
+            ),
+            ("PTYHUB_BROKER_TLS_CLIENT_AUTH", "true".to_owned()),
+            ("PTYHUB_BROKER_BACKENDS", "docker".to_owned()),
+            (
+                "PTYHUB_BROKER_ALLOW_CONTAINERS",
+                "label:ptyhub.terminals=true".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_DOCKER_HOST",
+                "unix:///var/run/docker.sock".to_owned(),
+            ),
+            (
+                "PTYHUB_BROKER_DATA_DIR",
+                "/var/lib/ptyhub-broker".to_owned(),
+            ),
+            ("PTYHUB_BROKER_SHUTDOWN_GRACE", "10s".to_owned()),
+        ];
+        ptyhub_test_support::child::assert_passes_in_child(
+            "config::tests::child_parses_the_deploy_manifests_variables",
+            &variables,
+        );
     }
 }
