@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use ptyhub_attach_ticket::TicketSigningKey;
-use ptyhub_wire::{ServiceCredential, read_secret_lines, secret_from};
+use ptyhub_wire::{ExposeSecret as _, SecretSource, SecretString, ServiceCredential};
 
 use crate::domain::RecordMode;
 use crate::webhooks::WebhookSettings;
@@ -15,11 +15,14 @@ use crate::webhooks::WebhookSettings;
 /// flags and `PTYHUB_SESSION_API_*` variables with `clap` (as `main.rs` does).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// `sqlite://PATH?mode=rwc` (a file, WAL) or `postgres://USER:PASSWORD@HOST:PORT/DB`.
+    /// `sqlite://PATH?mode=rwc` (a file, WAL) or `postgres://USER:PASSWORD@HOST:PORT/DB`. A URL
+    /// with a password goes in the variable: the flag refuses one.
     #[arg(
         long,
         env = "PTYHUB_SESSION_API_DATABASE_URL",
-        default_value = "sqlite://ptyhub-sessions.db?mode=rwc"
+        hide_env_values = true,
+        default_value = "sqlite://ptyhub-sessions.db?mode=rwc",
+        value_parser = DatabaseUrlParser
     )]
     pub database_url: String,
 
@@ -193,10 +196,9 @@ impl Config {
     }
 }
 
-/// session-api's secrets, each from its variable, its flag, or a file (`--…-file`,
-/// `PTYHUB_SESSION_API_…_FILE`; a file of tokens holds one per line): documented deployments use
-/// the files or variables, never flags, whose values any user of the host reads in
-/// `/proc/<pid>/cmdline`. Every tier has a credential of its own, and none is accepted where
+/// session-api's secrets, each from its variable or a file (`--…-file`,
+/// `PTYHUB_SESSION_API_…_FILE`; a file of tokens holds one per line), never from a flag, whose
+/// value any user of the host reads in `/proc/<pid>/cmdline`. Every tier has a credential of its own, and none is accepted where
 /// another tier's belongs.
 #[derive(Debug, Clone)]
 pub struct SessionApiSecrets {
@@ -279,104 +281,83 @@ impl SessionApiSecrets {
     }
 }
 
-/// The flags and variables behind [`SessionApiSecrets`], as clap reads them.
-#[derive(Debug, clap::Args)]
-struct SessionApiSecretFlags {
-    /// session-api's own credential, sent to the brokers (at least 16 printable ASCII
-    /// characters).
-    #[arg(long, env = "PTYHUB_SESSION_API_SERVICE_TOKEN", hide_env_values = true)]
-    service_token: Option<String>,
-    /// A file holding `--service-token`.
-    #[arg(long, env = "PTYHUB_SESSION_API_SERVICE_TOKEN_FILE")]
-    service_token_file: Option<PathBuf>,
-    /// Credentials of the gateways (comma separated, or the flag repeated).
-    #[arg(
-        long = "gateway-token",
-        env = "PTYHUB_SESSION_API_GATEWAY_TOKENS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    gateway_tokens: Vec<String>,
-    /// A file of gateway credentials, one per line.
-    #[arg(long, env = "PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE")]
-    gateway_token_file: Option<PathBuf>,
-    /// Each broker's own credential, bound to its id, as `broker-id=token` (comma separated,
-    /// or the flag repeated): a broker registers and heartbeats under its own id alone.
-    #[arg(
-        long = "broker-token",
-        env = "PTYHUB_SESSION_API_BROKER_TOKENS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    broker_tokens: Vec<String>,
-    /// A file of broker credentials, one `broker-id=token` per line.
-    #[arg(long, env = "PTYHUB_SESSION_API_BROKER_TOKEN_FILE")]
-    broker_token_file: Option<PathBuf>,
-    /// The Ed25519 private key that signs attach tickets (PKCS#8 PEM, as `openssl genpkey
-    /// -algorithm ed25519` writes it). Only session-api holds it; brokers get its public key.
-    #[arg(
-        long,
-        env = "PTYHUB_SESSION_API_TICKET_SIGNING_KEY",
-        hide_env_values = true
-    )]
-    ticket_signing_key: Option<String>,
-    /// A file holding `--ticket-signing-key`.
-    #[arg(long, env = "PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE")]
-    ticket_signing_key_file: Option<PathBuf>,
-}
+/// session-api's own credential.
+const SERVICE_TOKEN: SecretSource = SecretSource {
+    setting: "service_token",
+    flag: "service-token",
+    variable: "PTYHUB_SESSION_API_SERVICE_TOKEN",
+    file_flag: "service-token-file",
+    file_variable: "PTYHUB_SESSION_API_SERVICE_TOKEN_FILE",
+    help: "session-api's own credential, sent to the brokers (at least 16 printable ASCII characters).",
+    list: false,
+};
 
-impl SessionApiSecretFlags {
-    fn resolve(self) -> Result<SessionApiSecrets, String> {
-        let credential = |setting: &str, token: String| {
-            ServiceCredential::new(token)
+/// The gateways' credentials.
+const GATEWAY_TOKENS: SecretSource = SecretSource {
+    setting: "gateway_token",
+    flag: "gateway-token",
+    variable: "PTYHUB_SESSION_API_GATEWAY_TOKENS",
+    file_flag: "gateway-token-file",
+    file_variable: "PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE",
+    help: "Credentials of the gateways.",
+    list: true,
+};
+
+/// Each broker's own credential, bound to its id.
+const BROKER_TOKENS: SecretSource = SecretSource {
+    setting: "broker_token",
+    flag: "broker-token",
+    variable: "PTYHUB_SESSION_API_BROKER_TOKENS",
+    file_flag: "broker-token-file",
+    file_variable: "PTYHUB_SESSION_API_BROKER_TOKEN_FILE",
+    help: "Each broker's own credential, bound to its id, as `broker-id=token`: a broker registers and heartbeats under its own id alone.",
+    list: true,
+};
+
+/// The private key that signs attach tickets.
+const TICKET_SIGNING_KEY: SecretSource = SecretSource {
+    setting: "ticket_signing_key",
+    flag: "ticket-signing-key",
+    variable: "PTYHUB_SESSION_API_TICKET_SIGNING_KEY",
+    file_flag: "ticket-signing-key-file",
+    file_variable: "PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE",
+    help: "The Ed25519 private key that signs attach tickets (PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it). Only session-api holds it; brokers get its public key.",
+    list: false,
+};
+
+impl SessionApiSecrets {
+    fn from_matches(matches: &clap::ArgMatches) -> Result<Self, String> {
+        let credential = |setting: &str, token: &SecretString| {
+            ServiceCredential::new(token.expose_secret())
                 .map_err(|error| format!("invalid setting {setting}: {error}"))
         };
-        let service_token = secret_from(
-            "service_token",
-            self.service_token,
-            self.service_token_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .ok_or("missing setting service_token: set PTYHUB_SESSION_API_SERVICE_TOKEN or --service-token-file")?;
-        let service_token = credential("service_token", service_token)?;
-        let tokens = |setting: &'static str, mut tokens: Vec<String>, file: Option<PathBuf>| {
-            if let Some(file) = file {
-                tokens
-                    .extend(read_secret_lines(setting, &file).map_err(|error| error.to_string())?);
-            }
-            tokens
-                .into_iter()
-                .map(|token| credential(setting, token))
-                .collect::<Result<Vec<_>, String>>()
-        };
-        let gateway_tokens = tokens(
-            "gateway_token",
-            self.gateway_tokens,
-            self.gateway_token_file,
-        )?;
+        let service_token = SERVICE_TOKEN
+            .read(matches)
+            .map_err(|error| error.to_string())?
+            .ok_or("missing setting service_token: set PTYHUB_SESSION_API_SERVICE_TOKEN_FILE or PTYHUB_SESSION_API_SERVICE_TOKEN")?;
+        let service_token = credential("service_token", &service_token)?;
+        let gateway_tokens = GATEWAY_TOKENS
+            .read_list(matches)
+            .map_err(|error| error.to_string())?
+            .iter()
+            .map(|token| credential("gateway_token", token))
+            .collect::<Result<Vec<_>, String>>()?;
         if gateway_tokens.is_empty() {
             return Err("missing setting gateway_token: set PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE or PTYHUB_SESSION_API_GATEWAY_TOKENS".to_owned());
         }
-        let mut broker_tokens = self.broker_tokens;
-        if let Some(file) = self.broker_token_file {
-            broker_tokens.extend(
-                read_secret_lines("broker_token", &file).map_err(|error| error.to_string())?,
-            );
-        }
-        let broker_tokens = broker_tokens
+        let broker_tokens = BROKER_TOKENS
+            .read_list(matches)
+            .map_err(|error| error.to_string())?
             .iter()
-            .map(|entry| entry.parse())
+            .map(|entry| entry.expose_secret().parse())
             .collect::<Result<Vec<BrokerCredential>, String>>()?;
-        let ticket_signing_key = secret_from(
-            "ticket_signing_key",
-            self.ticket_signing_key,
-            self.ticket_signing_key_file.as_deref(),
-        )
-        .map_err(|error| error.to_string())?
-        .ok_or("missing setting ticket_signing_key: set PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE to the private key that signs attach tickets (PEM)")?;
-        let ticket_signing_key = TicketSigningKey::from_pem(&ticket_signing_key)
+        let ticket_signing_key = TICKET_SIGNING_KEY
+            .read(matches)
+            .map_err(|error| error.to_string())?
+            .ok_or("missing setting ticket_signing_key: set PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE to the private key that signs attach tickets (PEM)")?;
+        let ticket_signing_key = TicketSigningKey::from_pem(ticket_signing_key.expose_secret())
             .map_err(|error| format!("invalid setting ticket_signing_key: {error}"))?;
-        let secrets = SessionApiSecrets {
+        let secrets = Self {
             service_token,
             gateway_tokens,
             broker_tokens,
@@ -387,12 +368,12 @@ impl SessionApiSecretFlags {
     }
 }
 
-// The secrets are typed in the configuration but come from one of several sources, which clap's
-// derive cannot express: it reads the flags above, and `resolve` makes the typed secrets.
+// The secrets are typed in the configuration but come from a variable or a file
+// ([`SecretSource`]), which clap's derive cannot express: the sources declare the arguments, and
+// `from_matches` makes the typed secrets.
 impl clap::FromArgMatches for SessionApiSecrets {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        SessionApiSecretFlags::from_arg_matches(matches)?
-            .resolve()
+        Self::from_matches(matches)
             .map_err(|message| clap::Error::raw(clap::error::ErrorKind::ValueValidation, message))
     }
 
@@ -404,12 +385,75 @@ impl clap::FromArgMatches for SessionApiSecrets {
 
 impl clap::Args for SessionApiSecrets {
     fn augment_args(command: clap::Command) -> clap::Command {
-        SessionApiSecretFlags::augment_args(command)
+        [
+            SERVICE_TOKEN,
+            GATEWAY_TOKENS,
+            BROKER_TOKENS,
+            TICKET_SIGNING_KEY,
+        ]
+        .iter()
+        .fold(command, |command, source| command.args(source.arguments()))
     }
 
     fn augment_args_for_update(command: clap::Command) -> clap::Command {
-        SessionApiSecretFlags::augment_args_for_update(command)
+        Self::augment_args(command)
     }
+}
+
+/// A database URL, refused on the command line when it carries a password (every user of the
+/// host reads a command line in /proc): such a URL goes in `PTYHUB_SESSION_API_DATABASE_URL`.
+#[derive(Debug, Clone, Copy)]
+struct DatabaseUrlParser;
+
+impl clap::builder::TypedValueParser for DatabaseUrlParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        argument: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        self.parse_ref_(
+            command,
+            argument,
+            value,
+            clap::parser::ValueSource::CommandLine,
+        )
+    }
+
+    fn parse_ref_(
+        &self,
+        _command: &clap::Command,
+        _argument: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+        source: clap::parser::ValueSource,
+    ) -> Result<String, clap::Error> {
+        let invalid = |message: &str| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid setting database_url: {message}\n"),
+            )
+        };
+        let url = value.to_str().ok_or_else(|| invalid("not UTF-8"))?;
+        if source == clap::parser::ValueSource::CommandLine && url_has_password(url) {
+            return Err(invalid(
+                "a URL with a password is refused on the command line, where every user of the host reads it in /proc: set PTYHUB_SESSION_API_DATABASE_URL instead",
+            ));
+        }
+        Ok(url.to_owned())
+    }
+}
+
+/// Whether `url` (`scheme://user:password@host/...`) carries a password.
+fn url_has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(user_info, _)| user_info.contains(':'))
 }
 
 /// A broker from the configuration: `id=endpoint`.
@@ -481,10 +525,57 @@ mod tests {
         config: Config,
     }
 
-    fn parse(args: &[&str]) -> Result<Config, String> {
+    /// Parses `args` as given: a secret among them is refused.
+    fn parse_raw(args: &[&str]) -> Result<Config, String> {
         Flags::try_parse_from(std::iter::once("session-api").chain(args.iter().copied()))
             .map(|flags| flags.config)
             .map_err(|error| error.to_string())
+    }
+
+    /// The secret flags these tests write for brevity (`--service-token=…`, `--gateway-token=…`,
+    /// `--broker-token=…`, `--ticket-signing-key=…`, list entries comma separated) go through
+    /// files (`--…-file`), the way deployments give them; every other argument as it is.
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut files: Vec<(&str, Vec<&str>)> = Vec::new();
+        let mut others = Vec::new();
+        for arg in args {
+            let secret = [
+                "service-token",
+                "gateway-token",
+                "broker-token",
+                "ticket-signing-key",
+            ]
+            .into_iter()
+            .find_map(|flag| {
+                let value = arg
+                    .strip_prefix("--")?
+                    .strip_prefix(flag)?
+                    .strip_prefix('=')?;
+                Some((flag, value))
+            });
+            match secret {
+                Some((flag, value)) => {
+                    let lines = if flag.ends_with("-token") && flag != "service-token" {
+                        value.split(',').collect()
+                    } else {
+                        vec![value]
+                    };
+                    match files.iter_mut().find(|(name, _)| *name == flag) {
+                        Some((_, existing)) => existing.extend(lines),
+                        None => files.push((flag, lines)),
+                    }
+                }
+                None => others.push((*arg).to_owned()),
+            }
+        }
+        for (flag, lines) in files {
+            let path = dir.path().join(flag);
+            std::fs::write(&path, format!("{}\n", lines.join("\n"))).expect("write a secret");
+            others.push(format!("--{flag}-file={}", path.display()));
+        }
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        parse_raw(&others)
     }
 
     /// A private key as `openssl genpkey -algorithm ed25519` writes it.
@@ -677,6 +768,141 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
         assert_eq!(parse_retention("0"), Ok(Duration::ZERO));
         let bad = parse_retention("a while").unwrap_err();
         assert!(bad.contains("forever"), "{bad}");
+    }
+
+    #[test]
+    fn secrets_on_the_command_line_are_refused() {
+        for flag in ["--service-token", "--gateway-token", "--broker-token"] {
+            // The other secrets from files, so that the refusal is the first error.
+            let refused = parse(&[
+                "--service-token=session-api-token-0123456789",
+                "--gateway-token=gateway-token-0123456789",
+                &format!("--ticket-signing-key={SIGNING_KEY}"),
+                flag,
+                "a-token-on-the-command-line-0123",
+            ])
+            .unwrap_err();
+            assert!(refused.contains("is refused"), "{flag}: {refused}");
+            assert!(refused.contains("_FILE"), "{refused}");
+            assert!(
+                !refused.contains("a-token-on-the-command-line"),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_database_password_is_refused_on_the_command_line() {
+        let tiers = [
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=gateway-token-0123456789",
+        ];
+        let mut args = tiers.to_vec();
+        args.push("--database-url=postgres://ptyhub:a-password@db:5432/ptyhub");
+        let refused = with_key(&args).unwrap_err();
+        assert!(
+            refused.contains("invalid setting database_url"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("PTYHUB_SESSION_API_DATABASE_URL"),
+            "{refused}"
+        );
+        assert!(!refused.contains("a-password"), "{refused}");
+        let mut args = tiers.to_vec();
+        args.push("--database-url=postgres://ptyhub@db:5432/ptyhub");
+        let config = with_key(&args).expect("a URL without a password");
+        assert_eq!(config.database_url, "postgres://ptyhub@db:5432/ptyhub");
+        assert!(url_has_password("postgres://u:p@h/db"));
+        assert!(!url_has_password("postgres://h:5432/db?user=a:b@c"));
+        assert!(!url_has_password("sqlite://ptyhub-sessions.db?mode=rwc"));
+    }
+
+    /// Run by [`the_variables_of_the_deploy_manifests_configure_session_api`] in a child process
+    /// whose environment holds them.
+    #[test]
+    #[ignore = "runs in a child process with its variables set"]
+    fn child_parses_the_deploy_manifests_variables() {
+        if !ptyhub_test_support::child::is_child() {
+            return;
+        }
+        let config = parse_raw(&[]).expect("the manifests' variables parse");
+        assert_eq!(
+            config.database_url,
+            "postgres://ptyhub:a-database-password@postgres:5432/ptyhub"
+        );
+        assert!(
+            config
+                .secrets
+                .service_token
+                .matches("session-api-token-0123456789")
+        );
+        assert_eq!(config.secrets.gateway_tokens.len(), 1);
+        assert_eq!(config.secrets.broker_tokens.len(), 1);
+        assert_eq!(config.secrets.broker_tokens[0].broker_id, "node-1");
+        assert_eq!(config.secrets.ticket_signing_key.to_pem(), SIGNING_KEY);
+        assert!(config.tls.client_auth);
+        assert_eq!(
+            config.tls.cert.as_deref(),
+            Some(std::path::Path::new("/etc/ptyhub/secrets/tls.crt"))
+        );
+        assert_eq!(config.heartbeat_timeout, Duration::from_secs(15));
+        assert_eq!(config.shutdown_grace, Duration::from_secs(20));
+        let printed = format!("{:?}", config.secrets);
+        assert!(!printed.contains("0123456789"), "{printed}");
+    }
+
+    /// The variables `deploy/kubernetes/session-api.yaml` and `deploy/compose.yaml` give
+    /// session-api, read by its own configuration.
+    #[test]
+    fn the_variables_of_the_deploy_manifests_configure_session_api() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = |name: &str, secret: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("{secret}\n")).expect("write a secret");
+            path.display().to_string()
+        };
+        let variables = [
+            (
+                "PTYHUB_SESSION_API_DATABASE_URL",
+                "postgres://ptyhub:a-database-password@postgres:5432/ptyhub".to_owned(),
+            ),
+            (
+                "PTYHUB_SESSION_API_SERVICE_TOKEN_FILE",
+                file("service-token", "session-api-token-0123456789"),
+            ),
+            (
+                "PTYHUB_SESSION_API_GATEWAY_TOKEN_FILE",
+                file("gateway-tokens", "gateway-token-0123456789"),
+            ),
+            (
+                "PTYHUB_SESSION_API_BROKER_TOKEN_FILE",
+                file("broker-tokens", "node-1=broker-token-0123456789"),
+            ),
+            (
+                "PTYHUB_SESSION_API_TICKET_SIGNING_KEY_FILE",
+                file("ticket-signing-key.pem", SIGNING_KEY),
+            ),
+            (
+                "PTYHUB_SESSION_API_TLS_CERT",
+                "/etc/ptyhub/secrets/tls.crt".to_owned(),
+            ),
+            (
+                "PTYHUB_SESSION_API_TLS_KEY",
+                "/etc/ptyhub/secrets/tls.key".to_owned(),
+            ),
+            (
+                "PTYHUB_SESSION_API_TLS_CA",
+                "/etc/ptyhub/secrets/ca.crt".to_owned(),
+            ),
+            ("PTYHUB_SESSION_API_TLS_CLIENT_AUTH", "true".to_owned()),
+            ("PTYHUB_SESSION_API_HEARTBEAT_TIMEOUT", "15s".to_owned()),
+            ("PTYHUB_SESSION_API_SHUTDOWN_GRACE", "20s".to_owned()),
+        ];
+        ptyhub_test_support::child::assert_passes_in_child(
+            "config::tests::child_parses_the_deploy_manifests_variables",
+            &variables,
+        );
     }
 
     #[test]
