@@ -342,6 +342,7 @@ impl Term {
                 .send(broker_pb::ClientFrame {
                     frame: Some(broker_pb::client_frame::Frame::Input(broker_pb::Input {
                         data: Bytes::copy_from_slice(data),
+                        input_id: None,
                     })),
                 })
                 .await

@@ -15,6 +15,9 @@ use tokio::sync::mpsc;
 
 use crate::terminal;
 
+/// How long a detach waits for the input typed before it to be written.
+const INPUT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the user typed (or piped in), as the stream should forward it.
 #[derive(Debug)]
 pub enum InputEvent {
@@ -108,7 +111,13 @@ pub async fn run_attach(
                         input_open = false;
                     }
                 }
-                Some(InputEvent::Detach) => return Ok(AttachOutcome::Detached),
+                Some(InputEvent::Detach) => {
+                    // What was typed before the detach keys is written before the stream goes.
+                    if role == Role::Controller {
+                        let _ = tokio::time::timeout(INPUT_FLUSH, attachment.flush_input()).await;
+                    }
+                    return Ok(AttachOutcome::Detached);
+                }
                 // Input ended: keep streaming output until the process ends.
                 None => input_open = false,
             },

@@ -7,6 +7,7 @@
 //! A refusal that reconnecting would not cure (the session is gone, the credential no longer
 //! covers it) ends the stream with that error.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::client_frame::Frame as ClientFrameKind;
 use ptyhub_proto::broker::v1::server_frame::Frame as ServerFrameKind;
 use ptyhub_wire::ErrorCode;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -143,7 +144,18 @@ impl Event {
     }
 }
 
-/// An attached terminal. Dropping it detaches (the session goes on).
+/// The receipt of one input: it was written to the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputReceipt {
+    /// The session's output offset just before the input's first byte was written: whatever
+    /// the program printed in answer comes at this offset or after it.
+    pub offset: u64,
+    /// How many bytes were written (all of the input's).
+    pub bytes: u64,
+}
+
+/// An attached terminal. Dropping it detaches (the session goes on); input queued and not yet
+/// sent is dropped with it, so wait for [`Attachment::flush_input`] first when it matters.
 #[derive(Debug)]
 pub struct Attachment {
     session_id: String,
@@ -155,6 +167,11 @@ pub struct Attachment {
 #[derive(Debug)]
 enum Command {
     Frame(ClientFrameKind),
+    /// Input whose receipt the caller waits for.
+    Input {
+        data: Bytes,
+        receipt: oneshot::Sender<Result<InputReceipt, Error>>,
+    },
 }
 
 impl Attachment {
@@ -176,6 +193,7 @@ impl Attachment {
             drawn: !options.snapshot,
             resumed: false,
             reconnect_window: options.reconnect_window,
+            next_input_id: 0,
         };
         let first = resume.open_stream().await?;
         let (event_sender, events) = mpsc::channel(EVENT_QUEUE);
@@ -203,8 +221,37 @@ impl Attachment {
     /// Writes bytes to the terminal (a controller's call; a viewer's input is refused with an
     /// [`Event::Refused`]). At most 1 MiB at a time.
     pub async fn send_input(&self, data: impl Into<Bytes>) -> Result<(), Error> {
-        self.send(ClientFrameKind::Input(pb::Input { data: data.into() }))
+        self.send(ClientFrameKind::Input(pb::Input {
+            data: data.into(),
+            input_id: None,
+        }))
+        .await
+    }
+
+    /// Writes bytes to the terminal and waits until they were written, for their receipt. A
+    /// refusal (a viewer's input, a process that ended) is the error [`Error::Rpc`] with its
+    /// code; a connection that dropped before the receipt came is
+    /// [`Error::InputUnconfirmed`] (the input may or may not have been written; it is not sent
+    /// again). Input to a shell that has not shown its first prompt yet is written after it.
+    pub async fn send_input_with_receipt(
+        &self,
+        data: impl Into<Bytes>,
+    ) -> Result<InputReceipt, Error> {
+        let (receipt, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Input {
+                data: data.into(),
+                receipt,
+            })
             .await
+            .map_err(|_| Error::Ended)?;
+        answer.await.map_err(|_| Error::Ended)?
+    }
+
+    /// Waits until every input sent before was written: an input without bytes, whose receipt
+    /// comes once those before it were written.
+    pub async fn flush_input(&self) -> Result<InputReceipt, Error> {
+        self.send_input_with_receipt(Bytes::new()).await
     }
 
     /// Resizes the terminal (a controller's call).
@@ -242,7 +289,12 @@ struct Resume {
     drawn: bool,
     resumed: bool,
     reconnect_window: Duration,
+    /// The id the next input that asks for a receipt gets.
+    next_input_id: u64,
 }
+
+/// Inputs sent on the current stream whose receipts have not come yet, oldest first.
+type PendingReceipts = VecDeque<(String, oneshot::Sender<Result<InputReceipt, Error>>)>;
 
 /// Why one stream ended.
 enum StreamEnd {
@@ -380,42 +432,84 @@ impl Resume {
         events: &mpsc::Sender<Result<Event, Error>>,
     ) -> (StreamEnd, bool) {
         let mut connected = false;
+        let mut pending = PendingReceipts::new();
+        let end = self
+            .pump_frames(
+                frames,
+                &mut server,
+                commands,
+                events,
+                &mut pending,
+                &mut connected,
+            )
+            .await;
+        // Whether these were written is unknown: the stream went before their receipts did.
+        for (_, receipt) in pending {
+            let _ = receipt.send(Err(Error::InputUnconfirmed));
+        }
+        (end, connected)
+    }
+
+    /// [`Resume::pump`]'s loop: `connected` says whether the stream got its `Connected`.
+    async fn pump_frames(
+        &mut self,
+        frames: mpsc::Sender<pb::ClientFrame>,
+        server: &mut tonic::Streaming<pb::ServerFrame>,
+        commands: &mut mpsc::Receiver<Command>,
+        events: &mpsc::Sender<Result<Event, Error>>,
+        pending: &mut PendingReceipts,
+        connected: &mut bool,
+    ) -> StreamEnd {
         let mut commands_open = true;
         loop {
             tokio::select! {
                 frame = server.message() => {
                     let frame = match frame {
                         Ok(Some(frame)) => frame,
-                        Ok(None) => {
-                            return (StreamEnd::Dropped("the gateway ended the stream".into()), connected);
-                        }
+                        Ok(None) => return StreamEnd::Dropped("the gateway ended the stream".into()),
                         Err(status) if is_transient(&status) => {
-                            return (StreamEnd::Dropped(status.message().to_owned()), connected);
+                            return StreamEnd::Dropped(status.message().to_owned());
                         }
-                        Err(status) => return (StreamEnd::Fatal(Error::Rpc(status)), connected),
+                        Err(status) => return StreamEnd::Fatal(Error::Rpc(status)),
+                    };
+                    let Some(frame) = answer_receipt(frame, pending) else {
+                        continue;
                     };
                     let Some(event) = self.event_of(frame) else {
                         continue;
                     };
                     if matches!(event, Event::Connected { .. }) {
-                        connected = true;
+                        *connected = true;
                     }
                     let last = event.is_last();
                     if events.send(Ok(event)).await.is_err() || last {
-                        return (StreamEnd::Done, connected);
+                        return StreamEnd::Done;
                     }
                 }
-                command = commands.recv(), if commands_open => match command {
-                    Some(Command::Frame(frame)) => {
-                        if let ClientFrameKind::Resize(size) = &frame {
-                            self.size = TerminalSize::new(size.cols, size.rows).ok().or(self.size);
+                command = commands.recv(), if commands_open => {
+                    let frame = match command {
+                        Some(Command::Frame(frame)) => frame,
+                        Some(Command::Input { data, receipt }) => {
+                            let input_id = self.next_input_id.to_string();
+                            self.next_input_id += 1;
+                            pending.push_back((input_id.clone(), receipt));
+                            ClientFrameKind::Input(pb::Input {
+                                data,
+                                input_id: Some(input_id),
+                            })
                         }
-                        if frames.send(pb::ClientFrame { frame: Some(frame) }).await.is_err() {
-                            return (StreamEnd::Dropped("the stream closed".into()), connected);
+                        None => {
+                            commands_open = false;
+                            continue;
                         }
+                    };
+                    if let ClientFrameKind::Resize(size) = &frame {
+                        self.size = TerminalSize::new(size.cols, size.rows).ok().or(self.size);
                     }
-                    None => commands_open = false,
-                },
+                    if frames.send(pb::ClientFrame { frame: Some(frame) }).await.is_err() {
+                        return StreamEnd::Dropped("the stream closed".into());
+                    }
+                }
             }
         }
     }
@@ -466,6 +560,8 @@ impl Resume {
                 code: exit.code,
                 signal: exit.signal,
             }),
+            // Answered by `answer_receipt` before it gets here.
+            ServerFrameKind::InputAck(_) => return None,
             ServerFrameKind::Error(error) => Event::Refused {
                 code: ErrorCode::from_grpc(tonic::Code::from(error.code)),
                 message: error.message,
@@ -483,6 +579,40 @@ impl Resume {
         };
         Some(event)
     }
+}
+
+/// Answers the caller waiting for the receipt `frame` is, or the refusal of its input; any other
+/// frame is handed back.
+fn answer_receipt(
+    frame: pb::ServerFrame,
+    pending: &mut PendingReceipts,
+) -> Option<pb::ServerFrame> {
+    let (input_id, answer) = match &frame.frame {
+        Some(ServerFrameKind::InputAck(ack)) => (
+            &ack.input_id,
+            Ok(InputReceipt {
+                offset: ack.offset,
+                bytes: ack.bytes,
+            }),
+        ),
+        Some(ServerFrameKind::Error(error)) => match &error.input_id {
+            Some(input_id) => (
+                input_id,
+                Err(Error::Rpc(tonic::Status::new(
+                    tonic::Code::from(error.code),
+                    error.message.clone(),
+                ))),
+            ),
+            None => return Some(frame),
+        },
+        _ => return Some(frame),
+    };
+    // Answers come in the order of the inputs; one this stream did not send is nobody's.
+    if let Some(at) = pending.iter().position(|(id, _)| id == input_id) {
+        let (_, receipt) = pending.remove(at).expect("a pending receipt");
+        let _ = receipt.send(answer);
+    }
+    None
 }
 
 fn size_from_proto(size: Option<pb::TerminalSize>) -> Option<TerminalSize> {

@@ -42,6 +42,12 @@ pub enum Error {
         window: std::time::Duration,
         reason: String,
     },
+    /// The connection dropped before an input's receipt came: the input may or may not have
+    /// been written (it is not sent again, which could type it twice).
+    #[error(
+        "the connection dropped before the input was confirmed: it may or may not have been written"
+    )]
+    InputUnconfirmed,
     /// The attach or exec this handle belongs to has ended.
     #[error("the stream has ended")]
     Ended,

@@ -46,7 +46,7 @@ use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus};
+pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus, InputReceipt};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
 pub use ptyhub_model::{

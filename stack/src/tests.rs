@@ -364,6 +364,7 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
         .send(broker_pb::ClientFrame {
             frame: Some(broker_pb::client_frame::Frame::Input(broker_pb::Input {
                 data: "echo tls-$((6*7))\n".into(),
+                input_id: None,
             })),
         })
         .await

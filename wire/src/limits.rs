@@ -20,6 +20,9 @@ pub const DEFAULT_ROWS: u16 = 24;
 /// The largest frame a client may send: a WebSocket message, or one gRPC `Attach` client frame.
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 
+/// Most characters in the id an input carries to ask for its receipt.
+pub const MAX_INPUT_ID_CHARS: usize = 64;
+
 /// Scrollback lines a session's terminal emulator keeps unless configured otherwise.
 pub const DEFAULT_SCROLLBACK_LINES: usize = 1000;
 

@@ -42,6 +42,9 @@ pub const INSTANCE_METADATA: &str = "ptyhub-instance";
 
 /// Client frames queued for the broker before the reader waits for it.
 const UPSTREAM_QUEUE: usize = 64;
+/// How long the input a client sent before its call ended may take to be written before the
+/// stream to the broker is dropped anyway.
+const INPUT_DRAIN: Duration = Duration::from_secs(2);
 /// Refusals queued for the client between the reader and the response stream.
 const REPLY_QUEUE: usize = 8;
 /// How long a stream goes on once the gateway begins to stop, before it ends with UNAVAILABLE
@@ -269,13 +272,20 @@ impl PtyBroker for AttachRelay {
         span.in_scope(|| tracing::info!(resume = hello.since.is_some(), "grpc attach relayed"));
         let (replies, reply_receiver) = mpsc::channel(REPLY_QUEUE);
         let reader = tokio::spawn(
-            forward_client_frames(inbound, upstream, replies, role, resets).instrument(span),
+            forward_client_frames(inbound, upstream.clone(), replies, role, resets)
+                .instrument(span.clone()),
         );
         Ok(Response::new(Box::pin(relay_frames(Relay {
-            frames,
+            upstream: Some(Upstream {
+                frames,
+                sender: upstream,
+                reader: AbortOnDropHandle::new(reader),
+                role,
+                span,
+                _tracked: state.bridges.token(),
+            }),
             replies: Some(reply_receiver),
             shutdown: state.shutdown.clone(),
-            _reader: AbortOnDropHandle::new(reader),
             _tracked: state.bridges.token(),
             _gauge: state.metrics.attach_stream_opened(),
             _stream_slot: stream_slot,
@@ -310,16 +320,14 @@ async fn read_hello(inbound: &mut Streaming<pb::ClientFrame>) -> Result<pb::Hell
 
 /// One relayed stream's response side.
 struct Relay {
-    /// The broker's frames.
-    frames: Streaming<pb::ServerFrame>,
+    /// The stream to the broker; `None` once it was handed to [`Upstream::finish_input`].
+    upstream: Option<Upstream>,
     /// The reader's refusals (error frames, and the error that ends the stream); `None` once
     /// the reader is done.
     replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
     /// The gateway is stopping: the stream ends with UNAVAILABLE, and the client resumes
     /// elsewhere with its offset.
     shutdown: CancellationToken,
-    /// Ends the reader with the response stream.
-    _reader: AbortOnDropHandle<()>,
     /// Shutdown waits for the stream like for a WebSocket bridge.
     _tracked: TaskTrackerToken,
     _gauge: GaugeGuard,
@@ -336,8 +344,90 @@ struct Relay {
     audit: StreamAudit,
 }
 
+impl Drop for Relay {
+    /// The client is gone, or its stream ended: the stream to the broker ends once the input
+    /// the client sent is written.
+    fn drop(&mut self) {
+        if let (Some(upstream), Ok(runtime)) =
+            (self.upstream.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(upstream.finish_input());
+        }
+    }
+}
+
+/// The stream to the broker: its frames, the relay's way to send it frames, and the reader of
+/// the client's frames that forwards them.
+struct Upstream {
+    frames: Streaming<pb::ServerFrame>,
+    /// Kept beside the reader's, so that the relay can still send its last input once the
+    /// client's side ended.
+    sender: mpsc::Sender<pb::ClientFrame>,
+    reader: AbortOnDropHandle<()>,
+    role: Role,
+    span: tracing::Span,
+    /// Shutdown waits for the last input as for the stream.
+    _tracked: TaskTrackerToken,
+}
+
+impl Upstream {
+    /// Lets the reader forward what the client sent before it left, then sends the relay's own
+    /// last input (no bytes, an id of its own) and waits for its receipt, which says that every
+    /// input before it was written; then the stream to the broker is dropped. Dropping it at
+    /// once would drop what was still on its way. At most [`INPUT_DRAIN`], so input the process
+    /// does not read, or a client that keeps its side open, holds nothing for long. A viewer
+    /// sends no input: its stream is dropped at once.
+    async fn finish_input(self) {
+        let Upstream {
+            mut frames,
+            sender,
+            reader,
+            role,
+            span,
+            _tracked,
+        } = self;
+        if role == Role::Viewer {
+            return;
+        }
+        let last_id = format!(
+            "ptyhub-gateway-last-input-{}",
+            uuid::Uuid::new_v4().simple()
+        );
+        let written = async {
+            let _ = reader.await;
+            let last = pb::ClientFrame {
+                frame: Some(pb::client_frame::Frame::Input(pb::Input {
+                    data: bytes::Bytes::new(),
+                    input_id: Some(last_id.clone()),
+                })),
+            };
+            if sender.send(last).await.is_err() {
+                return;
+            }
+            while let Ok(Some(frame)) = frames.message().await {
+                let answered = match &frame.frame {
+                    Some(pb::server_frame::Frame::InputAck(ack)) => ack.input_id == last_id,
+                    Some(pb::server_frame::Frame::Error(error)) => {
+                        error.input_id.as_deref() == Some(last_id.as_str())
+                    }
+                    _ => false,
+                };
+                if answered {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(INPUT_DRAIN, written).await.is_err() {
+            span.in_scope(|| {
+                tracing::info!("the client's last input was not written within the drain");
+            });
+        }
+    }
+}
+
 /// The broker's frames as they come, the reader's refusals in between, and an end at shutdown.
-/// Dropping the stream drops the broker's stream, which detaches the client there.
+/// Dropping the stream lets the client's last input be written, then drops the broker's stream,
+/// which detaches the client there.
 fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Status>> {
     futures::stream::unfold(relay, |mut relay| async move {
         if relay.ended {
@@ -378,7 +468,7 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                         continue;
                     }
                 },
-                frame = relay.frames.message() => match frame {
+                frame = upstream_frames(&mut relay.upstream).message() => match frame {
                     Ok(Some(frame)) => Ok(frame),
                     Ok(None) => return None,
                     Err(status) => Err(broker_status(&status)),
@@ -408,10 +498,20 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
     })
 }
 
+/// The broker's frames while the relay lives.
+fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut Streaming<pb::ServerFrame> {
+    &mut upstream
+        .as_mut()
+        .expect("the stream to the broker lives as long as the relay")
+        .frames
+}
+
 /// Forwards the client's frames after its hello, refusing what the client may not send: a
 /// viewer's input, resize and reset, a second hello, an empty frame (answered with an error
-/// frame, the stream goes on) and a frame over the limit (the stream ends). When the client
-/// closes its side, so does the gateway towards the broker.
+/// frame, the stream goes on) and a frame over the limit (the stream ends). A refusal nobody
+/// reads (the client's call is gone) stops nothing: what the client sent before it left is
+/// forwarded all the same. The side towards the broker stays open after the client closed its
+/// own, until the relay's last input was answered (see [`Upstream::finish_input`]).
 async fn forward_client_frames(
     mut inbound: Streaming<pb::ClientFrame>,
     upstream: mpsc::Sender<pb::ClientFrame>,
@@ -456,15 +556,19 @@ async fn forward_client_frames(
         };
         match refusal {
             Some(status) => {
+                // A refused input that asked for a receipt is named, so its sender hears.
+                let input_id = match frame.frame {
+                    Some(Frame::Input(input)) => input.input_id,
+                    _ => None,
+                };
                 let frame = pb::ServerFrame {
                     frame: Some(pb::server_frame::Frame::Error(pb::Error {
                         code: status.code() as i32,
                         message: status.message().to_owned(),
+                        input_id,
                     })),
                 };
-                if replies.send(Ok(frame)).await.is_err() {
-                    return;
-                }
+                let _ = replies.send(Ok(frame)).await;
             }
             None => {
                 if matches!(frame.frame, Some(Frame::Reset(_))) {

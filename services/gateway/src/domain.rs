@@ -237,7 +237,12 @@ pub enum SessionSelector {
 /// What the client asks of an attached stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TerminalCommand {
-    Input(Bytes),
+    /// Bytes for the PTY; with an `id`, the broker answers with an [`TerminalEvent::InputAck`]
+    /// once they were written (empty `data` with an id: once every input before it was).
+    Input {
+        data: Bytes,
+        id: Option<String>,
+    },
     Resize(TerminalSize),
     Reset,
 }
@@ -271,6 +276,15 @@ pub enum TerminalEvent {
     Exit(ExitStatus),
     Error {
         message: String,
+        /// The id of the input this error refuses, when it carried one.
+        input_id: Option<String>,
+    },
+    /// An input that carried an id was written: `offset` is the output offset just before its
+    /// first byte went in, so its answer comes at `offset` or after it.
+    InputAck {
+        id: String,
+        offset: u64,
+        bytes: u64,
     },
     Closed,
     /// The broker hands the session to its next process: the stream ends, and a client that

@@ -164,8 +164,8 @@ fn attach_stream_ended() -> ApiError {
 /// The client frame that carries `command`.
 fn command_frame(command: TerminalCommand) -> broker_pb::ClientFrame {
     let frame = match command {
-        TerminalCommand::Input(data) => {
-            broker_pb::client_frame::Frame::Input(broker_pb::Input { data })
+        TerminalCommand::Input { data, id } => {
+            broker_pb::client_frame::Frame::Input(broker_pb::Input { data, input_id: id })
         }
         TerminalCommand::Resize(size) => broker_pb::client_frame::Frame::Resize(size.into()),
         TerminalCommand::Reset => {

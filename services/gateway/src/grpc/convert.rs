@@ -226,6 +226,12 @@ pub(super) fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<Terminal
         Frame::Exit(exit) => TerminalEvent::Exit(ExitStatus::from(exit)),
         Frame::Error(error) => TerminalEvent::Error {
             message: error.message,
+            input_id: error.input_id,
+        },
+        Frame::InputAck(ack) => TerminalEvent::InputAck {
+            id: ack.input_id,
+            offset: ack.offset,
+            bytes: ack.bytes,
         },
         Frame::Closed(_) => TerminalEvent::Closed,
         Frame::Snapshot(snapshot) => TerminalEvent::Snapshot {

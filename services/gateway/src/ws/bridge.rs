@@ -36,6 +36,15 @@ const OUTPUT_BATCH_BYTES: usize = 64 * 1024;
 /// How long a closing socket may take to answer our close frame before it is dropped.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// How long the input a client sent before it left may take to be written before the stream to
+/// the broker is dropped anyway.
+const INPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// The id of the gateway's own last input on a stream, which writes nothing and is acknowledged
+/// once every input before it was written. Clients' ids are never empty, so its receipt is never
+/// one of theirs.
+const LAST_INPUT_ID: &str = "";
+
 /// How long the broker may take to answer an attach with its first frame.
 const ATTACH_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -119,7 +128,11 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
             shutdown: state.shutdown.clone(),
             credential: prepared.credential,
         };
-        let ending = bridge.run(connected, events).await;
+        let ending = bridge.run(connected, &mut events).await;
+        if ending.upstream_open && bridge.role == Role::Controller {
+            Box::pin(bridge.finish_input(&mut events)).await;
+        }
+        drop(events);
         audit.ending(detach_reason(ending.reason));
         if ending.await_client_close {
             // Give the client time to read our last frames and answer the close; what it sends
@@ -270,6 +283,9 @@ struct Ending {
     reason: &'static str,
     /// We sent a close frame and should let the client answer it.
     await_client_close: bool,
+    /// The `Attach` stream still runs: the input the client sent is written before it is
+    /// dropped.
+    upstream_open: bool,
 }
 
 impl Ending {
@@ -277,6 +293,7 @@ impl Ending {
         Self {
             reason,
             await_client_close: true,
+            upstream_open: true,
         }
     }
 
@@ -284,6 +301,15 @@ impl Ending {
         Self {
             reason,
             await_client_close: false,
+            upstream_open: true,
+        }
+    }
+
+    /// The broker ended the stream (or it failed): no input can follow.
+    fn upstream_ended(self) -> Self {
+        Self {
+            upstream_open: false,
+            ..self
         }
     }
 }
@@ -307,7 +333,7 @@ impl Bridge {
     /// Sends `connected`, then runs until the stream, the client or the gateway ends. The
     /// client's frames are read even while output waits for the client to take it (input such
     /// as a Ctrl-C still goes through); no further event is taken from the broker until then.
-    async fn run(&mut self, connected: TerminalEvent, mut events: AttachEvents) -> Ending {
+    async fn run(&mut self, connected: TerminalEvent, events: &mut AttachEvents) -> Ending {
         if let Flow::Stop(ending) = self.forward_event(connected).await {
             return ending;
         }
@@ -366,7 +392,7 @@ impl Bridge {
             };
             let flow = match next {
                 Ok(Some(TerminalEvent::Output { data, .. })) => {
-                    let (batch, after) = collect_output(data, &mut events);
+                    let (batch, after) = collect_output(data, events);
                     pending = after;
                     self.client.queue_output(batch).await.into()
                 }
@@ -374,12 +400,12 @@ impl Bridge {
                 Ok(None) => {
                     let ended = ApiError::unavailable("broker ended the stream");
                     let _ = self.client.close_with(&ended).await;
-                    Flow::Stop(Ending::closed("broker ended the stream"))
+                    Flow::Stop(Ending::closed("broker ended the stream").upstream_ended())
                 }
                 Err(error) => {
                     tracing::warn!(error = %error, "attach stream failed");
                     let _ = self.client.close_with(&failed_after_attach(error)).await;
-                    Flow::Stop(Ending::closed("attach stream failed"))
+                    Flow::Stop(Ending::closed("attach stream failed").upstream_ended())
                 }
             };
             if let Flow::Stop(ending) = flow {
@@ -406,26 +432,30 @@ impl Bridge {
         };
         self.last_heard = Instant::now();
         let command = match message {
-            Message::Binary(data) => Ok(Some(TerminalCommand::Input(data))),
+            Message::Binary(data) => Ok(Some(TerminalCommand::Input { data, id: None })),
             Message::Text(text) => parse_client_frame(text.as_str()),
             Message::Ping(_) | Message::Pong(_) | Message::Close(_) => Ok(None),
         };
         let command = match command {
             Ok(Some(command)) => command,
             Ok(None) => return Flow::Continue,
-            Err(message) => return self.refuse_frame(&message).await,
+            Err(message) => return self.refuse_frame(&message, None).await,
         };
         if self.role == Role::Viewer {
-            let refusal = match command {
-                TerminalCommand::Input(_) => "viewers cannot send input",
-                TerminalCommand::Resize(_) => "viewers cannot resize",
-                TerminalCommand::Reset => "viewers cannot reset",
+            let (refusal, id) = match &command {
+                TerminalCommand::Input { id, .. } => ("viewers cannot send input", id.as_deref()),
+                TerminalCommand::Resize(_) => ("viewers cannot resize", None),
+                TerminalCommand::Reset => ("viewers cannot reset", None),
             };
-            return self.refuse_frame(refusal).await;
+            return self.refuse_frame(refusal, id).await;
         }
         match &command {
-            TerminalCommand::Input(data) if data.is_empty() => return Flow::Continue,
-            TerminalCommand::Input(data) => self.client.metrics.bytes_from_client(data.len()),
+            // Nothing to write and no receipt asked for. With an id it goes to the broker,
+            // which answers once the input before it was written.
+            TerminalCommand::Input { data, id: None } if data.is_empty() => return Flow::Continue,
+            TerminalCommand::Input { data, .. } => {
+                self.client.metrics.bytes_from_client(data.len());
+            }
             TerminalCommand::Reset => self.resets.reset(),
             TerminalCommand::Resize(_) => {}
         }
@@ -438,12 +468,42 @@ impl Bridge {
         Flow::Continue
     }
 
-    /// Answers a frame that was not applied with `{"type":"error"}`.
-    async fn refuse_frame(&mut self, message: &str) -> Flow {
+    /// Answers a frame that was not applied with `{"type":"error"}`, naming the input's `id`
+    /// when it carried one.
+    async fn refuse_frame(&mut self, message: &str, id: Option<&str>) -> Flow {
         self.client
-            .queue_frame(&ServerFrame::Error { message })
+            .queue_frame(&ServerFrame::Error { message, id })
             .await
             .into()
+    }
+
+    /// Once the client is gone (or the gateway ends the socket), writes the input it sent before:
+    /// the command that waited for room in the queue, then the gateway's own last input, whose
+    /// receipt says everything before it was written. Dropping the stream earlier would drop what
+    /// was still on its way to the broker. Bounded by [`INPUT_DRAIN`]: input the process does not
+    /// read keeps nothing open.
+    async fn finish_input(&mut self, events: &mut AttachEvents) {
+        let last = TerminalCommand::Input {
+            data: Bytes::new(),
+            id: Some(LAST_INPUT_ID.to_owned()),
+        };
+        let written = async {
+            queue_waiting(&self.commands, &mut self.waiting_command).await;
+            let Ok(permit) = self.commands.reserve().await else {
+                return;
+            };
+            permit.send(last);
+            loop {
+                match events.next().await {
+                    Ok(Some(TerminalEvent::InputAck { id, .. })) if id == LAST_INPUT_ID => return,
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        };
+        if tokio::time::timeout(INPUT_DRAIN, written).await.is_err() {
+            tracing::info!("the client's last input was not written within the drain");
+        }
     }
 
     /// Drops a client silent for two heartbeat intervals, else pings it (both as a JSON frame
@@ -528,10 +588,22 @@ impl Bridge {
                     .queue_frame(&ServerFrame::Status(StreamStatus::Resetting))
                     .await
             }
-            TerminalEvent::Error { message } => {
-                self.client
-                    .queue_frame(&ServerFrame::Error { message: &message })
-                    .await
+            TerminalEvent::Error { message, input_id } => {
+                let frame = ServerFrame::Error {
+                    message: &message,
+                    id: input_id.as_deref(),
+                };
+                self.client.queue_frame(&frame).await
+            }
+            // The gateway's own last input is answered after the client left; never forwarded.
+            TerminalEvent::InputAck { id, .. } if id == LAST_INPUT_ID => Ok(()),
+            TerminalEvent::InputAck { id, offset, bytes } => {
+                let frame = ServerFrame::InputAck {
+                    id: &id,
+                    offset,
+                    bytes,
+                };
+                self.client.queue_frame(&frame).await
             }
             TerminalEvent::TakenOver => {
                 tracing::info!("controller taken over");
@@ -543,7 +615,7 @@ impl Bridge {
                     .client
                     .close(close_code::TAKEN_OVER, "taken over")
                     .await;
-                return Flow::Stop(Ending::closed("taken over"));
+                return Flow::Stop(Ending::closed("taken over").upstream_ended());
             }
             TerminalEvent::Exit(exit) => {
                 tracing::info!(code = exit.code, signal = exit.signal, "session exited");
@@ -556,21 +628,21 @@ impl Bridge {
                     .client
                     .close(close_code::NORMAL, "session exited")
                     .await;
-                return Flow::Stop(Ending::closed("session exited"));
+                return Flow::Stop(Ending::closed("session exited").upstream_ended());
             }
             TerminalEvent::Closed => {
                 let _ = self
                     .client
                     .close(close_code::NORMAL, "session closed")
                     .await;
-                return Flow::Stop(Ending::closed("session closed"));
+                return Flow::Stop(Ending::closed("session closed").upstream_ended());
             }
             TerminalEvent::HandingOver => {
                 let _ = self
                     .client
                     .close(close_code::SERVICE_RESTART, "broker handing over")
                     .await;
-                return Flow::Stop(Ending::closed("broker handing over"));
+                return Flow::Stop(Ending::closed("broker handing over").upstream_ended());
             }
         };
         sent.into()
@@ -650,7 +722,10 @@ mod tests {
     async fn a_waiting_command_is_queued_once_there_is_room_and_dropped_when_the_stream_ended() {
         let (commands, mut receiver) = AttachCommands::channel(1);
         assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
-        let full = commands.try_send(TerminalCommand::Input(Bytes::from_static(b"a")));
+        let full = commands.try_send(TerminalCommand::Input {
+            data: Bytes::from_static(b"a"),
+            id: None,
+        });
         let mut waiting = full.unwrap();
         assert!(waiting.is_some(), "a full queue hands the command back");
         assert!(matches!(
@@ -659,7 +734,9 @@ mod tests {
         ));
         queue_waiting(&commands, &mut waiting).await;
         assert!(waiting.is_none());
-        assert!(matches!(receiver.recv().await, Some(TerminalCommand::Input(data)) if data == "a"));
+        assert!(
+            matches!(receiver.recv().await, Some(TerminalCommand::Input { data, .. }) if data == "a")
+        );
 
         assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
         let mut waiting = commands.try_send(TerminalCommand::Reset).unwrap();

@@ -5,7 +5,9 @@
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
 use ptyhub_model::{Role, TerminalSize};
+use ptyhub_wire::limits::MAX_INPUT_ID_CHARS;
 use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
 
 use crate::domain::TerminalCommand;
 
@@ -13,8 +15,16 @@ use crate::domain::TerminalCommand;
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum ClientFrame {
-    Input { data: String },
-    Resize { cols: u32, rows: u32 },
+    Input {
+        data: String,
+        /// Asks for an `input_ack`; checked by [`input_id`].
+        #[serde(default)]
+        id: Option<Value>,
+    },
+    Resize {
+        cols: u32,
+        rows: u32,
+    },
     Reset,
     Pong,
 }
@@ -25,13 +35,40 @@ pub fn parse_client_frame(text: &str) -> Result<Option<TerminalCommand>, String>
     let frame: ClientFrame =
         serde_json::from_str(text).map_err(|error| format!("invalid message: {error}"))?;
     Ok(match frame {
-        ClientFrame::Input { data } => Some(TerminalCommand::Input(Bytes::from(data))),
+        ClientFrame::Input { data, id } => Some(TerminalCommand::Input {
+            data: Bytes::from(data),
+            id: id.map(input_id).transpose()?,
+        }),
         ClientFrame::Resize { cols, rows } => Some(TerminalCommand::Resize(
             TerminalSize::new(cols, rows).map_err(|error| error.to_string())?,
         )),
         ClientFrame::Reset => Some(TerminalCommand::Reset),
         ClientFrame::Pong => None,
     })
+}
+
+/// An input's `id` as the contract allows it: a string of 1 to 64 characters.
+fn input_id(id: Value) -> Result<String, String> {
+    let kind = match id {
+        Value::String(id) => {
+            let chars = id.chars().count();
+            return match chars {
+                0 => Err("input id is empty: send 1 to 64 characters, or no id".to_owned()),
+                1..=MAX_INPUT_ID_CHARS => Ok(id),
+                _ => Err(format!(
+                    "input id is {chars} characters long: at most {MAX_INPUT_ID_CHARS}"
+                )),
+            };
+        }
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    Err(format!(
+        "input id must be a string of 1 to {MAX_INPUT_ID_CHARS} characters, not {kind}"
+    ))
 }
 
 /// Every JSON frame the server sends.
@@ -54,8 +91,20 @@ pub enum ServerFrame<'a> {
     SessionDetached { reason: DetachReason },
     /// The process ended, just before close 1000. `signal` is `null` for a plain exit.
     Exit { code: i32, signal: Option<i32> },
-    /// A refused client frame; the socket stays open.
-    Error { message: &'a str },
+    /// An input that carried an `id` was written: `offset` is the output offset just before its
+    /// first byte went in (its answer comes at or after it), `bytes` how many were written.
+    InputAck {
+        id: &'a str,
+        offset: u64,
+        bytes: u64,
+    },
+    /// A refused client frame; the socket stays open. `id` is the refused input's, when it
+    /// carried one.
+    Error {
+        message: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+    },
 }
 
 /// The `status` of a [`ServerFrame::Status`].
@@ -155,7 +204,17 @@ mod tests {
     fn client_frames_parse_or_explain() {
         assert_eq!(
             parse_client_frame(r#"{"type":"input","data":"ls\n"}"#).unwrap(),
-            Some(TerminalCommand::Input(Bytes::from_static(b"ls\n")))
+            Some(TerminalCommand::Input {
+                data: Bytes::from_static(b"ls\n"),
+                id: None
+            })
+        );
+        assert_eq!(
+            parse_client_frame(r#"{"type":"input","data":"ls\n","id":"ls-1"}"#).unwrap(),
+            Some(TerminalCommand::Input {
+                data: Bytes::from_static(b"ls\n"),
+                id: Some("ls-1".to_owned())
+            })
         );
         assert_eq!(
             parse_client_frame(r#"{"type":"resize","cols":100,"rows":40}"#).unwrap(),
@@ -173,6 +232,37 @@ mod tests {
         );
         assert!(parse_client_frame(r#"{"type":"dance"}"#).is_err());
         assert!(parse_client_frame("not json").is_err());
+    }
+
+    #[test]
+    fn an_input_id_is_a_string_of_1_to_64_characters() {
+        let id_of = |id: &str| {
+            parse_client_frame(&format!(r#"{{"type":"input","data":"x","id":{id}}}"#)).map(
+                |command| match command {
+                    Some(TerminalCommand::Input { id, .. }) => id,
+                    other => panic!("not input: {other:?}"),
+                },
+            )
+        };
+        let longest = "é".repeat(64);
+        assert_eq!(id_of(&format!("\"{longest}\"")), Ok(Some(longest)));
+        assert_eq!(id_of("\"a\""), Ok(Some("a".to_owned())));
+        let too_long = id_of(&format!("\"{}\"", "x".repeat(65))).unwrap_err();
+        assert_eq!(too_long, "input id is 65 characters long: at most 64");
+        assert!(id_of("\"\"").unwrap_err().contains("input id is empty"));
+        for (id, kind) in [
+            ("7", "a number"),
+            ("true", "a boolean"),
+            ("[\"a\"]", "an array"),
+            ("{}", "an object"),
+        ] {
+            let refused = id_of(id).unwrap_err();
+            assert!(
+                refused.starts_with("input id must be a string"),
+                "{refused}"
+            );
+            assert!(refused.ends_with(kind), "{refused}");
+        }
     }
 
     #[test]
@@ -235,8 +325,24 @@ mod tests {
             (
                 ServerFrame::Error {
                     message: "viewers cannot send input",
+                    id: None,
                 },
                 json!({"type": "error", "message": "viewers cannot send input"}),
+            ),
+            (
+                ServerFrame::Error {
+                    message: "viewers cannot send input",
+                    id: Some("7"),
+                },
+                json!({"type": "error", "message": "viewers cannot send input", "id": "7"}),
+            ),
+            (
+                ServerFrame::InputAck {
+                    id: "7",
+                    offset: 4096,
+                    bytes: 3,
+                },
+                json!({"type": "input_ack", "id": "7", "offset": 4096, "bytes": 3}),
             ),
         ];
         for (frame, expected) in cases {

@@ -67,6 +67,7 @@ fn input(data: impl Into<Bytes>) -> broker_pb::ClientFrame {
     broker_pb::ClientFrame {
         frame: Some(ClientFrameKind::Input(broker_pb::Input {
             data: data.into(),
+            input_id: None,
         })),
     }
 }

@@ -157,6 +157,20 @@ pub(super) fn commands_limit(limit: u32) -> Result<usize, Error> {
     }
 }
 
+/// An input's `input_id`, which asks for its receipt: at most [`limits::MAX_INPUT_ID_CHARS`].
+pub(super) fn input_id(id: Option<String>) -> Result<Option<String>, Error> {
+    match id {
+        Some(id) if id.chars().count() > limits::MAX_INPUT_ID_CHARS => {
+            Err(Error::InvalidRequest(format!(
+                "input id is {} characters long: at most {}",
+                id.chars().count(),
+                limits::MAX_INPUT_ID_CHARS
+            )))
+        }
+        id => Ok(id),
+    }
+}
+
 pub(super) fn input_items(items: Vec<pb::InputItem>) -> Result<Vec<InputItem>, Error> {
     items
         .into_iter()
@@ -354,6 +368,17 @@ impl From<InputSent> for pb::SendInputResponse {
             bytes_written: sent.bytes_written,
             output_offset: sent.output_offset,
         }
+    }
+}
+
+/// The receipt of the input that carried `input_id`.
+pub(super) fn input_ack(input_id: String, sent: InputSent) -> pb::ServerFrame {
+    pb::ServerFrame {
+        frame: Some(pb::server_frame::Frame::InputAck(pb::InputAck {
+            input_id,
+            offset: sent.output_offset,
+            bytes: sent.bytes_written,
+        })),
     }
 }
 

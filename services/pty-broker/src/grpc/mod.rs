@@ -476,6 +476,10 @@ async fn apply_client_frames(
                 return;
             }
         };
+        let refused = |error| Refusal {
+            error,
+            input_id: None,
+        };
         let result = match frame.frame {
             Some(pb::client_frame::Frame::Input(input)) => {
                 if input.data.len() > limits::MAX_FRAME_BYTES {
@@ -483,29 +487,60 @@ async fn apply_client_frames(
                     let _ = sender.send(Err(too_large.into())).await;
                     return;
                 }
-                handle.write_input(input.data).await.map(drop)
+                write_input(handle, input, &sender).await
             }
             Some(pb::client_frame::Frame::Resize(size)) => match terminal_size(size) {
-                Ok(size) => handle.resize(size).await,
-                Err(error) => Err(error),
+                Ok(size) => handle.resize(size).await.map_err(refused),
+                Err(error) => Err(refused(error)),
             },
-            Some(pb::client_frame::Frame::Reset(_)) => handle.reset().await,
-            Some(pb::client_frame::Frame::Hello(_)) => Err(Error::MalformedStream(
+            Some(pb::client_frame::Frame::Reset(_)) => handle.reset().await.map_err(refused),
+            Some(pb::client_frame::Frame::Hello(_)) => Err(refused(Error::MalformedStream(
                 "hello was already sent on this stream".to_owned(),
-            )),
-            None => Err(Error::MalformedStream("empty client frame".to_owned())),
+            ))),
+            None => Err(refused(Error::MalformedStream(
+                "empty client frame".to_owned(),
+            ))),
         };
-        if let Err(error) = result {
+        if let Err(Refusal { error, input_id }) = result {
             let status = Status::from(error);
             let frame = pb::ServerFrame {
                 frame: Some(pb::server_frame::Frame::Error(pb::Error {
                     code: status.code() as i32,
                     message: status.message().to_owned(),
+                    input_id,
                 })),
             };
             // Nobody reads the answer once the response stream is gone; the frames go on.
             let _ = sender.send(Ok(frame)).await;
         }
+    }
+}
+
+/// A client frame that was not applied, and the id of the input it was, if it carried one.
+struct Refusal {
+    error: Error,
+    input_id: Option<String>,
+}
+
+/// Writes one input, answering with its receipt when it carried an id (nobody reads the answer
+/// once the response stream is gone; the input is written all the same).
+async fn write_input(
+    handle: &AttachmentHandle,
+    input: pb::Input,
+    sender: &mpsc::Sender<Result<pb::ServerFrame, Status>>,
+) -> Result<(), Refusal> {
+    let input_id = convert::input_id(input.input_id).map_err(|error| Refusal {
+        error,
+        input_id: None,
+    })?;
+    match handle.write_input(input.data).await {
+        Ok(sent) => {
+            if let Some(input_id) = input_id {
+                let _ = sender.send(Ok(convert::input_ack(input_id, sent))).await;
+            }
+            Ok(())
+        }
+        Err(error) => Err(Refusal { error, input_id }),
     }
 }
 

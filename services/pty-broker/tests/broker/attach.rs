@@ -519,6 +519,7 @@ async fn unread_input_never_delays_a_kill(backend: Backend) -> anyhow::Result<()
             let frame = pb::ClientFrame {
                 frame: Some(pb::client_frame::Frame::Input(pb::Input {
                     data: vec![b'x'; 64 * 1024].into(),
+                    input_id: None,
                 })),
             };
             if sender.send(frame).await.is_err() {
@@ -749,6 +750,7 @@ async fn bad_input_gets_clear_codes_and_the_broker_keeps_serving(
     let first = pb::ClientFrame {
         frame: Some(pb::client_frame::Frame::Input(pb::Input {
             data: b"ls\n"[..].into(),
+            input_id: None,
         })),
     };
     assert_eq!(

@@ -345,6 +345,7 @@ impl ResumingClient {
             .send(pb::ClientFrame {
                 frame: Some(pb::client_frame::Frame::Input(pb::Input {
                     data: data.into(),
+                    input_id: None,
                 })),
             })
             .await;

@@ -576,6 +576,7 @@ impl AttachedClient {
     pub async fn send_input(&self, data: impl Into<Bytes>) -> anyhow::Result<()> {
         self.send(pb::client_frame::Frame::Input(pb::Input {
             data: data.into(),
+            input_id: None,
         }))
         .await
     }
