@@ -45,7 +45,11 @@ impl Upstreams {
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(listed.webhooks.into_iter().map(webhook_from_proto).collect())
+        Ok(listed
+            .webhooks
+            .into_iter()
+            .map(webhook_from_proto)
+            .collect())
     }
 
     /// Deletes one of the instance's webhooks; answers it as it was.

@@ -41,8 +41,8 @@ pub(super) async fn delete_webhook(
 ) -> Result<pb::Webhook, Error> {
     let instance = required("instance", &request.instance)?;
     // An id that is no uuid names no webhook.
-    let webhook_id = Uuid::parse_str(&request.webhook_id)
-        .map_err(|_| Error::WebhookNotFound(Uuid::nil()))?;
+    let webhook_id =
+        Uuid::parse_str(&request.webhook_id).map_err(|_| Error::WebhookNotFound(Uuid::nil()))?;
     let webhook = webhooks.delete(instance, webhook_id).await?;
     tracing::info!(instance_id = %webhook.instance_id, webhook_id = %webhook.id, "webhook deleted");
     Ok(webhook_to_pb(&webhook))

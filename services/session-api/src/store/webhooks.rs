@@ -174,7 +174,10 @@ impl Store {
         let claim = Uuid::new_v4();
         let lease_until = at + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
         webhook_delivery::Entity::update_many()
-            .col_expr(webhook_delivery::Column::LeaseUntil, Expr::value(lease_until))
+            .col_expr(
+                webhook_delivery::Column::LeaseUntil,
+                Expr::value(lease_until),
+            )
             .col_expr(webhook_delivery::Column::Claim, Expr::value(claim))
             .filter(webhook_delivery::Column::Id.is_in(due.iter().map(|row| row.id)))
             .exec(&transaction)
@@ -188,7 +191,9 @@ impl Store {
             .into_iter()
             .filter_map(|row| {
                 // Deleting a webhook deletes its deliveries in the same statement.
-                let webhook = webhooks.iter().find(|webhook| webhook.id == row.webhook_id)?;
+                let webhook = webhooks
+                    .iter()
+                    .find(|webhook| webhook.id == row.webhook_id)?;
                 Some(ClaimedDelivery {
                     id: row.id,
                     webhook_id: row.webhook_id,
@@ -255,7 +260,10 @@ impl Store {
                 webhook::Column::LastStatusCode,
                 Expr::value(result.status_code.map(i32::from)),
             )
-            .col_expr(webhook::Column::LastError, Expr::value(result.error.clone()))
+            .col_expr(
+                webhook::Column::LastError,
+                Expr::value(result.error.clone()),
+            )
             .col_expr(
                 webhook::Column::LastOutcome,
                 Expr::value(result.outcome.as_str()),
@@ -356,10 +364,7 @@ async fn queue_event(
 ) -> Result<usize, Error> {
     let at = now();
     let mut queued = 0;
-    for webhook in webhooks
-        .iter()
-        .filter(|webhook| subscribed(webhook, event))
-    {
+    for webhook in webhooks.iter().filter(|webhook| subscribed(webhook, event)) {
         let pending = webhook_delivery::Entity::find()
             .filter(webhook_delivery::Column::WebhookId.eq(webhook.id))
             .filter(webhook_delivery::Column::Outcome.eq(DeliveryOutcome::Pending.as_str()))
@@ -408,10 +413,7 @@ async fn queue_event(
 }
 
 fn subscribed(webhook: &webhook::Model, event: WebhookEvent) -> bool {
-    webhook
-        .events
-        .split(',')
-        .any(|name| name == event.as_str())
+    webhook.events.split(',').any(|name| name == event.as_str())
 }
 
 /// Pending deliveries due at `at` that no live lease holds.

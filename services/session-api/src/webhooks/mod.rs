@@ -298,7 +298,9 @@ mod tests {
         assert!(refused("ftp://example.com/", &["state_changed"], SECRET).contains("http://"));
         assert!(refused("not a url", &["state_changed"], SECRET).contains("not a url"));
         assert!(refused("https://", &["state_changed"], SECRET).contains("host"));
-        assert!(refused("https://u:p@example.com/", &["state_changed"], SECRET).contains("credentials"));
+        assert!(
+            refused("https://u:p@example.com/", &["state_changed"], SECRET).contains("credentials")
+        );
         assert!(refused("https://example.com/", &[], SECRET).contains("at least one"));
         assert!(
             refused("https://example.com/", &["state_changed", "exited"], SECRET)

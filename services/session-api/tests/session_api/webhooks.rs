@@ -13,12 +13,12 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_test_support::webhooks::{Answer, ReceivedRequest, WebhookReceiver};
 use ptyhub_wire::ErrorCode;
+use session_api::Error;
 use session_api::domain::Session;
 use session_api::store::{AttemptResult, Reservation, Store};
 use session_api::webhooks::{
     DeliveryOutcome, MAX_WEBHOOKS_PER_INSTANCE, NewWebhook, WebhookEvent, WebhookService,
 };
-use session_api::Error;
 use sha2::Sha256;
 use tonic::Code;
 
@@ -103,7 +103,11 @@ both_databases!(
             ids.push(made.id);
         }
         let refused = webhooks
-            .create(&one.id.to_string(), both_events("https://x.example.com/"), "alice")
+            .create(
+                &one.id.to_string(),
+                both_events("https://x.example.com/"),
+                "alice",
+            )
             .await
             .expect_err("past the bound");
         assert!(matches!(refused, Error::TooManyWebhooks(20)), "{refused}");
@@ -115,7 +119,10 @@ both_databases!(
             .expect("another instance's first");
 
         let listed = webhooks.list("one").await.unwrap();
-        assert_eq!(listed.iter().map(|webhook| webhook.id).collect::<Vec<_>>(), ids);
+        assert_eq!(
+            listed.iter().map(|webhook| webhook.id).collect::<Vec<_>>(),
+            ids
+        );
         assert_eq!(
             listed[0].events,
             [WebhookEvent::StateChanged, WebhookEvent::CommandFinished]
@@ -128,7 +135,10 @@ both_databases!(
         assert_eq!(not_ours.code(), ErrorCode::NotFound);
         let deleted = webhooks.delete("one", ids[0]).await.unwrap();
         assert_eq!(deleted.id, ids[0]);
-        assert_eq!(webhooks.list("one").await.unwrap().len(), MAX_WEBHOOKS_PER_INSTANCE - 1);
+        assert_eq!(
+            webhooks.list("one").await.unwrap().len(),
+            MAX_WEBHOOKS_PER_INSTANCE - 1
+        );
         assert_eq!(webhooks.list(&other.name).await.unwrap(), [theirs]);
         webhooks
             .create("one", both_events("https://again.example.com/"), "alice")
@@ -215,13 +225,20 @@ both_databases!(
             )
             .await
             .unwrap();
-        assert_eq!(at_prompt.webhook_deliveries, 2, "one state change per webhook");
+        assert_eq!(
+            at_prompt.webhook_deliveries, 2,
+            "one state change per webhook"
+        );
 
         let lease = Duration::from_secs(60);
         let claimed = store.claim_due_deliveries(10, lease).await.unwrap();
         assert_eq!(claimed.len(), 5);
         assert!(
-            store.claim_due_deliveries(10, lease).await.unwrap().is_empty(),
+            store
+                .claim_due_deliveries(10, lease)
+                .await
+                .unwrap()
+                .is_empty(),
             "a claimed delivery is not due again while its lease lasts"
         );
         let to_state_only: Vec<_> = claimed
@@ -229,7 +246,11 @@ both_databases!(
             .filter(|delivery| delivery.webhook_id == state_only.id)
             .collect();
         assert_eq!(to_state_only.len(), 2);
-        assert!(to_state_only.iter().all(|delivery| delivery.event == "state_changed"));
+        assert!(
+            to_state_only
+                .iter()
+                .all(|delivery| delivery.event == "state_changed")
+        );
         let command = claimed
             .iter()
             .find(|delivery| delivery.event == "command_finished")
@@ -254,10 +275,18 @@ both_databases!(
             )
             .await
             .unwrap();
-        let listed = webhooks.list(&session.instance_id.to_string()).await.unwrap();
+        let listed = webhooks
+            .list(&session.instance_id.to_string())
+            .await
+            .unwrap();
         let last = listed[0].last_delivery.clone().expect("a last delivery");
         assert_eq!(
-            (last.delivery_id, last.attempts, last.status_code, last.outcome),
+            (
+                last.delivery_id,
+                last.attempts,
+                last.status_code,
+                last.outcome
+            ),
             (command.id, 1, Some(500), DeliveryOutcome::Pending)
         );
         let retried = store.claim_due_deliveries(10, lease).await.unwrap();
@@ -288,7 +317,10 @@ both_databases!(
             )
             .await
             .unwrap();
-        let last = webhooks.list(&session.instance_id.to_string()).await.unwrap()[0]
+        let last = webhooks
+            .list(&session.instance_id.to_string())
+            .await
+            .unwrap()[0]
             .last_delivery
             .clone()
             .unwrap();
@@ -298,7 +330,10 @@ both_databases!(
         );
         // A given-back claim is due at once; a deleted webhook's deliveries are gone.
         store.release_claim(&claimed[0]).await.unwrap();
-        assert_eq!(store.claim_due_deliveries(10, lease).await.unwrap().len(), 1);
+        assert_eq!(
+            store.claim_due_deliveries(10, lease).await.unwrap().len(),
+            1
+        );
         webhooks
             .delete(&session.instance_id.to_string(), hook.id)
             .await
@@ -518,7 +553,10 @@ both_databases!(
         for attempt in &attempts {
             assert_signed(attempt);
             assert_eq!(attempt.header("x-ptyhub-delivery"), delivery_id);
-            assert_eq!(attempt.body, attempts[0].body, "every attempt sends the same bytes");
+            assert_eq!(
+                attempt.body, attempts[0].body,
+                "every attempt sends the same bytes"
+            );
         }
         let last = eventually("the third attempt is recorded", || {
             let mut client = client.clone();
@@ -589,10 +627,25 @@ both_databases!(
         .await;
         // The bad requests are refused on the gRPC surface too.
         for (url, events, secret, wanted) in [
-            ("ftp://example.com/", vec!["state_changed"], SECRET, "http://"),
+            (
+                "ftp://example.com/",
+                vec!["state_changed"],
+                SECRET,
+                "http://",
+            ),
             ("https://example.com/", vec![], SECRET, "at least one"),
-            ("https://example.com/", vec!["exited"], SECRET, "unknown webhook event"),
-            ("https://example.com/", vec!["state_changed"], "short", "16 to 256"),
+            (
+                "https://example.com/",
+                vec!["exited"],
+                SECRET,
+                "unknown webhook event",
+            ),
+            (
+                "https://example.com/",
+                vec!["state_changed"],
+                "short",
+                "16 to 256",
+            ),
         ] {
             let refused = client
                 .create_webhook(pb::CreateWebhookRequest {

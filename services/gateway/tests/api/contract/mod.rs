@@ -23,3 +23,4 @@ mod run;
 mod screens;
 mod snapshots;
 mod support;
+mod webhooks;

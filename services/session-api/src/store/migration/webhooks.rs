@@ -111,9 +111,17 @@ impl MigrationTrait for CreateWebhooks {
                             .not_null()
                             .primary_key(),
                     )
-                    .col(ColumnDef::new(WebhookDeliveries::WebhookId).uuid().not_null())
+                    .col(
+                        ColumnDef::new(WebhookDeliveries::WebhookId)
+                            .uuid()
+                            .not_null(),
+                    )
                     .col(ColumnDef::new(WebhookDeliveries::Event).string().not_null())
-                    .col(ColumnDef::new(WebhookDeliveries::EventKey).string().not_null())
+                    .col(
+                        ColumnDef::new(WebhookDeliveries::EventKey)
+                            .string()
+                            .not_null(),
+                    )
                     .col(ColumnDef::new(WebhookDeliveries::Body).text().not_null())
                     .col(timestamp(WebhookDeliveries::CreatedAt))
                     .col(
@@ -121,7 +129,11 @@ impl MigrationTrait for CreateWebhooks {
                             .integer()
                             .not_null(),
                     )
-                    .col(ColumnDef::new(WebhookDeliveries::Outcome).string().not_null())
+                    .col(
+                        ColumnDef::new(WebhookDeliveries::Outcome)
+                            .string()
+                            .not_null(),
+                    )
                     .col(timestamp(WebhookDeliveries::NextAttemptAt))
                     .col(
                         ColumnDef::new(WebhookDeliveries::LeaseUntil)
