@@ -37,6 +37,16 @@ pub struct Instance {
     pub shell_integration: bool,
 }
 
+impl crate::scope::NamedInstance for Instance {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 impl Instance {
     /// The instance as a credential that may not read its settings sees it: no environment,
     /// command, user, working directory or container.
@@ -52,7 +62,7 @@ impl Instance {
     }
 
     /// The instance as `access` may see it.
-    pub fn as_seen_by(self, access: &crate::auth::Access) -> Self {
+    pub fn as_seen_by(self, access: &crate::scope::Access) -> Self {
         if access.sees_instance_settings() {
             self
         } else {
@@ -115,7 +125,7 @@ impl Session {
 
     /// The session as `access` may see it: a credential that may not read a session's commands
     /// (a share link's) does not see the working directory its shell reported either.
-    pub fn as_seen_by(mut self, access: &crate::auth::Access) -> Self {
+    pub fn as_seen_by(mut self, access: &crate::scope::Access) -> Self {
         if !access.sees_commands()
             && let Some(terminal) = &mut self.terminal
         {
@@ -137,7 +147,7 @@ pub struct SessionChange {
 impl SessionChange {
     /// The change as `access` may see it: without its commands and the shell's working
     /// directory for a credential that may not read a session's commands.
-    pub fn as_seen_by(self, access: &crate::auth::Access) -> Self {
+    pub fn as_seen_by(self, access: &crate::scope::Access) -> Self {
         let sees_commands = access.sees_commands();
         Self {
             session: self.session.as_seen_by(access),

@@ -11,6 +11,7 @@
 pub mod attach_relay;
 pub mod audit;
 pub mod auth;
+pub mod authorize;
 pub mod brokers;
 pub mod browser;
 pub mod config;

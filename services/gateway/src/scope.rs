@@ -1,22 +1,21 @@
 //! What a principal may do, in one module: which instances and sessions its credential covers,
 //! whether it is an admin, whether it may choose a session's command, and a share link's
 //! restrictions (it only views, one instance or one session of it, without the instance's
-//! settings or the session's commands). [`Access`] is the rule; the `AppState::authorize_*`
-//! checks below apply it to the instance and session a request names, the same way on every
-//! surface.
+//! settings or the session's commands). [`Access`] is the rule, the same on every surface;
+//! [`crate::authorize`] applies it to the instance and session a request names. It depends on
+//! nothing else of the gateway, so that the principal ([`crate::auth`]) and the records
+//! ([`crate::domain`]) can both name it.
 
 use std::collections::BTreeSet;
 
-use ptyhub_wire::{ErrorCode, Surface};
-
-use crate::auth::Principal;
-use crate::domain::{Instance, Session, SessionStatus};
 use crate::error::ApiError;
-use crate::state::AppState;
 
-/// What a session id in a path may also be: the session with the `default` alias (the legacy
-/// single session), as `/terminal/reset` and the WebSocket's `/terminal` name it.
-pub const DEFAULT_SESSION: &str = "default";
+/// An instance as a scope sees it: by its id and its name, either of which a credential may
+/// list.
+pub trait NamedInstance {
+    fn id(&self) -> &str;
+    fn name(&self) -> &str;
+}
 
 /// The instances a principal may use, whether it is an admin, whether it may choose the command
 /// of the sessions it creates, and whether it may only view (a share link's, of an instance or of
@@ -161,10 +160,8 @@ impl Access {
     }
 
     /// Whether the scope covers this instance, by id or by name.
-    pub fn allows(&self, instance: &Instance) -> bool {
-        self.all_instances
-            || self.instances.contains(&instance.id)
-            || self.instances.contains(&instance.name)
+    pub fn allows(&self, instance: &impl NamedInstance) -> bool {
+        self.allows_id_or_name(instance.id(), instance.name())
     }
 
     /// No instance at all (a share's principal before its share is checked).
@@ -185,117 +182,4 @@ impl Access {
     pub fn allows_id_or_name(&self, id: &str, name: &str) -> bool {
         self.all_instances || self.instances.contains(id) || self.instances.contains(name)
     }
-}
-
-impl AppState {
-    /// [`AppState::authorize_instance`], reporting a refusal for scope (403) to the audit trail
-    /// as an attempt through `surface`: what every surface's instance check is.
-    pub async fn authorize_instance_through(
-        &self,
-        principal: &Principal,
-        instance_reference: &str,
-        surface: Surface,
-    ) -> Result<Instance, ApiError> {
-        self.authorize_instance(principal, instance_reference)
-            .await
-            .inspect_err(|error| {
-                if error.code == ErrorCode::Forbidden {
-                    self.report_refusal(
-                        Some(principal),
-                        principal.client_address,
-                        surface,
-                        "forbidden",
-                        format!("instance {instance_reference}"),
-                    );
-                }
-            })
-    }
-
-    /// Looks up the instance and checks that the principal may use it.
-    ///
-    /// An unknown instance the scope does not name is 403, not 404, so a scoped token cannot
-    /// probe which instances exist.
-    pub async fn authorize_instance(
-        &self,
-        principal: &Principal,
-        instance_reference: &str,
-    ) -> Result<Instance, ApiError> {
-        let instance = match self.upstreams.get_instance(instance_reference).await {
-            Ok(instance) => instance,
-            Err(error) if error.code == ErrorCode::NotFound => {
-                return Err(if principal.access.names(instance_reference) {
-                    ApiError::not_found("instance not found")
-                } else {
-                    forbidden_instance()
-                });
-            }
-            Err(error) => return Err(error),
-        };
-        if !principal.access.allows(&instance) {
-            return Err(forbidden_instance());
-        }
-        Ok(instance)
-    }
-
-    /// Looks up a session of an instance the caller may use; a session of another instance, or
-    /// one a share of another session does not cover, is 404, never an action on the other.
-    /// [`DEFAULT_SESSION`] names the live session with the `default` alias (404 while there is
-    /// none).
-    pub async fn authorize_session(
-        &self,
-        principal: &Principal,
-        instance: &Instance,
-        session_id: &str,
-    ) -> Result<Session, ApiError> {
-        let session = self.find_session(instance, session_id).await?;
-        if !principal.access.allows_session(&session.id) {
-            return Err(ApiError::not_found("session not found"));
-        }
-        Ok(session)
-    }
-
-    async fn find_session(
-        &self,
-        instance: &Instance,
-        session_id: &str,
-    ) -> Result<Session, ApiError> {
-        if session_id == DEFAULT_SESSION {
-            return self
-                .upstreams
-                .list_sessions(&instance.id, false)
-                .await?
-                .into_iter()
-                .find(|session| session.aliases.iter().any(|alias| alias == DEFAULT_SESSION))
-                .ok_or_else(|| ApiError::not_found("the instance has no default session"));
-        }
-        if uuid::Uuid::parse_str(session_id).is_err() {
-            return Err(ApiError::not_found("session not found"));
-        }
-        let session = self.upstreams.get_session(&instance.id, session_id).await?;
-        if session.instance_id != instance.id {
-            return Err(ApiError::not_found("session not found"));
-        }
-        Ok(session)
-    }
-
-    /// Like [`AppState::authorize_session`], for the calls that need the session's process
-    /// (its screen, its input): a closed session is 404 too.
-    pub async fn authorize_live_session(
-        &self,
-        principal: &Principal,
-        instance: &Instance,
-        session_id: &str,
-    ) -> Result<Session, ApiError> {
-        let session = self
-            .authorize_session(principal, instance, session_id)
-            .await?;
-        if session.status == SessionStatus::Closed {
-            return Err(ApiError::not_found("session not found or closed"));
-        }
-        Ok(session)
-    }
-}
-
-fn forbidden_instance() -> ApiError {
-    ApiError::forbidden("not allowed for this instance")
 }

@@ -1,7 +1,8 @@
 //! Puts the gateway on one port: axum routes for REST, WebSocket and the web page, gRPC-web and
 //! gRPC (chosen by content type) for the session-api surface and the broker's `Attach` relayed
 //! for outside clients, with `grpc.health.v1` and server reflection, JSON 404s for everything
-//! else.
+//! else. All of it sits behind the front door ([`FrontDoorLayer`]): a route or service mounted
+//! here finds its caller's principal in the request, whatever its surface.
 
 use std::convert::Infallible;
 
@@ -14,21 +15,22 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
-use ptyhub_wire::{CLI_USER_AGENT_PREFIX, Introspection, IntrospectionError, Surface};
+use ptyhub_wire::{Introspection, IntrospectionError};
 use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::attach_relay::AttachRelay;
-use crate::browser::origin_allowed;
+use crate::browser::{BrowserPolicy, origin_allowed};
 use crate::error::{ApiError, ErrorBody};
+use crate::front_door::FrontDoorLayer;
 use crate::rest::{
     INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
     recordings, screens, sessions, shares, signin,
 };
 use crate::rest::webhooks;
-use crate::session_proxy::{GrpcSurface, RequestOrigin, SessionApiProxy};
+use crate::session_proxy::{RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::{browser, openapi, web, ws};
 
@@ -113,18 +115,25 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
                 }),
             )
         });
+    let browser_policy = BrowserPolicy {
+        hosts: state.host_policy.clone(),
+        allowed_origins: state.allowed_origins.clone(),
+    };
     let router = api
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            browser_policy.clone(),
             browser::check_writes,
         ))
         .layer(middleware::from_fn_with_state(
             (grpc, state.serves_tls),
             route_grpc,
         ))
+        // Inside the Host check, outside everything that serves: every surface's request
+        // carries its Authentication from here on.
+        .layer(FrontDoorLayer::new(state.clone()))
         .layer(middleware::from_fn(browser::security_headers))
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            browser_policy,
             browser::check_host,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), count_status))
@@ -248,33 +257,11 @@ async fn route_grpc(
         if let Some(origin) = request_origin(&request, serves_tls) {
             request.extensions_mut().insert(origin);
         }
-        let surface = grpc_surface(request.headers());
-        request.extensions_mut().insert(surface);
         let response: Result<_, Infallible> = grpc.oneshot(request).await;
         let Ok(response) = response;
         return response.map(Body::new);
     }
     next.run(request).await
-}
-
-/// Which gRPC surface a request came through, for the audit trail: gRPC-web by its content
-/// type, the `ptyhub` CLI by its user agent, else plain gRPC.
-fn grpc_surface(headers: &axum::http::HeaderMap) -> GrpcSurface {
-    let header = |name| {
-        headers
-            .get(name)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("")
-    };
-    GrpcSurface(
-        if header(header::CONTENT_TYPE).starts_with("application/grpc-web") {
-            Surface::GrpcWeb
-        } else if header(header::USER_AGENT).starts_with(CLI_USER_AGENT_PREFIX) {
-            Surface::Cli
-        } else {
-            Surface::Grpc
-        },
-    )
 }
 
 /// `scheme://authority` as the client addressed the gateway: HTTP/2's `:authority` (gRPC) or

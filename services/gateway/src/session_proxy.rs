@@ -13,7 +13,7 @@
 //! bound.
 //!
 //! A session's command is the instance's unless the caller may choose one
-//! ([`crate::auth::Access::may_choose_command`]); an override from anyone else is refused with
+//! ([`crate::scope::Access::may_choose_command`]); an override from anyone else is refused with
 //! `PERMISSION_DENIED`, as REST refuses it with 403.
 //!
 //! The webhook calls are an instance's settings: a viewer-only credential (a share link's) may
@@ -34,10 +34,11 @@ use tonic::{Request, Response, Status};
 
 use ptyhub_wire::Surface;
 
-use crate::auth::{Principal, peer_address};
+use crate::auth::Principal;
 use crate::domain::Instance;
+use crate::front_door::{grpc_surface_of as surface_of, principal_of};
 use crate::grpc::SessionApiClient;
-use crate::state::{AppState, Presented};
+use crate::state::AppState;
 
 /// Implements session-api's service by forwarding, after the gateway's own checks.
 #[derive(Debug, Clone)]
@@ -63,8 +64,10 @@ impl SessionApiProxy {
             .session_api_client()
     }
 
+    /// The caller's principal, as the front door authenticated it (the `authorization`
+    /// metadata alone: gRPC callers are programs, never the page's cookie).
     async fn authenticate<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
-        authenticate(&self.state, request).await
+        principal_of(request).await
     }
 
     /// Checks the caller may use `instance` and returns its id.
@@ -157,62 +160,6 @@ impl SessionApiProxy {
         }
     }
 }
-
-/// The caller's credential from the `authorization` metadata, checked; a refusal goes to the
-/// audit trail.
-pub(crate) async fn authenticate<T>(
-    state: &AppState,
-    request: &Request<T>,
-) -> Result<Principal, Status> {
-    let credential = request
-        .metadata()
-        .get(ptyhub_wire::AUTHORIZATION_METADATA)
-        .and_then(|value| value.to_str().ok())
-        .and_then(ptyhub_wire::bearer_token);
-    // gRPC callers are programs: a bearer credential only, never the page's cookie.
-    let headers = tonic::metadata::MetadataMap::into_headers(request.metadata().clone());
-    let presented = Presented {
-        bearer: credential.map(str::to_owned),
-        cookie: None,
-        client: state.client_address(&headers, request.extensions()),
-        peer: peer_address(request.extensions()),
-    };
-    match state.authenticate(&presented).await {
-        Ok(principal) => Ok(principal),
-        Err(error) => {
-            if crate::state::credential_refused(&error) {
-                state.report_refusal(
-                    None,
-                    presented.peer,
-                    surface_of(request),
-                    "unauthenticated",
-                    method_of(request),
-                );
-            }
-            Err(error.to_status())
-        }
-    }
-}
-
-/// The surface a gRPC request came through, as the router recorded it.
-pub(crate) fn surface_of<T>(request: &Request<T>) -> Surface {
-    request
-        .extensions()
-        .get::<GrpcSurface>()
-        .map_or(Surface::Grpc, |surface| surface.0)
-}
-
-/// `service/method` of a gRPC request, for the audit trail's refusals.
-pub(crate) fn method_of<T>(request: &Request<T>) -> String {
-    match request.extensions().get::<tonic::GrpcMethod>() {
-        Some(method) => format!("{}/{}", method.service(), method.method()),
-        None => "grpc".to_owned(),
-    }
-}
-
-/// Which gRPC surface (gRPC, gRPC-web, the CLI) a request came through, recorded by the router.
-#[derive(Debug, Clone, Copy)]
-pub struct GrpcSurface(pub Surface);
 
 /// Where a caller of the gateway attaches: the configured public URL, else the scheme and
 /// authority its request came in with ([`RequestOrigin`], recorded by the router).
@@ -574,7 +521,13 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let (_, message, _) = self.scoped_live_session(request).await?;
+        let (principal, message, _) = self.scoped_live_session(request).await?;
+        // A wait is held open like a stream: it counts among the principal's, on every surface.
+        let _open = self
+            .state
+            .streams
+            .open(&principal)
+            .map_err(|error| error.to_status())?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
         self.state
             .upstreams
@@ -639,18 +592,18 @@ impl SessionApi for SessionApiProxy {
             .access
             .require_control("reading a session's commands")
             .map_err(|error| error.to_status())?;
-        let slot = self
+        let (slot, credential) = self
             .state
-            .stream_slots
-            .acquire(&principal.subject)
-            .map_err(|error| error.to_status())?;
+            .streams
+            .open(&principal)
+            .map_err(|error| error.to_status())?
+            .into_parts();
         let commands = client
             .watch_commands(message)
             .await
             .map_err(forwarded)?
             .into_inner();
         let shutdown = self.state.shutdown.clone();
-        let credential = self.state.credential_watch(&principal);
         let stream = commands
             .map(move |command| {
                 let _held = &slot;
@@ -737,11 +690,12 @@ impl SessionApi for SessionApiProxy {
                 .authorize_instance(&principal, &message.instance, surface)
                 .await?;
         }
-        let slot = self
+        let (slot, credential) = self
             .state
-            .stream_slots
-            .acquire(&principal.subject)
-            .map_err(|error| error.to_status())?;
+            .streams
+            .open(&principal)
+            .map_err(|error| error.to_status())?
+            .into_parts();
         let changes = self
             .client(&principal, surface)
             .watch_sessions(message)
@@ -751,7 +705,6 @@ impl SessionApi for SessionApiProxy {
         // The stream ends with the gateway, so a watching browser never holds up shutdown, and
         // with the credential it was opened with.
         let shutdown = self.state.shutdown.clone();
-        let credential = self.state.credential_watch(&principal);
         let access = principal.access.clone();
         let seeing = principal.access.clone();
         let stream = changes
@@ -784,7 +737,7 @@ impl SessionApi for SessionApiProxy {
 
 /// A session as `access` may see it (as `crate::domain::Session::as_seen_by` for REST): no
 /// working directory for a credential that may not read a session's commands.
-fn session_as_seen_by(session: &mut pb::Session, access: &crate::auth::Access) {
+fn session_as_seen_by(session: &mut pb::Session, access: &crate::scope::Access) {
     if !access.sees_commands()
         && let Some(terminal) = &mut session.terminal
     {
@@ -795,7 +748,7 @@ fn session_as_seen_by(session: &mut pb::Session, access: &crate::auth::Access) {
 /// A session change as `access` may see it (as `crate::domain::SessionChange::as_seen_by`
 /// for REST): without its commands and the working directory for a credential that may not
 /// read a session's commands.
-fn change_as_seen_by(change: &mut pb::SessionChange, access: &crate::auth::Access) {
+fn change_as_seen_by(change: &mut pb::SessionChange, access: &crate::scope::Access) {
     if !access.sees_commands() {
         change.commands.clear();
     }

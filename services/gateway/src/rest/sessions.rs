@@ -17,9 +17,9 @@ use super::bodies::{
 use super::extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, SessionPath,
 };
+use crate::authorize::DEFAULT_SESSION;
 use crate::domain::{SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
-use crate::scope::DEFAULT_SESSION;
 use crate::state::AppState;
 
 /// Live sessions of an instance, oldest first; `?include=closed` adds history.

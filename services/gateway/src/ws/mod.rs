@@ -22,13 +22,13 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use crate::auth::{WEBSOCKET_PROTOCOL, WEBSOCKET_TOKEN_PROTOCOL_PREFIX};
+use crate::authorize::DEFAULT_SESSION;
 use crate::browser::check_origin;
 use crate::domain::{AttachTarget, SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
 use crate::front_door::Authentication;
 use crate::grpc::Upstreams;
 use crate::rest::{InstancePath, SessionPath};
-use crate::scope::DEFAULT_SESSION;
 use crate::state::AppState;
 use crate::streams::{CredentialWatch, StreamSlot};
 
