@@ -94,9 +94,6 @@ impl Default for ClusterBuilder {
             brokers: 2,
             gateways: 2,
             session_api_flags: flags(&[
-                ("service-token", SESSION_API_TOKEN.to_owned()),
-                ("gateway-token", GATEWAY_TOKEN.to_owned()),
-                ("ticket-signing-key", TICKET_SIGNING_KEY.to_owned()),
                 (
                     "heartbeat-timeout",
                     format!("{}ms", HEARTBEAT_TIMEOUT.as_millis()),
@@ -105,13 +102,10 @@ impl Default for ClusterBuilder {
                 ("shutdown-grace", "5s".to_owned()),
             ]),
             broker_flags: flags(&[
-                ("ticket-public-key", ticket_public_key()),
                 ("backends", "local".to_owned()),
                 ("kill-grace", "500ms".to_owned()),
             ]),
             gateway_flags: flags(&[
-                ("service-token", GATEWAY_TOKEN.to_owned()),
-                ("api-token", API_TOKEN.to_owned()),
                 ("drain-delay", "2s".to_owned()),
                 ("shutdown-grace", "5s".to_owned()),
             ]),
@@ -222,6 +216,16 @@ pub struct Cluster {
     database: TestDatabase,
 }
 
+/// The cluster's environment variables for one process, `secrets` first: a service reads its
+/// secrets from variables or files, never from its command line.
+fn env_with(secrets: &[(&str, String)], env: &[(String, String)]) -> Vec<(String, String)> {
+    secrets
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), value.clone()))
+        .chain(env.iter().cloned())
+        .collect()
+}
+
 fn args(flags: &BTreeMap<String, String>, own: &[(&str, String)]) -> Vec<String> {
     let mut flags = flags.clone();
     for (name, value) in own {
@@ -256,7 +260,6 @@ impl Cluster {
             &self.shape.broker_flags,
             &[
                 ("broker-id", broker_id(index)),
-                ("service-token", broker_token(index)),
                 (
                     "session-api",
                     self.session_api_endpoint(index % self.apis.len()),
@@ -268,7 +271,7 @@ impl Cluster {
             &format!("broker-{index}"),
             &binary("pty-broker")?,
             &args,
-            &self.shape.env,
+            &self.broker_env(index),
             self.logs.path(),
         )
         .await
@@ -283,7 +286,6 @@ impl Cluster {
             &self.shape.broker_flags,
             &[
                 ("broker-id", broker_id(index)),
-                ("service-token", broker_token(index)),
                 (
                     "session-api",
                     self.session_api_endpoint(index % self.apis.len()),
@@ -299,7 +301,7 @@ impl Cluster {
             &format!("broker-{index}-next-{}", uuid::Uuid::new_v4().simple()),
             &binary("pty-broker")?,
             &args,
-            &self.shape.env,
+            &self.broker_env(index),
             self.logs.path(),
         )
         .await?;
@@ -322,20 +324,50 @@ impl Cluster {
         self.wait_brokers_registered().await
     }
 
+    /// Broker `index`'s variables: its own credential and session-api's ticket public key, then
+    /// the cluster's.
+    fn broker_env(&self, index: usize) -> Vec<(String, String)> {
+        env_with(
+            &[
+                ("PTYHUB_BROKER_SERVICE_TOKEN", broker_token(index)),
+                ("PTYHUB_BROKER_TICKET_PUBLIC_KEY", ticket_public_key()),
+            ],
+            &self.shape.env,
+        )
+    }
+
     async fn start_session_api(&self, index: usize) -> anyhow::Result<Service> {
         // Each broker's own credential, bound to its id.
         let broker_tokens: Vec<String> = (0..self.shape.brokers)
             .map(|broker| format!("{}={}", broker_id(broker), broker_token(broker)))
             .collect();
-        let mut own = vec![("database-url", self.database.url().to_owned())];
-        if !broker_tokens.is_empty() {
-            own.push(("broker-token", broker_tokens.join(",")));
-        }
-        let args = args(&self.shape.session_api_flags, &own);
-        let service = Service::start(
+        let args = args(
+            &self.shape.session_api_flags,
+            &[("database-url", self.database.url().to_owned())],
+        );
+        let env = env_with(
+            &[
+                (
+                    "PTYHUB_SESSION_API_SERVICE_TOKEN",
+                    SESSION_API_TOKEN.to_owned(),
+                ),
+                (
+                    "PTYHUB_SESSION_API_GATEWAY_TOKENS",
+                    GATEWAY_TOKEN.to_owned(),
+                ),
+                ("PTYHUB_SESSION_API_BROKER_TOKENS", broker_tokens.join(",")),
+                (
+                    "PTYHUB_SESSION_API_TICKET_SIGNING_KEY",
+                    TICKET_SIGNING_KEY.to_owned(),
+                ),
+            ],
+            &[],
+        );
+        let service = Service::start_with_env(
             &format!("session-api-{index}"),
             &binary("session-api")?,
             &args,
+            &env,
             self.logs.path(),
         )
         .await?;
@@ -420,11 +452,18 @@ impl Cluster {
                 self.session_api_endpoint(index % self.apis.len()),
             )],
         );
+        let env = env_with(
+            &[
+                ("PTYHUB_GATEWAY_SERVICE_TOKEN", GATEWAY_TOKEN.to_owned()),
+                ("PTYHUB_GATEWAY_API_TOKENS", API_TOKEN.to_owned()),
+            ],
+            &self.shape.env,
+        );
         Service::start_with_env(
             &format!("gateway-{index}"),
             &binary("gateway")?,
             &args,
-            &self.shape.env,
+            &env,
             self.logs.path(),
         )
         .await

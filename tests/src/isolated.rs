@@ -128,15 +128,28 @@ impl IsolatedStack {
             .run({
                 let log_dir = log_dir.clone();
                 async move {
-                    Service::start(
+                    Service::start_with_env(
                         "session-api",
                         &api_binary,
+                        &[format!("--database-url={database}")],
+                        // Secrets come from variables, never from the command line.
                         &[
-                            format!("--database-url={database}"),
-                            format!("--service-token={SESSION_API_TOKEN}"),
-                            format!("--gateway-token={GATEWAY_TOKEN}"),
-                            format!("--broker-token={}={}", broker_id(0), broker_token(0)),
-                            format!("--ticket-signing-key={TICKET_SIGNING_KEY}"),
+                            (
+                                "PTYHUB_SESSION_API_SERVICE_TOKEN".to_owned(),
+                                SESSION_API_TOKEN.to_owned(),
+                            ),
+                            (
+                                "PTYHUB_SESSION_API_GATEWAY_TOKENS".to_owned(),
+                                GATEWAY_TOKEN.to_owned(),
+                            ),
+                            (
+                                "PTYHUB_SESSION_API_BROKER_TOKENS".to_owned(),
+                                format!("{}={}", broker_id(0), broker_token(0)),
+                            ),
+                            (
+                                "PTYHUB_SESSION_API_TICKET_SIGNING_KEY".to_owned(),
+                                TICKET_SIGNING_KEY.to_owned(),
+                            ),
                         ],
                         &log_dir,
                     )
@@ -174,8 +187,6 @@ impl IsolatedStack {
         std::fs::create_dir_all(&data_dir)?;
         let args = vec![
             format!("--session-api={session_api}"),
-            format!("--service-token={}", broker_token(0)),
-            format!("--ticket-public-key={}", ticket_public_key()),
             format!("--broker-id={}", broker_id(0)),
             "--backends=local".to_owned(),
             "--kill-grace=500ms".to_owned(),
@@ -183,7 +194,16 @@ impl IsolatedStack {
         ];
         let log_dir = log_dir.to_owned();
         namespace
-            .run(async move { Service::start("broker", &binary, &args, &log_dir).await })
+            .run(async move {
+                let secrets = [
+                    ("PTYHUB_BROKER_SERVICE_TOKEN".to_owned(), broker_token(0)),
+                    (
+                        "PTYHUB_BROKER_TICKET_PUBLIC_KEY".to_owned(),
+                        ticket_public_key(),
+                    ),
+                ];
+                Service::start_with_env("broker", &binary, &args, &secrets, &log_dir).await
+            })
             .await
     }
 
@@ -195,13 +215,20 @@ impl IsolatedStack {
         let binary = binary("gateway")?;
         let args = vec![
             format!("--session-api={session_api}"),
-            format!("--service-token={GATEWAY_TOKEN}"),
-            format!("--api-token={API_TOKEN}"),
             "--shutdown-grace=5s".to_owned(),
         ];
         let log_dir = log_dir.to_owned();
         namespace
-            .run(async move { Service::start("gateway", &binary, &args, &log_dir).await })
+            .run(async move {
+                let secrets = [
+                    (
+                        "PTYHUB_GATEWAY_SERVICE_TOKEN".to_owned(),
+                        GATEWAY_TOKEN.to_owned(),
+                    ),
+                    ("PTYHUB_GATEWAY_API_TOKENS".to_owned(), API_TOKEN.to_owned()),
+                ];
+                Service::start_with_env("gateway", &binary, &args, &secrets, &log_dir).await
+            })
             .await
     }
 
