@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn surfaces_are_told_apart_by_content_type_user_agent_and_path() {
-        let grpc = (header::CONTENT_TYPE, "application/grpc");
+        let grpc = || (header::CONTENT_TYPE, "application/grpc");
         let cases = [
             (request("/api/v1/instances", &[]), Surface::Rest),
             (
@@ -268,10 +268,7 @@ mod tests {
                 Surface::WebSocket,
             ),
             (
-                request(
-                    "/ptyhub.session.v1.SessionApi/ListInstances",
-                    &[grpc.clone()],
-                ),
+                request("/ptyhub.session.v1.SessionApi/ListInstances", &[grpc()]),
                 Surface::Grpc,
             ),
             (
@@ -285,7 +282,7 @@ mod tests {
                 request(
                     "/ptyhub.broker.v1.PtyBroker/Attach",
                     &[
-                        grpc,
+                        grpc(),
                         (header::USER_AGENT, &format!("{CLI_USER_AGENT_PREFIX}/1.0")),
                     ],
                 ),
