@@ -16,6 +16,7 @@ mod run;
 mod screen;
 mod terminal;
 mod up;
+mod webhook;
 
 use std::process::ExitCode;
 
@@ -104,6 +105,10 @@ enum Command {
     /// output and exit with its exit code (1 when the shell reported none, 124 when it did not
     /// end within --timeout).
     Run(run::RunArgs),
+    /// Register, list and delete an instance's webhooks (HTTP callbacks for terminal state
+    /// changes and finished commands).
+    #[command(subcommand)]
+    Webhook(webhook::WebhookCommand),
     /// Run a command in a new session, stream its output, exit with its exit code.
     Exec {
         instance: String,
@@ -268,6 +273,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Output(args) => commands::command_output(connection, args).await?,
         Command::Run(args) => return run::run(connection, args, output).await,
         Command::Attach(args) => return attach_terminal(connection, args).await,
+        Command::Webhook(command) => webhook::webhook(connection, command, output).await?,
         Command::Exec { instance, command } => {
             return exec_command(connection, instance, command).await;
         }

@@ -12,3 +12,4 @@ mod screen;
 mod support;
 mod tls;
 mod up;
+mod webhook;
