@@ -25,9 +25,15 @@ pub struct Service {
 }
 
 impl Service {
-    /// Starts the binary `name` from the bench's own directory with `--listen=127.0.0.1:0` and
-    /// then `args`. Its output goes to a log file in `log_dir`.
-    pub fn spawn(name: &'static str, args: &[String], log_dir: &Path) -> Result<Self> {
+    /// Starts the binary `name` from the bench's own directory with `--listen=127.0.0.1:0`, then
+    /// `args`, and the variables `env` (its secrets: a service reads none from its command line)
+    /// instead of any `PTYHUB_*` of the bench's own. Its output goes to a log file in `log_dir`.
+    pub fn spawn(
+        name: &'static str,
+        args: &[String],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
         let binary = sibling_binary(name)?;
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("create {}", log.display()))?;
@@ -41,6 +47,7 @@ impl Service {
         let child = command
             .arg("--listen=127.0.0.1:0")
             .args(args)
+            .envs(env.iter().map(|(variable, value)| (variable, value)))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(out)

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::child::{Service, open_files_limit};
 use crate::scale::{connect_broker, spawn_session, wait_offsets};
 use crate::scenarios::LINE;
-use crate::stack::{BrokerClient, SERVICE_TOKEN, ticket_public_key_flag, ticket_signing_key};
+use crate::stack::{BrokerClient, broker_secret_variables, ticket_signing_key};
 
 /// What each idle session prints before it sits idle.
 const IDLE_OUTPUT: u64 = 16 << 10;
@@ -72,16 +72,15 @@ pub async fn hand_off(sessions: usize, tickers: usize) -> Result<HandOff> {
     let (old_logs, new_logs) = (dir.path().join("old"), dir.path().join("new"));
     std::fs::create_dir_all(&old_logs)?;
     std::fs::create_dir_all(&new_logs)?;
+    let secrets = broker_secret_variables()?;
     let args = vec![
-        format!("--session-api-token={SERVICE_TOKEN}"),
-        ticket_public_key_flag()?,
         "--broker-id=bench-handoff".to_owned(),
         "--backends=local".to_owned(),
         format!("--data-dir={}", data_dir.display()),
         "--kill-grace=500ms".to_owned(),
         "--shutdown-grace=30s".to_owned(),
     ];
-    let mut old = Service::spawn("pty-broker", &args, &old_logs)?;
+    let mut old = Service::spawn("pty-broker", &args, &secrets, &old_logs)?;
     let client = connect_broker(&mut old).await?;
     let endpoint = old.endpoint()?;
 
@@ -125,7 +124,7 @@ pub async fn hand_off(sessions: usize, tickers: usize) -> Result<HandOff> {
         "--take-over={}",
         data_dir.join(pty_broker::handoff::HANDOFF_SOCKET).display()
     ));
-    let mut new = Service::spawn("pty-broker", &args, &new_logs)?;
+    let mut new = Service::spawn("pty-broker", &args, &secrets, &new_logs)?;
     let status = old.exited(PATIENCE).await?;
     ensure!(
         status.success(),

@@ -19,8 +19,7 @@ use uuid::Uuid;
 use crate::child::{Service, open_files_limit};
 use crate::scenarios::{ECHO_SCRIPT, LINE};
 use crate::stack::{
-    ADMIN_TOKEN, BrokerClient, SERVICE_TOKEN, Stack, service_auth, ticket_public_key_flag,
-    tier_credentials,
+    ADMIN_TOKEN, BrokerClient, Stack, broker_secret_variables, service_auth, tier_credentials,
 };
 use crate::term::{Term, close_session, connect_gateway_at, create_session_on};
 
@@ -224,8 +223,6 @@ pub fn spawn_broker(
     log_dir: &std::path::Path,
 ) -> Result<Service> {
     let mut args = vec![
-        format!("--session-api-token={SERVICE_TOKEN}"),
-        ticket_public_key_flag()?,
         "--broker-id=bench-alone".to_owned(),
         "--backends=local".to_owned(),
         format!("--ring-bytes={ring_bytes}"),
@@ -236,7 +233,7 @@ pub fn spawn_broker(
     if let Some(sleep) = screens {
         args.push(format!("--screen-sleep={}ms", sleep.as_millis()));
     }
-    Service::spawn("pty-broker", &args, log_dir)
+    Service::spawn("pty-broker", &args, &broker_secret_variables()?, log_dir)
 }
 
 /// A client of the broker at `service`, once it answers `List` (bounded).
@@ -387,13 +384,22 @@ pub async fn gateway_memory(stack: &Stack, sockets: usize) -> Result<GatewayMemo
         "gateway",
         &[
             format!("--session-api={}", stack.session_api_endpoint),
-            format!("--service-token={}", tier_credentials()?.gateway.expose()),
-            format!("--api-token={ADMIN_TOKEN}"),
             // Sockets that are not read for a while must not be dropped as silent.
             "--heartbeat-interval=300s".to_owned(),
             "--shutdown-grace=5s".to_owned(),
             // Every socket is the bench's one principal.
             format!("--max-streams-per-principal={}", sockets + 1),
+        ],
+        // Its secrets: the gateway tier's credential, and the admin token the bench uses.
+        &[
+            (
+                "PTYHUB_GATEWAY_SERVICE_TOKEN".to_owned(),
+                tier_credentials()?.gateway.expose().to_owned(),
+            ),
+            (
+                "PTYHUB_GATEWAY_API_TOKENS".to_owned(),
+                ADMIN_TOKEN.to_owned(),
+            ),
         ],
         dir.path(),
     )?;

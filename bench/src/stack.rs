@@ -68,13 +68,20 @@ pub fn ticket_signing_key() -> Result<TicketSigningKey> {
     Ok(TicketSigningKey::from_pem(TICKET_SIGNING_KEY)?)
 }
 
-/// `--ticket-public-key=PEM` for a broker the bench starts as a process of its own: the public
-/// half of [`TICKET_SIGNING_KEY`], which is no secret.
-pub fn ticket_public_key_flag() -> Result<String> {
-    Ok(format!(
-        "--ticket-public-key={}",
-        ticket_signing_key()?.verifying_key().to_pem()
-    ))
+/// The variables that give a broker the bench starts as a process of its own its credential (the
+/// services' shared `SERVICE_TOKEN`, as session-api's) and session-api's ticket public key: secrets
+/// and keys are read from variables or files, never from the command line.
+pub fn broker_secret_variables() -> Result<Vec<(String, String)>> {
+    Ok(vec![
+        (
+            "PTYHUB_BROKER_SESSION_API_TOKEN".to_owned(),
+            SERVICE_TOKEN.to_owned(),
+        ),
+        (
+            "PTYHUB_BROKER_TICKET_PUBLIC_KEY".to_owned(),
+            ticket_signing_key()?.verifying_key().to_pem(),
+        ),
+    ])
 }
 
 fn unscreened_broker_credential() -> Result<ServiceCredential> {
@@ -195,30 +202,33 @@ impl Stack {
         } else {
             vec![BackendKind::Local]
         };
-        let mut builder = ptyhub_stack::Stack::builder()
-            .service_credential(ServiceCredential::new(SERVICE_TOKEN)?)
-            .ticket_signing_key(ticket_signing_key()?)
-            .broker_id(BROKER_ID)
-            .other_broker(UNSCREENED_BROKER_ID, unscreened_broker_credential()?)
-            // Every stream of the bench is the one admin's: the typing scenario alone holds a
-            // thousand, beyond the per-principal limit meant for people.
-            .max_streams_per_principal(MAX_BENCH_STREAMS)
-            .backends(backends.clone())
-            // The bench container runs as root, which brokers refuse in containers by default.
-            .spawn_policy(ptyhub_stack::SpawnPolicy {
-                allow_root: true,
-                ..Default::default()
-            })
-            .ring_bytes(options.ring_bytes)
-            .shutdown_grace(SHUTDOWN_GRACE)
-            .kill_grace(KILL_GRACE)
-            .api_token(ADMIN_TOKEN)
+        // The services' own configs, at the defaults of one process, tuned for the bench.
+        let mut builder = ptyhub_stack::Stack::builder()?
+            .with_credentials(&ServiceCredential::new(SERVICE_TOKEN)?)
             .start_patience(START_PATIENCE);
-        if let Some(web_dir) = &options.web_dir {
-            builder = builder.static_dir(web_dir.clone());
-        }
+        builder.session_api.secrets.ticket_signing_key = ticket_signing_key()?;
+        builder.broker.broker_id = BROKER_ID.to_owned();
+        builder.session_api.secrets.broker_tokens.push(
+            ptyhub_stack::session_api::config::BrokerCredential {
+                broker_id: UNSCREENED_BROKER_ID.to_owned(),
+                credential: unscreened_broker_credential()?,
+            },
+        );
+        // Every stream of the bench is the one admin's: the typing scenario alone holds a
+        // thousand, beyond the per-principal limit meant for people.
+        builder.gateway.max_streams_per_principal = MAX_BENCH_STREAMS;
+        builder.broker.backends = backends.clone();
+        // The bench container runs as root, which brokers refuse in containers by default.
+        builder.broker.policy.allow_root = true;
+        builder.broker.ring_bytes = options.ring_bytes;
+        builder.broker.kill_grace = KILL_GRACE;
+        builder.broker.shutdown_grace = SHUTDOWN_GRACE;
+        builder.session_api.shutdown_grace = SHUTDOWN_GRACE;
+        builder.gateway.shutdown_grace = SHUTDOWN_GRACE;
+        builder.gateway.auth.api_tokens.push(ADMIN_TOKEN.into());
+        builder.gateway.static_dir = options.web_dir.clone();
         if options.record {
-            builder = builder.default_record(session_api::RecordMode::OutputAndInput);
+            builder.session_api.default_record = session_api::RecordMode::OutputAndInput;
         }
         let services = builder.start().await?;
         let mut stack = Self {

@@ -97,21 +97,34 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
 
     let broker_data_dir = data_dir.join("broker");
     std::fs::create_dir_all(&broker_data_dir)?;
-    let mut builder = Stack::builder()
-        .broker_id(LOCAL_BROKER)
-        .backends(backends.clone())
-        .spawn_policy(args.policy.clone())
-        .broker_data_dir(broker_data_dir.clone())
+    // The services' own configs, at the defaults of one process, with what `up` keeps in the
+    // data dir. The internal service credentials are the stack's: new at every start, since
+    // nothing outside this process uses them.
+    let mut builder = Stack::builder()?
         // Local sessions start through this binary as their keeper, so that a `ptyhub up
         // --upgrade` can take them over.
         .session_keeper("/proc/self/exe")
-        .database_url(format!(
-            "sqlite://{}?mode=rwc",
-            data_dir.join("ptyhub.db").display()
-        ))
-        .api_token(user_token.clone())
-        .ticket_signing_key_file(data_dir.join(TICKET_SIGNING_KEY_FILE))
         .start_patience(STARTUP_DEADLINE);
+    builder.broker.broker_id = LOCAL_BROKER.to_owned();
+    builder.broker.backends = backends.clone();
+    builder.broker.policy = args.policy.clone();
+    builder.broker.data_dir = Some(broker_data_dir.clone());
+    let recordings = broker_data_dir.join("recordings");
+    builder.broker.recordings.store = Some(
+        ptyhub_wire::RecordingStore::open(&recordings.to_string_lossy())
+            .with_context(|| format!("cannot open the recordings in {}", recordings.display()))?,
+    );
+    // In the broker's data dir (its default there), so that a kill loses no recording.
+    builder.broker.recordings.spool = None;
+    builder.session_api.database_url =
+        format!("sqlite://{}?mode=rwc", data_dir.join("ptyhub.db").display());
+    builder.session_api.secrets.ticket_signing_key =
+        ptyhub_stack::load_or_create_signing_key(&data_dir.join(TICKET_SIGNING_KEY_FILE))?;
+    builder
+        .gateway
+        .auth
+        .api_tokens
+        .push(user_token.clone().into());
     if args.upgrade {
         let socket = broker_data_dir.join(ptyhub_stack::HANDOFF_SOCKET);
         if !socket.exists() {
@@ -134,9 +147,8 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
             .with_context(|| format!("cannot bind --listen {}", args.listen))?;
         builder = builder.gateway_listener(gateway_listener);
     }
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        builder = builder.gateway_tls(cert.clone(), key.clone());
-    }
+    builder.gateway.tls.0.cert = args.tls_cert.clone();
+    builder.gateway.tls.0.key = args.tls_key.clone();
     if let Some(web_dir) = &args.web_dir {
         if !web_dir.join("index.html").is_file() {
             anyhow::bail!(
@@ -144,12 +156,10 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
                 web_dir.display()
             );
         }
-        builder = builder.static_dir(web_dir.clone());
+        builder.gateway.static_dir = Some(web_dir.clone());
     }
-    // The internal service credential is the stack's default: new at every start, since nothing
-    // outside this process uses it. The URL is printed once it works:
-    // `start` returns when session-api sees the broker up, also on a restart, where the
-    // instance is already there.
+    // The URL is printed once it works: `start` returns when session-api sees the broker up,
+    // also on a restart, where the instance is already there.
     let mut stack = builder.start().await?;
     register_local_instance(&stack).await?;
     let server_url = stack.gateway_url();

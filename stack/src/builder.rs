@@ -1,14 +1,15 @@
-//! The settings of a stack and how they become each service's `Config`: the one place that knows
-//! the three services' configuration types. A setting left unset keeps the service's default.
+//! A stack's configuration: the three services' own `Config`s (the types their binaries parse
+//! their flags into), at the defaults of one process, and the few settings of the stack itself
+//! (listeners, the hand-off, the broker in process). Callers change the configs' fields
+//! directly; [`StackBuilder::start`] wires what ties the services together (endpoints, the
+//! broker's credential and the ticket key's public half), and nothing else.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pty_broker::{BackendKind, SpawnPolicy};
 use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_wire::{ServiceCredential, TierCredentials, TlsConfig, TlsFiles};
-use secrecy::SecretString;
 use tokio::net::TcpListener;
 
 use crate::error::{Service, StackError};
@@ -19,184 +20,117 @@ use crate::running::{self, Stack};
 /// liveness bound for a busy machine, not a performance figure.
 const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(60);
 
+/// The stack's broker's id in session-api's registry, by default.
+pub const DEFAULT_BROKER_ID: &str = "local";
+
 /// Configures a [`Stack`]; [`StackBuilder::start`] starts it.
+///
+/// ```ignore
+/// let mut builder = Stack::builder()?;
+/// builder.broker.ring_bytes = 4096;
+/// builder.gateway.auth.api_tokens.push(token.into());
+/// let stack = builder.start().await?;
+/// ```
 #[derive(Debug)]
 pub struct StackBuilder {
-    service_credential: Option<ServiceCredential>,
-    ticket_signing_key: Option<TicketSigningKey>,
-    ticket_signing_key_file: Option<PathBuf>,
-    other_brokers: Vec<(String, ServiceCredential)>,
-    database_url: Option<String>,
-    broker_id: String,
-    backends: Option<Vec<BackendKind>>,
-    broker_data_dir: Option<PathBuf>,
-    ring_bytes: Option<u64>,
-    detached_timeout: Option<Duration>,
-    kill_grace: Option<Duration>,
-    shutdown_grace: Option<Duration>,
+    /// The broker's configuration. Its own credential (`secrets.service_token`) is bound to its
+    /// `broker_id` in session-api's at start, and its ticket public key is made session-api's.
+    pub broker: pty_broker::Config,
+    /// session-api's configuration. The stack's broker is added to its static brokers at start.
+    pub session_api: session_api::Config,
+    /// The gateway's configuration. Its session-api endpoint is set at start, and it reads
+    /// recordings from the store the broker writes.
+    pub gateway: gateway::Config,
     gateway_listener: Option<TcpListener>,
     gateway_address: Option<SocketAddr>,
     session_keeper: Option<PathBuf>,
     take_over: Option<PathBuf>,
-    api_tokens: Vec<SecretString>,
-    jwt_hs256_secret: Option<SecretString>,
-    allowed_origins: Vec<String>,
-    static_dir: Option<PathBuf>,
-    heartbeat_interval: Option<Duration>,
     start_patience: Duration,
-    recordings: Option<PathBuf>,
-    default_record: session_api::RecordMode,
-    spawn_policy: Option<SpawnPolicy>,
-    max_streams_per_principal: Option<usize>,
-    internal_tls: Option<TlsFiles>,
-    gateway_tls: Option<(PathBuf, PathBuf)>,
     broker_in_process: bool,
+    /// Where the default SQLite database and recordings live; removed with the stack.
+    data: tempfile::TempDir,
 }
 
-impl Default for StackBuilder {
-    fn default() -> Self {
-        Self {
-            service_credential: None,
-            ticket_signing_key: None,
-            ticket_signing_key_file: None,
-            other_brokers: Vec::new(),
-            database_url: None,
-            broker_id: "local".to_owned(),
-            backends: None,
-            broker_data_dir: None,
-            ring_bytes: None,
-            detached_timeout: None,
-            kill_grace: None,
-            shutdown_grace: None,
+impl StackBuilder {
+    /// The configs of one process: a credential per tier derived from a new random one
+    /// ([`StackBuilder::with_credentials`]), a new ticket signing key, session-api on SQLite and
+    /// the recordings in a temporary directory removed with the stack, the broker `local` with
+    /// local PTYs, and every other setting at its service's default.
+    pub fn embedded() -> Result<Self, StackError> {
+        let data = tempfile::tempdir().map_err(StackError::DataDirectory)?;
+        let credentials = TierCredentials::derived_from(&random_credential());
+        let ticket_signing_key = TicketSigningKey::generate();
+        let mut broker = pty_broker::Config::with_own_credential(
+            credentials.broker.clone(),
+            ticket_signing_key.verifying_key(),
+        );
+        broker.broker_id = DEFAULT_BROKER_ID.to_owned();
+        broker.recordings.store = Some(
+            ptyhub_wire::RecordingStore::open(&data.path().join("recordings").to_string_lossy())
+                .map_err(StackError::Recordings)?,
+        );
+        broker.recordings.spool = Some(data.path().join("recording-spool"));
+        let session_api = session_api::Config::new(
+            format!(
+                "sqlite://{}?mode=rwc",
+                data.path().join("sessions.db").display()
+            ),
+            credentials.session_api.clone(),
+            credentials.gateway.clone(),
+            ticket_signing_key,
+        );
+        // The endpoint is the stack's session-api's, set once it is bound.
+        let gateway = gateway::Config::new("http://127.0.0.1:0", credentials.gateway);
+        Ok(Self {
+            broker,
+            session_api,
+            gateway,
             gateway_listener: None,
             gateway_address: None,
             session_keeper: None,
             take_over: None,
-            api_tokens: Vec::new(),
-            jwt_hs256_secret: None,
-            allowed_origins: Vec::new(),
-            static_dir: None,
-            heartbeat_interval: None,
             start_patience: DEFAULT_START_PATIENCE,
-            recordings: None,
-            default_record: session_api::RecordMode::Off,
-            spawn_policy: None,
-            max_streams_per_principal: None,
-            internal_tls: None,
-            gateway_tls: None,
             broker_in_process: true,
-        }
+            data,
+        })
     }
-}
 
-impl StackBuilder {
-    /// session-api's credential, the seed of the others: the gateway's and the broker's own are
-    /// derived from it ([`TierCredentials::derived_from`]), so that each tier holds its own and a
-    /// caller that knows this one can still reach every tier (the broker's control calls take
-    /// the credential derived from the broker's own,
-    /// [`ServiceCredential::broker_control_credential`]). Default: a new random one, since
-    /// nothing outside the process needs it.
-    pub fn service_credential(mut self, credential: ServiceCredential) -> Self {
-        self.service_credential = Some(credential);
+    /// Gives each tier the credential derived from `seed` ([`TierCredentials::derived_from`]):
+    /// session-api holds `seed`, the gateway and the broker their own, so that a caller that
+    /// knows the seed can still reach every tier (the broker's control calls take the
+    /// credential derived from the broker's own,
+    /// [`ServiceCredential::broker_control_credential`]).
+    pub fn with_credentials(mut self, seed: &ServiceCredential) -> Self {
+        let credentials = TierCredentials::derived_from(seed);
+        self.broker.secrets.session_api_token = credentials.broker.broker_control_credential();
+        self.broker.secrets.service_token = Some(credentials.broker);
+        self.session_api.secrets.service_token = credentials.session_api;
+        self.session_api.secrets.gateway_tokens = vec![credentials.gateway.clone()];
+        self.gateway.service_credential = credentials.gateway.into();
         self
     }
 
-    /// The private key session-api signs attach tickets with; the broker gets its public key.
-    /// Default: a new random one.
-    pub fn ticket_signing_key(mut self, key: TicketSigningKey) -> Self {
-        self.ticket_signing_key = Some(key);
-        self
-    }
-
-    /// Keeps the ticket signing key in `path` (PKCS#8 PEM): read from there, or made at the
-    /// first start and written there, readable by its owner alone (0600), as `ptyhub up` keeps
-    /// its data directory's other secrets. Tickets a previous run issued stay valid across a
-    /// restart or an upgrade.
-    pub fn ticket_signing_key_file(mut self, path: PathBuf) -> Self {
-        self.ticket_signing_key_file = Some(path);
-        self
-    }
-
-    /// Another broker's own credential, bound to its id in session-api's configuration, so that
-    /// a broker outside the stack (or a test playing one) may register as `broker_id` and no
-    /// other. The stack's own broker has one already (the broker tier's credential).
-    pub fn other_broker(
-        mut self,
-        broker_id: impl Into<String>,
-        credential: ServiceCredential,
-    ) -> Self {
-        self.other_brokers.push((broker_id.into(), credential));
-        self
-    }
-
-    /// session-api's database. Default: a fresh SQLite file in a temporary directory that is
-    /// removed with the stack.
-    pub fn database_url(mut self, url: impl Into<String>) -> Self {
-        self.database_url = Some(url.into());
-        self
-    }
-
-    /// The broker's name in session-api's registry (default `local`).
-    pub fn broker_id(mut self, id: impl Into<String>) -> Self {
-        self.broker_id = id.into();
-        self
-    }
-
-    /// The runtimes the broker offers (the broker's default: local only).
-    pub fn backends(mut self, backends: Vec<BackendKind>) -> Self {
-        self.backends = Some(backends);
-        self
-    }
-
-    /// The broker's limits on containers and users (the broker's default: every container,
-    /// and no root in containers).
-    pub fn spawn_policy(mut self, policy: SpawnPolicy) -> Self {
-        self.spawn_policy = Some(policy);
-        self
-    }
-
-    /// Where the broker records the sessions it started, so that a restart ends survivors.
-    pub fn broker_data_dir(mut self, directory: PathBuf) -> Self {
-        self.broker_data_dir = Some(directory);
-        self
-    }
-
-    /// The broker's per-session replay ring (at least 1024 bytes).
-    /// The directory recordings are kept in, written by the broker and served by the gateway.
-    /// Default: `recordings` in the broker's data dir, else in the stack's own temporary data
-    /// dir, else none (sessions are then not recorded).
-    pub fn recordings(mut self, directory: PathBuf) -> Self {
-        self.recordings = Some(directory);
-        self
-    }
-
-    /// What instances without a `record` setting of their own record. Default: off.
-    pub fn default_record(mut self, mode: session_api::RecordMode) -> Self {
-        self.default_record = mode;
-        self
-    }
-
-    pub fn ring_bytes(mut self, bytes: u64) -> Self {
-        self.ring_bytes = Some(bytes);
-        self
-    }
-
-    /// How long a session with no attached client lives before the broker reaps it
-    /// (`idle_reaped`).
-    pub fn detached_timeout(mut self, timeout: Duration) -> Self {
-        self.detached_timeout = Some(timeout);
-        self
-    }
-
-    /// The broker's wait between SIGHUP/SIGTERM and SIGKILL when it ends a session.
-    pub fn kill_grace(mut self, grace: Duration) -> Self {
-        self.kill_grace = Some(grace);
-        self
-    }
-
-    /// How long each service's graceful shutdown may take.
-    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
-        self.shutdown_grace = Some(grace);
+    /// TLS between the services: the broker and session-api serve with `files.cert` and
+    /// `files.key`, every service trusts `files.ca` and presents the certificate to the others,
+    /// and with `files.require_client_cert` the broker and session-api accept only clients with
+    /// a certificate the CA signed (mutual TLS). The certificate must name 127.0.0.1, where the
+    /// stack binds. Default: plain, on loopback. It sets the three configs' TLS fields.
+    pub fn internal_tls(mut self, files: TlsFiles) -> Self {
+        self.broker.tls = pty_broker::config::BrokerTls {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            ca: files.ca.clone(),
+            client_auth: files.require_client_cert,
+        };
+        self.session_api.tls = session_api::config::SessionApiTls {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            ca: files.ca.clone(),
+            client_auth: files.require_client_cert,
+        };
+        self.gateway.tls.0.ca = files.ca;
+        self.gateway.tls.0.client_cert = files.cert;
+        self.gateway.tls.0.client_key = files.key;
         self
     }
 
@@ -211,60 +145,6 @@ impl StackBuilder {
     /// The gateway's listener, for a caller that chose its address. Default: `127.0.0.1:0`.
     pub fn gateway_listener(mut self, listener: TcpListener) -> Self {
         self.gateway_listener = Some(listener);
-        self
-    }
-
-    /// A static API token the gateway accepts (admin over every instance); may be repeated.
-    pub fn api_token(mut self, token: impl Into<String>) -> Self {
-        self.api_tokens.push(SecretString::from(token.into()));
-        self
-    }
-
-    /// The secret of the HS256 JWTs the gateway accepts.
-    pub fn jwt_hs256_secret(mut self, secret: impl Into<String>) -> Self {
-        self.jwt_hs256_secret = Some(SecretString::from(secret.into()));
-        self
-    }
-
-    /// Origins the gateway allows besides its own.
-    pub fn allowed_origins(mut self, origins: Vec<String>) -> Self {
-        self.allowed_origins = origins;
-        self
-    }
-
-    /// The web page the gateway serves.
-    pub fn static_dir(mut self, directory: PathBuf) -> Self {
-        self.static_dir = Some(directory);
-        self
-    }
-
-    /// The terminal streams (WebSockets and gRPC attaches) one principal may hold open at the
-    /// gateway.
-    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
-        self.max_streams_per_principal = Some(streams);
-        self
-    }
-
-    /// TLS between the services: the broker and session-api serve with `files.cert` and
-    /// `files.key`, every service trusts `files.ca` and presents the certificate to the others,
-    /// and with `files.require_client_cert` the broker and session-api accept only clients with
-    /// a certificate the CA signed (mutual TLS). The certificate must name 127.0.0.1, where the
-    /// stack binds. Default: plain, on loopback.
-    pub fn internal_tls(mut self, files: TlsFiles) -> Self {
-        self.internal_tls = Some(files);
-        self
-    }
-
-    /// HTTPS, WSS and gRPC over TLS on the gateway's port, with this certificate chain and key
-    /// (PEM files). Default: plain.
-    pub fn gateway_tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
-        self.gateway_tls = Some((cert, key));
-        self
-    }
-
-    /// The gateway's WebSocket heartbeat interval.
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = Some(interval);
         self
     }
 
@@ -301,59 +181,49 @@ impl StackBuilder {
         self
     }
 
+    /// What ties the services of one process together, whatever the caller changed: session-api
+    /// binds the broker's own credential to its id and signs the tickets the broker checks, and
+    /// the gateway serves the recordings the broker writes.
+    fn tie_services_together(&mut self) {
+        self.broker.secrets.ticket_public_key =
+            self.session_api.secrets.ticket_signing_key.verifying_key();
+        if let Some(own) = &self.broker.secrets.service_token {
+            let broker_id = &self.broker.broker_id;
+            self.session_api
+                .secrets
+                .broker_tokens
+                .retain(|bound| bound.broker_id != *broker_id);
+            self.session_api
+                .secrets
+                .broker_tokens
+                .push(session_api::config::BrokerCredential {
+                    broker_id: broker_id.clone(),
+                    credential: own.clone(),
+                });
+        }
+        self.gateway.recordings = self.broker.recordings.store.clone();
+    }
+
+    /// Each tier's credential, as the configs hold them.
+    fn credentials(&self) -> TierCredentials {
+        TierCredentials {
+            session_api: self.session_api.secrets.service_token.clone(),
+            gateway: (*self.gateway.service_credential).clone(),
+            broker: self
+                .broker
+                .secrets
+                .service_token
+                .clone()
+                .unwrap_or_else(|| self.broker.secrets.session_api_token.clone()),
+        }
+    }
+
     /// Binds the broker and session-api on `127.0.0.1:0` (and the gateway, unless it was given a
     /// listener), starts the three services, and waits until session-api sees the broker up.
     /// A service that fails meanwhile fails the start with its error; the others are stopped.
     pub async fn start(mut self) -> Result<Stack, StackError> {
-        let credentials = TierCredentials::derived_from(
-            &self
-                .service_credential
-                .clone()
-                .unwrap_or_else(random_credential),
-        );
-        let ticket_signing_key = match (&self.ticket_signing_key, &self.ticket_signing_key_file) {
-            (Some(key), _) => key.clone(),
-            (None, Some(path)) => load_or_create_signing_key(path)?,
-            (None, None) => TicketSigningKey::generate(),
-        };
-        let (database_url, data) = match &self.database_url {
-            Some(url) => (url.clone(), None),
-            None => {
-                let data = tempfile::tempdir().map_err(StackError::DataDirectory)?;
-                let url = format!(
-                    "sqlite://{}?mode=rwc",
-                    data.path().join("sessions.db").display()
-                );
-                (url, Some(data))
-            }
-        };
-
-        let recordings_dir = self.recordings.clone().or_else(|| {
-            let data_dir = match &self.broker_data_dir {
-                Some(directory) => Some(directory.clone()),
-                None => data.as_ref().map(|data| data.path().to_path_buf()),
-            };
-            data_dir.map(|directory| directory.join("recordings"))
-        });
-        let recordings = recordings_dir
-            .map(|directory| {
-                ptyhub_wire::RecordingStore::open(&directory.to_string_lossy())
-                    .map_err(StackError::Recordings)
-            })
-            .transpose()?;
-        let mut broker_config = broker_config(
-            &self_settings(&self),
-            &credentials,
-            &ticket_signing_key,
-            self.broker_data_dir.clone(),
-        )?;
-        broker_config.recordings.store = recordings.clone();
-        if self.broker_data_dir.is_none()
-            && let Some(data) = &data
-        {
-            broker_config.recordings.spool = Some(data.path().join("recording-spool"));
-        }
-        let (broker, broker_listener) = self.start_broker(broker_config).await?;
+        self.tie_services_together();
+        let (broker, broker_listener) = self.start_broker(self.broker.clone()).await?;
         let session_api_listener = bind_loopback(Service::SessionApi).await?;
         let gateway_listener = match self.gateway_listener.take() {
             Some(listener) => listener,
@@ -370,46 +240,40 @@ impl StackBuilder {
             broker: local_address(&broker_listener, Service::Broker)?,
             session_api: local_address(&session_api_listener, Service::SessionApi)?,
             gateway: local_address(&gateway_listener, Service::Gateway)?,
-            internal_tls: self.internal_tls.is_some(),
-            gateway_tls: self.gateway_tls.is_some(),
+            broker_tls: self.broker.tls.cert.is_some(),
+            session_api_tls: self.session_api.tls.cert.is_some(),
+            gateway_tls: self.gateway.tls.cert.is_some(),
         };
-        let client_tls = match &self.internal_tls {
-            Some(files) => TlsConfig::from_files(files).map_err(StackError::Tls)?,
-            None => TlsConfig::plain(),
-        };
-        let session_api_config = session_api_config(
-            &self_settings(&self),
-            &credentials,
-            ticket_signing_key,
-            database_url,
-            &addresses.broker_endpoint(),
-        )?;
-        let mut gateway_config = gateway_config(
-            &self,
-            &credentials.gateway,
-            &addresses.session_api_endpoint(),
-        );
-        gateway_config.recordings = recordings;
+        // The stack's own clients call as its services call each other.
+        let client_tls =
+            TlsConfig::from_files(&self.session_api.tls.files()).map_err(StackError::Tls)?;
+        self.session_api.brokers.push(session_api::StaticBroker {
+            id: self.broker.broker_id.clone(),
+            endpoint: addresses.broker_endpoint(),
+        });
+        self.gateway.session_api_endpoint = addresses.session_api_endpoint();
         if self.broker_in_process {
-            gateway_config
+            self.gateway
                 .in_process_brokers
                 .insert(addresses.broker_endpoint(), broker.in_process_service());
         }
-
+        let credentials = self.credentials();
+        let broker_id = self.broker.broker_id.clone();
+        let start_patience = self.start_patience;
         let stack = Stack::spawn(
             running::Services {
                 broker: (broker, broker_listener),
-                session_api: (session_api_config, session_api_listener),
-                gateway: (gateway_config, gateway_listener),
+                session_api: (self.session_api, session_api_listener),
+                gateway: (self.gateway, gateway_listener),
                 listener_offer,
             },
             addresses,
             credentials,
-            self.broker_id.clone(),
-            data,
+            broker_id,
+            Some(self.data),
             client_tls,
         );
-        stack.wait_until_broker_is_up(self.start_patience).await
+        stack.wait_until_broker_is_up(start_patience).await
     }
 }
 
@@ -482,7 +346,7 @@ impl StackBuilder {
         gateway_listener: &TcpListener,
         broker_listener: &TcpListener,
     ) -> Option<ListenerOffer> {
-        let directory = self.broker_data_dir.as_deref()?;
+        let directory = self.broker.data_dir.as_deref()?;
         match ListenerOffer::bind(directory, gateway_listener, broker_listener) {
             Ok(offer) => Some(offer),
             Err(error) => {
@@ -525,162 +389,8 @@ async fn bind_when_free(
     }
 }
 
-/// The settings both back-end services read, apart from secrets and addresses.
-#[derive(Debug)]
-struct BackendSettings<'a> {
-    broker_id: &'a str,
-    backends: Option<&'a [BackendKind]>,
-    ring_bytes: Option<u64>,
-    detached_timeout: Option<Duration>,
-    kill_grace: Option<Duration>,
-    shutdown_grace: Option<Duration>,
-    default_record: session_api::RecordMode,
-    spawn_policy: Option<&'a SpawnPolicy>,
-    internal_tls: Option<&'a TlsFiles>,
-    other_brokers: &'a [(String, ServiceCredential)],
-}
-
-fn self_settings(builder: &StackBuilder) -> BackendSettings<'_> {
-    BackendSettings {
-        broker_id: &builder.broker_id,
-        backends: builder.backends.as_deref(),
-        ring_bytes: builder.ring_bytes,
-        detached_timeout: builder.detached_timeout,
-        kill_grace: builder.kill_grace,
-        shutdown_grace: builder.shutdown_grace,
-        default_record: builder.default_record,
-        spawn_policy: builder.spawn_policy.as_ref(),
-        internal_tls: builder.internal_tls.as_ref(),
-        other_brokers: &builder.other_brokers,
-    }
-}
-
-/// The broker holds its own credential (the broker tier's) and session-api's public key: nothing
-/// that opens another broker or makes a ticket.
-fn broker_config(
-    settings: &BackendSettings<'_>,
-    credentials: &TierCredentials,
-    ticket_signing_key: &TicketSigningKey,
-    data_dir: Option<PathBuf>,
-) -> Result<pty_broker::Config, StackError> {
-    let mut config = pty_broker::Config::with_own_credential(
-        credentials.broker.clone(),
-        ticket_signing_key.verifying_key(),
-    );
-    config.broker_id = settings.broker_id.to_owned();
-    config.data_dir = data_dir;
-    if let Some(backends) = settings.backends {
-        config.backends = backends.to_vec();
-    }
-    if let Some(ring_bytes) = settings.ring_bytes {
-        config.ring_bytes = ring_bytes;
-    }
-    if let Some(timeout) = settings.detached_timeout {
-        config.detached_timeout = timeout;
-    }
-    if let Some(grace) = settings.kill_grace {
-        config.kill_grace = grace;
-    }
-    if let Some(grace) = settings.shutdown_grace {
-        config.shutdown_grace = grace;
-    }
-    if let Some(policy) = settings.spawn_policy {
-        config.policy = policy.clone();
-    }
-    if let Some(files) = settings.internal_tls {
-        config.tls = pty_broker::config::BrokerTls {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-            ca: files.ca.clone(),
-            client_auth: files.require_client_cert,
-        };
-    }
-    Ok(config)
-}
-
-fn session_api_config(
-    settings: &BackendSettings<'_>,
-    credentials: &TierCredentials,
-    ticket_signing_key: TicketSigningKey,
-    database_url: String,
-    broker_endpoint: &str,
-) -> Result<session_api::Config, StackError> {
-    let mut config = session_api::Config::new(
-        database_url,
-        credentials.session_api.clone(),
-        credentials.gateway.clone(),
-        ticket_signing_key,
-    );
-    config.secrets.broker_tokens =
-        std::iter::once((settings.broker_id.to_owned(), credentials.broker.clone()))
-            .chain(settings.other_brokers.iter().cloned())
-            .map(
-                |(broker_id, credential)| session_api::config::BrokerCredential {
-                    broker_id,
-                    credential,
-                },
-            )
-            .collect();
-    if let Some(files) = settings.internal_tls {
-        config.tls = session_api::config::SessionApiTls {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-            ca: files.ca.clone(),
-            client_auth: files.require_client_cert,
-        };
-    }
-    config.brokers = vec![session_api::StaticBroker {
-        id: settings.broker_id.to_owned(),
-        endpoint: broker_endpoint.to_owned(),
-    }];
-    if let Some(grace) = settings.shutdown_grace {
-        config.shutdown_grace = grace;
-    }
-    config.default_record = settings.default_record;
-    Ok(config)
-}
-
-fn gateway_config(
-    builder: &StackBuilder,
-    credential: &ServiceCredential,
-    session_api_endpoint: &str,
-) -> gateway::Config {
-    let mut config = gateway::Config::new(session_api_endpoint, credential.clone());
-    config.auth.api_tokens = builder.api_tokens.clone();
-    config.auth.jwt_hs256_secret = builder.jwt_hs256_secret.clone();
-    config.allowed_origins = builder.allowed_origins.clone();
-    config.static_dir = builder.static_dir.clone();
-    if let Some(interval) = builder.heartbeat_interval {
-        config.heartbeat_interval = interval;
-    }
-    config.tls = TlsFiles {
-        cert: builder.gateway_tls.as_ref().map(|(cert, _)| cert.clone()),
-        key: builder.gateway_tls.as_ref().map(|(_, key)| key.clone()),
-        ca: builder
-            .internal_tls
-            .as_ref()
-            .and_then(|files| files.ca.clone()),
-        require_client_cert: false,
-        client_cert: builder
-            .internal_tls
-            .as_ref()
-            .and_then(|files| files.cert.clone()),
-        client_key: builder
-            .internal_tls
-            .as_ref()
-            .and_then(|files| files.key.clone()),
-    };
-    if let Some(streams) = builder.max_streams_per_principal {
-        config.max_streams_per_principal = streams;
-    }
-    if let Some(grace) = builder.shutdown_grace {
-        config.shutdown_grace = grace;
-    }
-    config
-}
-
 /// The signing key in `path`, or a new one written there (0600) when there is none.
-fn load_or_create_signing_key(path: &std::path::Path) -> Result<TicketSigningKey, StackError> {
+pub fn load_or_create_signing_key(path: &std::path::Path) -> Result<TicketSigningKey, StackError> {
     let failed = |message: String| StackError::TicketSigningKey {
         path: path.to_owned(),
         message,
@@ -728,68 +438,60 @@ fn local_address(
 
 #[cfg(test)]
 mod tests {
-    use secrecy::ExposeSecret;
+    use ptyhub_wire::ExposeSecret as _;
 
     use super::*;
 
     #[test]
-    fn unset_settings_keep_each_services_defaults_and_set_ones_reach_it() {
+    fn the_embedded_configs_are_each_services_defaults() {
+        let builder = StackBuilder::embedded().expect("the embedded configs");
+        let key = TicketSigningKey::generate();
         let credential = random_credential();
-        let credentials = TierCredentials::derived_from(&credential);
-        let defaults = StackBuilder::default();
-        let ticket_signing_key = TicketSigningKey::generate();
-        let broker = broker_config(
-            &self_settings(&defaults),
-            &credentials,
-            &ticket_signing_key,
-            None,
-        )
-        .expect("a valid broker config");
-        let untouched = pty_broker::Config::new(
+        let broker = pty_broker::Config::new(credential.clone(), key.verifying_key());
+        assert_eq!(builder.broker.detached_timeout, broker.detached_timeout);
+        assert_eq!(builder.broker.kill_grace, broker.kill_grace);
+        assert_eq!(builder.broker.ring_bytes, broker.ring_bytes);
+        assert_eq!(builder.broker.backends, broker.backends);
+        assert_eq!(builder.broker.broker_id, DEFAULT_BROKER_ID);
+        let session_api = session_api::Config::new(
+            "sqlite::memory:",
             credential.clone(),
-            TicketSigningKey::generate().verifying_key(),
+            random_credential(),
+            key,
         );
-        assert_eq!(broker.detached_timeout, untouched.detached_timeout);
-        assert_eq!(broker.kill_grace, untouched.kill_grace);
-        assert_eq!(broker.ring_bytes, untouched.ring_bytes);
-        assert_eq!(broker.backends, untouched.backends);
+        assert_eq!(
+            builder.session_api.shutdown_grace,
+            session_api.shutdown_grace
+        );
+        assert_eq!(
+            builder.session_api.default_record,
+            session_api.default_record
+        );
+        assert!(builder.session_api.database_url.starts_with("sqlite://"));
+        let gateway = gateway::Config::new("http://127.0.0.1:1", credential);
+        assert_eq!(
+            builder.gateway.heartbeat_interval,
+            gateway.heartbeat_interval
+        );
+        assert_eq!(
+            builder.gateway.max_streams_per_principal,
+            gateway.max_streams_per_principal
+        );
+        assert!(builder.gateway.auth.api_tokens.is_empty());
+    }
 
-        let tuned = StackBuilder::default()
-            .broker_id("bench")
-            .detached_timeout(Duration::from_millis(300))
-            .kill_grace(Duration::from_millis(100))
-            .ring_bytes(4096)
-            .shutdown_grace(Duration::from_secs(2))
-            .backends(vec![BackendKind::Local, BackendKind::Docker]);
-        let broker = broker_config(
-            &self_settings(&tuned),
-            &credentials,
-            &ticket_signing_key,
-            None,
-        )
-        .expect("a valid broker config");
-        assert_eq!(broker.broker_id, "bench");
-        assert_eq!(broker.detached_timeout, Duration::from_millis(300));
-        assert_eq!(broker.kill_grace, Duration::from_millis(100));
-        assert_eq!(broker.ring_bytes, 4096);
-        assert_eq!(broker.shutdown_grace, Duration::from_secs(2));
-        assert_eq!(broker.backends, [BackendKind::Local, BackendKind::Docker]);
-
-        let session_api = session_api_config(
-            &self_settings(&tuned),
-            &credentials,
-            ticket_signing_key.clone(),
-            "sqlite::memory:".to_owned(),
-            "http://127.0.0.1:1",
-        )
-        .expect("a valid session-api config");
-        assert_eq!(session_api.brokers.len(), 1);
-        assert_eq!(session_api.brokers[0].id, "bench");
-        assert_eq!(session_api.brokers[0].endpoint, "http://127.0.0.1:1");
-        assert_eq!(session_api.shutdown_grace, Duration::from_secs(2));
-
-        // Each tier holds its own credential, and each accepts only the tier that calls it: the
-        // broker the credential derived from its own, which session-api presents to it alone.
+    #[test]
+    fn each_tier_holds_its_own_credential_and_the_broker_is_bound_to_its_id() {
+        let seed = random_credential();
+        let credentials = TierCredentials::derived_from(&seed);
+        let mut builder = StackBuilder::embedded()
+            .expect("the embedded configs")
+            .with_credentials(&seed);
+        builder.broker.broker_id = "bench".to_owned();
+        builder.tie_services_together();
+        let (broker, session_api) = (&builder.broker, &builder.session_api);
+        // Each tier accepts only the tier that calls it: the broker the credential derived
+        // from its own, which session-api presents to it alone.
         assert_eq!(
             broker.secrets.session_api_token,
             credentials.broker.broker_control_credential()
@@ -816,32 +518,28 @@ mod tests {
             broker.secrets.ticket_public_key,
             session_api.secrets.ticket_signing_key.verifying_key()
         );
-        let gateway = gateway_config(&tuned, &credentials.gateway, "http://127.0.0.1:1");
-        assert_eq!(gateway.service_credential, credentials.gateway);
+        assert_eq!(*builder.gateway.service_credential, credentials.gateway);
+        assert_eq!(builder.credentials().broker, credentials.broker);
+        // The gateway serves what the broker records.
+        assert!(builder.gateway.recordings.is_some());
     }
 
     #[test]
-    fn gateway_secrets_are_passed_on_and_never_printed() {
-        let builder = StackBuilder::default()
-            .api_token("stack-test-api-token-0123")
-            .jwt_hs256_secret("stack-test-jwt-secret-0123456789");
-        assert!(!format!("{builder:?}").contains("stack-test-api-token-0123"));
-        assert!(!format!("{builder:?}").contains("stack-test-jwt-secret"));
-        let config = gateway_config(&builder, &random_credential(), "http://127.0.0.1:1");
-        assert_eq!(config.auth.api_tokens.len(), 1);
+    fn gateway_secrets_set_on_its_config_are_never_printed() {
+        let mut builder = StackBuilder::embedded().expect("the embedded configs");
+        builder
+            .gateway
+            .auth
+            .api_tokens
+            .push("stack-test-api-token-0123".into());
+        builder.gateway.auth.jwt_hs256_secret = Some("stack-test-jwt-secret-0123456789".into());
+        let printed = format!("{builder:?}");
+        assert!(!printed.contains("stack-test-api-token-0123"));
+        assert!(!printed.contains("stack-test-jwt-secret"));
         assert_eq!(
-            config.auth.api_tokens[0].expose_secret(),
+            builder.gateway.auth.api_tokens[0].expose_secret(),
             "stack-test-api-token-0123"
         );
-        assert_eq!(
-            config
-                .auth
-                .jwt_hs256_secret
-                .as_ref()
-                .map(ExposeSecret::expose_secret),
-            Some("stack-test-jwt-secret-0123456789")
-        );
-        assert_eq!(config.session_api_endpoint, "http://127.0.0.1:1");
     }
 
     #[test]

@@ -69,28 +69,29 @@ pub(crate) struct Addresses {
     pub broker: SocketAddr,
     pub session_api: SocketAddr,
     pub gateway: SocketAddr,
-    /// Whether the broker and session-api serve TLS.
-    pub internal_tls: bool,
+    /// Whether the broker serves TLS.
+    pub broker_tls: bool,
+    /// Whether session-api serves TLS.
+    pub session_api_tls: bool,
     /// Whether the gateway's port is TLS.
     pub gateway_tls: bool,
 }
 
-impl Addresses {
-    fn internal_scheme(&self) -> &'static str {
-        if self.internal_tls { "https" } else { "http" }
-    }
+fn scheme(tls: bool) -> &'static str {
+    if tls { "https" } else { "http" }
+}
 
+impl Addresses {
     pub fn broker_endpoint(&self) -> String {
-        format!("{}://{}", self.internal_scheme(), self.broker)
+        format!("{}://{}", scheme(self.broker_tls), self.broker)
     }
 
     pub fn session_api_endpoint(&self) -> String {
-        format!("{}://{}", self.internal_scheme(), self.session_api)
+        format!("{}://{}", scheme(self.session_api_tls), self.session_api)
     }
 
     pub fn gateway_url(&self) -> String {
-        let scheme = if self.gateway_tls { "https" } else { "http" };
-        format!("{scheme}://{}", self.gateway)
+        format!("{}://{}", scheme(self.gateway_tls), self.gateway)
     }
 }
 
@@ -112,9 +113,10 @@ struct ServiceTask {
 }
 
 impl Stack {
-    /// A stack with every setting at its default; see [`StackBuilder`].
-    pub fn builder() -> StackBuilder {
-        StackBuilder::default()
+    /// A stack of the three services' configs at the defaults of one process
+    /// ([`StackBuilder::embedded`]), for the caller to change.
+    pub fn builder() -> Result<StackBuilder, StackError> {
+        StackBuilder::embedded()
     }
 
     pub(crate) fn spawn(
@@ -222,7 +224,7 @@ impl Stack {
         &self.broker_id
     }
 
-    /// session-api's credential, the seed of the others ([`StackBuilder::service_credential`]).
+    /// session-api's credential, the seed of the others ([`StackBuilder::with_credentials`]).
     pub fn service_credential(&self) -> &ServiceCredential {
         &self.credentials.session_api
     }

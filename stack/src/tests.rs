@@ -46,7 +46,11 @@ async fn http_status(address: std::net::SocketAddr, path: &str) -> std::io::Resu
 
 #[tokio::test]
 async fn services_listen_on_reported_loopback_ports_and_require_the_credential() {
-    let stack = Stack::builder().start().await.expect("the stack starts");
+    let stack = Stack::builder()
+        .expect("the embedded configs")
+        .start()
+        .await
+        .expect("the stack starts");
     let addresses = [
         stack.broker_address(),
         stack.session_api_address(),
@@ -93,7 +97,11 @@ async fn services_listen_on_reported_loopback_ports_and_require_the_credential()
 
 #[tokio::test]
 async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
-    let stack = Stack::builder().start().await.expect("the stack starts");
+    let stack = Stack::builder()
+        .expect("the embedded configs")
+        .start()
+        .await
+        .expect("the stack starts");
     let endpoint = stack.broker_endpoint();
     assert!(stack.in_process_brokers().contains(&endpoint));
     local_instance(&stack, "in-process").await;
@@ -133,6 +141,7 @@ async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
     stack.shutdown().await.expect("a clean shutdown");
 
     let over_tcp = Stack::builder()
+        .expect("the embedded configs")
         .broker_in_process(false)
         .start()
         .await
@@ -147,7 +156,11 @@ async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
 
 #[tokio::test]
 async fn stopping_the_gateway_leaves_session_api_and_the_broker_running() {
-    let mut stack = Stack::builder().start().await.expect("the stack starts");
+    let mut stack = Stack::builder()
+        .expect("the embedded configs")
+        .start()
+        .await
+        .expect("the stack starts");
     stack
         .stop_gateway()
         .await
@@ -170,8 +183,9 @@ async fn a_service_that_cannot_start_fails_the_start_with_its_error() {
         "sqlite://{}?mode=rwc",
         missing.path().join("no/such/dir/sessions.db").display()
     );
-    let error = Stack::builder()
-        .database_url(url)
+    let mut builder = Stack::builder().expect("the embedded configs");
+    builder.session_api.database_url = url;
+    let error = builder
         .start()
         .await
         .expect_err("session-api cannot open its database");
@@ -189,12 +203,10 @@ async fn a_service_that_cannot_start_fails_the_start_with_its_error() {
 
 #[tokio::test]
 async fn a_short_detached_timeout_reaps_a_session_nobody_attached_to() {
-    let stack = Stack::builder()
-        .detached_timeout(Duration::from_millis(300))
-        .kill_grace(Duration::from_millis(100))
-        .start()
-        .await
-        .expect("the stack starts");
+    let mut builder = Stack::builder().expect("the embedded configs");
+    builder.broker.detached_timeout = Duration::from_millis(300);
+    builder.broker.kill_grace = Duration::from_millis(100);
+    let stack = builder.start().await.expect("the stack starts");
     let instance = local_instance(&stack, "reaped").await;
     let mut sessions = stack.session_api_client();
     let created = sessions
@@ -291,16 +303,19 @@ fn assert_refused_by_the_handshake(refused: &tonic::Status) {
 async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certificate() {
     const TOKEN: &str = "tls-test-admin-token-0123456789abcdef";
     let certificates = TestCertificates::new();
-    let stack = Stack::builder()
+    let mut builder = Stack::builder()
+        .expect("the embedded configs")
         .internal_tls(ptyhub_wire::TlsFiles {
             cert: Some(certificates.cert.clone()),
             key: Some(certificates.key.clone()),
             ca: Some(certificates.ca.clone()),
             require_client_cert: true,
             ..ptyhub_wire::TlsFiles::default()
-        })
-        .gateway_tls(certificates.cert.clone(), certificates.key.clone())
-        .api_token(TOKEN)
+        });
+    builder.gateway.tls.0.cert = Some(certificates.cert.clone());
+    builder.gateway.tls.0.key = Some(certificates.key.clone());
+    builder.gateway.auth.api_tokens.push(TOKEN.into());
+    let stack = builder
         .start()
         .await
         .expect("the stack starts with TLS everywhere");
@@ -449,6 +464,7 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
 async fn internal_tls_without_client_auth_checks_the_servers_certificates_only() {
     let certificates = TestCertificates::new();
     let stack = Stack::builder()
+        .expect("the embedded configs")
         .internal_tls(ptyhub_wire::TlsFiles {
             cert: Some(certificates.cert.clone()),
             key: Some(certificates.key.clone()),
@@ -542,7 +558,8 @@ async fn a_bad_tls_file_stops_each_service_at_start_naming_the_setting() {
         cert: Some(missing.clone()),
         key: Some(certificates.key.clone()),
         ..ptyhub_wire::TlsFiles::default()
-    };
+    }
+    .into();
     let error = tokio::time::timeout(
         PATIENCE,
         gateway::run(config, listener().await, std::future::pending()),

@@ -3,7 +3,10 @@
 //! token, JWTs, and a registered `local` instance.
 //!
 //! ```ignore
-//! let stack = TestStack::builder().ring_bytes(4096).start().await;
+//! let stack = TestStack::builder()
+//!     .configure(|stack| stack.broker.ring_bytes = 4096)
+//!     .start()
+//!     .await;
 //! let response = stack.http.get(format!("{}/api/v1/instances", stack.gateway_url))
 //!     .bearer_auth(&stack.admin_token).send().await?;
 //! stack.shutdown().await;
@@ -16,7 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use ptyhub_stack::Stack;
+use ptyhub_stack::session_api::config::BrokerCredential;
+use ptyhub_stack::{Stack, StackBuilder};
 use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 
 pub use ptyhub_stack::{BrokerClient, SessionApiClient};
@@ -36,6 +40,8 @@ const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef0123";
 
 /// How long the stack may take to come up: a liveness bound, not a performance assertion.
 const START_PATIENCE: Duration = Duration::from_secs(60);
+/// Each service's graceful shutdown in a test stack.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long the services may take to stop after shutdown: their grace is 2 s each.
 const STOP_PATIENCE: Duration = Duration::from_secs(15);
 
@@ -77,73 +83,68 @@ pub fn gateway_auth() -> BearerAuth {
     tier_credentials().gateway.bearer_auth()
 }
 
-/// Configures a [`TestStack`].
+/// Configures a [`TestStack`]: the services' own configs, as `ptyhub-stack` holds them, at the
+/// test defaults (fixed secrets, an admin token, the HS256 JWT secret, 2 s of shutdown grace, a
+/// 500 ms kill grace), and the `local` instance to register. A setting is changed on the config
+/// of the service it belongs to: [`TestStackBuilder::configure`], or one of the shorthands below.
 #[derive(Debug)]
 pub struct TestStackBuilder {
-    ring_bytes: Option<u64>,
-    heartbeat_interval: Option<Duration>,
-    static_dir: Option<PathBuf>,
-    allowed_origins: Vec<String>,
+    stack: StackBuilder,
     local_max_sessions: u32,
     local_command: Vec<String>,
-    detached_timeout: Option<Duration>,
-    kill_grace: Duration,
-    max_streams_per_principal: Option<usize>,
-    broker_over_tcp: bool,
-    gateway_tls: Option<GatewayTls>,
-    other_brokers: Vec<String>,
-}
-
-/// The gateway's certificate, and the CA the stack's own HTTP client trusts it by.
-#[derive(Debug)]
-struct GatewayTls {
-    cert: PathBuf,
-    key: PathBuf,
-    ca_pem: String,
+    /// The CA the stack's own HTTP client trusts the gateway's certificate by.
+    gateway_ca_pem: Option<String>,
 }
 
 impl Default for TestStackBuilder {
     fn default() -> Self {
+        let mut stack = Stack::builder()
+            .expect("a temporary directory for the stack")
+            .with_credentials(&ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
+            .start_patience(START_PATIENCE);
+        stack.session_api.secrets.ticket_signing_key = ticket_signing_key();
+        stack.broker.broker_id = "local".to_owned();
+        stack.broker.kill_grace = Duration::from_millis(500);
+        stack.broker.shutdown_grace = SHUTDOWN_GRACE;
+        stack.session_api.shutdown_grace = SHUTDOWN_GRACE;
+        stack.gateway.shutdown_grace = SHUTDOWN_GRACE;
+        stack.gateway.auth.api_tokens.push(ADMIN_TOKEN.into());
+        stack.gateway.auth.jwt_hs256_secret = Some(JWT_SECRET.into());
         Self {
-            ring_bytes: None,
-            heartbeat_interval: None,
-            static_dir: None,
-            allowed_origins: Vec::new(),
+            stack,
             local_max_sessions: 5,
             local_command: vec!["/bin/sh".to_owned()],
-            detached_timeout: None,
-            kill_grace: Duration::from_millis(500),
-            max_streams_per_principal: None,
-            broker_over_tcp: false,
-            gateway_tls: None,
-            other_brokers: Vec::new(),
+            gateway_ca_pem: None,
         }
     }
 }
 
 impl TestStackBuilder {
-    /// The broker's per-session replay ring (at least 1024 bytes).
-    pub fn ring_bytes(mut self, bytes: u64) -> Self {
-        self.ring_bytes = Some(bytes);
+    /// Changes the services' configs (`broker`, `session_api`, `gateway`) or the stack's own
+    /// settings before the start.
+    pub fn configure(mut self, change: impl FnOnce(&mut StackBuilder)) -> Self {
+        change(&mut self.stack);
         self
+    }
+
+    /// The broker's per-session replay ring (at least 1024 bytes).
+    pub fn ring_bytes(self, bytes: u64) -> Self {
+        self.configure(|stack| stack.broker.ring_bytes = bytes)
     }
 
     /// The gateway's WebSocket heartbeat interval (default 25 s).
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = Some(interval);
-        self
+    pub fn heartbeat_interval(self, interval: Duration) -> Self {
+        self.configure(|stack| stack.gateway.heartbeat_interval = interval)
     }
 
     /// The gateway's web page directory.
-    pub fn static_dir(mut self, directory: PathBuf) -> Self {
-        self.static_dir = Some(directory);
-        self
+    pub fn static_dir(self, directory: PathBuf) -> Self {
+        self.configure(|stack| stack.gateway.static_dir = Some(directory))
     }
 
     /// Origins the gateway allows besides its own.
-    pub fn allowed_origins(mut self, origins: Vec<String>) -> Self {
-        self.allowed_origins = origins;
-        self
+    pub fn allowed_origins(self, origins: Vec<String>) -> Self {
+        self.configure(|stack| stack.gateway.allowed_origins = origins)
     }
 
     /// `max_sessions` of the `local` instance (default 5).
@@ -160,35 +161,40 @@ impl TestStackBuilder {
 
     /// How long a session with no attached client lives before the broker reaps it
     /// (`idle_reaped`); the broker's default is 30 minutes.
-    pub fn detached_timeout(mut self, timeout: Duration) -> Self {
-        self.detached_timeout = Some(timeout);
-        self
+    pub fn detached_timeout(self, timeout: Duration) -> Self {
+        self.configure(|stack| stack.broker.detached_timeout = timeout)
     }
 
     /// Lets a broker the test plays register as `broker_id`, with
     /// [`other_broker_credential`]`(broker_id)`.
-    pub fn other_broker(mut self, broker_id: &str) -> Self {
-        self.other_brokers.push(broker_id.to_owned());
-        self
+    pub fn other_broker(self, broker_id: &str) -> Self {
+        self.configure(|stack| {
+            stack
+                .session_api
+                .secrets
+                .broker_tokens
+                .push(BrokerCredential {
+                    broker_id: broker_id.to_owned(),
+                    credential: other_broker_credential(broker_id),
+                });
+        })
     }
 
     /// The broker's wait between SIGHUP/SIGTERM and SIGKILL when it ends a session (default
     /// 500 ms).
-    pub fn kill_grace(mut self, grace: Duration) -> Self {
-        self.kill_grace = grace;
-        self
+    pub fn kill_grace(self, grace: Duration) -> Self {
+        self.configure(|stack| stack.broker.kill_grace = grace)
     }
 
     /// The terminal streams one principal may hold open at the gateway (default 64).
-    pub fn max_streams_per_principal(mut self, streams: usize) -> Self {
-        self.max_streams_per_principal = Some(streams);
-        self
+    pub fn max_streams_per_principal(self, streams: usize) -> Self {
+        self.configure(|stack| stack.gateway.max_streams_per_principal = streams)
     }
 
     /// The gateway reaches the broker over its TCP port, as a gateway in a process of its own
     /// does, instead of in process (`ptyhub up`'s default).
     pub fn broker_over_tcp(mut self) -> Self {
-        self.broker_over_tcp = true;
+        self.stack = self.stack.broker_in_process(false);
         self
     }
 
@@ -196,11 +202,9 @@ impl TestStackBuilder {
     /// certificate: [`TestStack::gateway_url`] is `https://`, and [`TestStack::http`] trusts
     /// their CA.
     pub fn gateway_tls(mut self, certificates: &crate::tls::TestCertificates) -> Self {
-        self.gateway_tls = Some(GatewayTls {
-            cert: certificates.cert.clone(),
-            key: certificates.key.clone(),
-            ca_pem: certificates.ca_pem.clone(),
-        });
+        self.stack.gateway.tls.0.cert = Some(certificates.cert.clone());
+        self.stack.gateway.tls.0.key = Some(certificates.key.clone());
+        self.gateway_ca_pem = Some(certificates.ca_pem.clone());
         self
     }
 
@@ -208,42 +212,12 @@ impl TestStackBuilder {
     /// the gateway's `/healthz` says everything answers.
     pub async fn start(self) -> TestStack {
         crate::init_test_logging();
-        let mut builder = Stack::builder()
-            .service_credential(ServiceCredential::new(SERVICE_TOKEN).expect("service token"))
-            .ticket_signing_key(ticket_signing_key())
-            .broker_id("local")
-            .shutdown_grace(Duration::from_secs(2))
-            .kill_grace(self.kill_grace)
-            .api_token(ADMIN_TOKEN)
-            .jwt_hs256_secret(JWT_SECRET)
-            .allowed_origins(self.allowed_origins)
-            .start_patience(START_PATIENCE)
-            .broker_in_process(!self.broker_over_tcp);
-        if let Some(ring_bytes) = self.ring_bytes {
-            builder = builder.ring_bytes(ring_bytes);
-        }
-        if let Some(timeout) = self.detached_timeout {
-            builder = builder.detached_timeout(timeout);
-        }
-        if let Some(interval) = self.heartbeat_interval {
-            builder = builder.heartbeat_interval(interval);
-        }
-        if let Some(streams) = self.max_streams_per_principal {
-            builder = builder.max_streams_per_principal(streams);
-        }
-        if let Some(directory) = self.static_dir {
-            builder = builder.static_dir(directory);
-        }
-        for broker_id in &self.other_brokers {
-            builder = builder.other_broker(broker_id.clone(), other_broker_credential(broker_id));
-        }
-        let mut http = crate::http::client();
-        if let Some(tls) = &self.gateway_tls {
-            builder = builder.gateway_tls(tls.cert.clone(), tls.key.clone());
-            http = crate::http::client_trusting(&tls.ca_pem);
-        }
+        let http = match &self.gateway_ca_pem {
+            Some(ca_pem) => crate::http::client_trusting(ca_pem),
+            None => crate::http::client(),
+        };
         let http = http.build().expect("an HTTP client");
-        let stack = builder.start().await.unwrap_or_else(|error| {
+        let stack = self.stack.start().await.unwrap_or_else(|error| {
             panic!("the stack did not start: {}", crate::error_chain(&error))
         });
 
