@@ -4,6 +4,7 @@
 //!
 //! - `attach`: the Attach scenarios over gRPC, each run against the local and the Docker runtime;
 //! - `commands`: shell integration in real shells, their commands and what the terminal is doing;
+//! - `input`: receipts, bad input ids, and input held for a shell's first prompt;
 //! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
@@ -20,6 +21,7 @@ mod attach;
 mod commands;
 mod docker_runtime;
 mod handoff;
+mod input;
 mod local_runtime;
 mod policy;
 mod recordings;

@@ -1,0 +1,293 @@
+//! Input's guarantees over real gRPC and real shells, on both runtimes: receipts (in order,
+//! offsets that never decrease, the answer at or after its receipt's offset), bad ids refused
+//! with nothing typed, a viewer's input refused by its id, and input sent before an integrated
+//! shell's first prompt typed once, after it.
+
+use anyhow::{Context as _, bail, ensure};
+use pb::server_frame::Frame;
+use ptyhub_proto::broker::v1 as pb;
+use tonic::Code;
+use uuid::Uuid;
+
+use crate::support::{AttachedClient, Backend, TestBroker};
+
+backend_scenarios! {
+    receipts_come_in_order_and_the_answer_follows_their_offset,
+    a_bad_input_id_is_refused_and_nothing_is_typed,
+    a_viewers_input_is_refused_by_its_id,
+    input_before_the_first_prompt_is_typed_once_after_it,
+}
+
+/// What a shell with the integration prints where its prompt starts.
+const PROMPT_MARK: &[u8] = b"\x1b]133;A";
+
+/// Sends `data` asking for a receipt with `input_id`.
+async fn send_with_id(client: &AttachedClient, data: &str, input_id: &str) -> anyhow::Result<()> {
+    client
+        .send(pb::client_frame::Frame::Input(pb::Input {
+            data: data.to_owned().into(),
+            input_id: Some(input_id.to_owned()),
+        }))
+        .await
+}
+
+/// A session's output as one client read it, and the offset it starts at.
+struct Transcript {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Transcript {
+    fn from(client: &AttachedClient) -> Self {
+        Self {
+            start: client.connected().offset,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Reads frames until `done` (given the output and the other frames so far) says so,
+    /// keeping the output; returns the frames that were not output.
+    async fn read_until(
+        &mut self,
+        client: &mut AttachedClient,
+        mut done: impl FnMut(&Self, &[Frame]) -> bool,
+    ) -> anyhow::Result<Vec<Frame>> {
+        let mut others = Vec::new();
+        while !done(self, &others) {
+            match client.next_frame().await.with_context(|| {
+                format!("output so far: {:?}", String::from_utf8_lossy(&self.bytes))
+            })? {
+                Frame::Output(output) => self.bytes.extend_from_slice(&output.data),
+                other => others.push(other),
+            }
+        }
+        Ok(others)
+    }
+
+    /// The session offset of the first `needle` at or after `from`.
+    fn offset_of(&self, needle: &[u8], from: u64) -> Option<u64> {
+        let skip = from.saturating_sub(self.start) as usize;
+        self.bytes
+            .get(skip..)?
+            .windows(needle.len())
+            .position(|window| window == needle)
+            .map(|at| self.start + (skip + at) as u64)
+    }
+
+    fn count(&self, needle: &[u8]) -> usize {
+        self.bytes
+            .windows(needle.len())
+            .filter(|window| *window == needle)
+            .count()
+    }
+
+    fn contains(&self, needle: &str) -> bool {
+        self.offset_of(needle.as_bytes(), 0).is_some()
+    }
+}
+
+fn acks(frames: &[Frame]) -> Vec<&pb::InputAck> {
+    frames
+        .iter()
+        .filter_map(|frame| match frame {
+            Frame::InputAck(ack) => Some(ack),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Twenty commands, each with its receipt: the receipts come in order, for every byte, with
+/// offsets that never decrease, and each command's answer (text the command line itself does not
+/// hold) comes at or after its receipt's offset.
+async fn receipts_come_in_order_and_the_answer_follows_their_offset(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    const COMMANDS: u64 = 20;
+    let broker = TestBroker::start(backend).await?;
+    let session = broker.spawn(&["sh"], 80, 24).await?;
+    let mut client = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let mut transcript = Transcript::from(&client);
+    for number in 0..COMMANDS {
+        let line = format!("echo answer-$((1000+{number}))\n");
+        send_with_id(&client, &line, &format!("r{number}")).await?;
+    }
+    let last = format!("answer-{}", 1000 + COMMANDS - 1);
+    let frames = transcript
+        .read_until(&mut client, |transcript, frames| {
+            acks(frames).len() == COMMANDS as usize && transcript.contains(&last)
+        })
+        .await?;
+    let acks = acks(&frames);
+    let mut previous = 0;
+    for (number, ack) in acks.iter().enumerate() {
+        let line = format!("echo answer-$((1000+{number}))\n");
+        ensure!(
+            ack.input_id == format!("r{number}"),
+            "out of order: {acks:?}"
+        );
+        ensure!(ack.bytes == line.len() as u64, "{ack:?}");
+        ensure!(ack.offset >= previous, "offsets went back: {acks:?}");
+        previous = ack.offset;
+        let answer = format!("answer-{}", 1000 + number);
+        let answered_at = transcript
+            .offset_of(answer.as_bytes(), 0)
+            .with_context(|| format!("{answer} never came"))?;
+        ensure!(
+            answered_at >= ack.offset,
+            "{answer} at {answered_at}, before its receipt's offset {}",
+            ack.offset
+        );
+    }
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+/// An id over 64 characters is refused with INVALID_ARGUMENT naming the problem, and nothing of
+/// its input is typed; the stream goes on and a good id is answered.
+async fn a_bad_input_id_is_refused_and_nothing_is_typed(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker.spawn(&["sh"], 80, 24).await?;
+    let mut client = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let mut transcript = Transcript::from(&client);
+    send_with_id(&client, "echo refused-$((2+2))\n", &"x".repeat(65)).await?;
+    let frames = transcript
+        .read_until(&mut client, |_, frames| {
+            frames.iter().any(|frame| matches!(frame, Frame::Error(_)))
+        })
+        .await?;
+    let Some(Frame::Error(refusal)) = frames.iter().find(|frame| matches!(frame, Frame::Error(_)))
+    else {
+        unreachable!()
+    };
+    ensure!(refusal.code == Code::InvalidArgument as i32, "{refusal:?}");
+    ensure!(
+        refusal.message.contains("65 characters") && refusal.message.contains("64"),
+        "{refusal:?}"
+    );
+    ensure!(refusal.input_id.is_none(), "a bad id is not echoed");
+
+    // A 64-character id is good: its answer comes, the refused line's never does.
+    let longest = "é".repeat(64);
+    send_with_id(&client, "echo typed-$((3+3))\n", &longest).await?;
+    let frames = transcript
+        .read_until(&mut client, |transcript, frames| {
+            !acks(frames).is_empty() && transcript.contains("typed-6")
+        })
+        .await?;
+    ensure!(acks(&frames)[0].input_id == longest);
+    ensure!(
+        !transcript.contains("refused"),
+        "the refused input was typed: {:?}",
+        String::from_utf8_lossy(&transcript.bytes)
+    );
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+async fn a_viewers_input_is_refused_by_its_id(backend: Backend) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session = broker.spawn(&["sh"], 80, 24).await?;
+    let mut viewer = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    send_with_id(&viewer, "echo viewer\n", "v1").await?;
+    let mut transcript = Transcript::from(&viewer);
+    let frames = transcript
+        .read_until(&mut viewer, |_, frames| {
+            frames.iter().any(|frame| matches!(frame, Frame::Error(_)))
+        })
+        .await?;
+    let Some(Frame::Error(refusal)) = frames.iter().find(|frame| matches!(frame, Frame::Error(_)))
+    else {
+        unreachable!()
+    };
+    ensure!(refusal.code == Code::PermissionDenied as i32, "{refusal:?}");
+    ensure!(refusal.input_id.as_deref() == Some("v1"), "{refusal:?}");
+    broker.kill(&session.session_id).await?;
+    broker.stop().await
+}
+
+/// A shell whose startup file sleeps a second gets a command line at once after it was
+/// created: the line is held until the shell's first prompt, then typed once, and its receipt
+/// says so. Typed at once, the terminal would echo it during the sleep, before the prompt.
+async fn input_before_the_first_prompt_is_typed_once_after_it(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let startup_file = format!("/tmp/ptyhub-slow-rc-{}", Uuid::new_v4().simple());
+    write_file(&broker, &startup_file, "sleep 1").await?;
+    let mut request = broker.spawn_request(&["sh"], "");
+    request.shell_integration = true;
+    request.env.insert("ENV".to_owned(), startup_file.clone());
+    let session = broker.spawn_as(request).await?;
+    let mut client = broker
+        .attach(&session.session_id, pb::Role::Controller, Some(0))
+        .await?;
+    send_with_id(&client, "echo held-$((6*7))\n", "held").await?;
+    let mut transcript = Transcript::from(&client);
+    let frames = transcript
+        .read_until(&mut client, |transcript, frames| {
+            !acks(frames).is_empty() && transcript.contains("held-42")
+        })
+        .await?;
+    let receipt = acks(&frames)[0];
+    let prompt_at = transcript
+        .offset_of(PROMPT_MARK, 0)
+        .context("the shell showed no prompt")?;
+    ensure!(
+        receipt.offset > prompt_at,
+        "written at {} before the first prompt at {prompt_at}",
+        receipt.offset
+    );
+    let typed_at = transcript
+        .offset_of(b"echo held-", 0)
+        .context("the command line was not echoed")?;
+    ensure!(
+        typed_at > prompt_at,
+        "the line was echoed at {typed_at}, before the first prompt at {prompt_at}: {:?}",
+        String::from_utf8_lossy(&transcript.bytes)
+    );
+
+    // Once: a later command's answer comes, and the held one ran a single time.
+    send_with_id(&client, "echo after-$((1+1))\n", "after").await?;
+    transcript
+        .read_until(&mut client, |transcript, _| transcript.contains("after-2"))
+        .await?;
+    ensure!(
+        transcript.count(b"held-42") == 1 && transcript.count(b"echo held-") == 1,
+        "typed more than once: {:?}",
+        String::from_utf8_lossy(&transcript.bytes)
+    );
+    broker.kill(&session.session_id).await?;
+    remove_file(&broker, &startup_file).await?;
+    broker.stop().await
+}
+
+/// Writes `text` to `path` on the broker's target, with a session of its own.
+async fn write_file(broker: &TestBroker, path: &str, text: &str) -> anyhow::Result<()> {
+    run_to_exit(broker, &format!("printf '%s\\n' '{text}' > {path}")).await
+}
+
+async fn remove_file(broker: &TestBroker, path: &str) -> anyhow::Result<()> {
+    run_to_exit(broker, &format!("rm -f {path}")).await
+}
+
+async fn run_to_exit(broker: &TestBroker, script: &str) -> anyhow::Result<()> {
+    let session = broker.spawn_sh(script).await?;
+    let mut client = broker
+        .attach(&session.session_id, pb::Role::Viewer, Some(0))
+        .await?;
+    let (output, exit) = client.read_to_exit().await?;
+    if exit.code != 0 {
+        bail!(
+            "{script} exited with {}: {:?}",
+            exit.code,
+            String::from_utf8_lossy(&output)
+        );
+    }
+    Ok(())
+}
