@@ -77,6 +77,8 @@ pub struct BrokerSession {
     pub attached_clients: u32,
     pub last_activity_at: Option<DateTime<Utc>>,
     pub screen: ScreenFacts,
+    /// What its terminal is doing, when the broker tracks it.
+    pub terminal: Option<TerminalActivity>,
 }
 
 /// A lifecycle event from a broker's WatchEvents stream.
@@ -478,6 +480,9 @@ fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
         attached_clients: info.controllers.saturating_add(info.viewers),
         last_activity_at: timestamp_from_pb(info.last_activity_at),
         screen: screen_from_pb(&info.title, info.last_bell_at),
+        terminal: info
+            .terminal
+            .and_then(|terminal| TerminalActivity::try_from(terminal).ok()),
     })
 }
 

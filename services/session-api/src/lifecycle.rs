@@ -18,7 +18,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::broker_client::{BrokerEvent, BrokerSession, BrokerSessionState};
-use crate::domain::{Broker, ChangeKind, CloseReason, ScreenFacts, SessionStatus};
+use crate::domain::{
+    Broker, ChangeKind, CloseReason, Command, ScreenFacts, SessionStatus, TerminalActivity,
+};
 use crate::error::Error;
 use crate::service::SessionService;
 use crate::store::{ActivityUpdate, now};
@@ -402,23 +404,8 @@ impl Watcher {
                 terminal,
                 commands,
             } => {
-                let recorded = store
-                    .record_terminal(session_id, &terminal, &commands)
-                    .await?;
-                if recorded.webhook_deliveries > 0 {
-                    self.service.webhooks.deliveries_queued();
-                }
-                match recorded.changed {
-                    Some(session) => changes.publish_terminal(&session, commands),
-                    // The record said so already (a replay after a reconnect), but commands
-                    // that started or ended are news all the same.
-                    None if !commands.is_empty() => {
-                        if let Some(session) = store.find_session(session_id).await? {
-                            changes.publish_terminal(&session, commands);
-                        }
-                    }
-                    None => {}
-                }
+                self.record_terminal(session_id, &terminal, commands)
+                    .await?
             }
             BrokerEvent::Attachments {
                 session_id,
@@ -430,6 +417,36 @@ impl Watcher {
                     .or_default()
                     .attached_clients = Some(attached_clients);
             }
+        }
+        Ok(())
+    }
+
+    /// Records what a session's terminal is doing and publishes the change, with the commands
+    /// that started or ended since the last report.
+    async fn record_terminal(
+        &self,
+        session_id: Uuid,
+        terminal: &TerminalActivity,
+        commands: Vec<Command>,
+    ) -> Result<(), Error> {
+        let store = &self.service.store;
+        let changes = &self.service.changes;
+        let recorded = store
+            .record_terminal(session_id, terminal, &commands)
+            .await?;
+        if recorded.webhook_deliveries > 0 {
+            self.service.webhooks.deliveries_queued();
+        }
+        match recorded.changed {
+            Some(session) => changes.publish_terminal(&session, commands),
+            // The record said so already (a replay after a reconnect), but commands that
+            // started or ended are news all the same.
+            None if !commands.is_empty() => {
+                if let Some(session) = store.find_session(session_id).await? {
+                    changes.publish_terminal(&session, commands);
+                }
+            }
+            None => {}
         }
         Ok(())
     }
@@ -477,6 +494,14 @@ impl Watcher {
                 continue;
             };
             batch.note_reported(on_broker);
+            // What the terminal does now: a report missed while this replica was away (or
+            // down) would otherwise stay stale until the terminal next changes.
+            if let Some(terminal) = &on_broker.terminal
+                && session.terminal.as_ref() != Some(terminal)
+            {
+                self.record_terminal(session.id, terminal, Vec::new())
+                    .await?;
+            }
             if let Some(at) = on_broker.last_activity_at {
                 batch
                     .pending

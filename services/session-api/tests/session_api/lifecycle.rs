@@ -1,6 +1,8 @@
 //! session-api's lifecycle across broker faults: a broker that dies and stays away past the
-//! heartbeat timeout has its sessions closed (`broker_lost`); another broker's sessions are not.
+//! heartbeat timeout has its sessions closed (`broker_lost`); another broker's sessions are not;
+//! what a terminal did while session-api was away is read from the broker's snapshot.
 
+use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 
 use crate::support::*;
@@ -162,4 +164,113 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     .await;
     let api = start_session_api_on(listener, second_database.url(), &[]);
     wait_registered(&api, "self-registered", &broker.endpoint()).await;
+}
+
+/// The state of the terminal of `session_id` as session-api's record has it.
+async fn recorded_terminal(
+    client: &mut SessionClient,
+    instance: &pb::Instance,
+    session_id: &str,
+) -> Option<broker_pb::TerminalActivity> {
+    client
+        .get_session(pb::GetSessionRequest {
+            instance: instance.id.clone(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .expect("get session")
+        .into_inner()
+        .terminal
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_a_terminal_did_while_session_api_was_down_is_read_from_the_brokers_snapshot() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let instance = client
+        .register_instance(pb::RegisterInstanceRequest {
+            name: "watched".to_owned(),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+            }),
+            // An interactive bash: its prompts and commands are marked.
+            command: vec!["bash".into()],
+            max_sessions: 5,
+            broker_id: "b".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("register instance")
+        .into_inner();
+    let session_id = client
+        .create_session(pb::CreateSessionRequest {
+            instance: instance.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("create session")
+        .into_inner()
+        .session
+        .expect("session")
+        .id;
+    eventually("the record shows the shell at its prompt", || {
+        let mut client = client.clone();
+        let (instance, session_id) = (instance.clone(), session_id.clone());
+        async move {
+            let terminal = recorded_terminal(&mut client, &instance, &session_id).await?;
+            (terminal.state() == broker_pb::TerminalState::AtPrompt).then_some(())
+        }
+    })
+    .await;
+
+    // While session-api is down, a program asks for the user: the broker's event is missed.
+    api.kill();
+    let mut broker_client = broker_client(&broker).await;
+    broker_client
+        .send_input(broker_pb::SendInputRequest {
+            session_id: session_id.clone(),
+            items: vec![broker_pb::InputItem {
+                item: Some(broker_pb::input_item::Item::Text(
+                    "printf '\\033]9;needs you\\007'; read answer\r".to_owned(),
+                )),
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("input to the broker");
+    eventually("the broker sees the terminal wait for input", || {
+        let mut broker_client = broker_client.clone();
+        let session_id = session_id.clone();
+        async move {
+            let info = broker_client
+                .get(broker_pb::GetRequest { session_id })
+                .await
+                .ok()?
+                .into_inner();
+            (info.terminal?.state() == broker_pb::TerminalState::WaitingForInput).then_some(())
+        }
+    })
+    .await;
+
+    // A session-api back on the same records learns it from the broker's snapshot, with no
+    // further change on the terminal to report it.
+    let api = start_session_api(database.url(), &[("b", broker.endpoint())]);
+    let client = session_client(&api).await;
+    let terminal = eventually("the record catches up with the terminal", || {
+        let mut client = client.clone();
+        let (instance, session_id) = (instance.clone(), session_id.clone());
+        async move {
+            let terminal = recorded_terminal(&mut client, &instance, &session_id).await?;
+            (terminal.state() == broker_pb::TerminalState::WaitingForInput).then_some(terminal)
+        }
+    })
+    .await;
+    assert_eq!(
+        terminal.notification.map(|notification| notification.text),
+        Some("needs you".to_owned())
+    );
 }
