@@ -11,6 +11,7 @@ mod attach;
 mod commands;
 mod connection;
 mod manage;
+mod mcp;
 mod recording;
 mod run;
 mod screen;
@@ -86,6 +87,9 @@ enum Command {
     /// Attach this terminal to a session: it shows the session's screen, then its output
     /// (Ctrl-P Ctrl-Q detaches).
     Attach(AttachArgs),
+    /// Serve the Model Context Protocol on stdin and stdout for a local agent (`claude mcp add
+    /// ptyhub -- ptyhub mcp`), relayed to this gateway's `/mcp` with these credentials.
+    Mcp(mcp::McpArgs),
     /// Print what a session's terminal shows now.
     Screen(screen::ScreenArgs),
     /// Type into a session without attaching, and print the output offset it was typed at.
@@ -265,6 +269,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Rm { instance, session } => {
             manage::session_rm(connection, instance, session, output).await?
         }
+        Command::Mcp(args) => mcp::mcp(connection, args).await?,
         Command::Screen(args) => screen::screen(connection, args, output).await?,
         Command::Send(args) => screen::send(connection, args, send_items, output).await?,
         Command::Wait(args) => return screen::wait(connection, args, output).await,

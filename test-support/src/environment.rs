@@ -22,7 +22,7 @@ pub enum Requirement {
     S3Server,
     /// Network namespaces of the tests' own (root, and `ip` to bring up their loopback).
     NetworkNamespaces,
-    /// A Python with the packages of `interop/requirements.txt` and
+    /// A Python with the packages of `interop/requirements.txt` (the MCP SDK among them) and
     /// `examples/python/requirements.txt`, at `PTYHUB_TEST_PYTHON` (default
     /// `/var/cache/ptyhub-py/bin/python`, which `cargo xtask deps` prepares).
     Python,
@@ -75,7 +75,7 @@ impl Requirement {
             Requirement::Python => {
                 let python = python_path();
                 let works = std::process::Command::new(&python)
-                    .args(["-c", "import grpc, grpc_tools, grpc_reflection"])
+                    .args(["-c", "import grpc, grpc_tools, grpc_reflection, mcp"])
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .status()
@@ -84,7 +84,7 @@ impl Requirement {
                     None
                 } else {
                     Some(format!(
-                        "no Python with grpcio, grpcio-tools and grpcio-reflection at {python} (cargo xtask deps prepares it)"
+                        "no Python with grpcio, grpcio-tools, grpcio-reflection and mcp at {python} (cargo xtask deps prepares it)"
                     ))
                 }
             }

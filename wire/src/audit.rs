@@ -31,17 +31,20 @@ pub enum Surface {
     GrpcWeb,
     /// The `ptyhub` CLI (gRPC through the gateway, told apart by its user agent).
     Cli,
+    /// The gateway's Model Context Protocol endpoint (`/mcp`), for agents.
+    Mcp,
     /// session-api itself: an exit, an idle reap, a lost broker.
     System,
 }
 
 impl Surface {
-    pub const ALL: [Surface; 6] = [
+    pub const ALL: [Surface; 7] = [
         Surface::Rest,
         Surface::WebSocket,
         Surface::Grpc,
         Surface::GrpcWeb,
         Surface::Cli,
+        Surface::Mcp,
         Surface::System,
     ];
 
@@ -52,6 +55,7 @@ impl Surface {
             Surface::Grpc => "grpc",
             Surface::GrpcWeb => "grpc-web",
             Surface::Cli => "cli",
+            Surface::Mcp => "mcp",
             Surface::System => "system",
         }
     }

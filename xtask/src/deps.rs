@@ -70,10 +70,10 @@ pub fn prepare() -> Result<TestEnvironment> {
             .and_then(|()| build_test_image()),
     )?;
     environment.postgres_url = tolerate("PostgreSQL", ensure_postgres())?;
-    // The Python clients the tests run (the reflection client and the example), and moto's S3
-    // server for the recordings tests.
+    // The Python clients the tests run (the reflection client, the example, the MCP SDK's
+    // client), and moto's S3 server for the recordings tests.
     environment.python = tolerate(
-        "Python gRPC clients and moto's S3 server",
+        "Python gRPC and MCP clients and moto's S3 server",
         crate::interop::ensure_python_clients(&run::workspace_root()),
     )?;
     Ok(environment)

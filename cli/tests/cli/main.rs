@@ -7,6 +7,7 @@ mod commands;
 mod docker;
 mod errors;
 mod exec;
+mod mcp;
 mod recording;
 mod screen;
 mod support;

@@ -20,6 +20,7 @@ pub mod domain;
 pub mod error;
 pub mod front_door;
 pub mod grpc;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;

@@ -32,7 +32,7 @@ use crate::rest::{
 use crate::rest::webhooks;
 use crate::session_proxy::{RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
-use crate::{browser, openapi, web, ws};
+use crate::{browser, mcp, openapi, web, ws};
 
 /// The session-api surface the gateway offers.
 const SESSION_API_SERVICE: &str = "ptyhub.session.v1.SessionApi";
@@ -105,6 +105,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             "/ws/tool-instances/{iid}/terminal/{sid}",
             get(ws::open_session_terminal),
         )
+        .merge(mcp::routes(&state))
         .merge(web::routes(&state))
         .fallback(|| async { ApiError::not_found("not found") })
         .method_not_allowed_fallback(|| async {

@@ -10,6 +10,7 @@ mod front_door;
 mod fuzz;
 mod grpc_attach;
 mod grpc_web;
+mod mcp;
 mod rest;
 mod shares;
 mod websocket;
