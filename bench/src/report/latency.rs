@@ -1,0 +1,196 @@
+//! The latency tables: (2) keystroke echo, (5) Ctrl-C under a flood, (6) isolation from a
+//! stalled flood.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+
+use crate::args::Sizes;
+use crate::scenarios;
+use crate::stack::{Backend, Screens, Stack};
+use crate::stats::{Latency, Spread, micros};
+use crate::term::Path;
+
+use super::{backend_name, spread_micros};
+
+/// (2) Keystroke echo round trips on every path, rounds in alternating order.
+pub async fn echo_section(
+    stack: &Stack,
+    paths: &[Path],
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    // (2) Echo.
+    eprintln!("(2) echo");
+    let rounds = sizes.repeats.min(5);
+    let mut echoes: Vec<Vec<Latency>> = vec![Vec::new(); paths.len()];
+    for round in 0..rounds {
+        // Every other round in reverse, so that no path always runs right after the same
+        // one: a Docker session's teardown overlaps the next run's first keystrokes, which
+        // made whichever Docker path came second look 10-20 µs slower.
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..paths.len()).collect()
+        } else {
+            (0..paths.len()).rev().collect()
+        };
+        for index in order {
+            let path = &paths[index];
+            match scenarios::echo_once(stack, *path, sizes.echo_keys).await {
+                Ok(samples) => echoes[index].extend(Latency::of(&samples)),
+                Err(error) => failures.push(format!("echo {}: {error:#}", path.label())),
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\n### (2) Keystroke echo round trip: {} keystrokes per run, µs, median of {rounds} runs (min-max)\n",
+        sizes.echo_keys
+    )?;
+    writeln!(out, "| path | p50 | p99 | p99.9 | target |")?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    for (index, path) in paths.iter().enumerate() {
+        let series = &echoes[index];
+        if series.is_empty() {
+            writeln!(out, "| {} | failed | | | |", path.label())?;
+            continue;
+        }
+        let target = match path {
+            Path::Gateway(Backend::Local, Screens::On)
+            | Path::GatewayGrpc(Backend::Local, Screens::On) => "p50 < 150, p99 < 300".to_owned(),
+            Path::GatewayOverTcp(Backend::Local) => "p50 ≤ 1.3x (a2)".to_owned(),
+            // The recorded row against the same path unrecorded, run beside it.
+            Path::GatewayRecorded(backend) => {
+                let median_p50 = |wanted: Path| {
+                    let index = paths.iter().position(|path| *path == wanted)?;
+                    let p50s: Vec<f64> = echoes[index]
+                        .iter()
+                        .map(|latency| micros(latency.p50))
+                        .collect();
+                    Spread::of(&p50s).map(|spread| spread.median)
+                };
+                match (
+                    median_p50(*path),
+                    median_p50(Path::Gateway(*backend, Screens::On)),
+                ) {
+                    (Some(recorded), Some(unrecorded)) => {
+                        format!("p50 ≤ unrecorded + 10: {:+.0} µs", recorded - unrecorded)
+                    }
+                    _ => "p50 ≤ unrecorded + 10".to_owned(),
+                }
+            }
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {target} |",
+            path.label(),
+            spread_micros(series.iter().map(|latency| latency.p50)),
+            spread_micros(series.iter().map(|latency| latency.p99)),
+            spread_micros(series.iter().map(|latency| latency.p999)),
+        )?;
+    }
+    Ok(())
+}
+
+/// (5) Ctrl-C under a `yes` flood, on the paths with a controlling terminal.
+pub async fn ctrl_c_section(
+    stack: &Stack,
+    paths: &[Path],
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    // (5) Ctrl-C.
+    eprintln!("(5) ctrl-c");
+    let ctrl_c_paths: Vec<Path> = paths
+        .iter()
+        .copied()
+        .filter(|path| path.has_controlling_terminal())
+        .collect();
+    let mut ctrl_c: Vec<Vec<f64>> = vec![Vec::new(); ctrl_c_paths.len()];
+    for _ in 0..sizes.repeats {
+        for (index, path) in ctrl_c_paths.iter().enumerate() {
+            match scenarios::ctrl_c_once(stack, *path, sizes.ctrl_c_flood).await {
+                Ok(elapsed) => ctrl_c[index].push(elapsed.as_secs_f64() * 1e3),
+                Err(error) => failures.push(format!("ctrl-c {}: {error:#}", path.label())),
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\n### (5) Ctrl-C under a `yes` flood (controller reading, {} KiB in first): ms until the prompt, median of {} runs\n",
+        sizes.ctrl_c_flood >> 10,
+        sizes.repeats
+    )?;
+    writeln!(out, "| path | median | min | max | target |")?;
+    writeln!(out, "|---|---:|---:|---:|---|")?;
+    for (index, path) in ctrl_c_paths.iter().enumerate() {
+        let target = if path.needs_docker() && *path == Path::DockerExec {
+            ""
+        } else {
+            "< 50 ms"
+        };
+        match Spread::of(&ctrl_c[index]) {
+            Some(spread) => writeln!(
+                out,
+                "| {} | {:.1} | {:.1} | {:.1} | {target} |",
+                path.label(),
+                spread.median,
+                spread.min,
+                spread.max
+            )?,
+            None => writeln!(out, "| {} | failed | | | {target} |", path.label())?,
+        }
+    }
+    Ok(())
+}
+
+/// (6) The echo of a quiet session while another floods with a stalled controller.
+pub async fn isolation_section(
+    stack: &Stack,
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    // (6) Isolation.
+    eprintln!("(6) isolation");
+    writeln!(
+        out,
+        "\n### (6) Isolation: echo of a quiet session (gateway) while another floods with a stalled controller, {} keystrokes, µs\n",
+        sizes.echo_keys
+    )?;
+    writeln!(
+        out,
+        "| backend | unloaded p50 | unloaded p99 | loaded p50 | loaded p99 | loaded/unloaded p99 | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+    for backend in [Backend::Local, Backend::Docker] {
+        if stack.instance(backend).is_none() {
+            continue;
+        }
+        let name = backend_name(backend);
+        match scenarios::isolation_once(stack, backend, sizes.echo_keys).await {
+            Ok((unloaded, loaded)) => {
+                if let (Some(unloaded), Some(loaded)) =
+                    (Latency::of(&unloaded), Latency::of(&loaded))
+                {
+                    writeln!(
+                        out,
+                        "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | ≤ 2x |",
+                        micros(unloaded.p50),
+                        micros(unloaded.p99),
+                        micros(loaded.p50),
+                        micros(loaded.p99),
+                        loaded.p99.as_secs_f64() / unloaded.p99.as_secs_f64()
+                    )?;
+                }
+            }
+            Err(error) => {
+                failures.push(format!("isolation {name}: {error:#}"));
+                writeln!(out, "| {name} | failed | | | | | ≤ 2x |")?;
+            }
+        }
+    }
+    Ok(())
+}
