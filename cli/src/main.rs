@@ -94,8 +94,9 @@ enum Command {
     Screen(screen::ScreenArgs),
     /// Type into a session without attaching, and print the output offset it was typed at.
     Send(screen::SendArgs),
-    /// Wait until a session's screen matches a pattern and print it; exit 124 on timeout, 1 if
-    /// the process ends first.
+    /// Wait until a session's screen matches a pattern, or its terminal reaches a state (--for
+    /// prompt, idle, input or exit), and print the screen; exit 124 on timeout, 1 if the process
+    /// ends first.
     Wait(screen::WaitArgs),
     /// Download a closed session's recording (asciicast v2, for `asciinema play`).
     Recording(recording::RecordingArgs),
@@ -106,8 +107,8 @@ enum Command {
     #[command(name = "command-output")]
     Output(commands::CommandOutputArgs),
     /// Type a command at a session's shell prompt (everyone attached sees it), print its
-    /// output and exit with its exit code (1 when the shell reported none, 124 when it did not
-    /// end within --timeout).
+    /// output as it comes and exit with its exit code (1 when the shell reported none, 124
+    /// when it did not end within --timeout, 125 when it could not run).
     Run(run::RunArgs),
     /// Register, list and delete an instance's webhooks (HTTP callbacks for terminal state
     /// changes and finished commands).

@@ -1,6 +1,7 @@
 //! The screen commands, for scripts and agents that drive a session without attaching: `screen`
 //! reads what the session's terminal shows, `send` types into it, `wait` waits until its screen
-//! matches a pattern. Also the screen as the REST JSON of the contract, so `--json` prints what
+//! matches a pattern or its terminal reaches a state (at a prompt, idle, waiting for input,
+//! exited). Also the screen as the REST JSON of the contract, so `--json` prints what
 //! `GET .../screen` answers.
 
 use std::io::Write as _;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::ArgMatches;
-use ptyhub_client::ErrorCode;
+use ptyhub_client::{ErrorCode, TerminalState};
+use ptyhub_model::proto::{ProtoEnum as _, optional_to_proto};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -77,9 +79,15 @@ pub struct WaitArgs {
     /// The session id.
     pub session: String,
     /// A regular expression (Rust regex syntax, multi-line: `^` and `$` match at each row)
-    /// searched in the screen's text. Without it any screen matches: wait for --quiet, or for
-    /// the process to end.
+    /// searched in the screen's text. Without it (and without --for) any screen matches: wait
+    /// for --quiet, or for the process to end.
     pub pattern: Option<String>,
+    /// Instead of a pattern, wait until the terminal is at a shell `prompt`, `idle` (a
+    /// full-screen program quiet for the broker's idle time), waiting for `input` (a program
+    /// asked with a notification or a bell) or has `exit`ed. At once when it already is; with
+    /// --after, only once it got there by output from that offset on.
+    #[arg(long = "for", value_name = "STATE", value_parser = parse_state, conflicts_with_all = ["pattern", "quiet"])]
+    pub wait_for: Option<TerminalState>,
     /// Give up after this long (at most 5m) and exit with 124.
     #[arg(long, default_value = "30s", value_parser = parse_timeout)]
     pub timeout: Duration,
@@ -92,6 +100,11 @@ pub struct WaitArgs {
     /// Lines of scrollback above the visible rows to search and print (0..=10000).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub scrollback: u32,
+}
+
+fn parse_state(text: &str) -> Result<TerminalState, String> {
+    TerminalState::from_wait_name(text)
+        .ok_or_else(|| format!("{text:?} is no state to wait for: use prompt, idle, input or exit"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -240,15 +253,16 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
             after_offset: args.after,
             format: broker_pb::ScreenFormat::Text.into(),
             scrollback: args.scrollback,
+            wait_for: optional_to_proto(args.wait_for),
         })
         .await;
     let waited = match answer {
         Ok(waited) => waited,
         Err(error) if error.code() == Some(ErrorCode::TimedOut) => {
-            let what = if pattern.is_empty() {
-                "the screen did not settle".to_owned()
-            } else {
-                format!("the screen did not match {pattern:?}")
+            let what = match args.wait_for {
+                Some(state) => format!("the terminal was not {state}"),
+                None if pattern.is_empty() => "the screen did not settle".to_owned(),
+                None => format!("the screen did not match {pattern:?}"),
             };
             return Err(ExitWith {
                 status: TIMED_OUT_EXIT,
@@ -271,19 +285,24 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
         .context("the server answered without a screen")?;
     let outcome = broker_pb::wait_for_screen_response::Outcome::try_from(waited.outcome)
         .unwrap_or(broker_pb::wait_for_screen_response::Outcome::Unspecified);
+    let reached = TerminalState::from_proto(waited.state).ok();
     match output {
         Output::Json => print_json(&WaitedView {
             outcome: match outcome {
                 broker_pb::wait_for_screen_response::Outcome::Exited => "exited",
+                broker_pb::wait_for_screen_response::Outcome::State => "state",
                 _ => "matched",
             },
-            matched: &waited.matched,
+            matched: (outcome == broker_pb::wait_for_screen_response::Outcome::Matched)
+                .then_some(waited.matched.as_str()),
+            state: reached.map(TerminalState::as_str),
             screen: ScreenView::from(screen),
         })?,
         Output::Plain => print_lines(&screen.lines)?,
     }
     match outcome {
-        broker_pb::wait_for_screen_response::Outcome::Matched => Ok(ExitCode::SUCCESS),
+        broker_pb::wait_for_screen_response::Outcome::Matched
+        | broker_pb::wait_for_screen_response::Outcome::State => Ok(ExitCode::SUCCESS),
         broker_pb::wait_for_screen_response::Outcome::Exited => {
             let ended = match screen.exit {
                 Some(broker_pb::ExitStatus {
@@ -293,7 +312,11 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
                 Some(exit) => format!("exited with code {}", exit.code),
                 None => "ended".to_owned(),
             };
-            Err(anyhow!("the process {ended} before the screen matched"))
+            let awaited = match args.wait_for {
+                Some(state) => format!("the terminal was {state}"),
+                None => "the screen matched".to_owned(),
+            };
+            Err(anyhow!("the process {ended} before {awaited}"))
         }
         broker_pb::wait_for_screen_response::Outcome::Unspecified => {
             Err(anyhow!("the server answered the wait without an outcome"))
@@ -326,7 +349,10 @@ struct SentView {
 #[derive(Debug, Serialize)]
 struct WaitedView<'a> {
     outcome: &'static str,
-    matched: &'a str,
+    /// `null` unless the pattern matched.
+    matched: Option<&'a str>,
+    /// The state reached, for `outcome` `state`.
+    state: Option<&'static str>,
     screen: ScreenView<'a>,
 }
 

@@ -419,8 +419,12 @@ impl Client {
             .into_inner())
     }
 
-    /// Waits until the screen matches; DEADLINE_EXCEEDED ([`ErrorCode::TimedOut`]) when the
-    /// wait's own timeout passes first.
+    /// Waits until the screen matches `request.pattern`, or, with `request.wait_for` (a
+    /// `TerminalState`: `AT_PROMPT`, `IDLE`, `WAITING_FOR_INPUT` or `EXITED`) instead, until the
+    /// terminal is in that state (`OUTCOME_STATE`; at once when it already is, and with
+    /// `after_offset` only a state entered by output from there on). DEADLINE_EXCEEDED
+    /// ([`ErrorCode::TimedOut`]) when the wait's own timeout passes first; INVALID_ARGUMENT
+    /// ([`ErrorCode::Invalid`]) for both a pattern and a state.
     pub async fn wait_for_screen(
         &self,
         request: proto::session::WaitForScreenRequest,
@@ -460,6 +464,34 @@ impl Client {
             })
             .await?
             .into_inner())
+    }
+
+    /// The session's commands as they happen: first those it keeps with an id above
+    /// `after_id`, as they are, then each command once as it starts and again once it ended
+    /// (the same id). The stream ends when the session's process exits or the session closes;
+    /// an UNAVAILABLE error ([`ErrorCode::Unavailable`]) ends it when a server in between
+    /// stops: watch again from the last id seen. PERMISSION_DENIED for a share link's
+    /// credential.
+    pub async fn watch_commands(
+        &self,
+        instance: &str,
+        session_id: &str,
+        after_id: u64,
+    ) -> Result<
+        impl tokio_stream::Stream<Item = Result<proto::broker::Command, Error>> + Send + use<>,
+        Error,
+    > {
+        use tokio_stream::StreamExt as _;
+        let commands = self
+            .sessions_service()
+            .watch_commands(session_pb::WatchCommandsRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                after_id,
+            })
+            .await?
+            .into_inner();
+        Ok(commands.map(|command| command.map_err(Error::from)))
     }
 
     /// One command's output, up to now while it runs: as plain text, or with `ansi` the bytes

@@ -2,11 +2,16 @@
 //! into a bash session come back as rows of id, exit code, duration and command line (or as the
 //! REST JSON), one command's output goes to stdout as text or as the bytes written, and an
 //! instance added with `--no-shell-integration` lists none. `ptyhub run` types a command at the
-//! prompt, prints its output and exits with its exit code (124 when it outlasts `--timeout`).
+//! prompt, prints its output as it comes and exits with its exit code (124 when it outlasts
+//! `--timeout`, 125 when it could not run).
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::process::Stdio;
+use std::sync::mpsc;
 
 use serde_json::Value;
 
-use crate::support::{Up, eventually, one_error_line};
+use crate::support::{PATIENCE, Up, eventually, one_error_line, wait_bounded};
 
 /// Registers a local instance whose sessions run `bash` (with `extra` flags), starts one, waits
 /// until its shell shows its prompt, and returns the session's id.
@@ -215,7 +220,9 @@ fn run_prints_the_output_and_exits_with_the_commands_exit_code() {
     assert_eq!(timed_out.status.code(), Some(124), "{timed_out:?}");
     let said = one_error_line(&timed_out);
     assert!(said.contains("goes on running"), "{said}");
-    let busy = one_error_line(&up.run(&["run", "shell", &session, "--", "true"]));
+    let busy = up.run(&["run", "shell", &session, "--", "true"]);
+    assert_eq!(busy.status.code(), Some(125), "{busy:?}");
+    let busy = one_error_line(&busy);
     assert!(busy.contains("a program is running"), "{busy}");
     eventually("sleep ends", || {
         session_of(&up, "shell", &session)["state"] == "at_prompt"
@@ -224,4 +231,59 @@ fn run_prints_the_output_and_exits_with_the_commands_exit_code() {
         listing(&up, "shell", &session)["commands"][4]["command"],
         "sleep 2"
     );
+}
+
+/// `ptyhub run` prints a command's output while it runs, not at its end: the first line arrives
+/// while the command still waits for the test's go, then the rest, and `run` exits with the
+/// command's code. The command line's echo and the next prompt are not printed. A program
+/// without shell integration cannot be run in: 125.
+#[test]
+fn run_streams_the_output_as_the_command_produces_it() {
+    let up = Up::start();
+    let session = bash_session(&up, "shell", &[]);
+    eventually("the shell shows its prompt", || {
+        session_of(&up, "shell", &session)["state"] == "at_prompt"
+    });
+    let go = tempfile::tempdir().expect("a directory for the go file");
+    let go_file = go.path().join("go");
+    let line = format!(
+        "echo first; until [ -e {} ]; do sleep 0.05; done; echo second; (exit 3)",
+        go_file.display()
+    );
+    let mut running = up
+        .ptyhub()
+        .args(["run", "shell", &session, "--timeout", "60", "--", &line])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptyhub run starts");
+    let mut stdout = BufReader::new(running.stdout.take().expect("its stdout"));
+    let (lines, printed) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut first = String::new();
+        stdout.read_line(&mut first).expect("read the first line");
+        lines.send(first).expect("the test listens");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).expect("read the rest");
+        rest
+    });
+    let first = printed
+        .recv_timeout(PATIENCE)
+        .expect("the first line is printed while the command runs");
+    assert_eq!(first, "first\n");
+    assert!(
+        running.try_wait().expect("ptyhub run is there").is_none(),
+        "ptyhub run ended before the command did"
+    );
+    std::fs::write(&go_file, b"").expect("the go file");
+    let status = wait_bounded(&mut running, PATIENCE).expect("ptyhub run ends");
+    let rest = reader.join().expect("the reader");
+    assert_eq!(rest, "second\n");
+    assert_eq!(status.code(), Some(3));
+
+    let plain = bash_session(&up, "plain", &["--no-shell-integration"]);
+    let refused = up.run(&["run", "plain", &plain, "--", "true"]);
+    assert_eq!(refused.status.code(), Some(125), "{refused:?}");
+    let said = one_error_line(&refused);
+    assert!(said.contains("cannot run"), "{said}");
 }

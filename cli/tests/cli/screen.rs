@@ -1,6 +1,7 @@
 //! `ptyhub screen`, `send` and `wait` as a script or an agent uses them: read what a session's
-//! terminal shows, type into it without attaching, wait for text to appear; a timeout exits
-//! 124, the process ending first exits 1 with its exit code said, and a refusal is one clear line.
+//! terminal shows, type into it without attaching, wait for text to appear or for the terminal
+//! to wait for input; a timeout exits 124, the process ending first exits 1 with its exit code
+//! said, and a refusal is one clear line.
 
 use serde_json::Value;
 
@@ -224,4 +225,39 @@ fn send_while_someone_holds_control_says_to_use_force() {
     terminal.expect("still-9");
     terminal.type_keys(CTRL_P_CTRL_Q);
     assert_eq!(terminal.wait().code(), Some(0));
+}
+
+/// `wait --for input` on a program that repaints, then asks with a notification: it answers at
+/// the question (the screen printed is the question's), `--json` says the state reached, and
+/// `--for` with a pattern or an unknown state is refused by the command line.
+#[test]
+fn wait_for_input_answers_at_the_programs_question() {
+    let up = Up::start();
+    let session = session_running(
+        &up,
+        "agent",
+        &[
+            "sh",
+            "-c",
+            "printf '\\033[?1049h'; for n in 1 2 3; do printf '\\033[H\\033[2Jworking %s' $n; sleep 0.1; done; \
+             printf '\\033[H\\033[2JAllow? [y/n]\\033]9;needs your permission\\007'; read answer; sleep 60",
+        ],
+    );
+    let asked: Value =
+        serde_json::from_str(&up.run_ok(&["--json", "wait", "agent", &session, "--for", "input"]))
+            .expect("wait --json prints JSON");
+    assert_eq!(asked["outcome"], "state", "{asked}");
+    assert_eq!(asked["state"], "waiting_for_input", "{asked}");
+    assert_eq!(asked["screen"]["lines"][0], "Allow? [y/n]", "{asked}");
+    let plain = up.run_ok(&["wait", "agent", &session, "--for", "input"]);
+    assert!(plain.starts_with("Allow? [y/n]\n"), "{plain:?}");
+
+    for refused in [
+        vec!["wait", "agent", &session, "Allow", "--for", "input"],
+        vec!["wait", "agent", &session, "--for", "busy"],
+        vec!["wait", "agent", &session, "--for", "idle", "--quiet", "1s"],
+    ] {
+        let output = up.run(&refused);
+        assert_eq!(output.status.code(), Some(2), "{refused:?}: {output:?}");
+    }
 }

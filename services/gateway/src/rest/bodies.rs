@@ -1177,7 +1177,7 @@ mod tests {
             r#"{"for": "at_prompt"}"#,
             r#"{"for": "running"}"#,
             r#"{"for": ""}"#,
-            r#"{"for": "prompt", "pattern": "\$ $"}"#,
+            r#"{"for": "prompt", "pattern": "[$] $"}"#,
             r#"{"for": "prompt", "pattern": ""}"#,
             r#"{"for": "idle", "quiet_ms": 100}"#,
         ] {

@@ -143,6 +143,7 @@ async fn screen_calls_are_checked_and_forwarded_over_grpc_web() {
                 after_offset: Some(marker.output_offset),
                 format: broker_pb::ScreenFormat::Cells as i32,
                 scrollback: 0,
+                wait_for: 0,
             },
             &stack.admin_token,
         ))

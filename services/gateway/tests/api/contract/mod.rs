@@ -22,5 +22,6 @@ mod reset;
 mod run;
 mod screens;
 mod snapshots;
+mod state_waits;
 mod support;
 mod webhooks;

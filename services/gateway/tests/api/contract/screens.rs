@@ -105,6 +105,7 @@ async fn input_and_wait_drive_a_prompt_to_its_answer_over_the_gateways_grpc() {
         after_offset,
         format: broker_pb::ScreenFormat::Text as i32,
         scrollback: 0,
+        wait_for: 0,
     };
 
     let prompt = client
@@ -199,6 +200,7 @@ async fn the_grpc_screen_calls_are_scoped_to_the_credentials_instances() {
         after_offset: None,
         format: 0,
         scrollback: 0,
+        wait_for: 0,
     };
 
     let refusals = [
@@ -753,6 +755,7 @@ async fn a_wait_may_last_longer_than_an_ordinary_call_over_rest_and_grpc() {
             after_offset: None,
             format: 0,
             scrollback: 0,
+            wait_for: 0,
         },
     ));
     let (over_rest, over_grpc) = tokio::join!(over_rest, over_grpc);
