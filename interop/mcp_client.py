@@ -107,8 +107,10 @@ async def drive(client, notifications, instance, session):
     check("out" in screen.structured_content["text"], "read_screen shows the output", screen.structured_content)
     check(screen.structured_content["state"] == "at_prompt", "read_screen: the shell is at its prompt", screen.structured_content)
 
-    waited = await call(client, "wait_for", {"instance": instance, "session": session, "pattern": r"[$#] $", "timeout_ms": 10000})
-    check(waited.structured_content["outcome"] == "matched", "wait_for: the prompt", waited.structured_content)
+    waited = await call(client, "wait_for", {"instance": instance, "session": session, "for": "prompt", "timeout_ms": 10000})
+    check(waited.structured_content["state"] == "at_prompt", "wait_for: the prompt", waited.structured_content)
+    waited = await call(client, "wait_for", {"instance": instance, "session": session, "pattern": "out", "timeout_ms": 10000})
+    check(waited.structured_content["matched"] == "out", "wait_for: a pattern", waited.structured_content)
 
     uri = f"ptyhub://instances/{instance}/sessions/{session}/screen"
     read = await client.read_resource(uri)

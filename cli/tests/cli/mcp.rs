@@ -60,7 +60,7 @@ fn the_python_sdk_drives_terminals_through_the_gateways_endpoint() {
     let up = Up::start();
     let session = bash_session(&up, "agent");
     let url = format!("http://{}", up.address);
-    for mode in ["auto", "legacy"] {
+    for mode in ["auto", "legacy", "2026-07-28"] {
         let output = python_client(&["http", &url, &up.token, "agent", &session, mode]);
         assert_passed(&output, &format!("over Streamable HTTP ({mode})"));
         let stdout = String::from_utf8_lossy(&output.stdout);

@@ -124,8 +124,9 @@ static TOOLS: LazyLock<Vec<Listed>> = LazyLock::new(|| {
             "wait_for",
             "Wait until a session's screen shows `pattern` (a regular expression, Rust regex \
              syntax, searched in the screen's text each time it changes; absent matches any \
-             screen), or its process exits, for at most `timeout_ms` (default 30000, at most \
-             300000). Answers the match and the screen.",
+             screen), or, with `for`, until its terminal is at the shell's prompt, idle, asking \
+             for input or exited; or until its process exits; for at most `timeout_ms` (default \
+             30000, at most 300000). Answers how it ended and the screen.",
             Needs::View,
         ),
         tool::<RunCommandArguments, RunAnswerBody>(
@@ -347,6 +348,13 @@ struct WaitForArguments {
     after_offset: Option<u64>,
     /// Lines of scrollback searched and returned, 0..=10000.
     scrollback: Option<u32>,
+    /// Instead of `pattern`, what the terminal is to do: `prompt` (its shell is at its prompt),
+    /// `idle` (a full-screen program went quiet), `input` (a program asks for input) or `exit`.
+    /// A state that holds already answers at once; with `after_offset`, only one entered by
+    /// output from there on.
+    #[serde(rename = "for")]
+    #[schemars(extend("enum" = ["prompt", "idle", "input", "exit"]))]
+    wait_for: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -553,7 +561,8 @@ async fn wait_for(
         quiet_ms: arguments.quiet_ms,
         after_offset: arguments.after_offset,
         scrollback: arguments.scrollback,
-        ..WaitBody::default()
+        wait_for: arguments.wait_for,
+        format: None,
     }
     .wait()?;
     let (instance, session) =
@@ -663,6 +672,18 @@ mod tests {
             let output = tool.output_schema.expect("an output schema");
             assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
         }
+    }
+
+    #[test]
+    fn a_wait_names_the_states_it_may_wait_for() {
+        let wait_for = visible_to(&Access::admin())
+            .into_iter()
+            .find(|tool| tool.name == "wait_for")
+            .expect("wait_for is listed");
+        assert_eq!(
+            wait_for.input_schema["properties"]["for"]["enum"],
+            json!(["prompt", "idle", "input", "exit"])
+        );
     }
 
     #[test]

@@ -134,6 +134,15 @@ async fn tools_run_a_command_read_the_screen_and_wait_for_the_prompt_as_mcp() {
     assert_eq!(ran["output"].as_str().map(str::trim), Some("out"), "{ran}");
     assert_eq!(ran["command"]["command"], "sh -c 'echo out; exit 3'");
 
+    let prompt = answer(
+        &session,
+        "wait_for",
+        json!({"instance": instance, "session": session_id, "for": "prompt", "timeout_ms": 20000}),
+    )
+    .await;
+    assert_eq!(prompt["outcome"], "state", "{prompt}");
+    assert_eq!(prompt["state"], "at_prompt", "{prompt}");
+
     let screen = answer(&session, "read_screen", target.clone()).await;
     assert!(screen["text"].as_str().unwrap().contains("out"), "{screen}");
     assert_eq!(screen["state"], "at_prompt", "{screen}");
@@ -236,6 +245,17 @@ async fn refusals_are_tool_errors_with_the_contract_detail() {
     .await;
     assert_eq!(status, 422);
     assert_eq!(bad_pattern["detail"], rest["detail"]);
+
+    let no_such_state = refusal(
+        &session,
+        "wait_for",
+        json!({"instance": instance, "session": session_id, "for": "lunch"}),
+    )
+    .await;
+    assert_eq!(
+        no_such_state,
+        json!({"detail": "for must be prompt, idle, input or exit, not \"lunch\"", "status": 422})
+    );
 
     let wrong_type = refusal(
         &session,
