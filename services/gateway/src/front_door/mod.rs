@@ -125,7 +125,7 @@ impl Authentication {
         let surface = surface_of(request);
         let path = request.uri().path();
         let action = match surface {
-            Surface::Rest => format!("{} {path}", request.method()),
+            Surface::Rest | Surface::Mcp => format!("{} {path}", request.method()),
             Surface::WebSocket => format!("websocket {path}"),
             _ => path.trim_start_matches('/').to_owned(),
         };
@@ -220,7 +220,7 @@ pub fn grpc_surface_of<T>(request: &tonic::Request<T>) -> Surface {
 }
 
 /// Which surface a request comes through: gRPC-web and gRPC by their content type (the `ptyhub`
-/// CLI by its user agent), a terminal WebSocket by its path, else REST.
+/// CLI by its user agent), a terminal WebSocket and the MCP endpoint by their paths, else REST.
 fn surface_of<B>(request: &Request<B>) -> Surface {
     let headers = request.headers();
     let content_type = header_text(headers, header::CONTENT_TYPE);
@@ -234,6 +234,8 @@ fn surface_of<B>(request: &Request<B>) -> Surface {
         }
     } else if request.uri().path().starts_with(WEBSOCKET_PATH_PREFIX) {
         Surface::WebSocket
+    } else if request.uri().path() == crate::mcp::MCP_PATH {
+        Surface::Mcp
     } else {
         Surface::Rest
     }
@@ -263,6 +265,7 @@ mod tests {
         let grpc = || (header::CONTENT_TYPE, "application/grpc");
         let cases = [
             (request("/api/v1/instances", &[]), Surface::Rest),
+            (request("/mcp", &[]), Surface::Mcp),
             (
                 request("/ws/tool-instances/x/terminal", &[]),
                 Surface::WebSocket,

@@ -442,4 +442,19 @@ async fn a_request_without_a_credential_is_refused_before_mcp_is_spoken() {
     )
     .await;
     assert_eq!(status, 401);
+
+    // The refused token is in the audit trail, as having tried the MCP endpoint.
+    let refused = poll_until(PATIENCE, Duration::from_millis(50), || async {
+        let (_, audit) = get(&stack, "/api/v1/audit").await;
+        audit["events"].as_array().and_then(|events| {
+            events
+                .iter()
+                .find(|event| event["kind"] == "refused")
+                .cloned()
+        })
+    })
+    .await
+    .expect("the refusal is audited");
+    assert_eq!(refused["surface"], "mcp", "{refused}");
+    assert_eq!(refused["detail"]["action"], "POST /mcp", "{refused}");
 }
