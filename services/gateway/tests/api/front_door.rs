@@ -79,11 +79,21 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
     // Once both are waiting, a third wait is refused rather than run (a wait that runs ends
     // with 408 after its millisecond).
     let refused = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
+        if waits.iter().any(tokio::task::JoinHandle::is_finished) {
+            return Some((0, Value::Null));
+        }
         let (status, body) = session_call(&session, "wait", &admin, wait_for_release(1)).await;
         (status != 408).then_some((status, body))
     })
     .await
     .expect("a third wait refused once two wait");
+    if refused.0 == 0 {
+        let mut answers = Vec::new();
+        for wait in waits {
+            answers.push(wait.await.expect("a wait"));
+        }
+        panic!("a long wait ended before the test released it: {answers:?}");
+    }
     assert_eq!(refused.0, 429, "{}", refused.1);
     let detail = refused.1["detail"].as_str().expect("a detail");
     assert!(detail.contains("streams already"), "{detail}");
