@@ -44,6 +44,9 @@ pub use presented::Presented;
 /// The path prefix of the terminal WebSockets.
 const WEBSOCKET_PATH_PREFIX: &str = "/ws/";
 
+/// The path of the MCP endpoint (`crate::mcp` serves it there).
+pub const MCP_PATH: &str = "/mcp";
+
 /// The layer that puts an [`Authentication`] in every request (see the module's doc).
 #[derive(Debug, Clone)]
 pub struct FrontDoorLayer {
@@ -234,7 +237,7 @@ fn surface_of<B>(request: &Request<B>) -> Surface {
         }
     } else if request.uri().path().starts_with(WEBSOCKET_PATH_PREFIX) {
         Surface::WebSocket
-    } else if request.uri().path() == crate::mcp::MCP_PATH {
+    } else if request.uri().path() == MCP_PATH {
         Surface::Mcp
     } else {
         Surface::Rest

@@ -39,12 +39,10 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use crate::front_door::MCP_PATH;
 use crate::state::AppState;
 
 pub use resources::ScreenUri;
-
-/// Where the endpoint is served.
-pub const MCP_PATH: &str = "/mcp";
 
 /// What agents are told about the server when they connect.
 const INSTRUCTIONS: &str = "ptyhub's terminals: persistent sessions in containers that people \
