@@ -130,7 +130,7 @@ pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared
         };
         let ending = bridge.run(connected, &mut events).await;
         if ending.upstream_open && bridge.role == Role::Controller {
-            Box::pin(bridge.finish_input(&mut events)).await;
+            Box::pin(bridge.finish_input(&mut events, !ending.await_client_close)).await;
         }
         drop(events);
         audit.ending(detach_reason(ending.reason));
@@ -468,6 +468,19 @@ impl Bridge {
         Flow::Continue
     }
 
+    /// Applies the frames a departed client sent that were not read yet, until its stream ends.
+    async fn queue_unread_frames(&mut self) {
+        loop {
+            if self.waiting_command.is_some() {
+                queue_waiting(&self.commands, &mut self.waiting_command).await;
+            }
+            let message = self.stream.next().await;
+            if let Flow::Stop(_) = self.client_frame(message).await {
+                return;
+            }
+        }
+    }
+
     /// Answers a frame that was not applied with `{"type":"error"}`, naming the input's `id`
     /// when it carried one.
     async fn refuse_frame(&mut self, message: &str, id: Option<&str>) -> Flow {
@@ -478,16 +491,21 @@ impl Bridge {
     }
 
     /// Once the client is gone (or the gateway ends the socket), writes the input it sent before:
-    /// the command that waited for room in the queue, then the gateway's own last input, whose
-    /// receipt says everything before it was written. Dropping the stream earlier would drop what
-    /// was still on its way to the broker. Bounded by [`INPUT_DRAIN`]: input the process does not
-    /// read keeps nothing open.
-    async fn finish_input(&mut self, events: &mut AttachEvents) {
+    /// with `read_rest` (the client went, we sent no close) the frames it sent that were not read
+    /// yet (a line, then a hang-up that made a send to it fail first), then the command that
+    /// waited for room in the queue, then the gateway's own last input, whose receipt says
+    /// everything before it was written. Dropping the stream earlier would drop what was still on
+    /// its way to the broker. Bounded by [`INPUT_DRAIN`]: input the process does not read, or a
+    /// client that goes on sending, keeps nothing open.
+    async fn finish_input(&mut self, events: &mut AttachEvents, read_rest: bool) {
         let last = TerminalCommand::Input {
             data: Bytes::new(),
             id: Some(LAST_INPUT_ID.to_owned()),
         };
         let written = async {
+            if read_rest {
+                self.queue_unread_frames().await;
+            }
             queue_waiting(&self.commands, &mut self.waiting_command).await;
             let Ok(permit) = self.commands.reserve().await else {
                 return;

@@ -15,6 +15,7 @@ mod closed_sessions;
 mod commands;
 mod exits;
 mod flow_control;
+mod input;
 mod live_sessions;
 mod project_routes;
 mod recordings;

@@ -550,6 +550,18 @@ impl Terminal {
             .expect("send input");
     }
 
+    /// Sends a close frame and goes, without waiting for the server's answer or anything else.
+    pub async fn close_at_once(mut self) {
+        let _ = self.socket.send(Message::Close(None)).await;
+    }
+
+    /// Ends the connection without a close frame: what was sent is flushed and the TCP
+    /// connection shut down at once.
+    pub async fn hang_up_at_once(mut self) {
+        let _ = self.socket.flush().await;
+        let _ = tokio::io::AsyncWriteExt::shutdown(self.socket.get_mut()).await;
+    }
+
     /// Sends one JSON text frame.
     pub async fn send_json(&mut self, value: Value) {
         self.socket
