@@ -1,7 +1,9 @@
 //! Clients that are not ours, against a running `ptyhub up`: Python's `grpcio` with
 //! `grpcio-reflection` (which speaks only `grpc.reflection.v1alpha`) lists the services on the
 //! gateway's port and calls them with message classes built from what reflection sent, knowing
-//! no .proto file (`interop/grpc_reflection_client.py`).
+//! no .proto file (`interop/grpc_reflection_client.py`). The official MCP SDK (`mcp`), which the
+//! CLI's tests drive `/mcp` and `ptyhub mcp` with (`interop/mcp_client.py`), comes from the same
+//! requirements file.
 //!
 //! The Python packages come from PyPI into a virtual environment under `/var/cache`, made once
 //! and reused; Debian's `python3-venv` is installed when `venv` is missing.
