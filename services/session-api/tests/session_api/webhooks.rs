@@ -3,10 +3,11 @@
 //! queued only by the write that made it, claims that hold a delivery for one attempt), and
 //! deliveries from a running session-api to a receiver on 127.0.0.1: a real bash's first prompt
 //! and a command that failed in it, signed; retries until a 2xx; a delivery that outlives a
-//! restart of session-api.
+//! restart of session-api; two replicas following one broker deliver each event once.
 
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use ptyhub_model::{Command, Progress, TerminalActivity, TerminalState};
 use ptyhub_proto::broker::v1 as broker_pb;
@@ -394,6 +395,46 @@ async fn create_webhook(
         .into_inner()
 }
 
+/// Registers an instance whose sessions run an interactive bash (with its shell integration)
+/// on broker `local`.
+async fn bash_instance(client: &mut SessionClient, name: &str) -> pb::Instance {
+    client
+        .register_instance(pb::RegisterInstanceRequest {
+            name: name.into(),
+            target: Some(broker_pb::Target {
+                kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+            }),
+            command: vec!["bash".into()],
+            env: [("PS1".to_owned(), "$ ".to_owned())].into(),
+            max_sessions: 2,
+            broker_id: "local".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("register instance")
+        .into_inner()
+}
+
+/// Types `line` and Enter into the session.
+async fn type_line(client: &mut SessionClient, session: &pb::Session, line: &str) {
+    client
+        .send_input(pb::SendInputRequest {
+            instance: session.instance_id.clone(),
+            session_id: session.id.clone(),
+            items: vec![
+                broker_pb::InputItem {
+                    item: Some(broker_pb::input_item::Item::Text(line.into())),
+                },
+                broker_pb::InputItem {
+                    item: Some(broker_pb::input_item::Item::Key("Enter".into())),
+                },
+            ],
+            force: false,
+        })
+        .await
+        .expect("type a line");
+}
+
 both_databases!(
     a_failed_command_and_its_state_changes_are_delivered_signed,
     |backend| async move {
@@ -403,21 +444,7 @@ both_databases!(
         let broker = start_broker();
         let server = start_session_api(database.url(), &[("local", broker.endpoint())]);
         let mut client = session_client(&server).await;
-        let instance = client
-            .register_instance(pb::RegisterInstanceRequest {
-                name: "bash".into(),
-                target: Some(broker_pb::Target {
-                    kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
-                }),
-                command: vec!["bash".into()],
-                env: [("PS1".to_owned(), "$ ".to_owned())].into(),
-                max_sessions: 2,
-                broker_id: "local".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("register instance")
-            .into_inner();
+        let instance = bash_instance(&mut client, "bash").await;
         let mut receiver = WebhookReceiver::start().await;
         let webhook = create_webhook(
             &mut client,
@@ -450,22 +477,7 @@ both_databases!(
         assert_eq!(prompt["session_id"], session.id);
         assert_eq!(prompt["instance_id"], instance.id);
         assert_eq!(prompt["shell_integration"], true);
-        client
-            .send_input(pb::SendInputRequest {
-                instance: instance.id.clone(),
-                session_id: session.id.clone(),
-                items: vec![
-                    broker_pb::InputItem {
-                        item: Some(broker_pb::input_item::Item::Text("false".into())),
-                    },
-                    broker_pb::InputItem {
-                        item: Some(broker_pb::input_item::Item::Key("Enter".into())),
-                    },
-                ],
-                force: false,
-            })
-            .await
-            .expect("type false");
+        type_line(&mut client, &session, "false").await;
         let finished = receiver.next_event("command_finished", PATIENCE).await;
         assert_signed(&finished);
         assert_eq!(finished.header("x-ptyhub-event"), "command_finished");
@@ -662,3 +674,137 @@ both_databases!(
         drop(second);
     }
 );
+
+/// Replicas share PostgreSQL (an SQLite file has one session-api).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_postgres_following_one_broker_deliver_each_event_once() {
+    use sea_orm::{EntityTrait, QueryOrder};
+    use session_api::store::entities::webhook_delivery;
+
+    let Some(database) = FreshDatabase::create(Backend::Postgres).await else {
+        return;
+    };
+    let broker = start_broker();
+    let first = start_session_api(database.url(), &[("local", broker.endpoint())]);
+    let mut client = session_client(&first).await;
+    let second = start_session_api(database.url(), &[("local", broker.endpoint())]);
+    let mut other = session_client(&second).await;
+    let instance = bash_instance(&mut client, "replicated").await;
+    let mut receiver = WebhookReceiver::start().await;
+    create_webhook(
+        &mut client,
+        &instance.id,
+        &receiver.url,
+        &["state_changed", "command_finished"],
+    )
+    .await;
+    let mut seen_by_second = other
+        .watch_sessions(pb::WatchSessionsRequest {
+            instance: instance.id.clone(),
+        })
+        .await
+        .expect("watch the second replica")
+        .into_inner();
+    let session = client
+        .create_session(pb::CreateSessionRequest {
+            instance: instance.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("create session")
+        .into_inner()
+        .session
+        .expect("a session");
+    let mut received = Vec::new();
+    for (command_id, line) in [(1, "false"), (2, "true")] {
+        if command_id == 1 {
+            loop {
+                let request = receiver.next_request(PATIENCE).await;
+                let prompt = request.json()["state"] == "at_prompt";
+                received.push(request);
+                if prompt {
+                    break;
+                }
+            }
+        }
+        type_line(&mut client, &session, line).await;
+        loop {
+            let request = receiver.next_request(PATIENCE).await;
+            let done = request.json()["command"]["id"] == command_id;
+            received.push(request);
+            if done {
+                break;
+            }
+        }
+    }
+    // The second replica has followed the broker past the second command's end too.
+    loop {
+        let change = tokio::time::timeout(PATIENCE, seen_by_second.next())
+            .await
+            .expect("a change within the patience")
+            .expect("stream open")
+            .expect("a change");
+        if change
+            .commands
+            .iter()
+            .any(|command| command.id == 2 && command.ended_at.is_some())
+        {
+            break;
+        }
+    }
+
+    let store = Store::connect(database.url()).await.expect("connect");
+    let deliveries = webhook_delivery::Entity::find()
+        .order_by_asc(webhook_delivery::Column::CreatedAt)
+        .all(store.connection())
+        .await
+        .unwrap();
+    let commands: Vec<_> = deliveries
+        .iter()
+        .filter(|delivery| delivery.event == "command_finished")
+        .map(|delivery| delivery.event_key.clone())
+        .collect();
+    assert_eq!(
+        commands.len(),
+        2,
+        "one delivery per finished command: {commands:?}"
+    );
+    let transitions: Vec<(serde_json::Value, serde_json::Value)> = deliveries
+        .iter()
+        .filter(|delivery| delivery.event == "state_changed")
+        .map(|delivery| {
+            let body: serde_json::Value = serde_json::from_str(&delivery.body).unwrap();
+            (body["previous_state"].clone(), body["state"].clone())
+        })
+        .collect();
+    assert!(
+        transitions.windows(2).all(|pair| pair[0] != pair[1]),
+        "a state change queued twice: {transitions:?}"
+    );
+
+    // Every delivery is sent once, by one replica or the other.
+    let queued = deliveries.len();
+    eventually("every delivery is sent", || {
+        let store = store.clone();
+        async move {
+            let rows = webhook_delivery::Entity::find()
+                .all(store.connection())
+                .await
+                .ok()?;
+            rows.iter()
+                .all(|row| row.outcome == "delivered")
+                .then_some(())
+        }
+    })
+    .await;
+    received.extend(receiver.drain());
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("x-ptyhub-delivery"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), received.len(), "a delivery was sent twice");
+    assert!(received.len() >= queued);
+    drop((first, second, broker));
+}
