@@ -57,10 +57,10 @@ impl SecretSource {
         } else {
             value.action(clap::ArgAction::Set)
         };
-        let (what, where_) = if self.list {
-            ("one per line", "comma separated,")
+        let (what, instead) = if self.list {
+            ("one per line", "the values themselves, comma separated,")
         } else {
-            ("the secret alone", "")
+            ("the secret alone", "the value itself")
         };
         let file = clap::Arg::new(self.file_flag)
             .long(self.file_flag)
@@ -69,7 +69,7 @@ impl SecretSource {
             .value_parser(clap::value_parser!(PathBuf))
             .action(clap::ArgAction::Set)
             .help(format!(
-                "{} A file holding {what}; or the value itself, {where_} in {} (never on the command line)",
+                "{} A file holding {what}; or {instead} in {} (never on the command line)",
                 self.help, self.variable
             ));
         [value, file]

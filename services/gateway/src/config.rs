@@ -18,6 +18,7 @@ pub struct Config {
     #[arg(
         id = "session_api",
         long = "session-api",
+        value_name = "URL",
         env = "PTYHUB_GATEWAY_SESSION_API",
         default_value = "http://127.0.0.1:50051"
     )]
@@ -41,8 +42,8 @@ pub struct Config {
     /// built into the binary.
     #[arg(long, env = "PTYHUB_GATEWAY_STATIC_DIR")]
     pub static_dir: Option<PathBuf>,
-    /// Whether `/metrics` needs a credential like every other route: `--metrics-public` serves
-    /// it without one.
+    /// Serve `/metrics` without a credential (`--metrics-public`, or `=true`); by default it
+    /// needs one like every other route. The field says whether it needs one.
     #[arg(
         id = "metrics_public",
         long = "metrics-public",
@@ -237,31 +238,31 @@ const TLS_FLAGS: [(&str, &str, &str, &str); 5] = [
         "tls_cert",
         "tls-cert",
         "PTYHUB_GATEWAY_TLS_CERT",
-        "Serve HTTPS, WSS and gRPC over TLS on the one port with this certificate chain (PEM), with --tls-key.",
+        "Serve HTTPS, WSS and gRPC over TLS on the one port with this certificate chain (PEM), with --tls-key",
     ),
     (
         "tls_key",
         "tls-key",
         "PTYHUB_GATEWAY_TLS_KEY",
-        "The private key of --tls-cert (PEM).",
+        "The private key of --tls-cert (PEM)",
     ),
     (
         "tls_ca",
         "tls-ca",
         "PTYHUB_GATEWAY_TLS_CA",
-        "CA certificates that session-api's and the brokers' certificates are checked against, for `https://` endpoints.",
+        "CA certificates that session-api's and the brokers' certificates are checked against, for `https://` endpoints",
     ),
     (
         "tls_client_cert",
         "tls-client-cert",
         "PTYHUB_GATEWAY_TLS_CLIENT_CERT",
-        "The certificate (PEM) presented to session-api and brokers that require client certificates (mutual TLS), with --tls-client-key. Default: --tls-cert.",
+        "The certificate (PEM) presented to session-api and brokers that require client certificates (mutual TLS), with --tls-client-key. Default: --tls-cert",
     ),
     (
         "tls_client_key",
         "tls-client-key",
         "PTYHUB_GATEWAY_TLS_CLIENT_KEY",
-        "The private key of --tls-client-cert (PEM).",
+        "The private key of --tls-client-cert (PEM)",
     ),
 ];
 
@@ -462,13 +463,13 @@ const JWT_AUDIENCE: (&str, &str, &str, &str) = (
     "jwt_audience",
     "jwt-audience",
     "PTYHUB_GATEWAY_JWT_AUDIENCE",
-    "The audience every JWT must name in `aud` (for example https://ptyhub.example.com): a token minted for another service is refused.",
+    "The audience every JWT must name in `aud` (for example https://ptyhub.example.com): a token minted for another service is refused",
 );
 const JWT_ISSUER: (&str, &str, &str, &str) = (
     "jwt_issuer",
     "jwt-issuer",
     "PTYHUB_GATEWAY_JWT_ISSUER",
-    "The issuer every JWT's `iss` must be.",
+    "The issuer every JWT's `iss` must be",
 );
 
 // The secrets come from variables or files ([`SecretSource`]), which clap's derive cannot
@@ -522,7 +523,7 @@ impl clap::Args for AuthConfig {
                     .env("PTYHUB_GATEWAY_JWT_RS256_PUBLIC_KEY")
                     .value_name("PEM")
                     .value_parser(read_public_key_file)
-                    .help("PEM file with the RSA public key that verifies RS256 JWTs."),
+                    .help("PEM file with the RSA public key that verifies RS256 JWTs"),
             )
             .arg(
                 clap::Arg::new("session_ttl")
@@ -530,14 +531,14 @@ impl clap::Args for AuthConfig {
                     .env("PTYHUB_GATEWAY_SESSION_TTL")
                     .default_value("12h")
                     .value_parser(parse_duration)
-                    .help("How long a browser stays signed in (a JWT's own expiry comes first)."),
+                    .help("How long a browser stays signed in (a JWT's own expiry comes first)"),
             )
             .arg(
                 clap::Arg::new("insecure_allow_anonymous")
                     .long("insecure-allow-anonymous")
                     .env("PTYHUB_GATEWAY_INSECURE_ALLOW_ANONYMOUS")
                     .action(clap::ArgAction::SetTrue)
-                    .help("Treat requests without a credential as admin. Only for a single-user machine."),
+                    .help("Treat requests without a credential as admin. Only for a single-user machine"),
             )
     }
 
