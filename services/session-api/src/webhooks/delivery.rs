@@ -69,6 +69,23 @@ pub fn retry_delay(base: Duration, attempts_made: u32, jitter: f64) -> Duration 
         .mul_f64(jitter.clamp(0.8, 1.2))
 }
 
+/// Where a delivery stands after `attempts_made` attempts, the last answered with
+/// `status_code` (`None`: no answer): delivered on a 2xx alone, given up once `max_attempts`
+/// were made.
+pub fn outcome_of(
+    status_code: Option<u16>,
+    attempts_made: u32,
+    max_attempts: u32,
+) -> DeliveryOutcome {
+    if status_code.is_some_and(|status| (200..300).contains(&status)) {
+        DeliveryOutcome::Delivered
+    } else if attempts_made >= max_attempts {
+        DeliveryOutcome::Failed
+    } else {
+        DeliveryOutcome::Pending
+    }
+}
+
 struct Deliverer {
     store: Store,
     queued: Arc<Notify>,
@@ -190,14 +207,7 @@ impl Deliverer {
             Ok(status) => (Some(status), None),
             Err(error) => (None, Some(error)),
         };
-        let delivered = status_code.is_some_and(|status| (200..300).contains(&status));
-        let outcome = if delivered {
-            DeliveryOutcome::Delivered
-        } else if attempts_made >= self.settings.attempts {
-            DeliveryOutcome::Failed
-        } else {
-            DeliveryOutcome::Pending
-        };
+        let outcome = outcome_of(status_code, attempts_made, self.settings.attempts);
         let delay = retry_delay(
             self.settings.retry_base,
             attempts_made,
@@ -287,6 +297,18 @@ fn http_client(settings: &WebhookSettings) -> Result<reqwest::Client, StartError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_2xx_delivers_and_the_last_attempt_gives_up() {
+        assert_eq!(outcome_of(Some(200), 1, 6), DeliveryOutcome::Delivered);
+        assert_eq!(outcome_of(Some(204), 6, 6), DeliveryOutcome::Delivered);
+        // A redirect is not followed: the body goes nowhere its owner did not name.
+        assert_eq!(outcome_of(Some(302), 1, 6), DeliveryOutcome::Pending);
+        assert_eq!(outcome_of(Some(500), 5, 6), DeliveryOutcome::Pending);
+        assert_eq!(outcome_of(None, 5, 6), DeliveryOutcome::Pending);
+        assert_eq!(outcome_of(Some(500), 6, 6), DeliveryOutcome::Failed);
+        assert_eq!(outcome_of(None, 1, 1), DeliveryOutcome::Failed);
+    }
 
     #[test]
     fn retries_wait_three_times_longer_each_time_within_the_jitter() {
