@@ -1,16 +1,23 @@
 //! (10) Commands: `run` of `true` end to end through session-api (a local bash, a container's
-//! sh), and what shell integration costs: a keystroke's echo at a bash prompt and a flood's
+//! sh), and through the gateway over REST and over MCP (`run_command` at `/mcp`) side by side,
+//! and what shell integration costs: a keystroke's echo at a bash prompt and a flood's
 //! throughput, with integration on and off (two instances that differ in that setting only),
 //! side by side in one run.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
+use rmcp::ServiceExt as _;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
 
-use crate::stack::{BROKER_ID, Stack};
+use crate::stack::{ADMIN_TOKEN, BROKER_ID, Stack};
 use crate::stats::Latency;
 use crate::term::{Term, close_session, connect_gateway, create_session_on};
 
@@ -22,6 +29,9 @@ const PROMPT_PATIENCE: Duration = Duration::from_secs(30);
 pub struct Measured {
     pub run_local: Option<Latency>,
     pub run_docker: Option<Latency>,
+    /// The same local run through the gateway: `POST .../run`, and MCP's `run_command`.
+    pub run_rest: Option<Latency>,
+    pub run_mcp: Option<Latency>,
     pub echo_on: Latency,
     pub echo_off: Latency,
     /// MiB/s of `yes` output read at a bash prompt's child, on and off.
@@ -89,8 +99,19 @@ async fn at_prompt(stack: &Stack, instance: &str, session_id: &str) -> Result<()
     }
 }
 
-/// `runs` runs of `true` in a fresh session of `instance`, each from the call to its answer.
-async fn run_true(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Duration>> {
+/// `runs` runs of `true` in a fresh session of `instance` at its prompt (after a few to warm
+/// up), each timed from the call to its answer; `run_once` makes one call in the session it is
+/// given and checks the exit code.
+async fn time_runs<F, Fut>(
+    stack: &Stack,
+    instance: &str,
+    runs: usize,
+    mut run_once: F,
+) -> Result<Vec<Duration>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     const WARM_UP: usize = 5;
     let attach = create_session_on(stack, instance, Vec::new()).await?;
     let session_id = attach.session_id;
@@ -99,24 +120,9 @@ async fn run_true(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Dura
         let mut samples = Vec::with_capacity(runs);
         for index in 0..runs + WARM_UP {
             let started = Instant::now();
-            let answer = stack
-                .session_api
-                .clone()
-                .run(session_pb::RunRequest {
-                    instance: instance.to_owned(),
-                    session_id: session_id.clone(),
-                    command: "true".to_owned(),
-                    timeout_ms: 10_000,
-                    force: false,
-                    format: 0,
-                })
-                .await?
-                .into_inner();
-            let took = started.elapsed();
-            let code = answer.command.and_then(|command| command.exit_code);
-            ensure!(code == Some(0), "`true` exited with {code:?}");
+            run_once(session_id.clone()).await?;
             if index >= WARM_UP {
-                samples.push(took);
+                samples.push(started.elapsed());
             }
         }
         Ok(samples)
@@ -124,6 +130,84 @@ async fn run_true(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Dura
     .await;
     close_session(stack, instance, &session_id).await;
     result
+}
+
+/// `run` of `true` through session-api.
+async fn run_true(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Duration>> {
+    time_runs(stack, instance, runs, |session_id| async move {
+        let answer = stack
+            .session_api
+            .clone()
+            .run(session_pb::RunRequest {
+                instance: instance.to_owned(),
+                session_id,
+                command: "true".to_owned(),
+                timeout_ms: 10_000,
+                force: false,
+                format: 0,
+            })
+            .await?
+            .into_inner();
+        let code = answer.command.and_then(|command| command.exit_code);
+        ensure!(code == Some(0), "`true` exited with {code:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// `run` of `true` through the gateway's REST route.
+async fn run_true_over_rest(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Duration>> {
+    time_runs(stack, instance, runs, |session_id| async move {
+        let url = format!(
+            "{}/api/v1/instances/{instance}/terminal/sessions/{session_id}/run",
+            stack.gateway_url
+        );
+        let answer: Value = stack
+            .http
+            .post(url)
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"command": "true", "timeout_ms": 10_000}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        ensure!(answer["exit_code"] == 0, "`true` answered {answer}");
+        Ok(())
+    })
+    .await
+}
+
+/// `run_command` of `true` through the gateway's MCP endpoint, in one MCP session.
+async fn run_true_over_mcp(stack: &Stack, instance: &str, runs: usize) -> Result<Vec<Duration>> {
+    let transport = StreamableHttpClientTransport::with_client(
+        stack.http.clone(),
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", stack.gateway_url))
+            .auth_header(ADMIN_TOKEN),
+    );
+    let client = ().serve(transport).await.context("an MCP session")?;
+    let peer = client.peer().clone();
+    let samples = time_runs(stack, instance, runs, |session_id| {
+        let peer = peer.clone();
+        async move {
+            let arguments = json!({"instance": instance, "session": session_id, "command": "true"});
+            let Value::Object(arguments) = arguments else {
+                bail!("arguments are an object");
+            };
+            let answer = peer
+                .call_tool(CallToolRequestParams::new("run_command").with_arguments(arguments))
+                .await?;
+            let code = answer
+                .structured_content
+                .as_ref()
+                .map(|answer| answer["exit_code"].clone());
+            ensure!(code == Some(json!(0)), "`true` answered {answer:?}");
+            Ok(())
+        }
+    })
+    .await;
+    let _ = client.cancel().await;
+    samples
 }
 
 /// A terminal on a fresh session of `instance` through the gateway, at its prompt (whatever
@@ -251,6 +335,8 @@ pub async fn measure(
         None => None,
     };
     let run_local = Latency::of(&run_true(stack, &on, runs).await?);
+    let run_rest = Latency::of(&run_true_over_rest(stack, &on, runs).await?);
+    let run_mcp = Latency::of(&run_true_over_mcp(stack, &on, runs).await?);
     let run_docker = match &docker {
         Some(instance) => Latency::of(&run_true(stack, instance, runs).await?),
         None => None,
@@ -285,6 +371,8 @@ pub async fn measure(
     Ok(Measured {
         run_local,
         run_docker,
+        run_rest,
+        run_mcp,
         echo_on: Latency::of(&echo_on).context("no echo with integration")?,
         echo_off: Latency::of(&echo_off).context("no echo without integration")?,
         flood_on: median(flood_on),

@@ -1,4 +1,5 @@
-//! (10) `run`, and what shell integration costs, on and off side by side.
+//! (10) `run` (through session-api, REST and MCP), and what shell integration costs, on and off
+//! side by side.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -36,6 +37,16 @@ pub async fn commands_section(
                     "`run` of `true`, a container's sh, through session-api",
                     measured.run_docker,
                     "p50 < 30 ms",
+                ),
+                (
+                    "`run` of `true`, local bash, through the gateway's REST",
+                    measured.run_rest,
+                    "",
+                ),
+                (
+                    "`run_command` of `true`, local bash, through the gateway's MCP",
+                    measured.run_mcp,
+                    "p50 within 1 ms of REST's",
                 ),
             ] {
                 match latency {
