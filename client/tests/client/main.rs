@@ -366,18 +366,26 @@ async fn the_command_calls_list_what_bash_ran_and_its_output() {
         .create_session("bash", NewSession::default())
         .await
         .unwrap();
-    let state = |page: &ptyhub_client::proto::broker::ListCommandsResponse| {
-        page.terminal
-            .clone()
-            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
-            .map(|terminal| terminal.state)
-    };
-    let listed = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
-        let page = client.list_commands("bash", &session.id, 0, 0).await.ok()?;
-        (state(&page) == Some(TerminalState::AtPrompt)).then_some(())
-    })
-    .await;
-    assert!(listed.is_some(), "bash did not show its prompt");
+    let prompt = client
+        .wait_for_screen(session_pb::WaitForScreenRequest {
+            instance: "bash".into(),
+            session_id: session.id.clone(),
+            wait_for: ptyhub_client::proto::broker::TerminalState::AtPrompt.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("bash shows its prompt");
+    let reached = prompt
+        .terminal
+        .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+        .map(|terminal| terminal.state);
+    assert_eq!(reached, Some(TerminalState::AtPrompt));
+    let mut commands = Box::pin(
+        client
+            .watch_commands("bash", &session.id, 0)
+            .await
+            .expect("watch the commands"),
+    );
     client
         .send_input(session_pb::SendInputRequest {
             instance: "bash".into(),
@@ -400,6 +408,23 @@ async fn the_command_calls_list_what_bash_ran_and_its_output() {
     .expect("the command ends");
     assert_eq!((command.id, command.exit_code), (1, Some(3)), "{command:?}");
     assert_eq!(command.command, "echo out-$((6*7)); (exit 3)");
+    let mut watched = Vec::new();
+    for _ in 0..2 {
+        let record = tokio::time::timeout(PATIENCE, tokio_stream::StreamExt::next(&mut commands))
+            .await
+            .expect("a record in time")
+            .expect("the watch goes on")
+            .expect("a record");
+        watched.push(Command::from(record));
+    }
+    assert!(
+        watched[0].is_running() && !watched[1].is_running(),
+        "{watched:?}"
+    );
+    assert_eq!(
+        watched[1], command,
+        "the watch ends with the listed command"
+    );
     let output = client
         .command_output("bash", &session.id, command.id, false)
         .await
