@@ -1,12 +1,19 @@
 //! What a terminal is doing, as the contract spells it: its [`TerminalState`], a program's
 //! [`Progress`] report, the last [`Notification`] it asked the user for, and one [`Command`] a
-//! shell ran.
+//! shell ran. [`TerminalActivity`] and its parts have their one JSON form here (serde, in the
+//! contract's keys), which the gateway's bodies and session-api's stored column both use.
 
 use std::fmt;
 use std::time::SystemTime;
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
 /// What a session's terminal is doing (docs/CONTRACT.md, "Terminal state", has the rules).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Its JSON form is [`TerminalState::as_str`]'s spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TerminalState {
     /// The process is starting: a shell with integration has not shown its first prompt, any
     /// other program has printed nothing yet.
@@ -86,7 +93,9 @@ impl fmt::Display for TerminalState {
 }
 
 /// A program's report of its progress (OSC 9;4, as Windows Terminal and ConEmu read it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Its JSON form is `{"kind", "percent"}` ([`Progress::kind`], [`Progress::percent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "ProgressJson", try_from = "ProgressJson")]
 pub enum Progress {
     /// A known share done, 0 to 100.
     Percent(u8),
@@ -133,12 +142,74 @@ impl Progress {
     }
 }
 
+// The JSON form of a [`Progress`], the parts the contract names; its doc comment is the
+// OpenAPI description of a progress.
+/// A program's report of its progress (OSC 9;4).
+#[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+struct ProgressJson {
+    /// `normal`, `indeterminate`, `error` or `paused`.
+    kind: String,
+    /// 0..=100 (a larger number reads as 100); `null` for `indeterminate`.
+    percent: Option<u64>,
+}
+
+impl From<Progress> for ProgressJson {
+    fn from(progress: Progress) -> Self {
+        Self {
+            kind: progress.kind().to_owned(),
+            percent: progress.percent().map(u64::from),
+        }
+    }
+}
+
+impl TryFrom<ProgressJson> for Progress {
+    type Error = String;
+
+    fn try_from(json: ProgressJson) -> Result<Self, String> {
+        let percent = json.percent.map(|percent| percent.min(100) as u8);
+        Progress::from_parts(&json.kind, percent)
+            .ok_or_else(|| format!("progress kind {:?} is not one this server knows", json.kind))
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Progress {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <ProgressJson as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Progress {}
+
 /// The last thing a program asked the user's attention for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Notification {
-    /// Its text; empty for a bell.
+    /// Its text; `""` for a bell.
     pub text: String,
+    #[serde(with = "rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: SystemTime,
+}
+
+/// A time in JSON as the contract writes every time: RFC 3339 in UTC (`...Z`); any offset reads.
+mod rfc3339 {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(
+        at: &SystemTime,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        DateTime::<Utc>::from(*at).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<SystemTime, D::Error> {
+        DateTime::<Utc>::deserialize(deserializer).map(SystemTime::from)
+    }
 }
 
 /// One command a shell ran, as its integration marked it.
@@ -168,17 +239,27 @@ impl Command {
     }
 }
 
-/// What a session's terminal is doing, as the broker last read it from its output.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+// Its JSON form is the contract's (`state`, `last_notification`, `progress`, `cwd`,
+// `shell_integration`, `running_command_id`): the gateway flattens it into a session object and
+// session-api stores it as it is. The `alias`es read what session-api stored before the column
+// took the contract's keys. (A `//` comment: doc comments are the OpenAPI descriptions.)
+/// What a session's terminal is doing, as its broker last read it from the output.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TerminalActivity {
     pub state: TerminalState,
-    pub progress: Option<Progress>,
+    /// The last thing the program asked the user's attention for; `null` when nothing yet.
+    #[serde(rename = "last_notification", alias = "notification")]
     pub notification: Option<Notification>,
-    /// The working directory the shell reported last.
+    /// The program's report of its progress; `null` when it reports none.
+    pub progress: Option<Progress>,
+    /// The working directory the shell reported last; `null` when none.
     pub cwd: Option<String>,
-    /// Whether the program marks its prompts: a shell with integration.
+    /// Whether the program marks its prompts and commands (a shell with integration).
+    #[serde(rename = "shell_integration", alias = "integrated", default)]
     pub integrated: bool,
-    /// The id of the command that runs, while one does.
+    /// The id of the command that runs; `null` when none does.
+    #[serde(rename = "running_command_id", alias = "running_command")]
     pub running_command: Option<u64>,
 }
 
@@ -228,5 +309,85 @@ mod tests {
             Some(Progress::Percent(100))
         );
         assert_eq!(Progress::from_parts("done", None), None);
+    }
+
+    fn busy() -> TerminalActivity {
+        TerminalActivity {
+            state: TerminalState::WaitingForInput,
+            progress: Some(Progress::Paused(40)),
+            notification: Some(Notification {
+                text: "needs \"you\"".to_owned(),
+                at: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_123),
+            }),
+            cwd: Some("/tmp/a b".to_owned()),
+            integrated: true,
+            running_command: Some(12),
+        }
+    }
+
+    #[test]
+    fn a_terminal_is_written_in_the_contract_keys_and_reads_back() {
+        let json = serde_json::to_value(busy()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "state": "waiting_for_input",
+                "last_notification": {"text": "needs \"you\"", "at": "2027-01-15T08:00:00.123Z"},
+                "progress": {"kind": "paused", "percent": 40},
+                "cwd": "/tmp/a b",
+                "shell_integration": true,
+                "running_command_id": 12,
+            })
+        );
+        assert_eq!(
+            serde_json::from_value::<TerminalActivity>(json).unwrap(),
+            busy()
+        );
+        let quiet = serde_json::to_value(TerminalActivity::default()).unwrap();
+        assert_eq!(
+            quiet,
+            serde_json::json!({
+                "state": "starting", "last_notification": null, "progress": null, "cwd": null,
+                "shell_integration": false, "running_command_id": null,
+            })
+        );
+        for state in TerminalState::ALL {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+    }
+
+    #[test]
+    fn a_terminal_in_the_older_stored_keys_reads_as_the_same_terminal() {
+        let older = r#"{"state": "waiting_for_input",
+            "progress": {"kind": "paused", "percent": 40},
+            "notification": {"text": "needs \"you\"", "at": "2027-01-15T08:00:00.123+00:00"},
+            "cwd": "/tmp/a b", "integrated": true, "running_command": 12}"#;
+        assert_eq!(
+            serde_json::from_str::<TerminalActivity>(older).unwrap(),
+            busy()
+        );
+    }
+
+    #[test]
+    fn a_terminal_with_an_unknown_state_or_progress_or_a_bad_time_is_refused() {
+        for refused in [
+            r#"{"state": "busy"}"#,
+            r#"{"cwd": "/"}"#,
+            r#"{"state": "idle", "progress": {"kind": "done", "percent": 1}}"#,
+            r#"{"state": "idle", "last_notification": {"text": "", "at": "yesterday"}}"#,
+            "not json",
+        ] {
+            assert!(
+                serde_json::from_str::<TerminalActivity>(refused).is_err(),
+                "{refused}"
+            );
+        }
+        let over: Progress = serde_json::from_str(r#"{"kind": "normal", "percent": 250}"#).unwrap();
+        assert_eq!(over, Progress::Percent(100));
+        let indeterminate = serde_json::to_value(Progress::Indeterminate).unwrap();
+        assert_eq!(
+            indeterminate,
+            serde_json::json!({"kind": "indeterminate", "percent": null})
+        );
     }
 }

@@ -1,8 +1,10 @@
-//! The contract's nouns, written once: a session's status, why it closed, how its process
-//! ended, what its terminal is doing and the commands it ran, what a change to it was about, the rules of names and aliases, where an instance's
-//! terminals run, and what an audit event says happened. Each is spelled as docs/CONTRACT.md
-//! spells it ([`SessionStatus::as_str`] and the like), and each has its one protobuf form in
-//! [`proto`], proven by round-trip tests. Services pass these types; none keeps a mirror.
+//! The contract's nouns, written once: a session record and its status, why it closed, how its
+//! process ended, what its terminal is doing and the commands it ran, what a change to it was
+//! about, the rules of names and aliases, where an instance's terminals run, and what an audit
+//! event says happened. Each is spelled as docs/CONTRACT.md spells it ([`SessionStatus::as_str`]
+//! and the like), each has its one protobuf form in [`proto`], proven by round-trip tests, and
+//! what a terminal is doing has its one JSON form (serde; its OpenAPI schema behind the
+//! `openapi` feature). Services pass these types; none keeps a mirror.
 //!
 //! The contract's numbers (bounds of sizes, names and aliases) are `ptyhub-wire`'s limits,
 //! which these types enforce.
@@ -24,6 +26,6 @@ pub use audit::AuditKind;
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
 pub use record_mode::{InvalidRecordMode, RecordMode};
-pub use session::{ChangeKind, CloseReason, ExitStatus, SessionStatus};
+pub use session::{ChangeKind, CloseReason, ExitStatus, Session, SessionStatus};
 pub use target::Target;
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};

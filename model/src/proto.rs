@@ -12,9 +12,13 @@ use ptyhub_proto::session::v1 as session_pb;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
 use crate::{
     AuditKind, ChangeKind, CloseReason, Command, ExitStatus, Invalid, Notification, Progress,
-    RecordMode, Role, SessionStatus, Target, TerminalActivity, TerminalSize, TerminalState,
+    RecordMode, Role, Session, SessionStatus, Target, TerminalActivity, TerminalSize,
+    TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -323,6 +327,107 @@ impl From<broker_pb::Command> for Command {
     }
 }
 
+/// A time as a protobuf timestamp.
+pub fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// A timestamp as a time, one out of chrono's range refused; `what` names it in the message.
+fn date_time(what: &str, at: prost_types::Timestamp) -> Result<DateTime<Utc>, Invalid> {
+    u32::try_from(at.nanos)
+        .ok()
+        .and_then(|nanos| DateTime::from_timestamp(at.seconds, nanos))
+        .ok_or_else(|| Invalid(format!("{what} is not a valid time")))
+}
+
+/// A timestamp a message must carry.
+fn required_date_time(
+    what: &str,
+    at: Option<prost_types::Timestamp>,
+) -> Result<DateTime<Utc>, Invalid> {
+    date_time(
+        what,
+        at.ok_or_else(|| Invalid(format!("{what} is missing")))?,
+    )
+}
+
+/// A timestamp a message may leave out.
+fn optional_date_time(
+    what: &str,
+    at: Option<prost_types::Timestamp>,
+) -> Result<Option<DateTime<Utc>>, Invalid> {
+    at.map(|at| date_time(what, at)).transpose()
+}
+
+fn uuid(what: &str, text: &str) -> Result<Uuid, Invalid> {
+    Uuid::parse_str(text).map_err(|_| Invalid(format!("{what} {text:?} is not a uuid")))
+}
+
+impl From<&Session> for session_pb::Session {
+    fn from(session: &Session) -> Self {
+        Self {
+            id: session.id.to_string(),
+            instance_id: session.instance_id.to_string(),
+            name: session.name.clone(),
+            status: session.status.to_proto(),
+            close_reason: optional_to_proto(session.close_reason),
+            exit: session.exit.map(Into::into),
+            aliases: session.aliases.clone(),
+            size: Some(session.size.into()),
+            broker_id: session.broker_id.clone(),
+            created_at: Some(timestamp(session.created_at)),
+            last_activity_at: Some(timestamp(session.last_activity_at)),
+            closed_at: session.closed_at.map(timestamp),
+            attached_clients: session.attached_clients,
+            title: session.title.clone().unwrap_or_default(),
+            last_bell_at: session.last_bell_at.map(timestamp),
+            terminal: session.terminal.clone().map(Into::into),
+        }
+    }
+}
+
+impl TryFrom<session_pb::Session> for Session {
+    type Error = Invalid;
+
+    /// Ids are UUIDs, the status and close reason known, the size in bounds, the creation and
+    /// last activity times present; an empty title is none.
+    fn try_from(session: session_pb::Session) -> Result<Self, Invalid> {
+        let size = session
+            .size
+            .ok_or_else(|| Invalid::new("session size is missing"))?;
+        let size = TerminalSize::try_from(size).map_err(|invalid| {
+            Invalid(format!(
+                "session size {}x{} is out of bounds",
+                invalid.cols, invalid.rows
+            ))
+        })?;
+        Ok(Self {
+            id: uuid("session id", &session.id)?,
+            instance_id: uuid("session instance_id", &session.instance_id)?,
+            name: session.name,
+            status: SessionStatus::from_proto(session.status)?,
+            close_reason: optional_close_reason(session.close_reason)?,
+            exit: session.exit.map(Into::into),
+            aliases: session.aliases,
+            size,
+            broker_id: session.broker_id,
+            created_at: required_date_time("session created_at", session.created_at)?,
+            last_activity_at: required_date_time(
+                "session last_activity_at",
+                session.last_activity_at,
+            )?,
+            closed_at: optional_date_time("session closed_at", session.closed_at)?,
+            attached_clients: session.attached_clients,
+            title: (!session.title.is_empty()).then_some(session.title),
+            last_bell_at: optional_date_time("session last_bell_at", session.last_bell_at)?,
+            terminal: session.terminal.map(TryInto::try_into).transpose()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -418,6 +523,63 @@ mod tests {
     }
 
     #[test]
+    fn a_session_with_a_bad_id_status_size_or_time_is_refused() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let valid = session_pb::Session {
+            id: Uuid::from_u128(1).to_string(),
+            instance_id: Uuid::from_u128(2).to_string(),
+            name: "Session 1".to_owned(),
+            status: SessionStatus::Active.to_proto(),
+            size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
+            created_at: Some(timestamp(at)),
+            last_activity_at: Some(timestamp(at)),
+            ..session_pb::Session::default()
+        };
+        assert!(Session::try_from(valid.clone()).is_ok());
+        let refusals: [(&str, fn(&mut session_pb::Session)); 9] = [
+            ("session id \"local\" is not a uuid", |session| {
+                session.id = "local".to_owned();
+            }),
+            ("session instance_id \"\" is not a uuid", |session| {
+                session.instance_id.clear();
+            }),
+            ("session status 0 is not one this server knows", |session| {
+                session.status = 0;
+            }),
+            ("close reason 99 is not one this server knows", |session| {
+                session.close_reason = 99;
+            }),
+            ("session size is missing", |session| session.size = None),
+            ("session size 0x24 is out of bounds", |session| {
+                session.size = Some(broker_pb::TerminalSize { cols: 0, rows: 24 });
+            }),
+            ("session created_at is missing", |session| {
+                session.created_at = None;
+            }),
+            ("session closed_at is not a valid time", |session| {
+                session.closed_at = Some(prost_types::Timestamp {
+                    seconds: 0,
+                    nanos: -1,
+                });
+            }),
+            (
+                "terminal state 99 is not one this server knows",
+                |session| {
+                    session.terminal = Some(broker_pb::TerminalActivity {
+                        state: 99,
+                        ..broker_pb::TerminalActivity::default()
+                    });
+                },
+            ),
+        ];
+        for (message, spoil) in refusals {
+            let mut session = valid.clone();
+            spoil(&mut session);
+            assert_eq!(Session::try_from(session).unwrap_err().message(), message);
+        }
+    }
+
+    #[test]
     fn a_target_without_a_kind_or_container_is_refused() {
         assert!(Target::try_from(broker_pb::Target { kind: None }).is_err());
         let blank = broker_pb::Target {
@@ -491,6 +653,54 @@ mod tests {
                 Some(container) => Target::Docker { container },
             };
             prop_assert_eq!(Target::try_from(broker_pb::Target::from(target.clone())).unwrap(), target);
+        }
+
+        #[test]
+        fn a_session_round_trips(
+            id in any::<u128>(),
+            instance_id in any::<u128>(),
+            name in "\\PC{1,30}",
+            status in 0usize..SessionStatus::ALL.len(),
+            close_reason in proptest::option::of(0usize..CloseReason::ALL.len()),
+            exit in proptest::option::of((any::<i32>(), proptest::option::of(1i32..65))),
+            aliases in proptest::collection::vec("[a-z0-9_.:-]{1,20}", 0..3),
+            cols in 1u32..=1000,
+            rows in 1u32..=500,
+            seconds in 0i64..4_000_000_000,
+            nanos in 0u32..1_000_000_000,
+            closed in any::<bool>(),
+            attached_clients in any::<u32>(),
+            title in proptest::option::of("\\PC{1,30}"),
+            bell in any::<bool>(),
+            terminal in proptest::option::of(0usize..TerminalState::ALL.len()),
+        ) {
+            let at = DateTime::from_timestamp(seconds, nanos).unwrap();
+            let session = Session {
+                id: Uuid::from_u128(id),
+                instance_id: Uuid::from_u128(instance_id),
+                name,
+                status: SessionStatus::ALL[status],
+                close_reason: close_reason.map(|reason| CloseReason::ALL[reason]),
+                exit: exit.map(|(code, signal)| ExitStatus { code, signal }),
+                aliases,
+                size: TerminalSize::new(cols, rows).unwrap(),
+                broker_id: "broker-1".to_owned(),
+                created_at: at,
+                last_activity_at: at + chrono::Duration::milliseconds(1),
+                closed_at: closed.then_some(at),
+                attached_clients,
+                title,
+                last_bell_at: bell.then_some(at),
+                terminal: terminal.map(|state| TerminalActivity {
+                    state: TerminalState::ALL[state],
+                    cwd: Some("/src".to_owned()),
+                    ..TerminalActivity::default()
+                }),
+            };
+            let message = session_pb::Session::from(&session);
+            prop_assert_eq!(Session::try_from(message.clone()), Ok(session.clone()));
+            let back = Session::try_from(message.clone()).unwrap();
+            prop_assert_eq!(session_pb::Session::from(&back), message);
         }
 
         #[test]

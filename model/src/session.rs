@@ -1,6 +1,59 @@
-//! A session's status, why it closed, how its process ended, and what a change to it was about.
+//! A session record ([`Session`]), its status, why it closed, how its process ended, and what
+//! a change to it was about.
 
 use std::fmt;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::{TerminalActivity, TerminalSize, TerminalState};
+
+/// A session record, as session-api keeps it and answers it, and as every surface of the
+/// gateway shows it (what a credential may see of it is the gateway's rule). Its protobuf form
+/// is converted in [`crate::proto`], checked on the way in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub id: Uuid,
+    pub instance_id: Uuid,
+    pub name: String,
+    pub status: SessionStatus,
+    /// Set when the status is `closed`.
+    pub close_reason: Option<CloseReason>,
+    /// Set once the process has exited.
+    pub exit: Option<ExitStatus>,
+    /// The aliases the session holds now, or held when it stopped being live.
+    pub aliases: Vec<String>,
+    pub size: TerminalSize,
+    /// The broker that runs (or ran) its process.
+    pub broker_id: String,
+    pub created_at: DateTime<Utc>,
+    pub last_activity_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+    /// Clients attached now, as its broker last reported.
+    pub attached_clients: u32,
+    /// The window title the program set last, as its broker last reported it; `None` when it
+    /// set none.
+    pub title: Option<String>,
+    /// When the program last rang the bell, as its broker last reported it.
+    pub last_bell_at: Option<DateTime<Utc>>,
+    /// What the terminal is doing, as its broker last reported it; `None` until it did.
+    pub terminal: Option<TerminalActivity>,
+}
+
+impl Session {
+    /// What the terminal is doing, as the contract shows it: as its broker last reported,
+    /// `starting` before it did, and `exited` with no running command once the status is
+    /// `exited` or `closed`, whatever was reported before (a session whose broker was lost is
+    /// not told so by the broker).
+    pub fn terminal_activity(&self) -> TerminalActivity {
+        let mut terminal = self.terminal.clone().unwrap_or_default();
+        if matches!(self.status, SessionStatus::Exited | SessionStatus::Closed) {
+            terminal.state = TerminalState::Exited;
+            terminal.running_command = None;
+        }
+        terminal
+    }
+}
 
 /// A session's place in its life: `starting → active ⇄ resetting → exited → closed`. Forward
 /// only, except `active` ⇄ `resetting`.
@@ -181,5 +234,47 @@ mod tests {
         }
         assert_eq!(SessionStatus::parse("Active"), None);
         assert_eq!(CloseReason::parse(""), None);
+    }
+
+    #[test]
+    fn a_session_whose_process_ended_has_exited_whatever_its_broker_said_last() {
+        let busy = TerminalActivity {
+            state: TerminalState::Running,
+            running_command: Some(3),
+            integrated: true,
+            ..TerminalActivity::default()
+        };
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let mut session = Session {
+            id: Uuid::nil(),
+            instance_id: Uuid::nil(),
+            name: "Session 1".to_owned(),
+            status: SessionStatus::Starting,
+            close_reason: None,
+            exit: None,
+            aliases: Vec::new(),
+            size: TerminalSize::new(80, 24).unwrap(),
+            broker_id: "local".to_owned(),
+            created_at: at,
+            last_activity_at: at,
+            closed_at: None,
+            attached_clients: 0,
+            title: None,
+            last_bell_at: None,
+            terminal: None,
+        };
+        assert_eq!(session.terminal_activity(), TerminalActivity::default());
+        session.terminal = Some(busy.clone());
+        for status in [SessionStatus::Active, SessionStatus::Resetting] {
+            session.status = status;
+            assert_eq!(session.terminal_activity(), busy, "{status}");
+        }
+        for status in [SessionStatus::Exited, SessionStatus::Closed] {
+            session.status = status;
+            let ended = session.terminal_activity();
+            assert_eq!(ended.state, TerminalState::Exited, "{status}");
+            assert_eq!(ended.running_command, None, "{status}");
+            assert!(ended.integrated, "the rest is as reported");
+        }
     }
 }
