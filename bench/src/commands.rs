@@ -37,6 +37,10 @@ pub struct Measured {
     /// MiB/s of `yes` output read at a bash prompt's child, on and off.
     pub flood_on: f64,
     pub flood_off: f64,
+    /// Echo p50 with integration over without, round by round.
+    pub echo_ratio: Ratios,
+    /// Flood throughput with integration over without, round by round.
+    pub flood_ratio: Ratios,
 }
 
 /// Registers the instances this section needs: a local bash with integration on and off, and
@@ -311,6 +315,7 @@ pub async fn measure(
     runs: usize,
     keys: usize,
     flood_bytes: u64,
+    rounds: usize,
 ) -> Result<Measured> {
     if which("bash").is_none() {
         bail!("bash is not installed on this machine");
@@ -341,33 +346,43 @@ pub async fn measure(
         Some(instance) => Latency::of(&run_true(stack, instance, runs).await?),
         None => None,
     };
-    // Alternated, so that neither setting always runs on a warmer machine.
+    // Alternated (on-off, off-on, ...), so that neither setting always runs on a warmer
+    // machine; each round gives its own on/off ratio, and the ratios' median is the answer:
+    // the machine's drift between rounds is larger than the difference being measured.
     let mut echo_on = Vec::new();
     let mut echo_off = Vec::new();
     let mut flood_on = Vec::new();
     let mut flood_off = Vec::new();
-    for round in 0..2 {
-        let order: [(&str, bool); 2] = if round == 0 {
+    let mut echo_ratios = Vec::new();
+    let mut flood_ratios = Vec::new();
+    for round in 0..rounds.max(2) {
+        let order: [(&str, bool); 2] = if round % 2 == 0 {
             [(&on, true), (&off, false)]
         } else {
             [(&off, false), (&on, true)]
         };
+        let mut echo_p50 = [0.0; 2];
+        let mut flood = [0.0; 2];
         for (instance, integrated) in order {
             let echoes = echo_at_prompt(stack, instance, keys).await?;
-            let flood = flood_at_prompt(stack, instance, flood_bytes).await?;
+            let throughput = flood_at_prompt(stack, instance, flood_bytes).await?;
+            let side = usize::from(!integrated);
+            echo_p50[side] = Latency::of(&echoes)
+                .context("no echo in a round")?
+                .p50
+                .as_secs_f64();
+            flood[side] = throughput;
             if integrated {
                 echo_on.extend(echoes);
-                flood_on.push(flood);
+                flood_on.push(throughput);
             } else {
                 echo_off.extend(echoes);
-                flood_off.push(flood);
+                flood_off.push(throughput);
             }
         }
+        echo_ratios.push(echo_p50[0] / echo_p50[1]);
+        flood_ratios.push(flood[0] / flood[1]);
     }
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
     Ok(Measured {
         run_local,
         run_docker,
@@ -377,7 +392,38 @@ pub async fn measure(
         echo_off: Latency::of(&echo_off).context("no echo without integration")?,
         flood_on: median(flood_on),
         flood_off: median(flood_off),
+        echo_ratio: Ratios::of(echo_ratios),
+        flood_ratio: Ratios::of(flood_ratios),
     })
+}
+
+/// The middle value of `values` (the upper one of two middles).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// On/off ratios, one per round: their median and their range.
+#[derive(Debug, Clone)]
+pub struct Ratios {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub rounds: usize,
+}
+
+impl Ratios {
+    fn of(values: Vec<f64>) -> Self {
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let rounds = values.len();
+        Self {
+            median: median(values),
+            min,
+            max,
+            rounds,
+        }
+    }
 }
 
 fn which(program: &str) -> Option<std::path::PathBuf> {
