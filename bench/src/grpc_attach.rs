@@ -33,6 +33,7 @@ pub async fn attach_through_gateway(
                 size: None,
                 since: None,
                 snapshot: false,
+                present_only: false,
             })),
         })
         .await

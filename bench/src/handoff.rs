@@ -322,6 +322,7 @@ async fn attach(
                 size: None,
                 since: Some(since),
                 snapshot: false,
+                present_only: false,
             })),
         })
         .await?;

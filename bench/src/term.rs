@@ -732,6 +732,7 @@ pub async fn attach_broker_at(
                 size: None,
                 since: None,
                 snapshot: false,
+                present_only: false,
             })),
         })
         .await

@@ -341,6 +341,7 @@ impl Resume {
                 .map(size_to_proto),
             since: self.next_offset.filter(|_| self.drawn),
             snapshot: !self.drawn,
+            present_only: false,
         };
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = frames

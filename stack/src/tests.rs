@@ -371,6 +371,7 @@ async fn every_hop_speaks_tls_and_mutual_tls_refuses_clients_without_a_certifica
                 size: None,
                 since: None,
                 snapshot: false,
+                present_only: false,
             })),
         })
         .await

@@ -257,6 +257,9 @@ impl PtyBroker for AttachRelay {
             frame: Some(pb::client_frame::Frame::Hello(pb::Hello {
                 ticket: target.ticket,
                 session_id: session.id.clone(),
+                // A share link without history sees the present screen and what follows,
+                // whatever its client asked for.
+                present_only: hello.present_only || !principal.access.sees_history(),
                 ..hello
             })),
         };

@@ -219,13 +219,16 @@ pub struct CommandRunResult {
     pub truncated: bool,
 }
 
-/// Where and with which ticket to attach to a session's PTY.
+/// Where and with which ticket to attach to a session's PTY, and what of it the attach sees.
 #[derive(Debug, Clone)]
 pub struct AttachTarget {
     pub session_id: String,
     pub broker_endpoint: String,
     pub ticket: String,
     pub role: Role,
+    /// Only the present screen and what follows, whatever the client's `since` and `snapshot`
+    /// (a share link without history): the broker is asked for nothing of the past.
+    pub present_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -462,6 +465,9 @@ pub struct Share {
     pub created_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Whether it sees the session's past (a replay of the ring, a screen's scrollback), as
+    /// its creator chose; else only the present screen and what follows.
+    pub history: bool,
 }
 
 /// What names a share to look up.

@@ -32,6 +32,8 @@ pub struct Access {
     viewer_only: bool,
     /// The one session it covers, when it covers one session only.
     session: Option<String>,
+    /// Whether it sees a session's past (every credential but a share link made without it).
+    history: bool,
 }
 
 impl Access {
@@ -44,6 +46,7 @@ impl Access {
             choose_command: true,
             viewer_only: false,
             session: None,
+            history: true,
         }
     }
 
@@ -65,6 +68,7 @@ impl Access {
             choose_command: admin,
             viewer_only: false,
             session: None,
+            history: true,
         }
     }
 
@@ -74,13 +78,41 @@ impl Access {
         self
     }
 
-    /// A share link's: one instance (by id), or one session of it, as a viewer only.
+    /// A share link's: one instance (by id), or one session of it, as a viewer only, and of
+    /// the present only (see [`Access::with_history`]).
     pub fn shared(instance_id: &str, session_id: Option<&str>) -> Self {
         Self {
             viewer_only: true,
             session: session_id.map(str::to_owned),
+            history: false,
             ..Self::scoped([instance_id.to_owned()], false)
         }
+    }
+
+    /// The same access, seeing a session's past or not: a share link's creator chooses.
+    pub fn with_history(mut self, history: bool) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// Whether it sees a session's past: a replay of the output from before its stream opened,
+    /// and a screen's scrollback. A share link made without `history` shows the present screen
+    /// and what follows, and nothing its viewer did not see happen.
+    pub fn sees_history(&self) -> bool {
+        self.history
+    }
+
+    /// Refuses a screen's scrollback (`lines` of it above the visible rows), which is the
+    /// session's past, to a credential that sees only the present, with 403. The visible rows
+    /// are the present: anyone may read them.
+    pub fn check_scrollback(&self, lines: u32) -> Result<(), ApiError> {
+        if lines > 0 && !self.history {
+            return Err(ApiError::forbidden(
+                "scrollback is not allowed: this share link shows the present screen only \
+                 (its creator may make one with history)",
+            ));
+        }
+        Ok(())
     }
 
     /// Whether it may only view.

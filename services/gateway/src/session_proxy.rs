@@ -501,7 +501,11 @@ impl SessionApi for SessionApiProxy {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let (_, message, mut client) = self.scoped_live_session(request).await?;
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .check_scrollback(message.scrollback)
+            .map_err(|error| error.to_status())?;
         client.get_screen(message).await.map_err(forwarded)
     }
 
@@ -522,6 +526,10 @@ impl SessionApi for SessionApiProxy {
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
         let (principal, message, _) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .check_scrollback(message.scrollback)
+            .map_err(|error| error.to_status())?;
         // A wait is held open like a stream: it counts among the principal's, on every surface.
         let _open = self
             .state

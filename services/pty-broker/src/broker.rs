@@ -635,6 +635,7 @@ mod tests {
                 size: None,
                 since: None,
                 snapshot: false,
+                present_only: false,
             },
         }
     }

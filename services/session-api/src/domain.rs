@@ -191,6 +191,19 @@ mod tests {
     }
 }
 
+/// A share link to make: of `instance` (id or name) or one live session of it, lasting `ttl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewShare {
+    pub instance: String,
+    /// `None`: every session of the instance.
+    pub session_id: Option<Uuid>,
+    pub ttl: std::time::Duration,
+    /// The credential's subject that makes it.
+    pub created_by: String,
+    /// Whether it sees the session's past ([`Share::history`]).
+    pub history: bool,
+}
+
 /// A share link: a viewer-only grant of an instance, or of one session of it, until it expires
 /// or is revoked. The link's token is not part of it: only its hash is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,4 +216,7 @@ pub struct Share {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Whether it sees the past (the ring's replay, a screen's scrollback), as its creator
+    /// chose; without, only the present screen and what follows. The gateway enforces it.
+    pub history: bool,
 }

@@ -2,14 +2,12 @@
 //! bits made here and shown once; the store keeps its SHA-256, so a copy of the database opens
 //! no terminal.
 
-use std::time::Duration;
-
 use chrono::{SubsecRound, Utc};
 use ptyhub_wire::limits::{MAX_SHARE_TTL, MAX_SHARES_PER_INSTANCE, MIN_SHARE_TTL};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::domain::{SessionStatus, Share};
+use crate::domain::{NewShare, SessionStatus, Share};
 use crate::error::Error;
 use crate::store::{ShareKey, Store};
 
@@ -28,15 +26,9 @@ impl ShareService {
         Self { store }
     }
 
-    /// A share of `instance` (id or name) or of one live session of it, lasting `ttl`; returns
-    /// it with its token.
-    pub async fn create(
-        &self,
-        instance: &str,
-        session_id: Option<Uuid>,
-        ttl: Duration,
-        created_by: &str,
-    ) -> Result<(Share, String), Error> {
+    /// Makes the share `grant` describes; returns it with its token.
+    pub async fn create(&self, grant: &NewShare) -> Result<(Share, String), Error> {
+        let ttl = grant.ttl;
         if !(MIN_SHARE_TTL..=MAX_SHARE_TTL).contains(&ttl) {
             return Err(Error::InvalidRequest(format!(
                 "ttl_seconds must be {}..={}",
@@ -44,11 +36,11 @@ impl ShareService {
                 MAX_SHARE_TTL.as_secs()
             )));
         }
-        if created_by.trim().is_empty() {
+        if grant.created_by.trim().is_empty() {
             return Err(Error::InvalidRequest("created_by is required".into()));
         }
-        let instance = self.store.find_instance(instance).await?;
-        if let Some(session_id) = session_id {
+        let instance = self.store.find_instance(&grant.instance).await?;
+        if let Some(session_id) = grant.session_id {
             match self.store.find_session(session_id).await? {
                 Some(session)
                     if session.instance_id == instance.id
@@ -66,9 +58,8 @@ impl ShareService {
             .store
             .insert_share(
                 instance.id,
-                session_id,
+                grant,
                 token_sha256(&token),
-                created_by,
                 expires_at,
                 MAX_SHARES_PER_INSTANCE,
             )

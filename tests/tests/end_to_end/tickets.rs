@@ -27,6 +27,7 @@ async fn attach(
             size: None,
             since: None,
             snapshot: false,
+            present_only: false,
         })),
     };
     // The client's side stays open after the hello, as a real client's does.

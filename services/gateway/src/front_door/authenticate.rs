@@ -114,7 +114,8 @@ async fn share_principal(state: &AppState, lookup: ShareLookup<'_>) -> Result<Pr
     };
     Ok(Principal {
         subject: format!("share:{}", share.id),
-        access: Access::shared(&share.instance_id, share.session_id.as_deref()),
+        access: Access::shared(&share.instance_id, share.session_id.as_deref())
+            .with_history(share.history),
         expires_at: share
             .expires_at
             .and_then(|at| u64::try_from(at.timestamp()).ok()),

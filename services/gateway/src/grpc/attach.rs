@@ -37,6 +37,7 @@ impl Upstreams {
                 size: size.map(Into::into),
                 since,
                 snapshot,
+                present_only: target.present_only,
             })),
         };
         let frames = futures::stream::once(std::future::ready(hello))

@@ -27,6 +27,7 @@ pub(super) fn share_from_proto(share: session_pb::Share) -> Share {
         created_at: timestamp_from_proto(share.created_at),
         expires_at: timestamp_from_proto(share.expires_at),
         revoked_at: timestamp_from_proto(share.revoked_at),
+        history: share.history,
     }
 }
 
@@ -199,6 +200,8 @@ pub(super) fn attach_target_from_proto(attach: session_pb::AttachTarget) -> Atta
         broker_endpoint: attach.broker_endpoint,
         ticket: attach.ticket,
         role: role_from_proto(attach.role),
+        // What the principal may see is the gateway's to decide, after the resolve.
+        present_only: false,
     }
 }
 

@@ -86,19 +86,22 @@ impl Upstreams {
         Ok(instance_from_proto(instance))
     }
 
-    /// A share of an instance (or one session of it) for `ttl`, and its token.
+    /// A share of an instance (or one session of it) for `ttl`, seeing the session's past or
+    /// not (`history`), and its token.
     pub async fn create_share(
         &self,
         instance_id: &str,
         session_id: Option<&str>,
         ttl: Duration,
         created_by: &str,
+        history: bool,
     ) -> Result<(Share, String), ApiError> {
         let request = session_pb::CreateShareRequest {
             instance: instance_id.to_owned(),
             session_id: session_id.unwrap_or_default().to_owned(),
             ttl_seconds: ttl.as_secs(),
             created_by: created_by.to_owned(),
+            history,
         };
         let created = self
             .share_registry

@@ -35,6 +35,7 @@ pub async fn get_screen(
     Query(query): Query<ScreenQuery>,
 ) -> Result<Json<ScreenBody>, ApiError> {
     let request = query.parse()?;
+    principal.access.check_scrollback(request.scrollback)?;
     let instance = scope.authorize(&state, &principal).await?;
     let session = state
         .authorize_live_session(&principal, &instance, &sid)
@@ -110,6 +111,7 @@ pub async fn wait_for_screen(
     JsonBody(body): JsonBody<WaitBody>,
 ) -> Result<Json<WaitAnswerBody>, ApiError> {
     let wait = body.wait()?;
+    principal.access.check_scrollback(wait.screen.scrollback)?;
     let instance = scope.authorize(&state, &principal).await?;
     let session = state
         .authorize_live_session(&principal, &instance, &sid)

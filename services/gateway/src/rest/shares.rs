@@ -1,7 +1,9 @@
 //! Share links (`/api/v1/instances/{iid}/shares`): a user who may control an instance creates a
 //! link that lets whoever opens it watch the instance, or one session of it, as a viewer only,
-//! until it expires or is revoked; lists them; revokes one. The link's token is in the answer
-//! to the create alone (session-api keeps only its hash).
+//! until it expires or is revoked; lists them; revokes one. A share sees the present screen and
+//! what follows, and the session's past (a replay, a screen's scrollback) only when its creator
+//! says `history`. The link's token is in the answer to the create alone (session-api keeps
+//! only its hash).
 
 use std::time::Duration;
 
@@ -29,6 +31,9 @@ pub struct CreateShareBody {
     pub session_id: Option<String>,
     /// Seconds the link works, 60..=2592000 (default 86400, a day).
     pub expires_in: Option<u64>,
+    /// Let the share see the session's past: a replay of the output from before it was opened
+    /// and a screen's scrollback. Default `false`: only the present screen and what follows.
+    pub history: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -43,6 +48,8 @@ pub struct ShareBody {
     pub created_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Whether it sees the session's past (its creator's choice); else only the present.
+    pub history: bool,
 }
 
 impl From<Share> for ShareBody {
@@ -56,6 +63,7 @@ impl From<Share> for ShareBody {
             created_at: share.created_at,
             expires_at: share.expires_at,
             revoked_at: share.revoked_at,
+            history: share.history,
         }
     }
 }
@@ -142,9 +150,15 @@ pub async fn create_share(
     let (share, token) = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
-        .create_share(&instance.id, session_id.as_deref(), ttl, &principal.subject)
+        .create_share(
+            &instance.id,
+            session_id.as_deref(),
+            ttl,
+            &principal.subject,
+            body.history.unwrap_or(false),
+        )
         .await?;
-    tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, "share link created");
+    tracing::info!(instance_id = %instance.id, share_id = %share.id, subject = %principal.subject, history = share.history, "share link created");
     let url = format!(
         "{}/instances/{}?{SHARE_PARAMETER}={token}",
         page_base(&state, &headers),

@@ -304,7 +304,12 @@ async fn prepare_attach(
         instance_id: instance.id,
         session_id: session.id,
         session_name: session.name,
-        attach: resolved.attach,
+        attach: AttachTarget {
+            // A share link without history: the present screen and what follows, whatever
+            // `since` and `snapshot` ask for.
+            present_only: !principal.access.sees_history(),
+            ..resolved.attach
+        },
         role,
         size,
         since,

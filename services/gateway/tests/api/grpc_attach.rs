@@ -59,6 +59,7 @@ fn hello(session_id: &str, role: broker_pb::Role, since: Option<u64>) -> broker_
             size: None,
             since,
             snapshot: false,
+            present_only: false,
         })),
     }
 }

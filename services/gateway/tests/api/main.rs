@@ -12,5 +12,6 @@ mod grpc_attach;
 mod grpc_web;
 mod mcp;
 mod rest;
+mod share_history;
 mod shares;
 mod websocket;

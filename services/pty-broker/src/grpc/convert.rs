@@ -105,6 +105,7 @@ impl TryFrom<pb::Hello> for Hello {
                 size,
                 since: hello.since,
                 snapshot: hello.snapshot,
+                present_only: hello.present_only,
             },
         })
     }

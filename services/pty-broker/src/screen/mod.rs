@@ -331,7 +331,7 @@ impl Screen {
                 grid
             };
         let freed = grids + emulator.parser.callbacks().scrollback.heap_bytes();
-        let snapshot = emulator.snapshot(self.size);
+        let snapshot = emulator.snapshot(self.size, SnapshotScope::Whole);
         let tracker = emulator.parser.callbacks();
         let asleep = Asleep {
             compressed_snapshot: lz4_flex::compress_prepend_size(snapshot.as_bytes())
@@ -608,7 +608,9 @@ impl Screen {
     /// answers with the snapshot it sleeps as, without waking.
     pub fn snapshot(&self) -> Snapshot {
         let data = match &self.state {
-            State::Awake(emulator) => Bytes::from(emulator.snapshot(self.size)),
+            State::Awake(emulator) => {
+                Bytes::from(emulator.snapshot(self.size, SnapshotScope::Whole))
+            }
             State::Asleep(asleep) => {
                 match lz4_flex::decompress_size_prepended(&asleep.compressed_snapshot) {
                     Ok(data) => Bytes::from(data),
@@ -624,6 +626,15 @@ impl Screen {
             size: self.size,
             data,
         }
+    }
+
+    /// [`Screen::snapshot`] without the scrollback: the present screen alone (with the normal
+    /// screen under an alternate one, the title and the modes), for a client that may not see
+    /// the session's past. A sleeping screen wakes: its snapshot holds the scrollback.
+    pub fn present_snapshot(&mut self) -> Snapshot {
+        let (offset, size) = (self.offset, self.size);
+        let data = Bytes::from(self.emulator().snapshot(size, SnapshotScope::PresentOnly));
+        Snapshot { offset, size, data }
     }
 
     /// The screen for the screen API: the visible rows and up to `scrollback` rows above them.
@@ -702,8 +713,8 @@ impl Emulator {
         }
     }
 
-    /// The snapshot's bytes (see [`Screen::snapshot`]).
-    fn snapshot(&self, size: TerminalSize) -> String {
+    /// The snapshot's bytes (see [`Screen::snapshot`]), with or without the scrollback rows.
+    fn snapshot(&self, size: TerminalSize, scope: SnapshotScope) -> String {
         let screen = self.parser.screen();
         let tracker = self.parser.callbacks();
         let mut out = String::with_capacity(4096);
@@ -713,7 +724,9 @@ impl Emulator {
             out.push_str(&tracker.title);
             out.push('\x07');
         }
-        tracker.scrollback.write_snapshot(&mut out, size.rows());
+        if scope == SnapshotScope::Whole {
+            tracker.scrollback.write_snapshot(&mut out, size.rows());
+        }
         if screen.alternate_screen() {
             // vt100 draws only the active screen; the normal one under it is the copy taken when
             // the program switched (a fresh terminal's blank screen when the switch was split
@@ -730,6 +743,15 @@ impl Emulator {
         }
         out
     }
+}
+
+/// What a snapshot draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SnapshotScope {
+    /// The screen and the scrollback rows above it.
+    Whole,
+    /// The present screen alone, without scrollback.
+    PresentOnly,
 }
 
 /// How much of `data` to feed before looking for marks: up to and including the first BEL or

@@ -82,6 +82,9 @@ pub struct AttachRequest {
     pub since: Option<u64>,
     /// Start with a snapshot of the screen rather than a replay of raw bytes.
     pub snapshot: bool,
+    /// Only the present: a snapshot without scrollback (nothing without screens), then the
+    /// output from the end of the ring, whatever `since` and `snapshot` say; no gap.
+    pub present_only: bool,
 }
 
 /// The handle on a session that the registry holds and clients reach it through.

@@ -225,6 +225,13 @@ impl Shared {
         self.current_screen().map(|screen| screen.snapshot())
     }
 
+    /// A snapshot of the present screen alone, without scrollback, as of the end of the ring;
+    /// `None` without screens.
+    pub(super) fn present_snapshot(&self) -> Option<Snapshot> {
+        self.current_screen()
+            .map(|mut screen| screen.present_snapshot())
+    }
+
     /// Feeds the screen what came before a resize, then resizes it.
     pub(super) fn resize_screen(&self, size: crate::domain::TerminalSize) {
         if let Some(mut screen) = self.current_screen() {

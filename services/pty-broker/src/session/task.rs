@@ -621,6 +621,12 @@ impl SessionTask {
         request: AttachRequest,
         process: Option<&dyn PtyProcess>,
     ) -> Result<AttachedClient, Error> {
+        // A client that may see only the present names no point in the past: nothing of the
+        // ring is replayed to it, and no gap tells it how much there was.
+        let request = AttachRequest {
+            since: request.since.filter(|_| !request.present_only),
+            ..request
+        };
         {
             let state = self.shared.lock();
             let end = state.ring.end();
@@ -649,7 +655,9 @@ impl SessionTask {
             || request
                 .since
                 .is_some_and(|since| since < self.shared.lock().ring.start());
-        let snapshot = if wants_snapshot {
+        let snapshot = if request.present_only {
+            self.shared.present_snapshot()
+        } else if wants_snapshot {
             self.shared.snapshot()
         } else {
             None
@@ -661,6 +669,8 @@ impl SessionTask {
             let end = state.ring.end();
             let since = match &snapshot {
                 Some(snapshot) => snapshot.offset,
+                // Without screens the present is only what comes next.
+                None if request.present_only => end,
                 None => request.since.unwrap_or(start),
             };
             let attached = state.attachments.attach(request.role, since, end);

@@ -728,6 +728,7 @@ async fn bad_input_gets_clear_codes_and_the_broker_keeps_serving(
             size: size.map(|(cols, rows)| pb::TerminalSize { cols, rows }),
             since: None,
             snapshot: false,
+            present_only: false,
         };
     let code = |result: Result<support::AttachedClient, tonic::Status>| match result {
         Ok(_) => None,
@@ -1019,6 +1020,7 @@ async fn a_ticket_signed_with_any_key_but_session_apis_is_refused() -> anyhow::R
         size: None,
         since: None,
         snapshot: false,
+        present_only: false,
     };
 
     let another_key = ptyhub_attach_ticket::TicketSigningKey::generate();

@@ -306,6 +306,7 @@ impl ResumingClient {
                     size: None,
                     since: Some(self.next_offset),
                     snapshot: false,
+                    present_only: false,
                 })),
             })
             .await?;

@@ -6,6 +6,7 @@
 //! - `commands`: shell integration in real shells, their commands and what the terminal is doing;
 //! - `input`: receipts, bad input ids, and input held for a shell's first prompt;
 //! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
+//! - `present_only`: an attach that sees the present screen alone (a share without history);
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
 //! - `docker_runtime` and `local_runtime`: the runtimes on their own, without a broker;
@@ -24,6 +25,7 @@ mod handoff;
 mod input;
 mod local_runtime;
 mod policy;
+mod present_only;
 mod recordings;
 mod restart;
 mod screens;

@@ -578,6 +578,7 @@ async fn late_viewer_snapshot_asked(
             size: None,
             since: None,
             snapshot: true,
+            present_only: false,
         })
         .await?;
     let offset = viewer.connected().offset;

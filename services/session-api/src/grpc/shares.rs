@@ -13,7 +13,7 @@ use super::actor_of;
 use super::from_pb::required;
 use super::to_pb::share_to_pb;
 use crate::audit::{AuditKind, NewAuditEvent};
-use crate::domain::Share;
+use crate::domain::{NewShare, Share};
 use crate::error::Error;
 use crate::service::SessionService;
 use crate::shares::ShareService;
@@ -42,7 +42,8 @@ impl GrpcShareRegistry {
             .record(
                 event
                     .detail("share_id", share.id.to_string())
-                    .detail("expires_at", share.expires_at.to_rfc3339()),
+                    .detail("expires_at", share.expires_at.to_rfc3339())
+                    .detail("history", share.history.to_string()),
             )
             .await;
     }
@@ -67,12 +68,13 @@ impl ShareRegistry for GrpcShareRegistry {
         };
         let (share, token) = self
             .shares
-            .create(
-                instance,
+            .create(&NewShare {
+                instance: instance.to_owned(),
                 session_id,
-                Duration::from_secs(message.ttl_seconds),
-                &message.created_by,
-            )
+                ttl: Duration::from_secs(message.ttl_seconds),
+                created_by: message.created_by,
+                history: message.history,
+            })
             .await?;
         self.record(AuditKind::ShareCreated, &actor, &share).await;
         Ok(Response::new(pb::CreatedShare {

@@ -114,6 +114,7 @@ pub(super) fn share_to_pb(share: &Share) -> pb::Share {
         created_at: Some(timestamp(share.created_at)),
         expires_at: Some(timestamp(share.expires_at)),
         revoked_at: share.revoked_at.map(timestamp),
+        history: share.history,
     }
 }
 

@@ -23,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateAuditEvents),
             Box::new(AddTerminalActivity),
             Box::new(webhooks::CreateWebhooks),
+            Box::new(AddShareHistory),
         ]
     }
 }
@@ -439,6 +440,7 @@ enum Shares {
     CreatedAt,
     ExpiresAt,
     RevokedAt,
+    History,
 }
 
 /// Share links: viewer-only grants of an instance or a session, ended with their
@@ -662,6 +664,47 @@ impl MigrationTrait for AddTerminalActivity {
                 Table::alter()
                     .table(TerminalSessions::Table)
                     .drop_column(TerminalSessions::Terminal)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// Whether a share sees the session's past. Existing shares see only the present, as every
+/// share does now unless its creator asks: none of their creators chose the past.
+struct AddShareHistory;
+
+impl MigrationName for AddShareHistory {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000004_add_share_history"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddShareHistory {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Shares::Table)
+                    .add_column(
+                        ColumnDef::new(Shares::History)
+                            .boolean()
+                            .not_null()
+                            .default(false),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Shares::Table)
+                    .drop_column(Shares::History)
                     .to_owned(),
             )
             .await

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::entities::share;
 use super::{Store, lock_instance, now};
-use crate::domain::Share;
+use crate::domain::{NewShare, Share};
 use crate::error::Error;
 
 impl Store {
@@ -17,9 +17,8 @@ impl Store {
     pub async fn insert_share(
         &self,
         instance_id: Uuid,
-        session_id: Option<Uuid>,
+        grant: &NewShare,
         token_sha256: String,
-        created_by: &str,
         expires_at: DateTime<Utc>,
         max_live: usize,
     ) -> Result<Share, Error> {
@@ -33,12 +32,13 @@ impl Store {
         let model = share::Model {
             id: Uuid::new_v4(),
             instance_id,
-            session_id,
+            session_id: grant.session_id,
             token_sha256,
-            created_by: created_by.to_owned(),
+            created_by: grant.created_by.clone(),
             created_at: at,
             expires_at,
             revoked_at: None,
+            history: grant.history,
         };
         share::Entity::insert(share::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)
@@ -129,5 +129,6 @@ fn share_from_model(model: share::Model) -> Share {
         created_at: model.created_at,
         expires_at: model.expires_at,
         revoked_at: model.revoked_at,
+        history: model.history,
     }
 }

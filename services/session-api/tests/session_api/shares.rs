@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use session_api::Error;
+use session_api::domain::NewShare;
 use session_api::shares::{SHARE_TOKEN_PREFIX, ShareService};
 use session_api::store::Store;
 
@@ -18,6 +19,17 @@ async fn shares(backend: Backend) -> Option<(FreshDatabase, Store, ShareService)
     Some((database, store, service))
 }
 
+/// A share of `instance` by alice, of the whole instance and without history.
+fn grant(instance: &str, ttl: Duration) -> NewShare {
+    NewShare {
+        instance: instance.to_owned(),
+        session_id: None,
+        ttl,
+        created_by: "alice".to_owned(),
+        history: false,
+    }
+}
+
 both_databases!(
     a_share_is_found_by_its_token_until_it_is_revoked,
     |backend| async move {
@@ -29,7 +41,7 @@ both_databases!(
             .await
             .unwrap();
         let (share, token) = shares
-            .create("shared", None, Duration::from_secs(3600), "alice")
+            .create(&grant("shared", Duration::from_secs(3600)))
             .await
             .unwrap();
         assert!(
@@ -39,6 +51,7 @@ both_databases!(
         assert_eq!(share.instance_id, instance.id);
         assert_eq!(share.session_id, None);
         assert_eq!(share.created_by, "alice");
+        assert!(!share.history, "a share sees only the present unless asked");
         assert_eq!(shares.find_by_token(&token).await.unwrap(), share);
         assert_eq!(shares.find_by_id(share.id).await.unwrap(), share);
         // A token one character off is not found, nor is the hash-less prefix alone.
@@ -95,23 +108,21 @@ both_databases!(
             .unwrap();
         for ttl in [Duration::from_secs(59), Duration::from_secs(31 * 24 * 3600)] {
             assert!(matches!(
-                shares.create("bounded", None, ttl, "alice").await,
+                shares.create(&grant("bounded", ttl)).await,
                 Err(Error::InvalidRequest(_))
             ));
         }
         assert!(matches!(
             shares
-                .create(
-                    "bounded",
-                    Some(uuid::Uuid::new_v4()),
-                    Duration::from_secs(60),
-                    "alice"
-                )
+                .create(&NewShare {
+                    session_id: Some(uuid::Uuid::new_v4()),
+                    ..grant("bounded", Duration::from_secs(60))
+                })
                 .await,
             Err(Error::SessionNotFound(_))
         ));
         let (share, token) = shares
-            .create("bounded", None, Duration::from_secs(60), "alice")
+            .create(&grant("bounded", Duration::from_secs(60)))
             .await
             .unwrap();
         // Another instance's share is not this instance's to revoke.
@@ -121,13 +132,13 @@ both_databases!(
         ));
         for _ in 1..ptyhub_wire::limits::MAX_SHARES_PER_INSTANCE {
             shares
-                .create("bounded", None, Duration::from_secs(60), "alice")
+                .create(&grant("bounded", Duration::from_secs(60)))
                 .await
                 .unwrap();
         }
         assert!(matches!(
             shares
-                .create("bounded", None, Duration::from_secs(60), "alice")
+                .create(&grant("bounded", Duration::from_secs(60)))
                 .await,
             Err(Error::TooManyShares(_))
         ));
@@ -136,5 +147,37 @@ both_databases!(
             shares.find_by_token(&token).await,
             Err(Error::ShareNotFound)
         ));
+    }
+);
+
+both_databases!(
+    a_share_keeps_whether_its_creator_let_it_see_history,
+    |backend| async move {
+        let Some((_database, store, shares)) = shares(backend).await else {
+            return;
+        };
+        store
+            .insert_instance(&new_instance("remembered", 3), "local")
+            .await
+            .unwrap();
+        let (with_history, token) = shares
+            .create(&NewShare {
+                history: true,
+                ..grant("remembered", Duration::from_secs(3600))
+            })
+            .await
+            .unwrap();
+        let (present_only, _) = shares
+            .create(&grant("remembered", Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        assert!(with_history.history);
+        assert!(!present_only.history);
+        // As stored: found again by token, by id and in the list.
+        assert!(shares.find_by_token(&token).await.unwrap().history);
+        assert!(!shares.find_by_id(present_only.id).await.unwrap().history);
+        let mut listed = shares.list("remembered", false).await.unwrap();
+        listed.sort_by_key(|share| share.history);
+        assert_eq!(listed, [present_only, with_history]);
     }
 );

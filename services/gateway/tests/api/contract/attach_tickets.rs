@@ -64,6 +64,7 @@ async fn attach(
             size: None,
             since: None,
             snapshot: false,
+            present_only: false,
         })),
     };
     // The client side stays open, as a real client's would, until the answer is read.

@@ -303,6 +303,7 @@ impl TestBroker {
             size: None,
             since,
             snapshot: false,
+            present_only: false,
         };
         Ok(self.attach_with(hello).await?)
     }

@@ -17,6 +17,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub expires_at: DateTimeUtc,
     pub revoked_at: Option<DateTimeUtc>,
+    /// Whether the share sees the session's past (false: only the present screen).
+    pub history: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
