@@ -1,17 +1,18 @@
 //! The domain types of session-api, validated on the way in by `grpc/` and used everywhere
-//! inside: the records of instances, sessions and brokers. The contract's nouns they are made
-//! of (names, aliases, sizes, statuses, close reasons, targets) are `ptyhub-model`'s.
+//! inside: the records of instances, shares and brokers. The session record and the contract's
+//! nouns these are made of (names, aliases, sizes, statuses, close reasons, targets) are
+//! `ptyhub-model`'s.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_model::Role;
 use uuid::Uuid;
 
 pub use ptyhub_model::{
-    Alias, ChangeKind, CloseReason, Command, ExitStatus, RecordMode, SessionName, SessionStatus,
-    Target, TerminalActivity, smallest_free_session_number,
+    Alias, ChangeKind, CloseReason, Command, ExitStatus, RecordMode, Session, SessionName,
+    SessionStatus, Target, TerminalActivity, smallest_free_session_number,
 };
 
 /// The most sessions an instance may allow at once.
@@ -57,32 +58,6 @@ pub struct Instance {
     pub record: Option<RecordMode>,
     /// Whether new sessions start interactive shells with their integration.
     pub shell_integration: bool,
-}
-
-/// A session record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
-    pub id: Uuid,
-    pub instance_id: Uuid,
-    pub name: String,
-    pub status: SessionStatus,
-    pub close_reason: Option<CloseReason>,
-    pub exit: Option<ExitStatus>,
-    /// The aliases the session holds now, or held when it stopped being live.
-    pub aliases: Vec<String>,
-    pub size: TerminalSize,
-    pub broker_id: String,
-    pub created_at: DateTime<Utc>,
-    pub last_activity_at: DateTime<Utc>,
-    pub closed_at: Option<DateTime<Utc>>,
-    pub attached_clients: u32,
-    /// The window title the program set last, as its broker last reported it (bounded as
-    /// [`ScreenFacts`] says); `None` when it set none.
-    pub title: Option<String>,
-    /// When the program last rang the bell, as its broker last reported it.
-    pub last_bell_at: Option<DateTime<Utc>>,
-    /// What the terminal is doing, as its broker last reported it; `None` until it did.
-    pub terminal: Option<TerminalActivity>,
 }
 
 /// The most characters of a window title a session record keeps.

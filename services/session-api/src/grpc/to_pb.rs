@@ -13,10 +13,7 @@ use crate::domain::{
 };
 
 pub(super) fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: at.timestamp(),
-        nanos: i32::try_from(at.timestamp_subsec_nanos()).unwrap_or(0),
-    }
+    proto::timestamp(at)
 }
 
 fn system_timestamp(at: SystemTime) -> prost_types::Timestamp {
@@ -45,24 +42,7 @@ pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) ->
 }
 
 pub(super) fn session_to_pb(session: &Session) -> pb::Session {
-    pb::Session {
-        id: session.id.to_string(),
-        instance_id: session.instance_id.to_string(),
-        name: session.name.clone(),
-        status: session.status.to_proto(),
-        close_reason: proto::optional_to_proto(session.close_reason),
-        exit: session.exit.map(Into::into),
-        aliases: session.aliases.clone(),
-        size: Some(session.size.into()),
-        broker_id: session.broker_id.clone(),
-        created_at: Some(timestamp(session.created_at)),
-        last_activity_at: Some(timestamp(session.last_activity_at)),
-        closed_at: session.closed_at.map(timestamp),
-        attached_clients: session.attached_clients,
-        title: session.title.clone().unwrap_or_default(),
-        last_bell_at: session.last_bell_at.map(timestamp),
-        terminal: session.terminal.clone().map(Into::into),
-    }
+    session.into()
 }
 
 pub(super) fn attach_target_to_pb(target: &AttachTarget) -> pb::AttachTarget {

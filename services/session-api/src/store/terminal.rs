@@ -2,13 +2,11 @@
 //! `terminal_sessions.terminal`, written when its broker reports a change and only then, with
 //! the webhook deliveries the report makes queued in the same transaction.
 
-use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter,
     QuerySelect,
 };
-use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::entities::terminal_session;
@@ -16,66 +14,18 @@ use super::webhooks::{TerminalEvents, queue_terminal_events};
 use super::{Store, load_session};
 use crate::domain::{Command, Session, SessionStatus, TerminalActivity};
 use crate::error::Error;
-use ptyhub_model::{Notification, Progress, TerminalState};
+use ptyhub_model::TerminalState;
 
-/// The stored form: the contract's spellings, so that the column reads as the API answers.
+/// The stored form: the contract's JSON of what a terminal is doing (the model's serde), so
+/// that the column reads as the API answers.
 pub(super) fn to_json(terminal: &TerminalActivity) -> String {
-    let at = |at: std::time::SystemTime| DateTime::<Utc>::from(at).to_rfc3339();
-    json!({
-        "state": terminal.state.as_str(),
-        "progress": terminal.progress.map(|progress| json!({
-            "kind": progress.kind(),
-            "percent": progress.percent(),
-        })),
-        "notification": terminal.notification.as_ref().map(|notification| json!({
-            "text": notification.text,
-            "at": at(notification.at),
-        })),
-        "cwd": terminal.cwd,
-        "integrated": terminal.integrated,
-        "running_command": terminal.running_command,
-    })
-    .to_string()
+    serde_json::to_string(terminal).expect("a terminal activity always serializes")
 }
 
+/// The stored form read back; the keys stored before the column took the contract's
+/// (`notification`, `integrated`, `running_command`) read too.
 pub(super) fn from_json(text: &str) -> Result<TerminalActivity, Error> {
-    let corrupt = |what: &str| Error::CorruptRecord(format!("terminal: {what}"));
-    let value: Value = serde_json::from_str(text).map_err(|error| corrupt(&error.to_string()))?;
-    let state = value["state"]
-        .as_str()
-        .and_then(TerminalState::parse)
-        .ok_or_else(|| corrupt("state"))?;
-    let progress = match &value["progress"] {
-        Value::Null => None,
-        progress => Some(
-            Progress::from_parts(
-                progress["kind"].as_str().unwrap_or_default(),
-                progress["percent"]
-                    .as_u64()
-                    .map(|percent| percent.min(100) as u8),
-            )
-            .ok_or_else(|| corrupt("progress"))?,
-        ),
-    };
-    let notification = match &value["notification"] {
-        Value::Null => None,
-        notification => Some(Notification {
-            text: notification["text"].as_str().unwrap_or_default().to_owned(),
-            at: notification["at"]
-                .as_str()
-                .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
-                .map(|at| at.with_timezone(&Utc).into())
-                .ok_or_else(|| corrupt("notification.at"))?,
-        }),
-    };
-    Ok(TerminalActivity {
-        state,
-        progress,
-        notification,
-        cwd: value["cwd"].as_str().map(str::to_owned),
-        integrated: value["integrated"].as_bool().unwrap_or(false),
-        running_command: value["running_command"].as_u64(),
-    })
+    serde_json::from_str(text).map_err(|error| Error::CorruptRecord(format!("terminal: {error}")))
 }
 
 /// What recording a terminal report did.
@@ -179,6 +129,7 @@ async fn stored_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptyhub_model::{Notification, Progress};
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
@@ -199,5 +150,32 @@ mod tests {
         assert_eq!(from_json(&to_json(&empty)).unwrap(), empty);
         assert!(from_json("{\"state\":\"busy\"}").is_err());
         assert!(from_json("not json").is_err());
+    }
+
+    /// A row written before the column took the contract's keys, as `to_json` wrote it then.
+    const OLDER_ROW: &str = r#"{"cwd":"/tmp/a b","integrated":true,"notification":{"at":"2025-12-05T01:20:00.123+00:00","text":"needs you"},"progress":{"kind":"paused","percent":40},"running_command":12,"state":"waiting_for_input"}"#;
+
+    #[test]
+    fn a_row_stored_in_the_older_keys_reads_as_it_was_meant() {
+        let terminal = from_json(OLDER_ROW).expect("an older row reads");
+        assert_eq!(
+            terminal,
+            TerminalActivity {
+                state: TerminalState::WaitingForInput,
+                progress: Some(Progress::Paused(40)),
+                notification: Some(Notification {
+                    text: "needs you".to_owned(),
+                    at: UNIX_EPOCH + Duration::from_millis(1_764_897_600_123),
+                }),
+                cwd: Some("/tmp/a b".to_owned()),
+                integrated: true,
+                running_command: Some(12),
+            }
+        );
+        // Rewritten, it takes the contract's keys.
+        let rewritten: serde_json::Value = serde_json::from_str(&to_json(&terminal)).unwrap();
+        assert_eq!(rewritten["running_command_id"], 12);
+        assert_eq!(rewritten["shell_integration"], true);
+        assert_eq!(rewritten["last_notification"]["text"], "needs you");
     }
 }

@@ -410,6 +410,29 @@ both_databases!(
             "the same report again is no change"
         );
         let read = store.get_session(instance.id, session.id).await.unwrap();
+        assert_eq!(read.terminal, Some(terminal.clone()));
+
+        // A row written before the column took the contract's keys reads as it was meant.
+        let older = r#"{"cwd":"/srv/app","integrated":true,"notification":{"at":"2027-01-15T08:00:00.123+00:00","text":"needs your permission"},"progress":{"kind":"normal","percent":30},"running_command":4,"state":"waiting_for_input"}"#;
+        let backend = sea_orm::ConnectionTrait::get_database_backend(store.connection());
+        let sql = match backend {
+            sea_orm::DbBackend::Postgres => {
+                "UPDATE terminal_sessions SET terminal = $1 WHERE id = $2"
+            }
+            _ => "UPDATE terminal_sessions SET terminal = ? WHERE id = ?",
+        };
+        let updated = sea_orm::ConnectionTrait::execute_raw(
+            store.connection(),
+            sea_orm::Statement::from_sql_and_values(
+                backend,
+                sql,
+                [older.into(), session.id.into()],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(updated.rows_affected(), 1);
+        let read = store.get_session(instance.id, session.id).await.unwrap();
         assert_eq!(read.terminal, Some(terminal));
     }
 );
