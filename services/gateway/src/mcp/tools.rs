@@ -511,6 +511,8 @@ async fn read_screen(
         scrollback: arguments.scrollback.map(|lines| lines.to_string()),
     }
     .parse()?;
+    // A share made without its history sees no scrollback, as on REST.
+    principal.access.check_scrollback(request.scrollback)?;
     let (instance, session) =
         live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
     let screen = state
@@ -565,6 +567,7 @@ async fn wait_for(
         format: None,
     }
     .wait()?;
+    principal.access.check_scrollback(wait.screen.scrollback)?;
     let (instance, session) =
         live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
     // A wait is held open like a stream: it counts among the principal's, as on REST.

@@ -322,6 +322,14 @@ async fn a_share_lists_the_read_tools_alone_and_a_jwt_sees_its_instances_alone()
     );
     let target = json!({"instance": instance, "session": session_id});
     answer(&viewer, "read_screen", target.clone()).await;
+    // Made without its history, the share sees the present screen alone, as on REST.
+    let past = refusal(
+        &viewer,
+        "read_screen",
+        json!({"instance": instance, "session": session_id, "scrollback": 5}),
+    )
+    .await;
+    assert_eq!(past["status"], 403, "{past}");
     for (tool, arguments) in [
         (
             "send_input",
