@@ -3,6 +3,7 @@
 //! due deliveries with a lease, recording each attempt, and deleting finished deliveries past
 //! their retention.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -141,17 +142,30 @@ impl Store {
         webhook_from_model(model)
     }
 
-    /// Claims up to `limit` due deliveries for one attempt each, leased for `lease`. Rows
-    /// another replica holds are skipped (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's
-    /// writers take turns), and a claimed row is not due again before its lease ends.
+    /// Claims up to `limit` due deliveries for one attempt each, leased for `lease`, at most
+    /// `per_webhook` of one webhook in flight counting the `in_flight` ones (so that a receiver
+    /// that hangs holds up its own deliveries alone). Rows another replica holds are skipped
+    /// (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's writers take turns), and a claimed row
+    /// is not due again before its lease ends.
     pub async fn claim_due_deliveries(
         &self,
         limit: usize,
         lease: Duration,
+        in_flight: &HashMap<Uuid, usize>,
+        per_webhook: usize,
     ) -> Result<Vec<ClaimedDelivery>, Error> {
         let at = now();
+        let saturated: Vec<Uuid> = in_flight
+            .iter()
+            .filter(|(_, count)| **count >= per_webhook)
+            .map(|(webhook_id, _)| *webhook_id)
+            .collect();
+        let due_here = || {
+            due_deliveries(at)
+                .filter(webhook_delivery::Column::WebhookId.is_not_in(saturated.iter().copied()))
+        };
         // Most polls find nothing: a read first, so they take no write lock.
-        let any_due = due_deliveries(at)
+        let any_due = due_here()
             .select_only()
             .column(webhook_delivery::Column::Id)
             .into_tuple::<Uuid>()
@@ -161,13 +175,25 @@ impl Store {
             return Ok(Vec::new());
         }
         let transaction = self.begin_write().await?;
-        let mut query = due_deliveries(at)
+        // Candidates beyond `limit`, since a webhook's bound may leave some of them out.
+        let mut query = due_here()
             .order_by_asc(webhook_delivery::Column::NextAttemptAt)
-            .limit(limit as u64);
+            .limit((limit * 4) as u64);
         if transaction.get_database_backend() == DbBackend::Postgres {
             query = query.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
         }
-        let due = query.all(&transaction).await?;
+        let mut counts = in_flight.clone();
+        let due: Vec<_> = query
+            .all(&transaction)
+            .await?
+            .into_iter()
+            .filter(|row| {
+                let count = counts.entry(row.webhook_id).or_default();
+                *count += 1;
+                *count <= per_webhook
+            })
+            .take(limit)
+            .collect();
         if due.is_empty() {
             return Ok(Vec::new());
         }

@@ -2,7 +2,8 @@
 //! task of its own with at most `--webhook-concurrency` in flight, and records how each attempt
 //! ended. It is woken when this replica queued deliveries and polls for the rest (retries that
 //! came due, deliveries other replicas queued); a finished attempt wakes it too, so a backlog
-//! drains as fast as the bound allows. Nothing on a terminal's or a change stream's path waits
+//! drains as fast as the bound allows. One webhook has at most a quarter of the bound in flight,
+//! so a receiver that hangs holds up its own deliveries, not the others'. Nothing on a terminal's or a change stream's path waits
 //! for it.
 //!
 //! An attempt succeeds on any 2xx answer. Anything else (another status, a redirect, no
@@ -12,6 +13,7 @@
 //! tried again when its lease ends. So a receiver may, rarely, get a delivery twice, with the
 //! same `X-Ptyhub-Delivery`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
 use super::signature::{SIGNATURE_HEADER, signature};
 use super::{DeliveryOutcome, WebhookService, WebhookSettings};
@@ -52,6 +55,7 @@ pub(crate) fn start(
         queued: webhooks.queued_signal(),
         client: http_client(&settings)?,
         in_flight: Arc::new(Semaphore::new(settings.concurrency as usize)),
+        in_flight_per_webhook: std::sync::Mutex::default(),
         settings,
         cancel,
         tracker: tracker.clone(),
@@ -91,12 +95,21 @@ struct Deliverer {
     queued: Arc<Notify>,
     client: reqwest::Client,
     in_flight: Arc<Semaphore>,
+    /// How many deliveries of each webhook are in flight from this replica.
+    in_flight_per_webhook: std::sync::Mutex<HashMap<Uuid, usize>>,
     settings: WebhookSettings,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
 
 impl Deliverer {
+    /// How many deliveries of one webhook may be in flight from this replica: a quarter of the
+    /// bound (at least one), so that a receiver that never answers holds up its own deliveries
+    /// and leaves the rest of the room to the others.
+    fn per_webhook(&self) -> usize {
+        (self.settings.concurrency as usize / 4).max(1)
+    }
+
     async fn run(self: Arc<Self>) {
         let mut poll = tokio::time::interval(self.settings.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -124,9 +137,14 @@ impl Deliverer {
             if room == 0 {
                 return;
             }
+            let in_flight = self
+                .in_flight_per_webhook
+                .lock()
+                .expect("in-flight lock")
+                .clone();
             let claimed = match self
                 .store
-                .claim_due_deliveries(room, self.settings.lease())
+                .claim_due_deliveries(room, self.settings.lease(), &in_flight, self.per_webhook())
                 .await
             {
                 Ok(claimed) => claimed,
@@ -141,6 +159,12 @@ impl Deliverer {
                 let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                     return;
                 };
+                *self
+                    .in_flight_per_webhook
+                    .lock()
+                    .expect("in-flight lock")
+                    .entry(delivery.webhook_id)
+                    .or_default() += 1;
                 self.tracker
                     .spawn(self.clone().attempt_delivery(delivery, permit));
             }
@@ -173,6 +197,15 @@ impl Deliverer {
                 if let Err(error) = self.store.record_attempt(&delivery, &result).await {
                     tracing::warn!(delivery_id = %delivery.id, %error,
                         "could not record a webhook delivery attempt");
+                }
+            }
+        }
+        {
+            let mut in_flight = self.in_flight_per_webhook.lock().expect("in-flight lock");
+            if let Some(count) = in_flight.get_mut(&delivery.webhook_id) {
+                *count -= 1;
+                if *count == 0 {
+                    in_flight.remove(&delivery.webhook_id);
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! and a command that failed in it, signed; retries until a 2xx; a delivery that outlives a
 //! restart of session-api; two replicas following one broker deliver each event once.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -232,11 +233,33 @@ both_databases!(
         );
 
         let lease = Duration::from_secs(60);
-        let claimed = store.claim_due_deliveries(10, lease).await.unwrap();
+        // One in flight per webhook: one of each; with the first webhook's one in flight, the
+        // second's alone.
+        let one_each = store
+            .claim_due_deliveries(10, lease, &HashMap::new(), 1)
+            .await
+            .unwrap();
+        assert_eq!(one_each.len(), 2);
+        assert_ne!(one_each[0].webhook_id, one_each[1].webhook_id);
+        for delivery in &one_each {
+            store.release_claim(delivery).await.unwrap();
+        }
+        let busy = HashMap::from([(hook.id, 1)]);
+        let others = store
+            .claim_due_deliveries(10, lease, &busy, 1)
+            .await
+            .unwrap();
+        assert_eq!(others.len(), 1);
+        assert_eq!(others[0].webhook_id, state_only.id);
+        store.release_claim(&others[0]).await.unwrap();
+        let claimed = store
+            .claim_due_deliveries(10, lease, &HashMap::new(), 10)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 5);
         assert!(
             store
-                .claim_due_deliveries(10, lease)
+                .claim_due_deliveries(10, lease, &HashMap::new(), 10)
                 .await
                 .unwrap()
                 .is_empty(),
@@ -290,7 +313,10 @@ both_databases!(
             ),
             (command.id, 1, Some(500), DeliveryOutcome::Pending)
         );
-        let retried = store.claim_due_deliveries(10, lease).await.unwrap();
+        let retried = store
+            .claim_due_deliveries(10, lease, &HashMap::new(), 10)
+            .await
+            .unwrap();
         assert_eq!(retried.len(), 1);
         assert_eq!((retried[0].id, retried[0].attempts), (command.id, 1));
         // The first claim's result is no longer recorded: the delivery is another claim's now.
@@ -332,7 +358,11 @@ both_databases!(
         // A given-back claim is due at once; a deleted webhook's deliveries are gone.
         store.release_claim(&claimed[0]).await.unwrap();
         assert_eq!(
-            store.claim_due_deliveries(10, lease).await.unwrap().len(),
+            store
+                .claim_due_deliveries(10, lease, &HashMap::new(), 10)
+                .await
+                .unwrap()
+                .len(),
             1
         );
         webhooks
@@ -591,6 +621,48 @@ both_databases!(
         assert_eq!(last.outcome, "delivered");
         assert_eq!(last.error, "");
         assert!(receiver.drain().is_empty(), "nothing after the 2xx");
+        drop(server);
+    }
+);
+
+both_databases!(
+    a_receiver_that_never_answers_holds_up_only_its_own_deliveries,
+    |backend| async move {
+        let Some((database, store, session)) = store_with_session(backend).await else {
+            return;
+        };
+        // Two in flight at most, one per webhook; an attempt that waits longer than the test.
+        let server = start_session_api_with(database.url(), &[], |config| {
+            config.webhooks.concurrency = 2;
+            config.webhooks.request_timeout = PATIENCE * 10;
+            config.webhooks.poll_interval = Duration::from_millis(50);
+        });
+        let mut client = session_client(&server).await;
+        let instance = session.instance_id.to_string();
+        let mut hanging = WebhookReceiver::answering(vec![Answer::Never; 100]).await;
+        let mut answering = WebhookReceiver::start().await;
+        create_webhook(&mut client, &instance, &hanging.url, &["command_finished"]).await;
+        create_webhook(
+            &mut client,
+            &instance,
+            &answering.url,
+            &["command_finished"],
+        )
+        .await;
+        for id in 1..=3 {
+            queue_finished_command(&store, &session, id).await;
+        }
+        hanging.next_request(PATIENCE).await;
+        let mut delivered = Vec::new();
+        for _ in 1..=3 {
+            delivered.push(answering.next_request(PATIENCE).await.json()["command"]["id"].clone());
+        }
+        delivered.sort_by_key(|id| id.as_u64());
+        assert_eq!(delivered, [1, 2, 3]);
+        assert!(
+            hanging.drain().is_empty(),
+            "one attempt hangs; no other was started"
+        );
         drop(server);
     }
 );
