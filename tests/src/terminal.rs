@@ -175,6 +175,24 @@ impl Terminal {
             .context("cannot send input")
     }
 
+    /// Sends input as a JSON text frame (`{"type":"input","data":...}`).
+    pub async fn input_text(&mut self, data: &str) -> anyhow::Result<()> {
+        self.send_json(&serde_json::json!({"type": "input", "data": data}))
+            .await
+    }
+
+    /// Sends a close frame and goes, waiting for nothing.
+    pub async fn close_at_once(mut self) {
+        let _ = self.socket.send(Message::Close(None)).await;
+    }
+
+    /// Ends the connection without a close frame: what was sent is flushed, and the TCP
+    /// connection shut down at once.
+    pub async fn hang_up_at_once(mut self) {
+        let _ = self.socket.flush().await;
+        let _ = tokio::io::AsyncWriteExt::shutdown(self.socket.get_mut()).await;
+    }
+
     async fn send_json(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
         self.socket
             .send(Message::Text(value.to_string().into()))

@@ -8,6 +8,7 @@ mod deployment;
 mod handoff;
 mod health;
 mod idle_reaping;
+mod input;
 mod keepalive;
 mod outside_client;
 mod recordings;
