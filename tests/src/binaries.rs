@@ -82,16 +82,3 @@ fn profile_dir() -> anyhow::Result<PathBuf> {
         .map(Path::to_path_buf)
         .context("the test executable is not in <target>/<profile>/deps")
 }
-
-/// The `--help` text of `name`.
-pub fn help(name: &str) -> anyhow::Result<String> {
-    let output = Command::new(binary(name)?)
-        .arg("--help")
-        .env_clear()
-        .output()
-        .with_context(|| format!("cannot run {name} --help"))?;
-    if !output.status.success() {
-        bail!("{name} --help failed: {}", output.status);
-    }
-    String::from_utf8(output.stdout).with_context(|| format!("{name} --help is not UTF-8"))
-}

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod authorize;
 pub mod brokers;
 pub mod browser;
+pub mod cli;
 pub mod config;
 pub mod cookie;
 pub mod domain;

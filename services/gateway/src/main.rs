@@ -3,29 +3,9 @@
 
 #![forbid(unsafe_code)]
 
-use std::net::SocketAddr;
-
 use anyhow::Context;
 use clap::Parser;
-use gateway::Config;
-
-/// ptyhub's browser edge: REST, terminal WebSockets and gRPC-web on one port. Every setting can
-/// also come from its PTYHUB_GATEWAY_* environment variable; secrets come only from variables or
-/// files.
-#[derive(Debug, Parser)]
-#[command(name = "gateway", version)]
-struct Cli {
-    /// Address to listen on.
-    #[arg(long, env = "PTYHUB_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-
-    /// Log JSON lines instead of text.
-    #[arg(long, env = "PTYHUB_GATEWAY_LOG_JSON")]
-    log_json: bool,
-
-    #[command(flatten)]
-    config: Config,
-}
+use gateway::cli::Cli;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

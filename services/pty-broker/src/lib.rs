@@ -9,6 +9,7 @@
 
 pub mod activity;
 mod broker;
+pub mod cli;
 pub mod config;
 pub mod domain;
 mod error;

@@ -2,50 +2,14 @@
 //! sessions and the socket over from the running broker, `--take-over`), and serves until SIGINT
 //! or SIGTERM. Started as a session keeper (`runtime/local/keeper.rs`), it is that instead.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
 use anyhow::Context as _;
 use clap::Parser;
+use pty_broker::Broker;
+use pty_broker::cli::Cli;
 use pty_broker::handoff::connect_to_predecessor;
 use pty_broker::runtime::local::run_session_keeper_if_asked;
-use pty_broker::{Broker, Config};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-
-/// Owns PTY processes (on this host or in Docker containers) and streams them to clients over
-/// gRPC, losslessly and resumably. Every setting can also come from its PTYHUB_BROKER_*
-/// environment variable.
-#[derive(Debug, Parser)]
-#[command(name = "pty-broker", version)]
-struct Cli {
-    /// Address to serve gRPC on.
-    #[arg(long, env = "PTYHUB_BROKER_LISTEN", default_value = "127.0.0.1:50061")]
-    listen: SocketAddr,
-
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "PTYHUB_BROKER_LOG_JSON")]
-    log_json: bool,
-
-    /// Log filter (tracing `EnvFilter` syntax).
-    #[arg(long, env = "PTYHUB_BROKER_LOG", default_value = "info")]
-    log: String,
-
-    /// Take every live session and the listening socket over from the broker that listens on
-    /// this hand-off socket (`<its data dir>/handoff.sock`), which exits once this one runs
-    /// them; `--listen` is then not bound. When no broker listens there, start afresh.
-    #[arg(long, env = "PTYHUB_BROKER_TAKE_OVER")]
-    take_over: Option<PathBuf>,
-
-    /// After handing the sessions to the next process, wait for SIGINT or SIGTERM instead of
-    /// exiting: for supervisors that restart a process that exits (a Kubernetes pod), which
-    /// would otherwise start it again and have it take the sessions back.
-    #[arg(long, env = "PTYHUB_BROKER_WAIT_AFTER_HAND_OFF")]
-    wait_after_hand_off: bool,
-
-    #[command(flatten)]
-    config: Config,
-}
 
 fn main() -> anyhow::Result<()> {
     // Before anything else, and before any thread: a keeper forks.

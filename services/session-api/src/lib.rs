@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod broker_client;
 pub mod changes;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -1,38 +1,11 @@
 //! The `session-api` binary: reads the configuration, starts logging, binds, and serves until
 //! SIGINT or SIGTERM.
 
-use std::net::SocketAddr;
-
 use anyhow::Context as _;
 use clap::Parser;
-use session_api::Config;
+use session_api::cli::Cli;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-
-/// The records of ptyhub: instances, sessions, aliases and the per-instance cap, on SQLite or
-/// PostgreSQL. Every setting can also come from its PTYHUB_SESSION_API_* environment variable.
-#[derive(Debug, Parser)]
-#[command(name = "session-api", version)]
-struct Cli {
-    /// Address to serve gRPC on.
-    #[arg(
-        long,
-        env = "PTYHUB_SESSION_API_LISTEN",
-        default_value = "127.0.0.1:50051"
-    )]
-    listen: SocketAddr,
-
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "PTYHUB_SESSION_API_LOG_JSON")]
-    log_json: bool,
-
-    /// Log filter (tracing `EnvFilter` syntax).
-    #[arg(long, env = "PTYHUB_SESSION_API_LOG", default_value = "info")]
-    log: String,
-
-    #[command(flatten)]
-    config: Config,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
