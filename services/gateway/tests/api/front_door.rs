@@ -13,28 +13,62 @@ use tonic::Code;
 
 use crate::common::{PATIENCE, Terminal};
 
-/// What no screen shows until the test types it.
-const RELEASE: &str = "release-the-waits";
+/// What no screen of the test shows.
+const NEVER_SHOWN: &str = "a line no shell prints";
 
-/// A session's REST route: `POST {session}/{action}` with `token` and `body`, answered with
+/// A session's REST route: `{method} {session}/{action}` with `token` and `body`, answered with
 /// its status and JSON body.
-async fn session_call(session: &str, action: &str, token: &str, body: Value) -> (u16, Value) {
-    let response = ptyhub_test_support::http::client()
+async fn session_call(
+    method: reqwest::Method,
+    url: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = ptyhub_test_support::http::client()
         .build()
         .unwrap()
-        .post(format!("{session}/{action}"))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .request(method, url)
+        .bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-/// A wait of `timeout_ms` for [`RELEASE`], which no screen shows until the test types it.
-fn wait_for_release(timeout_ms: u32) -> Value {
-    json!({"pattern": RELEASE, "timeout_ms": timeout_ms})
+/// `POST {session}/wait` for `pattern`, for at most `timeout_ms`.
+async fn wait(session: &str, token: &str, pattern: &str, timeout_ms: u32) -> (u16, Value) {
+    let body = json!({"pattern": pattern, "timeout_ms": timeout_ms});
+    session_call(
+        reqwest::Method::POST,
+        &format!("{session}/wait"),
+        token,
+        Some(body),
+    )
+    .await
+}
+
+/// A new session of the stack's instance, once its screen is up; its REST URL.
+async fn live_session(stack: &TestStack) -> (String, String) {
+    let sessions = format!(
+        "{}/api/v1/instances/{}/terminal/sessions",
+        stack.gateway_url, stack.instance_id
+    );
+    let (status, created) = session_call(
+        reqwest::Method::POST,
+        &sessions,
+        &stack.admin_token,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("a session id").to_owned();
+    let session = format!("{sessions}/{id}");
+    // An empty pattern matches any screen: this answers once the session has one.
+    let (status, body) = wait(&session, &stack.admin_token, "", 60_000).await;
+    assert_eq!(status, 200, "{body}");
+    (id, session)
 }
 
 #[tokio::test]
@@ -44,45 +78,25 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
         .start()
         .await;
     let instance = stack.instance_id.clone();
-    let created = stack
-        .http
-        .post(format!(
-            "{}/api/v1/instances/{instance}/terminal/sessions",
-            stack.gateway_url
-        ))
-        .bearer_auth(&stack.admin_token)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let session_id = created.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .expect("a session id")
-        .to_owned();
-    let session = format!(
-        "{}/api/v1/instances/{instance}/terminal/sessions/{session_id}",
-        stack.gateway_url
-    );
     let admin = stack.admin_token.clone();
+    let (session_id, session) = live_session(&stack).await;
+    let (_, other_session) = live_session(&stack).await;
 
     // Two long waits of the admin's fill its two slots.
     let waits: Vec<_> = (0..2)
         .map(|_| {
             let (session, admin) = (session.clone(), admin.clone());
-            tokio::spawn(async move {
-                session_call(&session, "wait", &admin, wait_for_release(300_000)).await
-            })
+            tokio::spawn(async move { wait(&session, &admin, NEVER_SHOWN, 300_000).await })
         })
         .collect();
 
     // Once both are waiting, a third wait is refused rather than run (a wait that runs ends
-    // with 408 after its millisecond).
+    // with 408 after its millisecond), on any of the principal's sessions.
     let refused = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
         if waits.iter().any(tokio::task::JoinHandle::is_finished) {
             return Some((0, Value::Null));
         }
-        let (status, body) = session_call(&session, "wait", &admin, wait_for_release(1)).await;
+        let (status, body) = wait(&other_session, &admin, NEVER_SHOWN, 1).await;
         (status != 408).then_some((status, body))
     })
     .await
@@ -92,7 +106,7 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
         for wait in waits {
             answers.push(wait.await.expect("a wait"));
         }
-        panic!("a long wait ended before the test released it: {answers:?}");
+        panic!("a long wait ended before the test ended it: {answers:?}");
     }
     assert_eq!(refused.0, 429, "{}", refused.1);
     let detail = refused.1["detail"].as_str().expect("a detail");
@@ -107,7 +121,7 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
     let mut request = tonic::Request::new(session_pb::WaitForScreenRequest {
         instance: instance.clone(),
         session_id: session_id.clone(),
-        pattern: RELEASE.to_owned(),
+        pattern: NEVER_SHOWN.to_owned(),
         timeout_ms: 1,
         ..Default::default()
     });
@@ -124,29 +138,28 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
         &format!("/ws/tool-instances/{instance}/terminal/{session_id}?mode=view"),
     )
     .await;
-    assert_eq!(socket.read_until_closed().await.code, 4029);
+    let closed = tokio::time::timeout(PATIENCE, socket.read_until_closed())
+        .await
+        .expect("the socket refused, not opened");
+    assert_eq!(closed.code, 4029);
 
     // Another principal has slots of its own: its wait runs, and times out.
     let alice = stack.jwt("alice", &["*"], false);
-    let (status, body) = session_call(&session, "wait", &alice, wait_for_release(1)).await;
+    let (status, body) = wait(&other_session, &alice, NEVER_SHOWN, 1).await;
     assert_eq!(status, 408, "{body}");
 
-    // The waits end when the screen shows what they wait for, and give their slots back.
-    let (status, body) = session_call(
-        &session,
-        "input",
-        &admin,
-        json!({"text": format!("# {RELEASE}"), "keys": ["Enter"]}),
-    )
-    .await;
+    // Closing the session ends its waits, and they give their slots back.
+    let (status, body) = session_call(reqwest::Method::DELETE, &session, &admin, None).await;
     assert_eq!(status, 200, "{body}");
     for wait in waits {
-        let (status, answer) = wait.await.expect("a wait");
-        assert_eq!(status, 200, "{answer}");
-        assert_eq!(answer["outcome"], "matched", "{answer}");
+        let (status, answer) = tokio::time::timeout(PATIENCE, wait)
+            .await
+            .expect("a wait ends with its session")
+            .expect("a wait");
+        assert_ne!(status, 408, "a wait ran to its timeout: {answer}");
     }
-    let (status, answer) = session_call(&session, "wait", &admin, wait_for_release(60_000)).await;
-    assert_eq!(status, 200, "a slot given back: {answer}");
+    let (status, body) = wait(&other_session, &admin, NEVER_SHOWN, 1).await;
+    assert_eq!(status, 408, "a slot given back, so the wait runs: {body}");
     stack.shutdown().await;
 }
 
