@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use super::WebhookEvent;
 use crate::domain::{Command, Session, TerminalActivity};
 
-/// The body of a `state_changed`: the session's terminal as it is now, and the state before.
+/// The body of a `state_changed`: the session's terminal as it is now, in the model's one JSON
+/// form of it (the REST session object's fields), and the state before.
 pub fn state_changed(
     session: &Session,
     previous: Option<TerminalState>,
@@ -19,19 +20,12 @@ pub fn state_changed(
     at: DateTime<Utc>,
 ) -> String {
     let mut body = envelope(WebhookEvent::StateChanged, session, at);
-    body["state"] = json!(terminal.state.as_str());
+    if let (Value::Object(body), Ok(Value::Object(terminal))) =
+        (&mut body, serde_json::to_value(terminal))
+    {
+        body.extend(terminal);
+    }
     body["previous_state"] = json!(previous.map(TerminalState::as_str));
-    body["last_notification"] = json!(terminal.notification.as_ref().map(|notification| json!({
-        "text": notification.text,
-        "at": timestamp(notification.at.into()),
-    })));
-    body["progress"] = json!(terminal.progress.map(|progress| json!({
-        "kind": progress.kind(),
-        "percent": progress.percent(),
-    })));
-    body["cwd"] = json!(terminal.cwd);
-    body["shell_integration"] = json!(terminal.integrated);
-    body["running_command_id"] = json!(terminal.running_command);
     body.to_string()
 }
 
