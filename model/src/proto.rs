@@ -536,7 +536,9 @@ mod tests {
             ..session_pb::Session::default()
         };
         assert!(Session::try_from(valid.clone()).is_ok());
-        let refusals: [(&str, fn(&mut session_pb::Session)); 9] = [
+        /// The message a refusal gives, and how the valid session is spoiled to get it.
+        type Refusal = (&'static str, fn(&mut session_pb::Session));
+        let refusals: [Refusal; 9] = [
             ("session id \"local\" is not a uuid", |session| {
                 session.id = "local".to_owned();
             }),

@@ -256,7 +256,7 @@ impl PtyBroker for AttachRelay {
         let broker_hello = pb::ClientFrame {
             frame: Some(pb::client_frame::Frame::Hello(pb::Hello {
                 ticket: target.ticket,
-                session_id: session.id.clone(),
+                session_id: session.id.to_string(),
                 // A share link without history sees the present screen and what follows,
                 // whatever its client asked for.
                 present_only: hello.present_only || !principal.access.sees_history(),
@@ -270,7 +270,12 @@ impl PtyBroker for AttachRelay {
             .instrument(span.clone())
             .await
             .map_err(|error| error.to_status())?;
-        let audit = StreamAudit::attached(upstreams.clone(), &instance.id, &session.id, role);
+        let audit = StreamAudit::attached(
+            upstreams.clone(),
+            &instance.id,
+            &session.id.to_string(),
+            role,
+        );
         let resets = audit.resets();
         span.in_scope(|| tracing::info!(resume = hello.since.is_some(), "grpc attach relayed"));
         let (replies, reply_receiver) = mpsc::channel(REPLY_QUEUE);

@@ -75,7 +75,7 @@ impl AppState {
         session_id: &str,
     ) -> Result<Session, ApiError> {
         let session = self.find_session(instance, session_id).await?;
-        if !principal.access.allows_session(&session.id) {
+        if !principal.access.allows_session_record(&session) {
             return Err(ApiError::not_found("session not found"));
         }
         Ok(session)
@@ -99,7 +99,7 @@ impl AppState {
             return Err(ApiError::not_found("session not found"));
         }
         let session = self.upstreams.get_session(&instance.id, session_id).await?;
-        if session.instance_id != instance.id {
+        if session.instance_id.to_string() != instance.id {
             return Err(ApiError::not_found("session not found"));
         }
         Ok(session)

@@ -1,7 +1,8 @@
-//! The gateway's view of instances, sessions, screens, commands and terminal streams, converted
-//! from protobuf in `grpc/convert.rs` and rendered as JSON by the REST and WebSocket layers. The
-//! contract's nouns inside them (sizes, roles, statuses, close reasons, targets, what a terminal
-//! is doing and the commands it ran) are `ptyhub-model`'s.
+//! The gateway's view of instances, screens, commands and terminal streams, converted from
+//! protobuf in `grpc/convert.rs` and rendered as JSON by the REST and WebSocket layers. The
+//! session record and the contract's nouns inside these (sizes, roles, statuses, close reasons,
+//! targets, what a terminal is doing and the commands it ran) are `ptyhub-model`'s; what a
+//! credential may see of a record is `crate::scope`'s rule.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,7 @@ use chrono::{DateTime, Utc};
 use ptyhub_model::{AuditKind, Role, TerminalSize};
 
 pub use ptyhub_model::{
-    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode,
+    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode, Session,
     SessionStatus, Target, TerminalActivity, TerminalState,
 };
 
@@ -37,40 +38,6 @@ pub struct Instance {
     pub shell_integration: bool,
 }
 
-impl crate::scope::NamedInstance for Instance {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Instance {
-    /// The instance as a credential that may not read its settings sees it: no environment,
-    /// command, user, working directory or container.
-    pub fn without_settings(self) -> Self {
-        Self {
-            target: None,
-            command: Vec::new(),
-            env: BTreeMap::new(),
-            cwd: String::new(),
-            user: String::new(),
-            ..self
-        }
-    }
-
-    /// The instance as `access` may see it.
-    pub fn as_seen_by(self, access: &crate::scope::Access) -> Self {
-        if access.sees_instance_settings() {
-            self
-        } else {
-            self.without_settings()
-        }
-    }
-}
-
 /// What registering an instance needs.
 #[derive(Debug, Clone)]
 pub struct NewInstance {
@@ -89,52 +56,6 @@ pub struct NewInstance {
     pub shell_integration: Option<bool>,
 }
 
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub id: String,
-    pub instance_id: String,
-    pub name: String,
-    pub status: SessionStatus,
-    pub close_reason: Option<CloseReason>,
-    pub exit: Option<ExitStatus>,
-    pub aliases: Vec<String>,
-    pub size: Option<TerminalSize>,
-    pub created_at: Option<DateTime<Utc>>,
-    pub last_activity_at: Option<DateTime<Utc>>,
-    pub closed_at: Option<DateTime<Utc>>,
-    pub attached_clients: u32,
-    /// The window title the program set last; empty when none.
-    pub title: String,
-    pub last_bell_at: Option<DateTime<Utc>>,
-    /// What the terminal is doing, as its broker last reported; `None` until it reported.
-    pub terminal: Option<TerminalActivity>,
-}
-
-impl Session {
-    /// What the terminal is doing: as its broker last reported, `starting` before it did, and
-    /// `exited` once the process has ended, whatever was reported before (a session whose
-    /// broker was lost is not told so by the broker).
-    pub fn terminal_activity(&self) -> TerminalActivity {
-        let mut terminal = self.terminal.clone().unwrap_or_default();
-        if matches!(self.status, SessionStatus::Exited | SessionStatus::Closed) {
-            terminal.state = TerminalState::Exited;
-            terminal.running_command = None;
-        }
-        terminal
-    }
-
-    /// The session as `access` may see it: a credential that may not read a session's commands
-    /// (a share link's) does not see the working directory its shell reported either.
-    pub fn as_seen_by(mut self, access: &crate::scope::Access) -> Self {
-        if !access.sees_commands()
-            && let Some(terminal) = &mut self.terminal
-        {
-            terminal.cwd = None;
-        }
-        self
-    }
-}
-
 /// One change of a session, with the session as it is after it.
 #[derive(Debug, Clone)]
 pub struct SessionChange {
@@ -142,23 +63,6 @@ pub struct SessionChange {
     pub session: Session,
     /// For [`ChangeKind::Terminal`]: the commands that started or ended, as they are now.
     pub commands: Vec<Command>,
-}
-
-impl SessionChange {
-    /// The change as `access` may see it: without its commands and the shell's working
-    /// directory for a credential that may not read a session's commands.
-    pub fn as_seen_by(self, access: &crate::scope::Access) -> Self {
-        let sees_commands = access.sees_commands();
-        Self {
-            session: self.session.as_seen_by(access),
-            commands: if sees_commands {
-                self.commands
-            } else {
-                Vec::new()
-            },
-            kind: self.kind,
-        }
-    }
 }
 
 /// A page of the commands a session's shell ran, oldest first.

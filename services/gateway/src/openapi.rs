@@ -8,12 +8,12 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
+use crate::rest::webhooks;
 use crate::rest::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::rest::{
     ProjectRepositoryLabels, audit, commands, events, instances, operations, recordings, screens,
     sessions, shares, signin,
 };
-use crate::rest::webhooks;
 use crate::{rest, ws};
 
 /// The tag of the session routes under the project/repository layout.
@@ -126,6 +126,8 @@ pub async fn openapi_json(_caller: rest::Caller) -> Json<utoipa::openapi::OpenAp
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
@@ -193,9 +195,9 @@ mod tests {
         for schema in [
             "CommandList",
             "CommandBody",
-            "TerminalBody",
-            "NotificationBody",
-            "ProgressBody",
+            "TerminalActivity",
+            "Notification",
+            "Progress",
             "CommandEventBody",
             "RunBody",
             "RunAnswerBody",
@@ -204,15 +206,17 @@ mod tests {
         }
         let json = serde_json::to_value(&document).expect("the document as json");
         let properties = |schema: &str| json["components"]["schemas"][schema]["properties"].clone();
+        let session_keys = documented_keys(&json, "SessionBody");
         for field in [
             "state",
             "last_notification",
             "progress",
             "cwd",
             "shell_integration",
+            "running_command_id",
         ] {
             assert!(
-                properties("SessionBody").get(field).is_some(),
+                session_keys.contains(field),
                 "the session body's {field} is not documented"
             );
         }
@@ -226,6 +230,81 @@ mod tests {
                 .get("shell_integration")
                 .is_some()
         );
+    }
+
+    /// The keys an object schema of the document lists, through `allOf` and `$ref` (a flattened
+    /// field is an `allOf` of its own schema).
+    fn documented_keys(document: &serde_json::Value, schema: &str) -> BTreeSet<String> {
+        fn collect(
+            document: &serde_json::Value,
+            schema: &serde_json::Value,
+            keys: &mut BTreeSet<String>,
+        ) {
+            if let Some(reference) = schema["$ref"].as_str() {
+                let name = reference.trim_start_matches("#/components/schemas/");
+                collect(document, &document["components"]["schemas"][name], keys);
+            }
+            for part in schema["allOf"].as_array().into_iter().flatten() {
+                collect(document, part, keys);
+            }
+            if let Some(properties) = schema["properties"].as_object() {
+                keys.extend(properties.keys().cloned());
+            }
+        }
+        let mut keys = BTreeSet::new();
+        collect(
+            document,
+            &document["components"]["schemas"][schema],
+            &mut keys,
+        );
+        keys
+    }
+
+    #[test]
+    fn the_schema_of_a_session_lists_exactly_the_keys_a_session_has() {
+        use ptyhub_model::{
+            ExitStatus, Notification, Progress, Session, SessionStatus, TerminalActivity,
+            TerminalSize, TerminalState,
+        };
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
+        let session = Session {
+            id: uuid::Uuid::from_u128(1),
+            instance_id: uuid::Uuid::from_u128(2),
+            name: "Session 1".to_owned(),
+            status: SessionStatus::Active,
+            close_reason: None,
+            exit: Some(ExitStatus::signalled(9)),
+            aliases: vec!["build".to_owned()],
+            size: TerminalSize::new(80, 24).expect("a size"),
+            broker_id: "local".to_owned(),
+            created_at: at,
+            last_activity_at: at,
+            closed_at: None,
+            attached_clients: 1,
+            title: Some("vim".to_owned()),
+            last_bell_at: Some(at),
+            terminal: Some(TerminalActivity {
+                state: TerminalState::Running,
+                progress: Some(Progress::Percent(5)),
+                notification: Some(Notification {
+                    text: String::new(),
+                    at: at.into(),
+                }),
+                cwd: Some("/src".to_owned()),
+                integrated: true,
+                running_command: Some(2),
+            }),
+        };
+        let body = serde_json::to_value(rest::bodies::SessionBody::from(session))
+            .expect("a session as json");
+        let serialized: BTreeSet<String> = body
+            .as_object()
+            .expect("a session is an object")
+            .keys()
+            .cloned()
+            .collect();
+        let document = serde_json::to_value(ApiDoc::openapi()).expect("the document as json");
+        assert_eq!(documented_keys(&document, "SessionBody"), serialized);
     }
 
     #[test]

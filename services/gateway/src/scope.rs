@@ -2,13 +2,89 @@
 //! whether it is an admin, whether it may choose a session's command, and a share link's
 //! restrictions (it only views, one instance or one session of it, without the instance's
 //! settings or the session's commands). [`Access`] is the rule, the same on every surface;
-//! [`crate::authorize`] applies it to the instance and session a request names. It depends on
-//! nothing else of the gateway, so that the principal ([`crate::auth`]) and the records
-//! ([`crate::domain`]) can both name it.
+//! [`crate::authorize`] applies it to the instance and session a request names, and
+//! [`SeenBy`] to the records an answer carries: the one view of an instance, a session and a
+//! change for REST, events, MCP and the gRPC proxy alike. It depends on the records
+//! ([`crate::domain`]) and nothing else of the gateway, so that the principal
+//! ([`crate::auth`]) can name it.
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
+use crate::domain::{Instance, Session, SessionChange};
 use crate::error::ApiError;
+
+/// A record as a credential may see it. Every surface answers through these, so that what a
+/// share link does not see is said once (the gRPC proxy converts its messages to the records
+/// and back to apply it).
+pub trait SeenBy: Sized {
+    fn seen_by(self, access: &Access) -> Self;
+}
+
+impl SeenBy for Instance {
+    /// A credential that may not read an instance's settings sees no environment, command,
+    /// user, working directory or container.
+    fn seen_by(self, access: &Access) -> Self {
+        if access.sees_instance_settings() {
+            return self;
+        }
+        Self {
+            target: None,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: String::new(),
+            user: String::new(),
+            ..self
+        }
+    }
+}
+
+impl SeenBy for Session {
+    /// A credential that may not read a session's commands (a share link's) sees what the
+    /// terminal is doing but not where its shell is nor which command runs: both are of the
+    /// commands it may not list.
+    fn seen_by(mut self, access: &Access) -> Self {
+        if !access.sees_commands()
+            && let Some(terminal) = &mut self.terminal
+        {
+            terminal.cwd = None;
+            terminal.running_command = None;
+        }
+        self
+    }
+}
+
+impl SeenBy for SessionChange {
+    /// The session as the credential sees it, and the commands that started or ended only for
+    /// one that may read commands.
+    fn seen_by(self, access: &Access) -> Self {
+        Self {
+            session: self.session.seen_by(access),
+            commands: commands_seen_by(self.commands, access),
+            kind: self.kind,
+        }
+    }
+}
+
+/// The commands of a change as `access` sees them: none for a credential that may not read a
+/// session's commands. Generic, so the gRPC proxy's protobuf commands follow the same rule.
+pub fn commands_seen_by<C>(commands: Vec<C>, access: &Access) -> Vec<C> {
+    if access.sees_commands() {
+        commands
+    } else {
+        Vec::new()
+    }
+}
+
+impl NamedInstance for Instance {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
 
 /// An instance as a scope sees it: by its id and its name, either of which a credential may
 /// list.
@@ -146,6 +222,12 @@ impl Access {
             .is_none_or(|only| only == session_id)
     }
 
+    /// Whether it covers this session record (of an instance it covers).
+    pub fn allows_session_record(&self, session: &Session) -> bool {
+        let mut buffer = uuid::Uuid::encode_buffer();
+        self.allows_session(session.id.hyphenated().encode_lower(&mut buffer))
+    }
+
     /// Refuses what only a controller may do (type, resize, reset, rename, close, create,
     /// share) to a viewer-only credential, with 403.
     pub fn require_control(&self, action: &str) -> Result<(), ApiError> {
@@ -213,5 +295,124 @@ impl Access {
     /// Same as [`Access::allows`] for an instance known only by its id and name.
     pub fn allows_id_or_name(&self, id: &str, name: &str) -> bool {
         self.all_instances || self.instances.contains(id) || self.instances.contains(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{ChangeKind, RecordMode, SessionStatus, Target, TerminalActivity};
+
+    fn instance() -> Instance {
+        Instance {
+            id: "6b1c1a52-0000-4c5f-9b36-2a4f0f2c7d10".to_owned(),
+            name: "web".to_owned(),
+            target: Some(Target::Docker {
+                container: "web-1".to_owned(),
+            }),
+            command: vec!["bash".to_owned()],
+            env: BTreeMap::from([("API_KEY".to_owned(), "secret".to_owned())]),
+            cwd: "/srv".to_owned(),
+            user: "app".to_owned(),
+            max_sessions: 5,
+            labels: BTreeMap::new(),
+            broker_id: "local".to_owned(),
+            created_at: None,
+            live_sessions: 1,
+            record: RecordMode::Off,
+            record_is_default: true,
+            shell_integration: true,
+        }
+    }
+
+    fn session() -> Session {
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
+        Session {
+            id: uuid::Uuid::from_u128(1),
+            instance_id: uuid::Uuid::from_u128(2),
+            name: "Session 1".to_owned(),
+            status: SessionStatus::Active,
+            close_reason: None,
+            exit: None,
+            aliases: Vec::new(),
+            size: ptyhub_model::TerminalSize::new(80, 24).expect("a size"),
+            broker_id: "local".to_owned(),
+            created_at: at,
+            last_activity_at: at,
+            closed_at: None,
+            attached_clients: 0,
+            title: None,
+            last_bell_at: None,
+            terminal: Some(TerminalActivity {
+                cwd: Some("/src".to_owned()),
+                integrated: true,
+                running_command: Some(7),
+                ..TerminalActivity::default()
+            }),
+        }
+    }
+
+    fn share() -> Access {
+        Access::shared("6b1c1a52-0000-4c5f-9b36-2a4f0f2c7d10", None)
+    }
+
+    #[test]
+    fn a_share_sees_neither_where_the_shell_is_nor_which_command_runs() {
+        let seen = session().seen_by(&share());
+        let terminal = seen.terminal.expect("what the terminal is doing");
+        assert_eq!(terminal.cwd, None);
+        assert_eq!(terminal.running_command, None);
+        assert!(terminal.integrated, "the rest of the terminal is seen");
+        for access in [Access::admin(), Access::scoped(["web".to_owned()], false)] {
+            assert_eq!(session().seen_by(&access), session());
+        }
+    }
+
+    #[test]
+    fn a_share_sees_a_change_without_its_commands_and_an_instance_without_its_settings() {
+        let command = ptyhub_model::Command {
+            id: 7,
+            command: "make".to_owned(),
+            cwd: None,
+            started_at: std::time::UNIX_EPOCH,
+            ended_at: None,
+            exit_code: None,
+            output_start: 0,
+            output_end: None,
+        };
+        let change = SessionChange {
+            kind: ChangeKind::Terminal,
+            session: session(),
+            commands: vec![command],
+        };
+        let seen = change.clone().seen_by(&share());
+        assert!(seen.commands.is_empty());
+        assert_eq!(seen.session, session().seen_by(&share()));
+        assert_eq!(
+            change.clone().seen_by(&Access::admin()).commands,
+            change.commands
+        );
+
+        let seen = instance().seen_by(&share());
+        assert_eq!(seen.target, None);
+        assert!(seen.command.is_empty() && seen.env.is_empty());
+        assert!(seen.cwd.is_empty() && seen.user.is_empty());
+        assert_eq!(
+            (seen.id.as_str(), seen.name.as_str()),
+            ("6b1c1a52-0000-4c5f-9b36-2a4f0f2c7d10", "web")
+        );
+        assert_eq!(instance().seen_by(&Access::admin()).env, instance().env);
+    }
+
+    #[test]
+    fn a_share_of_one_session_covers_that_record_only() {
+        let only = Access::shared("web", Some(&uuid::Uuid::from_u128(1).to_string()));
+        assert!(only.allows_session_record(&session()));
+        let other = Session {
+            id: uuid::Uuid::from_u128(3),
+            ..session()
+        };
+        assert!(!only.allows_session_record(&other));
+        assert!(share().allows_session_record(&other));
     }
 }

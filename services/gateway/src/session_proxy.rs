@@ -38,6 +38,8 @@ use crate::auth::Principal;
 use crate::domain::Instance;
 use crate::front_door::{grpc_surface_of as surface_of, principal_of};
 use crate::grpc::SessionApiClient;
+use crate::grpc::{instance_from_proto, instance_to_proto, session_from_proto};
+use crate::scope::{Access, SeenBy as _, commands_seen_by};
 use crate::state::AppState;
 
 /// Implements session-api's service by forwarding, after the gateway's own checks.
@@ -305,9 +307,7 @@ impl SessionApi for SessionApiProxy {
     ) -> Result<Response<pb::Instance>, Status> {
         let (principal, message, mut client) = self.scoped_principal(request).await?;
         let mut response = client.get_instance(message).await.map_err(forwarded)?;
-        if !principal.access.sees_instance_settings() {
-            without_settings(response.get_mut());
-        }
+        instance_as_seen_by(response.get_mut(), &principal.access);
         Ok(response)
     }
 
@@ -326,12 +326,8 @@ impl SessionApi for SessionApiProxy {
                 .access
                 .allows_id_or_name(&instance.id, &instance.name)
         });
-        if !principal.access.sees_instance_settings() {
-            response
-                .get_mut()
-                .instances
-                .iter_mut()
-                .for_each(without_settings);
+        for instance in &mut response.get_mut().instances {
+            instance_as_seen_by(instance, &principal.access);
         }
         Ok(response)
     }
@@ -387,7 +383,7 @@ impl SessionApi for SessionApiProxy {
         if !principal.access.allows_session(&response.get_ref().id) {
             return Err(ErrorCode::NotFound.status("session not found"));
         }
-        session_as_seen_by(response.get_mut(), &principal.access);
+        session_as_seen_by(response.get_mut(), &principal.access)?;
         Ok(response)
     }
 
@@ -402,7 +398,7 @@ impl SessionApi for SessionApiProxy {
             .sessions
             .retain(|session| principal.access.allows_session(&session.id));
         for session in &mut response.get_mut().sessions {
-            session_as_seen_by(session, &principal.access);
+            session_as_seen_by(session, &principal.access)?;
         }
         Ok(response)
     }
@@ -429,7 +425,7 @@ impl SessionApi for SessionApiProxy {
             return Err(ErrorCode::NotFound.status("session not found"));
         }
         if let Some(session) = &mut response.get_mut().session {
-            session_as_seen_by(session, &principal.access);
+            session_as_seen_by(session, &principal.access)?;
         }
         rewrite_endpoint(response.get_mut().attach.as_mut(), &endpoint);
         Ok(response)
@@ -730,7 +726,7 @@ impl SessionApi for SessionApiProxy {
                 // Held while the changes flow: they count among the principal's streams.
                 let _held = &slot;
                 let mut change = change.map_err(forwarded)?;
-                change_as_seen_by(&mut change, &seeing);
+                change_as_seen_by(&mut change, &seeing)?;
                 Ok(change)
             })
             .take_until(async move {
@@ -743,34 +739,101 @@ impl SessionApi for SessionApiProxy {
     }
 }
 
-/// A session as `access` may see it (as `crate::domain::Session::as_seen_by` for REST): no
-/// working directory for a credential that may not read a session's commands.
-fn session_as_seen_by(session: &mut pb::Session, access: &crate::scope::Access) {
-    if !access.sees_commands()
-        && let Some(terminal) = &mut session.terminal
-    {
-        terminal.cwd.clear();
-    }
+/// A session as `access` may see it: `crate::scope`'s one rule, applied to the model's record
+/// the message reads as, and written back. A session session-api answered that does not read
+/// is its fault (`INTERNAL`).
+fn session_as_seen_by(session: &mut pb::Session, access: &Access) -> Result<(), Status> {
+    let record = session_from_proto(std::mem::take(session)).map_err(|error| error.to_status())?;
+    *session = pb::Session::from(&record.seen_by(access));
+    Ok(())
 }
 
-/// A session change as `access` may see it (as `crate::domain::SessionChange::as_seen_by`
-/// for REST): without its commands and the working directory for a credential that may not
-/// read a session's commands.
-fn change_as_seen_by(change: &mut pb::SessionChange, access: &crate::scope::Access) {
-    if !access.sees_commands() {
-        change.commands.clear();
-    }
+/// A session change as `access` may see it: the session by the same rule, and its commands
+/// only for a credential that may read commands.
+fn change_as_seen_by(change: &mut pb::SessionChange, access: &Access) -> Result<(), Status> {
+    change.commands = commands_seen_by(std::mem::take(&mut change.commands), access);
     if let Some(session) = &mut change.session {
-        session_as_seen_by(session, access);
+        session_as_seen_by(session, access)?;
     }
+    Ok(())
 }
 
-/// An instance as a credential that may not read its settings sees it (as
-/// `crate::domain::Instance::without_settings` for REST).
-fn without_settings(instance: &mut pb::Instance) {
-    instance.target = None;
-    instance.command.clear();
-    instance.env.clear();
-    instance.cwd.clear();
-    instance.user.clear();
+/// An instance as `access` may see it, by `crate::scope`'s one rule.
+fn instance_as_seen_by(instance: &mut pb::Instance, access: &Access) {
+    let record = instance_from_proto(std::mem::take(instance));
+    *instance = instance_to_proto(record.seen_by(access));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> pb::Session {
+        pb::Session {
+            id: uuid::Uuid::from_u128(1).to_string(),
+            instance_id: uuid::Uuid::from_u128(2).to_string(),
+            name: "Session 1".to_owned(),
+            status: pb::SessionStatus::Active as i32,
+            size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
+            created_at: Some(prost_types::Timestamp::default()),
+            last_activity_at: Some(prost_types::Timestamp::default()),
+            terminal: Some(broker_pb::TerminalActivity {
+                state: broker_pb::TerminalState::Running as i32,
+                cwd: "/src".to_owned(),
+                shell_integration: true,
+                running_command_id: 7,
+                ..broker_pb::TerminalActivity::default()
+            }),
+            ..pb::Session::default()
+        }
+    }
+
+    #[test]
+    fn a_share_sees_a_grpc_session_by_the_same_rule_as_rest() {
+        let share = Access::shared(&uuid::Uuid::from_u128(2).to_string(), None);
+        let mut seen = session();
+        session_as_seen_by(&mut seen, &share).expect("a valid session");
+        let terminal = seen.terminal.expect("what the terminal is doing");
+        assert_eq!(
+            (terminal.cwd.as_str(), terminal.running_command_id),
+            ("", 0)
+        );
+        assert!(terminal.shell_integration);
+        let mut full = session();
+        session_as_seen_by(&mut full, &Access::admin()).expect("a valid session");
+        assert_eq!(full, session());
+    }
+
+    #[test]
+    fn a_session_that_does_not_read_is_an_internal_error_not_a_panic() {
+        let mut broken = pb::Session {
+            id: "not-a-uuid".to_owned(),
+            ..session()
+        };
+        let refused = session_as_seen_by(&mut broken, &Access::admin()).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Internal, "{refused:?}");
+    }
+
+    #[test]
+    fn a_share_sees_a_grpc_instance_without_its_settings() {
+        let instance = pb::Instance {
+            id: "web".to_owned(),
+            name: "web".to_owned(),
+            target: Some(ptyhub_model::Target::Local.into()),
+            command: vec!["bash".to_owned()],
+            env: [("API_KEY".to_owned(), "secret".to_owned())].into(),
+            cwd: "/srv".to_owned(),
+            user: "app".to_owned(),
+            record: broker_pb::RecordMode::Off as i32,
+            ..pb::Instance::default()
+        };
+        let mut seen = instance.clone();
+        instance_as_seen_by(&mut seen, &Access::shared("web", None));
+        assert_eq!(seen.target, None);
+        assert!(seen.command.is_empty() && seen.env.is_empty());
+        assert!(seen.cwd.is_empty() && seen.user.is_empty());
+        let mut full = instance.clone();
+        instance_as_seen_by(&mut full, &Access::admin());
+        assert_eq!(full, instance);
+    }
 }

@@ -56,7 +56,7 @@ impl Upstreams {
     pub async fn issue_attach_ticket(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         role: Role,
     ) -> Result<AttachTarget, ApiError> {
         let target = self
@@ -64,7 +64,7 @@ impl Upstreams {
             .clone()
             .issue_attach_ticket(session_pb::IssueAttachTicketRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 role: role.to_proto(),
             })
             .await

@@ -114,7 +114,7 @@ pub(super) fn role_from_proto(role: i32) -> Role {
     Role::from_proto(role).unwrap_or(Role::Controller)
 }
 
-pub(super) fn instance_from_proto(instance: session_pb::Instance) -> Instance {
+pub fn instance_from_proto(instance: session_pb::Instance) -> Instance {
     Instance {
         id: instance.id,
         name: instance.name,
@@ -136,37 +136,51 @@ pub(super) fn instance_from_proto(instance: session_pb::Instance) -> Instance {
     }
 }
 
+/// A change of a session; one this build cannot read (a kind or a session of a newer
+/// session-api) is left out of the stream, with a warning.
 pub(super) fn change_from_proto(change: session_pb::SessionChange) -> Option<SessionChange> {
+    let kind = ChangeKind::from_proto(change.kind)
+        .inspect_err(|invalid| tracing::warn!(%invalid, "a session change left out"))
+        .ok()?;
+    let session = session_from_proto(change.session?)
+        .inspect_err(|error| tracing::warn!(%error, "a session change left out"))
+        .ok()?;
     Some(SessionChange {
-        kind: ChangeKind::from_proto(change.kind).ok()?,
-        session: session_from_proto(change.session?),
+        kind,
+        session,
         commands: change.commands.into_iter().map(Command::from).collect(),
     })
 }
 
-pub(super) fn session_from_proto(session: session_pb::Session) -> Session {
-    // A value this build does not know (a newer session-api) reads as the nearest it does:
-    // a status as starting, a close reason as none.
-    let status = SessionStatus::from_proto(session.status).unwrap_or(SessionStatus::Starting);
-    let close_reason = proto::optional_close_reason(session.close_reason).unwrap_or(None);
-    Session {
-        id: session.id,
-        instance_id: session.instance_id,
-        name: session.name,
-        status,
-        close_reason,
-        exit: session.exit.map(ExitStatus::from),
-        aliases: session.aliases,
-        size: session
-            .size
-            .and_then(|size| TerminalSize::try_from(size).ok()),
-        created_at: timestamp_from_proto(session.created_at),
-        last_activity_at: timestamp_from_proto(session.last_activity_at),
-        closed_at: timestamp_from_proto(session.closed_at),
-        attached_clients: session.attached_clients,
-        title: session.title,
-        last_bell_at: timestamp_from_proto(session.last_bell_at),
-        terminal: terminal_from_proto(session.terminal),
+/// A session record as session-api answered it, checked by the model's one conversion; one
+/// it cannot read is session-api's fault (500).
+pub fn session_from_proto(session: session_pb::Session) -> Result<Session, ApiError> {
+    Session::try_from(session).map_err(|invalid| {
+        ApiError::internal(format!(
+            "session-api answered with a session that is not valid: {invalid}"
+        ))
+    })
+}
+
+/// An instance as its protobuf message again, for the gRPC proxy's answers after the view
+/// rule: the inverse of [`instance_from_proto`] for every instance session-api answers.
+pub fn instance_to_proto(instance: Instance) -> session_pb::Instance {
+    session_pb::Instance {
+        id: instance.id,
+        name: instance.name,
+        target: instance.target.map(Into::into),
+        command: instance.command,
+        env: instance.env.into_iter().collect(),
+        cwd: instance.cwd,
+        user: instance.user,
+        max_sessions: instance.max_sessions,
+        labels: instance.labels.into_iter().collect(),
+        broker_id: instance.broker_id,
+        created_at: instance.created_at.map(timestamp_to_proto),
+        live_sessions: instance.live_sessions,
+        record: instance.record.to_proto(),
+        record_is_default: instance.record_is_default,
+        shell_integration: instance.shell_integration,
     }
 }
 
@@ -188,7 +202,7 @@ pub(super) fn attachment_from_proto(
         .attach
         .ok_or_else(|| ApiError::internal("session-api answered without an attach target"))?;
     Ok(SessionAttachment {
-        session: session_from_proto(session),
+        session: session_from_proto(session)?,
         attach: attach_target_from_proto(attach),
         created: attachment.created,
     })

@@ -28,7 +28,10 @@ mod terminal;
 mod webhooks;
 
 pub use attach::{AttachCommands, AttachEvents};
-pub use convert::{audit_listing_from_proto, audit_listing_to_proto};
+pub use convert::{
+    audit_listing_from_proto, audit_listing_to_proto, instance_from_proto, instance_to_proto,
+    session_from_proto,
+};
 pub use records::BrokerHealth;
 
 /// What the gateway reports to the audit trail (see [`Upstreams::report_audit_event`]).
@@ -58,13 +61,13 @@ impl AuditReport {
     pub fn stream(
         kind: AuditKind,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         role: Role,
         attachment_id: uuid::Uuid,
     ) -> Self {
         Self {
             instance_id: Some(instance_id.to_owned()),
-            session_id: Some(session_id.to_owned()),
+            session_id: Some(session_id.to_string()),
             role: Some(role),
             attachment_id: Some(attachment_id),
             ..Self::new(kind)

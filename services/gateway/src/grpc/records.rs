@@ -241,19 +241,19 @@ impl Upstreams {
     pub async fn get_session(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
     ) -> Result<Session, ApiError> {
         let session = self
             .session_api
             .clone()
             .get_session(session_pb::GetSessionRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
             })
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(session_from_proto(session))
+        session_from_proto(session)
     }
 
     /// The changes of `instance_id`'s sessions from now on, as session-api's `WatchSessions`
@@ -291,11 +291,11 @@ impl Upstreams {
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(response
+        response
             .sessions
             .into_iter()
             .map(session_from_proto)
-            .collect())
+            .collect()
     }
 
     pub async fn resolve_session(
@@ -333,7 +333,7 @@ impl Upstreams {
     pub async fn rename_session(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         name: String,
     ) -> Result<Session, ApiError> {
         let session = self
@@ -341,49 +341,49 @@ impl Upstreams {
             .clone()
             .rename_session(session_pb::RenameSessionRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 name,
             })
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(session_from_proto(session))
+        session_from_proto(session)
     }
 
     pub async fn reset_session(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
     ) -> Result<Session, ApiError> {
         let session = self
             .session_api
             .clone()
             .reset_session(session_pb::ResetSessionRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
             })
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(session_from_proto(session))
+        session_from_proto(session)
     }
 
     pub async fn close_session(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
     ) -> Result<Session, ApiError> {
         let session = self
             .session_api
             .clone()
             .close_session(session_pb::CloseSessionRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
             })
             .await
             .map_err(session_api_error)?
             .into_inner();
-        Ok(session_from_proto(session))
+        session_from_proto(session)
     }
 
     /// Whether session-api answers (a registry read, which also proves its database answers).

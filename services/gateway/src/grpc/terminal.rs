@@ -61,12 +61,12 @@ impl Upstreams {
     pub async fn get_screen(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         screen: ScreenRequest,
     ) -> Result<Screen, ApiError> {
         let request = session_pb::GetScreenRequest {
             instance: instance_id.to_owned(),
-            session_id: session_id.to_owned(),
+            session_id: session_id.to_string(),
             format: screen_format_to_proto(screen.format) as i32,
             scrollback: screen.scrollback,
         };
@@ -84,7 +84,7 @@ impl Upstreams {
     pub async fn send_input(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         items: Vec<InputItem>,
         force: bool,
     ) -> Result<InputWritten, ApiError> {
@@ -103,7 +103,7 @@ impl Upstreams {
             .clone()
             .send_input(session_pb::SendInputRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 items,
                 force,
             })
@@ -119,12 +119,12 @@ impl Upstreams {
     pub async fn wait_for_screen(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         wait: ScreenWait,
     ) -> Result<ScreenWaitResult, ApiError> {
         let request = session_pb::WaitForScreenRequest {
             instance: instance_id.to_owned(),
-            session_id: session_id.to_owned(),
+            session_id: session_id.to_string(),
             pattern: wait.pattern,
             timeout_ms: millis(wait.timeout),
             quiet_ms: millis(wait.quiet),
@@ -146,7 +146,7 @@ impl Upstreams {
     pub async fn list_commands(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         listing: CommandListing,
     ) -> Result<CommandPage, ApiError> {
         let page = self
@@ -154,7 +154,7 @@ impl Upstreams {
             .clone()
             .list_commands(session_pb::ListCommandsRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 after: listing.after,
                 limit: listing.limit,
             })
@@ -173,7 +173,7 @@ impl Upstreams {
     pub async fn command_output(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         command_id: u64,
         format: CommandOutputFormat,
     ) -> Result<CommandOutput, ApiError> {
@@ -183,7 +183,7 @@ impl Upstreams {
             .clone()
             .get_command_output(session_pb::GetCommandOutputRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 command_id,
                 format: format as i32,
             })
@@ -206,13 +206,13 @@ impl Upstreams {
     pub async fn run(
         &self,
         instance_id: &str,
-        session_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
         run: CommandRun,
     ) -> Result<CommandRunResult, ApiError> {
         let answer = self
             .forward_run(session_pb::RunRequest {
                 instance: instance_id.to_owned(),
-                session_id: session_id.to_owned(),
+                session_id: session_id.to_string(),
                 command: run.command,
                 timeout_ms: run.timeout_ms,
                 force: run.force,

@@ -108,11 +108,11 @@ pub async fn list_screens(
             .map_err(protocol_error)?;
         for session in sessions
             .into_iter()
-            .filter(|session| principal.access.allows_session(&session.id))
+            .filter(|session| principal.access.allows_session_record(session))
         {
             let uri = ScreenUri {
                 instance: instance.id.clone(),
-                session: session.id.clone(),
+                session: session.id.to_string(),
             };
             screens.push(
                 Resource::new(

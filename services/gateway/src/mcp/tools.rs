@@ -33,6 +33,7 @@ use crate::rest::bodies::{
     WaitAnswerBody, WaitBody, validate_name,
 };
 use crate::scope::Access;
+use crate::scope::SeenBy as _;
 use crate::state::AppState;
 
 /// What a credential needs to see and use a tool.
@@ -436,7 +437,7 @@ async fn list_instances(state: &AppState, principal: &Principal) -> Result<Insta
         .await?
         .into_iter()
         .filter(|instance| principal.access.allows(instance))
-        .map(|instance| InstanceBody::from(instance.as_seen_by(&principal.access)))
+        .map(|instance| InstanceBody::from(instance.seen_by(&principal.access)))
         .collect();
     Ok(InstanceList { instances })
 }
@@ -452,8 +453,8 @@ async fn list_sessions(
         .list_sessions(&instance.id, arguments.include_closed)
         .await?
         .into_iter()
-        .filter(|session| principal.access.allows_session(&session.id))
-        .map(|session| SessionBody::from(session.as_seen_by(&principal.access)))
+        .filter(|session| principal.access.allows_session_record(session))
+        .map(|session| SessionBody::from(session.seen_by(&principal.access)))
         .collect();
     Ok(SessionList { sessions })
 }
@@ -477,7 +478,7 @@ async fn create_session(
             .find(|session| session.aliases.contains(alias));
         if let Some(session) = holder {
             return Ok(OpenedSession {
-                session: session.as_seen_by(&principal.access).into(),
+                session: session.seen_by(&principal.access).into(),
                 created: false,
             });
         }
@@ -496,7 +497,7 @@ async fn create_session(
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created over mcp");
     Ok(OpenedSession {
-        session: session.as_seen_by(&principal.access).into(),
+        session: session.seen_by(&principal.access).into(),
         created: true,
     })
 }
@@ -646,7 +647,7 @@ async fn close_session(
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session closed over mcp");
     Ok(ClosedSession {
         status: "closed".into(),
-        session_id: session.id,
+        session_id: session.id.to_string(),
     })
 }
 

@@ -145,7 +145,7 @@ impl ScreenWatch {
             state: state.clone(),
             uri: uri.to_owned(),
             instance_id: instance.id,
-            session_id: session.id,
+            session_id: session.id.to_string(),
             seen: screen.offset,
             open,
         })

@@ -9,9 +9,8 @@ use utoipa::ToSchema;
 
 use crate::domain::{
     Cell, Color, Command, CommandListing, CommandOutputFormat, CommandPage, CommandRun,
-    CommandRunResult, InputItem, Instance, Notification, Progress, Screen, ScreenContent,
-    ScreenFormat, ScreenRequest, ScreenWait, ScreenWaitResult, Session, Target, TerminalActivity,
-    WaitOutcome,
+    CommandRunResult, InputItem, Instance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
+    ScreenWait, ScreenWaitResult, Session, Target, TerminalActivity, WaitOutcome,
 };
 use crate::error::ApiError;
 use ptyhub_model::{Name, NameKind, TerminalState};
@@ -113,82 +112,11 @@ pub struct SessionBody {
     pub title: String,
     /// When the program last rang the bell; `null` when it never did.
     pub last_bell_at: Option<DateTime<Utc>>,
-    /// What the terminal is doing: `starting`, `at_prompt`, `running`, `waiting_for_input`,
-    /// `idle` or `exited`.
-    pub state: String,
-    /// The last thing the program asked the user's attention for; `null` when nothing yet.
-    pub last_notification: Option<NotificationBody>,
-    /// The program's report of its progress; `null` when it reports none.
-    pub progress: Option<ProgressBody>,
-    /// The working directory the shell reported last; `null` when none.
-    pub cwd: Option<String>,
-    /// Whether the program marks its prompts and commands (a shell with integration).
-    pub shell_integration: bool,
-}
-
-/// What a program last asked the user's attention for.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct NotificationBody {
-    /// Its text; `""` for a bell.
-    pub text: String,
-    pub at: DateTime<Utc>,
-}
-
-/// A program's report of its progress (OSC 9;4).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ProgressBody {
-    /// `normal`, `indeterminate`, `error` or `paused`.
-    pub kind: String,
-    /// 0..=100; `null` for `indeterminate`.
-    pub percent: Option<u8>,
-}
-
-impl From<Notification> for NotificationBody {
-    fn from(notification: Notification) -> Self {
-        Self {
-            text: notification.text,
-            at: notification.at.into(),
-        }
-    }
-}
-
-impl From<Progress> for ProgressBody {
-    fn from(progress: Progress) -> Self {
-        Self {
-            kind: progress.kind().to_owned(),
-            percent: progress.percent(),
-        }
-    }
-}
-
-/// What a session's terminal is doing, as its broker last read it from the output.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TerminalBody {
-    /// `starting`, `at_prompt`, `running`, `waiting_for_input`, `idle` or `exited`.
-    pub state: String,
-    /// The last thing the program asked the user's attention for; `null` when nothing yet.
-    pub last_notification: Option<NotificationBody>,
-    /// The program's report of its progress; `null` when it reports none.
-    pub progress: Option<ProgressBody>,
-    /// The working directory the shell reported last; `null` when none.
-    pub cwd: Option<String>,
-    /// Whether the program marks its prompts and commands (a shell with integration).
-    pub shell_integration: bool,
-    /// The id of the command that runs; `null` when none does.
-    pub running_command_id: Option<u64>,
-}
-
-impl From<TerminalActivity> for TerminalBody {
-    fn from(terminal: TerminalActivity) -> Self {
-        Self {
-            state: terminal.state.as_str().to_owned(),
-            last_notification: terminal.notification.map(NotificationBody::from),
-            progress: terminal.progress.map(ProgressBody::from),
-            cwd: terminal.cwd,
-            shell_integration: terminal.integrated,
-            running_command_id: terminal.running_command,
-        }
-    }
+    /// What the terminal is doing, in the model's one JSON form: `state`, `last_notification`,
+    /// `progress`, `cwd`, `shell_integration` and `running_command_id`; `exited` whenever the
+    /// status is.
+    #[serde(flatten)]
+    pub terminal: TerminalActivity,
 }
 
 /// One command a session's shell ran, as its shell integration marked it.
@@ -242,7 +170,7 @@ pub struct CommandList {
     pub commands: Vec<CommandBody>,
     /// The id of the oldest command the session still keeps (0 when it keeps none).
     pub first_kept_id: u64,
-    pub terminal: TerminalBody,
+    pub terminal: TerminalActivity,
 }
 
 impl From<CommandPage> for CommandList {
@@ -250,7 +178,7 @@ impl From<CommandPage> for CommandList {
         Self {
             commands: page.commands.into_iter().map(CommandBody::from).collect(),
             first_kept_id: page.first_kept_id,
-            terminal: page.terminal.into(),
+            terminal: page.terminal,
         }
     }
 }
@@ -545,32 +473,27 @@ impl From<Instance> for InstanceBody {
 
 impl From<Session> for SessionBody {
     fn from(session: Session) -> Self {
-        let terminal = TerminalBody::from(session.terminal_activity());
         Self {
+            terminal: session.terminal_activity(),
             has_websockets: session.attached_clients > 0,
             attached_clients: session.attached_clients,
-            id: session.id,
-            instance_id: session.instance_id,
+            id: session.id.to_string(),
+            instance_id: session.instance_id.to_string(),
             name: session.name,
             status: session.status.as_str().to_owned(),
             close_reason: session
                 .close_reason
                 .map(|reason| reason.as_str().to_owned()),
-            created_at: session.created_at,
-            last_activity_at: session.last_activity_at,
+            created_at: Some(session.created_at),
+            last_activity_at: Some(session.last_activity_at),
             closed_at: session.closed_at,
             aliases: session.aliases,
             exit_code: session.exit.map(|exit| exit.code),
             exit_signal: session.exit.and_then(|exit| exit.signal),
-            cols: session.size.map(|size| size.cols().into()),
-            rows: session.size.map(|size| size.rows().into()),
-            title: session.title,
+            cols: Some(session.size.cols().into()),
+            rows: Some(session.size.rows().into()),
+            title: session.title.unwrap_or_default(),
             last_bell_at: session.last_bell_at,
-            state: terminal.state,
-            last_notification: terminal.last_notification,
-            progress: terminal.progress,
-            cwd: terminal.cwd,
-            shell_integration: terminal.shell_integration,
         }
     }
 }
@@ -975,7 +898,7 @@ pub struct WaitAnswerBody {
     pub screen: ScreenBody,
     /// What the terminal was doing as the wait answered (the question asked, for `input`), as
     /// in the session object; the terminal may already have left the state reached.
-    pub terminal: Option<TerminalBody>,
+    pub terminal: Option<TerminalActivity>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -1001,7 +924,7 @@ impl From<ScreenWaitResult> for WaitAnswerBody {
             matched: result.matched,
             state,
             screen: result.screen.into(),
-            terminal: result.terminal.map(TerminalBody::from),
+            terminal: result.terminal,
         }
     }
 }
@@ -1401,20 +1324,22 @@ mod tests {
         status: crate::domain::SessionStatus,
         terminal: Option<TerminalActivity>,
     ) -> Session {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         Session {
-            id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".into(),
-            instance_id: "local".into(),
+            id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".parse().unwrap(),
+            instance_id: "6b1c1a52-0000-4c5f-9b36-2a4f0f2c7d10".parse().unwrap(),
             name: "Session 1".into(),
             status,
             close_reason: None,
             exit: None,
             aliases: Vec::new(),
-            size: None,
-            created_at: None,
-            last_activity_at: None,
+            size: ptyhub_model::TerminalSize::new(80, 24).unwrap(),
+            broker_id: "local".into(),
+            created_at: at,
+            last_activity_at: at,
             closed_at: None,
             attached_clients: 0,
-            title: String::new(),
+            title: None,
             last_bell_at: None,
             terminal,
         }
@@ -1422,15 +1347,23 @@ mod tests {
 
     #[test]
     fn a_session_says_what_its_terminal_is_doing() {
-        use crate::domain::{SessionStatus, TerminalState};
+        use crate::domain::{Notification, Progress, SessionStatus, TerminalState};
         let unreported =
             serde_json::to_value(SessionBody::from(session(SessionStatus::Starting, None)))
                 .unwrap();
         assert_eq!(unreported["state"], "starting");
         assert_eq!(unreported["shell_integration"], false);
-        for field in ["last_notification", "progress", "cwd"] {
+        for field in ["last_notification", "progress", "cwd", "running_command_id"] {
             assert_eq!(unreported[field], serde_json::Value::Null, "{field}");
         }
+        assert_eq!(
+            (
+                &unreported["title"],
+                &unreported["cols"],
+                &unreported["rows"]
+            ),
+            (&"".into(), &80.into(), &24.into())
+        );
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
         let busy = TerminalActivity {
             state: TerminalState::WaitingForInput,
@@ -1461,13 +1394,15 @@ mod tests {
             (&json["cwd"], &json["shell_integration"]),
             (&"/src".into(), &true.into())
         );
+        assert_eq!(json["running_command_id"], 3);
         // Whatever its broker said last, a session whose process ended has exited.
         for status in [SessionStatus::Exited, SessionStatus::Closed] {
-            let ended = SessionBody::from(session(status, Some(busy.clone())));
-            assert_eq!(ended.state, "exited", "{status:?}");
+            let ended =
+                serde_json::to_value(SessionBody::from(session(status, Some(busy.clone()))))
+                    .unwrap();
+            assert_eq!(ended["state"], "exited", "{status:?}");
+            assert_eq!(ended["running_command_id"], serde_json::Value::Null);
         }
-        let terminal = TerminalBody::from(busy);
-        assert_eq!(terminal.running_command_id, Some(3));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! change after it. A change of what a terminal is doing is a `state_changed` event, followed
 //! by one `command_started` or `command_finished` event for each command that started or ended
 //! with it. A share link's credential, which does not read a session's commands, gets no
-//! command events and no working directory ([`SessionChange::as_seen_by`]).
+//! command events and no working directory ([`crate::scope::SeenBy`]).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use super::bodies::{CommandBody, CommandEventBody, SessionBody, SessionList};
 use super::extract::{Caller, InstancePath, InstanceScope};
 use crate::domain::{ChangeKind, SessionChange};
 use crate::error::{ApiError, ErrorBody};
+use crate::scope::SeenBy as _;
 use crate::state::AppState;
 
 /// A comment line this often keeps proxies and the browser from closing an idle stream.
@@ -64,8 +65,8 @@ pub async fn session_events(
         .list_sessions(&instance.id, false)
         .await?
         .into_iter()
-        .filter(|session| principal.access.allows_session(&session.id))
-        .map(|session| SessionBody::from(session.as_seen_by(&principal.access)))
+        .filter(|session| principal.access.allows_session_record(session))
+        .map(|session| SessionBody::from(session.seen_by(&principal.access)))
         .collect();
     let first = json_event(SESSIONS_EVENT, &SessionList { sessions });
     let instance_id = instance.id.clone();
@@ -81,10 +82,10 @@ pub async fn session_events(
         .flat_map(move |change| {
             stream::iter(match change {
                 Ok(change)
-                    if change.session.instance_id == instance_id
-                        && access.allows_session(&change.session.id) =>
+                    if change.session.instance_id.to_string() == instance_id
+                        && access.allows_session_record(&change.session) =>
                 {
-                    change_events(change.as_seen_by(&access))
+                    change_events(change.seen_by(&access))
                 }
                 _ => Vec::new(),
             })
@@ -118,7 +119,7 @@ fn change_events(change: SessionChange) -> Vec<Event> {
     if kind != ChangeKind::Terminal {
         return vec![json_event(kind.as_str(), &SessionBody::from(session))];
     }
-    let session_id = session.id.clone();
+    let session_id = session.id.to_string();
     let mut events = Vec::with_capacity(1 + commands.len());
     events.push(json_event(STATE_CHANGED_EVENT, &SessionBody::from(session)));
     events.extend(commands.into_iter().map(|command| {

@@ -13,6 +13,7 @@ use super::extract::{Caller, InstancePath, JsonBody};
 use crate::auth::Principal;
 use crate::domain::{NewInstance, RecordMode, Target};
 use crate::error::{ApiError, ErrorBody};
+use crate::scope::SeenBy as _;
 use crate::state::AppState;
 
 /// Register an instance (admin).
@@ -91,7 +92,7 @@ pub async fn list_instances(
         .await?
         .into_iter()
         .filter(|instance| principal.access.allows(instance))
-        .map(|instance| InstanceBody::from(instance.as_seen_by(&principal.access)))
+        .map(|instance| InstanceBody::from(instance.seen_by(&principal.access)))
         .collect();
     Ok(Json(InstanceList { instances }))
 }
@@ -113,7 +114,7 @@ pub async fn get_instance(
     let instance = state
         .authorize_instance_through(&principal, &path.iid, Surface::Rest)
         .await?;
-    Ok(Json(instance.as_seen_by(&principal.access).into()))
+    Ok(Json(instance.seen_by(&principal.access).into()))
 }
 
 /// Delete an instance, closing its sessions (admin).

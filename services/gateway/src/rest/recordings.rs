@@ -53,7 +53,7 @@ pub async fn get_recording(
         return Err(ApiError::not_found("this server keeps no recordings"));
     };
     let store = recordings.store();
-    let location = RecordingStore::recording_path(&session.id);
+    let location = RecordingStore::recording_path(&session.id.to_string());
     let meta = match store.head(&location).await {
         Ok(meta) => meta,
         Err(object_store::Error::NotFound { .. }) => {

@@ -20,6 +20,7 @@ use super::extract::{
 use crate::authorize::DEFAULT_SESSION;
 use crate::domain::{SessionSelector, SessionStatus};
 use crate::error::{ApiError, ErrorBody};
+use crate::scope::SeenBy as _;
 use crate::state::AppState;
 
 /// Live sessions of an instance, oldest first; `?include=closed` adds history.
@@ -54,8 +55,8 @@ pub async fn list_sessions(
         .list_sessions(&instance.id, include_closed)
         .await?
         .into_iter()
-        .filter(|session| principal.access.allows_session(&session.id))
-        .map(|session| SessionBody::from(session.as_seen_by(&principal.access)))
+        .filter(|session| principal.access.allows_session_record(session))
+        .map(|session| SessionBody::from(session.seen_by(&principal.access)))
         .collect();
     Ok(Json(SessionList { sessions }))
 }
@@ -111,10 +112,10 @@ pub async fn create_session(
     Ok((
         StatusCode::CREATED,
         Json(CreatedSession {
-            id: session.id,
+            id: session.id.to_string(),
             name: session.name,
             status: session.status.as_str().to_owned(),
-            created_at: session.created_at,
+            created_at: Some(session.created_at),
         }),
     ))
 }
@@ -137,7 +138,7 @@ pub async fn get_session(
 ) -> Result<Json<SessionBody>, ApiError> {
     let instance = scope.authorize(&state, &principal).await?;
     let session = state.authorize_session(&principal, &instance, &sid).await?;
-    Ok(Json(session.as_seen_by(&principal.access).into()))
+    Ok(Json(session.seen_by(&principal.access).into()))
 }
 
 /// Close a session, ending its processes.
@@ -169,7 +170,7 @@ pub async fn close_session(
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session closed");
     Ok(Json(ClosedSession {
         status: "closed".into(),
-        session_id: session.id,
+        session_id: session.id.to_string(),
     }))
 }
 
@@ -204,7 +205,7 @@ pub async fn reset_session(
         .await?;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session reset");
     Ok(Json(ResetSessionBody {
-        id: session.id,
+        id: session.id.to_string(),
         name: session.name,
         status: session.status.as_str().to_owned(),
     }))
@@ -238,7 +239,7 @@ pub async fn rename_session(
         .rename_session(&instance.id, &session.id, name)
         .await?;
     Ok(Json(RenamedSession {
-        id: session.id,
+        id: session.id.to_string(),
         name: session.name,
     }))
 }
@@ -284,7 +285,7 @@ pub async fn reset_default_session(
     };
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "default session reset");
     Ok(Json(ResetSessionBody {
-        id: session.id,
+        id: session.id.to_string(),
         name: session.name,
         status: session.status.as_str().to_owned(),
     }))

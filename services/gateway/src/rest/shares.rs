@@ -128,7 +128,8 @@ pub async fn create_share(
             state
                 .authorize_live_session(&principal, &instance, session_id)
                 .await?
-                .id,
+                .id
+                .to_string(),
         ),
         None => None,
     };

@@ -293,16 +293,16 @@ async fn prepare_attach(
             _ => error,
         })?;
     let session = resolved.session;
-    if session.instance_id != instance.id
+    if session.instance_id.to_string() != instance.id
         || session.status == SessionStatus::Closed
-        || !principal.access.allows_session(&session.id)
+        || !principal.access.allows_session_record(&session)
     {
         return Err(ApiError::not_found("session not found or closed"));
     }
     Ok(PreparedAttach {
         upstreams,
         instance_id: instance.id,
-        session_id: session.id,
+        session_id: session.id.to_string(),
         session_name: session.name,
         attach: AttachTarget {
             // A share link without history: the present screen and what follows, whatever

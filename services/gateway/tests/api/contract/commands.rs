@@ -4,7 +4,7 @@
 //! gateway's gRPC surface; the session body says what the terminal is doing; the events stream
 //! reports each command; bad queries, unknown commands, output the ring lost and a share link's
 //! credential are refused, and a share sees neither command events nor the shell's working
-//! directory, on REST, the events stream and gRPC; an instance without shell integration lists
+//! directory nor which command runs, on REST, the events stream and gRPC; an instance without shell integration lists
 //! none. `Run` on the gateway's gRPC surface types a command and answers with how it ended.
 
 use ptyhub_proto::broker::v1 as broker_pb;
@@ -677,6 +677,114 @@ async fn a_share_sees_no_command_events_and_no_working_directory() {
         if session.name == "marker" {
             break;
         }
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_share_does_not_see_which_command_runs() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    at_prompt(&stack, &instance, &session_id).await;
+    type_input(
+        &stack,
+        &instance,
+        &session_id,
+        json!({"text": "sleep 60", "keys": ["Enter"]}),
+    )
+    .await
+    .expect(200, "type a command that runs a while");
+    // The session object says which command runs, as a command listing's terminal does.
+    let running = eventually("the command runs", || async {
+        let session = get_session(&stack, &instance, &session_id).await;
+        (session["state"] == "running" && session["running_command_id"].is_u64()).then_some(session)
+    })
+    .await;
+    let listing = list_commands(&stack, &instance, &session_id, "").await;
+    assert_eq!(
+        running["running_command_id"], listing["terminal"]["running_command_id"],
+        "{running} {listing}"
+    );
+    let token = share_token(&stack, &instance, &session_id).await;
+
+    let shared = rest_as(
+        &stack,
+        Some(&token),
+        Method::GET,
+        &format!("{}/{session_id}", sessions_path(&instance)),
+        None,
+    )
+    .await
+    .expect(200, "a share reads the session");
+    assert_eq!(shared["state"], "running", "{shared}");
+    assert_eq!(shared["running_command_id"], Value::Null, "{shared}");
+    let listed = rest_as(
+        &stack,
+        Some(&token),
+        Method::GET,
+        &sessions_path(&instance),
+        None,
+    )
+    .await
+    .expect(200, "a share lists the sessions");
+    assert_eq!(
+        listed["sessions"][0]["running_command_id"],
+        Value::Null,
+        "{listed}"
+    );
+
+    let mut client = gateway_grpc(&stack).await;
+    let get = |bearer: Option<&str>| {
+        let message = session_pb::GetSessionRequest {
+            instance: instance.clone(),
+            session_id: session_id.clone(),
+        };
+        match bearer {
+            Some(token) => with_bearer(token, message),
+            None => as_admin(&stack, message),
+        }
+    };
+    let seen_by_admin = client
+        .get_session(get(None))
+        .await
+        .expect("the admin reads the session over grpc")
+        .into_inner()
+        .terminal
+        .expect("what the terminal is doing");
+    assert_ne!(seen_by_admin.running_command_id, 0, "{seen_by_admin:?}");
+    let seen_by_share = client
+        .get_session(get(Some(&token)))
+        .await
+        .expect("a share reads the session over grpc")
+        .into_inner()
+        .terminal
+        .expect("what the terminal is doing");
+    assert_eq!(seen_by_share.running_command_id, 0, "{seen_by_share:?}");
+    assert_eq!(
+        seen_by_share.state, seen_by_admin.state,
+        "a share sees what the terminal is doing"
+    );
+    let listed = client
+        .list_sessions(with_bearer(
+            &token,
+            session_pb::ListSessionsRequest {
+                instance: instance.clone(),
+                include_closed: false,
+            },
+        ))
+        .await
+        .expect("a share lists the sessions over grpc")
+        .into_inner();
+    for session in &listed.sessions {
+        let terminal = session
+            .terminal
+            .as_ref()
+            .expect("what the terminal is doing");
+        assert_eq!(terminal.running_command_id, 0, "{session:?}");
     }
     stack.shutdown().await;
 }
