@@ -15,6 +15,9 @@
 //!   `bench/python/requirements.txt` from PyPI
 //!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
 //!   tests; `iproute2` for the tests' own network namespaces.
+//! - The MCP inspector's CLI and the Node 22 it needs, pinned by `interop/mcp-inspector/` and
+//!   installed from the npm registry under `/var/cache/ptyhub-mcp-inspector`
+//!   (`PTYHUB_TEST_MCP_INSPECTOR`, `PTYHUB_TEST_NODE22`).
 //!
 //! Outside CI a dependency that cannot be had is reported and its tests skip; under `CI=true` the
 //! failure is fatal, because the tests would fail anyway.
@@ -37,6 +40,7 @@ const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 pub struct TestEnvironment {
     postgres_url: Option<String>,
     python: Option<PathBuf>,
+    mcp_inspector: Option<crate::interop::McpInspector>,
 }
 
 impl TestEnvironment {
@@ -49,6 +53,16 @@ impl TestEnvironment {
             variables.push((
                 "PTYHUB_TEST_PYTHON".to_owned(),
                 python.display().to_string(),
+            ));
+        }
+        if let Some(inspector) = &self.mcp_inspector {
+            variables.push((
+                "PTYHUB_TEST_MCP_INSPECTOR".to_owned(),
+                inspector.launcher.display().to_string(),
+            ));
+            variables.push((
+                "PTYHUB_TEST_NODE22".to_owned(),
+                inspector.node.display().to_string(),
             ));
         }
         variables
@@ -75,6 +89,10 @@ pub fn prepare() -> Result<TestEnvironment> {
     environment.python = tolerate(
         "Python gRPC and MCP clients and moto's S3 server",
         crate::interop::ensure_python_clients(&run::workspace_root()),
+    )?;
+    environment.mcp_inspector = tolerate(
+        "the MCP inspector's CLI and Node 22",
+        crate::interop::ensure_mcp_inspector(&run::workspace_root()),
     )?;
     Ok(environment)
 }
