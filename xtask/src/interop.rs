@@ -21,7 +21,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{run, web};
+use crate::run;
 
 /// Where the virtual environment with the Python clients lives, outside the clone.
 const VENV: &str = "/var/cache/ptyhub-py";
@@ -130,7 +130,10 @@ fn installed_from(install: &Path, lockfile: &[u8]) -> bool {
 /// inspector's own script only installs its clients in a source checkout), and they would run
 /// under Debian's older Node.
 fn install_mcp_inspector(project: &Path, install: &Path, lockfile: &[u8]) -> Result<()> {
-    web::ensure_node()?;
+    // Debian's npm (and the Node it runs on) only installs; the pinned Node runs the inspector.
+    if !run::succeeds(Command::new("npm").arg("--version")) {
+        run::install_debian_packages(&["npm"])?;
+    }
     eprintln!(
         "installing the MCP inspector and Node 22 from {} into {}",
         project.display(),

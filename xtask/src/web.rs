@@ -89,7 +89,7 @@ pub fn run_browser_tests(root: &Path, dist: &Path, ptyhub_binary: &Path) -> Resu
 }
 
 /// Node and npm, from Debian's packages when they are missing.
-pub fn ensure_node() -> Result<()> {
+fn ensure_node() -> Result<()> {
     if tool_runs("node") && tool_runs("npm") {
         return Ok(());
     }
