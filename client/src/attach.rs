@@ -233,6 +233,8 @@ impl Attachment {
     /// code; a connection that dropped before the receipt came is
     /// [`Error::InputUnconfirmed`] (the input may or may not have been written; it is not sent
     /// again). Input to a shell that has not shown its first prompt yet is written after it.
+    /// Events keep coming meanwhile: once 64 wait unread, the stream waits for the caller (flow
+    /// control), and so does the receipt.
     pub async fn send_input_with_receipt(
         &self,
         data: impl Into<Bytes>,

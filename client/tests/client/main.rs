@@ -212,6 +212,64 @@ async fn attach_carries_input_and_tells_viewers_and_the_previous_controller() {
 }
 
 #[tokio::test]
+async fn an_input_with_a_receipt_is_written_before_its_answer_and_a_viewers_is_refused() {
+    let stack = TestStack::builder().start().await;
+    let client = client(&stack).await;
+    let session = client
+        .create_session("local", NewSession::default())
+        .await
+        .expect("a session");
+    let mut controller = client
+        .attach("local", &session.id, AttachOptions::default())
+        .await
+        .expect("attach");
+    let line = "echo receipt-$((2*21))\n";
+    let receipt = controller.send_input_with_receipt(line).await.unwrap();
+    assert_eq!(receipt.bytes, line.len() as u64);
+    // The output as one run of bytes from the first offset read.
+    let mut start = None;
+    let mut output = Vec::new();
+    while !String::from_utf8_lossy(&output).contains("receipt-42") {
+        let event = tokio::time::timeout(PATIENCE, controller.next())
+            .await
+            .expect("an event in time")
+            .expect("the stream goes on")
+            .expect("the stream goes on");
+        if let Event::Output { offset, data } = event {
+            start.get_or_insert(offset);
+            output.extend_from_slice(&data);
+        }
+    }
+    let answered_at = start.unwrap()
+        + output
+            .windows("receipt-42".len())
+            .position(|window| window == b"receipt-42")
+            .unwrap() as u64;
+    assert!(answered_at >= receipt.offset, "{answered_at} < {receipt:?}");
+    let flushed = controller.flush_input().await.unwrap();
+    assert_eq!(flushed.bytes, 0);
+    assert!(flushed.offset >= receipt.offset);
+
+    let viewer = client
+        .attach(
+            "local",
+            &session.id,
+            AttachOptions {
+                role: Role::Viewer,
+                ..AttachOptions::default()
+            },
+        )
+        .await
+        .expect("attach as a viewer");
+    let refused = viewer
+        .send_input_with_receipt("echo no\n")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused:?}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn exec_gives_the_exit_code_and_the_output_byte_for_byte() {
     let stack = TestStack::builder().start().await;
     let client = client(&stack).await;
