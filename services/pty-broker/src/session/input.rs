@@ -56,7 +56,8 @@ impl PromptGate {
 
     /// Lets held input go. Returns whether anything was held.
     pub(super) fn release(&self) -> bool {
-        self.held_until.send_if_modified(|held| held.take().is_some())
+        self.held_until
+            .send_if_modified(|held| held.take().is_some())
     }
 
     pub(super) fn is_held(&self) -> bool {
@@ -177,11 +178,19 @@ mod tests {
             async move { session.send_input(text("echo one\n"), false).await }
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let second = tokio::spawn(async move { session.send_input(text("echo two\n"), false).await });
+        let second =
+            tokio::spawn(async move { session.send_input(text("echo two\n"), false).await });
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!first.is_finished() && !second.is_finished(), "held for the prompt");
+        assert!(
+            !first.is_finished() && !second.is_finished(),
+            "held for the prompt"
+        );
 
-        fake.terminal.terminal.write_all(b"startup files\r\n").await.unwrap();
+        fake.terminal
+            .terminal
+            .write_all(b"startup files\r\n")
+            .await
+            .unwrap();
         fake.terminal.terminal.write_all(PROMPT).await.unwrap();
         let first = first.await.unwrap().unwrap();
         let second = second.await.unwrap().unwrap();
