@@ -385,9 +385,10 @@ pub(super) fn input_ack(input_id: String, sent: InputSent) -> pb::ServerFrame {
 
 pub(super) fn wait_response(session_id: Uuid, outcome: WaitOutcome) -> pb::WaitForScreenResponse {
     use pb::wait_for_screen_response::Outcome;
-    let (outcome_code, matched) = match outcome.matched {
-        Some(matched) => (Outcome::Matched, matched),
-        None => (Outcome::Exited, String::new()),
+    let (outcome_code, matched, state) = match outcome.end {
+        WaitEnd::Matched(matched) => (Outcome::Matched, matched, None),
+        WaitEnd::State(state) => (Outcome::State, String::new(), Some(state)),
+        WaitEnd::Exited => (Outcome::Exited, String::new(), None),
     };
     pb::WaitForScreenResponse {
         outcome: outcome_code as i32,
