@@ -639,13 +639,26 @@ async fn openapi_lists_every_contract_route() {
             "{method} {path} missing from the OpenAPI document"
         );
     }
-    let session = &document["components"]["schemas"]["SessionBody"]["properties"];
+    // The session body's own fields; what the terminal is doing is flattened in through an
+    // `allOf` with the model's `TerminalActivity`.
+    let session = &document["components"]["schemas"]["SessionBody"]["allOf"];
+    let own = session
+        .as_array()
+        .and_then(|parts| parts.iter().find(|part| part["properties"].is_object()))
+        .map(|part| &part["properties"])
+        .expect("the session schema's own properties");
     for field in ["title", "last_bell_at"] {
         assert!(
-            session[field].is_object(),
+            own[field].is_object(),
             "{field} missing from the session schema"
         );
     }
+    assert!(
+        session.as_array().is_some_and(|parts| parts
+            .iter()
+            .any(|part| part["$ref"] == "#/components/schemas/TerminalActivity")),
+        "the terminal's fields missing from the session schema: {session}"
+    );
     stack.shutdown().await;
 }
 
