@@ -118,7 +118,7 @@ async def drive(client, notifications, instance, session):
     await expect_notification(client, notifications, uri, instance, session)
 
     refused = await call(client, "read_screen", {"instance": instance, "session": "00000000-0000-4000-8000-000000000000"})
-    check(refused.structured_content["status"] == 404 and "not found" in tool_error_detail(refused), "an unknown session is the contract's 404", refused.content)
+    check((refused.meta or {}).get("ptyhub/status") == 404 and refused.structured_content is None and "not found" in tool_error_detail(refused), "an unknown session is the contract's 404", refused.content)
     refused = await call(client, "wait_for", {"instance": instance, "session": session, "pattern": "(", "timeout_ms": 1000})
     check("regex" in tool_error_detail(refused) or "pattern" in tool_error_detail(refused), "a pattern that does not compile is refused", refused.content)
     refused = await call(client, "wait_for", {"instance": instance, "session": session, "timeout_ms": 300001})

@@ -139,6 +139,25 @@ fn the_mcp_inspector_cli_lists_the_tools_and_runs_a_command() {
         Some("hi"),
         "{ran}"
     );
+
+    // A refusal is a tool error the inspector shows as the tool's result, with the contract's
+    // detail: not a complaint that the result does not fit the tool's output schema.
+    let refused = inspector.run(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "read_screen",
+        "--tool-arg",
+        "instance=agent",
+        "session=no-such-session",
+    ]);
+    let printed = shown(&refused);
+    assert!(printed.contains("not found"), "{printed}");
+    assert!(!printed.contains("outputSchema"), "{printed}");
+    assert!(
+        !printed.contains("must have required property"),
+        "{printed}"
+    );
 }
 
 #[test]

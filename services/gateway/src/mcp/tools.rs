@@ -5,9 +5,11 @@
 //! bodies' own validators check the arguments, so a bound has one message on both surfaces.
 //!
 //! An operation that fails answers a tool error (`isError`) whose text is the contract's
-//! `detail` and whose structured content is `{"detail", "status"}` (the HTTP status REST would
-//! answer), never a protocol error: the agent reads why and can correct itself. Arguments that
-//! do not fit the tool's schema are a tool error too, as they are 422 on REST.
+//! `detail`, with the HTTP status REST would answer in its `_meta` ([`STATUS_META`]), never a
+//! protocol error: the agent reads why and can correct itself. An error carries no structured
+//! content: clients check structured content against the tool's output schema (the TypeScript
+//! SDK and the inspector do, even for an error), and a refusal is not the tool's answer.
+//! Arguments that do not fit the tool's schema are a tool error too, as they are 422 on REST.
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -252,13 +254,19 @@ where
     }
 }
 
-/// A refusal as a tool error: the detail as text, and with the HTTP status REST would answer.
+/// The `_meta` key of a tool error that holds the HTTP status REST would answer.
+pub const STATUS_META: &str = "ptyhub/status";
+
+/// A refusal as a tool error: the detail as text, and the HTTP status REST would answer in its
+/// `_meta`.
 pub fn tool_error(error: &ApiError) -> CallToolResult {
     let mut result = CallToolResult::error(vec![ContentBlock::text(error.message.clone())]);
-    result.structured_content = Some(json!({
-        "detail": error.message,
-        "status": error.code.http_status().as_u16(),
-    }));
+    let mut meta = JsonObject::new();
+    meta.insert(
+        STATUS_META.to_owned(),
+        json!(error.code.http_status().as_u16()),
+    );
+    result.meta = Some(rmcp::model::MetaObject(meta));
     result
 }
 
@@ -695,8 +703,11 @@ mod tests {
         let result = tool_error(&ApiError::not_found("session not found"));
         assert_eq!(result.is_error, Some(true));
         assert_eq!(
-            result.structured_content,
-            Some(json!({"detail": "session not found", "status": 404}))
+            result.content[0].as_text().map(|text| text.text.as_str()),
+            Some("session not found")
         );
+        assert_eq!(result.structured_content, None, "no answer to check");
+        let meta = result.meta.expect("the status in _meta");
+        assert_eq!(meta.0[STATUS_META], json!(404));
     }
 }

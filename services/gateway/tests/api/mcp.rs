@@ -76,7 +76,7 @@ async fn answer(session: &Session, tool: &str, arguments: Value) -> Value {
     result.structured_content.expect("a structured answer")
 }
 
-/// The `{"detail", "status"}` of a tool that refused.
+/// The `{"detail", "status"}` of a tool that refused: its text, and the status in its `_meta`.
 async fn refusal(session: &Session, tool: &str, arguments: Value) -> Value {
     let result = call(session, tool, arguments).await;
     assert_eq!(
@@ -84,10 +84,13 @@ async fn refusal(session: &Session, tool: &str, arguments: Value) -> Value {
         Some(true),
         "{tool} was refused: {result:?}"
     );
-    let refusal = result.structured_content.expect("the refusal's detail");
-    let text = result.content[0].as_text().expect("a text").text.clone();
-    assert_eq!(refusal["detail"], text.as_str());
-    refusal
+    assert_eq!(
+        result.structured_content, None,
+        "a refusal is no answer to check against the tool's output schema"
+    );
+    let detail = result.content[0].as_text().expect("a text").text.clone();
+    let status = result.meta.expect("the status in _meta").0["ptyhub/status"].clone();
+    json!({"detail": detail, "status": status})
 }
 
 /// A local instance running bash with ptyhub's shell integration, and a session of it at its
