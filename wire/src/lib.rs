@@ -33,10 +33,10 @@ pub use credential::{
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};
+pub use secrecy::{ExposeSecret, SecretString};
 pub use secret::{
     SecretError, SecretSource, create_private_directory, create_private_file, read_secret_file,
     read_secret_lines, secret_from,
 };
 pub use tls::{PemCertificatesError, TlsConfig, TlsError, TlsFiles, pem_certificate_count};
-pub use secrecy::{ExposeSecret, SecretString};
 pub use tonic_health::ServingStatus;

@@ -25,11 +25,11 @@ use crate::attach_relay::AttachRelay;
 use crate::browser::{BrowserPolicy, origin_allowed};
 use crate::error::{ApiError, ErrorBody};
 use crate::front_door::FrontDoorLayer;
+use crate::rest::webhooks;
 use crate::rest::{
     INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
     recordings, screens, sessions, shares, signin,
 };
-use crate::rest::webhooks;
 use crate::session_proxy::{RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
 use crate::{browser, mcp, openapi, web, ws};

@@ -31,11 +31,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attachments::ClientId;
+pub use command_watch::CommandWatch;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, InputSent};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
-pub use command_watch::CommandWatch;
 pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem};
 pub(crate) use task::{SessionTask, TaskContext};
 pub use wait::{ScreenWait, WaitEnd, WaitOutcome, WaitTarget};

@@ -600,9 +600,12 @@ impl SessionApi for GrpcSessionApi {
         request: Request<pb::CreateWebhookRequest>,
     ) -> Result<Response<pb::Webhook>, Status> {
         let actor = actor_of(&request);
-        let webhook =
-            webhooks::create_webhook(&self.service.webhooks, request.into_inner(), &actor.principal)
-                .await?;
+        let webhook = webhooks::create_webhook(
+            &self.service.webhooks,
+            request.into_inner(),
+            &actor.principal,
+        )
+        .await?;
         Ok(Response::new(webhook))
     }
 
@@ -618,7 +621,8 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::DeleteWebhookRequest>,
     ) -> Result<Response<pb::Webhook>, Status> {
-        let deleted = webhooks::delete_webhook(&self.service.webhooks, request.into_inner()).await?;
+        let deleted =
+            webhooks::delete_webhook(&self.service.webhooks, request.into_inner()).await?;
         Ok(Response::new(deleted))
     }
 
