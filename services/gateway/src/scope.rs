@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
-use crate::domain::{Instance, Session, SessionChange};
+use crate::domain::{Instance, ScreenWaitResult, Session, SessionChange, TerminalActivity};
 use crate::error::ApiError;
 
 /// A record as a credential may see it. Every surface answers through these, so that what a
@@ -39,18 +39,39 @@ impl SeenBy for Instance {
     }
 }
 
-impl SeenBy for Session {
+impl SeenBy for TerminalActivity {
     /// A credential that may not read a session's commands (a share link's) sees what the
     /// terminal is doing but not where its shell is nor which command runs: both are of the
     /// commands it may not list.
-    fn seen_by(mut self, access: &Access) -> Self {
-        if !access.sees_commands()
-            && let Some(terminal) = &mut self.terminal
-        {
-            terminal.cwd = None;
-            terminal.running_command = None;
+    fn seen_by(self, access: &Access) -> Self {
+        if access.sees_commands() {
+            return self;
         }
-        self
+        Self {
+            cwd: None,
+            running_command: None,
+            ..self
+        }
+    }
+}
+
+impl SeenBy for Session {
+    /// What its terminal is doing, as the credential sees it.
+    fn seen_by(self, access: &Access) -> Self {
+        Self {
+            terminal: self.terminal.map(|terminal| terminal.seen_by(access)),
+            ..self
+        }
+    }
+}
+
+impl SeenBy for ScreenWaitResult {
+    /// What the terminal was doing as the wait answered, as the credential sees it.
+    fn seen_by(self, access: &Access) -> Self {
+        Self {
+            terminal: self.terminal.map(|terminal| terminal.seen_by(access)),
+            ..self
+        }
     }
 }
 

@@ -35,7 +35,7 @@ use tonic::{Request, Response, Status};
 use ptyhub_wire::Surface;
 
 use crate::auth::Principal;
-use crate::domain::Instance;
+use crate::domain::{Instance, TerminalActivity};
 use crate::front_door::{grpc_surface_of as surface_of, principal_of};
 use crate::grpc::SessionApiClient;
 use crate::grpc::{instance_from_proto, instance_to_proto, session_from_proto};
@@ -526,18 +526,27 @@ impl SessionApi for SessionApiProxy {
             .access
             .check_scrollback(message.scrollback)
             .map_err(|error| error.to_status())?;
-        // A wait is held open like a stream: it counts among the principal's, on every surface.
-        let _open = self
+        // A wait is held open like a stream: it counts among the principal's, on every surface,
+        // and ends with its credential.
+        let open = self
             .state
             .streams
             .open(&principal)
             .map_err(|error| error.to_status())?;
         // Not the channel every other call uses: a wait may outlast its per-call bound.
-        self.state
-            .upstreams
-            .forward_wait_for_screen(message)
+        let mut answer = open
+            .unless_credential_ends(self.state.upstreams.forward_wait_for_screen(message))
             .await
-            .map_err(forwarded)
+            .map_err(|end| ErrorCode::Unauthenticated.status(end.reason()))?
+            .map_err(forwarded)?;
+        // What the terminal was doing, as the credential may see it.
+        let answered = answer.get_mut();
+        answered.terminal = answered
+            .terminal
+            .take()
+            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+            .map(|terminal| terminal.seen_by(&principal.access).into());
+        Ok(answer)
     }
 
     async fn list_commands(

@@ -127,6 +127,18 @@ impl OpenStream {
         &self.credential
     }
 
+    /// Runs `work` (a wait) while the slot is held, cut short when the credential ends first:
+    /// a revoked share's wait must not answer the screen after the revocation.
+    pub async fn unless_credential_ends<F: Future>(
+        &self,
+        work: F,
+    ) -> Result<F::Output, CredentialEnd> {
+        tokio::select! {
+            output = work => Ok(output),
+            end = self.credential.ended() => Err(end),
+        }
+    }
+
     /// The slot, held for as long as the stream lasts, and the credential's watch, for a stream
     /// that keeps them in different places.
     pub fn into_parts(self) -> (StreamSlot, CredentialWatch) {
@@ -158,6 +170,13 @@ impl Drop for StreamSlot {
 pub enum CredentialEnd {
     Expired,
     Revoked,
+}
+
+impl From<CredentialEnd> for ApiError {
+    /// A stream or wait its credential outlived: 401 (`UNAUTHENTICATED`), saying why.
+    fn from(end: CredentialEnd) -> Self {
+        ApiError::unauthenticated(end.reason())
+    }
 }
 
 impl CredentialEnd {

@@ -579,13 +579,17 @@ async fn wait_for(
     principal.access.check_scrollback(wait.screen.scrollback)?;
     let (instance, session) =
         live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
-    // A wait is held open like a stream: it counts among the principal's, as on REST.
-    let _open = state.streams.open(principal)?;
-    let result = state
-        .upstreams
-        .wait_for_screen(&instance.id, &session.id, wait)
-        .await?;
-    Ok(result.into())
+    // A wait is held open like a stream: it counts among the principal's, and ends with its
+    // credential, as on REST.
+    let open = state.streams.open(principal)?;
+    let result = open
+        .unless_credential_ends(
+            state
+                .upstreams
+                .wait_for_screen(&instance.id, &session.id, wait),
+        )
+        .await??;
+    Ok(result.seen_by(&principal.access).into())
 }
 
 async fn run_command(

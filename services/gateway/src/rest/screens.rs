@@ -12,6 +12,7 @@ use super::bodies::{
 };
 use super::extract::{Caller, InstanceScope, JsonBody, SessionPath};
 use crate::error::{ApiError, ErrorBody};
+use crate::scope::SeenBy as _;
 use crate::state::AppState;
 
 /// The session's screen: `format=text` (default) gives `lines` and `text`, `ansi` the rows with
@@ -116,11 +117,15 @@ pub async fn wait_for_screen(
     let session = state
         .authorize_live_session(&principal, &instance, &sid)
         .await?;
-    // A wait is held open like a stream: it counts among the principal's, on every surface.
-    let _open = state.streams.open(&principal)?;
-    let result = state
-        .upstreams
-        .wait_for_screen(&instance.id, &session.id, wait)
-        .await?;
-    Ok(Json(result.into()))
+    // A wait is held open like a stream: it counts among the principal's, on every surface,
+    // and ends with its credential.
+    let open = state.streams.open(&principal)?;
+    let result = open
+        .unless_credential_ends(
+            state
+                .upstreams
+                .wait_for_screen(&instance.id, &session.id, wait),
+        )
+        .await??;
+    Ok(Json(result.seen_by(&principal.access).into()))
 }

@@ -788,3 +788,110 @@ async fn a_share_does_not_see_which_command_runs() {
     }
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "bash", None).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    at_prompt(&stack, &instance, &session_id).await;
+    // The shell reports its directory at its prompt.
+    type_input(
+        &stack,
+        &instance,
+        &session_id,
+        json!({"text": "cd /tmp", "keys": ["Enter"]}),
+    )
+    .await
+    .expect(200, "change directory");
+    eventually("the shell is at its prompt in /tmp", || async {
+        let session = get_session(&stack, &instance, &session_id).await;
+        (session["state"] == "at_prompt" && session["cwd"] == "/tmp").then_some(())
+    })
+    .await;
+    type_input(
+        &stack,
+        &instance,
+        &session_id,
+        json!({"text": "sleep 60", "keys": ["Enter"]}),
+    )
+    .await
+    .expect(200, "type a command that runs a while");
+    eventually("the command runs", || async {
+        let session = get_session(&stack, &instance, &session_id).await;
+        (session["state"] == "running").then_some(())
+    })
+    .await;
+    let shared = rest(
+        &stack,
+        Method::POST,
+        &format!("/api/v1/instances/{instance}/shares"),
+        Some(json!({"session_id": session_id})),
+    )
+    .await
+    .expect(201, "share the session");
+    let token = shared["token"].as_str().expect("a token").to_owned();
+    let wait_path = format!("{}/{session_id}/wait", sessions_path(&instance));
+    let on_screen = json!({"pattern": "sleep 60", "timeout_ms": 5000});
+
+    // The admin's wait says where the shell is and which command runs; the share's does not.
+    let admin = rest(&stack, Method::POST, &wait_path, Some(on_screen.clone()))
+        .await
+        .expect(200, "the admin waits for what the screen shows");
+    assert!(admin["terminal"]["running_command_id"].is_u64(), "{admin}");
+    assert_eq!(admin["terminal"]["cwd"], "/tmp", "{admin}");
+    let seen = rest_as(
+        &stack,
+        Some(&token),
+        Method::POST,
+        &wait_path,
+        Some(on_screen),
+    )
+    .await
+    .expect(200, "a share waits for what the screen shows");
+    assert_eq!(seen["terminal"]["state"], "running", "{seen}");
+    assert_eq!(
+        seen["terminal"]["running_command_id"],
+        Value::Null,
+        "{seen}"
+    );
+    assert_eq!(seen["terminal"]["cwd"], Value::Null, "{seen}");
+
+    // A share's wait for what never comes ends when the share is revoked, not at its timeout:
+    // with the words of a wait cut short ("share link revoked"), not those of a credential
+    // refused at the door, which a wait sent after the revocation would get.
+    let wait = rest_as(
+        &stack,
+        Some(&token),
+        Method::POST,
+        &wait_path,
+        Some(json!({"pattern": "never-shown", "timeout_ms": 300000})),
+    );
+    let revoke = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        rest(
+            &stack,
+            Method::DELETE,
+            &format!(
+                "/api/v1/instances/{instance}/shares/{}",
+                shared["id"].as_str().expect("an id")
+            ),
+            None,
+        )
+        .await
+        .expect(200, "revoke the share");
+    };
+    let (ended, ()) = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        tokio::join!(wait, revoke)
+    })
+    .await
+    .expect("the wait ends with its share, long before its timeout");
+    assert_eq!(
+        ended.expect_error(401, "a revoked share's wait is refused"),
+        "share link revoked"
+    );
+    stack.shutdown().await;
+}
