@@ -186,6 +186,7 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
         SKIP_LOG_VARIABLE.to_owned(),
         skip_log.to_string_lossy().into_owned(),
     ));
+    variables.extend(test_home()?);
     let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
     if deps::in_ci() {
         args.extend(["--profile", "ci"]);
@@ -228,6 +229,36 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
     } else {
         anyhow::bail!("failed: {}", failures.join(", "))
     }
+}
+
+/// A `HOME` of the tests' own, empty at every run, with cargo's and rustup's homes kept where
+/// they are. The shells that tests start read their user's startup files (shell integration
+/// runs them first, as it must), and the machine's own would make the tests depend on it: a
+/// `pyenv init` in root's `.bashrc` takes a lock while it rehashes, a test that ends a shell in
+/// that moment leaves the lock behind, and every later shell then waits 60 s for it.
+fn test_home() -> Result<Vec<(String, String)>> {
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .context("HOME is not set")?;
+    let kept = |variable: &str, default: &str| {
+        std::env::var_os(variable).map_or_else(|| home.join(default), std::path::PathBuf::from)
+    };
+    let cargo_home = kept("CARGO_HOME", ".cargo");
+    let rustup_home = kept("RUSTUP_HOME", ".rustup");
+    let test_home = run::target_dir().join("ptyhub-test-home");
+    if let Err(error) = std::fs::remove_dir_all(&test_home)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(error).with_context(|| format!("cannot empty {}", test_home.display()));
+    }
+    std::fs::create_dir_all(&test_home)
+        .with_context(|| format!("cannot create {}", test_home.display()))?;
+    let text = |path: std::path::PathBuf| path.to_string_lossy().into_owned();
+    Ok(vec![
+        ("HOME".to_owned(), text(test_home)),
+        ("CARGO_HOME".to_owned(), text(cargo_home)),
+        ("RUSTUP_HOME".to_owned(), text(rustup_home)),
+    ])
 }
 
 /// The name of the variable through which the tests and the bench report a skip; the same as
