@@ -83,31 +83,37 @@ async fn screen_waits_hold_the_principals_stream_slots_on_every_surface() {
     let (_, other_session) = live_session(&stack).await;
 
     // Two long waits of the admin's fill its two slots.
-    let waits: Vec<_> = (0..2)
-        .map(|_| {
-            let (session, admin) = (session.clone(), admin.clone());
-            tokio::spawn(async move { wait(&session, &admin, NEVER_SHOWN, 300_000).await })
-        })
-        .collect();
+    let long_wait = || {
+        let (session, admin) = (session.clone(), admin.clone());
+        tokio::spawn(async move { wait(&session, &admin, NEVER_SHOWN, 300_000).await })
+    };
+    let mut waits = vec![long_wait(), long_wait()];
 
     // Once both are waiting, a third wait is refused rather than run (a wait that runs ends
-    // with 408 after its millisecond), on any of the principal's sessions.
-    let refused = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(25), || async {
-        if waits.iter().any(tokio::task::JoinHandle::is_finished) {
-            return Some((0, Value::Null));
+    // with 408 after its millisecond), on any of the principal's sessions. A probe holds a
+    // slot while it runs, so a long wait that came in meanwhile may have been refused (429):
+    // it is started again. Any other end of a long wait is a failure.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let refused = loop {
+        for slot in &mut waits {
+            if slot.is_finished() {
+                let (status, answer) = std::mem::replace(slot, long_wait()).await.expect("a wait");
+                assert_eq!(
+                    status, 429,
+                    "a long wait ended before the test ended it: {answer}"
+                );
+            }
         }
         let (status, body) = wait(&other_session, &admin, NEVER_SHOWN, 1).await;
-        (status != 408).then_some((status, body))
-    })
-    .await
-    .expect("a third wait refused once two wait");
-    if refused.0 == 0 {
-        let mut answers = Vec::new();
-        for wait in waits {
-            answers.push(wait.await.expect("a wait"));
+        if status != 408 {
+            break (status, body);
         }
-        panic!("a long wait ended before the test ended it: {answers:?}");
-    }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no third wait refused while two waited"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
     assert_eq!(refused.0, 429, "{}", refused.1);
     let detail = refused.1["detail"].as_str().expect("a detail");
     assert!(detail.contains("streams already"), "{detail}");
