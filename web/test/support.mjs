@@ -3,11 +3,11 @@
 // the browser and the gateway), and small helpers that wait for conditions on the page.
 
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
@@ -34,7 +34,8 @@ export function inCi() {
 
 /**
  * Why the tests cannot run here (no Chromium, no ptyhub binary, no built page), or null. Under
- * CI=true a missing requirement throws instead, so the run fails rather than skipping.
+ * CI=true a missing requirement throws instead, so the run fails rather than skipping; elsewhere
+ * the skip is also recorded in the run's list of skips (see `recordSkip`).
  */
 export function missingRequirement() {
   const problems = [];
@@ -47,7 +48,25 @@ export function missingRequirement() {
   if (problems.length === 0) return null;
   const reason = problems.join('; ');
   if (inCi()) throw new Error(`browser tests cannot run under CI=true: ${reason}`);
+  recordSkip(`browser tests ${basename(process.argv[1] ?? 'unknown file')}`, reason);
   return reason;
+}
+
+/**
+ * Prints `SKIP: <what>: <why>` and appends it to the file `cargo xtask test` names in
+ * PTYHUB_TEST_SKIP_LOG, which the run prints at its end, so that a skipped file is never counted as
+ * passed without a word. One write per line: test files run at once do not interleave.
+ */
+function recordSkip(what, why) {
+  const line = `SKIP: ${what}: ${why}`;
+  console.error(line);
+  const log = process.env.PTYHUB_TEST_SKIP_LOG;
+  if (!log) return;
+  try {
+    appendFileSync(log, `${line}\n`);
+  } catch (error) {
+    console.error(`cannot record the skip in ${log}: ${error}`);
+  }
 }
 
 export function chromiumExecutable() {

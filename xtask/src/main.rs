@@ -15,6 +15,7 @@ mod deps;
 mod dist;
 mod interop;
 mod run;
+mod skips;
 mod smoke;
 mod tidy;
 mod tools;
@@ -22,6 +23,8 @@ mod web;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+
+use crate::skips::SkipList;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Build, test and CI tasks for ptyhub")]
@@ -49,13 +52,15 @@ enum Task {
         /// Skip the browser tests of the web page and the fresh-clone run of `cargo xtask up`.
         #[arg(long)]
         no_browser: bool,
-        /// Extra arguments for `cargo nextest run` (a filter, `--no-capture`, ...). A filter
-        /// also skips the browser tests.
+        /// Extra arguments for `cargo nextest run` (a filter, `--no-capture`, ...). Any of them
+        /// also skips the whole-system stages (quick benchmarks, browser tests, fresh clone),
+        /// each listed as a `SKIP:` line at the end.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         nextest_args: Vec<String>,
     },
     /// Format check, clippy with warnings denied, `cargo deny check`, `cargo machete`, the
-    /// page's type check (tsc on its JSDoc types) and linter (eslint), then `test`.
+    /// page's type check (tsc on its JSDoc types) and linter (eslint), then `test`, then a
+    /// minute of `fuzz`.
     Ci,
     /// The dependency checks of `ci` alone: `cargo deny check` (licences, advisories, bans,
     /// sources) and `cargo machete` (unused dependencies).
@@ -64,7 +69,8 @@ enum Task {
     /// print the environment the tests expect.
     Deps,
     /// The fuzz-style property suite (the gateway's `fuzz_` tests) for longer than the short
-    /// pass every test run makes: each property draws inputs for its share of the minutes.
+    /// pass every test run makes: each property draws inputs for its share of the minutes. A
+    /// failure's seed is written to the suite's regression corpus, which every test run replays.
     Fuzz {
         /// How long the whole suite runs.
         #[arg(long, default_value_t = 5)]
@@ -96,8 +102,19 @@ fn main() -> Result<()> {
         Task::Test {
             no_browser,
             nextest_args,
-        } => test(&nextest_args, !no_browser && nextest_args.is_empty()),
+        } => {
+            let skips = SkipList::fresh()?;
+            let stages = if no_browser {
+                Stages::NoBrowser
+            } else {
+                Stages::All
+            };
+            let tested = test(&nextest_args, stages, &skips);
+            skips.print();
+            tested
+        }
         Task::Ci => {
+            let skips = SkipList::fresh()?;
             run::cargo(&["fmt", "--all", "--", "--check"])?;
             run::cargo(&[
                 "clippy",
@@ -107,11 +124,18 @@ fn main() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
-            audit()?;
+            audit(&skips)?;
             web::check_page(&run::workspace_root())?;
-            test(&[], true)
+            let tested = test(&[], Stages::AllThenFuzz, &skips);
+            skips.print();
+            tested
         }
-        Task::Audit => audit(),
+        Task::Audit => {
+            let skips = SkipList::fresh()?;
+            let audited = audit(&skips);
+            skips.print();
+            audited
+        }
         Task::Deps => {
             let environment = deps::prepare()?;
             for (name, value) in environment.variables() {
@@ -121,17 +145,22 @@ fn main() -> Result<()> {
         }
         Task::Tidy => tidy::tidy(),
         Task::Bench { quick } => bench::bench(quick),
-        Task::Fuzz { minutes } => fuzz(minutes),
+        Task::Fuzz { minutes } => fuzz(minutes * 60, &[]),
     }
 }
 
-/// The gateway's fuzz tests, one at a time (each gets the same share of the budget), through
+/// How long `cargo xtask ci` fuzzes after the tests: long enough to try inputs beyond the short
+/// pass of every test run, short enough not to dominate the run.
+const CI_FUZZ_SECONDS: u64 = 60;
+
+/// The gateway's fuzz tests, one at a time (each gets the same share of `total_seconds`), through
 /// `cargo test` rather than nextest, whose slow-test timeout would end a long property.
-fn fuzz(minutes: u64) -> Result<()> {
+fn fuzz(total_seconds: u64, variables: &[(String, String)]) -> Result<()> {
     /// The `fuzz_` tests in `services/gateway/tests/api/fuzz.rs`.
     const FUZZ_TESTS: u64 = 6;
-    let seconds = (minutes * 60 / FUZZ_TESTS).max(1);
-    let variables = [("PTYHUB_FUZZ_SECONDS".to_owned(), seconds.to_string())];
+    let seconds = (total_seconds / FUZZ_TESTS).max(1);
+    let mut variables = variables.to_vec();
+    variables.push(("PTYHUB_FUZZ_SECONDS".to_owned(), seconds.to_string()));
     run::cargo_with_env(
         &[
             "test",
@@ -148,8 +177,8 @@ fn fuzz(minutes: u64) -> Result<()> {
     )
 }
 
-fn audit() -> Result<()> {
-    tools::deny()?;
+fn audit(skips: &SkipList) -> Result<()> {
+    tools::deny(skips)?;
     tools::machete()
 }
 
@@ -171,21 +200,22 @@ fn up(up_args: &[String]) -> Result<()> {
     run::cargo(&args)
 }
 
-fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
+/// Which stages `test` runs after the workspace's tests (a nextest argument drops them all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stages {
+    /// The quick benchmarks, the browser tests and the fresh-clone run.
+    All,
+    /// The quick benchmarks only (`--no-browser`).
+    NoBrowser,
+    /// All, then a short fuzz run (`cargo xtask ci`).
+    AllThenFuzz,
+}
+
+fn test(nextest_args: &[String], stages: Stages, skips: &SkipList) -> Result<()> {
     let environment = deps::prepare()?;
     let root = run::workspace_root();
-    // Tests skipped for a missing dependency (never under CI) say so here, one line each.
-    let skip_log = run::target_dir().join("ptyhub-skipped-tests.log");
-    if let Err(error) = std::fs::remove_file(&skip_log)
-        && error.kind() != std::io::ErrorKind::NotFound
-    {
-        return Err(error).with_context(|| format!("cannot reset {}", skip_log.display()));
-    }
     let mut variables = environment.variables();
-    variables.push((
-        SKIP_LOG_VARIABLE.to_owned(),
-        skip_log.to_string_lossy().into_owned(),
-    ));
+    variables.push(skips.variable());
     variables.extend(test_home()?);
     let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
     if deps::in_ci() {
@@ -202,10 +232,16 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
     };
     stage("workspace tests", run::cargo_with_env(&args, &variables));
     // A filter asks for some tests only: the suites below are whole-system runs.
-    if nextest_args.is_empty() {
+    let dropped_by = dropped_by(nextest_args);
+    match &dropped_by {
+        Some(reason) => skips.record("quick benchmarks", reason),
         // The benchmarks at a small size, so that they never rot (not a speed check).
-        stage("quick benchmarks", bench::run_bench(true, &variables));
-        if with_browser {
+        None => stage("quick benchmarks", bench::run_bench(true, &variables)),
+    }
+    match (&dropped_by, stages) {
+        (Some(reason), _) => record_whole_system_skips(skips, reason),
+        (None, Stages::NoBrowser) => record_whole_system_skips(skips, "--no-browser was given"),
+        (None, Stages::All | Stages::AllThenFuzz) => {
             // The page first, then the binaries, which carry it (the binary test runs `ptyhub`
             // with no page beside it). Built with every target, as nextest built them, so that
             // feature unification is the same and only the crates that embed the page rebuild.
@@ -213,7 +249,8 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
                 "browser tests",
                 web::build_page(&root).and_then(|dist| {
                     run::cargo(&["build", "--quiet", "--workspace", "--all-targets"])?;
-                    web::run_browser_tests(&root, &dist, &run::target_dir().join("debug/ptyhub"))
+                    let ptyhub = run::target_dir().join("debug/ptyhub");
+                    web::run_browser_tests(&root, &dist, &ptyhub, &variables)
                 }),
             );
             // The README's first command, on a clean checkout.
@@ -223,12 +260,34 @@ fn test(nextest_args: &[String], with_browser: bool) -> Result<()> {
             );
         }
     }
-    print_skipped(&skip_log);
+    if dropped_by.is_none() && stages == Stages::AllThenFuzz {
+        stage(
+            &format!("fuzz ({CI_FUZZ_SECONDS} s)"),
+            fuzz(CI_FUZZ_SECONDS, &variables),
+        );
+    }
     if failures.is_empty() {
         Ok(())
     } else {
         anyhow::bail!("failed: {}", failures.join(", "))
     }
+}
+
+/// Why the whole-system stages do not run, if they do not: any argument for nextest asks for
+/// some tests only, and the whole-system stages would not honour it.
+fn dropped_by(nextest_args: &[String]) -> Option<String> {
+    (!nextest_args.is_empty()).then(|| {
+        format!(
+            "nextest arguments were given (`{}`), so the whole-system stages do not run",
+            nextest_args.join(" ")
+        )
+    })
+}
+
+/// The stages that need the browser, listed as skipped for `reason`.
+fn record_whole_system_skips(skips: &SkipList, reason: &str) {
+    skips.record("browser tests", reason);
+    skips.record("cargo xtask up on a fresh clone", reason);
 }
 
 /// A `HOME` of the tests' own, empty at every run, with cargo's and rustup's homes kept where
@@ -259,25 +318,4 @@ fn test_home() -> Result<Vec<(String, String)>> {
         ("CARGO_HOME".to_owned(), text(cargo_home)),
         ("RUSTUP_HOME".to_owned(), text(rustup_home)),
     ])
-}
-
-/// The name of the variable through which the tests and the bench report a skip; the same as
-/// `ptyhub_test_support::SKIP_LOG_VARIABLE` (xtask does not depend on the workspace's crates).
-const SKIP_LOG_VARIABLE: &str = "PTYHUB_TEST_SKIP_LOG";
-
-/// Lists the skipped tests after the run, so that a skip never reads as a pass.
-fn print_skipped(skip_log: &std::path::Path) {
-    let skipped = std::fs::read_to_string(skip_log).unwrap_or_default();
-    let lines: Vec<&str> = skipped.lines().filter(|line| !line.is_empty()).collect();
-    if lines.is_empty() {
-        eprintln!("skipped: none");
-        return;
-    }
-    eprintln!(
-        "skipped: {} (counted as passed above; install the dependency or run `cargo xtask deps`):",
-        lines.len()
-    );
-    for line in lines {
-        eprintln!("  {line}");
-    }
 }

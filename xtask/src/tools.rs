@@ -6,7 +6,7 @@
 //! - `cargo deny check`: licences, bans (duplicate versions warn), sources, and security
 //!   advisories. The advisory database is a git repository that this machine may not reach; when
 //!   it cannot be fetched, the check uses the copy fetched before, and with none it runs without
-//!   advisories and says so in a `SKIP:` line (never silently).
+//!   advisories and says so in a `SKIP:` line of the run's final list (never silently).
 //! - `cargo machete`: dependencies declared but never used.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 
 use crate::run;
+use crate::skips::SkipList;
 
 /// A cargo plugin at the version the gates were written against.
 #[derive(Debug, Clone, Copy)]
@@ -36,7 +37,7 @@ const CARGO_MACHETE: Tool = Tool {
 const DEFAULT_TOOLS_DIR: &str = "/var/cache/ptyhub-tools";
 
 /// `cargo deny check`, with the advisories as the database allows (see the module docs).
-pub fn deny() -> Result<()> {
+pub fn deny(skips: &SkipList) -> Result<()> {
     let path = ensure_installed(CARGO_DENY)?;
     let fetched = run::status(cargo_with_tools(&path).args(["deny", "fetch", "db"]));
     match fetched {
@@ -49,9 +50,12 @@ pub fn deny() -> Result<()> {
             deny_check(&path, &["--disable-fetch"])
         }
         Err(error) => {
-            eprintln!(
-                "SKIP: cargo deny advisories: the advisory database cannot be fetched and none \
-                 was fetched before ({error:#}); licences, bans and sources are still checked"
+            skips.record(
+                "cargo deny advisories",
+                &format!(
+                    "the advisory database cannot be fetched and none was fetched before \
+                     ({error:#}); licences, bans and sources are still checked"
+                ),
             );
             deny_check(&path, &["licenses", "bans", "sources"])
         }

@@ -64,8 +64,15 @@ pub fn check_page(root: &Path) -> Result<()> {
 }
 
 /// Runs the browser tests against `ptyhub_binary` (its `up` command) with the page built in
-/// `dist`, which the binary must have been built after (the binary test loads the page built in).
-pub fn run_browser_tests(root: &Path, dist: &Path, ptyhub_binary: &Path) -> Result<()> {
+/// `dist`, which the binary must have been built after (the binary test loads the page built in),
+/// and `variables` in their environment (among them the run's skip list, which a test file that
+/// cannot run outside CI appends its `SKIP:` line to).
+pub fn run_browser_tests(
+    root: &Path,
+    dist: &Path,
+    ptyhub_binary: &Path,
+    variables: &[(String, String)],
+) -> Result<()> {
     if !ptyhub_binary.is_file() {
         bail!(
             "no ptyhub binary at {} (build it with `cargo build -p cli` first)",
@@ -80,6 +87,7 @@ pub fn run_browser_tests(root: &Path, dist: &Path, ptyhub_binary: &Path) -> Resu
     command
         .args(["test"])
         .current_dir(root.join(WEB_DIR))
+        .envs(variables.iter().map(|(name, value)| (name, value)))
         .env("PTYHUB_BINARY", &binary)
         .env("PTYHUB_WEB_DIR", dist);
     if let Some(chromium) = chromium {
