@@ -2,7 +2,16 @@
 // instance, and the terminal WebSocket's address. The credential is the session cookie, which
 // the browser sends itself: no token is in any header, URL or storage of the page.
 
-/** @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null }} SessionRecord */
+/**
+ * A session as REST and the change stream give it; `state`, `progress` and `last_notification`
+ * say what its terminal is doing (CONTRACT.md "Commands and terminal state").
+ * @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null, state?: string, progress?: { kind: string, percent: number | null } | null, last_notification?: { text: string, at: string } | null }} SessionRecord
+ */
+/**
+ * A command of a session's shell (CONTRACT.md "Commands"): `output_start` .. `output_end` are
+ * offsets in the session's output.
+ * @typedef {{ id: number, command: string, cwd: string | null, started_at: string, ended_at: string | null, exit_code: number | null, duration_ms: number | null, output_start: number, output_end: number | null }} CommandRecord
+ */
 
 /** A refused or failed call: `status` is the HTTP status (0 when the gateway did not answer). */
 export class ApiError extends Error {
@@ -81,6 +90,14 @@ export const api = {
    * @returns {Promise<{ id: string, url: string, expires_at: string }>}
    */
   createShare: (iid, sid) => call('POST', `${instancePath(iid)}/shares`, sid ? { session_id: sid } : {}),
+  /**
+   * The commands a session keeps with an id above `after`, oldest first.
+   * @param {string} iid @param {string} sid @param {number} [after] @returns {Promise<CommandRecord[]>}
+   */
+  listCommands: async (iid, sid, after = 0) =>
+    (await call('GET', `${sessionPath(iid, sid)}/commands?after=${after}&limit=1000`)).commands ?? [],
+  /** A command's output as plain text. @param {string} iid @param {string} sid @param {number} cid @returns {Promise<string>} */
+  commandOutput: (iid, sid, cid) => fetchText(`${sessionPath(iid, sid)}/commands/${cid}/output?format=text`),
   watchSessions,
   terminalSocketUrl,
 };
@@ -89,10 +106,20 @@ export const api = {
  * @param {string} iid
  * @param {string} sid
  */
-async function getRecording(iid, sid) {
+function getRecording(iid, sid) {
+  return fetchText(`${sessionPath(iid, sid)}/recording`);
+}
+
+/**
+ * A GET whose answer is text (a recording, a command's output); an ApiError with the `detail`
+ * when it is refused.
+ * @param {string} path
+ * @returns {Promise<string>}
+ */
+async function fetchText(path) {
   let response;
   try {
-    response = await fetch(`${sessionPath(iid, sid)}/recording`, { cache: 'no-store' });
+    response = await fetch(path, { cache: 'no-store' });
   } catch (error) {
     throw new ApiError(0, `the gateway cannot be reached (${error instanceof Error ? error.message : error})`);
   }

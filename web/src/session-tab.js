@@ -13,9 +13,11 @@ import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
 import { CLOSE } from './close-codes.js';
+import { CommandMarks } from './commands.js';
 import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
 import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
+import { sendWheelForTouchScrolling } from './touch.js';
 
 /** The search highlights, per theme (`#RRGGBB`, as the search addon requires). */
 const SEARCH_DECORATIONS = Object.freeze({
@@ -134,6 +136,15 @@ export class SessionTab {
     this.pendingBell = false;
     /** The tab strip's elements, which the page builds. @type {any} */
     this.ui = null;
+    /** Inputs sent with an id whose `input_ack` has not come yet, by id. @type {Map<string, { resolve: (ack: any) => void, reject: (error: Error) => void }>} */
+    this.pendingReceipts = new Map();
+    this.inputSerial = 0;
+    /**
+     * What the session's terminal is doing, as the change stream last said (CONTRACT.md "Terminal
+     * state"): `state`, `progress`, `last_notification`.
+     * @type {{ state: string | null, progress: { kind: string, percent: number | null } | null, lastNotification: { text: string, at: string } | null }}
+     */
+    this.terminalState = { state: null, progress: null, lastNotification: null };
 
     this.terminal = new Terminal({
       cursorBlink: !viewer,
@@ -199,6 +210,14 @@ export class SessionTab {
       settings: localEchoSettings,
     });
     if (this.localEcho) Object.defineProperty(this.pane, 'localEcho', { value: this.localEcho });
+    /** The prompts in the scrollback and the commands that ran at them (commands.js). */
+    this.commandMarks = new CommandMarks({
+      terminal: this.terminal,
+      onMarkClicked: (prompt, element) => this.callbacks.onCommandMark(this, prompt, element),
+    });
+    // For the browser tests and tools: the marks as lines, commands and outcomes.
+    Object.defineProperty(this.pane, 'commandMarks', { get: () => this.commandMarks.describe() });
+    sendWheelForTouchScrolling(this.host, this.terminal);
 
     this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
     // Binary input (X10 mouse reports) is never printable: it ends prediction.
@@ -315,7 +334,28 @@ export class SessionTab {
       this.lastBellAt = session.last_bell_at;
       this.callbacks.onAttention(this, 'bell');
     }
+    if (this.applyTerminalState(session)) changed = true;
     if (changed) this.changed();
+  }
+
+  /**
+   * Takes the record's `state`, `progress` and `last_notification`; tells the page when `state`
+   * changed (a background session that starts waiting for input wants a look). Returns whether
+   * anything the tab shows changed.
+   * @param {import('./api.js').SessionRecord} session
+   */
+  applyTerminalState(session) {
+    if (typeof session.state !== 'string') return false;
+    const previous = this.terminalState;
+    const next = { state: session.state, progress: session.progress ?? null, lastNotification: session.last_notification ?? null };
+    const same = previous.state === next.state
+      && JSON.stringify(previous.progress) === JSON.stringify(next.progress)
+      && JSON.stringify(previous.lastNotification) === JSON.stringify(next.lastNotification);
+    if (same) return false;
+    this.terminalState = next;
+    if (session.state === 'exited' && typeof session.exit_code === 'number') this.exitCode = session.exit_code;
+    if (previous.state !== next.state) this.callbacks.onTerminalState(this, previous.state);
+    return true;
   }
 
   get live() {
@@ -332,7 +372,7 @@ export class SessionTab {
     if (this.ended) return ENDED_WORDS[this.ended];
     switch (this.status) {
       case Status.idle:
-        return 'Not connected yet';
+        return 'Not connected yet: attaches when shown';
       case Status.connecting:
         return 'Connecting…';
       case Status.connected:
@@ -389,6 +429,7 @@ export class SessionTab {
     socket.onclose = (event) => {
       if (socket !== this.socket) return;
       this.socket = null;
+      this.failPendingReceipts('the connection was lost');
       this.handleClose(event.code, event.reason);
     };
   }
@@ -428,6 +469,7 @@ export class SessionTab {
   closeSocket() {
     const socket = this.socket;
     this.socket = null;
+    this.failPendingReceipts('the connection was closed');
     if (socket && socket.readyState <= WebSocket.OPEN) socket.close(CLOSE.NORMAL, 'tab closed');
   }
 
@@ -492,8 +534,16 @@ export class SessionTab {
       case 'exit':
         this.handleExit(message.code, message.signal);
         break;
+      case 'input_ack':
+        this.settleReceipt(message.id, (pending) => pending.resolve(message));
+        break;
       case 'error':
-        this.writeNotice(`server: ${message.message}`);
+        // A refused input with an id is its key's failure to show, not a notice in the terminal.
+        if (typeof message.id === 'string' && this.pendingReceipts.has(message.id)) {
+          this.settleReceipt(message.id, (pending) => pending.reject(new Error(String(message.message))));
+        } else {
+          this.writeNotice(`server: ${message.message}`);
+        }
         break;
       default:
         break;
@@ -527,6 +577,7 @@ export class SessionTab {
     }
     this.setStatus(Status.connected);
     this.changed();
+    this.callbacks.onConnected(this);
   }
 
   /**
@@ -535,6 +586,7 @@ export class SessionTab {
    */
   clearForRestart() {
     this.localEcho?.reset();
+    this.commandMarks.clear();
     this.terminal.write('\x1bc\x1b[3J');
   }
 
@@ -543,8 +595,10 @@ export class SessionTab {
     const offset = this.snapshotOffset;
     this.snapshotOffset = null;
     this.localEcho?.reset();
+    this.commandMarks.clear();
     this.terminal.reset();
-    this.terminal.write(bytes);
+    this.commandMarks.writtenWithoutOffsets();
+    this.terminal.write(bytes, () => this.commandMarks.parsed(offset));
     this.cursor = offset;
     this.written = offset;
   }
@@ -560,12 +614,12 @@ export class SessionTab {
     this.written = end;
     // The old process's last words after a reset began: the new one gets a clean screen.
     if (this.discardingOldOutput) return;
-    if (this.localEcho) {
-      const seq = this.localEcho.receivedOutput();
-      this.terminal.write(fresh, () => this.localEcho.drawnOutput(seq));
-    } else {
-      this.terminal.write(fresh);
-    }
+    const seq = this.localEcho?.receivedOutput();
+    this.commandMarks.written(fresh, end - fresh.length);
+    this.terminal.write(fresh, () => {
+      if (seq !== undefined) this.localEcho?.drawnOutput(seq);
+      this.commandMarks.parsed(end);
+    });
   }
 
   flushGapNotice() {
@@ -677,6 +731,55 @@ export class SessionTab {
 
   sendBytes(bytes) {
     if (this.canWrite) this.socket.send(bytes);
+  }
+
+  /**
+   * Sends `text` as an `input` frame with an id, resolving with the `input_ack` once the server
+   * wrote it to the program. Rejects when the server refuses it (an `error` frame with the id),
+   * when the socket closes first, or at once when this tab cannot type here.
+   * @param {string} text
+   * @returns {Promise<any>}
+   */
+  sendWithReceipt(text) {
+    if (!this.canWrite) {
+      return Promise.reject(new Error(this.viewer ? 'this view is read-only' : 'the session is not connected'));
+    }
+    this.localEcho?.input(text);
+    this.inputSerial += 1;
+    const id = `key-${this.inputSerial}`;
+    const receipt = new Promise((resolve, reject) => this.pendingReceipts.set(id, { resolve, reject }));
+    this.socket.send(JSON.stringify({ type: 'input', data: text, id }));
+    return receipt;
+  }
+
+  /** @param {unknown} id @param {(pending: { resolve: (ack: any) => void, reject: (error: Error) => void }) => void} settle */
+  settleReceipt(id, settle) {
+    if (typeof id !== 'string') return;
+    const pending = this.pendingReceipts.get(id);
+    if (!pending) return;
+    this.pendingReceipts.delete(id);
+    settle(pending);
+  }
+
+  /** Inputs still waiting for their receipt when the socket goes will get none: they failed. */
+  failPendingReceipts(/** @type {string} */ why) {
+    for (const pending of this.pendingReceipts.values()) pending.reject(new Error(why));
+    this.pendingReceipts.clear();
+  }
+
+  /**
+   * Resets the session through the open socket (`{"type":"reset"}`), as the WebSocket protocol
+   * offers; false when there is no open socket of a controller to send it on.
+   */
+  resetOverSocket() {
+    if (!this.canWriteControl) return false;
+    this.socket.send(JSON.stringify({ type: 'reset' }));
+    return true;
+  }
+
+  /** An open socket on which this tab holds control (a process that exited can still be reset). */
+  get canWriteControl() {
+    return !this.viewer && this.role === 'controller' && this.socket?.readyState === WebSocket.OPEN;
   }
 
   sendJson(value) {

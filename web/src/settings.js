@@ -1,7 +1,8 @@
 // What the page remembers across visits (localStorage): the terminal font size and the theme
 // (light, dark, or following the system), the terminal colours of each theme, and the
 // predictive local echo (local-echo.js: `auto` or `off`, and the round trip above which `auto`
-// predicts), and whether programs may copy to the clipboard (clipboard.js).
+// predicts), whether programs may copy to the clipboard (clipboard.js), and whether a session
+// that starts waiting for input in the background gets a system notification.
 
 import { DEFAULT_THRESHOLD_MS, MAX_THRESHOLD_MS } from './local-echo.js';
 
@@ -11,6 +12,7 @@ const LOCAL_ECHO_KEY = 'ptyhub.localEcho';
 const GPU_ACCELERATION_KEY = 'ptyhub.gpuAcceleration';
 const LOCAL_ECHO_THRESHOLD_KEY = 'ptyhub.localEchoThresholdMs';
 const CLIPBOARD_WRITES_KEY = 'ptyhub.clipboardWrites';
+const WAITING_NOTIFICATIONS_KEY = 'ptyhub.waitingNotifications';
 
 export const DEFAULT_FONT_SIZE = 14;
 export const MIN_FONT_SIZE = 8;
@@ -41,7 +43,7 @@ const systemDark = window.matchMedia('(prefers-color-scheme: dark)');
 systemDark.addEventListener('change', () => notify());
 window.addEventListener('storage', (event) => {
   // Another window of the page changed a setting: follow it.
-  if ([FONT_SIZE_KEY, THEME_KEY, LOCAL_ECHO_KEY, LOCAL_ECHO_THRESHOLD_KEY, CLIPBOARD_WRITES_KEY].includes(event.key)) notify();
+  if ([FONT_SIZE_KEY, THEME_KEY, LOCAL_ECHO_KEY, LOCAL_ECHO_THRESHOLD_KEY, CLIPBOARD_WRITES_KEY, WAITING_NOTIFICATIONS_KEY].includes(event.key)) notify();
 });
 
 function notify() {
@@ -151,5 +153,19 @@ export function clipboardWrites() {
 export function setClipboardWrites(/** @type {ClipboardWrites} */ choice) {
   if (choice === 'always' || choice === 'never') localStorage.setItem(CLIPBOARD_WRITES_KEY, choice);
   else localStorage.removeItem(CLIPBOARD_WRITES_KEY);
+  notify();
+}
+
+/**
+ * Whether a session that starts waiting for input while its tab is not shown gets a system
+ * notification: off unless this browser was asked to (the browser's permission is asked then).
+ */
+export function waitingNotifications() {
+  return localStorage.getItem(WAITING_NOTIFICATIONS_KEY) === 'on';
+}
+
+export function setWaitingNotifications(/** @type {boolean} */ on) {
+  if (on) localStorage.setItem(WAITING_NOTIFICATIONS_KEY, 'on');
+  else localStorage.removeItem(WAITING_NOTIFICATIONS_KEY);
   notify();
 }

@@ -1,24 +1,28 @@
 // The terminal page of one instance (`/instances/{iid}`): the tab strip (with each session's
-// window title and a mark on a background tab that rang the bell or exited), one SessionTab per
-// live session kept in step with the instance's session-change events (renames, creates, closes
-// and status changes made anywhere), the header (theme, typing prediction, sharing, the
-// read-only view), and the composition of the page's parts: its keyboard (keyboard.js), the find
-// bar (search.js), the copy view (copy.js), programs' requests to copy (clipboard.js), fullscreen
-// (fullscreen.js) and the phone's chrome (touch.js).
+// window title, what its terminal is doing, and a mark on a background tab that rang the bell,
+// waits for input or exited, counted in the page's title), one SessionTab per live session kept
+// in step with the instance's session-change events (renames, creates, closes, status, terminal
+// state and commands, made anywhere), the header (theme, typing prediction, notifications,
+// sharing, the read-only view), and the composition of the page's parts: its keyboard and key bar
+// (keyboard.js), the find bar (search.js), the copy view (copy.js), programs' requests to copy
+// (clipboard.js), the commands' marks and menu (commands.js), fullscreen (fullscreen.js) and the
+// touch screen's chrome (touch.js).
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
-import { ProgramClipboard } from './clipboard.js';
+import { ProgramClipboard, writeToClipboard } from './clipboard.js';
+import { CommandMenu } from './commands.js';
 import { CopyView } from './copy.js';
 import { el, icon, iconButton, loadingView } from './dom.js';
 import { Fullscreen } from './fullscreen.js';
-import { isPageShortcut, listenForShortcuts, SpecialKeys } from './keyboard.js';
+import { KeyBar, listenForShortcuts, terminalMayHave } from './keyboard.js';
 import { SearchBar } from './search.js';
 import { SessionTab, Status } from './session-tab.js';
 import {
-  localEchoSettings, onSettingsChange, setLocalEchoMode, setLocalEchoThreshold, setThemeChoice, themeChoice,
+  localEchoSettings, onSettingsChange, setLocalEchoMode, setLocalEchoThreshold, setThemeChoice, setWaitingNotifications,
+  themeChoice, waitingNotifications,
 } from './settings.js';
-import { isMobile, TouchChrome } from './touch.js';
+import { isTouchLayout, TouchChrome } from './touch.js';
 
 const ACTIVE_KEY_PREFIX = 'ptyhub.active.';
 /** The last `last_bell_at` of a session that the user saw (its tab shown), per session id. */
@@ -29,7 +33,9 @@ const THEME_WORDS = Object.freeze({ system: 'Theme: follows the system', light: 
 /** @type {Record<string, 'system' | 'light' | 'dark'>} */
 const NEXT_THEME = { system: 'light', light: 'dark', dark: 'system' };
 /** What a tab's attention mark says in the tab's accessible name (its look is in style.css). */
-const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', exited: 'process exited' });
+const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', input: 'waiting for input', exited: 'process exited' });
+/** Which mark a tab keeps when another comes: an exit is the last word, input asks more than a bell. */
+const ATTENTION_RANK = Object.freeze({ bell: 1, input: 2, exited: 3 });
 const TOAST_MS = 10_000;
 
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
@@ -84,7 +90,11 @@ class TerminalPage {
     else this.showEmptyViewer();
     for (const tab of this.tabs) {
       if (tab.pendingBell) this.markAttention(tab, 'bell');
-      tab.connect();
+      // Only the shown tab attaches now; the others when first shown. Attaching every tab would
+      // take control of every session from wherever it is used (a laptop, a script) at once.
+      // A viewer takes nothing from anyone, and watches every tab live.
+      if (tab === this.active || this.viewer) tab.connect();
+      else this.attachWhenShown(tab);
     }
     this.updateControls();
     this.unwatchSettings = onSettingsChange(() => this.applySettings());
@@ -130,6 +140,10 @@ class TerminalPage {
       for (const session of data.sessions ?? []) this.followSession(session);
       return;
     }
+    if (name === 'command_started' || name === 'command_finished') {
+      this.tabs.find((tab) => tab.sessionId === data?.session_id)?.commandMarks.command(data.command);
+      return;
+    }
     const session = data;
     if (!session?.id) return;
     if (name === 'closed' || session.status === 'closed') {
@@ -139,6 +153,12 @@ class TerminalPage {
       return;
     }
     this.followSession(session);
+  }
+
+  /** A tab that attaches when it is first shown, and says so until then. */
+  attachWhenShown(/** @type {SessionTab} */ tab) {
+    tab.connectWhenShown = true;
+    tab.setStatus(Status.idle);
   }
 
   /** Adds a tab for a live session the page does not show yet, or updates the one it has. */
@@ -154,8 +174,7 @@ class TerminalPage {
     // Attached only once shown: every open page attaching at once would take the controller
     // from each other, and a session made by a script is this page's to watch until selected.
     const tab = this.makeTab({ session });
-    tab.connectWhenShown = true;
-    tab.setStatus(Status.idle);
+    this.attachWhenShown(tab);
     this.addTab(tab);
     tab.applyRecord(session);
     this.emptyNote?.remove();
@@ -170,6 +189,7 @@ class TerminalPage {
     this.themeButton.title = THEME_WORDS[themeChoice()];
     this.themeButton.dataset.theme = themeChoice();
     this.showEchoSettings();
+    this.notifyButton?.setAttribute('aria-pressed', String(waitingNotifications()));
     if (resized) this.scheduleFit();
   }
 
@@ -235,7 +255,14 @@ class TerminalPage {
     });
     this.search = new SearchBar({ activeTab: () => this.active, tabs: () => this.tabs });
     this.copy = new CopyView({ activeTab: () => this.active, showToast: (text, kind) => this.showToast(text, kind) });
-    this.keys = new SpecialKeys({ activeTab: () => this.active, openCopyView: () => this.copy.open() });
+    this.keys = new KeyBar({
+      activeTab: () => this.active, openCopyView: () => this.copy.open(), showToast: (text) => this.showToast(text),
+    });
+    this.commandMenu = new CommandMenu({
+      copyCommand: (command) => this.copyText(command.command, 'the command'),
+      copyOutput: (command) => this.copyCommandOutput(command),
+      runAgain: (command) => this.runAgain(command),
+    });
     // What programs may copy: only where the page controls sessions (a viewer loads no handler).
     this.programClipboard = this.viewer ? null : new ProgramClipboard({ focusTerminal: () => this.active?.terminal.focus() });
 
@@ -247,6 +274,9 @@ class TerminalPage {
         : iconButton('Open read-only view', icon('eye'), () => this.openViewer());
     this.shareButton = this.viewer ? null : iconButton('Share read-only', icon('link'), () => this.shareReadOnly());
     this.echoButton = this.viewer ? null : iconButton('Typing prediction', icon('keyboard'), () => this.toggleEchoSettings(), { 'aria-expanded': 'false' });
+    this.notifyButton = 'Notification' in window
+      ? iconButton('Notify when a session waits for input', icon('bell'), () => this.toggleWaitingNotifications(), { 'aria-pressed': String(waitingNotifications()) })
+      : null;
     this.header = el('header', { class: 'topbar' },
       el('a', { class: 'back', href: '/', 'aria-label': 'All instances', title: 'All instances' }, '‹'),
       el('span', { class: 'instance-name' }, this.instance.name),
@@ -257,6 +287,7 @@ class TerminalPage {
       this.viewerOnly ? null : el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
       this.themeButton = iconButton(THEME_WORDS[themeChoice()], icon('theme'), () => setThemeChoice(NEXT_THEME[themeChoice()]), { 'data-theme': themeChoice() }),
       this.echoButton,
+      this.notifyButton,
       this.programClipboard?.button,
       this.shareButton,
       this.viewerSwitch,
@@ -271,9 +302,18 @@ class TerminalPage {
     this.previousButton = iconButton('Previous session', '‹', () => this.step(-1));
     this.nextButton = iconButton('Next session', '›', () => this.step(1));
     this.restartButton = iconButton('Restart session', '⟳', () => this.active && this.restart(this.active));
+    // On a phone the tab's actions are a menu at the strip's start, so that + is its last item,
+    // where the thumb looks for it; on a wider screen they follow the tabs.
+    this.tabActions = el('div', { class: 'tab-actions', id: 'tab-actions' },
+      this.previousButton, this.nextButton, this.restartButton, this.search.button, this.fullscreen.button);
+    this.tabActions.addEventListener('click', (event) => {
+      if (event.target instanceof Element && event.target.closest('button')) this.toggleTabActions(false);
+    });
+    this.tabActionsButton = iconButton('Session actions', '⋯', () => this.toggleTabActions(), {
+      class: 'icon-button tab-actions-toggle', 'aria-expanded': 'false', 'aria-controls': 'tab-actions',
+    });
     this.tabbar = el('nav', { class: 'tabbar', 'aria-label': 'Session tabs' },
-      this.tabsWrap, this.newWrap,
-      el('div', { class: 'tab-actions' }, this.previousButton, this.nextButton, this.restartButton, this.search.button, this.fullscreen.button));
+      this.tabActionsButton, this.tabsWrap, this.newWrap, this.tabActions);
 
     this.viewerBanner = this.viewer
       ? el('div', { class: 'viewer-banner', role: 'note' }, 'Read-only view: you are watching these sessions; typing is disabled.')
@@ -282,11 +322,23 @@ class TerminalPage {
 
     const parts = [this.header, this.tabbar, this.viewerBanner, this.search.element, this.echoPanel,
       this.programClipboard?.panel, this.panes, this.keys.element, this.chrome.handle, this.copy.element,
-      this.programClipboard?.notice, this.toast];
+      this.programClipboard?.notice, this.commandMenu.element, this.toast];
     // Only a viewer has the banner, only a controller the prediction panel; `append` would write
     // the missing one out as text.
     this.root.append(...parts.filter((part) => part));
     app.replaceChildren(this.root);
+    this.followTouchLayout();
+  }
+
+  /** The touch layout (key bar, chrome hidden by a tap) on any touch screen or narrow window. */
+  followTouchLayout() {
+    this.root.classList.toggle('touch', isTouchLayout());
+  }
+
+  /** Opens or closes the phone's menu of the tab's actions. */
+  toggleTabActions(open = this.tabActionsButton.getAttribute('aria-expanded') !== 'true') {
+    this.tabActionsButton.setAttribute('aria-expanded', String(open));
+    this.tabbar.classList.toggle('actions-open', open);
   }
 
   installListeners() {
@@ -298,8 +350,13 @@ class TerminalPage {
       previous: () => this.step(-1),
       next: () => this.step(1),
       restartActive: () => this.active && this.restart(this.active),
+      previousCommand: () => this.active?.commandMarks.jump(-1),
+      nextCommand: () => this.active?.commandMarks.jump(1),
     });
-    window.addEventListener('resize', () => this.scheduleFit());
+    window.addEventListener('resize', () => {
+      this.followTouchLayout();
+      this.scheduleFit();
+    });
     // A pane's terminal area changes size with the window and when a banner or notice appears.
     this.resizeObserver = new ResizeObserver(() => this.scheduleFit());
     this.resizeObserver.observe(this.panes);
@@ -320,7 +377,10 @@ class TerminalPage {
         onChange: (changed) => this.renderTab(changed),
         onKeyboardInput: (from, data) => this.keyboardInput(from, data),
         // Esc goes to the program, in fullscreen too: fullscreen is left with its shortcut or button.
-        terminalKeyAllowed: (event) => !isPageShortcut(event),
+        terminalKeyAllowed: (event) => terminalMayHave(event),
+        onTerminalState: (from, previous) => this.terminalStateChanged(from, previous),
+        onConnected: (from) => this.loadCommands(from),
+        onCommandMark: (from, prompt, element) => { if (prompt.command) this.commandMenu.open(prompt.command, element); },
         onSearchResults: (from, results) => { if (from === this.active) this.search.showResults(results); },
         onRestart: (from) => this.restart(from),
         onAttention: (from, kind) => this.markAttention(from, kind),
@@ -333,19 +393,23 @@ class TerminalPage {
     // The mark of a background tab that wants a look: a glyph to see, words for the tab's name.
     const attentionMark = el('span', { class: 'attention-mark', 'aria-hidden': 'true', hidden: true });
     const attentionWords = el('span', { class: 'visually-hidden' });
+    // What the session's terminal is doing: a small badge to see, and words the tab is described
+    // by (hidden: a description may be, and inside the tab they would join its name).
+    const stateBadge = el('span', { class: 'tab-state', 'aria-hidden': 'true', hidden: true });
+    const stateWords = el('span', { hidden: true });
     const element = el('div', {
       class: 'tab', role: 'tab', tabindex: '-1', 'aria-selected': 'false',
       onclick: () => this.activate(tab),
       ondblclick: () => this.startRename(tab),
-    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name, attentionMark, attentionWords);
+    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name, stateBadge, attentionMark, attentionWords);
     const exitBadge = el('span', { class: 'tab-exit', hidden: true });
     const closeButton = el('button', {
       type: 'button', class: 'tab-close', title: 'Close session (Alt+Shift+W)',
       onclick: (event) => { event.stopPropagation(); this.requestClose(tab); },
     }, '×');
     const confirm = el('span', { class: 'close-confirm', hidden: true });
-    const item = el('div', { class: 'tab-item', role: 'presentation' }, element, exitBadge, closeButton, confirm);
-    tab.ui = { item, element, name, attentionMark, attentionWords, exitBadge, closeButton, confirm };
+    const item = el('div', { class: 'tab-item', role: 'presentation' }, element, exitBadge, closeButton, confirm, stateWords);
+    tab.ui = { item, element, name, stateBadge, stateWords, attentionMark, attentionWords, exitBadge, closeButton, confirm };
     return tab;
   }
 
@@ -394,20 +458,29 @@ class TerminalPage {
 
   renderTab(tab) {
     if (!tab.ui) return;
-    const { item, element, name, attentionMark, attentionWords, exitBadge, closeButton } = tab.ui;
+    const { item, element, name, stateBadge, stateWords, attentionMark, attentionWords, exitBadge, closeButton } = tab.ui;
     const paneId = `pane-${tab.sessionId ?? `new-${this.tabs.indexOf(tab)}`}`;
     tab.pane.id = paneId;
     element.id = `tab-${paneId}`;
     element.setAttribute('aria-controls', paneId);
     tab.pane.setAttribute('aria-labelledby', element.id);
     tab.stateRegion.id = `${paneId}-state`;
-    element.setAttribute('aria-describedby', tab.stateRegion.id);
+    stateWords.id = `${paneId}-terminal-state`;
+    element.setAttribute('aria-describedby', `${tab.stateRegion.id} ${stateWords.id}`);
     if (!name.querySelector('input') && name.textContent !== tab.name) name.textContent = tab.name;
     const status = tab.ended === 'taken_over' ? 'error' : tab.status;
     element.dataset.status = status;
     if (tab.sessionId) element.dataset.sessionId = tab.sessionId;
     item.dataset.status = status;
-    const tooltip = tab.windowTitle ? `${tab.windowTitle}\n${tab.name}: ${tab.stateText}` : `${tab.name}: ${tab.stateText}`;
+    const doing = terminalStateWords(tab);
+    stateWords.textContent = doing;
+    const badge = terminalStateBadge(tab);
+    stateBadge.hidden = badge === '';
+    stateBadge.dataset.state = tab.terminalState.state ?? '';
+    stateBadge.dataset.progress = tab.terminalState.progress?.kind ?? '';
+    stateBadge.textContent = badge;
+    const described = doing ? `${tab.stateText}; ${doing}` : tab.stateText;
+    const tooltip = tab.windowTitle ? `${tab.windowTitle}\n${tab.name}: ${described}` : `${tab.name}: ${described}`;
     item.title = tooltip;
     element.title = tooltip;
     if (tab.attention) element.dataset.attention = tab.attention;
@@ -423,7 +496,15 @@ class TerminalPage {
     // The handle that brings hidden tabs back carries the mark of any tab that wants a look.
     const wanting = this.tabs.find((other) => other.attention)?.attention;
     this.chrome.markHandle(wanting, ATTENTION_WORDS[wanting]);
+    this.updateTitle();
     this.updateControls();
+  }
+
+  /** The page's title counts the sessions that wait for input in tabs not shown: `(2) web-1 · ptyhub`. */
+  updateTitle() {
+    const waiting = this.tabs.filter((tab) => tab.attention === 'input').length;
+    const title = `${this.instance.name} · ptyhub`;
+    document.title = waiting > 0 ? `(${waiting}) ${title}` : title;
   }
 
   activate(tab) {
@@ -464,14 +545,61 @@ class TerminalPage {
     if (tab.sessionId && tab.lastBellAt) sessionStorage.setItem(SEEN_BELL_KEY_PREFIX + tab.sessionId, tab.lastBellAt);
   }
 
-  /** A bell or an exit in a tab that is not the selected one marks it until it is selected. */
+  /**
+   * A bell, a wait for input or an exit in a tab that is not the selected one marks it until it
+   * is selected (a wait also until the session stops waiting).
+   * @param {SessionTab} tab @param {'bell' | 'input' | 'exited'} kind
+   */
   markAttention(tab, kind) {
     if (tab === this.active) this.rememberSeenBell(tab);
     if (tab === this.active || !this.tabs.includes(tab)) return;
-    // An exit outranks a bell: it is the last thing the tab will say.
-    if (tab.attention === 'exited') return;
+    // An exit outranks the rest (it is the last thing the tab will say), a wait a bell.
+    if (tab.attention && ATTENTION_RANK[tab.attention] > ATTENTION_RANK[kind]) return;
     tab.attention = kind;
     this.renderTab(tab);
+  }
+
+  /**
+   * What a session's terminal does changed. One that starts waiting for input while its tab is
+   * not shown (or the page is not looked at) marks its tab and, when this browser asked for it,
+   * raises a system notification that opens the tab; one that stops waiting loses the mark.
+   * @param {SessionTab} tab @param {string | null} previous
+   */
+  terminalStateChanged(tab, previous) {
+    const waiting = tab.terminalState.state === 'waiting_for_input';
+    if (waiting && previous !== 'waiting_for_input') {
+      if (tab !== this.active) this.markAttention(tab, 'input');
+      if (tab !== this.active || document.hidden) this.notifyWaiting(tab);
+    } else if (!waiting && tab.attention === 'input') {
+      tab.attention = null;
+    }
+    this.renderTab(tab);
+  }
+
+  /** @param {SessionTab} tab */
+  notifyWaiting(tab) {
+    if (!waitingNotifications() || !('Notification' in window) || Notification.permission !== 'granted') return;
+    const notification = new Notification(`${tab.name} is waiting for input`, {
+      body: tab.terminalState.lastNotification?.text || this.instance.name,
+      tag: `ptyhub-${tab.sessionId}`,
+    });
+    notification.onclick = () => {
+      window.focus();
+      this.activate(tab);
+      notification.close();
+    };
+  }
+
+  /** Turns the notifications on (asking the browser's permission first) or off, for this browser. */
+  async toggleWaitingNotifications() {
+    if (waitingNotifications()) {
+      setWaitingNotifications(false);
+    } else {
+      const permission = await Notification.requestPermission();
+      if (permission === 'granted') setWaitingNotifications(true);
+      else this.showToast('The browser does not allow this page to show notifications');
+    }
+    this.notifyButton?.setAttribute('aria-pressed', String(waitingNotifications()));
   }
 
   step(direction) {
@@ -622,8 +750,17 @@ class TerminalPage {
     else await this.createSession();
   }
 
+  /**
+   * Restarts a tab's session: with the WebSocket's `reset` frame when the tab holds the session
+   * open, as the protocol offers (the socket then says `resetting` and the new `connected`);
+   * through REST when it does not (not attached yet, the process exited and the socket closed).
+   */
   async restart(tab) {
     if (this.viewer || !tab.sessionId || !tab.live) return;
+    if (tab.resetOverSocket()) {
+      if (tab === this.active) tab.terminal.focus();
+      return;
+    }
     try {
       await api.resetSession(this.instanceId, tab.sessionId);
     } catch (error) {
@@ -717,9 +854,60 @@ class TerminalPage {
    * a passing status line and, on a phone, hides the header and tabs.
    */
   keyboardInput(tab, data) {
-    tab.sendText(this.keys.typed(data));
+    const plain = this.keys.typed(tab, data);
+    if (plain !== null) tab.sendText(plain);
     if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
-    if (isMobile()) this.chrome.hide();
+    if (isTouchLayout()) this.chrome.hide();
+  }
+
+  // ---- commands in the scrollback (commands.js) ---------------------------------------------
+
+  /**
+   * The commands a tab's session keeps, for the prompts its terminal has drawn: after a
+   * reconnect the replay draws prompts whose commands the change stream told while the tab was
+   * away. A share link may not read commands (403), nor gets them on its change stream.
+   * @param {SessionTab} tab
+   */
+  async loadCommands(tab) {
+    if (this.viewerOnly || !tab.sessionId || tab.commandMarks.prompts.length === 0) return;
+    try {
+      for (const command of await api.listCommands(this.instanceId, tab.sessionId)) tab.commandMarks.command(command);
+    } catch {
+      // Marks are a help, not the terminal: the change stream brings the next commands anyway.
+    }
+  }
+
+  /** @param {string} text @param {string} what */
+  async copyText(text, what) {
+    if (await writeToClipboard(text)) this.showToast(`Copied ${what}`, 'info');
+    else this.showToast(`The browser did not let the page copy ${what}`);
+  }
+
+  /** Copies what a command printed, as the server kept it (plain text, escape sequences taken out). */
+  async copyCommandOutput(/** @type {import('./api.js').CommandRecord} */ command) {
+    const tab = this.active;
+    if (!tab?.sessionId) return;
+    let output;
+    try {
+      output = await api.commandOutput(this.instanceId, tab.sessionId, command.id);
+    } catch (error) {
+      this.reportError(error);
+      return;
+    }
+    await this.copyText(output, `the output of ${command.command}`);
+  }
+
+  /** Types a command again at the shell's prompt, as the user would; not while a program runs. */
+  runAgain(/** @type {import('./api.js').CommandRecord} */ command) {
+    const tab = this.active;
+    if (!tab || this.viewer) return;
+    const state = tab.terminalState.state;
+    if (state !== null && state !== 'at_prompt') {
+      this.showToast('A program is running in this session: run the command again at the prompt');
+      return;
+    }
+    tab.sendText(`${command.command}\r`);
+    tab.terminal.focus();
   }
 
   // ---- sizes -------------------------------------------------------------------------------
@@ -765,4 +953,52 @@ class TerminalPage {
     clearTimeout(this.toastTimer);
     this.toastTimer = setTimeout(() => { this.toast.hidden = true; }, TOAST_MS);
   }
+}
+
+/**
+ * What a tab's session is doing, in words: its terminal state (CONTRACT.md "Terminal state"),
+ * with the progress a program reports; '' before the server said.
+ * @param {SessionTab} tab
+ */
+function terminalStateWords(tab) {
+  const { state, progress } = tab.terminalState;
+  switch (state) {
+    case 'starting':
+      return 'Starting';
+    case 'at_prompt':
+      return 'At the prompt';
+    case 'running':
+      return `Running${progressWords(progress)}`;
+    case 'waiting_for_input':
+      return 'Waiting for input';
+    case 'idle':
+      return 'Idle';
+    case 'exited':
+      return tab.exitCode === null || tab.exitCode === undefined ? 'Exited' : `Exited with code ${tab.exitCode}`;
+    default:
+      return '';
+  }
+}
+
+/** @param {{ kind: string, percent: number | null } | null} progress */
+function progressWords(progress) {
+  if (!progress) return '';
+  const percent = progress.percent === null ? '' : ` ${progress.percent} %`;
+  if (progress.kind === 'error') return `, progress failed${percent ? ` at${percent}` : ''}`;
+  if (progress.kind === 'paused') return `, paused${percent ? ` at${percent}` : ''}`;
+  return percent ? `,${percent} done` : '';
+}
+
+/**
+ * The tab's small badge for its terminal state: the percent of a running program's progress, a
+ * glyph for the other states; '' for none (an exit has its own badge with the code).
+ * @param {SessionTab} tab
+ */
+function terminalStateBadge(tab) {
+  const { state, progress } = tab.terminalState;
+  if (state === 'running') return typeof progress?.percent === 'number' ? `${progress.percent}%` : '…';
+  if (state === 'waiting_for_input') return '?';
+  if (state === 'idle') return 'zz';
+  if (state === 'at_prompt') return '$';
+  return '';
 }

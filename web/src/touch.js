@@ -1,7 +1,8 @@
-// The phone's chrome and touches: whether the page has the phone layout, the header and tab
-// strip hidden to give the terminal the room (by typing or a tap on the terminal) and brought
-// back (another tap, the handle, and in fullscreen a tap in a corner or a swipe down from the top
-// edge).
+// Touch screens' chrome and touches: whether the page has the touch layout (any touch screen, any
+// width, and narrow windows), the header and tab strip hidden to give the terminal the room (by
+// typing or a tap on the terminal) and brought back (another tap, the handle, and in fullscreen a
+// tap in a corner or a swipe down from the top edge), and a finger's scroll in a full-screen
+// program sent as the wheel.
 
 import { el } from './dom.js';
 
@@ -13,14 +14,51 @@ const SWIPE_PX = 48;
 /** A touch that moves less than this is a tap. */
 const TAP_SLOP_PX = 10;
 
-/** A narrow window, where typing hides the header and tabs. */
+/** A narrow window: the compact header and tab strip. */
 export function isMobile() {
   return window.matchMedia('(max-width: 640px)').matches;
 }
 
-/** The phone layout: a narrow window or a touch screen without a fine pointer. */
+/**
+ * The touch layout, at any width (a tablet too): the key bar, the header and tabs hidden by
+ * typing or a tap and brought back by a tap. A narrow window or a touch screen.
+ */
 export function isTouchLayout() {
-  return isMobile() || window.matchMedia('(pointer: coarse)').matches;
+  return isMobile() || isTouchScreen();
+}
+
+/** A touch screen: a coarse pointer, or any touch point at all (a tablet with a keyboard). */
+export function isTouchScreen() {
+  return window.matchMedia('(any-pointer: coarse)').matches || navigator.maxTouchPoints > 0;
+}
+
+/**
+ * In a full-screen program (the alternate screen, where there is no scrollback to scroll), a
+ * finger moving up or down over the terminal is turned into the wheel events a mouse would give,
+ * and xterm sends for them what it sends for the wheel: mouse reports when the program asked for
+ * the mouse, the arrow keys otherwise (as a scroll in less or vim does).
+ * @param {HTMLElement} host the element the terminal is open in
+ * @param {import('@xterm/xterm').Terminal} terminal
+ */
+export function sendWheelForTouchScrolling(host, terminal) {
+  /** @type {number | null} */
+  let lastY = null;
+  host.addEventListener('touchstart', (event) => {
+    lastY = event.touches.length === 1 ? event.touches[0].clientY : null;
+  }, { passive: true });
+  host.addEventListener('touchmove', (event) => {
+    const touch = event.touches.length === 1 ? event.touches[0] : null;
+    if (!touch || lastY === null || terminal.buffer.active.type !== 'alternate') return;
+    // A finger moving up scrolls down, as a wheel turned towards the user does.
+    const deltaY = lastY - touch.clientY;
+    if (deltaY === 0) return;
+    lastY = touch.clientY;
+    event.preventDefault();
+    const screen = terminal.element?.querySelector('.xterm-screen');
+    screen?.dispatchEvent(new WheelEvent('wheel', {
+      deltaY, deltaMode: WheelEvent.DOM_DELTA_PIXEL, clientX: touch.clientX, clientY: touch.clientY, bubbles: true, cancelable: true,
+    }));
+  }, { passive: false });
 }
 
 /**
@@ -87,8 +125,9 @@ export class TouchChrome {
     this.touchStart = null;
     const touch = event.changedTouches[0];
     if (!start || !touch || !isTouchLayout()) return;
-    // Only the terminal itself: a tap on a banner's or notice's button must stay where it was.
-    if (!(event.target instanceof Element) || !event.target.closest('.term-host')) return;
+    // Only the terminal itself: a tap on a banner's or notice's button, or on a command's mark,
+    // must stay where it was.
+    if (!(event.target instanceof Element) || !event.target.closest('.term-host') || event.target.closest('.command-mark')) return;
     if (Math.hypot(touch.clientX - start.x, touch.clientY - start.y) > TAP_SLOP_PX) return;
     const hidden = this.root.classList.contains('chrome-hidden');
     if (this.isFullscreen() && hidden) {

@@ -63,6 +63,12 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
     else await locator.click();
   }
 
+  /** One of the tab's actions: a button after the tabs on the desktop, in the strip's menu on a phone. */
+  async function tabAction(device, page, name) {
+    if (device === 'phone') await page.getByRole('button', { name: 'Session actions' }).tap();
+    await press(device, page.getByRole('button', { name, exact: true }));
+  }
+
   const sessionsPath = (instanceId) => `/api/v1/instances/${instanceId}/terminal/sessions`;
 
   // ---- 1: every open page follows the instance live ----------------------------------------
@@ -109,7 +115,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       await waitForActiveConnected(page);
       await stack.rest('POST', `${sessionsPath(instance.id)}/${first.id}/rename`, { name: 'third name' });
       await tabNamed(page, 'third name').waitFor();
-      await press(device, page.getByRole('button', { name: 'Restart session' }));
+      await tabAction(device, page, 'Restart session');
       await page.getByRole('status').filter({ hasText: /^Session restarted$/ }).waitFor();
       await waitForActiveConnected(page);
       const restarted = connectedSockets(page).at(-1);
@@ -170,7 +176,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       await typeLine(page, 'echo before-restart-$((6*7)); i=0; while :; do echo old-line-$i; i=$((i+1)); done');
       await waitForScreen(page, 'old-line-');
       await showTabs(device, page);
-      await press(device, page.getByRole('button', { name: 'Restart session' }));
+      await tabAction(device, page, 'Restart session');
       await page.getByRole('status').filter({ hasText: /^Session restarted$/ }).waitFor();
       await waitForActiveConnected(page);
       await typeLine(page, 'echo after-restart-$((7*7))');
@@ -269,7 +275,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
     const keys = page.getByRole('toolbar', { name: 'Special keys' });
     const handle = page.getByRole('button', { name: 'Show tabs' });
     const terminal = page.locator('.pane:not([hidden]) .xterm');
-    await page.getByRole('button', { name: 'Fullscreen', exact: true }).tap();
+    await tabAction('phone', page, 'Fullscreen');
     await tablist.waitFor({ state: 'hidden' });
     await keys.waitFor({ state: 'hidden' });
     await handle.waitFor();
@@ -297,7 +303,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
     for (const y of [20, 40, 60, 80]) await cdp.send('Input.dispatchTouchEvent', { type: 'touchMove', touchPoints: point(y) });
     await cdp.send('Input.dispatchTouchEvent', { type: 'touchEnd', touchPoints: [] });
     await tablist.waitFor({ state: 'visible' });
-    await page.getByRole('button', { name: 'Exit fullscreen', exact: true }).tap();
+    await tabAction('phone', page, 'Exit fullscreen');
     await keys.waitFor({ state: 'visible' });
     await closePage(page);
   });
@@ -321,10 +327,11 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       assert.equal(await isFullscreen(), true, 'Esc did not leave fullscreen');
       await page.keyboard.press('Alt+Shift+F');
       await waitFor('fullscreen left by shortcut', async () => !(await isFullscreen()));
-      await press(device, page.getByRole('button', { name: 'Fullscreen', exact: true }));
+      await showTabs(device, page);
+      await tabAction(device, page, 'Fullscreen');
       await waitFor('fullscreen by button', isFullscreen);
       if (device === 'phone') await page.getByRole('button', { name: 'Show tabs' }).tap();
-      await press(device, page.getByRole('button', { name: 'Exit fullscreen', exact: true }));
+      await tabAction(device, page, 'Exit fullscreen');
       await waitFor('fullscreen left by button', async () => !(await isFullscreen()));
       await closePage(page);
     });
@@ -420,7 +427,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       await typeLine(page, 'i=1; while [ $i -le 80 ]; do if [ $((i % 20)) -eq 0 ]; then echo "needle-$i"; else echo "hay-$i"; fi; i=$((i+1)); done; echo done-$((5*5))');
       await waitForScreen(page, 'done-25');
       await showTabs(device, page);
-      if (device === 'phone') await page.getByRole('button', { name: 'Find in the terminal' }).tap();
+      if (device === 'phone') await tabAction(device, page, 'Find in the terminal');
       else await page.keyboard.press('Control+Shift+F');
       const input = page.getByRole('searchbox', { name: 'Find in the terminal' });
       await input.waitFor();
@@ -476,7 +483,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
   }
 
   for (const device of DEVICES) {
-    test(`${device}: Ctrl+= and Ctrl+- change the font size, which is remembered`, async () => {
+    test(`${device}: Alt+Shift+= and Alt+Shift+- change the font size, which is remembered`, async () => {
       const instance = await stack.createInstance();
       const page = await open(device, instance.id);
       const size = () => page.evaluate(() => document.querySelector('.pane:not([hidden])').xterm.options.fontSize);
@@ -484,13 +491,13 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       assert.equal(await size(), 14);
       const rowsBefore = await rows();
       await page.locator('.pane:not([hidden]) .xterm').click();
-      await page.keyboard.press('Control+Equal');
-      await page.keyboard.press('Control+Equal');
+      await page.keyboard.press('Alt+Shift+Equal');
+      await page.keyboard.press('Alt+Shift+Equal');
       await waitFor('a larger font', async () => (await size()) === 16);
       await waitFor('fewer rows fit', async () => (await rows()) < rowsBefore);
-      await page.keyboard.press('Control+Minus');
-      await page.keyboard.press('Control+Minus');
-      await page.keyboard.press('Control+Minus');
+      await page.keyboard.press('Alt+Shift+Minus');
+      await page.keyboard.press('Alt+Shift+Minus');
+      await page.keyboard.press('Alt+Shift+Minus');
       await waitFor('a smaller font', async () => (await size()) === 13);
       // The keys were the page's: nothing reached the shell.
       await typeLine(page, 'echo font-$((2*8))');
@@ -499,7 +506,7 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
       await page.reload();
       await waitForActiveConnected(page);
       assert.equal(await size(), 13, 'remembered');
-      await page.keyboard.press('Control+Digit0');
+      await page.keyboard.press('Alt+Shift+Digit0');
       await waitFor('the default size', async () => (await size()) === 14);
       await closePage(page);
     });

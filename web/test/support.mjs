@@ -123,6 +123,16 @@ export async function startStack() {
       }
       await rm(dataDir, { recursive: true, force: true });
     },
+    /**
+     * Stops the whole `ptyhub up` process (SIGSTOP): its broker writes nothing to a PTY and
+     * answers nothing, while every connection to it stays open; `resume()` goes on (SIGCONT).
+     */
+    pause() {
+      child.kill('SIGSTOP');
+    },
+    resume() {
+      child.kill('SIGCONT');
+    },
     /** A REST call as a program makes it, with the bearer token. */
     async rest(method, path, body) {
       const response = await fetch(`${address.origin}${path}`, {
@@ -288,6 +298,15 @@ export async function newMobilePage(browser, origin, options = {}) {
     hasTouch: true,
     userAgent: 'Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Mobile Safari/537.36',
   });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  const page = await context.newPage();
+  watchPage(page);
+  return page;
+}
+
+/** A tablet: a 1024x768 touch screen, wider than a phone, that is not a phone. */
+export async function newTabletPage(browser, origin, options = {}) {
+  const context = await browser.newContext({ ...options, viewport: { width: 1024, height: 768 }, hasTouch: true });
   await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
   const page = await context.newPage();
   watchPage(page);
