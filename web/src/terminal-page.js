@@ -394,21 +394,21 @@ class TerminalPage {
     const attentionMark = el('span', { class: 'attention-mark', 'aria-hidden': 'true', hidden: true });
     const attentionWords = el('span', { class: 'visually-hidden' });
     // What the session's terminal is doing: a small badge to see, and words the tab is described
-    // by (hidden: a description may be, and inside the tab they would join its name).
+    // by (hidden: a description may be). Both beside the tab, not in it: its text is its name.
     const stateBadge = el('span', { class: 'tab-state', 'aria-hidden': 'true', hidden: true });
     const stateWords = el('span', { hidden: true });
     const element = el('div', {
       class: 'tab', role: 'tab', tabindex: '-1', 'aria-selected': 'false',
       onclick: () => this.activate(tab),
       ondblclick: () => this.startRename(tab),
-    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name, stateBadge, attentionMark, attentionWords);
+    }, el('span', { class: 'dot', 'aria-hidden': 'true' }), name, attentionMark, attentionWords);
     const exitBadge = el('span', { class: 'tab-exit', hidden: true });
     const closeButton = el('button', {
       type: 'button', class: 'tab-close', title: 'Close session (Alt+Shift+W)',
       onclick: (event) => { event.stopPropagation(); this.requestClose(tab); },
     }, '×');
     const confirm = el('span', { class: 'close-confirm', hidden: true });
-    const item = el('div', { class: 'tab-item', role: 'presentation' }, element, exitBadge, closeButton, confirm, stateWords);
+    const item = el('div', { class: 'tab-item', role: 'presentation' }, element, stateBadge, exitBadge, closeButton, confirm, stateWords);
     tab.ui = { item, element, name, stateBadge, stateWords, attentionMark, attentionWords, exitBadge, closeButton, confirm };
     return tab;
   }

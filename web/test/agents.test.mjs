@@ -201,7 +201,7 @@ describe('web page: phones and agents', { skip: skip ?? false }, () => {
 
       // Its state shows on its tab while it works: running, with the progress it reports.
       await waitFor('the running state with its progress', async () => (await tabState(page, 'Session 2')).includes('Running, 40 % done'));
-      assert.equal(await backgroundTab.locator('.tab-state').textContent(), '40%');
+      assert.equal(await page.locator('.tab-item', { has: backgroundTab }).locator('.tab-state').textContent(), '40%');
       assert.equal(await backgroundTab.getAttribute('data-attention'), null);
       const title = await page.title();
 
