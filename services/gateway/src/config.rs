@@ -61,6 +61,11 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_GATEWAY_HEARTBEAT_INTERVAL", default_value = "25s",
           value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+    /// How often a session event stream (Server-Sent Events) that has no change to send carries
+    /// a comment line, so that proxies and browsers do not close it as idle.
+    #[arg(long, env = "PTYHUB_GATEWAY_EVENTS_KEEP_ALIVE", default_value = "15s",
+          value_parser = parse_duration)]
+    pub events_keep_alive: Duration,
     /// How long a call to session-api or a broker may take before it counts as unavailable; a
     /// screen wait may take its own timeout plus this.
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s",
@@ -311,6 +316,9 @@ impl Config {
     /// The contract's ping interval.
     pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
 
+    /// The contract's keep-alive comment interval of session event streams.
+    pub const DEFAULT_EVENTS_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
     /// Refused credentials per client address and minute, by default.
     pub const DEFAULT_FAILED_AUTH_PER_MINUTE: u32 = 10;
 
@@ -331,6 +339,7 @@ impl Config {
             static_dir: None,
             metrics_require_auth: true,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            events_keep_alive: Self::DEFAULT_EVENTS_KEEP_ALIVE,
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
@@ -358,6 +367,12 @@ impl Config {
         if self.heartbeat_interval.is_zero() {
             return Err(ConfigError::new(
                 "heartbeat_interval",
+                "must be greater than zero",
+            ));
+        }
+        if self.events_keep_alive.is_zero() {
+            return Err(ConfigError::new(
+                "events_keep_alive",
                 "must be greater than zero",
             ));
         }
@@ -662,6 +677,25 @@ mod tests {
         Flags::try_parse_from(std::iter::once("gateway").chain(args.iter().copied()))
             .map(|flags| flags.config)
             .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn event_streams_keep_alive_every_15_seconds_unless_configured() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let token = format!(
+            "--service-token-file={}",
+            secret_file(&dir, "service-token", "gateway-token-0123456789")
+        );
+        let library = Config::new("http://127.0.0.1:50051", credential());
+        assert_eq!(library.events_keep_alive, Duration::from_secs(15));
+        let defaults = parse(&[&token]).expect("defaults");
+        assert_eq!(defaults.events_keep_alive, Duration::from_secs(15));
+        let configured = parse(&[&token, "--events-keep-alive=2s"]).expect("a keep-alive");
+        assert_eq!(configured.events_keep_alive, Duration::from_secs(2));
+        let mut zero = library;
+        zero.events_keep_alive = Duration::ZERO;
+        let refused = zero.validate().expect_err("no keep-alive of zero");
+        assert_eq!(refused.setting, "events_keep_alive");
     }
 
     /// A file in `dir` holding `secret` and a newline.

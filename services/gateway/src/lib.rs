@@ -115,6 +115,7 @@ pub async fn run(
         recordings: config.recordings.clone(),
         metrics_require_auth: config.metrics_require_auth,
         heartbeat_interval: config.heartbeat_interval,
+        events_keep_alive: config.events_keep_alive,
         draining: CancellationToken::new(),
         shutdown: gateway_stopped,
         bridges: TaskTracker::new(),

@@ -56,6 +56,8 @@ pub struct Shared {
     pub recordings: Option<ptyhub_wire::RecordingStore>,
     pub metrics_require_auth: bool,
     pub heartbeat_interval: Duration,
+    /// How often an idle session event stream carries a keep-alive comment.
+    pub events_keep_alive: Duration,
     /// Cancelled when a shutdown begins: `/readyz` answers 503 from then on, while everything
     /// else keeps serving for the drain delay.
     pub draining: CancellationToken,

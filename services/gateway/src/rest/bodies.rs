@@ -21,13 +21,42 @@ use ptyhub_wire::limits::{
 };
 
 /// Where an instance's terminals run: `{"docker": {"container": "..."}}` or `{"local": {}}`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetBody {
     /// `docker exec` in a running container, by id or name.
     Docker { container: String },
     /// The broker's own host (development).
     Local {},
+}
+
+/// Exactly one target. serde's own reading of an enum takes a second key for malformed JSON
+/// (400), though such a body is well-formed and only names two targets (422).
+impl<'de> Deserialize<'de> for TargetBody {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum OneTarget {
+            Docker { container: String },
+            Local {},
+        }
+
+        let keys = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        if keys.len() != 1 {
+            return Err(D::Error::custom(format!(
+                "target must name exactly one of docker and local, not {}",
+                keys.len()
+            )));
+        }
+        let target =
+            OneTarget::deserialize(serde_json::Value::Object(keys)).map_err(D::Error::custom)?;
+        Ok(match target {
+            OneTarget::Docker { container } => Self::Docker { container },
+            OneTarget::Local {} => Self::Local {},
+        })
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -8,7 +8,6 @@
 //! command events and no working directory ([`crate::scope::SeenBy`]).
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -20,9 +19,6 @@ use crate::domain::{ChangeKind, SessionChange};
 use crate::error::{ApiError, ErrorBody};
 use crate::scope::SeenBy as _;
 use crate::state::AppState;
-
-/// A comment line this often keeps proxies and the browser from closing an idle stream.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The event that opens every stream: `{"sessions": [...]}`, the live sessions as listed.
 pub const SESSIONS_EVENT: &str = "sessions";
@@ -105,7 +101,9 @@ pub async fn session_events(
                 _ = credential.ended() => {}
             }
         });
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    // A comment line this often keeps proxies and the browser from closing an idle stream.
+    let keep_alive = KeepAlive::new().interval(state.events_keep_alive);
+    Ok(Sse::new(events).keep_alive(keep_alive))
 }
 
 /// The events of one change: one named by its kind, whose data is the session; after a change
