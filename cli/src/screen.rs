@@ -10,37 +10,26 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::ArgMatches;
-use ptyhub_client::{ErrorCode, TerminalState};
+use ptyhub_client::{ErrorCode, TerminalActivity, TerminalState};
 use ptyhub_model::proto::{ProtoEnum as _, optional_to_proto};
+use ptyhub_model::{ExitStatus, Screen, ScreenContent, ScreenFormat};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
 
 use crate::connection::ConnectionArgs;
-use crate::manage::{Output, print_json};
+use crate::manage::{Output, TerminalView, print_json};
 
 /// The exit status of `wait` when the timeout passed, as `timeout(1)` has it.
 const TIMED_OUT_EXIT: u8 = 124;
 
-/// How the screen is printed: the contract's `format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ScreenFormat {
-    /// The rows as plain lines, trailing spaces trimmed (as `tmux capture-pane -p`).
-    Text,
-    /// The rows drawn with their colours and attributes, as terminal escape sequences.
-    Ansi,
-    /// The REST JSON with every cell and its attributes.
-    Json,
-}
-
-impl ScreenFormat {
-    fn to_pb(self) -> broker_pb::ScreenFormat {
-        match self {
-            Self::Text => broker_pb::ScreenFormat::Text,
-            Self::Ansi => broker_pb::ScreenFormat::Ansi,
-            Self::Json => broker_pb::ScreenFormat::Cells,
-        }
-    }
+/// `--format`'s values, the contract's names: the rows as plain lines, trailing spaces trimmed
+/// (as `tmux capture-pane -p`); drawn with their colours and attributes as terminal escape
+/// sequences; or the REST JSON with every cell and its attributes.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = ScreenFormat> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(ScreenFormat::ALL.map(ScreenFormat::as_str))
+        .map(|name| ScreenFormat::parse(&name).expect("one of the possible values"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -48,7 +37,9 @@ pub struct ScreenArgs {
     pub instance: String,
     /// The session id.
     pub session: String,
-    #[arg(long, value_enum, default_value_t = ScreenFormat::Text)]
+    /// How to print the screen: text (plain lines), ansi (with colours and attributes) or json
+    /// (the REST JSON, every cell).
+    #[arg(long, value_parser = format_parser(), default_value = "text")]
     pub format: ScreenFormat,
     /// Lines of scrollback to print above the visible rows (0..=10000).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -168,7 +159,7 @@ pub async fn screen(connection: &ConnectionArgs, args: ScreenArgs, output: Outpu
         .screen(session_pb::GetScreenRequest {
             instance: args.instance.clone(),
             session_id: args.session.clone(),
-            format: args.format.to_pb().into(),
+            format: args.format.to_proto(),
             scrollback: args.scrollback,
         })
         .await
@@ -178,12 +169,13 @@ pub async fn screen(connection: &ConnectionArgs, args: ScreenArgs, output: Outpu
                 args.session, args.instance
             )
         })?;
-    match (output, args.format) {
-        (Output::Json, _) | (_, ScreenFormat::Json) => print_json(&ScreenView::from(&screen)),
-        (Output::Plain, ScreenFormat::Text) => print_lines(&screen.lines),
-        (Output::Plain, ScreenFormat::Ansi) => {
+    let screen = checked_screen(screen)?;
+    match (output, &screen.content) {
+        (Output::Json, _) | (_, ScreenContent::Cells(_)) => print_json(&screen),
+        (Output::Plain, ScreenContent::Text(lines)) => print_lines(lines),
+        (Output::Plain, ScreenContent::Ansi(ansi)) => {
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(&screen.ansi)?;
+            stdout.write_all(ansi)?;
             // Each row ends as the rows are joined, so the shell's prompt comes below the last.
             stdout.write_all(b"\r\n")?;
             stdout.flush()?;
@@ -279,10 +271,11 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
             });
         }
     };
-    let screen = waited
-        .screen
-        .as_ref()
-        .context("the server answered without a screen")?;
+    let screen = checked_screen(
+        waited
+            .screen
+            .context("the server answered without a screen")?,
+    )?;
     let outcome = broker_pb::wait_for_screen_response::Outcome::try_from(waited.outcome)
         .unwrap_or(broker_pb::wait_for_screen_response::Outcome::Unspecified);
     let reached = TerminalState::from_proto(waited.state).ok();
@@ -296,16 +289,30 @@ pub async fn wait(connection: &ConnectionArgs, args: WaitArgs, output: Output) -
             matched: (outcome == broker_pb::wait_for_screen_response::Outcome::Matched)
                 .then_some(waited.matched.as_str()),
             state: reached.map(TerminalState::as_str),
-            screen: ScreenView::from(screen),
+            screen: &screen,
+            // A report this build cannot read (a newer server's progress kind) reads as none.
+            terminal: TerminalView::from(
+                &waited
+                    .terminal
+                    .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+                    .unwrap_or_default(),
+            ),
         })?,
-        Output::Plain => print_lines(&screen.lines)?,
+        Output::Plain => match &screen.content {
+            ScreenContent::Text(lines) => print_lines(lines)?,
+            _ => {
+                return Err(anyhow!(
+                    "the server answered a wait for text with another format"
+                ));
+            }
+        },
     }
     match outcome {
         broker_pb::wait_for_screen_response::Outcome::Matched
         | broker_pb::wait_for_screen_response::Outcome::State => Ok(ExitCode::SUCCESS),
         broker_pb::wait_for_screen_response::Outcome::Exited => {
             let ended = match screen.exit {
-                Some(broker_pb::ExitStatus {
+                Some(ExitStatus {
                     signal: Some(signal),
                     ..
                 }) => format!("was ended by signal {signal}"),
@@ -353,170 +360,15 @@ struct WaitedView<'a> {
     matched: Option<&'a str>,
     /// The state reached, for `outcome` `state`.
     state: Option<&'static str>,
-    screen: ScreenView<'a>,
+    screen: &'a Screen,
+    /// What the terminal is doing, as in the session object.
+    terminal: TerminalView,
 }
 
-/// A screen as the REST API gives it (docs/CONTRACT.md, "Screens").
-#[derive(Debug, Serialize)]
-struct ScreenView<'a> {
-    session_id: &'a str,
-    offset: u64,
-    cols: u32,
-    rows: u32,
-    cursor: CursorView,
-    title: &'a str,
-    alternate_screen: bool,
-    status: &'static str,
-    exit_code: Option<i32>,
-    format: &'static str,
-    scrollback_rows: u32,
-    /// `lines` and `text`, `ansi`, or `grid`, by format.
-    #[serde(flatten)]
-    content: ScreenContent<'a>,
-}
-
-#[derive(Debug, Serialize)]
-struct CursorView {
-    row: u32,
-    col: u32,
-    visible: bool,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum ScreenContent<'a> {
-    Text { lines: &'a [String], text: String },
-    Ansi { ansi: String },
-    Cells { grid: Vec<RowView<'a>> },
-}
-
-#[derive(Debug, Serialize)]
-struct RowView<'a> {
-    cells: Vec<CellView<'a>>,
-    wrapped: bool,
-}
-
-/// A cell: its text, and only the attributes it has.
-#[derive(Debug, Serialize)]
-struct CellView<'a> {
-    text: &'a str,
-    #[serde(skip_serializing_if = "is_false")]
-    wide: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fg: Option<ColorView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    bg: Option<ColorView>,
-    #[serde(skip_serializing_if = "is_false")]
-    bold: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    dim: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    italic: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    underline: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    inverse: bool,
-}
-
-/// A palette index (0..=255) or `"#rrggbb"`.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum ColorView {
-    Indexed(u32),
-    Rgb(String),
-}
-
-fn is_false(value: &bool) -> bool {
-    !*value
-}
-
-impl<'a> From<&'a broker_pb::Screen> for ScreenView<'a> {
-    fn from(screen: &'a broker_pb::Screen) -> Self {
-        let size = screen.size.unwrap_or_default();
-        let cursor = screen.cursor.unwrap_or_default();
-        let format = broker_pb::ScreenFormat::try_from(screen.format)
-            .unwrap_or(broker_pb::ScreenFormat::Unspecified);
-        let content = match format {
-            broker_pb::ScreenFormat::Unspecified | broker_pb::ScreenFormat::Text => {
-                ScreenContent::Text {
-                    lines: &screen.lines,
-                    text: screen.lines.join("\n"),
-                }
-            }
-            broker_pb::ScreenFormat::Ansi => ScreenContent::Ansi {
-                ansi: String::from_utf8_lossy(&screen.ansi).into_owned(),
-            },
-            broker_pb::ScreenFormat::Cells => ScreenContent::Cells {
-                grid: screen.rows.iter().map(RowView::from).collect(),
-            },
-        };
-        Self {
-            session_id: &screen.session_id,
-            offset: screen.offset,
-            cols: size.cols,
-            rows: size.rows,
-            cursor: CursorView {
-                row: cursor.row,
-                col: cursor.col,
-                visible: cursor.visible,
-            },
-            title: &screen.title,
-            alternate_screen: screen.alternate_screen,
-            status: status_name(screen.state),
-            exit_code: screen.exit.map(|exit| exit.code),
-            format: match format {
-                broker_pb::ScreenFormat::Unspecified | broker_pb::ScreenFormat::Text => "text",
-                broker_pb::ScreenFormat::Ansi => "ansi",
-                broker_pb::ScreenFormat::Cells => "json",
-            },
-            scrollback_rows: screen.scrollback_rows,
-            content,
-        }
-    }
-}
-
-impl<'a> From<&'a broker_pb::ScreenRow> for RowView<'a> {
-    fn from(row: &'a broker_pb::ScreenRow) -> Self {
-        Self {
-            cells: row
-                .cells
-                .iter()
-                .map(|cell| CellView {
-                    text: &cell.text,
-                    wide: cell.wide,
-                    fg: cell.fg.as_ref().and_then(ColorView::from_pb),
-                    bg: cell.bg.as_ref().and_then(ColorView::from_pb),
-                    bold: cell.bold,
-                    dim: cell.dim,
-                    italic: cell.italic,
-                    underline: cell.underline,
-                    inverse: cell.inverse,
-                })
-                .collect(),
-            wrapped: row.wrapped,
-        }
-    }
-}
-
-impl ColorView {
-    fn from_pb(color: &broker_pb::Color) -> Option<Self> {
-        Some(match color.kind? {
-            broker_pb::color::Kind::Indexed(index) => Self::Indexed(index),
-            broker_pb::color::Kind::Rgb(rgb) => Self::Rgb(format!("#{:06x}", rgb & 0x00ff_ffff)),
-        })
-    }
-}
-
-/// The broker's state as the session status REST clients know (`active` while it runs).
-fn status_name(state: i32) -> &'static str {
-    match broker_pb::SessionState::try_from(state) {
-        Ok(broker_pb::SessionState::Starting) => "starting",
-        Ok(broker_pb::SessionState::Running) => "active",
-        Ok(broker_pb::SessionState::Resetting) => "resetting",
-        Ok(broker_pb::SessionState::Exited) => "exited",
-        Ok(broker_pb::SessionState::Closed) => "closed",
-        Ok(broker_pb::SessionState::Unspecified) | Err(_) => "unknown",
-    }
+/// A screen as the server answered it, in the model's form, whose JSON is what the REST API
+/// answers (docs/CONTRACT.md, "Screens").
+fn checked_screen(screen: broker_pb::Screen) -> Result<Screen> {
+    Screen::try_from(screen).context("the server answered with a screen that is not valid")
 }
 
 #[cfg(test)]
@@ -581,7 +433,8 @@ mod tests {
             state: broker_pb::SessionState::Running.into(),
             ..Default::default()
         };
-        let json = serde_json::to_value(ScreenView::from(&screen)).expect("json");
+        let json =
+            serde_json::to_value(checked_screen(screen).expect("a valid screen")).expect("json");
         assert_eq!(
             json,
             serde_json::json!({
@@ -624,7 +477,8 @@ mod tests {
             }),
             ..Default::default()
         };
-        let json = serde_json::to_value(ScreenView::from(&screen)).expect("json");
+        let json =
+            serde_json::to_value(checked_screen(screen).expect("a valid screen")).expect("json");
         assert_eq!(json["format"], "json");
         assert_eq!(json["status"], "exited");
         assert_eq!(json["exit_code"], 3);

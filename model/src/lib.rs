@@ -1,10 +1,11 @@
 //! The contract's nouns, written once: a session record and its status, why it closed, how its
 //! process ended, what its terminal is doing and the commands it ran, what a change to it was
-//! about, the rules of names and aliases, where an instance's terminals run, and what an audit
-//! event says happened. Each is spelled as docs/CONTRACT.md spells it ([`SessionStatus::as_str`]
-//! and the like), each has its one protobuf form in [`proto`], proven by round-trip tests, and
-//! what a terminal is doing has its one JSON form (serde; its OpenAPI schema behind the
-//! `openapi` feature). Services pass these types; none keeps a mirror.
+//! about, the rules of names and aliases, where an instance's terminals run, what an audit
+//! event says happened, and a screen with its cells. Each is spelled as docs/CONTRACT.md spells
+//! it ([`SessionStatus::as_str`] and the like), each has its one protobuf form in [`proto`],
+//! proven by round-trip tests, and what a terminal is doing and a screen have their one JSON
+//! form (serde; their OpenAPI schemas behind the `openapi` feature). Services pass these types;
+//! none keeps a mirror.
 //!
 //! The contract's numbers (bounds of sizes, names and aliases) are `ptyhub-wire`'s limits,
 //! which these types enforce.
@@ -17,6 +18,7 @@ mod error;
 mod names;
 pub mod proto;
 mod record_mode;
+mod screen;
 mod session;
 mod target;
 mod terminal;
@@ -26,6 +28,7 @@ pub use audit::AuditKind;
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
 pub use record_mode::{InvalidRecordMode, RecordMode};
+pub use screen::{Cell, Color, Cursor, Screen, ScreenContent, ScreenFormat, ScreenRow};
 pub use session::{ChangeKind, CloseReason, ExitStatus, Session, SessionStatus};
 pub use target::Target;
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};

@@ -16,9 +16,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::{
-    AuditKind, ChangeKind, CloseReason, Command, ExitStatus, Invalid, Notification, Progress,
-    RecordMode, Role, Session, SessionStatus, Target, TerminalActivity, TerminalSize,
-    TerminalState,
+    AuditKind, Cell, ChangeKind, CloseReason, Color, Command, Cursor, ExitStatus, Invalid,
+    Notification, Progress, RecordMode, Role, Screen, ScreenContent, ScreenFormat, ScreenRow,
+    Session, SessionStatus, Target, TerminalActivity, TerminalSize, TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -121,6 +121,17 @@ proto_enum!(Role, broker_pb::Role, "role", {
     Controller => Controller,
     Viewer => Viewer,
 });
+
+proto_enum!(ScreenFormat, broker_pb::ScreenFormat, "screen format", {
+    Text => Text,
+    Ansi => Ansi,
+    Cells => Cells,
+});
+
+/// A screen format where `UNSPECIFIED` means the default, text.
+pub fn screen_format(value: i32) -> Result<ScreenFormat, Invalid> {
+    optional(value).map(Option::unwrap_or_default)
+}
 
 /// A close reason where `UNSPECIFIED` means the session is not closed.
 pub fn optional_close_reason(value: i32) -> Result<Option<CloseReason>, Invalid> {
@@ -327,6 +338,187 @@ impl From<broker_pb::Command> for Command {
     }
 }
 
+impl From<Cursor> for broker_pb::Cursor {
+    fn from(cursor: Cursor) -> Self {
+        Self {
+            row: cursor.row,
+            col: cursor.col,
+            visible: cursor.visible,
+        }
+    }
+}
+
+impl From<broker_pb::Cursor> for Cursor {
+    fn from(cursor: broker_pb::Cursor) -> Self {
+        Self {
+            row: cursor.row,
+            col: cursor.col,
+            visible: cursor.visible,
+        }
+    }
+}
+
+impl From<Color> for broker_pb::Color {
+    fn from(color: Color) -> Self {
+        let kind = match color {
+            Color::Indexed(index) => broker_pb::color::Kind::Indexed(index.into()),
+            Color::Rgb { red, green, blue } => {
+                broker_pb::color::Kind::Rgb(u32::from_be_bytes([0, red, green, blue]))
+            }
+        };
+        Self { kind: Some(kind) }
+    }
+}
+
+impl TryFrom<broker_pb::Color> for Color {
+    type Error = Invalid;
+
+    /// An index within the palette (0..=255) or an RGB number within `0xFFFFFF`.
+    fn try_from(color: broker_pb::Color) -> Result<Self, Invalid> {
+        match color.kind {
+            Some(broker_pb::color::Kind::Indexed(index)) => u8::try_from(index)
+                .map(Color::Indexed)
+                .map_err(|_| Invalid(format!("colour index {index} is not in 0..=255"))),
+            Some(broker_pb::color::Kind::Rgb(rgb)) => match rgb.to_be_bytes() {
+                [0, red, green, blue] => Ok(Color::Rgb { red, green, blue }),
+                _ => Err(Invalid(format!("colour {rgb:#x} is not 0xRRGGBB"))),
+            },
+            None => Err(Invalid::new("colour must be indexed or rgb")),
+        }
+    }
+}
+
+impl From<Cell> for broker_pb::Cell {
+    fn from(cell: Cell) -> Self {
+        Self {
+            text: cell.text,
+            wide: cell.wide,
+            fg: cell.fg.map(Into::into),
+            bg: cell.bg.map(Into::into),
+            bold: cell.bold,
+            dim: cell.dim,
+            italic: cell.italic,
+            underline: cell.underline,
+            inverse: cell.inverse,
+        }
+    }
+}
+
+impl From<broker_pb::Cell> for Cell {
+    /// A colour this build cannot read reads as the default, rather than failing the screen.
+    fn from(cell: broker_pb::Cell) -> Self {
+        let color = |color: Option<broker_pb::Color>| color.and_then(|color| color.try_into().ok());
+        Self {
+            text: cell.text,
+            wide: cell.wide,
+            fg: color(cell.fg),
+            bg: color(cell.bg),
+            bold: cell.bold,
+            dim: cell.dim,
+            italic: cell.italic,
+            underline: cell.underline,
+            inverse: cell.inverse,
+        }
+    }
+}
+
+impl From<ScreenRow> for broker_pb::ScreenRow {
+    fn from(row: ScreenRow) -> Self {
+        Self {
+            cells: row.cells.into_iter().map(Into::into).collect(),
+            wrapped: row.wrapped,
+        }
+    }
+}
+
+impl From<broker_pb::ScreenRow> for ScreenRow {
+    fn from(row: broker_pb::ScreenRow) -> Self {
+        Self {
+            cells: row.cells.into_iter().map(Into::into).collect(),
+            wrapped: row.wrapped,
+        }
+    }
+}
+
+/// A session's status in the broker's words for its process (`SessionState`), as a screen
+/// carries it: `active` is `RUNNING`.
+fn broker_state(status: SessionStatus) -> broker_pb::SessionState {
+    match status {
+        SessionStatus::Starting => broker_pb::SessionState::Starting,
+        SessionStatus::Active => broker_pb::SessionState::Running,
+        SessionStatus::Resetting => broker_pb::SessionState::Resetting,
+        SessionStatus::Exited => broker_pb::SessionState::Exited,
+        SessionStatus::Closed => broker_pb::SessionState::Closed,
+    }
+}
+
+/// The inverse of [`broker_state`]; a state a broker did not say, or one this build does not
+/// know, reads as `starting`, the status that promises least.
+fn status_of_broker_state(state: i32) -> SessionStatus {
+    SessionStatus::ALL
+        .into_iter()
+        .find(|status| broker_state(*status) as i32 == state)
+        .unwrap_or(SessionStatus::Starting)
+}
+
+impl From<Screen> for broker_pb::Screen {
+    fn from(screen: Screen) -> Self {
+        let format = screen.content.format().to_proto();
+        let (mut lines, mut ansi, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        match screen.content {
+            ScreenContent::Text(text) => lines = text,
+            ScreenContent::Ansi(bytes) => ansi = bytes,
+            ScreenContent::Cells(cells) => rows = cells.into_iter().map(Into::into).collect(),
+        }
+        Self {
+            session_id: screen.session_id,
+            offset: screen.offset,
+            size: screen.size.map(Into::into),
+            cursor: Some(screen.cursor.into()),
+            title: screen.title,
+            alternate_screen: screen.alternate_screen,
+            format,
+            scrollback_rows: screen.scrollback_rows,
+            lines,
+            ansi,
+            rows,
+            state: broker_state(screen.status) as i32,
+            exit: screen.exit.map(Into::into),
+        }
+    }
+}
+
+impl TryFrom<broker_pb::Screen> for Screen {
+    type Error = Invalid;
+
+    /// The format must be one this build knows (`UNSPECIFIED` is text); a size out of bounds
+    /// reads as none and an unknown state as `starting`, so that a newer broker's screen still
+    /// shows.
+    fn try_from(screen: broker_pb::Screen) -> Result<Self, Invalid> {
+        let content = match screen_format(screen.format)? {
+            ScreenFormat::Text => ScreenContent::Text(screen.lines),
+            ScreenFormat::Ansi => ScreenContent::Ansi(screen.ansi),
+            ScreenFormat::Cells => {
+                ScreenContent::Cells(screen.rows.into_iter().map(Into::into).collect())
+            }
+        };
+        Ok(Self {
+            session_id: screen.session_id,
+            offset: screen.offset,
+            size: screen
+                .size
+                .and_then(|size| TerminalSize::try_from(size).ok()),
+            cursor: screen.cursor.unwrap_or_default().into(),
+            title: screen.title,
+            alternate_screen: screen.alternate_screen,
+            status: status_of_broker_state(screen.state),
+            exit: screen.exit.map(Into::into),
+            scrollback_rows: screen.scrollback_rows,
+            content,
+        })
+    }
+}
+
 /// A time as a protobuf timestamp.
 pub fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -460,6 +652,7 @@ mod tests {
         round_trips(&AuditKind::ALL);
         round_trips(&[Role::Controller, Role::Viewer]);
         round_trips(&TerminalState::ALL);
+        round_trips(&ScreenFormat::ALL);
         round_trips(&[
             RecordMode::Off,
             RecordMode::Output,
@@ -478,7 +671,7 @@ mod tests {
         }
         /// A protobuf enum's declared numbers, and whether the model reads a number.
         type Declared = (Vec<i32>, fn(i32) -> bool);
-        let pairs: [Declared; 6] = [
+        let pairs: [Declared; 7] = [
             (declared::<session_pb::SessionStatus>(), |n| {
                 SessionStatus::from_proto(n).is_ok()
             }),
@@ -496,6 +689,9 @@ mod tests {
             }),
             (declared::<broker_pb::RecordMode>(), |n| {
                 RecordMode::from_proto(n).is_ok()
+            }),
+            (declared::<broker_pb::ScreenFormat>(), |n| {
+                ScreenFormat::from_proto(n).is_ok()
             }),
         ];
         for (numbers, known) in pairs {
@@ -579,6 +775,53 @@ mod tests {
             spoil(&mut session);
             assert_eq!(Session::try_from(session).unwrap_err().message(), message);
         }
+    }
+
+    #[test]
+    fn a_screen_of_an_unknown_format_is_refused_and_an_unspecified_one_is_text() {
+        let unknown = broker_pb::Screen {
+            format: 99,
+            ..broker_pb::Screen::default()
+        };
+        assert_eq!(
+            Screen::try_from(unknown).unwrap_err().message(),
+            "screen format 99 is not one this server knows"
+        );
+        let unspecified = broker_pb::Screen {
+            lines: vec!["$".to_owned()],
+            state: 99,
+            size: Some(broker_pb::TerminalSize { cols: 0, rows: 24 }),
+            ..broker_pb::Screen::default()
+        };
+        let screen = Screen::try_from(unspecified).unwrap();
+        assert_eq!(screen.content, ScreenContent::Text(vec!["$".to_owned()]));
+        assert_eq!(screen.status, SessionStatus::Starting);
+        assert_eq!(screen.size, None);
+    }
+
+    #[test]
+    fn a_colour_out_of_range_is_refused_and_reads_as_the_default_in_a_cell() {
+        use broker_pb::color::Kind;
+        for kind in [Some(Kind::Indexed(256)), Some(Kind::Rgb(0x0100_0000)), None] {
+            let color = broker_pb::Color { kind };
+            assert!(Color::try_from(color).is_err(), "{color:?}");
+            let cell = broker_pb::Cell {
+                fg: Some(color),
+                bg: Some(color),
+                ..broker_pb::Cell::default()
+            };
+            assert_eq!(Cell::from(cell), Cell::default());
+        }
+        assert_eq!(
+            broker_pb::Color::from(Color::Rgb {
+                red: 0xff,
+                green: 0x80,
+                blue: 0x01
+            }),
+            broker_pb::Color {
+                kind: Some(Kind::Rgb(0x00ff_8001))
+            }
+        );
     }
 
     #[test]
@@ -703,6 +946,65 @@ mod tests {
             prop_assert_eq!(Session::try_from(message.clone()), Ok(session.clone()));
             let back = Session::try_from(message.clone()).unwrap();
             prop_assert_eq!(session_pb::Session::from(&back), message);
+        }
+
+        #[test]
+        fn a_screen_round_trips(
+            format in 0usize..ScreenFormat::ALL.len(),
+            text in proptest::collection::vec("\\PC{0,12}", 0..4),
+            ansi in proptest::collection::vec(any::<u8>(), 0..24),
+            cells in proptest::collection::vec(
+                (
+                    "\\PC{0,2}",
+                    any::<[bool; 6]>(),
+                    proptest::option::of(any::<u8>()),
+                    proptest::option::of(any::<[u8; 3]>()),
+                ),
+                0..6,
+            ),
+            wrapped in any::<bool>(),
+            size in proptest::option::of((1u32..=1000, 1u32..=500)),
+            cursor in any::<(u32, u32, bool)>(),
+            status in 0usize..SessionStatus::ALL.len(),
+            exit in proptest::option::of((any::<i32>(), proptest::option::of(1i32..65))),
+            offset in any::<u64>(),
+            scrollback_rows in 0u32..10_000,
+        ) {
+            let cells = cells
+                .into_iter()
+                .map(|(text, [wide, bold, dim, italic, underline, inverse], fg, bg)| Cell {
+                    text,
+                    wide,
+                    fg: fg.map(Color::Indexed),
+                    bg: bg.map(|[red, green, blue]| Color::Rgb { red, green, blue }),
+                    bold,
+                    dim,
+                    italic,
+                    underline,
+                    inverse,
+                })
+                .collect();
+            let content = match ScreenFormat::ALL[format] {
+                ScreenFormat::Text => ScreenContent::Text(text),
+                ScreenFormat::Ansi => ScreenContent::Ansi(ansi),
+                ScreenFormat::Cells => ScreenContent::Cells(vec![ScreenRow { cells, wrapped }]),
+            };
+            let screen = Screen {
+                session_id: Uuid::from_u128(u128::from(offset)).to_string(),
+                offset,
+                size: size.map(|(cols, rows)| TerminalSize::new(cols, rows).unwrap()),
+                cursor: Cursor { row: cursor.0, col: cursor.1, visible: cursor.2 },
+                title: "title".to_owned(),
+                alternate_screen: wrapped,
+                status: SessionStatus::ALL[status],
+                exit: exit.map(|(code, signal)| ExitStatus { code, signal }),
+                scrollback_rows,
+                content,
+            };
+            let message = broker_pb::Screen::from(screen.clone());
+            prop_assert_eq!(Screen::try_from(message.clone()), Ok(screen));
+            let back = Screen::try_from(message.clone()).unwrap();
+            prop_assert_eq!(broker_pb::Screen::from(back), message);
         }
 
         #[test]

@@ -1,7 +1,7 @@
 //! The gateway's view of instances, screens, commands and terminal streams, converted from
 //! protobuf in `grpc/convert.rs` and rendered as JSON by the REST and WebSocket layers. The
 //! session record and the contract's nouns inside these (sizes, roles, statuses, close reasons,
-//! targets, what a terminal is doing and the commands it ran) are `ptyhub-model`'s; what a
+//! targets, what a terminal is doing and the commands it ran, screens) are `ptyhub-model`'s; what a
 //! credential may see of a record is `crate::scope`'s rule.
 
 use std::collections::BTreeMap;
@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use ptyhub_model::{AuditKind, Role, TerminalSize};
 
 pub use ptyhub_model::{
-    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode, Session,
-    SessionStatus, Target, TerminalActivity, TerminalState,
+    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode, Screen,
+    ScreenContent, ScreenFormat, Session, SessionStatus, Target, TerminalActivity, TerminalState,
 };
 
 #[derive(Debug, Clone)]
@@ -209,100 +209,12 @@ pub enum TerminalEvent {
     HandingOver,
 }
 
-/// How a screen's rows are returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ScreenFormat {
-    /// One string a row, trailing spaces trimmed.
-    #[default]
-    Text,
-    /// The rows drawn with their attributes (SGR), joined by CR LF.
-    Ansi,
-    /// Rows of cells with their attributes (`json` on REST).
-    Cells,
-}
-
 /// What a screen read asks for: the format, and how many scrollback lines go first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ScreenRequest {
     pub format: ScreenFormat,
     /// At most [`ptyhub_wire::limits::MAX_SCREEN_SCROLLBACK`].
     pub scrollback: u32,
-}
-
-/// A session's screen as its broker's terminal emulator holds it, after every output byte
-/// before `offset`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Screen {
-    pub session_id: String,
-    pub offset: u64,
-    pub size: Option<TerminalSize>,
-    pub cursor: Cursor,
-    pub title: String,
-    pub alternate_screen: bool,
-    pub status: SessionStatus,
-    pub exit: Option<ExitStatus>,
-    /// How many of the rows come from the scrollback (they come first).
-    pub scrollback_rows: u32,
-    pub content: ScreenContent,
-}
-
-/// The rows of a [`Screen`], in the format that was asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScreenContent {
-    Text(Vec<String>),
-    Ansi(Bytes),
-    Cells(Vec<ScreenRow>),
-}
-
-impl ScreenContent {
-    pub fn format(&self) -> ScreenFormat {
-        match self {
-            ScreenContent::Text(_) => ScreenFormat::Text,
-            ScreenContent::Ansi(_) => ScreenFormat::Ansi,
-            ScreenContent::Cells(_) => ScreenFormat::Cells,
-        }
-    }
-}
-
-/// The cursor, 0-based from the top of the visible rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Cursor {
-    pub row: u32,
-    pub col: u32,
-    pub visible: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ScreenRow {
-    pub cells: Vec<Cell>,
-    /// The row's text continues on the next row.
-    pub wrapped: bool,
-}
-
-/// One column of a row. The second column of a wide character has empty `text`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Cell {
-    pub text: String,
-    pub wide: bool,
-    /// `None` is the terminal's default colour.
-    pub fg: Option<Color>,
-    pub bg: Option<Color>,
-    pub bold: bool,
-    pub dim: bool,
-    pub italic: bool,
-    pub underline: bool,
-    pub inverse: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Color {
-    /// One of the 256 palette colours.
-    Indexed(u8),
-    Rgb {
-        red: u8,
-        green: u8,
-        blue: u8,
-    },
 }
 
 /// One piece of typed input, written in order.

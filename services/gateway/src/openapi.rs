@@ -147,8 +147,8 @@ mod tests {
         }
         let schemas = &document.components.as_ref().expect("components").schemas;
         for schema in [
-            "ScreenBody",
-            "CellBody",
+            "Screen",
+            "Cell",
             "InputBody",
             "WaitBody",
             "WaitAnswerBody",

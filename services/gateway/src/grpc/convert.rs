@@ -11,10 +11,9 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
 use crate::domain::{
-    AttachTarget, AuditEvent, AuditEventPage, AuditListing, Cell, ChangeKind, Color, Command,
-    CommandOutputFormat, Cursor, ExitStatus, Instance, RecordMode, Screen, ScreenContent,
-    ScreenFormat, ScreenRow, ScreenWaitResult, Session, SessionAttachment, SessionChange,
-    SessionStatus, Share, Target, TerminalActivity, TerminalEvent, WaitOutcome,
+    AttachTarget, AuditEvent, AuditEventPage, AuditListing, ChangeKind, Command,
+    CommandOutputFormat, ExitStatus, Instance, RecordMode, Screen, ScreenWaitResult, Session,
+    SessionAttachment, SessionChange, Share, Target, TerminalActivity, TerminalEvent, WaitOutcome,
 };
 use crate::error::ApiError;
 
@@ -275,100 +274,14 @@ pub(super) fn command_output_format_to_proto(
     }
 }
 
-pub(super) fn screen_format_to_proto(format: ScreenFormat) -> broker_pb::ScreenFormat {
-    match format {
-        ScreenFormat::Text => broker_pb::ScreenFormat::Text,
-        ScreenFormat::Ansi => broker_pb::ScreenFormat::Ansi,
-        ScreenFormat::Cells => broker_pb::ScreenFormat::Cells,
-    }
-}
-
-/// The broker's session state in the words of a session's status.
-pub(super) fn state_from_proto(state: i32) -> SessionStatus {
-    match broker_pb::SessionState::try_from(state) {
-        Ok(broker_pb::SessionState::Running) => SessionStatus::Active,
-        Ok(broker_pb::SessionState::Resetting) => SessionStatus::Resetting,
-        Ok(broker_pb::SessionState::Exited) => SessionStatus::Exited,
-        Ok(broker_pb::SessionState::Closed) => SessionStatus::Closed,
-        Ok(broker_pb::SessionState::Starting | broker_pb::SessionState::Unspecified) | Err(_) => {
-            SessionStatus::Starting
-        }
-    }
-}
-
+/// A screen as session-api answered it, checked by the model's one conversion; one it cannot
+/// read is session-api's fault (500).
 pub(super) fn screen_from_proto(screen: broker_pb::Screen) -> Result<Screen, ApiError> {
-    let format = match broker_pb::ScreenFormat::try_from(screen.format) {
-        Ok(broker_pb::ScreenFormat::Text | broker_pb::ScreenFormat::Unspecified) => {
-            ScreenFormat::Text
-        }
-        Ok(broker_pb::ScreenFormat::Ansi) => ScreenFormat::Ansi,
-        Ok(broker_pb::ScreenFormat::Cells) => ScreenFormat::Cells,
-        Err(_) => {
-            return Err(ApiError::internal(format!(
-                "session-api answered with an unknown screen format {}",
-                screen.format
-            )));
-        }
-    };
-    let content = match format {
-        ScreenFormat::Text => ScreenContent::Text(screen.lines),
-        ScreenFormat::Ansi => ScreenContent::Ansi(screen.ansi.into()),
-        ScreenFormat::Cells => ScreenContent::Cells(
-            screen
-                .rows
-                .into_iter()
-                .map(|row| ScreenRow {
-                    cells: row.cells.into_iter().map(cell_from_proto).collect(),
-                    wrapped: row.wrapped,
-                })
-                .collect(),
-        ),
-    };
-    let cursor = screen.cursor.unwrap_or_default();
-    Ok(Screen {
-        session_id: screen.session_id,
-        offset: screen.offset,
-        size: screen
-            .size
-            .and_then(|size| TerminalSize::try_from(size).ok()),
-        cursor: Cursor {
-            row: cursor.row,
-            col: cursor.col,
-            visible: cursor.visible,
-        },
-        title: screen.title,
-        alternate_screen: screen.alternate_screen,
-        status: state_from_proto(screen.state),
-        exit: screen.exit.map(ExitStatus::from),
-        scrollback_rows: screen.scrollback_rows,
-        content,
+    Screen::try_from(screen).map_err(|invalid| {
+        ApiError::internal(format!(
+            "session-api answered with a screen that is not valid: {invalid}"
+        ))
     })
-}
-
-pub(super) fn cell_from_proto(cell: broker_pb::Cell) -> Cell {
-    Cell {
-        text: cell.text,
-        wide: cell.wide,
-        fg: cell.fg.and_then(color_from_proto),
-        bg: cell.bg.and_then(color_from_proto),
-        bold: cell.bold,
-        dim: cell.dim,
-        italic: cell.italic,
-        underline: cell.underline,
-        inverse: cell.inverse,
-    }
-}
-
-/// A colour; one out of range reads as the default rather than failing the whole screen.
-pub(super) fn color_from_proto(color: broker_pb::Color) -> Option<Color> {
-    match color.kind? {
-        broker_pb::color::Kind::Indexed(index) => u8::try_from(index).ok().map(Color::Indexed),
-        broker_pb::color::Kind::Rgb(rgb) if rgb <= 0xff_ffff => {
-            let [_, red, green, blue] = rgb.to_be_bytes();
-            Some(Color::Rgb { red, green, blue })
-        }
-        broker_pb::color::Kind::Rgb(_) => None,
-    }
 }
 
 pub(super) fn wait_result_from_proto(

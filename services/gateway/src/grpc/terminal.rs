@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ptyhub_model::proto::optional_to_proto;
+use ptyhub_model::proto::{ProtoEnum as _, optional_to_proto};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -15,8 +15,8 @@ use crate::domain::{
 use crate::error::ApiError;
 
 use super::convert::{
-    command_output_format_to_proto, millis, screen_format_to_proto, screen_from_proto,
-    terminal_from_proto, wait_result_from_proto,
+    command_output_format_to_proto, millis, screen_from_proto, terminal_from_proto,
+    wait_result_from_proto,
 };
 use super::{Upstreams, session_api_error};
 
@@ -67,7 +67,7 @@ impl Upstreams {
         let request = session_pb::GetScreenRequest {
             instance: instance_id.to_owned(),
             session_id: session_id.to_string(),
-            format: screen_format_to_proto(screen.format) as i32,
+            format: screen.format.to_proto(),
             scrollback: screen.scrollback,
         };
         let screen = self
@@ -129,7 +129,7 @@ impl Upstreams {
             timeout_ms: millis(wait.timeout),
             quiet_ms: millis(wait.quiet),
             after_offset: wait.after_offset,
-            format: screen_format_to_proto(wait.screen.format) as i32,
+            format: wait.screen.format.to_proto(),
             scrollback: wait.screen.scrollback,
             wait_for: optional_to_proto(wait.state),
         };

@@ -66,8 +66,9 @@ fn point_references_at_definitions(object: &mut JsonObject) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Screen;
     use crate::mcp::tools::ScreenReading;
-    use crate::rest::bodies::{RunAnswerBody, ScreenBody};
+    use crate::rest::bodies::RunAnswerBody;
 
     /// Every `$ref` in `value`.
     fn references(value: &Value, found: &mut Vec<String>) {
@@ -88,7 +89,7 @@ mod tests {
     #[test]
     fn every_reference_resolves_inside_the_schema() {
         for schema in [
-            output_schema::<ScreenBody>(),
+            output_schema::<Screen>(),
             output_schema::<RunAnswerBody>(),
             output_schema::<ScreenReading>(),
         ] {

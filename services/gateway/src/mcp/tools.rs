@@ -27,12 +27,12 @@ use ptyhub_wire::Surface;
 
 use super::schema::output_schema;
 use crate::auth::Principal;
-use crate::domain::{CommandOutputFormat, Instance, Session, SessionStatus};
+use crate::domain::{CommandOutputFormat, Instance, Screen, Session, SessionStatus};
 use crate::error::ApiError;
 use crate::rest::bodies::{
     ClosedSession, CommandList, CommandsQuery, InputBody, InputWrittenBody, InstanceBody,
-    InstanceList, RunAnswerBody, RunBody, ScreenBody, ScreenQuery, SessionBody, SessionList,
-    WaitAnswerBody, WaitBody, validate_name,
+    InstanceList, RunAnswerBody, RunBody, ScreenQuery, SessionBody, SessionList, WaitAnswerBody,
+    WaitBody, validate_name,
 };
 use crate::scope::Access;
 use crate::scope::SeenBy as _;
@@ -408,7 +408,7 @@ pub struct OpenedSession {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ScreenReading {
     #[serde(flatten)]
-    pub screen: ScreenBody,
+    pub screen: Screen,
     /// What the terminal is doing: `starting`, `at_prompt`, `running`, `waiting_for_input`,
     /// `idle` or `exited`.
     pub state: String,
@@ -529,7 +529,7 @@ async fn read_screen(
         .get_screen(&instance.id, &session.id, request)
         .await?;
     Ok(ScreenReading {
-        screen: screen.into(),
+        screen,
         state: session.terminal_activity().state.as_str().to_owned(),
     })
 }

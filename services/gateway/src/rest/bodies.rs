@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::{
-    Cell, Color, Command, CommandListing, CommandOutputFormat, CommandPage, CommandRun,
-    CommandRunResult, InputItem, Instance, Screen, ScreenContent, ScreenFormat, ScreenRequest,
-    ScreenWait, ScreenWaitResult, Session, Target, TerminalActivity, WaitOutcome,
+    Command, CommandListing, CommandOutputFormat, CommandPage, CommandRun, CommandRunResult,
+    InputItem, Instance, Screen, ScreenFormat, ScreenRequest, ScreenWait, ScreenWaitResult,
+    Session, Target, TerminalActivity, WaitOutcome,
 };
 use crate::error::ApiError;
 use ptyhub_model::{Name, NameKind, TerminalState};
@@ -527,50 +527,16 @@ impl From<Session> for SessionBody {
     }
 }
 
-/// How a screen's rows come: `text` (default), `ansi` or `json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ScreenFormatName {
-    /// `lines` and `text`: the rows as plain text, trailing spaces trimmed.
-    #[default]
-    Text,
-    /// `ansi`: the rows drawn with their attributes (SGR), joined by CR LF.
-    Ansi,
-    /// `rows`: every cell with its attributes.
-    Json,
-}
-
-impl ScreenFormatName {
-    /// The `format` query parameter; an unknown one is 400, like any malformed query.
-    pub fn parse_query(value: Option<&str>) -> Result<Self, ApiError> {
-        match value {
-            None | Some("") | Some("text") => Ok(Self::Text),
-            Some("ansi") => Ok(Self::Ansi),
-            Some("json") => Ok(Self::Json),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "unknown format {other:?}, expected \"text\", \"ansi\" or \"json\""
-            ))),
-        }
-    }
-}
-
-impl From<ScreenFormatName> for ScreenFormat {
-    fn from(name: ScreenFormatName) -> Self {
-        match name {
-            ScreenFormatName::Text => ScreenFormat::Text,
-            ScreenFormatName::Ansi => ScreenFormat::Ansi,
-            ScreenFormatName::Json => ScreenFormat::Cells,
-        }
-    }
-}
-
-impl From<ScreenFormat> for ScreenFormatName {
-    fn from(format: ScreenFormat) -> Self {
-        match format {
-            ScreenFormat::Text => ScreenFormatName::Text,
-            ScreenFormat::Ansi => ScreenFormatName::Ansi,
-            ScreenFormat::Cells => ScreenFormatName::Json,
-        }
+/// The `format` query parameter: `text` (the default when absent or empty), `ansi` or `json`;
+/// an unknown one is 400, like any malformed query.
+fn screen_format_query(value: Option<&str>) -> Result<ScreenFormat, ApiError> {
+    match value {
+        None | Some("") => Ok(ScreenFormat::Text),
+        Some(name) => ScreenFormat::parse(name).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unknown format {name:?}, expected \"text\", \"ansi\" or \"json\""
+            ))
+        }),
     }
 }
 
@@ -598,7 +564,7 @@ impl ScreenQuery {
     /// An unknown format or a scrollback that is not a non-negative integer is 400; a
     /// scrollback over the limit 422.
     pub fn parse(&self) -> Result<ScreenRequest, ApiError> {
-        let format = ScreenFormatName::parse_query(self.format.as_deref())?;
+        let format = screen_format_query(self.format.as_deref())?;
         let scrollback = match self.scrollback.as_deref() {
             None | Some("") => 0,
             Some(value) => value
@@ -612,177 +578,7 @@ impl ScreenQuery {
                 ))
             })
             .and_then(checked_scrollback)?;
-        Ok(ScreenRequest {
-            format: format.into(),
-            scrollback,
-        })
-    }
-}
-
-/// A session's screen (docs/CONTRACT.md, "Screens"): the state after every output byte before
-/// `offset`. Which of `lines` and `text`, `ansi`, or `grid` it carries depends on `format`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ScreenBody {
-    pub session_id: String,
-    /// The screen reflects every output byte before this offset.
-    pub offset: u64,
-    pub cols: Option<u32>,
-    pub rows: Option<u32>,
-    pub cursor: CursorBody,
-    /// The window title the program set last; `""` when none.
-    pub title: String,
-    pub alternate_screen: bool,
-    /// The session's status: `starting`, `active`, `resetting`, `exited` or `closed`.
-    pub status: String,
-    /// Set once the process has exited.
-    pub exit_code: Option<i32>,
-    pub format: ScreenFormatName,
-    /// How many of the rows or lines come from the scrollback (they come first).
-    pub scrollback_rows: u32,
-    /// `text`: one string a row, trailing spaces trimmed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lines: Option<Vec<String>>,
-    /// `text`: the lines joined by `\n`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// `ansi`: the rows drawn with their attributes (SGR), joined by CR LF.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ansi: Option<String>,
-    /// `json`: the rows as cells, scrollback rows first.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub grid: Option<Vec<ScreenRowBody>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CursorBody {
-    /// 0-based, from the top of the visible rows.
-    pub row: u32,
-    pub col: u32,
-    pub visible: bool,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ScreenRowBody {
-    /// One cell a column.
-    pub cells: Vec<CellBody>,
-    /// The row's text continues on the next row.
-    pub wrapped: bool,
-}
-
-/// One column. Attributes that are off, and default colours, are left out.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CellBody {
-    /// The character and its combining marks; `""` for a blank cell and for the second column
-    /// of a wide character.
-    pub text: String,
-    /// A wide character: the next cell is its continuation.
-    #[serde(skip_serializing_if = "is_false")]
-    pub wide: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fg: Option<ColorBody>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bg: Option<ColorBody>,
-    #[serde(skip_serializing_if = "is_false")]
-    pub bold: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub dim: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub italic: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub underline: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub inverse: bool,
-}
-
-/// A palette index (0..=255) or `"#rrggbb"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ColorBody {
-    Indexed(u8),
-    Rgb(String),
-}
-
-/// For `skip_serializing_if`, which passes a reference.
-fn is_false(value: &bool) -> bool {
-    !*value
-}
-
-impl From<Color> for ColorBody {
-    fn from(color: Color) -> Self {
-        match color {
-            Color::Indexed(index) => ColorBody::Indexed(index),
-            Color::Rgb { red, green, blue } => {
-                ColorBody::Rgb(format!("#{red:02x}{green:02x}{blue:02x}"))
-            }
-        }
-    }
-}
-
-impl From<Cell> for CellBody {
-    fn from(cell: Cell) -> Self {
-        Self {
-            text: cell.text,
-            wide: cell.wide,
-            fg: cell.fg.map(ColorBody::from),
-            bg: cell.bg.map(ColorBody::from),
-            bold: cell.bold,
-            dim: cell.dim,
-            italic: cell.italic,
-            underline: cell.underline,
-            inverse: cell.inverse,
-        }
-    }
-}
-
-impl From<Screen> for ScreenBody {
-    fn from(screen: Screen) -> Self {
-        let format = screen.content.format().into();
-        let (grid, lines, text, ansi) = match screen.content {
-            ScreenContent::Text(lines) => {
-                let text = lines.join("\n");
-                (None, Some(lines), Some(text), None)
-            }
-            ScreenContent::Ansi(ansi) => (
-                None,
-                None,
-                None,
-                Some(String::from_utf8_lossy(&ansi).into_owned()),
-            ),
-            ScreenContent::Cells(rows) => (
-                Some(
-                    rows.into_iter()
-                        .map(|row| ScreenRowBody {
-                            cells: row.cells.into_iter().map(CellBody::from).collect(),
-                            wrapped: row.wrapped,
-                        })
-                        .collect(),
-                ),
-                None,
-                None,
-                None,
-            ),
-        };
-        Self {
-            session_id: screen.session_id,
-            offset: screen.offset,
-            cols: screen.size.map(|size| size.cols().into()),
-            rows: screen.size.map(|size| size.rows().into()),
-            cursor: CursorBody {
-                row: screen.cursor.row,
-                col: screen.cursor.col,
-                visible: screen.cursor.visible,
-            },
-            title: screen.title,
-            alternate_screen: screen.alternate_screen,
-            status: screen.status.as_str().to_owned(),
-            exit_code: screen.exit.map(|exit| exit.code),
-            format,
-            scrollback_rows: screen.scrollback_rows,
-            lines,
-            text,
-            ansi,
-            grid,
-        }
+        Ok(ScreenRequest { format, scrollback })
     }
 }
 
@@ -850,7 +646,7 @@ pub struct WaitBody {
     /// `offset` an input answered).
     pub after_offset: Option<u64>,
     /// How the screen is returned: `text` (default), `ansi` or `json`.
-    pub format: Option<ScreenFormatName>,
+    pub format: Option<ScreenFormat>,
     /// Lines of scrollback searched and returned, 0..=10000.
     pub scrollback: Option<u32>,
     /// Instead of `pattern`, the state to wait for: `prompt` (at_prompt), `idle`, `input`
@@ -906,7 +702,7 @@ impl WaitBody {
             quiet: std::time::Duration::from_millis(quiet_ms.into()),
             after_offset: self.after_offset,
             screen: ScreenRequest {
-                format: self.format.unwrap_or_default().into(),
+                format: self.format.unwrap_or_default(),
                 scrollback: checked_scrollback(self.scrollback.unwrap_or(0))?,
             },
         })
@@ -924,7 +720,7 @@ pub struct WaitAnswerBody {
     /// `exited`); `null` otherwise.
     pub state: Option<String>,
     /// The matching screen, or the final one (with `exit_code`) when the process exited.
-    pub screen: ScreenBody,
+    pub screen: Screen,
     /// What the terminal was doing as the wait answered (the question asked, for `input`), as
     /// in the session object; the terminal may already have left the state reached.
     pub terminal: Option<TerminalActivity>,
@@ -952,7 +748,7 @@ impl From<ScreenWaitResult> for WaitAnswerBody {
             outcome,
             matched: result.matched,
             state,
-            screen: result.screen.into(),
+            screen: result.screen,
             terminal: result.terminal,
         }
     }
@@ -1136,115 +932,6 @@ mod tests {
             let error = wait(refused).unwrap_err();
             assert_eq!(error.code, ErrorCode::Invalid, "{refused}: {error}");
         }
-    }
-
-    fn screen(content: ScreenContent) -> Screen {
-        Screen {
-            session_id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".into(),
-            offset: 120,
-            size: Some(ptyhub_model::TerminalSize::new(3, 2).unwrap()),
-            cursor: crate::domain::Cursor {
-                row: 1,
-                col: 2,
-                visible: true,
-            },
-            title: "hello".into(),
-            alternate_screen: false,
-            status: crate::domain::SessionStatus::Active,
-            exit: None,
-            scrollback_rows: 0,
-            content,
-        }
-    }
-
-    #[test]
-    fn a_text_screen_has_lines_and_their_text() {
-        let body = ScreenBody::from(screen(ScreenContent::Text(vec![
-            "$ ls".into(),
-            "a  b".into(),
-        ])));
-        assert_eq!(
-            serde_json::to_value(body).unwrap(),
-            serde_json::json!({
-                "session_id": "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10", "offset": 120,
-                "cols": 3, "rows": 2, "cursor": {"row": 1, "col": 2, "visible": true},
-                "title": "hello", "alternate_screen": false, "status": "active",
-                "exit_code": null, "format": "text", "scrollback_rows": 0,
-                "lines": ["$ ls", "a  b"], "text": "$ ls\na  b",
-            })
-        );
-    }
-
-    #[test]
-    fn an_ansi_screen_has_its_escapes_as_a_string() {
-        let mut exited = screen(ScreenContent::Ansi(bytes::Bytes::from_static(
-            b"\x1b[1mbold\x1b[0m\r\nplain",
-        )));
-        exited.status = crate::domain::SessionStatus::Exited;
-        exited.exit = Some(crate::domain::ExitStatus {
-            code: 3,
-            signal: None,
-        });
-        let json = serde_json::to_value(ScreenBody::from(exited)).unwrap();
-        assert_eq!(json["format"], "ansi");
-        assert_eq!(json["ansi"], "\u{1b}[1mbold\u{1b}[0m\r\nplain");
-        assert_eq!(json["rows"], 2);
-        assert_eq!(
-            (&json["status"], &json["exit_code"]),
-            (&"exited".into(), &3.into())
-        );
-        assert!(
-            json.get("lines").is_none() && json.get("text").is_none(),
-            "{json}"
-        );
-    }
-
-    #[test]
-    fn a_json_screen_leaves_out_default_colours_and_attributes_that_are_off() {
-        let cells = vec![
-            Cell {
-                text: "字".into(),
-                wide: true,
-                fg: Some(Color::Indexed(1)),
-                bold: true,
-                ..Cell::default()
-            },
-            Cell::default(),
-            Cell {
-                text: "x".into(),
-                bg: Some(Color::Rgb {
-                    red: 0x0a,
-                    green: 0xff,
-                    blue: 0x00,
-                }),
-                dim: true,
-                italic: true,
-                underline: true,
-                inverse: true,
-                ..Cell::default()
-            },
-        ];
-        let body = ScreenBody::from(screen(ScreenContent::Cells(vec![
-            crate::domain::ScreenRow {
-                cells,
-                wrapped: true,
-            },
-        ])));
-        let json = serde_json::to_value(body).unwrap();
-        assert_eq!(json["format"], "json");
-        assert_eq!(
-            json["grid"],
-            serde_json::json!([{"wrapped": true, "cells": [
-                {"text": "字", "wide": true, "fg": 1, "bold": true},
-                {"text": ""},
-                {"text": "x", "bg": "#0aff00", "dim": true, "italic": true,
-                 "underline": true, "inverse": true},
-            ]}])
-        );
-        assert!(
-            json.get("lines").is_none() && json.get("ansi").is_none(),
-            "{json}"
-        );
     }
 
     fn commands_query(

@@ -7,10 +7,9 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use ptyhub_wire::Surface;
 
-use super::bodies::{
-    InputBody, InputWrittenBody, ScreenBody, ScreenQuery, WaitAnswerBody, WaitBody,
-};
+use super::bodies::{InputBody, InputWrittenBody, ScreenQuery, WaitAnswerBody, WaitBody};
 use super::extract::{Caller, InstanceScope, JsonBody, SessionPath};
+use crate::domain::Screen;
 use crate::error::{ApiError, ErrorBody};
 use crate::scope::SeenBy as _;
 use crate::state::AppState;
@@ -21,7 +20,7 @@ use crate::state::AppState;
     get, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}/screen", tag = "screens",
     params(SessionPath, ScreenQuery),
     responses(
-        (status = 200, body = ScreenBody), (status = 400, body = ErrorBody),
+        (status = 200, body = Screen), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "unknown or closed session"),
         (status = 422, body = ErrorBody),
@@ -34,7 +33,7 @@ pub async fn get_screen(
     scope: InstanceScope,
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     Query(query): Query<ScreenQuery>,
-) -> Result<Json<ScreenBody>, ApiError> {
+) -> Result<Json<Screen>, ApiError> {
     let request = query.parse()?;
     principal.access.check_scrollback(request.scrollback)?;
     let instance = scope.authorize(&state, &principal).await?;
@@ -45,7 +44,7 @@ pub async fn get_screen(
         .upstreams
         .get_screen(&instance.id, &session.id, request)
         .await?;
-    Ok(Json(screen.into()))
+    Ok(Json(screen))
 }
 
 /// Types `text`, then each of `keys`, as a brief controller that never takes control from an

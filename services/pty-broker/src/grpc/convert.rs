@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use ptyhub_model::proto::{self, ProtoEnum as _};
+use ptyhub_model::{Screen, ScreenContent, SessionStatus};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::limits;
 use uuid::Uuid;
@@ -16,7 +17,7 @@ use crate::domain::{
 use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
-use crate::screen::{Cell, Color, ScreenFormat, ScreenView};
+use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
     AttachRequest, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
 };
@@ -112,14 +113,7 @@ impl TryFrom<pb::Hello> for Hello {
 }
 
 pub(super) fn screen_format(format: i32) -> Result<ScreenFormat, Error> {
-    match pb::ScreenFormat::try_from(format) {
-        Ok(pb::ScreenFormat::Unspecified | pb::ScreenFormat::Text) => Ok(ScreenFormat::Text),
-        Ok(pb::ScreenFormat::Ansi) => Ok(ScreenFormat::Ansi),
-        Ok(pb::ScreenFormat::Cells) => Ok(ScreenFormat::Cells),
-        Err(_) => Err(Error::InvalidRequest(format!(
-            "unknown screen format {format}"
-        ))),
-    }
+    proto::screen_format(format).map_err(|invalid| Error::InvalidRequest(invalid.0))
 }
 
 pub(super) fn scrollback(lines: u32) -> Result<usize, Error> {
@@ -306,60 +300,34 @@ impl From<SessionInfo> for pb::SessionInfo {
 
 /// The screen answer: the view, with the session's state and exit status beside it.
 pub(super) fn screen(session_id: Uuid, view: ScreenView, info: &SessionInfo) -> pb::Screen {
-    let format = match view.format {
-        ScreenFormat::Text => pb::ScreenFormat::Text,
-        ScreenFormat::Ansi => pb::ScreenFormat::Ansi,
-        ScreenFormat::Cells => pb::ScreenFormat::Cells,
+    let content = match view.format {
+        ScreenFormat::Text => ScreenContent::Text(view.lines),
+        ScreenFormat::Ansi => ScreenContent::Ansi(view.ansi.into_bytes()),
+        ScreenFormat::Cells => ScreenContent::Cells(view.rows),
     };
-    pb::Screen {
+    Screen {
         session_id: session_id.to_string(),
         offset: view.offset,
-        size: Some(view.size.into()),
-        cursor: Some(pb::Cursor {
-            row: u32::from(view.cursor.row),
-            col: u32::from(view.cursor.col),
-            visible: view.cursor.visible,
-        }),
+        size: Some(view.size),
+        cursor: view.cursor,
         title: view.title,
         alternate_screen: view.alternate_screen,
-        format: format as i32,
-        scrollback_rows: view.scrollback_rows as u32,
-        lines: view.lines,
-        ansi: view.ansi.into(),
-        rows: view
-            .rows
-            .into_iter()
-            .map(|row| pb::ScreenRow {
-                cells: row.cells.into_iter().map(pb_cell).collect(),
-                wrapped: row.wrapped,
-            })
-            .collect(),
-        state: state(info.phase) as i32,
-        exit: info.exit.map(Into::into),
+        status: status(info.phase),
+        exit: info.exit,
+        scrollback_rows: u32::try_from(view.scrollback_rows).unwrap_or(u32::MAX),
+        content,
     }
+    .into()
 }
 
-fn pb_cell(cell: Cell) -> pb::Cell {
-    let color = |color: Option<Color>| {
-        color.map(|color| pb::Color {
-            kind: Some(match color {
-                Color::Indexed(index) => pb::color::Kind::Indexed(u32::from(index)),
-                Color::Rgb(r, g, b) => {
-                    pb::color::Kind::Rgb(u32::from(r) << 16 | u32::from(g) << 8 | u32::from(b))
-                }
-            }),
-        })
-    };
-    pb::Cell {
-        text: cell.text,
-        wide: cell.wide,
-        fg: color(cell.fg),
-        bg: color(cell.bg),
-        bold: cell.bold,
-        dim: cell.dim,
-        italic: cell.italic,
-        underline: cell.underline,
-        inverse: cell.inverse,
+/// A phase in the words of a session's status, as a screen carries it.
+fn status(phase: SessionPhase) -> SessionStatus {
+    match phase {
+        SessionPhase::Starting => SessionStatus::Starting,
+        SessionPhase::Running => SessionStatus::Active,
+        SessionPhase::Resetting => SessionStatus::Resetting,
+        SessionPhase::Exited => SessionStatus::Exited,
+        SessionPhase::Closed(_) => SessionStatus::Closed,
     }
 }
 

@@ -27,7 +27,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 pub use keys::{KEY_NAMES, UnknownKey, key_bytes};
-pub use view::{Cell, Color, Cursor, Row, ScreenFormat, ScreenView};
+pub use ptyhub_model::ScreenFormat;
+pub use view::ScreenView;
 
 use crate::activity::{Activity, ActivityParts, Mark, MarkAt, ScreenPoint};
 use crate::domain::TerminalSize;

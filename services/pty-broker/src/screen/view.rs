@@ -1,21 +1,14 @@
 //! The screen as the screen API answers it: plain text (as `tmux capture-pane -p` gives it), the
 //! rows drawn with their attributes (ANSI), or rows of cells with attributes, each with up to N
-//! rows of scrollback above the visible ones.
+//! rows of scrollback above the visible ones. The cursor, the format and the cells are the
+//! model's (`ptyhub_model::Cell` and the like), read here from vt100's grid.
 
+use ptyhub_model::{Cell, Color, Cursor, ScreenFormat, ScreenRow};
 use unicode_width::UnicodeWidthStr as _;
 
 use super::Emulator;
 use super::scrollback::ScrollbackRow;
 use crate::domain::TerminalSize;
-
-/// How the rows of a [`ScreenView`] are given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ScreenFormat {
-    #[default]
-    Text,
-    Ansi,
-    Cells,
-}
 
 /// The screen as of `offset`, in one format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,42 +26,7 @@ pub struct ScreenView {
     /// [`ScreenFormat::Ansi`]: the rows with their attributes, joined by CR LF.
     pub ansi: String,
     /// [`ScreenFormat::Cells`]: the rows as cells.
-    pub rows: Vec<Row>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    pub row: u16,
-    pub col: u16,
-    pub visible: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Row {
-    pub cells: Vec<Cell>,
-    pub wrapped: bool,
-}
-
-/// One column of a row.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Cell {
-    /// The character and its combining marks; empty for a blank cell and for the second column
-    /// of a wide character.
-    pub text: String,
-    pub wide: bool,
-    pub fg: Option<Color>,
-    pub bg: Option<Color>,
-    pub bold: bool,
-    pub dim: bool,
-    pub italic: bool,
-    pub underline: bool,
-    pub inverse: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Color {
-    Indexed(u8),
-    Rgb(u8, u8, u8),
+    pub rows: Vec<ScreenRow>,
 }
 
 pub(super) fn build(
@@ -86,8 +44,8 @@ pub(super) fn build(
         offset,
         size,
         cursor: Cursor {
-            row: cursor_row,
-            col: cursor_col,
+            row: cursor_row.into(),
+            col: cursor_col.into(),
             visible: !vt.hide_cursor(),
         },
         title: emulator.parser.callbacks().title.clone(),
@@ -116,7 +74,7 @@ pub(super) fn build(
                 let cells = (0..size.cols())
                     .map(|col| vt.cell(row, col).map(cell).unwrap_or_default())
                     .collect();
-                Row {
+                ScreenRow {
                     cells,
                     wrapped: vt.row_wrapped(row),
                 }
@@ -163,12 +121,12 @@ fn lines(emulator: &Emulator, size: TerminalSize, scrollback: usize) -> Vec<Stri
 }
 
 /// A scrollback row as cells: its formatted text drawn on a one-row emulator of its width.
-fn scrollback_cells(row: ScrollbackRow<'_>) -> Row {
+fn scrollback_cells(row: ScrollbackRow<'_>) -> ScreenRow {
     let cols = std::num::NonZeroU16::new(row.cols).unwrap_or(std::num::NonZeroU16::MIN);
     let mut parser = vt100::Parser::new(std::num::NonZeroU16::MIN, cols, 0);
     parser.process(row.formatted.as_bytes());
     let vt = parser.screen();
-    Row {
+    ScreenRow {
         cells: (0..row.cols)
             .map(|col| vt.cell(0, col).map(cell).unwrap_or_default())
             .collect(),
@@ -194,6 +152,6 @@ fn color(color: vt100::Color) -> Option<Color> {
     match color {
         vt100::Color::Default => None,
         vt100::Color::Idx(index) => Some(Color::Indexed(index)),
-        vt100::Color::Rgb(r, g, b) => Some(Color::Rgb(r, g, b)),
+        vt100::Color::Rgb(red, green, blue) => Some(Color::Rgb { red, green, blue }),
     }
 }
