@@ -9,6 +9,7 @@
 mod activity;
 mod attach_tickets;
 mod audit;
+mod audit_principals;
 mod bad_input;
 mod broker_down;
 mod browser_rules;
@@ -24,6 +25,7 @@ mod legacy_routes;
 mod live_sessions;
 mod project_routes;
 mod recordings;
+mod relay_frames;
 mod reset;
 mod rest_bounds;
 mod run;
