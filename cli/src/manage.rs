@@ -1,10 +1,13 @@
 //! The record commands: instances and sessions listed, created, renamed, reset and removed, in
 //! plain columns for people or JSON for scripts.
 
-use std::collections::BTreeMap;
-
 use anyhow::{Context, Result, bail};
-use ptyhub_client::{NewSession, TerminalActivity, TerminalState};
+use gateway::grpc::{instance_from_proto, session_from_proto};
+use gateway::rest::bodies::{
+    ClosedSession, DeletedInstance, InstanceBody, InstanceList, SessionBody, SessionList,
+    TargetBody,
+};
+use ptyhub_client::{NewSession, TerminalActivity};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -92,7 +95,7 @@ pub async fn instance_add(
         })
         .await
         .with_context(|| format!("cannot register instance {name:?}"))?;
-    print_instances(&[instance], output)
+    print_instance(instance, output)
 }
 
 pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<()> {
@@ -102,7 +105,7 @@ pub async fn instance_ls(connection: &ConnectionArgs, output: Output) -> Result<
         .instances()
         .await
         .context("cannot list the instances")?;
-    print_instances(&instances, output)
+    print_instances(instances, output)
 }
 
 pub async fn instance_rm(
@@ -117,10 +120,11 @@ pub async fn instance_rm(
         .await
         .with_context(|| format!("cannot remove instance {instance:?}"))?;
     match output {
-        Output::Json => print_json(&serde_json::json!({
-            "instance_id": deleted.instance_id,
-            "closed_sessions": deleted.closed_sessions,
-        })),
+        Output::Json => print_json(&DeletedInstance {
+            status: "deleted".to_owned(),
+            instance_id: deleted.instance_id,
+            closed_sessions: deleted.closed_sessions,
+        }),
         Output::Plain => {
             println!(
                 "removed {} ({} sessions closed)",
@@ -143,7 +147,7 @@ pub async fn session_ls(
         .sessions(&instance, include_closed)
         .await
         .with_context(|| format!("cannot list the sessions of instance {instance:?}"))?;
-    print_sessions(&sessions, output)
+    print_sessions(sessions, output)
 }
 
 pub async fn session_new(
@@ -168,7 +172,7 @@ pub async fn session_new(
         )
         .await
         .with_context(|| format!("cannot start a session on instance {instance:?}"))?;
-    print_sessions(&[created], output)
+    print_session(created, output)
 }
 
 pub async fn session_rename(
@@ -184,7 +188,7 @@ pub async fn session_rename(
         .rename_session(&instance, &session_id, &name)
         .await
         .with_context(|| format!("cannot rename session {session_id} of instance {instance:?}"))?;
-    print_sessions(&[renamed], output)
+    print_session(renamed, output)
 }
 
 pub async fn session_reset(
@@ -199,7 +203,7 @@ pub async fn session_reset(
         .reset_session(&instance, &session_id)
         .await
         .with_context(|| format!("cannot reset session {session_id} of instance {instance:?}"))?;
-    print_sessions(&[reset], output)
+    print_session(reset, output)
 }
 
 pub async fn session_rm(
@@ -214,185 +218,122 @@ pub async fn session_rm(
         .close_session(&instance, &session_id)
         .await
         .with_context(|| format!("cannot close session {session_id} of instance {instance:?}"))?;
-    print_sessions(&[closed], output)
-}
-
-/// An instance as scripts see it.
-#[derive(Debug, Serialize)]
-struct InstanceView {
-    id: String,
-    name: String,
-    target: String,
-    command: Vec<String>,
-    max_sessions: u32,
-    live_sessions: u32,
-    labels: BTreeMap<String, String>,
-    broker_id: String,
-    shell_integration: bool,
-}
-
-impl From<&session_pb::Instance> for InstanceView {
-    fn from(instance: &session_pb::Instance) -> Self {
-        Self {
-            id: instance.id.clone(),
-            name: instance.name.clone(),
-            target: describe_target(instance.target.as_ref()),
-            command: instance.command.clone(),
-            max_sessions: instance.max_sessions,
-            live_sessions: instance.live_sessions,
-            labels: instance
-                .labels
-                .iter()
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect(),
-            broker_id: instance.broker_id.clone(),
-            shell_integration: instance.shell_integration,
-        }
+    match output {
+        // As `DELETE .../sessions/{sid}` answers.
+        Output::Json => print_json(&ClosedSession {
+            status: "closed".to_owned(),
+            session_id: closed.id,
+        }),
+        Output::Plain => print_session(closed, output),
     }
 }
 
-fn describe_target(target: Option<&broker_pb::Target>) -> String {
-    match target.and_then(|target| target.kind.as_ref()) {
-        Some(broker_pb::target::Kind::Local(_)) => "local".to_owned(),
-        Some(broker_pb::target::Kind::Docker(docker)) => format!("docker:{}", docker.container),
+/// An instance in the REST API's JSON form (`GET /api/v1/instances/{iid}`), written once in the
+/// gateway: a script reads the same keys whichever of the two it asks.
+fn instance_body(instance: session_pb::Instance) -> InstanceBody {
+    InstanceBody::from(instance_from_proto(instance))
+}
+
+/// A session in the REST API's JSON form (`GET .../sessions/{sid}`), written once in the
+/// gateway. A record this build cannot read is the server's fault, said as such.
+fn session_body(session: session_pb::Session) -> Result<SessionBody> {
+    let session = session_from_proto(session).map_err(|error| anyhow::anyhow!(error.message))?;
+    Ok(SessionBody::from(session))
+}
+
+fn describe_target(target: Option<&TargetBody>) -> String {
+    match target {
+        Some(TargetBody::Local {}) => "local".to_owned(),
+        Some(TargetBody::Docker { container }) => format!("docker:{container}"),
         None => "unknown".to_owned(),
     }
 }
 
-/// A session as scripts see it.
-#[derive(Debug, Serialize)]
-struct SessionView {
-    id: String,
-    name: String,
-    status: String,
-    close_reason: Option<String>,
-    exit_code: Option<i32>,
-    exit_signal: Option<i32>,
-    aliases: Vec<String>,
-    attached_clients: u32,
-    created_at: Option<String>,
-    last_activity_at: Option<String>,
-    /// What the terminal is doing, as the REST session body says it.
-    state: &'static str,
-    last_notification: Option<NotificationView>,
-    progress: Option<ProgressView>,
-    cwd: Option<String>,
-    shell_integration: bool,
-}
-
-impl From<&session_pb::Session> for SessionView {
-    fn from(record: &session_pb::Session) -> Self {
-        let status = session_pb::SessionStatus::try_from(record.status)
-            .map(|status| status_name(status).to_owned())
-            .unwrap_or_else(|_| "unknown".to_owned());
-        let close_reason = session_pb::CloseReason::try_from(record.close_reason)
-            .ok()
-            .and_then(close_reason_name)
-            .map(str::to_owned);
-        // A report this build cannot read (a newer server's progress kind) reads as none.
-        let mut terminal = record
-            .terminal
-            .clone()
-            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
-            .unwrap_or_default();
-        // As the gateway renders a session: a process that ended is `exited`, whatever its
-        // broker reported last.
-        if matches!(
-            session_pb::SessionStatus::try_from(record.status),
-            Ok(session_pb::SessionStatus::Exited | session_pb::SessionStatus::Closed)
-        ) {
-            terminal.state = TerminalState::Exited;
-        }
-        let terminal = TerminalView::from(&terminal);
-        Self {
-            id: record.id.clone(),
-            name: record.name.clone(),
-            status,
-            close_reason,
-            exit_code: record.exit.as_ref().map(|exit| exit.code),
-            exit_signal: record.exit.as_ref().and_then(|exit| exit.signal),
-            aliases: record.aliases.clone(),
-            attached_clients: record.attached_clients,
-            created_at: record.created_at.as_ref().map(ToString::to_string),
-            last_activity_at: record.last_activity_at.as_ref().map(ToString::to_string),
-            state: terminal.state,
-            last_notification: terminal.last_notification,
-            progress: terminal.progress,
-            cwd: terminal.cwd,
-            shell_integration: terminal.shell_integration,
-        }
-    }
-}
-
-fn status_name(status: session_pb::SessionStatus) -> &'static str {
-    match status {
-        session_pb::SessionStatus::Unspecified => "unknown",
-        session_pb::SessionStatus::Starting => "starting",
-        session_pb::SessionStatus::Active => "active",
-        session_pb::SessionStatus::Resetting => "resetting",
-        session_pb::SessionStatus::Exited => "exited",
-        session_pb::SessionStatus::Closed => "closed",
-    }
-}
-
-fn close_reason_name(reason: session_pb::CloseReason) -> Option<&'static str> {
-    Some(match reason {
-        session_pb::CloseReason::Unspecified => return None,
-        session_pb::CloseReason::ClosedByUser => "closed_by_user",
-        session_pb::CloseReason::Exited => "exited",
-        session_pb::CloseReason::IdleReaped => "idle_reaped",
-        session_pb::CloseReason::BrokerLost => "broker_lost",
-        session_pb::CloseReason::InstanceDeleted => "instance_deleted",
-        session_pb::CloseReason::SpawnFailed => "spawn_failed",
-    })
-}
-
-fn print_instances(instances: &[session_pb::Instance], output: Output) -> Result<()> {
-    let views: Vec<InstanceView> = instances.iter().map(InstanceView::from).collect();
+/// `instance ls`: `{"instances": [...]}` with `--json`, as `GET /api/v1/instances` answers.
+fn print_instances(instances: Vec<session_pb::Instance>, output: Output) -> Result<()> {
+    let instances: Vec<InstanceBody> = instances.into_iter().map(instance_body).collect();
     match output {
-        Output::Json => print_json(&views),
+        Output::Json => print_json(&InstanceList { instances }),
         Output::Plain => {
-            print_table(
-                &["ID", "NAME", "TARGET", "SESSIONS"],
-                views.iter().map(|view| {
-                    vec![
-                        view.id.clone(),
-                        view.name.clone(),
-                        view.target.clone(),
-                        format!("{}/{}", view.live_sessions, view.max_sessions),
-                    ]
-                }),
-            );
+            print_instance_table(&instances);
             Ok(())
         }
     }
 }
 
-fn print_sessions(sessions: &[session_pb::Session], output: Output) -> Result<()> {
-    let views: Vec<SessionView> = sessions.iter().map(SessionView::from).collect();
+/// `instance add`: the instance object with `--json`, as `POST /api/v1/instances` answers.
+fn print_instance(instance: session_pb::Instance, output: Output) -> Result<()> {
+    let instance = instance_body(instance);
     match output {
-        Output::Json => print_json(&views),
+        Output::Json => print_json(&instance),
         Output::Plain => {
-            print_table(
-                &["ID", "NAME", "STATUS", "CLIENTS", "ALIASES"],
-                views.iter().map(|view| {
-                    let status = match (&view.close_reason, view.exit_code) {
-                        (Some(reason), _) => format!("{} ({reason})", view.status),
-                        (None, Some(code)) => format!("{} ({code})", view.status),
-                        (None, None) => view.status.clone(),
-                    };
-                    vec![
-                        view.id.clone(),
-                        view.name.clone(),
-                        status,
-                        view.attached_clients.to_string(),
-                        view.aliases.join(","),
-                    ]
-                }),
-            );
+            print_instance_table(std::slice::from_ref(&instance));
             Ok(())
         }
     }
+}
+
+fn print_instance_table(instances: &[InstanceBody]) {
+    print_table(
+        &["ID", "NAME", "TARGET", "SESSIONS"],
+        instances.iter().map(|instance| {
+            vec![
+                instance.id.clone(),
+                instance.name.clone(),
+                describe_target(instance.target.as_ref()),
+                format!("{}/{}", instance.live_sessions, instance.max_sessions),
+            ]
+        }),
+    );
+}
+
+/// `ls`: `{"sessions": [...]}` with `--json`, as `GET .../terminal/sessions` answers.
+fn print_sessions(sessions: Vec<session_pb::Session>, output: Output) -> Result<()> {
+    let sessions = sessions
+        .into_iter()
+        .map(session_body)
+        .collect::<Result<Vec<_>>>()?;
+    match output {
+        Output::Json => print_json(&SessionList { sessions }),
+        Output::Plain => {
+            print_session_table(&sessions);
+            Ok(())
+        }
+    }
+}
+
+/// `new`, `rename`, `reset`, `alias add`: the session object with `--json`, as `GET
+/// .../sessions/{sid}` answers (REST's shorter answers to these calls have the same keys), the
+/// way `gh` and `kubectl create -o json` print what they made.
+fn print_session(session: session_pb::Session, output: Output) -> Result<()> {
+    let session = session_body(session)?;
+    match output {
+        Output::Json => print_json(&session),
+        Output::Plain => {
+            print_session_table(std::slice::from_ref(&session));
+            Ok(())
+        }
+    }
+}
+
+fn print_session_table(sessions: &[SessionBody]) {
+    print_table(
+        &["ID", "NAME", "STATUS", "CLIENTS", "ALIASES"],
+        sessions.iter().map(|session| {
+            let status = match (&session.close_reason, session.exit_code) {
+                (Some(reason), _) => format!("{} ({reason})", session.status),
+                (None, Some(code)) => format!("{} ({code})", session.status),
+                (None, None) => session.status.clone(),
+            };
+            vec![
+                session.id.clone(),
+                session.name.clone(),
+                status,
+                session.attached_clients.to_string(),
+                session.aliases.join(","),
+            ]
+        }),
+    );
 }
 
 /// What a terminal is doing, as the REST API gives it.

@@ -324,9 +324,9 @@ fn attach_shows_a_full_screen_program_and_detach_returns_to_the_normal_screen() 
             "printf '\\033[7mfull-screen header\\033[0m\\033[5;3Hbody text'; exec sleep 600",
         ),
     ]);
-    let created: Vec<serde_json::Value> =
+    let created: serde_json::Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", "fullscreen"])).expect("new --json");
-    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let session = created["id"].as_str().expect("an id").to_owned();
     eventually("the program drew its screen", || {
         let screen: serde_json::Value =
             serde_json::from_str(&up.run_ok(&["--json", "screen", "fullscreen", &session]))

@@ -86,10 +86,7 @@ async fn a_scoped_token_cannot_choose_a_command_and_an_admin_token_can() {
     .await;
     assert!(output.status.success(), "{output:?}");
     let created: Value = serde_json::from_slice(&output.stdout).expect("the session as JSON");
-    let session_id = created[0]["id"]
-        .as_str()
-        .expect("the session id")
-        .to_owned();
+    let session_id = created["id"].as_str().expect("the session id").to_owned();
     let url = format!(
         "{}/api/v1/instances/{}/terminal/sessions/{session_id}/wait",
         stack.gateway_url, stack.instance_id

@@ -20,9 +20,9 @@ fn bash_session(up: &Up, instance: &str, extra: &[&str]) -> String {
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "bash"]);
     up.run_ok(&args);
-    let created: Vec<Value> =
+    let created: Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", instance])).expect("new --json");
-    created[0]["id"].as_str().expect("an id").to_owned()
+    created["id"].as_str().expect("an id").to_owned()
 }
 
 /// The session as `ls --json` shows it.
@@ -64,9 +64,11 @@ fn commands_prints_what_the_shell_ran_with_exit_codes_and_durations() {
     });
     let shown = session_of(&up, "shell", &session);
     assert_eq!(shown["shell_integration"], true, "{shown}");
-    let instances: Vec<Value> =
+    let instances: Value =
         serde_json::from_str(&up.run_ok(&["--json", "instance", "ls"])).expect("json");
-    let instance = instances
+    let instance = instances["instances"]
+        .as_array()
+        .expect("the instances")
         .iter()
         .find(|instance| instance["name"] == "shell")
         .expect("the instance is listed");
@@ -137,9 +139,11 @@ fn commands_prints_what_the_shell_ran_with_exit_codes_and_durations() {
 fn an_instance_added_without_shell_integration_lists_no_commands() {
     let up = Up::start();
     let session = bash_session(&up, "plain", &["--no-shell-integration"]);
-    let instances: Vec<Value> =
+    let instances: Value =
         serde_json::from_str(&up.run_ok(&["--json", "instance", "ls"])).expect("json");
-    let instance = instances
+    let instance = instances["instances"]
+        .as_array()
+        .expect("the instances")
         .iter()
         .find(|instance| instance["name"] == "plain")
         .expect("the instance is listed");

@@ -108,8 +108,9 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
         "--user",
         "tester",
     ]);
-    assert!(
-        added.contains(&format!("docker:{}", container.name)),
+    let added: serde_json::Value = serde_json::from_str(&added).expect("instance add --json");
+    assert_eq!(
+        added["target"]["docker"]["container"], container.name,
         "{added}"
     );
 

@@ -7,6 +7,7 @@ mod commands;
 mod docker;
 mod errors;
 mod exec;
+mod json;
 mod mcp;
 mod mcp_inspector;
 mod recording;

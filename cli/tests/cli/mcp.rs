@@ -19,9 +19,9 @@ use crate::support::{Up, eventually, run_bounded};
 /// whose shell is at its prompt.
 pub(crate) fn bash_session(up: &Up, name: &str) -> String {
     up.run_ok(&["instance", "add", name, "--local", "--", "bash"]);
-    let created: Vec<Value> =
+    let created: Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", name])).expect("new --json");
-    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let session = created["id"].as_str().expect("an id").to_owned();
     eventually("the shell shows its prompt", || {
         up.sessions(name)
             .iter()

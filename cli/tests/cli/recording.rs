@@ -38,9 +38,9 @@ fn register_recorded_instance(up: &Up, name: &str) {
 fn recording_downloads_a_closed_sessions_cast() {
     let up = Up::start();
     register_recorded_instance(&up, "taped");
-    let created: Vec<Value> =
+    let created: Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", "taped"])).expect("new --json");
-    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let session = created["id"].as_str().expect("an id").to_owned();
     eventually("the session printed", || {
         up.run_ok(&["screen", "taped", &session])
             .contains("recorded-42")

@@ -15,9 +15,9 @@ fn session_running(up: &Up, instance: &str, command: &[&str]) -> String {
     let mut args = vec!["instance", "add", instance, "--local", "--"];
     args.extend_from_slice(command);
     up.run_ok(&args);
-    let created: Vec<Value> =
+    let created: Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", instance])).expect("new --json");
-    created[0]["id"].as_str().expect("an id").to_owned()
+    created["id"].as_str().expect("an id").to_owned()
 }
 
 /// `ptyhub screen` once the session's screen shows `text`.

@@ -79,7 +79,7 @@ fn restart_keeps_token_instances_and_session_history() {
 
     let instances: serde_json::Value =
         serde_json::from_str(&up.run_ok(&["--json", "instance", "ls"])).expect("JSON");
-    let mut names: Vec<&str> = instances
+    let mut names: Vec<&str> = instances["instances"]
         .as_array()
         .expect("array")
         .iter()
@@ -122,10 +122,10 @@ fn restart_keeps_token_instances_and_session_history() {
 #[test]
 fn upgrade_hands_live_sessions_to_the_new_process_and_ends_none() {
     let mut up = Up::start();
-    let created: Vec<serde_json::Value> =
+    let created: serde_json::Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", "local", "--name", "kept"]))
             .expect("new --json");
-    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let session = created["id"].as_str().expect("an id").to_owned();
     let shell_pid = |up: &Up, name: &str| {
         let file = up.scratch.path().join(name);
         let command = format!("echo $$ > {}", file.display());
@@ -357,10 +357,10 @@ fn watch_until(
 #[test]
 fn output_across_an_upgrade_reaches_a_reattaching_client_exactly_once() {
     let mut up = Up::start();
-    let created: Vec<serde_json::Value> =
+    let created: serde_json::Value =
         serde_json::from_str(&up.run_ok(&["--json", "new", "local", "--name", "ticking"]))
             .expect("new --json");
-    let session = created[0]["id"].as_str().expect("an id").to_owned();
+    let session = created["id"].as_str().expect("an id").to_owned();
     let watcher = watch_until(
         up.address,
         up.token.clone(),

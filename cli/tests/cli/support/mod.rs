@@ -220,8 +220,13 @@ impl Up {
 
     /// `ptyhub ls INSTANCE --all --json`, parsed.
     pub fn sessions(&self, instance: &str) -> Vec<serde_json::Value> {
-        let listed = self.run_ok(&["--json", "ls", instance, "--all"]);
-        serde_json::from_str(&listed).expect("ls --json prints a JSON array")
+        let listed: serde_json::Value =
+            serde_json::from_str(&self.run_ok(&["--json", "ls", instance, "--all"]))
+                .expect("ls --json prints JSON");
+        listed["sessions"]
+            .as_array()
+            .expect("ls --json prints {\"sessions\": [...]}")
+            .clone()
     }
 
     /// The session of `instance` that has `alias`, if any (live or not).
@@ -236,6 +241,11 @@ impl Up {
     /// A GET on the gateway.
     pub fn get(&self, path: &str, token: Option<&str>) -> HttpAnswer {
         http_get(self.address, path, token)
+    }
+
+    /// A POST of `json` on the gateway, with the user's token.
+    pub fn post(&self, path: &str, json: &str) -> HttpAnswer {
+        http_request(self.address, "POST", path, Some(&self.token), Some(json))
     }
 
     /// Stops it with SIGTERM, requires a clean exit, and hands back the data directory for a
@@ -394,13 +404,32 @@ pub struct HttpAnswer {
 
 /// A plain HTTP/1.1 GET (a few lines of std, so the test needs no HTTP client).
 pub fn http_get(address: SocketAddr, path: &str, token: Option<&str>) -> HttpAnswer {
+    http_request(address, "GET", path, token, None)
+}
+
+/// A plain HTTP/1.1 request, with a JSON body when one is given.
+pub fn http_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    json: Option<&str>,
+) -> HttpAnswer {
     let mut stream = TcpStream::connect_timeout(&address, PATIENCE).expect("connect to gateway");
     stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
     if let Some(token) = token {
         request.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
+    if let Some(json) = json {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            json.len()
+        ));
+    }
     request.push_str("\r\n");
+    request.push_str(json.unwrap_or_default());
     stream.write_all(request.as_bytes()).expect("send request");
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).expect("read answer");
