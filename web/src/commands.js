@@ -29,6 +29,11 @@ import { el } from './dom.js';
 const PROMPT_OSC = [133, 633];
 /** An OSC body longer than this is not a prompt mark; only its start is kept. */
 const OSC_BODY_KEPT = 16;
+/**
+ * How many reported commands wait for their output to be parsed. A tab not attached yet parses
+ * nothing while its session's commands are reported: the oldest are let go.
+ */
+const WAITING_KEPT = 64;
 
 /**
  * Finds the prompt marks (`ESC ] 133 ; A ... BEL` or `... ESC \`) in a byte stream that comes in
@@ -167,7 +172,9 @@ export class CommandMarks {
   command(/** @type {CommandRecord} */ command) {
     // The output before the command's first byte must be parsed, or its prompt may be missing.
     if (command.output_start > this.parsedOffset) {
+      this.waiting.delete(command.id);
       this.waiting.set(command.id, command);
+      if (this.waiting.size > WAITING_KEPT) this.waiting.delete(this.waiting.keys().next().value);
       return;
     }
     this.waiting.delete(command.id);

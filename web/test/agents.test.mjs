@@ -160,13 +160,14 @@ describe('web page: phones and agents', { skip: skip ?? false }, () => {
     const instance = await stack.createInstance();
     const page = await open('tablet', instance.id);
     const terminal = page.locator('.pane:not([hidden]) .xterm');
-    await page.getByRole('toolbar', { name: 'Special keys' }).waitFor();
     await terminal.tap();
     await page.locator('.topbar').waitFor({ state: 'hidden' });
     await page.getByRole('tablist').waitFor({ state: 'hidden' });
     await terminal.tap();
     await page.locator('.topbar').waitFor({ state: 'visible' });
     await page.getByRole('tablist').waitFor({ state: 'visible' });
+    // The key bar is there too, at this width.
+    assert.equal(await page.getByRole('toolbar', { name: 'Special keys' }).isVisible(), true);
     await closePage(page);
   });
 
@@ -233,6 +234,42 @@ describe('web page: phones and agents', { skip: skip ?? false }, () => {
       await closePage(page);
     });
   }
+
+  test('desktop: opted in, a background wait raises a system notification that opens its tab', async () => {
+    const instance = await stack.createInstance();
+    const page = await newPage('desktop');
+    await page.context().grantPermissions(['notifications'], { origin: stack.origin });
+    // The notifications the page raises, kept as they are made (they are real ones too).
+    await page.addInitScript(() => {
+      const Real = window.Notification;
+      window.raised = [];
+      window.Notification = class extends Real {
+        constructor(title, options) {
+          super(title, options);
+          window.raised.push({ title, body: options?.body, notification: this });
+        }
+      };
+    });
+    await openOn(page, instance.id);
+    const bell = page.getByRole('button', { name: 'Notify when a session waits for input' });
+    assert.equal(await bell.getAttribute('aria-pressed'), 'false', 'off until asked for');
+    const { body: second } = await stack.rest('POST', sessionsPath(instance.id), {});
+    await page.locator(`[role="tab"][data-session-id="${second.id}"]`).waitFor({ state: 'attached' });
+    const stamp = join(scratch, `stamp-notify-${second.id}`);
+    await stack.rest('POST', `${sessionsPath(instance.id)}/${second.id}/input`, { text: `sh ${AGENT} ${stamp}\n` });
+    await waitFor('the agent at work', async () => (await tabState(page, 'Session 2')).includes('Running'));
+
+    await bell.click();
+    await waitFor('notifications on', async () => (await bell.getAttribute('aria-pressed')) === 'true');
+    await stack.rest('POST', `${sessionsPath(instance.id)}/${second.id}/input`, { text: 'go\n' });
+    await waitFor('a notification', () => page.evaluate(() => window.raised.length === 1));
+    const raised = await page.evaluate(() => window.raised.map(({ title, body }) => ({ title, body })));
+    assert.deepEqual(raised, [{ title: 'Session 2 is waiting for input', body: 'Allow the edit to main.rs?' }]);
+    await page.evaluate(() => window.raised[0].notification.onclick());
+    await waitFor('its tab shown', async () => (await tabNamed(page, 'Session 2').getAttribute('aria-selected')) === 'true');
+    await waitForScreen(page, 'allow the edit to main.rs?');
+    await closePage(page);
+  });
 
   // ---- commands in the scrollback ---------------------------------------------------------------
 

@@ -630,6 +630,9 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
           : await open(device, instance.id, { colorScheme: scheme });
         await typeLine(page, "printf '\\033[1;32mptyhub\\033[0m: terminals that outlive the tab\\n'; ls -l /usr | head -5");
         await waitForScreen(page, 'outlive the tab');
+        // A command that fails: the picture shows both colours of the commands' marks.
+        await typeLine(page, 'ls /no-such-directory');
+        await waitFor('two commands marked', () => page.evaluate(() => document.querySelector('.pane:not([hidden])').commandMarks.marks.filter((mark) => mark.outcome !== 'running').length === 2));
         await showTabs(device, page);
         for (let index = 0; index < 2; index += 1) {
           await openNewSession(page, (button) => press(device, button));
