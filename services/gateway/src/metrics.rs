@@ -1,8 +1,9 @@
 //! The gateway's counters and gauges, rendered in the Prometheus text format at `/metrics`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Shared counters. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +21,10 @@ struct MetricsInner {
     bytes_from_clients: AtomicU64,
     /// Indexed by status code minus 100.
     http_responses: [AtomicU64; 500],
+    /// Requests to each deprecated route, by method and route template. A map behind a lock
+    /// rather than atomics: the routes are few and their use rare, and only the routes used
+    /// appear.
+    legacy_requests: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Default for MetricsInner {
@@ -32,6 +37,7 @@ impl Default for MetricsInner {
             bytes_to_clients: AtomicU64::new(0),
             bytes_from_clients: AtomicU64::new(0),
             http_responses: std::array::from_fn(|_| AtomicU64::new(0)),
+            legacy_requests: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -71,6 +77,19 @@ impl Metrics {
         {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a request to a deprecated route (docs/CONTRACT.md, "Legacy routes"): `route` is the
+    /// route's template, as the router matched it, so that ids do not make a series each.
+    pub fn legacy_request(&self, method: &str, route: &str) {
+        let mut counts = self
+            .inner
+            .legacy_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts
+            .entry((method.to_owned(), route.to_owned()))
+            .or_default() += 1;
     }
 
     /// The Prometheus text exposition of every metric.
@@ -142,8 +161,51 @@ impl Metrics {
             "HTTP responses, by status code.",
             &statuses,
         );
+        let legacy = self.legacy_samples();
+        let legacy: Vec<(&str, u64)> = legacy
+            .iter()
+            .map(|(labels, value)| (labels.as_str(), *value))
+            .collect();
+        metric(
+            "ptyhub_gateway_legacy_requests_total",
+            "counter",
+            "Requests to deprecated routes (the project/repository layout, the legacy reset), by method and route.",
+            &legacy,
+        );
         out
     }
+}
+
+impl Metrics {
+    /// The legacy routes' samples with their labels, in a stable order.
+    fn legacy_samples(&self) -> Vec<(String, u64)> {
+        let counts = self
+            .inner
+            .legacy_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts
+            .iter()
+            .map(|((method, route), value)| {
+                (
+                    format!(
+                        "{{method=\"{}\",route=\"{}\"}}",
+                        label_value(method),
+                        label_value(route)
+                    ),
+                    *value,
+                )
+            })
+            .collect()
+    }
+}
+
+/// A Prometheus label value with its backslashes, quotes and line feeds escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -204,5 +266,28 @@ mod tests {
                 .render()
                 .contains("ptyhub_gateway_websockets_open 0\n")
         );
+    }
+
+    #[test]
+    fn legacy_requests_are_counted_per_method_and_route() {
+        let metrics = Metrics::default();
+        let route =
+            "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions";
+        metrics.legacy_request("GET", route);
+        metrics.legacy_request("GET", route);
+        metrics.legacy_request("POST", route);
+        let text = metrics.render();
+        assert!(text.contains("# TYPE ptyhub_gateway_legacy_requests_total counter\n"));
+        assert!(text.contains(&format!(
+            "ptyhub_gateway_legacy_requests_total{{method=\"GET\",route=\"{route}\"}} 2\n"
+        )));
+        assert!(text.contains(&format!(
+            "ptyhub_gateway_legacy_requests_total{{method=\"POST\",route=\"{route}\"}} 1\n"
+        )));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -4,6 +4,7 @@
 //! older project/repository layout from those annotations.
 
 use axum::Json;
+use utoipa::openapi::Deprecated;
 use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
@@ -60,7 +61,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         ws::open_session_terminal,
     ),
     components(schemas(rest::bodies::CommandEventBody)),
-    modifiers(&ProjectRepositoryLayout, &BearerSecurity),
+    modifiers(&ProjectRepositoryLayout, &LegacyDefaultReset, &BearerSecurity),
 )]
 pub struct ApiDoc;
 
@@ -94,6 +95,8 @@ impl Modify for ProjectRepositoryLayout {
 
 fn document_project_repository_layout(operation: &mut Operation) {
     operation.tags = Some(vec![PROJECT_REPOSITORY_TAG.to_owned()]);
+    // Served for older clients and counted (docs/CONTRACT.md, "Legacy routes").
+    operation.deprecated = Some(Deprecated::True);
     operation.operation_id = operation
         .operation_id
         .take()
@@ -103,6 +106,26 @@ fn document_project_repository_layout(operation: &mut Operation) {
     operation.parameters = Some(parameters);
     if let Some(description) = operation.description.as_mut() {
         description.push_str(" The instance's `project_id` and `repository_id` labels must match the path, else 404.");
+    }
+}
+
+/// Marks the single-terminal reset of the `default` session deprecated under the instance
+/// layout too: `POST .../sessions/default/reset` does the same (docs/CONTRACT.md, "Legacy
+/// routes").
+#[derive(Debug)]
+struct LegacyDefaultReset;
+
+impl Modify for LegacyDefaultReset {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let path = format!("{INSTANCE_PREFIX}/terminal/reset");
+        if let Some(operation) = openapi
+            .paths
+            .paths
+            .get_mut(&path)
+            .and_then(|item| item.post.as_mut())
+        {
+            operation.deprecated = Some(Deprecated::True);
+        }
     }
 }
 
@@ -146,13 +169,7 @@ mod tests {
             assert!(route("wait").post.is_some(), "{prefix}");
         }
         let schemas = &document.components.as_ref().expect("components").schemas;
-        for schema in [
-            "Screen",
-            "Cell",
-            "InputBody",
-            "WaitBody",
-            "WaitAnswerBody",
-        ] {
+        for schema in ["Screen", "Cell", "InputBody", "WaitBody", "WaitAnswerBody"] {
             assert!(schemas.contains_key(schema), "{schema} is not documented");
         }
     }
@@ -305,6 +322,32 @@ mod tests {
             .collect();
         let document = serde_json::to_value(ApiDoc::openapi()).expect("the document as json");
         assert_eq!(documented_keys(&document, "SessionBody"), serialized);
+    }
+
+    #[test]
+    fn the_legacy_routes_and_no_others_are_deprecated() {
+        let document = ApiDoc::openapi();
+        let mut deprecated = Vec::new();
+        let mut current = Vec::new();
+        for (path, item) in &document.paths.paths {
+            for operation in [&item.get, &item.post, &item.delete].into_iter().flatten() {
+                if operation.deprecated == Some(Deprecated::True) {
+                    deprecated.push(path.clone());
+                } else {
+                    current.push(path.clone());
+                }
+            }
+        }
+        let legacy = |path: &String| {
+            path.starts_with(PROJECT_REPOSITORY_PREFIX)
+                || *path == format!("{INSTANCE_PREFIX}/terminal/reset")
+        };
+        assert!(deprecated.iter().all(legacy), "{deprecated:?}");
+        assert!(!current.iter().any(legacy), "{current:?}");
+        assert!(
+            deprecated.len() > 10,
+            "every legacy route is marked: {deprecated:?}"
+        );
     }
 
     #[test]

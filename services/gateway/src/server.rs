@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -82,9 +82,8 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
             &format!("{INSTANCE_PREFIX}/webhooks/{{webhook_id}}"),
             delete(webhooks::delete_webhook),
         );
-    let api = [INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX]
-        .into_iter()
-        .fold(api, session_routes)
+    let api = session_routes(api, INSTANCE_PREFIX)
+        .merge(legacy_routes(&state))
         .route("/api/v1/audit", get(audit::list_audit_events))
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
         .route(
@@ -150,8 +149,39 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
     Ok(router)
 }
 
+/// The deprecated routes (docs/CONTRACT.md, "Legacy routes"): the session routes under the
+/// project/repository layout, and the single-terminal reset of the `default` session under both
+/// layouts. Each request to one is counted by its method and route before it is served, so that
+/// an operator sees who still uses them before they go.
+fn legacy_routes(state: &AppState) -> Router<AppState> {
+    let default_reset = |router: Router<AppState>, prefix: &str| {
+        router.route(
+            &format!("{prefix}/terminal/reset"),
+            post(sessions::reset_default_session),
+        )
+    };
+    let legacy = session_routes(Router::new(), PROJECT_REPOSITORY_PREFIX);
+    let legacy = default_reset(legacy, PROJECT_REPOSITORY_PREFIX);
+    default_reset(legacy, INSTANCE_PREFIX).route_layer(middleware::from_fn_with_state(
+        state.metrics.clone(),
+        count_legacy_request,
+    ))
+}
+
+/// Counts a request to a legacy route by the route's template (never its ids).
+async fn count_legacy_request(
+    State(metrics): State<crate::metrics::Metrics>,
+    route: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    metrics.legacy_request(request.method().as_str(), route.as_str());
+    next.run(request).await
+}
+
 /// The session routes below `prefix`: the same handlers for both layouts, whose
-/// [`crate::rest::InstanceScope`] tells them apart.
+/// [`crate::rest::InstanceScope`] tells them apart. The `default` session's reset is among the
+/// [`legacy_routes`].
 fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
     router
         .route(
@@ -197,10 +227,6 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/recording"),
             get(recordings::get_recording),
-        )
-        .route(
-            &format!("{prefix}/terminal/reset"),
-            post(sessions::reset_default_session),
         )
         .route(
             &format!("{prefix}/terminal/events"),

@@ -684,6 +684,79 @@ async fn metrics_count_http_responses() {
     stack.shutdown().await;
 }
 
+/// The gateway's metrics as text.
+async fn metrics_text(stack: &TestStack) -> String {
+    let response = stack
+        .http
+        .get(format!("{}/metrics", stack.gateway_url))
+        .bearer_auth(&stack.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn legacy_routes_are_counted_by_route_and_deprecated_in_the_document() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack
+        .register_instance(
+            "old-app",
+            5,
+            &[("project_id", "p1"), ("repository_id", "r1")],
+        )
+        .await;
+    let legacy = format!("/projects/p1/repositories/r1/instances/{instance}/terminal/sessions");
+    for _ in 0..2 {
+        let (status, listed) = get(&stack, &legacy).await;
+        assert_eq!(status, 200, "{listed}");
+    }
+    let (status, reset) = post(
+        &stack,
+        &format!("/api/v1/instances/{instance}/terminal/reset"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{reset}");
+    let (status, _) = get(
+        &stack,
+        &format!("/api/v1/instances/{instance}/terminal/sessions"),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let text = metrics_text(&stack).await;
+    let counted: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("ptyhub_gateway_legacy_requests_total{"))
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            "ptyhub_gateway_legacy_requests_total{method=\"GET\",route=\"/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions\"} 2",
+            "ptyhub_gateway_legacy_requests_total{method=\"POST\",route=\"/api/v1/instances/{iid}/terminal/reset\"} 1",
+        ],
+        "one series per legacy route used, none for the current routes:\n{text}"
+    );
+
+    let (status, document) = get(&stack, "/api/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    let paths = &document["paths"];
+    let legacy_route =
+        "/projects/{project_id}/repositories/{repository_id}/instances/{iid}/terminal/sessions";
+    assert_eq!(paths[legacy_route]["get"]["deprecated"], true);
+    assert_eq!(paths[legacy_route]["post"]["deprecated"], true);
+    assert_eq!(
+        paths["/api/v1/instances/{iid}/terminal/reset"]["post"]["deprecated"],
+        true
+    );
+    let current = &paths["/api/v1/instances/{iid}/terminal/sessions"]["get"];
+    assert!(current.is_object(), "{current}");
+    assert_ne!(current["deprecated"], true, "{current}");
+    stack.shutdown().await;
+}
+
 #[tokio::test]
 async fn web_page_routes_serve_the_static_index() {
     let static_dir = tempfile::tempdir().unwrap();
