@@ -9,7 +9,7 @@
 
 use anyhow::{Result, anyhow};
 use bytes::Bytes;
-use ptyhub_client::{Attachment, Event, Exec, Role, TerminalSize};
+use ptyhub_client::{Attachment, BrokerCloseReason, Event, Exec, Role, TerminalSize};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
@@ -92,7 +92,9 @@ pub async fn run_attach(
                         return Ok(AttachOutcome::Exited { code: status.code, signal: status.signal });
                     }
                     Event::TakenOver => return Ok(AttachOutcome::TakenOver),
-                    Event::Closed(reason) => return Ok(AttachOutcome::Closed { reason: reason.describe() }),
+                    Event::Closed(reason) => return Ok(AttachOutcome::Closed {
+                        reason: reason.map_or("no reason given", BrokerCloseReason::describe),
+                    }),
                     Event::Resize(_) => {}
                 }
             }

@@ -11,7 +11,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_model::proto::ProtoEnum as _;
+use ptyhub_model::{BrokerCloseReason, ExitStatus, Role, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::client_frame::Frame as ClientFrameKind;
 use ptyhub_proto::broker::v1::server_frame::Frame as ServerFrameKind;
@@ -59,46 +60,6 @@ impl Default for AttachOptions {
     }
 }
 
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// The exit code; 128 + signal when a signal ended the process.
-    pub code: i32,
-    /// The signal that ended the process, if one did.
-    pub signal: Option<i32>,
-}
-
-/// Why the broker closed a session an attachment was on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// Someone closed it.
-    Killed,
-    /// Its process had exited and the tombstone period ran out.
-    Exited,
-    /// Nobody was attached for the detached timeout.
-    IdleReaped,
-    /// The server is shutting down.
-    Shutdown,
-    /// Its command could not be started again after a reset.
-    SpawnFailed,
-    /// A reason this client does not know.
-    Unknown,
-}
-
-impl CloseReason {
-    /// The reason in words, as a person should read it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            CloseReason::Killed => "someone closed it",
-            CloseReason::Exited => "its process had exited",
-            CloseReason::IdleReaped => "nobody was attached for too long",
-            CloseReason::Shutdown => "the server is shutting down",
-            CloseReason::SpawnFailed => "its command could not be started again",
-            CloseReason::Unknown => "no reason given",
-        }
-    }
-}
-
 /// What happens on an attached terminal, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -134,8 +95,9 @@ pub enum Event {
     Exited(ExitStatus),
     /// Another controller took over; do not reconnect automatically. The last event.
     TakenOver,
-    /// The session was closed. The last event.
-    Closed(CloseReason),
+    /// The session was closed, for the reason its broker gave (`None`: one this client does not
+    /// know). The last event.
+    Closed(Option<BrokerCloseReason>),
 }
 
 impl Event {
@@ -559,10 +521,7 @@ impl Resume {
             ServerFrameKind::Resize(size) => Event::Resize(size_from_proto(Some(size))?),
             ServerFrameKind::Resetting(_) => Event::Resetting,
             ServerFrameKind::Detached(_) => Event::TakenOver,
-            ServerFrameKind::Exit(exit) => Event::Exited(ExitStatus {
-                code: exit.code,
-                signal: exit.signal,
-            }),
+            ServerFrameKind::Exit(exit) => Event::Exited(ExitStatus::from(exit)),
             // Answered by `answer_receipt` before it gets here.
             ServerFrameKind::InputAck(_) => return None,
             ServerFrameKind::Error(error) => Event::Refused {
@@ -570,14 +529,7 @@ impl Resume {
                 message: error.message,
             },
             ServerFrameKind::Closed(closed) => {
-                Event::Closed(match pb::CloseReason::try_from(closed.reason) {
-                    Ok(pb::CloseReason::Killed) => CloseReason::Killed,
-                    Ok(pb::CloseReason::Exited) => CloseReason::Exited,
-                    Ok(pb::CloseReason::IdleReaped) => CloseReason::IdleReaped,
-                    Ok(pb::CloseReason::Shutdown) => CloseReason::Shutdown,
-                    Ok(pb::CloseReason::SpawnFailed) => CloseReason::SpawnFailed,
-                    Ok(pb::CloseReason::Unspecified) | Err(_) => CloseReason::Unknown,
-                })
+                Event::Closed(BrokerCloseReason::from_proto(closed.reason).ok())
             }
         };
         Some(event)

@@ -9,8 +9,9 @@
 //! line discipline ([`CanonicalInput`]).
 
 use bytes::Bytes;
+use ptyhub_model::{BrokerCloseReason, ExitStatus};
 
-use crate::attach::{AttachOptions, Attachment, Event, ExitStatus};
+use crate::attach::{AttachOptions, Attachment, Event};
 use crate::{Client, Error, ErrorCode, NewSession, TerminalSize};
 
 /// Printed by the wrapper once the terminal's echo is off.
@@ -162,7 +163,7 @@ impl Exec {
                 Event::Closed(reason) => {
                     return Err(Error::Protocol(format!(
                         "the session was closed before the command finished: {}",
-                        reason.describe()
+                        reason.map_or("no reason given", BrokerCloseReason::describe)
                     )));
                 }
                 // Input that reached the command after it exited (a fast `true` with its input

@@ -46,11 +46,12 @@ use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-pub use attach::{AttachOptions, Attachment, CloseReason, Event, ExitStatus, InputReceipt};
+pub use attach::{AttachOptions, Attachment, Event, InputReceipt};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
 pub use ptyhub_model::{
-    Command, Notification, Progress, Role, TerminalActivity, TerminalSize, TerminalState,
+    BrokerCloseReason, Command, ExitStatus, Notification, Progress, Role, TerminalActivity,
+    TerminalSize, TerminalState,
 };
 pub use ptyhub_wire::{BearerAuth, ErrorCode};
 
@@ -496,8 +497,9 @@ impl Client {
 
     /// One command's output, up to now while it runs: as plain text, or with `ansi` the bytes
     /// as the program wrote them. NOT_FOUND ([`ErrorCode::NotFound`]) for a command the session
-    /// does not keep; OUT_OF_RANGE ([`ErrorCode::Gone`]) when the session's output ring no
-    /// longer holds all of it, with how much is lost in the message.
+    /// does not keep; OUT_OF_RANGE ([`ErrorCode::Gone`]) when neither the session's output ring
+    /// nor, for a recorded session, its recording holds all of it, with how much is lost in the
+    /// message.
     pub async fn command_output(
         &self,
         instance: &str,

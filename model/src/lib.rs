@@ -29,6 +29,6 @@ pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
 pub use record_mode::{InvalidRecordMode, RecordMode};
 pub use screen::{Cell, Color, Cursor, Screen, ScreenContent, ScreenFormat, ScreenRow};
-pub use session::{ChangeKind, CloseReason, ExitStatus, Session, SessionStatus};
+pub use session::{BrokerCloseReason, ChangeKind, CloseReason, ExitStatus, Session, SessionStatus};
 pub use target::Target;
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};

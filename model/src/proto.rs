@@ -16,9 +16,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::{
-    AuditKind, Cell, ChangeKind, CloseReason, Color, Command, Cursor, ExitStatus, Invalid,
-    Notification, Progress, RecordMode, Role, Screen, ScreenContent, ScreenFormat, ScreenRow,
-    Session, SessionStatus, Target, TerminalActivity, TerminalSize, TerminalState,
+    AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command, Cursor,
+    ExitStatus, Invalid, Notification, Progress, RecordMode, Role, Screen, ScreenContent,
+    ScreenFormat, ScreenRow, Session, SessionStatus, Target, TerminalActivity, TerminalSize,
+    TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -73,6 +74,14 @@ proto_enum!(CloseReason, session_pb::CloseReason, "close reason", {
     IdleReaped => IdleReaped,
     BrokerLost => BrokerLost,
     InstanceDeleted => InstanceDeleted,
+    SpawnFailed => SpawnFailed,
+});
+
+proto_enum!(BrokerCloseReason, broker_pb::CloseReason, "broker close reason", {
+    Killed => Killed,
+    Exited => Exited,
+    IdleReaped => IdleReaped,
+    Shutdown => Shutdown,
     SpawnFailed => SpawnFailed,
 });
 
@@ -135,6 +144,12 @@ pub fn screen_format(value: i32) -> Result<ScreenFormat, Invalid> {
 
 /// A close reason where `UNSPECIFIED` means the session is not closed.
 pub fn optional_close_reason(value: i32) -> Result<Option<CloseReason>, Invalid> {
+    optional(value)
+}
+
+/// A broker's close reason where `UNSPECIFIED` means none was given (a broker that did not
+/// say).
+pub fn optional_broker_close_reason(value: i32) -> Result<Option<BrokerCloseReason>, Invalid> {
     optional(value)
 }
 
@@ -648,6 +663,7 @@ mod tests {
     fn every_contract_enum_round_trips_through_its_protobuf_number() {
         round_trips(&SessionStatus::ALL);
         round_trips(&CloseReason::ALL);
+        round_trips(&BrokerCloseReason::ALL);
         round_trips(&ChangeKind::ALL);
         round_trips(&AuditKind::ALL);
         round_trips(&[Role::Controller, Role::Viewer]);
@@ -671,12 +687,15 @@ mod tests {
         }
         /// A protobuf enum's declared numbers, and whether the model reads a number.
         type Declared = (Vec<i32>, fn(i32) -> bool);
-        let pairs: [Declared; 7] = [
+        let pairs: [Declared; 8] = [
             (declared::<session_pb::SessionStatus>(), |n| {
                 SessionStatus::from_proto(n).is_ok()
             }),
             (declared::<session_pb::CloseReason>(), |n| {
                 CloseReason::from_proto(n).is_ok()
+            }),
+            (declared::<broker_pb::CloseReason>(), |n| {
+                BrokerCloseReason::from_proto(n).is_ok()
             }),
             (declared::<session_pb::session_change::Kind>(), |n| {
                 ChangeKind::from_proto(n).is_ok()

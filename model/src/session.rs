@@ -112,8 +112,8 @@ impl fmt::Display for SessionStatus {
     }
 }
 
-/// Why a session record is closed. The broker has reasons of its own (a kill, a shutdown)
-/// which session-api translates into these.
+/// Why a session record is closed. The broker has reasons of its own
+/// ([`BrokerCloseReason`]: a kill, a shutdown) which become these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CloseReason {
     ClosedByUser,
@@ -154,6 +154,75 @@ impl CloseReason {
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Why a broker closed a session, as it tells the clients attached to it (an `Attach` stream's
+/// `Closed` frame) and session-api (its `Closed` event). session-api records it as the
+/// record's [`CloseReason`] (`From`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BrokerCloseReason {
+    /// Someone closed it (Kill was called).
+    Killed,
+    /// Its process had exited and the tombstone period ran out.
+    Exited,
+    /// Nobody was attached for the detached timeout.
+    IdleReaped,
+    /// The broker is shutting down.
+    Shutdown,
+    /// A reset could not start its command again.
+    SpawnFailed,
+}
+
+impl BrokerCloseReason {
+    pub const ALL: [BrokerCloseReason; 5] = [
+        BrokerCloseReason::Killed,
+        BrokerCloseReason::Exited,
+        BrokerCloseReason::IdleReaped,
+        BrokerCloseReason::Shutdown,
+        BrokerCloseReason::SpawnFailed,
+    ];
+
+    /// The broker's spelling, as its logs write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerCloseReason::Killed => "killed",
+            BrokerCloseReason::Exited => "exited",
+            BrokerCloseReason::IdleReaped => "idle_reaped",
+            BrokerCloseReason::Shutdown => "shutdown",
+            BrokerCloseReason::SpawnFailed => "spawn_failed",
+        }
+    }
+
+    /// The reason in words, as a person attached to the session reads it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            BrokerCloseReason::Killed => "someone closed it",
+            BrokerCloseReason::Exited => "its process had exited",
+            BrokerCloseReason::IdleReaped => "nobody was attached for too long",
+            BrokerCloseReason::Shutdown => "the server is shutting down",
+            BrokerCloseReason::SpawnFailed => "its command could not be started again",
+        }
+    }
+}
+
+impl fmt::Display for BrokerCloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<BrokerCloseReason> for CloseReason {
+    /// What the record says of a session its broker closed: a kill is the user's close, and a
+    /// broker that shuts down goes away with its sessions, so to the user they are lost with it.
+    fn from(reason: BrokerCloseReason) -> Self {
+        match reason {
+            BrokerCloseReason::Killed => CloseReason::ClosedByUser,
+            BrokerCloseReason::Exited => CloseReason::Exited,
+            BrokerCloseReason::IdleReaped => CloseReason::IdleReaped,
+            BrokerCloseReason::Shutdown => CloseReason::BrokerLost,
+            BrokerCloseReason::SpawnFailed => CloseReason::SpawnFailed,
+        }
     }
 }
 
@@ -234,6 +303,19 @@ mod tests {
         }
         assert_eq!(SessionStatus::parse("Active"), None);
         assert_eq!(CloseReason::parse(""), None);
+    }
+
+    #[test]
+    fn a_brokers_close_reason_is_recorded_by_its_own_name_but_a_kill_and_a_shutdown() {
+        for reason in BrokerCloseReason::ALL {
+            let recorded = CloseReason::from(reason);
+            match reason {
+                BrokerCloseReason::Killed => assert_eq!(recorded, CloseReason::ClosedByUser),
+                BrokerCloseReason::Shutdown => assert_eq!(recorded, CloseReason::BrokerLost),
+                _ => assert_eq!(recorded.as_str(), reason.as_str()),
+            }
+            assert!(!reason.describe().is_empty());
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The broker's domain types: validated on the way in by `grpc.rs`, used everywhere inside. The
-//! terminal vocabulary every service shares (`TerminalSize`, `Role`) comes from `ptyhub-wire`.
+//! contract's nouns every service shares (`TerminalSize`, `Role`, the close reason) come from
+//! `ptyhub-model`.
 
 use std::time::SystemTime;
 
@@ -11,6 +12,10 @@ pub use ptyhub_model::{
     TerminalState,
 };
 
+/// Why a session was closed. Inside the broker every close reason is the broker's, so the
+/// model's `BrokerCloseReason` goes by the short name here.
+pub use ptyhub_model::BrokerCloseReason as CloseReason;
+
 /// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
 /// to `Resetting` and back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,33 +25,6 @@ pub enum SessionPhase {
     Resetting,
     Exited,
     Closed(CloseReason),
-}
-
-/// Why a session was closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// Kill was called.
-    Killed,
-    /// The process exited and the tombstone period ran out.
-    Exited,
-    /// No client was attached for the detached timeout.
-    IdleReaped,
-    /// The broker is shutting down.
-    Shutdown,
-    /// A reset could not start the command again.
-    SpawnFailed,
-}
-
-impl CloseReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CloseReason::Killed => "killed",
-            CloseReason::Exited => "exited",
-            CloseReason::IdleReaped => "idle_reaped",
-            CloseReason::Shutdown => "shutdown",
-            CloseReason::SpawnFailed => "spawn_failed",
-        }
-    }
 }
 
 /// A point-in-time view of one session, as List, Get and the event stream report it.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use ptyhub_model::TerminalSize;
-use ptyhub_model::proto::ProtoEnum as _;
+use ptyhub_model::proto::{self, ProtoEnum as _};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -439,24 +439,13 @@ fn timestamp_from_pb(timestamp: Option<prost_types::Timestamp>) -> Option<DateTi
     DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
 }
 
-fn exit_from_pb(exit: Option<pb::ExitStatus>) -> Option<ExitStatus> {
-    exit.map(|exit| ExitStatus {
-        code: exit.code,
-        signal: exit.signal,
-    })
-}
-
-/// The contract's close reason for a broker's.
+/// The record's close reason for a broker's (the model's translation); `None` when the broker
+/// gave none or one this build does not know.
 fn close_reason_from_pb(reason: i32) -> Option<CloseReason> {
-    match pb::CloseReason::try_from(reason).ok()? {
-        pb::CloseReason::Unspecified => None,
-        pb::CloseReason::Killed => Some(CloseReason::ClosedByUser),
-        pb::CloseReason::Exited => Some(CloseReason::Exited),
-        pb::CloseReason::IdleReaped => Some(CloseReason::IdleReaped),
-        // The broker went away with its sessions: to the user, they are lost with it.
-        pb::CloseReason::Shutdown => Some(CloseReason::BrokerLost),
-        pb::CloseReason::SpawnFailed => Some(CloseReason::SpawnFailed),
-    }
+    proto::optional_broker_close_reason(reason)
+        .ok()
+        .flatten()
+        .map(CloseReason::from)
 }
 
 fn screen_from_pb(title: &str, last_bell_at: Option<prost_types::Timestamp>) -> ScreenFacts {
@@ -475,7 +464,7 @@ fn session_from_pb(info: pb::SessionInfo) -> Option<BrokerSession> {
     Some(BrokerSession {
         session_id: parse_session_id(&info.session_id)?,
         state,
-        exit: exit_from_pb(info.exit),
+        exit: info.exit.map(ExitStatus::from),
         close_reason: close_reason_from_pb(info.close_reason),
         attached_clients: info.controllers.saturating_add(info.viewers),
         last_activity_at: timestamp_from_pb(info.last_activity_at),
@@ -500,7 +489,7 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
         Event::Started(started) => BrokerEvent::Started(session_from_pb(started.session?)?),
         Event::Exited(exited) => BrokerEvent::Exited {
             session_id: parse_session_id(&exited.session_id)?,
-            exit: exit_from_pb(exited.exit)?,
+            exit: exited.exit.map(ExitStatus::from)?,
         },
         Event::Activity(activity) => BrokerEvent::Activity {
             session_id: parse_session_id(&activity.session_id)?,

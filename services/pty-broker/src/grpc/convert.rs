@@ -11,8 +11,7 @@ use uuid::Uuid;
 
 use crate::broker::Hello;
 use crate::domain::{
-    BrokerEvent, BrokerEventKind, ClientEvent, CloseReason, Role, SessionInfo, SessionPhase,
-    TerminalSize,
+    BrokerEvent, BrokerEventKind, ClientEvent, Role, SessionInfo, SessionPhase, TerminalSize,
 };
 use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
@@ -263,21 +262,11 @@ fn state(phase: SessionPhase) -> pb::SessionState {
     }
 }
 
-fn close_reason(reason: CloseReason) -> pb::CloseReason {
-    match reason {
-        CloseReason::Killed => pb::CloseReason::Killed,
-        CloseReason::Exited => pb::CloseReason::Exited,
-        CloseReason::IdleReaped => pb::CloseReason::IdleReaped,
-        CloseReason::Shutdown => pb::CloseReason::Shutdown,
-        CloseReason::SpawnFailed => pb::CloseReason::SpawnFailed,
-    }
-}
-
 impl From<SessionInfo> for pb::SessionInfo {
     fn from(info: SessionInfo) -> Self {
         let reason = match info.phase {
-            SessionPhase::Closed(reason) => close_reason(reason),
-            _ => pb::CloseReason::Unspecified,
+            SessionPhase::Closed(reason) => Some(reason),
+            _ => None,
         };
         pb::SessionInfo {
             session_id: info.session_id.to_string(),
@@ -289,7 +278,7 @@ impl From<SessionInfo> for pb::SessionInfo {
             controllers: info.controllers,
             viewers: info.viewers,
             exit: info.exit.map(Into::into),
-            close_reason: reason as i32,
+            close_reason: proto::optional_to_proto(reason),
             pid: info.pid.unwrap_or(0),
             title: info.title,
             last_bell_at: info.last_bell_at.map(timestamp),
@@ -394,7 +383,7 @@ impl From<BrokerEvent> for pb::BrokerEvent {
             }),
             BrokerEventKind::Closed { session_id, reason } => Event::Closed(pb::Closed {
                 session_id: session_id.to_string(),
-                reason: close_reason(reason) as i32,
+                reason: reason.to_proto(),
             }),
             BrokerEventKind::AttachmentsChanged {
                 session_id,
@@ -456,7 +445,7 @@ pub(super) fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFr
         ClientEvent::Exit(exit) => Frame::Exit(exit.into()),
         ClientEvent::Closed(reason) => Frame::Closed(pb::Closed {
             session_id: session_id.to_string(),
-            reason: close_reason(reason) as i32,
+            reason: reason.to_proto(),
         }),
     };
     pb::ServerFrame { frame: Some(frame) }
