@@ -135,6 +135,19 @@ describe('web page: phones and agents', { skip: skip ?? false }, () => {
       await key('Ctrl').tap();
       assert.equal(await key('Ctrl').getAttribute('aria-pressed'), 'false');
       assert.ok(sentInput(page).includes('\x1b[1;5A'), 'Ctrl+Up was sent as CSI 1;5 A');
+
+      // Alt latches too: Esc before the next key typed.
+      await key('Alt').tap();
+      await page.keyboard.type('b');
+      await waitFor('the Alt+b receipt', async () => (await key('Alt').getAttribute('data-receipt')) === 'delivered');
+      assert.ok(sentInput(page).includes('\x1bb'), 'Alt+b was sent as ESC b');
+      // Paste types the clipboard's text, with its own receipt.
+      await page.keyboard.press('Control+U');
+      await page.evaluate(() => navigator.clipboard.writeText('echo pasted-$((3*3))'));
+      await key('Paste').tap();
+      await waitFor('the Paste receipt', async () => (await key('Paste').getAttribute('data-receipt')) === 'delivered');
+      await page.keyboard.press('Enter');
+      await waitForScreen(page, 'pasted-9');
       await closePage(page);
     });
   }
