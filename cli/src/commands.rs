@@ -70,6 +70,7 @@ pub async fn commands(
             print_json(&CommandListView {
                 commands: commands.iter().map(CommandView::from).collect(),
                 first_kept_id: page.first_kept_id,
+                last_id: page.last_id,
                 terminal: TerminalView::from(&terminal),
             })
         }
@@ -148,6 +149,7 @@ fn one_line(command: &str) -> String {
 struct CommandListView {
     commands: Vec<CommandView>,
     first_kept_id: u64,
+    last_id: u64,
     terminal: TerminalView,
 }
 

@@ -7,8 +7,9 @@
 //! The output streams through a viewer's attachment, not by asking for the command's output
 //! over and over: the viewer attaches at the offset the session's output had before the run
 //! typed anything, so it is sent every byte after it, in order, resumed by offset should the
-//! connection drop. The session's command watch says where the command's output starts (its
-//! record as it starts), and the run's answer where it ended; the command line's echo before
+//! connection drop. The session's command watch, from the newest command before the run, says
+//! where the command's output starts (its record as it starts), and the run's answer where it
+//! ended; the command line's echo before
 //! the start and the next prompt after the end are not printed. Whatever the viewer did not
 //! deliver of the command's output (a gap) is taken from the run's answer, which carries its
 //! last MiB.
@@ -131,8 +132,15 @@ async fn run_streaming(client: &Client, args: &RunArgs, line: &str) -> Result<Ex
         .await
         .map_err(not_run)?
         .offset;
+    // Watched from the newest command so far: the run's is after it, and the commands the
+    // session keeps from before (up to a thousand) are not sent first.
+    let last_id = client
+        .list_commands(&args.instance, &args.session, u64::MAX, 1)
+        .await
+        .map_err(not_run)?
+        .last_id;
     let mut commands = client
-        .watch_commands(&args.instance, &args.session, 0)
+        .watch_commands(&args.instance, &args.session, last_id)
         .await
         .map_err(not_run)?;
     let options = AttachOptions {

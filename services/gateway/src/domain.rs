@@ -71,6 +71,8 @@ pub struct CommandPage {
     pub commands: Vec<Command>,
     /// The id of the oldest command the session still keeps (0 when it keeps none).
     pub first_kept_id: u64,
+    /// The id of the newest command the shell ran (0 before its first).
+    pub last_id: u64,
     pub terminal: TerminalActivity,
 }
 

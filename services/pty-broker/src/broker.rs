@@ -394,15 +394,13 @@ impl Broker {
     }
 
     /// One command's output (see [`Session::command_output`]).
-    pub fn command_output(
+    pub async fn command_output(
         &self,
         session_id: Uuid,
         command_id: u64,
     ) -> Result<(Command, Bytes), Error> {
-        self.inner
-            .registry
-            .get(session_id)?
-            .command_output(command_id)
+        let session = self.inner.registry.get(session_id)?;
+        session.command_output(command_id).await
     }
 
     /// Runs a command at the session's shell prompt (see [`Session::run`]).

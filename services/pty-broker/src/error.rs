@@ -83,8 +83,19 @@ pub enum Error {
     RunTimedOut(std::time::Duration),
     #[error("command {0} is not one this session keeps")]
     CommandNotFound(u64),
-    #[error("the ring no longer holds the first {lost} bytes of command {command}'s output")]
+    #[error(
+        "the ring no longer holds the first {lost} bytes of command {command}'s output, and the session is not recorded"
+    )]
     CommandOutputLost { command: u64, lost: u64 },
+    #[error(
+        "neither the ring nor the session's recording holds {lost} bytes of command {command}'s output"
+    )]
+    CommandOutputNotRecorded { command: u64, lost: u64 },
+    #[error(
+        "the ring no longer holds the first {lost} bytes of command {command}'s output, more than the {} MiB read back from the session's recording at once: the recording has it all once the session closed",
+        crate::session::MAX_RECORDED_OUTPUT >> 20
+    )]
+    CommandOutputTooLong { command: u64, lost: u64 },
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
@@ -94,7 +105,9 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::SessionNotFound(_) | Error::CommandNotFound(_) => ErrorCode::NotFound,
-            Error::CommandOutputLost { .. } => ErrorCode::Gone,
+            Error::CommandOutputLost { .. }
+            | Error::CommandOutputNotRecorded { .. }
+            | Error::CommandOutputTooLong { .. } => ErrorCode::Gone,
             Error::SessionExists(_) => ErrorCode::AlreadyExists,
             Error::MalformedStream(_) => ErrorCode::Malformed,
             Error::InvalidRequest(_)

@@ -164,12 +164,14 @@ impl Upstreams {
         Ok(CommandPage {
             commands: page.commands.into_iter().map(Command::from).collect(),
             first_kept_id: page.first_kept_id,
+            last_id: page.last_id,
             terminal: terminal_from_proto(page.terminal).unwrap_or_default(),
         })
     }
 
     /// One command's output: NOT_FOUND for a command the session does not keep, `Gone` when
-    /// the ring no longer holds all of it (the message says how much is lost).
+    /// neither the ring nor the session's recording holds all of it (the message says how much
+    /// is lost).
     pub async fn command_output(
         &self,
         instance_id: &str,

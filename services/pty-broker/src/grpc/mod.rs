@@ -178,6 +178,7 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
             commands: page.commands.into_iter().map(Into::into).collect(),
             first_kept_id: page.first_kept_id,
             terminal: Some(page.terminal.into()),
+            last_id: page.last_id,
         }))
     }
 
@@ -189,7 +190,10 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let request = request.into_inner();
         let session_id = parse_session_id(&request.session_id)?;
         let text = output_is_text(request.format)?;
-        let (command, data) = self.broker.command_output(session_id, request.command_id)?;
+        let (command, data) = self
+            .broker
+            .command_output(session_id, request.command_id)
+            .await?;
         let data = if text {
             Bytes::from(crate::activity::plain_text(&data))
         } else {

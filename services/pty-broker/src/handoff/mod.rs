@@ -52,7 +52,7 @@ use crate::config::{BackendKind, Config};
 use crate::domain::{
     Command, ExitStatus, Notification, Progress, SessionPhase, TerminalSize, TerminalState,
 };
-use crate::recording::{CastHeader, RecordMode};
+use crate::recording::{CastHeader, Checkpoint, OutputIndex, RecordMode};
 use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
 use crate::session::FrozenRecording;
@@ -310,6 +310,13 @@ struct WireRecording {
     last_time: Duration,
     offset: u64,
     held_input: Vec<u8>,
+    /// Where the file holds each stretch of output (`recording/index.rs`): checkpoints as
+    /// `(offset, position, resync)`, and the offset it holds output up to. Absent from a
+    /// predecessor that kept none: the output it recorded is not read back.
+    #[serde(default)]
+    checkpoints: Vec<(u64, u64, bool)>,
+    #[serde(default)]
+    held_to: u64,
 }
 
 impl WireRecording {
@@ -327,6 +334,13 @@ impl WireRecording {
             last_time: recording.last_time,
             offset: recording.offset,
             held_input: recording.held_input.clone(),
+            checkpoints: recording
+                .index
+                .checkpoints()
+                .iter()
+                .map(|checkpoint| (checkpoint.offset, checkpoint.position, checkpoint.resync))
+                .collect(),
+            held_to: recording.index.held_to(),
         }
     }
 
@@ -338,6 +352,17 @@ impl WireRecording {
                 self.offset
             )));
         }
+        let checkpoints = self
+            .checkpoints
+            .into_iter()
+            .map(|(offset, position, resync)| Checkpoint {
+                offset,
+                position,
+                resync,
+            })
+            .collect();
+        let index = OutputIndex::from_parts(checkpoints, self.held_to)
+            .ok_or_else(|| HandOffError::Protocol("a recording's index out of order".to_owned()))?;
         if self.held_input.len() > 3 {
             return Err(HandOffError::Protocol(format!(
                 "{} held input bytes (at most 3)",
@@ -362,6 +387,7 @@ impl WireRecording {
             last_time: self.last_time,
             offset: self.offset,
             held_input: self.held_input,
+            index,
         })
     }
 }

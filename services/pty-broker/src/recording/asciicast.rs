@@ -66,6 +66,17 @@ struct HeaderEnv<'a> {
     term: &'a str,
 }
 
+/// What one output event holds of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputEvent {
+    /// How many bytes of output it holds (a character held back before it included, one held
+    /// back after it not).
+    pub bytes: usize,
+    /// Whether its text is those bytes exactly: false when some were not UTF-8 and became
+    /// U+FFFD.
+    pub exact: bool,
+}
+
 /// Writes a recording's lines into a buffer the caller drains (to a file, in whole lines).
 #[derive(Debug, Default)]
 pub struct CastEncoder {
@@ -91,13 +102,21 @@ impl CastEncoder {
         out.push(b'\n');
     }
 
-    /// Output bytes at `at` (since the start).
-    pub fn output(&mut self, at: Duration, data: &[u8], out: &mut Vec<u8>) {
+    /// Output bytes at `at` (since the start). Returns what the event written holds, if one
+    /// was (nothing is when all of `data` is held back as the start of a character).
+    pub fn output(&mut self, at: Duration, data: &[u8], out: &mut Vec<u8>) -> Option<OutputEvent> {
+        let held_before = self.output_carry.held.len();
         let text = self.output_carry.decode(data);
-        if !text.is_empty() {
-            let at = self.advance(at);
-            event_line(at, EventKind::Output, &text, out);
+        if text.is_empty() {
+            return None;
         }
+        let at = self.advance(at);
+        event_line(at, EventKind::Output, &text, out);
+        let bytes = held_before + data.len() - self.output_carry.held.len();
+        Some(OutputEvent {
+            bytes,
+            exact: text.len() == bytes,
+        })
     }
 
     /// Input bytes at `at`.

@@ -1,5 +1,6 @@
 //! Session recordings: what a session records (`RecordMode`), the asciicast v2 encoding
-//! (`asciicast.rs`), and the broker's side of the recordings store (`store.rs`: the local spool
+//! (`asciicast.rs`), where each stretch of output is in a recording being written (`index.rs`),
+//! and the broker's side of the recordings store (`store.rs`: the local spool
 //! a recorder writes, publishing a finished recording to the object store, recovering what a
 //! killed broker left in the spool, and retention by age and total size).
 //!
@@ -9,9 +10,13 @@
 //! bytes it lost.
 
 mod asciicast;
+mod index;
 mod store;
 
-pub use asciicast::{CastEncoder, CastHeader};
+pub use asciicast::{CastEncoder, CastHeader, OutputEvent};
+pub use index::{
+    Checkpoint, IndexSlice, IndexWriter, OutputIndex, RecordedRange, read_recorded_range,
+};
 pub use ptyhub_model::RecordMode;
 pub use store::{Recordings, RecordingsConfig, RetentionReport};
 

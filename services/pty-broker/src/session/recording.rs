@@ -27,11 +27,15 @@
 //! ([`Shared::freeze_recording`]). On a commit the recorder ends without publishing, and the next
 //! process's recorder appends to the same spool file from the offset and time it reached
 //! ([`resumed_recorder`]); on a resume it goes on here.
+//!
+//! The recorder also keeps where each stretch of output is in its file (`recording/index.rs`),
+//! so that output the ring let go of (a command's, say) is read back from the spool file while
+//! the session lives ([`Shared::recorded_output`]); the index travels with a hand-off.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -44,7 +48,10 @@ use uuid::Uuid;
 use super::Shared;
 use super::handoff::Verdict;
 use crate::domain::TerminalSize;
-use crate::recording::{CastEncoder, CastHeader, RecordMode, Recordings};
+use crate::recording::{
+    CastEncoder, CastHeader, IndexWriter, OutputIndex, RecordMode, RecordedRange, Recordings,
+    read_recorded_range,
+};
 use crate::ring::RingRead;
 
 /// Buffered recording is written to the file at least this often ...
@@ -67,6 +74,8 @@ const RECORD_BATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// so that a flood never runs a ring ahead of it between two intervals (which would lose
 /// output): at a local PTY's 46 MiB/s a 1 MiB ring fills in about 22 ms.
 const CATCH_UP_RING_PART: u64 = 4;
+/// Readers of recorded output waiting for the recorder to write what it buffered.
+const FLUSH_QUEUE: usize = 64;
 /// The most chunks whose read times the session keeps for its recorder. Half of it unread
 /// wakes the recorder too; only a recorder that cannot keep up (no CPU for it) loses the
 /// oldest times, and the output they timed takes the next time kept.
@@ -84,6 +93,13 @@ pub(super) struct RecorderTap {
     records_input: bool,
     /// Marks dropped because the queue was full, not yet reported in the recording.
     dropped_marks: AtomicU64,
+    /// Where the spool file holds each stretch of output, as far as it holds it.
+    index: Arc<Mutex<OutputIndex>>,
+    /// Where a reader of recorded output asks the recorder to catch up with the ring and write
+    /// what it buffered; answered once the file holds it.
+    flushes: mpsc::Sender<oneshot::Sender<()>>,
+    /// Where the spool file is.
+    recordings: Arc<Recordings>,
 }
 
 /// When the session task read each chunk of output from the PTY, kept (in the session's state,
@@ -199,6 +215,8 @@ pub struct FrozenRecording {
     pub offset: u64,
     /// The start of a UTF-8 sequence of input whose rest has not come yet (at most 3 bytes).
     pub held_input: Vec<u8>,
+    /// Where the file holds each stretch of output.
+    pub index: OutputIndex,
 }
 
 /// A hand-off's request to the recorder: write everything up to the end of the ring, answer
@@ -215,6 +233,8 @@ pub(super) struct Recorder {
     recording: SessionRecording,
     marks: mpsc::Receiver<Mark>,
     freezes: mpsc::Receiver<RecorderFreeze>,
+    flushes: mpsc::Receiver<oneshot::Sender<()>>,
+    index: Arc<Mutex<OutputIndex>>,
     /// Where the previous broker process left the recording, for a session it handed over.
     resume: Option<FrozenRecording>,
 }
@@ -223,12 +243,17 @@ pub(super) struct Recorder {
 pub(super) fn recorder(recording: SessionRecording) -> (RecorderTap, Recorder) {
     let (marks_tx, marks) = mpsc::channel(MARK_QUEUE);
     let (freezes_tx, freezes) = mpsc::channel(1);
+    let (flushes_tx, flushes) = mpsc::channel(FLUSH_QUEUE);
+    let index = Arc::new(Mutex::new(OutputIndex::default()));
     let tap = RecorderTap {
         marks: marks_tx,
         freezes: freezes_tx,
         catch_up: Notify::new(),
         records_input: recording.mode.records_input(),
         dropped_marks: AtomicU64::new(0),
+        index: Arc::clone(&index),
+        flushes: flushes_tx,
+        recordings: Arc::clone(&recording.recordings),
     };
     (
         tap,
@@ -236,6 +261,8 @@ pub(super) fn recorder(recording: SessionRecording) -> (RecorderTap, Recorder) {
             recording,
             marks,
             freezes,
+            flushes,
+            index,
             resume: None,
         },
     )
@@ -252,8 +279,14 @@ pub(super) fn resumed_recorder(
         mode: frozen.mode,
         header: frozen.header.clone(),
     });
+    *lock_index(&recorder.index) = frozen.index.clone();
     recorder.resume = Some(frozen);
     (tap, recorder)
+}
+
+fn lock_index(index: &Mutex<OutputIndex>) -> std::sync::MutexGuard<'_, OutputIndex> {
+    // The index is whole after every call that holds it: a panic elsewhere leaves it usable.
+    index.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {
@@ -273,6 +306,39 @@ impl Shared {
             .ok()?;
         let frozen = answer.await.ok()?;
         Some((frozen, verdict_tx))
+    }
+
+    /// The output `from..to` as the session's recording holds it, once the recorder has caught
+    /// up with the ring and written what it buffered; `None` when the session is not recorded
+    /// (or its recorder ended). Output the recorder lost, or older than what its index still
+    /// places, is missing.
+    pub(super) async fn recorded_output(
+        &self,
+        session_id: Uuid,
+        from: u64,
+        to: u64,
+    ) -> Option<RecordedRange> {
+        let tap = self.recorder.as_ref()?;
+        let (reply, written) = oneshot::channel();
+        tap.flushes.send(reply).await.ok()?;
+        written.await.ok()?;
+        let Some(slice) = lock_index(&tap.index).for_range(from, to) else {
+            return Some(RecordedRange::Missing(to - from));
+        };
+        let path = tap.recordings.spool_path(session_id);
+        let read =
+            tokio::task::spawn_blocking(move || read_recorded_range(&path, &slice, from, to)).await;
+        match read {
+            Ok(Ok(range)) => Some(range),
+            Ok(Err(error)) => {
+                tracing::warn!(%session_id, %error, "cannot read output back from the recording");
+                Some(RecordedRange::Missing(to - from))
+            }
+            Err(error) => {
+                tracing::warn!(%session_id, %error, "reading the recording failed");
+                Some(RecordedRange::Missing(to - from))
+            }
+        }
     }
 
     /// Hands a mark to the recorder without waiting: a full queue drops it (and says so in the
@@ -322,8 +388,12 @@ struct CastWriter {
     encoder: CastEncoder,
     buffer: Vec<u8>,
     file: Option<tokio::fs::File>,
+    /// How long the file is: where the buffer's first byte will be.
+    file_len: u64,
     /// When the oldest byte in `buffer` was buffered.
     dirty_since: Option<Instant>,
+    index_writer: IndexWriter,
+    index: Arc<Mutex<OutputIndex>>,
 }
 
 impl CastWriter {
@@ -354,6 +424,7 @@ impl CastWriter {
         }
         let Some(file) = self.file.as_mut() else {
             self.buffer.clear();
+            self.index_writer.stop();
             return;
         };
         let written = async {
@@ -361,6 +432,13 @@ impl CastWriter {
             file.flush().await
         }
         .await;
+        if written.is_ok() {
+            self.file_len += self.buffer.len() as u64;
+            self.index_writer.flushed(&mut lock_index(&self.index));
+        } else {
+            // How much of the buffer reached the file is not known.
+            self.index_writer.stop();
+        }
         if let Err(error) = written {
             tracing::warn!(session_id = %self.session_id, %error, lost = self.buffer.len(), "recording write failed");
             let lost = self.buffer.len();
@@ -375,6 +453,18 @@ impl CastWriter {
         } else {
             self.buffer.clear();
         }
+    }
+
+    /// Output read from the ring at `offset`, at `at`, noting where its event goes in the file.
+    fn output(&mut self, at: Duration, offset: u64, data: &[u8]) {
+        // A character's start held back from the last read belongs to this event.
+        let event_offset = offset - self.encoder.held_output() as u64;
+        let position = self.file_len + self.buffer.len() as u64;
+        if let Some(event) = self.encoder.output(at, data, &mut self.buffer) {
+            self.index_writer
+                .output_event(position, event_offset, event);
+        }
+        self.buffered();
     }
 
     fn mark(&mut self, mark: Mark) {
@@ -411,6 +501,8 @@ pub(super) async fn record_until(
         recording,
         mut marks,
         mut freezes,
+        mut flushes,
+        index,
         resume,
     } = recorder;
     let spooled = recording.recordings.spool_path(session_id);
@@ -431,7 +523,16 @@ pub(super) async fn record_until(
         let _ = drained.send(());
         return;
     };
+    // A file handed over goes on at its end.
+    let file_len = match &resume {
+        None => 0,
+        Some(_) => file.metadata().await.map_or(0, |metadata| metadata.len()),
+    };
     let mut header = recording.header.clone();
+    let index_writer = match &resume {
+        None => IndexWriter::default(),
+        Some(resume) => IndexWriter::resumed(&resume.index),
+    };
     let mut writer = CastWriter {
         session_id,
         started: Instant::now(),
@@ -439,7 +540,10 @@ pub(super) async fn record_until(
         encoder: CastEncoder::default(),
         buffer: Vec::with_capacity(FLUSH_BYTES * 2),
         file: Some(file),
+        file_len,
         dirty_since: None,
+        index_writer,
+        index,
     };
     let mut offset = 0u64;
     match resume {
@@ -476,6 +580,8 @@ pub(super) async fn record_until(
     let mut pending: Option<Mark> = None;
     let mut finishing = false;
     let mut freezing: Option<RecorderFreeze> = None;
+    // Readers of recorded output, answered once the recorder caught up and flushed.
+    let mut flush_waiters: Vec<oneshot::Sender<()>> = Vec::new();
     // Output or a mark came during the last batching interval: the next interval follows at
     // once, without waiting to be woken.
     let mut busy = false;
@@ -509,8 +615,7 @@ pub(super) async fn record_until(
         let up_to_date = match read {
             RingRead::Data(data) => {
                 let at = writer.time_of(read_at);
-                writer.encoder.output(at, &data, &mut writer.buffer);
-                writer.buffered();
+                writer.output(at, offset, &data);
                 offset += data.len() as u64;
                 false
             }
@@ -523,6 +628,7 @@ pub(super) async fn record_until(
                     &mut writer.buffer,
                 );
                 writer.buffered();
+                writer.index_writer.gap();
                 offset = resume_at;
                 false
             }
@@ -538,6 +644,12 @@ pub(super) async fn record_until(
             // A flood: let the PTY's reader and the clients run between slices.
             tokio::task::yield_now().await;
             continue;
+        }
+        if !flush_waiters.is_empty() {
+            writer.flush().await;
+            for waiter in flush_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
         }
         if let Some(freeze) = freezing.take() {
             match hold_for_hand_off(&mut writer, &recording, &header, &spooled, offset, freeze)
@@ -561,6 +673,10 @@ pub(super) async fn record_until(
                 },
                 () = done.cancelled() => finishing = true,
                 freeze = freezes.recv() => freezing = freeze,
+                Some(waiter) = flushes.recv() => {
+                    flush_waiters.push(waiter);
+                    continue;
+                }
                 () = tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {
                     writer.flush().await;
                     continue;
@@ -579,6 +695,7 @@ pub(super) async fn record_until(
             () = done.cancelled() => finishing = true,
             freeze = freezes.recv() => freezing = freeze,
             () = shared.recorder_behind() => {}
+            Some(waiter) = flushes.recv() => flush_waiters.push(waiter),
         }
         // Marked seen at the top of the loop, before the ring is read: what comes from there on
         // counts for the next interval.
@@ -650,6 +767,7 @@ async fn hold_for_hand_off(
         // Output held back as the start of a character is the next process's to feed again.
         offset: offset - writer.encoder.held_output() as u64,
         held_input,
+        index: lock_index(&writer.index).clone(),
     };
     if freeze.reply.send(frozen).is_err() {
         return Verdict::Resume;
@@ -681,6 +799,7 @@ mod tests {
     use tokio::time::advance;
 
     use super::*;
+    use crate::error::Error;
     use crate::recording::RecordingsConfig;
     use crate::runtime::fake::FakeSession;
     use crate::session::{InputItem, SessionSettings};
@@ -845,6 +964,71 @@ mod tests {
             cast.output() == flood.as_bytes(),
             "the recording lost output"
         );
+    }
+
+    /// A command as a shell with integration prints it: its prompt, the line entered (`C`),
+    /// `output` (longer than the ring of [`small_ring`]) and its end with the next prompt;
+    /// `fake`'s recorder (if any) is woken as output piles up and keeps up.
+    async fn command_outside_the_ring(fake: &mut FakeSession, output: &[u8]) {
+        let mut script = b"\x1b]133;A\x07$ \x1b]133;B\x07\x1b]133;C\x07".to_vec();
+        script.extend_from_slice(output);
+        script.extend_from_slice(b"\x1b]133;D;0\x07\x1b]133;A\x07$ ");
+        let recorded_session = fake.session.shared.recorder.is_some();
+        let catch_up_at = small_ring().ring_bytes as u64 / CATCH_UP_RING_PART;
+        for piece in script.chunks(1000) {
+            fake.terminal.terminal.write_all(piece).await.unwrap();
+            settle().await;
+            while recorded_session && output_end(fake) - recorded(fake) >= catch_up_at {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    fn small_ring() -> SessionSettings {
+        SessionSettings {
+            ring_bytes: 4096,
+            ..FakeSession::settings()
+        }
+    }
+
+    /// Lines of text with characters of two, three and four bytes, which reads cut in two.
+    fn long_output() -> Vec<u8> {
+        (0..1500)
+            .map(|line| format!("line {line}: é € 😀\r\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commands_output_the_ring_let_go_of_is_read_from_the_recording() {
+        let directory = tempfile::tempdir().unwrap();
+        let recording = recording(directory.path(), RecordMode::Output);
+        let mut fake = FakeSession::start(small_ring(), Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        let output = long_output();
+        command_outside_the_ring(&mut fake, &output).await;
+        assert!(
+            fake.session.shared.lock().ring.start() > output.len() as u64 / 2,
+            "the ring let go of the command's output"
+        );
+
+        let (command, read) = fake.session.command_output(1).await.unwrap();
+        assert_eq!(command.exit_code, Some(0));
+        assert!(read == output, "the output read back is the output");
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_recording_output_the_ring_let_go_of_is_gone() {
+        let mut fake = FakeSession::start(small_ring(), None).await;
+        command_outside_the_ring(&mut fake, &long_output()).await;
+        let gone = fake.session.command_output(1).await.unwrap_err();
+        assert!(
+            matches!(gone, Error::CommandOutputLost { command: 1, lost } if lost > 0),
+            "{gone:?}"
+        );
+        assert!(gone.to_string().contains("not recorded"), "{gone}");
+        fake.kill().await;
     }
 
     #[test]

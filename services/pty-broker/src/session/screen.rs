@@ -30,6 +30,7 @@ use super::{InputSent, Session, Shared};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::error::Error;
+use crate::recording::RecordedRange;
 use crate::ring::RingRead;
 use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
 use crate::shell_integration::Shell;
@@ -371,12 +372,18 @@ pub(super) async fn feed_screen_until(
     }
 }
 
+/// The most of a command's output read back from the session's recording for one answer: an
+/// answer stays under the 4 MiB a gRPC client takes by default.
+pub const MAX_RECORDED_OUTPUT: u64 = 3 << 20;
+
 /// A page of a session's commands ([`Session::commands`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandPage {
     pub commands: Vec<Command>,
     /// The id of the oldest command the session keeps.
     pub first_kept_id: u64,
+    /// The id of the newest command the shell ran (0 before its first).
+    pub last_id: u64,
     pub terminal: TerminalActivity,
 }
 
@@ -389,12 +396,15 @@ impl Session {
         Ok(CommandPage {
             commands: activity.commands().after(after, limit),
             first_kept_id: activity.commands().first_id(),
+            last_id: activity.commands().next_id() - 1,
             terminal: activity.summary(SystemTime::now(), self.shared.idle_after),
         })
     }
 
-    /// One command and its output as the ring holds it (so far, while it runs).
-    pub fn command_output(&self, id: u64) -> Result<(Command, Bytes), Error> {
+    /// One command and its output (so far, while it runs): from the ring while it holds it;
+    /// when the ring let go of its start, that part from the session's recording, when there is
+    /// one (at most [`MAX_RECORDED_OUTPUT`] of it), and the rest from the ring.
+    pub async fn command_output(&self, id: u64) -> Result<(Command, Bytes), Error> {
         self.check_open()?;
         let command = {
             let screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
@@ -403,23 +413,59 @@ impl Session {
                 .command(id)
                 .ok_or(Error::CommandNotFound(id))?
         };
+        let end = command
+            .output_end
+            .unwrap_or_else(|| self.shared.lock().ring.end());
+        let ring_start = match self.ring_output(command.output_start, end) {
+            Ok(output) => return Ok((command, output.freeze())),
+            Err(ring_start) => ring_start,
+        };
+        let lost = ring_start - command.output_start;
+        if lost > MAX_RECORDED_OUTPUT && self.shared.recorder.is_some() {
+            return Err(Error::CommandOutputTooLong { command: id, lost });
+        }
+        let recorded = self
+            .shared
+            .recorded_output(self.id, command.output_start, ring_start)
+            .await;
+        let mut output = match recorded {
+            None => return Err(Error::CommandOutputLost { command: id, lost }),
+            Some(RecordedRange::Missing(lost)) => {
+                return Err(Error::CommandOutputNotRecorded { command: id, lost });
+            }
+            Some(RecordedRange::Data(head)) => bytes::BytesMut::from(&head[..]),
+        };
+        // The ring moves on meanwhile: what it let go of since is missing too (a flood of more
+        // than a ring during the read).
+        match self.ring_output(ring_start, end) {
+            Ok(tail) => output.extend_from_slice(&tail),
+            Err(moved_to) => {
+                return Err(Error::CommandOutputNotRecorded {
+                    command: id,
+                    lost: moved_to - ring_start,
+                });
+            }
+        }
+        Ok((command, output.freeze()))
+    }
+
+    /// The output `from..to` as the ring holds it; `Err` with where the ring starts when it
+    /// let go of some of it.
+    fn ring_output(&self, from: u64, to: u64) -> Result<bytes::BytesMut, u64> {
         let state = self.shared.lock();
-        let end = command.output_end.unwrap_or_else(|| state.ring.end());
-        let mut output = bytes::BytesMut::with_capacity((end - command.output_start) as usize);
-        let mut at = command.output_start;
-        while at < end {
-            match state.ring.read_at(at, (end - at) as usize) {
+        let mut output = bytes::BytesMut::with_capacity(to.saturating_sub(from) as usize);
+        let mut at = from;
+        while at < to {
+            match state.ring.read_at(at, (to - at) as usize) {
                 RingRead::Data(data) => {
                     at += data.len() as u64;
                     output.extend_from_slice(&data);
                 }
-                RingRead::Gap { lost, .. } => {
-                    return Err(Error::CommandOutputLost { command: id, lost });
-                }
+                RingRead::Gap { resume_at, .. } => return Err(resume_at.min(to)),
                 RingRead::UpToDate => break,
             }
         }
-        Ok((command, output.freeze()))
+        Ok(output)
     }
 
     /// The screen as of the end of the ring.

@@ -160,6 +160,7 @@ async fn commands_of(backend: Backend, shell: ShellRun<'_>) -> anyhow::Result<()
     let ids: Vec<u64> = page.commands.iter().map(|command| command.id).collect();
     assert_eq!(ids, vec![1, 2, 3, 4, 5]);
     assert_eq!(page.first_kept_id, 1);
+    assert_eq!(page.last_id, 5);
     for command in &page.commands {
         let end = command.output_end.context("ended")?;
         assert!(command.output_start <= end, "{command:?}");

@@ -197,6 +197,7 @@ async fn commands_typed_into_bash_are_listed_with_their_exit_codes_and_their_out
         );
     }
     assert_eq!(listing["first_kept_id"], 1, "{listing}");
+    assert_eq!(listing["last_id"], 3, "{listing}");
     assert_eq!(listing["terminal"]["state"], "at_prompt", "{listing}");
     assert_eq!(listing["terminal"]["shell_integration"], true, "{listing}");
     assert_eq!(listing["terminal"]["running_command_id"], Value::Null);
@@ -446,22 +447,58 @@ async fn bad_queries_unknown_commands_and_share_links_are_refused() {
     stack.shutdown().await;
 }
 
-#[tokio::test]
-async fn output_the_ring_no_longer_holds_is_gone_and_says_how_much() {
-    let stack = TestStack::builder().ring_bytes(4096).start().await;
-    let instance = bash_instance(&stack, "bash", None).await["id"]
+/// The ring of [`output_out_of_the_ring`]'s stacks.
+const SMALL_RING: u64 = 64 * 1024;
+
+/// Prints `seq 1 500` forty times (95,680 bytes, one and a half rings), pausing 20 ms between
+/// them: a recorder, which never holds the terminal back, loses output that runs more than a
+/// ring ahead of it, and the pauses let it keep up however busy the machine is.
+const PACED_OUTPUT: &str = "for i in $(seq 1 40); do seq 1 500; sleep 0.02; done";
+
+/// What [`PACED_OUTPUT`] prints, as a terminal shows it: each line ended by CR LF.
+fn paced_output() -> String {
+    (1..=500)
+        .map(|n| format!("{n}\r\n"))
+        .collect::<String>()
+        .repeat(40)
+}
+
+/// A bash session of an instance that records `record`, in which [`PACED_OUTPUT`] ran and
+/// went out of the [`SMALL_RING`]; returns the instance id, the session id and the command id.
+async fn output_out_of_the_ring(stack: &TestStack, record: &str) -> (String, String, u64) {
+    let instance = rest(
+        stack,
+        Method::POST,
+        "/api/v1/instances",
+        Some(json!({
+            "name": "bash",
+            "target": {"local": {}},
+            "command": ["bash"],
+            "env": {"PS1": "$ ", "TERM": "xterm-256color"},
+            "record": record,
+        })),
+    )
+    .await
+    .expect(201, "register a bash instance")["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let session_id = create_session(&stack, &instance, json!({})).await;
-    at_prompt(&stack, &instance, &session_id).await;
-    let flood = run_line(&stack, &instance, &session_id, "seq 1 20000").await;
-    assert_eq!(flood["exit_code"], 0, "{flood}");
+    let session_id = create_session(stack, &instance, json!({})).await;
+    at_prompt(stack, &instance, &session_id).await;
+    let paced = run_line(stack, &instance, &session_id, PACED_OUTPUT).await;
+    assert_eq!(paced["exit_code"], 0, "{paced}");
+    (instance, session_id, paced["id"].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn output_the_ring_no_longer_holds_is_gone_and_says_how_much() {
+    let stack = TestStack::builder().ring_bytes(SMALL_RING).start().await;
+    let (instance, session_id, command_id) = output_out_of_the_ring(&stack, "off").await;
     let gone = command_output(
         &stack,
         &instance,
         &session_id,
-        &flood["id"].to_string(),
+        &command_id.to_string(),
         "",
         &stack.admin_token,
     )
@@ -470,9 +507,71 @@ async fn output_the_ring_no_longer_holds_is_gone_and_says_how_much() {
     let body: Value = gone.json().await.unwrap();
     let detail = body["detail"].as_str().expect("a detail");
     assert!(
-        detail.contains("bytes") && detail.chars().any(|c| c.is_ascii_digit()),
-        "says how much was lost: {detail}"
+        detail.contains("bytes")
+            && detail.chars().any(|c| c.is_ascii_digit())
+            && detail.contains("not recorded"),
+        "says how much was lost, and that no recording has it: {detail}"
     );
+
+    let status = gateway_grpc(&stack)
+        .await
+        .get_command_output(as_admin(
+            &stack,
+            session_pb::GetCommandOutputRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                command_id,
+                format: broker_pb::ScreenFormat::Ansi as i32,
+            },
+        ))
+        .await
+        .expect_err("gone over grpc too");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().contains("not recorded"), "{status:?}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn output_the_ring_no_longer_holds_is_read_from_a_recorded_sessions_recording() {
+    let stack = TestStack::builder().ring_bytes(SMALL_RING).start().await;
+    let (instance, session_id, command_id) = output_out_of_the_ring(&stack, "output").await;
+    let expected = paced_output();
+    for (query, format) in [("", "text"), ("?format=ansi", "ansi")] {
+        let read = command_output(
+            &stack,
+            &instance,
+            &session_id,
+            &command_id.to_string(),
+            query,
+            &stack.admin_token,
+        )
+        .await;
+        let status = read.status().as_u16();
+        let body = read.text().await.unwrap();
+        assert_eq!(status, 200, "{format}: {body}");
+        let body = match format {
+            // Plain text keeps the line feeds, not the carriage returns.
+            "text" => body.replace('\n', "\r\n"),
+            _ => body,
+        };
+        assert!(body == expected, "{format}: the output read back is seq's");
+    }
+
+    let output = gateway_grpc(&stack)
+        .await
+        .get_command_output(as_admin(
+            &stack,
+            session_pb::GetCommandOutputRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                command_id,
+                format: broker_pb::ScreenFormat::Ansi as i32,
+            },
+        ))
+        .await
+        .expect("read back over grpc")
+        .into_inner();
+    assert!(output.data == expected.as_bytes(), "over grpc too");
     stack.shutdown().await;
 }
 
