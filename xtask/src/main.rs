@@ -15,6 +15,7 @@ mod deps;
 mod dist;
 mod interop;
 mod run;
+mod screen_fixtures;
 mod skips;
 mod smoke;
 mod tidy;
@@ -79,6 +80,12 @@ enum Task {
     /// The checks that keep ARCHITECTURE.md true to the tree: named paths, the code map,
     /// module docs, where generated types and `unsafe` may appear, and import cycles per crate.
     Tidy,
+    /// Record real programs (vim, less, top, a shell, tmux, a coding agent's UI) into
+    /// tests/fixtures/screens/, the byte streams the broker's screen is held to xterm's with.
+    ScreenFixtures {
+        /// Only these fixtures (`vim`, `less`, ...); all of them when none is named.
+        names: Vec<String>,
+    },
     /// Measure throughput, echo latency, Ctrl-C, isolation and session start (BENCHMARKS.md).
     Bench {
         /// Small sizes: only checks that every scenario completes with the right bytes.
@@ -145,6 +152,7 @@ fn main() -> Result<()> {
         }
         Task::Tidy => tidy::tidy(),
         Task::Bench { quick } => bench::bench(quick),
+        Task::ScreenFixtures { names } => screen_fixtures::capture(&names),
         Task::Fuzz { minutes } => fuzz(minutes * 60, &[]),
     }
 }
