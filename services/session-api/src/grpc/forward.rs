@@ -1,6 +1,9 @@
 //! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) and the command calls
 //! (`ListCommands`, `GetCommandOutput`, `Run`, `WatchCommands`), which session-api checks and
-//! forwards: the caller's request re-addressed to the session's broker, field for field.
+//! forwards: the caller's request re-addressed to the session's broker, field for field. Each
+//! handler does the same first step, [`to_session_broker`]: the session named, checked open on
+//! a broker that is up, and the request turned into the broker's ([`ForwardedCall`]); errors
+//! become statuses through the one `From<Error> for Status`.
 //!
 //! The fields are not checked here. Key names, patterns, formats and bounds are the broker's
 //! rules, and the broker is where they are enforced; a second copy here could only disagree with
@@ -13,133 +16,96 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use uuid::Uuid;
 
-pub(super) fn get_screen_request(
-    session_id: Uuid,
-    request: pb::GetScreenRequest,
-) -> broker_pb::GetScreenRequest {
-    let pb::GetScreenRequest {
-        instance: _,
-        session_id: _,
-        format,
-        scrollback,
-    } = request;
-    broker_pb::GetScreenRequest {
-        session_id: session_id.to_string(),
-        format,
-        scrollback,
-    }
+use super::from_pb::{required, session_id_from_pb};
+use crate::domain::Broker;
+use crate::error::Error;
+use crate::service::SessionService;
+
+/// A call on one session that session-api forwards to the session's broker.
+pub(super) trait ForwardedCall {
+    /// The broker's request for the same call.
+    type ToBroker;
+
+    /// The instance the caller named (its id or name).
+    fn instance(&self) -> &str;
+
+    /// The session id the caller named, not yet checked.
+    fn session_id(&self) -> &str;
+
+    /// The broker's request: every field but the instance, addressed to `session_id`.
+    fn to_broker(self, session_id: Uuid) -> Self::ToBroker;
 }
 
-pub(super) fn list_commands_request(
-    session_id: Uuid,
-    request: pb::ListCommandsRequest,
-) -> broker_pb::ListCommandsRequest {
-    let pb::ListCommandsRequest {
-        instance: _,
-        session_id: _,
-        after,
-        limit,
-    } = request;
-    broker_pb::ListCommandsRequest {
-        session_id: session_id.to_string(),
-        after,
-        limit,
-    }
+/// A call re-addressed to the broker of its session.
+pub(super) struct Forwarded<T> {
+    pub broker: Broker,
+    pub session_id: Uuid,
+    pub request: T,
 }
 
-pub(super) fn get_command_output_request(
-    session_id: Uuid,
-    request: pb::GetCommandOutputRequest,
-) -> broker_pb::GetCommandOutputRequest {
-    let pb::GetCommandOutputRequest {
-        instance: _,
-        session_id: _,
-        command_id,
-        format,
-    } = request;
-    broker_pb::GetCommandOutputRequest {
-        session_id: session_id.to_string(),
-        command_id,
-        format,
-    }
+/// The first step of every forwarded call: the session id parsed, the session looked up in its
+/// instance and checked open, its broker found up, and the request turned into the broker's.
+pub(super) async fn to_session_broker<C: ForwardedCall>(
+    service: &SessionService,
+    call: C,
+) -> Result<Forwarded<C::ToBroker>, Error> {
+    let session_id = session_id_from_pb(call.session_id())?;
+    let broker = service
+        .broker_of_open_session(required("instance", call.instance())?, session_id)
+        .await?;
+    Ok(Forwarded {
+        broker,
+        session_id,
+        request: call.to_broker(session_id),
+    })
 }
 
-pub(super) fn run_request(session_id: Uuid, request: pb::RunRequest) -> broker_pb::RunRequest {
-    let pb::RunRequest {
-        instance: _,
-        session_id: _,
-        command,
-        timeout_ms,
-        force,
-        format,
-    } = request;
-    broker_pb::RunRequest {
-        session_id: session_id.to_string(),
-        command,
-        timeout_ms,
-        force,
-        format,
-    }
+/// Implements [`ForwardedCall`] for a request of session-api's whose broker request has the
+/// same fields but `instance`; the destructuring names every field, so that one added to
+/// either message fails to compile here until it is forwarded.
+macro_rules! forwarded_call {
+    ($request:ident => $broker:ident { $($field:ident),* $(,)? }) => {
+        impl ForwardedCall for pb::$request {
+            type ToBroker = broker_pb::$broker;
+
+            fn instance(&self) -> &str {
+                &self.instance
+            }
+
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+
+            fn to_broker(self, session_id: Uuid) -> broker_pb::$broker {
+                let pb::$request {
+                    instance: _,
+                    session_id: _,
+                    $($field,)*
+                } = self;
+                broker_pb::$broker {
+                    session_id: session_id.to_string(),
+                    $($field,)*
+                }
+            }
+        }
+    };
 }
 
-pub(super) fn send_input_request(
-    session_id: Uuid,
-    request: pb::SendInputRequest,
-) -> broker_pb::SendInputRequest {
-    let pb::SendInputRequest {
-        instance: _,
-        session_id: _,
-        items,
-        force,
-    } = request;
-    broker_pb::SendInputRequest {
-        session_id: session_id.to_string(),
-        items,
-        force,
-    }
-}
-
-pub(super) fn wait_for_screen_request(
-    session_id: Uuid,
-    request: pb::WaitForScreenRequest,
-) -> broker_pb::WaitForScreenRequest {
-    let pb::WaitForScreenRequest {
-        instance: _,
-        session_id: _,
-        pattern,
-        timeout_ms,
-        quiet_ms,
-        after_offset,
-        format,
-        scrollback,
-        wait_for,
-    } = request;
-    broker_pb::WaitForScreenRequest {
-        session_id: session_id.to_string(),
-        pattern,
-        timeout_ms,
-        quiet_ms,
-        after_offset,
-        format,
-        scrollback,
-        wait_for,
-    }
-}
-
-pub(super) fn watch_commands_request(
-    session_id: Uuid,
-    request: pb::WatchCommandsRequest,
-) -> broker_pb::WatchCommandsRequest {
-    let pb::WatchCommandsRequest {
-        instance: _,
-        session_id: _,
-        after_id,
-    } = request;
-    broker_pb::WatchCommandsRequest {
-        session_id: session_id.to_string(),
-        after_id,
-    }
-}
+forwarded_call!(GetScreenRequest => GetScreenRequest { format, scrollback });
+forwarded_call!(ListCommandsRequest => ListCommandsRequest { after, limit });
+forwarded_call!(GetCommandOutputRequest => GetCommandOutputRequest { command_id, format });
+forwarded_call!(RunRequest => RunRequest { command, timeout_ms, force, format });
+forwarded_call!(SendInputRequest => SendInputRequest { items, force });
+forwarded_call!(WaitForScreenRequest => WaitForScreenRequest {
+    pattern,
+    timeout_ms,
+    quiet_ms,
+    after_offset,
+    format,
+    scrollback,
+    wait_for,
+});
+forwarded_call!(WatchCommandsRequest => WatchCommandsRequest { after_id });
 
 #[cfg(test)]
 mod tests {
@@ -148,15 +114,13 @@ mod tests {
     #[test]
     fn every_field_of_a_screen_call_reaches_the_broker_addressed_to_the_session() {
         let session_id = Uuid::new_v4();
-        let screen = get_screen_request(
-            session_id,
-            pb::GetScreenRequest {
-                instance: "web".into(),
-                session_id: "ignored: the parsed id is sent".into(),
-                format: broker_pb::ScreenFormat::Cells.into(),
-                scrollback: 42,
-            },
-        );
+        let screen = pb::GetScreenRequest {
+            instance: "web".into(),
+            session_id: "ignored: the parsed id is sent".into(),
+            format: broker_pb::ScreenFormat::Cells.into(),
+            scrollback: 42,
+        }
+        .to_broker(session_id);
         assert_eq!(
             screen,
             broker_pb::GetScreenRequest {
@@ -174,15 +138,13 @@ mod tests {
                 item: Some(broker_pb::input_item::Item::Key("Enter".into())),
             },
         ];
-        let input = send_input_request(
-            session_id,
-            pb::SendInputRequest {
-                instance: "web".into(),
-                session_id: session_id.to_string(),
-                items: items.clone(),
-                force: true,
-            },
-        );
+        let input = pb::SendInputRequest {
+            instance: "web".into(),
+            session_id: session_id.to_string(),
+            items: items.clone(),
+            force: true,
+        }
+        .to_broker(session_id);
         assert_eq!(
             input,
             broker_pb::SendInputRequest {
@@ -192,20 +154,18 @@ mod tests {
             }
         );
 
-        let wait = wait_for_screen_request(
-            session_id,
-            pb::WaitForScreenRequest {
-                instance: "web".into(),
-                session_id: session_id.to_string(),
-                pattern: r"hi \w+".into(),
-                timeout_ms: 1234,
-                quiet_ms: 56,
-                after_offset: Some(789),
-                format: broker_pb::ScreenFormat::Ansi.into(),
-                scrollback: 10,
-                wait_for: broker_pb::TerminalState::Idle.into(),
-            },
-        );
+        let wait = pb::WaitForScreenRequest {
+            instance: "web".into(),
+            session_id: session_id.to_string(),
+            pattern: r"hi \w+".into(),
+            timeout_ms: 1234,
+            quiet_ms: 56,
+            after_offset: Some(789),
+            format: broker_pb::ScreenFormat::Ansi.into(),
+            scrollback: 10,
+            wait_for: broker_pb::TerminalState::Idle.into(),
+        }
+        .to_broker(session_id);
         assert_eq!(
             wait,
             broker_pb::WaitForScreenRequest {
@@ -220,14 +180,64 @@ mod tests {
             }
         );
 
-        let watch = watch_commands_request(
-            session_id,
-            pb::WatchCommandsRequest {
-                instance: "web".into(),
-                session_id: "ignored".into(),
-                after_id: 41,
-            },
+        let listing = pb::ListCommandsRequest {
+            instance: "web".into(),
+            session_id: "ignored".into(),
+            after: 3,
+            limit: 50,
+        }
+        .to_broker(session_id);
+        assert_eq!(
+            listing,
+            broker_pb::ListCommandsRequest {
+                session_id: session_id.to_string(),
+                after: 3,
+                limit: 50,
+            }
         );
+
+        let output = pb::GetCommandOutputRequest {
+            instance: "web".into(),
+            session_id: "ignored".into(),
+            command_id: 7,
+            format: broker_pb::ScreenFormat::Ansi.into(),
+        }
+        .to_broker(session_id);
+        assert_eq!(
+            output,
+            broker_pb::GetCommandOutputRequest {
+                session_id: session_id.to_string(),
+                command_id: 7,
+                format: broker_pb::ScreenFormat::Ansi.into(),
+            }
+        );
+
+        let run = pb::RunRequest {
+            instance: "web".into(),
+            session_id: "ignored".into(),
+            command: "make test".into(),
+            timeout_ms: 900,
+            force: true,
+            format: broker_pb::ScreenFormat::Text.into(),
+        }
+        .to_broker(session_id);
+        assert_eq!(
+            run,
+            broker_pb::RunRequest {
+                session_id: session_id.to_string(),
+                command: "make test".into(),
+                timeout_ms: 900,
+                force: true,
+                format: broker_pb::ScreenFormat::Text.into(),
+            }
+        );
+
+        let watch = pb::WatchCommandsRequest {
+            instance: "web".into(),
+            session_id: "ignored".into(),
+            after_id: 41,
+        }
+        .to_broker(session_id);
         assert_eq!(
             watch,
             broker_pb::WatchCommandsRequest {

@@ -31,6 +31,7 @@ use crate::audit::{AuditKind, NewAuditEvent};
 use crate::domain::{Alias, SessionAttachment, SessionName, SessionSelector};
 use crate::error::Error;
 use crate::service::{CreateSession, SessionService};
+use forward::to_session_broker;
 use from_pb::{
     audit_filter_from_pb, new_instance_from_pb, reported_event_from_pb, required, role_from_pb,
     session_id_from_pb, size_from_pb, validated_broker_id, validated_command, validated_endpoint,
@@ -384,16 +385,11 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::GetScreenRequest>,
     ) -> Result<Response<broker_pb::Screen>, Status> {
-        let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
         let screen = self
             .service
             .brokers
-            .get_screen(&broker, forward::get_screen_request(session_id, request))
+            .get_screen(&call.broker, call.request)
             .await?;
         Ok(Response::new(screen))
     }
@@ -402,16 +398,11 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::ListCommandsRequest>,
     ) -> Result<Response<broker_pb::ListCommandsResponse>, Status> {
-        let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
         let commands = self
             .service
             .brokers
-            .list_commands(&broker, forward::list_commands_request(session_id, request))
+            .list_commands(&call.broker, call.request)
             .await?;
         Ok(Response::new(commands))
     }
@@ -420,19 +411,11 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::GetCommandOutputRequest>,
     ) -> Result<Response<broker_pb::CommandOutput>, Status> {
-        let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
         let output = self
             .service
             .brokers
-            .get_command_output(
-                &broker,
-                forward::get_command_output_request(session_id, request),
-            )
+            .get_command_output(&call.broker, call.request)
             .await?;
         Ok(Response::new(output))
     }
@@ -443,17 +426,13 @@ impl SessionApi for GrpcSessionApi {
     ) -> Result<Response<broker_pb::SendInputResponse>, Status> {
         let actor = actor_of(&request);
         let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
-        let force = request.force;
-        let instance = required("instance", &request.instance)?.to_owned();
+        let instance = request.instance.clone();
+        let call = to_session_broker(&self.service, request).await?;
+        let (session_id, force) = (call.session_id, call.request.force);
         let written = self
             .service
             .brokers
-            .send_input(&broker, forward::send_input_request(session_id, request))
+            .send_input(&call.broker, call.request)
             .await?;
         // The input is written: a failure to name its instance now only costs the event.
         match self.service.get_instance(&instance).await {
@@ -480,21 +459,14 @@ impl SessionApi for GrpcSessionApi {
     ) -> Result<Response<broker_pb::RunResponse>, Status> {
         let actor = actor_of(&request);
         let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
         let instance = self
             .service
             .get_instance(required("instance", &request.instance)?)
             .await?;
-        let broker = self
-            .service
-            .broker_of_open_session(&instance.id.to_string(), session_id)
-            .await?;
-        let (command, force) = (request.command.clone(), request.force);
-        let outcome = self
-            .service
-            .brokers
-            .run(&broker, forward::run_request(session_id, request))
-            .await;
+        let call = to_session_broker(&self.service, request).await?;
+        let session_id = call.session_id;
+        let (command, force) = (call.request.command.clone(), call.request.force);
+        let outcome = self.service.brokers.run(&call.broker, call.request).await;
         // Recorded when something was typed: a refusal types nothing, a timeout did.
         let typed = match &outcome {
             Ok(_) => true,
@@ -517,20 +489,12 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::WaitForScreenRequest>,
     ) -> Result<Response<broker_pb::WaitForScreenResponse>, Status> {
-        let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
         // The caller going away drops this future and, with it, the broker call.
         let outcome = self
             .service
             .brokers
-            .wait_for_screen(
-                &broker,
-                forward::wait_for_screen_request(session_id, request),
-            )
+            .wait_for_screen(&call.broker, call.request)
             .await?;
         Ok(Response::new(outcome))
     }
@@ -541,19 +505,11 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::WatchCommandsRequest>,
     ) -> Result<Response<Self::WatchCommandsStream>, Status> {
-        let request = request.into_inner();
-        let session_id = session_id_from_pb(&request.session_id)?;
-        let broker = self
-            .service
-            .broker_of_open_session(required("instance", &request.instance)?, session_id)
-            .await?;
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
         let commands = self
             .service
             .brokers
-            .watch_commands(
-                &broker,
-                forward::watch_commands_request(session_id, request),
-            )
+            .watch_commands(&call.broker, call.request)
             .await?;
         let shutdown = self.shutdown.clone();
         let commands = commands
