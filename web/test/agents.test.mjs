@@ -292,12 +292,19 @@ describe('web page: phones and agents', { skip: skip ?? false }, () => {
       const instance = await stack.createInstance();
       const page = await open(device, instance.id);
       const marks = () => page.evaluate(() => document.querySelector('.pane:not([hidden])').commandMarks);
-      for (const line of ['true', 'false', 'seq 1 60', "printf 'out-1\\nout-2\\n'"]) {
+      // One command at a time, as a person types them: each after the last one's prompt came back
+      // (a POSIX sh's command line is read from the screen when it is entered).
+      const lines = ['true', 'false', 'seq 1 60', "printf 'out-1\\nout-2\\n'"];
+      for (const [index, line] of lines.entries()) {
         await typeLine(page, line);
+        await waitFor(`the mark of ${line}`, async () => (await marks()).marks.filter((mark) => mark.outcome !== 'running').length === index + 1);
       }
+      let lastSeen = null;
       await waitFor('four marks, all ended', async () => {
-        const seen = await marks();
-        return seen.marks.length === 4 && seen.marks.every((mark) => mark.outcome !== 'running') ? seen : false;
+        lastSeen = await marks();
+        return lastSeen.marks.length === 4 && lastSeen.marks.every((mark) => mark.outcome !== 'running');
+      }).catch(async (error) => {
+        throw new Error(`${error.message}; the marks: ${JSON.stringify(lastSeen)}; the screen:\n${await screenText(page)}`, { cause: error });
       });
       const { marks: drawn } = await marks();
       assert.deepEqual(drawn.map((mark) => [mark.command, mark.outcome]), [
