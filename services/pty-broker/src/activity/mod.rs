@@ -64,6 +64,18 @@ pub struct ActivityParts {
     pub commands: Vec<Command>,
     /// Where the command line being typed starts, as a row and column of the visible screen.
     pub input_at: Option<(u16, u16)>,
+    /// The offset of the last prompt's mark, for waits with an offset.
+    pub prompt_at: Option<u64>,
+    /// The offset of the last question's mark, for waits with an offset.
+    pub asked_at: Option<u64>,
+    /// The command line about to start (`633;E`, or what `run` typed).
+    pub pending_line: Option<String>,
+    /// Line feeds of a multi-line line `run` typed still to come.
+    pub typed_lines_left: usize,
+    /// Whether the program draws on the alternate screen.
+    pub full_screen: bool,
+    /// Input reached a program waiting for it.
+    pub answered: bool,
 }
 
 /// One session's activity.
@@ -148,11 +160,19 @@ impl Activity {
                 let row = u16::try_from(at.line.checked_sub(lines_scrolled)?).ok()?;
                 Some((row, at.col))
             }),
+            prompt_at: self.prompt_at,
+            asked_at: self.asked_at,
+            pending_line: self.pending_line.clone(),
+            typed_lines_left: self.typed_lines_left,
+            full_screen: self.full_screen,
+            answered: self.answered,
         }
     }
 
     /// The activity [`Activity::to_parts`] took apart, on a screen that shows what the other
-    /// one showed and has scrolled `lines_scrolled` rows; output goes on from where it was.
+    /// one showed and has scrolled `lines_scrolled` rows; output goes on from where it was, and
+    /// where the last prompt and question began (for waits), a command line `run` is typing and
+    /// a program's alternate screen go on with it.
     pub fn from_parts(parts: ActivityParts, now: SystemTime, lines_scrolled: u64) -> Self {
         Self {
             log: CommandLog::resume(parts.commands_kept, parts.next_command_id, &parts.commands),
@@ -164,16 +184,18 @@ impl Activity {
                 line: lines_scrolled + u64::from(row),
                 col,
             }),
-            pending_line: None,
-            typed_lines_left: 0,
+            pending_line: parts.pending_line,
+            typed_lines_left: parts.typed_lines_left,
             cwd: parts.cwd,
             progress: parts.progress,
             notification: parts.notification,
+            // The quiet of a full-screen program counts again from here: its last output's
+            // time stayed with the other process's clock.
             last_output_at: Some(now),
-            full_screen: false,
-            answered: false,
-            prompt_at: None,
-            asked_at: None,
+            full_screen: parts.full_screen,
+            answered: parts.answered,
+            prompt_at: parts.prompt_at,
+            asked_at: parts.asked_at,
             changes: Vec::new(),
         }
     }
@@ -685,9 +707,30 @@ mod tests {
         }
         activity.apply(Mark::PromptStart, at(60));
         activity.apply(Mark::OutputStart, at(61));
+        activity.output(at(61).now, true);
+        activity.apply(Mark::Notification("allow?".into()), at(61));
         let parts = activity.to_parts(0);
         let mut resumed = Activity::from_parts(parts.clone(), at(62).now, 0);
         assert_eq!(resumed.to_parts(0), parts);
+        assert_eq!(resumed.entered_at(TerminalState::AtPrompt), Some(60));
+        assert_eq!(resumed.entered_at(TerminalState::WaitingForInput), Some(61));
+        assert_eq!(
+            resumed.idle_at(at(62).now, DEFAULT_IDLE_AFTER),
+            None,
+            "waiting for input, not running"
+        );
+        resumed.input_reached(at(62).now);
+        resumed.output(at(63).now, true);
+        assert_eq!(
+            resumed.state(at(63).now, DEFAULT_IDLE_AFTER),
+            TerminalState::Running,
+            "answered, then output"
+        );
+        assert_eq!(
+            resumed.idle_at(at(63).now, DEFAULT_IDLE_AFTER),
+            Some(at(63).now + DEFAULT_IDLE_AFTER),
+            "still a full-screen program"
+        );
         assert_eq!(resumed.commands().first_id(), 4);
         assert_eq!(resumed.commands().running().map(|c| c.id), Some(6));
         resumed.apply(Mark::CommandEnd(Some(3)), at(70));
@@ -695,6 +738,21 @@ mod tests {
         resumed.apply(Mark::OutputStart, at(72));
         assert_eq!(resumed.commands().running().map(|c| c.id), Some(7));
         assert_eq!(resumed.commands().get(6).and_then(|c| c.exit_code), Some(3));
+    }
+
+    #[test]
+    fn a_multi_line_command_run_is_typing_goes_on_after_a_hand_off() {
+        let mut activity = Activity::new(Some(Shell::Posix), 10);
+        activity.apply(Mark::PromptStart, at(0));
+        activity.apply(Mark::InputStart, at(1));
+        activity.expect_typed("{\necho a\n}");
+        activity.line_entered("{".into(), at(2).now, 10);
+        let mut resumed = Activity::from_parts(activity.to_parts(0), at(3).now, 0);
+        resumed.line_entered("> echo a".into(), at(3).now, 20);
+        assert!(resumed.commands().is_empty(), "still being typed");
+        resumed.line_entered("> }".into(), at(4).now, 30);
+        let command = resumed.commands().get(1).expect("started");
+        assert_eq!(command.command, "{\necho a\n}");
     }
 
     #[test]

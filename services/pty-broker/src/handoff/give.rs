@@ -295,6 +295,7 @@ async fn send_sessions(
                 .map(|process| WireProcess::from(process.process.clone())),
             recording: session.recording.as_ref().map(WireRecording::from_frozen),
             activity: session.activity.as_ref().map(WireActivity::from_parts),
+            prompt_wait_left: session.prompt_wait_left,
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

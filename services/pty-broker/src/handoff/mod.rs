@@ -173,6 +173,10 @@ struct SessionHeader {
     /// not track them, or ran without screens.
     #[serde(default)]
     activity: Option<WireActivity>,
+    /// What is left of the wait for an integrated shell's first prompt, while input is held for
+    /// it (`session/input.rs`): the next process holds input that long at most.
+    #[serde(default)]
+    prompt_wait_left: Option<Duration>,
 }
 
 /// A session's activity (`activity/`): its state and its commands.
@@ -194,6 +198,25 @@ struct WireActivity {
     /// Where the command line being typed starts on the screen (row, column).
     #[serde(default)]
     input_at: Option<(u16, u16)>,
+    /// The offsets of the last prompt's and the last question's marks, for waits with an
+    /// offset. Absent from a predecessor that did not carry them: a wait with an offset then
+    /// waits for the next one.
+    #[serde(default)]
+    prompt_at: Option<u64>,
+    #[serde(default)]
+    asked_at: Option<u64>,
+    /// The command line about to start, and the line feeds of a multi-line one `run` typed
+    /// still to come.
+    #[serde(default)]
+    pending_line: Option<String>,
+    #[serde(default)]
+    typed_lines_left: usize,
+    /// The program draws on the alternate screen.
+    #[serde(default)]
+    full_screen: bool,
+    /// Input reached a program waiting for it.
+    #[serde(default)]
+    answered: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -240,6 +263,12 @@ impl WireActivity {
                 })
                 .collect(),
             input_at: parts.input_at,
+            prompt_at: parts.prompt_at,
+            asked_at: parts.asked_at,
+            pending_line: parts.pending_line.clone(),
+            typed_lines_left: parts.typed_lines_left,
+            full_screen: parts.full_screen,
+            answered: parts.answered,
         }
     }
 
@@ -290,6 +319,12 @@ impl WireActivity {
                 })
                 .collect(),
             input_at: self.input_at,
+            prompt_at: self.prompt_at,
+            asked_at: self.asked_at,
+            pending_line: self.pending_line,
+            typed_lines_left: self.typed_lines_left,
+            full_screen: self.full_screen,
+            answered: self.answered,
         })
     }
 }

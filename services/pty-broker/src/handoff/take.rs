@@ -215,6 +215,10 @@ impl Broker {
                 tombstone_left: header.tombstone_left,
                 process: None,
                 recording,
+                // Bounded as the wait itself is: a longer one is a predecessor's mistake.
+                prompt_wait_left: header
+                    .prompt_wait_left
+                    .map(|left| left.min(crate::session::FIRST_PROMPT_WAIT)),
             };
             self.adopt(frozen, header.process.map(|process| (process.into(), fds)))
                 .await

