@@ -159,9 +159,13 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         builder.gateway.static_dir = Some(web_dir.clone());
     }
     // The URL is printed once it works: `start` returns when session-api sees the broker up,
-    // also on a restart, where the instance is already there.
+    // and the `local` instance is there (registered now on a first start). Until then the
+    // gateway's probes answer 503, so that a script that waits for `/healthz` and then opens
+    // `local` never finds it missing.
+    let local_instance = builder.gateway.readiness.hold("the local instance");
     let mut stack = builder.start().await?;
     register_local_instance(&stack).await?;
+    local_instance.release();
     let server_url = stack.gateway_url();
     std::fs::write(data_dir.join(SERVER_FILE), format!("{server_url}\n"))
         .context("cannot write the server URL into the data dir")?;

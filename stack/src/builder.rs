@@ -221,6 +221,8 @@ impl StackBuilder {
     /// Binds the broker and session-api on `127.0.0.1:0` (and the gateway, unless it was given a
     /// listener), starts the three services, and waits until session-api sees the broker up.
     /// A service that fails meanwhile fails the start with its error; the others are stopped.
+    /// Until the broker is up the gateway's probes answer 503 (its readiness is held): the
+    /// gateway serves from the start, but takes no session before then.
     pub async fn start(mut self) -> Result<Stack, StackError> {
         self.tie_services_together();
         let (broker, broker_listener) = self.start_broker(self.broker.clone()).await?;
@@ -260,6 +262,10 @@ impl StackBuilder {
         let credentials = self.credentials();
         let broker_id = self.broker.broker_id.clone();
         let start_patience = self.start_patience;
+        let broker_up = self
+            .gateway
+            .readiness
+            .hold(format!("broker {broker_id} to register"));
         let stack = Stack::spawn(
             running::Services {
                 broker: (broker, broker_listener),
@@ -273,7 +279,9 @@ impl StackBuilder {
             Some(self.data),
             client_tls,
         );
-        stack.wait_until_broker_is_up(start_patience).await
+        let stack = stack.wait_until_broker_is_up(start_patience).await?;
+        broker_up.release();
+        Ok(stack)
     }
 }
 

@@ -10,6 +10,7 @@ mod exec;
 mod json;
 mod mcp;
 mod mcp_inspector;
+mod readiness;
 mod recording;
 mod screen;
 mod support;

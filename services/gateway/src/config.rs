@@ -123,6 +123,10 @@ pub struct Config {
     /// other broker is reached at the endpoint session-api names. Empty by default; no flag.
     #[arg(skip)]
     pub in_process_brokers: crate::InProcessBrokers,
+    /// What the probes wait for besides the backends, held by whoever starts the gateway with
+    /// the other services in one process (`ptyhub up`); nothing for a gateway alone. No flag.
+    #[arg(skip)]
+    pub readiness: crate::Readiness,
 }
 
 /// The gateway's own credential, presented to session-api: from `PTYHUB_GATEWAY_SERVICE_TOKEN`
@@ -351,6 +355,7 @@ impl Config {
             failed_auth_per_minute: Self::DEFAULT_FAILED_AUTH_PER_MINUTE,
             trust_forwarded_for: false,
             in_process_brokers: crate::InProcessBrokers::default(),
+            readiness: crate::Readiness::default(),
         }
     }
 

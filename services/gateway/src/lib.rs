@@ -25,6 +25,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;
+pub mod readiness;
 pub mod refusals;
 pub mod rest;
 pub mod scope;
@@ -45,6 +46,7 @@ use axum::serve::ListenerExt as _;
 
 pub use brokers::InProcessBrokers;
 pub use config::{AuthConfig, Config, ConfigError};
+pub use readiness::{Readiness, ReadinessHold};
 // What a caller needs to fill in a [`Config`].
 pub use ptyhub_wire::ServiceCredential;
 pub use secrecy::SecretString;
@@ -126,6 +128,7 @@ pub async fn run(
         host_policy,
         failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
         trust_forwarded_for: config.trust_forwarded_for,
+        readiness: config.readiness.clone(),
     });
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;

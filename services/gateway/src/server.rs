@@ -17,14 +17,15 @@ use axum::routing::{delete, get, post};
 use ptyhub_wire::limits::MAX_FRAME_BYTES;
 use ptyhub_wire::{Introspection, IntrospectionError};
 use tower::ServiceExt;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tracing::Level;
+use tower_http::trace::{OnFailure, OnResponse, TraceLayer};
 
 use crate::attach_relay::AttachRelay;
 use crate::browser::{BrowserPolicy, origin_allowed};
 use crate::error::{ApiError, ErrorBody};
 use crate::front_door::FrontDoorLayer;
+use crate::rest::operations::ProbeAnswer;
 use crate::rest::webhooks;
 use crate::rest::{
     INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
@@ -143,10 +144,53 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
                 .make_span_with(|request: &Request| {
                     tracing::info_span!("http", method = %request.method(), path = %request.uri().path())
                 })
-                .on_response(DefaultOnResponse::new().level(Level::INFO)),
+                .on_response(LogAnswer)
+                .on_failure(LogFailure),
         )
         .with_state(state);
     Ok(router)
+}
+
+/// The request log's line for each answer: INFO, and ERROR for a server error except a probe's
+/// 503, which is what a probe is for (a `ptyhub up` asked before it is ready, a load balancer
+/// during a shutdown) and would otherwise put an ERROR on the terminal of whoever started it.
+#[derive(Debug, Clone, Copy)]
+struct LogAnswer;
+
+impl<B> OnResponse<B> for LogAnswer {
+    fn on_response(
+        self,
+        response: &axum::http::Response<B>,
+        latency: std::time::Duration,
+        _span: &tracing::Span,
+    ) {
+        let status = response.status().as_u16();
+        let latency_ms = latency.as_millis();
+        let probe = response.extensions().get::<ProbeAnswer>().is_some();
+        if response.status().is_server_error() && !probe {
+            tracing::error!(status, latency_ms, "answered with a server error");
+        } else {
+            tracing::info!(status, latency_ms, "answered");
+        }
+    }
+}
+
+/// A request that failed without an answer; a server error status is an answer, written by
+/// [`LogAnswer`].
+#[derive(Debug, Clone, Copy)]
+struct LogFailure;
+
+impl OnFailure<ServerErrorsFailureClass> for LogFailure {
+    fn on_failure(
+        &mut self,
+        class: ServerErrorsFailureClass,
+        latency: std::time::Duration,
+        _span: &tracing::Span,
+    ) {
+        if let ServerErrorsFailureClass::Error(error) = class {
+            tracing::error!(%error, latency_ms = latency.as_millis(), "request failed");
+        }
+    }
 }
 
 /// The deprecated routes (docs/CONTRACT.md, "Legacy routes"): the session routes under the

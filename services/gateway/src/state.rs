@@ -82,6 +82,8 @@ pub struct Shared {
     pub failed_auth: FailedAuthLimiter,
     /// Whether the client address is the last `X-Forwarded-For` entry.
     pub trust_forwarded_for: bool,
+    /// What the probes wait for besides the backends (`Config::readiness`).
+    pub readiness: crate::Readiness,
 }
 
 impl AppState {

@@ -353,7 +353,7 @@ fn read_all_in_background(
     })
 }
 
-fn collect_lines(pipe: impl std::io::Read + Send + 'static, into: Arc<Mutex<String>>) {
+pub fn collect_lines(pipe: impl std::io::Read + Send + 'static, into: Arc<Mutex<String>>) {
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { return };
@@ -415,8 +415,25 @@ pub fn http_request(
     token: Option<&str>,
     json: Option<&str>,
 ) -> HttpAnswer {
-    let mut stream = TcpStream::connect_timeout(&address, PATIENCE).expect("connect to gateway");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    try_http_request(address, method, path, token, json, PATIENCE)
+        .unwrap_or_else(|error| panic!("{method} {path} on {address}: {error}"))
+}
+
+/// A plain HTTP/1.1 request; an error when nothing answers it in HTTP within `patience` (no
+/// listener, a server of another protocol).
+pub fn try_http_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    json: Option<&str>,
+    patience: Duration,
+) -> Result<HttpAnswer, String> {
+    let mut stream =
+        TcpStream::connect_timeout(&address, patience).map_err(|error| error.to_string())?;
+    stream
+        .set_read_timeout(Some(patience))
+        .map_err(|error| error.to_string())?;
     let mut request =
         format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
     if let Some(token) = token {
@@ -430,18 +447,22 @@ pub fn http_request(
     }
     request.push_str("\r\n");
     request.push_str(json.unwrap_or_default());
-    stream.write_all(request.as_bytes()).expect("send request");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|error| error.to_string())?;
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).expect("read answer");
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|error| error.to_string())?;
     let answer = String::from_utf8_lossy(&answer).into_owned();
     let (head, body) = answer
         .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+        .ok_or_else(|| format!("not an HTTP answer: {answer:?}"))?;
     let status = head
-        .split_whitespace()
-        .nth(1)
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.split_whitespace().next())
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
+        .ok_or_else(|| format!("no status in {head:?}"))?;
     let chunked = head
         .lines()
         .any(|line| line.eq_ignore_ascii_case("transfer-encoding: chunked"));
@@ -450,7 +471,7 @@ pub fn http_request(
     } else {
         body.to_owned()
     };
-    HttpAnswer { status, body }
+    Ok(HttpAnswer { status, body })
 }
 
 fn dechunk(mut body: &str) -> String {

@@ -11,9 +11,16 @@ use crate::error::{ApiError, ErrorBody};
 use crate::front_door::Authentication;
 use crate::state::AppState;
 
-/// Whether session-api and every broker answer. Needs no credential, but without an admin's it
-/// says only `ok` or `unavailable`: which brokers exist, where, and what failed is for
-/// operators, not for anyone who can reach the port.
+/// Marks a probe's answer (`/healthz`, `/readyz`): a 503 there is what the probe is for (not
+/// ready yet, a backend down, a shutdown), said to whoever asked, not a failure of the request;
+/// the request log writes it as an answer, never as an ERROR.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeAnswer;
+
+/// Whether the gateway is ready (nothing it was told to wait for is missing: in `ptyhub up`, the
+/// broker's registration and the `local` instance), and session-api and every broker answer.
+/// Needs no credential, but without an admin's it says only `ok` or `unavailable`: which brokers
+/// exist, where, and what failed is for operators, not for anyone who can reach the port.
 #[utoipa::path(
     get, path = "/healthz", tag = "operations",
     responses((status = 200, body = HealthBody), (status = 503, body = HealthBody)),
@@ -24,7 +31,39 @@ pub async fn healthz(State(state): State<AppState>, authentication: Authenticati
             .principal()
             .await
             .is_ok_and(|principal| principal.access.is_admin());
-    let (status, mut body) = match state.upstreams.check_brokers().await {
+    let (status, mut body) = match starting(&state) {
+        Some(waiting) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            HealthBody {
+                status: "unavailable".into(),
+                detail: Some(waiting),
+                brokers: Vec::new(),
+            },
+        ),
+        None => broker_health(&state).await,
+    };
+    if !detailed {
+        body.detail = None;
+        body.brokers.clear();
+    }
+    probe_answer(status, body)
+}
+
+/// What the gateway still waits for before it takes work, if anything.
+fn starting(state: &AppState) -> Option<String> {
+    state.readiness.waiting_for()
+}
+
+/// A probe's answer, marked as such for the request log.
+fn probe_answer(status: StatusCode, body: impl serde::Serialize) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    response.extensions_mut().insert(ProbeAnswer);
+    response
+}
+
+/// `/healthz`'s answer from session-api's list of brokers and each broker's own health.
+async fn broker_health(state: &AppState) -> (StatusCode, HealthBody) {
+    match state.upstreams.check_brokers().await {
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             HealthBody {
@@ -67,12 +106,7 @@ pub async fn healthz(State(state): State<AppState>, authentication: Authenticati
                 )
             }
         }
-    };
-    if !detailed {
-        body.detail = None;
-        body.brokers.clear();
     }
-    (status, Json(body)).into_response()
 }
 
 /// Liveness: the process serves HTTP. Needs no credential and asks no backend, so a slow
@@ -88,9 +122,10 @@ pub async fn livez() -> Json<ProbeBody> {
     })
 }
 
-/// Readiness: this replica should get new work. 503 once it is shutting down (a rolling
-/// restart) or while session-api does not answer; brokers are not asked, since one lost node
-/// must not take every gateway out of service. Needs no credential.
+/// Readiness: this replica should get new work. 503 while it is starting (what it was told to
+/// wait for is missing), once it is shutting down (a rolling restart) or while session-api does
+/// not answer; brokers are not asked, since one lost node must not take every gateway out of
+/// service. Needs no credential.
 #[utoipa::path(
     get, path = "/readyz", tag = "operations",
     responses((status = 200, body = ProbeBody), (status = 503, body = ProbeBody)),
@@ -98,6 +133,8 @@ pub async fn livez() -> Json<ProbeBody> {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let problem = if state.draining.is_cancelled() {
         Some("gateway shutting down".to_owned())
+    } else if let Some(waiting) = starting(&state) {
+        Some(waiting)
     } else {
         state
             .upstreams
@@ -122,7 +159,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
             },
         ),
     };
-    (status, Json(body)).into_response()
+    probe_answer(status, body)
 }
 
 /// Prometheus metrics; needs a credential unless configured otherwise.
