@@ -12,8 +12,8 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale,
-    /// snapshot, reload, handoff, commands.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff", "commands"])]
+    /// snapshot, reload, handoff, commands, peers (echo beside ttyd), typing-flood.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff", "commands", "peers", "typing-flood"])]
     pub only: Vec<String>,
     /// Only the paths of the throughput and latency scenarios whose label contains one of these
     /// (comma separated, any case: `docker`, `over tcp`); the floors (a), (a2) and (b) always run,
@@ -77,6 +77,8 @@ pub struct Sizes {
     pub repeats: usize,
     pub flood_bytes: u64,
     pub echo_keys: usize,
+    /// What each flood of the typing-under-a-flood scenario writes.
+    pub typing_flood_bytes: u64,
     pub ctrl_c_flood: usize,
     pub starts: usize,
     pub scale_sessions: usize,
@@ -101,6 +103,7 @@ impl Sizes {
                 repeats: 2,
                 flood_bytes: 4 << 20,
                 echo_keys: 100,
+                typing_flood_bytes: 4 << 20,
                 ctrl_c_flood: 256 << 10,
                 starts: 5,
                 scale_sessions: 20,
@@ -123,6 +126,7 @@ impl Sizes {
                 repeats: 7,
                 flood_bytes: 256 << 20,
                 echo_keys: 2000,
+                typing_flood_bytes: 64 << 20,
                 ctrl_c_flood: 4 << 20,
                 starts: 100,
                 scale_sessions: 1000,

@@ -8,6 +8,7 @@ mod child;
 mod commands;
 mod grpc_attach;
 mod handoff;
+mod peers;
 mod reload;
 mod report;
 mod scale;

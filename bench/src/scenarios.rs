@@ -312,6 +312,86 @@ pub async fn isolation_once(
     result
 }
 
+/// Typing under a flood: the echo of a quiet session, idle, then while another session of the
+/// same broker writes `flood_bytes` as fast as it can to a controller that reads every byte,
+/// again and again until the keystrokes are done (so every keystroke meets a flood).
+#[derive(Debug)]
+pub struct TypingUnderFlood {
+    pub idle: Vec<Duration>,
+    pub flooded: Vec<Duration>,
+    /// Floods of `flood_bytes` read completely, each checked, while the keys were typed.
+    pub floods: u64,
+}
+
+/// An endless flood on demand: each newline asks for `bytes` more of the pattern.
+fn repeated_flood_script(bytes: u64) -> String {
+    format!("stty raw -echo; printf R; while read -r go; do yes {LINE} | head -c {bytes}; done")
+}
+
+pub async fn typing_under_flood_once(
+    stack: &Stack,
+    backend: Backend,
+    keys: usize,
+    flood_bytes: u64,
+) -> Result<TypingUnderFlood> {
+    let path = Path::Gateway(backend, Screens::On);
+    let mut quiet = open_echo(stack, path).await?;
+    let result = async {
+        let idle = echo_series(&mut quiet, keys).await?;
+        let mut flood = Term::open(stack, path, &repeated_flood_script(flood_bytes)).await?;
+        let ready = flood.read_until(b"R", 4096).await;
+        if let Err(error) = ready {
+            flood.close(stack).await;
+            return Err(error.context("the flood's terminal"));
+        }
+        let typing_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = tokio::spawn(read_floods_until(flood, flood_bytes, typing_done.clone()));
+        let flooded = echo_series(&mut quiet, keys).await;
+        typing_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (flood, floods) = reader.await.context("the flood's reader panicked")?;
+        flood.close(stack).await;
+        Ok(TypingUnderFlood {
+            idle,
+            flooded: flooded?,
+            floods: floods?,
+        })
+    }
+    .await;
+    quiet.close(stack).await;
+    result
+}
+
+/// Reads floods of `bytes` back to back, each asked for as soon as the previous one is
+/// complete, until `done` is set; the terminal back, and how many floods were read.
+async fn read_floods_until(
+    mut flood: Term,
+    bytes: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (Term, Result<u64>) {
+    let mut floods = 0u64;
+    let result = async {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            flood.send(b"\n").await?;
+            let mut received = 0u64;
+            while received < bytes {
+                let chunk = flood.recv().await?.with_context(|| {
+                    format!("the flood ended after {received} of {bytes} bytes")
+                })?;
+                ensure!(
+                    received + chunk.len() as u64 <= bytes,
+                    "more output than the {bytes} bytes asked for"
+                );
+                verify_flood(&chunk, received)?;
+                received += chunk.len() as u64;
+            }
+            floods += 1;
+        }
+        Ok(floods)
+    }
+    .await;
+    (flood, result)
+}
+
 /// Session start through the gateway: REST create, WebSocket `connected`, first prompt byte.
 #[derive(Debug, Clone, Copy)]
 pub struct StartTimes {

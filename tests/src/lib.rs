@@ -12,5 +12,6 @@ pub mod front;
 pub mod isolated;
 pub mod process;
 pub mod s3;
+pub mod socket_options;
 pub mod sockets;
 pub mod terminal;

@@ -194,3 +194,63 @@ pub async fn isolation_section(
     }
     Ok(())
 }
+
+/// (12) The echo of a quiet session, idle and while another session of the same broker floods
+/// to a controller that reads everything; the target is the idle p99 of the same run.
+pub async fn typing_under_flood_section(
+    stack: &Stack,
+    sizes: Sizes,
+    out: &mut String,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    eprintln!("(12) typing under a flood");
+    writeln!(
+        out,
+        "\n### (12) Typing under a flood: echo of a quiet session (gateway WebSocket, broker in process) while another session of the same broker writes {} MiB floods back to back to a controller that reads them, {} keystrokes, µs\n",
+        sizes.typing_flood_bytes >> 20,
+        sizes.echo_keys
+    )?;
+    writeln!(
+        out,
+        "| backend | idle p50 / p99 | flooded p50 / p99 / p99.9 | floods read meanwhile | flooded/idle p99 | target |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---|")?;
+    for backend in [Backend::Local, Backend::Docker] {
+        if stack.instance(backend).is_none() {
+            continue;
+        }
+        let name = backend_name(backend);
+        let measured = scenarios::typing_under_flood_once(
+            stack,
+            backend,
+            sizes.echo_keys,
+            sizes.typing_flood_bytes,
+        )
+        .await;
+        match measured {
+            Ok(typing) => {
+                if let (Some(idle), Some(flooded)) =
+                    (Latency::of(&typing.idle), Latency::of(&typing.flooded))
+                {
+                    let ratio = flooded.p99.as_secs_f64() / idle.p99.as_secs_f64();
+                    let verdict = if ratio <= 2.0 { "met" } else { "missed" };
+                    writeln!(
+                        out,
+                        "| {name} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {} | {ratio:.2}x | ≤ 2x: {verdict} |",
+                        micros(idle.p50),
+                        micros(idle.p99),
+                        micros(flooded.p50),
+                        micros(flooded.p99),
+                        micros(flooded.p999),
+                        typing.floods,
+                    )?;
+                }
+            }
+            Err(error) => {
+                failures.push(format!("typing under a flood, {name}: {error:#}"));
+                writeln!(out, "| {name} | failed | | | | ≤ 2x |")?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@
 mod commands;
 mod handoff;
 mod latency;
+mod peers;
 mod reload;
 mod scale;
 mod snapshot;
@@ -25,7 +26,8 @@ use crate::term::Path;
 
 use self::commands::commands_section;
 use self::handoff::handoff_section;
-use self::latency::{ctrl_c_section, echo_section, isolation_section};
+use self::latency::{ctrl_c_section, echo_section, isolation_section, typing_under_flood_section};
+use self::peers::peers_section;
 use self::reload::reload_section;
 use self::scale::scale_section;
 use self::snapshot::snapshot_section;
@@ -85,6 +87,12 @@ pub async fn run(
     }
     if selected("commands") {
         commands_section(stack, sizes, &mut out, &mut failures).await?;
+    }
+    if selected("peers") {
+        peers_section(stack, sizes, &mut out, &mut failures).await?;
+    }
+    if selected("typing-flood") {
+        typing_under_flood_section(stack, sizes, &mut out, &mut failures).await?;
     }
     Ok((out, failures))
 }

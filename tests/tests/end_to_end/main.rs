@@ -10,6 +10,7 @@ mod health;
 mod idle_reaping;
 mod input;
 mod keepalive;
+mod nodelay;
 mod outside_client;
 mod recordings;
 mod teardown;
