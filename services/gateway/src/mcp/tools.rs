@@ -34,6 +34,7 @@ use crate::rest::bodies::{
     InstanceList, RunAnswerBody, RunBody, ScreenQuery, SessionBody, SessionList, WaitAnswerBody,
     WaitBody, validate_name,
 };
+use crate::rest::screens::answer_wait;
 use crate::scope::Access;
 use crate::scope::SeenBy as _;
 use crate::state::AppState;
@@ -566,7 +567,7 @@ async fn wait_for(
     principal: &Principal,
     arguments: WaitForArguments,
 ) -> Result<WaitAnswerBody, ApiError> {
-    let wait = WaitBody {
+    let body = WaitBody {
         pattern: arguments.pattern,
         timeout_ms: arguments.timeout_ms,
         quiet_ms: arguments.quiet_ms,
@@ -574,22 +575,9 @@ async fn wait_for(
         scrollback: arguments.scrollback,
         wait_for: arguments.wait_for,
         format: None,
-    }
-    .wait()?;
-    principal.access.check_scrollback(wait.screen.scrollback)?;
-    let (instance, session) =
-        live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
-    // A wait is held open like a stream: it counts among the principal's, and ends with its
-    // credential, as on REST.
-    let open = state.streams.open(principal)?;
-    let result = open
-        .unless_credential_ends(
-            state
-                .upstreams
-                .wait_for_screen(&instance.id, &session.id, wait),
-        )
-        .await??;
-    Ok(result.seen_by(&principal.access).into())
+    };
+    let instance = instance_for(state, principal, &arguments.instance);
+    answer_wait(state, principal, instance, &arguments.session, body).await
 }
 
 async fn run_command(

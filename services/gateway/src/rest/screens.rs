@@ -9,7 +9,8 @@ use ptyhub_wire::Surface;
 
 use super::bodies::{InputBody, InputWrittenBody, ScreenQuery, WaitAnswerBody, WaitBody};
 use super::extract::{Caller, InstanceScope, JsonBody, SessionPath};
-use crate::domain::Screen;
+use crate::auth::Principal;
+use crate::domain::{Instance, Screen};
 use crate::error::{ApiError, ErrorBody};
 use crate::scope::SeenBy as _;
 use crate::state::AppState;
@@ -110,15 +111,31 @@ pub async fn wait_for_screen(
     Path(SessionPath { sid, .. }): Path<SessionPath>,
     JsonBody(body): JsonBody<WaitBody>,
 ) -> Result<Json<WaitAnswerBody>, ApiError> {
+    let instance = scope.authorize(&state, &principal);
+    answer_wait(&state, &principal, instance, &sid, body)
+        .await
+        .map(Json)
+}
+
+/// A screen wait as every surface that offers one answers it (this route and MCP's
+/// `wait_for`): the body checked against the contract's bounds and the principal's scrollback
+/// before any call, then the instance (`instance`, which is not polled until then, so that a bad
+/// body is refused first) and the live session authorized, and the wait held open like a
+/// stream: it counts among the principal's on every surface and ends with its credential.
+pub async fn answer_wait(
+    state: &AppState,
+    principal: &Principal,
+    instance: impl Future<Output = Result<Instance, ApiError>>,
+    session_id: &str,
+    body: WaitBody,
+) -> Result<WaitAnswerBody, ApiError> {
     let wait = body.wait()?;
     principal.access.check_scrollback(wait.screen.scrollback)?;
-    let instance = scope.authorize(&state, &principal).await?;
+    let instance = instance.await?;
     let session = state
-        .authorize_live_session(&principal, &instance, &sid)
+        .authorize_live_session(principal, &instance, session_id)
         .await?;
-    // A wait is held open like a stream: it counts among the principal's, on every surface,
-    // and ends with its credential.
-    let open = state.streams.open(&principal)?;
+    let open = state.streams.open(principal)?;
     let result = open
         .unless_credential_ends(
             state
@@ -126,5 +143,5 @@ pub async fn wait_for_screen(
                 .wait_for_screen(&instance.id, &session.id, wait),
         )
         .await??;
-    Ok(Json(result.seen_by(&principal.access).into()))
+    Ok(result.seen_by(&principal.access).into())
 }
