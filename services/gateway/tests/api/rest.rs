@@ -1,6 +1,6 @@
 //! The REST API against a real stack (broker with local PTYs, session-api on SQLite, gateway).
 
-use crate::common::{create_session, delete, get, post, send};
+use crate::common::{Terminal, create_session, delete, get, post, send};
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -570,14 +570,11 @@ async fn project_repository_routes_need_matching_labels() {
 }
 
 #[tokio::test]
-async fn legacy_reset_creates_then_resets_the_default_session() {
+async fn legacy_reset_creates_then_restarts_the_default_session() {
     let stack = TestStack::builder().start().await;
     let path = format!("/api/v1/instances/{}/terminal/reset", stack.instance_id);
     let (status, first) = post(&stack, &path, None).await;
     assert_eq!(status, 200, "{first}");
-    let (status, second) = post(&stack, &path, None).await;
-    assert_eq!(status, 200, "{second}");
-    assert_eq!(first["id"], second["id"]);
     let (_, listed) = get(
         &stack,
         &format!("/api/v1/instances/{}/terminal/sessions", stack.instance_id),
@@ -592,6 +589,27 @@ async fn legacy_reset_creates_then_resets_the_default_session() {
             .contains(&json!("default")),
         "{default}"
     );
+
+    // A variable of the first shell tells it from the process a reset starts.
+    let socket = format!("/ws/tool-instances/{}/terminal", stack.instance_id);
+    let mut terminal = Terminal::open(&stack, &socket).await;
+    terminal.connected().await;
+    terminal
+        .send_input("MARK=first; echo marked-$((6*7))\n")
+        .await;
+    terminal.read_until_output("marked-42").await;
+
+    let (status, second) = post(&stack, &path, None).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(first["id"], second["id"], "the same session, reset");
+    let resetting = terminal.read_until_text("status").await;
+    assert_eq!(resetting["status"], "resetting", "{resetting}");
+    let reconnected = terminal.read_until_text("status").await;
+    assert_eq!(reconnected["status"], "connected", "{reconnected}");
+    terminal
+        .send_input("echo mark-${MARK:-unset}-$((6*7))\n")
+        .await;
+    terminal.read_until_output("mark-unset-42").await;
     stack.shutdown().await;
 }
 

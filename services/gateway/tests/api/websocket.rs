@@ -376,14 +376,23 @@ async fn bad_json_gets_an_error_frame_and_the_socket_stays_open() {
     let stack = TestStack::builder().start().await;
     let mut terminal = Terminal::open(&stack, &default_path(&stack)).await;
     terminal.connected().await;
-    for bad in [
-        "not json",
-        r#"{"type":"dance"}"#,
-        r#"{"type":"resize","cols":"wide"}"#,
+    // Each answer names what was wrong with that frame, and nothing else is in it.
+    for (bad, named) in [
+        (
+            "not json",
+            "invalid message: expected ident at line 1 column 2",
+        ),
+        (r#"{"type":"dance"}"#, "unknown variant `dance`"),
+        (r#"{"type":"resize","cols":"wide"}"#, "\"wide\""),
     ] {
         terminal.send(Message::Text(bad.into())).await.unwrap();
         let error = terminal.read_until_text("error").await;
-        assert!(error["message"].is_string(), "{error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("invalid message: ") && message.contains(named),
+            "the answer to {bad:?} does not name {named:?}: {error}"
+        );
+        assert_eq!(error, json!({"type": "error", "message": message}));
     }
     terminal.send_json(json!({"type": "pong"})).await;
     terminal.send_input("echo still-$((8*8))\n").await;
