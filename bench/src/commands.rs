@@ -2,7 +2,7 @@
 //! sh), and through the gateway over REST and over MCP (`run_command` at `/mcp`) side by side,
 //! and what shell integration costs: a keystroke's echo at a bash prompt and a flood's
 //! throughput, with integration on and off (two instances that differ in that setting only),
-//! side by side in one run.
+//! side by side in one run; and what a session's 1,000 kept command records cost.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,6 +41,36 @@ pub struct Measured {
     pub echo_ratio: Ratios,
     /// Flood throughput with integration over without, round by round.
     pub flood_ratio: Ratios,
+    /// The heap a session's log of its last 1,000 commands holds.
+    pub command_records_bytes: usize,
+}
+
+/// The heap of a broker's command log (`CommandLog`, what a session keeps of its commands) once
+/// 1,000 commands went through it, each a typical line run in a project's directory: the
+/// records as the broker keeps them, with no session around them to blur the count.
+pub fn command_records_bytes() -> usize {
+    use pty_broker::activity::{CommandLog, DEFAULT_COMMANDS_KEPT};
+    let lines = [
+        "cargo test -p pty-broker --lib",
+        "git status",
+        "make test",
+        "ls -la",
+        "npm run build -- --watch=false",
+    ];
+    let started = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let mut log = CommandLog::new(DEFAULT_COMMANDS_KEPT);
+    // Twice around, so that the records kept are the last ones of a longer history.
+    for n in 0..2 * DEFAULT_COMMANDS_KEPT as u64 {
+        let at = started + Duration::from_secs(n);
+        log.start(
+            lines[n as usize % lines.len()],
+            Some("/home/developer/src/ptyhub"),
+            at,
+            n * 1000,
+        );
+        log.finish(Some(0), at + Duration::from_millis(300), n * 1000 + 900);
+    }
+    log.heap_bytes()
 }
 
 /// Registers the instances this section needs: a local bash with integration on and off, and
@@ -394,6 +424,7 @@ pub async fn measure(
         flood_off: median(flood_off),
         echo_ratio: Ratios::of(echo_ratios),
         flood_ratio: Ratios::of(flood_ratios),
+        command_records_bytes: command_records_bytes(),
     })
 }
 
