@@ -126,6 +126,12 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     // The broker starts first, pointed at an address where session-api is not serving yet.
     let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = reserved.local_addr().expect("address");
+    // The test keeps the listening socket itself across the restart below, so the address is
+    // never free for another process to take; connections made while nobody accepts wait in
+    // its backlog for the next session-api.
+    let kept = reserved
+        .try_clone()
+        .expect("a second handle on the listener");
     let broker = start_registering_broker("self-registered", &format!("http://{address}"));
     let api = start_session_api_on(reserved, first_database.url(), &[]);
 
@@ -158,11 +164,7 @@ async fn a_broker_registers_itself_and_again_when_session_api_forgets_it() {
     let Some(second_database) = FreshDatabase::create(Backend::Sqlite).await else {
         return;
     };
-    let listener = eventually("the old address is free again", || async move {
-        std::net::TcpListener::bind(address).ok()
-    })
-    .await;
-    let api = start_session_api_on(listener, second_database.url(), &[]);
+    let api = start_session_api_on(kept, second_database.url(), &[]);
     wait_registered(&api, "self-registered", &broker.endpoint()).await;
 }
 
