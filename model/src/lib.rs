@@ -16,6 +16,7 @@ mod activity;
 mod audit;
 mod error;
 mod names;
+mod presence;
 pub mod proto;
 mod record_mode;
 mod screen;
@@ -27,8 +28,11 @@ pub use activity::{Command, Notification, Progress, TerminalActivity, TerminalSt
 pub use audit::AuditKind;
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
+pub use presence::{Attendee, TYPING_WINDOW, presence_surface};
 pub use record_mode::{InvalidRecordMode, RecordMode};
 pub use screen::{Cell, Color, Cursor, Screen, ScreenContent, ScreenFormat, ScreenRow};
-pub use session::{BrokerCloseReason, ChangeKind, CloseReason, ExitStatus, Session, SessionStatus};
+pub use session::{
+    BrokerCloseReason, ChangeKind, CloseReason, ExitStatus, Session, SessionJson, SessionStatus,
+};
 pub use target::Target;
 pub use terminal::{InvalidRole, InvalidSize, Role, TerminalSize};

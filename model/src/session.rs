@@ -1,9 +1,11 @@
-//! A session record ([`Session`]), its status, why it closed, how its process ended, and what
-//! a change to it was about.
+//! A session record ([`Session`]) and its one JSON form ([`SessionJson`]), its status, why it
+//! closed (on the record and on its broker), how its process ended, and what a change to it was
+//! about.
 
 use std::fmt;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::{TerminalActivity, TerminalSize, TerminalState};
@@ -52,6 +54,72 @@ impl Session {
             terminal.running_command = None;
         }
         terminal
+    }
+}
+
+// The session object of docs/CONTRACT.md, the one JSON form of a session record: REST, the
+// page's events, MCP and the CLI's `--json` answer it (the gateway calls it `SessionBody`, the
+// name of its schema in the OpenAPI document). Its times and sizes are the contract's
+// `null`-able spellings, and what the terminal is doing is flattened in. (A `//` comment: doc
+// comments are the OpenAPI descriptions.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = SessionBody))]
+pub struct SessionJson {
+    pub id: String,
+    pub instance_id: String,
+    pub name: String,
+    /// `starting`, `active`, `resetting`, `exited` or `closed`.
+    pub status: String,
+    /// Set when closed: `closed_by_user`, `exited`, `idle_reaped`, `broker_lost`,
+    /// `instance_deleted` or `spawn_failed`.
+    pub close_reason: Option<String>,
+    /// Whether any client is attached now.
+    pub has_websockets: bool,
+    pub attached_clients: u32,
+    pub created_at: Option<DateTime<Utc>>,
+    pub last_activity_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub aliases: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub cols: Option<u32>,
+    pub rows: Option<u32>,
+    /// The window title the program set last (OSC 0 or 2); `""` when none.
+    pub title: String,
+    /// When the program last rang the bell; `null` when it never did.
+    pub last_bell_at: Option<DateTime<Utc>>,
+    /// What the terminal is doing, in the model's one JSON form: `state`, `last_notification`,
+    /// `progress`, `cwd`, `shell_integration` and `running_command_id`; `exited` whenever the
+    /// status is.
+    #[serde(flatten)]
+    pub terminal: TerminalActivity,
+}
+
+impl From<Session> for SessionJson {
+    fn from(session: Session) -> Self {
+        Self {
+            terminal: session.terminal_activity(),
+            has_websockets: session.attached_clients > 0,
+            attached_clients: session.attached_clients,
+            id: session.id.to_string(),
+            instance_id: session.instance_id.to_string(),
+            name: session.name,
+            status: session.status.as_str().to_owned(),
+            close_reason: session
+                .close_reason
+                .map(|reason| reason.as_str().to_owned()),
+            created_at: Some(session.created_at),
+            last_activity_at: Some(session.last_activity_at),
+            closed_at: session.closed_at,
+            aliases: session.aliases,
+            exit_code: session.exit.map(|exit| exit.code),
+            exit_signal: session.exit.and_then(|exit| exit.signal),
+            cols: Some(session.size.cols().into()),
+            rows: Some(session.size.rows().into()),
+            title: session.title.unwrap_or_default(),
+            last_bell_at: session.last_bell_at,
+        }
     }
 }
 

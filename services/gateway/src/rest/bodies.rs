@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use crate::domain::{
     Command, CommandListing, CommandOutputFormat, CommandPage, CommandRun, CommandRunResult,
-    InputItem, Instance, Screen, ScreenFormat, ScreenRequest, ScreenWait, ScreenWaitResult,
-    Session, Target, TerminalActivity, WaitOutcome,
+    InputItem, Instance, Screen, ScreenFormat, ScreenRequest, ScreenWait, ScreenWaitResult, Target,
+    TerminalActivity, WaitOutcome,
 };
 use crate::error::ApiError;
 use ptyhub_model::{Name, NameKind, TerminalState};
@@ -117,37 +117,9 @@ pub struct DeletedInstance {
     pub closed_sessions: u32,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionBody {
-    pub id: String,
-    pub instance_id: String,
-    pub name: String,
-    /// `starting`, `active`, `resetting`, `exited` or `closed`.
-    pub status: String,
-    /// Set when closed: `closed_by_user`, `exited`, `idle_reaped`, `broker_lost`,
-    /// `instance_deleted` or `spawn_failed`.
-    pub close_reason: Option<String>,
-    /// Whether any client is attached now.
-    pub has_websockets: bool,
-    pub attached_clients: u32,
-    pub created_at: Option<DateTime<Utc>>,
-    pub last_activity_at: Option<DateTime<Utc>>,
-    pub closed_at: Option<DateTime<Utc>>,
-    pub aliases: Vec<String>,
-    pub exit_code: Option<i32>,
-    pub exit_signal: Option<i32>,
-    pub cols: Option<u32>,
-    pub rows: Option<u32>,
-    /// The window title the program set last (OSC 0 or 2); `""` when none.
-    pub title: String,
-    /// When the program last rang the bell; `null` when it never did.
-    pub last_bell_at: Option<DateTime<Utc>>,
-    /// What the terminal is doing, in the model's one JSON form: `state`, `last_notification`,
-    /// `progress`, `cwd`, `shell_integration` and `running_command_id`; `exited` whenever the
-    /// status is.
-    #[serde(flatten)]
-    pub terminal: TerminalActivity,
-}
+/// A session as REST, the page's events and MCP answer it: the model's one JSON form of the
+/// session record, under the name the OpenAPI document gives it.
+pub use ptyhub_model::SessionJson as SessionBody;
 
 /// One command a session's shell ran, as its shell integration marked it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -501,33 +473,6 @@ impl From<Instance> for InstanceBody {
             record: instance.record.as_str().to_owned(),
             record_is_default: instance.record_is_default,
             shell_integration: instance.shell_integration,
-        }
-    }
-}
-
-impl From<Session> for SessionBody {
-    fn from(session: Session) -> Self {
-        Self {
-            terminal: session.terminal_activity(),
-            has_websockets: session.attached_clients > 0,
-            attached_clients: session.attached_clients,
-            id: session.id.to_string(),
-            instance_id: session.instance_id.to_string(),
-            name: session.name,
-            status: session.status.as_str().to_owned(),
-            close_reason: session
-                .close_reason
-                .map(|reason| reason.as_str().to_owned()),
-            created_at: Some(session.created_at),
-            last_activity_at: Some(session.last_activity_at),
-            closed_at: session.closed_at,
-            aliases: session.aliases,
-            exit_code: session.exit.map(|exit| exit.code),
-            exit_signal: session.exit.and_then(|exit| exit.signal),
-            cols: Some(session.size.cols().into()),
-            rows: Some(session.size.rows().into()),
-            title: session.title.unwrap_or_default(),
-            last_bell_at: session.last_bell_at,
         }
     }
 }
@@ -1044,9 +989,9 @@ mod tests {
     fn session(
         status: crate::domain::SessionStatus,
         terminal: Option<TerminalActivity>,
-    ) -> Session {
+    ) -> crate::domain::Session {
         let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
-        Session {
+        crate::domain::Session {
             id: "0b0e5b8e-1a52-4c5f-9b36-2a4f0f2c7d10".parse().unwrap(),
             instance_id: "6b1c1a52-0000-4c5f-9b36-2a4f0f2c7d10".parse().unwrap(),
             name: "Session 1".into(),
