@@ -93,7 +93,7 @@ pub enum Error {
     CommandOutputNotRecorded { command: u64, lost: u64 },
     #[error(
         "the ring no longer holds the first {lost} bytes of command {command}'s output, more than the {} MiB read back from the session's recording at once: the recording has it all once the session closed",
-        crate::session::MAX_RECORDED_OUTPUT >> 20
+        crate::recording::MAX_RECORDED_OUTPUT >> 20
     )]
     CommandOutputTooLong { command: u64, lost: u64 },
     #[error(transparent)]

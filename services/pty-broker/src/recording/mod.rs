@@ -15,7 +15,8 @@ mod store;
 
 pub use asciicast::{CastEncoder, CastHeader, OutputEvent};
 pub use index::{
-    Checkpoint, IndexSlice, IndexWriter, OutputIndex, RecordedRange, read_recorded_range,
+    Checkpoint, IndexSlice, IndexWriter, MAX_RECORDED_OUTPUT, OutputIndex, RecordedRange,
+    read_recorded_range,
 };
 pub use ptyhub_model::RecordMode;
 pub use store::{Recordings, RecordingsConfig, RetentionReport};

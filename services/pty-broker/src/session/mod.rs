@@ -36,7 +36,7 @@ pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, InputSent};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
-pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem, MAX_RECORDED_OUTPUT};
+pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem};
 pub(crate) use task::{SessionTask, TaskContext};
 pub use wait::{ScreenWait, WaitEnd, WaitOutcome, WaitTarget};
 

@@ -30,7 +30,7 @@ use super::{InputSent, Session, Shared};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::error::Error;
-use crate::recording::RecordedRange;
+use crate::recording::{MAX_RECORDED_OUTPUT, RecordedRange};
 use crate::ring::RingRead;
 use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
 use crate::shell_integration::Shell;
@@ -371,10 +371,6 @@ pub(super) async fn feed_screen_until(
         changed.borrow_and_update();
     }
 }
-
-/// The most of a command's output read back from the session's recording for one answer: an
-/// answer stays under the 4 MiB a gRPC client takes by default.
-pub const MAX_RECORDED_OUTPUT: u64 = 3 << 20;
 
 /// A page of a session's commands ([`Session::commands`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
