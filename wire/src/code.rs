@@ -30,6 +30,11 @@ pub enum ErrorCode {
     WrongState,
     /// The instance's session cap is reached.
     CapReached,
+    /// The instance's container exists but is not running (stopped, paused, restarting), so
+    /// nothing can start in it until it is started: a conflict with the container's state, as
+    /// Docker answers an exec into it, told apart from the other conflicts by its own name
+    /// ([`ErrorCode::name`]).
+    ContainerNotRunning,
     /// A client sent more than a limit allows, or fell so far behind that it is no longer served.
     LimitExceeded,
     /// Too many at once or too fast: failed authentications from one address, streams of one
@@ -56,7 +61,7 @@ impl ErrorCode {
             ErrorCode::Forbidden | ErrorCode::OriginRefused => Code::PermissionDenied,
             ErrorCode::NotFound => Code::NotFound,
             ErrorCode::AlreadyExists => Code::AlreadyExists,
-            ErrorCode::WrongState => Code::FailedPrecondition,
+            ErrorCode::WrongState | ErrorCode::ContainerNotRunning => Code::FailedPrecondition,
             ErrorCode::CapReached | ErrorCode::LimitExceeded | ErrorCode::TooManyRequests => {
                 Code::ResourceExhausted
             }
@@ -76,9 +81,10 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden | ErrorCode::OriginRefused => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::AlreadyExists | ErrorCode::WrongState | ErrorCode::CapReached => {
-                StatusCode::CONFLICT
-            }
+            ErrorCode::AlreadyExists
+            | ErrorCode::WrongState
+            | ErrorCode::CapReached
+            | ErrorCode::ContainerNotRunning => StatusCode::CONFLICT,
             ErrorCode::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TimedOut => StatusCode::REQUEST_TIMEOUT,
@@ -104,9 +110,36 @@ impl ErrorCode {
             | ErrorCode::AlreadyExists
             | ErrorCode::WrongState
             | ErrorCode::Gone => close_code::POLICY,
-            ErrorCode::TimedOut | ErrorCode::Unavailable | ErrorCode::Internal => {
-                close_code::BACKEND_FAILURE
+            // Reconnecting with backoff works once the container is started again.
+            ErrorCode::TimedOut
+            | ErrorCode::Unavailable
+            | ErrorCode::Internal
+            | ErrorCode::ContainerNotRunning => close_code::BACKEND_FAILURE,
+        }
+    }
+
+    /// The code's own name, for the codes that share a gRPC code and an HTTP status with others
+    /// and that a client may want to tell apart: carried in [`ERROR_CODE_METADATA`] on gRPC and
+    /// as `code` in a REST error body. `None` for the rest, which their status names.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            ErrorCode::ContainerNotRunning => Some("container_not_running"),
+            _ => None,
+        }
+    }
+
+    /// The code a status carries: its [`ERROR_CODE_METADATA`] when that names a code, else its
+    /// gRPC code read by [`ErrorCode::from_grpc`].
+    pub fn from_status(status: &tonic::Status) -> Self {
+        let named = status
+            .metadata()
+            .get(ERROR_CODE_METADATA)
+            .and_then(|value| value.to_str().ok());
+        match named {
+            Some(name) if ErrorCode::ContainerNotRunning.name() == Some(name) => {
+                ErrorCode::ContainerNotRunning
             }
+            _ => ErrorCode::from_grpc(status.code()),
         }
     }
 
@@ -133,11 +166,23 @@ impl ErrorCode {
         }
     }
 
-    /// A gRPC status with this code and `message`.
+    /// A gRPC status with this code and `message`, and the code's name in
+    /// [`ERROR_CODE_METADATA`] when it has one.
     pub fn status(self, message: impl Into<String>) -> tonic::Status {
-        tonic::Status::new(self.grpc_code(), message)
+        let mut status = tonic::Status::new(self.grpc_code(), message);
+        if let Some(name) = self.name() {
+            status.metadata_mut().insert(
+                ERROR_CODE_METADATA,
+                tonic::metadata::MetadataValue::from_static(name),
+            );
+        }
+        status
     }
 }
+
+/// The metadata key of a status whose code has a name of its own ([`ErrorCode::name`]), so that
+/// it survives each hop (broker, session-api, gateway) and reaches gRPC clients.
+pub const ERROR_CODE_METADATA: &str = "ptyhub-error-code";
 
 /// The metadata key a broker puts on the `UNAVAILABLE` status that ends a stream because it hands
 /// its sessions to its next process: nothing failed, and the client may reattach at once.
@@ -188,7 +233,7 @@ pub mod close_code {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 16] = [
+    const ALL: [ErrorCode; 17] = [
         ErrorCode::Malformed,
         ErrorCode::Invalid,
         ErrorCode::UnsupportedMediaType,
@@ -199,6 +244,7 @@ mod tests {
         ErrorCode::AlreadyExists,
         ErrorCode::WrongState,
         ErrorCode::CapReached,
+        ErrorCode::ContainerNotRunning,
         ErrorCode::LimitExceeded,
         ErrorCode::TooManyRequests,
         ErrorCode::TimedOut,
@@ -206,6 +252,27 @@ mod tests {
         ErrorCode::Unavailable,
         ErrorCode::Internal,
     ];
+
+    #[test]
+    fn a_named_code_survives_the_wire_and_the_others_read_as_their_grpc_code() {
+        for code in ALL {
+            let sent = code.status("x");
+            let mut trailers = http::HeaderMap::new();
+            sent.add_header(&mut trailers).expect("trailers");
+            let received = tonic::Status::from_header_map(&trailers).expect("a status");
+            let read = ErrorCode::from_status(&received);
+            if code.name().is_some() {
+                assert_eq!(read, code);
+            } else {
+                assert_eq!(read, ErrorCode::from_grpc(code.grpc_code()), "{code:?}");
+            }
+        }
+        // A plain FAILED_PRECONDITION is a conflict of some other state.
+        assert_eq!(
+            ErrorCode::from_status(&tonic::Status::failed_precondition("x")),
+            ErrorCode::WrongState
+        );
+    }
 
     #[test]
     fn a_hand_off_status_is_told_apart_after_the_wire() {
@@ -233,6 +300,7 @@ mod tests {
             (ErrorCode::AlreadyExists, 409, 1008),
             (ErrorCode::WrongState, 409, 1008),
             (ErrorCode::CapReached, 409, 4029),
+            (ErrorCode::ContainerNotRunning, 409, 1011),
             (ErrorCode::LimitExceeded, 413, 1009),
             (ErrorCode::TooManyRequests, 429, 4029),
             (ErrorCode::TimedOut, 408, 1011),
@@ -255,6 +323,8 @@ mod tests {
                 ErrorCode::Malformed | ErrorCode::UnsupportedMediaType => ErrorCode::Invalid,
                 ErrorCode::OriginRefused => ErrorCode::Forbidden,
                 ErrorCode::LimitExceeded | ErrorCode::TooManyRequests => ErrorCode::CapReached,
+                // Told apart by its name, not its gRPC code.
+                ErrorCode::ContainerNotRunning => ErrorCode::WrongState,
                 other => other,
             };
             assert_eq!(read_back, expected, "{code:?}");

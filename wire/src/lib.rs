@@ -24,7 +24,8 @@ pub use audit::{
     CLI_USER_AGENT_PREFIX, MAX_PRINCIPAL_BYTES, Surface,
 };
 pub use code::{
-    ErrorCode, HANDING_OVER_METADATA, close_code, handing_over_status, is_handing_over,
+    ERROR_CODE_METADATA, ErrorCode, HANDING_OVER_METADATA, close_code, handing_over_status,
+    is_handing_over,
 };
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,

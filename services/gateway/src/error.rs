@@ -59,7 +59,7 @@ impl ApiError {
     /// as it is: session-api words the contract's messages (the cap's among them) once.
     pub fn from_backend(service: &str, status: &tonic::Status) -> Self {
         let message = status.message();
-        match ErrorCode::from_grpc(status.code()) {
+        match ErrorCode::from_status(status) {
             ErrorCode::Unauthenticated => {
                 // The end user was checked here; a refusal means the gateway's own service
                 // credential is wrong, which the user cannot fix.
@@ -94,6 +94,10 @@ impl ApiError {
 pub struct ErrorBody {
     /// A lowercase message.
     pub detail: String,
+    /// The error's own name where its status is shared with other errors a client may want to
+    /// tell apart (`container_not_running`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
 }
 
 /// A value the contract does not allow: 422 with the model's message.
@@ -109,6 +113,7 @@ impl IntoResponse for ApiError {
             self.code.http_status(),
             Json(ErrorBody {
                 detail: self.message,
+                code: self.code.name(),
             }),
         )
             .into_response();

@@ -113,6 +113,7 @@ pub async fn router(state: AppState) -> Result<Router, RouterError> {
                 StatusCode::METHOD_NOT_ALLOWED,
                 Json(ErrorBody {
                     detail: "method not allowed".into(),
+                    code: None,
                 }),
             )
         });

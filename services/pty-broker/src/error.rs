@@ -145,9 +145,8 @@ impl RuntimeError {
         match self {
             RuntimeError::Unavailable(_) => ErrorCode::Unavailable,
             RuntimeError::TargetNotFound(_) => ErrorCode::NotFound,
-            RuntimeError::TargetNotRunning(_) | RuntimeError::SpawnFailed(_) => {
-                ErrorCode::WrongState
-            }
+            RuntimeError::TargetNotRunning(_) => ErrorCode::ContainerNotRunning,
+            RuntimeError::SpawnFailed(_) => ErrorCode::WrongState,
             RuntimeError::Refused(_) => ErrorCode::Forbidden,
             RuntimeError::Io { .. } | RuntimeError::Other(_) => ErrorCode::Internal,
         }

@@ -65,6 +65,10 @@ pub enum Error {
     /// broke), so a call that needs it is not tried.
     #[error("broker {0} is down")]
     BrokerDown(String),
+    /// The instance's container is not running: the broker's message, which says how to start
+    /// it, passed on with its own code.
+    #[error("{message}")]
+    ContainerNotRunning { broker_id: String, message: String },
     /// The broker answered with an error; its code and message are passed on.
     #[error("broker {broker_id}: {message}")]
     BrokerRefused {
@@ -120,6 +124,7 @@ impl Error {
             | Error::BrokerUnavailable { .. }
             | Error::BrokerDown(_)
             | Error::StartTimedOut(_) => ErrorCode::Unavailable,
+            Error::ContainerNotRunning { .. } => ErrorCode::ContainerNotRunning,
             Error::BrokerRefused { code, .. } | Error::Forwarded { code, .. } => {
                 ErrorCode::from_grpc(*code)
             }
@@ -129,6 +134,12 @@ impl Error {
 
     /// The broker's answer to a call, as an error of this crate.
     pub(crate) fn from_broker_status(broker_id: &str, status: tonic::Status) -> Self {
+        if ErrorCode::from_status(&status) == ErrorCode::ContainerNotRunning {
+            return Error::ContainerNotRunning {
+                broker_id: broker_id.to_owned(),
+                message: lowercase_first(status.message()),
+            };
+        }
         match status.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown => {
                 Error::BrokerUnavailable {

@@ -13,6 +13,7 @@ mod keepalive;
 mod nodelay;
 mod outside_client;
 mod recordings;
+mod stopped_container;
 mod teardown;
 mod tickets;
 mod tombstone;

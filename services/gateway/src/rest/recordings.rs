@@ -154,6 +154,7 @@ fn unsatisfiable(size: u64) -> Response {
         StatusCode::RANGE_NOT_SATISFIABLE,
         axum::Json(ErrorBody {
             detail: format!("the range is not satisfiable: the recording has {size} bytes"),
+            code: None,
         }),
     )
         .into_response();

@@ -149,6 +149,7 @@ async fn open_terminal(
             StatusCode::UPGRADE_REQUIRED,
             Json(ErrorBody {
                 detail: "this route needs a websocket upgrade".into(),
+                code: None,
             }),
         )
             .into_response();

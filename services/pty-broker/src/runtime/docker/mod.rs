@@ -250,7 +250,7 @@ impl PtyRuntime for DockerRuntime {
             .map_err(|error| container_error(container, error))?;
         if !info.running {
             return Err(RuntimeError::TargetNotRunning(format!(
-                "container {container} is not running"
+                "container {container} is not running: start it (docker start {container}) and try again"
             )));
         }
 
@@ -508,7 +508,7 @@ fn container_error(container: &str, error: DockerError) -> RuntimeError {
             status: 409,
             message,
         } => RuntimeError::TargetNotRunning(format!(
-            "container {container} is not running: {message}"
+            "container {container} is not running ({message}): start it (docker start {container}) and try again"
         )),
         DockerError::Engine { status, message } if (400..500).contains(&status) => {
             RuntimeError::SpawnFailed(format!(
