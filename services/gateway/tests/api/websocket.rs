@@ -473,38 +473,60 @@ async fn credentials_missing_or_out_of_scope_close_4001_and_4003() {
     stack.shutdown().await;
 }
 
-#[tokio::test]
+/// A live and a silent client open together, so the same deadlines apply to both: the silent
+/// one is dropped while the live one, answering on a worker thread of its own, is still served
+/// after that. Only the order of those events is asserted; the interval is no speed bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_keep_a_live_client_and_drop_a_silent_one() {
-    let interval = Duration::from_millis(500);
+    let interval = Duration::from_secs(1);
     let stack = TestStack::builder()
         .heartbeat_interval(interval)
         .start()
         .await;
-    let path = format!("{}?client_id=sleepy", default_path(&stack));
+    let path = default_path(&stack);
 
-    // A client that keeps reading answers WebSocket pings and stays.
-    let mut live = Terminal::open(&stack, &path).await;
+    let mut live = Terminal::open(&stack, &format!("{path}?client_id=live")).await;
     live.connected().await;
-    // Four intervals: twice what a silent client is allowed.
-    let mut pings = 0;
-    while pings < 4 {
-        if live.read_until_text("ping").await == json!({"type": "ping"}) {
-            pings += 1;
-            live.send_json(json!({"type": "pong"})).await;
-        }
-    }
-    drop(live);
-
-    // A client that neither reads nor writes is dropped; its session lives on.
-    let mut silent = Terminal::open(&stack, &path).await;
+    // A viewer, so that it takes nothing over from the live client.
+    let silent_path = format!("{path}?client_id=silent&mode=view");
+    let mut silent = Terminal::open(&stack, &silent_path).await;
     let session = silent.connected().await["session"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    // Not reading, it answers nothing; the gateway ends its bridge, then the close is read.
-    wait_for_open_websockets(&stack, 0).await;
-    let closed = silent.read_until_closed().await;
+    // The live client reads (which answers WebSocket pings) and answers every JSON ping.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let answering = tokio::spawn(async move {
+        let mut stopped = stopped;
+        let mut pings = 0;
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return (live, pings),
+                ping = live.read_until_text("ping") => {
+                    assert_eq!(ping, json!({"type": "ping"}));
+                    live.send_json(json!({"type": "pong"})).await;
+                    pings += 1;
+                }
+            }
+        }
+    });
+
+    // The silent client neither reads nor writes: the gateway ends its bridge, then its close
+    // is read (reading earlier would answer the WebSocket pings).
+    wait_for_open_websockets(&stack, 1).await;
+    let closed = tokio::time::timeout(PATIENCE, silent.read_until_closed())
+        .await
+        .expect("the silent client was the one dropped");
     assert_eq!(closed.code, 1011, "{closed:?}");
+    stop.send(()).expect("the live client is still answering");
+    let (mut live, pings) = answering.await.expect("the live client's task");
+    assert!(pings >= 1, "the live client was never pinged");
+    // The live client outlived the silent one's deadline: it is still served.
+    assert_eq!(live.read_until_text("ping").await, json!({"type": "ping"}));
+    live.send_json(json!({"type": "pong"})).await;
+    live.send_input("echo still-here-$((6*7))\n").await;
+    live.read_until_output("still-here-42").await;
+
     let (status, after) = get(
         &stack,
         &format!(
