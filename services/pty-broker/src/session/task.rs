@@ -1052,6 +1052,10 @@ impl SessionTask {
         };
         if counts != self.reported_counts {
             self.reported_counts = counts;
+            // A client coming or going is activity too (docs/CONTRACT.md): it goes out with the
+            // next batched activity report, off every client's stream.
+            self.shared.lock().last_activity_at = SystemTime::now();
+            self.activity.mark();
             self.context
                 .events
                 .publish(BrokerEventKind::AttachmentsChanged {

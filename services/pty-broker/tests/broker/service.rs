@@ -233,3 +233,65 @@ async fn attach_cancels_the_idle_timer_and_the_last_detach_rearms_it() -> anyhow
     assert_eq!(status.code(), Code::NotFound);
     broker.stop().await
 }
+
+/// A report's last activity as (seconds, nanoseconds), ordered as time is.
+fn last_activity(activity: &pb::Activity) -> anyhow::Result<(i64, i32)> {
+    let at = activity
+        .last_activity_at
+        .as_ref()
+        .context("activity carries its time")?;
+    Ok((at.seconds, at.nanos))
+}
+
+/// The next activity report of session `id` whose last activity is later than `after`.
+async fn activity_after(
+    events: &mut Streaming<pb::BrokerEvent>,
+    id: &str,
+    after: (i64, i32),
+) -> anyhow::Result<(i64, i32)> {
+    loop {
+        let Event::Activity(activity) = wait_for(
+            events,
+            |event| matches!(event, Event::Activity(report) if report.session_id == id),
+        )
+        .await?
+        else {
+            unreachable!()
+        };
+        let at = last_activity(&activity)?;
+        if at > after {
+            return Ok(at);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attaching_and_detaching_move_the_last_activity() -> anyhow::Result<()> {
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+    // Prints once, then neither prints nor reads: nothing but clients can make it active.
+    let session = broker.spawn_sh("printf 'ready\\n'; exec sleep 600").await?;
+    let id = session.session_id.clone();
+    let Event::Activity(printed) = wait_for(
+        &mut events,
+        |event| matches!(event, Event::Activity(report) if report.session_id == id),
+    )
+    .await?
+    else {
+        unreachable!()
+    };
+    let printed = last_activity(&printed)?;
+
+    let mut viewer = broker.attach(&id, pb::Role::Viewer, Some(0)).await?;
+    viewer.read_until(b"ready").await?;
+    let attached = activity_after(&mut events, &id, printed).await?;
+    drop(viewer);
+    activity_after(&mut events, &id, attached).await?;
+    Ok(())
+}
