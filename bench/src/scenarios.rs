@@ -328,13 +328,14 @@ fn repeated_flood_script(bytes: u64) -> String {
     format!("stty raw -echo; printf R; while read -r go; do yes {LINE} | head -c {bytes}; done")
 }
 
+/// Both sessions on `path`: the gateway's, or bare PTYs of this process for the floor (the
+/// same floods and keystrokes with nothing of ptyhub's between them).
 pub async fn typing_under_flood_once(
     stack: &Stack,
-    backend: Backend,
+    path: Path,
     keys: usize,
     flood_bytes: u64,
 ) -> Result<TypingUnderFlood> {
-    let path = Path::Gateway(backend, Screens::On);
     let mut quiet = open_echo(stack, path).await?;
     let result = async {
         let idle = echo_series(&mut quiet, keys).await?;

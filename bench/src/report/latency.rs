@@ -212,17 +212,25 @@ pub async fn typing_under_flood_section(
     )?;
     writeln!(
         out,
-        "| backend | idle p50 / p99 | flooded p50 / p99 / p99.9 | floods read meanwhile | flooded/idle p99 | target |"
+        "| path | idle p50 / p99 | flooded p50 / p99 / p99.9 | floods read meanwhile | flooded/idle p99 | target |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---|")?;
-    for backend in [Backend::Local, Backend::Docker] {
-        if stack.instance(backend).is_none() {
+    // The floor first: the same two terminals as bare PTYs of this process, which shows what
+    // the machine itself does to a keystroke while a flood takes its cores.
+    let paths = [
+        Path::BarePty,
+        Path::Gateway(Backend::Local, Screens::On),
+        Path::Gateway(Backend::Docker, Screens::On),
+    ];
+    for path in paths {
+        if path.needs_docker() && stack.docker.is_none() {
             continue;
         }
-        let name = backend_name(backend);
+        let name = path.label();
+        let target = if path == Path::BarePty { "" } else { "≤ 2x" };
         let measured = scenarios::typing_under_flood_once(
             stack,
-            backend,
+            path,
             sizes.echo_keys,
             sizes.typing_flood_bytes,
         )
@@ -233,10 +241,14 @@ pub async fn typing_under_flood_section(
                     (Latency::of(&typing.idle), Latency::of(&typing.flooded))
                 {
                     let ratio = flooded.p99.as_secs_f64() / idle.p99.as_secs_f64();
-                    let verdict = if ratio <= 2.0 { "met" } else { "missed" };
+                    let verdict = match (target, ratio <= 2.0) {
+                        ("", _) => "",
+                        (_, true) => ": met",
+                        (_, false) => ": missed",
+                    };
                     writeln!(
                         out,
-                        "| {name} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {} | {ratio:.2}x | ≤ 2x: {verdict} |",
+                        "| {name} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {} | {ratio:.2}x | {target}{verdict} |",
                         micros(idle.p50),
                         micros(idle.p99),
                         micros(flooded.p50),
@@ -248,7 +260,7 @@ pub async fn typing_under_flood_section(
             }
             Err(error) => {
                 failures.push(format!("typing under a flood, {name}: {error:#}"));
-                writeln!(out, "| {name} | failed | | | | ≤ 2x |")?;
+                writeln!(out, "| {name} | failed | | | | {target} |")?;
             }
         }
     }
