@@ -44,8 +44,14 @@ pub async fn download_recording(connection: &ConnectionArgs, args: RecordingArgs
             .ok()
             .and_then(|value| value["detail"].as_str().map(str::to_owned))
             .unwrap_or(body);
+        // The gateway publishes a recording when its session closes; say how from here.
+        let hint = if status == reqwest::StatusCode::NOT_FOUND && detail.contains("closes") {
+            format!("; `ptyhub rm {} {}` closes it", args.instance, args.session)
+        } else {
+            String::new()
+        };
         bail!(
-            "cannot download the recording of session {} of instance {:?}: {detail} ({status})",
+            "cannot download the recording of session {} of instance {:?}: {detail} ({status}){hint}",
             args.session,
             args.instance
         );

@@ -13,10 +13,15 @@ use crate::support::{Up, eventually, one_error_line};
 /// Registers a local instance that records output and input, through REST (the CLI's `instance
 /// add` has no recording flag).
 fn register_recorded_instance(up: &Up, name: &str) {
+    register_recorded_instance_running(up, name, "echo recorded-$((40+2)); exec sleep 600");
+}
+
+/// Registers a local instance that records output and input and runs `script`.
+fn register_recorded_instance_running(up: &Up, name: &str, script: &str) {
     let body = serde_json::json!({
         "name": name,
         "target": {"local": {}},
-        "command": ["sh", "-c", "echo recorded-$((40+2)); exec sleep 600"],
+        "command": ["sh", "-c", script],
         "record": "output+input",
     })
     .to_string();
@@ -73,4 +78,32 @@ fn recording_downloads_a_closed_sessions_cast() {
     let line = one_error_line(&failed);
     assert!(line.contains("cannot download the recording"), "{line}");
     assert!(!missing.exists(), "a failed download left a file");
+}
+
+#[test]
+fn recording_of_an_exited_session_says_to_close_it_first() {
+    let up = Up::start();
+    register_recorded_instance_running(&up, "ended", "echo recorded-$((40+3)); exit 3");
+    let created: Value =
+        serde_json::from_str(&up.run_ok(&["--json", "new", "ended"])).expect("new --json");
+    let session = created["id"].as_str().expect("an id").to_owned();
+    eventually("the program exited", || {
+        up.sessions("ended")
+            .iter()
+            .any(|listed| listed["id"] == session.as_str() && listed["status"] == "exited")
+    });
+
+    let line = one_error_line(&up.run(&["recording", "ended", &session]));
+    assert!(
+        line.contains("program has exited")
+            && line.contains("published when the session closes")
+            && line.contains(&format!("`ptyhub rm ended {session}` closes it")),
+        "{line}"
+    );
+    up.run_ok(&["rm", "ended", &session]);
+    eventually("the recording is published at the close", || {
+        let downloaded = up.run(&["recording", "ended", &session]);
+        downloaded.status.success()
+            && String::from_utf8_lossy(&downloaded.stdout).contains("recorded-43")
+    });
 }

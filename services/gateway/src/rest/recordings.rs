@@ -57,13 +57,16 @@ pub async fn get_recording(
     let meta = match store.head(&location).await {
         Ok(meta) => meta,
         Err(object_store::Error::NotFound { .. }) => {
-            return Err(ApiError::not_found(
-                if session.status == SessionStatus::Closed {
-                    "the session has no recording"
-                } else {
-                    "the session has no recording yet: a recording is published when its session closes"
-                },
-            ));
+            return Err(ApiError::not_found(match session.status {
+                SessionStatus::Closed => "the session has no recording",
+                // An exited session keeps its slot for a reset, and its recording with it.
+                SessionStatus::Exited => {
+                    "the session's program has exited, but its recording is published when the session closes: close the session (DELETE it) and ask again"
+                }
+                _ => {
+                    "the session has no recording yet: a recording is published when its session closes (DELETE it)"
+                }
+            }));
         }
         Err(error) => {
             tracing::warn!(%error, session_id = %session.id, "recordings store unavailable");
