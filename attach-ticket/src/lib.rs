@@ -2,8 +2,10 @@
 //! session in one role until a moment in time.
 //!
 //! A ticket is `v2.<payload>.<signature>`, both parts base64url without padding. The payload is
-//! `<session uuid>.<role>.<expiry, unix seconds>`; the signature is Ed25519 over the bytes `v2.`
-//! and the encoded payload. Only session-api holds the private key ([`TicketSigningKey`]); the
+//! `<session uuid>.<role>.<expiry, unix seconds>`, followed by `.<surface>.<principal, base64url>`
+//! when the ticket names its [`TicketHolder`]; the signature is Ed25519 over the bytes `v2.`
+//! and the encoded payload. The holder is what lets a broker say who is attached (presence)
+//! and whose input it writes without trusting the client's word for it. Only session-api holds the private key ([`TicketSigningKey`]); the
 //! brokers hold the public key ([`TicketVerifyingKey`]), which checks a ticket and can make none,
 //! so a broker that is broken into cannot mint tickets for the sessions of any other broker. A
 //! broker needs no database to check one, and a ticket for one session or role is worthless for
@@ -108,11 +110,23 @@ pub enum KeyError {
 }
 
 /// The verified contents of a ticket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TicketClaims {
     pub session_id: Uuid,
     pub role: TicketRole,
     pub expires_at: SystemTime,
+    /// Who the ticket was issued for; `None` for a ticket that names nobody.
+    pub holder: Option<TicketHolder>,
+}
+
+/// Who a ticket was issued for: the subject of the end user's credential (never the
+/// credential) and the surface the attach comes through, both as session-api was told by the
+/// gateway that asked for the ticket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketHolder {
+    pub principal: String,
+    /// A surface's name (`web`, `cli`, `grpc`, `mcp`): lowercase letters, digits and `-`.
+    pub surface: String,
 }
 
 /// session-api's private key, which signs tickets. Its `Debug` never shows the key, and its
@@ -163,18 +177,36 @@ impl TicketSigningKey {
         }
     }
 
-    /// Signs a ticket for `session_id` and `role` that expires at `expires_at`.
+    /// Signs a ticket for `session_id` and `role` that expires at `expires_at`, naming nobody.
     pub fn sign(&self, session_id: Uuid, role: TicketRole, expires_at: SystemTime) -> String {
-        let expiry_seconds = expires_at
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let payload = URL_SAFE_NO_PAD.encode(format!(
-            "{}.{}.{}",
-            session_id,
-            role.as_str(),
-            expiry_seconds
-        ));
+        self.sign_payload(&payload_text(session_id, role, expires_at))
+    }
+
+    /// Signs a ticket like [`TicketSigningKey::sign`] that also names its holder. A surface
+    /// name with characters other than lowercase letters, digits and `-` is left out (named
+    /// `""`), since a `.` would change the payload's fields.
+    pub fn sign_for(
+        &self,
+        session_id: Uuid,
+        role: TicketRole,
+        expires_at: SystemTime,
+        holder: &TicketHolder,
+    ) -> String {
+        let surface = if is_surface_name(&holder.surface) {
+            holder.surface.as_str()
+        } else {
+            ""
+        };
+        let payload = format!(
+            "{}.{surface}.{}",
+            payload_text(session_id, role, expires_at),
+            URL_SAFE_NO_PAD.encode(&holder.principal)
+        );
+        self.sign_payload(&payload)
+    }
+
+    fn sign_payload(&self, payload: &str) -> String {
+        let payload = URL_SAFE_NO_PAD.encode(payload);
         let signature: Signature = ed25519_dalek::Signer::sign(&self.key, &signed_bytes(&payload));
         let signature = URL_SAFE_NO_PAD.encode(signature.to_bytes());
         format!("{VERSION_PREFIX}.{payload}.{signature}")
@@ -257,11 +289,13 @@ impl TicketVerifyingKey {
             .decode(payload)
             .map_err(|_| TicketError::Malformed)?;
         let payload = String::from_utf8(payload).map_err(|_| TicketError::Malformed)?;
-        let mut fields = payload.split('.');
-        let (Some(session_id), Some(role), Some(expiry), None) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            return Err(TicketError::Malformed);
+        let fields: Vec<&str> = payload.split('.').collect();
+        let (session_id, role, expiry, holder) = match fields[..] {
+            [session_id, role, expiry] => (session_id, role, expiry, None),
+            [session_id, role, expiry, surface, principal] => {
+                (session_id, role, expiry, Some(holder(surface, principal)?))
+            }
+            _ => return Err(TicketError::Malformed),
         };
         let session_id = Uuid::parse_str(session_id).map_err(|_| TicketError::Malformed)?;
         let role = TicketRole::parse(role).ok_or(TicketError::Malformed)?;
@@ -274,8 +308,37 @@ impl TicketVerifyingKey {
             session_id,
             role,
             expires_at,
+            holder,
         })
     }
+}
+
+/// The payload's first three fields: session, role, expiry.
+fn payload_text(session_id: Uuid, role: TicketRole, expires_at: SystemTime) -> String {
+    let expiry_seconds = expires_at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    format!("{}.{}.{}", session_id, role.as_str(), expiry_seconds)
+}
+
+fn is_surface_name(text: &str) -> bool {
+    text.bytes()
+        .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+}
+
+/// The holder of a signed payload's last two fields.
+fn holder(surface: &str, principal: &str) -> Result<TicketHolder, TicketError> {
+    if !is_surface_name(surface) {
+        return Err(TicketError::Malformed);
+    }
+    let principal = URL_SAFE_NO_PAD
+        .decode(principal)
+        .map_err(|_| TicketError::Malformed)?;
+    Ok(TicketHolder {
+        principal: String::from_utf8(principal).map_err(|_| TicketError::Malformed)?,
+        surface: surface.to_owned(),
+    })
 }
 
 /// What a signature covers: the version, so that a signature of one format is never read as
@@ -333,6 +396,42 @@ MCowBQYDK2VwAyEAff+zQUXye12i1DSl0qgx+ieyMuPEcUPEPQ6DS6Hcu+Q=
             .unwrap();
         assert_eq!(claims.session_id, session_id);
         assert_eq!(claims.role, TicketRole::Controller);
+    }
+
+    #[test]
+    fn a_ticket_names_its_holder_and_an_older_one_names_nobody() {
+        let session_id = Uuid::new_v4();
+        let holder = TicketHolder {
+            principal: "alice.example@corp.test".to_owned(),
+            surface: "web".to_owned(),
+        };
+        let ticket = key().sign_for(session_id, TicketRole::Viewer, in_a_minute(), &holder);
+        let claims = public()
+            .verify(&ticket, session_id, TicketRole::Viewer, SystemTime::now())
+            .unwrap();
+        assert_eq!(claims.holder, Some(holder));
+
+        let anonymous = key().sign(session_id, TicketRole::Viewer, in_a_minute());
+        let claims = public()
+            .verify(
+                &anonymous,
+                session_id,
+                TicketRole::Viewer,
+                SystemTime::now(),
+            )
+            .unwrap();
+        assert_eq!(claims.holder, None);
+
+        // A surface that would split the payload is left out rather than signed as given.
+        let odd = TicketHolder {
+            principal: "bob".to_owned(),
+            surface: "we.b".to_owned(),
+        };
+        let ticket = key().sign_for(session_id, TicketRole::Viewer, in_a_minute(), &odd);
+        let claims = public()
+            .verify(&ticket, session_id, TicketRole::Viewer, SystemTime::now())
+            .unwrap();
+        assert_eq!(claims.holder.unwrap().surface, "");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::{
-    AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command, Cursor,
+    Attendee, AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command, Cursor,
     ExitStatus, Invalid, Notification, Progress, RecordMode, Role, Screen, ScreenContent,
     ScreenFormat, ScreenRow, Session, SessionStatus, Target, TerminalActivity, TerminalSize,
     TerminalState,
@@ -573,6 +573,33 @@ fn uuid(what: &str, text: &str) -> Result<Uuid, Invalid> {
     Uuid::parse_str(text).map_err(|_| Invalid(format!("{what} {text:?} is not a uuid")))
 }
 
+impl From<&Attendee> for broker_pb::Attendee {
+    fn from(attendee: &Attendee) -> Self {
+        Self {
+            principal: attendee.principal.clone(),
+            role: attendee.role.to_proto(),
+            surface: attendee.surface.clone(),
+            since: Some(timestamp(attendee.since)),
+            typing: attendee.typing,
+        }
+    }
+}
+
+impl TryFrom<broker_pb::Attendee> for Attendee {
+    type Error = Invalid;
+
+    /// The role known and the attach time present.
+    fn try_from(attendee: broker_pb::Attendee) -> Result<Self, Invalid> {
+        Ok(Self {
+            principal: attendee.principal,
+            role: Role::from_proto(attendee.role)?,
+            surface: attendee.surface,
+            since: required_date_time("attendee since", attendee.since)?,
+            typing: attendee.typing,
+        })
+    }
+}
+
 impl From<&Session> for session_pb::Session {
     fn from(session: &Session) -> Self {
         Self {
@@ -657,6 +684,32 @@ mod tests {
                 assert!(refused.message().starts_with(T::WHAT), "{refused}");
             }
         }
+    }
+
+    #[test]
+    fn an_attendee_round_trips_and_a_bad_one_is_refused() {
+        let attendee = Attendee {
+            principal: "alice".to_owned(),
+            role: Role::Controller,
+            surface: "cli".to_owned(),
+            since: DateTime::from_timestamp(1_700_000_000, 5_000).unwrap(),
+            typing: true,
+        };
+        let message = broker_pb::Attendee::from(&attendee);
+        assert_eq!(Attendee::try_from(message.clone()), Ok(attendee));
+        let no_role = broker_pb::Attendee {
+            role: 0,
+            ..message.clone()
+        };
+        assert!(Attendee::try_from(no_role).is_err());
+        let no_since = broker_pb::Attendee {
+            since: None,
+            ..message
+        };
+        assert_eq!(
+            Attendee::try_from(no_since),
+            Err(Invalid::new("attendee since is missing"))
+        );
     }
 
     #[test]

@@ -27,8 +27,9 @@ use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
 use crate::session::{
-    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, InputItem, InputSent,
-    RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
+    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, Holder, InputItem,
+    InputSent, RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext,
+    WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -461,7 +462,7 @@ impl Broker {
             Role::Controller => TicketRole::Controller,
             Role::Viewer => TicketRole::Viewer,
         };
-        self.ticket_public_key().verify(
+        let claims = self.ticket_public_key().verify(
             &hello.ticket,
             hello.session_id,
             role,
@@ -469,7 +470,16 @@ impl Broker {
         )?;
         self.refuse_while_handing_over()?;
         let session = self.inner.registry.get(hello.session_id)?;
-        session.attach(hello.request).await
+        let holder = claims.holder.map_or_else(Holder::default, |holder| Holder {
+            principal: holder.principal,
+            surface: holder.surface,
+        });
+        session
+            .attach(AttachRequest {
+                holder,
+                ..hello.request
+            })
+            .await
     }
 
     /// Completes when a hand-off to the next broker process begins (at once while one runs).
@@ -634,6 +644,7 @@ mod tests {
                 since: None,
                 snapshot: false,
                 present_only: false,
+                holder: Holder::default(),
             },
         }
     }

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 pub use ptyhub_model::{
-    Command, ExitStatus, InvalidSize, Notification, Progress, Role, TerminalActivity, TerminalSize,
-    TerminalState,
+    Attendee, Command, ExitStatus, InvalidSize, Notification, Progress, Role, TYPING_WINDOW,
+    TerminalActivity, TerminalSize, TerminalState,
 };
 
 /// Why a session was closed. Inside the broker every close reason is the broker's, so the
@@ -76,10 +76,13 @@ pub enum BrokerEventKind {
         session_id: Uuid,
         reason: CloseReason,
     },
+    /// Who is attached changed: a client came or went, control moved, or a client started or
+    /// stopped typing.
     AttachmentsChanged {
         session_id: Uuid,
         controllers: u32,
         viewers: u32,
+        presence: Vec<Attendee>,
     },
     ResetDone(SessionInfo),
     /// What the terminal is doing changed, or commands started or finished (each in its form as

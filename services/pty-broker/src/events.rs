@@ -64,6 +64,7 @@ mod tests {
             session_id,
             controllers: 1,
             viewers: 2,
+            presence: Vec::new(),
         });
         let event = events
             .try_recv()
@@ -74,6 +75,7 @@ mod tests {
                 session_id,
                 controllers: 1,
                 viewers: 2,
+                presence: Vec::new(),
             }
         );
     }

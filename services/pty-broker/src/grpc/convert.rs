@@ -18,7 +18,7 @@ use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
-    AttachRequest, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
+    AttachRequest, Holder, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
 };
 
 // Protobuf to domain, validated.
@@ -106,6 +106,8 @@ impl TryFrom<pb::Hello> for Hello {
                 since: hello.since,
                 snapshot: hello.snapshot,
                 present_only: hello.present_only,
+                // What the ticket names, once it is verified.
+                holder: Holder::default(),
             },
         })
     }
@@ -389,10 +391,12 @@ impl From<BrokerEvent> for pb::BrokerEvent {
                 session_id,
                 controllers,
                 viewers,
+                presence,
             } => Event::AttachmentsChanged(pb::AttachmentsChanged {
                 session_id: session_id.to_string(),
                 controllers,
                 viewers,
+                presence: presence.iter().map(Into::into).collect(),
             }),
             BrokerEventKind::ResetDone(info) => Event::Reset(pb::ResetDone {
                 session: Some(info.into()),

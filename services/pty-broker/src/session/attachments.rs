@@ -5,10 +5,17 @@
 //! Input, resize and reset carry the generation of the client that sent them and are applied only
 //! while it is still the current one; a superseded controller's late detach leaves the lease of
 //! its successor alone (the stale-close guard).
+//!
+//! Each client also carries who it is for (the holder its ticket named), when it attached and
+//! when it last wrote input: the session's presence ([`Attachments::presence`]), of which the
+//! broker is the one source.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::SystemTime;
 
-use crate::domain::{ClientEvent, Role};
+use tokio::time::Instant;
+
+use crate::domain::{Attendee, ClientEvent, Role, TYPING_WINDOW};
 
 /// Identifies one attached stream for as long as it lives. Never reused within a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,6 +48,21 @@ pub struct Client {
     /// Set when the broker hands the session to its next process: the stream ends with a
     /// status that says to reattach.
     pub handing_over: bool,
+    /// Who the client is for, as its ticket said.
+    pub holder: Holder,
+    /// When the client attached.
+    pub since: SystemTime,
+    /// When the client last wrote input.
+    pub last_input_at: Option<Instant>,
+}
+
+/// Who an attached client is for: what its ticket named (empty strings for a ticket that named
+/// nobody).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub principal: String,
+    /// `web`, `cli`, `grpc` or `mcp`.
+    pub surface: String,
 }
 
 /// The current controller.
@@ -91,9 +113,9 @@ impl Attachments {
         }
     }
 
-    /// Adds a client that will be sent output from `cursor` on. A controller takes the lease from
-    /// the current one, which is queued a `TakenOver` event at `end`.
-    pub fn attach(&mut self, role: Role, cursor: u64, end: u64) -> Attached {
+    /// Adds a client for `holder` that will be sent output from `cursor` on. A controller takes
+    /// the lease from the current one, which is queued a `TakenOver` event at `end`.
+    pub fn attach(&mut self, role: Role, holder: Holder, cursor: u64, end: u64) -> Attached {
         self.next_client += 1;
         let client = ClientId(self.next_client);
         let mut generation = None;
@@ -118,6 +140,9 @@ impl Attachments {
                 finished: false,
                 overflowed: false,
                 handing_over: false,
+                holder,
+                since: SystemTime::now(),
+                last_input_at: None,
             },
         );
         Attached {
@@ -173,6 +198,52 @@ impl Attachments {
         (controllers, total - controllers)
     }
 
+    /// Notes that `client` wrote input at `now`. Whether that starts its typing (it had written
+    /// none within [`TYPING_WINDOW`]), which changes the presence.
+    pub fn note_input(&mut self, client: ClientId, now: Instant) -> bool {
+        let Some(client) = self.clients.get_mut(&client) else {
+            return false;
+        };
+        let was_typing = is_typing(client.last_input_at, now);
+        client.last_input_at = Some(now);
+        !was_typing
+    }
+
+    /// Who is attached as of `now`, oldest attach first: one entry per client, its role as it
+    /// holds it now (a controller taken over from is a viewer).
+    pub fn presence(&self, now: Instant) -> Vec<Attendee> {
+        let mut clients: Vec<(&ClientId, &Client)> = self.clients.iter().collect();
+        clients.sort_unstable_by_key(|(id, _)| **id);
+        clients
+            .into_iter()
+            .map(|(id, client)| Attendee {
+                principal: client.holder.principal.clone(),
+                role: self.role_of(*id),
+                surface: client.holder.surface.clone(),
+                since: client.since.into(),
+                typing: is_typing(client.last_input_at, now),
+            })
+            .collect()
+    }
+
+    /// When the first client that types now stops counting as typing, unless it types again.
+    pub fn typing_ends_at(&self, now: Instant) -> Option<Instant> {
+        self.clients
+            .values()
+            .filter_map(|client| client.last_input_at)
+            .map(|at| at + TYPING_WINDOW)
+            .filter(|ends| *ends > now)
+            .min()
+    }
+
+    fn role_of(&self, client: ClientId) -> Role {
+        if self.controller.is_some_and(|lease| lease.client == client) {
+            Role::Controller
+        } else {
+            Role::Viewer
+        }
+    }
+
     /// Queues `event` for one client, to be sent once it has been sent the output before
     /// `after_offset`.
     pub fn push_event(&mut self, client: ClientId, after_offset: u64, event: ClientEvent) {
@@ -219,6 +290,11 @@ impl Attachments {
     }
 }
 
+/// Whether input at `last_input_at` is recent enough at `now` to count as typing.
+fn is_typing(last_input_at: Option<Instant>, now: Instant) -> bool {
+    last_input_at.is_some_and(|at| now < at + TYPING_WINDOW)
+}
+
 fn queue_event(client: &mut Client, after_offset: u64, event: ClientEvent) {
     // A burst of resizes is worth only its last one to a client that has not been sent them.
     if let ClientEvent::Resize(_) = event
@@ -249,13 +325,13 @@ mod tests {
     #[test]
     fn takeover_moves_the_lease_and_tells_the_previous_controller() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, 0, 10);
-        let viewer = attachments.attach(Role::Viewer, 0, 10);
+        let first = attachments.attach(Role::Controller, Holder::default(), 0, 10);
+        let viewer = attachments.attach(Role::Viewer, Holder::default(), 0, 10);
         assert_eq!(first.superseded, None);
         assert_eq!(viewer.generation, None);
         assert!(attachments.is_current_controller(first.generation));
 
-        let second = attachments.attach(Role::Controller, 10, 10);
+        let second = attachments.attach(Role::Controller, Holder::default(), 10, 10);
         assert_eq!(second.superseded, Some(first.client));
         assert!(second.generation > first.generation);
         assert!(!attachments.is_current_controller(first.generation));
@@ -273,8 +349,8 @@ mod tests {
     #[test]
     fn stale_close_of_a_superseded_controller_keeps_the_current_lease() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, 0, 0);
-        let second = attachments.attach(Role::Controller, 0, 0);
+        let first = attachments.attach(Role::Controller, Holder::default(), 0, 0);
+        let second = attachments.attach(Role::Controller, Holder::default(), 0, 0);
         // The first stream ends late, after it was superseded.
         assert!(attachments.detach(first.client));
         assert_eq!(
@@ -294,10 +370,84 @@ mod tests {
         assert!(attachments.is_empty());
     }
 
+    fn holder(principal: &str, surface: &str) -> Holder {
+        Holder {
+            principal: principal.to_owned(),
+            surface: surface.to_owned(),
+        }
+    }
+
+    #[test]
+    fn presence_lists_each_client_with_its_role_now() {
+        let mut attachments = Attachments::default();
+        let now = Instant::now();
+        attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
+        attachments.attach(Role::Viewer, holder("bob", "cli"), 0, 0);
+        let listed = |attachments: &Attachments| {
+            attachments
+                .presence(now)
+                .into_iter()
+                .map(|attendee| (attendee.principal, attendee.role, attendee.surface))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            listed(&attachments),
+            [
+                ("alice".to_owned(), Role::Controller, "web".to_owned()),
+                ("bob".to_owned(), Role::Viewer, "cli".to_owned()),
+            ]
+        );
+        // Alice's second tab takes over: her first reads on as a viewer.
+        attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
+        assert_eq!(
+            listed(&attachments),
+            [
+                ("alice".to_owned(), Role::Viewer, "web".to_owned()),
+                ("bob".to_owned(), Role::Viewer, "cli".to_owned()),
+                ("alice".to_owned(), Role::Controller, "web".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn typing_starts_with_input_and_ends_after_the_window() {
+        let mut attachments = Attachments::default();
+        let start = Instant::now();
+        let typist = attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
+        attachments.attach(Role::Viewer, holder("bob", "web"), 0, 0);
+        assert_eq!(attachments.typing_ends_at(start), None);
+
+        assert!(
+            attachments.note_input(typist.client, start),
+            "typing starts"
+        );
+        let later = start + TYPING_WINDOW / 2;
+        assert!(!attachments.note_input(typist.client, later), "and goes on");
+        let typing = |at| {
+            attachments
+                .presence(at)
+                .into_iter()
+                .map(|attendee| attendee.typing)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(typing(later), [true, false]);
+        assert_eq!(
+            attachments.typing_ends_at(later),
+            Some(later + TYPING_WINDOW)
+        );
+        let quiet = later + TYPING_WINDOW;
+        assert_eq!(typing(quiet), [false, false]);
+        assert_eq!(attachments.typing_ends_at(quiet), None);
+        assert!(
+            attachments.note_input(typist.client, quiet),
+            "typing starts again"
+        );
+    }
+
     #[test]
     fn resizes_coalesce_and_a_flooded_queue_overflows() {
         let mut attachments = Attachments::default();
-        let viewer = attachments.attach(Role::Viewer, 0, 0);
+        let viewer = attachments.attach(Role::Viewer, Holder::default(), 0, 0);
         for cols in 1..=1000 {
             attachments.broadcast(
                 5,

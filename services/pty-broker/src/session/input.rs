@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{PtyInput, Shared};
+use super::{ClientId, PtyInput, Shared};
 use crate::error::Error;
 
 /// How long input waits for an integrated shell's first prompt after its process started.
@@ -104,9 +104,12 @@ impl PromptGate {
 impl Shared {
     /// Writes `data` to the running process once the input side is free, the shell's first
     /// prompt came (see the module's doc) and `still_allowed` (asked again then) says yes.
-    /// Returns once the PTY took all of it, with the output offset it went in at.
+    /// Returns once the PTY took all of it, with the output offset it went in at. `client` is
+    /// the attached client that wrote it (whose presence then shows it typing); `None` for
+    /// input a call sent.
     pub(super) async fn write_to_pty(
         &self,
+        client: Option<ClientId>,
         data: &[u8],
         still_allowed: impl Fn() -> Result<(), Error>,
     ) -> Result<InputSent, Error> {
@@ -138,7 +141,7 @@ impl Shared {
         written.map_err(Error::InputNotTaken)?;
         if !data.is_empty() {
             self.record_input(data);
-            self.note_input();
+            self.note_input(client);
         }
         Ok(InputSent {
             bytes_written: data.len() as u64,
@@ -146,14 +149,17 @@ impl Shared {
         })
     }
 
-    /// Notes input for the activity report; the task hears of it once per report.
-    fn note_input(&self) {
+    /// Notes input for the activity report and, when an attached client wrote it, for its
+    /// presence; the task hears of it once per report, and when the client starts typing.
+    fn note_input(&self, client: Option<ClientId>) {
         let mut state = self.lock();
         if !std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "input-activity") {
             state.last_activity_at = std::time::SystemTime::now();
         }
-        state.last_input_at = Some(Instant::now());
-        if !state.input_since_report {
+        let now = Instant::now();
+        state.last_input_at = Some(now);
+        let started_typing = client.is_some_and(|client| state.attachments.note_input(client, now));
+        if !state.input_since_report || started_typing {
             state.input_since_report = true;
             drop(state);
             self.task_wake.notify_one();

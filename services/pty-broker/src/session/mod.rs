@@ -30,7 +30,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use attachments::ClientId;
+pub use attachments::{ClientId, Holder};
 pub use command_watch::CommandWatch;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, InputSent};
@@ -73,7 +73,7 @@ pub struct SessionSettings {
 }
 
 /// A client's request to attach, after its ticket was checked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AttachRequest {
     pub role: Role,
     /// Applied by a controller on attach.
@@ -85,6 +85,8 @@ pub struct AttachRequest {
     /// Only the present: a snapshot without scrollback (nothing without screens), then the
     /// output from the end of the ring, whatever `since` and `snapshot` say; no gap.
     pub present_only: bool,
+    /// Who the client is for, as its verified ticket said.
+    pub holder: Holder,
 }
 
 /// The handle on a session that the registry holds and clients reach it through.
@@ -349,6 +351,7 @@ impl Session {
     /// Attaches a client whose ticket was checked.
     pub async fn attach(self: &Arc<Self>, request: AttachRequest) -> Result<Attachment, Error> {
         let (reply, answer) = oneshot::channel();
+        let role = request.role;
         self.send(Command::Attach { request, reply }).await?;
         let attached = answer
             .await
@@ -358,7 +361,7 @@ impl Session {
                 session: Arc::clone(self),
                 client: attached.client,
                 generation: attached.generation,
-                role: request.role,
+                role,
             },
             changed: self.shared.changed.subscribe(),
             attached: Arc::new(Attached {
@@ -557,7 +560,7 @@ impl AttachmentHandle {
         // Control may have moved while this client waited for the input side.
         self.session
             .shared
-            .write_to_pty(&data, || {
+            .write_to_pty(Some(self.client), &data, || {
                 self.check_controller(ClientAction::WriteInput).map(drop)
             })
             .await

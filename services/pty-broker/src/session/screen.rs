@@ -501,7 +501,7 @@ impl Session {
             Ok(())
         };
         control_check()?;
-        self.shared.write_to_pty(&bytes, control_check).await
+        self.shared.write_to_pty(None, &bytes, control_check).await
     }
 
     pub(super) fn check_open(&self) -> Result<(), Error> {

@@ -26,7 +26,8 @@ use super::{
     AttachRequest, AttachedClient, Command, InputGuard, PtyInput, SessionSettings, Shared,
 };
 use crate::domain::{
-    BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo, SessionPhase,
+    Attendee, BrokerEventKind, ClientEvent, CloseReason, ExitStatus, Role, SessionInfo,
+    SessionPhase,
 };
 use crate::error::{ClientAction, Error};
 use crate::events::EventBus;
@@ -78,6 +79,9 @@ pub(crate) struct SessionTask {
     /// The one idle-reaping deadline; set while no client is attached.
     idle_deadline: Option<Instant>,
     reported_counts: (u32, u32),
+    /// Who was attached as last published, and when the first typist stops counting as one.
+    reported_presence: Vec<Attendee>,
+    typing_ends_at: Option<Instant>,
     activity: ActivityReport,
     /// Ends the screen's feeder when the session closes.
     screen_done: CancellationToken,
@@ -155,6 +159,8 @@ impl SessionTask {
             input: Some(input),
             idle_deadline: None,
             reported_counts: (0, 0),
+            reported_presence: Vec::new(),
+            typing_ends_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline: None,
@@ -184,6 +190,8 @@ impl SessionTask {
             input: None,
             idle_deadline: None,
             reported_counts: (0, 0),
+            reported_presence: Vec::new(),
+            typing_ends_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline,
@@ -514,6 +522,7 @@ impl SessionTask {
             }
             let idle_deadline = self.idle_deadline;
             let activity_due = self.activity.due();
+            let typing_ends_at = self.typing_ends_at;
             tokio::select! {
                 biased;
                 () = self.context.shutdown.cancelled() => {
@@ -568,6 +577,9 @@ impl SessionTask {
                 }
                 () = sleep_until(activity_due.unwrap_or_else(Instant::now)), if activity_due.is_some() => {
                     self.report_activity();
+                }
+                () = sleep_until(typing_ends_at.unwrap_or_else(Instant::now)), if typing_ends_at.is_some() => {
+                    self.attachments_changed();
                 }
             }
         }
@@ -690,7 +702,10 @@ impl SessionTask {
                 None if request.present_only => end,
                 None => request.since.unwrap_or(start),
             };
-            let attached = state.attachments.attach(request.role, since, end);
+            let attached =
+                state
+                    .attachments
+                    .attach(request.role, request.holder.clone(), since, end);
             state.attachments.push_event(
                 attached.client,
                 0,
@@ -870,6 +885,7 @@ impl SessionTask {
             .unwrap_or_else(|| Instant::now() + self.settings.tombstone);
         self.tombstone_deadline = Some(deadline);
         loop {
+            let typing_ends_at = self.typing_ends_at;
             tokio::select! {
                 biased;
                 () = self.context.shutdown.cancelled() => return close(CloseReason::Shutdown, None),
@@ -898,6 +914,9 @@ impl SessionTask {
                     }
                 },
                 () = self.shared.task_wake.notified() => self.attachments_changed(),
+                () = sleep_until(typing_ends_at.unwrap_or(deadline)), if typing_ends_at.is_some() => {
+                    self.attachments_changed();
+                }
                 () = sleep_until(deadline) => return close(CloseReason::Exited, None),
             }
         }
@@ -1044,7 +1063,8 @@ impl SessionTask {
         }
     }
 
-    /// Re-reads who is attached: publishes changed counts and arms or disarms the idle timer.
+    /// Re-reads who is attached: publishes a changed presence (with the counts) and arms or
+    /// disarms the idle timer.
     fn attachments_changed(&mut self) {
         let (counts, nobody) = {
             let state = self.shared.lock();
@@ -1056,19 +1076,41 @@ impl SessionTask {
             // next batched activity report, off every client's stream.
             self.shared.lock().last_activity_at = SystemTime::now();
             self.activity.mark();
-            self.context
-                .events
-                .publish(BrokerEventKind::AttachmentsChanged {
-                    session_id: self.id,
-                    controllers: counts.0,
-                    viewers: counts.1,
-                });
         }
+        self.publish_presence_if_changed();
         if !nobody {
             self.idle_deadline = None;
         } else if self.idle_deadline.is_none() {
             self.idle_deadline = Some(Instant::now() + self.settings.detached_timeout);
         }
+    }
+
+    /// Publishes who is attached when that changed since the last report (a client came or
+    /// went, control moved, someone started or stopped typing), and arms the timer for the next
+    /// typist to stop.
+    fn publish_presence_if_changed(&mut self) {
+        let now = Instant::now();
+        let (presence, counts, typing_ends_at) = {
+            let state = self.shared.lock();
+            (
+                state.attachments.presence(now),
+                state.attachments.counts(),
+                state.attachments.typing_ends_at(now),
+            )
+        };
+        self.typing_ends_at = typing_ends_at;
+        if presence == self.reported_presence {
+            return;
+        }
+        self.reported_presence = presence.clone();
+        self.context
+            .events
+            .publish(BrokerEventKind::AttachmentsChanged {
+                session_id: self.id,
+                controllers: counts.0,
+                viewers: counts.1,
+                presence,
+            });
     }
 
     /// Publishes what the terminal is doing when it changed: at once, since a client waiting

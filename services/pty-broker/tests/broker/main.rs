@@ -6,6 +6,7 @@
 //! - `commands`: shell integration in real shells, their commands and what the terminal is doing;
 //! - `input`: receipts, bad input ids, and input held for a shell's first prompt;
 //! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
+//! - `presence`: who is attached, as the broker's events name them, and who is typing;
 //! - `present_only`: an attach that sees the present screen alone (a share without history);
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
 //! - `teardown`: the order in which a session's processes are ended;
@@ -25,6 +26,7 @@ mod handoff;
 mod input;
 mod local_runtime;
 mod policy;
+mod presence;
 mod present_only;
 mod recordings;
 mod restart;
