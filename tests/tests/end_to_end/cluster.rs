@@ -124,10 +124,12 @@ async fn sessions_land_on_their_broker_and_the_cap_holds_across_replicas() {
     assert_eq!(processes.len(), 2 + 5, "{processes:?}");
 }
 
-/// The bytes `line-0\r\n` .. `line-{n-1}\r\n` that the streaming command writes through a PTY.
+/// The bytes the streaming command writes through a PTY when it was stopped after `lines` lines:
+/// `line-0\r\n` .. `line-{lines-1}\r\n`, then `end\r\n`.
 fn expected_stream(lines: usize) -> Vec<u8> {
     (0..lines)
         .flat_map(|i| format!("line-{i}\r\n").into_bytes())
+        .chain(*b"end\r\n")
         .collect()
 }
 
@@ -194,14 +196,14 @@ async fn stream_across_gateways(
     })
 }
 
-/// Waits for every client of [`stream_clients`] and checks that each received exactly what its
-/// process wrote (`lines` lines), no gap and no duplicate; returns how each went.
+/// Stops the streaming commands, waits for every client of [`stream_clients`] and checks that
+/// each received exactly what its process wrote, no gap and no duplicate; returns how each went.
 async fn finished_streams(
     cluster: &Cluster,
+    streams: StreamingSessions,
     clients: Vec<tokio::task::JoinHandle<anyhow::Result<StreamOutcome>>>,
-    lines: usize,
 ) -> Vec<StreamOutcome> {
-    let expected = expected_stream(lines);
+    streams.stop();
     let mut outcomes = Vec::new();
     for (index, client) in clients.into_iter().enumerate() {
         let outcome = tokio::time::timeout(PATIENCE * 2, client)
@@ -209,34 +211,72 @@ async fn finished_streams(
             .expect("the client finishes")
             .expect("the client task")
             .unwrap_or_else(|error| panic!("client {index}: {error:#}\n{}", cluster.logs()));
-        assert_exact_stream(index, &outcome, &expected);
+        assert_exact_stream(index, &outcome);
         outcomes.push(outcome);
     }
     outcomes
 }
 
-/// Checks that `outcome` is exactly the stream of [`expected_stream`]`(lines)`.
-fn assert_exact_stream(index: usize, outcome: &StreamOutcome, expected: &[u8]) {
+/// Checks that `outcome` is exactly an [`expected_stream`], of as many lines as it holds.
+fn assert_exact_stream(index: usize, outcome: &StreamOutcome) {
+    let lines = outcome
+        .bytes
+        .windows(b"line-".len())
+        .filter(|window| window == b"line-")
+        .count();
+    let expected = expected_stream(lines);
     assert!(
         outcome.bytes == expected,
         "client {index}: {} bytes, expected {}; first difference at {:?}",
         outcome.bytes.len(),
         expected.len(),
-        outcome.bytes.iter().zip(expected).position(|(a, b)| a != b)
+        outcome.bytes.iter().zip(&expected).position(|(a, b)| a != b)
     );
 }
 
-/// Two instances, one per broker, whose sessions write `line-0` .. `line-{lines-1}`, one line
-/// every 40 ms, and `clients` sessions alternating between them, created through alternating
-/// gateways: the instances and the (instance id, session id) pairs.
+/// Sessions whose command writes `line-0`, `line-1`, ..., one line every 40 ms, until the test
+/// stops them ([`StreamingSessions::stop`]), then `end`, and exits: however long the faults
+/// between take on a slow machine, the streams outlast them.
+struct StreamingSessions {
+    /// The file whose existence stops every command; in a directory removed on drop.
+    stop_file: std::path::PathBuf,
+    _directory: tempfile::TempDir,
+}
+
+impl StreamingSessions {
+    fn new() -> Self {
+        let directory = tempfile::tempdir().expect("a directory for the stop file");
+        Self {
+            stop_file: directory.path().join("stop"),
+            _directory: directory,
+        }
+    }
+
+    /// The command's script. It also stops after 100,000 lines (over an hour), so that a test
+    /// that failed before stopping it leaves no endless process behind.
+    fn script(&self) -> String {
+        format!(
+            "i=0; while [ ! -e '{}' ] && [ $i -lt 100000 ]; do echo line-$i; i=$((i+1)); \
+             sleep 0.04; done; echo end",
+            self.stop_file.display()
+        )
+    }
+
+    fn stop(&self) {
+        std::fs::write(&self.stop_file, b"").expect("write the stop file");
+    }
+}
+
+/// Two instances, one per broker, whose sessions run the [`StreamingSessions`] command, and
+/// `clients` sessions alternating between them, created through alternating gateways: the
+/// instances and the (instance id, session id) pairs.
 async fn streaming_sessions(
     cluster: &Cluster,
+    streams: &StreamingSessions,
     name: &str,
     clients: usize,
-    lines: usize,
 ) -> ([session_pb::Instance; 2], Vec<(String, String)>) {
-    let script =
-        format!("i=0; while [ $i -lt {lines} ]; do echo line-$i; i=$((i+1)); sleep 0.04; done");
+    let script = streams.script();
     let command = ["sh", "-c", script.as_str()];
     let instances = [
         cluster
@@ -325,11 +365,11 @@ async fn readiness(cluster: &Cluster, index: usize) -> Option<u16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_crash() {
     const CLIENTS: usize = 20;
-    const LINES: usize = 500;
     let Some(mut cluster) = start_cluster().await else {
         return;
     };
-    let (instances, sessions) = streaming_sessions(&cluster, "stream", CLIENTS, LINES).await;
+    let streams = StreamingSessions::new();
+    let (instances, sessions) = streaming_sessions(&cluster, &streams, "stream", CLIENTS).await;
     let (clients, counters) = stream_clients(&cluster, &sessions).await;
 
     // session-api 0 (gateway-0's) dies: the streams through gateway-0 go on.
@@ -353,7 +393,7 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
 
     // gateway-0 dies under its 20 clients: each resumes through gateway-1.
     cluster.gateways[0].kill().unwrap();
-    for (index, outcome) in finished_streams(&cluster, clients, LINES)
+    for (index, outcome) in finished_streams(&cluster, streams, clients)
         .await
         .iter()
         .enumerate()
@@ -368,11 +408,11 @@ async fn streams_survive_a_session_api_crash_and_resume_exactly_after_a_gateway_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
     const CLIENTS: usize = 10;
-    const LINES: usize = 1000;
     let Some(mut cluster) = start_cluster().await else {
         return;
     };
-    let (instances, sessions) = streaming_sessions(&cluster, "rolling", CLIENTS, LINES).await;
+    let streams = StreamingSessions::new();
+    let (instances, sessions) = streaming_sessions(&cluster, &streams, "rolling", CLIENTS).await;
     let (clients, counters) = stream_clients(&cluster, &sessions).await;
 
     // session-api 0 is rolled: it stops within its grace period (5 s) with a clean exit, the
@@ -421,7 +461,7 @@ async fn a_rolling_restart_moves_clients_without_losing_a_byte() {
     let status = tokio::task::block_in_place(|| cluster.gateways[0].wait(PATIENCE))
         .expect("gateway-0 exits after SIGTERM");
     assert!(status.success(), "gateway-0 exited with {status}");
-    for (index, outcome) in finished_streams(&cluster, clients, LINES)
+    for (index, outcome) in finished_streams(&cluster, streams, clients)
         .await
         .iter()
         .enumerate()
@@ -464,15 +504,16 @@ async fn a_dead_broker_loses_its_sessions_and_the_other_broker_keeps_its_own() {
     let session_processes = read_pids(&mut lost).await;
 
     cluster.brokers[0].kill().unwrap();
-    // The client attached to the dead broker is closed (the gateway's stream to it broke).
+    // The client attached to the dead broker is closed by the gateway, whose stream to it broke,
+    // with the contract's code for a backend failure (a dropped connection is no close at all).
     let ended = loop {
         match lost.next().await {
             Ok(Event::Closed(code)) => break code,
-            Err(_) => break None,
+            Err(error) => panic!("the socket broke instead of closing: {error:#}"),
             Ok(_) => {}
         }
     };
-    assert_ne!(ended, Some(1000), "a broker crash is no normal close");
+    assert_eq!(ended, Some(1011), "a broker crash is a backend failure");
 
     for api in 0..2 {
         cluster
