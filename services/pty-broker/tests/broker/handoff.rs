@@ -1,6 +1,7 @@
 //! Hand-offs between real `pty-broker` processes (`--take-over`): attached clients resume by
 //! offset on the next process with every byte exactly once, the processes keep their pids and
-//! still deliver their exit codes; and a successor killed at any step of the hand-off leaves
+//! still deliver their exit codes, a shell's commands, first-prompt hold and recorded output go
+//! along; and a successor killed at any step of the hand-off leaves
 //! every session with exactly one owner (the old process, or the crash records for the next
 //! start when the old one had already let go).
 
@@ -1150,6 +1151,91 @@ async fn input_waits_for_the_first_prompt_across_a_hand_off() -> anyhow::Result<
         sent.output_offset > before_prompt,
         "typed at {} before the prompt (output stood at {before_prompt})",
         sent.output_offset
+    );
+    drop(next);
+    Ok(())
+}
+
+/// A recorded session's command whose output the ring let go of is read back from the
+/// recording after a hand-off: where each stretch of output is in the recording goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commands_output_the_ring_lost_is_read_from_the_recording_after_a_hand_off()
+-> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let store = tempfile::tempdir()?;
+    let arguments = [
+        "--recordings".as_ref(),
+        store.path().as_os_str(),
+        "--ring-bytes".as_ref(),
+        "65536".as_ref(),
+    ];
+    let (broker, address) = BrokerProcess::start_with(data_dir.path(), false, None, &arguments)?;
+    let address = address.expect("serving");
+    let session_id = control(&address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["bash".into()],
+            env: [("PS1".to_owned(), "$ ".to_owned())].into(),
+            record: pb::RecordMode::Output as i32,
+            shell_integration: true,
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?
+        .session_id;
+    let waited = control(&address)
+        .await?
+        .wait_for_screen(authorized(pb::WaitForScreenRequest {
+            session_id: session_id.clone(),
+            wait_for: pb::TerminalState::AtPrompt.into(),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner();
+    ensure!(waited.state() == pb::TerminalState::AtPrompt, "{waited:?}");
+    // One and a half rings, paced so that the recorder (which never holds the terminal back)
+    // keeps up however busy the machine is.
+    let ran = control(&address)
+        .await?
+        .run(authorized(pb::RunRequest {
+            session_id: session_id.clone(),
+            command: "for i in $(seq 1 40); do seq 1 500; sleep 0.02; done".to_owned(),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner();
+    let command = ran.command.context("the command run")?;
+    ensure!(ran.truncated, "the ring let go of the output's start");
+
+    let (next, _) = BrokerProcess::start_with(data_dir.path(), true, None, &arguments)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    let output = control(&address)
+        .await?
+        .get_command_output(authorized(pb::GetCommandOutputRequest {
+            session_id: session_id.clone(),
+            command_id: command.id,
+            format: pb::ScreenFormat::Ansi.into(),
+        }))
+        .await
+        .context("the output, read back from the recording")?
+        .into_inner();
+    let expected = (1..=500)
+        .map(|n| format!("{n}\r\n"))
+        .collect::<String>()
+        .repeat(40);
+    ensure!(
+        output.data == expected.as_bytes(),
+        "{} bytes read back, {} printed",
+        output.data.len(),
+        expected.len()
     );
     drop(next);
     Ok(())
