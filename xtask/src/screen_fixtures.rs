@@ -139,8 +139,9 @@ fn fixtures_in(fixtures: &Path, work: &Path) -> Vec<Fixture> {
             name: "top",
             cols: 100,
             rows: 30,
-            // A delay longer than the capture's quiet, so a checkpoint falls between frames.
-            command: "exec top -d 3".to_owned(),
+            // A delay longer than the capture's quiet, so a checkpoint falls between frames; top
+            // shows itself alone (`$$` is its pid after `exec`), not the machine's processes.
+            command: "exec top -d 3 -p $$".to_owned(),
             steps: vec![
                 Await("load average"),
                 Type(b"M"),
