@@ -30,6 +30,9 @@ pub enum Requirement {
     /// runs on at `PTYHUB_TEST_NODE22` (defaults under `/var/cache/ptyhub-mcp-inspector`, which
     /// `cargo xtask deps` installs from `interop/mcp-inspector/`).
     McpInspector,
+    /// Node and the web page's npm packages (`npm ci` in `web/`, which `cargo xtask test` runs),
+    /// for the screen oracle `web/test/screen-oracle.mjs`.
+    XtermOracle,
 }
 
 impl Requirement {
@@ -93,6 +96,7 @@ impl Requirement {
                 }
             }
             Requirement::McpInspector => mcp_inspector_missing_because(),
+            Requirement::XtermOracle => xterm_oracle_missing_because(),
             Requirement::Chromium => {
                 let chromium = chromium_path();
                 if std::path::Path::new(&chromium).exists() {
@@ -128,6 +132,33 @@ fn mcp_inspector_missing_because() -> Option<String> {
             "cannot run Node 22 at {node}: {error} (cargo xtask deps installs it)"
         )),
     }
+}
+
+/// Why the screen oracle cannot run, if it cannot: no `node`, or the page's packages (with
+/// `@xterm/headless`) not installed.
+fn xterm_oracle_missing_because() -> Option<String> {
+    let node_runs = std::process::Command::new("node")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !node_runs {
+        return Some("no node on PATH (cargo xtask test installs Debian's nodejs)".into());
+    }
+    let headless = web_dir().join("node_modules/@xterm/headless/package.json");
+    if !headless.is_file() {
+        return Some(format!(
+            "no {} (run `npm ci` in web/; cargo xtask test does)",
+            headless.display()
+        ));
+    }
+    None
+}
+
+/// The web page's npm project, `web/` in the workspace.
+pub fn web_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../web")
 }
 
 /// Where the recordings tests find moto's S3 server.

@@ -15,6 +15,8 @@
 //!   `bench/python/requirements.txt` from PyPI
 //!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
 //!   tests; `iproute2` for the tests' own network namespaces.
+//! - Node, npm and the web page's npm packages (`npm ci` in `web/`): the screen oracle
+//!   (`web/test/screen-oracle.mjs`, xterm.js in node) that the broker's screen tests run.
 //! - The MCP inspector's CLI and the Node 22 it needs, pinned by `interop/mcp-inspector/` and
 //!   installed from the npm registry under `/var/cache/ptyhub-mcp-inspector`
 //!   (`PTYHUB_TEST_MCP_INSPECTOR`, `PTYHUB_TEST_NODE22`).
@@ -89,6 +91,12 @@ pub fn prepare() -> Result<TestEnvironment> {
     environment.python = tolerate(
         "Python gRPC and MCP clients and moto's S3 server",
         crate::interop::ensure_python_clients(&run::workspace_root()),
+    )?;
+    // The screen oracle the broker's screen is held to: xterm.js in node, from the page's
+    // packages.
+    tolerate(
+        "node and the page's npm packages for the screen oracle",
+        crate::web::install_packages(&run::workspace_root()),
     )?;
     environment.mcp_inspector = tolerate(
         "the MCP inspector's CLI and Node 22",

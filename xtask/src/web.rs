@@ -26,6 +26,23 @@ const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 /// `index.html` and `assets/app.js`, `assets/app.css` (with their source maps).
 pub fn build_page(root: &Path) -> Result<PathBuf> {
     let web = root.join(WEB_DIR);
+    install_packages(root)?;
+    run::status(Command::new("npm").args(["run", "build"]).current_dir(&web))?;
+    let dist = web.join("dist");
+    if !dist.join("index.html").is_file() || !dist.join("assets").join("app.js").is_file() {
+        bail!(
+            "the page build finished but {} lacks index.html or assets/app.js",
+            dist.display()
+        );
+    }
+    Ok(dist)
+}
+
+/// Node, npm and the page's npm packages (`npm ci` from the lockfile, `npm install` without
+/// one): the page's build and the screen oracle (`web/test/screen-oracle.mjs`, which the
+/// broker's tests run on `@xterm/headless`) need them.
+pub fn install_packages(root: &Path) -> Result<()> {
+    let web = root.join(WEB_DIR);
     ensure_node()?;
     let install = if web.join("package-lock.json").is_file() {
         "ci"
@@ -36,16 +53,7 @@ pub fn build_page(root: &Path) -> Result<PathBuf> {
         Command::new("npm")
             .args([install, "--no-audit", "--no-fund"])
             .current_dir(&web),
-    )?;
-    run::status(Command::new("npm").args(["run", "build"]).current_dir(&web))?;
-    let dist = web.join("dist");
-    if !dist.join("index.html").is_file() || !dist.join("assets").join("app.js").is_file() {
-        bail!(
-            "the page build finished but {} lacks index.html or assets/app.js",
-            dist.display()
-        );
-    }
-    Ok(dist)
+    )
 }
 
 /// The page's type check (`tsc --noEmit` over `web/jsconfig.json`: `checkJs` on the JSDoc

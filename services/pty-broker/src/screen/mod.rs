@@ -18,6 +18,7 @@
 mod fast_forward;
 mod keys;
 mod parse_state;
+mod screen_switch;
 mod scrollback;
 mod view;
 
@@ -92,6 +93,9 @@ struct Emulator {
     /// The normal screen as drawn when the program last switched to the alternate one, while it
     /// is there (the program draws nothing on the normal screen meanwhile).
     normal_screen: Option<String>,
+    /// The end of the output fed so far when it may be an unfinished switch of screens: held
+    /// back from vt100 until the rest tells (see `screen_switch.rs`).
+    held: Vec<u8>,
     /// What vt100's parser is in the middle of, for fast-forwards.
     parse: ParseState,
 }
@@ -666,6 +670,7 @@ impl Emulator {
         Self {
             parser,
             normal_screen: None,
+            held: Vec::new(),
             parse: ParseState::new(size.rows()),
         }
     }
@@ -679,21 +684,112 @@ impl Emulator {
         tracker.scrolled = 0;
     }
 
-    /// Feeds `data` to the emulator, copying the normal screen just before each switch to the
-    /// alternate screen (found by [`alternate_screen_switch`]).
-    fn process(&mut self, mut data: &[u8]) {
+    /// Feeds `data` to the emulator. Switches of screens are made here, as xterm makes them
+    /// ([`Emulator::switch_screen`]); an unfinished one at the end, or the start of a UTF-8
+    /// character, is held back until the rest arrives (the bytes held change nothing on the
+    /// screen, as a sequence vt100 were in the middle of would not).
+    fn process(&mut self, data: &[u8]) {
         self.parse.advance(data);
-        while let Some((start, end)) = alternate_screen_switch(data) {
-            self.parser.process(&data[..start]);
-            if !self.parser.screen().alternate_screen() {
-                self.normal_screen = Some(self.parser.screen().contents_formatted());
-            }
-            self.parser.process(&data[start..end]);
-            data = &data[end..];
+        let joined;
+        let mut data = data;
+        if !self.held.is_empty() {
+            let mut held = std::mem::take(&mut self.held);
+            held.extend_from_slice(data);
+            joined = held;
+            data = &joined;
         }
-        self.parser.process(data);
+        loop {
+            match screen_switch::next_switch(data) {
+                None => {
+                    // vt100 draws a combining mark cut between two reads in a cell of its own:
+                    // a character is fed whole.
+                    let whole = data.len() - incomplete_utf8_tail(data);
+                    self.parser.process(&data[..whole]);
+                    self.held = data[whole..].to_vec();
+                    break;
+                }
+                Some(screen_switch::Found::Unfinished(start)) => {
+                    self.parser.process(&data[..start]);
+                    self.held = data[start..].to_vec();
+                    break;
+                }
+                Some(screen_switch::Found::Switch(sequence)) => {
+                    self.parser.process(&data[..sequence.start]);
+                    self.set_modes(&sequence);
+                    data = &data[sequence.end..];
+                }
+            }
+        }
+        // Back on the normal screen (also by `ESC c`), the copy of it is stale.
         if !self.parser.screen().alternate_screen() {
             self.normal_screen = None;
+        }
+    }
+
+    /// One mode-setting sequence that switches screens, mode by mode in order: the switches
+    /// here, the other modes by vt100.
+    fn set_modes(&mut self, sequence: &screen_switch::ModeSequence) {
+        // The sequence's ESC ends whatever vte was in the middle of (an OSC or DCS string, a
+        // sequence cut short), as it would have had vt100 seen it; a string terminator (`ESC \`,
+        // nothing of its own to vt100) does the same before the sequences that replace it.
+        self.parser.process(b"\x1b\\");
+        let action = if sequence.set { 'h' } else { 'l' };
+        for &mode in &sequence.modes {
+            if screen_switch::SCREEN_MODES.contains(&mode) {
+                self.switch_screen(mode, sequence.set);
+            } else {
+                self.parser
+                    .process(format!("\x1b[?{mode}{action}").as_bytes());
+            }
+        }
+    }
+
+    /// A switch of screens as xterm.js makes it (its `activateAltBuffer` and
+    /// `activateNormalBuffer`), made of sequences vt100 follows as xterm does:
+    ///
+    /// - Into the alternate screen (47, 1047, 1049; 1049 saves the cursor first, as `ESC 7`): the
+    ///   alternate screen starts blank (in the current background), with the whole screen as its
+    ///   scroll region and the cursor where it was on the normal screen. Already there, nothing
+    ///   happens but 1049's save. vt100 would put the cursor at the top left, clear the screen
+    ///   again on a second 1049, and leave 1047 alone.
+    /// - Out of it: the normal screen gets the cursor where it was on the alternate one; 1049
+    ///   then restores the saved cursor (`ESC 8`), also when already on the normal screen.
+    ///
+    /// The normal screen is copied before the switch, for snapshots (vt100 draws only the active
+    /// screen).
+    fn switch_screen(&mut self, mode: u16, set: bool) {
+        let alternate = self.parser.screen().alternate_screen();
+        let (row, col) = self.parser.screen().cursor_position();
+        let move_cursor = format!("\x1b[{};{}H", row + 1, col + 1);
+        match (set, alternate) {
+            (true, false) => {
+                if mode == 1049 {
+                    self.parser.process(b"\x1b7");
+                }
+                self.normal_screen = Some(self.parser.screen().contents_formatted());
+                // 47 switches without clearing in vt100; the region and the erase make the
+                // alternate screen fresh.
+                self.parser.process(b"\x1b[?47h\x1b[r\x1b[2J");
+                self.parser.process(move_cursor.as_bytes());
+            }
+            (true, true) => {
+                if mode == 1049 {
+                    self.parser.process(b"\x1b7");
+                }
+            }
+            (false, true) => {
+                self.parser.process(b"\x1b[?47l");
+                if mode == 1049 {
+                    self.parser.process(b"\x1b8");
+                } else {
+                    self.parser.process(move_cursor.as_bytes());
+                }
+            }
+            (false, false) => {
+                if mode == 1049 {
+                    self.parser.process(b"\x1b8");
+                }
+            }
         }
     }
 
@@ -786,30 +882,20 @@ fn line_since(screen: &vt100::Screen, input_at: ScreenPoint, lines_scrolled: u64
     screen.contents_between(row, input_at.col, cursor_row, cursor_col)
 }
 
-/// Where the next switch to the alternate screen starts and ends in `data`: a DECSET (`CSI ?
-/// ... h`) naming mode 47, 1047 or 1049. This recognises one sequence so that the normal screen
-/// can be copied before it; everything else is the emulator's to parse. A switch split across two
-/// reads is not seen (the snapshot then has a blank normal screen under the alternate one).
-fn alternate_screen_switch(data: &[u8]) -> Option<(usize, usize)> {
-    let finder = memchr::memmem::Finder::new(b"\x1b[?");
-    for start in finder.find_iter(data) {
-        let params_start = start + 3;
-        // A sequence cut off by the end of the read is not seen.
-        let length = data[params_start..]
-            .iter()
-            .position(|byte| !(byte.is_ascii_digit() || *byte == b';'))?;
-        let final_at = params_start + length;
-        if data[final_at] != b'h' {
-            continue;
-        }
-        let switches = data[params_start..final_at]
-            .split(|byte| *byte == b';')
-            .any(|param| matches!(param, b"47" | b"1047" | b"1049"));
-        if switches {
-            return Some((start, final_at + 1));
-        }
+/// How many bytes at the end of `data` start a UTF-8 character that the next read finishes.
+fn incomplete_utf8_tail(data: &[u8]) -> usize {
+    for back in 1..=3.min(data.len()) {
+        let byte = data[data.len() - back];
+        let length = match byte {
+            0x80..=0xbf => continue,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return 0,
+        };
+        return if length > back { back } else { 0 };
     }
-    None
+    0
 }
 
 fn dimensions(size: TerminalSize) -> (NonZeroU16, NonZeroU16) {
@@ -949,6 +1035,22 @@ mod tests {
         assert_eq!(first[13].text, "x");
         assert_eq!(screen.view(ScreenFormat::Text, 0).lines[1], "かな|");
         assert_same_screen(&mut restored(&screen), &mut screen);
+    }
+
+    #[test]
+    fn output_cut_anywhere_between_reads_draws_what_it_draws_whole() {
+        let output = "$ \u{6f22}\u{5b57} \u{1f600} e\u{301} \u{1f44d}\u{1f3fd} done\r\n".as_bytes();
+        let mut whole = fed(size(20, 4), 10, output);
+        for cut in 1..output.len() {
+            let mut split = Screen::new(size(20, 4), 10, 0);
+            split.feed_at(0, &output[..cut]);
+            split.feed_at(cut as u64, &output[cut..]);
+            let (a, e) = (
+                split.view(ScreenFormat::Cells, 0),
+                whole.view(ScreenFormat::Cells, 0),
+            );
+            assert_eq!(a.rows, e.rows, "cut at {cut}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!
 //! This follows vte's state machine only as far as those two questions need: which state a byte
 //! leads to, the CSI sequences that set a scroll region (`CSI t;b r`) or switch screens (`CSI ?
-//! 47/1049 h/l`), and `ESC c`. It draws nothing and interprets nothing else; where it cannot tell,
+//! 47/1047/1049 h/l`), and `ESC c`. It draws nothing and interprets nothing else; where it cannot tell,
 //! it says "unknown", and a fast-forward is then not tried. vte leaves its ground state only on
 //! `ESC`, and `ESC` leads to its escape state from every state, so an unknown state ends at the
 //! next `ESC`.
@@ -317,13 +317,16 @@ impl ParseState {
                         continue;
                     }
                     match (value, set) {
-                        (47, true) => self.alternate = true,
-                        (1049, true) => {
-                            // vt100 clears the alternate screen, and with it its scroll region.
+                        // The screen makes every switch as xterm does (`screen_switch.rs`): a
+                        // switch into the alternate screen from the normal one gives it the whole
+                        // screen as its region; one while it is shown changes nothing.
+                        (47 | 1047 | 1049, true) => {
+                            if !self.alternate {
+                                self.partial_region[1] = false;
+                            }
                             self.alternate = true;
-                            self.partial_region[1] = false;
                         }
-                        (47 | 1049, false) => self.alternate = false,
+                        (47 | 1047 | 1049, false) => self.alternate = false,
                         _ => {}
                     }
                 }
@@ -429,15 +432,20 @@ mod tests {
         assert!(state.plain_scrolling(false));
         state.advance(b"\x1b[1;24r");
         assert!(state.plain_scrolling(false), "1;24 is the whole screen");
-        // A region on the alternate screen does not touch the normal one, and 1049 clears it.
-        state.advance(b"\x1b[?1049h\x1b[5;10r");
-        assert!(!state.plain_scrolling(true));
-        state.advance(b"\x1b[?1049l");
-        assert!(state.plain_scrolling(false));
-        state.advance(b"\x1b[?1049h");
-        assert!(state.plain_scrolling(true));
-        // 47 switches without clearing.
-        let mut state = after(24, b"\x1b[?47h\x1b[3;9r\x1b[?47l\x1b[?47h");
+        // A region on the alternate screen does not touch the normal one, and a switch into
+        // the alternate screen ends it, by any of the three modes.
+        for mode in ["47", "1047", "1049"] {
+            let switch = |action: &str| format!("\x1b[?{mode}{action}");
+            state.advance(format!("{}\x1b[5;10r", switch("h")).as_bytes());
+            assert!(!state.plain_scrolling(true));
+            state.advance(switch("l").as_bytes());
+            assert!(state.plain_scrolling(false));
+            state.advance(switch("h").as_bytes());
+            assert!(state.plain_scrolling(true), "{mode}");
+            state.advance(switch("l").as_bytes());
+        }
+        // A switch while the alternate screen is shown keeps its region.
+        let mut state = after(24, b"\x1b[?1049h\x1b[3;9r\x1b[?1049h\x1b[?47h");
         assert!(!state.plain_scrolling(true));
         state.advance(b"\x1bc");
         assert!(state.plain_scrolling(false));

@@ -6,6 +6,8 @@
 //! - `commands`: shell integration in real shells, their commands and what the terminal is doing;
 //! - `input`: receipts, bad input ids, and input held for a shell's first prompt;
 //! - `screens`: the emulator behind snapshots and the screen calls, against real programs;
+//! - `screen_oracle`: the emulator against xterm.js on recorded programs, and its snapshots drawn
+//!   by xterm;
 //! - `presence`: who is attached, as the broker's events name them, and who is typing;
 //! - `present_only`: an attach that sees the present screen alone (a share without history);
 //! - `service`: the event stream, health, reflection, the service credential, idle reaping;
@@ -30,6 +32,7 @@ mod presence;
 mod present_only;
 mod recordings;
 mod restart;
+mod screen_oracle;
 mod screens;
 mod service;
 mod teardown;
