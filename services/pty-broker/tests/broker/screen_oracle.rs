@@ -284,7 +284,7 @@ fn compare_broker(screen: &mut Screen, xterm: &XtermState) -> Vec<String> {
     compare_cells(&view, xterm, &mut differences);
     let cursor = (view.cursor.row, view.cursor.col, view.cursor.visible);
     let expected = (xterm.cursor.row, xterm.cursor.col, xterm.cursor.visible);
-    if (u32::from(cursor.0), u32::from(cursor.1), cursor.2) != expected {
+    if cursor != expected {
         differences.push(format!(
             "cursor (row, col, visible) {cursor:?}, xterm {expected:?}"
         ));
