@@ -38,6 +38,18 @@ use crate::streams::{CredentialWatch, StreamSlot};
 /// time: 256 reads for a 1 MiB paste).
 const READ_BUFFER_BYTES: usize = 4 * 1024;
 
+/// How much tungstenite gathers before it writes to the socket: nothing. The bridge flushes
+/// every frame it queues before it takes more output, so a buffer in front of the socket would
+/// only hold a keystroke's echo until that flush; tungstenite's default (128 KiB) is a size to
+/// wait for, not memory it reserves.
+const WRITE_BUFFER_BYTES: usize = 0;
+
+/// The most a socket's write buffer may hold: frames the client has not taken yet, which the
+/// bridge keeps to one output frame (at most a broker frame, [`MAX_FRAME_BYTES`], beside the
+/// batch before it) and a few JSON frames. Past it the socket fails instead of growing; the
+/// default is unbounded.
+const MAX_WRITE_BUFFER_BYTES: usize = 4 * MAX_FRAME_BYTES;
+
 /// The query parameters of a terminal WebSocket.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -165,6 +177,8 @@ async fn open_terminal(
     let bridges = state.bridges.clone();
     select_protocol(upgrade, &headers)
         .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| {
