@@ -724,7 +724,7 @@ async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
     stack.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
     let stack = TestStack::builder().start().await;
     let session_id = create_session(&stack, "local")
@@ -732,13 +732,29 @@ async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
         .session
         .expect("a session")
         .id;
-    let now = std::time::SystemTime::now()
+    // The shell is up before the short-lived credential is made, so that its few seconds have
+    // to cover only the open and one echo, not the shell's start.
+    let mut warm = Stream::open(
+        &stack,
+        Some(&stack.admin_token),
+        Some("local"),
+        hello(&session_id, broker_pb::Role::Controller, None),
+    )
+    .await
+    .expect("the gateway relays the attach");
+    expect_connected(warm.next().await);
+    warm.send(input("echo up-$((1+1))\n")).await;
+    warm.read_until("up-2").await;
+    drop(warm);
+
+    let expires_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs();
+        .as_secs()
+        + 3;
     // Valid when the stream opens (JWT checks allow a minute of clock skew, the stream's end
     // does not), expired a few seconds later.
-    let token = stack.jwt_expiring_at("short-lived", &["*"], now + 3);
+    let token = stack.jwt_expiring_at("short-lived", &["*"], expires_at);
     let mut stream = Stream::open(
         &stack,
         Some(&token),
@@ -753,5 +769,11 @@ async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
     let status = stream.ending_status().await;
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     assert_eq!(status.message(), "credential expired");
+    // A slow machine only ends it later; before the expiry is a gateway ending it too early.
+    assert!(
+        std::time::SystemTime::now()
+            >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires_at),
+        "the stream ended before its credential expired"
+    );
     stack.shutdown().await;
 }

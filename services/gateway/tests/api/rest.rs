@@ -211,7 +211,14 @@ async fn sessions_create_list_get_rename_reset_and_close() {
         (reset["id"].as_str(), reset["name"].as_str()),
         (Some(id.as_str()), Some("deploy"))
     );
-    assert!(reset["status"].is_string());
+    // The session's state after the reset began: never exited or closed.
+    assert!(
+        matches!(
+            reset["status"].as_str(),
+            Some("resetting" | "starting" | "active")
+        ),
+        "{reset}"
+    );
 
     let (status, closed) = delete(&stack, &format!("{base}/{id}")).await;
     assert_eq!(
@@ -699,6 +706,105 @@ async fn metrics_count_http_responses() {
         "{text}"
     );
     assert!(text.contains("ptyhub_gateway_websockets_open 0"), "{text}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn aliases_are_added_to_a_live_session_over_rest_and_grpc() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let first = create_session(&stack, &instance, json!({"aliases": ["a1"]})).await;
+    let second = create_session(&stack, &instance, json!({"aliases": ["b1"]})).await;
+    let path =
+        |session: &str| format!("/api/v1/instances/{instance}/terminal/sessions/{session}/aliases");
+
+    for _ in 0..2 {
+        let (status, added) = post(
+            &stack,
+            &path(&first),
+            Some(json!({"aliases": ["a2", "a1"]})),
+        )
+        .await;
+        assert_eq!(
+            (status, &added["aliases"]),
+            (200, &json!(["a1", "a2"])),
+            "{added}"
+        );
+        assert_eq!(added["id"], first.as_str(), "the session object: {added}");
+    }
+    let (status, taken) = post(&stack, &path(&second), Some(json!({"aliases": ["a2"]}))).await;
+    assert_eq!(
+        (status, &taken),
+        (
+            409,
+            &json!({"detail": format!("alias a2 is held by live session {first}")})
+        ),
+    );
+    let many: Vec<String> = (0..15).map(|n| format!("x{n}")).collect();
+    for (body, why) in [
+        (json!({"aliases": ["bad name"]}), "a bad alias"),
+        (json!({"aliases": []}), "no alias"),
+        (json!({"aliases": many}), "17 in all"),
+    ] {
+        let (status, refused) = post(&stack, &path(&first), Some(body)).await;
+        assert_eq!(status, 422, "{why}: {refused}");
+        assert!(refused["detail"].is_string(), "{why}: {refused}");
+    }
+    let (status, refused) = post(&stack, &path(&first), Some(json!({"alias": "x"}))).await;
+    assert!(
+        matches!(status, 400 | 422),
+        "an unknown field: {status} {refused}"
+    );
+    let (status, _) = post(
+        &stack,
+        &path("00000000-0000-4000-8000-000000000000"),
+        Some(json!({"aliases": ["x"]})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (_, listed) = get(
+        &stack,
+        &format!("/api/v1/instances/{instance}/terminal/sessions/{first}"),
+    )
+    .await;
+    assert_eq!(
+        listed["aliases"],
+        json!(["a1", "a2"]),
+        "nothing refused was written"
+    );
+
+    let channel = tonic::transport::Channel::from_shared(stack.gateway_url.clone())
+        .expect("gateway url")
+        .connect()
+        .await
+        .expect("a connection to the gateway");
+    let mut client = ptyhub_proto::session::v1::session_api_client::SessionApiClient::new(channel);
+    let request = |session: &str, alias: &str| {
+        let mut request =
+            tonic::Request::new(ptyhub_proto::session::v1::AddSessionAliasesRequest {
+                instance: instance.clone(),
+                session_id: session.to_owned(),
+                aliases: vec![alias.to_owned()],
+            });
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {}", stack.admin_token)
+                .parse()
+                .expect("a header"),
+        );
+        request
+    };
+    let added = client
+        .add_session_aliases(request(&second, "b2"))
+        .await
+        .expect("added over gRPC")
+        .into_inner();
+    assert_eq!(added.aliases, ["b1", "b2"]);
+    let refused = client
+        .add_session_aliases(request(&second, "a1"))
+        .await
+        .expect_err("a1 is the first session's");
+    assert_eq!(refused.code(), tonic::Code::AlreadyExists, "{refused:?}");
     stack.shutdown().await;
 }
 

@@ -608,16 +608,18 @@ async fn gateway_shutdown_closes_websockets_so_clients_reconnect() {
     stack.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_ends_with_4001_when_its_jwt_expires() {
     let stack = TestStack::builder().start().await;
-    let now = std::time::SystemTime::now()
+    let expires_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs();
+        .as_secs()
+        + 3;
     // Valid when the socket opens (JWT checks allow a minute of clock skew, the socket's end
-    // does not), expired a few seconds later.
-    let token = stack.jwt_expiring_at("short-lived", &["*"], now + 3);
+    // does not), expired a few seconds later; a machine slower than that opens it expired,
+    // and it ends at once, the same way.
+    let token = stack.jwt_expiring_at("short-lived", &["*"], expires_at);
     let url = format!(
         "{}{}?token={token}",
         stack.websocket_url(),
@@ -628,6 +630,11 @@ async fn a_socket_ends_with_4001_when_its_jwt_expires() {
     let closed = terminal.read_until_closed().await;
     assert_eq!(closed.code, 4001, "{closed:?}");
     assert_eq!(closed.reason, "credential expired");
+    // A slow machine only ends it later; before the expiry is a gateway ending it too early.
+    assert!(
+        std::time::SystemTime::now() >= std::time::UNIX_EPOCH + Duration::from_secs(expires_at),
+        "the socket closed before its credential expired"
+    );
     stack.shutdown().await;
 }
 
