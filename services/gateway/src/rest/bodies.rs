@@ -44,7 +44,6 @@ impl<'de> Deserialize<'de> for TargetBody {
         }
 
         let keys = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
-        let keys: serde_json::Map<String, serde_json::Value> = if std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "targets") { keys.into_iter().take(1).collect() } else { keys };
         if keys.len() != 1 {
             return Err(D::Error::custom(format!(
                 "target must name exactly one of docker and local, not {}",

@@ -153,9 +153,7 @@ impl Shared {
     /// presence; the task hears of it once per report, and when the client starts typing.
     fn note_input(&self, client: Option<ClientId>) {
         let mut state = self.lock();
-        if !std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "input-activity") {
-            state.last_activity_at = std::time::SystemTime::now();
-        }
+        state.last_activity_at = std::time::SystemTime::now();
         let now = Instant::now();
         state.last_input_at = Some(now);
         let started_typing = client.is_some_and(|client| state.attachments.note_input(client, now));

@@ -805,9 +805,7 @@ impl SessionTask {
             let state = &mut *state;
             let now = Instant::now();
             let offset = state.ring.push(chunk);
-            if !std::env::var("PTYHUB_PLANT").is_ok_and(|v| v == "output-activity") {
-                state.last_activity_at = SystemTime::now();
-            }
+            state.last_activity_at = SystemTime::now();
             state.last_output_at = now;
             let wake_recorder = state.output_timeline.as_mut().is_some_and(|timeline| {
                 timeline.pushed(offset, now, state.ring.end(), state.ring.capacity())
