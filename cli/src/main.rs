@@ -82,6 +82,9 @@ enum Command {
     },
     /// Restart a session's command (same id, same size).
     Reset { instance: String, session: String },
+    /// Give a live session more aliases to open it by.
+    #[command(subcommand)]
+    Alias(AliasCommand),
     /// Close a session, ending its processes.
     Rm { instance: String, session: String },
     /// Attach this terminal to a session: it shows the session's screen, then its output
@@ -120,6 +123,18 @@ enum Command {
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AliasCommand {
+    /// Add aliases to a live session: one it has already is no change; one another live
+    /// session holds is refused (at most 16 in all).
+    Add {
+        instance: String,
+        session: String,
+        #[arg(required = true)]
+        aliases: Vec<String>,
     },
 }
 
@@ -267,6 +282,11 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Reset { instance, session } => {
             manage::session_reset(connection, instance, session, output).await?
         }
+        Command::Alias(AliasCommand::Add {
+            instance,
+            session,
+            aliases,
+        }) => manage::session_alias_add(connection, instance, session, aliases, output).await?,
         Command::Rm { instance, session } => {
             manage::session_rm(connection, instance, session, output).await?
         }

@@ -191,6 +191,24 @@ pub async fn session_rename(
     print_session(renamed, output)
 }
 
+pub async fn session_alias_add(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    aliases: Vec<String>,
+    output: Output,
+) -> Result<()> {
+    let session = connection
+        .client()
+        .await?
+        .add_session_aliases(&instance, &session_id, aliases)
+        .await
+        .with_context(|| {
+            format!("cannot add aliases to session {session_id} of instance {instance:?}")
+        })?;
+    print_session(session, output)
+}
+
 pub async fn session_reset(
     connection: &ConnectionArgs,
     instance: String,

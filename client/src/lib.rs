@@ -362,6 +362,26 @@ impl Client {
             .into_inner())
     }
 
+    /// Gives a live session more aliases, with the rules and the cap of creation's: an alias it
+    /// holds already is no change; ALREADY_EXISTS ([`ErrorCode::AlreadyExists`]) when another
+    /// live session holds one. Answers the session with every alias it holds.
+    pub async fn add_session_aliases(
+        &self,
+        instance: &str,
+        session_id: &str,
+        aliases: Vec<String>,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .add_session_aliases(session_pb::AddSessionAliasesRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                aliases,
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Restarts the session's command in place: same id, size, aliases and offsets.
     pub async fn reset_session(
         &self,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::support::Up;
+use crate::support::{Up, one_error_line};
 
 /// The keys of a JSON object, to compare shapes whose values differ by the moment.
 fn keys(value: &Value) -> BTreeSet<String> {
@@ -83,6 +83,9 @@ fn session_commands_print_one_object_with_the_rest_keys() {
     assert_eq!(renamed["name"], "reshaped");
     let reset = json_of(&up, &["reset", "local", &id]);
     assert_eq!(keys(&reset), session_keys, "reset");
+    let aliased = json_of(&up, &["alias", "add", "local", &id, "later", "build"]);
+    assert_eq!(keys(&aliased), session_keys, "alias add");
+    assert_eq!(aliased["aliases"], json!(["build", "later"]));
 
     let screen = json_of(&up, &["screen", "local", &id]);
     assert_eq!(
@@ -100,6 +103,14 @@ fn session_commands_print_one_object_with_the_rest_keys() {
         json!({"pattern": "a", "timeout_ms": 30000}),
     );
     assert_eq!(keys(&waited), keys(&rest_waited), "wait");
+
+    let other = json_of(&up, &["new", "local"]);
+    let other = other["id"].as_str().expect("an id");
+    let line = one_error_line(&up.run(&["alias", "add", "local", other, "build"]));
+    assert!(
+        line.contains(&format!("alias build is held by live session {id}")),
+        "{line}"
+    );
 
     let closed = json_of(&up, &["rm", "local", &id]);
     assert_eq!(closed, json!({"status": "closed", "session_id": id}));

@@ -38,6 +38,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         sessions::close_session,
         sessions::reset_session,
         sessions::rename_session,
+        sessions::add_session_aliases,
         sessions::reset_default_session,
         events::session_events,
         screens::get_screen,

@@ -246,6 +246,10 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
             post(sessions::rename_session),
         )
         .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/aliases"),
+            post(sessions::add_session_aliases),
+        )
+        .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/screen"),
             get(screens::get_screen),
         )

@@ -277,6 +277,7 @@ instance_scoped!(
     pb::ListSessionsRequest,
     pb::ResolveSessionRequest,
     pb::RenameSessionRequest,
+    pb::AddSessionAliasesRequest,
     pb::ResetSessionRequest,
     pb::CloseSessionRequest,
     pb::CreateWebhookRequest,
@@ -467,6 +468,22 @@ impl SessionApi for SessionApiProxy {
         let (message, mut client) = self.controlled(request, "renaming a session").await?;
         let instance_id = message.instance.clone();
         let response = client.rename_session(message).await.map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    async fn add_session_aliases(
+        &self,
+        request: Request<pb::AddSessionAliasesRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let (message, mut client) = self
+            .controlled(request, "adding aliases to a session")
+            .await?;
+        let instance_id = message.instance.clone();
+        let response = client
+            .add_session_aliases(message)
+            .await
+            .map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }

@@ -393,6 +393,25 @@ impl SessionService {
         Ok(session)
     }
 
+    /// Gives a live session more aliases (idempotent; the creation's rules and cap). Watchers
+    /// hear it as a `Renamed` change: the names the session answers to changed.
+    pub async fn add_aliases(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+        aliases: &[Alias],
+    ) -> Result<Session, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        let (session, changed) = self
+            .store
+            .add_aliases(instance.id, session_id, aliases)
+            .await?;
+        if changed {
+            self.changes.publish(ChangeKind::Renamed, &session);
+        }
+        Ok(session)
+    }
+
     /// Restarts the session's command on its PTY (same id, offsets go on).
     pub async fn reset_session(&self, instance: &str, session_id: Uuid) -> Result<Session, Error> {
         let session = self.get_session(instance, session_id).await?;

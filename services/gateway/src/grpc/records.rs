@@ -350,6 +350,27 @@ impl Upstreams {
         session_from_proto(session)
     }
 
+    /// Gives a live session more aliases; session-api checks them as at creation.
+    pub async fn add_session_aliases(
+        &self,
+        instance_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
+        aliases: Vec<String>,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .add_session_aliases(session_pb::AddSessionAliasesRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_string(),
+                aliases,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        session_from_proto(session)
+    }
+
     pub async fn reset_session(
         &self,
         instance_id: &str,

@@ -395,6 +395,14 @@ pub struct CreatedSession {
     pub created_at: Option<DateTime<Utc>>,
 }
 
+/// `POST .../sessions/{sid}/aliases`: the aliases to add to a live session.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddAliasesBody {
+    /// One or more, with the rules of creation's `aliases`.
+    pub aliases: Vec<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClosedSession {
     /// Always `closed`.

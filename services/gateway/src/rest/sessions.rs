@@ -11,8 +11,8 @@ use ptyhub_model::{Role, TerminalSize};
 use ptyhub_wire::Surface;
 
 use super::bodies::{
-    ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody, RenamedSession,
-    ResetSessionBody, SessionBody, SessionList, validate_name,
+    AddAliasesBody, ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody,
+    RenamedSession, ResetSessionBody, SessionBody, SessionList, validate_name,
 };
 use super::extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, SessionPath,
@@ -242,6 +242,48 @@ pub async fn rename_session(
         id: session.id.to_string(),
         name: session.name,
     }))
+}
+
+/// Give a live session more aliases: idempotent (an alias it holds is no change), with the
+/// rules and the cap of creation's `aliases`; 409 for an alias another live session holds.
+#[utoipa::path(
+    post, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}/aliases", tag = "sessions",
+    params(SessionPath), request_body = AddAliasesBody,
+    responses(
+        (status = 200, body = SessionBody), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn add_session_aliases(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+    JsonBody(body): JsonBody<AddAliasesBody>,
+) -> Result<Json<SessionBody>, ApiError> {
+    principal
+        .access
+        .require_control("adding aliases to a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    if body.aliases.is_empty() {
+        return Err(ApiError::invalid("aliases: name at least one alias"));
+    }
+    if body.aliases.len() > ptyhub_wire::limits::MAX_ALIASES_PER_SESSION {
+        return Err(ApiError::invalid(format!(
+            "a session may have at most {} aliases",
+            ptyhub_wire::limits::MAX_ALIASES_PER_SESSION
+        )));
+    }
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    let session = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Rest))
+        .add_session_aliases(&instance.id, &session.id, body.aliases)
+        .await?;
+    Ok(Json(session.seen_by(&principal.access).into()))
 }
 
 /// Reset the `default` session (legacy single-terminal API), creating it when absent (a fresh

@@ -348,6 +348,37 @@ impl SessionApi for GrpcSessionApi {
         Ok(Response::new(session_to_pb(&session)))
     }
 
+    async fn add_session_aliases(
+        &self,
+        request: Request<pb::AddSessionAliasesRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.into_inner();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        if request.aliases.is_empty() {
+            return Err(Error::InvalidRequest("aliases: name at least one alias".into()).into());
+        }
+        // Counted before any is parsed, as at creation.
+        if request.aliases.len() > limits::MAX_ALIASES_PER_SESSION {
+            return Err(Error::InvalidRequest(format!(
+                "a session may have at most {} aliases",
+                limits::MAX_ALIASES_PER_SESSION
+            ))
+            .into());
+        }
+        let aliases = request
+            .aliases
+            .iter()
+            .map(|alias| Alias::parse(alias))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::from)?;
+        let session = self
+            .service
+            .add_aliases(instance, session_id, &aliases)
+            .await?;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
     async fn reset_session(
         &self,
         request: Request<pb::ResetSessionRequest>,

@@ -2,6 +2,7 @@
 //! that serialises the writers of one instance, and the live holder of an alias.
 
 use ptyhub_model::TerminalSize;
+use ptyhub_wire::limits::MAX_ALIASES_PER_SESSION;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect,
 };
@@ -130,6 +131,72 @@ impl Store {
         let instance = instance_from_model(instance_model, live.len() as u32 + 1)?;
         transaction.commit().await?;
         Ok(Reservation::Created { instance, session })
+    }
+
+    /// Gives live session `session_id` of `instance_id` the `aliases` it does not hold yet, in
+    /// one transaction serialised with the instance's other writers (as a reservation is), so
+    /// that the creation's rules hold: an alias another live session holds is
+    /// [`Error::AliasTaken`], more than [`MAX_ALIASES_PER_SESSION`] in all is refused, and
+    /// nothing is written on an error. The partial unique index on live aliases holds it across
+    /// replicas besides. Returns the session with every alias it holds, and whether any was
+    /// new.
+    pub async fn add_aliases(
+        &self,
+        instance_id: Uuid,
+        session_id: Uuid,
+        aliases: &[Alias],
+    ) -> Result<(Session, bool), Error> {
+        let transaction = self.begin_write().await?;
+        lock_instance(&transaction, instance_id).await?;
+        let session = load_session(&transaction, session_id).await?;
+        if session.instance_id != instance_id {
+            return Err(Error::SessionNotFound(session_id));
+        }
+        if !session.status.is_live() {
+            return Err(Error::SessionNotLive {
+                session_id,
+                status: session.status.to_string(),
+            });
+        }
+        let mut asked: Vec<String> = aliases.iter().map(Alias::to_text).collect();
+        asked.sort();
+        asked.dedup();
+        let mut added = Vec::new();
+        for alias in asked {
+            match live_alias_holder(&transaction, instance_id, &alias).await? {
+                Some(holder) if holder == session_id => {}
+                Some(holder) => {
+                    return Err(Error::AliasTaken {
+                        alias,
+                        session_id: holder,
+                    });
+                }
+                None => added.push(alias),
+            }
+        }
+        let total = session.aliases.len() + added.len();
+        if total > MAX_ALIASES_PER_SESSION {
+            return Err(Error::InvalidRequest(format!(
+                "a session may have at most {MAX_ALIASES_PER_SESSION} aliases: session {session_id} has {} and would have {total}",
+                session.aliases.len()
+            )));
+        }
+        let at = now();
+        let changed = !added.is_empty();
+        for alias in added {
+            session_alias::Entity::insert(session_alias::ActiveModel {
+                session_id: Set(session_id),
+                alias: Set(alias),
+                instance_id: Set(instance_id),
+                created_at: Set(at),
+                released_at: Set(None),
+            })
+            .exec_without_returning(&transaction)
+            .await?;
+        }
+        let session = load_session(&transaction, session_id).await?;
+        transaction.commit().await?;
+        Ok((session, changed))
     }
 
     /// The live session of `instance_id` that holds `alias`.

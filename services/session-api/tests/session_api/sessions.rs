@@ -1313,3 +1313,176 @@ async fn closed_sessions_are_pruned_after_the_retention() {
         .unwrap_err();
     assert_eq!(gone.code(), Code::NotFound);
 }
+
+fn add_aliases(
+    instance: &pb::Instance,
+    session: &pb::Session,
+    aliases: &[&str],
+) -> pb::AddSessionAliasesRequest {
+    pb::AddSessionAliasesRequest {
+        instance: instance.id.clone(),
+        session_id: session.id.clone(),
+        aliases: aliases.iter().map(|alias| (*alias).to_owned()).collect(),
+    }
+}
+
+async fn created_with_alias(
+    client: &mut SessionClient,
+    instance: &pb::Instance,
+    alias: &str,
+) -> pb::Session {
+    client
+        .create_session(pb::CreateSessionRequest {
+            aliases: vec![alias.to_owned()],
+            ..create(instance)
+        })
+        .await
+        .expect("create")
+        .into_inner()
+        .session
+        .expect("a session")
+}
+
+both_databases!(
+    aliases_are_added_to_a_live_session_with_the_rules_of_creation,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "later", "b1", 5).await;
+        let first = created_with_alias(&mut client, &instance, "a1").await;
+        let second = created_with_alias(&mut client, &instance, "b1").await;
+
+        for _ in 0..2 {
+            // Idempotent: the second call changes nothing and answers the same.
+            let added = client
+                .add_session_aliases(add_aliases(&instance, &first, &["a2", "a1", "a2"]))
+                .await
+                .expect("add")
+                .into_inner();
+            assert_eq!(added.aliases, ["a1", "a2"]);
+        }
+        let found = client
+            .resolve_session(pb::ResolveSessionRequest {
+                create_if_absent: false,
+                ..resolve_alias(&instance, "a2")
+            })
+            .await
+            .expect("the added alias opens the session")
+            .into_inner();
+        assert_eq!(found.session.expect("a session").id, first.id);
+
+        let taken = client
+            .add_session_aliases(add_aliases(&instance, &second, &["b2", "a2"]))
+            .await
+            .expect_err("another live session holds a2");
+        assert_eq!(taken.code(), Code::AlreadyExists);
+        assert_eq!(
+            taken.message(),
+            format!("alias a2 is held by live session {}", first.id)
+        );
+        // Two held and fifteen new make seventeen: one over the cap.
+        let fifteen: Vec<String> = (0..15).map(|n| format!("x{n}")).collect();
+        let fifteen: Vec<&str> = fifteen.iter().map(String::as_str).collect();
+        for (aliases, why) in [
+            (vec!["bad name"], "a bad alias"),
+            (vec![], "no alias"),
+            (fifteen, "17 in all"),
+        ] {
+            let refused = client
+                .add_session_aliases(add_aliases(&instance, &first, &aliases))
+                .await
+                .expect_err(why);
+            assert_eq!(refused.code(), Code::InvalidArgument, "{why}: {refused:?}");
+        }
+        let listed = live_sessions(&mut client, &instance).await;
+        let aliases_of = |id: &str| {
+            listed
+                .iter()
+                .find(|session| session.id == id)
+                .map(|session| session.aliases.clone())
+        };
+        assert_eq!(
+            aliases_of(&first.id),
+            Some(vec!["a1".to_owned(), "a2".to_owned()])
+        );
+        assert_eq!(
+            aliases_of(&second.id),
+            Some(vec!["b1".to_owned()]),
+            "nothing written"
+        );
+
+        let other = register_instance(&mut client, "other", "b1", 5).await;
+        let elsewhere = client
+            .add_session_aliases(add_aliases(&other, &first, &["z"]))
+            .await
+            .expect_err("a session of another instance");
+        assert_eq!(elsewhere.code(), Code::NotFound);
+
+        client
+            .close_session(pb::CloseSessionRequest {
+                instance: instance.id.clone(),
+                session_id: first.id.clone(),
+            })
+            .await
+            .expect("close");
+        let closed = client
+            .add_session_aliases(add_aliases(&instance, &first, &["z"]))
+            .await
+            .expect_err("a closed session");
+        assert_eq!(closed.code(), Code::FailedPrecondition);
+        let freed = client
+            .add_session_aliases(add_aliases(&instance, &second, &["a2"]))
+            .await
+            .expect("a closed session's aliases are free")
+            .into_inner();
+        assert_eq!(freed.aliases, ["a2", "b1"]);
+    }
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_give_one_alias_to_one_live_session() {
+    let Some(database) = FreshDatabase::create(Backend::Postgres).await else {
+        return;
+    };
+    let broker = start_broker();
+    let first = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut first_client = session_client(&first).await;
+    let second = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let second_client = session_client(&second).await;
+    let instance = register_instance(&mut first_client, "contested", "b1", 5).await;
+    let sessions = [
+        created_with_alias(&mut first_client, &instance, "one").await,
+        created_with_alias(&mut first_client, &instance, "two").await,
+    ];
+
+    let mut tasks = Vec::new();
+    for attempt in 0..20 {
+        let mut client = [first_client.clone(), second_client.clone()][attempt % 2].clone();
+        let request = add_aliases(&instance, &sessions[attempt / 2 % 2], &["shared"]);
+        tasks.push(tokio::spawn(async move {
+            client.add_session_aliases(request).await
+        }));
+    }
+    let mut holders = HashSet::new();
+    for task in tasks {
+        match task.await.expect("the task") {
+            Ok(session) => {
+                holders.insert(session.into_inner().id);
+            }
+            Err(status) => assert_eq!(status.code(), Code::AlreadyExists, "{status:?}"),
+        }
+    }
+    assert_eq!(holders.len(), 1, "one session holds the alias: {holders:?}");
+    let holding: Vec<String> = live_sessions(&mut first_client, &instance)
+        .await
+        .into_iter()
+        .filter(|session| session.aliases.iter().any(|alias| alias == "shared"))
+        .map(|session| session.id)
+        .collect();
+    assert_eq!(holding.len(), 1, "{holding:?}");
+    assert!(holders.contains(&holding[0]));
+}
