@@ -175,7 +175,13 @@ async function main() {
     process.stderr.write(`screen-oracle: ${error.message}\n`);
     process.exit(2);
   }
-  const data = readFileSync(options.file);
+  let data;
+  try {
+    data = readFileSync(options.file);
+  } catch (error) {
+    process.stderr.write(`screen-oracle: cannot read ${options.file}: ${error.message}\n`);
+    process.exit(2);
+  }
   const offsets = [...new Set([...options.at, data.length])].sort((a, b) => a - b);
   const beyond = offsets.find((offset) => offset > data.length);
   if (beyond !== undefined) {

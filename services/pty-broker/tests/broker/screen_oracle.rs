@@ -103,6 +103,10 @@ fn the_oracle_refuses_bad_arguments_with_a_message() {
             vec!["--cols", "80", "--rows", "24", "--at", "6", path],
             "beyond the file's 5 bytes",
         ),
+        (
+            vec!["--cols", "80", "--rows", "24", "/nonexistent/fixture.bytes"],
+            "cannot read /nonexistent/fixture.bytes",
+        ),
     ] {
         let output = oracle_command().args(&args).output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{args:?}");
