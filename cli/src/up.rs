@@ -183,6 +183,12 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
         "  shell:     ptyhub --data-dir {} attach local",
         data_dir.display()
     );
+    if backends.contains(&BackendKind::Docker) {
+        println!(
+            "  docker:    {}",
+            root_in_containers(args.policy.allow_root)
+        );
+    }
     println!("  data dir:  {}", data_dir.display());
     println!("  logs:      {}", log_file.display());
     println!();
@@ -206,6 +212,16 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
     match failure {
         Some(failure) => Err(failure.into()),
         None => stopped.map_err(Into::into),
+    }
+}
+
+/// What the banner says about root in containers: most images run as root, and without
+/// `--allow-root` an instance of one is refused when it is added unless it names a user.
+fn root_in_containers(allow_root: bool) -> &'static str {
+    if allow_root {
+        "sessions may run as root in containers (--allow-root)"
+    } else {
+        "sessions never run as root in containers: add an image that runs as root with --user NAME, or start ptyhub up with --allow-root"
     }
 }
 

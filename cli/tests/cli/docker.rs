@@ -150,23 +150,48 @@ fn docker_instances_run_exec_and_attach_inside_the_container() {
 }
 
 #[test]
-fn root_in_a_container_is_refused_unless_up_allows_it() {
+fn a_container_that_runs_as_root_is_refused_when_added_unless_up_allows_root() {
     if !ptyhub_test_support::require(Requirement::Docker) {
         return;
     }
     let container = Container::start();
     let up = Up::start_with_backends("local,docker");
-    up.run_ok(&["instance", "add", "rooted", "--docker", &container.name]);
-    let line = crate::support::one_error_line(&up.run(&["exec", "rooted", "--", "id", "-u"]));
+    // The test image sets no user: its sessions would run as root.
+    let line = crate::support::one_error_line(&up.run(&[
+        "instance",
+        "add",
+        "rooted",
+        "--docker",
+        &container.name,
+    ]));
     assert!(
-        line.contains("root") && line.contains("--allow-root"),
+        line.contains(&format!("container {} would run as root", container.name))
+            && line.contains("--user NAME")
+            && line.contains("--allow-root"),
         "{line}"
     );
-    let sessions = up.sessions("rooted");
+    let listed = up.run_ok(&["--json", "instance", "ls"]);
     assert!(
-        sessions.iter().all(|session| session["status"] == "closed"),
-        "nothing was left running: {sessions:?}"
+        !listed.contains("rooted"),
+        "nothing was registered: {listed}"
     );
+    let line = crate::support::one_error_line(&up.run(&[
+        "instance",
+        "add",
+        "rooted",
+        "--docker",
+        &container.name,
+        "--user",
+        "root",
+    ]));
+    assert!(line.contains("as root, which is root"), "{line}");
+    drop(up);
+
+    let up = Up::start_with_flags("local,docker", &["--allow-root"]);
+    up.run_ok(&["instance", "add", "rooted", "--docker", &container.name]);
+    let ran = up.run(&["exec", "rooted", "--", "id", "-u"]);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "0");
 }
 
 #[test]

@@ -96,6 +96,16 @@ impl PtyBroker for AttachRelay {
         ))
     }
 
+    async fn check_target(
+        &self,
+        _request: Request<pb::CheckTargetRequest>,
+    ) -> Result<Response<pb::CheckTargetResponse>, Status> {
+        Err(not_offered(
+            "CheckTarget",
+            ": register instances with ptyhub.session.v1.SessionApi/RegisterInstance",
+        ))
+    }
+
     async fn kill(
         &self,
         _request: Request<pb::KillRequest>,

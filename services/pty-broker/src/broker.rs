@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use ptyhub_attach_ticket::{TicketRole, TicketVerifyingKey};
+use ptyhub_model::TerminalSize;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -18,11 +19,12 @@ use crate::config::{BackendKind, Config};
 use crate::domain::{BrokerEvent, Command, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
+use crate::policy::PolicyRefusal;
 use crate::recording::{CastHeader, RecordMode, RecordingRequest, Recordings, RecordingsConfig};
 use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
-use crate::runtime::{HandedProcess, PtyRuntime, SpawnSpec, Target};
+use crate::runtime::{HandedProcess, PtyRuntime, RuntimeError, SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
@@ -250,6 +252,50 @@ impl Broker {
 
     fn ticket_public_key(&self) -> &TicketVerifyingKey {
         &self.inner.config.secrets.ticket_public_key
+    }
+
+    /// Whether the broker's policy admits sessions on `target` as `user` (the target's own user
+    /// when `None`), judged exactly as a spawn is and starting nothing. A root refusal says how
+    /// to register the instance instead, since that is when it is asked.
+    pub async fn check_target(&self, target: Target, user: Option<String>) -> Result<(), Error> {
+        let kind = match target {
+            Target::Local => BackendKind::Local,
+            Target::Docker { .. } => BackendKind::Docker,
+        };
+        let runtime = self
+            .inner
+            .runtimes
+            .get(&kind)
+            .cloned()
+            .ok_or(Error::RuntimeNotConfigured(kind))?;
+        let spec = SpawnSpec {
+            session_id: Uuid::nil(),
+            target: target.clone(),
+            command: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            user: user.clone(),
+            size: TerminalSize::DEFAULT,
+            shell_integration: false,
+        };
+        match runtime.admit(&spec, &self.inner.config.policy).await {
+            Err(RuntimeError::Refused(PolicyRefusal::Root)) => {
+                let runs_as = match &user {
+                    Some(user) => format!("as {user}, which is root"),
+                    None => "as root (the user its image runs as)".to_owned(),
+                };
+                let container = match &target {
+                    Target::Docker { container } => container.as_str(),
+                    Target::Local => "the target",
+                };
+                Err(Error::Runtime(RuntimeError::Refused(
+                    PolicyRefusal::RootTarget(format!(
+                        "sessions in container {container} would run {runs_as}, and this broker does not run sessions as root in containers: give the instance a user of the image (ptyhub instance add --user NAME, REST \"user\"), or start the broker with --allow-root"
+                    )),
+                )))
+            }
+            checked => checked.map_err(Error::from),
+        }
     }
 
     /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.

@@ -73,6 +73,10 @@ pub enum PolicyRefusal {
     ContainerNotAllowed(String),
     #[error("this broker does not run sessions as root in containers (--allow-root allows it)")]
     Root,
+    /// [`PolicyRefusal::Root`] when an instance is registered: the whole sentence, with what to
+    /// do instead.
+    #[error("{0}")]
+    RootTarget(String),
     #[error("this broker does not run sessions as user {0} (--deny-user)")]
     DeniedUser(String),
     #[error("cannot tell whether user {user} is allowed: {reason}")]

@@ -251,6 +251,25 @@ impl BrokerClients {
         Ok(())
     }
 
+    /// Asks the broker whether its policy admits sessions on `target` as `user`; its refusal
+    /// (PERMISSION_DENIED) comes back as [`Error::BrokerRefused`].
+    pub async fn check_target(
+        &self,
+        broker: &Broker,
+        target: &Target,
+        user: &str,
+    ) -> Result<(), Error> {
+        let request = pb::CheckTargetRequest {
+            target: Some(target.clone().into()),
+            user: user.to_owned(),
+        };
+        self.client(broker)?
+            .check_target(self.unary(request))
+            .await
+            .map_err(|status| Error::from_broker_status(&broker.id, status))?;
+        Ok(())
+    }
+
     /// Ends the session's process group. A session the broker does not have is not an error.
     pub async fn kill(&self, broker: &Broker, session_id: Uuid) -> Result<(), Error> {
         let request = pb::KillRequest {

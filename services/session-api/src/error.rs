@@ -65,6 +65,10 @@ pub enum Error {
     /// broke), so a call that needs it is not tried.
     #[error("broker {0} is down")]
     BrokerDown(String),
+    /// The broker's policy would refuse every session of the instance being registered: its
+    /// message, which says what to do instead.
+    #[error("{0}")]
+    TargetRefused(String),
     /// The instance's container is not running: the broker's message, which says how to start
     /// it, passed on with its own code.
     #[error("{message}")]
@@ -116,7 +120,7 @@ impl Error {
             | Error::WebhookNotFound(_) => ErrorCode::NotFound,
             Error::TooManyShares(_) | Error::TooManyWebhooks(_) => ErrorCode::CapReached,
             Error::InstanceNameTaken(_) | Error::AliasTaken { .. } => ErrorCode::AlreadyExists,
-            Error::NotThisBrokersCredential(_) => ErrorCode::Forbidden,
+            Error::NotThisBrokersCredential(_) | Error::TargetRefused(_) => ErrorCode::Forbidden,
             Error::PlaintextBrokerEndpoint(_) => ErrorCode::Invalid,
             Error::CapReached(_) => ErrorCode::CapReached,
             Error::SessionNotLive { .. } | Error::BrokerUnsuitable { .. } => ErrorCode::WrongState,

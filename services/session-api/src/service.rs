@@ -121,7 +121,32 @@ impl SessionService {
                 .await?
                 .ok_or(Error::NoBrokerAvailable(new.target.kind_name()))?,
         };
+        self.check_target_admitted(&broker, &new).await?;
         self.store.insert_instance(&new, &broker.id).await
+    }
+
+    /// Refuses an instance whose sessions the broker's own policy would refuse every one of (a
+    /// container that runs as root on a broker without `--allow-root`, a container or user it
+    /// may not use), so that it is said when the instance is added. Only the policy's refusal
+    /// refuses: a broker that does not answer, or a container not there yet, is judged again at
+    /// each spawn.
+    async fn check_target_admitted(&self, broker: &Broker, new: &NewInstance) -> Result<(), Error> {
+        match self
+            .brokers
+            .check_target(broker, &new.target, &new.user)
+            .await
+        {
+            Err(Error::BrokerRefused {
+                code: tonic::Code::PermissionDenied,
+                message,
+                ..
+            }) => Err(Error::TargetRefused(message)),
+            Err(error) => {
+                tracing::info!(broker_id = %broker.id, %error, "the broker could not check the instance's target now; its sessions are checked at spawn");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     pub async fn get_instance(&self, id_or_name: &str) -> Result<Instance, Error> {

@@ -80,6 +80,14 @@ impl Up {
         Self::launch(data_dir, web_dir, backends)
     }
 
+    /// Starts `ptyhub up` with these `--backend`s and more flags of `up`.
+    pub fn start_with_flags(backends: &str, flags: &[&str]) -> Self {
+        let data_dir = tempfile::tempdir().expect("data dir");
+        let web_dir = tempfile::tempdir().expect("web dir");
+        std::fs::write(web_dir.path().join("index.html"), TEST_PAGE).expect("write index.html");
+        Self::launch_with(data_dir, web_dir, backends, flags)
+    }
+
     /// Starts `ptyhub up` serving HTTPS with these certificates' server certificate.
     pub fn start_with_tls(certificates: &ptyhub_test_support::tls::TestCertificates) -> Self {
         let data_dir = tempfile::tempdir().expect("data dir");

@@ -21,7 +21,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use crate::broker::{Broker, Hello};
 use crate::domain::SessionInfo;
 use crate::error::Error;
-use crate::runtime::SpawnSpec;
+use crate::runtime::{SpawnSpec, Target};
 use crate::screen::ScreenFormat;
 use crate::session::{AttachedInput, Attachment, AttachmentHandle};
 use crate::session::{CommandWatch, ScreenWait};
@@ -95,6 +95,19 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
         }))
+    }
+
+    async fn check_target(
+        &self,
+        request: Request<pb::CheckTargetRequest>,
+    ) -> Result<Response<pb::CheckTargetResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let target = Target::try_from(request.target.unwrap_or_default())
+            .map_err(|refused| Error::InvalidRequest(refused.0))?;
+        let user = (!request.user.is_empty()).then_some(request.user);
+        self.broker.check_target(target, user).await?;
+        Ok(Response::new(pb::CheckTargetResponse {}))
     }
 
     async fn kill(
