@@ -619,6 +619,7 @@ impl From<&Session> for session_pb::Session {
             title: session.title.clone().unwrap_or_default(),
             last_bell_at: session.last_bell_at.map(timestamp),
             terminal: session.terminal.clone().map(Into::into),
+            presence: session.presence.iter().map(Into::into).collect(),
         }
     }
 }
@@ -658,6 +659,11 @@ impl TryFrom<session_pb::Session> for Session {
             title: (!session.title.is_empty()).then_some(session.title),
             last_bell_at: optional_date_time("session last_bell_at", session.last_bell_at)?,
             terminal: session.terminal.map(TryInto::try_into).transpose()?,
+            presence: session
+                .presence
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -990,6 +996,7 @@ mod tests {
             title in proptest::option::of("\\PC{1,30}"),
             bell in any::<bool>(),
             terminal in proptest::option::of(0usize..TerminalState::ALL.len()),
+            presence in proptest::collection::vec(("\\PC{0,12}", any::<bool>(), any::<bool>()), 0..3),
         ) {
             let at = DateTime::from_timestamp(seconds, nanos).unwrap();
             let session = Session {
@@ -1013,6 +1020,16 @@ mod tests {
                     cwd: Some("/src".to_owned()),
                     ..TerminalActivity::default()
                 }),
+                presence: presence
+                    .into_iter()
+                    .map(|(principal, controls, typing)| Attendee {
+                        principal,
+                        role: if controls { Role::Controller } else { Role::Viewer },
+                        surface: "web".to_owned(),
+                        since: at,
+                        typing,
+                    })
+                    .collect(),
             };
             let message = session_pb::Session::from(&session);
             prop_assert_eq!(Session::try_from(message.clone()), Ok(session.clone()));

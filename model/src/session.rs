@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{TerminalActivity, TerminalSize, TerminalState};
+use crate::{Attendee, TerminalActivity, TerminalSize, TerminalState};
 
 /// A session record, as session-api keeps it and answers it, and as every surface of the
 /// gateway shows it (what a credential may see of it is the gateway's rule). Its protobuf form
@@ -40,6 +40,8 @@ pub struct Session {
     pub last_bell_at: Option<DateTime<Utc>>,
     /// What the terminal is doing, as its broker last reported it; `None` until it did.
     pub terminal: Option<TerminalActivity>,
+    /// Who is attached now, as its broker last reported (docs/CONTRACT.md, "Presence").
+    pub presence: Vec<Attendee>,
 }
 
 impl Session {
@@ -94,6 +96,8 @@ pub struct SessionJson {
     /// status is.
     #[serde(flatten)]
     pub terminal: TerminalActivity,
+    /// Who is attached now, one entry per stream, oldest attach first.
+    pub presence: Vec<Attendee>,
 }
 
 impl From<Session> for SessionJson {
@@ -119,6 +123,7 @@ impl From<Session> for SessionJson {
             rows: Some(session.size.rows().into()),
             title: session.title.unwrap_or_default(),
             last_bell_at: session.last_bell_at,
+            presence: session.presence,
         }
     }
 }
@@ -412,6 +417,7 @@ mod tests {
             title: None,
             last_bell_at: None,
             terminal: None,
+            presence: Vec::new(),
         };
         assert_eq!(session.terminal_activity(), TerminalActivity::default());
         session.terminal = Some(busy.clone());

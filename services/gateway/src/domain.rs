@@ -11,8 +11,9 @@ use chrono::{DateTime, Utc};
 use ptyhub_model::{AuditKind, Role, TerminalSize};
 
 pub use ptyhub_model::{
-    ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode, Screen,
-    ScreenContent, ScreenFormat, Session, SessionStatus, Target, TerminalActivity, TerminalState,
+    Attendee, ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode,
+    Screen, ScreenContent, ScreenFormat, Session, SessionStatus, Target, TerminalActivity,
+    TerminalState,
 };
 
 #[derive(Debug, Clone)]

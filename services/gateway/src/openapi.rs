@@ -312,6 +312,7 @@ mod tests {
                 integrated: true,
                 running_command: Some(2),
             }),
+            presence: Vec::new(),
         };
         let body = serde_json::to_value(rest::bodies::SessionBody::from(session))
             .expect("a session as json");

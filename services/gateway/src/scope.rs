@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
-use crate::domain::{Instance, ScreenWaitResult, Session, SessionChange, TerminalActivity};
+use crate::domain::{
+    Attendee, Instance, ScreenWaitResult, Session, SessionChange, TerminalActivity,
+};
 use crate::error::ApiError;
 
 /// A record as a credential may see it. Every surface answers through these, so that what a
@@ -56,10 +58,30 @@ impl SeenBy for TerminalActivity {
 }
 
 impl SeenBy for Session {
-    /// What its terminal is doing, as the credential sees it.
+    /// What its terminal is doing and who is attached, as the credential sees them.
     fn seen_by(self, access: &Access) -> Self {
         Self {
             terminal: self.terminal.map(|terminal| terminal.seen_by(access)),
+            presence: self
+                .presence
+                .into_iter()
+                .map(|attendee| attendee.seen_by(access))
+                .collect(),
+            ..self
+        }
+    }
+}
+
+impl SeenBy for Attendee {
+    /// A credential that may not know who else works in a session (a share link's) sees that
+    /// someone is attached, in which role, through what and whether typing, but not who: the
+    /// subjects of other people's credentials are not the share's to hand out.
+    fn seen_by(self, access: &Access) -> Self {
+        if access.sees_principals() {
+            return self;
+        }
+        Self {
+            principal: String::new(),
             ..self
         }
     }
@@ -231,6 +253,12 @@ impl Access {
         !self.viewer_only
     }
 
+    /// Whether it may know who is attached to a session: the principals in its presence. A
+    /// share link's credential watches a terminal, not the people at it.
+    pub fn sees_principals(&self) -> bool {
+        !self.viewer_only
+    }
+
     /// The one session it covers, when it is restricted to one.
     pub fn only_session(&self) -> Option<&str> {
         self.session.as_deref()
@@ -370,6 +398,13 @@ mod tests {
                 running_command: Some(7),
                 ..TerminalActivity::default()
             }),
+            presence: vec![Attendee {
+                principal: "alice".to_owned(),
+                role: ptyhub_model::Role::Controller,
+                surface: "web".to_owned(),
+                since: at,
+                typing: true,
+            }],
         }
     }
 
@@ -387,6 +422,19 @@ mod tests {
         for access in [Access::admin(), Access::scoped(["web".to_owned()], false)] {
             assert_eq!(session().seen_by(&access), session());
         }
+    }
+
+    #[test]
+    fn a_share_sees_who_is_attached_but_not_their_names() {
+        let seen = session().seen_by(&share());
+        let attendee = &seen.presence[0];
+        assert_eq!(attendee.principal, "");
+        assert_eq!(
+            (attendee.role, attendee.surface.as_str(), attendee.typing),
+            (ptyhub_model::Role::Controller, "web", true)
+        );
+        let seen = session().seen_by(&Access::scoped(["web".to_owned()], false));
+        assert_eq!(seen.presence[0].principal, "alice");
     }
 
     #[test]

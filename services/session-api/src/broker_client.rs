@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
-use ptyhub_model::TerminalSize;
 use ptyhub_model::proto::{self, ProtoEnum as _};
+use ptyhub_model::{Attendee, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -103,9 +103,11 @@ pub enum BrokerEvent {
         session_id: Uuid,
         reason: CloseReason,
     },
+    /// Who is attached changed: how many, and who (presence).
     Attachments {
         session_id: Uuid,
         attached_clients: u32,
+        presence: Vec<Attendee>,
     },
     ResetDone(BrokerSession),
     /// What the terminal is doing changed, or commands started or ended.
@@ -522,6 +524,12 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
         Event::AttachmentsChanged(changed) => BrokerEvent::Attachments {
             session_id: parse_session_id(&changed.session_id)?,
             attached_clients: changed.controllers.saturating_add(changed.viewers),
+            presence: changed
+                .presence
+                .into_iter()
+                .map(Attendee::try_from)
+                .collect::<Result<_, _>>()
+                .ok()?,
         },
         Event::Reset(reset) => BrokerEvent::ResetDone(session_from_pb(reset.session?)?),
         Event::Terminal(changed) => BrokerEvent::Terminal {

@@ -14,7 +14,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use crate::domain::{ChangeKind, Command, ExitStatus, Session, SessionChange, SessionStatus};
+use crate::domain::{
+    Attendee, ChangeKind, Command, ExitStatus, Session, SessionChange, SessionStatus,
+};
 use crate::store::now;
 
 /// How many changes a slow watcher may fall behind before it misses some.
@@ -28,6 +30,7 @@ struct Visible {
     status: SessionStatus,
     name: String,
     attached_clients: u32,
+    presence: Vec<Attendee>,
     exit: Option<ExitStatus>,
     title: Option<String>,
     last_bell_at: Option<DateTime<Utc>>,
@@ -39,6 +42,7 @@ impl Visible {
             status: session.status,
             name: session.name.clone(),
             attached_clients: session.attached_clients,
+            presence: session.presence.clone(),
             exit: session.exit,
             title: session.title.clone(),
             last_bell_at: session.last_bell_at,

@@ -11,8 +11,8 @@ use ptyhub_model::Role;
 use uuid::Uuid;
 
 pub use ptyhub_model::{
-    Alias, ChangeKind, CloseReason, Command, ExitStatus, RecordMode, Session, SessionName,
-    SessionStatus, Target, TerminalActivity, smallest_free_session_number,
+    Alias, Attendee, ChangeKind, CloseReason, Command, ExitStatus, RecordMode, Session,
+    SessionName, SessionStatus, Target, TerminalActivity, smallest_free_session_number,
 };
 
 /// The most sessions an instance may allow at once.

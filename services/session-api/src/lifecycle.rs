@@ -1,6 +1,7 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
-//! stream (reconnecting with backoff), records exits, closes, activity, attachments, window
-//! titles and bells (the last four batched), and reconciles the records with the broker's
+//! stream (reconnecting with backoff), records exits, closes, activity, attachments and who
+//! they are (presence, at once), window titles and bells (the last three batched), and
+//! reconciles the records with the broker's
 //! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
 //! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
 //! down past the heartbeat timeout. Two sweeps keep the records from growing without bound:
@@ -33,7 +34,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
 pub struct LifecycleSettings {
     /// A broker with no heartbeat (its own, or a watcher's live stream) for this long is down.
     pub heartbeat_timeout: Duration,
-    /// How often batched activity and attachment counts are written.
+    /// How often batched activity, window titles and bells are written.
     pub activity_flush_interval: Duration,
     /// A `starting` session younger than this is being spawned by some replica: reconciliation
     /// leaves it to that replica.
@@ -410,12 +411,22 @@ impl Watcher {
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,
+                presence,
             } => {
-                batch
-                    .pending
-                    .entry(session_id)
-                    .or_default()
-                    .attached_clients = Some(attached_clients);
+                // Written at once, not batched: people wait on each other's presence (who
+                // came, who types), and it changes only when a client comes or goes, control
+                // moves, or typing starts or stops.
+                let update = ActivityUpdate {
+                    attached_clients: Some(attached_clients),
+                    presence: Some(presence),
+                    ..ActivityUpdate::default()
+                };
+                let changed = store
+                    .record_activity(&HashMap::from([(session_id, update)]))
+                    .await?;
+                for (kind, session) in &changed {
+                    changes.publish(*kind, session);
+                }
             }
         }
         Ok(())

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ptyhub_attach_ticket::{TicketRole, TicketSigningKey};
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_attach_ticket::{TicketHolder, TicketRole, TicketSigningKey};
+use ptyhub_model::{Role, TerminalSize, presence_surface};
 use ptyhub_wire::Actor;
 use tokio::sync::{Notify, broadcast};
 use uuid::Uuid;
@@ -194,6 +194,7 @@ impl SessionService {
         &self,
         instance: &str,
         request: CreateSession,
+        actor: &Actor,
     ) -> Result<SessionAttachment, Error> {
         let instance = self.store.find_instance(instance).await?;
         let reservation = SessionReservation {
@@ -205,7 +206,7 @@ impl SessionService {
         };
         match self.store.reserve_session(&reservation).await? {
             Reservation::Created { instance, session } => {
-                self.spawn_reserved(&instance, session, request.command, Role::Controller)
+                self.spawn_reserved(&instance, session, request.command, Role::Controller, actor)
                     .await
             }
             Reservation::Existing { session, .. } => Err(Error::AliasTaken {
@@ -224,6 +225,7 @@ impl SessionService {
         create_if_absent: bool,
         size: TerminalSize,
         role: Role,
+        actor: &Actor,
     ) -> Result<SessionAttachment, Error> {
         let instance = self.store.find_instance(instance).await?;
         let alias = match selector {
@@ -238,7 +240,7 @@ impl SessionService {
                     return Err(Error::SessionClosed(session_id));
                 }
                 let session = self.wait_until_started(session).await?;
-                return self.attachment(session, role, false).await;
+                return self.attachment(session, role, actor, false).await;
             }
             SessionSelector::Alias(alias) => alias,
         };
@@ -253,7 +255,7 @@ impl SessionService {
                     .ok_or_else(|| Error::AliasNotFound(alias.to_text()))?;
                 let session = self.wait_until_started(session).await?;
                 if session.status.is_live() {
-                    return self.attachment(session, role, false).await;
+                    return self.attachment(session, role, actor, false).await;
                 }
                 return Err(Error::AliasNotFound(alias.to_text()));
             }
@@ -266,12 +268,14 @@ impl SessionService {
             };
             match self.store.reserve_session(&reservation).await? {
                 Reservation::Created { instance, session } => {
-                    return self.spawn_reserved(&instance, session, None, role).await;
+                    return self
+                        .spawn_reserved(&instance, session, None, role, actor)
+                        .await;
                 }
                 Reservation::Existing { session, .. } => {
                     let session = self.wait_until_started(session).await?;
                     if session.status.is_live() {
-                        return self.attachment(session, role, false).await;
+                        return self.attachment(session, role, actor, false).await;
                     }
                 }
             }
@@ -286,6 +290,7 @@ impl SessionService {
         session: Session,
         command: Option<Vec<String>>,
         role: Role,
+        actor: &Actor,
     ) -> Result<SessionAttachment, Error> {
         self.changes.publish(ChangeKind::Created, &session);
         let spawned = async {
@@ -339,7 +344,7 @@ impl SessionService {
         };
         match current {
             Some(current) if current.status != SessionStatus::Closed => {
-                self.attachment(current, role, true).await
+                self.attachment(current, role, actor, true).await
             }
             current => {
                 // Closed while it was starting (by a user, or with its instance): the process
@@ -395,12 +400,13 @@ impl SessionService {
         instance: &str,
         session_id: Uuid,
         role: Role,
+        actor: &Actor,
     ) -> Result<AttachTarget, Error> {
         let session = self.get_session(instance, session_id).await?;
         if session.status == SessionStatus::Closed {
             return Err(Error::SessionClosed(session_id));
         }
-        Ok(self.attachment(session, role, false).await?.attach)
+        Ok(self.attachment(session, role, actor, false).await?.attach)
     }
 
     pub async fn rename_session(
@@ -579,10 +585,13 @@ impl SessionService {
         }
     }
 
+    /// Where `actor` attaches to `session` as `role`: the broker's endpoint and a ticket that
+    /// names the actor, so that the broker can say who is attached (presence).
     async fn attachment(
         &self,
         session: Session,
         role: Role,
+        actor: &Actor,
         created: bool,
     ) -> Result<SessionAttachment, Error> {
         let broker = self.store.get_broker(&session.broker_id).await?;
@@ -591,9 +600,13 @@ impl SessionService {
             Role::Controller => TicketRole::Controller,
             Role::Viewer => TicketRole::Viewer,
         };
-        let ticket = self
-            .ticket_signing_key
-            .sign(session.id, ticket_role, ticket_expires_at);
+        let holder = TicketHolder {
+            principal: actor.principal.clone(),
+            surface: presence_surface(actor.surface).to_owned(),
+        };
+        let ticket =
+            self.ticket_signing_key
+                .sign_for(session.id, ticket_role, ticket_expires_at, &holder);
         Ok(SessionAttachment {
             attach: AttachTarget {
                 session_id: session.id,

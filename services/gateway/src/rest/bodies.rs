@@ -1015,6 +1015,7 @@ mod tests {
             title: None,
             last_bell_at: None,
             terminal,
+            presence: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ mod fuzz;
 mod grpc_attach;
 mod grpc_web;
 mod mcp;
+mod presence;
 mod rest;
 mod share_history;
 mod shares;

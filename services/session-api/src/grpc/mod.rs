@@ -239,7 +239,10 @@ impl SessionApi for GrpcSessionApi {
             size: size_from_pb(request.size)?,
             command,
         };
-        let attachment = self.service.create_session(instance, create).await?;
+        let attachment = self
+            .service
+            .create_session(instance, create, &actor)
+            .await?;
         self.record_created(&actor, &attachment).await;
         Ok(Response::new(attachment_to_pb(&attachment)))
     }
@@ -305,6 +308,7 @@ impl SessionApi for GrpcSessionApi {
                 request.create_if_absent,
                 size_from_pb(request.size)?,
                 role_from_pb(request.role)?,
+                &actor,
             )
             .await?;
         self.record_created(&actor, &attachment).await;
@@ -315,12 +319,13 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::IssueAttachTicketRequest>,
     ) -> Result<Response<pb::AttachTarget>, Status> {
+        let actor = actor_of(&request);
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
         let target = self
             .service
-            .issue_attach_ticket(instance, session_id, role_from_pb(request.role)?)
+            .issue_attach_ticket(instance, session_id, role_from_pb(request.role)?, &actor)
             .await?;
         Ok(Response::new(attach_target_to_pb(&target)))
     }

@@ -24,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddTerminalActivity),
             Box::new(webhooks::CreateWebhooks),
             Box::new(AddShareHistory),
+            Box::new(AddSessionPresence),
         ]
     }
 }
@@ -85,6 +86,7 @@ enum TerminalSessions {
     Title,
     LastBellAt,
     Terminal,
+    Presence,
 }
 
 #[derive(DeriveIden)]
@@ -705,6 +707,42 @@ impl MigrationTrait for AddShareHistory {
                 Table::alter()
                     .table(Shares::Table)
                     .drop_column(Shares::History)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// Who is attached to a session, as its broker last reported it (a JSON array of attendees, NULL
+/// until reported).
+struct AddSessionPresence;
+
+impl MigrationName for AddSessionPresence {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000005_add_session_presence"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddSessionPresence {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .add_column(ColumnDef::new(TerminalSessions::Presence).text().null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .drop_column(TerminalSessions::Presence)
                     .to_owned(),
             )
             .await

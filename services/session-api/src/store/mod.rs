@@ -227,6 +227,11 @@ fn session_from_model(
             .as_deref()
             .map(terminal::from_json)
             .transpose()?,
+        presence: match model.presence.as_deref() {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|error| Error::CorruptRecord(format!("presence: {error}")))?,
+            None => Vec::new(),
+        },
     })
 }
 

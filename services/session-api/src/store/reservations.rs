@@ -109,6 +109,7 @@ impl Store {
             title: None,
             last_bell_at: None,
             terminal: None,
+            presence: None,
         };
         terminal_session::Entity::insert(terminal_session::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)

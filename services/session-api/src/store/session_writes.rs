@@ -9,6 +9,7 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
+use ptyhub_model::Attendee;
 use ptyhub_wire::Actor;
 
 use super::audit::insert_audit_event;
@@ -25,6 +26,8 @@ use crate::error::Error;
 pub struct ActivityUpdate {
     pub last_activity_at: Option<DateTime<Utc>>,
     pub attached_clients: Option<u32>,
+    /// Who is attached, as the broker reported it last.
+    pub presence: Option<Vec<Attendee>>,
     /// The title and last bell as the broker reported them last.
     pub screen: Option<ScreenFacts>,
 }
@@ -291,22 +294,19 @@ impl Store {
                     .exec(&transaction)
                     .await?;
             }
-            if let Some(attached) = update.attached_clients {
-                let changed = terminal_session::Entity::update_many()
-                    .col_expr(
-                        terminal_session::Column::AttachedClients,
-                        Expr::value(attached as i32),
-                    )
-                    .filter(terminal_session::Column::Id.eq(*session_id))
-                    .filter(terminal_session::Column::AttachedClients.ne(attached as i32))
-                    .exec(&transaction)
-                    .await?;
-                if changed.rows_affected > 0 {
-                    // Read now, so that a screen change below is a change of its own to
-                    // watchers, not one they have already seen.
-                    let session = load_session(&transaction, *session_id).await?;
-                    changes.push((ChangeKind::Attachments, session));
-                }
+            if let Some(attached) = update.attached_clients
+                && record_attachments(
+                    &transaction,
+                    *session_id,
+                    attached,
+                    update.presence.as_deref(),
+                )
+                .await?
+            {
+                // Read now, so that a screen change below is a change of its own to watchers,
+                // not one they have already seen.
+                let session = load_session(&transaction, *session_id).await?;
+                changes.push((ChangeKind::Attachments, session));
             }
             if let Some(screen) = &update.screen
                 && record_screen(&transaction, *session_id, screen).await?
@@ -318,6 +318,37 @@ impl Store {
         transaction.commit().await?;
         Ok(changes)
     }
+}
+
+/// Writes how many clients are attached to a session and who they are (when the broker said),
+/// unless the row says so already. Whether the row changed.
+async fn record_attachments(
+    db: &impl ConnectionTrait,
+    session_id: Uuid,
+    attached: u32,
+    presence: Option<&[Attendee]>,
+) -> Result<bool, Error> {
+    let attached = i32::try_from(attached).unwrap_or(i32::MAX);
+    let mut update = terminal_session::Entity::update_many()
+        .col_expr(
+            terminal_session::Column::AttachedClients,
+            Expr::value(attached),
+        )
+        .filter(terminal_session::Column::Id.eq(session_id));
+    let mut differs = Condition::any().add(terminal_session::Column::AttachedClients.ne(attached));
+    if let Some(presence) = presence {
+        let json = serde_json::to_string(presence).expect("attendees always serialize");
+        update = update.col_expr(
+            terminal_session::Column::Presence,
+            Expr::value(json.clone()),
+        );
+        // Null-safe "differs", written out as in `record_screen`.
+        differs = differs
+            .add(terminal_session::Column::Presence.is_null())
+            .add(terminal_session::Column::Presence.ne(json));
+    }
+    let changed = update.filter(differs).exec(db).await?;
+    Ok(changed.rows_affected > 0)
 }
 
 /// Writes the title and last bell of a session that is not closed, unless they are already

@@ -101,6 +101,7 @@ mod tests {
             title: None,
             last_bell_at: None,
             terminal: None,
+            presence: Vec::new(),
         }
     }
 

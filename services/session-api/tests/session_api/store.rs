@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use ptyhub_model::{Notification, Progress, TerminalActivity, TerminalSize, TerminalState};
+use ptyhub_model::{
+    Attendee, Notification, Progress, Role, TerminalActivity, TerminalSize, TerminalState,
+};
 use session_api::Error;
 use session_api::domain::{
     Alias, ChangeKind, CloseReason, NewInstance, ScreenFacts, Session, SessionName, Target,
@@ -434,5 +436,72 @@ both_databases!(
         assert_eq!(updated.rows_affected(), 1);
         let read = store.get_session(instance.id, session.id).await.unwrap();
         assert_eq!(read.terminal, Some(terminal));
+    }
+);
+
+both_databases!(
+    presence_is_written_when_it_changes_and_read_back,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let instance = store
+            .insert_instance(&new_instance("presence", 5), "b1")
+            .await
+            .unwrap();
+        let Reservation::Created { session, .. } = store
+            .reserve_session(&reservation(instance.id, vec![], false))
+            .await
+            .unwrap()
+        else {
+            panic!("expected a new session")
+        };
+        assert_eq!(session.presence, [], "nobody is attached to a new session");
+        let since = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let alice = |typing| Attendee {
+            principal: "alice".to_owned(),
+            role: Role::Controller,
+            surface: "web".to_owned(),
+            since,
+            typing,
+        };
+        let report = |presence: Vec<Attendee>| {
+            let update = ActivityUpdate {
+                attached_clients: Some(presence.len() as u32),
+                presence: Some(presence),
+                ..ActivityUpdate::default()
+            };
+            let store = &store;
+            async move {
+                store
+                    .record_activity(&HashMap::from([(session.id, update)]))
+                    .await
+                    .expect("record activity")
+                    .into_iter()
+                    .map(|(kind, session): (ChangeKind, Session)| (kind, session.presence))
+                    .collect::<Vec<_>>()
+            }
+        };
+
+        assert_eq!(
+            report(vec![alice(false)]).await,
+            [(ChangeKind::Attachments, vec![alice(false)])]
+        );
+        assert_eq!(
+            report(vec![alice(false)]).await,
+            [],
+            "the same again is no change"
+        );
+        // Alice starts typing: the count is the same, the presence is not.
+        assert_eq!(
+            report(vec![alice(true)]).await,
+            [(ChangeKind::Attachments, vec![alice(true)])]
+        );
+        let read = store.get_session(instance.id, session.id).await.unwrap();
+        assert_eq!(read.presence, [alice(true)]);
+        assert_eq!(
+            report(Vec::new()).await,
+            [(ChangeKind::Attachments, vec![])]
+        );
     }
 );

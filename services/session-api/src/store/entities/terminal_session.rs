@@ -32,6 +32,10 @@ pub struct Model {
     /// (`store/terminal.rs`); `NULL` until reported.
     #[sea_orm(column_type = "Text", nullable)]
     pub terminal: Option<String>,
+    /// Who is attached, as the broker last reported it: a JSON array of attendees
+    /// (`ptyhub_model::Attendee`'s form); `NULL` until reported.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub presence: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
