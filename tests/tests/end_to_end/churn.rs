@@ -36,7 +36,8 @@ const STEPS: (usize, usize) = (5, 25);
 /// Bound of every single wait of a worker: a read, a create, a close.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound of each churn phase: several times what it takes here, a hang guard that reports
-/// before nextest ends the test (120 s).
+/// before nextest ends the test (`.config/nextest.toml` gives this test six minutes, past the
+/// sum of its own bounds).
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// A worker pauses up to this long after each step, so that sessions overlap and live a
 /// while.
