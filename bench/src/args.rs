@@ -12,8 +12,8 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Only these scenarios (comma separated): throughput, echo, ctrl-c, isolation, start, scale,
-    /// snapshot, reload, handoff, commands, peers (echo beside ttyd), typing-flood.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff", "commands", "peers", "typing-flood"])]
+    /// snapshot, reload, handoff, commands, peers (echo beside ttyd), typing-flood, glyph.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "echo", "ctrl-c", "isolation", "start", "scale", "snapshot", "reload", "handoff", "commands", "peers", "typing-flood", "glyph"])]
     pub only: Vec<String>,
     /// Only the paths of the throughput and latency scenarios whose label contains one of these
     /// (comma separated, any case: `docker`, `over tcp`); the floors (a), (a2) and (b) always run,
@@ -92,6 +92,8 @@ pub struct Sizes {
     pub feed_bytes: u64,
     pub reload_bytes: u64,
     pub reloads: usize,
+    /// Keys pressed in Chromium on each path of the key-to-glyph scenario.
+    pub glyph_keys: usize,
     pub handoff_sessions: usize,
     pub handoff_tickers: usize,
 }
@@ -116,6 +118,7 @@ impl Sizes {
                 feed_bytes: 1 << 20,
                 reload_bytes: 10 << 20,
                 reloads: 2,
+                glyph_keys: 30,
                 handoff_sessions: 5,
                 handoff_tickers: 2,
             }
@@ -140,6 +143,7 @@ impl Sizes {
                 feed_bytes: 64 << 20,
                 reload_bytes: 100 << 20,
                 reloads: 5,
+                glyph_keys: 1000,
                 handoff_sessions: 1000,
                 handoff_tickers: 8,
             }

@@ -6,6 +6,7 @@
 mod args;
 mod child;
 mod commands;
+mod glyph;
 mod grpc_attach;
 mod handoff;
 mod peers;

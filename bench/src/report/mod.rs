@@ -3,6 +3,7 @@
 //! table shares is here.
 
 mod commands;
+mod glyph;
 mod handoff;
 mod latency;
 mod peers;
@@ -25,6 +26,7 @@ use crate::stats::{Latency, Spread, micros};
 use crate::term::Path;
 
 use self::commands::commands_section;
+use self::glyph::glyph_section;
 use self::handoff::handoff_section;
 use self::latency::{ctrl_c_section, echo_section, isolation_section, typing_under_flood_section};
 use self::peers::peers_section;
@@ -93,6 +95,9 @@ pub async fn run(
     }
     if selected("typing-flood") {
         typing_under_flood_section(stack, sizes, &mut out, &mut failures).await?;
+    }
+    if selected("glyph") {
+        glyph_section(stack, sizes, browser, &mut out, &mut failures).await?;
     }
     Ok((out, failures))
 }

@@ -43,48 +43,44 @@ async fn every_hop_of_a_keystroke_has_tcp_nodelay() {
             .unwrap_or_else(|error| panic!("the sockets of {}: {error}", service.name()))
     };
     let (gateway_sockets, api_sockets, broker_sockets) = (of(gateway), of(api), of(broker));
-    let hops: [(&str, &[TcpConnection], Box<dyn Fn(&TcpConnection) -> bool>); 7] = [
-        (
-            "the gateway's side of the client's WebSocket",
-            &gateway_sockets,
-            Box::new(|socket| socket.local == gateway.address()),
-        ),
-        (
-            "the gateway to session-api",
-            &gateway_sockets,
-            Box::new(|socket| socket.remote == api_front),
-        ),
-        (
-            "the gateway to the broker",
-            &gateway_sockets,
-            Box::new(|socket| socket.remote == broker.address()),
-        ),
-        (
-            "session-api's side of its callers",
-            &api_sockets,
-            Box::new(|socket| socket.local == api.address()),
-        ),
-        (
-            "session-api to the broker",
-            &api_sockets,
-            Box::new(|socket| socket.remote == broker.address()),
-        ),
-        (
-            "the broker's side of its callers",
-            &broker_sockets,
-            Box::new(|socket| socket.local == broker.address()),
-        ),
-        (
-            "the broker to session-api",
-            &broker_sockets,
-            Box::new(|socket| socket.remote == api_front),
-        ),
-    ];
-    for (hop, sockets, belongs) in hops {
-        let on_hop: Vec<&TcpConnection> = sockets.iter().filter(|socket| belongs(socket)).collect();
-        assert!(!on_hop.is_empty(), "no connection for {hop}: {sockets:?}");
-        for socket in on_hop {
-            assert!(socket.nodelay, "{hop} has Nagle's algorithm on: {socket:?}");
-        }
+    assert_nodelay(
+        "the gateway's side of the client's WebSocket",
+        &gateway_sockets,
+        |socket| socket.local == gateway.address(),
+    );
+    assert_nodelay("the gateway to session-api", &gateway_sockets, |socket| {
+        socket.remote == api_front
+    });
+    assert_nodelay("the gateway to the broker", &gateway_sockets, |socket| {
+        socket.remote == broker.address()
+    });
+    assert_nodelay(
+        "session-api's side of its callers",
+        &api_sockets,
+        |socket| socket.local == api.address(),
+    );
+    assert_nodelay("session-api to the broker", &api_sockets, |socket| {
+        socket.remote == broker.address()
+    });
+    assert_nodelay(
+        "the broker's side of its callers",
+        &broker_sockets,
+        |socket| socket.local == broker.address(),
+    );
+    assert_nodelay("the broker to session-api", &broker_sockets, |socket| {
+        socket.remote == api_front
+    });
+}
+
+/// Asserts that `hop` has at least one connection among `sockets` (those `on_hop` picks), and
+/// that each has `TCP_NODELAY`.
+fn assert_nodelay(hop: &str, sockets: &[TcpConnection], on_hop: impl Fn(&TcpConnection) -> bool) {
+    let connections: Vec<&TcpConnection> = sockets.iter().filter(|socket| on_hop(socket)).collect();
+    assert!(
+        !connections.is_empty(),
+        "no connection for {hop}: {sockets:?}"
+    );
+    for socket in connections {
+        assert!(socket.nodelay, "{hop} has Nagle's algorithm on: {socket:?}");
     }
 }
