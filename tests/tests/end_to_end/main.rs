@@ -4,6 +4,7 @@
 
 mod churn;
 mod cluster;
+mod contract;
 mod deployment;
 mod handoff;
 mod health;
