@@ -1,5 +1,6 @@
 //! An instance holds at most 100 live share links: the 101st is 409 `{"detail"}` and makes no
-//! link; revoking one makes room for one more.
+//! link; revoking one makes room for one more. A share's token is refused once it has expired:
+//! 401 on REST, 4001 on the WebSocket.
 
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
@@ -70,5 +71,62 @@ async fn the_101st_live_share_of_an_instance_is_409_until_one_is_revoked() {
     create_share(&stack, &instance)
         .await
         .expect_error(409, "the bound again");
+    stack.shutdown().await;
+}
+
+/// A share's shortest life (`expires_in`'s lower bound).
+const SHORTEST_SHARE_SECONDS: u64 = 60;
+
+#[tokio::test]
+async fn an_expired_shares_token_is_401_on_rest_and_4001_on_the_websocket() {
+    let stack = TestStack::builder().start().await;
+    let share = rest(
+        &stack,
+        Method::POST,
+        &format!("/api/v1/instances/{}/shares", stack.instance_id),
+        Some(json!({"expires_in": SHORTEST_SHARE_SECONDS})),
+    )
+    .await
+    .expect(201, "a share of the shortest life");
+    let token = share["token"].as_str().expect("a share token").to_owned();
+    let instance_path = format!("/api/v1/instances/{}", stack.instance_id);
+    super::support::rest_as(&stack, Some(&token), Method::GET, &instance_path, None)
+        .await
+        .expect(200, "the share reads its instance while it lives");
+
+    // The share's own clock: it is refused once its expiry has passed, and never before.
+    let patience = std::time::Duration::from_secs(SHORTEST_SHARE_SECONDS * 2);
+    let refused = ptyhub_test_support::poll_until(
+        patience,
+        std::time::Duration::from_millis(250),
+        || async {
+            let reply =
+                super::support::rest_as(&stack, Some(&token), Method::GET, &instance_path, None)
+                    .await;
+            (reply.status != 200).then_some(reply)
+        },
+    )
+    .await
+    .unwrap_or_else(|| panic!("the share still worked {patience:?} after it was made"));
+    let detail = refused.expect_error(401, "an expired share's token");
+    assert_eq!(detail, "share link not found, expired or revoked");
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(share["expires_at"].as_str().expect("an expiry"))
+            .expect("an RFC 3339 expiry");
+    assert!(
+        chrono::Utc::now() >= expires_at,
+        "refused before its expiry ({expires_at})"
+    );
+
+    let mut socket = super::support::Terminal::open_as(
+        &stack,
+        &format!(
+            "/ws/tool-instances/{}/terminal?mode=view",
+            stack.instance_id
+        ),
+        &token,
+    )
+    .await;
+    assert_eq!(socket.read_until_closed().await.code, 4001);
     stack.shutdown().await;
 }
