@@ -133,7 +133,7 @@ async fn a_resume_from_before_the_ring_is_relayed_as_a_gap_then_a_snapshot() {
         .await;
     let (gap, _) = relayed
         .until("the gap", |frame| match frame {
-            ServerFrameKind::Gap(gap) => Some(gap.clone()),
+            ServerFrameKind::Gap(gap) => Some(*gap),
             _ => None,
         })
         .await;
@@ -225,7 +225,7 @@ async fn a_resize_by_another_client_and_the_sessions_close_are_relayed() {
         .await;
     let (size, _) = relayed
         .until("the resize", |frame| match frame {
-            ServerFrameKind::Resize(size) if size.cols == 132 => Some(size.clone()),
+            ServerFrameKind::Resize(size) if size.cols == 132 => Some(*size),
             _ => None,
         })
         .await;
