@@ -524,6 +524,12 @@ impl Resume {
             ServerFrameKind::Exit(exit) => Event::Exited(ExitStatus::from(exit)),
             // Answered by `answer_receipt` before it gets here.
             ServerFrameKind::InputAck(_) => return None,
+            // Control requests are the page's and the gateway's WebSocket's so far: this client
+            // never asks for control, so it is never sent an answer, and a request to it as the
+            // controller goes unanswered.
+            ServerFrameKind::ControlRequested(_)
+            | ServerFrameKind::ControlDeclined(_)
+            | ServerFrameKind::RoleChanged(_) => return None,
             ServerFrameKind::Error(error) => Event::Refused {
                 code: ErrorCode::from_grpc(tonic::Code::from(error.code)),
                 message: error.message,

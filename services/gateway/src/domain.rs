@@ -165,6 +165,13 @@ pub enum TerminalCommand {
     },
     Resize(TerminalSize),
     Reset,
+    /// A viewer asks the controller for control.
+    RequestControl,
+    /// The controller grants or declines request `request_id`.
+    AnswerControl {
+        request_id: u64,
+        grant: bool,
+    },
 }
 
 /// What an attached stream tells the client.
@@ -210,6 +217,17 @@ pub enum TerminalEvent {
     /// The broker hands the session to its next process: the stream ends, and a client that
     /// reattaches with `since` goes on there. The last event.
     HandingOver,
+    /// To the controller: a viewer asks for control.
+    ControlRequested {
+        request_id: u64,
+        requester: Option<Attendee>,
+    },
+    /// To a requester: the controller declined.
+    ControlDeclined {
+        request_id: u64,
+    },
+    /// This stream's role changed on the same stream (control granted to it, or given away).
+    RoleChanged(Role),
 }
 
 /// What a screen read asks for: the format, and how many scrollback lines go first.

@@ -523,6 +523,7 @@ impl Broker {
         session
             .attach(AttachRequest {
                 holder,
+                may_control: claims.role == TicketRole::Controller,
                 ..hello.request
             })
             .await
@@ -691,6 +692,7 @@ mod tests {
                 snapshot: false,
                 present_only: false,
                 holder: Holder::default(),
+                may_control: true,
             },
         }
     }

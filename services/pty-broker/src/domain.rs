@@ -120,6 +120,18 @@ pub enum ClientEvent {
     Resetting,
     /// Another controller took over; this client may no longer write, resize or reset.
     TakenOver,
+    /// To the controller: a viewer asks for control.
+    ControlRequested {
+        request_id: u64,
+        requester: Attendee,
+    },
+    /// To a requester: the controller declined.
+    ControlDeclined {
+        request_id: u64,
+    },
+    /// This client's role changed on its stream: control was granted to it, or it granted it
+    /// away.
+    RoleChanged(Role),
     Exit(ExitStatus),
     Closed(CloseReason),
 }

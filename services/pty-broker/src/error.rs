@@ -67,6 +67,14 @@ pub enum Error {
     HandingOver,
     #[error("a client holds control of this session; send with force to type anyway")]
     ControlHeld,
+    #[error("this stream may only view: its credential does not allow control")]
+    MayOnlyView,
+    #[error("this stream already controls the session")]
+    AlreadyControls,
+    #[error("nobody controls the session to ask: attach as a controller instead")]
+    NoController,
+    #[error("no pending request for control {0} (answered already, or its requester left)")]
+    UnknownControlRequest(u64),
     #[error(transparent)]
     UnknownKey(#[from] crate::screen::UnknownKey),
     #[error("the pattern does not compile: {0}")]
@@ -115,7 +123,13 @@ impl Error {
             | Error::ResumeBeyondOutput { .. }
             | Error::UnknownKey(_)
             | Error::InvalidPattern(_) => ErrorCode::Invalid,
-            Error::ControlHeld | Error::ScreensOff | Error::NotAtPrompt(_) => ErrorCode::WrongState,
+            Error::ControlHeld
+            | Error::ScreensOff
+            | Error::NotAtPrompt(_)
+            | Error::AlreadyControls
+            | Error::NoController => ErrorCode::WrongState,
+            Error::UnknownControlRequest(_) => ErrorCode::NotFound,
+            Error::MayOnlyView => ErrorCode::Forbidden,
             Error::NoShellIntegration => ErrorCode::Invalid,
             Error::WaitTimedOut(_) | Error::RunTimedOut(_) => ErrorCode::TimedOut,
             Error::MissingTicket => ErrorCode::Unauthenticated,
@@ -159,6 +173,7 @@ pub enum ClientAction {
     WriteInput,
     Resize,
     Reset,
+    AnswerControl,
 }
 
 impl fmt::Display for ClientAction {
@@ -167,6 +182,7 @@ impl fmt::Display for ClientAction {
             ClientAction::WriteInput => "write input",
             ClientAction::Resize => "resize",
             ClientAction::Reset => "reset",
+            ClientAction::AnswerControl => "answer a request for control",
         })
     }
 }

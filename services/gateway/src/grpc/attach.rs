@@ -172,6 +172,15 @@ fn command_frame(command: TerminalCommand) -> broker_pb::ClientFrame {
         TerminalCommand::Reset => {
             broker_pb::client_frame::Frame::Reset(broker_pb::ResetTerminal {})
         }
+        TerminalCommand::RequestControl => {
+            broker_pb::client_frame::Frame::RequestControl(broker_pb::RequestControl {})
+        }
+        TerminalCommand::AnswerControl { request_id, grant } => {
+            broker_pb::client_frame::Frame::AnswerControl(broker_pb::AnswerControl {
+                request_id,
+                grant,
+            })
+        }
     };
     broker_pb::ClientFrame { frame: Some(frame) }
 }

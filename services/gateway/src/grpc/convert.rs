@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{AuditKind, Role, TerminalSize, TerminalState};
+use ptyhub_model::{Attendee, AuditKind, Role, TerminalSize, TerminalState};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 
@@ -250,6 +250,16 @@ pub(super) fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<Terminal
             bytes: ack.bytes,
         },
         Frame::Closed(_) => TerminalEvent::Closed,
+        Frame::ControlRequested(requested) => TerminalEvent::ControlRequested {
+            request_id: requested.request_id,
+            requester: requested
+                .requester
+                .and_then(|requester| Attendee::try_from(requester).ok()),
+        },
+        Frame::ControlDeclined(declined) => TerminalEvent::ControlDeclined {
+            request_id: declined.request_id,
+        },
+        Frame::RoleChanged(changed) => TerminalEvent::RoleChanged(role_from_proto(changed.role)),
         Frame::Snapshot(snapshot) => TerminalEvent::Snapshot {
             offset: snapshot.offset,
             size: snapshot

@@ -442,12 +442,19 @@ impl Bridge {
             Err(message) => return self.refuse_frame(&message, None).await,
         };
         if self.role == Role::Viewer {
-            let (refusal, id) = match &command {
-                TerminalCommand::Input { id, .. } => ("viewers cannot send input", id.as_deref()),
-                TerminalCommand::Resize(_) => ("viewers cannot resize", None),
-                TerminalCommand::Reset => ("viewers cannot reset", None),
+            let refused = match &command {
+                TerminalCommand::Input { id, .. } => {
+                    Some(("viewers cannot send input", id.as_deref()))
+                }
+                TerminalCommand::Resize(_) => Some(("viewers cannot resize", None)),
+                TerminalCommand::Reset => Some(("viewers cannot reset", None)),
+                // Control requests are the broker's to refuse: it knows the lease and what
+                // the stream's credential admits.
+                TerminalCommand::RequestControl | TerminalCommand::AnswerControl { .. } => None,
             };
-            return self.refuse_frame(refusal, id).await;
+            if let Some((refusal, id)) = refused {
+                return self.refuse_frame(refusal, id).await;
+            }
         }
         match &command {
             // Nothing to write and no receipt asked for. With an id it goes to the broker,
@@ -457,7 +464,9 @@ impl Bridge {
                 self.client.metrics.bytes_from_client(data.len());
             }
             TerminalCommand::Reset => self.resets.reset(),
-            TerminalCommand::Resize(_) => {}
+            TerminalCommand::Resize(_)
+            | TerminalCommand::RequestControl
+            | TerminalCommand::AnswerControl { .. } => {}
         }
         // A full queue keeps the command here and stops reading the client until there is
         // room; output goes on meanwhile. A queue that is gone means the stream ended, which
@@ -622,6 +631,26 @@ impl Bridge {
                     bytes,
                 };
                 self.client.queue_frame(&frame).await
+            }
+            TerminalEvent::ControlRequested {
+                request_id,
+                requester,
+            } => {
+                let frame = ServerFrame::ControlRequested {
+                    request_id,
+                    requester: requester.as_ref(),
+                };
+                self.client.queue_frame(&frame).await
+            }
+            TerminalEvent::ControlDeclined { request_id } => {
+                self.client
+                    .queue_frame(&ServerFrame::ControlDeclined { request_id })
+                    .await
+            }
+            TerminalEvent::RoleChanged(role) => {
+                tracing::info!(role = role.as_str(), "control moved by a grant");
+                self.role = role;
+                self.client.queue_frame(&ServerFrame::Role { role }).await
             }
             TerminalEvent::TakenOver => {
                 tracing::info!("controller taken over");

@@ -4,7 +4,7 @@
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_model::{Attendee, Role, TerminalSize};
 use ptyhub_wire::limits::MAX_INPUT_ID_CHARS;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
@@ -13,7 +13,7 @@ use crate::domain::TerminalCommand;
 
 /// A JSON frame from the client.
 #[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(tag = "type", rename_all = "snake_case")]
 enum ClientFrame {
     Input {
         data: String,
@@ -27,6 +27,15 @@ enum ClientFrame {
     },
     Reset,
     Pong,
+    /// A viewer asks the controller for control.
+    RequestControl,
+    /// The controller's answers to a `control_requested`.
+    GrantControl {
+        request_id: u64,
+    },
+    DeclineControl {
+        request_id: u64,
+    },
 }
 
 /// Parses a text frame; `Ok(None)` for frames that only prove the client is alive. The error is
@@ -44,6 +53,15 @@ pub fn parse_client_frame(text: &str) -> Result<Option<TerminalCommand>, String>
         )),
         ClientFrame::Reset => Some(TerminalCommand::Reset),
         ClientFrame::Pong => None,
+        ClientFrame::RequestControl => Some(TerminalCommand::RequestControl),
+        ClientFrame::GrantControl { request_id } => Some(TerminalCommand::AnswerControl {
+            request_id,
+            grant: true,
+        }),
+        ClientFrame::DeclineControl { request_id } => Some(TerminalCommand::AnswerControl {
+            request_id,
+            grant: false,
+        }),
     })
 }
 
@@ -97,6 +115,20 @@ pub enum ServerFrame<'a> {
         id: &'a str,
         offset: u64,
         bytes: u64,
+    },
+    /// To the controller: a viewer asks for control; answer with `grant_control` or
+    /// `decline_control` and this `request_id`.
+    ControlRequested {
+        request_id: u64,
+        requester: Option<&'a Attendee>,
+    },
+    /// To a requester: the controller declined.
+    ControlDeclined { request_id: u64 },
+    /// This socket's role changed without a reconnect: control was granted to it
+    /// (`controller`), or it granted control away (`viewer`).
+    Role {
+        #[serde(serialize_with = "role_name")]
+        role: Role,
     },
     /// A refused client frame; the socket stays open. `id` is the refused input's, when it
     /// carried one.

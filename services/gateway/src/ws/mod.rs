@@ -296,8 +296,15 @@ async fn prepare_attach(
     let upstreams = state
         .upstreams
         .acting_for(&principal.actor(Surface::WebSocket));
+    // The ticket admits a controller whenever the credential may control, so that a viewer may
+    // ask for control on the same socket; the stream itself attaches as `role`.
+    let ticket_role = if principal.access.is_viewer_only() {
+        Role::Viewer
+    } else {
+        Role::Controller
+    };
     let resolved = upstreams
-        .resolve_session(&instance.id, selector, create_if_absent, size, role)
+        .resolve_session(&instance.id, selector, create_if_absent, size, ticket_role)
         .await
         .map_err(|error| match error.code {
             // session-api refuses a session id it will not attach to (closed, another
@@ -323,6 +330,9 @@ async fn prepare_attach(
             // A share link without history: the present screen and what follows, whatever
             // `since` and `snapshot` ask for.
             present_only: !principal.access.sees_history(),
+            // The stream's own role; its ticket may admit more (a controller's, to ask for
+            // control).
+            role,
             ..resolved.attach
         },
         role,

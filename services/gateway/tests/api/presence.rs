@@ -1,6 +1,8 @@
 //! Presence through the gateway: two browsers and a CLI attached to one session each see the
 //! others listed (principal, role, surface) on the session record, "typing" shows and clears,
-//! and a share link sees who is attached but not their names.
+//! and a share link sees who is attached but not their names. Control requests on the terminal
+//! WebSocket: a viewer asks, the controller declines or grants (the lease moves, both sockets
+//! stay open), and bad requests and answers are refused with an error frame.
 
 use std::time::{Duration, Instant};
 
@@ -222,6 +224,128 @@ async fn two_browsers_and_a_cli_see_each_other_and_who_is_typing() {
         &[
             attendee("alice", "controller", "web", false),
             attendee("carol", "viewer", "cli", false),
+        ],
+    )
+    .await;
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_asks_for_control_over_the_websocket_and_a_grant_moves_it() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
+    let socket_url = |token: &str, query: &str| {
+        format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}{query}",
+            stack.websocket_url()
+        )
+    };
+    let alice = stack.jwt("alice", &["*"], false);
+    let bob = stack.jwt("bob", &["*"], false);
+    let mut alice_tab = Terminal::open_url(&socket_url(&alice, ""), &[])
+        .await
+        .expect("alice's socket");
+    alice_tab.connected().await;
+    let mut bob_tab = Terminal::open_url(&socket_url(&bob, "&mode=view"), &[])
+        .await
+        .expect("bob's socket");
+    bob_tab.connected().await;
+    let (status, share) = send(
+        &stack,
+        reqwest::Method::POST,
+        &format!("/api/v1/instances/{instance}/shares"),
+        Some(&stack.admin_token),
+        Some(json!({"session_id": session_id})),
+    )
+    .await;
+    assert_eq!(status, 201, "{share}");
+    let share_token = share["token"].as_str().expect("a share token").to_owned();
+    let share_principal = format!("share:{}", share["id"].as_str().expect("a share id"));
+    let mut share_tab = Terminal::open_url(&socket_url(&share_token, ""), &[])
+        .await
+        .expect("the share's socket");
+    share_tab.connected().await;
+
+    // Bad input: a share may not ask, a viewer may not answer, a frame without its id is
+    // refused; each with a detail, and nothing moves.
+    share_tab
+        .send_json(json!({"type": "request_control"}))
+        .await;
+    let refused = share_tab.read_until_text("error").await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("may only view")),
+        "{refused}"
+    );
+    bob_tab
+        .send_json(json!({"type": "grant_control", "request_id": 1}))
+        .await;
+    let refused = bob_tab.read_until_text("error").await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("a viewer may not answer")),
+        "{refused}"
+    );
+    alice_tab.send_json(json!({"type": "grant_control"})).await;
+    let refused = alice_tab.read_until_text("error").await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("request_id")),
+        "{refused}"
+    );
+    alice_tab
+        .send_json(json!({"type": "grant_control", "request_id": 99}))
+        .await;
+    let refused = alice_tab.read_until_text("error").await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("no pending request for control 99")),
+        "{refused}"
+    );
+
+    // Bob asks; Alice's page is sent the request and declines: Bob is told, nothing else moves.
+    bob_tab.send_json(json!({"type": "request_control"})).await;
+    let requested = alice_tab.read_until_text("control_requested").await;
+    assert_eq!(requested["requester"]["principal"], "bob", "{requested}");
+    assert_eq!(requested["requester"]["role"], "viewer", "{requested}");
+    let request_id = requested["request_id"].as_u64().expect("a request id");
+    alice_tab
+        .send_json(json!({"type": "decline_control", "request_id": request_id}))
+        .await;
+    let declined = bob_tab.read_until_text("control_declined").await;
+    assert_eq!(declined["request_id"], request_id);
+    bob_tab.send_input("echo by-bob-too-early\n").await;
+    let refused = bob_tab.read_until_text("error").await;
+    assert_eq!(refused["message"], "viewers cannot send input");
+
+    // Bob asks again; Alice grants: the lease moves and both sockets stay open.
+    bob_tab.send_json(json!({"type": "request_control"})).await;
+    let requested = alice_tab.read_until_text("control_requested").await;
+    let request_id = requested["request_id"].as_u64().expect("a request id");
+    alice_tab
+        .send_json(json!({"type": "grant_control", "request_id": request_id}))
+        .await;
+    assert_eq!(bob_tab.read_until_text("role").await["role"], "controller");
+    assert_eq!(alice_tab.read_until_text("role").await["role"], "viewer");
+    bob_tab.send_input("echo typed-by-$((6*7))\n").await;
+    bob_tab.read_until_output("typed-by-42").await;
+    alice_tab.read_until_output("typed-by-42").await;
+    alice_tab.send_input("echo alice-after\n").await;
+    let refused = alice_tab.read_until_text("error").await;
+    assert_eq!(refused["message"], "viewers cannot send input");
+    presence_becomes(
+        &stack,
+        &session_path,
+        &[
+            attendee("alice", "viewer", "web", false),
+            attendee("bob", "controller", "web", false),
+            attendee(&share_principal, "viewer", "web", false),
         ],
     )
     .await;

@@ -106,8 +106,9 @@ impl TryFrom<pb::Hello> for Hello {
                 since: hello.since,
                 snapshot: hello.snapshot,
                 present_only: hello.present_only,
-                // What the ticket names, once it is verified.
+                // What the ticket names and admits, once it is verified.
                 holder: Holder::default(),
+                may_control: false,
             },
         })
     }
@@ -445,6 +446,19 @@ pub(super) fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFr
         ClientEvent::Resetting => Frame::Resetting(pb::Resetting {}),
         ClientEvent::TakenOver => Frame::Detached(pb::Detached {
             reason: pb::DetachReason::TakenOver as i32,
+        }),
+        ClientEvent::ControlRequested {
+            request_id,
+            requester,
+        } => Frame::ControlRequested(pb::ControlRequested {
+            request_id,
+            requester: Some((&requester).into()),
+        }),
+        ClientEvent::ControlDeclined { request_id } => {
+            Frame::ControlDeclined(pb::ControlDeclined { request_id })
+        }
+        ClientEvent::RoleChanged(role) => Frame::RoleChanged(pb::RoleChanged {
+            role: role.to_proto(),
         }),
         ClientEvent::Exit(exit) => Frame::Exit(exit.into()),
         ClientEvent::Closed(reason) => Frame::Closed(pb::Closed {

@@ -511,6 +511,12 @@ async fn apply_client_frames(
                 Err(error) => Err(refused(error)),
             },
             Some(pb::client_frame::Frame::Reset(_)) => handle.reset().await.map_err(refused),
+            Some(pb::client_frame::Frame::RequestControl(_)) => {
+                handle.request_control().map(drop).map_err(refused)
+            }
+            Some(pb::client_frame::Frame::AnswerControl(answer)) => handle
+                .answer_control(answer.request_id, answer.grant)
+                .map_err(refused),
             Some(pb::client_frame::Frame::Hello(_)) => Err(refused(Error::MalformedStream(
                 "hello was already sent on this stream".to_owned(),
             ))),

@@ -9,6 +9,11 @@
 //! Each client also carries who it is for (the holder its ticket named), when it attached and
 //! when it last wrote input: the session's presence ([`Attachments::presence`]), of which the
 //! broker is the one source.
+//!
+//! Control also moves by request and grant: a viewer whose ticket admits a controller asks
+//! ([`Attachments::request_control`]), the controller is sent the request and answers
+//! ([`Attachments::answer_control`]); a grant moves the lease (a new generation) to the
+//! requester on the same streams, a decline changes nothing but telling the requester.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
@@ -16,6 +21,7 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 
 use crate::domain::{Attendee, ClientEvent, Role, TYPING_WINDOW};
+use crate::error::{ClientAction, Error};
 
 /// Identifies one attached stream for as long as it lives. Never reused within a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,6 +60,8 @@ pub struct Client {
     pub since: SystemTime,
     /// When the client last wrote input.
     pub last_input_at: Option<Instant>,
+    /// Whether its ticket admits a controller, so that it may ask for control.
+    pub may_control: bool,
 }
 
 /// Who an attached client is for: what its ticket named (empty strings for a ticket that named
@@ -79,6 +87,9 @@ pub struct Attachments {
     generation: u64,
     controller: Option<ControllerLease>,
     clients: HashMap<ClientId, Client>,
+    /// Requests for control the controller has not answered: request id to requester.
+    requests: HashMap<u64, ClientId>,
+    next_request: u64,
 }
 
 /// The result of [`Attachments::attach`].
@@ -115,7 +126,14 @@ impl Attachments {
 
     /// Adds a client for `holder` that will be sent output from `cursor` on. A controller takes
     /// the lease from the current one, which is queued a `TakenOver` event at `end`.
-    pub fn attach(&mut self, role: Role, holder: Holder, cursor: u64, end: u64) -> Attached {
+    pub fn attach(
+        &mut self,
+        role: Role,
+        holder: Holder,
+        may_control: bool,
+        cursor: u64,
+        end: u64,
+    ) -> Attached {
         self.next_client += 1;
         let client = ClientId(self.next_client);
         let mut generation = None;
@@ -143,6 +161,7 @@ impl Attachments {
                 holder,
                 since: SystemTime::now(),
                 last_input_at: None,
+                may_control: may_control || role == Role::Controller,
             },
         );
         Attached {
@@ -158,7 +177,91 @@ impl Attachments {
         if self.controller.is_some_and(|lease| lease.client == client) {
             self.controller = None;
         }
+        self.requests.retain(|_, requester| *requester != client);
         self.clients.remove(&client).is_some()
+    }
+
+    /// The controller generation `client` holds now: the one it attached with, or was granted;
+    /// `None` for a viewer (and for a controller that granted control away).
+    pub fn generation_of(&self, client: ClientId) -> Option<u64> {
+        self.clients
+            .get(&client)
+            .and_then(|client| client.generation)
+    }
+
+    /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
+    /// stream whose ticket only views, for the controller itself, and when nobody controls.
+    /// Returns the request's id.
+    pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
+        let Some(client) = self.clients.get(&requester) else {
+            return Err(Error::SessionClosed);
+        };
+        if !client.may_control {
+            return Err(Error::MayOnlyView);
+        }
+        let lease = self.controller.ok_or(Error::NoController)?;
+        if lease.client == requester {
+            return Err(Error::AlreadyControls);
+        }
+        let attendee = self.attendee(requester, client, Instant::now());
+        self.next_request += 1;
+        let request_id = self.next_request;
+        self.requests.insert(request_id, requester);
+        self.push_event(
+            lease.client,
+            end,
+            ClientEvent::ControlRequested {
+                request_id,
+                requester: attendee,
+            },
+        );
+        Ok(request_id)
+    }
+
+    /// `answerer`'s answer to request `request_id`, queued at `end`. Only the current
+    /// controller answers, and only a request still pending whose requester is attached. A grant
+    /// gives the requester a new generation (the lease) and the answerer none; each is told its
+    /// new role. A decline tells the requester and changes nothing else.
+    pub fn answer_control(
+        &mut self,
+        answerer: ClientId,
+        request_id: u64,
+        grant: bool,
+        end: u64,
+    ) -> Result<(), Error> {
+        let lease = self
+            .controller
+            .filter(|lease| lease.client == answerer)
+            .ok_or(if self.generation_of(answerer).is_some() {
+                Error::TakenOver(ClientAction::AnswerControl)
+            } else {
+                Error::ViewerMayNot(ClientAction::AnswerControl)
+            })?;
+        let requester = self
+            .requests
+            .remove(&request_id)
+            .ok_or(Error::UnknownControlRequest(request_id))?;
+        if !grant {
+            self.push_event(requester, end, ClientEvent::ControlDeclined { request_id });
+            return Ok(());
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        self.controller = Some(ControllerLease {
+            client: requester,
+            generation,
+        });
+        if let Some(client) = self.clients.get_mut(&requester) {
+            client.generation = Some(generation);
+        }
+        if let Some(client) = self.clients.get_mut(&lease.client) {
+            client.generation = None;
+        }
+        // Requests to the previous controller go unanswered: the new one never saw them.
+        self.requests.clear();
+        self.push_event(requester, end, ClientEvent::RoleChanged(Role::Controller));
+        self.push_event(lease.client, end, ClientEvent::RoleChanged(Role::Viewer));
+        Ok(())
     }
 
     /// Whether `generation` is the current controller's.
@@ -216,14 +319,18 @@ impl Attachments {
         clients.sort_unstable_by_key(|(id, _)| **id);
         clients
             .into_iter()
-            .map(|(id, client)| Attendee {
-                principal: client.holder.principal.clone(),
-                role: self.role_of(*id),
-                surface: client.holder.surface.clone(),
-                since: client.since.into(),
-                typing: is_typing(client.last_input_at, now),
-            })
+            .map(|(id, client)| self.attendee(*id, client, now))
             .collect()
+    }
+
+    fn attendee(&self, id: ClientId, client: &Client, now: Instant) -> Attendee {
+        Attendee {
+            principal: client.holder.principal.clone(),
+            role: self.role_of(id),
+            surface: client.holder.surface.clone(),
+            since: client.since.into(),
+            typing: is_typing(client.last_input_at, now),
+        }
     }
 
     /// When the first client that types now stops counting as typing, unless it types again.
@@ -325,13 +432,13 @@ mod tests {
     #[test]
     fn takeover_moves_the_lease_and_tells_the_previous_controller() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, Holder::default(), 0, 10);
-        let viewer = attachments.attach(Role::Viewer, Holder::default(), 0, 10);
+        let first = attachments.attach(Role::Controller, Holder::default(), false, 0, 10);
+        let viewer = attachments.attach(Role::Viewer, Holder::default(), false, 0, 10);
         assert_eq!(first.superseded, None);
         assert_eq!(viewer.generation, None);
         assert!(attachments.is_current_controller(first.generation));
 
-        let second = attachments.attach(Role::Controller, Holder::default(), 10, 10);
+        let second = attachments.attach(Role::Controller, Holder::default(), false, 10, 10);
         assert_eq!(second.superseded, Some(first.client));
         assert!(second.generation > first.generation);
         assert!(!attachments.is_current_controller(first.generation));
@@ -349,8 +456,8 @@ mod tests {
     #[test]
     fn stale_close_of_a_superseded_controller_keeps_the_current_lease() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, Holder::default(), 0, 0);
-        let second = attachments.attach(Role::Controller, Holder::default(), 0, 0);
+        let first = attachments.attach(Role::Controller, Holder::default(), false, 0, 0);
+        let second = attachments.attach(Role::Controller, Holder::default(), false, 0, 0);
         // The first stream ends late, after it was superseded.
         assert!(attachments.detach(first.client));
         assert_eq!(
@@ -381,8 +488,8 @@ mod tests {
     fn presence_lists_each_client_with_its_role_now() {
         let mut attachments = Attachments::default();
         let now = Instant::now();
-        attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
-        attachments.attach(Role::Viewer, holder("bob", "cli"), 0, 0);
+        attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
         let listed = |attachments: &Attachments| {
             attachments
                 .presence(now)
@@ -398,7 +505,7 @@ mod tests {
             ]
         );
         // Alice's second tab takes over: her first reads on as a viewer.
-        attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
+        attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
         assert_eq!(
             listed(&attachments),
             [
@@ -413,8 +520,8 @@ mod tests {
     fn typing_starts_with_input_and_ends_after_the_window() {
         let mut attachments = Attachments::default();
         let start = Instant::now();
-        let typist = attachments.attach(Role::Controller, holder("alice", "web"), 0, 0);
-        attachments.attach(Role::Viewer, holder("bob", "web"), 0, 0);
+        let typist = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
         assert_eq!(attachments.typing_ends_at(start), None);
 
         assert!(
@@ -444,10 +551,124 @@ mod tests {
         );
     }
 
+    fn events(attachments: &Attachments, client: ClientId) -> Vec<ClientEvent> {
+        attachments
+            .get(client)
+            .unwrap()
+            .events
+            .iter()
+            .map(|queued| queued.event.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_grant_moves_the_lease_on_the_same_streams() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
+
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        let told: [ClientEvent; 1] = events(&attachments, alice.client).try_into().unwrap();
+        let [ClientEvent::ControlRequested { requester, .. }] = told else {
+            panic!("the controller is sent the request");
+        };
+        assert_eq!(
+            (requester.principal.as_str(), requester.role),
+            ("bob", Role::Viewer)
+        );
+
+        attachments
+            .answer_control(alice.client, request_id, true, 0)
+            .unwrap();
+        let granted = attachments.generation_of(bob.client);
+        assert!(granted > alice.generation);
+        assert!(attachments.is_current_controller(granted));
+        assert_eq!(attachments.generation_of(alice.client), None);
+        assert_eq!(
+            events(&attachments, bob.client),
+            [ClientEvent::RoleChanged(Role::Controller)]
+        );
+        assert_eq!(
+            events(&attachments, alice.client).last(),
+            Some(&ClientEvent::RoleChanged(Role::Viewer))
+        );
+        assert_eq!(attachments.counts(), (1, 1), "both streams stay attached");
+        // A request is answered once.
+        assert!(matches!(
+            attachments.answer_control(bob.client, request_id, true, 0),
+            Err(Error::UnknownControlRequest(id)) if id == request_id
+        ));
+    }
+
+    #[test]
+    fn a_decline_changes_nothing_but_telling_the_requester() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        attachments
+            .answer_control(alice.client, request_id, false, 0)
+            .unwrap();
+        assert!(attachments.is_current_controller(alice.generation));
+        assert_eq!(attachments.generation_of(bob.client), None);
+        assert_eq!(
+            events(&attachments, bob.client),
+            [ClientEvent::ControlDeclined { request_id }]
+        );
+    }
+
+    #[test]
+    fn bad_requests_and_answers_are_refused_and_leave_the_lease() {
+        let mut attachments = Attachments::default();
+        let share = attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 0);
+        assert!(matches!(
+            attachments.request_control(share.client, 0),
+            Err(Error::NoController) | Err(Error::MayOnlyView)
+        ));
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        assert!(matches!(
+            attachments.request_control(share.client, 0),
+            Err(Error::MayOnlyView)
+        ));
+        assert!(matches!(
+            attachments.request_control(alice.client, 0),
+            Err(Error::AlreadyControls)
+        ));
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        // Only the controller answers: not the requester, not another viewer.
+        for answerer in [bob.client, share.client] {
+            assert!(matches!(
+                attachments.answer_control(answerer, request_id, true, 0),
+                Err(Error::ViewerMayNot(ClientAction::AnswerControl))
+            ));
+        }
+        assert!(matches!(
+            attachments.answer_control(alice.client, request_id + 1, true, 0),
+            Err(Error::UnknownControlRequest(_))
+        ));
+        assert!(attachments.is_current_controller(alice.generation));
+        // A requester that left takes its request with it.
+        attachments.detach(bob.client);
+        assert!(matches!(
+            attachments.answer_control(alice.client, request_id, true, 0),
+            Err(Error::UnknownControlRequest(_))
+        ));
+        assert!(attachments.is_current_controller(alice.generation));
+
+        // Nobody in control: nobody to ask.
+        attachments.detach(alice.client);
+        let carol = attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0);
+        assert!(matches!(
+            attachments.request_control(carol.client, 0),
+            Err(Error::NoController)
+        ));
+    }
+
     #[test]
     fn resizes_coalesce_and_a_flooded_queue_overflows() {
         let mut attachments = Attachments::default();
-        let viewer = attachments.attach(Role::Viewer, Holder::default(), 0, 0);
+        let viewer = attachments.attach(Role::Viewer, Holder::default(), false, 0, 0);
         for cols in 1..=1000 {
             attachments.broadcast(
                 5,

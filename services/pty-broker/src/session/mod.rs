@@ -87,6 +87,8 @@ pub struct AttachRequest {
     pub present_only: bool,
     /// Who the client is for, as its verified ticket said.
     pub holder: Holder,
+    /// Whether its ticket admits a controller: a viewer may then ask for control.
+    pub may_control: bool,
 }
 
 /// The handle on a session that the registry holds and clients reach it through.
@@ -254,7 +256,6 @@ enum Command {
 #[derive(Debug)]
 struct AttachedClient {
     client: ClientId,
-    generation: Option<u64>,
 }
 
 impl Session {
@@ -360,7 +361,6 @@ impl Session {
             handle: AttachmentHandle {
                 session: Arc::clone(self),
                 client: attached.client,
-                generation: attached.generation,
                 role,
             },
             changed: self.shared.changed.subscribe(),
@@ -440,7 +440,6 @@ impl Drop for Attached {
 pub struct AttachmentHandle {
     session: Arc<Session>,
     client: ClientId,
-    generation: Option<u64>,
     role: Role,
 }
 
@@ -520,9 +519,8 @@ impl Attachment {
             RingRead::Data(data) => {
                 let offset = client.cursor;
                 client.cursor += data.len() as u64;
-                let is_controller = state
-                    .attachments
-                    .is_current_controller(self.handle.generation);
+                let generation = client.generation;
+                let is_controller = state.attachments.is_current_controller(generation);
                 if is_controller && state.reader_waiting {
                     shared.task_wake.notify_one();
                 }
@@ -568,11 +566,11 @@ impl AttachmentHandle {
 
     /// Resizes the PTY if this client is the current controller.
     pub async fn resize(&self, size: TerminalSize) -> Result<(), Error> {
-        self.check_controller(ClientAction::Resize)?;
+        let generation = self.check_controller(ClientAction::Resize)?;
         let (reply, answer) = oneshot::channel();
         self.session
             .send(Command::Resize {
-                generation: self.generation,
+                generation: Some(generation),
                 size,
                 reply,
             })
@@ -582,28 +580,52 @@ impl AttachmentHandle {
 
     /// Resets the session if this client is the current controller.
     pub async fn reset(&self) -> Result<(), Error> {
-        self.check_controller(ClientAction::Reset)?;
+        let generation = self.check_controller(ClientAction::Reset)?;
         let (reply, answer) = oneshot::channel();
         self.session
             .send(Command::Reset {
-                generation: self.generation,
+                generation: Some(generation),
                 reply,
             })
             .await?;
         answer.await.map_err(|_| Error::SessionClosed)?.map(drop)
     }
 
+    /// Asks the controller for control (docs/CONTRACT.md, "Control requests"); the request's
+    /// id.
+    pub fn request_control(&self) -> Result<u64, Error> {
+        let mut state = self.session.shared.lock();
+        let end = state.ring.end();
+        let request_id = state.attachments.request_control(self.client, end)?;
+        drop(state);
+        self.session.shared.notify_clients();
+        Ok(request_id)
+    }
+
+    /// Grants or declines request `request_id`, as the current controller. A grant moves the
+    /// lease on the same streams; the task publishes the presence that changed with it.
+    pub fn answer_control(&self, request_id: u64, grant: bool) -> Result<(), Error> {
+        let mut state = self.session.shared.lock();
+        let end = state.ring.end();
+        state
+            .attachments
+            .answer_control(self.client, request_id, grant, end)?;
+        drop(state);
+        self.session.shared.notify_clients();
+        if grant {
+            self.session.shared.task_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The controller generation this client holds now (attached with or granted), refused
+    /// for a viewer and for a controller that was taken over from.
     fn check_controller(&self, action: ClientAction) -> Result<u64, Error> {
-        let Some(generation) = self.generation else {
+        let state = self.session.shared.lock();
+        let Some(generation) = state.attachments.generation_of(self.client) else {
             return Err(Error::ViewerMayNot(action));
         };
-        if !self
-            .session
-            .shared
-            .lock()
-            .attachments
-            .is_current_controller(Some(generation))
-        {
+        if !state.attachments.is_current_controller(Some(generation)) {
             return Err(Error::TakenOver(action));
         }
         Ok(generation)

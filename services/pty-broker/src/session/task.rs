@@ -702,10 +702,13 @@ impl SessionTask {
                 None if request.present_only => end,
                 None => request.since.unwrap_or(start),
             };
-            let attached =
-                state
-                    .attachments
-                    .attach(request.role, request.holder.clone(), since, end);
+            let attached = state.attachments.attach(
+                request.role,
+                request.holder.clone(),
+                request.may_control,
+                since,
+                end,
+            );
             state.attachments.push_event(
                 attached.client,
                 0,
@@ -752,7 +755,6 @@ impl SessionTask {
         self.attachments_changed();
         Ok(AttachedClient {
             client: attached.client,
-            generation: attached.generation,
         })
     }
 

@@ -1,5 +1,6 @@
 //! Presence: the broker names every attached stream (the holder its ticket named, its role now,
-//! since when, whether it is typing) in its `AttachmentsChanged` events.
+//! since when, whether it is typing) in its `AttachmentsChanged` events. Control requests: a
+//! viewer asks, the controller grants (the lease moves on the same streams) or declines.
 
 use std::time::{Duration, SystemTime};
 
@@ -67,11 +68,23 @@ async fn attach_as(
     role: pb::Role,
     holder: Option<TicketHolder>,
 ) -> anyhow::Result<AttachedClient> {
-    let uuid = Uuid::parse_str(session_id)?;
     let ticket_role = match role {
         pb::Role::Controller => TicketRole::Controller,
         _ => TicketRole::Viewer,
     };
+    attach_with_ticket_role(broker, session_id, role, ticket_role, holder).await
+}
+
+/// Attaches as `role` with a ticket for `ticket_role`: a viewer with a controller's ticket may
+/// ask for control, one with a viewer's may not.
+async fn attach_with_ticket_role(
+    broker: &TestBroker,
+    session_id: &str,
+    role: pb::Role,
+    ticket_role: TicketRole,
+    holder: Option<TicketHolder>,
+) -> anyhow::Result<AttachedClient> {
+    let uuid = Uuid::parse_str(session_id)?;
     let expires_at = SystemTime::now() + Duration::from_secs(300);
     let ticket = match &holder {
         Some(holder) => broker
@@ -182,5 +195,132 @@ async fn presence_names_each_stream_and_shows_typing_until_it_stops() -> anyhow:
         ],
     )
     .await?;
+    broker.stop().await
+}
+
+/// Reads frames until one that `wanted` picks, skipping output and the rest.
+async fn frame_where<T>(
+    client: &mut AttachedClient,
+    wanted: impl Fn(pb::server_frame::Frame) -> Option<T>,
+) -> anyhow::Result<T> {
+    loop {
+        if let Some(found) = wanted(client.next_frame().await?) {
+            return Ok(found);
+        }
+    }
+}
+
+async fn answer(client: &AttachedClient, request_id: u64, grant: bool) -> anyhow::Result<()> {
+    client
+        .send(pb::client_frame::Frame::AnswerControl(pb::AnswerControl {
+            request_id,
+            grant,
+        }))
+        .await
+}
+
+async fn request_control(client: &AttachedClient) -> anyhow::Result<()> {
+    client
+        .send(pb::client_frame::Frame::RequestControl(
+            pb::RequestControl {},
+        ))
+        .await
+}
+
+fn error_frame(frame: pb::server_frame::Frame) -> Option<pb::Error> {
+    match frame {
+        pb::server_frame::Frame::Error(error) => Some(error),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_asks_for_control_and_a_grant_moves_the_lease_on_the_same_streams()
+-> anyhow::Result<()> {
+    use pb::Role::{Controller, Viewer};
+    use pb::server_frame::Frame;
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session = broker.spawn_sh("cat").await?;
+    let id = session.session_id.clone();
+    let mut alice = attach_as(&broker, &id, Controller, holder("alice", "web")).await?;
+    let mut bob = attach_with_ticket_role(
+        &broker,
+        &id,
+        Viewer,
+        TicketRole::Controller,
+        holder("bob", "cli"),
+    )
+    .await?;
+    let mut share = attach_as(&broker, &id, Viewer, holder("share:1", "web")).await?;
+
+    // A viewer whose ticket only views may not ask; nor may anyone but the controller answer.
+    request_control(&share).await?;
+    let refused = frame_where(&mut share, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
+
+    // Bob asks; Alice declines: Bob is told, nothing else changes.
+    request_control(&bob).await?;
+    let requested = frame_where(&mut alice, |frame| match frame {
+        Frame::ControlRequested(requested) => Some(requested),
+        _ => None,
+    })
+    .await?;
+    let requester = requested
+        .requester
+        .context("the request names its requester")?;
+    assert_eq!(
+        (requester.principal.as_str(), requester.surface.as_str()),
+        ("bob", "cli")
+    );
+    answer(&share, requested.request_id, true).await?;
+    let refused = frame_where(&mut share, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
+    answer(&alice, requested.request_id, false).await?;
+    let declined = frame_where(&mut bob, |frame| match frame {
+        Frame::ControlDeclined(declined) => Some(declined.request_id),
+        _ => None,
+    })
+    .await?;
+    assert_eq!(declined, requested.request_id);
+    bob.send_input(&b"bob while declined\n"[..]).await?;
+    let refused = frame_where(&mut bob, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
+
+    // Bob asks again; Alice grants: the lease moves, both streams stay open.
+    request_control(&bob).await?;
+    let requested = frame_where(&mut alice, |frame| match frame {
+        Frame::ControlRequested(requested) => Some(requested),
+        _ => None,
+    })
+    .await?;
+    answer(&alice, requested.request_id, true).await?;
+    let role_of = |frame| match frame {
+        Frame::RoleChanged(changed) => pb::Role::try_from(changed.role).ok(),
+        _ => None,
+    };
+    assert_eq!(frame_where(&mut bob, role_of).await?, Controller);
+    assert_eq!(frame_where(&mut alice, role_of).await?, Viewer);
+    bob.send_input(&b"typed by bob\n"[..]).await?;
+    bob.read_until(b"typed by bob").await?;
+    alice.send_input(&b"alice after the grant\n"[..]).await?;
+    let refused = frame_where(&mut alice, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
     broker.stop().await
 }
