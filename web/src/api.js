@@ -3,9 +3,13 @@
 // the browser sends itself: no token is in any header, URL or storage of the page.
 
 /**
+ * One stream attached to a session (CONTRACT.md "Presence").
+ * @typedef {{ principal: string, role: string, surface: string, since: string, typing: boolean }} Attendee
+ */
+/**
  * A session as REST and the change stream give it; `state`, `progress` and `last_notification`
  * say what its terminal is doing (CONTRACT.md "Commands and terminal state").
- * @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null, state?: string, progress?: { kind: string, percent: number | null } | null, last_notification?: { text: string, at: string } | null }} SessionRecord
+ * @typedef {{ id: string, name: string, status: string, aliases?: string[], title?: string, last_bell_at?: string | null, exit_code?: number | null, exit_signal?: number | null, state?: string, progress?: { kind: string, percent: number | null } | null, last_notification?: { text: string, at: string } | null, presence?: Attendee[] }} SessionRecord
  */
 /**
  * A command of a session's shell (CONTRACT.md "Commands"): `output_start` .. `output_end` are

@@ -93,16 +93,24 @@ function hasHardwareWebgl2() {
  *   snapshot stands for (its own bytes are not output and have no offsets).
  */
 export class SessionTab {
-  constructor({ instanceId, session, clientId, viewer, size, callbacks }) {
+  constructor({ instanceId, session, clientId, viewer, viewerOnly = false, size, callbacks }) {
     this.instanceId = instanceId;
     this.sessionId = session?.id ?? null;
     this.clientId = session ? null : clientId;
     this.name = session?.name ?? 'New session';
     this.viewer = viewer;
+    /** Signed in with a share link: it may never ask for control. */
+    this.viewerOnly = viewerOnly;
     this.callbacks = callbacks;
     /** @type {StatusName} */
     this.status = Status.connecting;
     this.role = null;
+    /** Who is attached, as the session's record last said (CONTRACT.md "Presence"). */
+    this.presence = session?.presence ?? [];
+    /** To the controller: a viewer's pending request for control, `{id, requester}`. */
+    this.controlRequest = null;
+    /** Set while this tab's own request for control waits for an answer. */
+    this.controlRequested = false;
     this.exitCode = session?.exit_code ?? null;
     this.exitSignal = null;
     this.exited = false;
@@ -334,8 +342,35 @@ export class SessionTab {
       this.lastBellAt = session.last_bell_at;
       this.callbacks.onAttention(this, 'bell');
     }
+    if (Array.isArray(session.presence) && JSON.stringify(session.presence) !== JSON.stringify(this.presence)) {
+      this.presence = session.presence;
+      changed = true;
+    }
     if (this.applyTerminalState(session)) changed = true;
     if (changed) this.changed();
+  }
+
+  /** Whether this tab may ask for control: it views, connected, on a page that may control. */
+  get mayRequestControl() {
+    return !this.viewerOnly && this.role === 'viewer' && this.socket?.readyState === WebSocket.OPEN && !this.exited;
+  }
+
+  /** Asks the controller for control; the answer comes as a `role` or `control_declined` frame. */
+  requestControl() {
+    if (!this.mayRequestControl || this.controlRequested) return;
+    this.controlRequested = true;
+    this.sendJson({ type: 'request_control' });
+    this.showStatusLine('Asked for control…');
+    this.changed();
+  }
+
+  /** The controller's answer to the pending request. */
+  answerControl(grant) {
+    const request = this.controlRequest;
+    if (!request) return;
+    this.controlRequest = null;
+    this.sendJson({ type: grant ? 'grant_control' : 'decline_control', request_id: request.id });
+    this.changed();
   }
 
   /**
@@ -531,6 +566,26 @@ export class SessionTab {
         this.ended = 'taken_over';
         this.changed();
         break;
+      case 'control_requested':
+        this.controlRequest = { id: message.request_id, requester: message.requester ?? null };
+        this.changed();
+        break;
+      case 'control_declined':
+        this.controlRequested = false;
+        this.showStatusLine('Your request for control was declined');
+        this.statusLine.dataset.kind = 'transient';
+        this.changed();
+        break;
+      case 'role':
+        // A grant moved control on this socket: the tab now types, or only watches.
+        this.role = message.role;
+        this.terminal.options.disableStdin = message.role !== 'controller';
+        this.controlRequested = false;
+        this.controlRequest = null;
+        this.showStatusLine(message.role === 'controller' ? 'You have control' : 'You gave control away');
+        this.statusLine.dataset.kind = 'transient';
+        this.changed();
+        break;
       case 'exit':
         this.handleExit(message.code, message.signal);
         break;
@@ -721,7 +776,7 @@ export class SessionTab {
   // ---- input and size -----------------------------------------------------------------------
 
   get canWrite() {
-    return !this.viewer && this.role === 'controller' && this.socket?.readyState === WebSocket.OPEN && !this.exited;
+    return this.role === 'controller' && this.socket?.readyState === WebSocket.OPEN && !this.exited;
   }
 
   sendText(text) {

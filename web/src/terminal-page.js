@@ -16,6 +16,7 @@ import { CopyView } from './copy.js';
 import { el, icon, iconButton, loadingView } from './dom.js';
 import { Fullscreen } from './fullscreen.js';
 import { KeyBar, listenForShortcuts, terminalMayHave } from './keyboard.js';
+import { PresenceBar } from './presence.js';
 import { SearchBar } from './search.js';
 import { SessionTab, Status } from './session-tab.js';
 import {
@@ -267,6 +268,7 @@ class TerminalPage {
     this.programClipboard = this.viewer ? null : new ProgramClipboard({ focusTerminal: () => this.active?.terminal.focus() });
 
     this.mobileTitle = el('span', { class: 'mobile-title', 'data-testid': 'active-session-name' });
+    this.presenceBar = new PresenceBar();
     this.viewerSwitch = this.viewerOnly
       ? null
       : this.viewer
@@ -282,6 +284,7 @@ class TerminalPage {
       el('span', { class: 'instance-name' }, this.instance.name),
       this.mobileTitle,
       this.viewer ? el('span', { class: 'viewer-badge' }, 'Read-only') : null,
+      this.presenceBar.element,
       el('span', { class: 'spacer' }),
       // A share link's viewer cannot download recordings, so it has no history to play.
       this.viewerOnly ? null : el('a', { class: 'text-button', href: `/instances/${encodeURIComponent(this.instanceId)}?view=history` }, 'History'),
@@ -372,6 +375,7 @@ class TerminalPage {
       session,
       clientId: this.clientId,
       viewer: this.viewer,
+      viewerOnly: this.viewerOnly,
       size: this.size,
       callbacks: {
         onChange: (changed) => this.renderTab(changed),
@@ -457,6 +461,7 @@ class TerminalPage {
   }
 
   renderTab(tab) {
+    if (tab === this.active) this.presenceBar?.show(tab);
     if (!tab.ui) return;
     const { item, element, name, stateBadge, stateWords, attentionMark, attentionWords, exitBadge, closeButton } = tab.ui;
     const paneId = `pane-${tab.sessionId ?? `new-${this.tabs.indexOf(tab)}`}`;
@@ -511,6 +516,7 @@ class TerminalPage {
     if (!this.tabs.includes(tab)) return;
     const previous = this.active;
     this.active = tab;
+    this.presenceBar.show(tab);
     if (tab.connectWhenShown) {
       tab.connectWhenShown = false;
       tab.connect();
