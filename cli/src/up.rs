@@ -117,7 +117,7 @@ pub async fn run_up(args: UpArgs, data_dir: &Path, token: Option<String>) -> Res
     // In the broker's data dir (its default there), so that a kill loses no recording.
     builder.broker.recordings.spool = None;
     builder.session_api.database_url =
-        format!("sqlite://{}?mode=rwc", data_dir.join("ptyhub.db").display());
+        format!("sqlite://{}?mode=rwc", data_dir.join("ptyhub.db").display()).into();
     builder.session_api.secrets.ticket_signing_key =
         ptyhub_stack::load_or_create_signing_key(&data_dir.join(TICKET_SIGNING_KEY_FILE))?;
     builder

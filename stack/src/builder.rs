@@ -475,7 +475,13 @@ mod tests {
             builder.session_api.default_record,
             session_api.default_record
         );
-        assert!(builder.session_api.database_url.starts_with("sqlite://"));
+        assert!(
+            builder
+                .session_api
+                .database_url
+                .connection_string()
+                .starts_with("sqlite://")
+        );
         let gateway = gateway::Config::new("http://127.0.0.1:1", credential);
         assert_eq!(
             builder.gateway.heartbeat_interval,
@@ -547,6 +553,19 @@ mod tests {
         assert_eq!(
             builder.gateway.auth.api_tokens[0].expose_secret(),
             "stack-test-api-token-0123"
+        );
+    }
+
+    #[test]
+    fn a_database_password_set_on_the_stack_is_never_printed() {
+        let mut builder = StackBuilder::embedded().expect("the embedded configs");
+        builder.session_api.database_url =
+            "postgres://ptyhub:stack-test-db-password@db:5432/ptyhub".into();
+        let printed = format!("{builder:?}");
+        assert!(!printed.contains("stack-test-db-password"), "{printed}");
+        assert!(
+            printed.contains("postgres://ptyhub:***@db:5432/ptyhub"),
+            "{printed}"
         );
     }
 

@@ -184,7 +184,7 @@ async fn a_service_that_cannot_start_fails_the_start_with_its_error() {
         missing.path().join("no/such/dir/sessions.db").display()
     );
     let mut builder = Stack::builder().expect("the embedded configs");
-    builder.session_api.database_url = url;
+    builder.session_api.database_url = url.into();
     let error = builder
         .start()
         .await

@@ -16,7 +16,8 @@ use crate::webhooks::WebhookSettings;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// `sqlite://PATH?mode=rwc` (a file, WAL) or `postgres://USER:PASSWORD@HOST:PORT/DB`. A URL
-    /// with a password goes in the variable: the flag refuses one.
+    /// with a password goes in the variable: the flag refuses one. Printed (`Debug`, logs,
+    /// errors) with the password as `***`.
     #[arg(
         long,
         env = "PTYHUB_SESSION_API_DATABASE_URL",
@@ -24,7 +25,7 @@ pub struct Config {
         default_value = "sqlite://ptyhub-sessions.db?mode=rwc",
         value_parser = DatabaseUrlParser
     )]
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
 
     /// Apply pending migrations at start (`true`/`false`). Turn off where migrations are run
     /// separately.
@@ -157,7 +158,7 @@ impl Config {
     /// attach tickets. Brokers that register need their credentials in
     /// [`SessionApiSecrets::broker_tokens`] as well.
     pub fn new(
-        database_url: impl Into<String>,
+        database_url: impl Into<DatabaseUrl>,
         service_credential: ServiceCredential,
         gateway_credential: ServiceCredential,
         ticket_signing_key: TicketSigningKey,
@@ -406,14 +407,14 @@ impl clap::Args for SessionApiSecrets {
 struct DatabaseUrlParser;
 
 impl clap::builder::TypedValueParser for DatabaseUrlParser {
-    type Value = String;
+    type Value = DatabaseUrl;
 
     fn parse_ref(
         &self,
         command: &clap::Command,
         argument: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
-    ) -> Result<String, clap::Error> {
+    ) -> Result<DatabaseUrl, clap::Error> {
         self.parse_ref_(
             command,
             argument,
@@ -428,7 +429,7 @@ impl clap::builder::TypedValueParser for DatabaseUrlParser {
         _argument: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
         source: clap::parser::ValueSource,
-    ) -> Result<String, clap::Error> {
+    ) -> Result<DatabaseUrl, clap::Error> {
         let invalid = |message: &str| {
             clap::Error::raw(
                 clap::error::ErrorKind::ValueValidation,
@@ -441,7 +442,59 @@ impl clap::builder::TypedValueParser for DatabaseUrlParser {
                 "a URL with a password is refused on the command line, where every user of the host reads it in /proc: set PTYHUB_SESSION_API_DATABASE_URL instead",
             ));
         }
-        Ok(url.to_owned())
+        Ok(DatabaseUrl::new(url))
+    }
+}
+
+/// The database's URL, which may carry its password (`postgres://USER:PASSWORD@HOST/DB`).
+/// `Debug` and `Display` show it with the password as `***` and everything else as given, so
+/// that a printed config, a log line or a start error names the database for the operator
+/// without handing its credential to whoever reads them. [`DatabaseUrl::connection_string`]
+/// is the one way to the whole URL, for connecting.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// The whole URL, password included: for the database driver alone.
+    pub fn connection_string(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL with its password, if any, replaced by `***`. A URL the parser cannot read but
+    /// that has an `@` (where a password could hide) keeps only its scheme.
+    pub fn redacted(&self) -> String {
+        crate::store::redact_password(&self.0)
+    }
+}
+
+impl From<String> for DatabaseUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl From<&str> for DatabaseUrl {
+    fn from(url: &str) -> Self {
+        Self(url.to_owned())
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_tuple("DatabaseUrl")
+            .field(&self.redacted())
+            .finish()
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.redacted())
     }
 }
 
@@ -812,7 +865,10 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
         let mut args = tiers.to_vec();
         args.push("--database-url=postgres://ptyhub@db:5432/ptyhub");
         let config = with_key(&args).expect("a URL without a password");
-        assert_eq!(config.database_url, "postgres://ptyhub@db:5432/ptyhub");
+        assert_eq!(
+            config.database_url.connection_string(),
+            "postgres://ptyhub@db:5432/ptyhub"
+        );
         assert!(url_has_password("postgres://u:p@h/db"));
         assert!(!url_has_password("postgres://h:5432/db?user=a:b@c"));
         assert!(!url_has_password("sqlite://ptyhub-sessions.db?mode=rwc"));
@@ -828,8 +884,14 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
         }
         let config = parse_raw(&[]).expect("the manifests' variables parse");
         assert_eq!(
-            config.database_url,
+            config.database_url.connection_string(),
             "postgres://ptyhub:a-database-password@postgres:5432/ptyhub"
+        );
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("a-database-password"), "{printed}");
+        assert!(
+            printed.contains("postgres://ptyhub:***@postgres:5432/ptyhub"),
+            "{printed}"
         );
         assert!(
             config
@@ -903,6 +965,61 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
             "config::tests::child_parses_the_deploy_manifests_variables",
             &variables,
         );
+    }
+
+    #[test]
+    fn a_printed_config_shows_the_database_url_without_its_password() {
+        let mut config = with_key(&[
+            "--service-token=session-api-token-0123456789",
+            "--gateway-token=gateway-token-0123456789",
+        ])
+        .expect("a config");
+        config.database_url = DatabaseUrl::new("postgres://ptyhub:hunter2-secret@db:5432/ptyhub");
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(
+            printed.contains("postgres://ptyhub:***@db:5432/ptyhub"),
+            "{printed}"
+        );
+        assert_eq!(
+            config.database_url.to_string(),
+            "postgres://ptyhub:***@db:5432/ptyhub"
+        );
+        assert_eq!(
+            config.database_url.connection_string(),
+            "postgres://ptyhub:hunter2-secret@db:5432/ptyhub"
+        );
+    }
+
+    #[test]
+    fn only_the_password_of_a_database_url_is_hidden() {
+        for (url, shown) in [
+            (
+                "postgres://ptyhub:p%40ss@db:5432/ptyhub?sslmode=require",
+                "postgres://ptyhub:***@db:5432/ptyhub?sslmode=require",
+            ),
+            // An unencoded `@` in the password: the last `@` ends the user info.
+            (
+                "postgres://ptyhub:p@ss@db/ptyhub",
+                "postgres://ptyhub:***@db/ptyhub",
+            ),
+            (
+                "postgres://ptyhub@db:5432/ptyhub",
+                "postgres://ptyhub@db:5432/ptyhub",
+            ),
+            (
+                "sqlite://ptyhub-sessions.db?mode=rwc",
+                "sqlite://ptyhub-sessions.db?mode=rwc",
+            ),
+            (
+                "sqlite:///var/lib/ptyhub/sessions db",
+                "sqlite:///var/lib/ptyhub/sessions db",
+            ),
+            // Unreadable, with somewhere a password could be: nothing after the scheme shown.
+            ("postgres://ptyhub:a/b@db:x/ptyhub", "postgres://***"),
+        ] {
+            assert_eq!(DatabaseUrl::new(url).redacted(), shown, "{url}");
+        }
     }
 
     #[test]

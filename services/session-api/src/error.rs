@@ -186,8 +186,13 @@ impl Error {
 pub enum StartError {
     #[error("invalid setting database_url: {0}")]
     InvalidDatabaseUrl(&'static str),
-    #[error("cannot connect to the database: {0}")]
-    Connect(#[source] sea_orm::DbErr),
+    /// `database` is the URL with its password as `***`: the error is printed and logged.
+    #[error("cannot connect to the database {database}: {source}")]
+    Connect {
+        database: String,
+        #[source]
+        source: sea_orm::DbErr,
+    },
     #[error("cannot make the database file private (0600): {0}")]
     DatabaseFile(#[source] std::io::Error),
     #[error("cannot apply the database migrations: {0}")]

@@ -65,7 +65,7 @@ pub async fn run(
             endpoint: broker.endpoint.clone(),
         });
     }
-    let store = Store::connect(&config.database_url).await?;
+    let store = Store::connect(config.database_url.connection_string()).await?;
     if config.migrate {
         store.migrate().await?;
     }

@@ -99,7 +99,10 @@ impl Store {
         }
         let db = Database::connect(options)
             .await
-            .map_err(StartError::Connect)?;
+            .map_err(|source| StartError::Connect {
+                database: redact_password(url),
+                source,
+            })?;
         Ok(Self { db })
     }
 
@@ -284,4 +287,29 @@ fn sqlite_path(url: &str) -> Option<&str> {
         .or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next().unwrap_or(rest);
     (!path.is_empty()).then_some(path)
+}
+
+/// `url` with the password of its user info replaced by `***`; unchanged without one. A URL
+/// the parser cannot read but that has an `@` (where a password could hide) keeps only its
+/// scheme. Errors and the config's `Debug` name the database this way.
+pub fn redact_password(url: &str) -> String {
+    const MASK: &str = "***";
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.password().is_none() => url.to_owned(),
+        Ok(mut parsed) => match parsed.set_password(Some(MASK)) {
+            Ok(()) => parsed.into(),
+            Err(()) => masked_after_scheme(url),
+        },
+        // Without an `@` there is no user info, so no password, to hide.
+        Err(_) if !url.contains('@') => url.to_owned(),
+        Err(_) => masked_after_scheme(url),
+    }
+}
+
+/// Everything after the scheme hidden: for a URL whose password cannot be told apart.
+fn masked_after_scheme(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, _)) => format!("{scheme}://***"),
+        None => "***".to_owned(),
+    }
 }

@@ -505,3 +505,29 @@ both_databases!(
         );
     }
 );
+
+/// A database that cannot be reached is named in the start error by its URL, with the password
+/// hidden: the error is printed and logged.
+#[tokio::test]
+async fn an_unreachable_database_is_named_by_its_host_without_the_password() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("its address");
+    // A host that is there but is no database: each connection is hung up on at once.
+    tokio::spawn(async move {
+        while let Ok((connection, _)) = listener.accept().await {
+            drop(connection);
+        }
+    });
+    let url = format!("postgres://ptyhub:hunter2-secret@{address}/ptyhub");
+    let error = Store::connect(&url)
+        .await
+        .expect_err("nothing there speaks PostgreSQL")
+        .to_string();
+    assert!(
+        error.contains(&format!("postgres://ptyhub:***@{address}/ptyhub")),
+        "{error}"
+    );
+    assert!(!error.contains("hunter2"), "{error}");
+}
