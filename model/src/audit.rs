@@ -16,10 +16,13 @@ pub enum AuditKind {
     Refused,
     ShareCreated,
     ShareRevoked,
+    WebhookCreated,
+    WebhookDeleted,
+    WebhookDeliveryFailed,
 }
 
 impl AuditKind {
-    pub const ALL: [AuditKind; 13] = [
+    pub const ALL: [AuditKind; 16] = [
         AuditKind::InstanceCreated,
         AuditKind::InstanceDeleted,
         AuditKind::SessionCreated,
@@ -33,6 +36,9 @@ impl AuditKind {
         AuditKind::Refused,
         AuditKind::ShareCreated,
         AuditKind::ShareRevoked,
+        AuditKind::WebhookCreated,
+        AuditKind::WebhookDeleted,
+        AuditKind::WebhookDeliveryFailed,
     ];
 
     /// The contract's spelling, also the stored one.
@@ -51,6 +57,9 @@ impl AuditKind {
             AuditKind::Refused => "refused",
             AuditKind::ShareCreated => "share_created",
             AuditKind::ShareRevoked => "share_revoked",
+            AuditKind::WebhookCreated => "webhook_created",
+            AuditKind::WebhookDeleted => "webhook_deleted",
+            AuditKind::WebhookDeliveryFailed => "webhook_delivery_failed",
         }
     }
 

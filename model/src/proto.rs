@@ -109,6 +109,9 @@ proto_enum!(AuditKind, session_pb::AuditKind, "audit kind", {
     Refused => Refused,
     ShareCreated => ShareCreated,
     ShareRevoked => ShareRevoked,
+    WebhookCreated => WebhookCreated,
+    WebhookDeleted => WebhookDeleted,
+    WebhookDeliveryFailed => WebhookDeliveryFailed,
 });
 
 proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {

@@ -592,12 +592,8 @@ impl SessionApi for GrpcSessionApi {
         request: Request<pb::CreateWebhookRequest>,
     ) -> Result<Response<pb::Webhook>, Status> {
         let actor = actor_of(&request);
-        let webhook = webhooks::create_webhook(
-            &self.service.webhooks,
-            request.into_inner(),
-            &actor.principal,
-        )
-        .await?;
+        let webhook =
+            webhooks::create_webhook(&self.service.webhooks, request.into_inner(), &actor).await?;
         Ok(Response::new(webhook))
     }
 
@@ -613,8 +609,9 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::DeleteWebhookRequest>,
     ) -> Result<Response<pb::Webhook>, Status> {
+        let actor = actor_of(&request);
         let deleted =
-            webhooks::delete_webhook(&self.service.webhooks, request.into_inner()).await?;
+            webhooks::delete_webhook(&self.service.webhooks, request.into_inner(), &actor).await?;
         Ok(Response::new(deleted))
     }
 

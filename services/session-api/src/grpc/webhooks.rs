@@ -1,8 +1,10 @@
 //! The webhook calls of `SessionApi` (`CreateWebhook`, `ListWebhooks`, `DeleteWebhook`) over
 //! [`WebhookService`]: requests checked into domain values, webhooks back into messages, the
-//! secret never among them.
+//! secret never among them. Creating and deleting are audit events of the actor the gateway
+//! names.
 
 use ptyhub_proto::session::v1 as pb;
+use ptyhub_wire::Actor;
 use uuid::Uuid;
 
 use super::from_pb::required;
@@ -10,17 +12,17 @@ use super::to_pb::timestamp;
 use crate::error::Error;
 use crate::webhooks::{NewWebhook, Webhook, WebhookService};
 
-/// Registers the webhook a request describes, made by `created_by`.
+/// Registers the webhook a request describes, made by `actor`.
 pub(super) async fn create_webhook(
     webhooks: &WebhookService,
     request: pb::CreateWebhookRequest,
-    created_by: &str,
+    actor: &Actor,
 ) -> Result<pb::Webhook, Error> {
     let instance = required("instance", &request.instance)?;
     let new = NewWebhook::new(&request.url, &request.events, request.secret)?;
-    let webhook = webhooks.create(instance, new, created_by).await?;
+    let webhook = webhooks.create(instance, new, actor).await?;
     tracing::info!(instance_id = %webhook.instance_id, webhook_id = %webhook.id,
-        created_by, "webhook registered");
+        created_by = %webhook.created_by, "webhook registered");
     Ok(webhook_to_pb(&webhook))
 }
 
@@ -35,15 +37,17 @@ pub(super) async fn list_webhooks(
     })
 }
 
+/// Deletes the webhook a request names, by `actor`.
 pub(super) async fn delete_webhook(
     webhooks: &WebhookService,
     request: pb::DeleteWebhookRequest,
+    actor: &Actor,
 ) -> Result<pb::Webhook, Error> {
     let instance = required("instance", &request.instance)?;
     // An id that is no uuid names no webhook.
     let webhook_id =
         Uuid::parse_str(&request.webhook_id).map_err(|_| Error::WebhookNotFound(Uuid::nil()))?;
-    let webhook = webhooks.delete(instance, webhook_id).await?;
+    let webhook = webhooks.delete(instance, webhook_id, actor).await?;
     tracing::info!(instance_id = %webhook.instance_id, webhook_id = %webhook.id, "webhook deleted");
     Ok(webhook_to_pb(&webhook))
 }

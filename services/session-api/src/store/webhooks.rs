@@ -15,8 +15,10 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
+use super::audit::insert_audit_event;
 use super::entities::{webhook, webhook_delivery};
 use super::{Store, lock_instance, now};
+use crate::audit::{AuditKind, NewAuditEvent};
 use crate::domain::{Command, Session, TerminalActivity};
 use crate::error::Error;
 use crate::webhooks::{
@@ -24,12 +26,15 @@ use crate::webhooks::{
     payload,
 };
 use ptyhub_model::TerminalState;
+use ptyhub_wire::Actor;
 
 /// A delivery this replica claimed for one attempt.
 #[derive(Debug, Clone)]
 pub struct ClaimedDelivery {
     pub id: Uuid,
     pub webhook_id: Uuid,
+    /// The webhook's instance, which the audit event of a delivery given up names.
+    pub instance_id: Uuid,
     pub event: String,
     pub body: String,
     /// Attempts made before this one.
@@ -62,13 +67,14 @@ pub(super) struct TerminalEvents<'a> {
 }
 
 impl Store {
-    /// Stores a webhook of `instance_id`, refused with [`Error::TooManyWebhooks`] when the
-    /// instance has `max` already.
+    /// Stores a webhook of `instance_id` made by `actor`, refused with
+    /// [`Error::TooManyWebhooks`] when the instance has `max` already. Its `webhook_created`
+    /// audit event is written in the same transaction.
     pub async fn insert_webhook(
         &self,
         instance_id: Uuid,
         new: &NewWebhook,
-        created_by: &str,
+        actor: &Actor,
         max: usize,
     ) -> Result<Webhook, Error> {
         let transaction = self.begin_write().await?;
@@ -91,7 +97,7 @@ impl Store {
                 .collect::<Vec<_>>()
                 .join(","),
             secret: new.secret.clone(),
-            created_by: created_by.to_owned(),
+            created_by: actor.principal.clone(),
             created_at: now(),
             dropped_events: 0,
             last_delivery_id: None,
@@ -105,8 +111,14 @@ impl Store {
         webhook::Entity::insert(webhook::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)
             .await?;
+        let webhook = webhook_from_model(model)?;
+        insert_audit_event(
+            &transaction,
+            &webhook_audit_event(AuditKind::WebhookCreated, actor, &webhook),
+        )
+        .await?;
         transaction.commit().await?;
-        webhook_from_model(model)
+        Ok(webhook)
     }
 
     /// An instance's webhooks, oldest first.
@@ -123,11 +135,13 @@ impl Store {
     }
 
     /// Deletes a webhook of `instance_id` (one of another instance is not found) and, through
-    /// the foreign key, its deliveries; answers it as it was.
+    /// the foreign key, its deliveries; answers it as it was. Its `webhook_deleted` audit event,
+    /// by `actor`, is written in the same transaction.
     pub async fn delete_webhook(
         &self,
         instance_id: Uuid,
         webhook_id: Uuid,
+        actor: &Actor,
     ) -> Result<Webhook, Error> {
         let transaction = self.begin_write().await?;
         let model = webhook::Entity::find_by_id(webhook_id)
@@ -138,8 +152,14 @@ impl Store {
         webhook::Entity::delete_by_id(webhook_id)
             .exec(&transaction)
             .await?;
+        let webhook = webhook_from_model(model)?;
+        insert_audit_event(
+            &transaction,
+            &webhook_audit_event(AuditKind::WebhookDeleted, actor, &webhook),
+        )
+        .await?;
         transaction.commit().await?;
-        webhook_from_model(model)
+        Ok(webhook)
     }
 
     /// Claims up to `limit` due deliveries for one attempt each, leased for `lease`, at most
@@ -223,6 +243,7 @@ impl Store {
                 Some(ClaimedDelivery {
                     id: row.id,
                     webhook_id: row.webhook_id,
+                    instance_id: webhook.instance_id,
                     event: row.event,
                     body: row.body,
                     attempts: u32::try_from(row.attempts).unwrap_or(0),
@@ -235,7 +256,10 @@ impl Store {
     }
 
     /// Records how an attempt ended, on the delivery and as its webhook's last delivery,
-    /// unless the claim was lost meanwhile (its lease ran out and another replica took it).
+    /// unless the claim was lost meanwhile (its lease ran out and another replica took it). A
+    /// delivery given up (no attempt left) leaves a `webhook_delivery_failed` audit event of
+    /// `system` in the same transaction, so that it is written once whichever replica made
+    /// the last attempt.
     pub async fn record_attempt(
         &self,
         delivery: &ClaimedDelivery,
@@ -297,6 +321,13 @@ impl Store {
             .filter(webhook::Column::Id.eq(delivery.webhook_id))
             .exec(&transaction)
             .await?;
+        if result.outcome == DeliveryOutcome::Failed {
+            insert_audit_event(
+                &transaction,
+                &delivery_failed_audit_event(delivery, attempts, result),
+            )
+            .await?;
+        }
         transaction.commit().await?;
         Ok(())
     }
@@ -436,6 +467,48 @@ async fn queue_event(
         queued += usize::try_from(inserted).unwrap_or(0);
     }
     Ok(queued)
+}
+
+/// The audit event of a webhook made or deleted: what it is, never its secret (which a
+/// [`Webhook`] does not hold).
+fn webhook_audit_event(kind: AuditKind, actor: &Actor, webhook: &Webhook) -> NewAuditEvent {
+    let events: Vec<&str> = webhook.events.iter().map(|event| event.as_str()).collect();
+    NewAuditEvent::new(kind, actor)
+        .instance(webhook.instance_id)
+        .detail("webhook_id", webhook.id.to_string())
+        .detail("url", webhook.url.clone())
+        .detail("events", events.join(","))
+}
+
+/// The audit event of a delivery given up, by `system`: which webhook and delivery, how many
+/// attempts, and the last answer (`status_code`) or why there was none (`error`). It names the
+/// session whose event it was, read from the body session-api wrote.
+fn delivery_failed_audit_event(
+    delivery: &ClaimedDelivery,
+    attempts: i32,
+    result: &AttemptResult,
+) -> NewAuditEvent {
+    let event = NewAuditEvent::new(AuditKind::WebhookDeliveryFailed, &Actor::system());
+    let event = match session_of_body(&delivery.body) {
+        Some(session_id) => event.session(delivery.instance_id, session_id),
+        None => event.instance(delivery.instance_id),
+    };
+    let event = event
+        .detail("webhook_id", delivery.webhook_id.to_string())
+        .detail("delivery_id", delivery.id.to_string())
+        .detail("event", delivery.event.clone())
+        .detail("attempts", attempts.to_string());
+    match (result.status_code, &result.error) {
+        (Some(status_code), _) => event.detail("status_code", status_code.to_string()),
+        (None, Some(error)) => event.detail("error", error.clone()),
+        (None, None) => event,
+    }
+}
+
+/// The `session_id` of a delivery's body; every event a webhook is sent is about a session.
+fn session_of_body(body: &str) -> Option<Uuid> {
+    let body: serde_json::Value = serde_json::from_str(body).ok()?;
+    Uuid::parse_str(body.get("session_id")?.as_str()?).ok()
 }
 
 fn subscribed(webhook: &webhook::Model, event: WebhookEvent) -> bool {

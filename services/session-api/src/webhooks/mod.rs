@@ -25,6 +25,7 @@ pub mod signature;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use ptyhub_wire::Actor;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -221,17 +222,18 @@ impl WebhookService {
         }
     }
 
-    /// Registers a webhook of `instance` (id or name); refused once the instance has
+    /// Registers a webhook of `instance` (id or name) made by `actor` (its `created_by` is the
+    /// actor's principal), with its audit event; refused once the instance has
     /// [`MAX_WEBHOOKS_PER_INSTANCE`].
     pub async fn create(
         &self,
         instance: &str,
         new: NewWebhook,
-        created_by: &str,
+        actor: &Actor,
     ) -> Result<Webhook, Error> {
         let instance = self.store.find_instance(instance).await?;
         self.store
-            .insert_webhook(instance.id, &new, created_by, MAX_WEBHOOKS_PER_INSTANCE)
+            .insert_webhook(instance.id, &new, actor, MAX_WEBHOOKS_PER_INSTANCE)
             .await
     }
 
@@ -241,10 +243,18 @@ impl WebhookService {
         self.store.list_webhooks(instance.id).await
     }
 
-    /// Deletes a webhook of `instance` with the deliveries it still had; answers it as it was.
-    pub async fn delete(&self, instance: &str, webhook_id: Uuid) -> Result<Webhook, Error> {
+    /// Deletes a webhook of `instance` with the deliveries it still had, with the audit event
+    /// of `actor`; answers it as it was.
+    pub async fn delete(
+        &self,
+        instance: &str,
+        webhook_id: Uuid,
+        actor: &Actor,
+    ) -> Result<Webhook, Error> {
         let instance = self.store.find_instance(instance).await?;
-        self.store.delete_webhook(instance.id, webhook_id).await
+        self.store
+            .delete_webhook(instance.id, webhook_id, actor)
+            .await
     }
 
     /// Tells this replica's delivery task that deliveries were queued: it claims them at once

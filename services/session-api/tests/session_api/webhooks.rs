@@ -14,7 +14,7 @@ use ptyhub_model::{Command, Progress, TerminalActivity, TerminalState};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_test_support::webhooks::{Answer, ReceivedRequest, WebhookReceiver};
-use ptyhub_wire::ErrorCode;
+use ptyhub_wire::{Actor, ErrorCode, Surface};
 use session_api::Error;
 use session_api::domain::Session;
 use session_api::store::{AttemptResult, Reservation, Store};
@@ -28,6 +28,11 @@ use crate::store::{migrated_store, new_instance, reservation};
 use crate::support::*;
 
 const SECRET: &str = "webhook-secret-for-tests-0123456789";
+
+/// Someone acting over REST, as the gateway names them.
+fn person(principal: &str) -> Actor {
+    Actor::new(principal, None, Surface::Rest)
+}
 
 fn both_events(url: &str) -> NewWebhook {
     NewWebhook::new(
@@ -96,7 +101,7 @@ both_databases!(
         for n in 0..MAX_WEBHOOKS_PER_INSTANCE {
             let url = format!("https://hooks.example.com/{n}");
             let made = webhooks
-                .create("one", both_events(&url), "alice")
+                .create("one", both_events(&url), &person("alice"))
                 .await
                 .expect("within the bound");
             assert_eq!(made.url, url);
@@ -108,7 +113,7 @@ both_databases!(
             .create(
                 &one.id.to_string(),
                 both_events("https://x.example.com/"),
-                "alice",
+                &person("alice"),
             )
             .await
             .expect_err("past the bound");
@@ -116,7 +121,11 @@ both_databases!(
         assert_eq!(refused.code(), ErrorCode::CapReached);
         // Another instance has a bound of its own.
         let theirs = webhooks
-            .create("other", both_events("https://x.example.com/"), "bob")
+            .create(
+                "other",
+                both_events("https://x.example.com/"),
+                &person("bob"),
+            )
             .await
             .expect("another instance's first");
 
@@ -131,11 +140,14 @@ both_databases!(
         );
 
         let not_ours = webhooks
-            .delete("one", theirs.id)
+            .delete("one", theirs.id, &person("alice"))
             .await
             .expect_err("another instance's webhook");
         assert_eq!(not_ours.code(), ErrorCode::NotFound);
-        let deleted = webhooks.delete("one", ids[0]).await.unwrap();
+        let deleted = webhooks
+            .delete("one", ids[0], &person("alice"))
+            .await
+            .unwrap();
         assert_eq!(deleted.id, ids[0]);
         assert_eq!(
             webhooks.list("one").await.unwrap().len(),
@@ -143,7 +155,11 @@ both_databases!(
         );
         assert_eq!(webhooks.list(&other.name).await.unwrap(), [theirs]);
         webhooks
-            .create("one", both_events("https://again.example.com/"), "alice")
+            .create(
+                "one",
+                both_events("https://again.example.com/"),
+                &person("alice"),
+            )
             .await
             .expect("room again after a delete");
         // Deleting the instance deletes its webhooks.
@@ -166,7 +182,7 @@ both_databases!(
             .create(
                 &session.instance_id.to_string(),
                 both_events("http://127.0.0.1:9/hook"),
-                "alice",
+                &person("alice"),
             )
             .await
             .unwrap();
@@ -179,7 +195,7 @@ both_databases!(
                     SECRET.to_owned(),
                 )
                 .unwrap(),
-                "alice",
+                &person("alice"),
             )
             .await
             .unwrap();
@@ -366,11 +382,15 @@ both_databases!(
             1
         );
         webhooks
-            .delete(&session.instance_id.to_string(), hook.id)
+            .delete(&session.instance_id.to_string(), hook.id, &person("alice"))
             .await
             .unwrap();
         webhooks
-            .delete(&session.instance_id.to_string(), state_only.id)
+            .delete(
+                &session.instance_id.to_string(),
+                state_only.id,
+                &person("alice"),
+            )
             .await
             .unwrap();
         assert_eq!(

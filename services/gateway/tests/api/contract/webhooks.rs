@@ -2,7 +2,10 @@
 //! over REST and the gRPC surface by a credential that may control the instance (a share
 //! link's is refused), bad registrations refused with 422 and nothing stored, the bound per
 //! instance; a command that failed in a real bash reaches a receiver on 127.0.0.1 as a signed
-//! `command_finished`; and a receiver that never answers holds up no terminal.
+//! `command_finished`; and a receiver that never answers holds up no terminal. Registering
+//! and deleting a webhook, and a delivery given up, are audit events without the secret.
+
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use ptyhub_proto::session::v1 as session_pb;
@@ -334,5 +337,179 @@ async fn a_receiver_that_never_answers_holds_up_no_terminal() {
     }
     // Each command was delivered to the receiver too (and hangs there).
     receiver.next_event("command_finished", PATIENCE).await;
+    stack.shutdown().await;
+}
+
+/// The audit events of an instance whose kind starts with `webhook_`, oldest first.
+async fn webhook_audit_events(stack: &TestStack, instance: &str) -> Vec<Value> {
+    let trail = rest(
+        stack,
+        Method::GET,
+        &format!("/api/v1/audit?instance={instance}"),
+        None,
+    )
+    .await
+    .expect(200, "list the audit trail");
+    trail["events"]
+        .as_array()
+        .expect("an events array")
+        .iter()
+        .filter(|event| event["kind"].as_str().unwrap().starts_with("webhook_"))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_and_deleting_a_webhook_are_audited_without_its_secret() {
+    let stack = TestStack::builder().start().await;
+    let instance = bash_instance(&stack, "audited-hooks", None).await;
+    let iid = instance["id"].as_str().unwrap();
+    let path = webhooks_path(iid);
+    let over_rest = register(
+        &stack,
+        iid,
+        "https://hooks.example.com/rest",
+        &["state_changed"],
+    )
+    .await;
+    let over_rest = over_rest["id"].as_str().unwrap().to_owned();
+    let mut grpc = gateway_grpc(&stack).await;
+    let over_grpc = grpc
+        .create_webhook(as_admin(
+            &stack,
+            session_pb::CreateWebhookRequest {
+                instance: iid.to_owned(),
+                url: "https://hooks.example.com/grpc".into(),
+                events: vec!["command_finished".into(), "state_changed".into()],
+                secret: SECRET.into(),
+            },
+        ))
+        .await
+        .expect("the admin registers over gRPC")
+        .into_inner()
+        .id;
+    // A refused registration and an unknown webhook's delete change nothing: no event.
+    rest(
+        &stack,
+        Method::POST,
+        &path,
+        Some(json!({"url": "ftp://example.com/", "events": ["state_changed"], "secret": SECRET})),
+    )
+    .await
+    .expect_error(422, "an ftp url");
+    rest(
+        &stack,
+        Method::DELETE,
+        &format!("{path}/{}", uuid::Uuid::new_v4()),
+        None,
+    )
+    .await
+    .expect_error(404, "an unknown webhook");
+    rest(&stack, Method::DELETE, &format!("{path}/{over_rest}"), None)
+        .await
+        .expect(200, "delete over REST");
+    grpc.delete_webhook(as_admin(
+        &stack,
+        session_pb::DeleteWebhookRequest {
+            instance: iid.to_owned(),
+            webhook_id: over_grpc.clone(),
+        },
+    ))
+    .await
+    .expect("the admin deletes over gRPC");
+
+    let events = webhook_audit_events(&stack, iid).await;
+    let seen: Vec<(&str, &str, &str, &str)> = events
+        .iter()
+        .map(|event| {
+            (
+                event["kind"].as_str().unwrap(),
+                event["surface"].as_str().unwrap(),
+                event["detail"]["webhook_id"].as_str().unwrap(),
+                event["detail"]["url"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "webhook_created",
+                "rest",
+                over_rest.as_str(),
+                "https://hooks.example.com/rest"
+            ),
+            (
+                "webhook_created",
+                "grpc",
+                over_grpc.as_str(),
+                "https://hooks.example.com/grpc"
+            ),
+            (
+                "webhook_deleted",
+                "rest",
+                over_rest.as_str(),
+                "https://hooks.example.com/rest"
+            ),
+            (
+                "webhook_deleted",
+                "grpc",
+                over_grpc.as_str(),
+                "https://hooks.example.com/grpc"
+            ),
+        ],
+        "{events:?}"
+    );
+    for event in &events {
+        assert_eq!(event["principal"], "api-token-0", "{event}");
+        assert_eq!(event["instance_id"], iid, "{event}");
+        assert!(
+            !event.to_string().contains(SECRET),
+            "an event never carries the secret: {event}"
+        );
+    }
+    assert_eq!(
+        events[1]["detail"]["events"],
+        "state_changed,command_finished"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_given_up_is_audited_by_the_system() {
+    let stack = TestStack::builder()
+        .configure(|builder| {
+            let webhooks = &mut builder.session_api.webhooks;
+            webhooks.attempts = 2;
+            webhooks.retry_base = Duration::from_millis(20);
+            webhooks.poll_interval = Duration::from_millis(50);
+        })
+        .start()
+        .await;
+    let instance = bash_instance(&stack, "failing-hooks", None).await;
+    let iid = instance["id"].as_str().unwrap();
+    let receiver = WebhookReceiver::answering(vec![Answer::Status(500); 1000]).await;
+    let webhook = register(&stack, iid, &receiver.url, &["state_changed"]).await;
+    let session_id = create_session(&stack, iid, json!({})).await;
+    at_prompt(&stack, iid, &session_id).await;
+
+    let failed = eventually("a delivery given up is audited", || async {
+        webhook_audit_events(&stack, iid)
+            .await
+            .into_iter()
+            .find(|event| event["kind"] == "webhook_delivery_failed")
+    })
+    .await;
+    assert_eq!(failed["principal"], "system", "{failed}");
+    assert_eq!(failed["surface"], "system", "{failed}");
+    assert_eq!(failed["instance_id"], iid, "{failed}");
+    assert_eq!(failed["session_id"], session_id.as_str(), "{failed}");
+    let detail = &failed["detail"];
+    assert_eq!(detail["webhook_id"], webhook["id"], "{failed}");
+    assert_eq!(detail["event"], "state_changed", "{failed}");
+    assert_eq!(detail["attempts"], "2", "{failed}");
+    assert_eq!(detail["status_code"], "500", "{failed}");
+    assert!(detail["delivery_id"].is_string(), "{failed}");
+    assert!(!failed.to_string().contains(SECRET), "{failed}");
     stack.shutdown().await;
 }
