@@ -410,8 +410,16 @@ async fn every_byte_value_arrives_unchanged(backend: Backend) -> anyhow::Result<
 
 async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> anyhow::Result<()> {
     let ring = 64 * 1024;
-    let broker =
-        TestBroker::start_with(backend, Box::new(move |config| config.ring_bytes = ring)).await?;
+    // Without screens, so that only the controller holds the flood back (the screen's own bound
+    // would hide a controller that does not).
+    let broker = TestBroker::start_with(
+        backend,
+        Box::new(move |config| {
+            config.ring_bytes = ring;
+            config.screens = false;
+        }),
+    )
+    .await?;
     let flood = broker.spawn(&["yes"], 80, 24).await?;
     // Attached and never reading: it holds the flood back, and nothing else. Until it attaches
     // the flood runs freely (nobody is owed a byte), so it starts from the oldest byte the ring
@@ -450,11 +458,12 @@ async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> a
         info.output_offset - attached_at,
         attached_at
     );
-    // The stalled controller, once it reads, gets every byte in order: no gap.
-    let mut taken = 0usize;
-    while taken < 4 * ring as usize {
+    // The stalled controller, once it reads, gets every byte in order: no gap, also past what
+    // was in flight to it (which it would get even if the ring had let its bytes go).
+    let mut taken = 0u64;
+    while taken < IN_FLIGHT + 4 * ring as u64 {
         match stalled.next_frame().await? {
-            Frame::Output(chunk) => taken += chunk.data.len(),
+            Frame::Output(chunk) => taken += chunk.data.len() as u64,
             Frame::Gap(gap) => anyhow::bail!("the controller lost {} bytes", gap.lost),
             _ => {}
         }
