@@ -3,10 +3,11 @@
 // waits for input or exited, counted in the page's title), one SessionTab per live session kept
 // in step with the instance's session-change events (renames, creates, closes, status, terminal
 // state and commands, made anywhere), the header (theme, typing prediction, notifications,
-// sharing, the read-only view), and the composition of the page's parts: its keyboard and key bar
-// (keyboard.js), the find bar (search.js), the copy view (copy.js), programs' requests to copy
-// (clipboard.js), the commands' marks and menu (commands.js), fullscreen (fullscreen.js) and the
-// touch screen's chrome (touch.js).
+// sharing, the read-only view), and the composition of the page's parts: its keyboard
+// (keyboard.js) and key bar (key-bar.js), the find bar (search.js), the copy view (copy.js),
+// programs' requests to copy (clipboard.js), the commands' marks and menu (commands.js, with the
+// page's side of the menu's actions here), fullscreen (fullscreen.js) and the touch screen's
+// chrome (touch.js).
 
 import { api, ApiError } from './api.js';
 import { tabClientId } from './client-id.js';
@@ -15,7 +16,8 @@ import { CommandMenu } from './commands.js';
 import { CopyView } from './copy.js';
 import { el, icon, iconButton, loadingView } from './dom.js';
 import { Fullscreen } from './fullscreen.js';
-import { KeyBar, listenForShortcuts, terminalMayHave } from './keyboard.js';
+import { KeyBar } from './key-bar.js';
+import { listenForShortcuts, terminalMayHave } from './keyboard.js';
 import { PresenceBar } from './presence.js';
 import { SearchBar } from './search.js';
 import { SessionTab, Status } from './session-tab.js';
@@ -853,21 +855,6 @@ class TerminalPage {
     window.open(`/instances/${encodeURIComponent(this.instanceId)}?mode=view`, '_blank');
   }
 
-  // ---- keyboard ----------------------------------------------------------------------------
-
-  /**
-   * What is typed in a tab's terminal goes to its session (a latched Ctrl applied); typing clears
-   * a passing status line and, on a phone, hides the header and tabs.
-   */
-  keyboardInput(tab, data) {
-    const plain = this.keys.typed(tab, data);
-    if (plain !== null) tab.sendText(plain);
-    if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
-    if (isTouchLayout()) this.chrome.hide();
-  }
-
-  // ---- commands in the scrollback (commands.js) ---------------------------------------------
-
   /**
    * The commands a tab's session keeps, for the prompts its terminal has drawn: after a
    * reconnect the replay draws prompts whose commands the change stream told while the tab was
@@ -914,6 +901,19 @@ class TerminalPage {
     }
     tab.sendText(`${command.command}\r`);
     tab.terminal.focus();
+  }
+
+  // ---- keyboard ----------------------------------------------------------------------------
+
+  /**
+   * What is typed in a tab's terminal goes to its session (a latched Ctrl applied); typing clears
+   * a passing status line and, on a phone, hides the header and tabs.
+   */
+  keyboardInput(tab, data) {
+    const plain = this.keys.typed(tab, data);
+    if (plain !== null) tab.sendText(plain);
+    if (tab.statusLine.dataset.kind === 'transient') tab.hideStatusLine();
+    if (isTouchLayout()) this.chrome.hide();
   }
 
   // ---- sizes -------------------------------------------------------------------------------
