@@ -258,16 +258,7 @@ impl Broker {
     /// when `None`), judged exactly as a spawn is and starting nothing. A root refusal says how
     /// to register the instance instead, since that is when it is asked.
     pub async fn check_target(&self, target: Target, user: Option<String>) -> Result<(), Error> {
-        let kind = match target {
-            Target::Local => BackendKind::Local,
-            Target::Docker { .. } => BackendKind::Docker,
-        };
-        let runtime = self
-            .inner
-            .runtimes
-            .get(&kind)
-            .cloned()
-            .ok_or(Error::RuntimeNotConfigured(kind))?;
+        let runtime = self.runtime_for(&target)?;
         let spec = SpawnSpec {
             session_id: Uuid::nil(),
             target: target.clone(),
@@ -353,16 +344,7 @@ impl Broker {
                 },
             }),
         };
-        let kind = match spec.target {
-            Target::Local => BackendKind::Local,
-            Target::Docker { .. } => BackendKind::Docker,
-        };
-        let runtime = self
-            .inner
-            .runtimes
-            .get(&kind)
-            .cloned()
-            .ok_or(Error::RuntimeNotConfigured(kind))?;
+        let runtime = self.runtime_for(&spec.target)?;
         // The broker's own rule, whoever asked: refused before the session exists.
         runtime.admit(&spec, &self.inner.config.policy).await?;
         let context = TaskContext {
@@ -546,6 +528,20 @@ impl Broker {
         self.inner.runtimes.contains_key(&kind)
     }
 
+    /// The runtime that runs sessions on `target`: the one place a target picks its backend, so
+    /// a check, a spawn and an adoption can never disagree about it.
+    fn runtime_for(&self, target: &Target) -> Result<Arc<dyn PtyRuntime>, Error> {
+        let kind = match target {
+            Target::Local => BackendKind::Local,
+            Target::Docker { .. } => BackendKind::Docker,
+        };
+        self.inner
+            .runtimes
+            .get(&kind)
+            .cloned()
+            .ok_or(Error::RuntimeNotConfigured(kind))
+    }
+
     /// Refuses new sessions, attaches and control calls, and ends the event streams, from now
     /// until [`Broker::end_hand_off`].
     pub(crate) fn begin_hand_off(&self) {
@@ -593,16 +589,7 @@ impl Broker {
         frozen: FrozenSession,
         process: Option<(HandedProcess, Vec<OwnedFd>)>,
     ) -> Result<(), Error> {
-        let kind = match frozen.spec.target {
-            Target::Local => BackendKind::Local,
-            Target::Docker { .. } => BackendKind::Docker,
-        };
-        let runtime = self
-            .inner
-            .runtimes
-            .get(&kind)
-            .cloned()
-            .ok_or(Error::RuntimeNotConfigured(kind))?;
+        let runtime = self.runtime_for(&frozen.spec.target)?;
         let spawned = match process {
             Some((process, fds)) => Some(runtime.adopt(frozen.id, process, fds).await?),
             None => None,
