@@ -100,10 +100,10 @@ pub enum Error {
     )]
     CommandOutputNotRecorded { command: u64, lost: u64 },
     #[error(
-        "the ring no longer holds the first {lost} bytes of command {command}'s output, more than the {} MiB read back from the session's recording at once: the recording has it all once the session closed",
-        crate::recording::MAX_RECORDED_OUTPUT >> 20
+        "command {command}'s output is {size} bytes, more than the {} MiB one answer carries: while the session is recorded, its recording has it all once the session closed",
+        crate::recording::MAX_COMMAND_OUTPUT >> 20
     )]
-    CommandOutputTooLong { command: u64, lost: u64 },
+    CommandOutputTooLong { command: u64, size: u64 },
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }

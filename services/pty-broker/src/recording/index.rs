@@ -22,9 +22,10 @@ use super::asciicast::OutputEvent;
 
 /// A checkpoint is placed when at least this much of the file came since the previous one.
 pub const CHECKPOINT_SPACING: u64 = 16 * 1024;
-/// The most of a command's output read back from a recording for one answer: an answer stays
-/// under the 4 MiB a gRPC client takes by default.
-pub const MAX_RECORDED_OUTPUT: u64 = 3 << 20;
+/// The most of a command's output one answer carries, from the recording and the ring
+/// together: an answer stays under the 4 MiB a gRPC client (session-api's among them) takes by
+/// default.
+pub const MAX_COMMAND_OUTPUT: u64 = 3 << 20;
 /// The most checkpoints kept for one recording (17 bytes each).
 pub const MAX_CHECKPOINTS: usize = 2048;
 

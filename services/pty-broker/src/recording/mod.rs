@@ -15,7 +15,7 @@ mod store;
 
 pub use asciicast::{CastEncoder, CastHeader, OutputEvent};
 pub use index::{
-    Checkpoint, IndexSlice, IndexWriter, MAX_RECORDED_OUTPUT, OutputIndex, RecordedRange,
+    Checkpoint, IndexSlice, IndexWriter, MAX_COMMAND_OUTPUT, OutputIndex, RecordedRange,
     read_recorded_range,
 };
 pub use ptyhub_model::RecordMode;

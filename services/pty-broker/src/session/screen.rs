@@ -30,7 +30,7 @@ use super::{InputSent, Session, Shared};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::error::Error;
-use crate::recording::{MAX_RECORDED_OUTPUT, RecordedRange};
+use crate::recording::{MAX_COMMAND_OUTPUT, RecordedRange};
 use crate::ring::RingRead;
 use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
 use crate::shell_integration::Shell;
@@ -397,9 +397,9 @@ impl Session {
         })
     }
 
-    /// One command and its output (so far, while it runs): from the ring while it holds it;
-    /// when the ring let go of its start, that part from the session's recording, when there is
-    /// one (at most [`MAX_RECORDED_OUTPUT`] of it), and the rest from the ring.
+    /// One command and its output (so far, while it runs), at most [`MAX_COMMAND_OUTPUT`] of it:
+    /// from the ring while it holds it; when the ring let go of its start, that part from the
+    /// session's recording, when there is one, and the rest from the ring.
     pub async fn command_output(&self, id: u64) -> Result<(Command, Bytes), Error> {
         self.check_open()?;
         let command = {
@@ -412,14 +412,17 @@ impl Session {
         let end = command
             .output_end
             .unwrap_or_else(|| self.shared.lock().ring.end());
+        // Checked before anything is read: a command that never ends (`yes`, a log tail) has
+        // an output as long as the session's, and no answer may hold that.
+        let size = end.saturating_sub(command.output_start);
+        if size > MAX_COMMAND_OUTPUT {
+            return Err(Error::CommandOutputTooLong { command: id, size });
+        }
         let ring_start = match self.ring_output(command.output_start, end) {
             Ok(output) => return Ok((command, output.freeze())),
             Err(ring_start) => ring_start,
         };
         let lost = ring_start - command.output_start;
-        if lost > MAX_RECORDED_OUTPUT && self.shared.recorder.is_some() {
-            return Err(Error::CommandOutputTooLong { command: id, lost });
-        }
         let recorded = self
             .shared
             .recorded_output(self.id, command.output_start, ring_start)
@@ -446,7 +449,7 @@ impl Session {
     }
 
     /// The output `from..to` as the ring holds it; `Err` with where the ring starts when it
-    /// let go of some of it.
+    /// let go of some of it. The caller bounds `to - from` (it is allocated up front).
     fn ring_output(&self, from: u64, to: u64) -> Result<bytes::BytesMut, u64> {
         let state = self.shared.lock();
         let mut output = bytes::BytesMut::with_capacity(to.saturating_sub(from) as usize);

@@ -730,3 +730,64 @@ async fn run_in_a_containers_sh() -> anyhow::Result<()> {
     }
     run_types_at_the_prompt_and_answers_the_commands_end(Backend::Docker, "/bin/sh").await
 }
+
+/// A command that never ends (`yes`) has an output as long as the session's: asking for it is
+/// refused with its size once that passes what one answer carries, before anything is read or
+/// allocated for it, not answered with whatever the ring still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_longer_than_one_answer_is_refused_with_its_size() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let Some(bash) = shell_at("/bin/bash") else {
+        return Ok(());
+    };
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session_id = spawn_shell(&broker, &[bash]).await?;
+    wait_for_state(&broker, &session_id, pb::TerminalState::AtPrompt).await?;
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("yes\r".to_owned())],
+            false,
+        )
+        .await?;
+
+    let deadline = Instant::now() + PATIENCE;
+    let refusal = loop {
+        let answer = broker
+            .client
+            .clone()
+            .get_command_output(authorized(pb::GetCommandOutputRequest {
+                session_id: session_id.clone(),
+                command_id: 1,
+                format: pb::ScreenFormat::Ansi as i32,
+            }))
+            .await;
+        match answer {
+            Err(status) if status.message().contains("one answer carries") => break status,
+            // Not started yet, or still shorter than an answer (the ring, 1 MiB here, has
+            // let go of its start, so that is a 410 that says so).
+            Err(status)
+                if matches!(status.code(), tonic::Code::NotFound | tonic::Code::OutOfRange) => {}
+            Ok(_) => {}
+            Err(status) => bail!("unexpected refusal: {status:?}"),
+        }
+        if Instant::now() > deadline {
+            bail!("`yes` never passed one answer's size");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    };
+    assert_eq!(refusal.code(), tonic::Code::OutOfRange, "{refusal:?}");
+    assert!(
+        refusal.message().starts_with("command 1's output is "),
+        "{refusal:?}"
+    );
+
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("\u{3}".to_owned())],
+            false,
+        )
+        .await?;
+    broker.stop().await
+}
