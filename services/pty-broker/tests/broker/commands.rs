@@ -767,7 +767,10 @@ async fn an_output_longer_than_one_answer_is_refused_with_its_size() -> anyhow::
             // Not started yet, or still shorter than an answer (the ring, 1 MiB here, has
             // let go of its start, so that is a 410 that says so).
             Err(status)
-                if matches!(status.code(), tonic::Code::NotFound | tonic::Code::OutOfRange) => {}
+                if matches!(
+                    status.code(),
+                    tonic::Code::NotFound | tonic::Code::OutOfRange
+                ) => {}
             Ok(_) => {}
             Err(status) => bail!("unexpected refusal: {status:?}"),
         }
