@@ -450,7 +450,7 @@ async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> a
     const IN_FLIGHT: u64 = 3 << 20;
     let attached_at = stalled.connected().offset;
     let info = broker.get(&flood.session_id).await?;
-    let bound = attached_at + ring as u64 + IN_FLIGHT;
+    let bound = attached_at + ring + IN_FLIGHT;
     ensure!(
         info.output_offset <= bound,
         "the flood was read without waiting for the controller: {} bytes past its start at {}, \
@@ -461,7 +461,7 @@ async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> a
     // The stalled controller, once it reads, gets every byte in order: no gap, also past what
     // was in flight to it (which it would get even if the ring had let its bytes go).
     let mut taken = 0u64;
-    while taken < IN_FLIGHT + 4 * ring as u64 {
+    while taken < IN_FLIGHT + 4 * ring {
         match stalled.next_frame().await? {
             Frame::Output(chunk) => taken += chunk.data.len() as u64,
             Frame::Gap(gap) => anyhow::bail!("the controller lost {} bytes", gap.lost),
