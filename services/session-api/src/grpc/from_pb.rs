@@ -10,11 +10,13 @@ use ptyhub_model::{Name, NameKind};
 use ptyhub_model::{Role, TerminalSize};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use ptyhub_wire::Actor;
+use ptyhub_wire::{Actor, limits};
 use uuid::Uuid;
 
 use crate::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
-use crate::domain::{DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, RecordMode, Target};
+use crate::domain::{
+    Alias, DEFAULT_MAX_SESSIONS, MAX_SESSIONS_LIMIT, NewInstance, RecordMode, Target,
+};
 use crate::error::Error;
 
 pub(super) fn required<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
@@ -35,6 +37,22 @@ pub(super) fn size_from_pb(size: Option<broker_pb::TerminalSize>) -> Result<Term
         None => Ok(TerminalSize::DEFAULT),
         Some(size) => Ok(TerminalSize::new(size.cols, size.rows)?),
     }
+}
+
+/// A request's aliases (at creation or added to a live session), parsed. They are counted
+/// before any is parsed, so an oversized list costs nothing to refuse; the store still holds a
+/// session's total to the same cap, since added aliases join those it has.
+pub(super) fn parsed_aliases(aliases: &[String]) -> Result<Vec<Alias>, Error> {
+    if aliases.len() > limits::MAX_ALIASES_PER_SESSION {
+        return Err(Error::InvalidRequest(format!(
+            "a session may have at most {} aliases",
+            limits::MAX_ALIASES_PER_SESSION
+        )));
+    }
+    aliases
+        .iter()
+        .map(|alias| Alias::parse(alias).map_err(Error::from))
+        .collect()
 }
 
 /// A role, the controller's when none is named.

@@ -19,7 +19,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
 use ptyhub_proto::session::v1::session_api_server::SessionApi;
-use ptyhub_wire::{Actor, ErrorCode, RequireCredential, ServiceCredential, Surface, limits};
+use ptyhub_wire::{Actor, ErrorCode, RequireCredential, ServiceCredential, Surface};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_util::sync::CancellationToken;
@@ -33,8 +33,9 @@ use crate::error::Error;
 use crate::service::{CreateSession, SessionService};
 use forward::to_session_broker;
 use from_pb::{
-    audit_filter_from_pb, new_instance_from_pb, reported_event_from_pb, required, role_from_pb,
-    session_id_from_pb, size_from_pb, validated_broker_id, validated_command, validated_endpoint,
+    audit_filter_from_pb, new_instance_from_pb, parsed_aliases, reported_event_from_pb, required,
+    role_from_pb, session_id_from_pb, size_from_pb, validated_broker_id, validated_command,
+    validated_endpoint,
 };
 use to_pb::{
     attach_target_to_pb, attachment_to_pb, audit_page_to_pb, broker_to_pb, change_to_pb,
@@ -213,21 +214,7 @@ impl SessionApi for GrpcSessionApi {
         } else {
             Some(SessionName::parse(&request.name).map_err(Error::from)?)
         };
-        // Counted before any is parsed: each alias is a row the create writes while it holds
-        // the instance's lock.
-        if request.aliases.len() > limits::MAX_ALIASES_PER_SESSION {
-            return Err(Error::InvalidRequest(format!(
-                "a session may have at most {} aliases",
-                limits::MAX_ALIASES_PER_SESSION
-            ))
-            .into());
-        }
-        let aliases = request
-            .aliases
-            .iter()
-            .map(|alias| Alias::parse(alias))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::from)?;
+        let aliases = parsed_aliases(&request.aliases)?;
         let command = if request.command.is_empty() {
             None
         } else {
@@ -363,20 +350,7 @@ impl SessionApi for GrpcSessionApi {
         if request.aliases.is_empty() {
             return Err(Error::InvalidRequest("aliases: name at least one alias".into()).into());
         }
-        // Counted before any is parsed, as at creation.
-        if request.aliases.len() > limits::MAX_ALIASES_PER_SESSION {
-            return Err(Error::InvalidRequest(format!(
-                "a session may have at most {} aliases",
-                limits::MAX_ALIASES_PER_SESSION
-            ))
-            .into());
-        }
-        let aliases = request
-            .aliases
-            .iter()
-            .map(|alias| Alias::parse(alias))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::from)?;
+        let aliases = parsed_aliases(&request.aliases)?;
         let session = self
             .service
             .add_aliases(instance, session_id, &aliases)
