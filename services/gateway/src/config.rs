@@ -29,9 +29,9 @@ pub struct Config {
     /// Which end-user credentials the gateway accepts.
     #[command(flatten)]
     pub auth: AuthConfig,
-    /// Origins allowed to open WebSockets and call gRPC-web from a browser, comma-separated
-    /// (`scheme://host[:port]`, `*` for any). Empty allows only the gateway's own origin (the
-    /// request's `Host`).
+    /// Origins allowed, besides the gateway's own, to open WebSockets, write over REST and call
+    /// gRPC-web from a browser, comma-separated (`scheme://host[:port]`, `*` for any). The
+    /// gateway's own origin (the request's `Host`, or `--public-url`) is always allowed.
     #[arg(
         long = "allowed-origin",
         env = "PTYHUB_GATEWAY_ALLOWED_ORIGINS",

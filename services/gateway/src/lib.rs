@@ -112,7 +112,10 @@ pub async fn run(
         upstreams,
         authenticator,
         metrics: metrics::Metrics::default(),
-        allowed_origins: config.allowed_origins.clone(),
+        allowed_origins: browser::allowed_origins(
+            &config.allowed_origins,
+            config.public_url.as_deref(),
+        ),
         static_dir: config.static_dir.clone(),
         recordings: config.recordings.clone(),
         metrics_require_auth: config.metrics_require_auth,

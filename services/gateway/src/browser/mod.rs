@@ -19,7 +19,7 @@ use ptyhub_wire::ErrorCode;
 use crate::config::Config;
 use crate::error::ApiError;
 
-pub use origin::{check_origin, origin_allowed};
+pub use origin::{allowed_origins, check_origin, origin_allowed};
 
 /// The page loads its script, styles and fonts from the gateway alone and talks to the gateway
 /// alone (`'self'` covers its WebSockets); xterm.js sets styles at run time, hence the inline

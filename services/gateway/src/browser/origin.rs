@@ -1,6 +1,7 @@
-//! The `Origin` check of browser requests: a terminal WebSocket or a gRPC-web call from a page
-//! of another site is refused unless its origin is on the allow-list (by default, only the
-//! gateway's own origin).
+//! The `Origin` check of browser requests: a terminal WebSocket, a REST write or a gRPC-web call
+//! from a page of another site is refused unless its origin is on the allow-list. The gateway's
+//! own origin is always allowed, as Jupyter's origin check does: configuring other sites must not
+//! lock out the gateway's own page.
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use ptyhub_wire::ErrorCode;
@@ -23,7 +24,27 @@ pub fn check_origin(allowed_origins: &[String], headers: &HeaderMap) -> Result<(
     }
 }
 
-/// Whether `origin` is on the list, or (with an empty list) is the gateway's own origin.
+/// The origins allowed besides the one a request reached the gateway on: the configured
+/// `--allowed-origin`s and the origin of `--public-url` (a proxy in front may rewrite `Host`, so
+/// the public URL is how the gateway knows its own origin there).
+pub fn allowed_origins(configured: &[String], public_url: Option<&str>) -> Vec<String> {
+    let mut origins = configured.to_vec();
+    if let Some(own) = public_url.and_then(origin_of_url) {
+        origins.push(own);
+    }
+    origins
+}
+
+/// `scheme://authority` of an `http(s)` URL; `None` for anything else.
+fn origin_of_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let is_web = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    (is_web && !authority.is_empty()).then(|| format!("{scheme}://{authority}"))
+}
+
+/// Whether `origin` is the gateway's own (its authority is the `Host` the request came to) or
+/// is on the list.
 pub fn origin_allowed(
     allowed_origins: &[String],
     origin: &HeaderValue,
@@ -33,18 +54,22 @@ pub fn origin_allowed(
         return false;
     };
     let origin = origin.trim_end_matches('/');
-    if allowed_origins.is_empty() {
-        let Some(host) = host.and_then(|host| host.to_str().ok()) else {
-            return false;
-        };
-        let authority = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"));
-        return authority.is_some_and(|authority| authority.eq_ignore_ascii_case(host));
-    }
-    allowed_origins
-        .iter()
-        .any(|allowed| allowed == "*" || allowed.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    is_own_origin(origin, host)
+        || allowed_origins.iter().any(|allowed| {
+            allowed == "*" || allowed.trim_end_matches('/').eq_ignore_ascii_case(origin)
+        })
+}
+
+/// Whether `origin` names the authority the request was sent to: the page was served by this
+/// gateway under that name.
+fn is_own_origin(origin: &str, host: Option<&HeaderValue>) -> bool {
+    let Some(host) = host.and_then(|host| host.to_str().ok()) else {
+        return false;
+    };
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    authority.is_some_and(|authority| authority.eq_ignore_ascii_case(host))
 }
 
 #[cfg(test)]
@@ -71,6 +96,22 @@ mod tests {
         assert!(check_origin(&allowed, &headers("https://app.example.com", "gw:1")).is_ok());
         assert!(check_origin(&allowed, &headers("https://app.example.com.evil", "gw:1")).is_err());
         assert!(check_origin(&["*".into()], &headers("https://any.example", "gw:1")).is_ok());
+    }
+
+    #[test]
+    fn the_own_origin_stays_allowed_beside_a_list() {
+        let allowed = vec!["https://app.example.com".to_owned()];
+        assert!(check_origin(&allowed, &headers("http://gw:1", "gw:1")).is_ok());
+        assert!(check_origin(&allowed, &headers("http://evil.example", "gw:1")).is_err());
+    }
+
+    #[test]
+    fn the_public_url_names_an_own_origin() {
+        let allowed = allowed_origins(&[], Some("https://ptyhub.example.com/base/"));
+        assert_eq!(allowed, ["https://ptyhub.example.com"]);
+        let behind_proxy = headers("https://ptyhub.example.com", "10.0.0.5:8080");
+        assert!(check_origin(&allowed, &behind_proxy).is_ok());
+        assert_eq!(allowed_origins(&["*".into()], None), ["*"]);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a browser gets that no program needs: `X-Frame-Options: DENY` on every answer (page,
-//! asset, API, error), and a configured Origin allow-list that admits exactly the origins on it,
-//! for the terminal WebSocket and for REST writes alike.
+//! asset, API, error), and a configured Origin allow-list that admits exactly the origins on it
+//! and the gateway's own, for the terminal WebSocket and for REST writes alike.
 
 use ptyhub_test_support::stack::TestStack;
 use reqwest::header;
@@ -41,7 +41,7 @@ async fn every_answer_carries_x_frame_options_deny() {
 }
 
 #[tokio::test]
-async fn a_configured_origin_allow_list_admits_its_origins_alone() {
+async fn a_configured_origin_allow_list_admits_its_origins_and_the_gateways_own_alone() {
     let stack = TestStack::builder()
         .allowed_origins(vec![ALLOWED_ORIGIN.to_owned()])
         .start()
@@ -68,6 +68,25 @@ async fn a_configured_origin_allow_list_admits_its_origins_alone() {
         .bearer_auth(&stack.admin_token)
         .header(header::ORIGIN, ALLOWED_ORIGIN)
         .json(&json!({"name": "from the allowed site"}))
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(created.status().as_u16(), 201);
+
+    // The gateway's own page (its origin is the address it was reached on) is not on the list
+    // and still opens its socket and writes.
+    let own_origin = stack.gateway_url.trim_end_matches('/').to_owned();
+    let mut own = HeaderTerminal::open_url(&socket_url, &[("origin", own_origin.as_str())])
+        .await
+        .expect("the gateway's own origin opens a socket");
+    let connected = own.read_until_text("status").await;
+    assert_eq!(connected["status"], "connected", "{connected}");
+    let created = stack
+        .http
+        .post(&sessions_url)
+        .bearer_auth(&stack.admin_token)
+        .header(header::ORIGIN, &own_origin)
+        .json(&json!({"name": "from the gateway's own page"}))
         .send()
         .await
         .expect("the gateway answers");
