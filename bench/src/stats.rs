@@ -48,16 +48,19 @@ impl Latency {
         }
         let mut sorted = samples.to_vec();
         sorted.sort();
-        let rank = |quantile: f64| {
-            let index = (quantile * sorted.len() as f64).ceil() as usize;
-            sorted[index.clamp(1, sorted.len()) - 1]
-        };
         Some(Self {
-            p50: rank(0.50),
-            p99: rank(0.99),
-            p999: rank(0.999),
+            p50: nearest_rank(&sorted, 0.50)?,
+            p99: nearest_rank(&sorted, 0.99)?,
+            p999: nearest_rank(&sorted, 0.999)?,
         })
     }
+}
+
+/// The nearest-rank `quantile` (0 to 1) of samples sorted ascending: the smallest sample with
+/// at least that share of them at or below it, always one that was measured. `None` for none.
+pub fn nearest_rank<T: Copy>(sorted: &[T], quantile: f64) -> Option<T> {
+    let index = (quantile * sorted.len() as f64).ceil() as usize;
+    sorted.get(index.clamp(1, sorted.len().max(1)) - 1).copied()
 }
 
 /// Microseconds, for tables.
@@ -88,5 +91,14 @@ mod tests {
         let one = Latency::of(&[Duration::from_micros(7)]).expect("samples");
         assert_eq!(one.p999, Duration::from_micros(7));
         assert!(Latency::of(&[]).is_none());
+    }
+
+    #[test]
+    fn nearest_rank_takes_a_measured_sample_of_any_kind() {
+        let millis = [1.5, 2.5, 3.5, 4.5];
+        assert_eq!(nearest_rank(&millis, 0.50), Some(2.5));
+        assert_eq!(nearest_rank(&millis, 0.99), Some(4.5));
+        assert_eq!(nearest_rank(&millis, 0.0), Some(1.5));
+        assert_eq!(nearest_rank::<f64>(&[], 0.50), None);
     }
 }

@@ -8,6 +8,7 @@ use crate::args::Sizes;
 use crate::glyph::{self, Glyphs};
 use crate::reload::BrowserSetup;
 use crate::stack::{self, Stack};
+use crate::stats;
 
 /// ptyhub's p50 and p99 against the floor's: at most this multiple.
 const TARGET_RATIO: f64 = 1.2;
@@ -47,14 +48,8 @@ pub async fn glyph_section(
 }
 
 fn write_rows(out: &mut String, glyphs: &Glyphs) -> std::fmt::Result {
-    let (floor_p50, floor_p99) = (
-        percentile(&glyphs.floor, 0.50),
-        percentile(&glyphs.floor, 0.99),
-    );
-    let (p50, p99) = (
-        percentile(&glyphs.ptyhub, 0.50),
-        percentile(&glyphs.ptyhub, 0.99),
-    );
+    let (floor_p50, floor_p99) = p50_p99(&glyphs.floor);
+    let (p50, p99) = p50_p99(&glyphs.ptyhub);
     writeln!(
         out,
         "| the same page on a plain WebSocket echo server (the floor) | {floor_p50:.1} | {floor_p99:.1} | |"
@@ -76,13 +71,10 @@ fn write_rows(out: &mut String, glyphs: &Glyphs) -> std::fmt::Result {
     )
 }
 
-/// Nearest-rank percentile of samples in ms.
-fn percentile(samples: &[f64], quantile: f64) -> f64 {
+/// The p50 and p99 of samples in ms, NaN (printed as such) when there are none.
+fn p50_p99(samples: &[f64]) -> (f64, f64) {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let index = (quantile * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(index.clamp(1, sorted.len().max(1)) - 1)
-        .copied()
-        .unwrap_or(f64::NAN)
+    let rank = |quantile| stats::nearest_rank(&sorted, quantile).unwrap_or(f64::NAN);
+    (rank(0.50), rank(0.99))
 }
