@@ -115,6 +115,8 @@ pub struct BrokerChannels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     in_process: InProcessBrokers,
     timeout: Duration,
+    /// The HTTP/2 keepalive interval and ping timeout that find a dead or frozen broker.
+    keep_alive: Duration,
     /// `https://` brokers are dialled with TLS, trusting the configured CA.
     tls: ptyhub_wire::TlsConfig,
 }
@@ -129,8 +131,15 @@ impl BrokerChannels {
             channels: Arc::default(),
             in_process,
             timeout,
+            keep_alive: crate::config::Config::DEFAULT_BACKEND_KEEP_ALIVE,
             tls,
         }
+    }
+
+    /// Dials brokers with this HTTP/2 keepalive interval and ping timeout.
+    pub fn with_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.keep_alive = keep_alive;
+        self
     }
 
     /// How to call the broker at `endpoint`: in process when it runs here, else over its
@@ -158,8 +167,8 @@ impl BrokerChannels {
                 ))
             })?
             .connect_timeout(self.timeout)
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(20))
+            .http2_keep_alive_interval(self.keep_alive)
+            .keep_alive_timeout(self.keep_alive)
             .keep_alive_while_idle(true)
             .connect_lazy();
         channels.insert(endpoint.to_owned(), channel.clone());

@@ -66,6 +66,12 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_GATEWAY_EVENTS_KEEP_ALIVE", default_value = "15s",
           value_parser = parse_duration)]
     pub events_keep_alive: Duration,
+    /// How long the gateway's HTTP/2 connections to session-api and brokers may be silent before
+    /// it pings, and then how long it waits for the answer before it drops the connection and
+    /// ends its streams: a frozen or unplugged peer is found within twice this.
+    #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_KEEP_ALIVE", default_value = "20s",
+          value_parser = parse_duration)]
+    pub backend_keep_alive: Duration,
     /// How long a call to session-api or a broker may take before it counts as unavailable; a
     /// screen wait may take its own timeout plus this.
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s",
@@ -323,6 +329,9 @@ impl Config {
     /// The contract's keep-alive comment interval of session event streams.
     pub const DEFAULT_EVENTS_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+    /// The HTTP/2 keepalive interval, and ping timeout, of connections to backends.
+    pub const DEFAULT_BACKEND_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
     /// Refused credentials per client address and minute, by default.
     pub const DEFAULT_FAILED_AUTH_PER_MINUTE: u32 = 10;
 
@@ -344,6 +353,7 @@ impl Config {
             metrics_require_auth: true,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             events_keep_alive: Self::DEFAULT_EVENTS_KEEP_ALIVE,
+            backend_keep_alive: Self::DEFAULT_BACKEND_KEEP_ALIVE,
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
@@ -372,6 +382,12 @@ impl Config {
         if self.heartbeat_interval.is_zero() {
             return Err(ConfigError::new(
                 "heartbeat_interval",
+                "must be greater than zero",
+            ));
+        }
+        if self.backend_keep_alive.is_zero() {
+            return Err(ConfigError::new(
+                "backend_keep_alive",
                 "must be greater than zero",
             ));
         }
@@ -701,6 +717,25 @@ mod tests {
         zero.events_keep_alive = Duration::ZERO;
         let refused = zero.validate().expect_err("no keep-alive of zero");
         assert_eq!(refused.setting, "events_keep_alive");
+    }
+
+    #[test]
+    fn backend_connections_keep_alive_every_20_seconds_unless_configured() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let token = format!(
+            "--service-token-file={}",
+            secret_file(&dir, "service-token", "gateway-token-0123456789")
+        );
+        let library = Config::new("http://127.0.0.1:50051", credential());
+        assert_eq!(library.backend_keep_alive, Duration::from_secs(20));
+        let defaults = parse(&[&token]).expect("defaults");
+        assert_eq!(defaults.backend_keep_alive, Duration::from_secs(20));
+        let configured = parse(&[&token, "--backend-keep-alive=500ms"]).expect("a keep-alive");
+        assert_eq!(configured.backend_keep_alive, Duration::from_millis(500));
+        let mut zero = library;
+        zero.backend_keep_alive = Duration::ZERO;
+        let refused = zero.validate().expect_err("no keep-alive of zero");
+        assert_eq!(refused.setting, "backend_keep_alive");
     }
 
     /// A file in `dir` holding `secret` and a newline.

@@ -91,6 +91,7 @@ pub async fn run(
         &config.session_api_endpoint,
         &config.service_credential,
         config.backend_timeout,
+        config.backend_keep_alive,
         &tls,
         config.in_process_brokers.clone(),
     )?;

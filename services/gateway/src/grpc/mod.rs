@@ -161,10 +161,12 @@ pub struct UpstreamClients {
 
 impl Upstreams {
     /// Connects lazily: the gateway starts even when session-api is down, and `/healthz` says so.
+    /// `keep_alive` is the HTTP/2 ping interval and timeout of every backend connection.
     pub fn new(
         endpoint: &str,
         service_credential: &ServiceCredential,
         timeout: Duration,
+        keep_alive: Duration,
         tls: &ptyhub_wire::TlsConfig,
         in_process_brokers: InProcessBrokers,
     ) -> Result<Self, UpstreamError> {
@@ -175,8 +177,8 @@ impl Upstreams {
                 source,
             })?
             .connect_timeout(timeout)
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(20));
+            .http2_keep_alive_interval(keep_alive)
+            .keep_alive_timeout(keep_alive);
         // Screen waits last as long as their caller asks (up to five minutes), so they cannot
         // share the channel whose every call gives up after `timeout`: the channel's bound
         // would cut them short (tonic takes the shorter of it and the call's own). Their
@@ -210,7 +212,8 @@ impl Upstreams {
             channel,
             waits_channel: waits,
             credential: interceptor,
-            brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers),
+            brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers)
+                .with_keep_alive(keep_alive),
             answer_margin: timeout,
         })))
     }
