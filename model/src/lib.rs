@@ -28,7 +28,7 @@ pub use activity::{Command, Notification, Progress, TerminalActivity, TerminalSt
 pub use audit::AuditKind;
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};
-pub use presence::{Attendee, TYPING_WINDOW, presence_surface};
+pub use presence::{Attendee, TYPING_WINDOW, presence_surface, surface_of_presence};
 pub use record_mode::{InvalidRecordMode, RecordMode};
 pub use screen::{Cell, Color, Cursor, Screen, ScreenContent, ScreenFormat, ScreenRow};
 pub use session::{

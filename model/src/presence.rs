@@ -48,6 +48,20 @@ pub fn presence_surface(surface: Surface) -> &'static str {
     }
 }
 
+/// The surface a presence name stands for, as the audit trail names it: `web` is the page's
+/// WebSocket (a browser's gRPC-web attach is named `web` too, and is told apart nowhere else);
+/// a name no surface has (a ticket that named nobody) is the system's.
+pub fn surface_of_presence(name: &str) -> Surface {
+    match name {
+        "web" => Surface::WebSocket,
+        "grpc" => Surface::Grpc,
+        "cli" => Surface::Cli,
+        "mcp" => Surface::Mcp,
+        "rest" => Surface::Rest,
+        _ => Surface::System,
+    }
+}
+
 /// A [`Role`] by its contract spelling, for serde.
 mod role_name {
     use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
@@ -103,5 +117,14 @@ mod tests {
             names,
             ["rest", "web", "grpc", "web", "cli", "mcp", "system"]
         );
+        for surface in Surface::ALL {
+            let back = surface_of_presence(presence_surface(surface));
+            assert_eq!(
+                presence_surface(back),
+                presence_surface(surface),
+                "{surface}"
+            );
+        }
+        assert_eq!(surface_of_presence(""), Surface::System);
     }
 }

@@ -76,6 +76,15 @@ pub enum BrokerEventKind {
         session_id: Uuid,
         reason: CloseReason,
     },
+    /// How many bytes of input one principal wrote through one surface in a window of about a
+    /// second that began at `since` (attribution: the count, never the bytes).
+    InputTyped {
+        session_id: Uuid,
+        principal: String,
+        surface: String,
+        bytes: u64,
+        since: SystemTime,
+    },
     /// Who is attached changed: a client came or went, control moved, or a client started or
     /// stopped typing.
     AttachmentsChanged {

@@ -103,6 +103,14 @@ pub enum BrokerEvent {
         session_id: Uuid,
         reason: CloseReason,
     },
+    /// How many bytes one principal typed into a session in a window that began at `since`.
+    Typed {
+        session_id: Uuid,
+        principal: String,
+        surface: String,
+        bytes: u64,
+        since: DateTime<Utc>,
+    },
     /// Who is attached changed: how many, and who (presence).
     Attachments {
         session_id: Uuid,
@@ -532,6 +540,13 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
                 .ok()?,
         },
         Event::Reset(reset) => BrokerEvent::ResetDone(session_from_pb(reset.session?)?),
+        Event::Typed(typed) => BrokerEvent::Typed {
+            session_id: parse_session_id(&typed.session_id)?,
+            principal: typed.principal,
+            surface: typed.surface,
+            bytes: typed.bytes,
+            since: timestamp_from_pb(typed.since)?,
+        },
         Event::Terminal(changed) => BrokerEvent::Terminal {
             session_id: parse_session_id(&changed.session_id)?,
             terminal: TerminalActivity::try_from(changed.terminal?).ok()?,

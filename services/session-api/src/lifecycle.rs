@@ -12,12 +12,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures::StreamExt;
+use ptyhub_model::{AuditKind, surface_of_presence};
 use ptyhub_wire::Actor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::audit::NewAuditEvent;
 use crate::broker_client::{BrokerEvent, BrokerSession, BrokerSessionState};
 use crate::domain::{
     Broker, ChangeKind, CloseReason, Command, ScreenFacts, SessionStatus, TerminalActivity,
@@ -408,6 +411,16 @@ impl Watcher {
                 self.record_terminal(session_id, &terminal, commands)
                     .await?
             }
+            BrokerEvent::Typed {
+                session_id,
+                principal,
+                surface,
+                bytes,
+                since,
+            } => {
+                self.record_typed(session_id, &principal, &surface, bytes, since)
+                    .await?
+            }
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,
@@ -429,6 +442,30 @@ impl Watcher {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Records in the audit trail how many bytes `principal` typed into a session in the window
+    /// that began at `since` (attribution: the count, never the bytes), once across replicas.
+    async fn record_typed(
+        &self,
+        session_id: Uuid,
+        principal: &str,
+        surface: &str,
+        bytes: u64,
+        since: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        let store = &self.service.store;
+        let Some(session) = store.find_session(session_id).await? else {
+            return Ok(());
+        };
+        let actor = Actor::new(principal, None, surface_of_presence(surface));
+        let event = NewAuditEvent::new(AuditKind::Input, &actor)
+            .session(session.instance_id, session_id)
+            .detail("bytes", bytes.to_string())
+            .detail("window", since.to_rfc3339_opts(SecondsFormat::Micros, true))
+            .detail("typed", "true");
+        store.record_typed_input(event, since).await?;
         Ok(())
     }
 

@@ -324,6 +324,9 @@ async fn a_viewer_asks_for_control_over_the_websocket_and_a_grant_moves_it() {
     let refused = bob_tab.read_until_text("error").await;
     assert_eq!(refused["message"], "viewers cannot send input");
 
+    alice_tab.send_input("echo from-alice\n").await;
+    alice_tab.read_until_output("from-alice\r\n").await;
+
     // Bob asks again; Alice grants: the lease moves and both sockets stay open.
     bob_tab.send_json(json!({"type": "request_control"})).await;
     let requested = alice_tab.read_until_text("control_requested").await;
@@ -349,5 +352,44 @@ async fn a_viewer_asks_for_control_over_the_websocket_and_a_grant_moves_it() {
         ],
     )
     .await;
+
+    // The audit trail attributes each one's input, as counts of bytes.
+    let typed_by = |principal: &'static str, expected: usize| {
+        let stack = &stack;
+        let session_id = &session_id;
+        async move {
+            let counted =
+                ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+                    let (status, audit) =
+                        get(stack, &format!("/api/v1/audit?session={session_id}")).await;
+                    assert_eq!(status, 200, "{audit}");
+                    let bytes: usize = audit["events"]
+                        .as_array()
+                        .expect("events")
+                        .iter()
+                        .filter(|event| {
+                            event["kind"] == "input"
+                                && event["principal"] == principal
+                                && event["detail"]["typed"] == "true"
+                        })
+                        .map(|event| {
+                            assert_eq!(event["surface"], "websocket", "{event}");
+                            event["detail"]["bytes"]
+                                .as_str()
+                                .and_then(|bytes| bytes.parse::<usize>().ok())
+                                .expect("a byte count")
+                        })
+                        .sum();
+                    (bytes == expected).then_some(())
+                })
+                .await;
+            assert!(
+                counted.is_some(),
+                "{principal} never had {expected} bytes attributed"
+            );
+        }
+    };
+    typed_by("alice", "echo from-alice\n".len()).await;
+    typed_by("bob", "echo typed-by-$((6*7))\n".len()).await;
     stack.shutdown().await;
 }

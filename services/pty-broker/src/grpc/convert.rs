@@ -388,6 +388,19 @@ impl From<BrokerEvent> for pb::BrokerEvent {
                 session_id: session_id.to_string(),
                 reason: reason.to_proto(),
             }),
+            BrokerEventKind::InputTyped {
+                session_id,
+                principal,
+                surface,
+                bytes,
+                since,
+            } => Event::Typed(pb::InputTyped {
+                session_id: session_id.to_string(),
+                principal,
+                surface,
+                bytes,
+                since: Some(timestamp(since)),
+            }),
             BrokerEventKind::AttachmentsChanged {
                 session_id,
                 controllers,

@@ -66,7 +66,7 @@ pub struct Client {
 
 /// Who an attached client is for: what its ticket named (empty strings for a ticket that named
 /// nobody).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Holder {
     pub principal: String,
     /// `web`, `cli`, `grpc` or `mcp`.
@@ -90,6 +90,25 @@ pub struct Attachments {
     /// Requests for control the controller has not answered: request id to requester.
     requests: HashMap<u64, ClientId>,
     next_request: u64,
+    /// Input bytes written per holder since `typed_since`, until the task takes them.
+    typed: HashMap<Holder, u64>,
+    typed_since: Option<SystemTime>,
+}
+
+/// What [`Attachments::note_input`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputNoted {
+    /// The client had not typed within [`TYPING_WINDOW`]: the presence changes.
+    pub started_typing: bool,
+    /// The first input since the tally was last taken: the task must arm its timer.
+    pub opened_tally: bool,
+}
+
+/// The input bytes each holder wrote in one window, and when the window began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedTally {
+    pub since: SystemTime,
+    pub bytes: Vec<(Holder, u64)>,
 }
 
 /// The result of [`Attachments::attach`].
@@ -301,15 +320,34 @@ impl Attachments {
         (controllers, total - controllers)
     }
 
-    /// Notes that `client` wrote input at `now`. Whether that starts its typing (it had written
-    /// none within [`TYPING_WINDOW`]), which changes the presence.
-    pub fn note_input(&mut self, client: ClientId, now: Instant) -> bool {
+    /// Notes that `client` wrote `bytes` of input at `now`: for its typing (presence) and in
+    /// its holder's tally (attribution).
+    pub fn note_input(&mut self, client: ClientId, bytes: u64, now: Instant) -> InputNoted {
         let Some(client) = self.clients.get_mut(&client) else {
-            return false;
+            return InputNoted {
+                started_typing: false,
+                opened_tally: false,
+            };
         };
         let was_typing = is_typing(client.last_input_at, now);
         client.last_input_at = Some(now);
-        !was_typing
+        let opened_tally = self.typed_since.is_none();
+        if opened_tally {
+            self.typed_since = Some(SystemTime::now());
+        }
+        *self.typed.entry(client.holder.clone()).or_default() += bytes;
+        InputNoted {
+            started_typing: !was_typing,
+            opened_tally,
+        }
+    }
+
+    /// Takes the input tally since it was last taken; `None` when nobody typed.
+    pub fn take_typed(&mut self) -> Option<TypedTally> {
+        let since = self.typed_since.take()?;
+        let mut bytes: Vec<(Holder, u64)> = self.typed.drain().collect();
+        bytes.sort_unstable_by(|a, b| a.0.principal.cmp(&b.0.principal));
+        Some(TypedTally { since, bytes })
     }
 
     /// Who is attached as of `now`, oldest attach first: one entry per client, its role as it
@@ -525,11 +563,18 @@ mod tests {
         assert_eq!(attachments.typing_ends_at(start), None);
 
         assert!(
-            attachments.note_input(typist.client, start),
+            attachments
+                .note_input(typist.client, 1, start)
+                .started_typing,
             "typing starts"
         );
         let later = start + TYPING_WINDOW / 2;
-        assert!(!attachments.note_input(typist.client, later), "and goes on");
+        assert!(
+            !attachments
+                .note_input(typist.client, 1, later)
+                .started_typing,
+            "and goes on"
+        );
         let typing = |at| {
             attachments
                 .presence(at)
@@ -546,7 +591,9 @@ mod tests {
         assert_eq!(typing(quiet), [false, false]);
         assert_eq!(attachments.typing_ends_at(quiet), None);
         assert!(
-            attachments.note_input(typist.client, quiet),
+            attachments
+                .note_input(typist.client, 1, quiet)
+                .started_typing,
             "typing starts again"
         );
     }
@@ -559,6 +606,29 @@ mod tests {
             .iter()
             .map(|queued| queued.event.clone())
             .collect()
+    }
+
+    #[test]
+    fn input_is_tallied_per_holder_until_taken() {
+        let mut attachments = Attachments::default();
+        let now = Instant::now();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let alice_again = attachments.attach(Role::Viewer, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
+        assert_eq!(attachments.take_typed(), None, "nobody typed");
+        assert!(attachments.note_input(alice.client, 3, now).opened_tally);
+        assert!(!attachments.note_input(bob.client, 5, now).opened_tally);
+        attachments.note_input(alice_again.client, 2, now);
+        let tally = attachments.take_typed().expect("a tally");
+        assert_eq!(
+            tally.bytes,
+            [(holder("alice", "web"), 5), (holder("bob", "cli"), 5)]
+        );
+        assert_eq!(attachments.take_typed(), None, "taken once");
+        assert!(
+            attachments.note_input(bob.client, 1, now).opened_tally,
+            "a new window"
+        );
     }
 
     #[test]

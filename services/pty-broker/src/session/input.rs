@@ -141,7 +141,7 @@ impl Shared {
         written.map_err(Error::InputNotTaken)?;
         if !data.is_empty() {
             self.record_input(data);
-            self.note_input(client);
+            self.note_input(client, data.len() as u64);
         }
         Ok(InputSent {
             bytes_written: data.len() as u64,
@@ -150,14 +150,16 @@ impl Shared {
     }
 
     /// Notes input for the activity report and, when an attached client wrote it, for its
-    /// presence; the task hears of it once per report, and when the client starts typing.
-    fn note_input(&self, client: Option<ClientId>) {
+    /// presence and its principal's tally; the task hears of it once per report, when the
+    /// client starts typing, and when the tally's window opens.
+    fn note_input(&self, client: Option<ClientId>, bytes: u64) {
         let mut state = self.lock();
         state.last_activity_at = std::time::SystemTime::now();
         let now = Instant::now();
         state.last_input_at = Some(now);
-        let started_typing = client.is_some_and(|client| state.attachments.note_input(client, now));
-        if !state.input_since_report || started_typing {
+        let noted = client.map(|client| state.attachments.note_input(client, bytes, now));
+        let news = noted.is_some_and(|noted| noted.started_typing || noted.opened_tally);
+        if !state.input_since_report || news {
             state.input_since_report = true;
             drop(state);
             self.task_wake.notify_one();

@@ -54,6 +54,8 @@ const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 const HELD_INPUT_FLUSH: Duration = Duration::from_secs(1);
 /// Activity reaches `WatchEvents` at most this often per session.
 const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
+/// The window of the input tally: each principal's bytes are reported at most once per window.
+const TYPED_WINDOW: Duration = Duration::from_secs(1);
 
 /// What a session task needs from the broker around it.
 #[derive(Debug, Clone)]
@@ -82,6 +84,8 @@ pub(crate) struct SessionTask {
     /// Who was attached as last published, and when the first typist stops counting as one.
     reported_presence: Vec<Attendee>,
     typing_ends_at: Option<Instant>,
+    /// When the input tally's window ends and it is reported; set when the window opens.
+    typed_report_at: Option<Instant>,
     activity: ActivityReport,
     /// Ends the screen's feeder when the session closes.
     screen_done: CancellationToken,
@@ -161,6 +165,7 @@ impl SessionTask {
             reported_counts: (0, 0),
             reported_presence: Vec::new(),
             typing_ends_at: None,
+            typed_report_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline: None,
@@ -192,6 +197,7 @@ impl SessionTask {
             reported_counts: (0, 0),
             reported_presence: Vec::new(),
             typing_ends_at: None,
+            typed_report_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
             tombstone_deadline,
@@ -523,6 +529,7 @@ impl SessionTask {
             let idle_deadline = self.idle_deadline;
             let activity_due = self.activity.due();
             let typing_ends_at = self.typing_ends_at;
+            let typed_report_at = self.typed_report_at;
             tokio::select! {
                 biased;
                 () = self.context.shutdown.cancelled() => {
@@ -543,6 +550,10 @@ impl SessionTask {
                     let state = self.shared.lock();
                     if state.input_since_report || state.marks_since_report {
                         self.activity.mark();
+                    }
+                    // Input opens the tally's window, reported when it ends.
+                    if state.input_since_report && self.typed_report_at.is_none() {
+                        self.typed_report_at = Some(Instant::now() + TYPED_WINDOW);
                     }
                     drop(state);
                     self.report_terminal();
@@ -580,6 +591,9 @@ impl SessionTask {
                 }
                 () = sleep_until(typing_ends_at.unwrap_or_else(Instant::now)), if typing_ends_at.is_some() => {
                     self.attachments_changed();
+                }
+                () = sleep_until(typed_report_at.unwrap_or_else(Instant::now)), if typed_report_at.is_some() => {
+                    self.report_typed();
                 }
             }
         }
@@ -866,6 +880,7 @@ impl SessionTask {
             exit: status,
         });
         self.report_activity();
+        self.report_typed();
         let Pty { process, .. } = pty;
         let grace = self.settings.kill_grace;
         let session_id = self.id;
@@ -1111,6 +1126,24 @@ impl SessionTask {
                 viewers: counts.1,
                 presence,
             });
+    }
+
+    /// Publishes the input tally of the window that ended: per principal and surface, how many
+    /// bytes (never which).
+    fn report_typed(&mut self) {
+        self.typed_report_at = None;
+        let Some(tally) = self.shared.lock().attachments.take_typed() else {
+            return;
+        };
+        for (holder, bytes) in tally.bytes {
+            self.context.events.publish(BrokerEventKind::InputTyped {
+                session_id: self.id,
+                principal: holder.principal,
+                surface: holder.surface,
+                bytes,
+                since: tally.since,
+            });
+        }
     }
 
     /// Publishes what the terminal is doing when it changed: at once, since a client waiting

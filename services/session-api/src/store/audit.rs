@@ -52,6 +52,39 @@ impl Store {
         Ok(id)
     }
 
+    /// Appends the event of one principal's input window (`detail.window`, when its first byte
+    /// was written) unless it is recorded already: every replica hears the broker's report, and
+    /// the first to take the session's lock records it. Whether this call recorded it.
+    pub async fn record_typed_input(
+        &self,
+        event: NewAuditEvent,
+        window_start: DateTime<Utc>,
+    ) -> Result<bool, Error> {
+        let (Some(session_id), Some(window)) = (event.session_id, event.detail.get("window"))
+        else {
+            return Err(Error::InvalidRequest(
+                "a typed-input event names its session and window".into(),
+            ));
+        };
+        let transaction = self.begin_write().await?;
+        lock_session_trail(&transaction, session_id).await?;
+        let recorded: Vec<audit_event::Model> = audit_event::Entity::find()
+            .filter(audit_event::Column::SessionId.eq(session_id))
+            .filter(audit_event::Column::Kind.eq(AuditKind::Input.as_str()))
+            .filter(audit_event::Column::Principal.eq(event.actor.principal.as_str()))
+            .filter(audit_event::Column::At.gte(window_start))
+            .all(&transaction)
+            .await?;
+        let already = recorded
+            .iter()
+            .any(|row| row.detail.get("window").and_then(|value| value.as_str()) == Some(window));
+        if !already {
+            insert_audit_event(&transaction, &event).await?;
+        }
+        transaction.commit().await?;
+        Ok(!already)
+    }
+
     /// Deletes the events recorded before `cutoff`, [`AUDIT_PRUNE_BATCH`] at a time. Returns how
     /// many went.
     pub async fn prune_audit_events(&self, cutoff: DateTime<Utc>) -> Result<u64, Error> {

@@ -506,3 +506,56 @@ async fn session_api_sweeps_the_trail_past_its_retention() {
         vec![fresh]
     );
 }
+
+both_databases!(
+    a_typed_input_window_is_recorded_once_whichever_replica_reports_it,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "typing").await;
+        let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let window = |since: chrono::DateTime<chrono::Utc>, bytes: u64| {
+            NewAuditEvent::new(AuditKind::Input, &person("alice"))
+                .session(instance_id, session_id)
+                .detail("bytes", bytes.to_string())
+                .detail("window", since.to_rfc3339())
+                .detail("typed", "true")
+        };
+        // Two replicas hear the broker's one report: the first records it.
+        assert!(
+            store
+                .record_typed_input(window(since, 8), since)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .record_typed_input(window(since, 8), since)
+                .await
+                .unwrap()
+        );
+        // The next window is an event of its own.
+        let next = since + chrono::Duration::milliseconds(1200);
+        assert!(
+            store
+                .record_typed_input(window(next, 3), next)
+                .await
+                .unwrap()
+        );
+        let events = everything(
+            &store,
+            AuditFilter {
+                session_id: Some(session_id),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        let bytes: Vec<&str> = events
+            .iter()
+            .filter(|event| event.kind == AuditKind::Input)
+            .map(|event| event.detail["bytes"].as_str())
+            .collect();
+        assert_eq!(bytes, ["8", "3"]);
+    }
+);
