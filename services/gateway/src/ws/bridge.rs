@@ -333,8 +333,12 @@ impl Bridge {
     /// Sends `connected`, then runs until the stream, the client or the gateway ends. The
     /// client's frames are read even while output waits for the client to take it (input such
     /// as a Ctrl-C still goes through); no further event is taken from the broker until then.
+    ///
+    /// An idle socket's task holds the largest state of this loop for as long as it lives, so
+    /// what runs now and then (a client frame, a heartbeat, an event that is not output) is boxed
+    /// and costs its memory only while it runs; the output path stays inline.
     async fn run(&mut self, connected: TerminalEvent, events: &mut AttachEvents) -> Ending {
-        if let Flow::Stop(ending) = self.forward_event(connected).await {
+        if let Flow::Stop(ending) = Box::pin(self.forward_event(connected)).await {
             return ending;
         }
         let start = tokio::time::Instant::now() + self.heartbeat_interval;
@@ -355,11 +359,11 @@ impl Bridge {
                     tokio::select! {
                         biased;
                         () = self.shutdown.cancelled() => {
-                            let _ = self.client.close(close_code::SERVICE_RESTART, "gateway shutting down").await;
+                            let _ = Box::pin(self.client.close(close_code::SERVICE_RESTART, "gateway shutting down")).await;
                             return Ending::closed("gateway shutdown");
                         }
                         end = &mut expiry => {
-                            let _ = self.client.close(close_code::UNAUTHENTICATED, end.reason()).await;
+                            let _ = Box::pin(self.client.close(close_code::UNAUTHENTICATED, end.reason())).await;
                             return Ending::closed(end.reason());
                         }
                         sent = self.client.flush(), if !flushed => {
@@ -374,14 +378,14 @@ impl Bridge {
                         // The client's frames come before the broker's events: a keystroke (a
                         // Ctrl-C) is not kept behind a flood of output.
                         message = self.stream.next(), if self.waiting_command.is_none() => {
-                            match self.client_frame(message).await {
+                            match Box::pin(self.client_frame(message)).await {
                                 Flow::Continue => continue,
                                 Flow::Stop(ending) => return ending,
                             }
                         }
                         () = queue_waiting(&self.commands, &mut self.waiting_command), if self.waiting_command.is_some() => continue,
                         _ = heartbeat.tick() => {
-                            match self.heartbeat().await {
+                            match Box::pin(self.heartbeat()).await {
                                 Flow::Continue => continue,
                                 Flow::Stop(ending) => return ending,
                             }
@@ -396,15 +400,15 @@ impl Bridge {
                     pending = after;
                     self.client.queue_output(batch).await.into()
                 }
-                Ok(Some(event)) => self.forward_event(event).await,
+                Ok(Some(event)) => Box::pin(self.forward_event(event)).await,
                 Ok(None) => {
                     let ended = ApiError::unavailable("broker ended the stream");
-                    let _ = self.client.close_with(&ended).await;
+                    let _ = Box::pin(self.client.close_with(&ended)).await;
                     Flow::Stop(Ending::closed("broker ended the stream").upstream_ended())
                 }
                 Err(error) => {
                     tracing::warn!(error = %error, "attach stream failed");
-                    let _ = self.client.close_with(&failed_after_attach(error)).await;
+                    let _ = Box::pin(self.client.close_with(&failed_after_attach(error))).await;
                     Flow::Stop(Ending::closed("attach stream failed").upstream_ended())
                 }
             };

@@ -32,11 +32,12 @@ use crate::rest::{InstancePath, SessionPath};
 use crate::state::AppState;
 use crate::streams::{CredentialWatch, StreamSlot};
 
-/// The WebSocket's read buffer. tungstenite's default (128 KiB) is zero-filled on the first
-/// read, so every socket would keep 128 KiB resident for keystrokes of a few bytes; a larger
-/// frame (a paste) still arrives whole, the buffer grows for it (and is read this much at a
-/// time: 256 reads for a 1 MiB paste).
-const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// The WebSocket's read buffer, allocated when the socket opens and kept while it lives, idle or
+/// not: what a client sends is keystrokes, resizes and control frames of a few bytes to a few
+/// hundred. tungstenite's default (128 KiB) is zero-filled on the first read; 4 KiB was a fifth
+/// of an idle socket's cost on the gateway. A larger frame (a paste) still arrives whole, the
+/// buffer grows for it (and is read this much at a time: 1,024 reads for a 1 MiB paste).
+const READ_BUFFER_BYTES: usize = 1024;
 
 /// How much tungstenite gathers before it writes to the socket: nothing. The bridge flushes
 /// every frame it queues before it takes more output, so a buffer in front of the socket would
