@@ -230,7 +230,11 @@ fn assert_exact_stream(index: usize, outcome: &StreamOutcome) {
         "client {index}: {} bytes, expected {}; first difference at {:?}",
         outcome.bytes.len(),
         expected.len(),
-        outcome.bytes.iter().zip(&expected).position(|(a, b)| a != b)
+        outcome
+            .bytes
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
     );
 }
 
