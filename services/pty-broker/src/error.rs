@@ -71,6 +71,10 @@ pub enum Error {
     MayOnlyView,
     #[error("this stream already controls the session")]
     AlreadyControls,
+    #[error("this stream already asked for control (request {0}): wait for the answer")]
+    ControlAlreadyRequested(u64),
+    #[error("{0} requests for control already wait for the controller's answer: ask again later")]
+    TooManyControlRequests(usize),
     #[error("nobody controls the session to ask: attach as a controller instead")]
     NoController,
     #[error("no pending request for control {0} (answered already, or its requester left)")]
@@ -127,6 +131,7 @@ impl Error {
             | Error::ScreensOff
             | Error::NotAtPrompt(_)
             | Error::AlreadyControls
+            | Error::ControlAlreadyRequested(_)
             | Error::NoController => ErrorCode::WrongState,
             Error::UnknownControlRequest(_) => ErrorCode::NotFound,
             Error::MayOnlyView => ErrorCode::Forbidden,
@@ -144,6 +149,7 @@ impl Error {
             Error::ClientTooSlow
             | Error::InputTooLarge(_)
             | Error::FrameTooLarge
+            | Error::TooManyControlRequests(_)
             | Error::TooManyViewers(_) => ErrorCode::LimitExceeded,
             Error::RuntimeNotConfigured(_) | Error::ShuttingDown | Error::HandingOver => {
                 ErrorCode::Unavailable

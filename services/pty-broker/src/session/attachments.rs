@@ -39,6 +39,12 @@ pub struct QueuedEvent {
 /// are coalesced), so only a client that stopped reading for a long time gets here.
 pub const MAX_QUEUED_EVENTS: usize = 256;
 
+/// Most requests for control that may wait for the controller's answer at once. Each stream
+/// has at most one pending, so the controller is sent at most this many `ControlRequested`
+/// events between two answers: well under [`MAX_QUEUED_EVENTS`], so asking can never flood the
+/// controller's queue and end its stream.
+pub const MAX_PENDING_CONTROL_REQUESTS: usize = 32;
+
 /// One attached client.
 #[derive(Debug)]
 pub struct Client {
@@ -209,8 +215,9 @@ impl Attachments {
     }
 
     /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
-    /// stream whose ticket only views, for the controller itself, and when nobody controls.
-    /// Returns the request's id.
+    /// stream whose ticket only views, for the controller itself, when nobody controls, for a
+    /// stream whose earlier request is still pending (one each, so a viewer cannot flood the
+    /// controller), and past [`MAX_PENDING_CONTROL_REQUESTS`]. Returns the request's id.
     pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
         let Some(client) = self.clients.get(&requester) else {
             return Err(Error::SessionClosed);
@@ -221,6 +228,12 @@ impl Attachments {
         let lease = self.controller.ok_or(Error::NoController)?;
         if lease.client == requester {
             return Err(Error::AlreadyControls);
+        }
+        if let Some((&pending, _)) = self.requests.iter().find(|(_, asker)| **asker == requester) {
+            return Err(Error::ControlAlreadyRequested(pending));
+        }
+        if self.requests.len() >= MAX_PENDING_CONTROL_REQUESTS {
+            return Err(Error::TooManyControlRequests(MAX_PENDING_CONTROL_REQUESTS));
         }
         let attendee = self.attendee(requester, client, Instant::now());
         self.next_request += 1;
@@ -733,6 +746,47 @@ mod tests {
             attachments.request_control(carol.client, 0),
             Err(Error::NoController)
         ));
+    }
+
+    #[test]
+    fn each_stream_has_one_request_pending_and_the_list_is_capped() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        for _ in 0..1000 {
+            assert!(matches!(
+                attachments.request_control(bob.client, 0),
+                Err(Error::ControlAlreadyRequested(id)) if id == request_id
+            ));
+        }
+        assert_eq!(events(&attachments, alice.client).len(), 1, "told once");
+
+        let others: Vec<Attached> = (1..=MAX_PENDING_CONTROL_REQUESTS)
+            .map(|_| attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0))
+            .collect();
+        let (last, first) = others.split_last().unwrap();
+        for other in first {
+            attachments.request_control(other.client, 0).unwrap();
+        }
+        assert!(matches!(
+            attachments.request_control(last.client, 0),
+            Err(Error::TooManyControlRequests(MAX_PENDING_CONTROL_REQUESTS))
+        ));
+        let controller = attachments.get(alice.client).unwrap();
+        assert_eq!(controller.events.len(), MAX_PENDING_CONTROL_REQUESTS);
+        assert!(!controller.overflowed);
+
+        // An answer makes room; a decline lets the same stream ask again.
+        attachments
+            .answer_control(alice.client, request_id, false, 0)
+            .unwrap();
+        attachments.request_control(last.client, 0).unwrap();
+        assert!(matches!(
+            attachments.request_control(bob.client, 0),
+            Err(Error::TooManyControlRequests(_))
+        ));
+        assert!(attachments.is_current_controller(alice.generation));
     }
 
     #[test]

@@ -324,3 +324,60 @@ async fn a_viewer_asks_for_control_and_a_grant_moves_the_lease_on_the_same_strea
     );
     broker.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_asking_a_thousand_times_is_refused_and_the_controller_stays() -> anyhow::Result<()>
+{
+    use pb::Role::{Controller, Viewer};
+    use pb::server_frame::Frame;
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session = broker.spawn_sh("cat").await?;
+    let id = session.session_id.clone();
+    let mut alice = attach_as(&broker, &id, Controller, holder("alice", "web")).await?;
+    let mut bob = attach_with_ticket_role(
+        &broker,
+        &id,
+        Viewer,
+        TicketRole::Controller,
+        holder("bob", "cli"),
+    )
+    .await?;
+
+    // The first request is taken; each repeat while it waits is refused on Bob's own stream
+    // (read as it comes, so that neither side's buffer fills).
+    request_control(&bob).await?;
+    for _ in 1..1000 {
+        request_control(&bob).await?;
+        let refused = frame_where(&mut bob, error_frame).await?;
+        assert_eq!(
+            refused.code,
+            tonic::Code::FailedPrecondition as i32,
+            "{refused:?}"
+        );
+    }
+
+    // Alice is still attached and in control, and was told of one request.
+    alice.send_input(&b"alice still types\n"[..]).await?;
+    let mut output = Vec::new();
+    let mut requests = Vec::new();
+    while !output
+        .windows(b"alice still types".len())
+        .any(|window| window == b"alice still types")
+    {
+        match alice.next_frame().await? {
+            Frame::Output(chunk) => output.extend_from_slice(&chunk.data),
+            Frame::ControlRequested(requested) => requests.push(requested.request_id),
+            Frame::Error(error) => anyhow::bail!("alice's input was refused: {error:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(requests.len(), 1, "one request per stream: {requests:?}");
+    answer(&alice, requests[0], true).await?;
+    let role_of = |frame| match frame {
+        Frame::RoleChanged(changed) => pb::Role::try_from(changed.role).ok(),
+        _ => None,
+    };
+    assert_eq!(frame_where(&mut bob, role_of).await?, Controller);
+    broker.stop().await
+}
