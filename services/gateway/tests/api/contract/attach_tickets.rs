@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::support::{
     PATIENCE, STACK_TICKET_SIGNING_KEY, as_admin, create_session, gateway_grpc,
-    shared_secret_ticket, sign_ticket, ticket_signature,
+    shared_secret_ticket, sign_ticket, sign_ticket_for, ticket_signature,
 };
 
 /// Another Ed25519 key, as `openssl genpkey -algorithm ed25519` writes one: anyone can make
@@ -121,15 +121,17 @@ async fn forged_tampered_malformed_or_expired_tickets_are_unauthenticated() {
     let endpoint = stack.broker_endpoint.clone();
     let controller = broker_pb::Role::Controller;
 
-    // The genuine ticket is admitted, and signing as session-api does reproduces it exactly,
-    // so the tickets made below differ from a genuine one only where each test says.
+    // The genuine ticket is admitted, and signing as session-api does reproduces it exactly (it
+    // names its holder: the stack's first API token, asking over gRPC), so the tickets made
+    // below differ from a genuine one only where each test says.
     let expires_at = issued.ticket_expires_at.expect("an expiry").seconds;
     assert_eq!(
-        sign_ticket(
+        sign_ticket_for(
             STACK_TICKET_SIGNING_KEY,
             &session_id,
             "controller",
-            expires_at
+            expires_at,
+            ("grpc", "api-token-0"),
         ),
         issued.ticket
     );

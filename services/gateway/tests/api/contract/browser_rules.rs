@@ -13,7 +13,19 @@ const ALLOWED_ORIGIN: &str = "https://app.example.com";
 
 #[tokio::test]
 async fn every_answer_carries_x_frame_options_deny() {
-    let stack = TestStack::builder().start().await;
+    // A page of the test's own: the gateway's built-in one exists only once the page is built.
+    let static_dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        static_dir.path().join("index.html"),
+        "<!doctype html><title>ptyhub</title>",
+    )
+    .expect("index.html");
+    std::fs::create_dir(static_dir.path().join("assets")).expect("assets/");
+    std::fs::write(static_dir.path().join("assets/app.js"), "console.log(1)").expect("app.js");
+    let stack = TestStack::builder()
+        .static_dir(static_dir.path().to_owned())
+        .start()
+        .await;
     let admin = Some(stack.admin_token.as_str());
     for (path, token, status) in [
         ("/", None, 200),

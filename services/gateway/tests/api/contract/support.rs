@@ -695,6 +695,28 @@ pub fn sign_ticket(
     )
 }
 
+/// A ticket like [`sign_ticket`]'s that also names its holder, as session-api signs the tickets
+/// it issues: the surface asked on, then the principal in base64url.
+pub fn sign_ticket_for(
+    signing_key_pem: &str,
+    session_id: &str,
+    role: &str,
+    expires_at_seconds: i64,
+    (surface, principal): (&str, &str),
+) -> String {
+    let payload = base64url(
+        format!(
+            "{session_id}.{role}.{expires_at_seconds}.{surface}.{}",
+            base64url(principal.as_bytes())
+        )
+        .as_bytes(),
+    );
+    format!(
+        "v2.{payload}.{}",
+        ticket_signature(signing_key_pem, &payload)
+    )
+}
+
 /// The encoded payload of a ticket.
 pub fn ticket_payload(session_id: &str, role: &str, expires_at_seconds: i64) -> String {
     base64url(format!("{session_id}.{role}.{expires_at_seconds}").as_bytes())
