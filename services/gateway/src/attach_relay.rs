@@ -12,6 +12,12 @@
 //! ([`forward_client_frames`]); the response stream is polled by the transport and yields the
 //! broker's frames with the reader's refusals in between ([`relay_frames`]). Nothing the
 //! gateway refuses reaches the broker, so nothing refused reaches the PTY.
+//!
+//! The ticket admits a controller whenever the credential may control (as for a WebSocket), so
+//! that a viewer may ask for control on the same stream. The stream's role is the broker's to
+//! move: the response side follows its `RoleChanged` frames into a [`watch`] channel, which the
+//! reader consults for each frame, so a granted viewer may type and a controller that granted
+//! control away may not.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -24,7 +30,7 @@ use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_server::{PtyBroker, PtyBrokerServer};
 use ptyhub_wire::ErrorCode;
 use ptyhub_wire::limits::{HELLO_TIMEOUT, MAX_FRAME_BYTES};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -252,7 +258,7 @@ impl PtyBroker for AttachRelay {
             .await
             .map_err(|error| error.to_status())?;
         let target = upstreams
-            .issue_attach_ticket(&instance.id, &session.id, role)
+            .issue_attach_ticket(&instance.id, &session.id, ticket_role(&principal))
             .await
             .map_err(|error| error.to_status())?;
 
@@ -289,20 +295,28 @@ impl PtyBroker for AttachRelay {
         let resets = audit.resets();
         span.in_scope(|| tracing::info!(resume = hello.since.is_some(), "grpc attach relayed"));
         let (replies, reply_receiver) = mpsc::channel(REPLY_QUEUE);
+        let (role_now, role_watch) = watch::channel(role);
         let reader = tokio::spawn(
-            forward_client_frames(inbound, upstream.clone(), replies, role, resets)
-                .instrument(span.clone()),
+            forward_client_frames(
+                inbound,
+                upstream.clone(),
+                replies,
+                role_watch.clone(),
+                resets,
+            )
+            .instrument(span.clone()),
         );
         Ok(Response::new(Box::pin(relay_frames(Relay {
             upstream: Some(Upstream {
                 frames,
                 sender: upstream,
                 reader: AbortOnDropHandle::new(reader),
-                role,
+                role: role_watch,
                 span,
                 _tracked: state.bridges.token(),
             }),
             replies: Some(reply_receiver),
+            role: role_now,
             shutdown: state.shutdown.clone(),
             _tracked: state.bridges.token(),
             _gauge: state.metrics.attach_stream_opened(),
@@ -312,6 +326,17 @@ impl PtyBroker for AttachRelay {
             ended: false,
             audit,
         }))))
+    }
+}
+
+/// The role the attach ticket admits: a controller whenever the credential may control, so that
+/// a stream attached as a viewer may ask for control (the broker still attaches it as the role
+/// its hello names); a viewer for a credential that may only view (a share link's).
+fn ticket_role(principal: &crate::auth::Principal) -> Role {
+    if principal.access.is_viewer_only() {
+        Role::Viewer
+    } else {
+        Role::Controller
     }
 }
 
@@ -343,6 +368,9 @@ struct Relay {
     /// The reader's refusals (error frames, and the error that ends the stream); `None` once
     /// the reader is done.
     replies: Option<mpsc::Receiver<Result<pb::ServerFrame, Status>>>,
+    /// The stream's role now, as the broker's `RoleChanged` frames move it; the reader and
+    /// [`Upstream::finish_input`] read it.
+    role: watch::Sender<Role>,
     /// The gateway is stopping: the stream ends with UNAVAILABLE, and the client resumes
     /// elsewhere with its offset.
     shutdown: CancellationToken,
@@ -382,7 +410,8 @@ struct Upstream {
     /// client's side ended.
     sender: mpsc::Sender<pb::ClientFrame>,
     reader: AbortOnDropHandle<()>,
-    role: Role,
+    /// The stream's role now (see [`Relay::role`]).
+    role: watch::Receiver<Role>,
     span: tracing::Span,
     /// Shutdown waits for the last input as for the stream.
     _tracked: TaskTrackerToken,
@@ -393,8 +422,8 @@ impl Upstream {
     /// last input (no bytes, an id of its own) and waits for its receipt, which says that every
     /// input before it was written; then the stream to the broker is dropped. Dropping it at
     /// once would drop what was still on its way. At most [`INPUT_DRAIN`], so input the process
-    /// does not read, or a client that keeps its side open, holds nothing for long. A viewer
-    /// sends no input: its stream is dropped at once.
+    /// does not read, or a client that keeps its side open, holds nothing for long. A stream
+    /// that is a viewer when it ends sent no input the broker took: it is dropped at once.
     async fn finish_input(self) {
         let Upstream {
             mut frames,
@@ -404,7 +433,7 @@ impl Upstream {
             span,
             _tracked,
         } = self;
-        if role == Role::Viewer {
+        if *role.borrow() == Role::Viewer {
             return;
         }
         let last_id = format!(
@@ -495,6 +524,9 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
             relay.ended = item.is_err();
             match &item {
                 Ok(frame) => match &frame.frame {
+                    Some(pb::server_frame::Frame::RoleChanged(changed)) => {
+                        follow_role_change(&relay.role, changed.role);
+                    }
                     Some(pb::server_frame::Frame::Detached(detached))
                         if detached.reason == pb::DetachReason::TakenOver as i32 =>
                     {
@@ -516,6 +548,25 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
     })
 }
 
+/// Moves the stream's role as the broker's `RoleChanged` says, before the client is sent it: a
+/// client that reads it and types at once finds the reader already letting its input through.
+fn follow_role_change(role: &watch::Sender<Role>, changed: i32) {
+    let role_now = match pb::Role::try_from(changed) {
+        Ok(pb::Role::Controller) => Role::Controller,
+        Ok(pb::Role::Viewer) => Role::Viewer,
+        // Not one the broker sends; least privilege until it says otherwise.
+        _ => {
+            tracing::warn!(
+                role = changed,
+                "the broker sent an unknown role: treated as a viewer"
+            );
+            Role::Viewer
+        }
+    };
+    tracing::info!(role = role_now.as_str(), "control moved by a grant");
+    role.send_replace(role_now);
+}
+
 /// The broker's frames while the relay lives.
 fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut Streaming<pb::ServerFrame> {
     &mut upstream
@@ -525,7 +576,7 @@ fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut Streaming<pb::Server
 }
 
 /// Forwards the client's frames after its hello, refusing what the client may not send: a
-/// viewer's input, resize and reset, a second hello, an empty frame (answered with an error
+/// viewer's input, resize and reset (by its role when the frame comes, see [`Relay::role`]), a second hello, an empty frame (answered with an error
 /// frame, the stream goes on) and a frame over the limit (the stream ends). A refusal nobody
 /// reads (the client's call is gone) stops nothing: what the client sent before it left is
 /// forwarded all the same. The side towards the broker stays open after the client closed its
@@ -534,11 +585,10 @@ async fn forward_client_frames(
     mut inbound: Streaming<pb::ClientFrame>,
     upstream: mpsc::Sender<pb::ClientFrame>,
     replies: mpsc::Sender<Result<pb::ServerFrame, Status>>,
-    role: Role,
+    role: watch::Receiver<Role>,
     resets: StreamResets,
 ) {
     use pb::client_frame::Frame;
-    let viewer = role == Role::Viewer;
     loop {
         let frame = match inbound.message().await {
             Ok(Some(frame)) => frame,
@@ -548,6 +598,7 @@ async fn forward_client_frames(
                 return;
             }
         };
+        let viewer = *role.borrow() == Role::Viewer;
         let refusal = match &frame.frame {
             Some(Frame::Input(input)) if input.data.len() > MAX_FRAME_BYTES => {
                 let too_large = ErrorCode::LimitExceeded.status(format!(

@@ -777,3 +777,97 @@ async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
     );
     stack.shutdown().await;
 }
+
+/// Reads frames, skipping output and the rest, until one that `wanted` picks.
+async fn frame_where<T>(stream: &mut Stream, wanted: impl Fn(ServerFrameKind) -> Option<T>) -> T {
+    loop {
+        match stream.next().await {
+            Ok(Some(frame)) => {
+                if let Some(found) = wanted(frame) {
+                    return found;
+                }
+            }
+            other => panic!("the stream ended first: {other:?}"),
+        }
+    }
+}
+
+fn error_code(frame: ServerFrameKind) -> Option<i32> {
+    match frame {
+        ServerFrameKind::Error(error) => Some(error.code),
+        _ => None,
+    }
+}
+
+fn role_changed(frame: ServerFrameKind) -> Option<i32> {
+    match frame {
+        ServerFrameKind::RoleChanged(changed) => Some(changed.role),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_viewer_granted_control_on_a_relayed_attach_types_into_the_pty() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let token = Some(stack.admin_token.as_str());
+    let open = |role| Stream::open(&stack, token, Some("local"), hello(&session_id, role, None));
+    let mut controller = open(broker_pb::Role::Controller)
+        .await
+        .expect("a controller");
+    expect_connected(controller.next().await);
+    let mut viewer = open(broker_pb::Role::Viewer).await.expect("a viewer");
+    expect_connected(viewer.next().await);
+
+    // Before a grant the viewer's input is refused.
+    viewer.send(input("echo early-$((2*3))\n")).await;
+    assert_eq!(
+        frame_where(&mut viewer, error_code).await,
+        Code::PermissionDenied as i32
+    );
+
+    viewer
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::RequestControl(
+                broker_pb::RequestControl {},
+            )),
+        })
+        .await;
+    let request_id = frame_where(&mut controller, |frame| match frame {
+        ServerFrameKind::ControlRequested(requested) => Some(requested.request_id),
+        ServerFrameKind::Error(error) => panic!("the controller was sent an error: {error:?}"),
+        _ => None,
+    })
+    .await;
+    controller
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::AnswerControl(broker_pb::AnswerControl {
+                request_id,
+                grant: true,
+            })),
+        })
+        .await;
+    assert_eq!(
+        frame_where(&mut viewer, role_changed).await,
+        broker_pb::Role::Controller as i32
+    );
+    assert_eq!(
+        frame_where(&mut controller, role_changed).await,
+        broker_pb::Role::Viewer as i32
+    );
+
+    // The former viewer types on the same stream; the former controller may not.
+    viewer.send(input("echo granted-$((5*5))\n")).await;
+    viewer.read_until("granted-25").await;
+    controller.send(input("echo late-$((3*3))\n")).await;
+    assert_eq!(
+        frame_where(&mut controller, error_code).await,
+        Code::PermissionDenied as i32
+    );
+    assert!(!String::from_utf8_lossy(&viewer.output).contains("early-6"));
+    stack.shutdown().await;
+}
