@@ -108,9 +108,14 @@ pub(super) fn timestamp_from_proto(
     DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
 }
 
-/// A role as session-api names it: the controller's unless it says viewer.
+/// A role as session-api or a broker names it. One that is unspecified or unknown (a newer
+/// peer's, or a bug) is a viewer's: least privilege, so a message that says nothing never lets
+/// a stream type.
 pub(super) fn role_from_proto(role: i32) -> Role {
-    Role::from_proto(role).unwrap_or(Role::Controller)
+    Role::from_proto(role).unwrap_or_else(|invalid| {
+        tracing::warn!(role, %invalid, "a role the gateway does not know: taken as a viewer");
+        Role::Viewer
+    })
 }
 
 pub fn instance_from_proto(instance: session_pb::Instance) -> Instance {
@@ -323,4 +328,24 @@ pub(super) fn wait_result_from_proto(
         screen: screen_from_proto(screen)?,
         terminal: terminal_from_proto(answer.terminal),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_that_is_unspecified_or_unknown_is_a_viewers() {
+        assert_eq!(
+            role_from_proto(broker_pb::Role::Controller as i32),
+            Role::Controller
+        );
+        assert_eq!(
+            role_from_proto(broker_pb::Role::Viewer as i32),
+            Role::Viewer
+        );
+        for unknown in [broker_pb::Role::Unspecified as i32, 99, -1] {
+            assert_eq!(role_from_proto(unknown), Role::Viewer, "{unknown}");
+        }
+    }
 }
