@@ -257,9 +257,7 @@ pub(super) fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<Terminal
         Frame::Closed(_) => TerminalEvent::Closed,
         Frame::ControlRequested(requested) => TerminalEvent::ControlRequested {
             request_id: requested.request_id,
-            requester: requested
-                .requester
-                .and_then(|requester| Attendee::try_from(requester).ok()),
+            requester: requested.requester.and_then(requester_from_proto),
         },
         Frame::ControlDeclined(declined) => TerminalEvent::ControlDeclined {
             request_id: declined.request_id,
@@ -274,6 +272,16 @@ pub(super) fn event_from_proto(frame: broker_pb::ServerFrame) -> Option<Terminal
         },
     };
     Some(event)
+}
+
+/// The attendee a broker's `ControlRequested` names. One that does not convert is logged and
+/// left out: the request itself still reaches the controller, who can answer it by its id.
+fn requester_from_proto(requester: broker_pb::Attendee) -> Option<Attendee> {
+    Attendee::try_from(requester)
+        .inspect_err(|invalid| {
+            tracing::warn!(%invalid, "a request for control named a malformed requester");
+        })
+        .ok()
 }
 
 pub(super) fn millis(duration: Duration) -> u32 {
