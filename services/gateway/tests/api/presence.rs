@@ -161,7 +161,10 @@ async fn two_browsers_and_a_cli_see_each_other_and_who_is_typing() {
         ],
     )
     .await;
-    println!("presence of all three on the record {took:?} after the last attach");
+    tracing::info!(
+        ?took,
+        "presence of all three on the record after the last attach"
+    );
 
     // Alice types: the record says so, then, after 3 quiet seconds, no more.
     alice_tab.send_input("echo hi\n").await;
@@ -175,7 +178,7 @@ async fn two_browsers_and_a_cli_see_each_other_and_who_is_typing() {
         ],
     )
     .await;
-    println!("alice typing on the record {took:?} after her input");
+    tracing::info!(?took, "alice typing on the record after her input");
     presence_becomes(
         &stack,
         &session_path,
