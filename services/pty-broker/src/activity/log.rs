@@ -110,6 +110,7 @@ impl CommandLog {
             self.drop_oldest();
         }
         let cwd = cwd.map_or(NO_CWD, |cwd| self.intern_cwd(cwd));
+        self.grow_for(command.len());
         self.text.push_str(command);
         self.entries.push_back(Entry {
             started_ms: millis(started_at),
@@ -199,6 +200,21 @@ impl CommandLog {
         self.entries.capacity() * std::mem::size_of::<Entry>()
             + self.text.capacity()
             + self.cwds.iter().map(|cwd| cwd.len() + 16).sum::<usize>()
+    }
+
+    /// Makes room for one more record and `text_len` bytes of its line, growing by a quarter
+    /// rather than doubling, and the records never past the log's capacity: a full log keeps
+    /// little slack, which is most of what a thousand records would otherwise cost.
+    fn grow_for(&mut self, text_len: usize) {
+        let records = self.entries.len();
+        if records == self.entries.capacity() {
+            let more = (records / 4).max(16).min(self.capacity - records).max(1);
+            self.entries.reserve_exact(more);
+        }
+        let text = self.text.len();
+        if text + text_len > self.text.capacity() {
+            self.text.reserve_exact(text_len.max(text / 4));
+        }
     }
 
     /// Where the command line of `entries[index]` starts in `text`.
@@ -334,6 +350,31 @@ mod tests {
         assert_eq!(done.output_start, 14);
         assert_eq!(done.exit_code, None);
         assert_eq!(done.cwd, None);
+    }
+
+    /// The lines a project's terminal runs (17 bytes on average), twice around the log.
+    #[test]
+    fn a_thousand_typical_commands_cost_under_64_kib() {
+        let lines = [
+            "cargo test -p pty-broker --lib",
+            "git status",
+            "make test",
+            "ls -la",
+            "npm run build -- --watch=false",
+        ];
+        let mut log = CommandLog::new(DEFAULT_COMMANDS_KEPT);
+        for n in 0..2 * DEFAULT_COMMANDS_KEPT as u64 {
+            let line = lines[n as usize % lines.len()];
+            log.start(line, Some("/home/developer/src/ptyhub"), at(n), n * 1000);
+            log.finish(Some(0), at(n + 1), n * 1000 + 900);
+        }
+        assert_eq!(log.len(), DEFAULT_COMMANDS_KEPT);
+        assert!(
+            log.heap_bytes() < 64 * 1024,
+            "{} bytes for {} commands",
+            log.heap_bytes(),
+            log.len()
+        );
     }
 
     #[test]
