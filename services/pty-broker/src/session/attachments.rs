@@ -348,7 +348,13 @@ impl Attachments {
         if opened_tally {
             self.typed_since = Some(SystemTime::now());
         }
-        *self.typed.entry(client.holder.clone()).or_default() += bytes;
+        // Every keystroke passes here: the holder is cloned only the first time in a window.
+        match self.typed.get_mut(&client.holder) {
+            Some(typed) => *typed += bytes,
+            None => {
+                self.typed.insert(client.holder.clone(), bytes);
+            }
+        }
         InputNoted {
             started_typing: !was_typing,
             opened_tally,
