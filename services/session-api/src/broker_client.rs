@@ -126,6 +126,9 @@ pub enum BrokerEvent {
     },
 }
 
+/// The keepalive of broker connections unless configured: session-api's own default.
+const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
 type BrokerGrpcClient = PtyBrokerClient<InterceptedService<Channel, BearerAuth>>;
 
 /// Calls to brokers, with one channel per broker endpoint kept for reuse.
@@ -136,6 +139,9 @@ pub struct BrokerClients {
     /// What each broker with a credential of its own accepts: the credential derived from it.
     broker_authorizations: Arc<HashMap<String, BearerAuth>>,
     call_timeout: Duration,
+    /// The HTTP/2 keepalive interval and ping timeout that find a frozen or unplugged broker:
+    /// they end its event stream (so it is marked down) and the calls forwarded to it.
+    keep_alive: Duration,
     /// `https://` brokers are dialled with TLS, trusting the configured CA.
     tls: ptyhub_wire::TlsConfig,
     /// Whether an `http://` broker may be called in plain text (no TLS of session-api's own, or
@@ -164,10 +170,17 @@ impl BrokerClients {
             authorization: credential.bearer_auth(),
             broker_authorizations: Arc::new(broker_authorizations),
             call_timeout,
+            keep_alive: DEFAULT_KEEP_ALIVE,
             tls,
             plaintext_allowed,
             channels: Arc::default(),
         }
+    }
+
+    /// Dials brokers with this HTTP/2 keepalive interval and ping timeout.
+    pub fn with_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.keep_alive = keep_alive;
+        self
     }
 
     /// The credential `broker_id` accepts on its control calls.
@@ -205,8 +218,8 @@ impl BrokerClients {
                         message: format!("endpoint {:?}: {error}", broker.endpoint),
                     })?
                     .connect_timeout(self.call_timeout)
-                    .http2_keep_alive_interval(Duration::from_secs(20))
-                    .keep_alive_timeout(Duration::from_secs(20))
+                    .http2_keep_alive_interval(self.keep_alive)
+                    .keep_alive_timeout(self.keep_alive)
                     .keep_alive_while_idle(true)
                     .connect_lazy();
                 channels.insert(

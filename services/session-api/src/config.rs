@@ -69,8 +69,9 @@ pub struct Config {
           value_parser = parse_duration)]
     pub broker_call_timeout: Duration,
 
-    /// Interval of HTTP/2 keepalive pings to callers; one that does not answer within the same
-    /// time again is treated as gone.
+    /// Interval of HTTP/2 keepalive pings to callers and to brokers; a peer that does not
+    /// answer within the same time again is treated as gone (a broker's event stream and the
+    /// calls forwarded to it end, and it is marked down).
     #[arg(long, env = "PTYHUB_SESSION_API_KEEPALIVE", default_value = "20s",
           value_parser = parse_duration)]
     pub keepalive_interval: Duration,

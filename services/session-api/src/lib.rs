@@ -95,7 +95,8 @@ pub async fn run(
                 config.broker_call_timeout,
                 tls.clone(),
                 plaintext_brokers_allowed,
-            ),
+            )
+            .with_keep_alive(config.keepalive_interval),
             Arc::new(ChangeFeed::new()),
             config.secrets.ticket_signing_key.clone(),
             config.ticket_ttl,
