@@ -121,8 +121,9 @@ pub struct TicketClaims {
 
 /// Who a ticket was issued for: the subject of the end user's credential (never the
 /// credential) and the surface the attach comes through, both as session-api was told by the
-/// gateway that asked for the ticket.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// gateway that asked for the ticket. The default, both empty, stands for nobody: what a broker
+/// lists for a ticket that names no holder.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct TicketHolder {
     pub principal: String,
     /// A surface's name (`web`, `cli`, `grpc`, `mcp`): lowercase letters, digits and `-`.

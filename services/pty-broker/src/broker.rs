@@ -29,9 +29,8 @@ use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
 use crate::session::{
-    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, Holder, InputItem,
-    InputSent, RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext,
-    WaitOutcome,
+    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, InputItem, InputSent,
+    RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -498,13 +497,9 @@ impl Broker {
         )?;
         self.refuse_while_handing_over()?;
         let session = self.inner.registry.get(hello.session_id)?;
-        let holder = claims.holder.map_or_else(Holder::default, |holder| Holder {
-            principal: holder.principal,
-            surface: holder.surface,
-        });
         session
             .attach(AttachRequest {
-                holder,
+                holder: claims.holder.unwrap_or_default(),
                 may_control: claims.role == TicketRole::Controller,
                 ..hello.request
             })
@@ -633,6 +628,7 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
+    use ptyhub_attach_ticket::TicketHolder;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::time::{Instant, advance};
 
@@ -678,7 +674,7 @@ mod tests {
                 since: None,
                 snapshot: false,
                 present_only: false,
-                holder: Holder::default(),
+                holder: TicketHolder::default(),
                 may_control: true,
             },
         }
@@ -744,6 +740,49 @@ mod tests {
             (50 * MINUTE..51 * MINUTE).contains(&reaped_after),
             "reaped after {reaped_after:?}"
         );
+        assert!(matches!(broker.get(id), Err(Error::SessionNotFound(_))));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exited_session_is_kept_for_its_tombstone_then_closed_as_exited() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let (_, mut events) = broker.watch_events();
+        let session = broker.spawn(spec()).await.unwrap();
+        let id = session.session_id;
+        let mut terminal = runtime.take_terminal().unwrap();
+        terminal.terminal.write_all(b"last words").await.unwrap();
+        terminal.exit(crate::domain::ExitStatus::exited(3));
+        let exited_at = loop {
+            if let BrokerEventKind::Exited { exit, .. } = events.recv().await.unwrap().kind {
+                assert_eq!(exit, crate::domain::ExitStatus::exited(3));
+                break Instant::now();
+            }
+        };
+
+        // A moment before the tombstone ends, the session is still there with its exit code,
+        // and a late attach gets the final output.
+        let tombstone = broker.inner.settings.tombstone;
+        advance(tombstone - Duration::from_secs(1)).await;
+        settle().await;
+        assert!(events.try_recv().is_err(), "nothing happens in the tombstone");
+        let info = broker.get(id).unwrap();
+        assert_eq!(info.exit, Some(crate::domain::ExitStatus::exited(3)));
+        let mut late = broker.attach(hello(id)).await.unwrap();
+        let mut output = Vec::new();
+        while !output.ends_with(b"last words") {
+            match late.next_event().await {
+                Some(Ok(ClientEvent::Output { data, .. })) => output.extend_from_slice(&data),
+                Some(Ok(_)) => {}
+                other => panic!("expected the final output, got {other:?}"),
+            }
+        }
+        drop(late);
+
+        // An attach does not prolong the tombstone: it ends on time, as `exited`.
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(next_close(&mut events).await, CloseReason::Exited);
+        assert_eq!(exited_at.elapsed(), tombstone);
         assert!(matches!(broker.get(id), Err(Error::SessionNotFound(_))));
         broker.shutdown().await;
     }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use ptyhub_attach_ticket::TicketHolder;
 use ptyhub_model::proto::{self, ProtoEnum as _};
 use ptyhub_model::{Screen, ScreenContent, SessionStatus};
 use ptyhub_proto::broker::v1 as pb;
@@ -18,7 +19,7 @@ use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::{ScreenFormat, ScreenView};
 use crate::session::{
-    AttachRequest, Holder, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
+    AttachRequest, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
 };
 
 // Protobuf to domain, validated.
@@ -107,7 +108,7 @@ impl TryFrom<pb::Hello> for Hello {
                 snapshot: hello.snapshot,
                 present_only: hello.present_only,
                 // What the ticket names and admits, once it is verified.
-                holder: Holder::default(),
+                holder: TicketHolder::default(),
                 may_control: false,
             },
         })

@@ -18,6 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
 
+use ptyhub_attach_ticket::TicketHolder;
 use tokio::time::Instant;
 
 use crate::domain::{Attendee, ClientEvent, Role, TYPING_WINDOW};
@@ -60,23 +61,14 @@ pub struct Client {
     /// Set when the broker hands the session to its next process: the stream ends with a
     /// status that says to reattach.
     pub handing_over: bool,
-    /// Who the client is for, as its ticket said.
-    pub holder: Holder,
+    /// Who the client is for, as its ticket said (the default for a ticket that named nobody).
+    pub holder: TicketHolder,
     /// When the client attached.
     pub since: SystemTime,
     /// When the client last wrote input.
     pub last_input_at: Option<Instant>,
     /// Whether its ticket admits a controller, so that it may ask for control.
     pub may_control: bool,
-}
-
-/// Who an attached client is for: what its ticket named (empty strings for a ticket that named
-/// nobody).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Holder {
-    pub principal: String,
-    /// `web`, `cli`, `grpc` or `mcp`.
-    pub surface: String,
 }
 
 /// The current controller.
@@ -97,7 +89,7 @@ pub struct Attachments {
     requests: HashMap<u64, ClientId>,
     next_request: u64,
     /// Input bytes written per holder since `typed_since`, until the task takes them.
-    typed: HashMap<Holder, u64>,
+    typed: HashMap<TicketHolder, u64>,
     typed_since: Option<SystemTime>,
 }
 
@@ -114,7 +106,7 @@ pub struct InputNoted {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypedTally {
     pub since: SystemTime,
-    pub bytes: Vec<(Holder, u64)>,
+    pub bytes: Vec<(TicketHolder, u64)>,
 }
 
 /// The result of [`Attachments::attach`].
@@ -154,7 +146,7 @@ impl Attachments {
     pub fn attach(
         &mut self,
         role: Role,
-        holder: Holder,
+        holder: TicketHolder,
         may_control: bool,
         cursor: u64,
         end: u64,
@@ -364,7 +356,7 @@ impl Attachments {
     /// Takes the input tally since it was last taken; `None` when nobody typed.
     pub fn take_typed(&mut self) -> Option<TypedTally> {
         let since = self.typed_since.take()?;
-        let mut bytes: Vec<(Holder, u64)> = self.typed.drain().collect();
+        let mut bytes: Vec<(TicketHolder, u64)> = self.typed.drain().collect();
         bytes.sort_unstable_by(|a, b| a.0.principal.cmp(&b.0.principal));
         Some(TypedTally { since, bytes })
     }
@@ -489,13 +481,13 @@ mod tests {
     #[test]
     fn takeover_moves_the_lease_and_tells_the_previous_controller() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, Holder::default(), false, 0, 10);
-        let viewer = attachments.attach(Role::Viewer, Holder::default(), false, 0, 10);
+        let first = attachments.attach(Role::Controller, TicketHolder::default(), false, 0, 10);
+        let viewer = attachments.attach(Role::Viewer, TicketHolder::default(), false, 0, 10);
         assert_eq!(first.superseded, None);
         assert_eq!(viewer.generation, None);
         assert!(attachments.is_current_controller(first.generation));
 
-        let second = attachments.attach(Role::Controller, Holder::default(), false, 10, 10);
+        let second = attachments.attach(Role::Controller, TicketHolder::default(), false, 10, 10);
         assert_eq!(second.superseded, Some(first.client));
         assert!(second.generation > first.generation);
         assert!(!attachments.is_current_controller(first.generation));
@@ -513,8 +505,8 @@ mod tests {
     #[test]
     fn stale_close_of_a_superseded_controller_keeps_the_current_lease() {
         let mut attachments = Attachments::default();
-        let first = attachments.attach(Role::Controller, Holder::default(), false, 0, 0);
-        let second = attachments.attach(Role::Controller, Holder::default(), false, 0, 0);
+        let first = attachments.attach(Role::Controller, TicketHolder::default(), false, 0, 0);
+        let second = attachments.attach(Role::Controller, TicketHolder::default(), false, 0, 0);
         // The first stream ends late, after it was superseded.
         assert!(attachments.detach(first.client));
         assert_eq!(
@@ -534,8 +526,8 @@ mod tests {
         assert!(attachments.is_empty());
     }
 
-    fn holder(principal: &str, surface: &str) -> Holder {
-        Holder {
+    fn holder(principal: &str, surface: &str) -> TicketHolder {
+        TicketHolder {
             principal: principal.to_owned(),
             surface: surface.to_owned(),
         }
@@ -798,7 +790,7 @@ mod tests {
     #[test]
     fn resizes_coalesce_and_a_flooded_queue_overflows() {
         let mut attachments = Attachments::default();
-        let viewer = attachments.attach(Role::Viewer, Holder::default(), false, 0, 0);
+        let viewer = attachments.attach(Role::Viewer, TicketHolder::default(), false, 0, 0);
         for cols in 1..=1000 {
             attachments.broadcast(
                 5,

@@ -25,12 +25,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use ptyhub_attach_ticket::TicketHolder;
 use tokio::io::AsyncWrite;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use attachments::{ClientId, Holder};
+pub use attachments::ClientId;
 pub use command_watch::CommandWatch;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, InputSent};
@@ -86,7 +87,7 @@ pub struct AttachRequest {
     /// output from the end of the ring, whatever `since` and `snapshot` say; no gap.
     pub present_only: bool,
     /// Who the client is for, as its verified ticket said.
-    pub holder: Holder,
+    pub holder: TicketHolder,
     /// Whether its ticket admits a controller: a viewer may then ask for control.
     pub may_control: bool,
 }
