@@ -248,6 +248,28 @@ fn fixtures_in(fixtures: &Path, work: &Path) -> Vec<Fixture> {
                 Type(b"n"),
             ],
         },
+        Fixture {
+            name: "erase-attributes",
+            cols: 40,
+            rows: 12,
+            command: format!("exec bash {}", fixtures.join("erase-attributes.sh").display()),
+            steps: vec![
+                Await("erase attributes"),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+                Await(""),
+                Type(b"n"),
+            ],
+        },
     ]
 }
 

@@ -15,11 +15,12 @@
 //! (the session's feeder, an attach, a screen read) can feed what it read from the ring without
 //! knowing what the others fed.
 
+mod background_erase;
 mod fast_forward;
 mod keys;
 mod parse_state;
-mod screen_switch;
 mod scrollback;
+mod sequences;
 mod view;
 
 use std::num::NonZeroU16;
@@ -93,8 +94,8 @@ struct Emulator {
     /// The normal screen as drawn when the program last switched to the alternate one, while it
     /// is there (the program draws nothing on the normal screen meanwhile).
     normal_screen: Option<String>,
-    /// The end of the output fed so far when it may be an unfinished switch of screens: held
-    /// back from vt100 until the rest tells (see `screen_switch.rs`).
+    /// The end of the output fed so far when it may be an unfinished sequence that the screen
+    /// makes itself: held back from vt100 until the rest tells (see `sequences.rs`).
     held: Vec<u8>,
     /// What vt100's parser is in the middle of, for fast-forwards.
     parse: ParseState,
@@ -684,8 +685,9 @@ impl Emulator {
         tracker.scrolled = 0;
     }
 
-    /// Feeds `data` to the emulator. Switches of screens are made here, as xterm makes them
-    /// ([`Emulator::switch_screen`]); an unfinished one at the end, or the start of a UTF-8
+    /// Feeds `data` to the emulator. Switches of screens ([`Emulator::switch_screen`]) and
+    /// erases (`background_erase.rs`) are made here, as xterm makes them; an unfinished one at
+    /// the end, or the start of a UTF-8
     /// character, is held back until the rest arrives (the bytes held change nothing on the
     /// screen, as a sequence vt100 were in the middle of would not).
     fn process(&mut self, data: &[u8]) {
@@ -699,7 +701,7 @@ impl Emulator {
             data = &joined;
         }
         loop {
-            match screen_switch::next_switch(data) {
+            match sequences::next_sequence(data) {
                 None => {
                     // vt100 draws a combining mark cut between two reads in a cell of its own:
                     // a character is fed whole.
@@ -708,14 +710,19 @@ impl Emulator {
                     self.held = data[whole..].to_vec();
                     break;
                 }
-                Some(screen_switch::Found::Unfinished(start)) => {
+                Some(sequences::Found::Unfinished(start)) => {
                     self.parser.process(&data[..start]);
                     self.held = data[start..].to_vec();
                     break;
                 }
-                Some(screen_switch::Found::Switch(sequence)) => {
+                Some(sequences::Found::Sequence(sequence)) => {
                     self.parser.process(&data[..sequence.start]);
-                    self.set_modes(&sequence);
+                    match &sequence.action {
+                        sequences::Action::SetModes { set, modes } => self.set_modes(*set, modes),
+                        action => {
+                            self.blank_as_xterm(&data[sequence.start..sequence.end], action);
+                        }
+                    }
                     data = &data[sequence.end..];
                 }
             }
@@ -728,15 +735,15 @@ impl Emulator {
 
     /// One mode-setting sequence that switches screens, mode by mode in order: the switches
     /// here, the other modes by vt100.
-    fn set_modes(&mut self, sequence: &screen_switch::ModeSequence) {
+    fn set_modes(&mut self, set: bool, modes: &[u16]) {
         // The sequence's ESC ends whatever vte was in the middle of (an OSC or DCS string, a
         // sequence cut short), as it would have had vt100 seen it; a string terminator (`ESC \`,
         // nothing of its own to vt100) does the same before the sequences that replace it.
         self.parser.process(b"\x1b\\");
-        let action = if sequence.set { 'h' } else { 'l' };
-        for &mode in &sequence.modes {
-            if screen_switch::SCREEN_MODES.contains(&mode) {
-                self.switch_screen(mode, sequence.set);
+        let action = if set { 'h' } else { 'l' };
+        for &mode in modes {
+            if sequences::SCREEN_MODES.contains(&mode) {
+                self.switch_screen(mode, set);
             } else {
                 self.parser
                     .process(format!("\x1b[?{mode}{action}").as_bytes());
@@ -748,7 +755,7 @@ impl Emulator {
     /// `activateNormalBuffer`), made of sequences vt100 follows as xterm does:
     ///
     /// - Into the alternate screen (47, 1047, 1049; 1049 saves the cursor first, as `ESC 7`): the
-    ///   alternate screen starts blank (in the current background), with the whole screen as its
+    ///   alternate screen starts blank (in the current background alone), with the whole screen as its
     ///   scroll region and the cursor where it was on the normal screen. Already there, nothing
     ///   happens but 1049's save. vt100 would put the cursor at the top left, clear the screen
     ///   again on a second 1049, and leave 1047 alone.
@@ -769,7 +776,8 @@ impl Emulator {
                 self.normal_screen = Some(self.parser.screen().contents_formatted());
                 // 47 switches without clearing in vt100; the region and the erase make the
                 // alternate screen fresh.
-                self.parser.process(b"\x1b[?47h\x1b[r\x1b[2J");
+                self.parser.process(b"\x1b[?47h\x1b[r");
+                self.with_background_only(b"\x1b[2J");
                 self.parser.process(move_cursor.as_bytes());
             }
             (true, true) => {

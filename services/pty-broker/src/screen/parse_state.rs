@@ -317,7 +317,7 @@ impl ParseState {
                         continue;
                     }
                     match (value, set) {
-                        // The screen makes every switch as xterm does (`screen_switch.rs`): a
+                        // The screen makes every switch as xterm does (`sequences.rs`): a
                         // switch into the alternate screen from the normal one gives it the whole
                         // screen as its region; one while it is shown changes nothing.
                         (47 | 1047 | 1049, true) => {

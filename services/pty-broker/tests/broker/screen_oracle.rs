@@ -35,6 +35,7 @@ const SMALL_PIECE: usize = 5;
 const FIXTURES: &[&str] = &[
     "agent-ui",
     "alternate-screens",
+    "erase-attributes",
     "less",
     "shell",
     "tmux",
@@ -65,6 +66,7 @@ oracle_tests! {
     tmux_shows_what_xterm_shows => "tmux",
     a_coding_agent_s_full_screen_ui_shows_what_xterm_shows => "agent-ui",
     every_way_in_and_out_of_the_alternate_screen_shows_what_xterm_shows => "alternate-screens",
+    erasing_with_attributes_set_shows_what_xterm_shows => "erase-attributes",
 }
 
 #[test]
