@@ -4,6 +4,7 @@
 //! business ([`crate::front_door`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -15,6 +16,7 @@ use ptyhub_wire::{Actor, Surface};
 
 use crate::tls::TlsListener;
 
+use crate::Clock;
 use crate::config::{AuthConfig, ConfigError};
 use crate::cookie::{CookieClaims, CookieSite, Grant, RequestCookie, SessionCookies};
 use crate::error::AuthError;
@@ -104,6 +106,8 @@ struct AuthenticatorInner {
     /// Required as every JWT's `iss` when set.
     jwt_issuer: Option<String>,
     allow_anonymous: bool,
+    /// What a JWT's `exp` and `nbf`, and a cookie's end, are read against.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -121,11 +125,19 @@ impl std::fmt::Debug for Authenticator {
 /// provider sets for another purpose (a bare `admin`, say) grants nothing here.
 pub const JWT_CLAIMS_KEY: &str = "ptyhub";
 
+/// How far a JWT's `exp` and `nbf` may be off the gateway's clock, for clocks that disagree a
+/// little: a request is refused only a minute after `exp`, or before a minute before `nbf`.
+/// A stream ends at `exp` itself ([`crate::streams::CredentialWatch`]).
+pub const JWT_CLOCK_SKEW: Duration = Duration::from_secs(60);
+
 /// The claims of a ptyhub JWT.
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
+    #[serde(deserialize_with = "numeric_date")]
     exp: u64,
+    #[serde(default, deserialize_with = "optional_numeric_date")]
+    nbf: Option<u64>,
     /// ptyhub's claims; a token without them covers no instance.
     #[serde(default, rename = "ptyhub")]
     ptyhub: PtyhubClaims,
@@ -147,7 +159,8 @@ struct PtyhubClaims {
 }
 
 impl Authenticator {
-    pub fn new(config: &AuthConfig) -> Result<Self, ConfigError> {
+    /// Verifies the credentials `config` names, reading their expiry by `clock`.
+    pub fn new(config: &AuthConfig, clock: Clock) -> Result<Self, ConfigError> {
         let rs256 = match &config.jwt_rs256_public_key_pem {
             Some(pem) => Some(DecodingKey::from_rsa_pem(pem.as_bytes()).map_err(|error| {
                 ConfigError::new(
@@ -174,6 +187,7 @@ impl Authenticator {
                 jwt_audience: config.jwt_audience.clone(),
                 jwt_issuer: config.jwt_issuer.clone(),
                 allow_anonymous: config.allow_anonymous,
+                clock,
             }),
         })
     }
@@ -222,9 +236,10 @@ impl Authenticator {
         .ok_or_else(|| AuthError::UnsupportedAlgorithm(format!("{:?}", header.alg)))?;
         let mut validation = Validation::new(header.alg);
         let mut required = vec!["exp", "sub"];
-        // A token before its `nbf` is not valid yet, as RFC 7519 says (with the default minute
-        // of leeway for clocks, as for `exp`).
-        validation.validate_nbf = true;
+        // `exp` and `nbf` are read against the gateway's clock below, not by the library,
+        // which would read the system's.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
         match &self.inner.jwt_audience {
             Some(audience) => {
                 validation.set_audience(&[audience]);
@@ -248,6 +263,7 @@ impl Authenticator {
                 _ => AuthError::Invalid,
             })?;
         let claims = data.claims;
+        self.check_validity_period(&claims)?;
         Ok(Principal {
             subject: claims.sub,
             access: Access::scoped(claims.ptyhub.instances, claims.ptyhub.admin)
@@ -258,6 +274,20 @@ impl Authenticator {
         })
     }
 
+    /// Refuses a token past its `exp` or before its `nbf` (RFC 7519), each by more than
+    /// [`JWT_CLOCK_SKEW`] on the gateway's clock.
+    fn check_validity_period(&self, claims: &Claims) -> Result<(), AuthError> {
+        let now = self.inner.clock.now();
+        let skew = JWT_CLOCK_SKEW.as_secs();
+        if claims.exp.saturating_add(skew) < now {
+            return Err(AuthError::Expired);
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now.saturating_add(skew)) {
+            return Err(AuthError::NotYetValid);
+        }
+        Ok(())
+    }
+
     /// The session cookies this gateway seals and opens.
     pub fn cookies(&self) -> &SessionCookies {
         &self.inner.cookies
@@ -265,7 +295,8 @@ impl Authenticator {
 
     /// A session cookie's value on `site` for a principal that authenticated now, and how many
     /// seconds it lives.
-    pub fn cookie_for(&self, principal: &Principal, site: &CookieSite, now: u64) -> (String, u64) {
+    pub fn cookie_for(&self, principal: &Principal, site: &CookieSite) -> (String, u64) {
+        let now = self.inner.clock.now();
         let cookies = &self.inner.cookies;
         let grant = match &principal.via {
             Via::ApiToken(index) => Grant::ApiToken {
@@ -291,10 +322,9 @@ impl Authenticator {
     pub fn authenticate_cookie(
         &self,
         cookie: &RequestCookie,
-        now: u64,
     ) -> Result<(Principal, CookieClaims), AuthError> {
         let cookies = &self.inner.cookies;
-        let claims = cookies.open(&cookie.value, &cookie.site, now)?;
+        let claims = cookies.open(&cookie.value, &cookie.site, self.inner.clock.now())?;
         let mut principal = match &claims.grant {
             Grant::ApiToken { token_mac } => {
                 // The token must still be configured: removing it ends its cookies.
@@ -334,6 +364,33 @@ impl Authenticator {
                 .map_or(claims.exp, |exp| exp.min(claims.exp)),
         );
         Ok((principal, claims))
+    }
+}
+
+/// A JWT NumericDate (RFC 7519): seconds since the epoch, which may have a fraction; the
+/// fraction is dropped.
+fn numeric_date<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    whole_seconds(f64::deserialize(deserializer)?)
+}
+
+/// An optional [`numeric_date`]: absent or `null` is none.
+fn optional_numeric_date<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    Option::<f64>::deserialize(deserializer)?
+        .map(whole_seconds)
+        .transpose()
+}
+
+fn whole_seconds<E: serde::de::Error>(seconds: f64) -> Result<u64, E> {
+    if seconds.is_finite() && (0.0..u64::MAX as f64).contains(&seconds) {
+        // Finite and in range: the cast only drops the fraction.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(seconds as u64)
+    } else {
+        Err(E::custom(
+            "a NumericDate is a non-negative number of seconds",
+        ))
     }
 }
 
@@ -400,11 +457,14 @@ mod tests {
     const SECRET: &str = "a-test-secret-of-enough-bytes";
 
     fn authenticator() -> Authenticator {
-        Authenticator::new(&AuthConfig {
-            api_tokens: vec!["static-token".into()],
-            jwt_hs256_secret: Some(SECRET.into()),
-            ..AuthConfig::default()
-        })
+        Authenticator::new(
+            &AuthConfig {
+                api_tokens: vec!["static-token".into()],
+                jwt_hs256_secret: Some(SECRET.into()),
+                ..AuthConfig::default()
+            },
+            Clock::system(),
+        )
         .unwrap()
     }
 
@@ -568,14 +628,50 @@ mod tests {
         assert!(authenticator().authenticate(Some(&started)).is_ok());
     }
 
+    /// `exp` and `nbf` are read on the gateway's clock, not the system's (the times here are
+    /// decades past by the system's), with a minute of skew either way.
+    #[test]
+    fn a_jwts_validity_period_is_read_on_the_gateways_clock_with_a_minute_of_skew() {
+        let start = 1_000_000;
+        let clock = crate::ManualClock::starting_at(start);
+        let authenticator = Authenticator::new(
+            &AuthConfig {
+                jwt_hs256_secret: Some(SECRET.into()),
+                ..AuthConfig::default()
+            },
+            clock.clock(),
+        )
+        .unwrap();
+        let skew = JWT_CLOCK_SKEW.as_secs();
+        let (nbf, exp) = (start + 600, start + 3600);
+        // A fractional NumericDate is a NumericDate too.
+        let token = hs256(
+            serde_json::json!({"sub": "alice", "nbf": nbf, "exp": exp as f64 + 0.5, "ptyhub": {"instances": ["*"]}}),
+            SECRET,
+        );
+        let verify = || authenticator.authenticate(Some(&token)).map(|_| ());
+        assert_eq!(verify(), Err(AuthError::NotYetValid));
+        clock.advance(Duration::from_secs(nbf - skew - start - 1));
+        assert_eq!(verify(), Err(AuthError::NotYetValid), "a second too early");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(verify(), Ok(()), "within the skew before its nbf");
+        clock.advance(Duration::from_secs(exp + skew - clock.now()));
+        assert_eq!(verify(), Ok(()), "within the skew after its exp");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(verify(), Err(AuthError::Expired));
+    }
+
     #[test]
     fn a_configured_audience_and_issuer_are_required() {
-        let authenticator = Authenticator::new(&AuthConfig {
-            jwt_hs256_secret: Some(SECRET.into()),
-            jwt_audience: Some("https://ptyhub.example.com".into()),
-            jwt_issuer: Some("https://idp.example.com".into()),
-            ..AuthConfig::default()
-        })
+        let authenticator = Authenticator::new(
+            &AuthConfig {
+                jwt_hs256_secret: Some(SECRET.into()),
+                jwt_audience: Some("https://ptyhub.example.com".into()),
+                jwt_issuer: Some("https://idp.example.com".into()),
+                ..AuthConfig::default()
+            },
+            Clock::system(),
+        )
         .unwrap();
         let claims = |extra: serde_json::Value| {
             let mut claims = serde_json::json!({"sub": "alice", "exp": now() + 60, "ptyhub": {"instances": ["*"]}});
@@ -631,10 +727,13 @@ mod tests {
 
     #[test]
     fn rs256_tokens_verify_with_the_public_key() {
-        let authenticator = Authenticator::new(&AuthConfig {
-            jwt_rs256_public_key_pem: Some(RS256_PUBLIC.to_owned()),
-            ..AuthConfig::default()
-        })
+        let authenticator = Authenticator::new(
+            &AuthConfig {
+                jwt_rs256_public_key_pem: Some(RS256_PUBLIC.to_owned()),
+                ..AuthConfig::default()
+            },
+            Clock::system(),
+        )
         .unwrap();
         let key = EncodingKey::from_rsa_pem(RS256_PRIVATE.as_bytes()).unwrap();
         let claims =
@@ -648,10 +747,13 @@ mod tests {
         let confused = hs256(claims, RS256_PUBLIC);
         assert!(authenticator.authenticate(Some(&confused)).is_err());
         assert!(
-            Authenticator::new(&AuthConfig {
-                jwt_rs256_public_key_pem: Some("not a key".into()),
-                ..AuthConfig::default()
-            })
+            Authenticator::new(
+                &AuthConfig {
+                    jwt_rs256_public_key_pem: Some("not a key".into()),
+                    ..AuthConfig::default()
+                },
+                Clock::system()
+            )
             .is_err()
         );
     }

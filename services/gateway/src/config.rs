@@ -133,6 +133,10 @@ pub struct Config {
     /// the other services in one process (`ptyhub up`); nothing for a gateway alone. No flag.
     #[arg(skip)]
     pub readiness: crate::Readiness,
+    /// The clock credentials' expiry is read by: the system's, or a test's
+    /// [`crate::ManualClock`]. No flag.
+    #[arg(skip)]
+    pub clock: crate::Clock,
 }
 
 /// The gateway's own credential, presented to session-api: from `PTYHUB_GATEWAY_SERVICE_TOKEN`
@@ -366,6 +370,7 @@ impl Config {
             trust_forwarded_for: false,
             in_process_brokers: crate::InProcessBrokers::default(),
             readiness: crate::Readiness::default(),
+            clock: crate::Clock::system(),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod authorize;
 pub mod brokers;
 pub mod browser;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod cookie;
 pub mod domain;
@@ -45,6 +46,7 @@ use tokio_util::task::TaskTracker;
 use axum::serve::ListenerExt as _;
 
 pub use brokers::InProcessBrokers;
+pub use clock::{Clock, ManualClock};
 pub use config::{AuthConfig, Config, ConfigError};
 pub use readiness::{Readiness, ReadinessHold};
 // What a caller needs to fill in a [`Config`].
@@ -76,7 +78,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
-    let authenticator = auth::Authenticator::new(&config.auth)?;
+    let authenticator = auth::Authenticator::new(&config.auth, config.clock.clone())?;
     if config.auth.allow_anonymous {
         tracing::warn!("anonymous access is on: requests without a credential act as admin");
     }
@@ -104,15 +106,18 @@ pub async fn run(
     }
     let refusals = refusals::RefusalAudit::new(upstreams.clone());
     let gateway_stopped = CancellationToken::new();
+    let metrics = metrics::Metrics::default();
     let streams = streams::StreamRegistry::new(
         config.max_streams_per_principal,
+        metrics.clone(),
         upstreams.clone(),
+        config.clock.clone(),
         gateway_stopped.clone(),
     );
     let state = state::AppState::new(state::Shared {
         upstreams,
         authenticator,
-        metrics: metrics::Metrics::default(),
+        metrics,
         allowed_origins: browser::allowed_origins(
             &config.allowed_origins,
             config.public_url.as_deref(),
@@ -133,6 +138,7 @@ pub async fn run(
         failed_auth: rate_limit::FailedAuthLimiter::new(config.failed_auth_per_minute),
         trust_forwarded_for: config.trust_forwarded_for,
         readiness: config.readiness.clone(),
+        clock: config.clock.clone(),
     });
     let app = server::router(state.clone()).await?;
     let address = listener.local_addr().map_err(Error::Serve)?;

@@ -17,6 +17,7 @@ struct MetricsInner {
     websockets_opened: AtomicU64,
     websocket_resumes: AtomicU64,
     attach_streams_open: AtomicU64,
+    streams_open: AtomicU64,
     bytes_to_clients: AtomicU64,
     bytes_from_clients: AtomicU64,
     /// Indexed by status code minus 100.
@@ -34,6 +35,7 @@ impl Default for MetricsInner {
             websockets_opened: AtomicU64::new(0),
             websocket_resumes: AtomicU64::new(0),
             attach_streams_open: AtomicU64::new(0),
+            streams_open: AtomicU64::new(0),
             bytes_to_clients: AtomicU64::new(0),
             bytes_from_clients: AtomicU64::new(0),
             http_responses: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -56,6 +58,12 @@ impl Metrics {
     /// Counts an open broker `Attach` stream until the returned guard is dropped.
     pub fn attach_stream_opened(&self) -> GaugeGuard {
         GaugeGuard::new(self.clone(), Gauge::AttachStreams)
+    }
+
+    /// Counts one of a principal's open streams or waits, on any surface
+    /// ([`crate::streams::StreamRegistry`]), until the returned guard is dropped.
+    pub fn stream_opened(&self) -> GaugeGuard {
+        GaugeGuard::new(self.clone(), Gauge::Streams)
     }
 
     pub fn bytes_to_client(&self, count: usize) {
@@ -126,6 +134,12 @@ impl Metrics {
             "gauge",
             "Broker Attach streams open now.",
             &[("", inner.attach_streams_open.load(Ordering::Relaxed))],
+        );
+        metric(
+            "ptyhub_gateway_streams_open",
+            "gauge",
+            "Long-lived requests open now on every surface (terminal WebSockets, relayed Attach streams, event streams, screen waits), each holding a slot of its credential's.",
+            &[("", inner.streams_open.load(Ordering::Relaxed))],
         );
         metric(
             "ptyhub_gateway_terminal_bytes_total",
@@ -212,6 +226,7 @@ fn label_value(value: &str) -> String {
 enum Gauge {
     WebSockets,
     AttachStreams,
+    Streams,
 }
 
 /// Holds a gauge up while alive, so every exit path brings it down again.
@@ -241,6 +256,7 @@ impl Metrics {
         match gauge {
             Gauge::WebSockets => &self.inner.websockets_open,
             Gauge::AttachStreams => &self.inner.attach_streams_open,
+            Gauge::Streams => &self.inner.streams_open,
         }
     }
 }
@@ -253,19 +269,20 @@ mod tests {
     fn gauges_follow_their_guards_and_counters_render() {
         let metrics = Metrics::default();
         let guard = metrics.websocket_opened(true);
+        let stream = metrics.stream_opened();
         metrics.http_response(404);
         metrics.bytes_to_client(10);
         let text = metrics.render();
         assert!(text.contains("ptyhub_gateway_websockets_open 1\n"));
         assert!(text.contains("ptyhub_gateway_websocket_reconnects_total 1\n"));
+        assert!(text.contains("ptyhub_gateway_streams_open 1\n"));
         assert!(text.contains("ptyhub_gateway_http_responses_total{status=\"404\"} 1\n"));
         assert!(text.contains("ptyhub_gateway_terminal_bytes_total{direction=\"to_client\"} 10\n"));
         drop(guard);
-        assert!(
-            metrics
-                .render()
-                .contains("ptyhub_gateway_websockets_open 0\n")
-        );
+        drop(stream);
+        let text = metrics.render();
+        assert!(text.contains("ptyhub_gateway_websockets_open 0\n"));
+        assert!(text.contains("ptyhub_gateway_streams_open 0\n"));
     }
 
     #[test]

@@ -21,9 +21,9 @@ use crate::rate_limit::{FailedAuthLimiter, client_address};
 use crate::refusals::{Refusal, RefusalAudit};
 use crate::streams::StreamRegistry;
 
-// What a stream keeps of its credential, and the clock credentials are read with, named where
-// every handler finds the rest of what it shares.
-pub use crate::streams::{CredentialWatch, unix_now};
+// What a stream keeps of its credential, named where every handler finds the rest of what it
+// shares.
+pub use crate::streams::CredentialWatch;
 
 /// What every handler and stream shares: one allocation, so that a clone (every request and
 /// every WebSocket bridge holds one) costs a reference count, not a copy of every field.
@@ -84,6 +84,8 @@ pub struct Shared {
     pub trust_forwarded_for: bool,
     /// What the probes wait for besides the backends (`Config::readiness`).
     pub readiness: crate::Readiness,
+    /// The clock credentials' expiry is read by (`Config::clock`).
+    pub clock: crate::Clock,
 }
 
 impl AppState {

@@ -13,15 +13,17 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ptyhub_wire::ErrorCode;
 use tokio_util::sync::CancellationToken;
 
+use crate::Clock;
 use crate::auth::{Principal, Via};
 use crate::domain::ShareLookup;
 use crate::error::ApiError;
 use crate::grpc::Upstreams;
+use crate::metrics::{GaugeGuard, Metrics};
 
 /// How often a gateway asks session-api whether a share with open streams still stands, so
 /// that a revoke made through another replica ends them too (one made here ends them at once).
@@ -33,41 +35,50 @@ const SHARE_RECHECK: Duration = Duration::from_secs(1);
 pub struct StreamRegistry {
     slots: Slots,
     shares: ShareWatches,
+    /// What credentials' expiry is read by.
+    clock: Clock,
 }
 
 impl StreamRegistry {
-    /// A registry that lets each principal hold `max_per_principal` streams, and looks shares up
+    /// A registry that lets each principal hold `max_per_principal` streams, counts them in
+    /// `metrics`, ends them when `clock` reaches their credential's expiry, and looks shares up
     /// with `upstreams` until `shutdown`.
     pub fn new(
         max_per_principal: usize,
+        metrics: Metrics,
         upstreams: Upstreams,
+        clock: Clock,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             slots: Slots {
                 held: Arc::default(),
                 max_per_principal,
+                metrics,
             },
             shares: ShareWatches {
                 watched: Arc::default(),
                 upstreams,
                 shutdown,
             },
+            clock,
         }
     }
 
     /// One more open stream of `principal` (by subject), given back when the [`OpenStream`] is
-    /// dropped; 429 when it holds the most it may.
+    /// dropped; 429 when it holds the most it may. A share's is watched before its slot is
+    /// counted, so a stream counted in `/metrics` is one its share's revocation ends.
     pub fn open(&self, principal: &Principal) -> Result<OpenStream, ApiError> {
-        let slot = self.slots.acquire(&principal.subject)?;
         let revoked = match &principal.via {
             Via::Share(share_id) => Some(Arc::new(self.shares.watch(share_id))),
             _ => None,
         };
+        let slot = self.slots.acquire(&principal.subject)?;
         Ok(OpenStream {
             slot,
             credential: CredentialWatch {
                 expires_at: principal.expires_at,
+                clock: self.clock.clone(),
                 revoked,
             },
         })
@@ -91,6 +102,8 @@ impl StreamRegistry {
 struct Slots {
     held: Arc<Mutex<HashMap<String, usize>>>,
     max_per_principal: usize,
+    /// Where the slots held on every principal's behalf are counted (`/metrics`).
+    metrics: Metrics,
 }
 
 impl Slots {
@@ -110,6 +123,7 @@ impl Slots {
         Ok(StreamSlot {
             held: self.held.clone(),
             subject: subject.to_owned(),
+            _counted: self.metrics.stream_opened(),
         })
     }
 }
@@ -151,6 +165,8 @@ impl OpenStream {
 pub struct StreamSlot {
     held: Arc<Mutex<HashMap<String, usize>>>,
     subject: String,
+    /// Keeps the slot in `ptyhub_gateway_streams_open` while it is held.
+    _counted: GaugeGuard,
 }
 
 impl Drop for StreamSlot {
@@ -193,7 +209,9 @@ impl CredentialEnd {
 /// share's revocation. Clones share one watch.
 #[derive(Debug, Clone)]
 pub struct CredentialWatch {
+    /// When the credential expires, in Unix seconds by `clock`; `None` for one that does not.
     expires_at: Option<u64>,
+    clock: Clock,
     revoked: Option<Arc<ShareWatch>>,
 }
 
@@ -202,31 +220,25 @@ impl CredentialWatch {
     pub async fn ended(&self) -> CredentialEnd {
         match &self.revoked {
             None => {
-                credential_expired(self.expires_at).await;
+                self.expired().await;
                 CredentialEnd::Expired
             }
             Some(watch) => tokio::select! {
-                () = credential_expired(self.expires_at) => CredentialEnd::Expired,
+                () = self.expired() => CredentialEnd::Expired,
                 () = watch.ended.cancelled() => CredentialEnd::Revoked,
             },
         }
     }
-}
 
-/// Completes when a credential that expires at `expires_at` (Unix seconds) does; never for one
-/// without an expiry. Every stream a credential opened ends with it.
-pub async fn credential_expired(expires_at: Option<u64>) {
-    match expires_at {
-        None => std::future::pending().await,
-        Some(at) => tokio::time::sleep(Duration::from_secs(at.saturating_sub(unix_now()))).await,
+    /// Completes when the clock reaches the credential's expiry; never for a credential
+    /// without one. Every stream a credential opened ends with it, at its `exp` itself: the
+    /// skew a request's JWT is allowed ([`crate::auth::JWT_CLOCK_SKEW`]) does not lengthen it.
+    async fn expired(&self) {
+        match self.expires_at {
+            None => std::future::pending().await,
+            Some(at) => self.clock.reached(at).await,
+        }
     }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 /// The shares whose credentials hold streams open here, each with a token cancelled when the
@@ -327,9 +339,11 @@ mod tests {
 
     #[test]
     fn a_principal_holds_at_most_its_streams_and_gets_them_back() {
+        let metrics = Metrics::default();
         let slots = Slots {
             held: Arc::default(),
             max_per_principal: 2,
+            metrics: metrics.clone(),
         };
         let first = slots.acquire("alice").expect("a slot");
         let _second = slots.acquire("alice").expect("a slot");
@@ -337,7 +351,9 @@ mod tests {
         assert_eq!(refused.code, ErrorCode::TooManyRequests);
         assert_eq!(refused.code.http_status().as_u16(), 429);
         let _other = slots.acquire("bob").expect("another principal has its own");
+        assert!(metrics.render().contains("ptyhub_gateway_streams_open 3\n"));
         drop(first);
+        assert!(metrics.render().contains("ptyhub_gateway_streams_open 2\n"));
         slots.acquire("alice").expect("a slot given back");
     }
 }

@@ -11,7 +11,7 @@ use crate::auth::{Principal, SHARE_TOKEN_PREFIX, Via};
 use crate::domain::ShareLookup;
 use crate::error::{ApiError, AuthError};
 use crate::scope::Access;
-use crate::state::{AppState, unix_now};
+use crate::state::AppState;
 
 /// Whether [`authenticate`] refused the credential: 401, or 429 for an address out of tries,
 /// whose credential was refused all the same (the limit changes only the answer). Both are
@@ -80,9 +80,7 @@ async fn authenticate_unlimited(
             state.authenticator.authenticate(Some(bearer))?
         }
         (_, Some(cookie)) => {
-            let (principal, _) = state
-                .authenticator
-                .authenticate_cookie(cookie, unix_now())?;
+            let (principal, _) = state.authenticator.authenticate_cookie(cookie)?;
             match &principal.via {
                 // A share's cookie is as good as its share: revoked or expired, it ends.
                 Via::Share(share_id) => {

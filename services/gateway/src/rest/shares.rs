@@ -19,7 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{Caller, InstancePath, JsonBody};
 use crate::domain::Share;
 use crate::error::{ApiError, ErrorBody};
-use crate::state::{AppState, unix_now};
+use crate::state::AppState;
 
 /// The query parameter of a share link (`/instances/{iid}?share=<token>`).
 pub const SHARE_PARAMETER: &str = "share";
@@ -137,7 +137,7 @@ pub async fn create_share(
     // A share grants what its creator may see, so it ends no later than the creator's own
     // credential (a JWT's `exp`, a cookie's end).
     if let Some(expires_at) = principal.expires_at {
-        let left = Duration::from_secs(expires_at.saturating_sub(unix_now()));
+        let left = Duration::from_secs(expires_at.saturating_sub(state.clock.now()));
         if left < MIN_SHARE_TTL && ttl >= MIN_SHARE_TTL {
             return Err(ApiError::invalid(format!(
                 "this credential ends in {} s: a share link lasts at least {} s and never \

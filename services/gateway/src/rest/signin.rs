@@ -29,7 +29,7 @@ use crate::auth::{Principal, SHARE_TOKEN_PREFIX};
 use crate::cookie::CookieSite;
 use crate::error::{ApiError, ErrorBody};
 use crate::front_door::Authentication;
-use crate::state::{AppState, unix_now};
+use crate::state::AppState;
 
 /// The query parameter of a sign-in link.
 pub const TOKEN_PARAMETER: &str = "token";
@@ -157,7 +157,7 @@ pub async fn current_session(Caller(principal): Caller) -> Json<SignedIn> {
 )]
 pub async fn sign_out(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     let cookies = state.authenticator.cookies();
-    let now = unix_now();
+    let now = state.clock.now();
     if let Some(found) = state.session_cookie(&headers, &uri)
         && let Ok(claims) = cookies.open(&found.value, &found.site, now)
     {
@@ -227,7 +227,7 @@ fn session_cookie(
     site: &CookieSite,
     headers: &HeaderMap,
 ) -> HeaderValue {
-    let (value, max_age) = state.authenticator.cookie_for(principal, site, unix_now());
+    let (value, max_age) = state.authenticator.cookie_for(principal, site);
     state
         .authenticator
         .cookies()

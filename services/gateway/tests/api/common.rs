@@ -211,6 +211,14 @@ impl Terminal {
         }
     }
 
+    /// The client's end of the connection.
+    pub fn local_address(&self) -> std::net::SocketAddr {
+        match self.socket.get_ref() {
+            MaybeTlsStream::Plain(stream) => stream.local_addr().expect("a connected socket"),
+            _ => panic!("the test terminals connect over plain TCP"),
+        }
+    }
+
     pub fn output_text(&self) -> String {
         String::from_utf8_lossy(&self.output).into_owned()
     }
@@ -219,13 +227,24 @@ impl Terminal {
 /// The gateway's `ptyhub_gateway_websockets_open` gauge: terminal WebSockets whose bridge has
 /// not ended yet.
 pub async fn open_websockets(stack: &TestStack) -> u64 {
+    gateway_gauge(stack, "ptyhub_gateway_websockets_open").await
+}
+
+/// The gateway's `ptyhub_gateway_streams_open` gauge: streams and waits that hold a slot of
+/// their credential's, on every surface.
+pub async fn open_streams(stack: &TestStack) -> u64 {
+    gateway_gauge(stack, "ptyhub_gateway_streams_open").await
+}
+
+/// The value of the gateway's gauge `name`, read from `/metrics`.
+async fn gateway_gauge(stack: &TestStack, name: &str) -> u64 {
     let (status, body) = get(stack, "/metrics").await;
     assert_eq!(status, 200, "{body}");
     let text = body.as_str().expect("metrics are text");
     text.lines()
-        .find_map(|line| line.strip_prefix("ptyhub_gateway_websockets_open "))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("no websockets_open gauge in {text}"))
+        .unwrap_or_else(|| panic!("no {name} gauge in {text}"))
 }
 
 /// Waits until exactly `count` terminal WebSockets are open on the gateway: the event that says

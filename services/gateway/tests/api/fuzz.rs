@@ -131,10 +131,13 @@ fn fuzz_tampered_attach_tickets_never_verify() {
 const JWT_SECRET: &str = "a-jwt-secret-for-the-fuzz-tests";
 
 fn authenticator() -> Authenticator {
-    Authenticator::new(&AuthConfig {
-        jwt_hs256_secret: Some(SecretString::from(JWT_SECRET)),
-        ..AuthConfig::default()
-    })
+    Authenticator::new(
+        &AuthConfig {
+            jwt_hs256_secret: Some(SecretString::from(JWT_SECRET)),
+            ..AuthConfig::default()
+        },
+        gateway::Clock::system(),
+    )
     .unwrap()
 }
 

@@ -724,37 +724,24 @@ async fn a_relayed_attach_without_a_hello_is_ended_after_the_hello_timeout() {
     stack.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A relayed `Attach` ends `UNAUTHENTICATED` when the gateway's clock reaches its JWT's `exp`,
+/// not a second before; the token is refused at the door once the minute of clock skew a
+/// request's JWT is allowed has passed too. The gateway reads a clock the test moves, so the
+/// hour-long token expires when the test says, however slow the machine.
+#[tokio::test]
 async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
-    let stack = TestStack::builder().start().await;
+    let clock = gateway::ManualClock::starting_now();
+    let stack = TestStack::builder()
+        .configure(|stack| stack.gateway.clock = clock.clock())
+        .start()
+        .await;
     let session_id = create_session(&stack, "local")
         .await
         .session
         .expect("a session")
         .id;
-    // The shell is up before the short-lived credential is made, so that its few seconds have
-    // to cover only the open and one echo, not the shell's start.
-    let mut warm = Stream::open(
-        &stack,
-        Some(&stack.admin_token),
-        Some("local"),
-        hello(&session_id, broker_pb::Role::Controller, None),
-    )
-    .await
-    .expect("the gateway relays the attach");
-    expect_connected(warm.next().await);
-    warm.send(input("echo up-$((1+1))\n")).await;
-    warm.read_until("up-2").await;
-    drop(warm);
-
-    let expires_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3;
-    // Valid when the stream opens (JWT checks allow a minute of clock skew, the stream's end
-    // does not), expired a few seconds later.
-    let token = stack.jwt_expiring_at("short-lived", &["*"], expires_at);
+    let expires_at = clock.now() + 3600;
+    let token = stack.jwt_expiring_at("expiring", &["*"], expires_at);
     let mut stream = Stream::open(
         &stack,
         Some(&token),
@@ -764,18 +751,40 @@ async fn a_relayed_attach_ends_unauthenticated_when_its_jwt_expires() {
     .await
     .expect("the gateway relays the attach");
     expect_connected(stream.next().await);
+
+    // A second before its expiry the stream still carries a command and its echo.
+    clock.advance(Duration::from_secs(expires_at - 1 - clock.now()));
     stream.send(input("echo before-$((2*3))\n")).await;
     stream.read_until("before-6").await;
+
+    clock.advance(Duration::from_secs(1));
     let status = stream.ending_status().await;
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     assert_eq!(status.message(), "credential expired");
-    // A slow machine only ends it later; before the expiry is a gateway ending it too early.
-    assert!(
-        std::time::SystemTime::now()
-            >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires_at),
-        "the stream ended before its credential expired"
-    );
+
+    clock.advance(gateway::auth::JWT_CLOCK_SKEW + Duration::from_secs(1));
+    let refused = open_status(
+        Stream::open(
+            &stack,
+            Some(&token),
+            Some("local"),
+            hello(&session_id, broker_pb::Role::Controller, None),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    assert_eq!(refused.message(), "expired credential");
     stack.shutdown().await;
+}
+
+/// The status a stream the gateway refuses ends with, whether it refuses the call itself or
+/// ends the stream it accepted.
+async fn open_status(opened: Result<Stream, tonic::Status>) -> tonic::Status {
+    match opened {
+        Err(status) => status,
+        Ok(mut stream) => stream.ending_status().await,
+    }
 }
 
 /// Reads frames, skipping output and the rest, until one that `wanted` picks.

@@ -608,18 +608,19 @@ async fn gateway_shutdown_closes_websockets_so_clients_reconnect() {
     stack.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A socket ends with 4001 when the gateway's clock reaches its JWT's `exp`, not a second
+/// before; a new socket with the token is refused with 4001 too once the minute of clock skew
+/// a request's JWT is allowed has passed. The gateway reads a clock the test moves, so the
+/// hour-long token expires when the test says, however slow the machine.
+#[tokio::test]
 async fn a_socket_ends_with_4001_when_its_jwt_expires() {
-    let stack = TestStack::builder().start().await;
-    let expires_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3;
-    // Valid when the socket opens (JWT checks allow a minute of clock skew, the socket's end
-    // does not), expired a few seconds later; a machine slower than that opens it expired,
-    // and it ends at once, the same way.
-    let token = stack.jwt_expiring_at("short-lived", &["*"], expires_at);
+    let clock = gateway::ManualClock::starting_now();
+    let stack = TestStack::builder()
+        .configure(|stack| stack.gateway.clock = clock.clock())
+        .start()
+        .await;
+    let expires_at = clock.now() + 3600;
+    let token = stack.jwt_expiring_at("expiring", &["*"], expires_at);
     let url = format!(
         "{}{}?token={token}",
         stack.websocket_url(),
@@ -627,14 +628,22 @@ async fn a_socket_ends_with_4001_when_its_jwt_expires() {
     );
     let mut terminal = Terminal::open_url(&url, &[]).await.expect("a socket");
     terminal.connected().await;
+
+    // A second before its expiry the socket still carries a command and its echo.
+    clock.advance(Duration::from_secs(expires_at - 1 - clock.now()));
+    terminal.send_input("echo before-$((2*3))\n").await;
+    terminal.read_until_output("before-6").await;
+
+    clock.advance(Duration::from_secs(1));
     let closed = terminal.read_until_closed().await;
     assert_eq!(closed.code, 4001, "{closed:?}");
     assert_eq!(closed.reason, "credential expired");
-    // A slow machine only ends it later; before the expiry is a gateway ending it too early.
-    assert!(
-        std::time::SystemTime::now() >= std::time::UNIX_EPOCH + Duration::from_secs(expires_at),
-        "the socket closed before its credential expired"
-    );
+
+    clock.advance(gateway::auth::JWT_CLOCK_SKEW + Duration::from_secs(1));
+    let mut refused = Terminal::open_url(&url, &[]).await.expect("a socket");
+    let closed = refused.read_until_closed().await;
+    assert_eq!(closed.code, 4001, "{closed:?}");
+    assert_eq!(closed.reason, "expired credential");
     stack.shutdown().await;
 }
 
@@ -666,10 +675,17 @@ async fn input_goes_through_while_output_waits(stack: &TestStack) {
     let mut terminal = Terminal::open_with_receive_buffer(stack, &path, 4096).await;
     terminal.connected().await;
     terminal.send_input("yes flooding-the-socket\n").await;
-    // Not a timing assertion: it gives the flood time to fill the client's small receive
-    // buffer and the gateway's send buffer, so the gateway holds output the client has not
-    // taken when the keystrokes below arrive.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The keystrokes below go once the flood has filled the client's small receive buffer and
+    // the gateway's send buffer: the gateway holds output the client has not taken.
+    let client = terminal.local_address();
+    let backed_up = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(20), || {
+        gateway_cannot_send_to(stack.gateway_address(), client)
+    })
+    .await;
+    assert!(
+        backed_up.is_some(),
+        "the gateway's socket to the client that reads nothing never filled"
+    );
     terminal.send_input("\u{3}").await;
     terminal
         .send_input(&format!("touch {}\n", marker.display()))
@@ -684,6 +700,36 @@ async fn input_goes_through_while_output_waits(stack: &TestStack) {
     );
     terminal.send_input("echo reading-again-$((6*7))\n").await;
     terminal.read_until_output("reading-again-42").await;
+}
+
+/// `Some` once the gateway's socket to `client` takes no more bytes: its queued bytes are past
+/// two thirds of its send buffer, where Linux stops reporting a TCP socket writable
+/// (`sk_stream_is_writeable`), so what the gateway sends next waits in the gateway. Read with
+/// `ss` (iproute2), which reports each socket's memory as the kernel keeps it.
+async fn gateway_cannot_send_to(
+    gateway: std::net::SocketAddr,
+    client: std::net::SocketAddr,
+) -> Option<()> {
+    let filter = format!(
+        "( sport = :{} and dport = :{} )",
+        gateway.port(),
+        client.port()
+    );
+    let output = tokio::process::Command::new("ss")
+        .args(["-tmnH", "state", "established", &filter])
+        .output()
+        .await
+        .expect("`ss` (iproute2), to read the gateway socket's send queue");
+    assert!(output.status.success(), "ss failed: {output:?}");
+    let report = String::from_utf8_lossy(&output.stdout);
+    let memory = report.split("skmem:(").nth(1)?;
+    let field = |name: &str| {
+        memory
+            .split([',', ')'])
+            .find_map(|field| field.strip_prefix(name)?.parse::<u64>().ok())
+    };
+    let (queued, buffer) = (field("w")?, field("tb")?);
+    (queued * 3 > buffer * 2).then_some(())
 }
 
 /// Every other test here runs with the gateway calling the broker in process (`ptyhub up`'s

@@ -961,7 +961,9 @@ async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
 
     // A share's wait for what never comes ends when the share is revoked, not at its timeout:
     // with the words of a wait cut short ("share link revoked"), not those of a credential
-    // refused at the door, which a wait sent after the revocation would get.
+    // refused at the door, which a wait sent after the revocation would get. The revocation
+    // is sent once the gateway counts the wait among its open streams.
+    let streams_before = crate::common::open_streams(&stack).await;
     let wait = rest_as(
         &stack,
         Some(&token),
@@ -970,7 +972,10 @@ async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
         Some(json!({"pattern": "never-shown", "timeout_ms": 300000})),
     );
     let revoke = async {
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        eventually("the gateway holds the share's wait open", || async {
+            (crate::common::open_streams(&stack).await > streams_before).then_some(())
+        })
+        .await;
         rest(
             &stack,
             Method::DELETE,
@@ -983,7 +988,8 @@ async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
         .await
         .expect(200, "revoke the share");
     };
-    let (ended, ()) = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+    // Both patiences (the wait's being counted, then its end) are far below its 300 s timeout.
+    let (ended, ()) = tokio::time::timeout(2 * super::support::PATIENCE, async {
         tokio::join!(wait, revoke)
     })
     .await
