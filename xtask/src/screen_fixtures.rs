@@ -268,6 +268,8 @@ fn fixtures_in(fixtures: &Path, work: &Path) -> Vec<Fixture> {
                 Type(b"n"),
                 Await(""),
                 Type(b"n"),
+                Await(""),
+                Type(b"n"),
             ],
         },
     ]

@@ -34,6 +34,7 @@ pub use view::ScreenView;
 
 use crate::activity::{Activity, ActivityParts, Mark, MarkAt, ScreenPoint};
 use crate::domain::TerminalSize;
+use background_erase::ScrollMargins;
 use parse_state::ParseState;
 use scrollback::Scrollback;
 
@@ -99,6 +100,8 @@ struct Emulator {
     held: Vec<u8>,
     /// What vt100's parser is in the middle of, for fast-forwards.
     parse: ParseState,
+    /// The scroll margins vt100 keeps and does not tell, for the lines a scroll brings in.
+    margins: ScrollMargins,
 }
 
 /// A sleeping screen: its snapshot, LZ4-compressed, and what the snapshot does not carry.
@@ -520,7 +523,9 @@ impl Screen {
         let emulator = self.emulator();
         let screen = emulator.parser.screen();
         let alternate = screen.alternate_screen();
-        if !emulator.parse.plain_scrolling(alternate) {
+        // With a background colour set, the lines a flood scrolls in are filled with it
+        // (`background_erase.rs`), which the plan does not follow.
+        if !emulator.parse.plain_scrolling(alternate) || screen.bgcolor() != vt100::Color::Default {
             return LookAhead::Parse;
         }
         if !retry {
@@ -565,6 +570,7 @@ impl Screen {
         emulator.parser.set_size(rows, cols);
         emulator.parser.callbacks_mut().cols = size.cols();
         emulator.parse.resized(size.rows());
+        emulator.margins = ScrollMargins::new(size.rows());
         self.size = size;
     }
 
@@ -673,6 +679,7 @@ impl Emulator {
             normal_screen: None,
             held: Vec::new(),
             parse: ParseState::new(size.rows()),
+            margins: ScrollMargins::new(size.rows()),
         }
     }
 
@@ -685,12 +692,13 @@ impl Emulator {
         tracker.scrolled = 0;
     }
 
-    /// Feeds `data` to the emulator. Switches of screens ([`Emulator::switch_screen`]) and
-    /// erases (`background_erase.rs`) are made here, as xterm makes them; an unfinished one at
-    /// the end, or the start of a UTF-8
+    /// Feeds `data` to the emulator. Switches of screens ([`Emulator::switch_screen`]), erases
+    /// and scrolls (`background_erase.rs`) are made here, as xterm makes them; an unfinished one
+    /// at the end, or the start of a UTF-8
     /// character, is held back until the rest arrives (the bytes held change nothing on the
     /// screen, as a sequence vt100 were in the middle of would not).
     fn process(&mut self, data: &[u8]) {
+        let mut in_ground = self.parse.in_ground();
         self.parse.advance(data);
         let joined;
         let mut data = data;
@@ -706,23 +714,20 @@ impl Emulator {
                     // vt100 draws a combining mark cut between two reads in a cell of its own:
                     // a character is fed whole.
                     let whole = data.len() - incomplete_utf8_tail(data);
-                    self.parser.process(&data[..whole]);
+                    self.feed_text(&data[..whole], in_ground);
                     self.held = data[whole..].to_vec();
                     break;
                 }
                 Some(sequences::Found::Unfinished(start)) => {
-                    self.parser.process(&data[..start]);
+                    self.feed_text(&data[..start], in_ground);
                     self.held = data[start..].to_vec();
                     break;
                 }
                 Some(sequences::Found::Sequence(sequence)) => {
-                    self.parser.process(&data[..sequence.start]);
-                    match &sequence.action {
-                        sequences::Action::SetModes { set, modes } => self.set_modes(*set, modes),
-                        action => {
-                            self.blank_as_xterm(&data[sequence.start..sequence.end], action);
-                        }
-                    }
+                    self.feed_text(&data[..sequence.start], in_ground);
+                    self.make_as_xterm(&data[sequence.start..sequence.end], &sequence.action);
+                    // A sequence ends in vte's ground state.
+                    in_ground = true;
                     data = &data[sequence.end..];
                 }
             }
@@ -777,6 +782,7 @@ impl Emulator {
                 // 47 switches without clearing in vt100; the region and the erase make the
                 // alternate screen fresh.
                 self.parser.process(b"\x1b[?47h\x1b[r");
+                self.margins.alternate_scrolls_whole();
                 self.with_background_only(b"\x1b[2J");
                 self.parser.process(move_cursor.as_bytes());
             }

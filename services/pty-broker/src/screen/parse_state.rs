@@ -146,6 +146,12 @@ impl ParseState {
             && !self.partial_region[usize::from(alternate)]
     }
 
+    /// Whether vte is in its ground state, out of every sequence and string and not inside a
+    /// UTF-8 character, after the output followed so far.
+    pub fn in_ground(&self) -> bool {
+        self.parse == Parse::Ground
+    }
+
     /// Follows `data`, the next output the emulator was fed.
     pub fn advance(&mut self, data: &[u8]) {
         let mut i = 0;

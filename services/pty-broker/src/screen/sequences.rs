@@ -5,10 +5,14 @@
 //!   mode 47, 1047 or 1049 among the parameters (vt100 makes them otherwise; see
 //!   [`super::Emulator::switch_screen`]);
 //! - the erases, `CSI Ps J` (ED), `CSI Ps K` (EL), `CSI Ps X` (ECH) and their selective forms
-//!   `CSI ? Ps J` and `CSI ? Ps K`, and the insertion and deletion of characters, `CSI Ps @`
-//!   (ICH) and `CSI Ps P` (DCH): xterm leaves blanks in the current background colour alone,
-//!   where vt100 leaves them with every current attribute, or with none (see
-//!   `background_erase.rs`).
+//!   `CSI ? Ps J` and `CSI ? Ps K`, the insertion and deletion of characters, `CSI Ps @` (ICH)
+//!   and `CSI Ps P` (DCH), and of lines, `CSI Ps L` (IL) and `CSI Ps M` (DL), and the scroll up,
+//!   `CSI Ps S` (SU): xterm leaves blanks in the current background colour alone, where vt100
+//!   leaves them with every current attribute, or with none (see `background_erase.rs`);
+//! - what moves a line in at a margin besides a line feed, `ESC D` (IND), `ESC E` (NEL) and
+//!   `ESC M` (RI), which vt100 ignores (IND, NEL) or fills without the background (RI);
+//! - what the blanks above depend on: the scroll margins, `CSI Pt ; Pb r` (DECSTBM), and the
+//!   reset that ends them, `ESC c` (RIS).
 //!
 //! Only these sequences are read here: every other byte, and every other mode of a mode-setting
 //! sequence, is vt100's to parse. A sequence cut off by the end of a read is reported as
@@ -36,6 +40,23 @@ pub(super) enum Action {
     InsertCharacters(u16),
     /// DCH: this many characters deleted at the cursor, blanks coming in at the row's end.
     DeleteCharacters(u16),
+    /// IL: this many blank lines inserted at the cursor's row.
+    InsertLines(u16),
+    /// DL: this many lines deleted at the cursor's row, blank lines coming in at the bottom
+    /// margin.
+    DeleteLines(u16),
+    /// SU: the region scrolled up this many lines.
+    ScrollUp(u16),
+    /// DECSTBM with its first two parameters as written (0 for a missing one).
+    SetMargins { top: u16, bottom: u16 },
+    /// IND: a line feed.
+    Index,
+    /// NEL: a carriage return and a line feed.
+    NextLine,
+    /// RI: the cursor up a row, the region scrolled down at the top margin.
+    ReverseIndex,
+    /// RIS: everything reset.
+    FullReset,
 }
 
 /// What [`next_sequence`] found.
@@ -83,11 +104,22 @@ enum Read {
     Other { end: usize },
 }
 
-/// Reads `CSI [?] Pm F` at `start`, with digits and `;` alone between: the form every sequence
-/// made here has. The bytes are read once, up to the final byte.
+/// Reads `CSI [?] Pm F` at `start`, with digits and `;` alone between, the form of every
+/// sequence made here but the four `ESC F`. The bytes are read once, up to the final byte.
 fn read_csi(data: &[u8], start: usize) -> Read {
+    let escape = |action| {
+        Read::Sequence(Sequence {
+            start,
+            end: start + 2,
+            action,
+        })
+    };
     let (private, params_start) = match &data[start..] {
         [0x1b] | [0x1b, b'['] | [0x1b, b'[', b'?'] => return Read::Unfinished,
+        [0x1b, b'D', ..] => return escape(Action::Index),
+        [0x1b, b'E', ..] => return escape(Action::NextLine),
+        [0x1b, b'M', ..] => return escape(Action::ReverseIndex),
+        [0x1b, b'c', ..] => return escape(Action::FullReset),
         [0x1b, b'[', b'?', ..] => (true, start + 3),
         [0x1b, b'[', ..] => (false, start + 2),
         _ => return Read::Other { end: start + 1 },
@@ -119,6 +151,16 @@ fn read_csi(data: &[u8], start: usize) -> Read {
         (_, b'J' | b'K') | (false, b'X') => Action::Erase,
         (false, b'@') => Action::InsertCharacters(first_count(params)),
         (false, b'P') => Action::DeleteCharacters(first_count(params)),
+        (false, b'L') => Action::InsertLines(first_count(params)),
+        (false, b'M') => Action::DeleteLines(first_count(params)),
+        (false, b'S') => Action::ScrollUp(first_count(params)),
+        (false, b'r') => {
+            let mut values = params.split(|byte| *byte == b';').map(number);
+            Action::SetMargins {
+                top: values.next().unwrap_or(0),
+                bottom: values.next().unwrap_or(0),
+            }
+        }
         _ => return other,
     };
     Read::Sequence(Sequence { start, end, action })
@@ -211,6 +253,37 @@ mod tests {
             next_sequence(b"\x1b[99999P"),
             found(0, 8, Action::DeleteCharacters(u16::MAX))
         );
+        assert_eq!(
+            next_sequence(b"\x1b[2L"),
+            found(0, 4, Action::InsertLines(2))
+        );
+        assert_eq!(
+            next_sequence(b"\x1b[M"),
+            found(0, 3, Action::DeleteLines(1))
+        );
+        assert_eq!(next_sequence(b"\x1b[3S"), found(0, 4, Action::ScrollUp(3)));
+    }
+
+    #[test]
+    fn finds_the_margins_and_what_moves_lines_in() {
+        assert_eq!(
+            next_sequence(b"\x1b[3;9r"),
+            found(0, 6, Action::SetMargins { top: 3, bottom: 9 })
+        );
+        assert_eq!(
+            next_sequence(b"\x1b[r"),
+            found(0, 3, Action::SetMargins { top: 0, bottom: 0 })
+        );
+        assert_eq!(
+            next_sequence(b"\x1b[;5r"),
+            found(0, 5, Action::SetMargins { top: 0, bottom: 5 })
+        );
+        assert_eq!(next_sequence(b"a\x1bD"), found(1, 3, Action::Index));
+        assert_eq!(next_sequence(b"\x1bEb"), found(0, 2, Action::NextLine));
+        assert_eq!(next_sequence(b"\x1bM"), found(0, 2, Action::ReverseIndex));
+        assert_eq!(next_sequence(b"\x1bc"), found(0, 2, Action::FullReset));
+        // SD fills with no background in xterm as in vt100, and a private DECSTBM is no DECSTBM.
+        assert_eq!(next_sequence(b"\x1b[T\x1b[?3;9r\x1b(B\x1b\\"), None);
     }
 
     #[test]
@@ -272,6 +345,10 @@ mod tests {
             (b"ab\x1b[10X", Action::Erase),
             (b"ab\x1b[3@", Action::InsertCharacters(3)),
             (b"ab\x1b[P", Action::DeleteCharacters(1)),
+            (b"ab\x1b[12L", Action::InsertLines(12)),
+            (b"ab\x1b[1;24r", Action::SetMargins { top: 1, bottom: 24 }),
+            (b"ab\x1bD", Action::Index),
+            (b"ab\x1bc", Action::FullReset),
         ];
         for (data, action) in cases {
             for cut in 3..data.len() {
