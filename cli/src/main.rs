@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use ptyhub_client::{AttachOptions, Role, Selector};
+use ptyhub_client::{AttachOptions, ControlMode, NewSession, Role, Selector};
 use ptyhub_proto::broker::v1 as broker_pb;
 
 use crate::attach::AttachOutcome;
@@ -69,6 +69,10 @@ enum Command {
         /// An alias to open it by later (repeatable).
         #[arg(long = "alias")]
         aliases: Vec<String>,
+        /// Who may type: `exclusive` (one controller at a time) or `shared` (every attached
+        /// client that may type does).
+        #[arg(long = "control", default_value = "exclusive")]
+        control_mode: ControlMode,
         /// A program to run instead of the instance's command (after `--`); needs an admin
         /// token or one allowed to choose commands.
         #[arg(last = true)]
@@ -272,8 +276,18 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
             instance,
             name,
             aliases,
+            control_mode,
             command,
-        } => manage::session_new(connection, instance, name, aliases, command, output).await?,
+        } => {
+            let new = NewSession {
+                name: name.unwrap_or_default(),
+                aliases,
+                size: terminal::local_terminal_size(),
+                command,
+                control_mode,
+            };
+            manage::session_new(connection, instance, new, output).await?
+        }
         Command::Rename {
             instance,
             session,

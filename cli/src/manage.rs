@@ -153,23 +153,13 @@ pub async fn session_ls(
 pub async fn session_new(
     connection: &ConnectionArgs,
     instance: String,
-    name: Option<String>,
-    aliases: Vec<String>,
-    command: Vec<String>,
+    new: NewSession,
     output: Output,
 ) -> Result<()> {
     let created = connection
         .client()
         .await?
-        .create_session(
-            &instance,
-            NewSession {
-                name: name.unwrap_or_default(),
-                aliases,
-                size: crate::terminal::local_terminal_size(),
-                command,
-            },
-        )
+        .create_session(&instance, new)
         .await
         .with_context(|| format!("cannot start a session on instance {instance:?}"))?;
     print_session(created, output)

@@ -40,6 +40,7 @@ mod exec;
 
 use std::time::Duration;
 
+use ptyhub_model::proto::ProtoEnum as _;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_proto::session::v1::session_api_client::SessionApiClient;
@@ -50,8 +51,8 @@ pub use attach::{AttachOptions, Attachment, Event, InputReceipt};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
 pub use ptyhub_model::{
-    BrokerCloseReason, Command, ExitStatus, Notification, Progress, Role, TerminalActivity,
-    TerminalSize, TerminalState,
+    BrokerCloseReason, Command, ControlMode, ExitStatus, Notification, Progress, Role,
+    TerminalActivity, TerminalSize, TerminalState,
 };
 pub use ptyhub_wire::{BearerAuth, ErrorCode};
 
@@ -88,6 +89,8 @@ pub struct NewSession {
     pub size: Option<TerminalSize>,
     /// Overrides the instance's command (argv, never a shell string).
     pub command: Vec<String>,
+    /// Who may type; the default is exclusive.
+    pub control_mode: ControlMode,
 }
 
 /// What [`Client::resolve_session`] found, or created.
@@ -301,6 +304,7 @@ impl Client {
                 aliases: new.aliases,
                 size: new.size.map(size_to_proto),
                 command: new.command,
+                control_mode: new.control_mode.to_proto(),
             })
             .await?
             .into_inner();
@@ -357,6 +361,25 @@ impl Client {
                 instance: instance.to_owned(),
                 session_id: session_id.to_owned(),
                 name: name.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Sets a live session's control mode; its broker moves the attached streams' roles at once
+    /// (docs/CONTRACT.md, "Control modes"). Answers the session as it is now.
+    pub async fn set_control_mode(
+        &self,
+        instance: &str,
+        session_id: &str,
+        control_mode: ControlMode,
+    ) -> Result<proto::session::Session, Error> {
+        Ok(self
+            .sessions_service()
+            .update_session(session_pb::UpdateSessionRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+                control_mode: control_mode.to_proto(),
             })
             .await?
             .into_inner())

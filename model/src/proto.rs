@@ -16,10 +16,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Attendee, AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command, Cursor,
-    ExitStatus, Invalid, Notification, Progress, RecordMode, Role, Screen, ScreenContent,
-    ScreenFormat, ScreenRow, Session, SessionStatus, Target, TerminalActivity, TerminalSize,
-    TerminalState,
+    Attendee, AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command,
+    ControlMode, Cursor, ExitStatus, Invalid, Notification, Progress, RecordMode, Role, Screen,
+    ScreenContent, ScreenFormat, ScreenRow, Session, SessionStatus, Target, TerminalActivity,
+    TerminalSize, TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -120,6 +120,11 @@ proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {
     OutputAndInput => OutputAndInput,
 });
 
+proto_enum!(ControlMode, broker_pb::ControlMode, "control mode", {
+    Exclusive => Exclusive,
+    Shared => Shared,
+});
+
 proto_enum!(TerminalState, broker_pb::TerminalState, "terminal state", {
     Starting => Starting,
     AtPrompt => AtPrompt,
@@ -163,6 +168,12 @@ pub fn optional_role(value: i32) -> Result<Option<Role>, Invalid> {
 
 /// A recording setting where `UNSPECIFIED` means the server's default.
 pub fn optional_record_mode(value: i32) -> Result<Option<RecordMode>, Invalid> {
+    optional(value)
+}
+
+/// A control mode where `UNSPECIFIED` means none was given: the default (exclusive) on a
+/// create, no change on an update.
+pub fn optional_control_mode(value: i32) -> Result<Option<ControlMode>, Invalid> {
     optional(value)
 }
 
@@ -623,6 +634,7 @@ impl From<&Session> for session_pb::Session {
             last_bell_at: session.last_bell_at.map(timestamp),
             terminal: session.terminal.clone().map(Into::into),
             presence: session.presence.iter().map(Into::into).collect(),
+            control_mode: session.control_mode.to_proto(),
         }
     }
 }
@@ -667,6 +679,9 @@ impl TryFrom<session_pb::Session> for Session {
                 .into_iter()
                 .map(TryInto::try_into)
                 .collect::<Result<_, _>>()?,
+            // A record from a server older than control modes is exclusive, as its sessions
+            // were.
+            control_mode: optional_control_mode(session.control_mode)?.unwrap_or_default(),
         })
     }
 }
@@ -731,6 +746,7 @@ mod tests {
         round_trips(&[Role::Controller, Role::Viewer]);
         round_trips(&TerminalState::ALL);
         round_trips(&ScreenFormat::ALL);
+        round_trips(&ControlMode::ALL);
         round_trips(&[
             RecordMode::Off,
             RecordMode::Output,
@@ -749,7 +765,7 @@ mod tests {
         }
         /// A protobuf enum's declared numbers, and whether the model reads a number.
         type Declared = (Vec<i32>, fn(i32) -> bool);
-        let pairs: [Declared; 8] = [
+        let pairs: [Declared; 9] = [
             (declared::<session_pb::SessionStatus>(), |n| {
                 SessionStatus::from_proto(n).is_ok()
             }),
@@ -773,6 +789,9 @@ mod tests {
             }),
             (declared::<broker_pb::ScreenFormat>(), |n| {
                 ScreenFormat::from_proto(n).is_ok()
+            }),
+            (declared::<broker_pb::ControlMode>(), |n| {
+                ControlMode::from_proto(n).is_ok()
             }),
         ];
         for (numbers, known) in pairs {
@@ -1000,6 +1019,7 @@ mod tests {
             bell in any::<bool>(),
             terminal in proptest::option::of(0usize..TerminalState::ALL.len()),
             presence in proptest::collection::vec(("\\PC{0,12}", any::<bool>(), any::<bool>()), 0..3),
+            control_mode in 0usize..ControlMode::ALL.len(),
         ) {
             let at = DateTime::from_timestamp(seconds, nanos).unwrap();
             let session = Session {
@@ -1033,6 +1053,7 @@ mod tests {
                         typing,
                     })
                     .collect(),
+                control_mode: ControlMode::ALL[control_mode],
             };
             let message = session_pb::Session::from(&session);
             prop_assert_eq!(Session::try_from(message.clone()), Ok(session.clone()));

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{Attendee, TerminalActivity, TerminalSize, TerminalState};
+use crate::{Attendee, ControlMode, TerminalActivity, TerminalSize, TerminalState};
 
 /// A session record, as session-api keeps it and answers it, and as every surface of the
 /// gateway shows it (what a credential may see of it is the gateway's rule). Its protobuf form
@@ -42,6 +42,8 @@ pub struct Session {
     pub terminal: Option<TerminalActivity>,
     /// Who is attached now, as its broker last reported (docs/CONTRACT.md, "Presence").
     pub presence: Vec<Attendee>,
+    /// Who may type: one controller at a time, or every stream that may control.
+    pub control_mode: ControlMode,
 }
 
 impl Session {
@@ -98,6 +100,9 @@ pub struct SessionJson {
     pub terminal: TerminalActivity,
     /// Who is attached now, one entry per stream, oldest attach first.
     pub presence: Vec<Attendee>,
+    /// Who may type: `exclusive` (one controller at a time, control moves by takeover or by
+    /// request and grant) or `shared` (every stream whose credential may control).
+    pub control_mode: String,
 }
 
 impl From<Session> for SessionJson {
@@ -124,6 +129,7 @@ impl From<Session> for SessionJson {
             title: session.title.unwrap_or_default(),
             last_bell_at: session.last_bell_at,
             presence: session.presence,
+            control_mode: session.control_mode.as_str().to_owned(),
         }
     }
 }
@@ -418,6 +424,7 @@ mod tests {
             last_bell_at: None,
             terminal: None,
             presence: Vec::new(),
+            control_mode: ControlMode::Exclusive,
         };
         assert_eq!(session.terminal_activity(), TerminalActivity::default());
         session.terminal = Some(busy.clone());

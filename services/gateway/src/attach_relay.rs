@@ -132,6 +132,16 @@ impl PtyBroker for AttachRelay {
         ))
     }
 
+    async fn set_control_mode(
+        &self,
+        _request: Request<pb::SetControlModeRequest>,
+    ) -> Result<Response<pb::SetControlModeResponse>, Status> {
+        Err(not_offered(
+            "SetControlMode",
+            ": use ptyhub.session.v1.SessionApi/UpdateSession",
+        ))
+    }
+
     async fn list(
         &self,
         _request: Request<pb::ListRequest>,

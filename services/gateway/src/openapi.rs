@@ -38,6 +38,7 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         sessions::close_session,
         sessions::reset_session,
         sessions::rename_session,
+        sessions::update_session,
         sessions::add_session_aliases,
         sessions::reset_default_session,
         events::session_events,
@@ -313,6 +314,7 @@ mod tests {
                 running_command: Some(2),
             }),
             presence: Vec::new(),
+            control_mode: Default::default(),
         };
         let body = serde_json::to_value(rest::bodies::SessionBody::from(session))
             .expect("a session as json");

@@ -405,6 +405,7 @@ mod tests {
                 since: at,
                 typing: true,
             }],
+            control_mode: ptyhub_model::ControlMode::Shared,
         }
     }
 

@@ -235,7 +235,9 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         )
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}"),
-            get(sessions::get_session).delete(sessions::close_session),
+            get(sessions::get_session)
+                .patch(sessions::update_session)
+                .delete(sessions::close_session),
         )
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/reset"),

@@ -278,6 +278,7 @@ instance_scoped!(
     pb::ResolveSessionRequest,
     pb::RenameSessionRequest,
     pb::AddSessionAliasesRequest,
+    pb::UpdateSessionRequest,
     pb::ResetSessionRequest,
     pb::CloseSessionRequest,
     pb::CreateWebhookRequest,
@@ -484,6 +485,17 @@ impl SessionApi for SessionApiProxy {
             .add_session_aliases(message)
             .await
             .map_err(forwarded)?;
+        same_instance(&instance_id, Some(response.get_ref()))?;
+        Ok(response)
+    }
+
+    async fn update_session(
+        &self,
+        request: Request<pb::UpdateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let (message, mut client) = self.controlled(request, "changing a session").await?;
+        let instance_id = message.instance.clone();
+        let response = client.update_session(message).await.map_err(forwarded)?;
         same_instance(&instance_id, Some(response.get_ref()))?;
         Ok(response)
     }

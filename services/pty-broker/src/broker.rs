@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use ptyhub_attach_ticket::{TicketRole, TicketVerifyingKey};
-use ptyhub_model::TerminalSize;
+use ptyhub_model::{ControlMode, TerminalSize};
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -384,6 +384,19 @@ impl Broker {
 
     pub fn get(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
         Ok(self.inner.registry.get(session_id)?.info())
+    }
+
+    /// Changes who may type into the session, moving its attached clients' roles at once.
+    pub fn set_control_mode(
+        &self,
+        session_id: Uuid,
+        mode: ControlMode,
+    ) -> Result<SessionInfo, Error> {
+        let session = self.inner.registry.get(session_id)?;
+        if session.is_closed() {
+            return Err(Error::SessionNotFound(session_id));
+        }
+        Ok(session.set_control_mode(mode))
     }
 
     /// Every live and tombstoned session, oldest first.
@@ -765,7 +778,10 @@ mod tests {
         let tombstone = broker.inner.settings.tombstone;
         advance(tombstone - Duration::from_secs(1)).await;
         settle().await;
-        assert!(events.try_recv().is_err(), "nothing happens in the tombstone");
+        assert!(
+            events.try_recv().is_err(),
+            "nothing happens in the tombstone"
+        );
         let info = broker.get(id).unwrap();
         assert_eq!(info.exit, Some(crate::domain::ExitStatus::exited(3)));
         let mut late = broker.attach(hello(id)).await.unwrap();

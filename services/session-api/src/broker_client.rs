@@ -14,7 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{Attendee, TerminalSize};
+use ptyhub_model::{Attendee, ControlMode, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -43,6 +43,8 @@ pub struct SpawnSpec {
     pub recording_title: String,
     /// Start an interactive shell with its integration.
     pub shell_integration: bool,
+    /// Who may type into it.
+    pub control_mode: ControlMode,
 }
 
 /// A session's state as its broker reports it.
@@ -266,6 +268,7 @@ impl BrokerClients {
             record: spec.record.to_proto(),
             recording_title: spec.recording_title.clone(),
             shell_integration: spec.shell_integration,
+            control_mode: spec.control_mode.to_proto(),
         };
         self.client(broker)?
             .spawn(self.unary(request))
@@ -312,6 +315,25 @@ impl BrokerClients {
         };
         self.client(broker)?
             .reset(self.unary(request))
+            .await
+            .map_err(|status| Error::from_broker_status(&broker.id, status))?;
+        Ok(())
+    }
+
+    /// Changes the control mode of the session on its broker, which moves the roles of the
+    /// streams attached to it at once.
+    pub async fn set_control_mode(
+        &self,
+        broker: &Broker,
+        session_id: Uuid,
+        control_mode: ControlMode,
+    ) -> Result<(), Error> {
+        let request = pb::SetControlModeRequest {
+            session_id: session_id.to_string(),
+            control_mode: control_mode.to_proto(),
+        };
+        self.client(broker)?
+            .set_control_mode(self.unary(request))
             .await
             .map_err(|status| Error::from_broker_status(&broker.id, status))?;
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ptyhub_attach_ticket::{TicketHolder, TicketRole, TicketSigningKey};
-use ptyhub_model::{Role, TerminalSize, presence_surface};
+use ptyhub_model::{ControlMode, Role, TerminalSize, presence_surface};
 use ptyhub_wire::Actor;
 use tokio::sync::{Notify, broadcast};
 use uuid::Uuid;
@@ -37,6 +37,8 @@ pub struct CreateSession {
     pub size: TerminalSize,
     /// Replaces the instance's command for this session.
     pub command: Option<Vec<String>>,
+    /// Who may type into it.
+    pub control_mode: ControlMode,
 }
 
 /// The operations of session-api.
@@ -202,6 +204,7 @@ impl SessionService {
             name: request.name,
             aliases: request.aliases,
             size: request.size,
+            control_mode: request.control_mode,
             reuse_alias_holder: false,
         };
         match self.store.reserve_session(&reservation).await? {
@@ -264,6 +267,7 @@ impl SessionService {
                 name: None,
                 aliases: vec![alias.clone()],
                 size,
+                control_mode: ControlMode::default(),
                 reuse_alias_holder: true,
             };
             match self.store.reserve_session(&reservation).await? {
@@ -311,6 +315,7 @@ impl SessionService {
                 record: instance.record.unwrap_or(self.default_record),
                 recording_title: format!("{} / {}", instance.name, session.name),
                 shell_integration: instance.shell_integration,
+                control_mode: session.control_mode,
             };
             self.brokers.spawn(&broker, &spec).await?;
             // A broker that just spawned a process is up, whether or not this replica's
@@ -421,6 +426,32 @@ impl SessionService {
             .rename_session(instance.id, session_id, name)
             .await?;
         self.changes.publish(ChangeKind::Renamed, &session);
+        Ok(session)
+    }
+
+    /// Sets the control mode of a live session, in its record and then on its broker, which
+    /// moves the roles of the attached streams. Watchers hear it as an `attachments` change: who
+    /// may type changed. Setting the mode it has tells the broker again (a retry after the
+    /// broker could not be reached).
+    pub async fn set_control_mode(
+        &self,
+        instance: &str,
+        session_id: Uuid,
+        control_mode: ControlMode,
+    ) -> Result<Session, Error> {
+        let instance = self.store.find_instance(instance).await?;
+        let before = self.store.get_session(instance.id, session_id).await?;
+        let session = self
+            .store
+            .set_control_mode(instance.id, session_id, control_mode)
+            .await?;
+        if before.control_mode != control_mode {
+            self.changes.publish(ChangeKind::Attachments, &session);
+        }
+        let broker = self.store.get_broker(&session.broker_id).await?;
+        self.brokers
+            .set_control_mode(&broker, session_id, control_mode)
+            .await?;
         Ok(session)
     }
 

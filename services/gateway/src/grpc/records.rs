@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{Role, TerminalSize};
+use ptyhub_model::{ControlMode, Role, TerminalSize};
 use ptyhub_proto::session::v1 as session_pb;
 
 use crate::domain::{
@@ -220,6 +220,7 @@ impl Upstreams {
         aliases: Vec<String>,
         size: Option<TerminalSize>,
         command: Vec<String>,
+        control_mode: ControlMode,
     ) -> Result<SessionAttachment, ApiError> {
         let request = session_pb::CreateSessionRequest {
             instance: instance_id.to_owned(),
@@ -227,6 +228,7 @@ impl Upstreams {
             aliases,
             size: size.map(Into::into),
             command,
+            control_mode: control_mode.to_proto(),
         };
         let attachment = self
             .session_api
@@ -343,6 +345,28 @@ impl Upstreams {
                 instance: instance_id.to_owned(),
                 session_id: session_id.to_string(),
                 name,
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        session_from_proto(session)
+    }
+
+    /// Sets a live session's control mode; session-api tells its broker, which moves the
+    /// attached streams' roles.
+    pub async fn set_control_mode(
+        &self,
+        instance_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
+        control_mode: ControlMode,
+    ) -> Result<Session, ApiError> {
+        let session = self
+            .session_api
+            .clone()
+            .update_session(session_pb::UpdateSessionRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_string(),
+                control_mode: control_mode.to_proto(),
             })
             .await
             .map_err(session_api_error)?

@@ -32,7 +32,7 @@ use crate::error::ApiError;
 use crate::rest::bodies::{
     ClosedSession, CommandList, CommandsQuery, InputBody, InputWrittenBody, InstanceBody,
     InstanceList, RunAnswerBody, RunBody, ScreenQuery, SessionBody, SessionList, WaitAnswerBody,
-    WaitBody, validate_name,
+    WaitBody, parse_control_mode, validate_name,
 };
 use crate::rest::screens::answer_wait;
 use crate::scope::Access;
@@ -300,6 +300,9 @@ struct CreateSessionArguments {
     cols: Option<u32>,
     /// The terminal's height, 1..=500 (default 24), with `cols`.
     rows: Option<u32>,
+    /// `exclusive` (default: one controller at a time) or `shared` (every attached client
+    /// that may type does, each input attributed to its principal).
+    control_mode: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -478,6 +481,12 @@ async fn create_session(
     let name = arguments.name.as_deref().map(validate_name).transpose()?;
     let size = TerminalSize::from_optional(arguments.cols, arguments.rows)
         .map_err(|error| ApiError::invalid(error.to_string()))?;
+    let control_mode = arguments
+        .control_mode
+        .as_deref()
+        .map(parse_control_mode)
+        .transpose()?
+        .unwrap_or_default();
     if let Some(alias) = &arguments.alias {
         let holder = state
             .upstreams
@@ -501,6 +510,7 @@ async fn create_session(
             arguments.alias.into_iter().collect(),
             size,
             Vec::new(),
+            control_mode,
         )
         .await?;
     let session = created.session;

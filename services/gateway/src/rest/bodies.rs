@@ -13,7 +13,7 @@ use crate::domain::{
     TerminalActivity, WaitOutcome,
 };
 use crate::error::ApiError;
-use ptyhub_model::{Name, NameKind, TerminalState};
+use ptyhub_model::{ControlMode, InvalidControlMode, Name, NameKind, TerminalState};
 use ptyhub_wire::ErrorCode;
 use ptyhub_wire::limits::{
     DEFAULT_COMMANDS_PAGE, DEFAULT_WAIT_MS, MAX_COMMANDS_PAGE, MAX_FRAME_BYTES, MAX_PATTERN_BYTES,
@@ -385,6 +385,9 @@ pub struct CreateSessionBody {
     /// argv instead of the instance's command (may contain `{session_id}`); only for an admin
     /// or a credential with the `choose_command` claim, 403 otherwise.
     pub command: Option<Vec<String>>,
+    /// `exclusive` (default: one controller at a time) or `shared` (every stream whose
+    /// credential may control types); 422 for anything else.
+    pub control_mode: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -393,6 +396,21 @@ pub struct CreatedSession {
     pub name: String,
     pub status: String,
     pub created_at: Option<DateTime<Utc>>,
+}
+
+/// `PATCH .../sessions/{sid}`: what to change of a live session; a field left out is not
+/// changed.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSessionBody {
+    /// `exclusive` or `shared`; 422 for anything else.
+    pub control_mode: Option<String>,
+}
+
+/// A control mode as a body spells it: the contract's two words, 422 for anything else.
+pub fn parse_control_mode(text: &str) -> Result<ControlMode, ApiError> {
+    text.parse()
+        .map_err(|error: InvalidControlMode| ApiError::invalid(error.to_string()))
 }
 
 /// `POST .../sessions/{sid}/aliases`: the aliases to add to a live session.
@@ -1016,6 +1034,7 @@ mod tests {
             last_bell_at: None,
             terminal,
             presence: Vec::new(),
+            control_mode: Default::default(),
         }
     }
 

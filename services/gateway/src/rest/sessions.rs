@@ -12,7 +12,8 @@ use ptyhub_wire::Surface;
 
 use super::bodies::{
     AddAliasesBody, ClosedSession, CreateSessionBody, CreatedSession, RenameSessionBody,
-    RenamedSession, ResetSessionBody, SessionBody, SessionList, validate_name,
+    RenamedSession, ResetSessionBody, SessionBody, SessionList, UpdateSessionBody,
+    parse_control_mode, validate_name,
 };
 use super::extract::{
     Caller, InstancePath, InstanceScope, JsonBody, ListSessionsQuery, SessionPath,
@@ -97,10 +98,16 @@ pub async fn create_session(
         None => Vec::new(),
     };
     principal.access.check_command_override(&command)?;
+    let control_mode = body
+        .control_mode
+        .as_deref()
+        .map(parse_control_mode)
+        .transpose()?
+        .unwrap_or_default();
     let created = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
-        .create_session(&instance.id, name, aliases, size, command)
+        .create_session(&instance.id, name, aliases, size, command, control_mode)
         .await?;
     let session = created.session;
     tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, "session created");
@@ -237,6 +244,47 @@ pub async fn rename_session(
         id: session.id.to_string(),
         name: session.name,
     }))
+}
+
+/// Change a live session: its `control_mode`, which its broker applies to the attached streams
+/// at once (their roles move without a reconnect). A field left out is not changed.
+#[utoipa::path(
+    patch, path = "/api/v1/instances/{iid}/terminal/sessions/{sid}", tag = "sessions",
+    params(SessionPath), request_body = UpdateSessionBody,
+    responses(
+        (status = 200, body = SessionBody), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn update_session(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    scope: InstanceScope,
+    Path(SessionPath { sid, .. }): Path<SessionPath>,
+    JsonBody(body): JsonBody<UpdateSessionBody>,
+) -> Result<Json<SessionBody>, ApiError> {
+    principal.access.require_control("changing a session")?;
+    let instance = scope.authorize(&state, &principal).await?;
+    let control_mode = body
+        .control_mode
+        .as_deref()
+        .map(parse_control_mode)
+        .transpose()?;
+    let session = state.authorize_session(&principal, &instance, &sid).await?;
+    let session = match control_mode {
+        Some(control_mode) => {
+            state
+                .upstreams
+                .acting_for(&principal.actor(Surface::Rest))
+                .set_control_mode(&instance.id, &session.id, control_mode)
+                .await?
+        }
+        None => session,
+    };
+    Ok(Json(session.seen_by(&principal.access).into()))
 }
 
 /// Give a live session more aliases: idempotent (an alias it holds is no change), with the

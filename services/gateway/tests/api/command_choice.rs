@@ -145,6 +145,7 @@ fn create_request(
         aliases: Vec::new(),
         size: None,
         command,
+        control_mode: 0,
     });
     request.metadata_mut().insert(
         "authorization",

@@ -357,42 +357,240 @@ async fn a_viewer_asks_for_control_over_the_websocket_and_a_grant_moves_it() {
     .await;
 
     // The audit trail attributes each one's input, as counts of bytes.
-    let typed_by = |principal: &'static str, expected: usize| {
-        let stack = &stack;
-        let session_id = &session_id;
-        async move {
-            let counted =
-                ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
-                    let (status, audit) =
-                        get(stack, &format!("/api/v1/audit?session={session_id}")).await;
-                    assert_eq!(status, 200, "{audit}");
-                    let bytes: usize = audit["events"]
-                        .as_array()
-                        .expect("events")
-                        .iter()
-                        .filter(|event| {
-                            event["kind"] == "input"
-                                && event["principal"] == principal
-                                && event["detail"]["typed"] == "true"
-                        })
-                        .map(|event| {
-                            assert_eq!(event["surface"], "websocket", "{event}");
-                            event["detail"]["bytes"]
-                                .as_str()
-                                .and_then(|bytes| bytes.parse::<usize>().ok())
-                                .expect("a byte count")
-                        })
-                        .sum();
-                    (bytes == expected).then_some(())
-                })
-                .await;
-            assert!(
-                counted.is_some(),
-                "{principal} never had {expected} bytes attributed"
-            );
-        }
+    typed_bytes_become(&stack, &session_id, "alice", "echo from-alice\n".len()).await;
+    typed_bytes_become(&stack, &session_id, "bob", "echo typed-by-$((6*7))\n".len()).await;
+    stack.shutdown().await;
+}
+
+/// Polls the audit trail until `principal`'s typed input on `session_id` adds up to
+/// `expected` bytes, each event a count through the WebSocket.
+async fn typed_bytes_become(stack: &TestStack, session_id: &str, principal: &str, expected: usize) {
+    let counted = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        let (status, audit) = get(stack, &format!("/api/v1/audit?session={session_id}")).await;
+        assert_eq!(status, 200, "{audit}");
+        let bytes: usize = audit["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|event| {
+                event["kind"] == "input"
+                    && event["principal"] == principal
+                    && event["detail"]["typed"] == "true"
+            })
+            .map(|event| {
+                assert_eq!(event["surface"], "websocket", "{event}");
+                event["detail"]["bytes"]
+                    .as_str()
+                    .and_then(|bytes| bytes.parse::<usize>().ok())
+                    .expect("a byte count")
+            })
+            .sum();
+        (bytes == expected).then_some(())
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "{principal} never had {expected} bytes attributed"
+    );
+}
+
+/// PATCHes the session's `control_mode` as `token`.
+async fn set_control_mode(stack: &TestStack, path: &str, token: &str, body: Value) -> (u16, Value) {
+    send(stack, reqwest::Method::PATCH, path, Some(token), Some(body)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_controllers_type_alternately_over_websockets_and_the_audit_attributes_each() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session_id = create_session(&stack, &instance, json!({"control_mode": "shared"})).await;
+    let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
+    let (status, session) = get(&stack, &session_path).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["control_mode"], "shared", "{session}");
+    let socket_url = |token: &str| {
+        format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}",
+            stack.websocket_url()
+        )
     };
-    typed_by("alice", "echo from-alice\n".len()).await;
-    typed_by("bob", "echo typed-by-$((6*7))\n".len()).await;
+    let alice = stack.jwt("alice", &["*"], false);
+    let bob = stack.jwt("bob", &["*"], false);
+    let mut alice_tab = Terminal::open_url(&socket_url(&alice), &[])
+        .await
+        .expect("alice's socket");
+    assert_eq!(alice_tab.connected().await["role"], "controller");
+    // In the exclusive mode Bob's attach would take control and close Alice's socket (4009).
+    let mut bob_tab = Terminal::open_url(&socket_url(&bob), &[])
+        .await
+        .expect("bob's socket");
+    assert_eq!(bob_tab.connected().await["role"], "controller");
+    presence_becomes(
+        &stack,
+        &session_path,
+        &[
+            attendee("alice", "controller", "web", false),
+            attendee("bob", "controller", "web", false),
+        ],
+    )
+    .await;
+
+    // Turns, each waiting for its own echo: both go in, in order.
+    alice_tab.send_input("echo alice-$((1*1))\n").await;
+    alice_tab.read_until_output("alice-1\r\n").await;
+    bob_tab.send_input("echo bob-$((1*1))\n").await;
+    bob_tab.read_until_output("bob-1\r\n").await;
+    alice_tab.send_input("echo alice-$((2*1))\n").await;
+    alice_tab.read_until_output("alice-2\r\n").await;
+    bob_tab.send_input("echo bob-$((2*1))\n").await;
+    bob_tab.read_until_output("bob-2\r\n").await;
+    alice_tab.read_until_output("bob-2\r\n").await;
+    let seen = alice_tab.output_text();
+    let at = |needle: &str| {
+        seen.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in {seen:?}"))
+    };
+    assert!(
+        at("alice-1\r\n") < at("bob-1\r\n")
+            && at("bob-1\r\n") < at("alice-2\r\n")
+            && at("alice-2\r\n") < at("bob-2\r\n"),
+        "in turn: {seen:?}"
+    );
+
+    let line = "echo alice-$((1*1))\n".len();
+    typed_bytes_become(&stack, &session_id, "alice", 2 * line).await;
+    typed_bytes_become(&stack, &session_id, "bob", 2 * "echo bob-$((1*1))\n".len()).await;
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_control_mode_moves_roles_without_closing_a_socket() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let sessions = format!("/api/v1/instances/{instance}/terminal/sessions");
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    let session_path = format!("{sessions}/{session_id}");
+    let socket_url = |token: &str, query: &str| {
+        format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}{query}",
+            stack.websocket_url()
+        )
+    };
+    let alice = stack.jwt("alice", &["*"], false);
+    let bob = stack.jwt("bob", &["*"], false);
+    let mut alice_tab = Terminal::open_url(&socket_url(&alice, ""), &[])
+        .await
+        .expect("alice's socket");
+    alice_tab.connected().await;
+    let mut bob_tab = Terminal::open_url(&socket_url(&bob, "&mode=view"), &[])
+        .await
+        .expect("bob's socket");
+    bob_tab.connected().await;
+    let (status, session) = get(&stack, &session_path).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        session["control_mode"], "exclusive",
+        "the default: {session}"
+    );
+
+    // Bad input first: an unknown mode or field, a viewer-only credential; nothing changes.
+    for body in [json!({"control_mode": "both"}), json!({"control_mode": 1})] {
+        let (status, refused) = set_control_mode(&stack, &session_path, &alice, body).await;
+        assert_eq!(status, 422, "{refused}");
+    }
+    let (status, refused) = set_control_mode(
+        &stack,
+        &session_path,
+        &alice,
+        json!({"control_mode": "both"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["detail"], "control mode \"both\" is not one of exclusive, shared",
+        "{refused}"
+    );
+    let (status, refused) =
+        set_control_mode(&stack, &session_path, &alice, json!({"control": "shared"})).await;
+    assert_eq!(status, 422, "{refused}");
+    let (status, refused) = send(
+        &stack,
+        reqwest::Method::POST,
+        &sessions,
+        Some(&alice),
+        Some(json!({"control_mode": "shared-ish"})),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    let (status, share) = send(
+        &stack,
+        reqwest::Method::POST,
+        &format!("/api/v1/instances/{instance}/shares"),
+        Some(&stack.admin_token),
+        Some(json!({"session_id": session_id})),
+    )
+    .await;
+    assert_eq!(status, 201, "{share}");
+    let share_token = share["token"].as_str().expect("a share token");
+    let (status, refused) = set_control_mode(
+        &stack,
+        &session_path,
+        share_token,
+        json!({"control_mode": "shared"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    let (_, session) = get(&stack, &session_path).await;
+    assert_eq!(session["control_mode"], "exclusive", "unchanged: {session}");
+
+    // To shared: Bob's view becomes a controller on the same socket.
+    let (status, changed) = set_control_mode(
+        &stack,
+        &session_path,
+        &alice,
+        json!({"control_mode": "shared"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["control_mode"], "shared", "{changed}");
+    assert_eq!(bob_tab.read_until_text("role").await["role"], "controller");
+    bob_tab.send_input("echo bob-$((3*3))\n").await;
+    bob_tab.read_until_output("bob-9\r\n").await;
+    alice_tab.read_until_output("bob-9\r\n").await;
+    presence_becomes(
+        &stack,
+        &session_path,
+        &[
+            attendee("alice", "controller", "web", false),
+            attendee("bob", "controller", "web", false),
+        ],
+    )
+    .await;
+
+    // Back to exclusive: Alice, attached first, keeps control; Bob reads on as a viewer.
+    let (status, changed) = set_control_mode(
+        &stack,
+        &session_path,
+        &bob,
+        json!({"control_mode": "exclusive"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(bob_tab.read_until_text("role").await["role"], "viewer");
+    bob_tab.send_input("echo bob-again\n").await;
+    let refused = bob_tab.read_until_text("error").await;
+    assert_eq!(refused["message"], "viewers cannot send input");
+    alice_tab.send_input("echo alice-$((4*4))\n").await;
+    alice_tab.read_until_output("alice-16\r\n").await;
+    bob_tab.read_until_output("alice-16\r\n").await;
+    presence_becomes(
+        &stack,
+        &session_path,
+        &[
+            attendee("alice", "controller", "web", false),
+            attendee("bob", "viewer", "web", false),
+        ],
+    )
+    .await;
     stack.shutdown().await;
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use ptyhub_attach_ticket::TicketHolder;
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{Screen, ScreenContent, SessionStatus};
+use ptyhub_model::{ControlMode, Screen, ScreenContent, SessionStatus};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::limits;
 use uuid::Uuid;
@@ -31,6 +31,11 @@ pub(super) fn parse_session_id(text: &str) -> Result<Uuid, Error> {
 
 pub(super) fn terminal_size(size: pb::TerminalSize) -> Result<TerminalSize, Error> {
     Ok(TerminalSize::try_from(size)?)
+}
+
+/// A control mode; `None` for unspecified (exclusive at a spawn, refused by `SetControlMode`).
+pub(super) fn control_mode(value: i32) -> Result<Option<ControlMode>, Error> {
+    proto::optional_control_mode(value).map_err(|invalid| Error::InvalidRequest(invalid.0))
 }
 
 /// What a Spawn call asks to be recorded.

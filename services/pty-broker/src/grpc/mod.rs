@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::Stream;
+use ptyhub_model::ControlMode;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::{RequireCredential, limits};
 use tokio::sync::{broadcast, mpsc};
@@ -90,8 +91,15 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         self.authorize(&request)?;
         let request = request.into_inner();
         let recording = convert::recording_request(&request)?;
+        let control_mode = convert::control_mode(request.control_mode)?.unwrap_or_default();
         let spec = SpawnSpec::try_from(request)?;
-        let session = self.broker.spawn_recorded(spec, recording).await?;
+        let session_id = spec.session_id;
+        let mut session = self.broker.spawn_recorded(spec, recording).await?;
+        // Nobody attaches before the spawn is answered (session-api signs no ticket for the
+        // session before then), so every stream meets the mode set now.
+        if control_mode != ControlMode::default() {
+            session = self.broker.set_control_mode(session_id, control_mode)?;
+        }
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
         }))
@@ -130,6 +138,21 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let session_id = parse_session_id(&request.get_ref().session_id)?;
         let session = self.broker.reset(session_id).await?;
         Ok(Response::new(pb::ResetResponse {
+            session: Some(session.into()),
+        }))
+    }
+
+    async fn set_control_mode(
+        &self,
+        request: Request<pb::SetControlModeRequest>,
+    ) -> Result<Response<pb::SetControlModeResponse>, Status> {
+        self.authorize(&request)?;
+        let request = request.get_ref();
+        let session_id = parse_session_id(&request.session_id)?;
+        let control_mode = convert::control_mode(request.control_mode)?
+            .ok_or_else(|| Error::InvalidRequest("control mode is missing".to_owned()))?;
+        let session = self.broker.set_control_mode(session_id, control_mode)?;
+        Ok(Response::new(pb::SetControlModeResponse {
             session: Some(session.into()),
         }))
     }

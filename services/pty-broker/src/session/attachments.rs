@@ -14,11 +14,17 @@
 //! ([`Attachments::request_control`]), the controller is sent the request and answers
 //! ([`Attachments::answer_control`]); a grant moves the lease (a new generation) to the
 //! requester on the same streams, a decline changes nothing but telling the requester.
+//!
+//! In the `shared` control mode there is no lease: every client whose ticket admits a
+//! controller is one, each with a generation of its own, and none takes over from another
+//! ([`Attachments::set_control_mode`] moves the roles of the attached clients when the mode
+//! changes).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
 
 use ptyhub_attach_ticket::TicketHolder;
+use ptyhub_model::ControlMode;
 use tokio::time::Instant;
 
 use crate::domain::{Attendee, ClientEvent, Role, TYPING_WINDOW};
@@ -83,6 +89,8 @@ pub struct ControllerLease {
 pub struct Attachments {
     next_client: u64,
     generation: u64,
+    mode: ControlMode,
+    /// The lease of the exclusive mode; always `None` in the shared mode.
     controller: Option<ControllerLease>,
     clients: HashMap<ClientId, Client>,
     /// Requests for control the controller has not answered: request id to requester.
@@ -155,7 +163,11 @@ impl Attachments {
         let client = ClientId(self.next_client);
         let mut generation = None;
         let mut superseded = None;
-        if role == Role::Controller {
+        if self.mode == ControlMode::Shared && (role == Role::Controller || may_control) {
+            // Shared: a controller of its own generation, taking over from nobody.
+            self.generation += 1;
+            generation = Some(self.generation);
+        } else if role == Role::Controller {
             self.generation += 1;
             generation = Some(self.generation);
             if let Some(previous) = self.controller.replace(ControllerLease {
@@ -216,6 +228,10 @@ impl Attachments {
         };
         if !client.may_control {
             return Err(Error::MayOnlyView);
+        }
+        if self.mode == ControlMode::Shared {
+            // Every client that may control does in the shared mode.
+            return Err(Error::AlreadyControls);
         }
         let lease = self.controller.ok_or(Error::NoController)?;
         if lease.client == requester {
@@ -288,9 +304,78 @@ impl Attachments {
         Ok(())
     }
 
-    /// Whether `generation` is the current controller's.
+    /// Whether `generation` is a current controller's: the lease's in the exclusive mode, any
+    /// attached controller's in the shared mode.
     pub fn is_current_controller(&self, generation: Option<u64>) -> bool {
-        generation.is_some() && self.controller.map(|lease| lease.generation) == generation
+        if generation.is_none() {
+            return false;
+        }
+        match self.mode {
+            ControlMode::Exclusive => self.controller.map(|lease| lease.generation) == generation,
+            ControlMode::Shared => self
+                .clients
+                .values()
+                .any(|client| client.generation == generation),
+        }
+    }
+
+    /// Changes the control mode, telling each client whose role changed with `RoleChanged`,
+    /// queued at `end`; no stream is closed. To `shared`: every client whose ticket admits a
+    /// controller becomes one (the lease holder stays one with its generation, the others get
+    /// new generations). To `exclusive`: the longest attached controller keeps control as the
+    /// lease holder (the one the others joined, so the choice does not depend on who happened
+    /// to type last), and the other controllers read on as viewers. Pending requests for
+    /// control are dropped either way: in the shared mode nobody needs to ask, and after it the
+    /// lease holder never saw them.
+    pub fn set_control_mode(&mut self, mode: ControlMode, end: u64) {
+        if mode == self.mode {
+            return;
+        }
+        self.mode = mode;
+        self.requests.clear();
+        let mut ids: Vec<ClientId> = self.clients.keys().copied().collect();
+        ids.sort_unstable();
+        match mode {
+            ControlMode::Shared => {
+                let lease = self.controller.take();
+                for id in ids {
+                    let holds_lease = lease.is_some_and(|lease| lease.client == id);
+                    let client = self.clients.get_mut(&id).expect("listed above");
+                    if holds_lease || !client.may_control {
+                        continue;
+                    }
+                    self.generation += 1;
+                    client.generation = Some(self.generation);
+                    queue_event(client, end, ClientEvent::RoleChanged(Role::Controller));
+                }
+                // A viewer-only client (a share, a taken-over stream's stale generation) controls
+                // nothing in the shared mode either.
+                for client in self.clients.values_mut() {
+                    if !client.may_control {
+                        client.generation = None;
+                    }
+                }
+            }
+            ControlMode::Exclusive => {
+                let mut kept = None;
+                for id in ids {
+                    let client = self.clients.get_mut(&id).expect("listed above");
+                    let Some(generation) = client.generation else {
+                        continue;
+                    };
+                    if kept.is_none() {
+                        kept = Some(ControllerLease {
+                            client: id,
+                            generation,
+                        });
+                        continue;
+                    }
+                    client.generation = None;
+                    queue_event(client, end, ClientEvent::RoleChanged(Role::Viewer));
+                }
+                self.controller = kept;
+            }
+        }
     }
 
     #[cfg(test)]
@@ -298,10 +383,21 @@ impl Attachments {
         self.controller
     }
 
-    /// The offset the current controller has been sent up to.
+    /// The offset the current controller has been sent up to; in the shared mode, the
+    /// controller furthest behind (each is flow-controlled, as the one controller is).
     pub fn controller_cursor(&self) -> Option<u64> {
-        let lease = self.controller?;
-        self.clients.get(&lease.client).map(|client| client.cursor)
+        match self.mode {
+            ControlMode::Exclusive => {
+                let lease = self.controller?;
+                self.clients.get(&lease.client).map(|client| client.cursor)
+            }
+            ControlMode::Shared => self
+                .clients
+                .values()
+                .filter(|client| client.generation.is_some())
+                .map(|client| client.cursor)
+                .min(),
+        }
     }
 
     pub fn get_mut(&mut self, client: ClientId) -> Option<&mut Client> {
@@ -320,7 +416,13 @@ impl Attachments {
     /// Attached controllers and viewers. A superseded controller still reading counts as a
     /// viewer: it is attached, but controls nothing.
     pub fn counts(&self) -> (u32, u32) {
-        let controllers = u32::from(self.controller.is_some());
+        let controllers = match self.mode {
+            ControlMode::Exclusive => u32::from(self.controller.is_some()),
+            ControlMode::Shared => {
+                let controlling = self.clients.values().filter(|c| c.generation.is_some());
+                u32::try_from(controlling.count()).unwrap_or(u32::MAX)
+            }
+        };
         let total = u32::try_from(self.clients.len()).unwrap_or(u32::MAX);
         (controllers, total - controllers)
     }
@@ -393,7 +495,14 @@ impl Attachments {
     }
 
     fn role_of(&self, client: ClientId) -> Role {
-        if self.controller.is_some_and(|lease| lease.client == client) {
+        let controls = match self.mode {
+            ControlMode::Exclusive => self.controller.is_some_and(|lease| lease.client == client),
+            ControlMode::Shared => self
+                .clients
+                .get(&client)
+                .is_some_and(|client| client.generation.is_some()),
+        };
+        if controls {
             Role::Controller
         } else {
             Role::Viewer
@@ -421,16 +530,15 @@ impl Attachments {
         after_offset: u64,
         connected: impl Fn(Role) -> ClientEvent,
     ) {
-        for client in self.clients.values_mut() {
-            let role = if self
-                .controller
-                .is_some_and(|lease| Some(lease.generation) == client.generation)
-            {
-                Role::Controller
-            } else {
-                Role::Viewer
-            };
-            queue_event(client, after_offset, connected(role));
+        let roles: Vec<(ClientId, Role)> = self
+            .clients
+            .keys()
+            .map(|id| (*id, self.role_of(*id)))
+            .collect();
+        for (id, role) in roles {
+            if let Some(client) = self.clients.get_mut(&id) {
+                queue_event(client, after_offset, connected(role));
+            }
         }
     }
 
@@ -807,5 +915,149 @@ mod tests {
             attachments.broadcast(5, &ClientEvent::Resetting);
         }
         assert!(attachments.get(viewer.client).unwrap().overflowed);
+    }
+
+    fn roles(attachments: &Attachments) -> Vec<(String, Role)> {
+        attachments
+            .presence(Instant::now())
+            .into_iter()
+            .map(|attendee| (attendee.principal, attendee.role))
+            .collect()
+    }
+
+    #[test]
+    fn shared_mode_makes_every_stream_that_may_control_a_controller_without_a_takeover() {
+        let mut attachments = Attachments::default();
+        attachments.set_control_mode(ControlMode::Shared, 0);
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Controller, holder("bob", "cli"), true, 0, 0);
+        // A viewer whose ticket admits a controller controls too; a share does not.
+        let carol = attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0);
+        let share = attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 0);
+
+        assert_eq!(alice.superseded, None);
+        assert_eq!(bob.superseded, None, "nobody is taken over");
+        assert!(events(&attachments, alice.client).is_empty());
+        for controller in [alice, bob, carol] {
+            assert!(attachments.is_current_controller(controller.generation));
+        }
+        assert_eq!(share.generation, None);
+        assert!(!attachments.is_current_controller(share.generation));
+        assert_eq!(
+            roles(&attachments),
+            [
+                ("alice".to_owned(), Role::Controller),
+                ("bob".to_owned(), Role::Controller),
+                ("carol".to_owned(), Role::Controller),
+                ("share:1".to_owned(), Role::Viewer),
+            ]
+        );
+        assert_eq!(attachments.counts(), (3, 1));
+        // Nobody needs to ask; a share may not.
+        assert!(matches!(
+            attachments.request_control(carol.client, 0),
+            Err(Error::AlreadyControls)
+        ));
+        assert!(matches!(
+            attachments.request_control(share.client, 0),
+            Err(Error::MayOnlyView)
+        ));
+        // One controller's end leaves the others in control.
+        attachments.detach(alice.client);
+        assert!(attachments.is_current_controller(bob.generation));
+        assert_eq!(attachments.counts(), (2, 1));
+    }
+
+    #[test]
+    fn shared_mode_holds_reading_for_the_controller_furthest_behind() {
+        let mut attachments = Attachments::default();
+        attachments.set_control_mode(ControlMode::Shared, 0);
+        attachments.attach(Role::Controller, holder("alice", "web"), true, 40, 40);
+        attachments.attach(Role::Controller, holder("bob", "web"), true, 10, 40);
+        attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 40);
+        assert_eq!(
+            attachments.controller_cursor(),
+            Some(10),
+            "a viewer holds nothing"
+        );
+    }
+
+    #[test]
+    fn changing_the_mode_moves_roles_on_the_same_streams() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
+        let share = attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 0);
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+
+        attachments.set_control_mode(ControlMode::Shared, 7);
+        assert_eq!(
+            roles(&attachments),
+            [
+                ("alice".to_owned(), Role::Controller),
+                ("bob".to_owned(), Role::Controller),
+                ("share:1".to_owned(), Role::Viewer),
+            ]
+        );
+        assert!(
+            attachments.is_current_controller(alice.generation),
+            "alice kept hers"
+        );
+        assert!(attachments.is_current_controller(attachments.generation_of(bob.client)));
+        assert_eq!(
+            attachments.get(bob.client).unwrap().events.back(),
+            Some(&QueuedEvent {
+                after_offset: 7,
+                event: ClientEvent::RoleChanged(Role::Controller)
+            })
+        );
+        let told_alice = events(&attachments, alice.client);
+        assert!(
+            !told_alice.contains(&ClientEvent::RoleChanged(Role::Controller)),
+            "alice controlled already: {told_alice:?}"
+        );
+        assert!(events(&attachments, share.client).is_empty());
+        assert!(
+            matches!(
+                attachments.answer_control(alice.client, request_id, true, 7),
+                Err(_)
+            ),
+            "pending requests are gone"
+        );
+
+        // Back to exclusive: the longest attached controller keeps the lease.
+        attachments.set_control_mode(ControlMode::Exclusive, 9);
+        assert_eq!(
+            roles(&attachments),
+            [
+                ("alice".to_owned(), Role::Controller),
+                ("bob".to_owned(), Role::Viewer),
+                ("share:1".to_owned(), Role::Viewer),
+            ]
+        );
+        assert!(attachments.is_current_controller(alice.generation));
+        assert_eq!(attachments.generation_of(bob.client), None);
+        assert_eq!(
+            events(&attachments, bob.client).last(),
+            Some(&ClientEvent::RoleChanged(Role::Viewer))
+        );
+        assert_eq!(attachments.counts(), (1, 2), "every stream stays attached");
+        // The exclusive rules are back: bob may ask again.
+        attachments.request_control(bob.client, 9).unwrap();
+    }
+
+    #[test]
+    fn a_taken_over_stream_controls_again_when_the_mode_turns_shared() {
+        let mut attachments = Attachments::default();
+        let first = attachments.attach(Role::Controller, holder("alice", "grpc"), true, 0, 0);
+        let second = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        assert!(!attachments.is_current_controller(first.generation));
+        attachments.set_control_mode(ControlMode::Shared, 0);
+        assert!(attachments.is_current_controller(attachments.generation_of(first.client)));
+        assert!(attachments.is_current_controller(second.generation));
+        // Setting the mode it has changes nothing and tells nobody.
+        let before = events(&attachments, first.client);
+        attachments.set_control_mode(ControlMode::Shared, 0);
+        assert_eq!(events(&attachments, first.client), before);
     }
 }

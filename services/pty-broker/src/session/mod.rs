@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use ptyhub_attach_ticket::TicketHolder;
+use ptyhub_model::ControlMode;
 use tokio::io::AsyncWrite;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -325,6 +326,20 @@ impl Session {
 
     pub fn info(&self) -> SessionInfo {
         self.shared.lock().info(self.id)
+    }
+
+    /// Changes who may type (docs/CONTRACT.md, "Control modes"): the attached clients whose
+    /// role changed are told at the end of the ring, and the task publishes the presence that
+    /// changed with it.
+    pub fn set_control_mode(&self, mode: ControlMode) -> SessionInfo {
+        let mut state = self.shared.lock();
+        let end = state.ring.end();
+        state.attachments.set_control_mode(mode, end);
+        let info = state.info(self.id);
+        drop(state);
+        self.shared.notify_clients();
+        self.shared.task_wake.notify_one();
+        info
     }
 
     /// Whether the session has closed (its task may still be telling its clients).

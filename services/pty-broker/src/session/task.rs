@@ -733,6 +733,16 @@ impl SessionTask {
                     phase: state.phase,
                 },
             );
+            // The shared mode makes a viewer whose ticket admits a controller one: it is told
+            // as it would be of a grant, so that a client that follows `RoleChanged` needs
+            // nothing else.
+            if request.role == Role::Viewer && attached.generation.is_some() {
+                state.attachments.push_event(
+                    attached.client,
+                    0,
+                    ClientEvent::RoleChanged(Role::Controller),
+                );
+            }
             if let Some(snapshot) = snapshot {
                 debug_assert_eq!(
                     snapshot.offset, end,

@@ -381,3 +381,208 @@ async fn a_viewer_asking_a_thousand_times_is_refused_and_the_controller_stays() 
     assert_eq!(frame_where(&mut bob, role_of).await?, Controller);
     broker.stop().await
 }
+
+fn role_changed(frame: pb::server_frame::Frame) -> Option<pb::Role> {
+    match frame {
+        pb::server_frame::Frame::RoleChanged(changed) => pb::Role::try_from(changed.role).ok(),
+        _ => None,
+    }
+}
+
+async fn set_control_mode(
+    broker: &TestBroker,
+    session_id: &str,
+    control_mode: i32,
+) -> Result<pb::SessionInfo, tonic::Status> {
+    let request = pb::SetControlModeRequest {
+        session_id: session_id.to_owned(),
+        control_mode,
+    };
+    let response = broker
+        .client
+        .clone()
+        .set_control_mode(authorized(request))
+        .await?;
+    Ok(response.into_inner().session.unwrap_or_default())
+}
+
+/// Sums the `InputTyped` reports of `session_id` per principal until every principal of
+/// `wanted` reached its count; says what it counted when that never happens.
+async fn typed_becomes(
+    events: &mut Streaming<pb::BrokerEvent>,
+    session_id: &str,
+    wanted: &[(&str, u64)],
+) -> anyhow::Result<()> {
+    let mut counted: std::collections::BTreeMap<String, u64> = Default::default();
+    let reached = |counted: &std::collections::BTreeMap<String, u64>| {
+        wanted
+            .iter()
+            .all(|(principal, bytes)| counted.get(*principal) == Some(bytes))
+            && counted.len() == wanted.len()
+    };
+    let found = tokio::time::timeout(PATIENCE, async {
+        while !reached(&counted) {
+            let event = events.message().await?.context("event stream ended")?;
+            if let Some(Event::Typed(typed)) = event.event
+                && typed.session_id == session_id
+            {
+                *counted.entry(typed.principal).or_default() += typed.bytes;
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    match found {
+        Ok(done) => done,
+        Err(_) => anyhow::bail!("typed never became {wanted:?}; counted {counted:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_controllers_type_alternately_in_order_each_attributed() -> anyhow::Result<()> {
+    use pb::Role::{Controller, Viewer};
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let mut request = broker.spawn_request(&["cat"], "");
+    request.control_mode = pb::ControlMode::Shared as i32;
+    let session = broker.spawn_as(request).await?;
+    let id = session.session_id.clone();
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+
+    let mut alice = attach_as(&broker, &id, Controller, holder("alice", "web")).await?;
+    let mut bob = attach_as(&broker, &id, Controller, holder("bob", "cli")).await?;
+    let mut share = attach_as(&broker, &id, Viewer, holder("share:1", "web")).await?;
+    presence_becomes(
+        &mut events,
+        &id,
+        &[
+            attendee("alice", Controller, "web", false),
+            attendee("bob", Controller, "cli", false),
+            attendee("share:1", Viewer, "web", false),
+        ],
+    )
+    .await?;
+
+    // They take turns, each waiting for its own echo: every input goes in whole and in order,
+    // and nobody was taken over (a takeover would have refused Alice's second line).
+    let turns: [(&str, &str); 4] = [
+        ("alice", "alice one"),
+        ("bob", "bob one"),
+        ("alice", "alice two"),
+        ("bob", "bob two"),
+    ];
+    for (typist, line) in turns {
+        let client = if typist == "alice" {
+            &mut alice
+        } else {
+            &mut bob
+        };
+        client.send_input(format!("{line}\n")).await?;
+        client.read_until(line.as_bytes()).await?;
+    }
+    let seen = String::from_utf8(share.read_until(b"bob two").await?)?;
+    // The terminal echoes each line and `cat` writes it again: one line each, in turn.
+    let mut lines: Vec<&str> = seen
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines.dedup();
+    assert_eq!(lines, ["alice one", "bob one", "alice two", "bob two"]);
+    // The audit's tally counts each principal's bytes apart.
+    typed_becomes(&mut events, &id, &[("alice", 20), ("bob", 16)]).await?;
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_control_mode_moves_roles_without_closing_a_stream() -> anyhow::Result<()> {
+    use pb::Role::{Controller, Viewer};
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session = broker.spawn_sh("cat").await?;
+    let id = session.session_id.clone();
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
+    let mut alice = attach_as(&broker, &id, Controller, holder("alice", "web")).await?;
+    let mut bob = attach_with_ticket_role(
+        &broker,
+        &id,
+        Viewer,
+        TicketRole::Controller,
+        holder("bob", "cli"),
+    )
+    .await?;
+    let mut share = attach_as(&broker, &id, Viewer, holder("share:1", "web")).await?;
+
+    // To shared: Bob, whose ticket admits a controller, becomes one; the share does not.
+    let info = set_control_mode(&broker, &id, pb::ControlMode::Shared as i32).await?;
+    assert_eq!((info.controllers, info.viewers), (2, 1));
+    assert_eq!(frame_where(&mut bob, role_changed).await?, Controller);
+    presence_becomes(
+        &mut events,
+        &id,
+        &[
+            attendee("alice", Controller, "web", false),
+            attendee("bob", Controller, "cli", false),
+            attendee("share:1", Viewer, "web", false),
+        ],
+    )
+    .await?;
+    bob.send_input(&b"bob shares\n"[..]).await?;
+    alice.read_until(b"bob shares").await?;
+    share.send_input(&b"the share may not\n"[..]).await?;
+    let refused = frame_where(&mut share, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
+
+    // Back to exclusive: Alice, attached first, keeps control; Bob reads on as a viewer.
+    set_control_mode(&broker, &id, pb::ControlMode::Exclusive as i32).await?;
+    assert_eq!(frame_where(&mut bob, role_changed).await?, Viewer);
+    presence_becomes(
+        &mut events,
+        &id,
+        &[
+            attendee("alice", Controller, "web", false),
+            attendee("bob", Viewer, "cli", false),
+            attendee("share:1", Viewer, "web", false),
+        ],
+    )
+    .await?;
+    bob.send_input(&b"bob no longer\n"[..]).await?;
+    let refused = frame_where(&mut bob, error_frame).await?;
+    assert_eq!(
+        refused.code,
+        tonic::Code::PermissionDenied as i32,
+        "{refused:?}"
+    );
+    alice.send_input(&b"alice still types\n"[..]).await?;
+    bob.read_until(b"alice still types").await?;
+
+    // An unknown or missing mode is refused and changes nothing; so is a spawn with one.
+    for bad in [0, 99] {
+        let refused = set_control_mode(&broker, &id, bad)
+            .await
+            .expect_err("a bad mode is refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    }
+    let mut request = broker.spawn_request(&["cat"], "");
+    request.control_mode = 99;
+    let refused = broker.spawn_as(request).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("control mode"), "{refused:?}");
+    alice.send_input(&b"alice after the refusals\n"[..]).await?;
+    alice.read_until(b"alice after the refusals").await?;
+    broker.stop().await
+}

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::proto::{self, ProtoEnum as _};
+use ptyhub_model::{ControlMode, Role, TerminalSize};
 use ptyhub_model::{Name, NameKind};
-use ptyhub_model::{Role, TerminalSize};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_wire::{Actor, limits};
@@ -153,6 +153,11 @@ pub(super) fn new_instance_from_pb(
 /// A record mode; `None` for unspecified (the server's default).
 pub(super) fn record_mode_from_pb(value: i32) -> Result<Option<RecordMode>, Error> {
     Ok(proto::optional_record_mode(value)?)
+}
+
+/// A control mode; `None` for unspecified (the default on a create, no change on an update).
+pub(super) fn control_mode_from_pb(value: i32) -> Result<Option<ControlMode>, Error> {
+    Ok(proto::optional_control_mode(value)?)
 }
 
 /// The kinds of the audit trail, one to one.

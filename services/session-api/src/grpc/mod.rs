@@ -33,9 +33,9 @@ use crate::error::Error;
 use crate::service::{CreateSession, SessionService};
 use forward::to_session_broker;
 use from_pb::{
-    audit_filter_from_pb, new_instance_from_pb, parsed_aliases, reported_event_from_pb, required,
-    role_from_pb, session_id_from_pb, size_from_pb, validated_broker_id, validated_command,
-    validated_endpoint,
+    audit_filter_from_pb, control_mode_from_pb, new_instance_from_pb, parsed_aliases,
+    reported_event_from_pb, required, role_from_pb, session_id_from_pb, size_from_pb,
+    validated_broker_id, validated_command, validated_endpoint,
 };
 use to_pb::{
     attach_target_to_pb, attachment_to_pb, audit_page_to_pb, broker_to_pb, change_to_pb,
@@ -225,6 +225,7 @@ impl SessionApi for GrpcSessionApi {
             aliases,
             size: size_from_pb(request.size)?,
             command,
+            control_mode: control_mode_from_pb(request.control_mode)?.unwrap_or_default(),
         };
         let attachment = self
             .service
@@ -337,6 +338,24 @@ impl SessionApi for GrpcSessionApi {
                     .detail("name", session.name.clone()),
             )
             .await;
+        Ok(Response::new(session_to_pb(&session)))
+    }
+
+    async fn update_session(
+        &self,
+        request: Request<pb::UpdateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let request = request.get_ref();
+        let instance = required("instance", &request.instance)?;
+        let session_id = session_id_from_pb(&request.session_id)?;
+        let session = match control_mode_from_pb(request.control_mode)? {
+            Some(control_mode) => {
+                self.service
+                    .set_control_mode(instance, session_id, control_mode)
+                    .await?
+            }
+            None => self.service.get_session(instance, session_id).await?,
+        };
         Ok(Response::new(session_to_pb(&session)))
     }
 

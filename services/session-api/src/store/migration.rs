@@ -25,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(webhooks::CreateWebhooks),
             Box::new(AddShareHistory),
             Box::new(AddSessionPresence),
+            Box::new(AddSessionControlMode),
         ]
     }
 }
@@ -87,6 +88,7 @@ enum TerminalSessions {
     LastBellAt,
     Terminal,
     Presence,
+    ControlMode,
 }
 
 #[derive(DeriveIden)]
@@ -743,6 +745,47 @@ impl MigrationTrait for AddSessionPresence {
                 Table::alter()
                     .table(TerminalSessions::Table)
                     .drop_column(TerminalSessions::Presence)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// Who may type into a session: `exclusive` or `shared`. Every session before it had one
+/// controller at a time, so existing rows are `exclusive`.
+struct AddSessionControlMode;
+
+impl MigrationName for AddSessionControlMode {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000006_add_session_control_mode"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddSessionControlMode {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .add_column(
+                        ColumnDef::new(TerminalSessions::ControlMode)
+                            .string()
+                            .not_null()
+                            .default("exclusive"),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(TerminalSessions::Table)
+                    .drop_column(TerminalSessions::ControlMode)
                     .to_owned(),
             )
             .await

@@ -235,6 +235,10 @@ fn session_from_model(
                 .map_err(|error| Error::CorruptRecord(format!("presence: {error}")))?,
             None => Vec::new(),
         },
+        control_mode: model
+            .control_mode
+            .parse()
+            .map_err(|error| Error::CorruptRecord(format!("{error}")))?,
     })
 }
 

@@ -1,7 +1,7 @@
 //! Reserving a session's slot: the cap and the aliases, checked and written in one transaction
 //! that serialises the writers of one instance, and the live holder of an alias.
 
-use ptyhub_model::TerminalSize;
+use ptyhub_model::{ControlMode, TerminalSize};
 use ptyhub_wire::limits::MAX_ALIASES_PER_SESSION;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect,
@@ -26,6 +26,8 @@ pub struct SessionReservation {
     pub name: Option<SessionName>,
     pub aliases: Vec<Alias>,
     pub size: TerminalSize,
+    /// Who may type into it.
+    pub control_mode: ControlMode,
     /// When true, a live session that already holds one of the aliases is returned instead of
     /// an [`Error::AliasTaken`] (resolve-or-create).
     pub reuse_alias_holder: bool,
@@ -110,6 +112,7 @@ impl Store {
             last_bell_at: None,
             terminal: None,
             presence: None,
+            control_mode: reservation.control_mode.as_str().to_owned(),
         };
         terminal_session::Entity::insert(terminal_session::ActiveModel::from(model.clone()))
             .exec_without_returning(&transaction)

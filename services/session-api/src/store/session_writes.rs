@@ -9,7 +9,7 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
-use ptyhub_model::Attendee;
+use ptyhub_model::{Attendee, ControlMode};
 use ptyhub_wire::Actor;
 
 use super::audit::insert_audit_event;
@@ -140,6 +140,33 @@ impl Store {
         let current = self.get_session(instance_id, session_id).await?;
         let updated = terminal_session::Entity::update_many()
             .col_expr(terminal_session::Column::Name, Expr::value(name.as_str()))
+            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
+            .filter(terminal_session::Column::Id.eq(session_id))
+            .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
+            .exec(&self.db)
+            .await?;
+        if updated.rows_affected == 0 {
+            return Err(Error::SessionNotLive {
+                session_id,
+                status: current.status.to_string(),
+            });
+        }
+        load_session(&self.db, session_id).await
+    }
+
+    /// Sets the control mode of a session that is not closed.
+    pub async fn set_control_mode(
+        &self,
+        instance_id: Uuid,
+        session_id: Uuid,
+        control_mode: ControlMode,
+    ) -> Result<Session, Error> {
+        let current = self.get_session(instance_id, session_id).await?;
+        let updated = terminal_session::Entity::update_many()
+            .col_expr(
+                terminal_session::Column::ControlMode,
+                Expr::value(control_mode.as_str()),
+            )
             .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
             .filter(terminal_session::Column::Id.eq(session_id))
             .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))

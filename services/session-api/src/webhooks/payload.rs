@@ -102,6 +102,7 @@ mod tests {
             last_bell_at: None,
             terminal: None,
             presence: Vec::new(),
+            control_mode: Default::default(),
         }
     }
 

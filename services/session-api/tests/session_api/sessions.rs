@@ -1486,3 +1486,97 @@ async fn two_replicas_give_one_alias_to_one_live_session() {
     assert_eq!(holding.len(), 1, "{holding:?}");
     assert!(holders.contains(&holding[0]));
 }
+
+both_databases!(
+    a_sessions_control_mode_is_stored_changed_and_refused_when_unknown,
+    |backend| async move {
+        let Some(database) = FreshDatabase::create(backend).await else {
+            return;
+        };
+        let broker = start_broker();
+        let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+        let mut client = session_client(&api).await;
+        let instance = register_instance(&mut client, "control-mode", "b1", 5).await;
+        let shared = broker_pb::ControlMode::Shared as i32;
+        let exclusive = broker_pb::ControlMode::Exclusive as i32;
+
+        let unspecified = client
+            .create_session(create(&instance))
+            .await
+            .expect("create")
+            .into_inner()
+            .session
+            .expect("a session");
+        assert_eq!(unspecified.control_mode, exclusive, "the default");
+        let created = client
+            .create_session(pb::CreateSessionRequest {
+                control_mode: shared,
+                ..create(&instance)
+            })
+            .await
+            .expect("create shared")
+            .into_inner()
+            .session
+            .expect("a session");
+        assert_eq!(created.control_mode, shared);
+        let get = |session_id: String| pb::GetSessionRequest {
+            instance: instance.id.clone(),
+            session_id,
+        };
+        let stored = client.get_session(get(created.id.clone())).await.unwrap();
+        assert_eq!(stored.into_inner().control_mode, shared, "read back");
+
+        let update = |session_id: &str, control_mode| pb::UpdateSessionRequest {
+            instance: instance.id.clone(),
+            session_id: session_id.to_owned(),
+            control_mode,
+        };
+        let changed = client
+            .update_session(update(&created.id, exclusive))
+            .await
+            .expect("update")
+            .into_inner();
+        assert_eq!(changed.control_mode, exclusive);
+        let unchanged = client
+            .update_session(update(&created.id, 0))
+            .await
+            .expect("an update that changes nothing")
+            .into_inner();
+        assert_eq!(unchanged.control_mode, exclusive);
+        let stored = client.get_session(get(created.id.clone())).await.unwrap();
+        assert_eq!(stored.into_inner().control_mode, exclusive, "read back");
+
+        // An unknown mode is refused, on a create (nothing spawned) and on an update.
+        let refused = client
+            .create_session(pb::CreateSessionRequest {
+                control_mode: 99,
+                ..create(&instance)
+            })
+            .await
+            .expect_err("an unknown mode");
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains("control mode 99"), "{refused:?}");
+        assert_eq!(live_sessions(&mut client, &instance).await.len(), 2);
+        let refused = client
+            .update_session(update(&created.id, 99))
+            .await
+            .expect_err("an unknown mode");
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        let stored = client.get_session(get(created.id.clone())).await.unwrap();
+        assert_eq!(stored.into_inner().control_mode, exclusive, "unchanged");
+
+        // A closed session's mode is not changed.
+        client
+            .close_session(pb::CloseSessionRequest {
+                instance: instance.id.clone(),
+                session_id: created.id.clone(),
+            })
+            .await
+            .expect("close");
+        let refused = client
+            .update_session(update(&created.id, shared))
+            .await
+            .expect_err("closed");
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    }
+);

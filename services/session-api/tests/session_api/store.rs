@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::{
-    Attendee, Notification, Progress, Role, TerminalActivity, TerminalSize, TerminalState,
+    Attendee, ControlMode, Notification, Progress, Role, TerminalActivity, TerminalSize,
+    TerminalState,
 };
 use session_api::Error;
 use session_api::domain::{
@@ -49,6 +50,7 @@ pub(crate) fn reservation(
         name: None,
         aliases,
         size: TerminalSize::DEFAULT,
+        control_mode: ControlMode::default(),
         reuse_alias_holder: reuse,
     }
 }

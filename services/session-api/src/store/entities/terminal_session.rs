@@ -36,6 +36,8 @@ pub struct Model {
     /// (`ptyhub_model::Attendee`'s form); `NULL` until reported.
     #[sea_orm(column_type = "Text", nullable)]
     pub presence: Option<String>,
+    /// Who may type: `exclusive` or `shared` (`ptyhub_model::ControlMode`'s spelling).
+    pub control_mode: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
