@@ -382,10 +382,10 @@ fn optional_numeric_date<'de, D: serde::Deserializer<'de>>(
         .transpose()
 }
 
+/// `seconds` without its fraction; refused when negative, not finite or past `u64`.
 fn whole_seconds<E: serde::de::Error>(seconds: f64) -> Result<u64, E> {
     if seconds.is_finite() && (0.0..u64::MAX as f64).contains(&seconds) {
         // Finite and in range: the cast only drops the fraction.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(seconds as u64)
     } else {
         Err(E::custom(
