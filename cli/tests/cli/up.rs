@@ -177,43 +177,100 @@ struct Probes {
     failed: Vec<String>,
 }
 
-/// Connects to `address` over and over until `stop`, asking `/livez` on each connection.
+/// A thread that connects to an address over and over, asking `/livez` on each connection,
+/// until it is stopped; what it saw so far can be read while it goes on.
+struct Prober {
+    probes: std::sync::Arc<std::sync::Mutex<Probes>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Prober {
+    fn start(address: std::net::SocketAddr) -> Self {
+        let probes = std::sync::Arc::default();
+        let stop = std::sync::Arc::default();
+        let thread = std::thread::spawn({
+            let probes = std::sync::Arc::clone(&probes);
+            let stop = std::sync::Arc::clone(&stop);
+            move || probe_until(address, &probes, &stop)
+        });
+        Self {
+            probes,
+            stop,
+            thread,
+        }
+    }
+
+    /// How many of its requests were answered so far.
+    fn answered(&self) -> usize {
+        self.probes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .answered
+    }
+
+    /// Waits until `more` requests beyond those answered so far are answered: whoever
+    /// listens on the address now has served some.
+    fn wait_for_answers(&self, more: usize) {
+        let target = self.answered() + more;
+        eventually(&format!("{target} probes answered"), || {
+            self.answered() >= target
+        });
+    }
+
+    /// Stops probing, and says what it saw.
+    fn stop(self) -> Probes {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the prober");
+        std::sync::Arc::try_unwrap(self.probes)
+            .expect("the prober's thread has ended")
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Connects to `address` over and over until `stop`, asking `/livez` on each connection and
+/// counting in `probes` what became of it.
 fn probe_until(
     address: std::net::SocketAddr,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Probes> {
+    probes: &std::sync::Mutex<Probes>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
     use std::io::{BufRead as _, Write as _};
-    std::thread::spawn(move || {
-        let mut probes = Probes::default();
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut stream = match std::net::TcpStream::connect_timeout(&address, PATIENCE) {
-                Ok(stream) => stream,
-                Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    probes.refused += 1;
-                    continue;
-                }
-                Err(error) => {
-                    probes.failed.push(error.to_string());
-                    continue;
-                }
-            };
-            let _ = stream.set_read_timeout(Some(PATIENCE));
-            let request =
-                format!("GET /livez HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-            let mut status = String::new();
-            let answered = stream.write_all(request.as_bytes()).is_ok()
-                && std::io::BufReader::new(&stream)
-                    .read_line(&mut status)
-                    .is_ok_and(|read| read > 0)
-                && status.starts_with("HTTP/1.1 200");
-            if answered {
-                probes.answered += 1;
-            } else {
-                probes.unanswered += 1;
+    let count = |record: &dyn Fn(&mut Probes)| {
+        record(
+            &mut probes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    };
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let stream = match std::net::TcpStream::connect_timeout(&address, PATIENCE) {
+            Ok(stream) => stream,
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                count(&|probes| probes.refused += 1);
+                continue;
             }
+            Err(error) => {
+                count(&|probes| probes.failed.push(error.to_string()));
+                continue;
+            }
+        };
+        let _ = stream.set_read_timeout(Some(PATIENCE));
+        let request =
+            format!("GET /livez HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        let mut status = String::new();
+        let answered = (&stream).write_all(request.as_bytes()).is_ok()
+            && std::io::BufReader::new(&stream)
+                .read_line(&mut status)
+                .is_ok_and(|read| read > 0)
+            && status.starts_with("HTTP/1.1 200");
+        if answered {
+            count(&|probes| probes.answered += 1);
+        } else {
+            count(&|probes| probes.unanswered += 1);
         }
-        probes
-    })
+    }
 }
 
 /// `--upgrade` hands the listening socket itself to the new process, which serves it on: the
@@ -223,31 +280,31 @@ fn probe_until(
 fn upgrade_never_refuses_a_connection_to_the_address() {
     let mut up = Up::start();
     let address = up.address;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let prober = probe_until(address, stop.clone());
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The prober is connecting before the upgrade starts, and the new process has answered it
+    // before it stops: the old one has exited when `upgrade` returns, and of two answers
+    // counted after that at most one (the request in flight) can be the old process's.
+    let prober = Prober::start(address);
+    prober.wait_for_answers(1);
     up.upgrade();
     assert_eq!(up.address, address);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let probes = prober.join().expect("the prober");
+    prober.wait_for_answers(2);
+    let probes = prober.stop();
     assert_eq!(
         probes.refused, 0,
         "connections refused during the upgrade: {probes:?}"
     );
     assert!(probes.failed.is_empty(), "{probes:?}");
-    assert!(probes.answered > 0, "{probes:?}");
     // And once more: the new process offers the socket on in turn.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let prober = probe_until(address, stop.clone());
+    let prober = Prober::start(address);
+    prober.wait_for_answers(1);
     up.upgrade();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let probes = prober.join().expect("the prober");
+    prober.wait_for_answers(2);
+    let probes = prober.stop();
     assert_eq!(
         probes.refused, 0,
         "connections refused during the second upgrade: {probes:?}"
     );
+    assert!(probes.failed.is_empty(), "{probes:?}");
     assert_eq!(up.get("/healthz", None).status, 200);
 }
 
