@@ -483,10 +483,13 @@ async fn shared_controllers_type_alternately_in_order_each_attributed() -> anyho
             &mut bob
         };
         client.send_input(format!("{line}\n")).await?;
-        client.read_until(line.as_bytes()).await?;
+        // The terminal's echo, then `cat`'s copy: the line is through before the next one.
+        client
+            .read_until(format!("{line}\r\n{line}").as_bytes())
+            .await?;
     }
-    let seen = String::from_utf8(share.read_until(b"bob two").await?)?;
-    // The terminal echoes each line and `cat` writes it again: one line each, in turn.
+    let seen = String::from_utf8(share.read_until(b"bob two\r\nbob two").await?)?;
+    // Each line twice (the echo, `cat`'s copy), one typist after the other.
     let mut lines: Vec<&str> = seen
         .lines()
         .map(str::trim)
