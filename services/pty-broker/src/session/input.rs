@@ -140,7 +140,7 @@ impl Shared {
         drop(input);
         written.map_err(Error::InputNotTaken)?;
         if !data.is_empty() {
-            self.record_input(data);
+            self.record_input(client, data);
             self.note_input(client, data.len() as u64);
         }
         Ok(InputSent {

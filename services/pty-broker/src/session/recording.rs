@@ -31,6 +31,11 @@
 //! The recorder also keeps where each stretch of output is in its file (`recording/index.rs`),
 //! so that output the ring let go of (a command's, say) is read back from the spool file while
 //! the session lives ([`Shared::recorded_output`]); the index travels with a hand-off.
+//!
+//! Input is attributed in a form every asciicast v2 player plays: a marker `input: <principal>`
+//! before the first input of each new typist (asciicast events are three-element arrays, so a
+//! fourth field would break strict readers; players show markers as points to jump to, or
+//! ignore them). Input before the first marker came from a stream whose ticket named nobody.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -45,7 +50,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::Shared;
+use super::{ClientId, Shared};
 use super::handoff::Verdict;
 use crate::domain::TerminalSize;
 use crate::recording::{
@@ -168,6 +173,8 @@ pub(super) enum Mark {
         offset: u64,
         at: Instant,
         data: Bytes,
+        /// Who typed it ([`typist_marker`]).
+        typist: String,
     },
     Resize {
         offset: u64,
@@ -366,14 +373,25 @@ impl Shared {
         }
     }
 
-    /// Records input the process took, when the session records input.
-    pub(super) fn record_input(&self, data: &[u8]) {
+    /// Records input the process took, when the session records input, with who typed it:
+    /// the principal of `client`'s ticket, or a call's when no attached client wrote it.
+    pub(super) fn record_input(&self, client: Option<ClientId>, data: &[u8]) {
         if self.recorder.as_ref().is_some_and(|tap| tap.records_input) {
-            let offset = self.lock().ring.end();
+            let mut state = self.lock();
+            let offset = state.ring.end();
+            let principal = client.map(|client| {
+                state
+                    .attachments
+                    .get_mut(client)
+                    .map(|attached| attached.holder.principal.clone())
+                    .unwrap_or_default()
+            });
+            drop(state);
             self.record_mark(Mark::Input {
                 offset,
                 at: Instant::now(),
                 data: Bytes::copy_from_slice(data),
+                typist: typist_marker(principal.as_deref()),
             });
         }
     }
@@ -394,7 +412,23 @@ struct CastWriter {
     dirty_since: Option<Instant>,
     index_writer: IndexWriter,
     index: Arc<Mutex<OutputIndex>>,
+    /// The marker of whoever typed the last input written ([`typist_marker`]).
+    last_typist: String,
 }
+
+/// The marker that names who typed: `input: <principal>` for an attached stream, `input:
+/// (unnamed)` for one whose ticket named nobody, `input: (call)` for input a call sent (REST or
+/// MCP `input`, `run`), which has no stream.
+fn typist_marker(principal: Option<&str>) -> String {
+    match principal {
+        Some("") => UNNAMED_TYPIST.to_owned(),
+        Some(principal) => format!("input: {principal}"),
+        None => "input: (call)".to_owned(),
+    }
+}
+
+/// Whom input is attributed to before any marker says otherwise.
+const UNNAMED_TYPIST: &str = "input: (unnamed)";
 
 impl CastWriter {
     fn elapsed(&self) -> Duration {
@@ -471,8 +505,15 @@ impl CastWriter {
         let at = |instant: Instant| instant.saturating_duration_since(self.started);
         match mark {
             Mark::Input {
-                at: instant, data, ..
+                at: instant,
+                data,
+                typist,
+                ..
             } => {
+                if typist != self.last_typist {
+                    self.encoder.marker(at(instant), &typist, &mut self.buffer);
+                    self.last_typist = typist;
+                }
                 self.encoder.input(at(instant), &data, &mut self.buffer);
             }
             Mark::Resize {
@@ -544,6 +585,7 @@ pub(super) async fn record_until(
         dirty_since: None,
         index_writer,
         index,
+        last_typist: UNNAMED_TYPIST.to_owned(),
     };
     let mut offset = 0u64;
     match resume {

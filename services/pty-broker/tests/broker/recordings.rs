@@ -1,7 +1,7 @@
 //! Recordings on a real broker: a recorded session's `.cast` parses with a strict asciicast v2
 //! reader and its output events are the bytes its Attach client saw, across resizes and a
-//! reset; input is kept only when asked; and a broker killed with SIGKILL keeps what it had
-//! flushed, published by its next start.
+//! reset; input is kept only when asked, each typist's named by a marker before it; and a broker
+//! killed with SIGKILL keeps what it had flushed, published by its next start.
 
 use std::path::Path;
 
@@ -169,6 +169,96 @@ async fn output_mode_keeps_no_input(backend: Backend) -> anyhow::Result<()> {
     ensure!(cast.events_of("i").next().is_none(), "input was recorded");
     // The terminal echoed the input: that is output, and kept.
     ensure!(String::from_utf8(cast.output())?.contains("got:secret"));
+    broker.stop().await
+}
+
+/// Attaches as a controller whose ticket names `principal` (through the CLI).
+async fn attach_named(
+    broker: &TestBroker,
+    session_id: &str,
+    principal: &str,
+) -> anyhow::Result<support::AttachedClient> {
+    let holder = ptyhub_attach_ticket::TicketHolder {
+        principal: principal.to_owned(),
+        surface: "cli".to_owned(),
+    };
+    let ticket = broker.ticket_key.sign_for(
+        uuid::Uuid::parse_str(session_id)?,
+        ptyhub_attach_ticket::TicketRole::Controller,
+        std::time::SystemTime::now() + std::time::Duration::from_secs(300),
+        &holder,
+    );
+    Ok(broker
+        .attach_with(pb::Hello {
+            ticket,
+            session_id: session_id.to_owned(),
+            role: pb::Role::Controller as i32,
+            since: Some(0),
+            ..Default::default()
+        })
+        .await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_typists_input_follows_a_marker_that_names_it() -> anyhow::Result<()> {
+    support::init_logging();
+    let store = tempfile::tempdir()?;
+    let broker = recorded_broker(Backend::Local, store.path()).await?;
+    let mut request = recorded_spawn(&broker, "cat", pb::RecordMode::OutputAndInput);
+    request.control_mode = pb::ControlMode::Shared as i32;
+    let session_id = request.session_id.clone();
+    broker.spawn_as(request).await?;
+    let mut alice = attach_named(&broker, &session_id, "alice").await?;
+    let mut bob = attach_named(&broker, &session_id, "bob").await?;
+
+    // Two controllers take turns; a call types last.
+    for (typist, line) in [
+        ("alice", "alice one"),
+        ("bob", "bob one"),
+        ("bob", "bob two"),
+        ("alice", "alice two"),
+    ] {
+        let client = if typist == "alice" {
+            &mut alice
+        } else {
+            &mut bob
+        };
+        client.send_input(format!("{line}\n")).await?;
+        client.read_until(line.as_bytes()).await?;
+    }
+    broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("from a call\n".to_owned())],
+            true,
+        )
+        .await?;
+    alice.read_until(b"from a call").await?;
+    broker.kill(&session_id).await?;
+
+    let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
+    let attributed: Vec<(String, String)> = cast
+        .events
+        .iter()
+        .filter(|event| event.code == "m" || event.code == "i")
+        .fold(Vec::new(), |mut typed, event| {
+            match event.code.as_str() {
+                "m" => typed.push((event.data.clone(), String::new())),
+                _ => match typed.last_mut() {
+                    Some((_, input)) => input.push_str(&event.data),
+                    None => typed.push((String::new(), event.data.clone())),
+                },
+            }
+            typed
+        });
+    let expected = [
+        ("input: alice", "alice one\n"),
+        ("input: bob", "bob one\nbob two\n"),
+        ("input: alice", "alice two\n"),
+        ("input: (call)", "from a call\n"),
+    ]
+    .map(|(marker, input)| (marker.to_owned(), input.to_owned()));
+    ensure!(attributed == expected, "markers and input: {attributed:?}");
     broker.stop().await
 }
 
