@@ -867,3 +867,69 @@ async fn revoking_a_share_ends_its_open_streams_on_every_gateway() {
     assert_eq!(closed.reason, "share link revoked");
     stack.shutdown().await;
 }
+
+/// A share link's streams end when the gateway's clock reaches the share's expiry, not a second
+/// before: a socket with 4001 `credential expired`, an event stream by ending. The gateway reads
+/// a clock the test moves, so the hour-long share expires when the test says.
+#[tokio::test]
+async fn a_share_links_streams_end_when_the_share_expires() {
+    let clock = gateway::ManualClock::starting_now();
+    let stack = TestStack::builder()
+        .configure(|stack| stack.gateway.clock = clock.clock())
+        .start()
+        .await;
+    let instance = stack.instance_id.clone();
+    let session = create_session(&stack, &instance, json!({"name": "watched"})).await;
+    let created = create_share(&stack, json!({"expires_in": 3600})).await;
+    let token = created["token"].as_str().expect("a token").to_owned();
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(created["expires_at"].as_str().expect("an expiry"))
+            .expect("an RFC 3339 expiry")
+            .timestamp();
+    let expires_at = u64::try_from(expires_at).expect("an expiry after 1970");
+
+    let session_path = format!("/ws/tool-instances/{instance}/terminal/{session}");
+    let mut viewer = Terminal::open_url(
+        &format!("{}{session_path}?token={token}", stack.websocket_url()),
+        &[],
+    )
+    .await
+    .expect("a viewer socket");
+    viewer.connected().await;
+    let mut events = stack
+        .http
+        .get(format!(
+            "{}/api/v1/instances/{instance}/terminal/events",
+            stack.gateway_url
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("an event stream");
+    assert_eq!(events.status(), 200);
+    let first = events.chunk().await.unwrap().expect("the list of sessions");
+    assert!(String::from_utf8_lossy(&first).contains("sessions"));
+
+    // A second before the share's expiry its socket still shows what the controller types.
+    clock.advance(std::time::Duration::from_secs(expires_at - 1 - clock.now()));
+    let mut controller = Terminal::open(&stack, &session_path).await;
+    controller.connected().await;
+    controller.send_input("echo before-$((2*3))\n").await;
+    viewer.read_until_output("before-6").await;
+
+    clock.advance(std::time::Duration::from_secs(1));
+    let closed = viewer.read_until_closed().await;
+    assert_eq!(closed.code, 4001, "{closed:?}");
+    assert_eq!(closed.reason, "credential expired");
+    let ended = tokio::time::timeout(PATIENCE, async {
+        while events
+            .chunk()
+            .await
+            .expect("the stream ends cleanly")
+            .is_some()
+        {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream outlived its share");
+    stack.shutdown().await;
+}
