@@ -51,6 +51,8 @@ pub enum Error {
     ProcessEndedBeforeInput,
     #[error("the terminal did not take the input: {0}")]
     InputNotTaken(#[source] std::io::Error),
+    #[error("input not written (or not all of it): an interrupt (Ctrl-C) came after it and went first")]
+    InputInterrupted,
     #[error("the session is closed")]
     SessionClosed,
     #[error("client fell too far behind and was dropped")]
@@ -145,6 +147,7 @@ impl Error {
             Error::ProcessExited
             | Error::ProcessEndedBeforeInput
             | Error::InputNotTaken(_)
+            | Error::InputInterrupted
             | Error::SessionClosed => ErrorCode::WrongState,
             Error::ClientTooSlow
             | Error::InputTooLarge(_)

@@ -24,7 +24,7 @@ use crate::domain::SessionInfo;
 use crate::error::Error;
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::ScreenFormat;
-use crate::session::{AttachedInput, Attachment, AttachmentHandle};
+use crate::session::{AttachedInput, Attachment, AttachmentHandle, INTERRUPT};
 use crate::session::{CommandWatch, ScreenWait};
 use convert::{
     commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
@@ -506,8 +506,14 @@ async fn apply_client_frames(
     mut inbound: Streaming<pb::ClientFrame>,
     sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
 ) {
+    // The one frame read while an input was being written, applied next.
+    let mut ahead: Option<Result<Option<pb::ClientFrame>, Status>> = None;
     loop {
-        let frame = match inbound.message().await {
+        let next = match ahead.take() {
+            Some(next) => next,
+            None => inbound.message().await,
+        };
+        let frame = match next {
             Ok(Some(frame)) => frame,
             // The client closed its side; it may still be reading.
             Ok(None) => return,
@@ -527,7 +533,7 @@ async fn apply_client_frames(
                     let _ = sender.send(Err(too_large.into())).await;
                     return;
                 }
-                write_input(handle, input, &sender).await
+                write_input_reading_ahead(handle, input, &mut inbound, &mut ahead, &sender).await
             }
             Some(pb::client_frame::Frame::Resize(size)) => match terminal_size(size) {
                 Ok(size) => handle.resize(size).await.map_err(refused),
@@ -547,17 +553,8 @@ async fn apply_client_frames(
                 "empty client frame".to_owned(),
             ))),
         };
-        if let Err(Refusal { error, input_id }) = result {
-            let status = Status::from(error);
-            let frame = pb::ServerFrame {
-                frame: Some(pb::server_frame::Frame::Error(pb::Error {
-                    code: status.code() as i32,
-                    message: status.message().to_owned(),
-                    input_id,
-                })),
-            };
-            // Nobody reads the answer once the response stream is gone; the frames go on.
-            let _ = sender.send(Ok(frame)).await;
+        if let Err(refusal) = result {
+            send_refusal(&sender, refusal).await;
         }
     }
 }
@@ -588,6 +585,59 @@ async fn write_input(
         }
         Err(error) => Err(Refusal { error, input_id }),
     }
+}
+
+/// Writes one input as [`write_input`] does, reading the stream's next frame meanwhile: an
+/// interrupt there goes at once, ahead of the input that waits (a program that does not read
+/// may hold it for as long as it runs), which then gives way unwritten; any other frame is kept
+/// in `ahead`, applied next, and nothing more is read until the input is written (flow
+/// control).
+async fn write_input_reading_ahead(
+    handle: &AttachmentHandle,
+    input: pb::Input,
+    inbound: &mut Streaming<pb::ClientFrame>,
+    ahead: &mut Option<Result<Option<pb::ClientFrame>, Status>>,
+    sender: &mpsc::Sender<Result<pb::ServerFrame, Status>>,
+) -> Result<(), Refusal> {
+    let write = write_input(handle, input, sender);
+    tokio::pin!(write);
+    loop {
+        tokio::select! {
+            biased;
+            written = &mut write => return written,
+            next = inbound.message(), if ahead.is_none() => match next {
+                Ok(Some(pb::ClientFrame {
+                    frame: Some(pb::client_frame::Frame::Input(interrupt)),
+                })) if interrupt.data.as_ref() == [INTERRUPT] => {
+                    // Both polled: the waiting write must see the interrupt to give way to it.
+                    let (written, interrupted) =
+                        tokio::join!(&mut write, write_input(handle, interrupt, sender));
+                    if let Err(refusal) = interrupted {
+                        send_refusal(sender, refusal).await;
+                    }
+                    return written;
+                }
+                next => *ahead = Some(next),
+            },
+        }
+    }
+}
+
+/// Answers a refused frame with an error frame; the stream goes on.
+async fn send_refusal(
+    sender: &mpsc::Sender<Result<pb::ServerFrame, Status>>,
+    Refusal { error, input_id }: Refusal,
+) {
+    let status = Status::from(error);
+    let frame = pb::ServerFrame {
+        frame: Some(pb::server_frame::Frame::Error(pb::Error {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            input_id,
+        })),
+    };
+    // Nobody reads the answer once the response stream is gone; the frames go on.
+    let _ = sender.send(Ok(frame)).await;
 }
 
 /// A decoding failure of a client frame, as the client should see it.

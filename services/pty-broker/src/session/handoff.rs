@@ -217,6 +217,7 @@ impl Session {
             // What the previous process held it wrote before it froze; later input waits here
             // (below) while the shell has not shown its first prompt.
             prompt_gate: PromptGate::open(),
+            interrupts: super::input::Interrupts::default(),
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,

@@ -11,9 +11,20 @@
 //! (a startup file that never ends, a shell that prints no marks after all), or the process
 //! ended. A program without integration, or a broker without screens (no marks are read), writes
 //! at once.
+//!
+//! An interrupt (Ctrl-C, [`INTERRUPT`], sent alone) always passes (docs/CONTRACT.md, "Ctrl-C
+//! always passes"): input queued behind a write that a program which does not read holds up
+//! would otherwise keep it waiting for as long as the program runs. So an interrupt counts
+//! itself in [`Interrupts`], which cancels the write that waits on the PTY and makes every input
+//! queued before it give way unwritten (as the terminal's own Ctrl-C drops the input it holds),
+//! and then goes next. When the PTY takes no byte at all (its input buffer is full of what the
+//! program did not read), the byte could not reach the line discipline that turns it into a
+//! signal, so the broker sends the program's process group SIGINT itself, as the line
+//! discipline would have.
 
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -23,6 +34,41 @@ use crate::error::Error;
 
 /// How long input waits for an integrated shell's first prompt after its process started.
 pub const FIRST_PROMPT_WAIT: Duration = Duration::from_secs(5);
+
+/// The byte an interrupt is: Ctrl-C, the terminal's default `VINTR`.
+pub const INTERRUPT: u8 = 0x03;
+
+/// How many interrupts came so far: input that started waiting before one gives way to it.
+#[derive(Debug)]
+pub(super) struct Interrupts {
+    count: watch::Sender<u64>,
+}
+
+impl Default for Interrupts {
+    fn default() -> Self {
+        Self {
+            count: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Interrupts {
+    /// The interrupts so far; an input notes it before it waits for its turn.
+    fn seen(&self) -> watch::Receiver<u64> {
+        self.count.subscribe()
+    }
+
+    /// Counts one more interrupt: every input that noted an earlier count gives way.
+    fn count_one(&self) -> watch::Receiver<u64> {
+        self.count.send_modify(|count| *count += 1);
+        self.count.subscribe()
+    }
+}
+
+/// Whether an interrupt came since `seen` was noted.
+fn interrupted_since(seen: &watch::Receiver<u64>) -> bool {
+    seen.has_changed().unwrap_or(false)
+}
 
 /// What one input wrote: its receipt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +159,11 @@ impl Shared {
         data: &[u8],
         still_allowed: impl Fn() -> Result<(), Error>,
     ) -> Result<InputSent, Error> {
+        let mut interrupts = self.interrupts.seen();
         let mut input = self.input.lock().await;
+        if interrupted_since(&interrupts) {
+            return Err(Error::InputInterrupted);
+        }
         still_allowed()?;
         let Some(PtyInput { writer, ended }) = input.as_mut() else {
             return Err(Error::ProcessExited);
@@ -135,6 +185,7 @@ impl Shared {
         let written = tokio::select! {
             biased;
             () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+            _ = interrupts.changed() => return Err(Error::InputInterrupted),
             written = writer.write_all(data) => written,
         };
         drop(input);
@@ -145,6 +196,44 @@ impl Shared {
         }
         Ok(InputSent {
             bytes_written: data.len() as u64,
+            output_offset,
+        })
+    }
+
+    /// Writes an interrupt ahead of every input that waits (see the module's doc), once
+    /// `still_allowed` says yes. When the PTY takes no byte now, the process group is sent
+    /// SIGINT instead, through the task that owns the process.
+    pub(super) async fn interrupt(
+        &self,
+        client: Option<ClientId>,
+        still_allowed: impl Fn() -> Result<(), Error>,
+        signal: impl Future<Output = Result<(), Error>>,
+    ) -> Result<InputSent, Error> {
+        let mine = self.interrupts.count_one();
+        let mut input = self.input.lock().await;
+        // A later interrupt went first; this one is answered as one more input it made give way.
+        if interrupted_since(&mine) {
+            return Err(Error::InputInterrupted);
+        }
+        still_allowed()?;
+        let Some(PtyInput { writer, .. }) = input.as_mut() else {
+            return Err(Error::ProcessExited);
+        };
+        let output_offset = self.lock().ring.end();
+        let typed = [INTERRUPT];
+        match writer.write(&typed).now_or_never() {
+            Some(Ok(1)) => {}
+            Some(Ok(_)) | None => {
+                drop(input);
+                tracing::debug!("the terminal takes no input: the interrupt goes as SIGINT");
+                signal.await?;
+            }
+            Some(Err(error)) => return Err(Error::InputNotTaken(error)),
+        }
+        self.record_input(client, &typed);
+        self.note_input(client, 1);
+        Ok(InputSent {
+            bytes_written: 1,
             output_offset,
         })
     }

@@ -35,7 +35,7 @@ use uuid::Uuid;
 pub use attachments::ClientId;
 pub use command_watch::CommandWatch;
 pub use handoff::{Frozen, FrozenSession, Verdict};
-pub use input::{FIRST_PROMPT_WAIT, InputSent};
+pub use input::{FIRST_PROMPT_WAIT, INTERRUPT, InputSent};
 pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
 pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem};
@@ -118,6 +118,8 @@ struct Shared {
     input: Arc<tokio::sync::Mutex<Option<PtyInput>>>,
     /// Holds input while an integrated shell has not shown its first prompt (`session/input.rs`).
     prompt_gate: input::PromptGate,
+    /// Counts interrupts, so that input queued or blocked before one gives way to it.
+    interrupts: input::Interrupts,
     /// The session's terminal emulator, fed from the ring off the output path (`session/screen.rs`);
     /// `None` on a broker that runs without screens. Lock order: this before `state`.
     screen: Option<Mutex<Screen>>,
@@ -246,6 +248,11 @@ enum Command {
     Kill {
         reply: oneshot::Sender<SessionInfo>,
     },
+    /// Signal the running process's group with SIGINT: an interrupt the terminal's full input
+    /// buffer would hold back (`session/input.rs`).
+    Interrupt {
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
     /// Stop reading, answer what the session is, and wait for the hand-off's verdict.
     HandOff {
         reply: oneshot::Sender<Result<FrozenSession, Error>>,
@@ -306,6 +313,7 @@ impl Session {
             feeder_wake: Notify::new(),
             input: Arc::new(tokio::sync::Mutex::new(None)),
             prompt_gate: input::PromptGate::open(),
+            interrupts: input::Interrupts::default(),
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,
@@ -385,6 +393,13 @@ impl Session {
                 client: attached.client,
             }),
         })
+    }
+
+    /// Sends the running process's group SIGINT (an interrupt the terminal cannot take).
+    async fn interrupt_process(&self) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Interrupt { reply }).await?;
+        answer.await.map_err(|_| Error::SessionClosed)?
     }
 
     async fn send(&self, command: Command) -> Result<(), Error> {
@@ -571,6 +586,18 @@ impl AttachmentHandle {
     /// nothing and answers once the input before it was written.
     pub async fn write_input(&self, data: Bytes) -> Result<InputSent, Error> {
         self.check_controller(ClientAction::WriteInput)?;
+        if data.as_ref() == [INTERRUPT] {
+            // Ahead of whatever waits (`session/input.rs`).
+            return self
+                .session
+                .shared
+                .interrupt(
+                    Some(self.client),
+                    || self.check_controller(ClientAction::WriteInput).map(drop),
+                    self.session.interrupt_process(),
+                )
+                .await;
+        }
         // Control may have moved while this client waited for the input side.
         self.session
             .shared

@@ -640,6 +640,16 @@ impl SessionTask {
                     return Some(ProcessEnd::Reset { reply });
                 }
             }
+            Command::Interrupt { reply } => {
+                let signalled = process
+                    .signal_group(GroupSignal::Interrupt)
+                    .await
+                    .map_err(|error| {
+                        tracing::warn!(session_id = %self.id, %error, "interrupt failed");
+                        Error::ProcessExited
+                    });
+                let _ = reply.send(signalled);
+            }
             Command::Kill { reply } => {
                 return Some(ProcessEnd::Close {
                     reason: CloseReason::Killed,
@@ -922,6 +932,9 @@ impl SessionTask {
                         let _ = reply.send(attached);
                     }
                     Some(Command::Resize { reply, .. }) => {
+                        let _ = reply.send(Err(Error::ProcessExited));
+                    }
+                    Some(Command::Interrupt { reply }) => {
                         let _ = reply.send(Err(Error::ProcessExited));
                     }
                     Some(Command::HandOff { reply, verdict, let_go }) => {

@@ -291,3 +291,59 @@ async fn run_to_exit(broker: &TestBroker, script: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// More lines than a terminal's input side holds (its line buffer and the queue before it,
+/// about 68 KiB on Linux): written to a program that never reads, the write waits for good.
+fn paste_the_program_never_reads() -> String {
+    let line = format!("{}\n", "p".repeat(79));
+    line.repeat(256 * 1024 / line.len())
+}
+
+/// Reads until the process exits and checks that SIGINT ended it.
+async fn interrupted(client: &mut AttachedClient) -> anyhow::Result<()> {
+    let (_, exit) = client.read_to_exit().await?;
+    ensure!(
+        exit.signal == Some(2) || exit.code == 130,
+        "ended otherwise than by an interrupt: {exit:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_from_another_controller_passes_a_paste_the_program_never_reads()
+-> anyhow::Result<()> {
+    crate::support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let mut request = broker.spawn_request(&["sleep", "600"], "");
+    request.control_mode = pb::ControlMode::Shared as i32;
+    let session_id = broker.spawn_as(request).await?.session_id;
+    let paster = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    let mut other = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    paster.send_input(paste_the_program_never_reads()).await?;
+    // The paste's echo shows it reached the terminal; the rest of it waits there.
+    other.read_until(b"pppp\r\n").await?;
+    other.send_input(&b"\x03"[..]).await?;
+    interrupted(&mut other).await?;
+    broker.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_right_after_a_paste_on_the_same_stream_passes_it() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session_id = broker.spawn(&["sleep", "600"], 80, 24).await?.session_id;
+    let mut controller = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller
+        .send_input(paste_the_program_never_reads())
+        .await?;
+    controller.read_until(b"pppp\r\n").await?;
+    controller.send_input(&b"\x03"[..]).await?;
+    interrupted(&mut controller).await?;
+    broker.stop().await
+}
