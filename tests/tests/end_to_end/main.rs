@@ -19,6 +19,7 @@ mod teardown;
 mod tickets;
 mod tombstone;
 
+use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_test_support::Requirement;
 use ptyhub_test_support::postgres::TestDatabase;
 use tests::cluster::{Cluster, ClusterBuilder};
@@ -75,4 +76,73 @@ async fn created_session(cluster: &Cluster, instance_id: &str, body: serde_json:
     let (status, answer) = create_session(cluster, instance_id, body).await;
     assert_eq!(status, 201, "create: {answer}");
     answer["id"].as_str().expect("a session id").to_owned()
+}
+
+/// session-api's changes to the sessions of `instance_id` from now on, as replica 0 streams
+/// them (`WatchSessions`), drained as they come so that the replica never sees this watcher lag.
+/// A test reads a sequence of transitions from it in order, however fast they follow each other.
+async fn session_changes(
+    cluster: &Cluster,
+    instance_id: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<session_pb::SessionChange> {
+    let mut stream = cluster
+        .session_client(0)
+        .await
+        .expect("a session-api client")
+        .watch_sessions(session_pb::WatchSessionsRequest {
+            instance: instance_id.to_owned(),
+        })
+        .await
+        .expect("watch the sessions")
+        .into_inner();
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(change)) = stream.message().await {
+            if sender.send(change).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// The next change of session `session_id` on `changes`; panics when none comes within
+/// [`tests::cluster::PATIENCE`] (a hang, not a slow machine).
+async fn next_change_of(
+    changes: &mut tokio::sync::mpsc::UnboundedReceiver<session_pb::SessionChange>,
+    session_id: &str,
+) -> (session_pb::session_change::Kind, session_pb::Session) {
+    loop {
+        let (kind, session) = next_change(changes).await;
+        if session.id == session_id {
+            return (kind, session);
+        }
+    }
+}
+
+/// The next change on `changes`, of any session; panics when none comes within
+/// [`tests::cluster::PATIENCE`] (a hang, not a slow machine).
+async fn next_change(
+    changes: &mut tokio::sync::mpsc::UnboundedReceiver<session_pb::SessionChange>,
+) -> (session_pb::session_change::Kind, session_pb::Session) {
+    let change = tokio::time::timeout(tests::cluster::PATIENCE, changes.recv())
+        .await
+        .expect("a session change in time")
+        .expect("the change stream goes on");
+    let kind = change.kind();
+    (kind, change.session.expect("a change carries its session"))
+}
+
+/// Skips changes of session `session_id` until it closes, and returns it closed.
+async fn closed_session(
+    changes: &mut tokio::sync::mpsc::UnboundedReceiver<session_pb::SessionChange>,
+    session_id: &str,
+) -> session_pb::Session {
+    loop {
+        if let (session_pb::session_change::Kind::Closed, session) =
+            next_change_of(changes, session_id).await
+        {
+            return session;
+        }
+    }
 }
