@@ -14,7 +14,8 @@
 //!   `interop/requirements.txt`, `examples/python/requirements.txt` and
 //!   `bench/python/requirements.txt` from PyPI
 //!   (`PTYHUB_TEST_PYTHON`), moto's S3 server (`moto_server`) among them for the recordings
-//!   tests; `iproute2` for the tests' own network namespaces.
+//!   tests; `iproute2` for the tests' own network namespaces and for `ss`, which a gateway test
+//!   reads a socket's send queue with.
 //! - Node, npm and the web page's npm packages (`npm ci` in `web/`): the screen oracle
 //!   (`web/test/screen-oracle.mjs`, xterm.js in node) that the broker's screen tests run.
 //! - The MCP inspector's CLI and the Node 22 it needs, pinned by `interop/mcp-inspector/` and
