@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ptyhub_model::AuditKind;
 use ptyhub_model::Role;
+use ptyhub_wire::Actor;
 use uuid::Uuid;
 
 use crate::grpc::{AuditReport, Upstreams};
@@ -103,7 +104,11 @@ struct AuditQueue(Arc<QueueShared>);
 
 #[derive(Debug)]
 struct QueueShared {
+    /// The upstreams acting for no one, and the stream's principal: its reports are sent acting
+    /// for them, by upstreams made when there is something to send (a stream that holds upstreams
+    /// acting for someone holds a copy of every client for as long as it lives).
     upstreams: Upstreams,
+    actor: Option<Arc<Actor>>,
     pending: Mutex<Pending>,
 }
 
@@ -116,8 +121,10 @@ struct Pending {
 
 impl AuditQueue {
     fn new(upstreams: Upstreams) -> Self {
+        let (actor, upstreams) = upstreams.actor_and_base();
         Self(Arc::new(QueueShared {
             upstreams,
+            actor,
             pending: Mutex::default(),
         }))
     }
@@ -142,23 +149,36 @@ impl AuditQueue {
     }
 
     async fn send_all(self) {
+        let upstreams = match &self.0.actor {
+            Some(actor) => self.0.upstreams.acting_for_shared(actor.clone()),
+            None => self.0.upstreams.clone(),
+        };
         loop {
-            let report = {
-                let mut pending = self
-                    .0
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match pending.reports.pop_front() {
-                    Some(report) => report,
-                    None => {
-                        pending.sending = false;
-                        return;
-                    }
-                }
+            let report = self
+                .0
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next_to_send();
+            let Some(report) = report else {
+                return;
             };
-            self.0.upstreams.report_audit_event(report).await;
+            upstreams.report_audit_event(report).await;
         }
+    }
+}
+
+impl Pending {
+    /// The oldest report; when none is left, the sending task ends and the queue gives its
+    /// buffer back: a stream reports now and then (attach, resets, detach), and an idle stream's
+    /// queue would otherwise keep the room its busiest moment took for as long as it lives.
+    fn next_to_send(&mut self) -> Option<AuditReport> {
+        let next = self.reports.pop_front();
+        if next.is_none() {
+            self.sending = false;
+            self.reports = VecDeque::new();
+        }
+        next
     }
 }
 
@@ -180,6 +200,23 @@ pub fn detach_reason(ending: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drained_queue_stops_sending_and_gives_its_buffer_back() {
+        let mut pending = Pending {
+            sending: true,
+            ..Pending::default()
+        };
+        for kind in [AuditKind::Attached, AuditKind::SessionReset] {
+            pending.reports.push_back(AuditReport::new(kind));
+        }
+        let sent: Vec<AuditKind> = std::iter::from_fn(|| pending.next_to_send())
+            .map(|report| report.kind)
+            .collect();
+        assert_eq!(sent, [AuditKind::Attached, AuditKind::SessionReset]);
+        assert!(!pending.sending, "the next push starts a task again");
+        assert_eq!(pending.reports.capacity(), 0);
+    }
 
     #[test]
     fn a_takeover_is_reported_in_the_words_session_api_pairs() {

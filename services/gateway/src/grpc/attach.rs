@@ -1,6 +1,7 @@
 //! `Attach` streams to brokers: opening one with its hello, and its two halves as the
 //! WebSocket bridge and the relay use them.
 
+use futures::channel::mpsc as queue;
 use futures::{FutureExt, StreamExt};
 use ptyhub_model::proto::ProtoEnum as _;
 use ptyhub_model::{Role, TerminalSize};
@@ -26,9 +27,7 @@ impl Upstreams {
         snapshot: bool,
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
         let broker = self.brokers.transport(&target.broker_endpoint)?;
-        // The queue holds commands, not client frames: a bounded channel allocates its first
-        // block of slots up front, and a frame (the hello's variant) is twice a command's size.
-        let (commands, command_receiver) = mpsc::channel(ATTACH_COMMAND_QUEUE);
+        let (commands, command_receiver) = AttachCommands::channel(ATTACH_COMMAND_QUEUE);
         let hello = broker_pb::ClientFrame {
             frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
                 ticket: target.ticket.clone(),
@@ -41,13 +40,13 @@ impl Upstreams {
             })),
         };
         let frames = futures::stream::once(std::future::ready(hello))
-            .chain(ReceiverStream::new(command_receiver).map(command_frame));
+            .chain(command_receiver.map(command_frame));
         let events = broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
             .attach(frames)
             .await
             .map_err(broker_error)?
             .into_inner();
-        Ok((AttachEvents { events }, AttachCommands { commands }))
+        Ok((AttachEvents { events }, commands))
     }
 }
 
@@ -125,36 +124,57 @@ impl AttachEvents {
     }
 }
 
-/// The client half of an `Attach` stream.
-#[derive(Debug, Clone)]
+/// The client half of an `Attach` stream: a bounded queue of commands, in order, that the
+/// stream's request body takes one at a time.
+///
+/// The queue is `futures`' bounded channel rather than tokio's: it allocates a small node per
+/// queued command and nothing per slot, so an idle socket's queue costs a few hundred bytes;
+/// tokio's allocates its first block of 32 slots when it is made (1.8 KiB of `TerminalCommand`s,
+/// a tenth of an idle WebSocket on the gateway). Both are bounded, keep order, and say when the
+/// receiving stream is gone.
+#[derive(Debug)]
 pub struct AttachCommands {
-    commands: mpsc::Sender<TerminalCommand>,
+    commands: queue::Sender<TerminalCommand>,
 }
 
 impl AttachCommands {
-    /// A queue of `capacity` commands and the receiving end a stream would read.
-    #[cfg(test)]
-    pub(crate) fn channel(capacity: usize) -> (Self, mpsc::Receiver<TerminalCommand>) {
-        let (commands, receiver) = mpsc::channel(capacity);
+    /// A queue of `capacity` commands (at least one) and the receiving end a stream reads.
+    /// `futures`' channel gives each sender one slot beyond its buffer, and this is its only
+    /// sender.
+    pub(crate) fn channel(capacity: usize) -> (Self, queue::Receiver<TerminalCommand>) {
+        let (commands, receiver) = queue::channel(capacity.saturating_sub(1));
         (Self { commands }, receiver)
     }
 
     /// Queues a command if there is room, without waiting: `Ok(Some(command))` hands it back
     /// when the queue is full, an error means the stream has ended.
-    pub fn try_send(&self, command: TerminalCommand) -> Result<Option<TerminalCommand>, ApiError> {
+    pub fn try_send(
+        &mut self,
+        command: TerminalCommand,
+    ) -> Result<Option<TerminalCommand>, ApiError> {
         match self.commands.try_send(command) {
             Ok(()) => Ok(None),
-            Err(mpsc::error::TrySendError::Full(command)) => Ok(Some(command)),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(attach_stream_ended()),
+            Err(refused) if refused.is_full() => Ok(Some(refused.into_inner())),
+            Err(_) => Err(attach_stream_ended()),
         }
     }
 
-    /// Waits for room for one command; an error means the stream has ended.
-    pub async fn reserve(&self) -> Result<mpsc::Permit<'_, TerminalCommand>, ApiError> {
-        self.commands
-            .reserve()
-            .await
-            .map_err(|_| attach_stream_ended())
+    /// Waits for room for one command, then takes `command` and queues it. An error means the
+    /// stream has ended, and the command is dropped. Cancel-safe: the command stays where it is
+    /// until there is room.
+    pub async fn send_when_room(
+        &mut self,
+        command: &mut Option<TerminalCommand>,
+    ) -> Result<(), ApiError> {
+        let room = std::future::poll_fn(|context| self.commands.poll_ready(context)).await;
+        match (room, command.take()) {
+            (Ok(()), Some(command)) => self
+                .commands
+                .start_send(command)
+                .map_err(|_| attach_stream_ended()),
+            (Ok(()), None) => Ok(()),
+            (Err(_), _) => Err(attach_stream_ended()),
+        }
     }
 }
 
@@ -183,4 +203,57 @@ fn command_frame(command: TerminalCommand) -> broker_pb::ClientFrame {
         }
     };
     broker_pb::ClientFrame { frame: Some(frame) }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn input(byte: u8) -> TerminalCommand {
+        TerminalCommand::Input {
+            data: Bytes::copy_from_slice(&[byte]),
+            id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn commands_are_taken_in_order_and_a_full_queue_hands_the_next_back() {
+        let (mut commands, mut receiver) = AttachCommands::channel(ATTACH_COMMAND_QUEUE);
+        for byte in 0..ATTACH_COMMAND_QUEUE as u8 {
+            assert!(commands.try_send(input(byte)).unwrap().is_none(), "{byte}");
+        }
+        let refused = commands.try_send(input(255)).unwrap();
+        assert_eq!(
+            refused,
+            Some(input(255)),
+            "past its capacity the queue refuses"
+        );
+        let mut waiting = refused;
+        // Room comes back as the stream takes commands, oldest first.
+        assert_eq!(receiver.next().await, Some(input(0)));
+        commands.send_when_room(&mut waiting).await.unwrap();
+        assert!(waiting.is_none());
+        drop(commands);
+        let rest: Vec<TerminalCommand> = receiver.collect().await;
+        let expected: Vec<TerminalCommand> = (1..ATTACH_COMMAND_QUEUE as u8)
+            .chain([255])
+            .map(input)
+            .collect();
+        assert_eq!(rest, expected);
+    }
+
+    #[tokio::test]
+    async fn a_queue_whose_stream_ended_refuses_and_drops_the_waiting_command() {
+        let (mut commands, receiver) = AttachCommands::channel(1);
+        drop(receiver);
+        assert_eq!(
+            commands.try_send(input(1)).unwrap_err().message,
+            "attach stream ended"
+        );
+        let mut waiting = Some(input(2));
+        assert!(commands.send_when_room(&mut waiting).await.is_err());
+        assert!(waiting.is_none());
+    }
 }

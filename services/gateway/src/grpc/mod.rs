@@ -157,6 +157,9 @@ pub struct UpstreamClients {
     brokers: BrokerChannels,
     /// How long an answer may take beyond a wait's own timeout.
     answer_margin: Duration,
+    /// Acting for someone (see [`Upstreams::acting_for`]): who, and the upstreams acting for
+    /// no one these were made from.
+    acting: Option<(Arc<Actor>, Upstreams)>,
 }
 
 impl Upstreams {
@@ -215,17 +218,36 @@ impl Upstreams {
             brokers: BrokerChannels::new(timeout, tls.clone(), in_process_brokers)
                 .with_keep_alive(keep_alive),
             answer_margin: timeout,
+            acting: None,
         })))
     }
 
     /// The same upstreams, whose calls to session-api say they are made for `actor`: what
     /// every call that changes something, or attaches, uses, so the audit trail names the user.
     pub fn acting_for(&self, actor: &Actor) -> Upstreams {
+        self.acting_for_shared(Arc::new(actor.clone()))
+    }
+
+    /// Who these upstreams act for, if anyone, and the upstreams acting for no one they were
+    /// made from: what a holder that calls only now and then keeps instead of these (a copy of
+    /// every client, half a KiB), to act for the actor again when it calls
+    /// ([`Upstreams::acting_for_shared`]).
+    pub fn actor_and_base(&self) -> (Option<Arc<Actor>>, Upstreams) {
+        match &self.acting {
+            Some((actor, base)) => (Some(actor.clone()), base.clone()),
+            None => (None, self.clone()),
+        }
+    }
+
+    /// [`Upstreams::acting_for`] with an actor already shared.
+    pub fn acting_for_shared(&self, actor: Arc<Actor>) -> Upstreams {
+        let (_, base) = self.actor_and_base();
         let auth = SessionApiAuth {
             credential: self.credential.clone(),
-            actor: Some(Arc::new(actor.clone())),
+            actor: Some(actor.clone()),
         };
         let mut upstreams = UpstreamClients::clone(self);
+        upstreams.acting = Some((actor, base));
         upstreams.session_api = session_pb::session_api_client::SessionApiClient::with_interceptor(
             self.channel.clone(),
             auth.clone(),
@@ -250,4 +272,44 @@ fn session_api_error(status: tonic::Status) -> ApiError {
 
 fn broker_error(status: tonic::Status) -> ApiError {
     ApiError::from_backend(BROKER, &status)
+}
+
+#[cfg(test)]
+mod tests {
+    use ptyhub_wire::Surface;
+
+    use super::*;
+
+    fn upstreams() -> Upstreams {
+        let credential = ServiceCredential::new("gateway-test-token-0123456789abcdef").unwrap();
+        Upstreams::new(
+            "http://127.0.0.1:9",
+            &credential,
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+            &ptyhub_wire::TlsConfig::default(),
+            InProcessBrokers::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn upstreams_acting_for_someone_give_back_the_actor_and_the_upstreams_they_came_from() {
+        let base = upstreams();
+        let (actor, same) = base.actor_and_base();
+        assert!(actor.is_none());
+        assert!(Arc::ptr_eq(&same.0, &base.0));
+
+        let alice = Actor::new("alice", None, Surface::WebSocket);
+        let acting = base.acting_for(&alice);
+        let (actor, from) = acting.actor_and_base();
+        assert_eq!(actor.as_deref(), Some(&alice));
+        assert!(Arc::ptr_eq(&from.0, &base.0));
+
+        // Acting for someone else again starts from the same base, not from a chain of copies.
+        let bob = Arc::new(Actor::new("bob", None, Surface::Rest));
+        let (actor, from) = acting.acting_for_shared(bob.clone()).actor_and_base();
+        assert!(Arc::ptr_eq(&actor.unwrap(), &bob));
+        assert!(Arc::ptr_eq(&from.0, &base.0));
+    }
 }

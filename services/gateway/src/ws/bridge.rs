@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{Message, WebSocket};
 use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use ptyhub_model::Role;
 use ptyhub_wire::{ErrorCode, close_code};
 use tokio_util::sync::CancellationToken;
@@ -26,8 +26,9 @@ use crate::audit::{StreamAudit, StreamResets, detach_reason};
 use crate::domain::{TerminalCommand, TerminalEvent};
 use crate::error::ApiError;
 use crate::grpc::{AttachCommands, AttachEvents};
-use crate::metrics::Metrics;
+use crate::metrics::{GaugeGuard, Metrics};
 use crate::state::{AppState, CredentialWatch};
+use crate::streams::StreamSlot;
 
 /// Output that piled up while the client was busy is coalesced into frames of at most about
 /// this size; what is there is always sent at once.
@@ -49,7 +50,7 @@ const LAST_INPUT_ID: &str = "";
 const ATTACH_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Closes a just-upgraded socket with the error's close code.
-pub(super) async fn refuse(mut socket: WebSocket, error: &ApiError) {
+async fn refuse(mut socket: WebSocket, error: &ApiError) {
     let _ = socket
         .send(close_message(error.websocket_close_code(), &error.message))
         .await;
@@ -60,92 +61,183 @@ pub(super) async fn refuse(mut socket: WebSocket, error: &ApiError) {
     .await;
 }
 
+/// What the checks before the upgrade settled: the session to attach, or the refusal to close
+/// the upgraded socket with.
+pub(super) struct Opening {
+    pub(super) state: AppState,
+    pub(super) prepared: Result<PreparedAttach, ApiError>,
+    /// The instance as the request named it, for a refusal's log line.
+    pub(super) instance_reference: String,
+}
+
 /// Runs one terminal WebSocket to its end: attaches to the broker, waits for its `connected`,
 /// then bridges the two until either ends.
-pub(super) async fn bridge_terminal(state: AppState, socket: WebSocket, prepared: PreparedAttach) {
-    let span = tracing::info_span!(
-        "terminal",
-        instance_id = %prepared.instance_id,
-        session_id = %prepared.session_id,
-        role = prepared.role.as_str(),
+///
+/// A socket's task is one allocation the size of its future's largest state, kept for as long as
+/// the socket lives, and every `async` layer keeps what it was given by value for its whole life,
+/// moved on or not. So the future has two steps: the opening (the attach, the broker's first
+/// answer, a refusal) is boxed and freed once done, and hands over an [`OpenBridge`] that the
+/// second step holds once and runs by reference. The opening comes boxed too, so that the
+/// upgrade's own future, which keeps the callback that brought it, holds only a pointer.
+pub(super) fn serve_terminal(
+    socket: WebSocket,
+    opening: Box<Opening>,
+) -> impl Future<Output = ()> + Send {
+    Box::pin(open_bridge(socket, opening)).then(|mut opened| async move {
+        if let Some(bridge) = opened.as_mut() {
+            let span = bridge.span.clone();
+            bridge.run_to_end().instrument(span).await;
+        }
+    })
+}
+
+/// The opening step: refuses the socket, or attaches and reads the broker's `connected`.
+async fn open_bridge(socket: WebSocket, opening: Box<Opening>) -> Option<OpenBridge> {
+    let Opening {
+        state,
+        prepared,
+        instance_reference,
+    } = *opening;
+    match prepared {
+        Ok(prepared) => {
+            let span = tracing::info_span!(
+                "terminal",
+                instance_id = %prepared.instance_id,
+                session_id = %prepared.session_id,
+                role = prepared.role.as_str(),
+            );
+            attach(state, socket, prepared, span.clone())
+                .instrument(span)
+                .await
+        }
+        Err(error) => {
+            tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
+            refuse(socket, &error).await;
+            None
+        }
+    }
+}
+
+/// Attaches to the broker and reads its first frame; on a failure closes the socket with its
+/// code and returns `None`.
+async fn attach(
+    state: AppState,
+    socket: WebSocket,
+    prepared: PreparedAttach,
+    span: tracing::Span,
+) -> Option<OpenBridge> {
+    let websocket_gauge = state.metrics.websocket_opened(prepared.since.is_some());
+    tracing::info!(
+        resume = prepared.since.is_some(),
+        snapshot = prepared.snapshot,
+        "terminal websocket opened"
     );
-    async move {
-        let _websocket_gauge = state.metrics.websocket_opened(prepared.since.is_some());
-        tracing::info!(
-            resume = prepared.since.is_some(),
-            snapshot = prepared.snapshot,
-            "terminal websocket opened"
-        );
-        // What is awaited once on the way in (the attach, its answer, a refusal) is boxed: a
-        // socket's task is one allocation the size of its largest state, kept for as long as
-        // the socket lives, and the attach's states would otherwise be part of it.
-        let attached = Box::pin(prepared.upstreams.attach(
+    let attached = prepared
+        .upstreams
+        .attach(
             &prepared.attach,
             prepared.size,
             prepared.since,
             prepared.snapshot,
-        ))
+        )
         .await;
-        let (mut events, commands) = match attached {
-            Ok(attached) => attached,
-            Err(error) => {
-                tracing::warn!(error = %error, "attach failed");
-                return Box::pin(refuse(socket, &error)).await;
-            }
-        };
-        let _attach_gauge = state.metrics.attach_stream_opened();
-        // The broker's first frame says where the stream starts; nothing is sent before it.
-        let connected = match Box::pin(first_event(&mut events)).await {
-            Ok(connected) => connected,
-            Err(error) => return Box::pin(refuse(socket, &error)).await,
-        };
-        let mut audit = StreamAudit::attached(
-            prepared.upstreams.clone(),
-            &prepared.instance_id,
-            &prepared.session_id,
-            prepared.role,
-        );
-        let (sink, stream) = socket.split();
-        let mut bridge = Bridge {
-            client: ClientSink {
-                sink,
-                send_timeout: state.heartbeat_interval * 2,
-                unflushed_since: None,
-                metrics: state.metrics.clone(),
-            },
-            stream,
-            commands,
-            waiting_command: None,
-            role: prepared.role,
-            last_heard: Instant::now(),
-            resets: audit.resets(),
-            state: state.clone(),
-            instance_id: prepared.instance_id,
-            session_id: prepared.session_id,
-            session_name: prepared.session_name,
-            connected_before: false,
-            heartbeat_interval: state.heartbeat_interval,
-            shutdown: state.shutdown.clone(),
-            credential: prepared.credential,
-        };
-        let ending = bridge.run(connected, &mut events).await;
-        if ending.upstream_open && bridge.role == Role::Controller {
-            Box::pin(bridge.finish_input(&mut events, !ending.await_client_close)).await;
+    let (mut events, commands) = match attached {
+        Ok(attached) => attached,
+        Err(error) => {
+            tracing::warn!(error = %error, "attach failed");
+            refuse(socket, &error).await;
+            return None;
         }
-        drop(events);
-        audit.ending(detach_reason(ending.reason));
+    };
+    let attach_gauge = state.metrics.attach_stream_opened();
+    // The broker's first frame says where the stream starts; nothing is sent before it.
+    let connected = match first_event(&mut events).await {
+        Ok(connected) => connected,
+        Err(error) => {
+            refuse(socket, &error).await;
+            return None;
+        }
+    };
+    let audit = StreamAudit::attached(
+        prepared.upstreams,
+        &prepared.instance_id,
+        &prepared.session_id,
+        prepared.role,
+    );
+    let (sink, stream) = socket.split();
+    let bridge = Bridge {
+        client: ClientSink {
+            sink,
+            send_timeout: state.heartbeat_interval * 2,
+            unflushed_since: None,
+            metrics: state.metrics.clone(),
+        },
+        stream,
+        commands,
+        waiting_command: None,
+        role: prepared.role,
+        last_heard: Instant::now(),
+        resets: audit.resets(),
+        state: state.clone(),
+        instance_id: prepared.instance_id,
+        session_id: prepared.session_id,
+        session_name: prepared.session_name,
+        connected_before: false,
+        heartbeat_interval: state.heartbeat_interval,
+        shutdown: state.shutdown.clone(),
+        credential: prepared.credential,
+    };
+    Some(OpenBridge {
+        bridge,
+        events: Some(events),
+        connected: Some(connected),
+        audit,
+        span,
+        _stream_slot: prepared._stream_slot,
+        _attach_gauge: attach_gauge,
+        _websocket_gauge: websocket_gauge,
+    })
+}
+
+/// An attached socket: what the bridge runs on, and what it holds until it ends.
+struct OpenBridge {
+    bridge: Bridge,
+    /// The `Attach` stream's events; dropped as the bridge ends, before the client is given
+    /// time to answer our close.
+    events: Option<AttachEvents>,
+    /// The broker's first frame, sent to the client first.
+    connected: Option<TerminalEvent>,
+    audit: StreamAudit,
+    span: tracing::Span,
+    _stream_slot: StreamSlot,
+    _attach_gauge: GaugeGuard,
+    _websocket_gauge: GaugeGuard,
+}
+
+impl OpenBridge {
+    /// Bridges until either side ends, then writes the input the client sent before it went,
+    /// and lets the client answer our close.
+    async fn run_to_end(&mut self) {
+        let (Some(events), Some(connected)) = (self.events.as_mut(), self.connected.take()) else {
+            return;
+        };
+        let ending = self.bridge.run(connected, events).await;
+        if ending.upstream_open && self.bridge.role == Role::Controller {
+            // Boxed: it runs once, as the socket ends.
+            Box::pin(self.bridge.finish_input(events, !ending.await_client_close)).await;
+        }
+        self.events = None;
+        self.audit.ending(detach_reason(ending.reason));
         if ending.await_client_close {
             // Give the client time to read our last frames and answer the close; what it sends
             // meanwhile is read and not applied.
             let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                while let Some(Ok(_)) = bridge.stream.next().await {}
+                while let Some(Ok(_)) = self.bridge.stream.next().await {}
             })
             .await;
         }
         tracing::info!(reason = ending.reason, "terminal websocket closed");
     }
-    .instrument(span)
-    .await;
 }
 
 /// The broker's answer to an attach, which must be `connected`; anything else refuses the socket.
@@ -383,7 +475,7 @@ impl Bridge {
                                 Flow::Stop(ending) => return ending,
                             }
                         }
-                        () = queue_waiting(&self.commands, &mut self.waiting_command), if self.waiting_command.is_some() => continue,
+                        () = queue_waiting(&mut self.commands, &mut self.waiting_command), if self.waiting_command.is_some() => continue,
                         _ = heartbeat.tick() => {
                             match Box::pin(self.heartbeat()).await {
                                 Flow::Continue => continue,
@@ -485,7 +577,7 @@ impl Bridge {
     async fn queue_unread_frames(&mut self) {
         loop {
             if self.waiting_command.is_some() {
-                queue_waiting(&self.commands, &mut self.waiting_command).await;
+                queue_waiting(&mut self.commands, &mut self.waiting_command).await;
             }
             let message = self.stream.next().await;
             if let Flow::Stop(_) = self.client_frame(message).await {
@@ -511,19 +603,18 @@ impl Bridge {
     /// its way to the broker. Bounded by [`INPUT_DRAIN`]: input the process does not read, or a
     /// client that goes on sending, keeps nothing open.
     async fn finish_input(&mut self, events: &mut AttachEvents, read_rest: bool) {
-        let last = TerminalCommand::Input {
+        let mut last = Some(TerminalCommand::Input {
             data: Bytes::new(),
             id: Some(LAST_INPUT_ID.to_owned()),
-        };
+        });
         let written = async {
             if read_rest {
                 self.queue_unread_frames().await;
             }
-            queue_waiting(&self.commands, &mut self.waiting_command).await;
-            let Ok(permit) = self.commands.reserve().await else {
+            queue_waiting(&mut self.commands, &mut self.waiting_command).await;
+            if self.commands.send_when_room(&mut last).await.is_err() {
                 return;
-            };
-            permit.send(last);
+            }
             loop {
                 match events.next().await {
                     Ok(Some(TerminalEvent::InputAck { id, .. })) if id == LAST_INPUT_ID => return,
@@ -704,12 +795,9 @@ impl Bridge {
 /// where it is until it is queued. When the stream has ended it is dropped (the client is read
 /// again, and the broker's side of the stream says why): kept, it would make this ready again at
 /// once, forever.
-async fn queue_waiting(commands: &AttachCommands, waiting: &mut Option<TerminalCommand>) {
-    let permit = commands.reserve().await;
-    let command = waiting.take();
-    if let (Ok(permit), Some(command)) = (permit, command) {
-        permit.send(command);
-    }
+async fn queue_waiting(commands: &mut AttachCommands, waiting: &mut Option<TerminalCommand>) {
+    // An error is the stream's end, which the broker's side of the stream reports.
+    let _ = commands.send_when_room(waiting).await;
 }
 
 /// Sleeps until `deadline`, or forever without one.
@@ -771,7 +859,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_command_is_queued_once_there_is_room_and_dropped_when_the_stream_ended() {
-        let (commands, mut receiver) = AttachCommands::channel(1);
+        let (mut commands, mut receiver) = AttachCommands::channel(1);
         assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
         let full = commands.try_send(TerminalCommand::Input {
             data: Bytes::from_static(b"a"),
@@ -780,23 +868,42 @@ mod tests {
         let mut waiting = full.unwrap();
         assert!(waiting.is_some(), "a full queue hands the command back");
         assert!(matches!(
-            receiver.recv().await,
+            receiver.next().await,
             Some(TerminalCommand::Reset)
         ));
-        queue_waiting(&commands, &mut waiting).await;
+        queue_waiting(&mut commands, &mut waiting).await;
         assert!(waiting.is_none());
         assert!(
-            matches!(receiver.recv().await, Some(TerminalCommand::Input { data, .. }) if data == "a")
+            matches!(receiver.next().await, Some(TerminalCommand::Input { data, .. }) if data == "a")
         );
 
         assert!(commands.try_send(TerminalCommand::Reset).unwrap().is_none());
         let mut waiting = commands.try_send(TerminalCommand::Reset).unwrap();
         drop(receiver);
         assert!(commands.try_send(TerminalCommand::Reset).is_err());
-        queue_waiting(&commands, &mut waiting).await;
+        queue_waiting(&mut commands, &mut waiting).await;
         assert!(
             waiting.is_none(),
             "an ended stream's command is dropped, not kept waiting"
+        );
+    }
+
+    /// The size of the future `serve` returns, without making one.
+    fn future_size<F: Future>(_serve: impl FnOnce(WebSocket, Box<Opening>) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn an_open_socket_holds_its_bridge_once() {
+        // Every open socket's task is this size for as long as it lives: the bridge, the run
+        // loop's largest state, and pointers. Each `async` layer that took the socket, the
+        // attach or the bridge by value would hold a copy of them (half a KiB to a KiB each).
+        let bridge = std::mem::size_of::<OpenBridge>();
+        let served = future_size(serve_terminal);
+        eprintln!("serve_terminal's future: {served} bytes; the bridge: {bridge} bytes");
+        assert!(
+            served < bridge + 2048,
+            "{served} bytes, the bridge {bridge}"
         );
     }
 

@@ -176,25 +176,18 @@ async fn open_terminal(
     )
     .await;
     let bridges = state.bridges.clone();
+    let opening = Box::new(bridge::Opening {
+        state,
+        prepared,
+        instance_reference,
+    });
     select_protocol(upgrade, &headers)
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| {
-            bridges.track_future(async move {
-                match prepared {
-                    Ok(prepared) => bridge::bridge_terminal(state, socket, prepared).await,
-                    Err(error) => {
-                        tracing::info!(instance = %instance_reference, code = error.websocket_close_code(), reason = %error.message, "terminal websocket refused");
-                        // Boxed, as the bridge's own refusals are: only the running bridge
-                        // sizes the socket's task.
-                        Box::pin(bridge::refuse(socket, &error)).await;
-                    }
-                }
-            })
-        })
+        .on_upgrade(move |socket| bridges.track_future(bridge::serve_terminal(socket, opening)))
 }
 
 /// Echoes `ptyhub` when offered, else the `bearer.` entry (a browser fails the handshake when
