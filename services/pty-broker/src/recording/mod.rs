@@ -19,7 +19,7 @@ pub use index::{
     read_recorded_range,
 };
 pub use ptyhub_model::RecordMode;
-pub use store::{Recordings, RecordingsConfig, RetentionReport};
+pub use store::{Recordings, RecordingsConfig, RetentionReport, SpoolDisk, SpoolFile};
 
 /// What to record of one session, as its Spawn call asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,9 +12,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::TryStreamExt as _;
+use futures::future::BoxFuture;
 use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
 use ptyhub_wire::RecordingStore;
-use tokio::io::AsyncReadExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -41,6 +42,45 @@ pub struct RecordingsConfig {
 #[derive(Debug)]
 pub struct Recordings {
     config: RecordingsConfig,
+    /// What stands in front of the spool files recorders write; `None`, the disk itself.
+    spool_disk: Option<SpoolDisk>,
+}
+
+/// A spool file as a recorder writes it: the file itself in a broker. A trait so that a test can
+/// put a disk that fills up or stalls in front of the file, to reach what a recorder does then.
+pub trait SpoolFile: AsyncWrite + Send + Unpin {
+    /// As [`tokio::fs::File::sync_data`].
+    fn sync_data(&mut self) -> BoxFuture<'_, std::io::Result<()>>;
+    /// As [`tokio::fs::File::sync_all`].
+    fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>>;
+}
+
+impl SpoolFile for tokio::fs::File {
+    fn sync_data(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(tokio::fs::File::sync_data(self))
+    }
+
+    fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(tokio::fs::File::sync_all(self))
+    }
+}
+
+/// Wraps each spool file a recorder opens (see [`SpoolFile`]).
+#[derive(Clone)]
+pub struct SpoolDisk(Arc<dyn Fn(tokio::fs::File) -> Box<dyn SpoolFile> + Send + Sync>);
+
+impl SpoolDisk {
+    pub fn new(
+        wrap: impl Fn(tokio::fs::File) -> Box<dyn SpoolFile> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(wrap))
+    }
+}
+
+impl std::fmt::Debug for SpoolDisk {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("SpoolDisk")
+    }
 }
 
 /// What one retention pass deleted.
@@ -67,7 +107,26 @@ pub enum RecordingError {
 
 impl Recordings {
     pub fn new(config: RecordingsConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            spool_disk: None,
+        }
+    }
+
+    /// Recordings whose recorders write their spool files through `disk`.
+    pub fn with_spool_disk(config: RecordingsConfig, disk: SpoolDisk) -> Self {
+        Self {
+            config,
+            spool_disk: Some(disk),
+        }
+    }
+
+    /// The spool file `file` as its recorder writes it.
+    pub fn spool_file(&self, file: tokio::fs::File) -> Box<dyn SpoolFile> {
+        match &self.spool_disk {
+            Some(disk) => (disk.0)(file),
+            None => Box::new(file),
+        }
     }
 
     /// The spool file a session's recorder writes.

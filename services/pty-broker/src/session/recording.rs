@@ -50,12 +50,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ClientId, Shared};
 use super::handoff::Verdict;
+use super::{ClientId, Shared};
 use crate::domain::TerminalSize;
 use crate::recording::{
     CastEncoder, CastHeader, IndexWriter, OutputIndex, RecordMode, RecordedRange, Recordings,
-    read_recorded_range,
+    SpoolFile, read_recorded_range,
 };
 use crate::ring::RingRead;
 
@@ -405,7 +405,7 @@ struct CastWriter {
     started_at: SystemTime,
     encoder: CastEncoder,
     buffer: Vec<u8>,
-    file: Option<tokio::fs::File>,
+    file: Option<Box<dyn SpoolFile>>,
     /// How long the file is: where the buffer's first byte will be.
     file_len: u64,
     /// When the oldest byte in `buffer` was buffered.
@@ -580,7 +580,7 @@ pub(super) async fn record_until(
         started_at: SystemTime::now(),
         encoder: CastEncoder::default(),
         buffer: Vec::with_capacity(FLUSH_BYTES * 2),
-        file: Some(file),
+        file: Some(recording.recordings.spool_file(file)),
         file_len,
         dirty_since: None,
         index_writer,
@@ -751,7 +751,7 @@ pub(super) async fn record_until(
     let at = writer.elapsed();
     writer.encoder.finish(at, &mut writer.buffer);
     writer.flush().await;
-    if let Some(file) = writer.file.take()
+    if let Some(mut file) = writer.file.take()
         && let Err(error) = file.sync_all().await
     {
         tracing::warn!(%session_id, %error, "cannot sync the recording");
@@ -794,7 +794,7 @@ async fn hold_for_hand_off(
     freeze: RecorderFreeze,
 ) -> Verdict {
     writer.flush().await;
-    if let Some(file) = &writer.file
+    if let Some(file) = &mut writer.file
         && let Err(error) = file.sync_data().await
     {
         tracing::warn!(session_id = %writer.session_id, %error, "cannot sync the recording for the hand-off");
@@ -835,14 +835,20 @@ async fn append_to_spool(previous: &Path, spooled: &Path) -> std::io::Result<tok
 mod tests {
     use std::path::Path;
 
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::task::{Context, Poll, ready};
+
+    use futures::future::BoxFuture;
     use ptyhub_test_support::asciicast::Cast;
     use ptyhub_wire::RecordingStore;
-    use tokio::io::AsyncWriteExt as _;
+    use tokio::io::{AsyncWrite, AsyncWriteExt as _};
     use tokio::time::advance;
 
     use super::*;
     use crate::error::Error;
-    use crate::recording::RecordingsConfig;
+    use crate::recording::{RecordingsConfig, SpoolDisk};
     use crate::runtime::fake::FakeSession;
     use crate::session::{InputItem, SessionSettings};
 
@@ -855,15 +861,24 @@ mod tests {
 
     /// A recording of `mode` into `directory`'s `store`, spooled in its `spool`.
     fn recording(directory: &Path, mode: RecordMode) -> SessionRecording {
+        recording_into(Recordings::new(recordings_config(directory)), mode)
+    }
+
+    /// The configuration of recordings kept in `directory`'s `store`, spooled in its `spool`.
+    fn recordings_config(directory: &Path) -> RecordingsConfig {
         let store = directory.join("store");
         std::fs::create_dir(&store).unwrap();
+        RecordingsConfig {
+            store: RecordingStore::open(store.to_str().unwrap()).unwrap(),
+            spool: directory.join("spool"),
+            max_age: None,
+            max_bytes: None,
+        }
+    }
+
+    fn recording_into(recordings: Recordings, mode: RecordMode) -> SessionRecording {
         SessionRecording {
-            recordings: Arc::new(Recordings::new(RecordingsConfig {
-                store: RecordingStore::open(store.to_str().unwrap()).unwrap(),
-                spool: directory.join("spool"),
-                max_age: None,
-                max_bytes: None,
-            })),
+            recordings: Arc::new(recordings),
             mode,
             header: CastHeader {
                 size: TerminalSize::DEFAULT,
@@ -1107,5 +1122,241 @@ mod tests {
         timeline.recorded_to(2048, true);
         assert!(!timeline.pushed(2048, start, 2304, capacity));
         assert!(timeline.pushed(2304, start, 3072, capacity));
+    }
+
+    /// What the test does to the disk under a spool file: refuse the next write as full, or
+    /// hold the next write until the test lets it go.
+    #[derive(Default)]
+    struct DiskTrouble {
+        fail_next: AtomicBool,
+        stall_next: AtomicBool,
+        /// Set while a write is held.
+        stalled: AtomicBool,
+        release: Arc<Notify>,
+        /// Flushes that reached the file: what the recorder wrote before each is in the file.
+        flushed: AtomicUsize,
+        /// What each refused write held.
+        refused: Mutex<Vec<Vec<u8>>>,
+    }
+
+    /// A spool file behind a troubled disk.
+    struct TroubledFile {
+        file: tokio::fs::File,
+        trouble: Arc<DiskTrouble>,
+        held: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    }
+
+    impl AsyncWrite for TroubledFile {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            context: &mut Context<'_>,
+            data: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let this = self.get_mut();
+            if this.held.is_none() && this.trouble.stall_next.swap(false, Ordering::SeqCst) {
+                let release = Arc::clone(&this.trouble.release);
+                this.held = Some(Box::pin(async move { release.notified().await }));
+                this.trouble.stalled.store(true, Ordering::SeqCst);
+            }
+            if let Some(held) = &mut this.held {
+                ready!(held.as_mut().poll(context));
+                this.held = None;
+                this.trouble.stalled.store(false, Ordering::SeqCst);
+            }
+            if this.trouble.fail_next.swap(false, Ordering::SeqCst) {
+                this.trouble.refused.lock().unwrap().push(data.to_vec());
+                let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "disk full");
+                return Poll::Ready(Err(full));
+            }
+            Pin::new(&mut this.file).poll_write(context, data)
+        }
+
+        fn poll_flush(
+            self: Pin<&mut Self>,
+            context: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let this = self.get_mut();
+            let flushed = ready!(Pin::new(&mut this.file).poll_flush(context));
+            if flushed.is_ok() {
+                this.trouble.flushed.fetch_add(1, Ordering::SeqCst);
+            }
+            Poll::Ready(flushed)
+        }
+
+        fn poll_shutdown(
+            self: Pin<&mut Self>,
+            context: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().file).poll_shutdown(context)
+        }
+    }
+
+    impl SpoolFile for TroubledFile {
+        fn sync_data(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
+            Box::pin(self.file.sync_data())
+        }
+
+        fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
+            Box::pin(self.file.sync_all())
+        }
+    }
+
+    /// An output-only recording into `directory` whose spool file is behind `trouble`.
+    fn troubled_recording(directory: &Path, trouble: &Arc<DiskTrouble>) -> SessionRecording {
+        let trouble = Arc::clone(trouble);
+        let disk = SpoolDisk::new(move |file| {
+            Box::new(TroubledFile {
+                file,
+                trouble: Arc::clone(&trouble),
+                held: None,
+            })
+        });
+        let recordings = Recordings::with_spool_disk(recordings_config(directory), disk);
+        recording_into(recordings, RecordMode::Output)
+    }
+
+    /// Waits until `done`, in real time: spool writes run on blocking threads, which the paused
+    /// clock does not see. The bound only keeps a broken recorder from hanging the test.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..10_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("{what} never happened");
+    }
+
+    /// Writes `output` to the fake PTY and lets the recorder read it and write it to its file.
+    async fn recorded_and_flushed(fake: &mut FakeSession, output: &[u8]) {
+        fake.terminal.terminal.write_all(output).await.unwrap();
+        settle().await;
+        advance(RECORD_BATCH_INTERVAL).await;
+        settle().await;
+        advance(FLUSH_INTERVAL).await;
+        settle().await;
+    }
+
+    /// The markers of `cast`.
+    fn markers(cast: &Cast) -> Vec<&str> {
+        cast.events_of("m")
+            .map(|event| event.data.as_str())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recorder_held_up_by_its_disk_marks_the_output_the_ring_let_go_of_and_goes_on() {
+        let directory = tempfile::tempdir().unwrap();
+        let trouble = Arc::new(DiskTrouble::default());
+        let settings = SessionSettings {
+            ring_bytes: 4096,
+            scrollback_lines: None,
+            ..FakeSession::settings()
+        };
+        let recording = troubled_recording(directory.path(), &trouble);
+        let mut fake = FakeSession::start(settings, Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        until("the header is written", || {
+            trouble.flushed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+
+        // The recorder reads the first output, and its write of it hangs on the disk.
+        trouble.stall_next.store(true, Ordering::SeqCst);
+        recorded_and_flushed(&mut fake, b"before ").await;
+        assert_eq!(recorded(&fake), 7);
+        until("the recorder's write is held", || {
+            trouble.stalled.load(Ordering::SeqCst)
+        })
+        .await;
+
+        // Meanwhile the session's output runs rings ahead of it: the PTY is never held back.
+        let flood: String = (0..2000).map(|line| format!("line {line}\r\n")).collect();
+        let flood = flood.as_bytes();
+        for piece in flood.chunks(1000) {
+            fake.terminal.terminal.write_all(piece).await.unwrap();
+            settle().await;
+        }
+        assert_eq!(output_end(&fake), 7 + flood.len() as u64);
+        assert!(trouble.stalled.load(Ordering::SeqCst));
+        trouble.release.notify_one();
+        advance(RECORD_BATCH_INTERVAL).await;
+        settle().await;
+
+        let cast = published(fake, directory.path()).await;
+        let lost = flood.len() - settings.ring_bytes;
+        assert_eq!(
+            markers(&cast),
+            [format!(
+                "ptyhub: lost {lost} bytes of output (the recorder fell behind)"
+            )]
+        );
+        // The marker sits where the output is missing, and the recording goes on after it with
+        // all the ring still held.
+        let codes: String = cast
+            .events
+            .iter()
+            .map(|event| event.code.as_str())
+            .collect();
+        assert!(
+            codes.starts_with("om") && codes[2..].chars().all(|code| code == 'o'),
+            "{codes}"
+        );
+        let mut kept = b"before ".to_vec();
+        kept.extend_from_slice(&flood[lost..]);
+        assert!(cast.output() == kept, "the output around the gap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_disk_refuses_is_marked_with_what_it_lost_and_the_recording_goes_on() {
+        let directory = tempfile::tempdir().unwrap();
+        let trouble = Arc::new(DiskTrouble::default());
+        let recording = troubled_recording(directory.path(), &trouble);
+        let mut fake = FakeSession::start(FakeSession::settings(), Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        until("the header is written", || {
+            trouble.flushed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        recorded_and_flushed(&mut fake, b"kept ").await;
+        until("the first output is written", || {
+            trouble.flushed.load(Ordering::SeqCst) == 2
+        })
+        .await;
+
+        trouble.fail_next.store(true, Ordering::SeqCst);
+        recorded_and_flushed(&mut fake, b"lost ").await;
+        until("the disk refuses a write", || {
+            !trouble.refused.lock().unwrap().is_empty()
+        })
+        .await;
+        recorded_and_flushed(&mut fake, b"after").await;
+
+        let cast = published(fake, directory.path()).await;
+        let refused = trouble.refused.lock().unwrap().clone();
+        let [refused] = refused.as_slice() else {
+            panic!("{} writes refused", refused.len());
+        };
+        // What the refused write held was the lost output's event, whole.
+        let refused = std::str::from_utf8(refused).unwrap();
+        assert!(
+            refused.ends_with("\"o\", \"lost \"]\n") && refused.lines().count() == 1,
+            "{refused:?}"
+        );
+        assert_eq!(
+            markers(&cast),
+            [format!(
+                "ptyhub: lost {} bytes of the recording (write failed: disk full)",
+                refused.len()
+            )]
+        );
+        assert_eq!(cast.output(), b"kept after");
+        let codes: String = cast
+            .events
+            .iter()
+            .map(|event| event.code.as_str())
+            .collect();
+        assert_eq!(codes, "omo");
     }
 }
