@@ -296,6 +296,7 @@ async fn send_sessions(
             recording: session.recording.as_ref().map(WireRecording::from_frozen),
             activity: session.activity.as_ref().map(WireActivity::from_parts),
             prompt_wait_left: session.prompt_wait_left,
+            control_mode: Some(session.control_mode.as_str().to_owned()),
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

@@ -177,6 +177,10 @@ struct SessionHeader {
     /// it (`session/input.rs`): the next process holds input that long at most.
     #[serde(default)]
     prompt_wait_left: Option<Duration>,
+    /// Who may type (`exclusive`, `shared`): the next process moves no stream's role, since
+    /// every stream reattaches. Absent from a predecessor without control modes: exclusive.
+    #[serde(default)]
+    control_mode: Option<String>,
 }
 
 /// A session's activity (`activity/`): its state and its commands.

@@ -5,7 +5,9 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use bytes::Bytes;
+use ptyhub_model::ControlMode;
 use tokio::net::UnixStream;
+use uuid::Uuid;
 
 use super::wire::Channel;
 use super::{
@@ -219,6 +221,7 @@ impl Broker {
                 prompt_wait_left: header
                     .prompt_wait_left
                     .map(|left| left.min(crate::session::FIRST_PROMPT_WAIT)),
+                control_mode: control_mode_taken(header.control_mode.as_deref(), session_id),
             };
             self.adopt(frozen, header.process.map(|process| (process.into(), fds)))
                 .await
@@ -233,6 +236,19 @@ impl Broker {
 }
 
 /// Stops this process at `step` when the test hook asks for it.
+/// The control mode a predecessor handed over. One this process does not know (from a newer
+/// predecessor) is taken as exclusive, the mode with the fewest writers, rather than losing the
+/// session.
+fn control_mode_taken(handed: Option<&str>, session_id: Uuid) -> ControlMode {
+    let Some(handed) = handed else {
+        return ControlMode::Exclusive;
+    };
+    handed.parse().unwrap_or_else(|error| {
+        tracing::warn!(%session_id, %error, "taken over as exclusive");
+        ControlMode::Exclusive
+    })
+}
+
 fn stop_here_for_tests(step: &str) {
     if std::env::var(STOP_AT_VARIABLE).is_ok_and(|asked| asked == step) {
         tracing::warn!(step, "stopping at the hand-off step the test hook names");

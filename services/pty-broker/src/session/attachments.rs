@@ -136,6 +136,17 @@ impl Attachments {
         }
     }
 
+    /// These attachments, with no client yet, in `mode` (a session adopted from a previous
+    /// broker process goes on in its mode).
+    pub fn in_control_mode(self, mode: ControlMode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// Who may type now.
+    pub fn control_mode(&self) -> ControlMode {
+        self.mode
+    }
+
     /// The last controller generation given out.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use ptyhub_model::ControlMode;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -55,6 +56,8 @@ pub struct FrozenSession {
     /// What was left of the wait for the shell's first prompt, while input was held for it:
     /// the next process goes on holding input for that long at most.
     pub prompt_wait_left: Option<Duration>,
+    /// Who may type, which the next process goes on with.
+    pub control_mode: ControlMode,
 }
 
 impl FrozenSession {
@@ -194,7 +197,8 @@ impl Session {
                 pid: if pty.is_some() { frozen.pid } else { None },
                 created_at: frozen.created_at,
                 last_activity_at: frozen.last_activity_at,
-                attachments: Attachments::after_generation(frozen.controller_generation),
+                attachments: Attachments::after_generation(frozen.controller_generation)
+                    .in_control_mode(frozen.control_mode),
                 reader_waiting: false,
                 input_since_report: false,
                 last_input_at: None,

@@ -385,6 +385,7 @@ impl SessionTask {
                 title: state.title.clone(),
                 last_bell_at: state.last_bell_at,
                 controller_generation: state.attachments.generation(),
+                control_mode: state.attachments.control_mode(),
                 screen,
                 activity,
                 tombstone_left: None,

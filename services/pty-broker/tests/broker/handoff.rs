@@ -1240,3 +1240,50 @@ async fn a_commands_output_the_ring_lost_is_read_from_the_recording_after_a_hand
     drop(next);
     Ok(())
 }
+
+/// A shared session stays shared on the next broker process: two controllers attached after
+/// the hand-off both control (an exclusive session would count one, the other taken over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_session_stays_shared_across_a_hand_off() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let (broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session_id = control(&address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["cat".into()],
+            control_mode: pb::ControlMode::Shared as i32,
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?
+        .session_id;
+
+    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    let mut first = ResumingClient::new(address.clone(), session_id.clone());
+    first.attach().await?;
+    let mut second = ResumingClient::new(address.clone(), session_id.clone());
+    second.attach().await?;
+    let info = control(&address)
+        .await?
+        .get(authorized(pb::GetRequest { session_id }))
+        .await?
+        .into_inner();
+    ensure!(
+        (info.controllers, info.viewers) == (2, 0),
+        "controllers and viewers after the hand-off: {} and {}",
+        info.controllers,
+        info.viewers
+    );
+    drop((first, second, next));
+    Ok(())
+}
