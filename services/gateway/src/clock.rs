@@ -41,7 +41,16 @@ impl Clock {
     /// already past.
     pub async fn reached(&self, at: u64) {
         match &self.source {
-            Source::System => system_reached(at).await,
+            // The timer runs on the monotonic clock, which the wall clock may drift from: the
+            // clock is read again after each sleep. Written here rather than as a function of
+            // its own, whose future would hold a second copy of `at` on every idle WebSocket.
+            Source::System => loop {
+                let left = at.saturating_sub(system_now());
+                if left == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(left)).await;
+            },
             // Boxed, so that every stream's wait for its credential's expiry (one per idle
             // WebSocket) is no larger for a test's clock being possible.
             Source::Manual(manual) => Box::pin(manual.reached(at)).await,
@@ -102,18 +111,6 @@ fn system_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
-}
-
-/// Sleeps until the system clock reads `at`, looking again after each sleep: the timer runs on
-/// the monotonic clock, which the wall clock may drift from.
-async fn system_reached(at: u64) {
-    loop {
-        let now = system_now();
-        if now >= at {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(at - now)).await;
-    }
 }
 
 #[cfg(test)]
