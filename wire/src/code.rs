@@ -129,8 +129,12 @@ impl ErrorCode {
     }
 
     /// The code a status carries: its [`ERROR_CODE_METADATA`] when that names a code, else its
-    /// gRPC code read by [`ErrorCode::from_grpc`].
+    /// gRPC code read by [`ErrorCode::from_grpc`]; a call whose connection failed
+    /// ([`is_connection_failure`]) is [`ErrorCode::Unavailable`], as the peer is.
     pub fn from_status(status: &tonic::Status) -> Self {
+        if is_connection_failure(status) {
+            return ErrorCode::Unavailable;
+        }
         let named = status
             .metadata()
             .get(ERROR_CODE_METADATA)
@@ -229,9 +233,30 @@ pub mod close_code {
     pub const CAP_REACHED: u16 = 4029;
 }
 
+/// Whether `status` reports the call's connection failing (a keepalive ping left unanswered by
+/// a frozen peer, a connection reset or closed mid-call) rather than an answer. tonic reads an
+/// answer's code from its trailers, with no source; a connection that fails under a call gives
+/// it `UNKNOWN` with the failure as its source. Such a peer is unavailable, not broken.
+pub fn is_connection_failure(status: &tonic::Status) -> bool {
+    status.code() == Code::Unknown && std::error::Error::source(status).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_connection_is_unavailable_and_an_unknown_answer_internal() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let failed = tonic::Status::from_error(Box::new(reset));
+        assert_eq!(failed.code(), Code::Unknown, "as tonic reports it");
+        assert!(is_connection_failure(&failed));
+        assert_eq!(ErrorCode::from_status(&failed), ErrorCode::Unavailable);
+
+        let answered = tonic::Status::unknown("the peer's own unknown error");
+        assert!(!is_connection_failure(&answered));
+        assert_eq!(ErrorCode::from_status(&answered), ErrorCode::Internal);
+    }
 
     const ALL: [ErrorCode; 17] = [
         ErrorCode::Malformed,

@@ -25,7 +25,7 @@ pub use audit::{
 };
 pub use code::{
     ERROR_CODE_METADATA, ErrorCode, HANDING_OVER_METADATA, close_code, handing_over_status,
-    is_handing_over,
+    is_connection_failure, is_handing_over,
 };
 pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,

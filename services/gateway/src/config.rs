@@ -72,6 +72,13 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_KEEP_ALIVE", default_value = "20s",
           value_parser = parse_duration)]
     pub backend_keep_alive: Duration,
+    /// How long a client's HTTP/2 connection (gRPC, gRPC-web, HTTP/2 REST) may be silent before
+    /// the gateway pings it, and then how long it waits for the answer before it drops the
+    /// connection: a frozen or unplugged client's relayed `Attach` ends, and its controller
+    /// lease with it, within twice this.
+    #[arg(long, env = "PTYHUB_GATEWAY_CLIENT_KEEP_ALIVE", default_value = "20s",
+          value_parser = parse_duration)]
+    pub client_keep_alive: Duration,
     /// How long a call to session-api or a broker may take before it counts as unavailable; a
     /// screen wait may take its own timeout plus this.
     #[arg(long, env = "PTYHUB_GATEWAY_BACKEND_TIMEOUT", default_value = "10s",
@@ -336,6 +343,9 @@ impl Config {
     /// The HTTP/2 keepalive interval, and ping timeout, of connections to backends.
     pub const DEFAULT_BACKEND_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
+    /// The HTTP/2 keepalive interval, and ping timeout, of clients' connections.
+    pub const DEFAULT_CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
     /// Refused credentials per client address and minute, by default.
     pub const DEFAULT_FAILED_AUTH_PER_MINUTE: u32 = 10;
 
@@ -358,6 +368,7 @@ impl Config {
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             events_keep_alive: Self::DEFAULT_EVENTS_KEEP_ALIVE,
             backend_keep_alive: Self::DEFAULT_BACKEND_KEEP_ALIVE,
+            client_keep_alive: Self::DEFAULT_CLIENT_KEEP_ALIVE,
             backend_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
@@ -393,6 +404,12 @@ impl Config {
         if self.backend_keep_alive.is_zero() {
             return Err(ConfigError::new(
                 "backend_keep_alive",
+                "must be greater than zero",
+            ));
+        }
+        if self.client_keep_alive.is_zero() {
+            return Err(ConfigError::new(
+                "client_keep_alive",
                 "must be greater than zero",
             ));
         }
@@ -741,6 +758,25 @@ mod tests {
         zero.backend_keep_alive = Duration::ZERO;
         let refused = zero.validate().expect_err("no keep-alive of zero");
         assert_eq!(refused.setting, "backend_keep_alive");
+    }
+
+    #[test]
+    fn client_connections_keep_alive_every_20_seconds_unless_configured() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let token = format!(
+            "--service-token-file={}",
+            secret_file(&dir, "service-token", "gateway-token-0123456789")
+        );
+        let library = Config::new("http://127.0.0.1:50051", credential());
+        assert_eq!(library.client_keep_alive, Duration::from_secs(20));
+        let defaults = parse(&[&token]).expect("defaults");
+        assert_eq!(defaults.client_keep_alive, Duration::from_secs(20));
+        let configured = parse(&[&token, "--client-keep-alive=750ms"]).expect("a keep-alive");
+        assert_eq!(configured.client_keep_alive, Duration::from_millis(750));
+        let mut zero = library;
+        zero.client_keep_alive = Duration::ZERO;
+        let refused = zero.validate().expect_err("no keep-alive of zero");
+        assert_eq!(refused.setting, "client_keep_alive");
     }
 
     /// A file in `dir` holding `secret` and a newline.

@@ -17,6 +17,7 @@ pub mod browser;
 pub mod cli;
 pub mod clock;
 pub mod config;
+mod connections;
 pub mod cookie;
 pub mod domain;
 pub mod error;
@@ -158,15 +159,11 @@ pub async fn run(
         root.cancel();
     };
     // The peer's address goes with every request, for the limit on refused credentials.
+    let client_keep_alive = config.client_keep_alive;
     match public_tls {
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls).map_err(Error::Serve)?;
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<auth::PeerSocket>(),
-            )
-            .with_graceful_shutdown(graceful)
-            .await
+            connections::serve_connections(listener, app, client_keep_alive, graceful).await;
         }
         None => {
             // Keystroke echoes are small writes: without TCP_NODELAY, Nagle's algorithm holds
@@ -177,15 +174,9 @@ pub async fn run(
                     tracing::debug!(%error, "cannot set TCP_NODELAY");
                 }
             });
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-            )
-            .with_graceful_shutdown(graceful)
-            .await
+            connections::serve_connections(listener, app, client_keep_alive, graceful).await;
         }
     }
-    .map_err(Error::Serve)?;
     state.shutdown.cancel();
     state.bridges.close();
     // What the refusal windows counted goes to the audit trail now rather than at the end of

@@ -205,6 +205,11 @@ fn forwarded(status: Status) -> Status {
         tracing::error!("session-api refused the gateway's service credential");
         return ErrorCode::Unavailable.status("session-api refused the gateway's service token");
     }
+    // A lost session-api (frozen, gone mid-stream) is UNAVAILABLE, not tonic's UNKNOWN.
+    if ptyhub_wire::is_connection_failure(&status) {
+        return ErrorCode::Unavailable
+            .status(format!("session-api is unavailable: {}", status.message()));
+    }
     status
 }
 
