@@ -19,10 +19,13 @@ pub enum AuditKind {
     WebhookCreated,
     WebhookDeleted,
     WebhookDeliveryFailed,
+    /// A request for control was answered: granted (by the controller or the instance's
+    /// timeout) or declined, with both principals.
+    Control,
 }
 
 impl AuditKind {
-    pub const ALL: [AuditKind; 16] = [
+    pub const ALL: [AuditKind; 17] = [
         AuditKind::InstanceCreated,
         AuditKind::InstanceDeleted,
         AuditKind::SessionCreated,
@@ -39,6 +42,7 @@ impl AuditKind {
         AuditKind::WebhookCreated,
         AuditKind::WebhookDeleted,
         AuditKind::WebhookDeliveryFailed,
+        AuditKind::Control,
     ];
 
     /// The contract's spelling, also the stored one.
@@ -60,6 +64,7 @@ impl AuditKind {
             AuditKind::WebhookCreated => "webhook_created",
             AuditKind::WebhookDeleted => "webhook_deleted",
             AuditKind::WebhookDeliveryFailed => "webhook_delivery_failed",
+            AuditKind::Control => "control",
         }
     }
 

@@ -14,6 +14,7 @@
 
 mod activity;
 mod audit;
+mod control;
 mod control_mode;
 mod error;
 mod names;
@@ -27,6 +28,7 @@ mod terminal;
 
 pub use activity::{Command, Notification, Progress, TerminalActivity, TerminalState};
 pub use audit::AuditKind;
+pub use control::{ControlChangeKind, ControlRequest, ControlState, ReservedControl};
 pub use control_mode::{ControlMode, InvalidControlMode};
 pub use error::Invalid;
 pub use names::{Alias, Name, NameKind, SessionName, smallest_free_session_number};

@@ -17,9 +17,9 @@ use uuid::Uuid;
 
 use crate::{
     Attendee, AuditKind, BrokerCloseReason, Cell, ChangeKind, CloseReason, Color, Command,
-    ControlMode, Cursor, ExitStatus, Invalid, Notification, Progress, RecordMode, Role, Screen,
-    ScreenContent, ScreenFormat, ScreenRow, Session, SessionStatus, Target, TerminalActivity,
-    TerminalSize, TerminalState,
+    ControlChangeKind, ControlMode, ControlRequest, ControlState, Cursor, ExitStatus, Invalid,
+    Notification, Progress, RecordMode, ReservedControl, Role, Screen, ScreenContent, ScreenFormat,
+    ScreenRow, Session, SessionStatus, Target, TerminalActivity, TerminalSize, TerminalState,
 };
 
 /// A contract enumeration carried as a protobuf enum.
@@ -112,6 +112,7 @@ proto_enum!(AuditKind, session_pb::AuditKind, "audit kind", {
     WebhookCreated => WebhookCreated,
     WebhookDeleted => WebhookDeleted,
     WebhookDeliveryFailed => WebhookDeliveryFailed,
+    Control => Control,
 });
 
 proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {
@@ -132,6 +133,12 @@ proto_enum!(TerminalState, broker_pb::TerminalState, "terminal state", {
     WaitingForInput => WaitingForInput,
     Idle => Idle,
     Exited => Exited,
+});
+
+proto_enum!(ControlChangeKind, broker_pb::ControlChangeKind, "control change kind", {
+    Granted => Granted,
+    GrantedByTimeout => GrantedByTimeout,
+    Declined => Declined,
 });
 
 proto_enum!(Role, broker_pb::Role, "role", {
@@ -610,6 +617,74 @@ impl TryFrom<broker_pb::Attendee> for Attendee {
             surface: attendee.surface,
             since: required_date_time("attendee since", attendee.since)?,
             typing: attendee.typing,
+        })
+    }
+}
+
+impl From<&ControlState> for broker_pb::ControlState {
+    fn from(state: &ControlState) -> Self {
+        Self {
+            controller: state.controller.as_ref().map(Into::into),
+            reserved_for: state
+                .reserved_for
+                .as_ref()
+                .map(|reserved| broker_pb::ReservedControl {
+                    principal: reserved.principal.clone(),
+                    until: Some(timestamp(reserved.until)),
+                }),
+            requests: state.requests.iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl TryFrom<broker_pb::ControlState> for ControlState {
+    type Error = Invalid;
+
+    /// The controller a valid attendee, the reservation's end and each request's time present.
+    fn try_from(state: broker_pb::ControlState) -> Result<Self, Invalid> {
+        Ok(Self {
+            controller: state.controller.map(TryInto::try_into).transpose()?,
+            reserved_for: state
+                .reserved_for
+                .map(|reserved| {
+                    Ok::<_, Invalid>(ReservedControl {
+                        principal: reserved.principal,
+                        until: required_date_time("reservation until", reserved.until)?,
+                    })
+                })
+                .transpose()?,
+            requests: state
+                .requests
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl From<&ControlRequest> for broker_pb::ControlRequest {
+    fn from(request: &ControlRequest) -> Self {
+        Self {
+            id: request.id,
+            principal: request.principal.clone(),
+            surface: request.surface.clone(),
+            since: Some(timestamp(request.since)),
+            stream: request.stream,
+        }
+    }
+}
+
+impl TryFrom<broker_pb::ControlRequest> for ControlRequest {
+    type Error = Invalid;
+
+    /// The time it was made present.
+    fn try_from(request: broker_pb::ControlRequest) -> Result<Self, Invalid> {
+        Ok(Self {
+            id: request.id,
+            principal: request.principal,
+            surface: request.surface,
+            since: required_date_time("control request since", request.since)?,
+            stream: request.stream,
         })
     }
 }

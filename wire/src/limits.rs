@@ -55,6 +55,9 @@ pub const MAX_ALIAS_CHARS: usize = 128;
 /// The most viewers attached to one session at once, besides its controller.
 pub const MAX_VIEWERS_PER_SESSION: usize = 32;
 
+/// The longest an instance may let a request for control wait before it is granted.
+pub const MAX_CONTROL_GRANT_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// The most terminal streams (WebSockets) one principal may hold open at one gateway.
 pub const MAX_STREAMS_PER_PRINCIPAL: usize = 64;
 

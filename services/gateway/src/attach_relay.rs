@@ -175,6 +175,33 @@ impl PtyBroker for AttachRelay {
         Err(not_offered("GetScreen", SAME_CALL_ON_SESSION_API))
     }
 
+    async fn get_control(
+        &self,
+        _request: Request<pb::GetControlRequest>,
+    ) -> Result<Response<pb::ControlState>, Status> {
+        Err(not_offered("GetControl", SAME_CALL_ON_SESSION_API))
+    }
+
+    async fn request_control_for(
+        &self,
+        _request: Request<pb::StandingControlRequest>,
+    ) -> Result<Response<pb::ControlRequest>, Status> {
+        Err(not_offered(
+            "RequestControlFor",
+            ": use ptyhub.session.v1.SessionApi/RequestControl",
+        ))
+    }
+
+    async fn answer_control_as(
+        &self,
+        _request: Request<pb::ControlAnswer>,
+    ) -> Result<Response<pb::ControlState>, Status> {
+        Err(not_offered(
+            "AnswerControlAs",
+            ": use ptyhub.session.v1.SessionApi/GrantControl or DeclineControl",
+        ))
+    }
+
     async fn send_input(
         &self,
         _request: Request<pb::SendInputRequest>,

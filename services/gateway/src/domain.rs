@@ -11,9 +11,9 @@ use chrono::{DateTime, Utc};
 use ptyhub_model::{AuditKind, Role, TerminalSize};
 
 pub use ptyhub_model::{
-    Attendee, ChangeKind, CloseReason, Command, ExitStatus, Notification, Progress, RecordMode,
-    Screen, ScreenContent, ScreenFormat, Session, SessionStatus, Target, TerminalActivity,
-    TerminalState,
+    Attendee, ChangeKind, CloseReason, Command, ControlRequest, ControlState, ExitStatus,
+    Notification, Progress, RecordMode, ReservedControl, Screen, ScreenContent, ScreenFormat,
+    Session, SessionStatus, Target, TerminalActivity, TerminalState,
 };
 
 #[derive(Debug, Clone)]
@@ -37,6 +37,8 @@ pub struct Instance {
     /// Whether new sessions whose program is an interactive shell start with the shell
     /// integration that marks their commands.
     pub shell_integration: bool,
+    /// Seconds a request for control waits before it is granted; `None`: until answered.
+    pub control_grant_timeout_secs: Option<u32>,
 }
 
 /// What registering an instance needs.
@@ -55,6 +57,8 @@ pub struct NewInstance {
     pub record: Option<RecordMode>,
     /// `None` is on.
     pub shell_integration: Option<bool>,
+    /// Seconds a request for control waits before it is granted; `None`: until answered.
+    pub control_grant_timeout_secs: Option<u32>,
 }
 
 /// One change of a session, with the session as it is after it.

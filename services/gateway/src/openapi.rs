@@ -12,8 +12,8 @@ use utoipa::{IntoParams, Modify, OpenApi};
 use crate::rest::webhooks;
 use crate::rest::{INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX};
 use crate::rest::{
-    ProjectRepositoryLabels, audit, commands, events, instances, operations, recordings, screens,
-    sessions, shares, signin,
+    ProjectRepositoryLabels, audit, commands, control, events, instances, operations, recordings,
+    screens, sessions, shares, signin,
 };
 use crate::{rest, ws};
 
@@ -45,6 +45,10 @@ const PROJECT_REPOSITORY_TAG: &str = "project/repository layout (legacy)";
         screens::get_screen,
         screens::send_input,
         screens::wait_for_screen,
+        control::get_control,
+        control::request_control,
+        control::grant_control,
+        control::decline_control,
         commands::list_commands,
         commands::get_command_output,
         commands::run_command,

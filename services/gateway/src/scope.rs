@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use crate::domain::{
-    Attendee, Instance, ScreenWaitResult, Session, SessionChange, TerminalActivity,
+    Attendee, ControlRequest, ControlState, Instance, ReservedControl, ScreenWaitResult, Session,
+    SessionChange, TerminalActivity,
 };
 use crate::error::ApiError;
 
@@ -83,6 +84,31 @@ impl SeenBy for Attendee {
         Self {
             principal: String::new(),
             ..self
+        }
+    }
+}
+
+impl SeenBy for ControlState {
+    /// Who controls, for whom control is reserved and who asks, by the rule of presence: a
+    /// credential that may not know who works in a session sees that they do, not who.
+    fn seen_by(self, access: &Access) -> Self {
+        if access.sees_principals() {
+            return self;
+        }
+        Self {
+            controller: self.controller.map(|attendee| attendee.seen_by(access)),
+            reserved_for: self.reserved_for.map(|reserved| ReservedControl {
+                principal: String::new(),
+                ..reserved
+            }),
+            requests: self
+                .requests
+                .into_iter()
+                .map(|request| ControlRequest {
+                    principal: String::new(),
+                    ..request
+                })
+                .collect(),
         }
     }
 }
@@ -371,6 +397,7 @@ mod tests {
             record: RecordMode::Off,
             record_is_default: true,
             shell_integration: true,
+            control_grant_timeout_secs: None,
         }
     }
 

@@ -28,8 +28,8 @@ use crate::front_door::FrontDoorLayer;
 use crate::rest::operations::ProbeAnswer;
 use crate::rest::webhooks;
 use crate::rest::{
-    INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, events, instances, operations,
-    recordings, screens, sessions, shares, signin,
+    INSTANCE_PREFIX, PROJECT_REPOSITORY_PREFIX, audit, commands, control, events, instances,
+    operations, recordings, screens, sessions, shares, signin,
 };
 use crate::session_proxy::{RequestOrigin, SessionApiProxy};
 use crate::state::AppState;
@@ -262,6 +262,22 @@ fn session_routes(router: Router<AppState>, prefix: &str) -> Router<AppState> {
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/wait"),
             post(screens::wait_for_screen),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/control"),
+            get(control::get_control),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/control/requests"),
+            post(control::request_control),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/control/requests/{{rid}}/grant"),
+            post(control::grant_control),
+        )
+        .route(
+            &format!("{prefix}/terminal/sessions/{{sid}}/control/requests/{{rid}}/decline"),
+            post(control::decline_control),
         )
         .route(
             &format!("{prefix}/terminal/sessions/{{sid}}/commands"),

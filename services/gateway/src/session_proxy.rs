@@ -35,7 +35,7 @@ use tonic::{Request, Response, Status};
 use ptyhub_wire::Surface;
 
 use crate::auth::Principal;
-use crate::domain::{Instance, TerminalActivity};
+use crate::domain::{ControlState, Instance, TerminalActivity};
 use crate::front_door::{grpc_surface_of as surface_of, principal_of};
 use crate::grpc::SessionApiClient;
 use crate::grpc::{instance_from_proto, instance_to_proto, session_from_proto};
@@ -259,6 +259,9 @@ macro_rules! session_scoped {
 }
 
 session_scoped!(
+    pb::GetControlRequest,
+    pb::RequestControlRequest,
+    pb::AnswerControlRequest,
     pb::GetScreenRequest,
     pb::SendInputRequest,
     pb::WaitForScreenRequest,
@@ -269,6 +272,9 @@ session_scoped!(
 );
 
 instance_scoped!(
+    pb::GetControlRequest,
+    pb::RequestControlRequest,
+    pb::AnswerControlRequest,
     pb::WatchCommandsRequest,
     pb::GetScreenRequest,
     pb::SendInputRequest,
@@ -549,6 +555,59 @@ impl SessionApi for SessionApiProxy {
             .require_control("typing")
             .map_err(|error| error.to_status())?;
         client.send_input(message).await.map_err(forwarded)
+    }
+
+    /// Any credential of the instance; a share link's sees no principals (as in presence).
+    async fn get_control(
+        &self,
+        request: Request<pb::GetControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        let state = client
+            .get_control(message)
+            .await
+            .map_err(forwarded)?
+            .into_inner();
+        let state = ControlState::try_from(state)
+            .map_err(|invalid| ErrorCode::Internal.status(invalid.to_string()))?
+            .seen_by(&principal.access);
+        Ok(Response::new((&state).into()))
+    }
+
+    async fn request_control(
+        &self,
+        request: Request<pb::RequestControlRequest>,
+    ) -> Result<Response<broker_pb::ControlRequest>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("asking for control")
+            .map_err(|error| error.to_status())?;
+        client.request_control(message).await.map_err(forwarded)
+    }
+
+    async fn grant_control(
+        &self,
+        request: Request<pb::AnswerControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("answering a request for control")
+            .map_err(|error| error.to_status())?;
+        client.grant_control(message).await.map_err(forwarded)
+    }
+
+    async fn decline_control(
+        &self,
+        request: Request<pb::AnswerControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        let (principal, message, mut client) = self.scoped_live_session(request).await?;
+        principal
+            .access
+            .require_control("answering a request for control")
+            .map_err(|error| error.to_status())?;
+        client.decline_control(message).await.map_err(forwarded)
     }
 
     async fn wait_for_screen(

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use ptyhub_attach_ticket::{TicketRole, TicketVerifyingKey};
+use ptyhub_attach_ticket::{TicketHolder, TicketRole, TicketVerifyingKey};
 use ptyhub_model::{ControlMode, TerminalSize};
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::{BackendKind, Config};
-use crate::domain::{BrokerEvent, Command, Role, SessionInfo};
+use crate::domain::{BrokerEvent, Command, ControlRequest, ControlState, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
 use crate::policy::PolicyRefusal;
@@ -386,6 +386,20 @@ impl Broker {
         Ok(self.inner.registry.get(session_id)?.info())
     }
 
+    /// Sets how long a request for control may wait before it is granted (the instance's
+    /// setting, given at spawn); `None`: until it is answered.
+    pub fn set_control_grant_timeout(
+        &self,
+        session_id: Uuid,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.inner
+            .registry
+            .get(session_id)?
+            .set_control_grant_timeout(timeout);
+        Ok(())
+    }
+
     /// Changes who may type into the session, moving its attached clients' roles at once.
     pub fn set_control_mode(
         &self,
@@ -414,6 +428,37 @@ impl Broker {
         let session = self.inner.registry.get(session_id)?;
         let view = session.screen(format, scrollback)?;
         Ok((view, session.info()))
+    }
+
+    /// Who controls the session and who asks to (see [`Session::control_state`]).
+    pub fn control_state(&self, session_id: Uuid) -> Result<ControlState, Error> {
+        Ok(self.inner.registry.get(session_id)?.control_state())
+    }
+
+    /// A standing request for control by `holder` (see [`Session::request_control_for`]).
+    pub fn request_control_for(
+        &self,
+        session_id: Uuid,
+        holder: TicketHolder,
+    ) -> Result<ControlRequest, Error> {
+        self.inner
+            .registry
+            .get(session_id)?
+            .request_control_for(holder)
+    }
+
+    /// `principal`'s answer to a request for control (see [`Session::answer_control_as`]).
+    pub fn answer_control_as(
+        &self,
+        session_id: Uuid,
+        principal: &str,
+        request_id: u64,
+        grant: bool,
+    ) -> Result<ControlState, Error> {
+        self.inner
+            .registry
+            .get(session_id)?
+            .answer_control_as(principal, request_id, grant)
     }
 
     /// The session's commands (see [`Session::commands`]).
@@ -641,7 +686,6 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use ptyhub_attach_ticket::TicketHolder;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::time::{Instant, advance};
 

@@ -5,16 +5,31 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use ptyhub_attach_ticket::TicketHolder;
 use uuid::Uuid;
 
 pub use ptyhub_model::{
-    Attendee, Command, ExitStatus, InvalidSize, Notification, Progress, Role, TYPING_WINDOW,
-    TerminalActivity, TerminalSize, TerminalState,
+    Attendee, Command, ControlChangeKind, ControlRequest, ControlState, ExitStatus, InvalidSize,
+    Notification, Progress, ReservedControl, Role, TYPING_WINDOW, TerminalActivity, TerminalSize,
+    TerminalState,
 };
 
 /// Why a session was closed. Inside the broker every close reason is the broker's, so the
 /// model's `BrokerCloseReason` goes by the short name here.
 pub use ptyhub_model::BrokerCloseReason as CloseReason;
+
+/// One answer to a request for control: who held control (and answered), who asked, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlChange {
+    pub kind: ControlChangeKind,
+    /// The controller that answered (or, for a timeout, would have); `None` when nobody
+    /// controlled.
+    pub from: Option<TicketHolder>,
+    /// The requester.
+    pub to: TicketHolder,
+    pub request_id: u64,
+    pub at: SystemTime,
+}
 
 /// Where a session is in its life. Moves forward only, except that a reset goes from `Running`
 /// to `Resetting` and back.
@@ -84,6 +99,12 @@ pub enum BrokerEventKind {
         surface: String,
         bytes: u64,
         since: SystemTime,
+    },
+    /// Control changed hands, or a request for it was declined (docs/CONTRACT.md, "Control
+    /// requests"): for the audit trail.
+    ControlChanged {
+        session_id: Uuid,
+        change: ControlChange,
     },
     /// Who is attached changed: a client came or went, control moved, or a client started or
     /// stopped typing.

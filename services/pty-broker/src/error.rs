@@ -51,7 +51,9 @@ pub enum Error {
     ProcessEndedBeforeInput,
     #[error("the terminal did not take the input: {0}")]
     InputNotTaken(#[source] std::io::Error),
-    #[error("input not written (or not all of it): an interrupt (Ctrl-C) came after it and went first")]
+    #[error(
+        "input not written (or not all of it): an interrupt (Ctrl-C) came after it and went first"
+    )]
     InputInterrupted,
     #[error("the session is closed")]
     SessionClosed,
@@ -81,6 +83,16 @@ pub enum Error {
     NoController,
     #[error("no pending request for control {0} (answered already, or its requester left)")]
     UnknownControlRequest(u64),
+    #[error("a request for control needs a principal: this credential names nobody")]
+    RequesterUnnamed,
+    #[error("{0} controls the session already")]
+    PrincipalControls(String),
+    #[error("{principal} already asked for control (request {request_id}): wait for the answer")]
+    PrincipalAlreadyAsked { principal: String, request_id: u64 },
+    #[error("only the controller ({0}) may answer a request for control")]
+    NotTheController(String),
+    #[error("the session is shared: every stream that may control controls it, none asks")]
+    SharedControl,
     #[error(transparent)]
     UnknownKey(#[from] crate::screen::UnknownKey),
     #[error("the pattern does not compile: {0}")]
@@ -134,9 +146,13 @@ impl Error {
             | Error::NotAtPrompt(_)
             | Error::AlreadyControls
             | Error::ControlAlreadyRequested(_)
+            | Error::PrincipalControls(_)
+            | Error::PrincipalAlreadyAsked { .. }
+            | Error::SharedControl
             | Error::NoController => ErrorCode::WrongState,
             Error::UnknownControlRequest(_) => ErrorCode::NotFound,
-            Error::MayOnlyView => ErrorCode::Forbidden,
+            Error::RequesterUnnamed => ErrorCode::Invalid,
+            Error::MayOnlyView | Error::NotTheController(_) => ErrorCode::Forbidden,
             Error::NoShellIntegration => ErrorCode::Invalid,
             Error::WaitTimedOut(_) | Error::RunTimedOut(_) => ErrorCode::TimedOut,
             Error::MissingTicket => ErrorCode::Unauthenticated,

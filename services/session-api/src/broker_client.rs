@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
+use ptyhub_attach_ticket::TicketHolder;
 use ptyhub_model::proto::{self, ProtoEnum as _};
-use ptyhub_model::{Attendee, ControlMode, TerminalSize};
+use ptyhub_model::{Attendee, ControlChangeKind, ControlMode, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_client::PtyBrokerClient;
 use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
@@ -45,6 +46,8 @@ pub struct SpawnSpec {
     pub shell_integration: bool,
     /// Who may type into it.
     pub control_mode: ControlMode,
+    /// How long a request for control may wait before it is granted; `None`: until answered.
+    pub control_grant_timeout: Option<Duration>,
 }
 
 /// A session's state as its broker reports it.
@@ -112,6 +115,16 @@ pub enum BrokerEvent {
         surface: String,
         bytes: u64,
         since: DateTime<Utc>,
+    },
+    /// A request for control was answered: by whom (`from`, when someone controlled), for whom
+    /// (`to`), how, at `at`.
+    ControlChanged {
+        session_id: Uuid,
+        kind: ControlChangeKind,
+        from: Option<TicketHolder>,
+        to: TicketHolder,
+        request_id: u64,
+        at: DateTime<Utc>,
     },
     /// Who is attached changed: how many, and who (presence).
     Attachments {
@@ -269,6 +282,9 @@ impl BrokerClients {
             recording_title: spec.recording_title.clone(),
             shell_integration: spec.shell_integration,
             control_mode: spec.control_mode.to_proto(),
+            control_grant_timeout_secs: spec
+                .control_grant_timeout
+                .map(|timeout| u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX)),
         };
         self.client(broker)?
             .spawn(self.unary(request))
@@ -404,6 +420,45 @@ impl BrokerClients {
             .map_err(|status| Error::from_forwarded_status(&broker.id, status))
     }
 
+    /// The session's control state, as the broker answers it.
+    pub async fn get_control(
+        &self,
+        broker: &Broker,
+        request: pb::GetControlRequest,
+    ) -> Result<pb::ControlState, Error> {
+        self.client(broker)?
+            .get_control(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// A standing request for control, made by the broker for the requester it names.
+    pub async fn request_control_for(
+        &self,
+        broker: &Broker,
+        request: pb::StandingControlRequest,
+    ) -> Result<pb::ControlRequest, Error> {
+        self.client(broker)?
+            .request_control_for(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
+    /// An answer to a request for control by the principal it names; the control state after.
+    pub async fn answer_control_as(
+        &self,
+        broker: &Broker,
+        request: pb::ControlAnswer,
+    ) -> Result<pb::ControlState, Error> {
+        self.client(broker)?
+            .answer_control_as(self.unary(request))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| Error::from_forwarded_status(&broker.id, status))
+    }
+
     /// Waits for the session's screen to match, as the broker answers it. The call may last as
     /// long as the wait asks for (up to five minutes), so it gets that deadline, not an ordinary
     /// call's.
@@ -498,6 +553,14 @@ fn parse_session_id(text: &str) -> Option<Uuid> {
     Uuid::parse_str(text).ok()
 }
 
+/// Who a broker's event names (a ticket's holder, or a caller session-api named).
+fn holder_from_pb(holder: pb::TicketHolder) -> TicketHolder {
+    TicketHolder {
+        principal: holder.principal,
+        surface: holder.surface,
+    }
+}
+
 fn timestamp_from_pb(timestamp: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
     let timestamp = timestamp?;
     DateTime::from_timestamp(timestamp.seconds, u32::try_from(timestamp.nanos).ok()?)
@@ -581,6 +644,14 @@ fn event_from_pb(event: pb::BrokerEvent) -> Option<BrokerEvent> {
             surface: typed.surface,
             bytes: typed.bytes,
             since: timestamp_from_pb(typed.since)?,
+        },
+        Event::ControlChanged(changed) => BrokerEvent::ControlChanged {
+            session_id: parse_session_id(&changed.session_id)?,
+            kind: ControlChangeKind::from_proto(changed.kind).ok()?,
+            from: changed.from.map(holder_from_pb),
+            to: holder_from_pb(changed.to?),
+            request_id: changed.request_id,
+            at: timestamp_from_pb(Some(event.at?))?,
         },
         Event::Terminal(changed) => BrokerEvent::Terminal {
             session_id: parse_session_id(&changed.session_id)?,

@@ -4,7 +4,7 @@
 //! `ptyhub-model`'s.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::Role;
@@ -37,6 +37,9 @@ pub struct NewInstance {
     pub record: Option<RecordMode>,
     /// Whether new sessions start interactive shells with their integration.
     pub shell_integration: bool,
+    /// How long a request for control to its sessions may wait before it is granted; `None`:
+    /// until it is answered.
+    pub control_grant_timeout: Option<Duration>,
 }
 
 /// An instance as stored.
@@ -58,6 +61,9 @@ pub struct Instance {
     pub record: Option<RecordMode>,
     /// Whether new sessions start interactive shells with their integration.
     pub shell_integration: bool,
+    /// How long a request for control to its sessions may wait before it is granted; `None`:
+    /// until it is answered.
+    pub control_grant_timeout: Option<Duration>,
 }
 
 /// The most characters of a window title a session record keeps.

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::StreamExt;
-use ptyhub_model::{AuditKind, surface_of_presence};
-use ptyhub_wire::Actor;
+use ptyhub_attach_ticket::TicketHolder;
+use ptyhub_model::{AuditKind, ControlChangeKind, surface_of_presence};
+use ptyhub_wire::{Actor, Surface};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -421,6 +422,17 @@ impl Watcher {
                 self.record_typed(session_id, &principal, &surface, bytes, since)
                     .await?
             }
+            BrokerEvent::ControlChanged {
+                session_id,
+                kind,
+                from,
+                to,
+                request_id,
+                at,
+            } => {
+                self.record_control(session_id, kind, from, &to, request_id, at)
+                    .await?
+            }
             BrokerEvent::Attachments {
                 session_id,
                 attached_clients,
@@ -465,7 +477,42 @@ impl Watcher {
             .detail("bytes", bytes.to_string())
             .detail("window", since.to_rfc3339_opts(SecondsFormat::Micros, true))
             .detail("typed", "true");
-        store.record_typed_input(event, since).await?;
+        store.record_once(event, "window", since).await?;
+        Ok(())
+    }
+
+    /// Records in the audit trail how a request for control was answered, with both
+    /// principals, once across replicas: by the controller that answered (the system's, for a
+    /// grant by the instance's timeout).
+    async fn record_control(
+        &self,
+        session_id: Uuid,
+        kind: ControlChangeKind,
+        from: Option<TicketHolder>,
+        to: &TicketHolder,
+        request_id: u64,
+        at: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        let store = &self.service.store;
+        let Some(session) = store.find_session(session_id).await? else {
+            return Ok(());
+        };
+        let actor = match (&from, kind) {
+            (Some(from), ControlChangeKind::Granted | ControlChangeKind::Declined) => {
+                Actor::new(&from.principal, None, surface_of_presence(&from.surface))
+            }
+            _ => Actor::new("", None, Surface::System),
+        };
+        let from = from.map(|from| from.principal).unwrap_or_default();
+        let event = NewAuditEvent::new(AuditKind::Control, &actor)
+            .session(session.instance_id, session_id)
+            .detail("outcome", kind.as_str())
+            .detail("from", from)
+            .detail("to", to.principal.clone())
+            .detail("to_surface", to.surface.clone())
+            .detail("request", request_id.to_string())
+            .detail("at", at.to_rfc3339_opts(SecondsFormat::Micros, true));
+        store.record_once(event, "at", at).await?;
         Ok(())
     }
 

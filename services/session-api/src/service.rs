@@ -316,6 +316,7 @@ impl SessionService {
                 recording_title: format!("{} / {}", instance.name, session.name),
                 shell_integration: instance.shell_integration,
                 control_mode: session.control_mode,
+                control_grant_timeout: instance.control_grant_timeout,
             };
             self.brokers.spawn(&broker, &spec).await?;
             // A broker that just spawned a process is up, whether or not this replica's

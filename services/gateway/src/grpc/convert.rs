@@ -137,6 +137,7 @@ pub fn instance_from_proto(instance: session_pb::Instance) -> Instance {
         record: RecordMode::from_proto(instance.record).unwrap_or(RecordMode::Off),
         record_is_default: instance.record_is_default,
         shell_integration: instance.shell_integration,
+        control_grant_timeout_secs: instance.control_grant_timeout_secs,
     }
 }
 
@@ -185,6 +186,7 @@ pub fn instance_to_proto(instance: Instance) -> session_pb::Instance {
         record: instance.record.to_proto(),
         record_is_default: instance.record_is_default,
         shell_integration: instance.shell_integration,
+        control_grant_timeout_secs: instance.control_grant_timeout_secs,
     }
 }
 

@@ -75,6 +75,7 @@ impl Upstreams {
             broker_id: String::new(),
             record: proto::optional_to_proto(new.record),
             shell_integration: new.shell_integration,
+            control_grant_timeout_secs: new.control_grant_timeout_secs,
         };
         let instance = self
             .session_api

@@ -1,5 +1,5 @@
 //! Calls to session-api about what a terminal shows and does: screens, input, screen waits,
-//! commands and `run`, each forwarded to the session's broker.
+//! commands and `run`, and who controls it; each forwarded to the session's broker.
 
 use std::time::Duration;
 
@@ -10,7 +10,8 @@ use ptyhub_wire::limits::{DEFAULT_WAIT_MS, MAX_WAIT_MS};
 
 use crate::domain::{
     Command, CommandListing, CommandOutput, CommandOutputFormat, CommandPage, CommandRun,
-    CommandRunResult, InputItem, InputWritten, Screen, ScreenRequest, ScreenWait, ScreenWaitResult,
+    CommandRunResult, ControlRequest, ControlState, InputItem, InputWritten, Screen, ScreenRequest,
+    ScreenWait, ScreenWaitResult,
 };
 use crate::error::ApiError;
 
@@ -232,4 +233,79 @@ impl Upstreams {
             truncated: answer.truncated,
         })
     }
+}
+
+impl Upstreams {
+    /// Who controls the session and who asks to (docs/CONTRACT.md, "Control requests").
+    pub async fn control_state(
+        &self,
+        instance_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
+    ) -> Result<ControlState, ApiError> {
+        let state = self
+            .session_api
+            .clone()
+            .get_control(session_pb::GetControlRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_string(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        control_state_from_proto(state)
+    }
+
+    /// A standing request for control by the principal these upstreams act for.
+    pub async fn request_control(
+        &self,
+        instance_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
+    ) -> Result<ControlRequest, ApiError> {
+        let request = self
+            .session_api
+            .clone()
+            .request_control(session_pb::RequestControlRequest {
+                instance: instance_id.to_owned(),
+                session_id: session_id.to_string(),
+            })
+            .await
+            .map_err(session_api_error)?
+            .into_inner();
+        ControlRequest::try_from(request).map_err(|invalid| {
+            ApiError::internal(format!(
+                "session-api answered a bad control request: {invalid}"
+            ))
+        })
+    }
+
+    /// Grants (or declines) request `request_id` as the principal these upstreams act for;
+    /// the control state after it.
+    pub async fn answer_control(
+        &self,
+        instance_id: &str,
+        session_id: &(impl std::fmt::Display + ?Sized),
+        request_id: u64,
+        grant: bool,
+    ) -> Result<ControlState, ApiError> {
+        let request = session_pb::AnswerControlRequest {
+            instance: instance_id.to_owned(),
+            session_id: session_id.to_string(),
+            request_id,
+        };
+        let mut session_api = self.session_api.clone();
+        let answered = if grant {
+            session_api.grant_control(request).await
+        } else {
+            session_api.decline_control(request).await
+        };
+        control_state_from_proto(answered.map_err(session_api_error)?.into_inner())
+    }
+}
+
+fn control_state_from_proto(state: broker_pb::ControlState) -> Result<ControlState, ApiError> {
+    ControlState::try_from(state).map_err(|invalid| {
+        ApiError::internal(format!(
+            "session-api answered a bad control state: {invalid}"
+        ))
+    })
 }

@@ -27,7 +27,9 @@ use ptyhub_wire::Surface;
 
 use super::schema::output_schema;
 use crate::auth::Principal;
-use crate::domain::{CommandOutputFormat, Instance, Screen, Session, SessionStatus};
+use crate::domain::{
+    CommandOutputFormat, ControlRequest, ControlState, Instance, Screen, Session, SessionStatus,
+};
 use crate::error::ApiError;
 use crate::rest::bodies::{
     ClosedSession, CommandList, CommandsQuery, InputBody, InputWrittenBody, InstanceBody,
@@ -153,6 +155,27 @@ static TOOLS: LazyLock<Vec<Listed>> = LazyLock::new(|| {
             "Close a session, ending its processes. Its record stays in the instance's history.",
             Needs::Control,
         ),
+        tool::<SessionArguments, ControlState>(
+            "control_state",
+            "Who controls a session (the attached client that may type), for whom control is \
+             reserved, and the requests for control that wait for an answer, oldest first.",
+            Needs::View,
+        ),
+        tool::<SessionArguments, ControlRequest>(
+            "request_control",
+            "Ask the controller of a session for control, as you (your credential's \
+             principal). The controller's page shows the request; watch control_state for the \
+             answer. Once granted, control is yours: your send_input types without force, and \
+             your next attach to the session controls it.",
+            Needs::Control,
+        ),
+        tool::<GrantControlArguments, ControlState>(
+            "grant_control",
+            "Answer a request for control by its id (from control_state), as the session's \
+             controller: `grant` true (default) gives the requester control, false declines. \
+             Declining your own request withdraws it.",
+            Needs::Control,
+        ),
     ]
 });
 
@@ -219,6 +242,24 @@ pub async fn call(
         "close_session" => {
             answer(arguments, |arguments| {
                 close_session(state, principal, arguments)
+            })
+            .await
+        }
+        "control_state" => {
+            answer(arguments, |arguments| {
+                control_state(state, principal, arguments)
+            })
+            .await
+        }
+        "request_control" => {
+            answer(arguments, |arguments| {
+                request_control(state, principal, arguments)
+            })
+            .await
+        }
+        "grant_control" => {
+            answer(arguments, |arguments| {
+                grant_control(state, principal, arguments)
             })
             .await
         }
@@ -312,6 +353,24 @@ struct SessionArguments {
     instance: String,
     /// The session's id, or `default` for the instance's default session.
     session: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GrantControlArguments {
+    /// The instance's id or name.
+    instance: String,
+    /// The session's id, or `default` for the instance's default session.
+    session: String,
+    /// The request's id, as control_state lists it.
+    request_id: u64,
+    /// Grant (true, the default) or decline (false).
+    #[serde(default = "granting")]
+    grant: bool,
+}
+
+fn granting() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -661,6 +720,61 @@ async fn close_session(
     })
 }
 
+async fn control_state(
+    state: &AppState,
+    principal: &Principal,
+    arguments: SessionArguments,
+) -> Result<ControlState, ApiError> {
+    let (instance, session) =
+        live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
+    let control = state
+        .upstreams
+        .control_state(&instance.id, &session.id)
+        .await?;
+    Ok(control.seen_by(&principal.access))
+}
+
+async fn request_control(
+    state: &AppState,
+    principal: &Principal,
+    arguments: SessionArguments,
+) -> Result<ControlRequest, ApiError> {
+    principal.access.require_control("asking for control")?;
+    let (instance, session) =
+        live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
+    let request = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Mcp))
+        .request_control(&instance.id, &session.id)
+        .await?;
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, request_id = request.id, "control requested over mcp");
+    Ok(request)
+}
+
+async fn grant_control(
+    state: &AppState,
+    principal: &Principal,
+    arguments: GrantControlArguments,
+) -> Result<ControlState, ApiError> {
+    principal
+        .access
+        .require_control("answering a request for control")?;
+    let (instance, session) =
+        live_session_for(state, principal, &arguments.instance, &arguments.session).await?;
+    let control = state
+        .upstreams
+        .acting_for(&principal.actor(Surface::Mcp))
+        .answer_control(
+            &instance.id,
+            &session.id,
+            arguments.request_id,
+            arguments.grant,
+        )
+        .await?;
+    tracing::info!(instance_id = %instance.id, session_id = %session.id, subject = %principal.subject, request_id = arguments.request_id, grant = arguments.grant, "control request answered over mcp");
+    Ok(control)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -674,9 +788,15 @@ mod tests {
         let shared = Access::shared("instance-1", None);
         assert_eq!(
             names(&visible_to(&shared)),
-            ["list_instances", "list_sessions", "read_screen", "wait_for"]
+            [
+                "list_instances",
+                "list_sessions",
+                "read_screen",
+                "wait_for",
+                "control_state"
+            ]
         );
-        assert_eq!(names(&visible_to(&Access::admin())).len(), 9);
+        assert_eq!(names(&visible_to(&Access::admin())).len(), 12);
     }
 
     #[test]

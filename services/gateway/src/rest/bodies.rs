@@ -81,6 +81,9 @@ pub struct InstanceBody {
     /// Whether new sessions whose program is an interactive bash, zsh, fish or sh start with
     /// the shell integration that marks their commands.
     pub shell_integration: bool,
+    /// Seconds a request for control to one of its sessions waits unanswered before it is
+    /// granted; `null`: until it is answered.
+    pub control_grant_timeout: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -101,6 +104,9 @@ pub struct RegisterInstanceBody {
     /// Whether new sessions whose program is an interactive shell start with the shell
     /// integration that marks their commands; default true.
     pub shell_integration: Option<bool>,
+    /// 1..=3600 seconds a request for control to one of its sessions may wait unanswered
+    /// before it is granted; absent or `null` (the default): until it is answered.
+    pub control_grant_timeout: Option<u32>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -498,6 +504,7 @@ impl From<Instance> for InstanceBody {
             record: instance.record.as_str().to_owned(),
             record_is_default: instance.record_is_default,
             shell_integration: instance.shell_integration,
+            control_grant_timeout: instance.control_grant_timeout_secs,
         }
     }
 }

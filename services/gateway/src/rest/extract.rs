@@ -229,6 +229,7 @@ mod tests {
             record: crate::domain::RecordMode::Off,
             record_is_default: true,
             shell_integration: true,
+            control_grant_timeout_secs: None,
         }
     }
 

@@ -66,6 +66,7 @@ pub async fn register_instance(
             })?),
         },
         shell_integration: body.shell_integration,
+        control_grant_timeout_secs: body.control_grant_timeout,
     };
     let instance = state
         .upstreams

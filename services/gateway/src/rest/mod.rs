@@ -7,6 +7,8 @@
 //! - `extract.rs`: path and query parameters, the caller, JSON bodies, the instance scope;
 //! - `instances.rs`, `sessions.rs`, `screens.rs`, `operations.rs`: the handlers;
 //! - `commands.rs`: the commands a session's shell ran, and one command's output;
+//! - `control.rs`: who controls a session, and requests for control made and answered without
+//!   a stream;
 //! - `events.rs`: an instance's session changes as Server-Sent Events;
 //! - `shares.rs`: share links, viewer-only grants of an instance or a session;
 //! - `signin.rs`: the page's session cookie: signing in from `?token=` or the form, and out;
@@ -17,6 +19,7 @@
 pub mod audit;
 pub mod bodies;
 pub mod commands;
+pub mod control;
 pub mod events;
 pub mod extract;
 pub mod instances;

@@ -6,6 +6,7 @@ mod browser;
 mod command_choice;
 mod common;
 mod contract;
+mod control;
 mod front_door;
 mod fuzz;
 mod grpc_attach;

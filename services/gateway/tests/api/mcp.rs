@@ -321,7 +321,13 @@ async fn a_share_lists_the_read_tools_alone_and_a_jwt_sees_its_instances_alone()
     names.sort();
     assert_eq!(
         names,
-        ["list_instances", "list_sessions", "read_screen", "wait_for"]
+        [
+            "control_state",
+            "list_instances",
+            "list_sessions",
+            "read_screen",
+            "wait_for"
+        ]
     );
     let target = json!({"instance": instance, "session": session_id});
     answer(&viewer, "read_screen", target.clone()).await;

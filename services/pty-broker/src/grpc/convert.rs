@@ -34,6 +34,16 @@ pub(super) fn terminal_size(size: pb::TerminalSize) -> Result<TerminalSize, Erro
 }
 
 /// A control mode; `None` for unspecified (exclusive at a spawn, refused by `SetControlMode`).
+/// The instance's grant timeout for control requests, in seconds; 0 is no duration.
+pub(super) fn control_grant_timeout(seconds: Option<u32>) -> Result<Option<Duration>, Error> {
+    match seconds {
+        Some(0) => Err(Error::InvalidRequest(
+            "control_grant_timeout_secs must be at least 1 (absent for never)".into(),
+        )),
+        seconds => Ok(seconds.map(|seconds| Duration::from_secs(seconds.into()))),
+    }
+}
+
 pub(super) fn control_mode(value: i32) -> Result<Option<ControlMode>, Error> {
     proto::optional_control_mode(value).map_err(|invalid| Error::InvalidRequest(invalid.0))
 }
@@ -407,6 +417,15 @@ impl From<BrokerEvent> for pb::BrokerEvent {
                 bytes,
                 since: Some(timestamp(since)),
             }),
+            BrokerEventKind::ControlChanged { session_id, change } => {
+                Event::ControlChanged(pb::ControlChanged {
+                    session_id: session_id.to_string(),
+                    kind: change.kind.to_proto(),
+                    from: change.from.map(holder_to_pb),
+                    to: Some(holder_to_pb(change.to)),
+                    request_id: change.request_id,
+                })
+            }
             BrokerEventKind::AttachmentsChanged {
                 session_id,
                 controllers,
@@ -486,4 +505,20 @@ pub(super) fn server_frame(session_id: Uuid, event: ClientEvent) -> pb::ServerFr
         }),
     };
     pb::ServerFrame { frame: Some(frame) }
+}
+
+/// A stream's or a caller's holder as the broker's messages carry it.
+fn holder_to_pb(holder: TicketHolder) -> pb::TicketHolder {
+    pb::TicketHolder {
+        principal: holder.principal,
+        surface: holder.surface,
+    }
+}
+
+/// The holder a session-api call names; empty fields stand for nobody, as in a ticket.
+pub fn holder_from_pb(holder: Option<pb::TicketHolder>) -> TicketHolder {
+    holder.map_or_else(TicketHolder::default, |holder| TicketHolder {
+        principal: holder.principal,
+        surface: holder.surface,
+    })
 }

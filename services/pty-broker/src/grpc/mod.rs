@@ -27,8 +27,8 @@ use crate::screen::ScreenFormat;
 use crate::session::{AttachedInput, Attachment, AttachmentHandle, INTERRUPT};
 use crate::session::{CommandWatch, ScreenWait};
 use convert::{
-    commands_limit, input_items, parse_session_id, screen, screen_format, scrollback, server_frame,
-    terminal_size, timestamp, wait_response, wait_timeout,
+    commands_limit, holder_from_pb, input_items, parse_session_id, screen, screen_format,
+    scrollback, server_frame, terminal_size, timestamp, wait_response, wait_timeout,
 };
 pub(crate) use registry_client::RegistryClient;
 
@@ -92,6 +92,7 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let request = request.into_inner();
         let recording = convert::recording_request(&request)?;
         let control_mode = convert::control_mode(request.control_mode)?.unwrap_or_default();
+        let grant_timeout = convert::control_grant_timeout(request.control_grant_timeout_secs)?;
         let spec = SpawnSpec::try_from(request)?;
         let session_id = spec.session_id;
         let mut session = self.broker.spawn_recorded(spec, recording).await?;
@@ -99,6 +100,10 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         // session before then), so every stream meets the mode set now.
         if control_mode != ControlMode::default() {
             session = self.broker.set_control_mode(session_id, control_mode)?;
+        }
+        if grant_timeout.is_some() {
+            self.broker
+                .set_control_grant_timeout(session_id, grant_timeout)?;
         }
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
@@ -199,6 +204,45 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let scrollback = scrollback(request.scrollback)?;
         let (view, info) = self.broker.screen(session_id, format, scrollback)?;
         Ok(Response::new(screen(session_id, view, &info)))
+    }
+
+    async fn get_control(
+        &self,
+        request: Request<pb::GetControlRequest>,
+    ) -> Result<Response<pb::ControlState>, Status> {
+        self.authorize(&request)?;
+        let session_id = parse_session_id(&request.get_ref().session_id)?;
+        let state = self.broker.control_state(session_id)?;
+        Ok(Response::new((&state).into()))
+    }
+
+    async fn request_control_for(
+        &self,
+        request: Request<pb::StandingControlRequest>,
+    ) -> Result<Response<pb::ControlRequest>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let made = self
+            .broker
+            .request_control_for(session_id, holder_from_pb(request.requester))?;
+        Ok(Response::new((&made).into()))
+    }
+
+    async fn answer_control_as(
+        &self,
+        request: Request<pb::ControlAnswer>,
+    ) -> Result<Response<pb::ControlState>, Status> {
+        self.authorize(&request)?;
+        let request = request.into_inner();
+        let session_id = parse_session_id(&request.session_id)?;
+        let state = self.broker.answer_control_as(
+            session_id,
+            &request.principal,
+            request.request_id,
+            request.grant,
+        )?;
+        Ok(Response::new((&state).into()))
     }
 
     async fn list_commands(

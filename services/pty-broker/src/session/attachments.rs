@@ -13,22 +13,26 @@
 //! Control also moves by request and grant: a viewer whose ticket admits a controller asks
 //! ([`Attachments::request_control`]), the controller is sent the request and answers
 //! ([`Attachments::answer_control`]); a grant moves the lease (a new generation) to the
-//! requester on the same streams, a decline changes nothing but telling the requester.
+//! requester on the same streams, a decline changes nothing but telling the requester. A caller
+//! without a stream asks and answers too, for its principal (`attachments/requests.rs`).
 //!
 //! In the `shared` control mode there is no lease: every client whose ticket admits a
 //! controller is one, each with a generation of its own, and none takes over from another
 //! ([`Attachments::set_control_mode`] moves the roles of the attached clients when the mode
 //! changes).
 
-use std::collections::{HashMap, VecDeque};
-use std::time::SystemTime;
+mod requests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, SystemTime};
 
 use ptyhub_attach_ticket::TicketHolder;
-use ptyhub_model::ControlMode;
 use tokio::time::Instant;
 
-use crate::domain::{Attendee, ClientEvent, Role, TYPING_WINDOW};
-use crate::error::{ClientAction, Error};
+use ptyhub_model::ControlMode;
+use requests::{PendingRequest, Reservation};
+
+use crate::domain::{Attendee, ClientEvent, ControlChange, Role, TYPING_WINDOW};
 
 /// Identifies one attached stream for as long as it lives. Never reused within a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -93,9 +97,15 @@ pub struct Attachments {
     /// The lease of the exclusive mode; always `None` in the shared mode.
     controller: Option<ControllerLease>,
     clients: HashMap<ClientId, Client>,
-    /// Requests for control the controller has not answered: request id to requester.
-    requests: HashMap<u64, ClientId>,
+    /// Requests for control nobody has answered, by id (oldest first).
+    requests: BTreeMap<u64, PendingRequest>,
     next_request: u64,
+    /// Control granted to a principal that had no stream to take it.
+    reservation: Option<Reservation>,
+    /// How long a request may wait before it is granted; `None`: until it is answered.
+    grant_timeout: Option<Duration>,
+    /// Changes of control not yet taken for the audit trail.
+    control_changes: Vec<ControlChange>,
     /// Input bytes written per holder since `typed_since`, until the task takes them.
     typed: HashMap<TicketHolder, u64>,
     typed_since: Option<SystemTime>,
@@ -161,7 +171,9 @@ impl Attachments {
     }
 
     /// Adds a client for `holder` that will be sent output from `cursor` on. A controller takes
-    /// the lease from the current one, which is queued a `TakenOver` event at `end`.
+    /// the lease from the current one, which is queued a `TakenOver` event at `end` (and ends a
+    /// reservation). A viewer that may control, of the principal control is reserved for, is
+    /// given the lease (the task tells it, after `Connected`, as for the shared mode).
     pub fn attach(
         &mut self,
         role: Role,
@@ -178,7 +190,8 @@ impl Attachments {
             // Shared: a controller of its own generation, taking over from nobody.
             self.generation += 1;
             generation = Some(self.generation);
-        } else if role == Role::Controller {
+        } else if role == Role::Controller || self.take_reservation(&holder, may_control) {
+            self.reservation = None;
             self.generation += 1;
             generation = Some(self.generation);
             if let Some(previous) = self.controller.replace(ControllerLease {
@@ -217,7 +230,7 @@ impl Attachments {
         if self.controller.is_some_and(|lease| lease.client == client) {
             self.controller = None;
         }
-        self.requests.retain(|_, requester| *requester != client);
+        self.forget_requests_of(client);
         self.clients.remove(&client).is_some()
     }
 
@@ -227,92 +240,6 @@ impl Attachments {
         self.clients
             .get(&client)
             .and_then(|client| client.generation)
-    }
-
-    /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
-    /// stream whose ticket only views, for the controller itself, when nobody controls, for a
-    /// stream whose earlier request is still pending (one each, so a viewer cannot flood the
-    /// controller), and past [`MAX_PENDING_CONTROL_REQUESTS`]. Returns the request's id.
-    pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
-        let Some(client) = self.clients.get(&requester) else {
-            return Err(Error::SessionClosed);
-        };
-        if !client.may_control {
-            return Err(Error::MayOnlyView);
-        }
-        if self.mode == ControlMode::Shared {
-            // Every client that may control does in the shared mode.
-            return Err(Error::AlreadyControls);
-        }
-        let lease = self.controller.ok_or(Error::NoController)?;
-        if lease.client == requester {
-            return Err(Error::AlreadyControls);
-        }
-        if let Some((&pending, _)) = self.requests.iter().find(|(_, asker)| **asker == requester) {
-            return Err(Error::ControlAlreadyRequested(pending));
-        }
-        if self.requests.len() >= MAX_PENDING_CONTROL_REQUESTS {
-            return Err(Error::TooManyControlRequests(MAX_PENDING_CONTROL_REQUESTS));
-        }
-        let attendee = self.attendee(requester, client, Instant::now());
-        self.next_request += 1;
-        let request_id = self.next_request;
-        self.requests.insert(request_id, requester);
-        self.push_event(
-            lease.client,
-            end,
-            ClientEvent::ControlRequested {
-                request_id,
-                requester: attendee,
-            },
-        );
-        Ok(request_id)
-    }
-
-    /// `answerer`'s answer to request `request_id`, queued at `end`. Only the current
-    /// controller answers, and only a request still pending whose requester is attached. A grant
-    /// gives the requester a new generation (the lease) and the answerer none; each is told its
-    /// new role. A decline tells the requester and changes nothing else.
-    pub fn answer_control(
-        &mut self,
-        answerer: ClientId,
-        request_id: u64,
-        grant: bool,
-        end: u64,
-    ) -> Result<(), Error> {
-        let lease = self
-            .controller
-            .filter(|lease| lease.client == answerer)
-            .ok_or(if self.generation_of(answerer).is_some() {
-                Error::TakenOver(ClientAction::AnswerControl)
-            } else {
-                Error::ViewerMayNot(ClientAction::AnswerControl)
-            })?;
-        let requester = self
-            .requests
-            .remove(&request_id)
-            .ok_or(Error::UnknownControlRequest(request_id))?;
-        if !grant {
-            self.push_event(requester, end, ClientEvent::ControlDeclined { request_id });
-            return Ok(());
-        }
-        self.generation += 1;
-        let generation = self.generation;
-        self.controller = Some(ControllerLease {
-            client: requester,
-            generation,
-        });
-        if let Some(client) = self.clients.get_mut(&requester) {
-            client.generation = Some(generation);
-        }
-        if let Some(client) = self.clients.get_mut(&lease.client) {
-            client.generation = None;
-        }
-        // Requests to the previous controller go unanswered: the new one never saw them.
-        self.requests.clear();
-        self.push_event(requester, end, ClientEvent::RoleChanged(Role::Controller));
-        self.push_event(lease.client, end, ClientEvent::RoleChanged(Role::Viewer));
-        Ok(())
     }
 
     /// Whether `generation` is a current controller's: the lease's in the exclusive mode, any
@@ -596,6 +523,7 @@ fn queue_event(client: &mut Client, after_offset: u64, event: ClientEvent) {
 mod tests {
     use super::*;
     use crate::domain::TerminalSize;
+    use crate::error::{ClientAction, Error};
 
     #[test]
     fn takeover_moves_the_lease_and_tells_the_previous_controller() {

@@ -44,7 +44,8 @@ pub use wait::{ScreenWait, WaitEnd, WaitOutcome, WaitTarget};
 
 use crate::activity::Activity;
 use crate::domain::{
-    ClientEvent, ExitStatus, Role, SessionInfo, SessionPhase, TerminalActivity, TerminalSize,
+    ClientEvent, ControlRequest, ControlState, ExitStatus, Role, SessionInfo, SessionPhase,
+    TerminalActivity, TerminalSize,
 };
 use crate::error::{ClientAction, Error};
 use crate::ring::{OutputRing, RingRead};
@@ -348,6 +349,59 @@ impl Session {
         self.shared.notify_clients();
         self.shared.task_wake.notify_one();
         info
+    }
+
+    /// Who controls the session, for whom control is reserved, and the requests for control
+    /// that wait (docs/CONTRACT.md, "Control requests").
+    pub fn control_state(&self) -> ControlState {
+        self.shared
+            .lock()
+            .attachments
+            .control_state(tokio::time::Instant::now())
+    }
+
+    /// A standing request for control by `holder`, made without a stream: the controller's
+    /// stream is sent it as a stream's request.
+    pub fn request_control_for(&self, holder: TicketHolder) -> Result<ControlRequest, Error> {
+        let mut state = self.shared.lock();
+        let end = state.ring.end();
+        let request = state.attachments.request_control_for(holder, end)?;
+        drop(state);
+        self.control_changed();
+        Ok(request)
+    }
+
+    /// `principal`'s answer to request `request_id`, made without a stream (the controller's
+    /// principal, or the requester's own withdrawing it); the control state after it.
+    pub fn answer_control_as(
+        &self,
+        principal: &str,
+        request_id: u64,
+        grant: bool,
+    ) -> Result<ControlState, Error> {
+        let mut state = self.shared.lock();
+        let end = state.ring.end();
+        state
+            .attachments
+            .answer_control_as(principal, request_id, grant, end)?;
+        let answer = state.attachments.control_state(tokio::time::Instant::now());
+        drop(state);
+        self.control_changed();
+        Ok(answer)
+    }
+
+    /// How long a request for control may wait unanswered before it is granted (the
+    /// instance's setting); `None`: until it is answered.
+    pub fn set_control_grant_timeout(&self, timeout: Option<Duration>) {
+        self.shared.lock().attachments.set_grant_timeout(timeout);
+        self.shared.task_wake.notify_one();
+    }
+
+    /// Wakes whoever reads control: the clients (an event may be queued for them) and the
+    /// task (which publishes presence and changes of control, and arms the timeout's timer).
+    fn control_changed(&self) {
+        self.shared.notify_clients();
+        self.shared.task_wake.notify_one();
     }
 
     /// Whether the session has closed (its task may still be telling its clients).

@@ -81,9 +81,11 @@ pub(crate) struct SessionTask {
     /// The one idle-reaping deadline; set while no client is attached.
     idle_deadline: Option<Instant>,
     reported_counts: (u32, u32),
-    /// Who was attached as last published, and when the first typist stops counting as one.
+    /// Who was attached as last published; and when the attachments next change by
+    /// themselves: the first typist stops counting as one, or a request for control is due
+    /// (granted by timeout, or ended).
     reported_presence: Vec<Attendee>,
-    typing_ends_at: Option<Instant>,
+    attachments_due: Option<Instant>,
     /// When the input tally's window ends and it is reported; set when the window opens.
     typed_report_at: Option<Instant>,
     activity: ActivityReport,
@@ -164,7 +166,7 @@ impl SessionTask {
             idle_deadline: None,
             reported_counts: (0, 0),
             reported_presence: Vec::new(),
-            typing_ends_at: None,
+            attachments_due: None,
             typed_report_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
@@ -196,7 +198,7 @@ impl SessionTask {
             idle_deadline: None,
             reported_counts: (0, 0),
             reported_presence: Vec::new(),
-            typing_ends_at: None,
+            attachments_due: None,
             typed_report_at: None,
             activity: ActivityReport::default(),
             screen_done: CancellationToken::new(),
@@ -529,7 +531,7 @@ impl SessionTask {
             }
             let idle_deadline = self.idle_deadline;
             let activity_due = self.activity.due();
-            let typing_ends_at = self.typing_ends_at;
+            let attachments_due = self.attachments_due;
             let typed_report_at = self.typed_report_at;
             tokio::select! {
                 biased;
@@ -590,7 +592,7 @@ impl SessionTask {
                 () = sleep_until(activity_due.unwrap_or_else(Instant::now)), if activity_due.is_some() => {
                     self.report_activity();
                 }
-                () = sleep_until(typing_ends_at.unwrap_or_else(Instant::now)), if typing_ends_at.is_some() => {
+                () = sleep_until(attachments_due.unwrap_or_else(Instant::now)), if attachments_due.is_some() => {
                     self.attachments_changed();
                 }
                 () = sleep_until(typed_report_at.unwrap_or_else(Instant::now)), if typed_report_at.is_some() => {
@@ -642,13 +644,14 @@ impl SessionTask {
                 }
             }
             Command::Interrupt { reply } => {
-                let signalled = process
-                    .signal_group(GroupSignal::Interrupt)
-                    .await
-                    .map_err(|error| {
-                        tracing::warn!(session_id = %self.id, %error, "interrupt failed");
-                        Error::ProcessExited
-                    });
+                let signalled =
+                    process
+                        .signal_group(GroupSignal::Interrupt)
+                        .await
+                        .map_err(|error| {
+                            tracing::warn!(session_id = %self.id, %error, "interrupt failed");
+                            Error::ProcessExited
+                        });
                 let _ = reply.send(signalled);
             }
             Command::Kill { reply } => {
@@ -921,7 +924,7 @@ impl SessionTask {
             .unwrap_or_else(|| Instant::now() + self.settings.tombstone);
         self.tombstone_deadline = Some(deadline);
         loop {
-            let typing_ends_at = self.typing_ends_at;
+            let attachments_due = self.attachments_due;
             tokio::select! {
                 biased;
                 () = self.context.shutdown.cancelled() => return close(CloseReason::Shutdown, None),
@@ -953,7 +956,7 @@ impl SessionTask {
                     }
                 },
                 () = self.shared.task_wake.notified() => self.attachments_changed(),
-                () = sleep_until(typing_ends_at.unwrap_or(deadline)), if typing_ends_at.is_some() => {
+                () = sleep_until(attachments_due.unwrap_or(deadline)), if attachments_due.is_some() => {
                     self.attachments_changed();
                 }
                 () = sleep_until(deadline) => return close(CloseReason::Exited, None),
@@ -1105,6 +1108,7 @@ impl SessionTask {
     /// Re-reads who is attached: publishes a changed presence (with the counts) and arms or
     /// disarms the idle timer.
     fn attachments_changed(&mut self) {
+        self.settle_control();
         let (counts, nobody) = {
             let state = self.shared.lock();
             (state.attachments.counts(), state.attachments.is_empty())
@@ -1124,20 +1128,43 @@ impl SessionTask {
         }
     }
 
+    /// Grants a request for control that waited the instance's grant timeout out (ending
+    /// standing requests and a reservation past their time), and publishes every change of
+    /// control since the last look, for the audit trail.
+    fn settle_control(&mut self) {
+        let mut state = self.shared.lock();
+        let end = state.ring.end();
+        let changed = state.attachments.grant_overdue(Instant::now(), end);
+        let changes = state.attachments.take_control_changes();
+        drop(state);
+        if changed {
+            self.shared.notify_clients();
+        }
+        for change in changes {
+            self.context
+                .events
+                .publish(BrokerEventKind::ControlChanged {
+                    session_id: self.id,
+                    change,
+                });
+        }
+    }
+
     /// Publishes who is attached when that changed since the last report (a client came or
     /// went, control moved, someone started or stopped typing), and arms the timer for the next
     /// typist to stop.
     fn publish_presence_if_changed(&mut self) {
         let now = Instant::now();
-        let (presence, counts, typing_ends_at) = {
+        let (presence, counts, typing_ends_at, control_due) = {
             let state = self.shared.lock();
             (
                 state.attachments.presence(now),
                 state.attachments.counts(),
                 state.attachments.typing_ends_at(now),
+                state.attachments.next_control_deadline(),
             )
         };
-        self.typing_ends_at = typing_ends_at;
+        self.attachments_due = typing_ends_at.into_iter().chain(control_due).min();
         if presence == self.reported_presence {
             return;
         }

@@ -1,6 +1,7 @@
-//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`) and the command calls
-//! (`ListCommands`, `GetCommandOutput`, `Run`, `WatchCommands`), which session-api checks and
-//! forwards: the caller's request re-addressed to the session's broker, field for field. Each
+//! The screen calls (`GetScreen`, `SendInput`, `WaitForScreen`), the command calls
+//! (`ListCommands`, `GetCommandOutput`, `Run`, `WatchCommands`) and the control calls
+//! (`GetControl`, `RequestControl`, `GrantControl`, `DeclineControl`), which session-api checks
+//! and forwards: the caller's request re-addressed to the session's broker, field for field. Each
 //! handler does the same first step, [`to_session_broker`]: the session named, checked open on
 //! a broker that is up, and the request turned into the broker's ([`ForwardedCall`]); errors
 //! become statuses through the one `From<Error> for Status`.
@@ -106,6 +107,60 @@ forwarded_call!(WaitForScreenRequest => WaitForScreenRequest {
     wait_for,
 });
 forwarded_call!(WatchCommandsRequest => WatchCommandsRequest { after_id });
+forwarded_call!(GetControlRequest => GetControlRequest {});
+
+/// A standing request for control: who asks is not the caller's to say, so the broker's
+/// request leaves the requester unset until the handler fills it in from the actor.
+impl ForwardedCall for pb::RequestControlRequest {
+    type ToBroker = broker_pb::StandingControlRequest;
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    fn to_broker(self, session_id: Uuid) -> broker_pb::StandingControlRequest {
+        let pb::RequestControlRequest {
+            instance: _,
+            session_id: _,
+        } = self;
+        broker_pb::StandingControlRequest {
+            session_id: session_id.to_string(),
+            requester: None,
+        }
+    }
+}
+
+/// An answer to a request for control: who answers, and whether it grants, are the handler's
+/// to fill in (from the actor and the call it serves).
+impl ForwardedCall for pb::AnswerControlRequest {
+    type ToBroker = broker_pb::ControlAnswer;
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    fn to_broker(self, session_id: Uuid) -> broker_pb::ControlAnswer {
+        let pb::AnswerControlRequest {
+            instance: _,
+            session_id: _,
+            request_id,
+        } = self;
+        broker_pb::ControlAnswer {
+            session_id: session_id.to_string(),
+            principal: String::new(),
+            request_id,
+            grant: false,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

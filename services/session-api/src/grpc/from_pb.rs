@@ -3,6 +3,7 @@
 //! rule of the contract.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use ptyhub_model::proto::{self, ProtoEnum as _};
@@ -147,7 +148,23 @@ pub(super) fn new_instance_from_pb(
         },
         record: record_mode_from_pb(request.record)?,
         shell_integration: request.shell_integration.unwrap_or(true),
+        control_grant_timeout: control_grant_timeout_from_pb(request.control_grant_timeout_secs)?,
     })
+}
+
+/// An instance's grant timeout: 1 second up to [`limits::MAX_CONTROL_GRANT_TIMEOUT`].
+fn control_grant_timeout_from_pb(seconds: Option<u32>) -> Result<Option<Duration>, Error> {
+    let Some(seconds) = seconds else {
+        return Ok(None);
+    };
+    let timeout = Duration::from_secs(seconds.into());
+    if seconds == 0 || timeout > limits::MAX_CONTROL_GRANT_TIMEOUT {
+        return Err(Error::InvalidRequest(format!(
+            "control_grant_timeout {seconds} is out of bounds (1..={} seconds, or null for never)",
+            limits::MAX_CONTROL_GRANT_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(Some(timeout))
 }
 
 /// A record mode; `None` for unspecified (the server's default).

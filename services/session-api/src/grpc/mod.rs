@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use ptyhub_model::presence_surface;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
 use ptyhub_proto::session::v1::broker_registry_server::BrokerRegistry;
@@ -107,6 +108,24 @@ impl GrpcSessionApi {
 }
 
 impl GrpcSessionApi {
+    /// Forwards an answer to a request for control, by the caller's principal.
+    async fn answer_control(
+        &self,
+        request: Request<pb::AnswerControlRequest>,
+        grant: bool,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        let actor = actor_of(&request);
+        let mut call = to_session_broker(&self.service, request.into_inner()).await?;
+        call.request.principal = actor.principal;
+        call.request.grant = grant;
+        let state = self
+            .service
+            .brokers
+            .answer_control_as(&call.broker, call.request)
+            .await?;
+        Ok(Response::new(state))
+    }
+
     /// Records a session's creation, when the call created it.
     async fn record_created(&self, actor: &Actor, attachment: &SessionAttachment) {
         if attachment.created {
@@ -512,6 +531,51 @@ impl SessionApi for GrpcSessionApi {
                 .await;
         }
         Ok(Response::new(outcome?))
+    }
+
+    async fn get_control(
+        &self,
+        request: Request<pb::GetControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        let call = to_session_broker(&self.service, request.into_inner()).await?;
+        let state = self
+            .service
+            .brokers
+            .get_control(&call.broker, call.request)
+            .await?;
+        Ok(Response::new(state))
+    }
+
+    async fn request_control(
+        &self,
+        request: Request<pb::RequestControlRequest>,
+    ) -> Result<Response<broker_pb::ControlRequest>, Status> {
+        let actor = actor_of(&request);
+        let mut call = to_session_broker(&self.service, request.into_inner()).await?;
+        call.request.requester = Some(broker_pb::TicketHolder {
+            principal: actor.principal.clone(),
+            surface: presence_surface(actor.surface).to_owned(),
+        });
+        let made = self
+            .service
+            .brokers
+            .request_control_for(&call.broker, call.request)
+            .await?;
+        Ok(Response::new(made))
+    }
+
+    async fn grant_control(
+        &self,
+        request: Request<pb::AnswerControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        self.answer_control(request, true).await
+    }
+
+    async fn decline_control(
+        &self,
+        request: Request<pb::AnswerControlRequest>,
+    ) -> Result<Response<broker_pb::ControlState>, Status> {
+        self.answer_control(request, false).await
     }
 
     async fn wait_for_screen(

@@ -26,6 +26,9 @@ pub(super) fn instance_to_pb(instance: &Instance, default_record: RecordMode) ->
         record: instance.record.unwrap_or(default_record).to_proto(),
         record_is_default: instance.record.is_none(),
         shell_integration: instance.shell_integration,
+        control_grant_timeout_secs: instance
+            .control_grant_timeout
+            .map(|timeout| u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX)),
         id: instance.id.to_string(),
         name: instance.name.clone(),
         target: Some(instance.target.clone().into()),

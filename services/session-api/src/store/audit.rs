@@ -52,32 +52,35 @@ impl Store {
         Ok(id)
     }
 
-    /// Appends the event of one principal's input window (`detail.window`, when its first byte
-    /// was written) unless it is recorded already: every replica hears the broker's report, and
-    /// the first to take the session's lock records it. Whether this call recorded it.
-    pub async fn record_typed_input(
+    /// Appends the event of something a broker reported (one principal's input window, whose
+    /// `detail.window` is when its first byte was written; an answer to a request for control,
+    /// whose `detail.at` is when it was answered) unless it is recorded already: every replica
+    /// hears the broker's report, and the first to take the session's lock records it. The
+    /// report is the same one when the session, kind, principal and the detail `key` are, and
+    /// the event is not recorded before `reported_at`. Whether this call recorded it.
+    pub async fn record_once(
         &self,
         event: NewAuditEvent,
-        window_start: DateTime<Utc>,
+        key: &str,
+        reported_at: DateTime<Utc>,
     ) -> Result<bool, Error> {
-        let (Some(session_id), Some(window)) = (event.session_id, event.detail.get("window"))
-        else {
-            return Err(Error::InvalidRequest(
-                "a typed-input event names its session and window".into(),
-            ));
+        let (Some(session_id), Some(value)) = (event.session_id, event.detail.get(key)) else {
+            return Err(Error::InvalidRequest(format!(
+                "a reported event names its session and its {key}"
+            )));
         };
         let transaction = self.begin_write().await?;
         lock_session_trail(&transaction, session_id).await?;
         let recorded: Vec<audit_event::Model> = audit_event::Entity::find()
             .filter(audit_event::Column::SessionId.eq(session_id))
-            .filter(audit_event::Column::Kind.eq(AuditKind::Input.as_str()))
+            .filter(audit_event::Column::Kind.eq(event.kind.as_str()))
             .filter(audit_event::Column::Principal.eq(event.actor.principal.as_str()))
-            .filter(audit_event::Column::At.gte(window_start))
+            .filter(audit_event::Column::At.gte(reported_at))
             .all(&transaction)
             .await?;
         let already = recorded
             .iter()
-            .any(|row| row.detail.get("window").and_then(|value| value.as_str()) == Some(window));
+            .any(|row| row.detail.get(key).and_then(|found| found.as_str()) == Some(value));
         if !already {
             insert_audit_event(&transaction, &event).await?;
         }

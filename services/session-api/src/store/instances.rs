@@ -47,6 +47,9 @@ impl Store {
             broker_id: broker_id.to_owned(),
             record: new.record.map(|mode| mode.as_str().to_owned()),
             shell_integration: new.shell_integration,
+            control_grant_timeout_secs: new
+                .control_grant_timeout
+                .map(|timeout| i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX)),
             created_at: at,
             updated_at: at,
         };

@@ -26,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddShareHistory),
             Box::new(AddSessionPresence),
             Box::new(AddSessionControlMode),
+            Box::new(AddInstanceControlGrantTimeout),
         ]
     }
 }
@@ -64,6 +65,7 @@ enum Instances {
     UpdatedAt,
     Record,
     ShellIntegration,
+    ControlGrantTimeoutSecs,
 }
 
 #[derive(DeriveIden)]
@@ -786,6 +788,46 @@ impl MigrationTrait for AddSessionControlMode {
                 Table::alter()
                     .table(TerminalSessions::Table)
                     .drop_column(TerminalSessions::ControlMode)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// How long a request for control to an instance's sessions may wait before it is granted.
+/// Every instance before it let requests wait for their answer, so existing rows are NULL.
+struct AddInstanceControlGrantTimeout;
+
+impl MigrationName for AddInstanceControlGrantTimeout {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000007_add_instance_control_grant_timeout"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddInstanceControlGrantTimeout {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .add_column(
+                        ColumnDef::new(Instances::ControlGrantTimeoutSecs)
+                            .integer()
+                            .null(),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Instances::Table)
+                    .drop_column(Instances::ControlGrantTimeoutSecs)
                     .to_owned(),
             )
             .await

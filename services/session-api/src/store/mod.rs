@@ -276,6 +276,12 @@ fn instance_from_model(model: instance::Model, live_sessions: u32) -> Result<Ins
             })
             .transpose()?,
         shell_integration: model.shell_integration,
+        // Stored only as registration checked it (1..=3600); anything else reads as never.
+        control_grant_timeout: model
+            .control_grant_timeout_secs
+            .and_then(|seconds| u64::try_from(seconds).ok())
+            .filter(|seconds| *seconds > 0)
+            .map(Duration::from_secs),
     })
 }
 

@@ -525,13 +525,13 @@ both_databases!(
         // Two replicas hear the broker's one report: the first records it.
         assert!(
             store
-                .record_typed_input(window(since, 8), since)
+                .record_once(window(since, 8), "window", since)
                 .await
                 .unwrap()
         );
         assert!(
             !store
-                .record_typed_input(window(since, 8), since)
+                .record_once(window(since, 8), "window", since)
                 .await
                 .unwrap()
         );
@@ -539,7 +539,7 @@ both_databases!(
         let next = since + chrono::Duration::milliseconds(1200);
         assert!(
             store
-                .record_typed_input(window(next, 3), next)
+                .record_once(window(next, 3), "window", next)
                 .await
                 .unwrap()
         );

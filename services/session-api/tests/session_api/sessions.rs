@@ -1580,3 +1580,96 @@ both_databases!(
         assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     }
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instances_control_grant_timeout_is_bounded_stored_and_applied_by_its_broker() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let registration = |name: &str, seconds: Option<u32>| pb::RegisterInstanceRequest {
+        name: name.into(),
+        target: Some(broker_pb::Target {
+            kind: Some(broker_pb::target::Kind::Local(broker_pb::LocalTarget {})),
+        }),
+        command: vec!["sh".into()],
+        broker_id: "b1".into(),
+        control_grant_timeout_secs: seconds,
+        ..Default::default()
+    };
+    for seconds in [0, 3601] {
+        let refused = client
+            .register_instance(registration("out-of-bounds", Some(seconds)))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{seconds}");
+        assert!(
+            refused.message().contains("control_grant_timeout"),
+            "{refused:?}"
+        );
+    }
+    let never = client
+        .register_instance(registration("never", None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(never.control_grant_timeout_secs, None);
+    let prompt = client
+        .register_instance(registration("prompt", Some(1)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(prompt.control_grant_timeout_secs, Some(1));
+    let stored = client
+        .get_instance(pb::GetInstanceRequest {
+            instance: "prompt".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stored.control_grant_timeout_secs, Some(1));
+
+    // Its session's broker was told: a request nobody answers is granted when a second passed.
+    let session = client
+        .create_session(pb::CreateSessionRequest {
+            instance: prompt.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .expect("a session");
+    let mut broker_client = broker_client(&broker).await;
+    broker_client
+        .request_control_for(broker_pb::StandingControlRequest {
+            session_id: session.id.clone(),
+            requester: Some(broker_pb::TicketHolder {
+                principal: "agent".into(),
+                surface: "mcp".into(),
+            }),
+        })
+        .await
+        .expect("a standing request");
+    let granted = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let mut broker_client = broker_client.clone();
+        let session_id = session.id.clone();
+        async move {
+            let state = broker_client
+                .get_control(broker_pb::GetControlRequest { session_id })
+                .await
+                .expect("the control state")
+                .into_inner();
+            state
+                .reserved_for
+                .filter(|reserved| reserved.principal == "agent")
+        }
+    })
+    .await;
+    assert!(
+        granted.is_some(),
+        "the request was never granted by timeout"
+    );
+}

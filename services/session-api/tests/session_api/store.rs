@@ -37,6 +37,7 @@ pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
         broker_id: None,
         record: None,
         shell_integration: true,
+        control_grant_timeout: None,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Model {
     pub record: Option<String>,
     /// Whether new sessions start interactive shells with their integration.
     pub shell_integration: bool,
+    /// Seconds a request for control may wait before it is granted; NULL: until answered.
+    pub control_grant_timeout_secs: Option<i32>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

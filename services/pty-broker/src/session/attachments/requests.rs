@@ -1,0 +1,789 @@
+//! Requests for control, as resources of the session (docs/CONTRACT.md, "Control requests"):
+//! each pending request has an id, a requester and a time, whether a stream made it on itself
+//! or a caller without a stream made it for its principal (a standing request: REST, gRPC,
+//! MCP). The controller's stream is sent every request as `ControlRequested`; a request is
+//! answered by id, by the controller's stream or by the controller's principal.
+//!
+//! A grant gives the lease to the requester: to its own stream, or (a standing request) to the
+//! newest stream of its principal that may control. A principal without such a stream gets the
+//! lease **reserved** for [`RESERVATION_LIFETIME`]: the granter's stream reads on as a viewer,
+//! and the principal's next attach that may control becomes the controller.
+//!
+//! With a grant timeout (an instance setting), a request nobody answered within it is granted
+//! when it passes, as though the controller had granted it; without one it waits for an answer.
+//! A standing request that is never answered ends after [`STANDING_REQUEST_LIFETIME`].
+//!
+//! Every answer is noted as a [`ControlChange`], which the session task takes and publishes for
+//! the audit trail (a takeover is recorded from the attaches, by session-api).
+
+use std::time::{Duration, SystemTime};
+
+use ptyhub_attach_ticket::TicketHolder;
+use ptyhub_model::ControlMode;
+use tokio::time::Instant;
+
+use super::{Attachments, ClientId, ControllerLease, MAX_PENDING_CONTROL_REQUESTS};
+use crate::domain::{
+    ClientEvent, ControlChange, ControlChangeKind, ControlRequest, ControlState, ReservedControl,
+    Role,
+};
+use crate::error::{ClientAction, Error};
+
+/// How long a standing request waits for its answer before it ends.
+pub const STANDING_REQUEST_LIFETIME: Duration = Duration::from_secs(600);
+
+/// How long control granted to a principal without a stream is held for its next attach.
+pub const RESERVATION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// A request for control waiting for its answer.
+#[derive(Debug, Clone)]
+pub(super) struct PendingRequest {
+    pub holder: TicketHolder,
+    /// The stream that asked on itself; `None` for a standing request.
+    pub stream: Option<ClientId>,
+    pub since: SystemTime,
+    /// When it was made, on the task's clock: the grant timeout counts from here.
+    pub asked_at: Instant,
+}
+
+/// Control held for a principal that was granted it without a stream that may control.
+#[derive(Debug, Clone)]
+pub(super) struct Reservation {
+    pub principal: String,
+    pub until: Instant,
+    pub until_wall: SystemTime,
+}
+
+impl Attachments {
+    /// Sets how long a request may wait unanswered before it is granted; `None`: forever.
+    pub fn set_grant_timeout(&mut self, timeout: Option<Duration>) {
+        self.grant_timeout = timeout;
+    }
+
+    /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
+    /// stream whose ticket only views, for the controller itself, when nobody controls, for a
+    /// stream whose earlier request is still pending (one each, so a viewer cannot flood the
+    /// controller), and past [`MAX_PENDING_CONTROL_REQUESTS`]. Returns the request's id.
+    pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
+        let now = Instant::now();
+        self.expire(now);
+        let Some(client) = self.clients.get(&requester) else {
+            return Err(Error::SessionClosed);
+        };
+        if !client.may_control {
+            return Err(Error::MayOnlyView);
+        }
+        if self.mode == ControlMode::Shared {
+            // Every client that may control does in the shared mode.
+            return Err(Error::AlreadyControls);
+        }
+        let lease = self.controller.ok_or(Error::NoController)?;
+        if lease.client == requester {
+            return Err(Error::AlreadyControls);
+        }
+        if let Some((&pending, _)) = self
+            .requests
+            .iter()
+            .find(|(_, request)| request.stream == Some(requester))
+        {
+            return Err(Error::ControlAlreadyRequested(pending));
+        }
+        let holder = client.holder.clone();
+        self.add_request(holder, Some(requester), now, end)
+            .map(|request| request.id)
+    }
+
+    /// A standing request for control by `holder`, who has no stream to ask on: the
+    /// controller's stream (if one holds the lease) is sent it at `end`. One per principal;
+    /// refused for a holder that names nobody, for the principal that controls, and past
+    /// [`MAX_PENDING_CONTROL_REQUESTS`]. Unlike a stream's, it may wait while nobody controls.
+    pub fn request_control_for(
+        &mut self,
+        holder: TicketHolder,
+        end: u64,
+    ) -> Result<ControlRequest, Error> {
+        let now = Instant::now();
+        self.expire(now);
+        if holder.principal.is_empty() {
+            return Err(Error::RequesterUnnamed);
+        }
+        if self.mode == ControlMode::Shared {
+            return Err(Error::SharedControl);
+        }
+        if self.controller_principal() == Some(holder.principal.as_str()) {
+            return Err(Error::PrincipalControls(holder.principal));
+        }
+        if let Some((&pending, _)) = self
+            .requests
+            .iter()
+            .find(|(_, request)| request.holder.principal == holder.principal)
+        {
+            return Err(Error::PrincipalAlreadyAsked {
+                principal: holder.principal,
+                request_id: pending,
+            });
+        }
+        self.add_request(holder, None, now, end)
+    }
+
+    /// `answerer`'s answer to request `request_id`, queued at `end`. Only the current
+    /// controller's stream answers, and only a request still pending. A grant gives the
+    /// requester the lease and the answerer none; each is told its new role. A decline tells
+    /// the requester and changes nothing else.
+    pub fn answer_control(
+        &mut self,
+        answerer: ClientId,
+        request_id: u64,
+        grant: bool,
+        end: u64,
+    ) -> Result<(), Error> {
+        let now = Instant::now();
+        self.expire(now);
+        self.controller
+            .filter(|lease| lease.client == answerer)
+            .ok_or(if self.generation_of(answerer).is_some() {
+                Error::TakenOver(ClientAction::AnswerControl)
+            } else {
+                Error::ViewerMayNot(ClientAction::AnswerControl)
+            })?;
+        self.settle(request_id, grant, now, end)
+    }
+
+    /// `principal`'s answer to request `request_id`, made without a stream, queued at `end`.
+    /// The controller's principal answers (the one whose stream holds the lease, or for whom
+    /// it is reserved); while nobody controls, anyone the gateway let ask (a credential that
+    /// may control). A decline by the requester's own principal withdraws its request.
+    pub fn answer_control_as(
+        &mut self,
+        principal: &str,
+        request_id: u64,
+        grant: bool,
+        end: u64,
+    ) -> Result<(), Error> {
+        let now = Instant::now();
+        self.expire(now);
+        let withdrawal = !grant
+            && self
+                .requests
+                .get(&request_id)
+                .is_some_and(|request| request.holder.principal == principal);
+        if withdrawal {
+            let request = self.requests.remove(&request_id).expect("looked up above");
+            if let Some(stream) = request.stream {
+                self.push_event(stream, end, ClientEvent::ControlDeclined { request_id });
+            }
+            return Ok(());
+        }
+        if let Some(controller) = self.controller_principal()
+            && controller != principal
+        {
+            return Err(Error::NotTheController(controller.to_owned()));
+        }
+        self.settle(request_id, grant, now, end)
+    }
+
+    /// Grants the oldest request that waited the grant timeout out, as of `now`, queued at
+    /// `end`; ends standing requests and a reservation that outlived their time. Whether
+    /// anything changed (the task then publishes the presence).
+    pub fn grant_overdue(&mut self, now: Instant, end: u64) -> bool {
+        let expired = self.expire(now);
+        let Some(timeout) = self.grant_timeout else {
+            return expired;
+        };
+        let overdue = self
+            .requests
+            .iter()
+            .find(|(_, request)| request.asked_at + timeout <= now)
+            .map(|(&id, _)| id);
+        let Some(request_id) = overdue else {
+            return expired;
+        };
+        let request = self.requests.remove(&request_id).expect("found above");
+        self.give_control(
+            request_id,
+            request,
+            ControlChangeKind::GrantedByTimeout,
+            now,
+            end,
+        );
+        true
+    }
+
+    /// When [`Attachments::grant_overdue`] has something to do next: a request's grant timeout
+    /// or a standing request's end.
+    pub fn next_control_deadline(&self) -> Option<Instant> {
+        self.requests
+            .values()
+            .flat_map(|request| {
+                let ends = request
+                    .stream
+                    .is_none()
+                    .then_some(request.asked_at + STANDING_REQUEST_LIFETIME);
+                let granted = self.grant_timeout.map(|timeout| request.asked_at + timeout);
+                ends.into_iter().chain(granted)
+            })
+            .min()
+    }
+
+    /// Who controls, the reservation, and every pending request, oldest first, as of `now`.
+    pub fn control_state(&self, now: Instant) -> ControlState {
+        let controller = self.controller.and_then(|lease| {
+            let client = self.clients.get(&lease.client)?;
+            Some(self.attendee(lease.client, client, now))
+        });
+        let reserved_for = self
+            .live_reservation(now)
+            .map(|reservation| ReservedControl {
+                principal: reservation.principal.clone(),
+                until: reservation.until_wall.into(),
+            });
+        let requests = self
+            .requests
+            .iter()
+            .filter(|(_, request)| !self.standing_request_ended(request, now))
+            .map(|(&id, request)| control_request(id, request))
+            .collect();
+        ControlState {
+            controller,
+            reserved_for,
+            requests,
+        }
+    }
+
+    /// Takes the changes of control noted since they were last taken, oldest first.
+    pub fn take_control_changes(&mut self) -> Vec<ControlChange> {
+        std::mem::take(&mut self.control_changes)
+    }
+
+    /// Whether a stream of `holder` that may control, attaching now, is owed the lease reserved
+    /// for its principal; the reservation is used up when it is.
+    pub(super) fn take_reservation(&mut self, holder: &TicketHolder, may_control: bool) -> bool {
+        let owed = may_control
+            && self
+                .live_reservation(Instant::now())
+                .is_some_and(|reservation| reservation.principal == holder.principal);
+        if owed {
+            self.reservation = None;
+        }
+        owed
+    }
+
+    /// Forgets the requests `client` made on itself: its stream ended.
+    pub(super) fn forget_requests_of(&mut self, client: ClientId) {
+        self.requests
+            .retain(|_, request| request.stream != Some(client));
+    }
+
+    fn add_request(
+        &mut self,
+        holder: TicketHolder,
+        stream: Option<ClientId>,
+        now: Instant,
+        end: u64,
+    ) -> Result<ControlRequest, Error> {
+        if self.requests.len() >= MAX_PENDING_CONTROL_REQUESTS {
+            return Err(Error::TooManyControlRequests(MAX_PENDING_CONTROL_REQUESTS));
+        }
+        let requester = self.requester_attendee(&holder, stream, now);
+        self.next_request += 1;
+        let request_id = self.next_request;
+        let request = PendingRequest {
+            holder,
+            stream,
+            since: SystemTime::now(),
+            asked_at: now,
+        };
+        let answer = control_request(request_id, &request);
+        self.requests.insert(request_id, request);
+        if let Some(lease) = self.controller {
+            self.push_event(
+                lease.client,
+                end,
+                ClientEvent::ControlRequested {
+                    request_id,
+                    requester,
+                },
+            );
+        }
+        Ok(answer)
+    }
+
+    /// The requester as the controller is shown it: its stream's attendee, or for a standing
+    /// request a viewer of the caller's surface, since now.
+    fn requester_attendee(
+        &self,
+        holder: &TicketHolder,
+        stream: Option<ClientId>,
+        now: Instant,
+    ) -> crate::domain::Attendee {
+        if let Some(id) = stream
+            && let Some(client) = self.clients.get(&id)
+        {
+            return self.attendee(id, client, now);
+        }
+        crate::domain::Attendee {
+            principal: holder.principal.clone(),
+            role: Role::Viewer,
+            surface: holder.surface.clone(),
+            since: SystemTime::now().into(),
+            typing: false,
+        }
+    }
+
+    /// Answers pending request `request_id`: a grant gives control, a decline tells the
+    /// requester's stream.
+    fn settle(
+        &mut self,
+        request_id: u64,
+        grant: bool,
+        now: Instant,
+        end: u64,
+    ) -> Result<(), Error> {
+        let request = self
+            .requests
+            .remove(&request_id)
+            .ok_or(Error::UnknownControlRequest(request_id))?;
+        if grant {
+            self.give_control(request_id, request, ControlChangeKind::Granted, now, end);
+            return Ok(());
+        }
+        if let Some(stream) = request.stream {
+            self.push_event(stream, end, ClientEvent::ControlDeclined { request_id });
+        }
+        let from = self.controller_holder();
+        self.note_change(
+            ControlChangeKind::Declined,
+            request_id,
+            from,
+            request.holder,
+        );
+        Ok(())
+    }
+
+    /// Moves the lease to `request`'s requester: its stream, or the newest stream of its
+    /// principal that may control, or (none attached) a reservation for the principal. The
+    /// previous controller reads on as a viewer; requests to it go unanswered, since the new
+    /// controller never saw them.
+    fn give_control(
+        &mut self,
+        request_id: u64,
+        request: PendingRequest,
+        kind: ControlChangeKind,
+        now: Instant,
+        end: u64,
+    ) {
+        let from = self.controller_holder();
+        let previous = self.controller.take();
+        if let Some(previous) = previous
+            && let Some(client) = self.clients.get_mut(&previous.client)
+        {
+            client.generation = None;
+        }
+        let target = request
+            .stream
+            .filter(|stream| self.clients.contains_key(stream))
+            .or_else(|| self.newest_stream_that_may_control(&request.holder.principal));
+        match target {
+            Some(target) => {
+                self.generation += 1;
+                let generation = self.generation;
+                self.controller = Some(ControllerLease {
+                    client: target,
+                    generation,
+                });
+                if let Some(client) = self.clients.get_mut(&target) {
+                    client.generation = Some(generation);
+                }
+                self.reservation = None;
+                self.push_event(target, end, ClientEvent::RoleChanged(Role::Controller));
+            }
+            None => {
+                self.reservation = Some(Reservation {
+                    principal: request.holder.principal.clone(),
+                    until: now + RESERVATION_LIFETIME,
+                    until_wall: SystemTime::now() + RESERVATION_LIFETIME,
+                });
+            }
+        }
+        if let Some(previous) = previous
+            && Some(previous.client) != target
+        {
+            self.push_event(previous.client, end, ClientEvent::RoleChanged(Role::Viewer));
+        }
+        self.requests.clear();
+        self.note_change(kind, request_id, from, request.holder);
+    }
+
+    fn newest_stream_that_may_control(&self, principal: &str) -> Option<ClientId> {
+        self.clients
+            .iter()
+            .filter(|(_, client)| client.may_control && client.holder.principal == principal)
+            .map(|(&id, _)| id)
+            .max()
+    }
+
+    /// The principal control answers to: the holder of the lease's stream, or the one it is
+    /// reserved for.
+    fn controller_principal(&self) -> Option<&str> {
+        if let Some(lease) = self.controller {
+            return self
+                .clients
+                .get(&lease.client)
+                .map(|client| client.holder.principal.as_str());
+        }
+        self.live_reservation(Instant::now())
+            .map(|reservation| reservation.principal.as_str())
+    }
+
+    fn controller_holder(&self) -> Option<TicketHolder> {
+        if let Some(lease) = self.controller {
+            return self
+                .clients
+                .get(&lease.client)
+                .map(|client| client.holder.clone());
+        }
+        self.live_reservation(Instant::now())
+            .map(|reservation| TicketHolder {
+                principal: reservation.principal.clone(),
+                surface: String::new(),
+            })
+    }
+
+    fn live_reservation(&self, now: Instant) -> Option<&Reservation> {
+        self.reservation
+            .as_ref()
+            .filter(|reservation| now < reservation.until)
+    }
+
+    fn standing_request_ended(&self, request: &PendingRequest, now: Instant) -> bool {
+        request.stream.is_none() && request.asked_at + STANDING_REQUEST_LIFETIME <= now
+    }
+
+    /// Ends what outlived its time as of `now`: standing requests and the reservation.
+    /// Whether anything ended.
+    fn expire(&mut self, now: Instant) -> bool {
+        let before = self.requests.len();
+        self.requests.retain(|_, request| {
+            request.stream.is_some() || now < request.asked_at + STANDING_REQUEST_LIFETIME
+        });
+        let reservation_ended = self
+            .reservation
+            .as_ref()
+            .is_some_and(|reservation| now >= reservation.until);
+        if reservation_ended {
+            self.reservation = None;
+        }
+        reservation_ended || self.requests.len() != before
+    }
+
+    fn note_change(
+        &mut self,
+        kind: ControlChangeKind,
+        request_id: u64,
+        from: Option<TicketHolder>,
+        to: TicketHolder,
+    ) {
+        self.control_changes.push(ControlChange {
+            kind,
+            from,
+            to,
+            request_id,
+            at: SystemTime::now(),
+        });
+    }
+}
+
+fn control_request(id: u64, request: &PendingRequest) -> ControlRequest {
+    ControlRequest {
+        id,
+        principal: request.holder.principal.clone(),
+        surface: request.holder.surface.clone(),
+        since: request.since.into(),
+        stream: request.stream.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::advance;
+
+    use super::*;
+
+    fn holder(principal: &str, surface: &str) -> TicketHolder {
+        TicketHolder {
+            principal: principal.to_owned(),
+            surface: surface.to_owned(),
+        }
+    }
+
+    fn events(attachments: &Attachments, client: ClientId) -> Vec<ClientEvent> {
+        attachments
+            .clients
+            .get(&client)
+            .expect("attached")
+            .events
+            .iter()
+            .map(|queued| queued.event.clone())
+            .collect()
+    }
+
+    fn controller_principal(attachments: &Attachments) -> Option<String> {
+        attachments
+            .control_state(Instant::now())
+            .controller
+            .map(|attendee| attendee.principal)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standing_request_is_shown_to_the_controller_and_listed() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let request = attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        assert_eq!(
+            (request.principal.as_str(), request.surface.as_str()),
+            ("agent", "mcp")
+        );
+        assert!(!request.stream);
+        let [
+            ClientEvent::ControlRequested {
+                request_id,
+                requester,
+            },
+        ]: [ClientEvent; 1] = events(&attachments, alice.client).try_into().unwrap()
+        else {
+            panic!("the controller is sent the request");
+        };
+        assert_eq!(request_id, request.id);
+        assert_eq!(
+            (requester.principal.as_str(), requester.role),
+            ("agent", Role::Viewer)
+        );
+        let state = attachments.control_state(Instant::now());
+        assert_eq!(state.requests, [request]);
+        assert_eq!(controller_principal(&attachments).as_deref(), Some("alice"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_to_a_principal_with_a_stream_moves_the_lease_to_it() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
+        let request = attachments
+            .request_control_for(holder("bob", "rest"), 0)
+            .unwrap();
+
+        attachments
+            .answer_control_as("alice", request.id, true, 0)
+            .unwrap();
+        assert!(attachments.is_current_controller(attachments.generation_of(bob.client)));
+        assert_eq!(attachments.generation_of(alice.client), None);
+        assert_eq!(
+            events(&attachments, bob.client),
+            [ClientEvent::RoleChanged(Role::Controller)]
+        );
+        assert_eq!(
+            events(&attachments, alice.client).last(),
+            Some(&ClientEvent::RoleChanged(Role::Viewer))
+        );
+        let state = attachments.control_state(Instant::now());
+        assert_eq!(controller_principal(&attachments).as_deref(), Some("bob"));
+        assert!(state.requests.is_empty() && state.reserved_for.is_none());
+        let [change]: [ControlChange; 1] = attachments.take_control_changes().try_into().unwrap();
+        assert_eq!(change.kind, ControlChangeKind::Granted);
+        assert_eq!(change.from, Some(holder("alice", "web")));
+        assert_eq!(change.to, holder("bob", "rest"));
+        assert_eq!(change.request_id, request.id);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_to_a_principal_without_a_stream_reserves_control_for_its_next_attach() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let request = attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        attachments
+            .answer_control_as("alice", request.id, true, 0)
+            .unwrap();
+        // Alice reads on as a viewer; nobody holds the lease, which waits for the agent.
+        assert_eq!(attachments.generation_of(alice.client), None);
+        assert_eq!(
+            events(&attachments, alice.client).last(),
+            Some(&ClientEvent::RoleChanged(Role::Viewer))
+        );
+        let state = attachments.control_state(Instant::now());
+        assert_eq!(state.controller, None);
+        let reserved = state.reserved_for.expect("reserved");
+        assert_eq!(reserved.principal, "agent");
+        // Only the agent answers requests now, even without a stream.
+        let carol = attachments
+            .request_control_for(holder("carol", "rest"), 0)
+            .unwrap();
+        assert!(matches!(
+            attachments.answer_control_as("alice", carol.id, true, 0),
+            Err(Error::NotTheController(principal)) if principal == "agent"
+        ));
+
+        // Another principal's view-only attach changes nothing; the agent's takes control.
+        let viewer = attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0);
+        assert_eq!(attachments.generation_of(viewer.client), None);
+        let agent = attachments.attach(Role::Viewer, holder("agent", "mcp"), true, 0, 0);
+        assert!(attachments.is_current_controller(agent.generation));
+        assert_eq!(controller_principal(&attachments).as_deref(), Some("agent"));
+        assert_eq!(attachments.control_state(Instant::now()).reserved_for, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_ends_after_its_lifetime() {
+        let mut attachments = Attachments::default();
+        attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let request = attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        attachments
+            .answer_control_as("alice", request.id, true, 0)
+            .unwrap();
+        advance(RESERVATION_LIFETIME).await;
+        assert_eq!(attachments.control_state(Instant::now()).reserved_for, None);
+        let late = attachments.attach(Role::Viewer, holder("agent", "mcp"), true, 0, 0);
+        assert_eq!(late.generation, None, "too late: a viewer like any other");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bad_standing_requests_and_answers_are_refused_and_leave_the_lease() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        assert!(matches!(
+            attachments.request_control_for(TicketHolder::default(), 0),
+            Err(Error::RequesterUnnamed)
+        ));
+        assert!(matches!(
+            attachments.request_control_for(holder("alice", "rest"), 0),
+            Err(Error::PrincipalControls(principal)) if principal == "alice"
+        ));
+        let request = attachments
+            .request_control_for(holder("bob", "rest"), 0)
+            .unwrap();
+        assert!(matches!(
+            attachments.request_control_for(holder("bob", "mcp"), 0),
+            Err(Error::PrincipalAlreadyAsked { principal, request_id })
+                if principal == "bob" && request_id == request.id
+        ));
+        // Only the controller's principal answers: not the requester's grant, not a third.
+        for answerer in ["bob", "mallory", ""] {
+            assert!(matches!(
+                attachments.answer_control_as(answerer, request.id, true, 0),
+                Err(Error::NotTheController(principal)) if principal == "alice"
+            ));
+        }
+        assert!(matches!(
+            attachments.answer_control_as("alice", request.id + 1, true, 0),
+            Err(Error::UnknownControlRequest(_))
+        ));
+        assert!(attachments.is_current_controller(alice.generation));
+        assert_eq!(attachments.control_state(Instant::now()).requests.len(), 1);
+        assert!(attachments.take_control_changes().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_requester_withdraws_its_request_by_declining_it() {
+        let mut attachments = Attachments::default();
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        attachments
+            .answer_control_as("bob", request_id, false, 0)
+            .unwrap();
+        assert!(
+            attachments
+                .control_state(Instant::now())
+                .requests
+                .is_empty()
+        );
+        assert_eq!(
+            events(&attachments, bob.client),
+            [ClientEvent::ControlDeclined { request_id }]
+        );
+        assert!(attachments.is_current_controller(alice.generation));
+        // A controller's decline is one for the audit trail; a withdrawal is not.
+        assert!(attachments.take_control_changes().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_request_is_granted_when_the_grant_timeout_passes() {
+        let mut attachments = Attachments::default();
+        attachments.set_grant_timeout(Some(Duration::from_secs(30)));
+        let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = attachments.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        let request_id = attachments.request_control(bob.client, 0).unwrap();
+        let due = attachments.next_control_deadline().expect("a deadline");
+        assert_eq!(due, Instant::now() + Duration::from_secs(30));
+
+        advance(Duration::from_secs(29)).await;
+        assert!(!attachments.grant_overdue(Instant::now(), 0), "not yet");
+        assert!(attachments.is_current_controller(alice.generation));
+        advance(Duration::from_secs(1)).await;
+        assert!(attachments.grant_overdue(Instant::now(), 0));
+        assert!(attachments.is_current_controller(attachments.generation_of(bob.client)));
+        let [change]: [ControlChange; 1] = attachments.take_control_changes().try_into().unwrap();
+        assert_eq!(
+            (change.kind, change.request_id),
+            (ControlChangeKind::GrantedByTimeout, request_id)
+        );
+        assert_eq!(attachments.next_control_deadline(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_grant_timeout_a_request_to_a_session_nobody_controls_waits() {
+        let mut attachments = Attachments::default();
+        attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0);
+        let request = attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        advance(STANDING_REQUEST_LIFETIME - Duration::from_secs(1)).await;
+        assert!(!attachments.grant_overdue(Instant::now(), 0));
+        assert_eq!(
+            attachments.control_state(Instant::now()).requests,
+            std::slice::from_ref(&request)
+        );
+        // While nobody controls, a credential that may control answers it.
+        attachments
+            .answer_control_as("carol", request.id, true, 0)
+            .unwrap();
+        assert_eq!(
+            attachments
+                .control_state(Instant::now())
+                .reserved_for
+                .map(|reserved| reserved.principal)
+                .as_deref(),
+            Some("agent")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_standing_request_ends_after_its_lifetime() {
+        let mut attachments = Attachments::default();
+        attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        assert_eq!(
+            attachments.next_control_deadline(),
+            Some(Instant::now() + STANDING_REQUEST_LIFETIME)
+        );
+        advance(STANDING_REQUEST_LIFETIME).await;
+        assert!(attachments.grant_overdue(Instant::now(), 0), "it ended");
+        assert!(
+            attachments
+                .control_state(Instant::now())
+                .requests
+                .is_empty()
+        );
+        // And the agent may ask again.
+        attachments
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+    }
+}
