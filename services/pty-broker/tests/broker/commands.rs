@@ -342,10 +342,14 @@ printf '\033[H\033[2Jgot %s, working' "$answer"
 sleep 60
 "#;
 
+/// The quiet after which a full-screen program is idle, for [`agent_asks_then_works_on`]: longer
+/// than the agent's pauses while it repaints.
+const AGENT_IDLE_AFTER: Duration = Duration::from_millis(700);
+
 async fn agent_asks_then_works_on(backend: Backend) -> anyhow::Result<()> {
     let broker = TestBroker::start_with(
         backend,
-        Box::new(|config| config.idle_after = Duration::from_secs(600)),
+        Box::new(|config| config.idle_after = AGENT_IDLE_AFTER),
     )
     .await?;
     let session = broker.spawn_sh(AGENT).await?;
@@ -356,13 +360,25 @@ async fn agent_asks_then_works_on(backend: Backend) -> anyhow::Result<()> {
     let notification = terminal.notification.context("the question")?;
     assert_eq!(notification.text, "needs your permission");
     assert!(!terminal.shell_integration, "sh -c is no interactive shell");
-    // Until it is answered, it waits, however long.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until it is answered, it waits, however long: longer than the quiet that makes a
+    // full-screen program idle, as a witness started from here and quiet shows once it is idle.
+    let witness = broker
+        .spawn_sh("printf '\\033[?1049hdrawn once'; sleep 60")
+        .await?;
+    wait_for_state(&broker, &witness.session_id, pb::TerminalState::Idle).await?;
     let still = broker.get(&session_id).await?;
     assert_eq!(
         state_of(still.terminal.as_ref()),
         pb::TerminalState::WaitingForInput
     );
+    // Answered, it runs: read from the broker's events, as the agent's next quiet makes it idle
+    // soon after.
+    let mut events = broker
+        .client
+        .clone()
+        .watch_events(authorized(pb::WatchEventsRequest {}))
+        .await?
+        .into_inner();
     broker
         .send_keys(
             &session_id,
@@ -370,7 +386,18 @@ async fn agent_asks_then_works_on(backend: Backend) -> anyhow::Result<()> {
             false,
         )
         .await?;
-    wait_for_state(&broker, &session_id, pb::TerminalState::Running).await?;
+    loop {
+        let event = tokio::time::timeout(PATIENCE, events.message())
+            .await
+            .context("the agent never ran again")??
+            .context("the event stream ended")?;
+        if let Some(pb::broker_event::Event::Terminal(changed)) = event.event
+            && changed.session_id == session_id
+            && state_of(changed.terminal.as_ref()) == pb::TerminalState::Running
+        {
+            break;
+        }
+    }
     broker.kill(&session_id).await?;
     broker.stop().await
 }

@@ -194,6 +194,11 @@ const BROKER_SERVICE: &str = "ptyhub.broker.v1.PtyBroker";
 /// while a client is attached, well past the timeout), armed again by the last detach, and then
 /// the session is reaped with reason `IDLE_REAPED`. One timer per session: the one armed at
 /// spawn would have closed the session while the client was attached.
+///
+/// No test clock: "the timeout has passed while the viewer was attached" is shown by a witness
+/// session, spawned after the attach and left alone, being reaped; the event stream is in
+/// order, so a close of the attached session by its spawn's timer would come before it. The
+/// pinned timer logic itself is `broker.rs`'s paused-clock test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attach_cancels_the_idle_timer_and_the_last_detach_rearms_it() -> anyhow::Result<()> {
     support::init_logging();
@@ -213,8 +218,19 @@ async fn attach_cancels_the_idle_timer_and_the_last_detach_rearms_it() -> anyhow
     let id = session.session_id.clone();
     let viewer = broker.attach(&id, pb::Role::Viewer, Some(0)).await?;
 
-    // Not synchronisation: the deadline armed at spawn must pass while the viewer is attached.
-    tokio::time::sleep(timeout + Duration::from_secs(2)).await;
+    // The deadline armed at spawn passes while the viewer is attached: the witness, spawned
+    // after both, is the first session closed.
+    let witness = broker.spawn_sh("sleep 600").await?.session_id;
+    let Event::Closed(first_closed) =
+        wait_for(&mut events, |event| matches!(event, Event::Closed(_))).await?
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (first_closed.session_id.as_str(), first_closed.reason()),
+        (witness.as_str(), pb::CloseReason::IdleReaped),
+        "the witness is reaped first, not the attached session"
+    );
     let info = broker.get(&id).await?;
     assert_eq!(info.state, pb::SessionState::Running as i32);
     assert_eq!(info.viewers, 1);
