@@ -2,7 +2,8 @@
 //! tools run a command in a bash session, read its screen and wait for its prompt, audited with
 //! the surface `mcp`; refusals are tool errors with REST's detail; a share link's credential
 //! lists the read tools alone and a JWT sees its own instances alone; a screen's subscriber
-//! hears of its changes; a request without a credential is 401 before MCP is spoken.
+//! hears of its changes; a request without a credential is 401 before MCP is spoken; an agent
+//! asks for control with a tool and the controller grants it with one.
 
 use std::time::Duration;
 
@@ -474,4 +475,64 @@ async fn a_request_without_a_credential_is_refused_before_mcp_is_spoken() {
     .expect("the refusal is audited");
     assert_eq!(refused["surface"], "mcp", "{refused}");
     assert_eq!(refused["detail"]["action"], "POST /mcp", "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asks_for_control_with_a_tool_and_the_controller_grants_it_with_one() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    let alice = stack.jwt("alice", &["*"], false);
+    let mut alice_tab = crate::common::Terminal::open_url(
+        &format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={alice}",
+            stack.websocket_url()
+        ),
+        &[],
+    )
+    .await
+    .expect("alice's socket");
+    alice_tab.connected().await;
+    let (agent, _) = connect(&stack, &stack.jwt("agent", &["*"], false)).await;
+    let (controller, _) = connect(&stack, &alice).await;
+    let target = json!({"instance": instance, "session": session_id});
+
+    let state = answer(&agent, "control_state", target.clone()).await;
+    assert_eq!(state["controller"]["principal"], "alice", "{state}");
+    let request = answer(&agent, "request_control", target.clone()).await;
+    assert_eq!(
+        (&request["principal"], &request["surface"]),
+        (&json!("agent"), &json!("mcp")),
+        "{request}"
+    );
+    let request_id = request["id"].as_u64().expect("a request id");
+    let requested = alice_tab.read_until_text("control_requested").await;
+    assert_eq!(requested["requester"]["surface"], "mcp", "{requested}");
+
+    // The agent cannot grant itself control, nor anyone answer a request that is not there.
+    let answer_to =
+        |id: u64| json!({"instance": instance, "session": session_id, "request_id": id});
+    let refused = refusal(&agent, "grant_control", answer_to(request_id)).await;
+    assert_eq!(refused["status"], 403, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "only the controller (alice) may answer a request for control"
+    );
+    let refused = refusal(&controller, "grant_control", answer_to(request_id + 1)).await;
+    assert_eq!(refused["status"], 404, "{refused}");
+
+    // Alice grants with the tool: her socket watches, and the agent types without force.
+    let granted = answer(&controller, "grant_control", answer_to(request_id)).await;
+    assert_eq!(granted["reserved_for"]["principal"], "agent", "{granted}");
+    assert_eq!(alice_tab.read_until_text("role").await["role"], "viewer");
+    answer(
+        &agent,
+        "send_input",
+        json!({"instance": instance, "session": session_id, "text": "echo agent-$((6*7))\n"}),
+    )
+    .await;
+    alice_tab.read_until_output("agent-42").await;
+    agent.cancel().await.expect("the agent's session ends");
+    controller.cancel().await.expect("alice's session ends");
+    stack.shutdown().await;
 }
