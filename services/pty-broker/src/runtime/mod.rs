@@ -48,12 +48,15 @@ pub struct SpawnSpec {
     pub shell_integration: bool,
 }
 
-/// The signals a session sends to its process group when it ends it.
+/// The signals a session sends to its processes: the first three to end it, each to every
+/// process of the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupSignal {
     Hangup,
     Terminate,
     Kill,
+    /// A Ctrl-C the terminal could not take, sent as the terminal would have sent it: only to
+    /// the processes in the terminal's foreground process group, never to background jobs.
     Interrupt,
 }
 
@@ -136,7 +139,7 @@ pub trait PtyProcess: Send + Sync + fmt::Debug {
     /// must never end a session.
     async fn resize(&self, size: TerminalSize) -> Result<(), RuntimeError>;
 
-    /// Sends `signal` to the session's whole process group.
+    /// Sends `signal` to the session's processes (see [`GroupSignal`] for which).
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError>;
 
     /// Whether any process of the session's process group is still alive.

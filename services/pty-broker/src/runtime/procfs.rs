@@ -33,7 +33,10 @@ impl Leader {
 pub(crate) struct ProcStat {
     pub state: char,
     pub parent: u32,
+    pub process_group: u32,
     pub session: u32,
+    /// The foreground process group of the process's controlling terminal; -1 without one.
+    pub terminal_foreground_group: i64,
     /// Clock ticks after boot at which the process started: with the pid, its identity.
     pub start_time: u64,
 }
@@ -47,10 +50,18 @@ impl ProcStat {
         Some(Self {
             state: fields.first()?.chars().next()?,
             parent: fields.get(1)?.parse().ok()?,
+            process_group: fields.get(2)?.parse().ok()?,
             session: fields.get(3)?.parse().ok()?,
+            terminal_foreground_group: fields.get(5)?.parse().ok()?,
             // Field 22 of the whole line; the 20th after `comm`.
             start_time: fields.get(19)?.parse().ok()?,
         })
+    }
+
+    /// Whether the process is in the foreground job of its terminal: the one a terminal's own
+    /// Ctrl-C signals.
+    pub fn in_terminal_foreground(&self) -> bool {
+        self.terminal_foreground_group == i64::from(self.process_group)
     }
 
     pub fn read(pid: u32) -> Option<Self> {
@@ -154,6 +165,20 @@ pub(crate) fn signal_members(members: &[Member], signal: Signal) -> io::Result<(
     Ok(())
 }
 
+/// The members that are (still the processes found and) in their terminal's foreground job:
+/// those a Ctrl-C the terminal took would have interrupted. Background jobs and processes
+/// without a terminal are left out.
+pub(crate) fn foreground_members(members: Vec<Member>) -> Vec<Member> {
+    members
+        .into_iter()
+        .filter(|member| {
+            ProcStat::read(member.pid).is_some_and(|stat| {
+                stat.start_time == member.start_time && stat.in_terminal_foreground()
+            })
+        })
+        .collect()
+}
+
 /// This boot's id, so that state written before a reboot is never taken for live processes.
 pub(crate) fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -182,10 +207,22 @@ mod tests {
             Some(ProcStat {
                 state: 'S',
                 parent: 0,
+                process_group: 14,
                 session: 14,
+                terminal_foreground_group: 14,
                 start_time: 113547,
             })
         );
+        let background = "15 (sleep) S 14 15 14 34816 14 4194560 1007 0 0 0 2 0 0 0 20 0 1 0 \
+                          113600 2387968 348 18446744073709551615";
+        let background = ProcStat::parse(background).unwrap();
+        assert_eq!(background.process_group, 15);
+        assert!(!background.in_terminal_foreground());
+        let no_terminal = "16 (daemon) S 1 16 16 0 -1 4194560 1007 0 0 0 2 0 0 0 20 0 1 0 \
+                           113700 2387968 348 18446744073709551615";
+        let no_terminal = ProcStat::parse(no_terminal).unwrap();
+        assert_eq!(no_terminal.terminal_foreground_group, -1);
+        assert!(!no_terminal.in_terminal_foreground());
         assert_eq!(ProcStat::parse("14 (short) S 0 14"), None);
         assert_eq!(ProcStat::parse("garbage"), None);
     }

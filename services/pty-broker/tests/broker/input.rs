@@ -16,6 +16,7 @@ backend_scenarios! {
     a_bad_input_id_is_refused_and_nothing_is_typed,
     a_viewers_input_is_refused_by_its_id,
     input_before_the_first_prompt_is_typed_once_after_it,
+    a_ctrl_c_the_terminal_cannot_take_interrupts_the_foreground_job_and_no_background_one,
 }
 
 /// What a shell with the integration prints where its prompt starts.
@@ -345,5 +346,67 @@ async fn ctrl_c_right_after_a_paste_on_the_same_stream_passes_it() -> anyhow::Re
     controller.read_until(b"pppp\r\n").await?;
     controller.send_input(&b"\x03"[..]).await?;
     interrupted(&mut controller).await?;
+    broker.stop().await
+}
+
+/// The number printed after `label=` in `output`.
+fn printed_pid(output: &[u8], label: &str) -> anyhow::Result<u32> {
+    let output = String::from_utf8_lossy(output);
+    let needle = format!("{label}=");
+    let start = output
+        .find(&needle)
+        .with_context(|| format!("no {needle} in {output:?}"))?
+        + needle.len();
+    let digits: String = output[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .with_context(|| format!("no pid after {needle} in {output:?}"))
+}
+
+/// A Ctrl-C the terminal cannot take (its input side full) is sent as a signal by the broker,
+/// and like the terminal's own it reaches the foreground job alone: a background job of the
+/// same shell goes on. The shell itself tells which of its jobs are alive, in the container's
+/// pid namespace as well as on the host.
+async fn a_ctrl_c_the_terminal_cannot_take_interrupts_the_foreground_job_and_no_background_one(
+    backend: Backend,
+) -> anyhow::Result<()> {
+    let broker = TestBroker::start(backend).await?;
+    let session_id = broker.spawn(&["sh", "-i"], 80, 24).await?.session_id;
+    let mut controller = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    // The quotes keep the echo of each typed line from matching what the commands print.
+    controller
+        .send_input("sleep 600 & echo \"b\"\"g=$! b\"\"g-end\"\n")
+        .await?;
+    let background = printed_pid(&controller.read_until(b"bg-end").await?, "bg")?;
+    controller
+        .send_input("sh -c 'echo \"f\"\"g-ready\"; exec sleep 601'\n")
+        .await?;
+    controller.read_until(b"fg-ready").await?;
+    controller
+        .send_input(paste_the_program_never_reads())
+        .await?;
+    controller.read_until(b"pppp\r\n").await?;
+    controller.send_input(&b"\x03"[..]).await?;
+
+    // The shell reads this line only once its foreground job has ended (and after what the
+    // terminal still held), by when every signal of the interrupt has long been delivered and
+    // the shell has reaped a job that died of one. The newline ends the paste's last line, which
+    // the interrupt may have cut.
+    controller
+        .send_input(format!(
+            "\nkill -0 {background} && echo \"st\"\"ate=alive\" || echo \"st\"\"ate=gone\"; \
+             echo \"do\"\"ne-42\"\n"
+        ))
+        .await?;
+    let answer = String::from_utf8_lossy(&controller.read_until(b"done-42").await?).into_owned();
+    ensure!(
+        answer.contains("state=alive"),
+        "the background job {background} was interrupted too: {answer:?}"
+    );
     broker.stop().await
 }

@@ -60,19 +60,28 @@ impl SessionGroup {
         }
     }
 
-    /// Sends `signal` to each of the session's live processes.
+    /// Sends `signal` to each of the session's live processes; an interrupt only to those in
+    /// their terminal's foreground job, as the terminal's own Ctrl-C.
     pub async fn signal(&self, docker: &Docker, signal: GroupSignal) -> Result<(), DockerError> {
         match &self.view {
             GroupView::Host { pid_namespace } => {
                 let members = self.host_members(pid_namespace).await?;
+                let only_foreground = signal == GroupSignal::Interrupt;
                 let signal = nix_signal(signal);
-                tokio::task::spawn_blocking(move || procfs::signal_members(&members, signal))
-                    .await
-                    .map_err(|error| DockerError::Internal(error.to_string()))?
-                    .map_err(|source| DockerError::Host {
-                        context: "signal session processes",
-                        source,
-                    })
+                tokio::task::spawn_blocking(move || {
+                    let members = if only_foreground {
+                        procfs::foreground_members(members)
+                    } else {
+                        members
+                    };
+                    procfs::signal_members(&members, signal)
+                })
+                .await
+                .map_err(|error| DockerError::Internal(error.to_string()))?
+                .map_err(|source| DockerError::Host {
+                    context: "signal session processes",
+                    source,
+                })
             }
             GroupView::Container => self.run_helper(docker, signal_name(signal)).await.map(drop),
         }
@@ -139,7 +148,9 @@ pub(crate) async fn find_leader_in_container(
 
 /// The scan, in POSIX sh with `cat` as its only outside tool. Arguments: the action (`leader`,
 /// `list`, or a signal name for `kill -s`), the marker, and the leader's pid and start time (both
-/// empty when unknown). Prints one pid per line (for `leader`: `pid start_time`).
+/// empty when unknown). Prints one pid per line (for `leader`: `pid start_time`). `INT` reaches
+/// only the processes in their terminal's foreground job (process group = the terminal's
+/// foreground group, `stat` fields 5 and 8), as the terminal's own Ctrl-C.
 ///
 /// Command substitution drops the NUL separators of `environ`; the marker is a unique UUID, so a
 /// substring match still identifies it.
@@ -163,6 +174,7 @@ for dir in /proc/[0-9]*; do
     continue
   fi
   if [ -n "$marked" ] || { [ -n "$follow" ] && [ "$4" = "$follow" ]; }; then
+    [ "$action" = INT ] && [ "$3" != "$6" ] && continue
     [ "$action" = list ] || kill -s "$action" "$pid" 2>/dev/null
     echo "$pid"
   fi

@@ -594,8 +594,11 @@ impl PtyProcess for LocalProcess {
     }
 
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {
-        let members = procfs::session_members(None, None, Some(self.leader))
+        let mut members = procfs::session_members(None, None, Some(self.leader))
             .map_err(|error| RuntimeError::io("list session processes", error))?;
+        if signal == GroupSignal::Interrupt {
+            members = procfs::foreground_members(members);
+        }
         procfs::signal_members(&members, nix_signal(signal))
             .map_err(|error| RuntimeError::io("signal session processes", error))
     }
