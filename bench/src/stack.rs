@@ -537,6 +537,7 @@ impl Stack {
             broker_id: broker_id.to_owned(),
             record: record as i32,
             shell_integration: None,
+            control_grant_timeout_secs: None,
         };
         let instance = self
             .session_api

@@ -693,6 +693,7 @@ pub async fn create_session_on(
             aliases: Vec::new(),
             size: Some(broker_pb::TerminalSize { cols: 80, rows: 24 }),
             command,
+            ..Default::default()
         })
         .await
         .context("create session")?
