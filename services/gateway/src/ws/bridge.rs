@@ -900,7 +900,6 @@ mod tests {
         // attach or the bridge by value would hold a copy of them (half a KiB to a KiB each).
         let bridge = std::mem::size_of::<OpenBridge>();
         let served = future_size(serve_terminal);
-        eprintln!("serve_terminal's future: {served} bytes; the bridge: {bridge} bytes");
         assert!(
             served < bridge + 2048,
             "{served} bytes, the bridge {bridge}"
