@@ -972,6 +972,7 @@ mod tests {
             since_first,
             [
                 ("o", "first ", 0),
+                ("m", "input: (call)", 20_000),
                 ("i", "x", 20_000),
                 ("o", "second ", 30_000),
                 ("o", "third", 330_000),
