@@ -137,7 +137,28 @@ async fn a_recording_holds_the_bytes_the_websocket_saw_across_a_reset() {
         "{:?}",
         cast.input()
     );
-    assert_eq!(cast.events_of("m").count(), 1, "one reset marker");
+    // The reset is marked once; every other marker names who typed, and none reads as a reset.
+    let markers: Vec<&str> = cast
+        .events_of("m")
+        .map(|event| event.data.as_str())
+        .collect();
+    assert_eq!(
+        markers.iter().filter(|data| **data == "reset").count(),
+        1,
+        "one reset marker: {markers:?}"
+    );
+    assert!(
+        markers
+            .iter()
+            .all(|data| *data == "reset" || data.starts_with("input: ")),
+        "{markers:?}"
+    );
+    assert!(
+        markers
+            .first()
+            .is_some_and(|data| data.starts_with("input: ")),
+        "the WebSocket's typist is named before its input: {markers:?}"
+    );
 
     // One range, and one past the end.
     let partial = recording(
