@@ -15,7 +15,7 @@ use crate::mcp::bash_session;
 use crate::support::{Up, run_bounded};
 
 /// The tools the contract lists (docs/CONTRACT.md, "MCP"), in its order.
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 12] = [
     "list_instances",
     "list_sessions",
     "create_session",
@@ -25,6 +25,9 @@ const TOOLS: [&str; 9] = [
     "run_command",
     "list_commands",
     "close_session",
+    "control_state",
+    "request_control",
+    "grant_control",
 ];
 
 /// The inspector's CLI pointed at one `ptyhub up`'s `/mcp` with one bearer token.

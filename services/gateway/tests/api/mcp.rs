@@ -127,7 +127,7 @@ async fn tools_run_a_command_read_the_screen_and_wait_for_the_prompt_as_mcp() {
     let (session, _) = connect(&stack, &stack.admin_token).await;
     let target = json!({"instance": instance, "session": session_id});
 
-    assert_eq!(tool_names(&session).await.len(), 9);
+    assert_eq!(tool_names(&session).await.len(), 12);
     let ran = answer(
         &session,
         "run_command",
