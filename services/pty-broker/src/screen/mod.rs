@@ -55,6 +55,9 @@ pub struct Screen {
     /// Rows that scrolled off the top of the normal screen since the screen was made, for
     /// [`ScreenPoint`]s that stay put while the screen scrolls, sleeps and wakes.
     lines_scrolled: u64,
+    /// Output bytes the emulator parsed since the screen was made; the rest of what it went
+    /// past, fast-forwards skipped.
+    bytes_parsed: u64,
 }
 
 /// What a screen knows of the output beyond its offset, so that looking costs a scan of new
@@ -263,6 +266,7 @@ impl Screen {
             ahead: Ahead::default(),
             activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
+            bytes_parsed: 0,
         }
     }
 
@@ -280,6 +284,7 @@ impl Screen {
             ahead: Ahead::default(),
             activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
+            bytes_parsed: 0,
         }
     }
 
@@ -306,6 +311,7 @@ impl Screen {
             ahead: Ahead::default(),
             activity: Activity::new(None, crate::activity::DEFAULT_COMMANDS_KEPT),
             lines_scrolled: 0,
+            bytes_parsed: 0,
         }
     }
 
@@ -316,6 +322,13 @@ impl Screen {
 
     pub fn size(&self) -> TerminalSize {
         self.size
+    }
+
+    /// Output bytes parsed so far: [`Screen::offset`] less what fast-forwards skipped (and the
+    /// offset the screen started at). A plain-text flood should cost the rows that stay, not the
+    /// flood.
+    pub fn bytes_parsed(&self) -> u64 {
+        self.bytes_parsed
     }
 
     /// Whether the screen sleeps (see [`Screen::sleep`]).
@@ -395,6 +408,7 @@ impl Screen {
         let fresh = &data[(self.offset - at) as usize..];
         self.feed_live(fresh);
         self.offset = end;
+        self.bytes_parsed += fresh.len() as u64;
     }
 
     /// Feeds `data`, the output from [`Screen::offset`] on, to the emulator and the marks in it

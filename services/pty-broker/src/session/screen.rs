@@ -60,6 +60,11 @@ const FLOOD_TICK: Duration = Duration::from_millis(4);
 /// faster one, or a smaller ring, wakes the feeder at once through [`Shared::feeder_wake`].
 const FEED_BATCH_INTERVAL: Duration = Duration::from_millis(16);
 
+/// While a slow client holds a plain-text flood back, the feeder looks again when output comes,
+/// or after this long in case the flood ended just where the client stopped it: the rest is then
+/// parsed at most this late (nobody waits for it: readers of the screen feed it first).
+const HELD_FLOOD_RECHECK: Duration = Duration::from_millis(250);
+
 /// What [`Shared::look_ahead`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ahead {
@@ -77,6 +82,18 @@ enum Fed {
     /// It waits for more of a plain-text flood.
     Waiting,
 }
+/// Whether a plain-text flood the feeder waits for goes on ([`Shared::flood_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flood {
+    /// Output came meanwhile.
+    Coming,
+    /// Nothing came because the PTY's reader waits for a client that reads slower than the flood
+    /// comes (flow control): the flood goes on as soon as the client reads.
+    HeldByClient,
+    /// Nothing came and nothing holds it back: the rest can be parsed.
+    Stopped,
+}
+
 /// One piece of input for [`Session::send_input`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InputItem {
@@ -168,6 +185,23 @@ impl Shared {
             }
             LookAhead::Plain if may_wait && !try_skip => Ahead::Wait,
             LookAhead::Plain | LookAhead::Parse => Ahead::Parse,
+        }
+    }
+
+    /// Whether the flood goes on, given where the output ended when the feeder last looked. A
+    /// reader held back by flow control reads nothing, yet the flood has not stopped: taken for
+    /// one that stopped, its rest would be parsed slice by slice while it goes on, at the
+    /// emulator's pace rather than a scan's (a slow client did that to every flood). The feeder
+    /// waits only while the screen is less than a ring behind, so what holds the reader then is
+    /// the controller.
+    fn flood_since(&self, end_before: u64) -> Flood {
+        let state = self.lock();
+        if state.ring.end() != end_before {
+            Flood::Coming
+        } else if state.read_allowance(true) == 0 {
+            Flood::HeldByClient
+        } else {
+            Flood::Stopped
         }
     }
 
@@ -293,6 +327,8 @@ pub(super) async fn feed_screen_until(
     }
     let mut changed = shared.changed.subscribe();
     let mut may_wait = true;
+    // Where the output ended when a flood was last taken for stopped.
+    let mut stopped_at = 0;
     // Something changed during the last batching interval: the next interval follows the feed
     // at once, without waiting to be woken.
     let mut busy = false;
@@ -309,7 +345,14 @@ pub(super) async fn feed_screen_until(
             match fed {
                 Fed::UpToDate => break false,
                 Fed::Waiting => break true,
-                Fed::Partly => tokio::task::yield_now().await,
+                Fed::Partly => {
+                    tokio::task::yield_now().await;
+                    // A flood taken for stopped came on again (its reader was only late, on a
+                    // busy machine): wait for it again rather than parse it to the end.
+                    if !may_wait && shared.lock().ring.end() != stopped_at {
+                        may_wait = true;
+                    }
+                }
             }
         };
         if waiting {
@@ -322,7 +365,24 @@ pub(super) async fn feed_screen_until(
                 () = tokio::time::sleep(FLOOD_TICK) => {}
                 () = shared.feeder_wake.notified() => {}
             }
-            may_wait = shared.lock().ring.end() != end_before;
+            match shared.flood_since(end_before) {
+                Flood::Coming => {}
+                Flood::HeldByClient => {
+                    // Nothing comes until the client reads on; then the flood goes on, and a tick
+                    // from then is soon enough to look again. A client that stopped reading does
+                    // not keep the feeder looking every tick meanwhile.
+                    changed.borrow_and_update();
+                    tokio::select! {
+                        changed = changed.changed() => if changed.is_err() { return },
+                        () = done.cancelled() => return,
+                        () = tokio::time::sleep(HELD_FLOOD_RECHECK) => {}
+                    }
+                }
+                Flood::Stopped => {
+                    may_wait = false;
+                    stopped_at = end_before;
+                }
+            }
             continue;
         }
         may_wait = true;
@@ -520,9 +580,12 @@ mod tests {
     use tokio::io::AsyncWriteExt as _;
     use tokio::time::{Instant, advance};
 
+    use ptyhub_attach_ticket::TicketHolder;
+
     use super::*;
+    use crate::domain::{ClientEvent, Role};
     use crate::runtime::fake::FakeSession;
-    use crate::session::SessionSettings;
+    use crate::session::{AttachRequest, SessionSettings};
 
     /// Lets every task that output, a timer or a message woke run to its next wait.
     async fn settle() {
@@ -605,6 +668,83 @@ mod tests {
         advance(FEED_BATCH_INTERVAL).await;
         settle().await;
         assert_eq!(fake.session.info().title, "building");
+        fake.kill().await;
+    }
+
+    /// `mib` MiB of `yes`'s kind of output: plain text the screen can fast-forward over.
+    fn plain_flood(mib: usize) -> Vec<u8> {
+        let mut line = vec![b'y'; 63];
+        line.push(b'\n');
+        line.repeat(mib * (1 << 20) / line.len())
+    }
+
+    /// Writes `flood` as the session's output and waits until the screen has it all.
+    async fn flood_the_screen(fake: &mut FakeSession, flood: &[u8]) {
+        fake.terminal.terminal.write_all(flood).await.unwrap();
+        while fed(&fake.session) < flood.len() as u64 {
+            tokio::time::sleep(FLOOD_TICK).await;
+        }
+    }
+
+    fn bytes_parsed(session: &Session) -> u64 {
+        session.shared.screen_lock().unwrap().bytes_parsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plain_flood_that_waits_for_the_screen_is_skipped_not_parsed() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        // Many rings' worth: the PTY's reader waits for the screen again and again.
+        let flood = plain_flood(16);
+        flood_the_screen(&mut fake, &flood).await;
+        // What stays is the screen and its scrollback (124 rows of 64 bytes here); a flood that
+        // held the reader back is no reason to parse it.
+        let parsed = bytes_parsed(&fake.session);
+        assert!(
+            parsed <= 64 * 1024,
+            "the screen parsed {parsed} bytes of a {} byte plain flood",
+            flood.len()
+        );
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plain_flood_that_waits_for_a_slow_controller_is_skipped_not_parsed() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        let mut controller = fake
+            .session
+            .attach(AttachRequest {
+                role: Role::Controller,
+                size: None,
+                since: None,
+                snapshot: false,
+                present_only: false,
+                holder: TicketHolder::default(),
+                may_control: true,
+            })
+            .await
+            .unwrap();
+        let flood = plain_flood(16);
+        let flood_bytes = flood.len() as u64;
+        // A frame a millisecond: the PTY's reader waits for this client, not for the screen,
+        // and nothing new comes meanwhile, as when a flood stops.
+        let client = tokio::spawn(async move {
+            let mut received = 0;
+            while received < flood_bytes {
+                match controller.next_event().await {
+                    Some(Ok(ClientEvent::Output { data, .. })) => received += data.len() as u64,
+                    Some(Ok(_)) => {}
+                    other => panic!("the controller's stream ended: {other:?}"),
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        flood_the_screen(&mut fake, &flood).await;
+        client.await.unwrap();
+        let parsed = bytes_parsed(&fake.session);
+        assert!(
+            parsed <= 64 * 1024,
+            "the screen parsed {parsed} bytes of a {flood_bytes} byte plain flood"
+        );
         fake.kill().await;
     }
 
