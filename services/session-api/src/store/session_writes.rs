@@ -137,21 +137,13 @@ impl Store {
         session_id: Uuid,
         name: &SessionName,
     ) -> Result<Session, Error> {
-        let current = self.get_session(instance_id, session_id).await?;
-        let updated = terminal_session::Entity::update_many()
-            .col_expr(terminal_session::Column::Name, Expr::value(name.as_str()))
-            .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
-            .filter(terminal_session::Column::Id.eq(session_id))
-            .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
-            .exec(&self.db)
-            .await?;
-        if updated.rows_affected == 0 {
-            return Err(Error::SessionNotLive {
-                session_id,
-                status: current.status.to_string(),
-            });
-        }
-        load_session(&self.db, session_id).await
+        self.update_live_session(
+            instance_id,
+            session_id,
+            terminal_session::Column::Name,
+            name.as_str(),
+        )
+        .await
     }
 
     /// Sets the control mode of a session that is not closed.
@@ -161,12 +153,27 @@ impl Store {
         session_id: Uuid,
         control_mode: ControlMode,
     ) -> Result<Session, Error> {
+        self.update_live_session(
+            instance_id,
+            session_id,
+            terminal_session::Column::ControlMode,
+            control_mode.as_str(),
+        )
+        .await
+    }
+
+    /// Sets one text column of a session that is not closed (and its `updated_at`): a closed
+    /// session's record is history, so the update is refused with the status it has.
+    async fn update_live_session(
+        &self,
+        instance_id: Uuid,
+        session_id: Uuid,
+        column: terminal_session::Column,
+        value: &str,
+    ) -> Result<Session, Error> {
         let current = self.get_session(instance_id, session_id).await?;
         let updated = terminal_session::Entity::update_many()
-            .col_expr(
-                terminal_session::Column::ControlMode,
-                Expr::value(control_mode.as_str()),
-            )
+            .col_expr(column, Expr::value(value))
             .col_expr(terminal_session::Column::UpdatedAt, Expr::value(now()))
             .filter(terminal_session::Column::Id.eq(session_id))
             .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
