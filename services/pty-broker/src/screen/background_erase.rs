@@ -170,18 +170,19 @@ impl Emulator {
     }
 
     /// Feeds `erase` with a pen that has the current background colour alone, then sets the
-    /// pen back.
+    /// pen back: one SGR sequence turns off what else the pen has, another turns it on again,
+    /// so that vt100 parses a few bytes more, not a whole pen twice.
     pub(super) fn with_background_only(&mut self, erase: &[u8]) {
-        let screen = self.parser.screen();
-        if pen_is_background_only(screen) {
+        let pen = Pen::of(self.parser.screen());
+        if pen.is_background_only() {
             self.parser.process(erase);
             return;
         }
-        let pen = screen.attributes_formatted();
-        let background = background_only_pen(screen.bgcolor());
-        self.parser.process(background.as_bytes());
-        self.parser.process(erase);
-        self.parser.process(pen.as_bytes());
+        let mut bytes = Vec::with_capacity(erase.len() + 40);
+        pen.write_off(&mut bytes);
+        bytes.extend_from_slice(erase);
+        pen.write_on(&mut bytes);
+        self.parser.process(&bytes);
     }
 
     fn background_is_set(&self) -> bool {
@@ -278,23 +279,101 @@ fn in_ground_after(text: &[u8], starts_in_ground: bool) -> bool {
     }
 }
 
-/// Whether erasing with the pen as it is leaves the blanks xterm leaves: no attribute but,
-/// perhaps, a background colour. vt100 keeps no others (blink, strikethrough).
-fn pen_is_background_only(screen: &vt100::Screen) -> bool {
-    screen.fgcolor() == vt100::Color::Default
-        && !screen.bold()
-        && !screen.dim()
-        && !screen.italic()
-        && !screen.underline()
-        && !screen.inverse()
+/// What the pen has besides its background colour: what xterm leaves off the blanks. vt100
+/// keeps no other attributes (blink, strikethrough).
+struct Pen {
+    foreground: vt100::Color,
+    bold: bool,
+    dim: bool,
+    italic: bool,
+    underline: bool,
+    inverse: bool,
 }
 
-/// The SGR sequence that leaves the pen with the background colour `background` alone.
-fn background_only_pen(background: vt100::Color) -> String {
-    match background {
-        vt100::Color::Default => "\x1b[m".to_owned(),
-        vt100::Color::Idx(index) => format!("\x1b[0;48;5;{index}m"),
-        vt100::Color::Rgb(red, green, blue) => format!("\x1b[0;48;2;{red};{green};{blue}m"),
+impl Pen {
+    fn of(screen: &vt100::Screen) -> Self {
+        Self {
+            foreground: screen.fgcolor(),
+            bold: screen.bold(),
+            dim: screen.dim(),
+            italic: screen.italic(),
+            underline: screen.underline(),
+            inverse: screen.inverse(),
+        }
+    }
+
+    /// Whether erasing with the pen as it is leaves the blanks xterm leaves.
+    fn is_background_only(&self) -> bool {
+        self.foreground == vt100::Color::Default
+            && !(self.bold || self.dim || self.italic || self.underline || self.inverse)
+    }
+
+    /// The SGR sequence that turns off all but the background.
+    fn write_off(&self, out: &mut Vec<u8>) {
+        let mut params = Params::new(out);
+        if self.bold || self.dim {
+            params.push(b"22");
+        }
+        for (set, off) in [
+            (self.italic, &b"23"[..]),
+            (self.underline, b"24"),
+            (self.inverse, b"27"),
+            (self.foreground != vt100::Color::Default, b"39"),
+        ] {
+            if set {
+                params.push(off);
+            }
+        }
+        params.end();
+    }
+
+    /// The SGR sequence that turns back on what [`Pen::write_off`] turned off.
+    fn write_on(&self, out: &mut Vec<u8>) {
+        let mut params = Params::new(out);
+        for (set, on) in [
+            (self.bold, &b"1"[..]),
+            (self.dim, b"2"),
+            (self.italic, b"3"),
+            (self.underline, b"4"),
+            (self.inverse, b"7"),
+        ] {
+            if set {
+                params.push(on);
+            }
+        }
+        match self.foreground {
+            vt100::Color::Default => {}
+            vt100::Color::Idx(index) => params.push(format!("38;5;{index}").as_bytes()),
+            vt100::Color::Rgb(red, green, blue) => {
+                params.push(format!("38;2;{red};{green};{blue}").as_bytes());
+            }
+        }
+        params.end();
+    }
+}
+
+/// An SGR sequence written parameter by parameter.
+struct Params<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Params<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.extend_from_slice(b"\x1b[");
+        Self { out, first: true }
+    }
+
+    fn push(&mut self, param: &[u8]) {
+        if !self.first {
+            self.out.push(b';');
+        }
+        self.first = false;
+        self.out.extend_from_slice(param);
+    }
+
+    fn end(self) {
+        self.out.push(b'm');
     }
 }
 
@@ -382,6 +461,18 @@ mod tests {
             })
         );
         assert!(is_blank_with_background(&cells[1], None));
+        // Every attribute comes back, the background never left.
+        let view = after(b"\x1b[3;1H\x1b[2;3;7;38;5;9;48;2;4;5;6m\x1b[2Xx");
+        let cells = &view.rows[2].cells;
+        assert!(cells[0].dim && cells[0].italic && cells[0].inverse && !cells[0].bold);
+        assert_eq!(cells[0].fg, Some(Color::Indexed(9)));
+        let background = Some(Color::Rgb {
+            red: 4,
+            green: 5,
+            blue: 6,
+        });
+        assert_eq!(cells[0].bg, background);
+        assert!(is_blank_with_background(&cells[1], background));
     }
 
     #[test]
