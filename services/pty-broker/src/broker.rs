@@ -290,7 +290,8 @@ impl Broker {
 
     /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<SessionInfo, Error> {
-        self.spawn_recorded(spec, RecordingRequest::default()).await
+        self.spawn_recorded(spec, RecordingRequest::default(), ControlMode::default())
+            .await
     }
 
     /// Publishes what a previous run left in the recording spool and keeps retention running
@@ -314,12 +315,14 @@ impl Broker {
         self.inner.recordings.as_ref()
     }
 
-    /// Starts `spec` on a new PTY and records it as `recording` asks (when the broker has a
-    /// recordings store); answers once the process runs.
+    /// Starts `spec` on a new PTY in `control_mode` and records it as `recording` asks (when
+    /// the broker has a recordings store); answers once the process runs. The session has its
+    /// mode from the start, so no stream ever meets another one and a spawn never half succeeds.
     pub async fn spawn_recorded(
         &self,
         spec: SpawnSpec,
         recording: RecordingRequest,
+        control_mode: ControlMode,
     ) -> Result<SessionInfo, Error> {
         let recording = match (recording.mode, &self.inner.recordings) {
             (RecordMode::Off, _) => None,
@@ -359,6 +362,7 @@ impl Broker {
             self.inner.settings,
             context,
             recording,
+            control_mode,
         );
         self.inner.registry.insert(Arc::clone(&session))?;
         let (started, answer) = oneshot::channel();
@@ -849,6 +853,30 @@ mod tests {
         );
         assert_eq!(exited_at.elapsed(), tombstone);
         assert!(matches!(broker.get(id), Err(Error::SessionNotFound(_))));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_spawned_shared_lets_every_controller_type_from_the_start() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let session = broker
+            .spawn_recorded(spec(), RecordingRequest::default(), ControlMode::Shared)
+            .await
+            .unwrap();
+        let mut terminal = runtime.take_terminal().unwrap();
+        let first = broker.attach(hello(session.session_id)).await.unwrap();
+        let second = broker.attach(hello(session.session_id)).await.unwrap();
+        // In exclusive mode the second controller would have taken the first one over.
+        for (attachment, typed) in [(&first, "one "), (&second, "two ")] {
+            attachment
+                .handle()
+                .write_input(Bytes::from(typed))
+                .await
+                .unwrap_or_else(|error| panic!("{typed:?} refused: {error}"));
+        }
+        let mut written = vec![0; "one two ".len()];
+        terminal.terminal.read_exact(&mut written).await.unwrap();
+        assert_eq!(written, b"one two ");
         broker.shutdown().await;
     }
 

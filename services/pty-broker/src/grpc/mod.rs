@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::Stream;
-use ptyhub_model::ControlMode;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_wire::{RequireCredential, limits};
 use tokio::sync::{broadcast, mpsc};
@@ -95,12 +94,10 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let grant_timeout = convert::control_grant_timeout(request.control_grant_timeout_secs)?;
         let spec = SpawnSpec::try_from(request)?;
         let session_id = spec.session_id;
-        let mut session = self.broker.spawn_recorded(spec, recording).await?;
-        // Nobody attaches before the spawn is answered (session-api signs no ticket for the
-        // session before then), so every stream meets the mode set now.
-        if control_mode != ControlMode::default() {
-            session = self.broker.set_control_mode(session_id, control_mode)?;
-        }
+        let session = self
+            .broker
+            .spawn_recorded(spec, recording, control_mode)
+            .await?;
         if grant_timeout.is_some() {
             self.broker
                 .set_control_grant_timeout(session_id, grant_timeout)?;

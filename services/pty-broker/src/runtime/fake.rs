@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ptyhub_model::ControlMode;
 use tokio::io::DuplexStream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -191,8 +192,14 @@ impl FakeSession {
             shutdown: CancellationToken::new(),
             tracker: tracker.clone(),
         };
-        let (session, task) =
-            Session::new(spec.session_id, spec.size, settings, context, recording);
+        let (session, task) = Session::new(
+            spec.session_id,
+            spec.size,
+            settings,
+            context,
+            recording,
+            ControlMode::default(),
+        );
         let (started, answer) = oneshot::channel();
         tracker.spawn(task.run(started));
         answer

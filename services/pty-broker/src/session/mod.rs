@@ -276,6 +276,7 @@ impl Session {
         settings: SessionSettings,
         context: TaskContext,
         recording: Option<SessionRecording>,
+        control_mode: ControlMode,
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
         let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
@@ -293,7 +294,7 @@ impl Session {
                 pid: None,
                 created_at: now,
                 last_activity_at: now,
-                attachments: Attachments::default(),
+                attachments: Attachments::default().in_control_mode(control_mode),
                 reader_waiting: false,
                 input_since_report: false,
                 last_input_at: None,
