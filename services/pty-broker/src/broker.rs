@@ -881,6 +881,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_interrupt_the_runtime_cannot_send_says_why_not_that_the_process_exited() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let session = broker.spawn(spec()).await.unwrap();
+        let terminal = runtime.take_terminal().unwrap();
+        terminal.refuse_signals();
+        let attachment = broker.attach(hello(session.session_id)).await.unwrap();
+        let handle = attachment.handle();
+        // More than the fake terminal holds, never read: the Ctrl-C must go as a signal.
+        let paste = {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                handle
+                    .write_input(Bytes::from(vec![b'p'; 256 * 1024]))
+                    .await
+            })
+        };
+        settle().await;
+        let refused = handle
+            .write_input(Bytes::from_static(&[crate::session::INTERRUPT]))
+            .await
+            .expect_err("the signal failed");
+        assert!(matches!(refused, Error::InterruptNotSent(_)), "{refused:?}");
+        assert!(refused.to_string().contains("refuses signals"), "{refused}");
+        assert!(matches!(paste.await.unwrap(), Err(Error::InputInterrupted)));
+        drop(terminal);
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn input_after_exit_is_refused_and_never_reaches_the_process() {
         let (broker, runtime) = broker_with_fake_runtime();
         let session = broker.spawn(spec()).await.unwrap();

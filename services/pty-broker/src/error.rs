@@ -55,6 +55,10 @@ pub enum Error {
         "input not written (or not all of it): an interrupt (Ctrl-C) came after it and went first"
     )]
     InputInterrupted,
+    /// A Ctrl-C the terminal could not take was to go as SIGINT, and the runtime could not send
+    /// it (a Docker daemon that did not answer, say): the process may well be running still.
+    #[error("the interrupt (Ctrl-C) could not be sent to the process: {0}")]
+    InterruptNotSent(#[source] RuntimeError),
     #[error("the session is closed")]
     SessionClosed,
     #[error("client fell too far behind and was dropped")]
@@ -170,9 +174,10 @@ impl Error {
             | Error::FrameTooLarge
             | Error::TooManyControlRequests(_)
             | Error::TooManyViewers(_) => ErrorCode::LimitExceeded,
-            Error::RuntimeNotConfigured(_) | Error::ShuttingDown | Error::HandingOver => {
-                ErrorCode::Unavailable
-            }
+            Error::RuntimeNotConfigured(_)
+            | Error::ShuttingDown
+            | Error::HandingOver
+            | Error::InterruptNotSent(_) => ErrorCode::Unavailable,
             Error::Runtime(error) => error.code(),
         }
     }

@@ -3,6 +3,7 @@
 //! [`FakeSession`], one session on it without a broker around, for the tests of a session's
 //! parts (its screen's feeder, its recorder).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,12 +32,19 @@ pub struct FakeTerminal {
     /// Write here to produce output; read here to see the session's input.
     pub terminal: DuplexStream,
     exit: Arc<watch::Sender<Option<ExitStatus>>>,
+    signals_refused: Arc<AtomicBool>,
 }
 
 impl FakeTerminal {
     /// Makes the fake process exit with `status`.
     pub fn exit(&self, status: ExitStatus) {
         self.exit.send_replace(Some(status));
+    }
+
+    /// Makes every signal sent to the fake process fail from now on, as a runtime that cannot
+    /// reach its processes does.
+    pub fn refuse_signals(&self) {
+        self.signals_refused.store(true, Ordering::Relaxed);
     }
 }
 
@@ -65,14 +73,19 @@ impl PtyRuntime for FakeRuntime {
         let (session_end, terminal) = tokio::io::duplex(64 * 1024);
         let (output, input) = tokio::io::split(session_end);
         let exit = Arc::new(watch::Sender::new(None));
+        let signals_refused = Arc::new(AtomicBool::new(false));
         self.spawned.lock().unwrap().push(FakeTerminal {
             terminal,
             exit: Arc::clone(&exit),
+            signals_refused: Arc::clone(&signals_refused),
         });
         Ok(SpawnedPty {
             output: Box::pin(output),
             input: Box::pin(input),
-            process: Box::new(FakeProcess { exit }),
+            process: Box::new(FakeProcess {
+                exit,
+                signals_refused,
+            }),
             output_buffered: false,
             shell_integration: spec
                 .shell_integration
@@ -84,6 +97,7 @@ impl PtyRuntime for FakeRuntime {
 #[derive(Debug)]
 struct FakeProcess {
     exit: Arc<watch::Sender<Option<ExitStatus>>>,
+    signals_refused: Arc<AtomicBool>,
 }
 
 #[async_trait]
@@ -97,6 +111,11 @@ impl PtyProcess for FakeProcess {
     }
 
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {
+        if self.signals_refused.load(Ordering::Relaxed) {
+            return Err(RuntimeError::Unavailable(
+                "the fake runtime refuses signals".to_owned(),
+            ));
+        }
         let number = match signal {
             GroupSignal::Hangup => 1,
             GroupSignal::Interrupt => 2,

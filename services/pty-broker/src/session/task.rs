@@ -650,7 +650,7 @@ impl SessionTask {
                         .await
                         .map_err(|error| {
                             tracing::warn!(session_id = %self.id, %error, "interrupt failed");
-                            Error::ProcessExited
+                            Error::InterruptNotSent(error)
                         });
                 let _ = reply.send(signalled);
             }
