@@ -172,9 +172,11 @@ impl Shared {
         if self.prompt_gate.is_held() {
             // The prompt may be in the ring already, not yet read by the screen's feeder.
             drop(self.current_screen());
+            // An interrupt does not wait for the prompt: it goes first, and this input gives way.
             tokio::select! {
                 biased;
                 () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+                _ = interrupts.changed() => return Err(Error::InputInterrupted),
                 () = self.prompt_gate.opened() => {}
             }
             // Control may have moved meanwhile.

@@ -450,6 +450,23 @@ impl Session {
         })
     }
 
+    /// Writes input a call sent (REST or MCP `input`, the broker's SendInput). A lone Ctrl-C goes
+    /// ahead of whatever input waits, exactly as one typed on a stream does: an interrupt from
+    /// any controller is never held behind a paste the program does not read.
+    async fn write_call_input(
+        &self,
+        data: &[u8],
+        still_allowed: impl Fn() -> Result<(), Error>,
+    ) -> Result<InputSent, Error> {
+        if data == [INTERRUPT] {
+            return self
+                .shared
+                .interrupt(None, still_allowed, self.interrupt_process())
+                .await;
+        }
+        self.shared.write_to_pty(None, data, still_allowed).await
+    }
+
     /// Sends the running process's group SIGINT (an interrupt the terminal cannot take).
     async fn interrupt_process(&self) -> Result<(), Error> {
         let (reply, answer) = oneshot::channel();

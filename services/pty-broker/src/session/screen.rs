@@ -564,7 +564,7 @@ impl Session {
             Ok(())
         };
         control_check()?;
-        self.shared.write_to_pty(None, &bytes, control_check).await
+        self.write_call_input(&bytes, control_check).await
     }
 
     pub(super) fn check_open(&self) -> Result<(), Error> {

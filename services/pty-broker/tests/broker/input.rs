@@ -349,6 +349,31 @@ async fn ctrl_c_right_after_a_paste_on_the_same_stream_passes_it() -> anyhow::Re
     broker.stop().await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_from_the_input_call_passes_a_paste_the_program_never_reads() -> anyhow::Result<()> {
+    crate::support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let session_id = broker.spawn(&["sleep", "600"], 80, 24).await?.session_id;
+    let mut controller = broker
+        .attach(&session_id, pb::Role::Controller, Some(0))
+        .await?;
+    controller
+        .send_input(paste_the_program_never_reads())
+        .await?;
+    controller.read_until(b"pppp\r\n").await?;
+    // A call beside the controller's stream: the Ctrl-C answers without waiting for the paste.
+    let sent = broker
+        .send_keys(
+            &session_id,
+            vec![pb::input_item::Item::Text("\u{3}".to_owned())],
+            true,
+        )
+        .await?;
+    ensure!(sent.bytes_written == 1, "{sent:?}");
+    interrupted(&mut controller).await?;
+    broker.stop().await
+}
+
 /// The number printed after `label=` in `output`.
 fn printed_pid(output: &[u8], label: &str) -> anyhow::Result<u32> {
     let output = String::from_utf8_lossy(output);
