@@ -19,7 +19,10 @@ pub use index::{
     read_recorded_range,
 };
 pub use ptyhub_model::RecordMode;
-pub use store::{Recordings, RecordingsConfig, RetentionReport, SpoolDisk, SpoolFile};
+pub(crate) use store::SpoolFile;
+#[cfg(test)]
+pub(crate) use store::SpoolDisk;
+pub use store::{Recordings, RecordingsConfig, RetentionReport};
 
 /// What to record of one session, as its Spawn call asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -42,13 +42,14 @@ pub struct RecordingsConfig {
 #[derive(Debug)]
 pub struct Recordings {
     config: RecordingsConfig,
-    /// What stands in front of the spool files recorders write; `None`, the disk itself.
+    /// What a test puts in front of the spool files recorders write; `None`, the disk itself.
+    #[cfg(test)]
     spool_disk: Option<SpoolDisk>,
 }
 
 /// A spool file as a recorder writes it: the file itself in a broker. A trait so that a test can
 /// put a disk that fills up or stalls in front of the file, to reach what a recorder does then.
-pub trait SpoolFile: AsyncWrite + Send + Unpin {
+pub(crate) trait SpoolFile: AsyncWrite + Send + Unpin {
     /// As [`tokio::fs::File::sync_data`].
     fn sync_data(&mut self) -> BoxFuture<'_, std::io::Result<()>>;
     /// As [`tokio::fs::File::sync_all`].
@@ -65,18 +66,21 @@ impl SpoolFile for tokio::fs::File {
     }
 }
 
-/// Wraps each spool file a recorder opens (see [`SpoolFile`]).
+/// Wraps each spool file a recorder opens (see [`SpoolFile`]); only tests have one.
+#[cfg(test)]
 #[derive(Clone)]
-pub struct SpoolDisk(Arc<dyn Fn(tokio::fs::File) -> Box<dyn SpoolFile> + Send + Sync>);
+pub(crate) struct SpoolDisk(Arc<dyn Fn(tokio::fs::File) -> Box<dyn SpoolFile> + Send + Sync>);
 
+#[cfg(test)]
 impl SpoolDisk {
-    pub fn new(
+    pub(crate) fn new(
         wrap: impl Fn(tokio::fs::File) -> Box<dyn SpoolFile> + Send + Sync + 'static,
     ) -> Self {
         Self(Arc::new(wrap))
     }
 }
 
+#[cfg(test)]
 impl std::fmt::Debug for SpoolDisk {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str("SpoolDisk")
@@ -109,24 +113,28 @@ impl Recordings {
     pub fn new(config: RecordingsConfig) -> Self {
         Self {
             config,
+            #[cfg(test)]
             spool_disk: None,
         }
     }
 
     /// Recordings whose recorders write their spool files through `disk`.
-    pub fn with_spool_disk(config: RecordingsConfig, disk: SpoolDisk) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_spool_disk(config: RecordingsConfig, disk: SpoolDisk) -> Self {
         Self {
             config,
             spool_disk: Some(disk),
         }
     }
 
-    /// The spool file `file` as its recorder writes it.
-    pub fn spool_file(&self, file: tokio::fs::File) -> Box<dyn SpoolFile> {
-        match &self.spool_disk {
-            Some(disk) => (disk.0)(file),
-            None => Box::new(file),
+    /// The spool file `file` as its recorder writes it: the file itself, unless a test put a
+    /// troubled disk in front of it.
+    pub(crate) fn spool_file(&self, file: tokio::fs::File) -> Box<dyn SpoolFile> {
+        #[cfg(test)]
+        if let Some(disk) = &self.spool_disk {
+            return (disk.0)(file);
         }
+        Box::new(file)
     }
 
     /// The spool file a session's recorder writes.

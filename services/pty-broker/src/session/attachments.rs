@@ -342,7 +342,6 @@ impl Attachments {
         self.clients.get_mut(&client)
     }
 
-    #[cfg(test)]
     pub fn get(&self, client: ClientId) -> Option<&Client> {
         self.clients.get(&client)
     }

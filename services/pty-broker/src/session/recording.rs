@@ -377,12 +377,12 @@ impl Shared {
     /// the principal of `client`'s ticket, or a call's when no attached client wrote it.
     pub(super) fn record_input(&self, client: Option<ClientId>, data: &[u8]) {
         if self.recorder.as_ref().is_some_and(|tap| tap.records_input) {
-            let mut state = self.lock();
+            let state = self.lock();
             let offset = state.ring.end();
             let principal = client.map(|client| {
                 state
                     .attachments
-                    .get_mut(client)
+                    .get(client)
                     .map(|attached| attached.holder.principal.clone())
                     .unwrap_or_default()
             });
@@ -916,14 +916,13 @@ mod tests {
                 header_written = true;
                 break;
             }
-            tokio::task::yield_now().await;
-            std::thread::sleep(Duration::from_millis(1));
+            real_time_passes().await;
         }
         assert!(header_written, "the recorder never wrote its header");
         // The write is done; its completion reaches the recorder, which then waits.
         for _ in 0..10 {
             settle().await;
-            std::thread::sleep(Duration::from_millis(1));
+            real_time_passes().await;
         }
     }
 
@@ -1223,10 +1222,18 @@ mod tests {
             if done() {
                 return;
             }
-            tokio::task::yield_now().await;
-            std::thread::sleep(Duration::from_millis(1));
+            real_time_passes().await;
         }
         panic!("{what} never happened");
+    }
+
+    /// Lets a millisecond of real time pass for the spool writes on the blocking threads,
+    /// without holding up this test's runtime meanwhile and without moving its paused clock
+    /// (the clock does not advance by itself while a blocking task runs).
+    async fn real_time_passes() {
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1)))
+            .await
+            .expect("a sleep does not panic");
     }
 
     /// Writes `output` to the fake PTY and lets the recorder read it and write it to its file.
