@@ -430,10 +430,12 @@ impl SessionService {
         Ok(session)
     }
 
-    /// Sets the control mode of a live session, in its record and then on its broker, which
-    /// moves the roles of the attached streams. Watchers hear it as an `attachments` change: who
-    /// may type changed. Setting the mode it has tells the broker again (a retry after the
-    /// broker could not be reached).
+    /// Sets the control mode of a live session, on its broker (which moves the roles of the
+    /// attached streams) and then in its record, so that the record never shows a mode the
+    /// terminal does not have: when the broker cannot be told, the record keeps the old one and
+    /// the caller may retry. Watchers hear it as an `attachments` change: who may type changed.
+    /// Setting the mode it has tells the broker again (a retry after the broker could not be
+    /// reached).
     pub async fn set_control_mode(
         &self,
         instance: &str,
@@ -442,6 +444,28 @@ impl SessionService {
     ) -> Result<Session, Error> {
         let instance = self.store.find_instance(instance).await?;
         let before = self.store.get_session(instance.id, session_id).await?;
+        if before.status == SessionStatus::Closed {
+            return Err(Error::SessionNotLive {
+                session_id,
+                status: before.status.to_string(),
+            });
+        }
+        let broker = self.store.get_broker(&before.broker_id).await?;
+        self.brokers
+            .set_control_mode(&broker, session_id, control_mode)
+            .await
+            .map_err(|error| match error {
+                // The process ended and the broker let the session go before its close reached
+                // the record: to the caller, the session is closed.
+                Error::BrokerRefused {
+                    code: tonic::Code::NotFound,
+                    ..
+                } => Error::SessionNotLive {
+                    session_id,
+                    status: SessionStatus::Closed.to_string(),
+                },
+                error => error,
+            })?;
         let session = self
             .store
             .set_control_mode(instance.id, session_id, control_mode)
@@ -449,10 +473,6 @@ impl SessionService {
         if before.control_mode != control_mode {
             self.changes.publish(ChangeKind::Attachments, &session);
         }
-        let broker = self.store.get_broker(&session.broker_id).await?;
-        self.brokers
-            .set_control_mode(&broker, session_id, control_mode)
-            .await?;
         Ok(session)
     }
 

@@ -1582,6 +1582,54 @@ both_databases!(
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_control_mode_the_broker_was_not_told_is_not_recorded() {
+    let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
+        return;
+    };
+    let broker = start_broker();
+    let api = start_session_api(database.url(), &[("b1", broker.endpoint())]);
+    let mut client = session_client(&api).await;
+    let instance = register_instance(&mut client, "untold", "b1", 5).await;
+    let session = client
+        .create_session(create(&instance))
+        .await
+        .expect("create")
+        .into_inner()
+        .session
+        .expect("a session");
+    let exclusive = broker_pb::ControlMode::Exclusive as i32;
+    assert_eq!(session.control_mode, exclusive);
+
+    broker.kill();
+    let refused = client
+        .update_session(pb::UpdateSessionRequest {
+            instance: instance.id.clone(),
+            session_id: session.id.clone(),
+            control_mode: broker_pb::ControlMode::Shared as i32,
+        })
+        .await
+        .expect_err("the broker is gone");
+    // UNAVAILABLE while the broker is only unreachable; FAILED_PRECONDITION once its sessions
+    // are closed for it. Either way the terminal kept its mode, and so does the record.
+    assert!(
+        matches!(refused.code(), Code::Unavailable | Code::FailedPrecondition),
+        "{refused:?}"
+    );
+    let stored = client
+        .get_session(pb::GetSessionRequest {
+            instance: instance.id.clone(),
+            session_id: session.id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(
+        stored.control_mode, exclusive,
+        "the record kept the old mode"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_instances_control_grant_timeout_is_bounded_stored_and_applied_by_its_broker() {
     let Some(database) = FreshDatabase::create(Backend::Sqlite).await else {
         return;
