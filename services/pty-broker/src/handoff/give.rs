@@ -13,8 +13,8 @@ use tokio::time::timeout;
 use super::wire::Channel;
 use super::{
     ANSWER_TIMEOUT, Acceptance, Answer, FORMAT_VERSION, FREEZE_TIMEOUT, HandOffError, Hello,
-    Outcome, SessionHeader, WireActivity, WireExit, WireProcess, WireRecording, WireSpec,
-    bind_fresh, running,
+    Outcome, SessionHeader, WireActivity, WireControl, WireExit, WireProcess, WireRecording,
+    WireSpec, bind_fresh, running,
 };
 use crate::broker::Broker;
 use crate::error::Error;
@@ -297,6 +297,7 @@ async fn send_sessions(
             activity: session.activity.as_ref().map(WireActivity::from_parts),
             prompt_wait_left: session.prompt_wait_left,
             control_mode: Some(session.control_mode.as_str().to_owned()),
+            control: Some(WireControl::from_frozen(&session.control)),
         };
         channel.send(&header).await?;
         if let Some(process) = &session.process {

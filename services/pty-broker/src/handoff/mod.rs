@@ -41,6 +41,7 @@ mod wire;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use ptyhub_attach_ticket::TicketHolder;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -55,7 +56,7 @@ use crate::domain::{
 use crate::recording::{CastHeader, Checkpoint, OutputIndex, RecordMode};
 use crate::runtime::docker::DockerHandOff;
 use crate::runtime::{HandedProcess, SpawnSpec, Target};
-use crate::session::FrozenRecording;
+use crate::session::{FrozenControl, FrozenRecording, FrozenRequest, FrozenReservation};
 use crate::shell_integration::Shell;
 
 /// The version of this protocol. Both processes must speak the same one.
@@ -181,6 +182,86 @@ struct SessionHeader {
     /// every stream reattaches. Absent from a predecessor without control modes: exclusive.
     #[serde(default)]
     control_mode: Option<String>,
+    /// The grant timeout, standing requests and a reservation. Absent from a predecessor that
+    /// did not carry them: none of them.
+    #[serde(default)]
+    control: Option<WireControl>,
+}
+
+/// A session's control state beyond its mode (`session/attachments/requests.rs`): a stream's
+/// request is not in it, since it ends with its stream.
+#[derive(Debug, Serialize, Deserialize)]
+struct WireControl {
+    grant_timeout: Option<Duration>,
+    last_request_id: u64,
+    standing_requests: Vec<WireRequest>,
+    /// The principal control is reserved for, and what is left of the reservation.
+    reservation: Option<(String, Duration)>,
+}
+
+/// A standing request for control, and how long it has waited.
+#[derive(Debug, Serialize, Deserialize)]
+struct WireRequest {
+    id: u64,
+    principal: String,
+    surface: String,
+    since: SystemTime,
+    waited: Duration,
+}
+
+impl WireControl {
+    fn from_frozen(control: &FrozenControl) -> Self {
+        Self {
+            grant_timeout: control.grant_timeout,
+            last_request_id: control.last_request_id,
+            standing_requests: control
+                .standing_requests
+                .iter()
+                .map(|request| WireRequest {
+                    id: request.id,
+                    principal: request.holder.principal.clone(),
+                    surface: request.holder.surface.clone(),
+                    since: request.since,
+                    waited: request.waited,
+                })
+                .collect(),
+            reservation: control
+                .reservation
+                .as_ref()
+                .map(|reservation| (reservation.principal.clone(), reservation.left)),
+        }
+    }
+
+    /// The control state, checked: a grant timeout of no time is a protocol error (a spawn
+    /// refuses one). The session checks the requests and the reservation as it takes them
+    /// (`Attachments::with_frozen_control`).
+    fn into_frozen(self) -> Result<FrozenControl, HandOffError> {
+        if self.grant_timeout == Some(Duration::ZERO) {
+            return Err(HandOffError::Protocol(
+                "a grant timeout of no time".to_owned(),
+            ));
+        }
+        Ok(FrozenControl {
+            grant_timeout: self.grant_timeout,
+            last_request_id: self.last_request_id,
+            standing_requests: self
+                .standing_requests
+                .into_iter()
+                .map(|request| FrozenRequest {
+                    id: request.id,
+                    holder: TicketHolder {
+                        principal: request.principal,
+                        surface: request.surface,
+                    },
+                    since: request.since,
+                    waited: request.waited,
+                })
+                .collect(),
+            reservation: self
+                .reservation
+                .map(|(principal, left)| FrozenReservation { principal, left }),
+        })
+    }
 }
 
 /// A session's activity (`activity/`): its state and its commands.

@@ -190,6 +190,19 @@ impl Broker {
                     })
                     .ok()
             });
+            // A control state that does not read is dropped (the session starts with none of
+            // it, as from a predecessor that did not carry it), never the session.
+            let control = header
+                .control
+                .and_then(|control| {
+                    control
+                        .into_frozen()
+                        .inspect_err(|error| {
+                            tracing::warn!(%session_id, %error, "the session's control state cannot go on here");
+                        })
+                        .ok()
+                })
+                .unwrap_or_default();
             let frozen = FrozenSession {
                 id: session_id,
                 spec,
@@ -222,6 +235,7 @@ impl Broker {
                     .prompt_wait_left
                     .map(|left| left.min(crate::session::FIRST_PROMPT_WAIT)),
                 control_mode: control_mode_taken(header.control_mode.as_deref(), session_id),
+                control,
             };
             self.adopt(frozen, header.process.map(|process| (process.into(), fds)))
                 .await
@@ -235,7 +249,6 @@ impl Broker {
     }
 }
 
-/// Stops this process at `step` when the test hook asks for it.
 /// The control mode a predecessor handed over. One this process does not know (from a newer
 /// predecessor) is taken as exclusive, the mode with the fewest writers, rather than losing the
 /// session.
@@ -249,6 +262,7 @@ fn control_mode_taken(handed: Option<&str>, session_id: Uuid) -> ControlMode {
     })
 }
 
+/// Stops this process at `step` when the test hook asks for it.
 fn stop_here_for_tests(step: &str) {
     if std::env::var(STOP_AT_VARIABLE).is_ok_and(|asked| asked == step) {
         tracing::warn!(step, "stopping at the hand-off step the test hook names");

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use ptyhub_model::ControlMode;
 use requests::{PendingRequest, Reservation};
+pub use requests::{FrozenControl, FrozenRequest, FrozenReservation};
 
 use crate::domain::{Attendee, ClientEvent, ControlChange, Role, TYPING_WINDOW};
 

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::attachments::Attachments;
+use super::attachments::{Attachments, FrozenControl};
 use super::input::PromptGate;
 use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
@@ -58,6 +58,9 @@ pub struct FrozenSession {
     pub prompt_wait_left: Option<Duration>,
     /// Who may type, which the next process goes on with.
     pub control_mode: ControlMode,
+    /// The grant timeout, standing requests and a reservation, which the next process goes on
+    /// with.
+    pub control: FrozenControl,
 }
 
 impl FrozenSession {
@@ -198,7 +201,8 @@ impl Session {
                 created_at: frozen.created_at,
                 last_activity_at: frozen.last_activity_at,
                 attachments: Attachments::after_generation(frozen.controller_generation)
-                    .in_control_mode(frozen.control_mode),
+                    .in_control_mode(frozen.control_mode)
+                    .with_frozen_control(frozen.control),
                 reader_waiting: false,
                 input_since_report: false,
                 last_input_at: None,

@@ -32,7 +32,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use attachments::ClientId;
+pub use attachments::{ClientId, FrozenControl, FrozenRequest, FrozenReservation};
 pub use command_watch::CommandWatch;
 pub use handoff::{Frozen, FrozenSession, Verdict};
 pub use input::{FIRST_PROMPT_WAIT, INTERRUPT, InputSent};

@@ -388,6 +388,7 @@ impl SessionTask {
                 last_bell_at: state.last_bell_at,
                 controller_generation: state.attachments.generation(),
                 control_mode: state.attachments.control_mode(),
+                control: state.attachments.freeze_control(Instant::now()),
                 screen,
                 activity,
                 tombstone_left: None,

@@ -1,7 +1,7 @@
 //! Hand-offs between real `pty-broker` processes (`--take-over`): attached clients resume by
 //! offset on the next process with every byte exactly once, the processes keep their pids and
-//! still deliver their exit codes, a shell's commands, first-prompt hold and recorded output go
-//! along; and a successor killed at any step of the hand-off leaves
+//! still deliver their exit codes, a shell's commands, first-prompt hold, recorded output, control
+//! mode, standing requests, reservation and grant timeout go along; and a successor killed at any step of the hand-off leaves
 //! every session with exactly one owner (the old process, or the crash records for the next
 //! start when the old one had already let go).
 
@@ -1285,5 +1285,174 @@ async fn a_shared_session_stays_shared_across_a_hand_off() -> anyhow::Result<()>
         info.viewers
     );
     drop((first, second, next));
+    Ok(())
+}
+
+/// Spawns `cat` on the local host, with a grant timeout of `grant_timeout_secs` when given.
+async fn spawn_cat(address: &Address, grant_timeout_secs: Option<u32>) -> anyhow::Result<String> {
+    let session = control(address)
+        .await?
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: uuid::Uuid::new_v4().to_string(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["cat".into()],
+            control_grant_timeout_secs: grant_timeout_secs,
+            ..Default::default()
+        }))
+        .await?
+        .into_inner()
+        .session
+        .context("spawn answered without a session")?;
+    Ok(session.session_id)
+}
+
+/// A standing request for control by `principal`, as session-api asks for a REST caller.
+async fn request_control_for(
+    address: &Address,
+    session_id: &str,
+    principal: &str,
+) -> anyhow::Result<pb::ControlRequest> {
+    Ok(control(address)
+        .await?
+        .request_control_for(authorized(pb::StandingControlRequest {
+            session_id: session_id.to_owned(),
+            requester: Some(pb::TicketHolder {
+                principal: principal.to_owned(),
+                surface: "rest".to_owned(),
+            }),
+        }))
+        .await?
+        .into_inner())
+}
+
+/// `principal`'s answer to request `request_id`.
+async fn answer_control_as(
+    address: &Address,
+    session_id: &str,
+    principal: &str,
+    request_id: u64,
+    grant: bool,
+) -> Result<pb::ControlState, tonic::Status> {
+    let mut client = control(address)
+        .await
+        .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+    client
+        .answer_control_as(authorized(pb::ControlAnswer {
+            session_id: session_id.to_owned(),
+            principal: principal.to_owned(),
+            request_id,
+            grant,
+        }))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn control_state(address: &Address, session_id: &str) -> anyhow::Result<pb::ControlState> {
+    Ok(control(address)
+        .await?
+        .get_control(authorized(pb::GetControlRequest {
+            session_id: session_id.to_owned(),
+        }))
+        .await?
+        .into_inner())
+}
+
+/// The principal control is reserved for, if any.
+fn reserved_for(state: &pb::ControlState) -> Option<&str> {
+    state
+        .reserved_for
+        .as_ref()
+        .map(|reserved| reserved.principal.as_str())
+}
+
+/// A standing request and a reservation made before a hand-off are there after it, as they
+/// were: the request listed with its id and time and answered by the principal control is
+/// reserved for (no one else), which moves the reservation to the requester.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_request_and_a_reservation_survive_a_hand_off() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let (broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session_id = spawn_cat(&address, None).await?;
+    // Nobody controls: any principal answers, and control granted to bob, who has no stream,
+    // is reserved for his next attach. The agent then asks bob.
+    let bobs = request_control_for(&address, &session_id, "bob").await?;
+    let state = answer_control_as(&address, &session_id, "carol", bobs.id, true).await?;
+    ensure!(reserved_for(&state) == Some("bob"), "{state:?}");
+    let agents = request_control_for(&address, &session_id, "agent").await?;
+    let before = control_state(&address, &session_id).await?;
+
+    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    let after = control_state(&address, &session_id).await?;
+    ensure!(
+        after.requests == [agents.clone()],
+        "requests after the hand-off: {:?}",
+        after.requests
+    );
+    ensure!(
+        reserved_for(&after) == Some("bob"),
+        "reserved after the hand-off: {after:?}"
+    );
+    // Counted from the hand-off, the reservation ends no later than it did.
+    let until = |state: &pb::ControlState| {
+        state
+            .reserved_for
+            .as_ref()
+            .and_then(|reserved| reserved.until)
+            .map(|until| until.seconds)
+    };
+    ensure!(
+        until(&after) >= until(&before) && until(&after) <= until(&before).map(|at| at + 60),
+        "reserved until {:?}, before the hand-off {:?}",
+        until(&after),
+        until(&before)
+    );
+    let refused = answer_control_as(&address, &session_id, "carol", agents.id, true)
+        .await
+        .expect_err("carol answers while control is reserved for bob");
+    ensure!(
+        refused.code() == tonic::Code::PermissionDenied,
+        "carol's answer: {refused}"
+    );
+    let granted = answer_control_as(&address, &session_id, "bob", agents.id, true).await?;
+    ensure!(
+        reserved_for(&granted) == Some("agent") && granted.requests.is_empty(),
+        "after bob's grant: {granted:?}"
+    );
+    drop(next);
+    Ok(())
+}
+
+/// A session whose instance grants unanswered requests after a second still does so on the
+/// next broker process: a request made after the hand-off, to a session nobody controls, is
+/// granted (reserved for the requester) without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_grant_timeout_still_grants_after_a_hand_off() -> anyhow::Result<()> {
+    ptyhub_test_support::init_test_logging();
+    let data_dir = tempfile::tempdir()?;
+    let (broker, address) = BrokerProcess::start(data_dir.path(), false, None)?;
+    let address = address.expect("serving");
+    let session_id = spawn_cat(&address, Some(1)).await?;
+
+    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    let mut broker = broker;
+    ensure!(broker.exited().await?, "the old broker failed");
+    let request = request_control_for(&address, &session_id, "agent").await?;
+    let granted = ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+        let (address, session_id) = (address.clone(), session_id.clone());
+        async move {
+            let state = control_state(&address, &session_id).await.ok()?;
+            (reserved_for(&state) == Some("agent")).then_some(state)
+        }
+    })
+    .await
+    .with_context(|| format!("request {} was never granted by the timeout", request.id))?;
+    ensure!(granted.requests.is_empty(), "{granted:?}");
+    drop(next);
     Ok(())
 }

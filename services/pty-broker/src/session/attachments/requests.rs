@@ -15,6 +15,10 @@
 //!
 //! Every answer is noted as a [`ControlChange`], which the session task takes and publishes for
 //! the audit trail (a takeover is recorded from the attaches, by session-api).
+//!
+//! A broker hand-off carries the grant timeout, the standing requests and a reservation to the
+//! next process ([`FrozenControl`]), each with the time it has left; a stream's request ends
+//! with its stream, which every hand-off ends.
 
 use std::time::{Duration, SystemTime};
 
@@ -54,7 +58,118 @@ pub(super) struct Reservation {
     pub until_wall: SystemTime,
 }
 
+/// The control state one broker process hands to the next: what outlives the streams (which a
+/// hand-off ends, and with them the requests they made).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrozenControl {
+    /// The instance's grant timeout, given at the spawn.
+    pub grant_timeout: Option<Duration>,
+    /// The last request id given out: the next process gives only later ones, so that an answer
+    /// to a request that ended with the hand-off never settles another.
+    pub last_request_id: u64,
+    /// The standing requests still waiting, oldest first.
+    pub standing_requests: Vec<FrozenRequest>,
+    /// Control reserved for a principal's next attach.
+    pub reservation: Option<FrozenReservation>,
+}
+
+/// A standing request as it is handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrozenRequest {
+    pub id: u64,
+    pub holder: TicketHolder,
+    /// When it was made, as the control state shows it.
+    pub since: SystemTime,
+    /// How long it has waited: its grant timeout and its lifetime go on counting from there.
+    pub waited: Duration,
+}
+
+/// A reservation as it is handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrozenReservation {
+    pub principal: String,
+    /// What is left of it.
+    pub left: Duration,
+}
+
 impl Attachments {
+    /// The control state to hand to the next broker process, as of `now`: the grant timeout,
+    /// the standing requests that have not ended, and a reservation that has not.
+    pub fn freeze_control(&self, now: Instant) -> FrozenControl {
+        let standing_requests = self
+            .requests
+            .iter()
+            .filter(|(_, request)| {
+                request.stream.is_none() && !self.standing_request_ended(request, now)
+            })
+            .map(|(&id, request)| FrozenRequest {
+                id,
+                holder: request.holder.clone(),
+                since: request.since,
+                waited: now.saturating_duration_since(request.asked_at),
+            })
+            .collect();
+        let reservation = self
+            .live_reservation(now)
+            .map(|reservation| FrozenReservation {
+                principal: reservation.principal.clone(),
+                left: reservation.until.saturating_duration_since(now),
+            });
+        FrozenControl {
+            grant_timeout: self.grant_timeout,
+            last_request_id: self.next_request,
+            standing_requests,
+            reservation,
+        }
+    }
+
+    /// These attachments, with no client yet, going on with the control state a previous
+    /// broker process handed over. Each request and the reservation keep the time they had
+    /// left, bounded by their lifetimes (a longer one is the predecessor's mistake); a request
+    /// past [`MAX_PENDING_CONTROL_REQUESTS`], one without a principal, or one whose id repeats
+    /// an earlier one is dropped with a warning, never the session.
+    pub fn with_frozen_control(mut self, control: FrozenControl) -> Self {
+        let now = Instant::now();
+        self.grant_timeout = control.grant_timeout;
+        self.next_request = control.last_request_id;
+        for request in control.standing_requests {
+            let acceptable = !request.holder.principal.is_empty()
+                && !self.requests.contains_key(&request.id)
+                && self.requests.len() < MAX_PENDING_CONTROL_REQUESTS;
+            if !acceptable {
+                tracing::warn!(
+                    request_id = request.id,
+                    principal = %request.holder.principal,
+                    "a handed-over request for control dropped"
+                );
+                continue;
+            }
+            let waited = request.waited.min(STANDING_REQUEST_LIFETIME);
+            self.next_request = self.next_request.max(request.id);
+            self.requests.insert(
+                request.id,
+                PendingRequest {
+                    holder: request.holder,
+                    stream: None,
+                    since: request.since,
+                    asked_at: now.checked_sub(waited).unwrap_or(now),
+                },
+            );
+        }
+        self.reservation = control
+            .reservation
+            .filter(|reservation| !reservation.principal.is_empty())
+            .map(|reservation| {
+                let left = reservation.left.min(RESERVATION_LIFETIME);
+                Reservation {
+                    principal: reservation.principal,
+                    until: now + left,
+                    until_wall: SystemTime::now() + left,
+                }
+            });
+        self
+    }
+
     /// Sets how long a request may wait unanswered before it is granted; `None`: forever.
     pub fn set_grant_timeout(&mut self, timeout: Option<Duration>) {
         self.grant_timeout = timeout;
@@ -785,5 +900,133 @@ mod tests {
         attachments
             .request_control_for(holder("agent", "mcp"), 0)
             .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standing_request_and_the_grant_timeout_go_on_after_a_hand_off() {
+        let mut before = Attachments::default();
+        before.set_grant_timeout(Some(Duration::from_secs(300)));
+        before.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let bob = before.attach(Role::Viewer, holder("bob", "web"), true, 0, 0);
+        before.request_control(bob.client, 0).unwrap();
+        let agent = before
+            .request_control_for(holder("agent", "mcp"), 0)
+            .unwrap();
+        advance(Duration::from_secs(120)).await;
+
+        let frozen = before.freeze_control(Instant::now());
+        // Bob's request ends with his stream; the agent's stands, 120 s old.
+        assert_eq!(
+            frozen.standing_requests,
+            [FrozenRequest {
+                id: agent.id,
+                holder: holder("agent", "mcp"),
+                since: agent.since.into(),
+                waited: Duration::from_secs(120),
+            }]
+        );
+        assert_eq!(frozen.grant_timeout, Some(Duration::from_secs(300)));
+        assert_eq!(frozen.last_request_id, agent.id);
+
+        let mut after =
+            Attachments::after_generation(before.generation()).with_frozen_control(frozen);
+        assert_eq!(
+            after.control_state(Instant::now()).requests,
+            std::slice::from_ref(&agent)
+        );
+        // The agent's request is granted 180 s on, as it would have been on the first process.
+        assert_eq!(
+            after.next_control_deadline(),
+            Some(Instant::now() + Duration::from_secs(180))
+        );
+        advance(Duration::from_secs(180)).await;
+        assert!(after.grant_overdue(Instant::now(), 0));
+        let [change]: [ControlChange; 1] = after.take_control_changes().try_into().unwrap();
+        assert_eq!(
+            (change.kind, change.request_id),
+            (ControlChangeKind::GrantedByTimeout, agent.id)
+        );
+        // Ids go on after the last one given out, never repeating a request that ended.
+        let carol = after
+            .request_control_for(holder("carol", "rest"), 0)
+            .unwrap();
+        assert!(carol.id > agent.id, "{} after {}", carol.id, agent.id);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_goes_on_after_a_hand_off_for_what_was_left_of_it() {
+        let mut before = Attachments::default();
+        before.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
+        let carol = before
+            .request_control_for(holder("carol", "rest"), 0)
+            .unwrap();
+        before
+            .answer_control_as("alice", carol.id, true, 0)
+            .unwrap();
+        advance(Duration::from_secs(20)).await;
+
+        let frozen = before.freeze_control(Instant::now());
+        let left = RESERVATION_LIFETIME - Duration::from_secs(20);
+        assert_eq!(
+            frozen.reservation,
+            Some(FrozenReservation {
+                principal: "carol".to_owned(),
+                left,
+            })
+        );
+        let mut after = Attachments::default().with_frozen_control(frozen);
+        let reserved = after.control_state(Instant::now()).reserved_for;
+        assert_eq!(
+            reserved.map(|reserved| reserved.principal).as_deref(),
+            Some("carol")
+        );
+        // Only carol answers a request meanwhile; the reservation ends when its time is up.
+        let dave = after
+            .request_control_for(holder("dave", "rest"), 0)
+            .unwrap();
+        assert!(matches!(
+            after.answer_control_as("alice", dave.id, true, 0),
+            Err(Error::NotTheController(principal)) if principal == "carol"
+        ));
+        advance(left).await;
+        assert!(
+            after.grant_overdue(Instant::now(), 0),
+            "the reservation ended"
+        );
+        assert_eq!(after.control_state(Instant::now()).reserved_for, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handed_over_request_without_a_principal_or_with_a_repeated_id_is_dropped() {
+        let request = |id, principal: &str| FrozenRequest {
+            id,
+            holder: holder(principal, "rest"),
+            since: SystemTime::now(),
+            waited: Duration::ZERO,
+        };
+        let handed = FrozenControl {
+            grant_timeout: None,
+            last_request_id: 2,
+            standing_requests: vec![request(1, "agent"), request(1, "bob"), request(2, "")],
+            reservation: Some(FrozenReservation {
+                principal: "carol".to_owned(),
+                left: Duration::from_secs(3600),
+            }),
+        };
+        let attachments = Attachments::default().with_frozen_control(handed);
+        let state = attachments.control_state(Instant::now());
+        let kept: Vec<(u64, &str)> = state
+            .requests
+            .iter()
+            .map(|request| (request.id, request.principal.as_str()))
+            .collect();
+        assert_eq!(kept, [(1, "agent")]);
+        // A reservation longer than a reservation lasts is held for one lifetime at most.
+        assert_eq!(
+            attachments
+                .live_reservation(Instant::now())
+                .map(|reservation| reservation.until),
+            Some(Instant::now() + RESERVATION_LIFETIME)
+        );
     }
 }
