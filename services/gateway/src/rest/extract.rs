@@ -178,18 +178,30 @@ impl<T: DeserializeOwned + 'static> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
+/// Parses a body, naming the field a value of the wrong shape was found in (`invalid body:
+/// control_grant_timeout: invalid value: integer `-1`, expected u32 ...`): serde's own message
+/// names only the expected type and a column, which leaves a client to guess which field.
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError> {
-    serde_json::from_slice(bytes)
-        .map(JsonBody)
-        .map_err(|error| {
-            use serde_json::error::Category;
-            match error.classify() {
-                Category::Data => ApiError::invalid(format!("invalid body: {error}")),
-                Category::Syntax | Category::Eof | Category::Io => {
-                    ApiError::bad_request(format!("malformed json: {error}"))
-                }
-            }
-        })
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|error| body_error(error.inner(), &error))?;
+    // Trailing characters after the value are malformed JSON too.
+    deserializer
+        .end()
+        .map_err(|error| body_error(&error, &error))?;
+    Ok(JsonBody(value))
+}
+
+/// 422 for JSON of the wrong shape, said as `shown` (with the field's path when it has one);
+/// 400 for JSON that does not parse, said as serde does.
+fn body_error(error: &serde_json::Error, shown: &dyn std::fmt::Display) -> ApiError {
+    use serde_json::error::Category;
+    match error.classify() {
+        Category::Data => ApiError::invalid(format!("invalid body: {shown}")),
+        Category::Syntax | Category::Eof | Category::Io => {
+            ApiError::bad_request(format!("malformed json: {error}"))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +219,29 @@ mod tests {
         assert_eq!(malformed.code, ErrorCode::Malformed);
         let wrong_shape = parse_json::<RenameSessionBody>(b"{\"name\": 5}").unwrap_err();
         assert_eq!(wrong_shape.code, ErrorCode::Invalid);
+        let trailing = parse_json::<RenameSessionBody>(b"{\"name\": \"x\"} {}").unwrap_err();
+        assert_eq!(trailing.code, ErrorCode::Malformed);
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_shape_is_refused_with_the_field_it_is_in() {
+        let error = parse_json::<RenameSessionBody>(b"{\"name\": 5}").unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("invalid body: name: invalid type: integer `5`"),
+            "{}",
+            error.message
+        );
+        // A body missing a field names it in serde's own words, with no path before them.
+        let error = parse_json::<RenameSessionBody>(b"{}").unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("invalid body: missing field `name`"),
+            "{}",
+            error.message
+        );
     }
 
     fn instance_with(labels: &[(&str, &str)]) -> Instance {

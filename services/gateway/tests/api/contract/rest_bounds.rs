@@ -1,6 +1,7 @@
 //! REST bounds at their edges: 1000 columns and 500 rows are a size, one more is 422; a
 //! 128-character alias is an alias, 129 is 422; `max_sessions` 1..=50, with 0 and 51 refused; an
-//! instance names one target, never both. Each refusal is `{"detail"}` and creates nothing.
+//! instance names one target, never both; `control_grant_timeout` 1..=3600 or `null`. Each
+//! refusal is `{"detail"}` and creates nothing.
 
 use ptyhub_test_support::stack::TestStack;
 use reqwest::Method;
@@ -135,6 +136,61 @@ async fn max_sessions_outside_1_to_50_and_two_targets_are_422_and_register_nothi
         .await
         .expect(201, &format!("max_sessions {max_sessions}"));
         assert_eq!(instance["max_sessions"], max_sessions, "{instance}");
+    }
+    stack.shutdown().await;
+}
+
+/// An instance's `control_grant_timeout` is 1..=3600 seconds or `null` (never): the edges and
+/// `null` are registered and read back as given; 0, 3601, a negative number and a string are
+/// 422 with a detail that names the field, and register nothing.
+#[tokio::test]
+async fn control_grant_timeout_outside_1_to_3600_or_not_a_number_is_422_and_registers_nothing() {
+    let stack = TestStack::builder().start().await;
+    let before = instance_names(&stack).await;
+    let refused = [
+        ("0 seconds", json!(0)),
+        ("3601 seconds", json!(3601)),
+        ("a negative number", json!(-1)),
+        ("a string", json!("30")),
+    ];
+    for (what, timeout) in refused {
+        let detail = register(
+            &stack,
+            json!({"name": "refused", "target": {"local": {}}, "control_grant_timeout": timeout}),
+        )
+        .await
+        .expect_error(422, what);
+        assert!(detail.contains("control_grant_timeout"), "{what}: {detail}");
+    }
+    assert_eq!(
+        instance_names(&stack).await,
+        before,
+        "a refused instance was registered"
+    );
+
+    for timeout in [json!(1), json!(3600), Value::Null] {
+        let name = format!(
+            "grant-{}",
+            timeout
+                .as_u64()
+                .map_or("never".into(), |secs| secs.to_string())
+        );
+        let instance = register(
+            &stack,
+            json!({"name": name, "target": {"local": {}}, "control_grant_timeout": timeout}),
+        )
+        .await
+        .expect(201, &format!("control_grant_timeout {timeout}"));
+        assert_eq!(instance["control_grant_timeout"], timeout, "{instance}");
+        let read_back = rest(
+            &stack,
+            Method::GET,
+            &format!("/api/v1/instances/{name}"),
+            None,
+        )
+        .await
+        .expect(200, "the instance just registered");
+        assert_eq!(read_back["control_grant_timeout"], timeout, "{read_back}");
     }
     stack.shutdown().await;
 }
