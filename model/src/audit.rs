@@ -22,10 +22,12 @@ pub enum AuditKind {
     /// A request for control was answered: granted (by the controller or the instance's
     /// timeout) or declined, with both principals.
     Control,
+    /// A live session's control mode was changed, by whom and to what.
+    ControlModeChanged,
 }
 
 impl AuditKind {
-    pub const ALL: [AuditKind; 17] = [
+    pub const ALL: [AuditKind; 18] = [
         AuditKind::InstanceCreated,
         AuditKind::InstanceDeleted,
         AuditKind::SessionCreated,
@@ -43,6 +45,7 @@ impl AuditKind {
         AuditKind::WebhookDeleted,
         AuditKind::WebhookDeliveryFailed,
         AuditKind::Control,
+        AuditKind::ControlModeChanged,
     ];
 
     /// The contract's spelling, also the stored one.
@@ -65,6 +68,7 @@ impl AuditKind {
             AuditKind::WebhookDeleted => "webhook_deleted",
             AuditKind::WebhookDeliveryFailed => "webhook_delivery_failed",
             AuditKind::Control => "control",
+            AuditKind::ControlModeChanged => "control_mode_changed",
         }
     }
 

@@ -113,6 +113,7 @@ proto_enum!(AuditKind, session_pb::AuditKind, "audit kind", {
     WebhookDeleted => WebhookDeleted,
     WebhookDeliveryFailed => WebhookDeliveryFailed,
     Control => Control,
+    ControlModeChanged => ControlModeChanged,
 });
 
 proto_enum!(RecordMode, broker_pb::RecordMode, "record mode", {

@@ -56,8 +56,8 @@ pub struct AuditEventBody {
     pub id: u64,
     pub at: Option<DateTime<Utc>>,
     /// `instance_created`, `instance_deleted`, `session_created`, `session_renamed`,
-    /// `session_reset`, `session_closed`, `attached`, `detached`, `takeover`, `input`,
-    /// `refused`.
+    /// `control_mode_changed`, `session_reset`, `session_closed`, `attached`, `detached`,
+    /// `takeover`, `input`, `refused`, ... (docs/CONTRACT.md lists them all).
     pub kind: String,
     /// The credential's subject, `system` for ptyhub's own actions, `""` for a refused
     /// credential.

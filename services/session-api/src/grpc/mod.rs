@@ -364,17 +364,25 @@ impl SessionApi for GrpcSessionApi {
         &self,
         request: Request<pb::UpdateSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let actor = actor_of(&request);
         let request = request.get_ref();
         let instance = required("instance", &request.instance)?;
         let session_id = session_id_from_pb(&request.session_id)?;
-        let session = match control_mode_from_pb(request.control_mode)? {
-            Some(control_mode) => {
-                self.service
-                    .set_control_mode(instance, session_id, control_mode)
-                    .await?
-            }
-            None => self.service.get_session(instance, session_id).await?,
+        let Some(control_mode) = control_mode_from_pb(request.control_mode)? else {
+            let session = self.service.get_session(instance, session_id).await?;
+            return Ok(Response::new(session_to_pb(&session)));
         };
+        let session = self
+            .service
+            .set_control_mode(instance, session_id, control_mode)
+            .await?;
+        self.service
+            .record(
+                NewAuditEvent::new(AuditKind::ControlModeChanged, &actor)
+                    .session(session.instance_id, session.id)
+                    .detail("control_mode", control_mode.as_str()),
+            )
+            .await;
         Ok(Response::new(session_to_pb(&session)))
     }
 

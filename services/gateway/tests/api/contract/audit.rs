@@ -97,6 +97,18 @@ async fn every_action_yields_exactly_one_event_with_its_principal() {
     )
     .await
     .expect(200, "bob renames it");
+    // bob lets everyone type, alice makes it hers alone again: each change names who made it.
+    for (who, token, mode) in [("bob", &bob, "shared"), ("alice", &alice, "exclusive")] {
+        rest_as(
+            &stack,
+            Some(token),
+            Method::PATCH,
+            &session_path,
+            Some(json!({"control_mode": mode})),
+        )
+        .await
+        .expect(200, &format!("{who} sets the control mode"));
+    }
     rest_as(
         &stack,
         Some(&bob),
@@ -153,6 +165,8 @@ async fn every_action_yields_exactly_one_event_with_its_principal() {
         (key("instance_created", "alice"), 1),
         (key("session_created", "alice"), 1),
         (key("session_renamed", "bob"), 1),
+        (key("control_mode_changed", "bob"), 1),
+        (key("control_mode_changed", "alice"), 1),
         (key("input", "bob"), 1),
         (key("attached", "alice"), 1),
         (key("attached", "bob"), 1),
@@ -194,6 +208,11 @@ async fn every_action_yields_exactly_one_event_with_its_principal() {
     );
     assert_eq!(find("attached", "bob")["surface"], "websocket");
     assert_eq!(find("session_renamed", "bob")["detail"]["name"], "bobs");
+    for (principal, mode) in [("bob", "shared"), ("alice", "exclusive")] {
+        let changed = find("control_mode_changed", principal);
+        assert_eq!(changed["detail"]["control_mode"], mode, "{changed}");
+        assert_eq!(changed["session_id"], session.as_str(), "{changed}");
+    }
     assert_eq!(
         find("session_closed", "alice")["detail"]["reason"],
         "closed_by_user"
