@@ -540,12 +540,7 @@ async fn create_session(
     let name = arguments.name.as_deref().map(validate_name).transpose()?;
     let size = TerminalSize::from_optional(arguments.cols, arguments.rows)
         .map_err(|error| ApiError::invalid(error.to_string()))?;
-    let control_mode = arguments
-        .control_mode
-        .as_deref()
-        .map(parse_control_mode)
-        .transpose()?
-        .unwrap_or_default();
+    let control_mode = parse_control_mode(arguments.control_mode.as_deref())?.unwrap_or_default();
     if let Some(alias) = &arguments.alias {
         let holder = state
             .upstreams

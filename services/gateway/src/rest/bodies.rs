@@ -413,10 +413,14 @@ pub struct UpdateSessionBody {
     pub control_mode: Option<String>,
 }
 
-/// A control mode as a body spells it: the contract's two words, 422 for anything else.
-pub fn parse_control_mode(text: &str) -> Result<ControlMode, ApiError> {
-    text.parse()
-        .map_err(|error: InvalidControlMode| ApiError::invalid(error.to_string()))
+/// A body's optional `control_mode` as the contract spells it: absent is `None`, the two words
+/// are the mode, and anything else is 422 with the words a caller may use.
+pub fn parse_control_mode(text: Option<&str>) -> Result<Option<ControlMode>, ApiError> {
+    text.map(|text| {
+        text.parse()
+            .map_err(|error: InvalidControlMode| ApiError::invalid(error.to_string()))
+    })
+    .transpose()
 }
 
 /// `POST .../sessions/{sid}/aliases`: the aliases to add to a live session.

@@ -98,12 +98,7 @@ pub async fn create_session(
         None => Vec::new(),
     };
     principal.access.check_command_override(&command)?;
-    let control_mode = body
-        .control_mode
-        .as_deref()
-        .map(parse_control_mode)
-        .transpose()?
-        .unwrap_or_default();
+    let control_mode = parse_control_mode(body.control_mode.as_deref())?.unwrap_or_default();
     let created = state
         .upstreams
         .acting_for(&principal.actor(Surface::Rest))
@@ -268,11 +263,7 @@ pub async fn update_session(
 ) -> Result<Json<SessionBody>, ApiError> {
     principal.access.require_control("changing a session")?;
     let instance = scope.authorize(&state, &principal).await?;
-    let control_mode = body
-        .control_mode
-        .as_deref()
-        .map(parse_control_mode)
-        .transpose()?;
+    let control_mode = parse_control_mode(body.control_mode.as_deref())?;
     let session = state.authorize_session(&principal, &instance, &sid).await?;
     let session = match control_mode {
         Some(control_mode) => {
