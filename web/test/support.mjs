@@ -143,6 +143,21 @@ export async function startStack() {
       const text = await response.text();
       return { status: response.status, body: text ? JSON.parse(text) : null };
     },
+    /**
+     * Starts the real `ptyhub` CLI against this stack, as a person or a script runs it: the
+     * server and token in its environment, stdin and stdout pipes (`attach` needs no terminal:
+     * what comes on stdin is typed, detach keys included). See `CliProcess`.
+     */
+    startCli(args) {
+      return startCliProcess(address, dataDir, args);
+    },
+    /** Runs a `ptyhub` command to its end: `{code, stdout, stderr}`. */
+    async runCli(args) {
+      const cli = startCliProcess(address, dataDir, args);
+      cli.endInput();
+      const { code } = await cli.exited;
+      return { code, stdout: cli.stdout, stderr: cli.stderr };
+    },
     /** Registers a fresh instance running `sh` on the broker's own host. */
     async createInstance({ maxSessions = 5, name } = {}) {
       const { status, body } = await stack.rest('POST', '/api/v1/instances', {
@@ -169,6 +184,61 @@ export async function startStack() {
     },
   };
   return stack;
+}
+
+/**
+ * @typedef {object} CliProcess A running `ptyhub` command.
+ * @property {import('node:child_process').ChildProcess} child
+ * @property {string} stdout what it wrote to stdout so far
+ * @property {string} stderr what it wrote to stderr so far
+ * @property {Promise<number>} firstOutput when (`Date.now()`) its first stdout bytes came: for an
+ *   `attach`, that it is attached (it opens with the screen's snapshot)
+ * @property {Promise<{code: number | null, signal: string | null}>} exited
+ * @property {(text: string) => void} write types `text` on its stdin
+ * @property {() => void} endInput closes its stdin
+ * @property {() => Promise<void>} stop ends it (SIGTERM) unless it ended already, and waits
+ */
+
+/** Spawns `PTYHUB_BINARY args` on the stack at `address`, in `cwd`; returns a `CliProcess`. */
+function startCliProcess(address, cwd, args) {
+  const env = { ...process.env, PTYHUB_SERVER: address.origin, PTYHUB_TOKEN: address.token };
+  // The caller's own settings of these would change whom the CLI asks, or its detach keys.
+  for (const name of ['PTYHUB_TOKEN_FILE', 'PTYHUB_CA_CERT', 'PTYHUB_DETACH_KEYS']) delete env[name];
+  const child = spawn(process.env.PTYHUB_BINARY, args, { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  const cli = {
+    child,
+    stdout: '',
+    stderr: '',
+    firstOutput: new Promise((resolvePromise, reject) => {
+      child.stdout.once('data', () => resolvePromise(Date.now()));
+      child.once('close', (code, signal) => reject(new Error(
+        `ptyhub ${args.join(' ')} ended (${code ?? signal}) before any output: ${cli.stderr}`)));
+    }),
+    // `close`, not `exit`: by then stdout and stderr are read to their ends.
+    exited: new Promise((resolvePromise) => child.once('close', (code, signal) => resolvePromise({ code, signal }))),
+    write(text) {
+      child.stdin.write(text);
+    },
+    endInput() {
+      child.stdin.end();
+    },
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await cli.exited;
+    },
+  };
+  child.stdout.on('data', (chunk) => {
+    cli.stdout += chunk.toString();
+  });
+  child.stderr.on('data', (chunk) => {
+    cli.stderr += chunk.toString();
+    if (process.env.TEST_LOG === '1') process.stderr.write(`[ptyhub ${args[0]}] ${chunk}`);
+  });
+  // A CLI that ended before reading what was typed must not end the test with EPIPE; a
+  // command whose output nobody waits for must not end it with an unhandled rejection.
+  child.stdin.on('error', () => {});
+  cli.firstOutput.catch(() => {});
+  return cli;
 }
 
 // ---- a relay that can cut the network, or slow it down ------------------------------------------
