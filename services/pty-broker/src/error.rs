@@ -95,7 +95,7 @@ pub enum Error {
     PrincipalAlreadyAsked { principal: String, request_id: u64 },
     #[error("only the controller ({0}) may answer a request for control")]
     NotTheController(String),
-    #[error("the session is shared: every stream that may control controls it, none asks")]
+    #[error("the session is shared: every stream that may control already types")]
     SharedControl,
     #[error(transparent)]
     UnknownKey(#[from] crate::screen::UnknownKey),

@@ -3,7 +3,8 @@
 //! the same sockets; a principal granted control without a stream has it reserved for its next
 //! attach; bad requests and answers (a non-controller's grant, a share link's request, an
 //! unknown request) are refused with a detail on REST and with their codes on gRPC, the lease
-//! unchanged; and the audit trail records each answer with both principals.
+//! unchanged; the audit trail records each answer with both principals; and in the shared
+//! mode a page's request and a REST one are refused with the same reason.
 
 use std::time::Duration;
 
@@ -419,5 +420,38 @@ async fn grpc_refuses_bad_requests_and_answers_with_their_codes_and_grants_the_c
         "bob has no stream: control waits for his next attach"
     );
     assert_eq!(alice_tab.read_until_text("role").await["role"], "viewer");
+    stack.shutdown().await;
+}
+
+/// In the shared mode every stream that may control types already: a page's request for
+/// control and a standing one over REST are refused with the same reason (an `error` frame,
+/// 409), and nothing waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_shared_mode_a_pages_request_and_a_rest_one_get_the_same_answer() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session_id = create_session(&stack, &instance, json!({"control_mode": "shared"})).await;
+    let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
+    let bob = stack.jwt("bob", &["*"], false);
+    let carol = stack.jwt("carol", &["*"], false);
+    let mut bob_tab = Terminal::open_url(
+        &format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={bob}&mode=view",
+            stack.websocket_url()
+        ),
+        &[],
+    )
+    .await
+    .expect("bob's socket");
+    bob_tab.connected().await;
+
+    let shared = "the session is shared: every stream that may control already types";
+    bob_tab.send_json(json!({"type": "request_control"})).await;
+    let refused = bob_tab.read_until_text("error").await;
+    assert_eq!(refused["message"], shared, "{refused}");
+    let (status, refused) = post(&stack, &format!("{session_path}/control/requests"), &carol).await;
+    assert_eq!((status, &refused), (409, &json!({"detail": shared})));
+    let state = control_state(&stack, &session_path, &carol).await;
+    assert_eq!(state["requests"], json!([]), "{state}");
     stack.shutdown().await;
 }

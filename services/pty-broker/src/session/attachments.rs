@@ -892,10 +892,14 @@ mod tests {
             ]
         );
         assert_eq!(attachments.counts(), (3, 1));
-        // Nobody needs to ask; a share may not.
+        // Nobody needs to ask, and is told so as a standing request is; a share may not.
         assert!(matches!(
             attachments.request_control(carol.client, 0),
-            Err(Error::AlreadyControls)
+            Err(Error::SharedControl)
+        ));
+        assert!(matches!(
+            attachments.request_control_for(holder("dave", "rest"), 0),
+            Err(Error::SharedControl)
         ));
         assert!(matches!(
             attachments.request_control(share.client, 0),

@@ -502,6 +502,61 @@ async fn shared_controllers_type_alternately_in_order_each_attributed() -> anyho
     broker.stop().await
 }
 
+/// In the shared mode nobody needs control: a stream's request (here a viewer whose ticket may
+/// control, a controller already) and a standing one are refused alike, FAILED_PRECONDITION
+/// with the one reason, and nothing waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_shared_mode_a_streams_request_and_a_standing_one_get_the_same_answer()
+-> anyhow::Result<()> {
+    use pb::Role::Viewer;
+    support::init_logging();
+    let broker = TestBroker::start(Backend::Local).await?;
+    let mut request = broker.spawn_request(&["cat"], "");
+    request.control_mode = pb::ControlMode::Shared as i32;
+    let session = broker.spawn_as(request).await?;
+    let id = session.session_id.clone();
+    let mut bob = attach_with_ticket_role(
+        &broker,
+        &id,
+        Viewer,
+        TicketRole::Controller,
+        holder("bob", "cli"),
+    )
+    .await?;
+
+    request_control(&bob).await?;
+    let streams = frame_where(&mut bob, error_frame).await?;
+    let standing = broker
+        .client
+        .clone()
+        .request_control_for(authorized(pb::StandingControlRequest {
+            session_id: id.clone(),
+            requester: Some(pb::TicketHolder {
+                principal: "carol".to_owned(),
+                surface: "rest".to_owned(),
+            }),
+        }))
+        .await
+        .expect_err("a standing request to a shared session");
+    let shared = "the session is shared: every stream that may control already types";
+    assert_eq!(
+        (tonic::Code::from(streams.code), streams.message.as_str()),
+        (tonic::Code::FailedPrecondition, shared)
+    );
+    assert_eq!(
+        (standing.code(), standing.message()),
+        (tonic::Code::FailedPrecondition, shared)
+    );
+    let state = broker
+        .client
+        .clone()
+        .get_control(authorized(pb::GetControlRequest { session_id: id }))
+        .await?
+        .into_inner();
+    assert!(state.requests.is_empty(), "{state:?}");
+    broker.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_control_mode_moves_roles_without_closing_a_stream() -> anyhow::Result<()> {
     use pb::Role::{Controller, Viewer};

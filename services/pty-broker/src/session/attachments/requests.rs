@@ -176,7 +176,8 @@ impl Attachments {
     }
 
     /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
-    /// stream whose ticket only views, for the controller itself, when nobody controls, for a
+    /// stream whose ticket only views, in the shared mode (every other stream types already),
+    /// for the controller itself, when nobody controls, for a
     /// stream whose earlier request is still pending (one each, so a viewer cannot flood the
     /// controller), and past [`MAX_PENDING_CONTROL_REQUESTS`]. Returns the request's id.
     pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
@@ -189,8 +190,9 @@ impl Attachments {
             return Err(Error::MayOnlyView);
         }
         if self.mode == ControlMode::Shared {
-            // Every client that may control does in the shared mode.
-            return Err(Error::AlreadyControls);
+            // Every client that may control does in the shared mode: the same answer as a
+            // standing request's, so that no surface tells a viewer something else.
+            return Err(Error::SharedControl);
         }
         let lease = self.controller.ok_or(Error::NoController)?;
         if lease.client == requester {
