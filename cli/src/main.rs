@@ -84,6 +84,15 @@ enum Command {
         session: String,
         name: String,
     },
+    /// Set who may type into a live session: `exclusive` (one controller at a time) or
+    /// `shared` (every attached client that may type does). Attached clients change role at
+    /// once, without reconnecting.
+    Control {
+        instance: String,
+        session: String,
+        /// `exclusive` or `shared`.
+        control_mode: ControlMode,
+    },
     /// Restart a session's command (same id, same size).
     Reset { instance: String, session: String },
     /// Give a live session more aliases to open it by.
@@ -293,6 +302,14 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
             session,
             name,
         } => manage::session_rename(connection, instance, session, name, output).await?,
+        Command::Control {
+            instance,
+            session,
+            control_mode,
+        } => {
+            manage::session_control_mode(connection, instance, session, control_mode, output)
+                .await?
+        }
         Command::Reset { instance, session } => {
             manage::session_reset(connection, instance, session, output).await?
         }

@@ -7,7 +7,7 @@ use gateway::rest::bodies::{
     ClosedSession, DeletedInstance, InstanceBody, InstanceList, SessionBody, SessionList,
     TargetBody,
 };
-use ptyhub_client::{NewSession, TerminalActivity};
+use ptyhub_client::{ControlMode, NewSession, TerminalActivity};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -179,6 +179,25 @@ pub async fn session_rename(
         .await
         .with_context(|| format!("cannot rename session {session_id} of instance {instance:?}"))?;
     print_session(renamed, output)
+}
+
+/// Sets a live session's control mode and prints the session as it is then.
+pub async fn session_control_mode(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    control_mode: ControlMode,
+    output: Output,
+) -> Result<()> {
+    let session = connection
+        .client()
+        .await?
+        .set_control_mode(&instance, &session_id, control_mode)
+        .await
+        .with_context(|| {
+            format!("cannot make session {session_id} of instance {instance:?} {control_mode}")
+        })?;
+    print_session(session, output)
 }
 
 pub async fn session_alias_add(

@@ -86,6 +86,19 @@ fn session_commands_print_one_object_with_the_rest_keys() {
     let aliased = json_of(&up, &["alias", "add", "local", &id, "later", "build"]);
     assert_eq!(keys(&aliased), session_keys, "alias add");
     assert_eq!(aliased["aliases"], json!(["build", "later"]));
+    let shared = json_of(&up, &["control", "local", &id, "shared"]);
+    assert_eq!(keys(&shared), session_keys, "control");
+    assert_eq!(shared["control_mode"], "shared");
+    assert_eq!(rest_get(&up, &path)["control_mode"], "shared");
+    // An unknown mode is refused by the argument parser, naming the two it takes.
+    let refused = up.run(&["control", "local", &id, "both"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(r#"control mode "both" is not one of exclusive, shared"#),
+        "{stderr}"
+    );
+    assert_eq!(rest_get(&up, &path)["control_mode"], "shared", "unchanged");
 
     let screen = json_of(&up, &["screen", "local", &id]);
     assert_eq!(
