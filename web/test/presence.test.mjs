@@ -1,7 +1,10 @@
 // Presence and control requests in the page (CONTRACT.md "Presence on the page"): two browsers
 // on one session each see both attendees in the header with their roles, "is typing" shows and
 // clears, and a read-only viewer's request for control shows on the controller's page, where
-// Decline changes nothing and Grant moves control without a reconnect of either page.
+// Decline changes nothing and Grant moves control without a reconnect of either page. The real
+// `ptyhub attach` beside two pages: a watching CLI is listed on each page (through `cli`) and
+// sees both pages in `ptyhub ls --json`; a CLI that types takes the session over and both pages
+// say it is typing, then not; each CLI is dropped from the list when it detaches.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -20,6 +23,40 @@ async function roles(page) {
     (items) => items.map((item) => item.getAttribute('data-role')),
   );
 }
+
+/** The header's attendees as `role surface` words (the surface read from the tooltip). */
+async function attendees(page) {
+  return page.locator('[data-testid="presence"] li').evaluateAll((items) => items.map((item) => {
+    const surface = /, ([^,()]+)\)$/.exec(item.getAttribute('title') ?? '')?.[1] ?? '?';
+    return `${item.getAttribute('data-role')} ${surface}`;
+  }));
+}
+
+/** Whether the header marks the attendee that came through `surface` as typing. */
+async function typingOn(page, surface) {
+  const marks = await page.locator('[data-testid="presence"] li').evaluateAll((items, through) => items
+    .filter((item) => (item.getAttribute('title') ?? '').endsWith(`, ${through})`))
+    .map((item) => item.getAttribute('data-typing')), surface);
+  return marks.length === 1 && marks[0] === 'true';
+}
+
+/** Waits until every page's header lists exactly `expected` (`role surface` words, in order). */
+async function waitForAttendees(pages, expected) {
+  for (const page of pages) {
+    let listed = [];
+    try {
+      await waitFor(`the header to list ${JSON.stringify(expected)}`, async () => {
+        listed = await attendees(page);
+        return JSON.stringify(listed) === JSON.stringify(expected);
+      });
+    } catch (error) {
+      throw new Error(`the header lists ${JSON.stringify(listed)}, not ${JSON.stringify(expected)}`, { cause: error });
+    }
+  }
+}
+
+/** The detach keys `ptyhub attach` leaves on by default: Ctrl-P Ctrl-Q. */
+const DETACH_KEYS = '\x10\x11';
 
 describe('presence and control requests', { skip: skip ?? false }, () => {
   let stack;
@@ -94,6 +131,72 @@ describe('presence and control requests', { skip: skip ?? false }, () => {
       return listed[0] === 'viewer' && listed[1] === 'controller';
     });
     assert.deepEqual([owner.sockets.length, watcher.sockets.length], socketsBefore, 'no page reconnected');
+
+    await closePage(owner);
+    await closePage(watcher);
+  });
+
+  test('a CLI beside two pages: each sees the others, its typing shows and clears, it is dropped when it detaches', async (t) => {
+    const instance = await stack.createInstance();
+    const { status, body: session } = await stack.rest('POST', `/api/v1/instances/${instance.id}/terminal/sessions`, {});
+    assert.equal(status, 201);
+    const owner = await openInstance(instance.id);
+    const watcher = await openInstance(instance.id, 'mode=view');
+    const pages = [owner, watcher];
+    await waitForAttendees(pages, ['controller web', 'viewer web']);
+    const watcherSockets = watcher.sockets.length;
+
+    // A read-only CLI joins: each page lists it third, through the CLI.
+    const watchingCli = stack.startCli(['attach', instance.name, session.id, '--view']);
+    // Ended however the test ends: a CLI left attached would reconnect for a minute.
+    t.after(() => watchingCli.stop());
+    const watchingSince = await watchingCli.firstOutput;
+    await waitForAttendees(pages, ['controller web', 'viewer web', 'viewer cli']);
+    console.log(`both pages listed the watching CLI ${Date.now() - watchingSince} ms after it attached`);
+    const tooltip = await watcher.locator('[data-testid="presence"] li').nth(2).getAttribute('title');
+    assert.match(tooltip ?? '', /^\S+ \(viewer, cli\)$/);
+
+    // The CLI sees the pages: `ptyhub ls --json` prints the session's presence.
+    const listed = await stack.runCli(['ls', instance.name, '--json']);
+    assert.equal(listed.code, 0, listed.stderr);
+    const presence = JSON.parse(listed.stdout).sessions.find((each) => each.id === session.id)?.presence ?? [];
+    assert.deepEqual(presence.map((attendee) => `${attendee.role} ${attendee.surface}`),
+      ['controller web', 'viewer web', 'viewer cli']);
+
+    // It detaches with its keys and ends; the pages drop it.
+    watchingCli.write(DETACH_KEYS);
+    assert.deepEqual(await watchingCli.exited, { code: 0, signal: null }, watchingCli.stderr);
+    const watchingLeft = Date.now();
+    await waitForAttendees(pages, ['controller web', 'viewer web']);
+    console.log(`both pages dropped the watching CLI ${Date.now() - watchingLeft} ms after it ended`);
+
+    // A CLI that may type attaches as the controller, as `ptyhub attach` does by default: it
+    // takes the session over from the owner's page, which says so and leaves the list.
+    const typingCli = stack.startCli(['attach', instance.name, session.id]);
+    t.after(() => typingCli.stop());
+    const typingSince = await typingCli.firstOutput;
+    await waitForAttendees(pages, ['viewer web', 'controller cli']);
+    console.log(`both pages listed the typing CLI ${Date.now() - typingSince} ms after it attached`);
+    await owner.getByText('another window took control of it').waitFor();
+
+    // It types a line: both pages say someone is typing and mark the CLI, then, a few quiet
+    // seconds later, no more.
+    typingCli.write('echo cli-typed-$((6*7))\r');
+    await waitForScreen(watcher, 'cli-typed-42');
+    for (const page of pages) {
+      await waitFor('the CLI marked as typing, and "is typing"', async () =>
+        await typingOn(page, 'cli') && / is typing$/.test(await page.getByTestId('typing').textContent() ?? ''));
+    }
+    for (const page of pages) {
+      await waitFor('"is typing" cleared', async () =>
+        !(await typingOn(page, 'cli')) && (await page.getByTestId('typing').textContent()) === '');
+    }
+
+    // It detaches too: the pages drop it, and the watcher's page never reconnected meanwhile.
+    typingCli.write(DETACH_KEYS);
+    assert.deepEqual(await typingCli.exited, { code: 0, signal: null }, typingCli.stderr);
+    await waitForAttendees(pages, ['viewer web']);
+    assert.equal(watcher.sockets.length, watcherSockets, 'the watcher\'s page did not reconnect');
 
     await closePage(owner);
     await closePage(watcher);
