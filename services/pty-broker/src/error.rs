@@ -95,7 +95,9 @@ pub enum Error {
     PrincipalAlreadyAsked { principal: String, request_id: u64 },
     #[error("only the controller ({0}) may answer a request for control")]
     NotTheController(String),
-    #[error("the session is shared: every stream that may control already types")]
+    #[error(
+        "the session is shared: nobody answers requests; attach to control, or ask on an attached stream, to type"
+    )]
     SharedControl,
     #[error(transparent)]
     UnknownKey(#[from] crate::screen::UnknownKey),

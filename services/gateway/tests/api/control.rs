@@ -423,11 +423,11 @@ async fn grpc_refuses_bad_requests_and_answers_with_their_codes_and_grants_the_c
     stack.shutdown().await;
 }
 
-/// In the shared mode every stream that may control types already: a page's request for
-/// control and a standing one over REST are refused with the same reason (an `error` frame,
-/// 409), and nothing waits.
+/// In the shared mode nobody answers requests: a page that attached to watch and asks types at
+/// once (a `role` frame on the same socket), while a standing request over REST, with no stream
+/// to give control to, is refused (409 with the reason), and nothing waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_the_shared_mode_a_pages_request_and_a_rest_one_get_the_same_answer() {
+async fn in_the_shared_mode_a_pages_request_is_granted_at_once_and_a_rest_one_refused() {
     let stack = TestStack::builder().start().await;
     let instance = stack.instance_id.clone();
     let session_id = create_session(&stack, &instance, json!({"control_mode": "shared"})).await;
@@ -445,10 +445,11 @@ async fn in_the_shared_mode_a_pages_request_and_a_rest_one_get_the_same_answer()
     .expect("bob's socket");
     bob_tab.connected().await;
 
-    let shared = "the session is shared: every stream that may control already types";
+    let shared = "the session is shared: nobody answers requests; attach to control, or ask on an \
+                  attached stream, to type";
     bob_tab.send_json(json!({"type": "request_control"})).await;
-    let refused = bob_tab.read_until_text("error").await;
-    assert_eq!(refused["message"], shared, "{refused}");
+    let granted = bob_tab.read_until_text("role").await;
+    assert_eq!(granted["role"], "controller", "{granted}");
     let (status, refused) = post(&stack, &format!("{session_path}/control/requests"), &carol).await;
     assert_eq!((status, &refused), (409, &json!({"detail": shared})));
     let state = control_state(&stack, &session_path, &carol).await;

@@ -543,7 +543,7 @@ async fn changing_the_control_mode_moves_roles_without_closing_a_socket() {
     let (_, session) = get(&stack, &session_path).await;
     assert_eq!(session["control_mode"], "exclusive", "unchanged: {session}");
 
-    // To shared: Bob's view becomes a controller on the same socket.
+    // To shared: Bob's view watches on until he asks, then controls on the same socket.
     let (status, changed) = set_control_mode(
         &stack,
         &session_path,
@@ -553,6 +553,16 @@ async fn changing_the_control_mode_moves_roles_without_closing_a_socket() {
     .await;
     assert_eq!(status, 200, "{changed}");
     assert_eq!(changed["control_mode"], "shared", "{changed}");
+    presence_becomes(
+        &stack,
+        &session_path,
+        &[
+            attendee("alice", "controller", "web", false),
+            attendee("bob", "viewer", "web", false),
+        ],
+    )
+    .await;
+    bob_tab.send_json(json!({"type": "request_control"})).await;
     assert_eq!(bob_tab.read_until_text("role").await["role"], "controller");
     bob_tab.send_input("echo bob-$((3*3))\n").await;
     bob_tab.read_until_output("bob-9\r\n").await;

@@ -30,8 +30,8 @@ use ptyhub_attach_ticket::TicketHolder;
 use tokio::time::Instant;
 
 use ptyhub_model::ControlMode;
-use requests::{PendingRequest, Reservation};
 pub use requests::{FrozenControl, FrozenRequest, FrozenReservation};
+use requests::{PendingRequest, Reservation};
 
 use crate::domain::{Attendee, ClientEvent, ControlChange, Role, TYPING_WINDOW};
 
@@ -80,6 +80,10 @@ pub struct Client {
     pub last_input_at: Option<Instant>,
     /// Whether its ticket admits a controller, so that it may ask for control.
     pub may_control: bool,
+    /// Whether it means to type: it attached as a controller, or asked for control (and has
+    /// not granted it away since). In the shared mode these are the controllers; a stream that
+    /// attached to watch keeps watching until it asks.
+    pub wants_control: bool,
 }
 
 /// The current controller.
@@ -187,7 +191,7 @@ impl Attachments {
         let client = ClientId(self.next_client);
         let mut generation = None;
         let mut superseded = None;
-        if self.mode == ControlMode::Shared && (role == Role::Controller || may_control) {
+        if self.mode == ControlMode::Shared && role == Role::Controller {
             // Shared: a controller of its own generation, taking over from nobody.
             self.generation += 1;
             generation = Some(self.generation);
@@ -216,6 +220,7 @@ impl Attachments {
                 since: SystemTime::now(),
                 last_input_at: None,
                 may_control: may_control || role == Role::Controller,
+                wants_control: generation.is_some(),
             },
         );
         Attached {
@@ -259,9 +264,10 @@ impl Attachments {
     }
 
     /// Changes the control mode, telling each client whose role changed with `RoleChanged`,
-    /// queued at `end`; no stream is closed. To `shared`: every client whose ticket admits a
-    /// controller becomes one (the lease holder stays one with its generation, the others get
-    /// new generations). To `exclusive`: the longest attached controller keeps control as the
+    /// queued at `end`; no stream is closed. To `shared`: every client that wants control
+    /// (attached as a controller, or asked) and whose ticket admits it becomes a controller (the
+    /// lease holder stays one with its generation, the others get new generations); a stream
+    /// that attached to watch keeps watching. To `exclusive`: the longest attached controller keeps control as the
     /// lease holder (the one the others joined, so the choice does not depend on who happened
     /// to type last), and the other controllers read on as viewers. Pending requests for
     /// control are dropped either way: in the shared mode nobody needs to ask, and after it the
@@ -280,7 +286,7 @@ impl Attachments {
                 for id in ids {
                     let holds_lease = lease.is_some_and(|lease| lease.client == id);
                     let client = self.clients.get_mut(&id).expect("listed above");
-                    if holds_lease || !client.may_control {
+                    if holds_lease || !client.may_control || !client.wants_control {
                         continue;
                     }
                     self.generation += 1;
@@ -865,21 +871,43 @@ mod tests {
     }
 
     #[test]
-    fn shared_mode_makes_every_stream_that_may_control_a_controller_without_a_takeover() {
+    fn shared_mode_makes_every_stream_that_wants_control_a_controller_without_a_takeover() {
         let mut attachments = Attachments::default();
         attachments.set_control_mode(ControlMode::Shared, 0);
         let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
         let bob = attachments.attach(Role::Controller, holder("bob", "cli"), true, 0, 0);
-        // A viewer whose ticket admits a controller controls too; a share does not.
+        // A stream that attached to watch watches, even with a ticket that admits a controller,
+        // until it asks; a share only ever watches.
         let carol = attachments.attach(Role::Viewer, holder("carol", "web"), true, 0, 0);
         let share = attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 0);
 
         assert_eq!(alice.superseded, None);
         assert_eq!(bob.superseded, None, "nobody is taken over");
         assert!(events(&attachments, alice.client).is_empty());
-        for controller in [alice, bob, carol] {
+        for controller in [alice, bob] {
             assert!(attachments.is_current_controller(controller.generation));
         }
+        assert_eq!(carol.generation, None);
+        assert_eq!(
+            roles(&attachments),
+            [
+                ("alice".to_owned(), Role::Controller),
+                ("bob".to_owned(), Role::Controller),
+                ("carol".to_owned(), Role::Viewer),
+                ("share:1".to_owned(), Role::Viewer),
+            ]
+        );
+        // Carol asks: nobody needs to answer, she controls at once and is told so.
+        attachments.request_control(carol.client, 5).unwrap();
+        assert!(attachments.is_current_controller(attachments.generation_of(carol.client)));
+        assert_eq!(
+            events(&attachments, carol.client).last(),
+            Some(&ClientEvent::RoleChanged(Role::Controller))
+        );
+        assert!(matches!(
+            attachments.request_control(carol.client, 5),
+            Err(Error::AlreadyControls)
+        ));
         assert_eq!(share.generation, None);
         assert!(!attachments.is_current_controller(share.generation));
         assert_eq!(
@@ -892,11 +920,7 @@ mod tests {
             ]
         );
         assert_eq!(attachments.counts(), (3, 1));
-        // Nobody needs to ask, and is told so as a standing request is; a share may not.
-        assert!(matches!(
-            attachments.request_control(carol.client, 0),
-            Err(Error::SharedControl)
-        ));
+        // A standing request has no stream to give control to; a share may not ask.
         assert!(matches!(
             attachments.request_control_for(holder("dave", "rest"), 0),
             Err(Error::SharedControl)
@@ -931,6 +955,8 @@ mod tests {
         let alice = attachments.attach(Role::Controller, holder("alice", "web"), true, 0, 0);
         let bob = attachments.attach(Role::Viewer, holder("bob", "cli"), true, 0, 0);
         let share = attachments.attach(Role::Viewer, holder("share:1", "web"), false, 0, 0);
+        // Dave watches and never asks: he goes on watching in the shared mode.
+        let dave = attachments.attach(Role::Viewer, holder("dave", "web"), true, 0, 0);
         let request_id = attachments.request_control(bob.client, 0).unwrap();
 
         attachments.set_control_mode(ControlMode::Shared, 7);
@@ -940,8 +966,10 @@ mod tests {
                 ("alice".to_owned(), Role::Controller),
                 ("bob".to_owned(), Role::Controller),
                 ("share:1".to_owned(), Role::Viewer),
+                ("dave".to_owned(), Role::Viewer),
             ]
         );
+        assert!(events(&attachments, dave.client).is_empty());
         assert!(
             attachments.is_current_controller(alice.generation),
             "alice kept hers"
@@ -975,6 +1003,7 @@ mod tests {
                 ("alice".to_owned(), Role::Controller),
                 ("bob".to_owned(), Role::Viewer),
                 ("share:1".to_owned(), Role::Viewer),
+                ("dave".to_owned(), Role::Viewer),
             ]
         );
         assert!(attachments.is_current_controller(alice.generation));
@@ -983,7 +1012,7 @@ mod tests {
             events(&attachments, bob.client).last(),
             Some(&ClientEvent::RoleChanged(Role::Viewer))
         );
-        assert_eq!(attachments.counts(), (1, 2), "every stream stays attached");
+        assert_eq!(attachments.counts(), (1, 3), "every stream stays attached");
         // The exclusive rules are back: bob may ask again.
         attachments.request_control(bob.client, 9).unwrap();
     }

@@ -713,7 +713,9 @@ impl AttachmentHandle {
         let end = state.ring.end();
         let request_id = state.attachments.request_control(self.client, end)?;
         drop(state);
-        self.session.shared.notify_clients();
+        // In the shared mode the request was granted at once: the task publishes the presence
+        // and audits the change.
+        self.session.control_changed();
         Ok(request_id)
     }
 

@@ -506,9 +506,9 @@ async fn shared_controllers_type_alternately_in_order_each_attributed() -> anyho
 /// control, a controller already) and a standing one are refused alike, FAILED_PRECONDITION
 /// with the one reason, and nothing waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_the_shared_mode_a_streams_request_and_a_standing_one_get_the_same_answer()
+async fn in_the_shared_mode_a_watching_streams_request_is_granted_at_once_and_a_standing_one_refused()
 -> anyhow::Result<()> {
-    use pb::Role::Viewer;
+    use pb::Role::{Controller, Viewer};
     support::init_logging();
     let broker = TestBroker::start(Backend::Local).await?;
     let mut request = broker.spawn_request(&["cat"], "");
@@ -523,9 +523,26 @@ async fn in_the_shared_mode_a_streams_request_and_a_standing_one_get_the_same_an
         holder("bob", "cli"),
     )
     .await?;
-
+    // Attached to watch, Bob watches; asked, he types, with nobody to answer.
+    bob.send_input(&b"not yet\n"[..]).await?;
+    let refused = frame_where(&mut bob, error_frame).await?;
+    assert_eq!(
+        tonic::Code::from(refused.code),
+        tonic::Code::PermissionDenied,
+        "{refused:?}"
+    );
     request_control(&bob).await?;
-    let streams = frame_where(&mut bob, error_frame).await?;
+    assert_eq!(frame_where(&mut bob, role_changed).await?, Controller);
+    bob.send_input(&b"bob asked and types\n"[..]).await?;
+    bob.read_until(b"bob asked and types\r\n").await?;
+    request_control(&bob).await?;
+    let again = frame_where(&mut bob, error_frame).await?;
+    assert_eq!(
+        tonic::Code::from(again.code),
+        tonic::Code::FailedPrecondition,
+        "{again:?}"
+    );
+
     let standing = broker
         .client
         .clone()
@@ -538,14 +555,13 @@ async fn in_the_shared_mode_a_streams_request_and_a_standing_one_get_the_same_an
         }))
         .await
         .expect_err("a standing request to a shared session");
-    let shared = "the session is shared: every stream that may control already types";
-    assert_eq!(
-        (tonic::Code::from(streams.code), streams.message.as_str()),
-        (tonic::Code::FailedPrecondition, shared)
-    );
     assert_eq!(
         (standing.code(), standing.message()),
-        (tonic::Code::FailedPrecondition, shared)
+        (
+            tonic::Code::FailedPrecondition,
+            "the session is shared: nobody answers requests; attach to control, or ask on an \
+             attached stream, to type"
+        )
     );
     let state = broker
         .client
@@ -581,9 +597,21 @@ async fn changing_the_control_mode_moves_roles_without_closing_a_stream() -> any
     .await?;
     let mut share = attach_as(&broker, &id, Viewer, holder("share:1", "web")).await?;
 
-    // To shared: Bob, whose ticket admits a controller, becomes one; the share does not.
+    // To shared: Bob attached to watch, and watches on until he asks; then, with nobody to
+    // answer, he controls at once. The share never does.
     let info = set_control_mode(&broker, &id, pb::ControlMode::Shared as i32).await?;
-    assert_eq!((info.controllers, info.viewers), (2, 1));
+    assert_eq!((info.controllers, info.viewers), (1, 2));
+    presence_becomes(
+        &mut events,
+        &id,
+        &[
+            attendee("alice", Controller, "web", false),
+            attendee("bob", Viewer, "cli", false),
+            attendee("share:1", Viewer, "web", false),
+        ],
+    )
+    .await?;
+    request_control(&bob).await?;
     assert_eq!(frame_where(&mut bob, role_changed).await?, Controller);
     presence_becomes(
         &mut events,

@@ -26,7 +26,7 @@ use ptyhub_attach_ticket::TicketHolder;
 use ptyhub_model::ControlMode;
 use tokio::time::Instant;
 
-use super::{Attachments, ClientId, ControllerLease, MAX_PENDING_CONTROL_REQUESTS};
+use super::{Attachments, ClientId, ControllerLease, MAX_PENDING_CONTROL_REQUESTS, queue_event};
 use crate::domain::{
     ClientEvent, ControlChange, ControlChangeKind, ControlRequest, ControlState, ReservedControl,
     Role,
@@ -175,9 +175,10 @@ impl Attachments {
         self.grant_timeout = timeout;
     }
 
-    /// Sends the controller `requester`'s request for control, queued at `end`. Refused for a
-    /// stream whose ticket only views, in the shared mode (every other stream types already),
-    /// for the controller itself, when nobody controls, for a
+    /// Sends the controller `requester`'s request for control, queued at `end`; in the shared
+    /// mode, where nobody is asked, the stream joins the controllers at once. Refused for a
+    /// stream whose ticket only views, for a stream that controls already, when nobody
+    /// controls, for a
     /// stream whose earlier request is still pending (one each, so a viewer cannot flood the
     /// controller), and past [`MAX_PENDING_CONTROL_REQUESTS`]. Returns the request's id.
     pub fn request_control(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
@@ -190,9 +191,7 @@ impl Attachments {
             return Err(Error::MayOnlyView);
         }
         if self.mode == ControlMode::Shared {
-            // Every client that may control does in the shared mode: the same answer as a
-            // standing request's, so that no surface tells a viewer something else.
-            return Err(Error::SharedControl);
+            return self.join_shared_controllers(requester, end);
         }
         let lease = self.controller.ok_or(Error::NoController)?;
         if lease.client == requester {
@@ -206,8 +205,32 @@ impl Attachments {
             return Err(Error::ControlAlreadyRequested(pending));
         }
         let holder = client.holder.clone();
-        self.add_request(holder, Some(requester), now, end)
-            .map(|request| request.id)
+        let request = self.add_request(holder, Some(requester), now, end)?;
+        if let Some(client) = self.clients.get_mut(&requester) {
+            client.wants_control = true;
+        }
+        Ok(request.id)
+    }
+
+    /// A watching stream's request in the shared mode: granted at once, since every stream
+    /// that wants control has it (audited as a grant from nobody). Returns the request's id.
+    fn join_shared_controllers(&mut self, requester: ClientId, end: u64) -> Result<u64, Error> {
+        let client = self
+            .clients
+            .get_mut(&requester)
+            .ok_or(Error::SessionClosed)?;
+        if client.generation.is_some() {
+            return Err(Error::AlreadyControls);
+        }
+        self.generation += 1;
+        client.generation = Some(self.generation);
+        client.wants_control = true;
+        let holder = client.holder.clone();
+        queue_event(client, end, ClientEvent::RoleChanged(Role::Controller));
+        self.next_request += 1;
+        let request_id = self.next_request;
+        self.note_change(ControlChangeKind::Granted, request_id, None, holder);
+        Ok(request_id)
     }
 
     /// A standing request for control by `holder`, who has no stream to ask on: the
@@ -495,6 +518,8 @@ impl Attachments {
             && let Some(client) = self.clients.get_mut(&previous.client)
         {
             client.generation = None;
+            // It gave control away: it does not take it back if the mode turns shared.
+            client.wants_control = false;
         }
         let target = request
             .stream
@@ -510,6 +535,7 @@ impl Attachments {
                 });
                 if let Some(client) = self.clients.get_mut(&target) {
                     client.generation = Some(generation);
+                    client.wants_control = true;
                 }
                 self.reservation = None;
                 self.push_event(target, end, ClientEvent::RoleChanged(Role::Controller));
