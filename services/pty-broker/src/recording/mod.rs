@@ -19,9 +19,9 @@ pub use index::{
     read_recorded_range,
 };
 pub use ptyhub_model::RecordMode;
-pub(crate) use store::SpoolFile;
 #[cfg(test)]
 pub(crate) use store::SpoolDisk;
+pub(crate) use store::SpoolFile;
 pub use store::{Recordings, RecordingsConfig, RetentionReport};
 
 /// What to record of one session, as its Spawn call asked.
