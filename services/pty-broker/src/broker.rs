@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use ptyhub_attach_ticket::{TicketHolder, TicketRole, TicketVerifyingKey};
 use ptyhub_model::{ControlMode, TerminalSize};
@@ -29,8 +29,9 @@ use crate::screen::{ScreenFormat, ScreenView};
 use bytes::Bytes;
 
 use crate::session::{
-    AttachRequest, Attachment, CommandPage, CommandWatch, FrozenSession, InputItem, InputSent,
-    RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings, TaskContext, WaitOutcome,
+    AttachRequest, Attachment, CommandPage, CommandWatch, ControlSettings, FrozenSession,
+    InputItem, InputSent, RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings,
+    TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -290,8 +291,12 @@ impl Broker {
 
     /// Starts `spec` on a new PTY, unrecorded; answers once the process runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<SessionInfo, Error> {
-        self.spawn_recorded(spec, RecordingRequest::default(), ControlMode::default())
-            .await
+        self.spawn_recorded(
+            spec,
+            RecordingRequest::default(),
+            ControlSettings::default(),
+        )
+        .await
     }
 
     /// Publishes what a previous run left in the recording spool and keeps retention running
@@ -315,14 +320,15 @@ impl Broker {
         self.inner.recordings.as_ref()
     }
 
-    /// Starts `spec` on a new PTY in `control_mode` and records it as `recording` asks (when
-    /// the broker has a recordings store); answers once the process runs. The session has its
-    /// mode from the start, so no stream ever meets another one and a spawn never half succeeds.
+    /// Starts `spec` on a new PTY with `control` and records it as `recording` asks (when the
+    /// broker has a recordings store); answers once the process runs. The session has its
+    /// control mode and grant timeout from the start, so no stream ever meets other ones and a
+    /// spawn never half succeeds.
     pub async fn spawn_recorded(
         &self,
         spec: SpawnSpec,
         recording: RecordingRequest,
-        control_mode: ControlMode,
+        control: ControlSettings,
     ) -> Result<SessionInfo, Error> {
         let recording = match (recording.mode, &self.inner.recordings) {
             (RecordMode::Off, _) => None,
@@ -362,7 +368,7 @@ impl Broker {
             self.inner.settings,
             context,
             recording,
-            control_mode,
+            control,
         );
         self.inner.registry.insert(Arc::clone(&session))?;
         let (started, answer) = oneshot::channel();
@@ -388,20 +394,6 @@ impl Broker {
 
     pub fn get(&self, session_id: Uuid) -> Result<SessionInfo, Error> {
         Ok(self.inner.registry.get(session_id)?.info())
-    }
-
-    /// Sets how long a request for control may wait before it is granted (the instance's
-    /// setting, given at spawn); `None`: until it is answered.
-    pub fn set_control_grant_timeout(
-        &self,
-        session_id: Uuid,
-        timeout: Option<Duration>,
-    ) -> Result<(), Error> {
-        self.inner
-            .registry
-            .get(session_id)?
-            .set_control_grant_timeout(timeout);
-        Ok(())
     }
 
     /// Changes who may type into the session, moving its attached clients' roles at once.
@@ -860,7 +852,14 @@ mod tests {
     async fn a_session_spawned_shared_lets_every_controller_type_from_the_start() {
         let (broker, runtime) = broker_with_fake_runtime();
         let session = broker
-            .spawn_recorded(spec(), RecordingRequest::default(), ControlMode::Shared)
+            .spawn_recorded(
+                spec(),
+                RecordingRequest::default(),
+                ControlSettings {
+                    mode: ControlMode::Shared,
+                    grant_timeout: None,
+                },
+            )
             .await
             .unwrap();
         let mut terminal = runtime.take_terminal().unwrap();

@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::runtime::{SpawnSpec, Target};
 use crate::screen::ScreenFormat;
 use crate::session::{AttachedInput, Attachment, AttachmentHandle, INTERRUPT};
-use crate::session::{CommandWatch, ScreenWait};
+use crate::session::{CommandWatch, ControlSettings, ScreenWait};
 use convert::{
     commands_limit, holder_from_pb, input_items, parse_session_id, screen, screen_format,
     scrollback, server_frame, terminal_size, timestamp, wait_response, wait_timeout,
@@ -90,18 +90,12 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         self.authorize(&request)?;
         let request = request.into_inner();
         let recording = convert::recording_request(&request)?;
-        let control_mode = convert::control_mode(request.control_mode)?.unwrap_or_default();
-        let grant_timeout = convert::control_grant_timeout(request.control_grant_timeout_secs)?;
+        let control = ControlSettings {
+            mode: convert::control_mode(request.control_mode)?.unwrap_or_default(),
+            grant_timeout: convert::control_grant_timeout(request.control_grant_timeout_secs)?,
+        };
         let spec = SpawnSpec::try_from(request)?;
-        let session_id = spec.session_id;
-        let session = self
-            .broker
-            .spawn_recorded(spec, recording, control_mode)
-            .await?;
-        if grant_timeout.is_some() {
-            self.broker
-                .set_control_grant_timeout(session_id, grant_timeout)?;
-        }
+        let session = self.broker.spawn_recorded(spec, recording, control).await?;
         Ok(Response::new(pb::SpawnResponse {
             session: Some(session.into()),
         }))

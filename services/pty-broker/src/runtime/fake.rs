@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ptyhub_model::ControlMode;
 use tokio::io::DuplexStream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -18,7 +17,7 @@ use uuid::Uuid;
 use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use crate::domain::{ExitStatus, TerminalSize};
 use crate::events::EventBus;
-use crate::session::{Session, SessionRecording, SessionSettings, TaskContext};
+use crate::session::{ControlSettings, Session, SessionRecording, SessionSettings, TaskContext};
 
 /// Spawns fake processes and hands the test the other end of each.
 #[derive(Debug, Default)]
@@ -217,7 +216,7 @@ impl FakeSession {
             settings,
             context,
             recording,
-            ControlMode::default(),
+            ControlSettings::default(),
         );
         let (started, answer) = oneshot::channel();
         tracker.spawn(task.run(started));

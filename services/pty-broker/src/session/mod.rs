@@ -263,6 +263,16 @@ enum Command {
     },
 }
 
+/// Who may type into a new session, and how long a request for control may wait: set in the
+/// spawn itself, so that no stream ever meets a session without them and a spawn never half
+/// succeeds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlSettings {
+    pub mode: ControlMode,
+    /// The instance's grant timeout; `None`: a request waits until it is answered.
+    pub grant_timeout: Option<Duration>,
+}
+
 #[derive(Debug)]
 struct AttachedClient {
     client: ClientId,
@@ -276,7 +286,7 @@ impl Session {
         settings: SessionSettings,
         context: TaskContext,
         recording: Option<SessionRecording>,
-        control_mode: ControlMode,
+        control: ControlSettings,
     ) -> (Arc<Session>, SessionTask) {
         let now = SystemTime::now();
         let (recorder_tap, recorder) = recording.map(recording::recorder).unzip();
@@ -294,7 +304,9 @@ impl Session {
                 pid: None,
                 created_at: now,
                 last_activity_at: now,
-                attachments: Attachments::default().in_control_mode(control_mode),
+                attachments: Attachments::default()
+                    .in_control_mode(control.mode)
+                    .with_grant_timeout(control.grant_timeout),
                 reader_waiting: false,
                 input_since_report: false,
                 last_input_at: None,
@@ -389,13 +401,6 @@ impl Session {
         drop(state);
         self.control_changed();
         Ok(answer)
-    }
-
-    /// How long a request for control may wait unanswered before it is granted (the
-    /// instance's setting); `None`: until it is answered.
-    pub fn set_control_grant_timeout(&self, timeout: Option<Duration>) {
-        self.shared.lock().attachments.set_grant_timeout(timeout);
-        self.shared.task_wake.notify_one();
     }
 
     /// Wakes whoever reads control: the clients (an event may be queued for them) and the

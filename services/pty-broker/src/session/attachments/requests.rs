@@ -171,6 +171,12 @@ impl Attachments {
     }
 
     /// Sets how long a request may wait unanswered before it is granted; `None`: forever.
+    /// A new session's attachments with the instance's grant timeout.
+    pub fn with_grant_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.set_grant_timeout(timeout);
+        self
+    }
+
     pub fn set_grant_timeout(&mut self, timeout: Option<Duration>) {
         self.grant_timeout = timeout;
     }
