@@ -29,8 +29,11 @@ TOOLS = {
     "run_command",
     "list_commands",
     "close_session",
+    "control_state",
+    "request_control",
+    "grant_control",
 }
-READ_TOOLS = {"list_instances", "list_sessions", "read_screen", "wait_for"}
+READ_TOOLS = {"list_instances", "list_sessions", "read_screen", "wait_for", "control_state"}
 # How long a change notification may take to come (a screen wait answers within milliseconds).
 NOTIFICATION_PATIENCE_S = 20
 

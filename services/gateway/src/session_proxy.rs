@@ -886,6 +886,8 @@ mod tests {
                 running_command_id: 7,
                 ..broker_pb::TerminalActivity::default()
             }),
+            // A record always carries its mode; an unspecified one reads as exclusive.
+            control_mode: broker_pb::ControlMode::Exclusive as i32,
             ..pb::Session::default()
         }
     }
