@@ -267,11 +267,11 @@ impl Attachments {
     /// queued at `end`; no stream is closed. To `shared`: every client that wants control
     /// (attached as a controller, or asked) and whose ticket admits it becomes a controller (the
     /// lease holder stays one with its generation, the others get new generations); a stream
-    /// that attached to watch keeps watching. To `exclusive`: the longest attached controller keeps control as the
-    /// lease holder (the one the others joined, so the choice does not depend on who happened
-    /// to type last), and the other controllers read on as viewers. Pending requests for
-    /// control are dropped either way: in the shared mode nobody needs to ask, and after it the
-    /// lease holder never saw them.
+    /// that attached to watch keeps watching. To `exclusive`: the longest attached controller
+    /// keeps control as the lease holder (the one the others joined, so the choice does not
+    /// depend on who happened to type last), and the other controllers read on as viewers.
+    /// Pending requests for control are dropped either way: in the shared mode nobody needs to
+    /// ask, and after it the lease holder never saw them.
     pub fn set_control_mode(&mut self, mode: ControlMode, end: u64) {
         if mode == self.mode {
             return;

@@ -506,7 +506,7 @@ async fn shared_controllers_type_alternately_in_order_each_attributed() -> anyho
 /// control, a controller already) and a standing one are refused alike, FAILED_PRECONDITION
 /// with the one reason, and nothing waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_the_shared_mode_a_watching_streams_request_is_granted_at_once_and_a_standing_one_refused()
+async fn in_the_shared_mode_a_watchers_request_is_granted_at_once_and_a_standing_one_refused()
 -> anyhow::Result<()> {
     use pb::Role::{Controller, Viewer};
     support::init_logging();
