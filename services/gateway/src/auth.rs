@@ -14,8 +14,6 @@ use subtle::ConstantTimeEq;
 
 use ptyhub_wire::{Actor, Surface};
 
-use crate::tls::TlsListener;
-
 use crate::Clock;
 use crate::config::{AuthConfig, ConfigError};
 use crate::cookie::{CookieClaims, CookieSite, Grant, RequestCookie, SessionCookies};
@@ -37,31 +35,14 @@ pub struct Principal {
     pub client_address: Option<std::net::SocketAddr>,
 }
 
-/// The TCP peer of a TLS connection as axum records it for each request (`gateway::run`
-/// serves with it; over plain TCP axum's own `SocketAddr` stands in for it).
-#[derive(Debug, Clone, Copy)]
-pub struct PeerSocket(pub std::net::SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
-    for PeerSocket
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
-        PeerSocket(*stream.remote_addr())
-    }
-}
-
-/// The TCP peer of a request, which axum records when the gateway serves (absent when a router
-/// is driven without a connection, as in some tests).
+/// The TCP peer of a request, which the gateway's accept loop records on every connection,
+/// plain or TLS (`connections.rs`; absent when a router is driven without a connection, as in
+/// some tests).
 pub fn peer_address(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
     use axum::extract::ConnectInfo;
     extensions
         .get::<ConnectInfo<std::net::SocketAddr>>()
         .map(|info| info.0)
-        .or_else(|| {
-            extensions
-                .get::<ConnectInfo<PeerSocket>>()
-                .map(|info| info.0.0)
-        })
 }
 
 impl Principal {

@@ -208,9 +208,9 @@ mod tests {
     #[test]
     fn the_client_is_the_peer_unless_a_trusted_proxy_says_otherwise() {
         let mut extensions = http::Extensions::new();
-        extensions.insert(axum::extract::ConnectInfo(crate::auth::PeerSocket(
+        extensions.insert(axum::extract::ConnectInfo(
             "10.0.0.2:5000".parse::<std::net::SocketAddr>().unwrap(),
-        )));
+        ));
         let mut headers = http::HeaderMap::new();
         headers.insert(
             "x-forwarded-for",
