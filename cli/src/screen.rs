@@ -431,6 +431,11 @@ mod tests {
             format: broker_pb::ScreenFormat::Text.into(),
             lines: vec!["$ ls".into(), "$".into()],
             state: broker_pb::SessionState::Running.into(),
+            terminal: Some(broker_pb::TerminalActivity {
+                state: broker_pb::TerminalState::AtPrompt.into(),
+                shell_integration: true,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let json =
@@ -443,6 +448,10 @@ mod tests {
                 "alternate_screen": false, "status": "active", "exit_code": null,
                 "format": "text", "scrollback_rows": 0,
                 "lines": ["$ ls", "$"], "text": "$ ls\n$",
+                "terminal": {
+                    "state": "at_prompt", "last_notification": null, "progress": null,
+                    "cwd": null, "shell_integration": true, "running_command_id": null,
+                },
             })
         );
     }

@@ -521,6 +521,7 @@ impl From<Screen> for broker_pb::Screen {
             rows,
             state: broker_state(screen.status) as i32,
             exit: screen.exit.map(Into::into),
+            terminal: screen.terminal.map(Into::into),
         }
     }
 }
@@ -552,6 +553,7 @@ impl TryFrom<broker_pb::Screen> for Screen {
             exit: screen.exit.map(Into::into),
             scrollback_rows: screen.scrollback_rows,
             content,
+            terminal: screen.terminal.map(TryInto::try_into).transpose()?,
         })
     }
 }
@@ -1156,6 +1158,7 @@ mod tests {
             cursor in any::<(u32, u32, bool)>(),
             status in 0usize..SessionStatus::ALL.len(),
             exit in proptest::option::of((any::<i32>(), proptest::option::of(1i32..65))),
+            terminal in proptest::option::of(0usize..TerminalState::ALL.len()),
             offset in any::<u64>(),
             scrollback_rows in 0u32..10_000,
         ) {
@@ -1189,6 +1192,11 @@ mod tests {
                 exit: exit.map(|(code, signal)| ExitStatus { code, signal }),
                 scrollback_rows,
                 content,
+                terminal: terminal.map(|state| TerminalActivity {
+                    state: TerminalState::ALL[state],
+                    running_command: Some(7),
+                    ..TerminalActivity::default()
+                }),
             };
             let message = broker_pb::Screen::from(screen.clone());
             prop_assert_eq!(Screen::try_from(message.clone()), Ok(screen));

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ExitStatus, SessionStatus, TerminalSize};
+use crate::{ExitStatus, SessionStatus, TerminalActivity, TerminalSize};
 
 /// How a screen's rows are given. Its JSON (and query) spelling is [`ScreenFormat::as_str`]:
 /// `text`, `ansi`, and `json` for cells.
@@ -189,6 +189,9 @@ pub struct Screen {
     /// How many of the rows come from the scrollback (they come first).
     pub scrollback_rows: u32,
     pub content: ScreenContent,
+    /// What the terminal was doing as of `offset`, read with the screen; `None` from a broker
+    /// that did not say.
+    pub terminal: Option<TerminalActivity>,
 }
 
 /// The rows of a [`Screen`], in the format that was asked for.
@@ -251,6 +254,9 @@ struct ScreenJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<ScreenRow>>))]
     grid: Option<&'a [ScreenRow]>,
+    /// What the terminal was doing as of `offset`, read with the screen (the keys of a
+    /// session's terminal state); `null` from a broker that did not say.
+    terminal: Option<&'a TerminalActivity>,
 }
 
 impl<'a> From<&'a Screen> for ScreenJson<'a> {
@@ -280,6 +286,7 @@ impl<'a> From<&'a Screen> for ScreenJson<'a> {
             text,
             ansi,
             grid,
+            terminal: screen.terminal.as_ref(),
         }
     }
 }
@@ -331,6 +338,12 @@ mod tests {
             exit: None,
             scrollback_rows: 0,
             content,
+            terminal: Some(TerminalActivity {
+                state: crate::TerminalState::AtPrompt,
+                cwd: Some("/src".to_owned()),
+                integrated: true,
+                ..TerminalActivity::default()
+            }),
         }
     }
 
@@ -345,6 +358,10 @@ mod tests {
                 "alternate_screen": false, "status": "active", "exit_code": null,
                 "format": "text", "scrollback_rows": 0,
                 "lines": ["$ ls", "$"], "text": "$ ls\n$",
+                "terminal": {
+                    "state": "at_prompt", "last_notification": null, "progress": null,
+                    "cwd": "/src", "shell_integration": true, "running_command_id": null,
+                },
             })
         );
     }

@@ -16,7 +16,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::{BackendKind, Config};
-use crate::domain::{BrokerEvent, Command, ControlRequest, ControlState, Role, SessionInfo};
+use crate::domain::{
+    BrokerEvent, Command, ControlRequest, ControlState, Role, SessionInfo, TerminalActivity,
+};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
 use crate::policy::PolicyRefusal;
@@ -414,16 +416,17 @@ impl Broker {
         self.inner.registry.list()
     }
 
-    /// The session's screen as of the end of its output, and the session beside it.
+    /// The session's screen as of the end of its output with what its terminal was doing
+    /// then, and the session beside them.
     pub fn screen(
         &self,
         session_id: Uuid,
         format: ScreenFormat,
         scrollback: usize,
-    ) -> Result<(ScreenView, SessionInfo), Error> {
+    ) -> Result<(ScreenView, TerminalActivity, SessionInfo), Error> {
         let session = self.inner.registry.get(session_id)?;
-        let view = session.screen(format, scrollback)?;
-        Ok((view, session.info()))
+        let (view, terminal) = session.screen(format, scrollback)?;
+        Ok((view, terminal, session.info()))
     }
 
     /// Who controls the session and who asks to (see [`Session::control_state`]).

@@ -593,9 +593,14 @@ async fn read_screen(
         .upstreams
         .get_screen(&instance.id, &session.id, request)
         .await?;
+    // The broker reads the state with the screen; the record's may lag it by an event.
+    let terminal_state = screen.terminal.as_ref().map_or_else(
+        || session.terminal_activity().state,
+        |terminal| terminal.state,
+    );
     Ok(ScreenReading {
         screen,
-        state: session.terminal_activity().state.as_str().to_owned(),
+        state: terminal_state.as_str().to_owned(),
     })
 }
 

@@ -137,6 +137,14 @@ async fn tools_run_a_command_read_the_screen_and_wait_for_the_prompt_as_mcp() {
     assert_eq!(ran["exit_code"], 3, "{ran}");
     assert_eq!(ran["output"].as_str().map(str::trim), Some("out"), "{ran}");
     assert_eq!(ran["command"]["command"], "sh -c 'echo out; exit 3'");
+    // `run_command` answers at the next prompt, and a screen read at once says so: the broker
+    // reads the state with the screen, where the session's record follows it by an event.
+    let path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}/screen");
+    let (_, shown) = get(&stack, &path).await;
+    assert_eq!(shown["terminal"]["state"], "at_prompt", "{shown}");
+    assert_eq!(shown["terminal"]["shell_integration"], true, "{shown}");
+    let screen = answer(&session, "read_screen", target.clone()).await;
+    assert_eq!(screen["state"], "at_prompt", "{screen}");
 
     let prompt = answer(
         &session,

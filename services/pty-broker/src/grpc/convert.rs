@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::broker::Hello;
 use crate::domain::{
-    BrokerEvent, BrokerEventKind, ClientEvent, Role, SessionInfo, SessionPhase, TerminalSize,
+    BrokerEvent, BrokerEventKind, ClientEvent, Role, SessionInfo, SessionPhase, TerminalActivity,
+    TerminalSize,
 };
 use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
@@ -306,8 +307,14 @@ impl From<SessionInfo> for pb::SessionInfo {
     }
 }
 
-/// The screen answer: the view, with the session's state and exit status beside it.
-pub(super) fn screen(session_id: Uuid, view: ScreenView, info: &SessionInfo) -> pb::Screen {
+/// The screen answer: the view and what the terminal was doing as of it, with the session's
+/// state and exit status beside them.
+pub(super) fn screen(
+    session_id: Uuid,
+    view: ScreenView,
+    terminal: TerminalActivity,
+    info: &SessionInfo,
+) -> pb::Screen {
     let content = match view.format {
         ScreenFormat::Text => ScreenContent::Text(view.lines),
         ScreenFormat::Ansi => ScreenContent::Ansi(view.ansi.into_bytes()),
@@ -324,6 +331,7 @@ pub(super) fn screen(session_id: Uuid, view: ScreenView, info: &SessionInfo) -> 
         exit: info.exit,
         scrollback_rows: u32::try_from(view.scrollback_rows).unwrap_or(u32::MAX),
         content,
+        terminal: Some(terminal),
     }
     .into()
 }
@@ -368,7 +376,12 @@ pub(super) fn wait_response(session_id: Uuid, outcome: WaitOutcome) -> pb::WaitF
     };
     pb::WaitForScreenResponse {
         outcome: outcome_code as i32,
-        screen: Some(screen(session_id, outcome.view, &outcome.info)),
+        screen: Some(screen(
+            session_id,
+            outcome.view,
+            outcome.terminal.clone(),
+            &outcome.info,
+        )),
         matched,
         terminal: Some(outcome.terminal.into()),
         state: proto::optional_to_proto(state),

@@ -527,11 +527,19 @@ impl Session {
         Ok(output)
     }
 
-    /// The screen as of the end of the ring.
-    pub fn screen(&self, format: ScreenFormat, scrollback: usize) -> Result<ScreenView, Error> {
+    /// The screen as of the end of the ring, and what the terminal was doing as of the same
+    /// offset (read under the same lock, so a prompt the screen shows is `at_prompt`).
+    pub fn screen(
+        &self,
+        format: ScreenFormat,
+        scrollback: usize,
+    ) -> Result<(ScreenView, TerminalActivity), Error> {
         self.check_open()?;
         let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
-        Ok(screen.view(format, scrollback))
+        let terminal = screen
+            .activity()
+            .summary(SystemTime::now(), self.shared.idle_after);
+        Ok((screen.view(format, scrollback), terminal))
     }
 
     /// Writes input as a brief controller: refused while a client holds the controller lease
@@ -632,7 +640,7 @@ mod tests {
             }
             if line % 8 == 5 {
                 // Behind or not, the feeder never makes a read of the screen stale.
-                let view = session.screen(ScreenFormat::Text, 0).unwrap();
+                let (view, _) = session.screen(ScreenFormat::Text, 0).unwrap();
                 assert_eq!(view.offset, output_end(&session));
                 assert!(
                     view.lines.iter().any(|row| *row == format!("line {line}")),
