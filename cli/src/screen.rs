@@ -452,6 +452,7 @@ mod tests {
                     "state": "at_prompt", "last_notification": null, "progress": null,
                     "cwd": null, "shell_integration": true, "running_command_id": null,
                 },
+                "quiet_ms": null,
             })
         );
     }

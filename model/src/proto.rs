@@ -522,6 +522,7 @@ impl From<Screen> for broker_pb::Screen {
             state: broker_state(screen.status) as i32,
             exit: screen.exit.map(Into::into),
             terminal: screen.terminal.map(Into::into),
+            quiet_ms: screen.quiet_ms,
         }
     }
 }
@@ -554,6 +555,7 @@ impl TryFrom<broker_pb::Screen> for Screen {
             scrollback_rows: screen.scrollback_rows,
             content,
             terminal: screen.terminal.map(TryInto::try_into).transpose()?,
+            quiet_ms: screen.quiet_ms,
         })
     }
 }
@@ -1159,6 +1161,7 @@ mod tests {
             status in 0usize..SessionStatus::ALL.len(),
             exit in proptest::option::of((any::<i32>(), proptest::option::of(1i32..65))),
             terminal in proptest::option::of(0usize..TerminalState::ALL.len()),
+            quiet_ms in proptest::option::of(any::<u64>()),
             offset in any::<u64>(),
             scrollback_rows in 0u32..10_000,
         ) {
@@ -1197,6 +1200,7 @@ mod tests {
                     running_command: Some(7),
                     ..TerminalActivity::default()
                 }),
+                quiet_ms,
             };
             let message = broker_pb::Screen::from(screen.clone());
             prop_assert_eq!(Screen::try_from(message.clone()), Ok(screen));

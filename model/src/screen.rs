@@ -192,6 +192,9 @@ pub struct Screen {
     /// What the terminal was doing as of `offset`, read with the screen; `None` from a broker
     /// that did not say.
     pub terminal: Option<TerminalActivity>,
+    /// How long no output had come when the screen was read, in milliseconds; `None` before
+    /// any output (or from a broker that did not say).
+    pub quiet_ms: Option<u64>,
 }
 
 /// The rows of a [`Screen`], in the format that was asked for.
@@ -257,6 +260,9 @@ struct ScreenJson<'a> {
     /// What the terminal was doing as of `offset`, read with the screen (the keys of a
     /// session's terminal state); `null` from a broker that did not say.
     terminal: Option<&'a TerminalActivity>,
+    /// How long no output had come when the screen was read, in milliseconds; `null` before
+    /// any output.
+    quiet_ms: Option<u64>,
 }
 
 impl<'a> From<&'a Screen> for ScreenJson<'a> {
@@ -287,6 +293,7 @@ impl<'a> From<&'a Screen> for ScreenJson<'a> {
             ansi,
             grid,
             terminal: screen.terminal.as_ref(),
+            quiet_ms: screen.quiet_ms,
         }
     }
 }
@@ -344,6 +351,7 @@ mod tests {
                 integrated: true,
                 ..TerminalActivity::default()
             }),
+            quiet_ms: Some(1500),
         }
     }
 
@@ -362,6 +370,7 @@ mod tests {
                     "state": "at_prompt", "last_notification": null, "progress": null,
                     "cwd": "/src", "shell_integration": true, "running_command_id": null,
                 },
+                "quiet_ms": 1500,
             })
         );
     }

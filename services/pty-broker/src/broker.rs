@@ -16,9 +16,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::{BackendKind, Config};
-use crate::domain::{
-    BrokerEvent, Command, ControlRequest, ControlState, Role, SessionInfo, TerminalActivity,
-};
+use crate::domain::{BrokerEvent, Command, ControlRequest, ControlState, Role, SessionInfo};
 use crate::error::{Error, StartError};
 use crate::events::EventBus;
 use crate::policy::PolicyRefusal;
@@ -27,13 +25,13 @@ use crate::registry::Registry;
 use crate::runtime::docker::{DockerRuntime, DockerRuntimeConfig, reap_orphans_from_state};
 use crate::runtime::local::{LocalRuntime, reap_local_orphans};
 use crate::runtime::{HandedProcess, PtyRuntime, RuntimeError, SpawnSpec, Target};
-use crate::screen::{ScreenFormat, ScreenView};
+use crate::screen::ScreenFormat;
 use bytes::Bytes;
 
 use crate::session::{
     AttachRequest, Attachment, CommandPage, CommandWatch, ControlSettings, FrozenSession,
-    InputItem, InputSent, RunOutcome, ScreenWait, Session, SessionRecording, SessionSettings,
-    TaskContext, WaitOutcome,
+    InputItem, InputSent, RunOutcome, ScreenReading, ScreenWait, Session, SessionRecording,
+    SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -416,17 +414,16 @@ impl Broker {
         self.inner.registry.list()
     }
 
-    /// The session's screen as of the end of its output with what its terminal was doing
-    /// then, and the session beside them.
+    /// The session's screen as of the end of its output, and the session beside it.
     pub fn screen(
         &self,
         session_id: Uuid,
         format: ScreenFormat,
         scrollback: usize,
-    ) -> Result<(ScreenView, TerminalActivity, SessionInfo), Error> {
+    ) -> Result<(ScreenReading, SessionInfo), Error> {
         let session = self.inner.registry.get(session_id)?;
-        let (view, terminal) = session.screen(format, scrollback)?;
-        Ok((view, terminal, session.info()))
+        let reading = session.screen(format, scrollback)?;
+        Ok((reading, session.info()))
     }
 
     /// Who controls the session and who asks to (see [`Session::control_state`]).

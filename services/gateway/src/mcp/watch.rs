@@ -19,6 +19,7 @@ use std::time::Duration;
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::service::SubscriptionContext;
 use rmcp::{ErrorData, Peer, RoleServer};
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use ptyhub_wire::ErrorCode;
@@ -51,7 +52,9 @@ impl Subscriptions {
         uri: &str,
         peer: Peer<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let watch = ScreenWatch::start(state, principal, uri).await?;
+        // The client hears of the subscription when this returns: the screen it starts from is
+        // the one before its answer, so nothing since is missed.
+        let watch = ScreenWatch::start(state, principal, uri, None).await?;
         let cancel = CancellationToken::new();
         let ended = cancel.clone();
         state.bridges.spawn(async move {
@@ -89,6 +92,9 @@ pub async fn listen(
     principal: &Principal,
     context: SubscriptionContext,
 ) -> Result<(), ErrorData> {
+    // The SDK acknowledged the subscription just before this runs, and a client may type at
+    // once: a screen that changed since then is notified at the start (`ScreenWatch::start`).
+    let acknowledged = Instant::now();
     let uris = context
         .accepted()
         .resource_subscriptions
@@ -96,7 +102,7 @@ pub async fn listen(
         .unwrap_or_default();
     let mut watches = Vec::with_capacity(uris.len());
     for uri in &uris {
-        watches.push(ScreenWatch::start(state, principal, uri).await?);
+        watches.push(ScreenWatch::start(state, principal, uri, Some(acknowledged)).await?);
     }
     let cancel = CancellationToken::new();
     let sink = context.sink();
@@ -121,14 +127,26 @@ struct ScreenWatch {
     session_id: String,
     /// The offset of the last screen seen: the next one with output past it is a change.
     seen: u64,
+    /// The screen changed after the subscription was acknowledged and before `seen` was read:
+    /// notified first.
+    changed_at_start: bool,
     /// One of the principal's stream slots, and what ends its credential.
     open: OpenStream,
 }
 
 impl ScreenWatch {
     /// Checks that `principal` may read the screen, takes one of its stream slots, and notes
-    /// the screen as it is now: only what changes from here on is notified.
-    async fn start(state: &AppState, principal: &Principal, uri: &str) -> Result<Self, ErrorData> {
+    /// the screen as it is now: only what changes from here on is notified. When the client was
+    /// told of the subscription already, at `acknowledged`, output that came since then (the
+    /// screen's quiet is shorter than the time this took) is a change to notify as well. Both
+    /// are durations, each on one host's clock, so the broker's clock need not agree with ours;
+    /// output just before the acknowledgement may be notified too, which costs a refetch.
+    async fn start(
+        state: &AppState,
+        principal: &Principal,
+        uri: &str,
+        acknowledged: Option<Instant>,
+    ) -> Result<Self, ErrorData> {
         let screen_uri =
             ScreenUri::parse(uri).map_err(|message| ErrorData::invalid_params(message, None))?;
         let (instance, session) = screen_uri
@@ -141,12 +159,15 @@ impl ScreenWatch {
             .get_screen(&instance.id, &session.id, ScreenRequest::default())
             .await
             .map_err(protocol_error)?;
+        let changed_at_start = acknowledged
+            .is_some_and(|acknowledged| output_since(screen.quiet_ms, acknowledged.elapsed()));
         Ok(Self {
             state: state.clone(),
             uri: uri.to_owned(),
             instance_id: instance.id,
             session_id: session.id.to_string(),
             seen: screen.offset,
+            changed_at_start,
             open,
         })
     }
@@ -168,6 +189,9 @@ impl ScreenWatch {
             }
         };
         tokio::pin!(ended);
+        if self.changed_at_start && !notify(self.uri.clone()).await {
+            return;
+        }
         loop {
             let next = tokio::select! {
                 next = self.next_change() => next,
@@ -228,5 +252,32 @@ impl ScreenWatch {
                 }
             }
         }
+    }
+}
+
+/// Whether a screen read `ago` after a moment, with no output for `quiet_ms` before the reading
+/// (`None`: never any output), may have had output since that moment. The broker truncates the
+/// quiet to whole milliseconds, so a quiet of exactly `ago` counts as output since.
+fn output_since(quiet_ms: Option<u64>, ago: Duration) -> bool {
+    quiet_ms.is_some_and(|quiet| Duration::from_millis(quiet) < ago)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_after_the_acknowledgement_is_a_change_and_older_output_is_not() {
+        let ago = Duration::from_micros(7_400);
+        assert!(output_since(Some(3), ago), "output 3 ms ago came after it");
+        assert!(
+            output_since(Some(7), ago),
+            "7.x ms truncated to 7 may be after it"
+        );
+        assert!(
+            !output_since(Some(8), ago),
+            "output 8 ms ago came before it"
+        );
+        assert!(!output_since(None, ago), "no output at all");
     }
 }

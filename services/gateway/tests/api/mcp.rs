@@ -143,6 +143,7 @@ async fn tools_run_a_command_read_the_screen_and_wait_for_the_prompt_as_mcp() {
     let (_, shown) = get(&stack, &path).await;
     assert_eq!(shown["terminal"]["state"], "at_prompt", "{shown}");
     assert_eq!(shown["terminal"]["shell_integration"], true, "{shown}");
+    assert!(shown["quiet_ms"].is_u64(), "{shown}");
     let screen = answer(&session, "read_screen", target.clone()).await;
     assert_eq!(screen["state"], "at_prompt", "{screen}");
 

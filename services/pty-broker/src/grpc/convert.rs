@@ -12,15 +12,15 @@ use uuid::Uuid;
 
 use crate::broker::Hello;
 use crate::domain::{
-    BrokerEvent, BrokerEventKind, ClientEvent, Role, SessionInfo, SessionPhase, TerminalActivity,
-    TerminalSize,
+    BrokerEvent, BrokerEventKind, ClientEvent, Role, SessionInfo, SessionPhase, TerminalSize,
 };
 use crate::error::Error;
 use crate::recording::{RecordMode, RecordingRequest};
 use crate::runtime::{SpawnSpec, Target};
-use crate::screen::{ScreenFormat, ScreenView};
+use crate::screen::ScreenFormat;
 use crate::session::{
-    AttachRequest, InputItem, InputSent, ScreenWait, WaitEnd, WaitOutcome, WaitTarget,
+    AttachRequest, InputItem, InputSent, ScreenReading, ScreenWait, WaitEnd, WaitOutcome,
+    WaitTarget,
 };
 
 // Protobuf to domain, validated.
@@ -307,14 +307,13 @@ impl From<SessionInfo> for pb::SessionInfo {
     }
 }
 
-/// The screen answer: the view and what the terminal was doing as of it, with the session's
-/// state and exit status beside them.
-pub(super) fn screen(
-    session_id: Uuid,
-    view: ScreenView,
-    terminal: TerminalActivity,
-    info: &SessionInfo,
-) -> pb::Screen {
+/// The screen answer: the reading, with the session's state and exit status beside it.
+pub(super) fn screen(session_id: Uuid, reading: ScreenReading, info: &SessionInfo) -> pb::Screen {
+    let ScreenReading {
+        view,
+        terminal,
+        quiet_for,
+    } = reading;
     let content = match view.format {
         ScreenFormat::Text => ScreenContent::Text(view.lines),
         ScreenFormat::Ansi => ScreenContent::Ansi(view.ansi.into_bytes()),
@@ -332,6 +331,7 @@ pub(super) fn screen(
         scrollback_rows: u32::try_from(view.scrollback_rows).unwrap_or(u32::MAX),
         content,
         terminal: Some(terminal),
+        quiet_ms: quiet_for.map(|quiet| u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX)),
     }
     .into()
 }
@@ -376,14 +376,9 @@ pub(super) fn wait_response(session_id: Uuid, outcome: WaitOutcome) -> pb::WaitF
     };
     pb::WaitForScreenResponse {
         outcome: outcome_code as i32,
-        screen: Some(screen(
-            session_id,
-            outcome.view,
-            outcome.terminal.clone(),
-            &outcome.info,
-        )),
+        terminal: Some(outcome.reading.terminal.clone().into()),
+        screen: Some(screen(session_id, outcome.reading, &outcome.info)),
         matched,
-        terminal: Some(outcome.terminal.into()),
         state: proto::optional_to_proto(state),
     }
 }

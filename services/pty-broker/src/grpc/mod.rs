@@ -193,8 +193,8 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         let session_id = parse_session_id(&request.session_id)?;
         let format = screen_format(request.format)?;
         let scrollback = scrollback(request.scrollback)?;
-        let (view, terminal, info) = self.broker.screen(session_id, format, scrollback)?;
-        Ok(Response::new(screen(session_id, view, terminal, &info)))
+        let (reading, info) = self.broker.screen(session_id, format, scrollback)?;
+        Ok(Response::new(screen(session_id, reading, &info)))
     }
 
     async fn get_control(

@@ -40,7 +40,7 @@ pub(crate) use recording::{FrozenRecording, SessionRecording};
 pub use run::{MAX_RUN_OUTPUT, RunOutcome};
 pub use screen::{CommandPage, FAST_FORWARD_RING_PART, InputItem};
 pub(crate) use task::{SessionTask, TaskContext};
-pub use wait::{ScreenWait, WaitEnd, WaitOutcome, WaitTarget};
+pub use wait::{ScreenReading, ScreenWait, WaitEnd, WaitOutcome, WaitTarget};
 
 use crate::activity::Activity;
 use crate::domain::{

@@ -26,13 +26,13 @@ use bytes::Bytes;
 use ptyhub_wire::limits;
 use tokio_util::sync::CancellationToken;
 
-use super::{InputSent, Session, Shared};
+use super::{InputSent, ScreenReading, Session, Shared};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::error::Error;
 use crate::recording::{MAX_COMMAND_OUTPUT, RecordedRange};
 use crate::ring::RingRead;
-use crate::screen::{LookAhead, Screen, ScreenFormat, ScreenView, Snapshot, key_bytes};
+use crate::screen::{LookAhead, Screen, ScreenFormat, Snapshot, key_bytes};
 use crate::shell_integration::Shell;
 
 /// Bytes the feeder parses before it lets other tasks run.
@@ -527,19 +527,17 @@ impl Session {
         Ok(output)
     }
 
-    /// The screen as of the end of the ring, and what the terminal was doing as of the same
-    /// offset (read under the same lock, so a prompt the screen shows is `at_prompt`).
-    pub fn screen(
-        &self,
-        format: ScreenFormat,
-        scrollback: usize,
-    ) -> Result<(ScreenView, TerminalActivity), Error> {
+    /// The screen as of the end of the ring.
+    pub fn screen(&self, format: ScreenFormat, scrollback: usize) -> Result<ScreenReading, Error> {
         self.check_open()?;
         let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
-        let terminal = screen
-            .activity()
-            .summary(SystemTime::now(), self.shared.idle_after);
-        Ok((screen.view(format, scrollback), terminal))
+        Ok(ScreenReading::read(
+            &mut screen,
+            format,
+            scrollback,
+            SystemTime::now(),
+            self.shared.idle_after,
+        ))
     }
 
     /// Writes input as a brief controller: refused while a client holds the controller lease
@@ -640,7 +638,7 @@ mod tests {
             }
             if line % 8 == 5 {
                 // Behind or not, the feeder never makes a read of the screen stale.
-                let (view, _) = session.screen(ScreenFormat::Text, 0).unwrap();
+                let view = session.screen(ScreenFormat::Text, 0).unwrap().view;
                 assert_eq!(view.offset, output_end(&session));
                 assert!(
                     view.lines.iter().any(|row| *row == format!("line {line}")),

@@ -21,7 +21,7 @@ use super::Session;
 use crate::activity::Activity;
 use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
-use crate::screen::{ScreenFormat, ScreenView};
+use crate::screen::{Screen, ScreenFormat, ScreenView};
 
 /// A wait looks at a changing screen at most this often.
 const WAIT_RECHECK: Duration = Duration::from_millis(10);
@@ -62,14 +62,45 @@ pub enum WaitEnd {
     Exited,
 }
 
+/// A screen as a client reads it: the view, and what the terminal was doing as of the same
+/// offset, read under the same lock (so a prompt the view shows is `at_prompt` here, where the
+/// session's record follows by an event).
+#[derive(Debug, Clone)]
+pub struct ScreenReading {
+    pub view: ScreenView,
+    pub terminal: TerminalActivity,
+    /// How long no output had come at the reading; `None` before any output.
+    pub quiet_for: Option<Duration>,
+}
+
+impl ScreenReading {
+    pub(super) fn read(
+        screen: &mut Screen,
+        format: ScreenFormat,
+        scrollback: usize,
+        now: SystemTime,
+        idle_after: Duration,
+    ) -> Self {
+        let activity = screen.activity();
+        let terminal = activity.summary(now, idle_after);
+        let quiet_for = activity
+            .last_output_at()
+            .map(|at| now.duration_since(at).unwrap_or_default());
+        Self {
+            view: screen.view(format, scrollback),
+            terminal,
+            quiet_for,
+        }
+    }
+}
+
 /// A wait's answer.
 #[derive(Debug, Clone)]
 pub struct WaitOutcome {
     pub end: WaitEnd,
-    pub view: ScreenView,
+    /// The screen, and what the terminal is doing, as the wait answers.
+    pub reading: ScreenReading,
     pub info: SessionInfo,
-    /// What the terminal is doing as the wait answers.
-    pub terminal: TerminalActivity,
 }
 
 impl Session {
@@ -164,8 +195,13 @@ impl Session {
         };
         let found = end.map(|end| Found {
             end,
-            view: screen.view(wait.format, wait.scrollback),
-            terminal: screen.activity().summary(now, idle_after),
+            reading: ScreenReading::read(
+                &mut screen,
+                wait.format,
+                wait.scrollback,
+                now,
+                idle_after,
+            ),
         });
         let idle_in = idle_at.map(|at| {
             at.duration_since(now).unwrap_or_default()
@@ -177,16 +213,18 @@ impl Session {
 
     fn exited_outcome(&self, wait: &ScreenWait) -> Result<WaitOutcome, Error> {
         let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
-        let terminal = screen
-            .activity()
-            .summary(SystemTime::now(), self.shared.idle_after);
-        let view = screen.view(wait.format, wait.scrollback);
+        let reading = ScreenReading::read(
+            &mut screen,
+            wait.format,
+            wait.scrollback,
+            SystemTime::now(),
+            self.shared.idle_after,
+        );
         drop(screen);
         Ok(WaitOutcome {
             end: WaitEnd::Exited,
-            view,
+            reading,
             info: self.info(),
-            terminal,
         })
     }
 }
@@ -202,17 +240,15 @@ struct Look {
 /// What a wait waited for, with the screen and the terminal as they were when it was seen.
 struct Found {
     end: WaitEnd,
-    view: ScreenView,
-    terminal: TerminalActivity,
+    reading: ScreenReading,
 }
 
 impl Found {
     fn answer(self, info: SessionInfo) -> WaitOutcome {
         WaitOutcome {
             end: self.end,
-            view: self.view,
+            reading: self.reading,
             info,
-            terminal: self.terminal,
         }
     }
 }
@@ -423,9 +459,13 @@ mod tests {
         assert!(answered(&wait).await, "the notification answers");
         let outcome = wait.await.unwrap().unwrap();
         assert_eq!(outcome.end, WaitEnd::State(TerminalState::WaitingForInput));
-        assert_eq!(outcome.view.lines[0], "Allow? [y/n]");
+        assert_eq!(outcome.reading.view.lines[0], "Allow? [y/n]");
         assert_eq!(
-            outcome.terminal.notification.map(|asked| asked.text),
+            outcome
+                .reading
+                .terminal
+                .notification
+                .map(|asked| asked.text),
             Some("needs your permission".to_owned())
         );
         fake.kill().await;
