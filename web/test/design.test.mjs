@@ -622,28 +622,36 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
     for (const scheme of ['dark', 'light']) {
       test(`screenshot: ${device}, ${scheme}`, async () => {
         const instance = await stack.createInstance({ name: 'demo-container' });
-        // Headless Chromium's software WebGL (SwiftShader) draws nothing at a device pixel ratio
-        // of 2, so the phone's picture is taken with the DOM renderer, which looks the same.
-        const browser = device === 'phone' ? await launchBrowser({ extraArgs: ['--disable-webgl', '--disable-webgl2'] }) : null;
-        const page = browser
-          ? await openOn(await newMobilePage(browser.browser, stack.origin, { colorScheme: scheme }), instance.id)
-          : await open(device, instance.id, { colorScheme: scheme });
-        await typeLine(page, "printf '\\033[1;32mptyhub\\033[0m: terminals that outlive the tab\\n'; ls -l /usr | head -5");
-        await waitForScreen(page, 'outlive the tab');
-        // A command that fails: the picture shows both colours of the commands' marks.
-        await typeLine(page, 'ls /no-such-directory');
-        await waitFor('two commands marked', () => page.evaluate(() => document.querySelector('.pane:not([hidden])').commandMarks.marks.filter((mark) => mark.outcome !== 'running').length === 2));
-        await showTabs(device, page);
-        for (let index = 0; index < 2; index += 1) {
-          await openNewSession(page, (button) => press(device, button));
+        try {
+          // Headless Chromium's software WebGL (SwiftShader) draws nothing at a device pixel ratio
+          // of 2, so the phone's picture is taken with the DOM renderer, which looks the same.
+          const browser = device === 'phone' ? await launchBrowser({ extraArgs: ['--disable-webgl', '--disable-webgl2'] }) : null;
+          const page = browser
+            ? await openOn(await newMobilePage(browser.browser, stack.origin, { colorScheme: scheme }), instance.id)
+            : await open(device, instance.id, { colorScheme: scheme });
+          const ended = () => page.evaluate(() => document.querySelector('.pane:not([hidden])').commandMarks.marks.filter((mark) => mark.outcome !== 'running').length);
+          // Each line is typed at a prompt, as a person would: a POSIX sh's command line is read
+          // from the screen when it is entered, so a line typed ahead of its prompt is no command.
+          await waitForScreen(page, '$');
+          await typeLine(page, "printf '\\033[1;32mptyhub\\033[0m: terminals that outlive the tab\\n'; ls -l /usr | head -5");
+          await waitForScreen(page, 'outlive the tab');
+          await waitFor('the first command marked', async () => await ended() === 1);
+          // A command that fails: the picture shows both colours of the commands' marks.
+          await typeLine(page, 'ls /no-such-directory');
+          await waitFor('two commands marked', async () => await ended() === 2);
+          await showTabs(device, page);
+          for (let index = 0; index < 2; index += 1) {
+            await openNewSession(page, (button) => press(device, button));
+          }
+          await press(device, page.getByRole('tab', { name: 'Session 1' }));
+          await waitForScreen(page, 'outlive the tab');
+          await saveScreenshot(page, `web-${device === 'phone' ? 'mobile' : 'desktop'}-${scheme}.png`);
+          await closePage(page);
+          await browser?.close();
+        } finally {
+          // The next screenshot's instance has the same name, whether or not this one passed.
+          await stack.rest('DELETE', `/api/v1/instances/${instance.id}`);
         }
-        await press(device, page.getByRole('tab', { name: 'Session 1' }));
-        await waitForScreen(page, 'outlive the tab');
-        await saveScreenshot(page, `web-${device === 'phone' ? 'mobile' : 'desktop'}-${scheme}.png`);
-        await closePage(page);
-        await browser?.close();
-        // The next screenshot's instance has the same name.
-        assert.equal((await stack.rest('DELETE', `/api/v1/instances/${instance.id}`)).status, 200);
       });
     }
   }
