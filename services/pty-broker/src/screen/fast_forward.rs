@@ -14,7 +14,10 @@
 //! fast-forwards equals one that parsed every byte, cell for cell (the tests check it).
 //!
 //! The caller checks what the text cannot tell: that the parser is in its ground state and the
-//! screen scrolls as a whole ([`super::parse_state::ParseState::plain_scrolling`]).
+//! screen scrolls as a whole ([`super::parse_state::ParseState::plain_scrolling`]), and where the
+//! plain text ends ([`first_not_plain`], once per byte however often the screen looks): [`plan`]
+//! then follows the cursor from line feed to line feed and return to return, found by `memchr`'s
+//! vector search, and counts the printable bytes between them without looking at each.
 
 use std::collections::VecDeque;
 
@@ -38,37 +41,24 @@ pub(super) struct Plan {
     pub replacement: Vec<u8>,
 }
 
-/// Why there is no plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
-    /// The byte at this index is not plain text: nothing from there on can be skipped.
-    NotPlain { at: usize },
-    /// The output is plain to its end but does not scroll enough yet.
-    TooShort,
-}
-
-/// Bytes looked at together when scanning for the end of a run: a loop with no early exit
+/// Bytes looked at together when scanning for the end of plain text: a loop with no early exit
 /// inside, which the compiler turns into vector instructions. A flood is scanned at memory
 /// speed rather than a byte at a time.
 const SCAN_CHUNK: usize = 32;
 
 /// Whether `byte` is plain text here: printable ASCII, a line feed or a return.
 fn is_plain(byte: u8) -> bool {
-    is_printable(byte) || matches!(byte, b'\n' | b'\r')
+    matches!(byte, 0x20..=0x7e | b'\n' | b'\r')
 }
 
-fn is_printable(byte: u8) -> bool {
-    matches!(byte, 0x20..=0x7e)
-}
-
-/// The index of the first byte of `bytes` that `is_kind` refuses.
-fn first_not(bytes: &[u8], is_kind: impl Fn(u8) -> bool) -> Option<usize> {
+/// The index of the first byte of `bytes` that is not plain text.
+pub(super) fn first_not_plain(bytes: &[u8]) -> Option<usize> {
     let mut chunks = bytes.chunks_exact(SCAN_CHUNK);
     let mut checked = 0;
     for chunk in &mut chunks {
         if chunk
             .iter()
-            .fold(false, |seen, &byte| seen | !is_kind(byte))
+            .fold(false, |seen, &byte| seen | !is_plain(byte))
         {
             break;
         }
@@ -76,13 +66,8 @@ fn first_not(bytes: &[u8], is_kind: impl Fn(u8) -> bool) -> Option<usize> {
     }
     bytes[checked..]
         .iter()
-        .position(|&byte| !is_kind(byte))
+        .position(|&byte| !is_plain(byte))
         .map(|at| checked + at)
-}
-
-/// The index of the first byte of `bytes` that is not plain text.
-pub(super) fn first_not_plain(bytes: &[u8]) -> Option<usize> {
-    first_not(bytes, is_plain)
 }
 
 /// The cursor after a scroll, and the last character printed by then.
@@ -123,6 +108,27 @@ impl Follow {
         });
     }
 
+    /// Follows `piece` (plain text), whose first byte is at index `start` of the output: only
+    /// its line feeds and returns are looked at one by one, the text between them a stretch at a
+    /// time.
+    fn follow(&mut self, piece: &[u8], start: usize) {
+        let mut at = 0;
+        for control in memchr::memchr2_iter(b'\n', b'\r', piece) {
+            if control > at {
+                self.print(&piece[at..control], start + at);
+            }
+            if piece[control] == b'\n' {
+                self.line_feed(start + control + 1);
+            } else {
+                self.col = 0;
+            }
+            at = control + 1;
+        }
+        if at < piece.len() {
+            self.print(&piece[at..], start + at);
+        }
+    }
+
     /// Prints `run` (printable ASCII only), whose first byte is at index `start` of the output:
     /// a stretch at a time up to the right margin, and a wrap (a return and a line feed) for the
     /// byte printed at a pending wrap, as vt100 does it.
@@ -145,12 +151,11 @@ impl Follow {
     }
 }
 
-/// A plan to skip most of `output` (the pieces in order, from the screen's offset), or why there
-/// is none.
-pub(super) fn plan<'a>(
-    start: Start,
-    output: impl IntoIterator<Item = &'a [u8]>,
-) -> Result<Plan, Stop> {
+/// A plan to skip most of `plain`, the output from the screen's offset in pieces, in order; `None`
+/// when it does not scroll enough yet. Every byte of `plain` must be plain text (the caller cuts
+/// the output where [`first_not_plain`] found a byte that is not): the text between line feeds
+/// and returns is taken for printable without a look.
+pub(super) fn plan<'a>(start: Start, plain: impl IntoIterator<Item = &'a [u8]>) -> Option<Plan> {
     // Every row on the screen and above it must be written after the point skipped to.
     let needed = usize::from(start.rows) + start.kept_above;
     let bottom = start.rows - 1;
@@ -164,40 +169,19 @@ pub(super) fn plan<'a>(
         keep: needed + 1,
     };
     let mut piece_start = 0;
-    let mut not_plain = None;
-    'pieces: for piece in output {
-        let mut at = 0;
-        while at < piece.len() {
-            let run = first_not(&piece[at..], is_printable).unwrap_or(piece.len() - at);
-            if run > 0 {
-                follow.print(&piece[at..at + run], piece_start + at);
-                at += run;
-                continue;
-            }
-            match piece[at] {
-                b'\n' => follow.line_feed(piece_start + at + 1),
-                b'\r' => follow.col = 0,
-                _ => {
-                    not_plain = Some(piece_start + at);
-                    break 'pieces;
-                }
-            }
-            at += 1;
-        }
+    for piece in plain {
+        follow.follow(piece, piece_start);
         piece_start += piece.len();
     }
     // The point skipped to must come after a scroll (so the cursor is on the bottom row), with
     // `needed` scrolls after it.
-    let stop = not_plain.map_or(Stop::TooShort, |at| Stop::NotPlain { at });
     let scrolls = follow.scrolls;
     if scrolls.len() < needed + 1 {
-        return Err(stop);
+        return None;
     }
     let point = scrolls[0];
-    let Some(printed) = point.last_printed else {
-        // Only line feeds: the column cannot be set without printing. Never worth it.
-        return Err(stop);
-    };
+    // Only line feeds before it: the column cannot be set without printing. Never worth it.
+    let printed = point.last_printed?;
     let mut replacement = Vec::with_capacity(usize::from(start.rows) + usize::from(start.cols) + 2);
     replacement.extend(std::iter::repeat_n(
         b'\n',
@@ -209,7 +193,7 @@ pub(super) fn plan<'a>(
     } else {
         replacement.extend(std::iter::repeat_n(printed, usize::from(point.col)));
     }
-    Ok(Plan {
+    Some(Plan {
         skip: point.after,
         replacement,
     })
@@ -237,16 +221,39 @@ mod tests {
     fn text_that_does_not_scroll_enough_is_not_skipped() {
         // Six rows must be written after the point; five scrolls are not enough.
         let output = b"1\n2\n3\n4\n5\n6\n7\n8\n";
-        assert_eq!(plan(start(0, 0), [&output[..]]), Err(Stop::TooShort));
+        assert_eq!(plan(start(0, 0), [&output[..]]), None);
     }
 
     #[test]
-    fn a_byte_that_is_not_plain_ends_what_can_be_skipped() {
-        let output = b"a\nb\n\x1b[mc\n";
-        assert_eq!(
-            plan(start(3, 0), [&output[..]]),
-            Err(Stop::NotPlain { at: 4 })
-        );
+    fn a_byte_that_is_not_plain_is_found_on_either_side_of_a_chunk_s_edge() {
+        for at in [
+            0,
+            SCAN_CHUNK - 1,
+            SCAN_CHUNK,
+            SCAN_CHUNK + 1,
+            3 * SCAN_CHUNK - 1,
+        ] {
+            for byte in [0x1b, 0x07, b'\t', 0x7f, 0xc3] {
+                let mut output = b"line\r\n".repeat(20);
+                output[at] = byte;
+                assert_eq!(first_not_plain(&output), Some(at), "{byte:#04x} at {at}");
+            }
+        }
+        assert_eq!(first_not_plain(&b"y\n".repeat(100)), None);
+    }
+
+    #[test]
+    fn line_feeds_and_returns_at_a_piece_s_edges_are_followed() {
+        // Each piece starts or ends with a control, and a line's text is cut between pieces.
+        let output = b"ab\ncd\r\nef\ngh\r\nij\nkl\nmn\r\nop\nqr\n";
+        let whole = plan(start(3, 0), [&output[..]]);
+        assert!(whole.is_some());
+        for cut in [2, 3, 5, 6, 7, 8] {
+            let (left, right) = output.split_at(cut);
+            assert_eq!(plan(start(3, 0), [left, right]), whole, "cut at {cut}");
+        }
+        let pieces: Vec<&[u8]> = output.chunks(1).collect();
+        assert_eq!(plan(start(3, 0), pieces), whole);
     }
 
     #[test]
@@ -281,13 +288,12 @@ mod tests {
 
     /// What [`plan`] must answer, a byte at a time as the emulator goes: the oracle for the
     /// stretch-at-a-time version.
-    fn plan_bytewise(start: Start, output: &[u8]) -> Result<Plan, Stop> {
+    fn plan_bytewise(start: Start, output: &[u8]) -> Option<Plan> {
         let bottom = start.rows - 1;
         let needed = usize::from(start.rows) + start.kept_above;
         let (mut row, mut col) = (start.row.min(bottom), start.col.min(start.cols));
         let mut last_printed = None;
         let mut scrolls = VecDeque::new();
-        let mut stop = Stop::TooShort;
         for (index, &byte) in output.iter().enumerate() {
             let feed = |row: &mut u16| {
                 let scrolled = *row == bottom;
@@ -309,10 +315,7 @@ mod tests {
                     last_printed = Some(byte);
                     scrolled
                 }
-                _ => {
-                    stop = Stop::NotPlain { at: index };
-                    break;
-                }
+                _ => break,
             };
             if scrolled {
                 scrolls.push_back((index + 1, col, last_printed));
@@ -322,10 +325,10 @@ mod tests {
             }
         }
         if scrolls.len() < needed + 1 {
-            return Err(stop);
+            return None;
         }
         let (skip, col, Some(printed)) = scrolls[0] else {
-            return Err(stop);
+            return None;
         };
         let mut replacement = vec![b'\n'; usize::from(bottom - row_at(start))];
         replacement.push(b'\r');
@@ -334,7 +337,7 @@ mod tests {
         } else {
             replacement.extend(std::iter::repeat_n(printed, usize::from(col)));
         }
-        Ok(Plan { skip, replacement })
+        Some(Plan { skip, replacement })
     }
 
     proptest::proptest! {
@@ -357,7 +360,9 @@ mod tests {
             split in 0usize..400,
         ) {
             let start = Start { row, col, rows, cols, kept_above };
-            let (left, right) = output.split_at(split.min(output.len()));
+            // The plan follows the plain text the caller found, as `Screen::look_ahead` cuts it.
+            let plain = &output[..first_not_plain(&output).unwrap_or(output.len())];
+            let (left, right) = plain.split_at(split.min(plain.len()));
             proptest::prop_assert_eq!(plan(start, [left, right]), plan_bytewise(start, &output));
         }
 

@@ -553,14 +553,21 @@ impl Screen {
             cols,
             kept_above: if alternate { 0 } else { scrollback_lines },
         };
-        match fast_forward::plan(start, output.iter().map(|piece| &piece[..])) {
-            Ok(plan) => {
+        // The plan follows the plain text alone, which the scan above found.
+        let mut plain_left = (plain_end - offset) as usize;
+        let plain = output.iter().map_while(|piece| {
+            let take = piece.len().min(plain_left);
+            plain_left -= take;
+            (take > 0).then(|| &piece[..take])
+        });
+        match fast_forward::plan(start, plain) {
+            Some(plan) => {
                 emulator.process(&plan.replacement);
                 self.offset += plan.skip as u64;
                 self.ahead.too_short_at = None;
                 LookAhead::Skipped(plan.skip as u64)
             }
-            Err(_) => {
+            None => {
                 self.ahead.too_short_at = Some(plain_end);
                 parse
             }

@@ -207,6 +207,8 @@ impl Session {
                 input_since_report: false,
                 last_input_at: None,
                 screen_offset: end,
+                feeder_woken_at: None,
+                reads_held_for_screen: 0,
                 title: frozen.title,
                 last_bell_at: frozen.last_bell_at,
                 marks_since_report: false,

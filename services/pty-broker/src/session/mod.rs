@@ -171,6 +171,12 @@ struct State {
     /// How far the screen has been fed: the task reads no more than a ring ahead of it, so the
     /// screen never misses a byte.
     screen_offset: u64,
+    /// The `screen_offset` at which the task last woke the feeder for falling behind
+    /// (`State::feeder_falls_behind`, `session/screen.rs`): once per batch, not per read.
+    feeder_woken_at: Option<u64>,
+    /// How often the task stopped reading for the screen alone (the controller would have let
+    /// it read on): [`Session::reads_held_for_screen`].
+    reads_held_for_screen: u64,
     /// The window title and last bell as the screen last saw them.
     title: String,
     last_bell_at: Option<SystemTime>,
@@ -311,6 +317,8 @@ impl Session {
                 input_since_report: false,
                 last_input_at: None,
                 screen_offset: 0,
+                feeder_woken_at: None,
+                reads_held_for_screen: 0,
                 title: String::new(),
                 last_bell_at: None,
                 marks_since_report: false,

@@ -9,15 +9,17 @@
 //! first: feeding is idempotent by offset. The session task reads no further than a ring ahead of
 //! the screen ([`super::State::read_allowance`]), so the screen never misses a byte. A screen far
 //! behind first tries to skip the part of a plain-text flood nobody can see any more
-//! ([`Screen::fast_forward`]), which is what lets a flood run at the PTY's pace.
+//! ([`Screen::look_ahead`]), which is what lets a flood run at the PTY's pace.
 //!
 //! The feeder batches, because nobody waits for it: woken by output after it had caught up, it
 //! lets output come for [`FEED_BATCH_INTERVAL`] before it feeds, and while output keeps coming it
 //! feeds a batch an interval, woken by the timer and not by the chunks, so a fast typist's echoes
-//! do not each wake it beside the client they are for. The PTY's reader waiting for the screen
-//! wakes it at once ([`Shared::feeder_wake`]), so flow control and floods never wait for the
-//! timer. The screen is as current as ever for its readers (they feed it first); what the feeder
-//! publishes, the title and the last bell, may be an interval late.
+//! do not each wake it beside the client they are for. The PTY's reader wakes it at once
+//! ([`Shared::feeder_wake`]) when the screen falls half a ring behind, so that a flood is skipped
+//! before the reader would have to wait for the screen, and when it waits for the screen all
+//! the same, so flow control and floods never wait for the timer. The screen is as current as
+//! ever for its readers (they feed it first); what the feeder publishes, the title and the last
+//! bell, may be an interval late.
 
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,7 +28,7 @@ use bytes::Bytes;
 use ptyhub_wire::limits;
 use tokio_util::sync::CancellationToken;
 
-use super::{InputSent, ScreenReading, Session, Shared};
+use super::{InputSent, ScreenReading, Session, Shared, State};
 use crate::activity::{ActivityParts, Change};
 use crate::domain::{Command, TerminalActivity, TerminalState};
 use crate::error::Error;
@@ -43,10 +45,10 @@ const FEED_SLICE: usize = 16 * 1024;
 pub const FAST_FORWARD_RING_PART: usize = 4;
 /// A reader that needs the screen now fast-forwards when it is at least this far behind.
 const FAST_FORWARD_LEAST: usize = 32 * 1024;
-/// While a plain-text flood runs ahead, the feeder looks at it this often (at 46 MiB/s, a local
-/// PTY's pace here, about a fifth of a 1 MiB ring arrives in between), and at once when the
-/// PTY's reader must wait for it (a faster flood fills the ring sooner); when nothing came in
-/// between, the flood stopped and it parses the rest.
+/// While a plain-text flood runs ahead, the feeder looks at it this often (at 46 MiB/s about a
+/// fifth of a 1 MiB ring arrives in between), and at once when the screen falls half a ring
+/// behind ([`FALLS_BEHIND_RING_PART`]: a local PTY's flood, at 200-300 MiB/s here, fills the
+/// ring within a tick); when nothing came in between, the flood stopped and it parses the rest.
 const FLOOD_TICK: Duration = Duration::from_millis(4);
 /// Woken by output after it had caught up, the feeder lets output come this long before it
 /// feeds, and feeds at most this often while output keeps coming, so that a burst of chunks or
@@ -55,10 +57,15 @@ const FLOOD_TICK: Duration = Duration::from_millis(4);
 /// long against the gap between keystrokes echoed back to back (well under a millisecond) and
 /// short against everything that waits for what the feeder publishes: the title and bell reach
 /// `WatchEvents` at most once a second anyway, and a reader of the screen feeds it itself
-/// ([`Shared::current_screen`]). At a local PTY's 46 MiB/s about 740 KiB arrive in one
-/// interval, within the default 1 MiB ring, so such a flood does not wait for the screen; a
-/// faster one, or a smaller ring, wakes the feeder at once through [`Shared::feeder_wake`].
+/// ([`Shared::current_screen`]). Output that puts the screen half a ring behind within an
+/// interval (a flood) wakes the feeder at once through [`Shared::feeder_wake`].
 const FEED_BATCH_INTERVAL: Duration = Duration::from_millis(16);
+
+/// The PTY's reader wakes the feeder as soon as the screen is this part of a ring behind
+/// ([`State::feeder_falls_behind`]), once for each time it falls behind: a flood that fills the
+/// ring faster than the feeder looks ([`FLOOD_TICK`]) is then skipped while the reader reads on
+/// into the other half, instead of the reader stopping at a full ring to wait for the screen.
+const FALLS_BEHIND_RING_PART: usize = 2;
 
 /// While a slow client holds a plain-text flood back, the feeder looks again when output comes,
 /// or after this long in case the flood ended just where the client stopped it: the rest is then
@@ -92,6 +99,21 @@ enum Flood {
     HeldByClient,
     /// Nothing came and nothing holds it back: the rest can be parsed.
     Stopped,
+}
+
+impl State {
+    /// Whether the PTY's reader should wake the feeder now, off its batching interval and its
+    /// flood tick: the screen is [`FALLS_BEHIND_RING_PART`] of the ring behind and the feeder
+    /// was not woken for it since it last moved on. A wake per batch of output, not per read.
+    pub(super) fn feeder_falls_behind(&mut self) -> bool {
+        let behind = self.ring.end().saturating_sub(self.screen_offset);
+        let part = (self.ring.capacity() / FALLS_BEHIND_RING_PART) as u64;
+        if behind < part || self.feeder_woken_at == Some(self.screen_offset) {
+            return false;
+        }
+        self.feeder_woken_at = Some(self.screen_offset);
+        true
+    }
 }
 
 /// One piece of input for [`Session::send_input`].
@@ -444,6 +466,14 @@ pub struct CommandPage {
 }
 
 impl Session {
+    /// How often the PTY's reader stopped for the screen, a ring behind it, while the controller
+    /// would have let it read on: what the screen cost the output's pace. A plain-text flood is
+    /// skipped before that (the feeder is woken at half a ring); output the emulator must parse
+    /// all of, coming faster than it parses, is read at the emulator's pace.
+    pub fn reads_held_for_screen(&self) -> u64 {
+        self.shared.lock().reads_held_for_screen
+    }
+
     /// The commands after `after` (0 for all kept), at most `limit`, as of the end of the ring.
     pub fn commands(&self, after: u64, limit: usize) -> Result<CommandPage, Error> {
         self.check_open()?;
@@ -699,17 +729,50 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_plain_flood_that_waits_for_the_screen_is_skipped_not_parsed() {
         let mut fake = FakeSession::start(FakeSession::settings(), None).await;
-        // Many rings' worth: the PTY's reader waits for the screen again and again.
+        // Many rings' worth, read as fast as it is written: the screen falls behind again and
+        // again.
         let flood = plain_flood(16);
         flood_the_screen(&mut fake, &flood).await;
         // What stays is the screen and its scrollback (124 rows of 64 bytes here); a flood that
-        // held the reader back is no reason to parse it.
+        // ran ahead of the screen is no reason to parse it.
         let parsed = bytes_parsed(&fake.session);
         assert!(
             parsed <= 64 * 1024,
             "the screen parsed {parsed} bytes of a {} byte plain flood",
             flood.len()
         );
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plain_flood_is_skipped_before_the_reader_waits_for_the_screen() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        // Sixteen rings, read as fast as they are written with no timer firing meanwhile (the
+        // paused clock moves only when every task waits): only the reader can wake the feeder
+        // in time.
+        let flood = plain_flood(16);
+        flood_the_screen(&mut fake, &flood).await;
+        assert_eq!(
+            fake.session.reads_held_for_screen(),
+            0,
+            "the PTY's reader waited for the screen during a plain flood"
+        );
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_the_screen_must_parse_is_read_at_its_pace_and_counted() {
+        // The counter's other side: output that must be parsed holds the reader back.
+        let settings = SessionSettings {
+            ring_bytes: 16 * 1024,
+            ..FakeSession::settings()
+        };
+        let mut fake = FakeSession::start(settings, None).await;
+        let flood: Vec<u8> = (0..5_000)
+            .flat_map(|line| format!("\x1b[3{}mline {line}\x1b[0m\r\n", line % 8).into_bytes())
+            .collect();
+        flood_the_screen(&mut fake, &flood).await;
+        assert!(fake.session.reads_held_for_screen() > 0);
         fake.kill().await;
     }
 

@@ -821,14 +821,20 @@ impl SessionTask {
     }
 
     /// How much may be read now (flow control), noting whether the task waits for the controller
-    /// or the screen; a screen it waits for has its feeder woken.
+    /// or the screen; a screen it waits for, or one that fell half a ring behind, has its feeder
+    /// woken (the latter so that the task need not wait for it).
     fn read_allowance(&self) -> usize {
         let screens = self.shared.screen.is_some();
         let mut state = self.shared.lock();
         let allowance = state.read_allowance(screens);
+        let held_for_screen = allowance == 0 && screens && state.read_allowance(false) > 0;
+        if held_for_screen && !state.reader_waiting {
+            state.reads_held_for_screen += 1;
+        }
         state.reader_waiting = allowance == 0;
+        let wake_feeder = screens && (allowance == 0 || state.feeder_falls_behind());
         drop(state);
-        if allowance == 0 && screens {
+        if wake_feeder {
             self.shared.feeder_wake.notify_one();
         }
         allowance
