@@ -14,6 +14,7 @@ import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
 import { CLOSE } from './close-codes.js';
 import { CommandMarks } from './commands.js';
+import { CursorBlink } from './cursor-blink.js';
 import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
 import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
@@ -154,8 +155,12 @@ export class SessionTab {
      */
     this.terminalState = { state: null, progress: null, lastNotification: null };
 
+    /** Whether the cursor blinks: a viewer's stands still. Who blinks it, see `setRenderer`. */
+    this.cursorBlinks = !viewer;
+    /** The DOM renderer's blink (cursor-blink.js); null with WebGL, where xterm blinks it. */
+    this.cursorBlink = null;
     this.terminal = new Terminal({
-      cursorBlink: !viewer,
+      cursorBlink: false,
       disableStdin: viewer,
       fontFamily: '"DejaVu Sans Mono", "Menlo", "Consolas", monospace',
       fontSize: fontSize(),
@@ -227,7 +232,10 @@ export class SessionTab {
     Object.defineProperty(this.pane, 'commandMarks', { get: () => this.commandMarks.describe() });
     sendWheelForTouchScrolling(this.host, this.terminal);
 
-    this.terminal.onData((data) => this.callbacks.onKeyboardInput(this, data));
+    this.terminal.onData((data) => {
+      this.cursorBlink?.typed();
+      this.callbacks.onKeyboardInput(this, data);
+    });
     // Binary input (X10 mouse reports) is never printable: it ends prediction.
     this.terminal.onBinary((data) => {
       if (this.canWrite) this.localEcho?.input(data);
@@ -276,10 +284,24 @@ export class SessionTab {
     }
   }
 
-  /** @param {'webgl' | 'dom'} renderer */
+  /**
+   * Takes `renderer` and the cursor's blink that goes with it: xterm's own with WebGL (a timer
+   * that draws the cursor), this page's with the DOM renderer, whose own blink is a CSS animation
+   * that makes every key's echo wait a frame (cursor-blink.js says why).
+   * @param {'webgl' | 'dom'} renderer
+   */
   setRenderer(renderer) {
     this.renderer = renderer;
     this.pane.dataset.renderer = renderer;
+    if (!this.cursorBlinks) return;
+    this.terminal.options.cursorBlink = renderer === 'webgl';
+    if (renderer === 'dom') {
+      this.cursorBlink ??= new CursorBlink(this.host);
+      this.cursorBlink.start();
+    } else {
+      this.cursorBlink?.stop();
+      this.cursorBlink = null;
+    }
   }
 
   /** Applies the remembered font size and the theme in effect; returns whether the size changed. */
@@ -513,6 +535,7 @@ export class SessionTab {
     clearTimeout(this.reconnectTimer);
     this.closeSocket();
     this.localEcho?.dispose();
+    this.cursorBlink?.stop();
     this.terminal.dispose();
     this.pane.remove();
   }
@@ -669,6 +692,7 @@ export class SessionTab {
     this.written = end;
     // The old process's last words after a reset began: the new one gets a clean screen.
     if (this.discardingOldOutput) return;
+    this.cursorBlink?.output();
     const seq = this.localEcho?.receivedOutput();
     this.commandMarks.written(fresh, end - fresh.length);
     this.terminal.write(fresh, () => {

@@ -244,6 +244,26 @@ describe('web page', { skip: skip ?? false }, () => {
     await closePage(page);
   });
 
+  test('the DOM renderer\'s cursor blinks by the page\'s class, not by xterm\'s endless animation', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    const pane = page.locator('.pane:not([hidden])');
+    assert.equal(await pane.getAttribute('data-renderer'), 'dom');
+    await pane.locator('.xterm-helper-textarea').focus();
+    await pane.locator('.xterm-cursor.xterm-cursor-block').waitFor();
+    // xterm's blink animates the cursor's colours, which only the main thread can: a frame every
+    // 16.7 ms, and Chromium makes the echo of every key wait for the frame it has pending.
+    const blinkAnimations = () => page.evaluate(() => document.getAnimations()
+      .filter((animation) => String(/** @type {any} */ (animation).animationName).startsWith('blink_')).length);
+    assert.equal(await blinkAnimations(), 0);
+    assert.equal(await pane.locator('.xterm-cursor-blink').count(), 0);
+    const cursorBackground = () => pane.locator('.xterm-cursor').evaluate((cursor) => getComputedStyle(cursor).backgroundColor);
+    await waitFor('the hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1);
+    assert.equal(await cursorBackground(), 'rgba(0, 0, 0, 0)', 'the hidden phase draws the cell plainly');
+    await waitFor('the shown phase', async () => await pane.locator('.cursor-blink-off').count() === 0);
+    assert.notEqual(await cursorBackground(), 'rgba(0, 0, 0, 0)');
+  });
+
   test('rename by double-click: Enter confirms, Escape cancels, a bad name shows the server message', async () => {
     const instance = await stack.createInstance();
     const page = await openInstance(instance.id);
