@@ -521,7 +521,13 @@ impl SessionTask {
         let mut read_buf = BytesMut::new();
         let mut output_ended = false;
         let mut pacer = ReadPacer::new(*output_buffered);
+        let mut streak = ReadStreak::default();
         loop {
+            if streak.turn_is_due() {
+                // Between two slices of a flood, the worker runs what else is ready and looks
+                // for I/O (a keystroke on another session) before this task reads on.
+                tokio::task::yield_now().await;
+            }
             let allowance = if output_ended {
                 0
             } else {
@@ -563,12 +569,14 @@ impl SessionTask {
                     self.report_terminal();
                     self.attachments_changed();
                 }
-                read = pacer.paced(read_some(output, &mut read_buf, allowance)), if allowance > 0 => {
+                read = noting_wait(pacer.paced(read_some(output, &mut read_buf, allowance))), if allowance > 0 => {
+                    let (read, waited) = read;
                     match read {
                         Ok(0) => output_ended = true,
                         Ok(read) => {
                             let last_input_at = self.push_output(read_buf.split().freeze());
                             pacer.read(read, last_input_at, Instant::now());
+                            streak.read(read, waited);
                         }
                         Err(error) => {
                             tracing::debug!(session_id = %self.id, %error, "pty output ended with an error");
@@ -1333,6 +1341,54 @@ impl ReadPacer {
     }
 }
 
+/// Bounds how much output the task reads in one go while the PTY always has more: a flood read
+/// as fast as it comes would otherwise keep the worker thread for up to tokio's budget of 128
+/// reads (half a MiB) per poll, and the tasks of a keystroke on another session, woken by I/O
+/// that the worker only looks for between polls, would wait behind it. After
+/// [`FLOOD_SLICE_BYTES`] read without the read ever having to wait, the task yields once: the
+/// worker runs what else is ready and polls for I/O, then this task reads on. Output that comes
+/// at typing speed never fills a slice (each read waits for its output), so it never yields.
+#[derive(Debug, Default)]
+struct ReadStreak {
+    /// Bytes read in a row without a read having to wait, since the last yield.
+    bytes: usize,
+}
+
+/// Output read in a row without waiting after which the session task gives its worker up once.
+/// Eight full PTY reads (a PTY gives at most 4095 bytes a read): a slice costs the worker tens
+/// of microseconds, and a yield a few, so a flood's throughput barely notices.
+const FLOOD_SLICE_BYTES: usize = 32 * 1024;
+
+impl ReadStreak {
+    /// Notes a read of `len` bytes; `waited` says whether it had to wait for its output.
+    fn read(&mut self, len: usize, waited: bool) {
+        self.bytes = if waited { len } else { self.bytes + len };
+    }
+
+    /// Whether the task should yield now (once: the streak starts again).
+    fn turn_is_due(&mut self) -> bool {
+        let due = self.bytes >= FLOOD_SLICE_BYTES;
+        if due {
+            self.bytes = 0;
+        }
+        due
+    }
+}
+
+/// `future`'s output, and whether it had to wait for it (returned `Pending` at least once).
+async fn noting_wait<F: Future>(future: F) -> (F::Output, bool) {
+    let mut future = std::pin::pin!(future);
+    let mut waited = false;
+    std::future::poll_fn(|context| match future.as_mut().poll(context) {
+        std::task::Poll::Ready(output) => std::task::Poll::Ready((output, waited)),
+        std::task::Poll::Pending => {
+            waited = true;
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 async fn read_some(
     output: &mut Pin<Box<dyn AsyncRead + Send>>,
     read_buf: &mut BytesMut,
@@ -1398,6 +1454,48 @@ mod tests {
     use super::*;
 
     const SMALL: usize = 128;
+
+    #[test]
+    fn output_read_without_waiting_yields_once_per_slice() {
+        let mut streak = ReadStreak::default();
+        streak.read(FLOOD_SLICE_BYTES / 2, false);
+        assert!(!streak.turn_is_due());
+        streak.read(FLOOD_SLICE_BYTES / 2, false);
+        assert!(streak.turn_is_due(), "a slice read without waiting");
+        assert!(!streak.turn_is_due(), "once per slice");
+    }
+
+    #[tokio::test]
+    async fn a_flood_gives_the_thread_back_before_all_of_it_is_read() {
+        use tokio::io::AsyncWriteExt as _;
+        let unscreened = SessionSettings {
+            scrollback_lines: None,
+            ..crate::runtime::fake::FakeSession::settings()
+        };
+        let mut fake = crate::runtime::fake::FakeSession::start(unscreened, None).await;
+        // Two slices, ready at once: the session task could read both without waiting.
+        let ready = vec![b'x'; 2 * FLOOD_SLICE_BYTES];
+        fake.terminal.terminal.write_all(&ready).await.unwrap();
+        tokio::task::yield_now().await;
+        let read_in_one_turn = fake.session.info().output_offset;
+        assert!(
+            read_in_one_turn > 0 && read_in_one_turn < ready.len() as u64,
+            "{read_in_one_turn} of {} bytes read before this task's next turn",
+            ready.len()
+        );
+        while fake.session.info().output_offset < ready.len() as u64 {
+            tokio::task::yield_now().await;
+        }
+        fake.kill().await;
+    }
+
+    #[test]
+    fn a_read_that_waited_starts_the_streak_again() {
+        let mut streak = ReadStreak::default();
+        streak.read(FLOOD_SLICE_BYTES - 1, false);
+        streak.read(1, true);
+        assert!(!streak.turn_is_due(), "typing-speed output never yields");
+    }
 
     #[test]
     fn small_reads_in_quick_succession_pace_the_next() {
