@@ -53,8 +53,11 @@ async fn main() -> Result<()> {
         ring_bytes: pty_broker::Config::DEFAULT_RING_BYTES,
         max_sessions: 50,
         unscreened: selected("throughput") || selected("echo"),
-        web_dir: (selected("reload") && browser.web_dir.join("index.html").is_file())
-            .then(|| browser.web_dir.clone()),
+        // The page the browser scenarios load, as built now rather than as the gateway binary
+        // embedded it when it was built.
+        web_dir: ((selected("reload") || selected("glyph"))
+            && browser.web_dir.join("index.html").is_file())
+        .then(|| browser.web_dir.clone()),
         record: args.record,
     })
     .await?;
