@@ -49,8 +49,14 @@ impl StreamAudit {
         self.reason = reason;
     }
 
-    /// What the stream's reader reports a reset with: a reset sent on the stream goes to the
-    /// broker directly, so only the gateway knows who asked for it.
+    /// Reports a reset the stream's controller sent: it goes to the broker directly, so only
+    /// the gateway knows who asked for it.
+    pub fn reset(&self) {
+        self.report(AuditKind::SessionReset, None);
+    }
+
+    /// What the stream's reader reports a reset with, for a reader that does not hold the
+    /// [`StreamAudit`] (see [`StreamAudit::reset`]).
     pub fn resets(&self) -> StreamResets {
         StreamResets {
             reports: self.reports.clone(),

@@ -216,6 +216,12 @@ pub struct CredentialWatch {
 }
 
 impl CredentialWatch {
+    /// Whether the credential can end at all: it expires, or it is a share's (which can be
+    /// revoked). A stream need not wait for the end of one that cannot.
+    pub fn can_end(&self) -> bool {
+        self.expires_at.is_some() || self.revoked.is_some()
+    }
+
     /// Completes when the credential ends, saying why; never for one that does not.
     pub async fn ended(&self) -> CredentialEnd {
         match &self.revoked {

@@ -39,7 +39,10 @@ impl Upstreams {
                 present_only: target.present_only,
             })),
         };
-        let frames = futures::stream::once(std::future::ready(hello))
+        // The hello is boxed: the request body keeps its stream, the hello's room in it
+        // included, for as long as the stream lives, and sends the hello once.
+        let frames = futures::stream::once(std::future::ready(Box::new(hello)))
+            .map(|hello| *hello)
             .chain(command_receiver.map(command_frame));
         let events = broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
             .attach(frames)
