@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use crate::domain::{
-    Attendee, ControlRequest, ControlState, Instance, ReservedControl, ScreenWaitResult, Session,
-    SessionChange, TerminalActivity,
+    Attendee, ControlRequest, ControlState, Instance, ReservedControl, Screen, ScreenWaitResult,
+    Session, SessionChange, TerminalActivity,
 };
 use crate::error::ApiError;
 
@@ -113,10 +113,22 @@ impl SeenBy for ControlState {
     }
 }
 
-impl SeenBy for ScreenWaitResult {
-    /// What the terminal was doing as the wait answered, as the credential sees it.
+impl SeenBy for Screen {
+    /// What the terminal was doing as the screen was read, as the credential sees it.
     fn seen_by(self, access: &Access) -> Self {
         Self {
+            terminal: self.terminal.map(|terminal| terminal.seen_by(access)),
+            ..self
+        }
+    }
+}
+
+impl SeenBy for ScreenWaitResult {
+    /// The screen, and what the terminal was doing as the wait answered, as the credential
+    /// sees them.
+    fn seen_by(self, access: &Access) -> Self {
+        Self {
+            screen: self.screen.seen_by(access),
             terminal: self.terminal.map(|terminal| terminal.seen_by(access)),
             ..self
         }

@@ -542,7 +542,10 @@ impl SessionApi for SessionApiProxy {
             .access
             .check_scrollback(message.scrollback)
             .map_err(|error| error.to_status())?;
-        client.get_screen(message).await.map_err(forwarded)
+        let mut screen = client.get_screen(message).await.map_err(forwarded)?;
+        let shown = screen.get_mut();
+        shown.terminal = terminal_seen_by(shown.terminal.take(), &principal.access);
+        Ok(screen)
     }
 
     async fn send_input(
@@ -634,11 +637,10 @@ impl SessionApi for SessionApiProxy {
             .map_err(forwarded)?;
         // What the terminal was doing, as the credential may see it.
         let answered = answer.get_mut();
-        answered.terminal = answered
-            .terminal
-            .take()
-            .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
-            .map(|terminal| terminal.seen_by(&principal.access).into());
+        answered.terminal = terminal_seen_by(answered.terminal.take(), &principal.access);
+        if let Some(screen) = answered.screen.as_mut() {
+            screen.terminal = terminal_seen_by(screen.terminal.take(), &principal.access);
+        }
         Ok(answer)
     }
 
@@ -864,6 +866,17 @@ fn change_as_seen_by(change: &mut pb::SessionChange, access: &Access) -> Result<
 fn instance_as_seen_by(instance: &mut pb::Instance, access: &Access) {
     let record = instance_from_proto(std::mem::take(instance));
     *instance = instance_to_proto(record.seen_by(access));
+}
+
+/// A broker's terminal activity as `access` may see it ([`SeenBy`] for [`TerminalActivity`]);
+/// one the model cannot read is left out rather than passed on unfiltered.
+fn terminal_seen_by(
+    terminal: Option<broker_pb::TerminalActivity>,
+    access: &Access,
+) -> Option<broker_pb::TerminalActivity> {
+    terminal
+        .and_then(|terminal| TerminalActivity::try_from(terminal).ok())
+        .map(|terminal| terminal.seen_by(access).into())
 }
 
 #[cfg(test)]

@@ -592,7 +592,8 @@ async fn read_screen(
     let screen = state
         .upstreams
         .get_screen(&instance.id, &session.id, request)
-        .await?;
+        .await?
+        .seen_by(&principal.access);
     // The broker reads the state with the screen; the record's may lag it by an event.
     let terminal_state = screen.terminal.as_ref().map_or_else(
         || session.terminal_activity().state,

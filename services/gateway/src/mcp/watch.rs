@@ -189,16 +189,21 @@ impl ScreenWatch {
             }
         };
         tokio::pin!(ended);
-        if self.changed_at_start && !notify(self.uri.clone()).await {
-            return;
-        }
+        // A change already seen at the start is notified first, then paced as any other.
+        let mut seen_at_start = self.changed_at_start.then_some(false);
         loop {
-            let next = tokio::select! {
-                next = self.next_change() => next,
-                () = &mut ended => return,
-            };
-            let Some(exited) = next else {
-                return;
+            let exited = match seen_at_start.take() {
+                Some(exited) => exited,
+                None => {
+                    let next = tokio::select! {
+                        next = self.next_change() => next,
+                        () = &mut ended => return,
+                    };
+                    let Some(exited) = next else {
+                        return;
+                    };
+                    exited
+                }
             };
             if !notify(self.uri.clone()).await || exited {
                 return;
@@ -257,7 +262,8 @@ impl ScreenWatch {
 
 /// Whether a screen read `ago` after a moment, with no output for `quiet_ms` before the reading
 /// (`None`: never any output), may have had output since that moment. The broker truncates the
-/// quiet to whole milliseconds, so a quiet of exactly `ago` counts as output since.
+/// quiet to whole milliseconds, so a quiet shown as the whole milliseconds of `ago` (7 for
+/// 7.4 ms) counts as output since; one equal to `ago` does not.
 fn output_since(quiet_ms: Option<u64>, ago: Duration) -> bool {
     quiet_ms.is_some_and(|quiet| Duration::from_millis(quiet) < ago)
 }

@@ -45,7 +45,7 @@ pub async fn get_screen(
         .upstreams
         .get_screen(&instance.id, &session.id, request)
         .await?;
-    Ok(Json(screen))
+    Ok(Json(screen.seen_by(&principal.access)))
 }
 
 /// Types `text`, then each of `keys`, as a brief controller that never takes control from an

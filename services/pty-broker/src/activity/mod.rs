@@ -287,11 +287,6 @@ impl Activity {
         self.progress
     }
 
-    /// When the last output came, as the screen was fed it; `None` before any.
-    pub fn last_output_at(&self) -> Option<SystemTime> {
-        self.last_output_at
-    }
-
     pub fn notification(&self) -> Option<&Notification> {
         self.notification.as_ref()
     }

@@ -562,11 +562,11 @@ impl Session {
         self.check_open()?;
         let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
         Ok(ScreenReading::read(
+            &self.shared,
             &mut screen,
             format,
             scrollback,
             SystemTime::now(),
-            self.shared.idle_after,
         ))
     }
 

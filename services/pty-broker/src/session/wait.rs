@@ -17,7 +17,7 @@ use ptyhub_model::{TerminalActivity, TerminalState};
 use regex::Regex;
 use tokio::time::{Instant, sleep_until};
 
-use super::Session;
+use super::{Session, Shared};
 use crate::activity::Activity;
 use crate::domain::{SessionInfo, SessionPhase};
 use crate::error::Error;
@@ -69,25 +69,31 @@ pub enum WaitEnd {
 pub struct ScreenReading {
     pub view: ScreenView,
     pub terminal: TerminalActivity,
-    /// How long no output had come at the reading; `None` before any output.
+    /// How long no output had come from the PTY at the reading, as a wait's `quiet` counts it;
+    /// `None` before any output.
     pub quiet_for: Option<Duration>,
 }
 
 impl ScreenReading {
+    /// Reads `screen`, current as of the end of the ring (`Shared::current_screen`), with the
+    /// terminal's state as of `now`. The quiet is read from the session's state after the
+    /// screen, so output that came meanwhile shortens it: it never claims more quiet than the
+    /// view shows.
     pub(super) fn read(
+        shared: &Shared,
         screen: &mut Screen,
         format: ScreenFormat,
         scrollback: usize,
         now: SystemTime,
-        idle_after: Duration,
     ) -> Self {
-        let activity = screen.activity();
-        let terminal = activity.summary(now, idle_after);
-        let quiet_for = activity
-            .last_output_at()
-            .map(|at| now.duration_since(at).unwrap_or_default());
+        let terminal = screen.activity().summary(now, shared.idle_after);
+        let view = screen.view(format, scrollback);
+        let quiet_for = {
+            let state = shared.lock();
+            (state.ring.end() > 0).then(|| state.last_output_at.elapsed())
+        };
         Self {
-            view: screen.view(format, scrollback),
+            view,
             terminal,
             quiet_for,
         }
@@ -196,11 +202,11 @@ impl Session {
         let found = end.map(|end| Found {
             end,
             reading: ScreenReading::read(
+                &self.shared,
                 &mut screen,
                 wait.format,
                 wait.scrollback,
                 now,
-                idle_after,
             ),
         });
         let idle_in = idle_at.map(|at| {
@@ -214,11 +220,11 @@ impl Session {
     fn exited_outcome(&self, wait: &ScreenWait) -> Result<WaitOutcome, Error> {
         let mut screen = self.shared.current_screen().ok_or(Error::ScreensOff)?;
         let reading = ScreenReading::read(
+            &self.shared,
             &mut screen,
             wait.format,
             wait.scrollback,
             SystemTime::now(),
-            self.shared.idle_after,
         );
         drop(screen);
         Ok(WaitOutcome {

@@ -885,6 +885,54 @@ async fn a_share_does_not_see_which_command_runs() {
             .expect("what the terminal is doing");
         assert_eq!(terminal.running_command_id, 0, "{session:?}");
     }
+    // Nor in a screen, read or waited for: each carries what the terminal was doing.
+    let screen = |bearer: Option<&str>| {
+        let message = session_pb::GetScreenRequest {
+            instance: instance.clone(),
+            session_id: session_id.clone(),
+            ..session_pb::GetScreenRequest::default()
+        };
+        match bearer {
+            Some(token) => with_bearer(token, message),
+            None => as_admin(&stack, message),
+        }
+    };
+    let read_by_admin = client
+        .get_screen(screen(None))
+        .await
+        .expect("the admin reads the screen over grpc")
+        .into_inner();
+    let terminal = read_by_admin.terminal.expect("what the terminal is doing");
+    assert_ne!(terminal.running_command_id, 0, "{terminal:?}");
+    let read_by_share = client
+        .get_screen(screen(Some(&token)))
+        .await
+        .expect("a share reads the screen over grpc")
+        .into_inner();
+    let waited = client
+        .wait_for_screen(with_bearer(
+            &token,
+            session_pb::WaitForScreenRequest {
+                instance: instance.clone(),
+                session_id: session_id.clone(),
+                pattern: "sleep 60".to_owned(),
+                timeout_ms: 5000,
+                ..session_pb::WaitForScreenRequest::default()
+            },
+        ))
+        .await
+        .expect("a share waits for the screen over grpc")
+        .into_inner();
+    for terminal in [
+        read_by_share.terminal,
+        waited.terminal,
+        waited.screen.and_then(|screen| screen.terminal),
+    ] {
+        let terminal = terminal.expect("what the terminal is doing");
+        assert_eq!(terminal.running_command_id, 0, "{terminal:?}");
+        let running = broker_pb::TerminalState::Running as i32;
+        assert_eq!(terminal.state, running, "{terminal:?}");
+    }
     stack.shutdown().await;
 }
 
@@ -942,6 +990,7 @@ async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
         .expect(200, "the admin waits for what the screen shows");
     assert!(admin["terminal"]["running_command_id"].is_u64(), "{admin}");
     assert_eq!(admin["terminal"]["cwd"], "/tmp", "{admin}");
+    assert_eq!(admin["screen"]["terminal"]["cwd"], "/tmp", "{admin}");
     let seen = rest_as(
         &stack,
         Some(&token),
@@ -958,6 +1007,17 @@ async fn a_shares_wait_sees_no_command_and_ends_when_the_share_is_revoked() {
         "{seen}"
     );
     assert_eq!(seen["terminal"]["cwd"], Value::Null, "{seen}");
+    // Nor does the screen a wait answers with, or one read.
+    let screen_path = format!("{}/{session_id}/screen", sessions_path(&instance));
+    let read = rest_as(&stack, Some(&token), Method::GET, &screen_path, None)
+        .await
+        .expect(200, "a share reads the screen");
+    for screen in [&seen["screen"], &read] {
+        let terminal = &screen["terminal"];
+        assert_eq!(terminal["state"], "running", "{screen}");
+        assert_eq!(terminal["running_command_id"], Value::Null, "{screen}");
+        assert_eq!(terminal["cwd"], Value::Null, "{screen}");
+    }
 
     // A share's wait for what never comes ends when the share is revoked, not at its timeout:
     // with the words of a wait cut short ("share link revoked"), not those of a credential
