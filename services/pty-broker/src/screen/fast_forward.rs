@@ -112,6 +112,7 @@ impl Follow {
     /// its line feeds and returns are looked at one by one, the text between them a stretch at a
     /// time.
     fn follow(&mut self, piece: &[u8], start: usize) {
+        debug_assert_eq!(first_not_plain(piece), None, "only plain text is followed");
         let mut at = 0;
         for control in memchr::memchr2_iter(b'\n', b'\r', piece) {
             if control > at {

@@ -469,7 +469,9 @@ impl Session {
     /// How often the PTY's reader stopped for the screen, a ring behind it, while the controller
     /// would have let it read on: what the screen cost the output's pace. A plain-text flood is
     /// skipped before that (the feeder is woken at half a ring); output the emulator must parse
-    /// all of, coming faster than it parses, is read at the emulator's pace.
+    /// all of, coming faster than it parses, is read at the emulator's pace. Read by the tests
+    /// that pin both.
+    #[cfg(test)]
     pub fn reads_held_for_screen(&self) -> u64 {
         self.shared.lock().reads_held_for_screen
     }
@@ -714,10 +716,25 @@ mod tests {
         line.repeat(mib * (1 << 20) / line.len())
     }
 
-    /// Writes `flood` as the session's output and waits until the screen has it all.
+    /// Lines in eight colours: output the screen parses all of rather than fast-forwarding.
+    fn coloured_flood(lines: usize) -> Vec<u8> {
+        (0..lines)
+            .flat_map(|line| format!("\x1b[3{}mline {line}\x1b[0m\r\n", line % 8).into_bytes())
+            .collect()
+    }
+
+    /// Writes `flood` as the session's output and waits until the screen has it all (on the
+    /// paused clock, for at most a minute of it).
     async fn flood_the_screen(fake: &mut FakeSession, flood: &[u8]) {
         fake.terminal.terminal.write_all(flood).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
         while fed(&fake.session) < flood.len() as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "the screen was fed {} of {} bytes",
+                fed(&fake.session),
+                flood.len()
+            );
             tokio::time::sleep(FLOOD_TICK).await;
         }
     }
@@ -768,9 +785,7 @@ mod tests {
             ..FakeSession::settings()
         };
         let mut fake = FakeSession::start(settings, None).await;
-        let flood: Vec<u8> = (0..5_000)
-            .flat_map(|line| format!("\x1b[3{}mline {line}\x1b[0m\r\n", line % 8).into_bytes())
-            .collect();
+        let flood = coloured_flood(5_000);
         flood_the_screen(&mut fake, &flood).await;
         assert!(fake.session.reads_held_for_screen() > 0);
         fake.kill().await;
@@ -826,10 +841,7 @@ mod tests {
         };
         let mut fake = FakeSession::start(settings, None).await;
         let session = Arc::clone(&fake.session);
-        // Coloured, so that the screen parses all of it rather than fast-forwarding.
-        let flood: Vec<u8> = (0..20_000)
-            .flat_map(|line| format!("\x1b[3{}mline {line}\x1b[0m\r\n", line % 8).into_bytes())
-            .collect();
+        let flood = coloured_flood(20_000);
         assert!(flood.len() > 16 * settings.ring_bytes);
         let start = Instant::now();
         fake.terminal.terminal.write_all(&flood).await.unwrap();
