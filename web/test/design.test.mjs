@@ -622,10 +622,12 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
     for (const scheme of ['dark', 'light']) {
       test(`screenshot: ${device}, ${scheme}`, async () => {
         const instance = await stack.createInstance({ name: 'demo-container' });
+        let browser = null;
+        let finished = false;
         try {
           // Headless Chromium's software WebGL (SwiftShader) draws nothing at a device pixel ratio
           // of 2, so the phone's picture is taken with the DOM renderer, which looks the same.
-          const browser = device === 'phone' ? await launchBrowser({ extraArgs: ['--disable-webgl', '--disable-webgl2'] }) : null;
+          browser = device === 'phone' ? await launchBrowser({ extraArgs: ['--disable-webgl', '--disable-webgl2'] }) : null;
           const page = browser
             ? await openOn(await newMobilePage(browser.browser, stack.origin, { colorScheme: scheme }), instance.id)
             : await open(device, instance.id, { colorScheme: scheme });
@@ -647,10 +649,13 @@ describe('web page: the design and the terminal\'s features, on desktop and phon
           await waitForScreen(page, 'outlive the tab');
           await saveScreenshot(page, `web-${device === 'phone' ? 'mobile' : 'desktop'}-${scheme}.png`);
           await closePage(page);
-          await browser?.close();
+          finished = true;
         } finally {
-          // The next screenshot's instance has the same name, whether or not this one passed.
-          await stack.rest('DELETE', `/api/v1/instances/${instance.id}`);
+          await browser?.close();
+          // The next screenshot's instance has the same name, whether or not this one passed;
+          // a failed deletion fails a test that passed (one that failed keeps its own error).
+          const deleted = await stack.rest('DELETE', `/api/v1/instances/${instance.id}`);
+          if (finished) assert.equal(deleted.status, 200, `deleting ${instance.id}`);
         }
       });
     }
