@@ -14,7 +14,7 @@ import { WebglAddon } from '@xterm/addon-webgl';
 import { api } from './api.js';
 import { CLOSE } from './close-codes.js';
 import { CommandMarks } from './commands.js';
-import { CursorBlink } from './cursor-blink.js';
+import { CursorBlink, ProgramCursorBlink } from './cursor-blink.js';
 import { el } from './dom.js';
 import { DecorationView, LocalEcho, xtermScreen } from './local-echo.js';
 import { activeTheme, fontSize, gpuAcceleration, localEchoSettings, terminalTheme } from './settings.js';
@@ -155,7 +155,10 @@ export class SessionTab {
      */
     this.terminalState = { state: null, progress: null, lastNotification: null };
 
-    /** Whether the cursor blinks: a viewer's stands still. Who blinks it, see `setRenderer`. */
+    /**
+     * Whether the cursor blinks unless a program says otherwise: a viewer's stands still. Who
+     * blinks it, see `setRenderer`.
+     */
     this.cursorBlinks = !viewer;
     /** The DOM renderer's blink (cursor-blink.js); null with WebGL, where xterm blinks it. */
     this.cursorBlink = null;
@@ -197,6 +200,15 @@ export class SessionTab {
     }
     /** @type {'webgl' | 'dom'} */
     this.renderer = 'dom';
+    // What the programs ask of the cursor's blink, for the DOM renderer's blink to follow. Mode
+    // 12 sets xterm's own option, which a reset puts back to what the renderer needs.
+    this.programCursorBlink = new ProgramCursorBlink(this.terminal.parser, {
+      defaultBlinks: this.cursorBlinks,
+      onChange: (blinks) => this.cursorBlink?.setWanted(blinks),
+      onReset: () => {
+        this.terminal.options.cursorBlink = this.xtermBlinksCursor;
+      },
+    });
     if (size) this.terminal.resize(size.cols, size.rows);
 
     this.host = el('div', { class: 'term-host' });
@@ -213,9 +225,12 @@ export class SessionTab {
     this.pane = el('section', { class: 'pane', role: 'tabpanel', hidden: true },
       this.banner, this.host, this.statusLine, this.notice, this.stateRegion);
     this.terminal.open(this.host);
+    this.followCursorBlinkConditions();
     this.useWebgl();
     // For the browser tests and tools: the pane's terminal, to read its buffer as xterm holds it.
     Object.defineProperty(this.pane, 'xterm', { value: this.terminal });
+    // For the browser tests and tools: the DOM renderer's blink, whether it runs.
+    Object.defineProperty(this.pane, 'cursorBlink', { get: () => this.cursorBlink });
     /** Typed keys drawn at once over a slow link; a viewer types nothing. */
     this.localEcho = viewer ? null : new LocalEcho({
       screen: xtermScreen(this.terminal),
@@ -293,15 +308,35 @@ export class SessionTab {
   setRenderer(renderer) {
     this.renderer = renderer;
     this.pane.dataset.renderer = renderer;
-    if (!this.cursorBlinks) return;
-    this.terminal.options.cursorBlink = renderer === 'webgl';
+    this.terminal.options.cursorBlink = this.xtermBlinksCursor;
     if (renderer === 'dom') {
       this.cursorBlink ??= new CursorBlink(this.host);
-      this.cursorBlink.start();
+      this.cursorBlink.setWanted(this.programCursorBlink.blinks);
+      this.cursorBlink.setShown(!this.pane.hidden);
+      this.cursorBlink.setFocused(document.activeElement === this.terminal.textarea);
     } else {
-      this.cursorBlink?.stop();
+      this.cursorBlink?.dispose();
       this.cursorBlink = null;
     }
+  }
+
+  /**
+   * xterm's own `cursorBlink` option as the page sets it: on with WebGL for a cursor that blinks,
+   * always off with the DOM renderer, where the option turns on xterm's CSS animation.
+   */
+  get xtermBlinksCursor() {
+    return this.cursorBlinks && this.renderer === 'webgl';
+  }
+
+  /**
+   * Tells the DOM renderer's blink when the terminal gains or loses focus and when its pane is
+   * shown or hidden (by the page, through `hidden`): a blink that cannot be seen does not run.
+   */
+  followCursorBlinkConditions() {
+    this.terminal.textarea?.addEventListener('focus', () => this.cursorBlink?.setFocused(true));
+    this.terminal.textarea?.addEventListener('blur', () => this.cursorBlink?.setFocused(false));
+    this.paneShownObserver = new MutationObserver(() => this.cursorBlink?.setShown(!this.pane.hidden));
+    this.paneShownObserver.observe(this.pane, { attributes: true, attributeFilter: ['hidden'] });
   }
 
   /** Applies the remembered font size and the theme in effect; returns whether the size changed. */
@@ -535,7 +570,8 @@ export class SessionTab {
     clearTimeout(this.reconnectTimer);
     this.closeSocket();
     this.localEcho?.dispose();
-    this.cursorBlink?.stop();
+    this.cursorBlink?.dispose();
+    this.paneShownObserver.disconnect();
     this.terminal.dispose();
     this.pane.remove();
   }
@@ -675,6 +711,8 @@ export class SessionTab {
     this.localEcho?.reset();
     this.commandMarks.clear();
     this.terminal.reset();
+    // The reset forgot the cursor's style the programs set (RIS does the same through the parser).
+    this.programCursorBlink.reset();
     this.commandMarks.writtenWithoutOffsets();
     this.terminal.write(bytes, () => this.commandMarks.parsed(offset));
     this.cursor = offset;

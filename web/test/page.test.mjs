@@ -18,6 +18,7 @@ import {
   screenText, startRelay, startStack, tabNamed, tabNames, tabState, typeLine, visibleBufferLines,
   waitFor, waitForActiveConnected, waitForConnectionState, waitForScreen,
 } from './support.mjs';
+import { BLINK_MS } from '../src/cursor-blink.js';
 
 /** More than the server's output ring (1 MiB by default) holds, several times over. */
 const FLOOD_BYTES = 5 * 1024 * 1024;
@@ -244,24 +245,156 @@ describe('web page', { skip: skip ?? false }, () => {
     await closePage(page);
   });
 
+  /** xterm's blink animations running on the page: the DOM renderer's is endless. */
+  function blinkAnimations(page) {
+    return page.evaluate(() => document.getAnimations()
+      .filter((animation) => String(/** @type {any} */ (animation).animationName).startsWith('blink_')).length);
+  }
+
+  /** Whether the page's blink of `pane`'s cursor runs (a timer pending or due after typing). */
+  function pageBlinkRuns(pane) {
+    return pane.evaluate((element) => /** @type {any} */ (element).cursorBlink.running);
+  }
+
+  /**
+   * The changes of the class on `pane`'s terminal while a timer in the page waits out two blink
+   * intervals and a bit: a blink that ran would have toggled it at least once before.
+   */
+  function blinkClassChanges(pane) {
+    return pane.evaluate((element, waitMs) => new Promise((resolve) => {
+      let changes = 0;
+      const observer = new MutationObserver((records) => { changes += records.length; });
+      observer.observe(element.querySelector('.term-host'), { attributes: true, attributeFilter: ['class'] });
+      setTimeout(() => {
+        observer.disconnect();
+        resolve(changes);
+      }, waitMs);
+    }), 2 * BLINK_MS + 100);
+  }
+
   test('the DOM renderer\'s cursor blinks by the page\'s class, not by xterm\'s endless animation', async () => {
     const instance = await stack.createInstance();
     const page = await openInstance(instance.id);
-    const pane = page.locator('.pane:not([hidden])');
-    assert.equal(await pane.getAttribute('data-renderer'), 'dom');
-    await pane.locator('.xterm-helper-textarea').focus();
-    await pane.locator('.xterm-cursor.xterm-cursor-block').waitFor();
-    // xterm's blink animates the cursor's colours, which only the main thread can: a frame every
-    // 16.7 ms, and Chromium makes the echo of every key wait for the frame it has pending.
-    const blinkAnimations = () => page.evaluate(() => document.getAnimations()
-      .filter((animation) => String(/** @type {any} */ (animation).animationName).startsWith('blink_')).length);
-    assert.equal(await blinkAnimations(), 0);
-    assert.equal(await pane.locator('.xterm-cursor-blink').count(), 0);
-    const cursorBackground = () => pane.locator('.xterm-cursor').evaluate((cursor) => getComputedStyle(cursor).backgroundColor);
-    await waitFor('the hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1);
-    assert.equal(await cursorBackground(), 'rgba(0, 0, 0, 0)', 'the hidden phase draws the cell plainly');
-    await waitFor('the shown phase', async () => await pane.locator('.cursor-blink-off').count() === 0);
-    assert.notEqual(await cursorBackground(), 'rgba(0, 0, 0, 0)');
+    try {
+      const pane = page.locator('.pane:not([hidden])');
+      assert.equal(await pane.getAttribute('data-renderer'), 'dom');
+      await pane.locator('.xterm-helper-textarea').focus();
+      await pane.locator('.xterm-cursor.xterm-cursor-block').waitFor();
+      // xterm's blink animates the cursor's colours, which only the main thread can: a frame every
+      // 16.7 ms, and Chromium makes the echo of every key wait for the frame it has pending.
+      assert.equal(await blinkAnimations(page), 0);
+      assert.equal(await pane.locator('.xterm-cursor-blink').count(), 0);
+      const cursorBackground = () => pane.locator('.xterm-cursor').evaluate((cursor) => getComputedStyle(cursor).backgroundColor);
+      await waitFor('the hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1);
+      assert.equal(await cursorBackground(), 'rgba(0, 0, 0, 0)', 'the hidden phase draws the cell plainly');
+      await waitFor('the shown phase', async () => await pane.locator('.cursor-blink-off').count() === 0);
+      assert.notEqual(await cursorBackground(), 'rgba(0, 0, 0, 0)');
+    } finally {
+      await closePage(page);
+    }
+  });
+
+  test('a program\'s cursor: a blinking one is blinked by the page in its shape without xterm\'s animation, a steady one stands still, a reset brings the default back', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    try {
+      const pane = page.locator('.pane:not([hidden])');
+      assert.equal(await pane.getAttribute('data-renderer'), 'dom');
+      const cursor = pane.locator('.xterm-cursor');
+
+      // DECSCUSR 5, a blinking bar (zsh and fish vi-mode prompts): xterm marks the cursor to
+      // blink, the page's blink hides and shows the bar, and xterm's animation does not run.
+      await typeLine(page, 'printf "\\033[5 q"; echo bar-$((6*7))');
+      await waitForScreen(page, 'bar-42');
+      await pane.locator('.xterm-cursor.xterm-cursor-bar.xterm-cursor-blink').waitFor();
+      assert.equal(await blinkAnimations(page), 0, 'no CSS animation on the cursor');
+      const barShadow = () => cursor.evaluate((element) => getComputedStyle(element).boxShadow);
+      await waitFor('the bar\'s hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1 && await barShadow() === 'none');
+      await waitFor('the bar\'s shown phase', async () => await pane.locator('.cursor-blink-off').count() === 0 && await barShadow() !== 'none');
+
+      // DECSCUSR 2, a steady block (neovim's default): the page stops blinking, cursor shown.
+      await typeLine(page, 'printf "\\033[2 q"; echo steady-$((6*7))');
+      await waitForScreen(page, 'steady-42');
+      await pane.locator('.xterm-cursor.xterm-cursor-block:not(.xterm-cursor-blink)').waitFor();
+      await waitFor('the page to stop blinking', async () => !(await pageBlinkRuns(pane)));
+      assert.equal(await pane.locator('.cursor-blink-off').count(), 0, 'the cursor stays shown');
+      assert.notEqual(await cursor.evaluate((element) => getComputedStyle(element).backgroundColor), 'rgba(0, 0, 0, 0)');
+
+      // Mode 12 set (DECSCUSR 0 first hands the choice back to it): xterm's own blink option is
+      // turned on, which must not start its animation either.
+      await typeLine(page, 'printf "\\033[0 q\\033[?12h"; echo mode-$((6*7))');
+      await waitForScreen(page, 'mode-42');
+      await pane.locator('.xterm-cursor.xterm-cursor-block.xterm-cursor-blink').waitFor();
+      assert.equal(await blinkAnimations(page), 0, 'no CSS animation on the cursor');
+      await waitFor('the page to blink', () => pageBlinkRuns(pane));
+      await waitFor('the hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1);
+
+      // Mode 12 reset stops it; a reset (RIS) goes back to the page's default, xterm's option too.
+      await typeLine(page, 'printf "\\033[?12l"; echo still-$((6*7))');
+      await waitForScreen(page, 'still-42');
+      await waitFor('the page to stop blinking', async () => !(await pageBlinkRuns(pane)));
+      await typeLine(page, 'printf "\\033c"; echo reset-$((6*7))');
+      await waitForScreen(page, 'reset-42');
+      await waitFor('the page to blink again', () => pageBlinkRuns(pane));
+      assert.equal(await pane.evaluate((element) => /** @type {any} */ (element).xterm.options.cursorBlink), false,
+        'xterm\'s own blink stays off with the DOM renderer');
+      await waitFor('the hidden phase', async () => await pane.locator('.cursor-blink-off').count() === 1);
+    } finally {
+      await closePage(page);
+    }
+  });
+
+  test('the page blinks the cursor only in the shown pane while its terminal has focus', async () => {
+    const instance = await stack.createInstance();
+    const page = await openInstance(instance.id);
+    try {
+      const first = page.locator('.pane').first();
+      assert.equal(await first.getAttribute('data-renderer'), 'dom');
+      const textarea = first.locator('.xterm-helper-textarea');
+      await textarea.focus();
+      await waitFor('the hidden phase with focus', async () => await first.locator('.cursor-blink-off').count() === 1);
+      // Without focus xterm draws the cursor as an outline that does not blink: no timer, which
+      // would cost a style recalculation and a frame each 600 ms for nothing.
+      await textarea.evaluate((element) => /** @type {HTMLElement} */ (element).blur());
+      assert.equal(await first.locator('.cursor-blink-off').count(), 0, 'the cursor is left shown');
+      assert.equal(await blinkClassChanges(first), 0, 'no blink without focus');
+      assert.equal(await pageBlinkRuns(first), false);
+      await textarea.focus();
+      assert.equal(await pageBlinkRuns(first), true, 'the blink again with focus');
+
+      // Another tab shown: the first pane is hidden, and its blink stops.
+      await openNewSession(page);
+      const second = page.locator('.pane:not([hidden])');
+      await waitFor('the first pane to be hidden', async () => await first.getAttribute('hidden') !== null);
+      assert.equal(await blinkClassChanges(first), 0, 'no blink in a hidden pane');
+      assert.equal(await pageBlinkRuns(first), false);
+      await waitFor('the shown pane\'s blink', () => pageBlinkRuns(second));
+    } finally {
+      await closePage(page);
+    }
+  });
+
+  test('with WebGL xterm blinks the cursor, and a reset undoes a program\'s mode 12 there too', async () => {
+    const instance = await stack.createInstance();
+    const page = await newDesktopPage(chromium.browser);
+    try {
+      await page.addInitScript(() => localStorage.setItem('ptyhub.gpuAcceleration', 'on'));
+      await openInstance(instance.id, { page });
+      const pane = page.locator('.pane:not([hidden])');
+      assert.equal(await pane.getAttribute('data-renderer'), 'webgl');
+      const xtermBlinks = () => pane.evaluate((element) => /** @type {any} */ (element).xterm.options.cursorBlink);
+      assert.equal(await xtermBlinks(), true);
+      assert.equal(await pane.evaluate((element) => /** @type {any} */ (element).cursorBlink ?? null), null, 'no blink of the page\'s');
+      // xterm keeps mode 12 in its option, which its own reset leaves as the program set it.
+      await typeLine(page, 'printf "\\033[?12l"; echo still-$((6*7))');
+      await waitForScreen(page, 'still-42');
+      assert.equal(await xtermBlinks(), false, 'the program\'s steady cursor');
+      await typeLine(page, 'printf "\\033c"; echo reset-$((6*7))');
+      await waitForScreen(page, 'reset-42');
+      assert.equal(await xtermBlinks(), true, 'the page\'s blinking cursor again');
+    } finally {
+      await closePage(page);
+    }
   });
 
   test('rename by double-click: Enter confirms, Escape cancels, a bad name shows the server message', async () => {
