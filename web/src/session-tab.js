@@ -322,7 +322,9 @@ export class SessionTab {
 
   /**
    * xterm's own `cursorBlink` option as the page sets it: on with WebGL for a cursor that blinks,
-   * always off with the DOM renderer, where the option turns on xterm's CSS animation.
+   * off with the DOM renderer, where the option marks the cursor for xterm's CSS animation. A
+   * program's mode 12 sets the option until a reset puts this back; style.css cancels the
+   * animation meanwhile.
    */
   get xtermBlinksCursor() {
     return this.cursorBlinks && this.renderer === 'webgl';
