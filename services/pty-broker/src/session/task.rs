@@ -1355,7 +1355,7 @@ struct ReadStreak {
 }
 
 /// Output read in a row without waiting after which the session task gives its worker up once.
-/// Eight full PTY reads (a PTY gives at most 4095 bytes a read): a slice costs the worker tens
+/// Nine full PTY reads (a PTY gives at most 4095 bytes a read): a slice costs the worker tens
 /// of microseconds, and a yield a few, so a flood's throughput barely notices.
 const FLOOD_SLICE_BYTES: usize = 32 * 1024;
 
@@ -1483,9 +1483,15 @@ mod tests {
             "{read_in_one_turn} of {} bytes read before this task's next turn",
             ready.len()
         );
-        while fake.session.info().output_offset < ready.len() as u64 {
-            tokio::task::yield_now().await;
-        }
+        let read_all = tokio::time::timeout(Duration::from_secs(30), async {
+            while fake.session.info().output_offset < ready.len() as u64 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(
+            read_all.await.is_ok(),
+            "the rest of the flood was never read"
+        );
         fake.kill().await;
     }
 
