@@ -220,9 +220,14 @@ impl OutputRing {
         RingRead::Data(gathered.freeze())
     }
 
-    /// The index of the chunk holding `offset`, which must be in `start..end`.
+    /// The index of the chunk holding `offset`, which must be in `start..end`. A reader that
+    /// keeps up reads the newest chunk, so that one is looked at before the search.
     fn locate(&self, offset: u64) -> usize {
-        let index = self.chunks.partition_point(|chunk| chunk.end() <= offset);
+        let newest = self.chunks.len().saturating_sub(1);
+        let index = match self.chunks.back() {
+            Some(chunk) if chunk.start <= offset => newest,
+            _ => self.chunks.partition_point(|chunk| chunk.end() <= offset),
+        };
         debug_assert!(
             self.chunks
                 .get(index)
