@@ -170,6 +170,7 @@ impl Shared {
         };
         // Held with the input side, so what comes later waits behind it and the order stays.
         if self.prompt_gate.is_held() {
+            tracing::debug!("input held for the shell's first prompt");
             // The prompt may be in the ring already, not yet read by the screen's feeder.
             drop(self.current_screen());
             // An interrupt does not wait for the prompt: it goes first, and this input gives way.

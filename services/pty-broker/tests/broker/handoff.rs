@@ -34,6 +34,8 @@ const FLOOD_READY: &[u8] = b"R";
 /// A `pty-broker` process.
 struct BrokerProcess {
     child: Child,
+    /// The process's JSON log lines, from the one after "pty-broker serving" on.
+    log: mpsc::UnboundedReceiver<serde_json::Value>,
     _secrets: tempfile::TempDir,
 }
 
@@ -95,12 +97,25 @@ impl BrokerProcess {
         let mut child = command.spawn().context("start pty-broker")?;
         let stdout = child.stdout.take().context("broker stdout")?;
         let mut lines = BufReader::new(stdout).lines();
+        let (log_lines, log) = mpsc::unbounded_channel();
         let broker = Self {
             child,
+            log,
             _secrets: secrets,
         };
+        // Read to the end, so that the process never waits on a full pipe, and kept for a test
+        // that waits for a line.
+        let keep_the_rest = move |lines: std::io::Lines<BufReader<std::process::ChildStdout>>| {
+            std::thread::spawn(move || {
+                for line in lines.map_while(Result::ok) {
+                    if let Ok(line) = serde_json::from_str(&line) {
+                        let _ = log_lines.send(line);
+                    }
+                }
+            });
+        };
         if stop_at.is_some() {
-            std::thread::spawn(move || for _ in lines {});
+            keep_the_rest(lines);
             return Ok((broker, None));
         }
         let address = loop {
@@ -115,8 +130,22 @@ impl BrokerProcess {
                     .to_owned();
             }
         };
-        std::thread::spawn(move || for _ in lines {});
+        keep_the_rest(lines);
         Ok((broker, Some(Address(format!("http://{address}")))))
+    }
+
+    /// Waits, up to [`PATIENCE`], for the log line whose message is `message`.
+    async fn logged(&mut self, message: &str) -> anyhow::Result<serde_json::Value> {
+        tokio::time::timeout(PATIENCE, async {
+            while let Some(line) = self.log.recv().await {
+                if line["fields"]["message"] == message {
+                    return Ok(line);
+                }
+            }
+            bail!("the broker's log ended without {message:?}")
+        })
+        .await
+        .with_context(|| format!("the broker never logged {message:?}"))?
     }
 
     fn pid(&self) -> u32 {
@@ -1047,6 +1076,9 @@ async fn a_shells_commands_go_on_across_a_hand_off() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The log filter under which a broker says when input waits for a shell's first prompt.
+const HELD_INPUT_LOG: &str = "info,pty_broker::session::input=debug";
+
 /// Input to a shell that has not shown its first prompt when its broker hands it over is still
 /// held, by the next process, until the prompt: its receipt's offset is past the output the
 /// shell printed before the prompt.
@@ -1111,7 +1143,13 @@ async fn input_waits_for_the_first_prompt_across_a_hand_off() -> anyhow::Result<
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 
-    let (next, _) = BrokerProcess::start(data_dir.path(), true, None)?;
+    // The next process says when it holds input, so the test lets the prompt come only then.
+    let (mut next, _) = BrokerProcess::start_with(
+        data_dir.path(),
+        true,
+        None,
+        &["--log".as_ref(), HELD_INPUT_LOG.as_ref()],
+    )?;
     let mut broker = broker;
     ensure!(broker.exited().await?, "the old broker failed");
     // Nothing is printed until the test lets the startup file end.
@@ -1136,13 +1174,13 @@ async fn input_waits_for_the_first_prompt_across_a_hand_off() -> anyhow::Result<
         }
     };
     let send = tokio::spawn(send);
-    // Not a bound on anything: written at once (the input not held), the receipt comes first
-    // and shows it; held, it waits for the prompt the startup file lets come.
-    let let_the_prompt_come = tokio::time::sleep(Duration::from_millis(300));
+    // Written at once (the input not held), the receipt comes with nothing to wait for and
+    // shows it; held, the next process says so, and then the startup file lets the prompt come.
     tokio::pin!(send);
     let sent = tokio::select! {
         sent = &mut send => sent??,
-        () = let_the_prompt_come => {
+        held = next.logged("input held for the shell's first prompt") => {
+            held?;
             std::fs::write(&go, b"")?;
             send.await??
         }
