@@ -35,6 +35,13 @@ use crate::streams::{CredentialEnd, CredentialWatch, StreamSlot};
 /// this size; what is there is always sent at once.
 const OUTPUT_BATCH_BYTES: usize = 64 * 1024;
 
+/// Output forwarded in a row without waiting for the broker or the client after which the
+/// bridge gives its worker up once: the slice the session's reader in the broker gives its
+/// worker up after. With the broker in process this task reads the session's ring itself, which
+/// a flood read on the other worker can keep full for as long as it lasts; a slice costs the
+/// worker tens of microseconds, and a yield a few.
+const FLOOD_SLICE_BYTES: usize = 32 * 1024;
+
 /// How long a closing socket may take to answer our close frame before it is dropped.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
@@ -458,7 +465,13 @@ impl Bridge {
         // An event read while batching output that is not output itself, handled next.
         let mut pending: Option<Box<EventOrFailure>> = None;
         let mut credential_end = self.credential.take().and_then(watch_credential);
+        let mut streak = OutputStreak::default();
         loop {
+            if streak.turn_is_due() {
+                // Between two slices of a flood, the worker runs what else is ready and looks
+                // for I/O (a keystroke on another socket) before this task forwards on.
+                tokio::task::yield_now().await;
+            }
             let flush_deadline = self.client.flush_deadline();
             let flushed = flush_deadline.is_none();
             let wake_at = flush_deadline.map_or(next_heartbeat, |flush| flush.min(next_heartbeat));
@@ -479,7 +492,8 @@ impl Bridge {
                             let _ = Box::pin(self.client.close(close_code::UNAUTHENTICATED, end.reason())).await;
                             return Ending::closed(end.reason());
                         }
-                        sent = self.client.flush(), if !flushed => {
+                        (sent, waited) = noting_wait(self.client.flush()), if !flushed => {
+                            streak.waited_if(waited);
                             if sent.is_err() {
                                 return Ending::client_gone("client stopped reading");
                             }
@@ -506,7 +520,10 @@ impl Bridge {
                                 Flow::Stop(ending) => return ending,
                             }
                         }
-                        next = events.next(), if flushed && pending.is_none() => next,
+                        (next, waited) = noting_wait(events.next()), if flushed && pending.is_none() => {
+                            streak.waited_if(waited);
+                            next
+                        }
                     }
                 }
             };
@@ -514,6 +531,7 @@ impl Bridge {
                 Ok(Some(TerminalEvent::Output { data, .. })) => {
                     let (batch, after) = collect_output(data, events);
                     pending = after.map(Box::new);
+                    streak.forwarded(batch.len());
                     self.client.queue_output(batch).await.into()
                 }
                 Ok(Some(event)) => Box::pin(self.forward_event(event)).await,
@@ -857,6 +875,52 @@ fn failed_after_attach(error: ApiError) -> ApiError {
     }
 }
 
+/// Output forwarded to the client in a row, counted to bound the work of one poll of a bridge.
+#[derive(Debug, Default)]
+struct OutputStreak {
+    /// Bytes forwarded since the bridge last waited for the broker or the client, or yielded.
+    bytes: usize,
+}
+
+impl OutputStreak {
+    /// Notes output of `len` bytes queued for the client.
+    fn forwarded(&mut self, len: usize) {
+        self.bytes += len;
+    }
+
+    /// Notes that the bridge had to wait (for an event or for the client to take a frame), or
+    /// not: a wait gave the worker up, so the streak starts again.
+    fn waited_if(&mut self, waited: bool) {
+        if waited {
+            self.bytes = 0;
+        }
+    }
+
+    /// Whether the bridge should yield now (once: the streak starts again). Output at typing
+    /// speed waits for every event and never fills a slice, so an echo is never delayed by it.
+    fn turn_is_due(&mut self) -> bool {
+        let due = self.bytes >= FLOOD_SLICE_BYTES;
+        if due {
+            self.bytes = 0;
+        }
+        due
+    }
+}
+
+/// `future`'s output, and whether it had to wait for it (returned `Pending` at least once).
+async fn noting_wait<F: Future>(future: F) -> (F::Output, bool) {
+    let mut future = std::pin::pin!(future);
+    let mut waited = false;
+    std::future::poll_fn(|context| match future.as_mut().poll(context) {
+        std::task::Poll::Ready(output) => std::task::Poll::Ready((output, waited)),
+        std::task::Poll::Pending => {
+            waited = true;
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// Takes the output chunks that are already here, up to [`OUTPUT_BATCH_BYTES`], without
 /// waiting for more. Returns the batch and the first non-output event read, if any: a snapshot
 /// is such an event, so its bytes are never part of a batch.
@@ -922,6 +986,38 @@ mod tests {
             waiting.is_none(),
             "an ended stream's command is dropped, not kept waiting"
         );
+    }
+
+    #[test]
+    fn a_slice_forwarded_without_waiting_gives_the_worker_up_once() {
+        let mut streak = OutputStreak::default();
+        streak.forwarded(FLOOD_SLICE_BYTES / 2);
+        streak.waited_if(false);
+        assert!(!streak.turn_is_due());
+        streak.forwarded(FLOOD_SLICE_BYTES / 2);
+        assert!(streak.turn_is_due(), "a slice forwarded without waiting");
+        assert!(!streak.turn_is_due(), "once per slice");
+    }
+
+    #[test]
+    fn a_wait_for_the_broker_or_the_client_starts_the_streak_again() {
+        let mut streak = OutputStreak::default();
+        streak.forwarded(FLOOD_SLICE_BYTES - 1);
+        streak.waited_if(true);
+        streak.forwarded(1);
+        assert!(!streak.turn_is_due(), "typing-speed output never yields");
+    }
+
+    #[tokio::test]
+    async fn noting_wait_says_whether_the_future_returned_pending() {
+        assert_eq!(noting_wait(async { 7 }).await, (7, false));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let waiting = tokio::spawn(noting_wait(receiver));
+        tokio::task::yield_now().await;
+        sender.send(8).unwrap();
+        let (received, waited) = waiting.await.unwrap();
+        assert_eq!(received.unwrap(), 8);
+        assert!(waited);
     }
 
     /// The size of the future `serve` returns, without making one.

@@ -7,6 +7,7 @@ mod command_choice;
 mod common;
 mod contract;
 mod control;
+mod flood;
 mod front_door;
 mod fuzz;
 mod grpc_attach;
