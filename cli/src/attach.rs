@@ -6,10 +6,14 @@
 //! `attach` opens with a snapshot of the screen (the user's terminal is not a fresh one: the
 //! snapshot starts with `ESC c`, which resets it, as tmux does on attach) and resumes with raw
 //! output after a drop; `exec` takes the command's raw bytes from `ptyhub_client::Exec`.
+//!
+//! An attach takes part in the session's control (docs/CONTRACT.md, "Control requests"): it
+//! says when someone asks it for control, when control is granted to it or taken from it, and
+//! when its own request (`--request-control`) is declined, and its input follows its role.
 
 use anyhow::{Result, anyhow};
 use bytes::Bytes;
-use ptyhub_client::{Attachment, BrokerCloseReason, Event, Exec, Role, TerminalSize};
+use ptyhub_client::{Attachment, Attendee, BrokerCloseReason, Event, Exec, Role, TerminalSize};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
@@ -41,18 +45,34 @@ pub enum AttachOutcome {
     Interrupted { signal: i32 },
 }
 
+/// Which session an attach is on, for the notices that tell the user what to type next.
+#[derive(Debug, Clone)]
+pub struct SessionPlace {
+    pub instance: String,
+    pub session_id: String,
+    /// Ask for control on the stream once the screen is drawn.
+    pub ask_for_control: bool,
+}
+
 /// Streams the session until it ends one of the ways in [`AttachOutcome`]. While the
 /// attachment reconnects, the detach keys still work, and what the user types meanwhile waits
 /// in the attachment's queue for the next stream.
+///
+/// The stream's role may change while it runs (a grant to it, control given away, a change of
+/// the session's control mode): each change is said in a notice, and input and resizes follow
+/// the role it has now. A request for control to this stream, as the controller, is said with
+/// the command that answers it.
 pub async fn run_attach(
     attachment: &mut Attachment,
-    role: Role,
+    place: &SessionPlace,
+    mut role: Role,
     input: &mut mpsc::Receiver<InputEvent>,
     resizes: &mut mpsc::Receiver<(u16, u16)>,
 ) -> Result<AttachOutcome> {
     let mut stdout = tokio::io::stdout();
     let mut input_open = true;
     let mut told_read_only = false;
+    let mut asked = !place.ask_for_control;
     let mut reconnecting = false;
     // Bytes lost before the frame that comes next: said unless a snapshot redraws the screen.
     let mut pending_gap: Option<u64> = None;
@@ -71,10 +91,32 @@ pub async fn run_attach(
                     Event::Output { data, .. } | Event::Snapshot { data, .. } => {
                         stdout.write_all(&data).await?;
                         stdout.flush().await?;
+                        // Asked once the screen is drawn (a snapshot starts by resetting it),
+                        // so that the notice, and a refusal, stay in sight.
+                        if !std::mem::replace(&mut asked, true) {
+                            attachment.request_control().await?;
+                            eprint!("\r\n[ptyhub: asked the controller for control: you watch until it is granted]\r\n");
+                        }
                     }
-                    Event::Connected { resumed, .. } => {
+                    Event::Connected { resumed, role: connected_role, .. } => {
+                        role = connected_role;
                         if resumed && std::mem::take(&mut reconnecting) {
                             eprint!("\r\n[ptyhub: reconnected]\r\n");
+                        }
+                    }
+                    Event::ControlRequested { request_id, requester } => {
+                        eprint!("\r\n[ptyhub: {} asks for control (request {request_id}): `ptyhub control {} {} grant {request_id}` gives it, `decline {request_id}` refuses]\r\n",
+                            describe_requester(requester.as_ref()), place.instance, place.session_id);
+                    }
+                    Event::ControlDeclined { request_id } => {
+                        eprint!("\r\n[ptyhub: your request for control (request {request_id}) was declined; you still watch]\r\n");
+                    }
+                    Event::RoleChanged(changed) => {
+                        role = changed;
+                        told_read_only = false;
+                        match changed {
+                            Role::Controller => eprint!("\r\n[ptyhub: control was granted to you: your typing is sent]\r\n"),
+                            Role::Viewer => eprint!("\r\n[ptyhub: control was taken from you: you watch now, and typing is not sent]\r\n"),
                         }
                     }
                     Event::Reconnecting { reason } => {
@@ -133,6 +175,19 @@ pub async fn run_attach(
                 }
             }
         }
+    }
+}
+
+/// Who asks for control, as a notice names them: the principal and what it came through.
+fn describe_requester(requester: Option<&Attendee>) -> String {
+    match requester {
+        Some(requester) if !requester.principal.is_empty() => {
+            format!("{} ({})", requester.principal, requester.surface)
+        }
+        Some(requester) if !requester.surface.is_empty() => {
+            format!("someone ({})", requester.surface)
+        }
+        _ => "someone".to_owned(),
     }
 }
 

@@ -84,14 +84,24 @@ enum Command {
         session: String,
         name: String,
     },
-    /// Set who may type into a live session: `exclusive` (one controller at a time) or
-    /// `shared` (every attached client that may type does). Attached clients change role at
-    /// once, without reconnecting.
+    /// Who controls a live session and who asks to (no ACTION), or: `exclusive` / `shared` to
+    /// set who may type (attached clients change role at once, without reconnecting);
+    /// `request` to ask the controller for control (granted to your newest attach, or kept
+    /// for your next one); `grant ID` / `decline ID` to answer a request, as the controller
+    /// (declining your own request withdraws it).
+    #[command(
+        override_usage = "ptyhub control INSTANCE SESSION [exclusive|shared|request|grant ID|decline ID]"
+    )]
     Control {
         instance: String,
         session: String,
-        /// `exclusive` or `shared`.
-        control_mode: ControlMode,
+        /// `exclusive`, `shared`, `request`, `grant` or `decline`; none prints the control
+        /// state.
+        #[arg(value_parser = parse_control_action)]
+        action: Option<ControlAction>,
+        /// The request `grant` and `decline` answer, as `ptyhub control INSTANCE SESSION` and
+        /// an attached controller's notice number it.
+        request_id: Option<u64>,
     },
     /// Restart a session's command (same id, same size).
     Reset { instance: String, session: String },
@@ -176,6 +186,10 @@ struct AttachArgs {
     /// Watch without typing (read-only viewer).
     #[arg(long)]
     view: bool,
+    /// Attach watching (as --view) and ask the controller for control on this stream: typing
+    /// is sent once it is granted, and a decline is said.
+    #[arg(long)]
+    request_control: bool,
     /// The key sequence that detaches and leaves the session running; empty disables it.
     #[arg(long, default_value = "ctrl-p,ctrl-q", env = "PTYHUB_DETACH_KEYS")]
     detach_keys: String,
@@ -184,12 +198,62 @@ struct AttachArgs {
     since: Option<u64>,
 }
 
+/// What `ptyhub control INSTANCE SESSION ACTION` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlAction {
+    /// Set the session's control mode.
+    Mode(ControlMode),
+    /// Ask for control without a stream (a standing request).
+    Request,
+    /// Grant a pending request by its id.
+    Grant,
+    /// Decline a pending request by its id.
+    Decline,
+}
+
+fn parse_control_action(text: &str) -> Result<ControlAction, String> {
+    match text {
+        "request" => Ok(ControlAction::Request),
+        "grant" => Ok(ControlAction::Grant),
+        "decline" => Ok(ControlAction::Decline),
+        mode => mode
+            .parse()
+            .map(ControlAction::Mode)
+            .map_err(|error| format!("{error}; nor request, grant ID or decline ID")),
+    }
+}
+
+/// What the argument parser cannot say alone: `grant` and `decline` name a request, and
+/// nothing else takes one.
+fn check_control_usage(command: &Command) -> Result<(), clap::Error> {
+    let Command::Control {
+        action, request_id, ..
+    } = command
+    else {
+        return Ok(());
+    };
+    let problem = match (action, request_id) {
+        (Some(ControlAction::Grant | ControlAction::Decline), None) => {
+            "grant and decline need the id of the request they answer (ptyhub control INSTANCE SESSION lists them)"
+        }
+        (Some(ControlAction::Mode(_) | ControlAction::Request) | None, Some(_)) => {
+            "only grant and decline take a request id"
+        }
+        _ => return Ok(()),
+    };
+    let mut cli = Cli::command();
+    Err(cli.error(clap::error::ErrorKind::ArgumentConflict, problem))
+}
+
 fn main() -> ExitCode {
     // Before anything else, and before any thread: `ptyhub up` starts local sessions through
     // this binary as their keeper, which forks.
     ptyhub_stack::run_session_keeper_if_asked();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    if let Err(error) = check_control_usage(&cli.command) {
+        error.exit();
+    }
     // Derived fields lose the order of `send`'s mixed --text and --key; the matches keep it.
     let send_items = matches
         .subcommand_matches("send")
@@ -305,11 +369,27 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
         Command::Control {
             instance,
             session,
-            control_mode,
-        } => {
-            manage::session_control_mode(connection, instance, session, control_mode, output)
-                .await?
-        }
+            action,
+            request_id,
+        } => match (action, request_id) {
+            (Some(ControlAction::Mode(control_mode)), _) => {
+                manage::session_control_mode(connection, instance, session, control_mode, output)
+                    .await?
+            }
+            (Some(ControlAction::Request), _) => {
+                manage::control_request(connection, instance, session, output).await?
+            }
+            (Some(ControlAction::Grant), Some(request_id)) => {
+                manage::control_answer(connection, instance, session, request_id, true, output)
+                    .await?
+            }
+            (Some(ControlAction::Decline), Some(request_id)) => {
+                manage::control_answer(connection, instance, session, request_id, false, output)
+                    .await?
+            }
+            // `check_control_usage` turned the other pairs away before.
+            _ => manage::control_state(connection, instance, session, output).await?,
+        },
         Command::Reset { instance, session } => {
             manage::session_reset(connection, instance, session, output).await?
         }
@@ -340,7 +420,7 @@ async fn run(cli: Cli, send_items: Vec<broker_pb::InputItem>) -> Result<ExitCode
 
 async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Result<ExitCode> {
     let detach_keys = terminal::DetachKeys::parse(&args.detach_keys)?;
-    let role = if args.view {
+    let role = if args.view || args.request_control {
         Role::Viewer
     } else {
         Role::Controller
@@ -356,11 +436,11 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         }
         (None, None) => (Selector::Default, "the default session".to_owned()),
     };
-    let create_if_absent = !matches!(selector, Selector::Id(_)) && !args.view;
+    let create_if_absent = !matches!(selector, Selector::Id(_)) && role == Role::Controller;
     let client = connection.client().await?;
     let size = terminal::local_terminal_size();
     let session = client
-        .resolve_session(&args.instance, selector, create_if_absent, size)
+        .resolve_session_as(&args.instance, selector, create_if_absent, size, role)
         .await
         .with_context(|| format!("cannot open {what} on instance {:?}", args.instance))?
         .session;
@@ -376,6 +456,11 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         .attach(&args.instance, &session.id, options)
         .await
         .with_context(|| format!("cannot attach to {what} on instance {:?}", args.instance))?;
+    let place = attach::SessionPlace {
+        instance: args.instance.clone(),
+        session_id: session.id.clone(),
+        ask_for_control: args.request_control,
+    };
 
     let mut input = attach::spawn_stdin_reader(detach_keys, attach::InputMode::Keystrokes);
     let mut resizes = attach::spawn_resize_watcher()?;
@@ -388,7 +473,7 @@ async fn attach_terminal(connection: &ConnectionArgs, args: AttachArgs) -> Resul
         // Dropped before raw mode is undone: a snapshot or the program may have switched the
         // terminal's modes, and they are put back on every way out.
         let _display_modes = terminal::DisplayModesGuard::new();
-        let stream = attach::run_attach(&mut attachment, role, &mut input, &mut resizes);
+        let stream = attach::run_attach(&mut attachment, &place, role, &mut input, &mut resizes);
         tokio::select! {
             outcome = stream => outcome,
             signal = signals.recv() => Ok(AttachOutcome::Interrupted { signal }),

@@ -1,5 +1,6 @@
-//! The record commands: instances and sessions listed, created, renamed, reset and removed, in
-//! plain columns for people or JSON for scripts.
+//! The record commands: instances and sessions listed (with who is attached), created,
+//! renamed, reset and removed, and a session's control (its mode, its state, requests and
+//! their answers), in plain columns for people or JSON for scripts.
 
 use anyhow::{Context, Result, bail};
 use gateway::grpc::{instance_from_proto, session_from_proto};
@@ -7,7 +8,8 @@ use gateway::rest::bodies::{
     ClosedSession, DeletedInstance, InstanceBody, InstanceList, SessionBody, SessionList,
     TargetBody,
 };
-use ptyhub_client::{ControlMode, NewSession, TerminalActivity};
+use ptyhub_client::{Attendee, ControlMode, NewSession, TerminalActivity};
+use ptyhub_model::{ControlRequest, ControlState};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use serde::Serialize;
@@ -200,6 +202,95 @@ pub async fn session_control_mode(
     print_session(session, output)
 }
 
+/// `control INSTANCE SESSION`: who controls the session, for whom control is reserved, and the
+/// requests that wait; with `--json`, as `GET .../control` answers.
+pub async fn control_state(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    output: Output,
+) -> Result<()> {
+    let state = connection
+        .client()
+        .await?
+        .control_state(&instance, &session_id)
+        .await
+        .with_context(|| {
+            format!("cannot read who controls session {session_id} of instance {instance:?}")
+        })?;
+    print_control_state(state, output)
+}
+
+/// `control INSTANCE SESSION request`: a standing request for control by the caller's
+/// principal; with `--json`, as `POST .../control/requests` answers.
+pub async fn control_request(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    output: Output,
+) -> Result<()> {
+    let request = connection
+        .client()
+        .await?
+        .request_control(&instance, &session_id)
+        .await
+        .with_context(|| {
+            format!("cannot ask for control of session {session_id} of instance {instance:?}")
+        })?;
+    let request = ControlRequest::try_from(request).map_err(|error| {
+        anyhow::anyhow!("the server's answer to a request for control is unreadable: {error}")
+    })?;
+    match output {
+        Output::Json => print_json(&request),
+        Output::Plain => {
+            println!(
+                "asked for control of session {session_id} as {} (request {}): it is yours once the controller grants it; `ptyhub control {instance} {session_id}` shows whether it still waits",
+                request.principal, request.id
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `control INSTANCE SESSION grant|decline ID`: answers a pending request as the controller's
+/// principal (a decline of one's own request withdraws it); prints the control state after it,
+/// with `--json` as `POST .../control/requests/{id}/grant` (or `/decline`) answers.
+pub async fn control_answer(
+    connection: &ConnectionArgs,
+    instance: String,
+    session_id: String,
+    request_id: u64,
+    grant: bool,
+    output: Output,
+) -> Result<()> {
+    let client = connection.client().await?;
+    let (answered, verb) = if grant {
+        (
+            client
+                .grant_control(&instance, &session_id, request_id)
+                .await,
+            "grant",
+        )
+    } else {
+        (
+            client
+                .decline_control(&instance, &session_id, request_id)
+                .await,
+            "decline",
+        )
+    };
+    let state = answered.with_context(|| {
+        format!(
+            "cannot {verb} request {request_id} for control of session {session_id} of instance {instance:?}"
+        )
+    })?;
+    if output == Output::Plain {
+        let done = if grant { "granted" } else { "declined" };
+        println!("{done} request {request_id}");
+    }
+    print_control_state(state, output)
+}
+
 pub async fn session_alias_add(
     connection: &ConnectionArgs,
     instance: String,
@@ -343,9 +434,76 @@ fn print_session(session: session_pb::Session, output: Output) -> Result<()> {
     }
 }
 
+/// A control state as the REST API gives it, or in lines: the controller, a reservation, and a
+/// table of the requests that wait.
+fn print_control_state(state: broker_pb::ControlState, output: Output) -> Result<()> {
+    let state = ControlState::try_from(state)
+        .map_err(|error| anyhow::anyhow!("the server's control state is unreadable: {error}"))?;
+    if output == Output::Json {
+        return print_json(&state);
+    }
+    match &state.controller {
+        Some(controller) => println!(
+            "controller: {} since {}",
+            describe_attendee(controller),
+            rfc3339(controller.since.into())
+        ),
+        None => println!("controller: nobody"),
+    }
+    if let Some(reserved) = &state.reserved_for {
+        println!(
+            "reserved for: {} until {} (their next attach controls)",
+            or_someone(&reserved.principal),
+            rfc3339(reserved.until.into())
+        );
+    }
+    if state.requests.is_empty() {
+        println!("requests: none");
+        return Ok(());
+    }
+    print_table(
+        &["REQUEST", "PRINCIPAL", "SURFACE", "SINCE", "ON A STREAM"],
+        state.requests.iter().map(|request| {
+            vec![
+                request.id.to_string(),
+                or_someone(&request.principal).to_owned(),
+                request.surface.clone(),
+                rfc3339(request.since.into()),
+                if request.stream { "yes" } else { "no" }.to_owned(),
+            ]
+        }),
+    );
+    Ok(())
+}
+
+/// A principal as a person reads it: a share link's credential sees every principal as `""`.
+fn or_someone(principal: &str) -> &str {
+    if principal.is_empty() {
+        "someone"
+    } else {
+        principal
+    }
+}
+
+/// One attached stream, as `ls` and `control` show it: `alice (controller, cli, typing)`.
+fn describe_attendee(attendee: &Attendee) -> String {
+    let mut traits = vec![attendee.role.as_str()];
+    if !attendee.surface.is_empty() {
+        traits.push(attendee.surface.as_str());
+    }
+    if attendee.typing {
+        traits.push("typing");
+    }
+    format!(
+        "{} ({})",
+        or_someone(&attendee.principal),
+        traits.join(", ")
+    )
+}
+
 fn print_session_table(sessions: &[SessionBody]) {
     print_table(
-        &["ID", "NAME", "STATUS", "CLIENTS", "ALIASES"],
+        &["ID", "NAME", "STATUS", "CLIENTS", "ALIASES", "ATTACHED"],
         sessions.iter().map(|session| {
             let status = match (&session.close_reason, session.exit_code) {
                 (Some(reason), _) => format!("{} ({reason})", session.status),
@@ -358,6 +516,12 @@ fn print_session_table(sessions: &[SessionBody]) {
                 status,
                 session.attached_clients.to_string(),
                 session.aliases.join(","),
+                session
+                    .presence
+                    .iter()
+                    .map(describe_attendee)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ]
         }),
     );

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ptyhub_model::proto::ProtoEnum as _;
-use ptyhub_model::{BrokerCloseReason, ExitStatus, Role, TerminalSize};
+use ptyhub_model::{Attendee, BrokerCloseReason, ExitStatus, Role, TerminalSize};
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::client_frame::Frame as ClientFrameKind;
 use ptyhub_proto::broker::v1::server_frame::Frame as ServerFrameKind;
@@ -87,8 +87,21 @@ pub enum Event {
     Resize(TerminalSize),
     /// The session is being reset; a new `Connected` follows. Clear the terminal.
     Resetting,
-    /// A command was refused (a viewer's input, a bad size); the stream goes on.
+    /// A command was refused (a viewer's input, a bad size, a request for control the broker
+    /// would not take); the stream goes on.
     Refused { code: ErrorCode, message: String },
+    /// Someone asks this stream, the controller, for control: answer with
+    /// [`Attachment::answer_control`] (or by id without a stream); `requester` as presence
+    /// lists it (`None` when the broker sent none this client can read).
+    ControlRequested {
+        request_id: u64,
+        requester: Option<Attendee>,
+    },
+    /// The controller declined this stream's request for control; nothing else changed.
+    ControlDeclined { request_id: u64 },
+    /// This stream's role changed on the same stream: control was granted to it, or it gave
+    /// control away (or the session's control mode changed). A reconnection attaches with it.
+    RoleChanged(Role),
     /// The connection dropped; the stream is being resumed from the last offset.
     Reconnecting { reason: String },
     /// The process ended. The last event.
@@ -228,6 +241,26 @@ impl Attachment {
     pub async fn reset(&self) -> Result<(), Error> {
         self.send(ClientFrameKind::Reset(pb::ResetTerminal {}))
             .await
+    }
+
+    /// Asks the controller for control on this stream (a viewer's call whose credential may
+    /// control). The answer comes as [`Event::RoleChanged`] (granted),
+    /// [`Event::ControlDeclined`], or [`Event::Refused`] (a credential that may only view, a
+    /// stream that controls already or asked already). A request ends with its stream: one
+    /// still waiting when the connection drops is not made again on the next.
+    pub async fn request_control(&self) -> Result<(), Error> {
+        self.send(ClientFrameKind::RequestControl(pb::RequestControl {}))
+            .await
+    }
+
+    /// Answers an [`Event::ControlRequested`] (the controller's call): `grant` moves control to
+    /// the requester, and this stream reads on as a viewer ([`Event::RoleChanged`]).
+    pub async fn answer_control(&self, request_id: u64, grant: bool) -> Result<(), Error> {
+        self.send(ClientFrameKind::AnswerControl(pb::AnswerControl {
+            request_id,
+            grant,
+        }))
+        .await
     }
 
     async fn send(&self, frame: ClientFrameKind) -> Result<(), Error> {
@@ -524,12 +557,25 @@ impl Resume {
             ServerFrameKind::Exit(exit) => Event::Exited(ExitStatus::from(exit)),
             // Answered by `answer_receipt` before it gets here.
             ServerFrameKind::InputAck(_) => return None,
-            // Control requests are the page's and the gateway's WebSocket's so far: this client
-            // never asks for control, so it is never sent an answer, and a request to it as the
-            // controller goes unanswered.
-            ServerFrameKind::ControlRequested(_)
-            | ServerFrameKind::ControlDeclined(_)
-            | ServerFrameKind::RoleChanged(_) => return None,
+            ServerFrameKind::ControlRequested(requested) => Event::ControlRequested {
+                request_id: requested.request_id,
+                requester: requested
+                    .requester
+                    .and_then(|requester| Attendee::try_from(requester).ok()),
+            },
+            ServerFrameKind::ControlDeclined(declined) => Event::ControlDeclined {
+                request_id: declined.request_id,
+            },
+            ServerFrameKind::RoleChanged(changed) => {
+                // The next stream after a dropped connection attaches with the role this one
+                // has now: a viewer granted control resumes as the controller, and a controller
+                // that gave control away resumes watching instead of taking control back.
+                self.role = match pb::Role::try_from(changed.role) {
+                    Ok(pb::Role::Controller) => Role::Controller,
+                    _ => Role::Viewer,
+                };
+                Event::RoleChanged(self.role)
+            }
             ServerFrameKind::Error(error) => Event::Refused {
                 code: ErrorCode::from_grpc(tonic::Code::from(error.code)),
                 message: error.message,

@@ -175,10 +175,15 @@ impl Exec {
                 Event::Refused { message, .. } => {
                     return Err(Error::Protocol(format!("input refused: {message}")));
                 }
+                // The command's session is its own: a request for control to it goes
+                // unanswered, and a role given away shows as refused input.
                 Event::Connected { .. }
                 | Event::Reconnecting { .. }
                 | Event::Resize(_)
-                | Event::Resetting => {}
+                | Event::Resetting
+                | Event::ControlRequested { .. }
+                | Event::ControlDeclined { .. }
+                | Event::RoleChanged(_) => {}
             }
         }
     }

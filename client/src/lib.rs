@@ -20,10 +20,14 @@
 //! ```
 //!
 //! - [`Client`]: instances, sessions (create, resolve by alias or client id, rename, reset,
-//!   close), the screen calls, the commands a session's shell ran ([`Client::list_commands`],
+//!   close, control mode), control without a stream ([`Client::control_state`],
+//!   [`Client::request_control`], [`Client::grant_control`], [`Client::decline_control`]), the
+//!   screen calls, the commands a session's shell ran ([`Client::list_commands`],
 //!   [`Client::command_output`]), [`Client::attach`] and [`Client::exec`];
 //! - [`Attachment`] (`attach.rs`): one terminal stream that resumes by offset on its own after
-//!   a dropped connection, with input, resize, reset and the takeover notice;
+//!   a dropped connection, with input, resize, reset, the takeover notice, and control asked
+//!   for, granted and declined on the stream ([`Attachment::request_control`],
+//!   [`Attachment::answer_control`]);
 //! - [`Exec`] (`exec.rs`): a command in a session of its own, its output byte for byte and its
 //!   exit code.
 //!
@@ -51,7 +55,7 @@ pub use attach::{AttachOptions, Attachment, Event, InputReceipt};
 pub use error::Error;
 pub use exec::{CanonicalInput, Exec, ExecOutput};
 pub use ptyhub_model::{
-    BrokerCloseReason, Command, ControlMode, ExitStatus, Notification, Progress, Role,
+    Attendee, BrokerCloseReason, Command, ControlMode, ExitStatus, Notification, Progress, Role,
     TerminalActivity, TerminalSize, TerminalState,
 };
 pub use ptyhub_wire::{BearerAuth, ErrorCode};
@@ -315,12 +319,29 @@ impl Client {
 
     /// Finds the live session `selector` names; with `create_if_absent` an alias, client id or
     /// `default` that has none gets one (of `size`), and concurrent calls get the same one.
+    /// Asks as one who may control it; a credential that may only view (a share link's) uses
+    /// [`Client::resolve_session_as`] with [`Role::Viewer`].
     pub async fn resolve_session(
         &self,
         instance: &str,
         selector: Selector,
         create_if_absent: bool,
         size: Option<TerminalSize>,
+    ) -> Result<Resolved, Error> {
+        self.resolve_session_as(instance, selector, create_if_absent, size, Role::Controller)
+            .await
+    }
+
+    /// [`Client::resolve_session`] for the role the caller will attach with: a viewer's
+    /// resolve is what a share link's credential is allowed (PERMISSION_DENIED for a
+    /// controller's).
+    pub async fn resolve_session_as(
+        &self,
+        instance: &str,
+        selector: Selector,
+        create_if_absent: bool,
+        size: Option<TerminalSize>,
+        role: Role,
     ) -> Result<Resolved, Error> {
         use session_pb::resolve_session_request::Selector as Wire;
         let selector = match selector {
@@ -336,7 +357,10 @@ impl Client {
                 selector: Some(selector),
                 create_if_absent,
                 size: size.map(size_to_proto),
-                role: broker_pb::Role::Controller as i32,
+                role: match role {
+                    Role::Controller => broker_pb::Role::Controller,
+                    Role::Viewer => broker_pb::Role::Viewer,
+                } as i32,
             })
             .await?
             .into_inner();
@@ -381,6 +405,76 @@ impl Client {
                 session_id: session_id.to_owned(),
                 control_mode: control_mode.to_proto(),
             })
+            .await?
+            .into_inner())
+    }
+
+    /// Who controls a live session, for whom control is reserved, and the requests for control
+    /// that wait (docs/CONTRACT.md, "Control requests"). A share link's credential sees no
+    /// principals in it.
+    pub async fn control_state(
+        &self,
+        instance: &str,
+        session_id: &str,
+    ) -> Result<proto::broker::ControlState, Error> {
+        Ok(self
+            .sessions_service()
+            .get_control(session_pb::GetControlRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Asks for control of a live session for the credential's principal, without a stream (a
+    /// standing request): the controller is shown it and answers it by its id; a grant gives
+    /// control to the principal's newest attached stream that may control, or reserves it for
+    /// its next attach. FAILED_PRECONDITION when the principal controls or asked already, or
+    /// the session is shared; PERMISSION_DENIED for a credential that may only view.
+    pub async fn request_control(
+        &self,
+        instance: &str,
+        session_id: &str,
+    ) -> Result<proto::broker::ControlRequest, Error> {
+        Ok(self
+            .sessions_service()
+            .request_control(session_pb::RequestControlRequest {
+                instance: instance.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Grants a pending request for control (a stream's or a standing one) by its id, as the
+    /// controller's principal. Answers the control state after the grant; PERMISSION_DENIED
+    /// for another principal, NOT_FOUND for an unknown or answered request.
+    pub async fn grant_control(
+        &self,
+        instance: &str,
+        session_id: &str,
+        request_id: u64,
+    ) -> Result<proto::broker::ControlState, Error> {
+        Ok(self
+            .sessions_service()
+            .grant_control(answer_control_request(instance, session_id, request_id))
+            .await?
+            .into_inner())
+    }
+
+    /// Declines a pending request for control by its id, as the controller's principal (or
+    /// the requester's own: a withdrawal). Answers the control state after it; the errors of
+    /// [`Client::grant_control`].
+    pub async fn decline_control(
+        &self,
+        instance: &str,
+        session_id: &str,
+        request_id: u64,
+    ) -> Result<proto::broker::ControlState, Error> {
+        Ok(self
+            .sessions_service()
+            .decline_control(answer_control_request(instance, session_id, request_id))
             .await?
             .into_inner())
     }
@@ -656,5 +750,17 @@ fn size_to_proto(size: TerminalSize) -> broker_pb::TerminalSize {
     broker_pb::TerminalSize {
         cols: size.cols().into(),
         rows: size.rows().into(),
+    }
+}
+
+fn answer_control_request(
+    instance: &str,
+    session_id: &str,
+    request_id: u64,
+) -> session_pb::AnswerControlRequest {
+    session_pb::AnswerControlRequest {
+        instance: instance.to_owned(),
+        session_id: session_id.to_owned(),
+        request_id,
     }
 }

@@ -128,3 +128,36 @@ fn session_commands_print_one_object_with_the_rest_keys() {
     let closed = json_of(&up, &["rm", "local", &id]);
     assert_eq!(closed, json!({"status": "closed", "session_id": id}));
 }
+
+#[test]
+fn control_commands_print_the_rest_bodies() {
+    let up = Up::start();
+    let created = json_of(&up, &["new", "local"]);
+    let id = created["id"].as_str().expect("a session id").to_owned();
+    let path = format!("/api/v1/instances/local/terminal/sessions/{id}/control");
+
+    // The state, as `GET .../control` answers it: nobody attached, nothing asked.
+    let state = json_of(&up, &["control", "local", &id]);
+    assert_eq!(state, rest_get(&up, &path));
+    assert_eq!(
+        keys(&state),
+        BTreeSet::from(["controller", "requests", "reserved_for"].map(str::to_owned))
+    );
+
+    // A standing request, as `POST .../control/requests` answers it: the object the state lists.
+    let request = json_of(&up, &["control", "local", &id, "request"]);
+    assert_eq!(
+        keys(&request),
+        BTreeSet::from(["id", "principal", "since", "stream", "surface"].map(str::to_owned))
+    );
+    assert_eq!(request["surface"], "cli");
+    assert_eq!(rest_get(&up, &path)["requests"], json!([request.clone()]));
+
+    // An answer, as `POST .../control/requests/{id}/grant` answers it: the state after it (with
+    // nobody controlling, any credential that may control answers; control is reserved).
+    let request_id = request["id"].as_u64().expect("an id").to_string();
+    let granted = json_of(&up, &["control", "local", &id, "grant", &request_id]);
+    assert_eq!(granted, rest_get(&up, &path));
+    assert_eq!(granted["reserved_for"]["principal"], request["principal"]);
+    assert_eq!(granted["requests"], json!([]));
+}

@@ -4,6 +4,7 @@
 mod attach;
 mod command_choice;
 mod commands;
+mod control;
 mod docker;
 mod errors;
 mod exec;

@@ -37,6 +37,17 @@ struct Screen {
 impl Terminal {
     /// Runs `ptyhub --data-dir <up's> ARGS...` on a new PTY of `rows` x `cols`.
     pub fn spawn(up: &Up, args: &[&str], rows: u16, cols: u16) -> Self {
+        Self::spawn_command(&up.ptyhub(), args, rows, cols)
+    }
+
+    /// Runs `ptyhub` (a command with its program, first arguments and environment, such as
+    /// `--server URL --token T`) with `args` after them, on a new PTY of `rows` x `cols`.
+    pub fn spawn_command(
+        ptyhub: &std::process::Command,
+        args: &[&str],
+        rows: u16,
+        cols: u16,
+    ) -> Self {
         let size = Winsize {
             ws_row: rows,
             ws_col: cols,
@@ -47,7 +58,6 @@ impl Terminal {
         let master = File::from(pty.master);
         let slave = pty.slave;
         let initial_modes = tcgetattr(&slave).expect("tcgetattr on the new slave");
-        let ptyhub = up.ptyhub();
         let mut command = std::process::Command::new("setsid");
         // `--ctty` makes the slave (stdin) the controlling terminal of the new session, so the
         // kernel delivers SIGWINCH to ptyhub; `--wait` keeps the exit status if setsid forks.
