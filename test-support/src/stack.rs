@@ -19,7 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ptyhub_attach_ticket::TicketSigningKey;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
-use ptyhub_stack::session_api::config::BrokerCredential;
+use ptyhub_stack::session_api::config::{BrokerCredential, DatabaseUrl};
+use ptyhub_stack::session_api::store::entities::share;
 use ptyhub_stack::{Stack, StackBuilder};
 use ptyhub_wire::{BearerAuth, ServiceCredential, TierCredentials};
 
@@ -217,6 +218,7 @@ impl TestStackBuilder {
             None => crate::http::client(),
         };
         let http = http.build().expect("an HTTP client");
+        let session_api_database = self.stack.session_api.database_url.clone();
         let stack = self.stack.start().await.unwrap_or_else(|error| {
             panic!("the stack did not start: {}", crate::error_chain(&error))
         });
@@ -230,6 +232,7 @@ impl TestStackBuilder {
             broker: stack.broker_client(),
             session_api_endpoint: stack.session_api_endpoint(),
             broker_endpoint: stack.broker_endpoint(),
+            session_api_database,
             stack: Some(stack),
         };
         test_stack.wait_until_healthy().await;
@@ -262,6 +265,8 @@ pub struct TestStack {
     pub broker: BrokerClient,
     pub session_api_endpoint: String,
     pub broker_endpoint: String,
+    /// session-api's database, for what a test cannot do through the services.
+    session_api_database: DatabaseUrl,
     /// The services; `None` once shut down.
     stack: Option<Stack>,
 }
@@ -367,6 +372,33 @@ impl TestStack {
             .unwrap_or_else(|status| panic!("register instance {name}: {status}"))
             .into_inner()
             .id
+    }
+
+    /// Ends the life of the share `share_id` now, as if its expiry had come: session-api reads
+    /// a share's expiry on the system clock, which a test cannot move, and a share lives at
+    /// least a minute.
+    pub async fn expire_share_now(&self, share_id: &str) {
+        use sea_orm::{ColumnTrait as _, EntityTrait as _, QueryFilter as _};
+        use share::{Column, Entity};
+
+        let id = share_id.parse::<uuid::Uuid>().expect("a share id");
+        let database = sea_orm::Database::connect(self.session_api_database.connection_string())
+            .await
+            .expect("connect to session-api's database");
+        let updated = Entity::update_many()
+            .col_expr(
+                Column::ExpiresAt,
+                sea_orm::sea_query::Expr::value(ptyhub_stack::session_api::store::now()),
+            )
+            .filter(Column::Id.eq(id))
+            .exec(&database)
+            .await
+            .expect("end the share's life");
+        assert_eq!(updated.rows_affected, 1, "no share {share_id}");
+        database
+            .close()
+            .await
+            .expect("close session-api's database");
     }
 
     /// Stops the gateway only (its shutdown future completes) and waits for it; session-api
