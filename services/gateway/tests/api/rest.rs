@@ -1105,11 +1105,54 @@ async fn too_many_aliases_and_bidirectional_names_are_422() {
     stack.shutdown().await;
 }
 
+/// What the services log while a test runs, as JSON lines: caught on the test's own thread,
+/// where a current-thread runtime runs every task of the in-process stack.
+#[derive(Clone, Default)]
+struct CaughtLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaughtLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CaughtLog {
+    /// Catches every INFO-or-higher line logged on this thread until the guard is dropped.
+    fn catch(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || writer.clone())
+                .finish(),
+        )
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        let bytes = self.0.lock().expect("lock").clone();
+        String::from_utf8(bytes)
+            .expect("UTF-8 log lines")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON log line"))
+            .collect()
+    }
+}
+
 /// Whoever starts the gateway with others in one process holds its readiness until they can
 /// take sessions (`ptyhub up` until `local` exists): until then `/healthz` and `/readyz` answer
-/// 503 and say what they wait for, `/livez` stays 200, and the release makes them ready.
+/// 503 and say what they wait for, and the request log writes those answers as INFO, not as
+/// the ERROR of a server error (they would land on the terminal of whoever ran `ptyhub up`);
+/// `/livez` stays 200, and the release makes them ready.
 #[tokio::test]
 async fn probes_answer_503_while_a_part_of_the_system_is_held() {
+    let log = CaughtLog::default();
+    let _caught = log.catch();
     let readiness = std::sync::Arc::new(std::sync::Mutex::new(None));
     let slot = std::sync::Arc::clone(&readiness);
     let stack = TestStack::builder()
@@ -1133,6 +1176,15 @@ async fn probes_answer_503_while_a_part_of_the_system_is_held() {
             Value::Null
         };
         assert_eq!(body["detail"], detail, "{probe}: {body}");
+    }
+    let answers: Vec<Value> = log
+        .lines()
+        .into_iter()
+        .filter(|line| line["fields"]["status"] == 503)
+        .collect();
+    assert_eq!(answers.len(), 3, "one log line per probe: {answers:#?}");
+    for answer in &answers {
+        assert_eq!(answer["level"], "INFO", "a held probe's 503: {answer}");
     }
     let (status, _) = send(&stack, Method::GET, "/livez", None, None).await;
     assert_eq!(status, 200, "liveness asks nothing it waits for");
