@@ -562,7 +562,8 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
             match &item {
                 Ok(frame) => match &frame.frame {
                     Some(pb::server_frame::Frame::RoleChanged(changed)) => {
-                        follow_role_change(&relay.role, changed.role);
+                        let role_now = follow_role_change(&relay.role, changed.role);
+                        relay.audit.role_changed(role_now);
                     }
                     Some(pb::server_frame::Frame::Detached(detached))
                         if detached.reason == pb::DetachReason::TakenOver as i32 =>
@@ -587,7 +588,7 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
 
 /// Moves the stream's role as the broker's `RoleChanged` says, before the client is sent it: a
 /// client that reads it and types at once finds the reader already letting its input through.
-fn follow_role_change(role: &watch::Sender<Role>, changed: i32) {
+fn follow_role_change(role: &watch::Sender<Role>, changed: i32) -> Role {
     let role_now = match pb::Role::try_from(changed) {
         Ok(pb::Role::Controller) => Role::Controller,
         Ok(pb::Role::Viewer) => Role::Viewer,
@@ -602,6 +603,7 @@ fn follow_role_change(role: &watch::Sender<Role>, changed: i32) {
     };
     tracing::info!(role = role_now.as_str(), "control moved by a grant");
     role.send_replace(role_now);
+    role_now
 }
 
 /// The broker's frames while the relay lives.
@@ -635,7 +637,8 @@ async fn forward_client_frames(
                 return;
             }
         };
-        let viewer = *role.borrow() == Role::Viewer;
+        let role_now = *role.borrow();
+        let viewer = role_now == Role::Viewer;
         let refusal = match &frame.frame {
             Some(Frame::Input(input)) if input.data.len() > MAX_FRAME_BYTES => {
                 let too_large = ErrorCode::LimitExceeded.status(format!(
@@ -678,7 +681,7 @@ async fn forward_client_frames(
             }
             None => {
                 if matches!(frame.frame, Some(Frame::Reset(_))) {
-                    resets.reset();
+                    resets.reset(role_now);
                 }
                 if upstream.send(frame).await.is_err() {
                     return;

@@ -49,6 +49,14 @@ impl StreamAudit {
         self.reason = reason;
     }
 
+    /// Records the role the stream has now, after the broker moved it on the same stream (a
+    /// grant to it, control given away, a change of the control mode): the detach reports the
+    /// role the stream ends with, so that a viewer granted control and then taken over from is
+    /// a controller's `taken_over` detach, which session-api pairs into a takeover.
+    pub fn role_changed(&mut self, role: Role) {
+        self.role = role;
+    }
+
     /// Reports a reset the stream's controller sent: it goes to the broker directly, so only
     /// the gateway knows who asked for it.
     pub fn reset(&self) {
@@ -99,8 +107,12 @@ pub struct StreamResets {
 }
 
 impl StreamResets {
-    pub fn reset(&self) {
-        self.reports.push(self.report.clone());
+    /// Reports a reset sent by the stream while it has `role` (a controller's, as only a
+    /// controller's reset is let through; the stream may have become one after it attached).
+    pub fn reset(&self, role: Role) {
+        let mut report = self.report.clone();
+        report.role = Some(role);
+        self.reports.push(report);
     }
 }
 

@@ -880,3 +880,111 @@ async fn a_viewer_granted_control_on_a_relayed_attach_types_into_the_pty() {
     assert!(!String::from_utf8_lossy(&viewer.output).contains("early-6"));
     stack.shutdown().await;
 }
+
+/// The session's audit events of `kind`, as the admin reads them.
+async fn audit_events(stack: &TestStack, session_id: &str, kind: &str) -> Vec<serde_json::Value> {
+    let (status, page) = crate::common::get(
+        stack,
+        &format!("/api/v1/audit?session={session_id}&limit=1000"),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    page["events"]
+        .as_array()
+        .expect("a list of events")
+        .iter()
+        .filter(|event| event["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_relayed_attach_granted_control_is_audited_with_the_role_it_has_then() {
+    let stack = TestStack::builder().start().await;
+    let session_id = create_session(&stack, "local")
+        .await
+        .session
+        .expect("a session")
+        .id;
+    let token = Some(stack.admin_token.as_str());
+    let open = |role| Stream::open(&stack, token, Some("local"), hello(&session_id, role, None));
+    let mut controller = open(broker_pb::Role::Controller)
+        .await
+        .expect("a controller");
+    expect_connected(controller.next().await);
+    let mut granted = open(broker_pb::Role::Viewer).await.expect("a viewer");
+    expect_connected(granted.next().await);
+
+    granted
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::RequestControl(
+                broker_pb::RequestControl {},
+            )),
+        })
+        .await;
+    let request_id = frame_where(&mut controller, |frame| match frame {
+        ServerFrameKind::ControlRequested(requested) => Some(requested.request_id),
+        _ => None,
+    })
+    .await;
+    controller
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::AnswerControl(broker_pb::AnswerControl {
+                request_id,
+                grant: true,
+            })),
+        })
+        .await;
+    assert_eq!(
+        frame_where(&mut granted, role_changed).await,
+        broker_pb::Role::Controller as i32
+    );
+
+    // A reset it sends now is a controller's.
+    granted
+        .send(broker_pb::ClientFrame {
+            frame: Some(ClientFrameKind::Reset(broker_pb::ResetTerminal {})),
+        })
+        .await;
+    frame_where(&mut granted, |frame| {
+        matches!(frame, ServerFrameKind::Resetting(_)).then_some(())
+    })
+    .await;
+
+    // A new controller takes control from it: its detach is a controller's, taken over.
+    let mut newcomer = open(broker_pb::Role::Controller)
+        .await
+        .expect("a new controller");
+    expect_connected(newcomer.next().await);
+    frame_where(&mut granted, |frame| {
+        matches!(frame, ServerFrameKind::Detached(_)).then_some(())
+    })
+    .await;
+    drop(granted);
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let taken_over = loop {
+        let taken_over: Vec<_> = audit_events(&stack, &session_id, "detached")
+            .await
+            .into_iter()
+            .filter(|event| event["detail"]["reason"] == "taken_over")
+            .collect();
+        if !taken_over.is_empty() || tokio::time::Instant::now() > deadline {
+            break taken_over;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(taken_over.len(), 1, "{taken_over:#?}");
+    assert_eq!(taken_over[0]["role"], "controller", "{:#}", taken_over[0]);
+    let attaches = audit_events(&stack, &session_id, "attached").await;
+    let own_attach = attaches
+        .iter()
+        .find(|event| event["attachment_id"] == taken_over[0]["attachment_id"])
+        .unwrap_or_else(|| panic!("the stream's attach: {attaches:#?}"));
+    assert_eq!(own_attach["role"], "viewer", "it attached to watch");
+    let resets = audit_events(&stack, &session_id, "session_reset").await;
+    assert_eq!(resets.len(), 1, "{resets:#?}");
+    assert_eq!(resets[0]["role"], "controller", "{:#}", resets[0]);
+    drop((controller, newcomer));
+    stack.shutdown().await;
+}
