@@ -1,7 +1,7 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
 //! stream (reconnecting with backoff), records exits, closes, activity, attachments and who
-//! they are (presence, at once), window titles and bells (the last three batched), and
-//! reconciles the records with the broker's
+//! they are (presence, at once), window titles and bells (the last three batched), who typed
+//! how much (batched: the audit's input windows), and reconciles the records with the broker's
 //! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
 //! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
 //! down past the heartbeat timeout. Two sweeps keep the records from growing without bound:
@@ -28,7 +28,7 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::service::SessionService;
-use crate::store::{ActivityUpdate, now};
+use crate::store::{ActivityUpdate, ReportedEvent, now};
 
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
@@ -336,6 +336,7 @@ impl Watcher {
     }
 
     async fn flush(&self, batch: &mut Batch) -> Result<(), Error> {
+        self.record_typed(batch).await?;
         if batch.pending.is_empty() {
             return Ok(());
         }
@@ -355,6 +356,15 @@ impl Watcher {
     ) -> Result<(), Error> {
         let store = &self.service.store;
         let changes = &self.service.changes;
+        // The trail keeps the stream's order: the input windows gathered so far are recorded
+        // before any event but another window or an activity report is applied (a close, or an
+        // answer to a request for control, writes to the trail itself).
+        if !matches!(
+            event,
+            BrokerEvent::Typed { .. } | BrokerEvent::Activity { .. }
+        ) {
+            self.record_typed(batch).await?;
+        }
         match event {
             BrokerEvent::Snapshot { boot_id, sessions } => {
                 self.flush(batch).await?;
@@ -418,10 +428,13 @@ impl Watcher {
                 surface,
                 bytes,
                 since,
-            } => {
-                self.record_typed(session_id, &principal, &surface, bytes, since)
-                    .await?
-            }
+            } => batch.typed.push(TypedWindow {
+                session_id,
+                principal,
+                surface,
+                bytes,
+                since,
+            }),
             BrokerEvent::ControlChanged {
                 session_id,
                 kind,
@@ -457,27 +470,27 @@ impl Watcher {
         Ok(())
     }
 
-    /// Records in the audit trail how many bytes `principal` typed into a session in the window
-    /// that began at `since` (attribution: the count, never the bytes), once across replicas.
-    async fn record_typed(
-        &self,
-        session_id: Uuid,
-        principal: &str,
-        surface: &str,
-        bytes: u64,
-        since: DateTime<Utc>,
-    ) -> Result<(), Error> {
-        let store = &self.service.store;
-        let Some(session) = store.find_session(session_id).await? else {
+    /// Records in the audit trail the input windows `batch` gathered (attribution: the count,
+    /// never the bytes), each once across replicas: with one read of their sessions' instances
+    /// and one write transaction for up to `REPORTED_SESSIONS_PER_TRANSACTION` sessions, rather
+    /// than a read and a transaction each. A window of a session without a record is dropped.
+    async fn record_typed(&self, batch: &mut Batch) -> Result<(), Error> {
+        if batch.typed.is_empty() {
             return Ok(());
-        };
-        let actor = Actor::new(principal, None, surface_of_presence(surface));
-        let event = NewAuditEvent::new(AuditKind::Input, &actor)
-            .session(session.instance_id, session_id)
-            .detail("bytes", bytes.to_string())
-            .detail("window", since.to_rfc3339_opts(SecondsFormat::Micros, true))
-            .detail("typed", "true");
-        store.record_once(event, "window", since).await?;
+        }
+        let store = &self.service.store;
+        let mut session_ids: Vec<Uuid> = batch.typed.iter().map(|typed| typed.session_id).collect();
+        session_ids.sort_unstable();
+        session_ids.dedup();
+        let instances = store.session_instances(&session_ids).await?;
+        let reports: Vec<ReportedEvent> = batch
+            .typed
+            .iter()
+            .filter_map(|typed| Some(typed.report(*instances.get(&typed.session_id)?)))
+            .collect();
+        store.record_reported(&reports).await?;
+        // Kept until recorded: the flush at the end of a stream that failed tries once more.
+        batch.typed.clear();
         Ok(())
     }
 
@@ -679,6 +692,40 @@ fn is_lost(broker: &Broker, cutoff: chrono::DateTime<chrono::Utc>) -> bool {
 struct Batch {
     pending: HashMap<Uuid, ActivityUpdate>,
     reported_screens: HashMap<Uuid, ScreenFacts>,
+    /// The input windows reported since the last flush, in the stream's order.
+    typed: Vec<TypedWindow>,
+}
+
+/// How many bytes one principal typed into a session on one surface in the window that began at
+/// `since`, as the broker reported it (`BrokerEvent::Typed`).
+#[derive(Debug)]
+struct TypedWindow {
+    session_id: Uuid,
+    principal: String,
+    surface: String,
+    bytes: u64,
+    since: DateTime<Utc>,
+}
+
+impl TypedWindow {
+    /// The audit event of this window, in the session's instance: the same one whichever replica
+    /// makes it, told apart from the principal's other windows by `detail.window`.
+    fn report(&self, instance_id: Uuid) -> ReportedEvent {
+        let actor = Actor::new(&self.principal, None, surface_of_presence(&self.surface));
+        let event = NewAuditEvent::new(AuditKind::Input, &actor)
+            .session(instance_id, self.session_id)
+            .detail("bytes", self.bytes.to_string())
+            .detail(
+                "window",
+                self.since.to_rfc3339_opts(SecondsFormat::Micros, true),
+            )
+            .detail("typed", "true");
+        ReportedEvent {
+            event,
+            key: "window",
+            reported_at: self.since,
+        }
+    }
 }
 
 impl Batch {
@@ -717,6 +764,14 @@ fn closed_by_system(reason: CloseReason) -> Option<Actor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::{AuditEvent, AuditFilter};
+    use crate::broker_client::BrokerClients;
+    use crate::changes::ChangeFeed;
+    use crate::domain::{NewInstance, Target};
+    use crate::store::{Reservation, SessionReservation, Store};
+    use ptyhub_attach_ticket::TicketSigningKey;
+    use ptyhub_model::{ControlMode, TerminalSize};
+    use ptyhub_wire::{ServiceCredential, TlsConfig};
 
     fn broker(up: bool, last_heartbeat_at: Option<chrono::DateTime<chrono::Utc>>) -> Broker {
         Broker {
@@ -739,5 +794,228 @@ mod tests {
         assert!(!is_lost(&broker(true, Some(before)), cutoff));
         // Configured and never reached yet: a create may already have spawned on it.
         assert!(!is_lost(&broker(false, None), cutoff));
+    }
+
+    /// A watcher over a store on a fresh SQLite file, with `sessions` live sessions of one
+    /// instance; no broker is called by what these tests apply.
+    async fn watcher_with_sessions(
+        sessions: usize,
+    ) -> (tempfile::TempDir, Watcher, Uuid, Vec<Uuid>) {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            directory.path().join("session-api.db").display()
+        );
+        let store = Store::connect(&url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let instance = store
+            .insert_instance(
+                &NewInstance {
+                    name: "typing".into(),
+                    target: Target::Local,
+                    command: vec!["sh".into()],
+                    env: Default::default(),
+                    cwd: String::new(),
+                    user: String::new(),
+                    max_sessions: u32::try_from(sessions).unwrap(),
+                    labels: Default::default(),
+                    broker_id: None,
+                    record: None,
+                    shell_integration: false,
+                    control_grant_timeout: None,
+                },
+                "b",
+            )
+            .await
+            .expect("instance");
+        let mut session_ids = Vec::new();
+        for _ in 0..sessions {
+            let reservation = SessionReservation {
+                instance_id: instance.id,
+                name: None,
+                aliases: Vec::new(),
+                size: TerminalSize::DEFAULT,
+                control_mode: ControlMode::default(),
+                reuse_alias_holder: false,
+            };
+            let Reservation::Created { session, .. } =
+                store.reserve_session(&reservation).await.expect("reserve")
+            else {
+                panic!("expected a new session")
+            };
+            session_ids.push(session.id);
+        }
+        let credential = ServiceCredential::new("test-service-token-0123456789").unwrap();
+        let service = SessionService::new(
+            store,
+            BrokerClients::new(
+                &credential,
+                [],
+                Duration::from_secs(1),
+                TlsConfig::plain(),
+                true,
+            ),
+            Arc::new(ChangeFeed::new()),
+            TicketSigningKey::generate(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        let watcher = Watcher {
+            service: Arc::new(service),
+            settings: LifecycleSettings {
+                heartbeat_timeout: Duration::from_secs(15),
+                activity_flush_interval: Duration::from_secs(1),
+                spawn_grace: Duration::from_secs(60),
+                closed_session_retention: Duration::from_secs(3600),
+                audit_retention: Duration::ZERO,
+            },
+        };
+        (directory, watcher, instance.id, session_ids)
+    }
+
+    fn typed(session_id: Uuid, principal: &str, bytes: u64, since: DateTime<Utc>) -> BrokerEvent {
+        BrokerEvent::Typed {
+            session_id,
+            principal: principal.into(),
+            surface: "web".into(),
+            bytes,
+            since,
+        }
+    }
+
+    async fn trail(watcher: &Watcher) -> Vec<AuditEvent> {
+        let filter = AuditFilter {
+            page_size: 1000,
+            ..AuditFilter::default()
+        };
+        watcher
+            .service
+            .store
+            .list_audit_events(&filter.validated().expect("a valid filter"))
+            .await
+            .expect("list")
+            .events
+    }
+
+    #[tokio::test]
+    async fn a_flush_records_every_input_window_of_its_batch_in_one_write_transaction() {
+        let (_directory, watcher, instance_id, sessions) = watcher_with_sessions(40).await;
+        let broker = broker(true, None);
+        let store = &watcher.service.store;
+        let since = now() - chrono::Duration::seconds(1);
+        // Every session's typist, and a second typist in the first ten: 50 reports.
+        let mut reports = Vec::new();
+        for (index, session_id) in sessions.iter().enumerate() {
+            reports.push((*session_id, "alice", index as u64 + 1));
+            if index < 10 {
+                reports.push((*session_id, "bob", 100 + index as u64));
+            }
+        }
+        let mut batch = Batch::default();
+        let before = store.write_transactions_begun();
+        for (session_id, principal, bytes) in &reports {
+            watcher
+                .apply(
+                    &broker,
+                    typed(*session_id, principal, *bytes, since),
+                    &mut batch,
+                )
+                .await
+                .expect("apply");
+        }
+        assert_eq!(
+            store.write_transactions_begun(),
+            before,
+            "nothing is written before the flush"
+        );
+        watcher.flush(&mut batch).await.expect("flush");
+        assert_eq!(
+            store.write_transactions_begun() - before,
+            1,
+            "one write transaction for the batch's 50 reports"
+        );
+        let recorded: Vec<(Uuid, String, String)> = trail(&watcher)
+            .await
+            .into_iter()
+            .map(|event| {
+                assert_eq!(event.kind, AuditKind::Input);
+                assert_eq!(event.instance_id, Some(instance_id));
+                assert_eq!(event.surface, "websocket");
+                assert_eq!(event.detail["typed"], "true");
+                let window = DateTime::parse_from_rfc3339(&event.detail["window"]).unwrap();
+                assert_eq!(window, since);
+                (
+                    event.session_id.unwrap(),
+                    event.principal,
+                    event.detail["bytes"].clone(),
+                )
+            })
+            .collect();
+        let reported: Vec<(Uuid, String, String)> = reports
+            .iter()
+            .map(|(session_id, principal, bytes)| {
+                (*session_id, (*principal).to_owned(), bytes.to_string())
+            })
+            .collect();
+        assert_eq!(
+            recorded, reported,
+            "each report once, in the stream's order"
+        );
+        // A second flush has nothing left to write.
+        watcher.flush(&mut batch).await.expect("flush again");
+        assert_eq!(store.write_transactions_begun() - before, 1);
+    }
+
+    #[tokio::test]
+    async fn input_windows_are_recorded_before_a_later_close_of_their_session() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let broker = broker(true, None);
+        let session_id = sessions[0];
+        let mut batch = Batch::default();
+        let since = now() - chrono::Duration::seconds(1);
+        watcher
+            .apply(&broker, typed(session_id, "alice", 7, since), &mut batch)
+            .await
+            .expect("typed");
+        watcher
+            .apply(
+                &broker,
+                BrokerEvent::Closed {
+                    session_id,
+                    reason: CloseReason::Exited,
+                },
+                &mut batch,
+            )
+            .await
+            .expect("closed");
+        watcher.flush(&mut batch).await.expect("flush");
+        let kinds: Vec<AuditKind> = trail(&watcher)
+            .await
+            .into_iter()
+            .map(|event| event.kind)
+            .collect();
+        assert_eq!(kinds, [AuditKind::Input, AuditKind::SessionClosed]);
+    }
+
+    #[tokio::test]
+    async fn an_input_window_of_a_session_without_a_record_is_dropped() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let broker = broker(true, None);
+        let mut batch = Batch::default();
+        let since = now() - chrono::Duration::seconds(1);
+        for session_id in [Uuid::new_v4(), sessions[0]] {
+            watcher
+                .apply(&broker, typed(session_id, "alice", 3, since), &mut batch)
+                .await
+                .expect("typed");
+        }
+        watcher.flush(&mut batch).await.expect("flush");
+        let recorded: Vec<Option<Uuid>> = trail(&watcher)
+            .await
+            .into_iter()
+            .map(|event| event.session_id)
+            .collect();
+        assert_eq!(recorded, [Some(sessions[0])]);
     }
 }

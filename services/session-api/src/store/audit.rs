@@ -1,12 +1,13 @@
-//! The audit trail: appending events, deriving takeovers, listing with filters and pages, and
-//! deleting the events past the trail's retention.
+//! The audit trail: appending events, recording what brokers report once across replicas (in
+//! batches), deriving takeovers, listing with filters and pages, and deleting the events past
+//! the trail's retention.
 //!
 //! A takeover needs two facts that reach session-api separately, often from two gateways: the
 //! old controller's detach for `taken_over` and the new controller's attach. Whichever arrives
 //! second records the takeover, under a lock per session (SQLite's write lock, a PostgreSQL
 //! advisory lock), so that it is recorded exactly once whatever the order.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
@@ -33,6 +34,73 @@ pub const TAKEN_OVER: &str = "taken_over";
 /// (SQLite has one), and its ids stay within the databases' parameter limits.
 pub const AUDIT_PRUNE_BATCH: u64 = 500;
 
+/// How many sessions' reports one transaction of [`Store::record_reported`] records: it holds
+/// a lock per session (on PostgreSQL an advisory lock, of which a server keeps a bounded table),
+/// and the lookup names each session.
+pub const REPORTED_SESSIONS_PER_TRANSACTION: usize = 256;
+
+/// How many audit rows one statement inserts: 10 values each, well within SQLite's and
+/// PostgreSQL's limits on the values of one statement.
+const AUDIT_ROWS_PER_INSERT: usize = 500;
+
+/// Something a broker reported, for [`Store::record_reported`]: recorded once whichever replica
+/// hears it first.
+#[derive(Debug, Clone)]
+pub struct ReportedEvent {
+    pub event: NewAuditEvent,
+    /// The detail that tells the report apart from the session's other reports of its kind by
+    /// the same principal and surface (`window`, `at`).
+    pub key: &'static str,
+    /// When what was reported began: the event is never recorded before it, so the lookup
+    /// for it reads no older event.
+    pub reported_at: DateTime<Utc>,
+}
+
+/// What makes two reports the same one: the session, kind, principal, surface and the value of
+/// the report's detail key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ReportIdentity {
+    session_id: Uuid,
+    kind: String,
+    principal: String,
+    surface: String,
+    key: &'static str,
+    value: String,
+}
+
+impl ReportIdentity {
+    fn of(report: &ReportedEvent) -> Result<Self, Error> {
+        let event = &report.event;
+        let (Some(session_id), Some(value)) = (event.session_id, event.detail.get(report.key))
+        else {
+            return Err(Error::InvalidRequest(format!(
+                "a reported event names its session and its {}",
+                report.key
+            )));
+        };
+        Ok(Self {
+            session_id,
+            kind: event.kind.as_str().to_owned(),
+            principal: event.actor.principal.clone(),
+            surface: event.actor.surface.as_str().to_owned(),
+            key: report.key,
+            value: value.clone(),
+        })
+    }
+
+    /// The identity `row` has under `key`, when it has that detail.
+    fn of_row(row: &audit_event::Model, key: &'static str) -> Option<Self> {
+        Some(Self {
+            session_id: row.session_id?,
+            kind: row.kind.clone(),
+            principal: row.principal.clone(),
+            surface: row.surface.clone(),
+            key,
+            value: row.detail.get(key)?.as_str()?.to_owned(),
+        })
+    }
+}
+
 impl Store {
     /// Appends one event; an attach or detach of a controller may record a takeover too.
     /// Returns the event's id.
@@ -52,40 +120,94 @@ impl Store {
         Ok(id)
     }
 
-    /// Appends the event of something a broker reported (one principal's input window, whose
-    /// `detail.window` is when its first byte was written; an answer to a request for control,
-    /// whose `detail.at` is when it was answered) unless it is recorded already: every replica
-    /// hears the broker's report, and the first to take the session's lock records it. The
-    /// report is the same one when the session, kind, principal and the detail `key` are, and
-    /// the event is not recorded before `reported_at`. Whether this call recorded it.
+    /// Appends the event of something a broker reported unless it is recorded already
+    /// ([`Store::record_reported`] for one report). Whether this call recorded it.
     pub async fn record_once(
         &self,
         event: NewAuditEvent,
-        key: &str,
+        key: &'static str,
         reported_at: DateTime<Utc>,
     ) -> Result<bool, Error> {
-        let (Some(session_id), Some(value)) = (event.session_id, event.detail.get(key)) else {
-            return Err(Error::InvalidRequest(format!(
-                "a reported event names its session and its {key}"
-            )));
+        let report = ReportedEvent {
+            event,
+            key,
+            reported_at,
         };
+        Ok(self.record_reported(std::slice::from_ref(&report)).await? == 1)
+    }
+
+    /// Appends the events of what a broker reported (a principal's input window, whose
+    /// `detail.window` is when its first byte was written; an answer to a request for control,
+    /// whose `detail.at` is when it was answered), each unless it is recorded already: every
+    /// replica hears the broker's reports, and the first to take a session's lock records that
+    /// session's. Each event's session and detail `key` must be set. Returns how many this call
+    /// recorded.
+    ///
+    /// A batch costs one write transaction per [`REPORTED_SESSIONS_PER_TRANSACTION`] sessions,
+    /// whose locks are taken in one order (so that replicas recording overlapping batches never
+    /// deadlock), and one indexed lookup of what those sessions have recorded since the
+    /// earliest report. A session's events are appended in the order of `reports`.
+    pub async fn record_reported(&self, reports: &[ReportedEvent]) -> Result<usize, Error> {
+        let mut by_session: Vec<(Uuid, Vec<(&ReportedEvent, ReportIdentity)>)> = Vec::new();
+        let mut position: HashMap<Uuid, usize> = HashMap::new();
+        for report in reports {
+            let identity = ReportIdentity::of(report)?;
+            let index = *position.entry(identity.session_id).or_insert_with(|| {
+                by_session.push((identity.session_id, Vec::new()));
+                by_session.len() - 1
+            });
+            by_session[index].1.push((report, identity));
+        }
+        let mut recorded = 0;
+        for sessions in by_session.chunks(REPORTED_SESSIONS_PER_TRANSACTION) {
+            recorded += self.record_reported_sessions(sessions).await?;
+        }
+        Ok(recorded)
+    }
+
+    /// One transaction of [`Store::record_reported`]: the reports of `sessions`.
+    async fn record_reported_sessions(
+        &self,
+        sessions: &[(Uuid, Vec<(&ReportedEvent, ReportIdentity)>)],
+    ) -> Result<usize, Error> {
         let transaction = self.begin_write().await?;
-        lock_session_trail(&transaction, session_id).await?;
-        let recorded: Vec<audit_event::Model> = audit_event::Entity::find()
-            .filter(audit_event::Column::SessionId.eq(session_id))
-            .filter(audit_event::Column::Kind.eq(event.kind.as_str()))
-            .filter(audit_event::Column::Principal.eq(event.actor.principal.as_str()))
-            .filter(audit_event::Column::At.gte(reported_at))
-            .all(&transaction)
-            .await?;
-        let already = recorded
-            .iter()
-            .any(|row| row.detail.get(key).and_then(|found| found.as_str()) == Some(value));
-        if !already {
-            insert_audit_event(&transaction, &event).await?;
+        let session_ids: Vec<Uuid> = sessions.iter().map(|(session_id, _)| *session_id).collect();
+        lock_session_trails(&transaction, &session_ids).await?;
+        let reports = || sessions.iter().flat_map(|(_, reports)| reports);
+        let kinds: BTreeSet<&str> = reports()
+            .map(|(report, _)| report.event.kind.as_str())
+            .collect();
+        let keys: BTreeSet<&str> = reports().map(|(report, _)| report.key).collect();
+        let since = reports()
+            .map(|(report, _)| report.reported_at)
+            .min()
+            .unwrap_or_else(now);
+        let mut seen: HashSet<ReportIdentity> = HashSet::new();
+        for row in recorded_since(&transaction, &session_ids, &kinds, since).await? {
+            for key in &keys {
+                if let Some(identity) = ReportIdentity::of_row(&row, key) {
+                    seen.insert(identity);
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        for (report, identity) in reports() {
+            if seen.insert(identity.clone()) {
+                rows.push(audit_row(&report.event)?);
+            }
+        }
+        let recorded = rows.len();
+        // Several rows a statement, within both databases' limits on bound values.
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk: Vec<audit_event::ActiveModel> =
+                rows.by_ref().take(AUDIT_ROWS_PER_INSERT).collect();
+            audit_event::Entity::insert_many(chunk)
+                .exec_without_returning(&transaction)
+                .await?;
         }
         transaction.commit().await?;
-        Ok(!already)
+        Ok(recorded)
     }
 
     /// Deletes the events recorded before `cutoff`, [`AUDIT_PRUNE_BATCH`] at a time. Returns how
@@ -171,9 +293,17 @@ pub(super) async fn insert_audit_event(
     transaction: &DatabaseTransaction,
     event: &NewAuditEvent,
 ) -> Result<u64, Error> {
+    let inserted = audit_event::Entity::insert(audit_row(event)?)
+        .exec(transaction)
+        .await?;
+    Ok(id_from_db(inserted.last_insert_id))
+}
+
+/// The row that records `event` now.
+fn audit_row(event: &NewAuditEvent) -> Result<audit_event::ActiveModel, Error> {
     let detail = serde_json::to_value(&event.detail)
         .map_err(|error| Error::CorruptRecord(format!("audit detail: {error}")))?;
-    let row = audit_event::ActiveModel {
+    Ok(audit_event::ActiveModel {
         id: ActiveValue::NotSet,
         at: ActiveValue::Set(now()),
         kind: ActiveValue::Set(event.kind.as_str().to_owned()),
@@ -185,13 +315,41 @@ pub(super) async fn insert_audit_event(
         role: ActiveValue::Set(event.role.map(|role| role.as_str().to_owned())),
         attachment_id: ActiveValue::Set(event.attachment_id),
         detail: ActiveValue::Set(detail),
-    };
-    let inserted = audit_event::Entity::insert(row).exec(transaction).await?;
-    Ok(id_from_db(inserted.last_insert_id))
+    })
 }
 
-/// Serialises the stream events of one session for the rest of the transaction. SQLite's
-/// writers are serialised already (`BEGIN IMMEDIATE`).
+/// The events of `kinds` that `sessions` recorded at or after `since`: an indexed lookup
+/// (`session_id`, `kind`, `at`), in chunks within the databases' limits on bound values.
+async fn recorded_since(
+    transaction: &DatabaseTransaction,
+    sessions: &[Uuid],
+    kinds: &BTreeSet<&str>,
+    since: DateTime<Utc>,
+) -> Result<Vec<audit_event::Model>, Error> {
+    let mut rows = Vec::new();
+    for chunk in sessions.chunks(500) {
+        rows.extend(
+            recorded_since_query(chunk, kinds, since)
+                .all(transaction)
+                .await?,
+        );
+    }
+    Ok(rows)
+}
+
+fn recorded_since_query(
+    sessions: &[Uuid],
+    kinds: &BTreeSet<&str>,
+    since: DateTime<Utc>,
+) -> sea_orm::Select<audit_event::Entity> {
+    audit_event::Entity::find()
+        .filter(audit_event::Column::SessionId.is_in(sessions.iter().copied()))
+        .filter(audit_event::Column::Kind.is_in(kinds.iter().copied()))
+        .filter(audit_event::Column::At.gte(since))
+}
+
+/// Serialises the stream events of one session, and the recording of what its broker reported,
+/// for the rest of the transaction. SQLite's writers are serialised already (`BEGIN IMMEDIATE`).
 async fn lock_session_trail(
     transaction: &DatabaseTransaction,
     session_id: Uuid,
@@ -199,9 +357,18 @@ async fn lock_session_trail(
     if transaction.get_database_backend() != DbBackend::Postgres {
         return Ok(());
     }
+    lock_trail_key(transaction, trail_lock_key(session_id)).await
+}
+
+/// The advisory lock of a session's trail: its id's first 32 bits (two sessions may share one,
+/// which only makes them wait for each other).
+fn trail_lock_key(session_id: Uuid) -> i32 {
     let (high, _) = session_id.as_u64_pair();
+    (high >> 32) as i32
+}
+
+async fn lock_trail_key(transaction: &DatabaseTransaction, key: i32) -> Result<(), Error> {
     // Namespaced by the two-key form, apart from the migrations' single-key lock.
-    let key = (high >> 32) as i32;
     transaction
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
@@ -209,6 +376,25 @@ async fn lock_session_trail(
             [sea_orm::Value::from(key)],
         ))
         .await?;
+    Ok(())
+}
+
+/// [`lock_session_trail`] for each of `sessions`, always in the same order, so that two
+/// transactions locking overlapping sets wait for each other rather than deadlock.
+async fn lock_session_trails(
+    transaction: &DatabaseTransaction,
+    sessions: &[Uuid],
+) -> Result<(), Error> {
+    if transaction.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    let keys: BTreeSet<i32> = sessions
+        .iter()
+        .map(|session_id| trail_lock_key(*session_id))
+        .collect();
+    for key in keys {
+        lock_trail_key(transaction, key).await?;
+    }
     Ok(())
 }
 
@@ -325,4 +511,56 @@ fn id_from_db(id: i64) -> u64 {
 
 fn id_to_db(id: u64) -> i64 {
     i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::QueryTrait;
+
+    use super::*;
+    use crate::store::migration::REPORTED_AUDIT_EVENTS_INDEX;
+
+    #[tokio::test]
+    async fn the_lookup_of_recorded_reports_searches_the_reported_index() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            directory.path().join("session-api.db").display()
+        );
+        let migrating = Store::connect(&url).await.expect("connect");
+        migrating.migrate().await.expect("migrate");
+        migrating.close().await;
+        // A connection of its own: an EXPLAIN does not check for a schema changed since the
+        // connection read it (a statement that runs does), so one opened before the migration
+        // would explain the plan without the index.
+        let store = Store::connect(&url).await.expect("connect");
+        let sessions = [Uuid::new_v4(), Uuid::new_v4()];
+        let kinds = BTreeSet::from([AuditKind::Input.as_str()]);
+        let lookup = recorded_since_query(&sessions, &kinds, now()).build(DbBackend::Sqlite);
+        let plan = store
+            .connection()
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Sqlite,
+                format!("EXPLAIN QUERY PLAN {}", lookup.sql),
+                lookup
+                    .values
+                    .clone()
+                    .map(|values| values.0)
+                    .unwrap_or_default(),
+            ))
+            .await
+            .expect("explain");
+        let steps: Vec<String> = plan
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").expect("detail"))
+            .collect();
+        assert!(
+            steps
+                .iter()
+                .any(|step| step.contains(REPORTED_AUDIT_EVENTS_INDEX)
+                    && step.contains("session_id=? AND kind=? AND at>?")),
+            "{steps:?} for {}",
+            lookup.sql
+        );
+    }
 }

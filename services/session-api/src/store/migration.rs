@@ -7,6 +7,9 @@ use sea_orm_migration::prelude::*;
 
 mod webhooks;
 
+/// The index of a session's audit events by kind and time ([`IndexReportedAuditEvents`]).
+pub const REPORTED_AUDIT_EVENTS_INDEX: &str = "idx_audit_events_reported";
+
 /// Every migration of session-api, oldest first.
 #[derive(Debug)]
 pub struct Migrator;
@@ -27,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddSessionPresence),
             Box::new(AddSessionControlMode),
             Box::new(AddInstanceControlGrantTimeout),
+            Box::new(IndexReportedAuditEvents),
         ]
     }
 }
@@ -828,6 +832,46 @@ impl MigrationTrait for AddInstanceControlGrantTimeout {
                 Table::alter()
                     .table(Instances::Table)
                     .drop_column(Instances::ControlGrantTimeoutSecs)
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+/// The lookup that tells whether a report a broker sent (an input window, an answer to a request
+/// for control) is recorded already: a session's events of one kind since a time. Without it
+/// the lookup walked every event of the session.
+struct IndexReportedAuditEvents;
+
+impl MigrationName for IndexReportedAuditEvents {
+    // Stored in `seaql_migrations`: never rename.
+    fn name(&self) -> &str {
+        "m20261205_000008_index_reported_audit_events"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for IndexReportedAuditEvents {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_index(
+                Index::create()
+                    .name(REPORTED_AUDIT_EVENTS_INDEX)
+                    .table(AuditEvents::Table)
+                    .col(AuditEvents::SessionId)
+                    .col(AuditEvents::Kind)
+                    .col(AuditEvents::At)
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_index(
+                Index::drop()
+                    .name(REPORTED_AUDIT_EVENTS_INDEX)
+                    .table(AuditEvents::Table)
                     .to_owned(),
             )
             .await

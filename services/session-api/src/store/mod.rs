@@ -16,7 +16,7 @@ mod shares;
 mod terminal;
 mod webhooks;
 
-pub use audit::{AUDIT_PRUNE_BATCH, TAKEN_OVER};
+pub use audit::{AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEvent, TAKEN_OVER};
 pub use reservations::{Reservation, SessionReservation};
 pub use session_writes::{ActivityUpdate, closed_event};
 pub use shares::ShareKey;
@@ -24,6 +24,8 @@ pub use terminal::RecordedTerminal;
 pub use webhooks::{AttemptResult, ClaimedDelivery};
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -53,6 +55,9 @@ pub fn now() -> DateTime<Utc> {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// How many write transactions this store and its clones began: what a test reads to see
+    /// what a batch of writes cost.
+    write_transactions: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -103,7 +108,10 @@ impl Store {
                 database: redact_password(url),
                 source,
             })?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            write_transactions: Arc::default(),
+        })
     }
 
     /// Applies the pending migrations (idempotent).
@@ -116,6 +124,12 @@ impl Store {
     /// The connection, for tests and tools that inspect the tables.
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// How many write transactions this store and its clones have begun, for tests that check
+    /// what a batch of writes costs.
+    pub fn write_transactions_begun(&self) -> u64 {
+        self.write_transactions.load(Ordering::Relaxed)
     }
 
     /// Closes the pool.
@@ -131,6 +145,7 @@ impl Store {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..TransactionOptions::default()
         };
+        self.write_transactions.fetch_add(1, Ordering::Relaxed);
         Ok(self.db.begin_with_options(options).await?)
     }
 }

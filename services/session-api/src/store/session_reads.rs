@@ -79,4 +79,21 @@ impl Store {
         }
         Ok(statuses)
     }
+
+    /// The instance of each of `ids` that has a record (a missing one has none).
+    pub async fn session_instances(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Uuid>, Error> {
+        let mut instances = HashMap::new();
+        for chunk in ids.chunks(500) {
+            let rows: Vec<(Uuid, Uuid)> = terminal_session::Entity::find()
+                .select_only()
+                .column(terminal_session::Column::Id)
+                .column(terminal_session::Column::InstanceId)
+                .filter(terminal_session::Column::Id.is_in(chunk.iter().copied()))
+                .into_tuple()
+                .all(&self.db)
+                .await?;
+            instances.extend(rows);
+        }
+        Ok(instances)
+    }
 }

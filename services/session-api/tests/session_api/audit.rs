@@ -1,8 +1,9 @@
 //! The audit trail in the store, on both databases: a close is recorded once with who closed
 //! it, a takeover once whichever of its two facts arrives first, listings filter and page
 //! without losing or repeating an event, for pages of any size through the tokens handed out,
-//! and the events past the retention are deleted (by the store in batches, and by
-//! session-api's own sweep).
+//! the events past the retention are deleted (by the store in batches, and by session-api's own
+//! sweep), and what brokers report is recorded once each, in batches, whichever replica hears
+//! it.
 
 use proptest::prelude::*;
 use ptyhub_model::Role;
@@ -10,7 +11,10 @@ use ptyhub_test_support::fuzz;
 use ptyhub_wire::{Actor, Surface};
 use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
 use session_api::domain::CloseReason;
-use session_api::store::{AUDIT_PRUNE_BATCH, Reservation, Store, TAKEN_OVER};
+use session_api::store::{
+    AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEvent, Reservation, Store,
+    TAKEN_OVER,
+};
 use uuid::Uuid;
 
 use crate::store::{migrated_store, new_instance, reservation};
@@ -557,5 +561,191 @@ both_databases!(
             .map(|event| event.detail["bytes"].as_str())
             .collect();
         assert_eq!(bytes, ["8", "3"]);
+    }
+);
+
+/// Replicas: two stores on one database, each hearing the same reports.
+async fn second_replica(database: &FreshDatabase) -> Store {
+    Store::connect(database.url()).await.expect("connect")
+}
+
+both_databases!(
+    a_batch_of_reports_heard_by_two_replicas_is_recorded_once_each,
+    |backend| async move {
+        let Some((database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let other = second_replica(&database).await;
+        // More sessions than one transaction records, so that the batch takes several.
+        let count = REPORTED_SESSIONS_PER_TRANSACTION + 44;
+        let instance = store
+            .insert_instance(&new_instance("typists", count as u32), "b1")
+            .await
+            .expect("instance");
+        let mut sessions = Vec::new();
+        for _ in 0..count {
+            let Reservation::Created { session, .. } = store
+                .reserve_session(&reservation(instance.id, vec![], false))
+                .await
+                .expect("reserve")
+            else {
+                panic!("expected a new session")
+            };
+            sessions.push(session.id);
+        }
+        let since = chrono::Utc::now() - chrono::Duration::seconds(2);
+        let next = since + chrono::Duration::seconds(1);
+        // Each session's typist in two windows, and a second typist in the first window of
+        // every third session.
+        let report = |session_id: Uuid, principal: &str, since: chrono::DateTime<chrono::Utc>| {
+            ReportedEvent {
+                event: NewAuditEvent::new(AuditKind::Input, &person(principal))
+                    .session(instance.id, session_id)
+                    .detail("bytes", "5")
+                    .detail("window", since.to_rfc3339())
+                    .detail("typed", "true"),
+                key: "window",
+                reported_at: since,
+            }
+        };
+        let mut reports = Vec::new();
+        for (index, session_id) in sessions.iter().enumerate() {
+            reports.push(report(*session_id, "alice", since));
+            if index % 3 == 0 {
+                reports.push(report(*session_id, "bob", since));
+            }
+        }
+        for session_id in &sessions {
+            reports.push(report(*session_id, "alice", next));
+        }
+        // The replicas record at once, one of them with the sessions in the other order (each
+        // session's reports in the order heard): the locks are taken in one order whatever the
+        // batch's, so neither waits on the other for ever.
+        let mut other_order = reports.clone();
+        other_order.sort_by_key(|report| std::cmp::Reverse(report.event.session_id));
+        let (first, second) = tokio::join!(
+            store.record_reported(&reports),
+            other.record_reported(&other_order)
+        );
+        let (first, second) = (
+            first.expect("first replica"),
+            second.expect("second replica"),
+        );
+        assert_eq!(first + second, reports.len(), "{first} + {second}");
+        // A replica that hears the batch again records nothing.
+        assert_eq!(other.record_reported(&reports).await.expect("again"), 0);
+
+        let mut events = Vec::new();
+        let mut page = AuditFilter {
+            instance_id: Some(instance.id),
+            page_size: 1000,
+            ..AuditFilter::default()
+        };
+        loop {
+            let listed = store
+                .list_audit_events(&page.clone().validated().unwrap())
+                .await
+                .expect("list");
+            events.extend(listed.events);
+            match listed.next_after_id {
+                Some(after_id) => page.after_id = Some(after_id),
+                None => break,
+            }
+        }
+        let mut recorded: Vec<(Uuid, String, String)> = events
+            .iter()
+            .filter(|event| event.kind == AuditKind::Input)
+            .map(|event| {
+                (
+                    event.session_id.unwrap(),
+                    event.principal.clone(),
+                    event.detail["window"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(recorded.len(), reports.len(), "each report recorded once");
+        // A session's windows are in the order they were typed.
+        for session_id in &sessions {
+            let alice: Vec<&str> = recorded
+                .iter()
+                .filter(|(id, principal, _)| id == session_id && principal == "alice")
+                .map(|(_, _, window)| window.as_str())
+                .collect();
+            assert_eq!(alice, [since.to_rfc3339(), next.to_rfc3339()]);
+        }
+        recorded.sort();
+        recorded.dedup();
+        assert_eq!(recorded.len(), reports.len(), "no report recorded twice");
+    }
+);
+
+both_databases!(
+    a_principal_typing_on_two_surfaces_in_one_window_is_recorded_for_each,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "two-surfaces").await;
+        let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+        // The broker tallies per principal and surface; the window is the session's.
+        let window = |surface: Surface, bytes: &str| ReportedEvent {
+            event: NewAuditEvent::new(AuditKind::Input, &Actor::new("alice", None, surface))
+                .session(instance_id, session_id)
+                .detail("bytes", bytes)
+                .detail("window", since.to_rfc3339())
+                .detail("typed", "true"),
+            key: "window",
+            reported_at: since,
+        };
+        let reports = [window(Surface::WebSocket, "4"), window(Surface::Cli, "9")];
+        assert_eq!(store.record_reported(&reports).await.unwrap(), 2);
+        assert_eq!(store.record_reported(&reports).await.unwrap(), 0);
+        let events = everything(
+            &store,
+            AuditFilter {
+                session_id: Some(session_id),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        let recorded: Vec<(&str, &str)> = events
+            .iter()
+            .map(|event| (event.surface.as_str(), event.detail["bytes"].as_str()))
+            .collect();
+        assert_eq!(recorded, [("websocket", "4"), ("cli", "9")]);
+    }
+);
+
+both_databases!(
+    a_reported_event_without_its_session_or_key_is_refused,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "refused").await;
+        let since = chrono::Utc::now();
+        let fine = ReportedEvent {
+            event: NewAuditEvent::new(AuditKind::Input, &person("alice"))
+                .session(instance_id, session_id)
+                .detail("window", since.to_rfc3339()),
+            key: "window",
+            reported_at: since,
+        };
+        let without_key = ReportedEvent {
+            key: "at",
+            ..fine.clone()
+        };
+        let refused = store
+            .record_reported(&[fine, without_key])
+            .await
+            .expect_err("a report without its key");
+        assert!(
+            refused.to_string().contains("names its session and its at"),
+            "{refused}"
+        );
+        assert!(
+            everything(&store, AuditFilter::default()).await.is_empty(),
+            "nothing of a refused batch is recorded"
+        );
     }
 );
