@@ -17,7 +17,7 @@ use ptyhub_client::{Attachment, Attendee, BrokerCloseReason, Event, Exec, Role, 
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
-use crate::terminal;
+use crate::{manage, terminal};
 
 /// How long a detach waits for the input typed before it to be written.
 const INPUT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
@@ -181,13 +181,13 @@ pub async fn run_attach(
 /// Who asks for control, as a notice names them: the principal and what it came through.
 fn describe_requester(requester: Option<&Attendee>) -> String {
     match requester {
-        Some(requester) if !requester.principal.is_empty() => {
-            format!("{} ({})", requester.principal, requester.surface)
-        }
-        Some(requester) if !requester.surface.is_empty() => {
-            format!("someone ({})", requester.surface)
-        }
-        _ => "someone".to_owned(),
+        Some(requester) if !requester.surface.is_empty() => format!(
+            "{} ({})",
+            manage::or_someone(&requester.principal),
+            manage::shown(&requester.surface)
+        ),
+        Some(requester) => manage::or_someone(&requester.principal),
+        None => "someone".to_owned(),
     }
 }
 

@@ -466,8 +466,8 @@ fn print_control_state(state: broker_pb::ControlState, output: Output) -> Result
         state.requests.iter().map(|request| {
             vec![
                 request.id.to_string(),
-                or_someone(&request.principal).to_owned(),
-                request.surface.clone(),
+                or_someone(&request.principal),
+                shown(&request.surface),
                 rfc3339(request.since.into()),
                 if request.stream { "yes" } else { "no" }.to_owned(),
             ]
@@ -477,22 +477,37 @@ fn print_control_state(state: broker_pb::ControlState, output: Output) -> Result
 }
 
 /// A principal as a person reads it: a share link's credential sees every principal as `""`.
-fn or_someone(principal: &str) -> &str {
+pub(crate) fn or_someone(principal: &str) -> String {
     if principal.is_empty() {
-        "someone"
+        "someone".to_owned()
     } else {
-        principal
+        shown(principal)
     }
+}
+
+/// A name the server gave, as a person's terminal may show it: a token's subject can hold any
+/// character, and a control character (an escape sequence's `ESC`, a C1 control) is written
+/// escaped, so a name can neither set the title nor the clipboard, nor redraw the screen.
+pub(crate) fn shown(name: &str) -> String {
+    let mut shown = String::with_capacity(name.len());
+    for character in name.chars() {
+        if character.is_control() {
+            shown.extend(character.escape_default());
+        } else {
+            shown.push(character);
+        }
+    }
+    shown
 }
 
 /// One attached stream, as `ls` and `control` show it: `alice (controller, cli, typing)`.
 fn describe_attendee(attendee: &Attendee) -> String {
-    let mut traits = vec![attendee.role.as_str()];
+    let mut traits = vec![attendee.role.as_str().to_owned()];
     if !attendee.surface.is_empty() {
-        traits.push(attendee.surface.as_str());
+        traits.push(shown(&attendee.surface));
     }
     if attendee.typing {
-        traits.push("typing");
+        traits.push("typing".to_owned());
     }
     format!(
         "{} ({})",
@@ -601,5 +616,21 @@ pub fn print_table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     line(headers.iter().map(|header| (*header).to_owned()).collect());
     for row in rows {
         line(row);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_shown_with_its_control_characters_escaped() {
+        // A subject that would set the terminal's title and clipboard, and one that would not.
+        let hostile = "eve\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}2J";
+        let shown = or_someone(hostile);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(shown, "eve\\u{1b}]52;c;ZXZpbA==\\u{7}\\u{9b}2J");
+        assert_eq!(or_someone("ålice"), "ålice");
+        assert_eq!(or_someone(""), "someone");
     }
 }
