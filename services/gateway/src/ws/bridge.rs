@@ -787,6 +787,7 @@ impl Bridge {
             TerminalEvent::RoleChanged(role) => {
                 tracing::info!(role = role.as_str(), "control moved by a grant");
                 self.role = role;
+                self.audit.role_changed(role);
                 self.client.queue_frame(&ServerFrame::Role { role }).await
             }
             TerminalEvent::TakenOver => {

@@ -982,6 +982,15 @@ async fn a_relayed_attach_granted_control_is_audited_with_the_role_it_has_then()
         .find(|event| event["attachment_id"] == taken_over[0]["attachment_id"])
         .unwrap_or_else(|| panic!("the stream's attach: {attaches:#?}"));
     assert_eq!(own_attach["role"], "viewer", "it attached to watch");
+    // session-api pairs the new controller's attach with it, as a takeover from it.
+    let takeover = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        audit_events(&stack, &session_id, "takeover")
+            .await
+            .into_iter()
+            .find(|event| event["detail"]["from_attachment"] == taken_over[0]["attachment_id"])
+    })
+    .await;
+    assert!(takeover.is_some(), "no takeover from the granted stream");
     let resets = audit_events(&stack, &session_id, "session_reset").await;
     assert_eq!(resets.len(), 1, "{resets:#?}");
     assert_eq!(resets[0]["role"], "controller", "{:#}", resets[0]);

@@ -359,6 +359,66 @@ async fn a_viewer_asks_for_control_over_the_websocket_and_a_grant_moves_it() {
     // The audit trail attributes each one's input, as counts of bytes.
     typed_bytes_become(&stack, &session_id, "alice", "echo from-alice\n".len()).await;
     typed_bytes_become(&stack, &session_id, "bob", "echo typed-by-$((6*7))\n".len()).await;
+
+    // Bob's socket is audited with the role it has now: a reset it sends is a controller's,
+    // and when a new controller takes over, its detach is a controller's taken over (it
+    // attached to watch).
+    bob_tab.send_json(json!({"type": "reset"})).await;
+    while bob_tab.read_until_text("status").await["status"] != "connected" {}
+    let carol = stack.jwt("carol", &["*"], false);
+    let mut carol_tab = Terminal::open_url(&socket_url(&carol, ""), &[])
+        .await
+        .expect("carol's socket");
+    carol_tab.connected().await;
+    assert_eq!(bob_tab.read_until_closed().await.code, 4009);
+    // Bob's reset and detach, and Carol's takeover from him (he attached to watch), once the
+    // trail has them.
+    let deadline = Instant::now() + PATIENCE;
+    let (resets, taken_over, takeovers) = loop {
+        let (status, page) = get(
+            &stack,
+            &format!("/api/v1/audit?session={session_id}&limit=1000"),
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        let bobs = |kind: &str| -> Vec<Value> {
+            page["events"]
+                .as_array()
+                .expect("a list of events")
+                .iter()
+                .filter(|event| event["kind"] == kind && event["principal"] == "bob")
+                .cloned()
+                .collect()
+        };
+        let resets = bobs("session_reset");
+        let taken_over: Vec<Value> = bobs("detached")
+            .into_iter()
+            .filter(|event| event["detail"]["reason"] == "taken_over")
+            .collect();
+        let takeovers: Vec<Value> = page["events"]
+            .as_array()
+            .expect("a list of events")
+            .iter()
+            .filter(|event| event["kind"] == "takeover" && event["detail"]["from"] == "bob")
+            .cloned()
+            .collect();
+        let complete = !resets.is_empty() && !taken_over.is_empty() && !takeovers.is_empty();
+        if complete || Instant::now() > deadline {
+            break (resets, taken_over, takeovers);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(resets.len(), 1, "{resets:#?}");
+    assert_eq!(resets[0]["role"], "controller", "{:#}", resets[0]);
+    assert_eq!(taken_over.len(), 1, "{taken_over:#?}");
+    assert_eq!(taken_over[0]["role"], "controller", "{:#}", taken_over[0]);
+    assert_eq!(takeovers.len(), 1, "{takeovers:#?}");
+    assert_eq!(takeovers[0]["principal"], "carol", "{:#}", takeovers[0]);
+    assert_eq!(
+        takeovers[0]["detail"]["from_attachment"], taken_over[0]["attachment_id"],
+        "{:#}",
+        takeovers[0]
+    );
     stack.shutdown().await;
 }
 

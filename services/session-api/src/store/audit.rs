@@ -400,7 +400,10 @@ async fn lock_session_trails(
 
 /// Records the takeovers of `session_id` whose two facts (the old controller's detach for
 /// `taken_over`, the first controller attach after the old one's attach) are both known now
-/// and that are not recorded yet.
+/// and that are not recorded yet. A stream that attached to watch and was granted control
+/// later has a viewer's attach: its new controller is the first controller attach after it
+/// that no recorded takeover names already (one that came between the attach and the grant
+/// took control from another stream).
 async fn record_takeovers(
     transaction: &DatabaseTransaction,
     session_id: Uuid,
@@ -427,6 +430,11 @@ async fn record_takeovers(
         .filter(|event| event.kind == AuditKind::Takeover)
         .filter_map(|event| event.detail.get("from_attachment").map(String::as_str))
         .collect();
+    let mut new_controllers: HashSet<Uuid> = events
+        .iter()
+        .filter(|event| event.kind == AuditKind::Takeover)
+        .filter_map(|event| event.attachment_id)
+        .collect();
     let mut takeovers = Vec::new();
     for detach in events.iter().filter(|event| {
         event.kind == AuditKind::Detached
@@ -438,19 +446,30 @@ async fn record_takeovers(
         if recorded.contains(old.to_string().as_str()) {
             continue;
         }
-        let Some(old_attach) = events
+        let (since, granted) = match events
             .iter()
             .find(|event| event.kind == AuditKind::Attached && event.attachment_id == Some(old))
-        else {
-            continue;
+        {
+            Some(old_attach) => (old_attach.id, false),
+            None => match viewer_attach_id(transaction, session_id, old).await? {
+                Some(id) => (id, true),
+                None => continue,
+            },
         };
         let Some(new_attach) = events.iter().find(|event| {
             event.kind == AuditKind::Attached
-                && event.id > old_attach.id
+                && event.id > since
                 && event.attachment_id != Some(old)
+                && !(granted
+                    && event
+                        .attachment_id
+                        .is_some_and(|id| new_controllers.contains(&id)))
         }) else {
             continue;
         };
+        if let Some(id) = new_attach.attachment_id {
+            new_controllers.insert(id);
+        }
         let mut detail = BTreeMap::new();
         detail.insert("from".to_owned(), detach.principal.clone());
         detail.insert("from_attachment".to_owned(), old.to_string());
@@ -474,6 +493,22 @@ async fn record_takeovers(
         insert_audit_event(transaction, &takeover).await?;
     }
     Ok(())
+}
+
+/// The id of the event of `attachment`'s attach to `session_id` as a viewer, if it is recorded.
+async fn viewer_attach_id(
+    transaction: &DatabaseTransaction,
+    session_id: Uuid,
+    attachment: Uuid,
+) -> Result<Option<u64>, Error> {
+    let attach = audit_event::Entity::find()
+        .filter(audit_event::Column::SessionId.eq(session_id))
+        .filter(audit_event::Column::AttachmentId.eq(attachment))
+        .filter(audit_event::Column::Kind.eq(AuditKind::Attached.as_str()))
+        .filter(audit_event::Column::Role.eq(Role::Viewer.as_str()))
+        .one(transaction)
+        .await?;
+    Ok(attach.map(|attach| id_from_db(attach.id)))
 }
 
 fn event_from_model(model: audit_event::Model) -> Result<AuditEvent, Error> {

@@ -172,6 +172,73 @@ both_databases!(
 );
 
 both_databases!(
+    a_stream_granted_control_is_taken_over_by_the_controller_after_its_grant,
+    |backend| async move {
+        let Some((_database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let (instance_id, session_id) = live_session(&store, "granted").await;
+        let (alice, bob, xavier, carol) = (
+            person("alice"),
+            person("bob"),
+            person("xavier"),
+            person("carol"),
+        );
+        let (a, b, x, c) = (
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+        );
+        let event = |kind, who: &Actor, attachment| {
+            stream_event(kind, who, instance_id, session_id, attachment)
+        };
+        // Bob attaches to watch; Xavier takes control from Alice; Bob is granted control (no
+        // stream event), and Carol takes it from him: his detach is a controller's.
+        for event in [
+            event(AuditKind::Attached, &alice, a),
+            NewAuditEvent {
+                role: Some(Role::Viewer),
+                ..event(AuditKind::Attached, &bob, b)
+            },
+            event(AuditKind::Attached, &xavier, x),
+            event(AuditKind::Detached, &alice, a).detail("reason", TAKEN_OVER),
+            event(AuditKind::Attached, &carol, c),
+            event(AuditKind::Detached, &bob, b).detail("reason", TAKEN_OVER),
+        ] {
+            store.record_audit_event(event).await.expect("record");
+        }
+        let events = everything(
+            &store,
+            AuditFilter {
+                session_id: Some(session_id),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        let takeovers: Vec<(String, Option<Uuid>, Option<&String>)> = events
+            .iter()
+            .filter(|event| event.kind == AuditKind::Takeover)
+            .map(|event| {
+                (
+                    event.principal.clone(),
+                    event.attachment_id,
+                    event.detail.get("from_attachment"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            takeovers,
+            [
+                ("xavier".to_owned(), Some(x), Some(&a.to_string())),
+                ("carol".to_owned(), Some(c), Some(&b.to_string())),
+            ],
+            "{events:?}"
+        );
+    }
+);
+
+both_databases!(
     a_controller_that_leaves_normally_is_not_taken_over,
     |backend| async move {
         let Some((_database, store)) = migrated_store(backend).await else {
