@@ -52,8 +52,7 @@ impl StreamAudit {
     /// Records the role the stream has now, after the broker moved it on the same stream (a
     /// grant to it, control given away, a change of the control mode): the detach reports the
     /// role the stream ends with, so that a viewer granted control and then taken over from is
-    /// a controller's `taken_over` detach. (session-api pairs a takeover only when the old
-    /// stream also attached as a controller: a granted stream's takeover is not paired.)
+    /// a controller's `taken_over` detach, which session-api pairs into a takeover.
     pub fn role_changed(&mut self, role: Role) {
         self.role = role;
     }
