@@ -328,10 +328,7 @@ impl Resume {
             // The gateway authorises the stream by the credential and gets the ticket itself.
             ticket: String::new(),
             session_id: self.session_id.clone(),
-            role: match self.role {
-                Role::Controller => pb::Role::Controller,
-                Role::Viewer => pb::Role::Viewer,
-            } as i32,
+            role: self.role.to_proto(),
             size: self
                 .size
                 .filter(|_| self.role == Role::Controller)
@@ -520,10 +517,7 @@ impl Resume {
                 Event::Connected {
                     offset: connected.offset,
                     size: size_from_proto(connected.size),
-                    role: match pb::Role::try_from(connected.role) {
-                        Ok(pb::Role::Viewer) => Role::Viewer,
-                        _ => Role::Controller,
-                    },
+                    role: role_from_proto(connected.role),
                     resumed: self.resumed,
                 }
             }
@@ -570,10 +564,7 @@ impl Resume {
                 // The next stream after a dropped connection attaches with the role this one
                 // has now: a viewer granted control resumes as the controller, and a controller
                 // that gave control away resumes watching instead of taking control back.
-                self.role = match pb::Role::try_from(changed.role) {
-                    Ok(pb::Role::Controller) => Role::Controller,
-                    _ => Role::Viewer,
-                };
+                self.role = role_from_proto(changed.role);
                 Event::RoleChanged(self.role)
             }
             ServerFrameKind::Error(error) => Event::Refused {
@@ -625,4 +616,10 @@ fn answer_receipt(
 fn size_from_proto(size: Option<pb::TerminalSize>) -> Option<TerminalSize> {
     let size = size?;
     TerminalSize::new(size.cols, size.rows).ok()
+}
+
+/// The role a frame names; one this client does not know gives it no more than watching (as the
+/// gateway takes it), so that an unknown role never lets it type.
+fn role_from_proto(role: i32) -> Role {
+    Role::from_proto(role).unwrap_or(Role::Viewer)
 }

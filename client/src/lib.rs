@@ -357,10 +357,7 @@ impl Client {
                 selector: Some(selector),
                 create_if_absent,
                 size: size.map(size_to_proto),
-                role: match role {
-                    Role::Controller => broker_pb::Role::Controller,
-                    Role::Viewer => broker_pb::Role::Viewer,
-                } as i32,
+                role: role.to_proto(),
             })
             .await?
             .into_inner();

@@ -584,3 +584,142 @@ async fn an_attach_resumes_by_offset_across_cut_connections_with_every_byte_once
     assert_eq!(String::from_utf8_lossy(&output), expected);
     stack.shutdown().await;
 }
+
+/// Reads events until one matches `wanted`; returns it.
+async fn next_matching(
+    attachment: &mut ptyhub_client::Attachment,
+    what: &str,
+    wanted: impl Fn(&Event) -> bool,
+) -> Event {
+    loop {
+        let event = tokio::time::timeout(PATIENCE, attachment.next())
+            .await
+            .unwrap_or_else(|_| panic!("no event within {PATIENCE:?} while waiting for {what}"))
+            .expect("the stream goes on")
+            .unwrap_or_else(|| panic!("the stream ended before {what}"));
+        if wanted(&event) {
+            return event;
+        }
+    }
+}
+
+/// A viewer granted control on its stream, whose connection then drops, resumes as the
+/// controller: it types on the new stream, and the one that granted control stays a viewer and
+/// is not taken over (a resumed stream attaching with the role it first asked for would watch
+/// instead).
+#[tokio::test]
+async fn a_viewer_granted_control_resumes_as_the_controller_after_its_connection_drops() {
+    let stack = TestStack::builder().start().await;
+    let client = client(&stack).await;
+    let session = client
+        .create_session("local", NewSession::default())
+        .await
+        .expect("a session");
+    let mut granter = client
+        .attach("local", &session.id, AttachOptions::default())
+        .await
+        .expect("the controller attaches");
+    next_matching(&mut granter, "the controller's stream", |event| {
+        matches!(
+            event,
+            Event::Connected {
+                role: Role::Controller,
+                ..
+            }
+        )
+    })
+    .await;
+
+    let relay = Relay::start(stack.gateway_address()).await;
+    let through_relay = Client::connect(&relay.url(), &stack.admin_token)
+        .await
+        .expect("the gateway answers through the relay");
+    let mut asker = through_relay
+        .attach(
+            "local",
+            &session.id,
+            AttachOptions {
+                role: Role::Viewer,
+                ..AttachOptions::default()
+            },
+        )
+        .await
+        .expect("a viewer attaches");
+    next_matching(&mut asker, "the viewer's stream", |event| {
+        matches!(
+            event,
+            Event::Connected {
+                role: Role::Viewer,
+                ..
+            }
+        )
+    })
+    .await;
+    asker.request_control().await.expect("a request is sent");
+    let Event::ControlRequested { request_id, .. } =
+        next_matching(&mut granter, "the request", |event| {
+            matches!(event, Event::ControlRequested { .. })
+        })
+        .await
+    else {
+        unreachable!()
+    };
+    granter
+        .answer_control(request_id, true)
+        .await
+        .expect("the grant is sent");
+    next_matching(&mut asker, "control granted", |event| {
+        *event == Event::RoleChanged(Role::Controller)
+    })
+    .await;
+    next_matching(&mut granter, "control given away", |event| {
+        *event == Event::RoleChanged(Role::Viewer)
+    })
+    .await;
+
+    relay.cut();
+    next_matching(&mut asker, "the resumed stream", |event| {
+        matches!(event, Event::Reconnecting { .. })
+    })
+    .await;
+    let resumed = next_matching(&mut asker, "the resumed stream", |event| {
+        matches!(event, Event::Connected { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            resumed,
+            Event::Connected {
+                role: Role::Controller,
+                resumed: true,
+                ..
+            }
+        ),
+        "the resumed stream attaches as the controller: {resumed:?}"
+    );
+    asker
+        .send_input("echo resumed-$((5*5))\n")
+        .await
+        .expect("input is sent");
+    let mut output = Vec::new();
+    let seen = read_until(&mut asker, &mut output, "resumed-25").await;
+    assert!(
+        !seen
+            .iter()
+            .any(|event| matches!(event, Event::Refused { .. } | Event::TakenOver)),
+        "the resumed controller's input is taken: {seen:?}"
+    );
+    let state = client
+        .control_state("local", &session.id)
+        .await
+        .expect("the control state");
+    assert!(
+        state.controller.is_some() && state.requests.is_empty(),
+        "a controller and no request left: {state:?}"
+    );
+    // The stream that granted control still watches: it was not taken over.
+    let mut granter_output = Vec::new();
+    let after_grant = read_until(&mut granter, &mut granter_output, "resumed-25").await;
+    assert!(!after_grant.contains(&Event::TakenOver), "{after_grant:?}");
+    stack.shutdown().await;
+}
