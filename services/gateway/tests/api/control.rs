@@ -456,3 +456,102 @@ async fn in_the_shared_mode_a_pages_request_is_granted_at_once_and_a_rest_one_re
     assert_eq!(state["requests"], json!([]), "{state}");
     stack.shutdown().await;
 }
+
+/// Grant by timeout, end to end: an instance registered over REST with `control_grant_timeout`
+/// 2 grants a standing request to a session whose controller left when the 2 s passed; an
+/// instance without one keeps a request made before it waiting, unanswered, with nothing
+/// reserved and no audit event, though it waited longer (so no timeout of 2 s or less, and no
+/// grant for want of a controller, applies to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_session_whose_controller_left_is_granted_by_timeout_only_where_allowed() {
+    let stack = TestStack::builder().start().await;
+    let alice = stack.jwt("alice", &["*"], false);
+    let bob = stack.jwt("bob", &["*"], false);
+    let mut sessions = Vec::new();
+    for (name, timeout) in [("waits", Value::Null), ("grants", json!(2))] {
+        let (status, instance) = send(
+            &stack,
+            Method::POST,
+            "/api/v1/instances",
+            Some(&stack.admin_token),
+            Some(json!({"name": name, "target": {"local": {}}, "control_grant_timeout": timeout})),
+        )
+        .await;
+        assert_eq!(status, 201, "{instance}");
+        assert_eq!(instance["control_grant_timeout"], timeout, "{instance}");
+        let instance_id = instance["id"].as_str().expect("an instance id").to_owned();
+        let session_id = create_session(&stack, &instance_id, json!({})).await;
+        let session_path =
+            format!("/api/v1/instances/{instance_id}/terminal/sessions/{session_id}");
+        // Alice controls, then leaves.
+        let mut alice_tab = Terminal::open_url(
+            &format!(
+                "{}/ws/tool-instances/{instance_id}/terminal/{session_id}?token={alice}",
+                stack.websocket_url()
+            ),
+            &[],
+        )
+        .await
+        .expect("alice's socket");
+        alice_tab.connected().await;
+        drop(alice_tab);
+        let gone = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+            let state = control_state(&stack, &session_path, &alice).await;
+            state["controller"].is_null().then_some(())
+        })
+        .await;
+        assert!(gone.is_some(), "{name}: alice's stream never left");
+        sessions.push((name, session_id, session_path));
+    }
+
+    // Bob asks both, the session that waits first.
+    let mut request_ids = Vec::new();
+    for (name, _, session_path) in &sessions {
+        let (status, request) =
+            post(&stack, &format!("{session_path}/control/requests"), &bob).await;
+        assert_eq!(status, 202, "{name}: {request}");
+        request_ids.push(request["id"].as_u64().expect("a request id"));
+    }
+    let [(_, waits_id, waits_path), (_, grants_id, grants_path)] = &sessions[..] else {
+        unreachable!()
+    };
+
+    // Bob's later request is granted by timeout ...
+    let granted = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
+        let state = control_state(&stack, grants_path, &bob).await;
+        (state["reserved_for"]["principal"] == "bob").then_some(state)
+    })
+    .await
+    .expect("the request was never granted by timeout");
+    assert_eq!(granted["requests"], json!([]), "{granted}");
+    let event = control_event(&stack, grants_id, "granted_by_timeout", request_ids[1]).await;
+    assert_eq!(event["detail"]["to"], "bob", "{event}");
+
+    // ... while the earlier one, on the instance without a timeout, still waits.
+    let waiting = control_state(&stack, waits_path, &bob).await;
+    assert_eq!(waiting["controller"], Value::Null, "{waiting}");
+    assert_eq!(waiting["reserved_for"], Value::Null, "{waiting}");
+    let pending: Vec<(u64, &str)> = waiting["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .map(|request| {
+            (
+                request["id"].as_u64().expect("an id"),
+                request["principal"].as_str().expect("a principal"),
+            )
+        })
+        .collect();
+    assert_eq!(pending, [(request_ids[0], "bob")], "{waiting}");
+    let (status, audit) = get(&stack, &format!("/api/v1/audit?session={waits_id}")).await;
+    assert_eq!(status, 200, "{audit}");
+    assert!(
+        !audit["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|event| event["kind"] == "control"),
+        "{audit}"
+    );
+    stack.shutdown().await;
+}
