@@ -9,8 +9,9 @@
 // `command_finished`, and `GET .../commands`), matched by offset: a command belongs to the last
 // prompt before its output's first byte. To know a prompt's offset, each chunk of output is
 // scanned for the marks before xterm parses it, and xterm's handler takes the offsets of the
-// chunk being parsed in order. A snapshot carries no marks: the prompts drawn before a tab
-// attached get none.
+// chunk being parsed in order. A snapshot carries no marks, so the prompts drawn before a tab
+// attached get none, but for the line its cursor is on: a command typed there after the attach
+// (the shell at the prompt the snapshot shows, as after every reload) gets its mark there.
 
 import { el } from './dom.js';
 
@@ -160,6 +161,24 @@ export class CommandMarks {
   promptDrawn() {
     const offset = this.chunks[0]?.shift();
     if (offset === undefined) return;
+    const marker = this.terminal.registerMarker(0);
+    if (!marker) return;
+    /** @type {Prompt} */
+    const prompt = { offset, marker, command: null, decoration: null };
+    marker.onDispose(() => this.forget(prompt));
+    this.prompts.push(prompt);
+  }
+
+  /**
+   * A snapshot drew the screen as of `offset`, its marks lost: the line the cursor is on stands
+   * for the prompt the screen may show, at `offset` itself. Only a command that starts after the
+   * snapshot and before any prompt drawn since can land on it, and a shell starts one only at a
+   * prompt: the one on that line. A command that began before the snapshot has its first byte
+   * at `offset` or before it, and every prompt drawn later has its own offset, at it or after.
+   * Nothing stands for a full-screen program's screen: no command starts while it runs.
+   */
+  snapshotDrawn(/** @type {number} */ offset) {
+    if (this.terminal.buffer.active.type !== 'normal') return;
     const marker = this.terminal.registerMarker(0);
     if (!marker) return;
     /** @type {Prompt} */

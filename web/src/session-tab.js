@@ -716,7 +716,10 @@ export class SessionTab {
     // The reset forgot the cursor's style the programs set (RIS does the same through the parser).
     this.programCursorBlink.reset();
     this.commandMarks.writtenWithoutOffsets();
-    this.terminal.write(bytes, () => this.commandMarks.parsed(offset));
+    this.terminal.write(bytes, () => {
+      this.commandMarks.snapshotDrawn(offset);
+      this.commandMarks.parsed(offset);
+    });
     this.cursor = offset;
     this.written = offset;
   }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { agentsHarness, agentsSkip, press } from './agents-support.mjs';
-import { closePage, screenText, typeLine, waitFor } from './support.mjs';
+import { closePage, screenText, typeLine, waitFor, waitForActiveConnected } from './support.mjs';
 
 const skip = agentsSkip();
 
@@ -20,17 +20,19 @@ describe('web page for phones and agents: commands in the scrollback', { skip: s
       // One command at a time, as a person types them: each after the last one's prompt came back
       // (a POSIX sh's command line is read from the screen when it is entered).
       const lines = ['true', 'false', 'seq 1 60', "printf 'out-1\\nout-2\\n'"];
-      for (const [index, line] of lines.entries()) {
-        await typeLine(page, line);
-        await waitFor(`the mark of ${line}`, async () => (await marks()).marks.filter((mark) => mark.outcome !== 'running').length === index + 1);
-      }
       let lastSeen = null;
-      await waitFor('four marks, all ended', async () => {
+      // Waits until `done` holds for the marks; a timeout names the marks and the screen it saw.
+      const waitForMarks = (what, done) => waitFor(what, async () => {
         lastSeen = await marks();
-        return lastSeen.marks.length === 4 && lastSeen.marks.every((mark) => mark.outcome !== 'running');
+        return done(lastSeen.marks);
       }).catch(async (error) => {
         throw new Error(`${error.message}; the marks: ${JSON.stringify(lastSeen)}; the screen:\n${await screenText(page)}`, { cause: error });
       });
+      for (const [index, line] of lines.entries()) {
+        await typeLine(page, line);
+        await waitForMarks(`the mark of ${line}`, (seen) => seen.filter((mark) => mark.outcome !== 'running').length === index + 1);
+      }
+      await waitForMarks('four marks, all ended', (seen) => seen.length === 4 && seen.every((mark) => mark.outcome !== 'running'));
       const { marks: drawn } = await marks();
       assert.deepEqual(drawn.map((mark) => [mark.command, mark.outcome]), [
         ['true', 'succeeded'], ['false', 'failed'], ['seq 1 60', 'succeeded'], ["printf 'out-1\\nout-2\\n'", 'succeeded'],
@@ -82,4 +84,40 @@ describe('web page for phones and agents: commands in the scrollback', { skip: s
       await closePage(page);
     });
   }
+
+  // A reloaded page draws the screen from a snapshot, which carries no marks: the command typed
+  // at the prompt it shows still gets its mark, on the prompt's line.
+  test('desktop: after a reload, the command typed at the prompt the snapshot drew gets its mark there', async () => {
+    const instance = await harness.stack.createInstance();
+    const page = await harness.open('desktop', instance.id);
+    const marks = () => page.evaluate(() => document.querySelector('.pane:not([hidden])').commandMarks);
+    await typeLine(page, 'true');
+    await waitFor('the prompt after true', async () => /\$ true\n\$/.test(await screenText(page)));
+    await page.reload();
+    await page.locator('[role="tablist"] [role="tab"]').first().waitFor();
+    await waitForActiveConnected(page);
+    await waitFor('the prompt after true, drawn by the snapshot', async () => /\$ true\n\$/.test(await screenText(page)));
+    assert.deepEqual((await marks()).marks, [], 'the snapshot draws no marks of its own');
+
+    await typeLine(page, 'echo after-$((40+2))');
+    let seen = null;
+    await waitFor('the mark of the command typed after the reload', async () => {
+      seen = await marks();
+      return seen.marks.some((mark) => mark.outcome === 'succeeded');
+    }).catch(async (error) => {
+      throw new Error(`${error.message}; the marks: ${JSON.stringify(seen)}; the screen:\n${await screenText(page)}`, { cause: error });
+    });
+    const [mark] = seen.marks;
+    assert.equal(seen.marks.length, 1, JSON.stringify(seen));
+    assert.equal(mark.command, 'echo after-$((40+2))');
+    const typedAt = await page.evaluate(() => {
+      const buffer = document.querySelector('.pane:not([hidden])').xterm.buffer.active;
+      for (let line = 0; line < buffer.length; line += 1) {
+        if (buffer.getLine(line)?.translateToString(true).startsWith('$ echo after-')) return line;
+      }
+      return null;
+    });
+    assert.equal(mark.line, typedAt, "the mark is on the prompt's line");
+    await closePage(page);
+  });
 });
