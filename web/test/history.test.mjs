@@ -1,6 +1,7 @@
 // The History view: an instance's closed sessions, each played in the asciinema player from its
 // recording. In Chromium, a recorded session played to its end shows its last screen; a new speed
-// starts the player again; a session without a recording says so.
+// starts the player again; a recording with input and its typists' markers plays too; a session
+// without a recording says so.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -90,6 +91,39 @@ describe('the History view', { skip: skip ?? false }, () => {
     await page.locator('.history-player .ap-wrapper').focus();
     await page.keyboard.press('0');
     await waitFor('the start of the recording', async () => !(await screen()).includes('LAST-42'));
+    await closePage(page);
+  });
+
+  // Input is recorded after a marker naming its typist (CONTRACT.md, "Recordings"): the
+  // asciinema player still plays such a file to its end, and shows each marker on its timeline.
+  test('a recording with input plays to its end and shows its typists\' markers', async () => {
+    const instance = await instanceRecording('output+input');
+    const session = await closedSessionThatRan(instance, 'typed', 'echo TYPED-$((6*7))', 'TYPED-42');
+    let cast = null;
+    await waitFor('the recording to be published', async () => {
+      const response = await fetch(`${stack.origin}/api/v1/instances/${instance.id}/terminal/sessions/${session.id}/recording`, {
+        headers: { Authorization: `Bearer ${stack.token}` },
+      });
+      if (response.status !== 200) return false;
+      cast = await response.text();
+      return true;
+    });
+    const events = cast.trimEnd().split('\n').slice(1).map((line) => JSON.parse(line));
+    const markers = events.filter(([, code]) => code === 'm').map(([, , data]) => data);
+    assert.ok(markers.length > 0 && markers.every((data) => data.startsWith('input: ')), JSON.stringify(markers));
+    assert.ok(events.some(([, code, data]) => code === 'i' && data.includes('TYPED')), 'the input is recorded');
+
+    const page = await newDesktopPage(chromium.browser);
+    await page.goto(`${stack.origin}/instances/${instance.id}?view=history&token=${stack.token}`);
+    const row = page.locator(`[data-session-id="${session.id}"]`);
+    await row.getByText('typed').waitFor();
+    await page.getByLabel('Speed').selectOption('8');
+    await row.getByRole('button', { name: 'Play' }).click();
+    const status = page.getByRole('status').filter({ hasText: 'typed' });
+    await waitFor('the player to reach the end', async () => (await status.textContent())?.startsWith('Ended typed'));
+    const screen = async () => page.locator('.history-player .ap-term-text').innerText();
+    await waitFor('the last screen to be drawn', async () => /TYPED-42/.test(await screen()));
+    assert.equal(await page.locator('.history-player .ap-marker-container').count(), markers.length, 'one mark on the timeline per marker');
     await closePage(page);
   });
 
