@@ -555,3 +555,37 @@ async fn a_request_to_a_session_whose_controller_left_is_granted_by_timeout_only
     );
     stack.shutdown().await;
 }
+
+/// A credential whose subject is empty names nobody: its standing request is refused with 422
+/// and the contract's detail, and the lease and the requests are as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_that_names_nobody_may_not_ask_for_control_and_the_lease_stays() {
+    let stack = TestStack::builder().start().await;
+    let instance = stack.instance_id.clone();
+    let session_id = create_session(&stack, &instance, json!({})).await;
+    let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
+    let alice = stack.jwt("alice", &["*"], false);
+    let mut alice_tab = Terminal::open_url(
+        &format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={alice}",
+            stack.websocket_url()
+        ),
+        &[],
+    )
+    .await
+    .expect("alice's socket");
+    alice_tab.connected().await;
+    let before = control_state(&stack, &session_path, &alice).await;
+    assert_eq!(before["controller"]["principal"], "alice", "{before}");
+
+    let nobody = stack.jwt("", &["*"], false);
+    let (status, refused) =
+        post(&stack, &format!("{session_path}/control/requests"), &nobody).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "a request for control needs a principal: this credential names nobody"
+    );
+    assert_eq!(control_state(&stack, &session_path, &alice).await, before);
+    stack.shutdown().await;
+}
