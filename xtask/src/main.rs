@@ -239,40 +239,30 @@ fn test(nextest_args: &[String], stages: Stages, skips: &SkipList) -> Result<()>
         }
     };
     stage("workspace tests", run::cargo_with_env(&args, &variables));
-    // A filter asks for some tests only: the suites below are whole-system runs.
-    let dropped_by = dropped_by(nextest_args);
-    match &dropped_by {
-        Some(reason) => skips.record("quick benchmarks", reason),
-        // The benchmarks at a small size, so that they never rot (not a speed check).
-        None => stage("quick benchmarks", bench::run_bench(true, &variables)),
-    }
-    match (&dropped_by, stages) {
-        (Some(reason), _) => record_whole_system_skips(skips, reason),
-        (None, Stages::NoBrowser) => record_whole_system_skips(skips, "--no-browser was given"),
-        (None, Stages::All | Stages::AllThenFuzz) => {
+    for (after, decision) in plan(nextest_args, stages) {
+        if let Decision::Skip(reason) = decision {
+            skips.record(&after.name(), &reason);
+            continue;
+        }
+        let name = after.name();
+        match after {
+            // The benchmarks at a small size, so that they never rot (not a speed check).
+            After::QuickBenchmarks => stage(&name, bench::run_bench(true, &variables)),
             // The page first, then the binaries, which carry it (the binary test runs `ptyhub`
             // with no page beside it). Built with every target, as nextest built them, so that
             // feature unification is the same and only the crates that embed the page rebuild.
-            stage(
-                "browser tests",
+            After::BrowserTests => stage(
+                &name,
                 web::build_page(&root).and_then(|dist| {
                     run::cargo(&["build", "--quiet", "--workspace", "--all-targets"])?;
                     let ptyhub = run::target_dir().join("debug/ptyhub");
                     web::run_browser_tests(&root, &dist, &ptyhub, &variables)
                 }),
-            );
+            ),
             // The README's first command, on a clean checkout.
-            stage(
-                "cargo xtask up on a fresh clone",
-                smoke::fresh_clone_up(&root),
-            );
+            After::FreshClone => stage(&name, smoke::fresh_clone_up(&root)),
+            After::Fuzz => stage(&name, fuzz(CI_FUZZ_SECONDS, &variables)),
         }
-    }
-    if dropped_by.is_none() && stages == Stages::AllThenFuzz {
-        stage(
-            &format!("fuzz ({CI_FUZZ_SECONDS} s)"),
-            fuzz(CI_FUZZ_SECONDS, &variables),
-        );
     }
     if failures.is_empty() {
         Ok(())
@@ -281,21 +271,71 @@ fn test(nextest_args: &[String], stages: Stages, skips: &SkipList) -> Result<()>
     }
 }
 
-/// Why the whole-system stages do not run, if they do not: any argument for nextest asks for
-/// some tests only, and the whole-system stages would not honour it.
-fn dropped_by(nextest_args: &[String]) -> Option<String> {
-    (!nextest_args.is_empty()).then(|| {
+/// A stage `test` may run after the workspace's tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    QuickBenchmarks,
+    BrowserTests,
+    FreshClone,
+    Fuzz,
+}
+
+impl After {
+    /// The stage's name, as a failure or a skip names it.
+    fn name(self) -> String {
+        match self {
+            After::QuickBenchmarks => "quick benchmarks".to_owned(),
+            After::BrowserTests => "browser tests".to_owned(),
+            After::FreshClone => "cargo xtask up on a fresh clone".to_owned(),
+            After::Fuzz => format!("fuzz ({CI_FUZZ_SECONDS} s)"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    Run,
+    /// Listed as skipped, for this reason, in the run's final list.
+    Skip(String),
+}
+
+/// What `test` does after the workspace's tests: every stage the command includes, in order,
+/// run or skipped for a reason, so that a stage left out is always in the final list. Any
+/// argument for nextest asks for some tests only, which the whole-system stages would not
+/// honour, so it drops them all.
+fn plan(nextest_args: &[String], stages: Stages) -> Vec<(After, Decision)> {
+    let included: &[After] = match stages {
+        Stages::All | Stages::NoBrowser => &[
+            After::QuickBenchmarks,
+            After::BrowserTests,
+            After::FreshClone,
+        ],
+        Stages::AllThenFuzz => &[
+            After::QuickBenchmarks,
+            After::BrowserTests,
+            After::FreshClone,
+            After::Fuzz,
+        ],
+    };
+    let filtered = (!nextest_args.is_empty()).then(|| {
         format!(
             "nextest arguments were given (`{}`), so the whole-system stages do not run",
             nextest_args.join(" ")
         )
-    })
-}
-
-/// The stages that need the browser, listed as skipped for `reason`.
-fn record_whole_system_skips(skips: &SkipList, reason: &str) {
-    skips.record("browser tests", reason);
-    skips.record("cargo xtask up on a fresh clone", reason);
+    });
+    included
+        .iter()
+        .map(|&after| {
+            let decision = match (&filtered, stages, after) {
+                (Some(reason), _, _) => Decision::Skip(reason.clone()),
+                (None, Stages::NoBrowser, After::BrowserTests | After::FreshClone) => {
+                    Decision::Skip("--no-browser was given".to_owned())
+                }
+                (None, _, _) => Decision::Run,
+            };
+            (after, decision)
+        })
+        .collect()
 }
 
 /// A `HOME` of the tests' own, empty at every run, with cargo's and rustup's homes kept where
@@ -326,4 +366,72 @@ fn test_home() -> Result<Vec<(String, String)>> {
         ("CARGO_HOME".to_owned(), text(cargo_home)),
         ("RUSTUP_HOME".to_owned(), text(rustup_home)),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each stage's name, and the reason it is skipped for (`None`: it runs).
+    fn planned(nextest_args: &[&str], stages: Stages) -> Vec<(String, Option<String>)> {
+        let args: Vec<String> = nextest_args.iter().map(|&arg| arg.to_owned()).collect();
+        plan(&args, stages)
+            .into_iter()
+            .map(|(after, decision)| {
+                let reason = match decision {
+                    Decision::Run => None,
+                    Decision::Skip(reason) => Some(reason),
+                };
+                (after.name(), reason)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_a_filter_every_stage_runs_and_ci_fuzzes_last() {
+        let test = planned(&[], Stages::All);
+        assert_eq!(
+            test,
+            [
+                ("quick benchmarks".to_owned(), None),
+                ("browser tests".to_owned(), None),
+                ("cargo xtask up on a fresh clone".to_owned(), None),
+            ]
+        );
+        let mut ci = test;
+        ci.push(("fuzz (60 s)".to_owned(), None));
+        assert_eq!(planned(&[], Stages::AllThenFuzz), ci);
+    }
+
+    #[test]
+    fn no_browser_lists_the_browser_tests_and_the_fresh_clone_as_skipped() {
+        let why = Some("--no-browser was given".to_owned());
+        assert_eq!(
+            planned(&[], Stages::NoBrowser),
+            [
+                ("quick benchmarks".to_owned(), None),
+                ("browser tests".to_owned(), why.clone()),
+                ("cargo xtask up on a fresh clone".to_owned(), why),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_filter_lists_every_stage_of_the_command_as_skipped_the_fuzz_run_too() {
+        for stages in [Stages::All, Stages::NoBrowser, Stages::AllThenFuzz] {
+            let plan = planned(&["-E", "test(/audit/)"], stages);
+            let expected = if stages == Stages::AllThenFuzz { 4 } else { 3 };
+            assert_eq!(plan.len(), expected, "{stages:?}: {plan:?}");
+            for (name, reason) in plan {
+                assert_eq!(
+                    reason.as_deref(),
+                    Some(
+                        "nextest arguments were given (`-E test(/audit/)`), so the whole-system \
+                         stages do not run"
+                    ),
+                    "{stages:?}: {name}"
+                );
+            }
+        }
+    }
 }
