@@ -196,7 +196,9 @@ pub async fn isolation_section(
 }
 
 /// (12) The echo of a quiet session, idle and while another session of the same broker floods
-/// to a controller that reads everything; the target is the idle p99 of the same run.
+/// to a controller that reads everything; the target is the idle p99 of the same run. Each path
+/// runs `repeats` times (at most 5), the paths in turn in each round; a row gives the median of
+/// the runs with their min-max, and its ratio is the median of the runs' own ratios.
 pub async fn typing_under_flood_section(
     stack: &Stack,
     sizes: Sizes,
@@ -204,9 +206,48 @@ pub async fn typing_under_flood_section(
     failures: &mut Vec<String>,
 ) -> Result<()> {
     eprintln!("(12) typing under a flood");
+    // The floor first: the same two terminals as bare PTYs of this process, which shows what
+    // the machine itself does to a keystroke while a flood takes its cores.
+    let paths: Vec<Path> = [
+        Path::BarePty,
+        Path::Gateway(Backend::Local, Screens::On),
+        Path::Gateway(Backend::Docker, Screens::On),
+    ]
+    .into_iter()
+    .filter(|path| !path.needs_docker() || stack.docker.is_some())
+    .collect();
+    let rounds = sizes.repeats.min(5);
+    let mut runs: Vec<Vec<FloodRun>> = vec![Vec::new(); paths.len()];
+    for _ in 0..rounds {
+        for (index, path) in paths.iter().enumerate() {
+            let measured = scenarios::typing_under_flood_once(
+                stack,
+                *path,
+                sizes.echo_keys,
+                sizes.typing_flood_bytes,
+            )
+            .await;
+            match measured {
+                Ok(typing) => {
+                    if let (Some(idle), Some(flooded)) =
+                        (Latency::of(&typing.idle), Latency::of(&typing.flooded))
+                    {
+                        runs[index].push(FloodRun {
+                            idle,
+                            flooded,
+                            floods: typing.floods,
+                        });
+                    }
+                }
+                Err(error) => {
+                    failures.push(format!("typing under a flood, {}: {error:#}", path.label()));
+                }
+            }
+        }
+    }
     writeln!(
         out,
-        "\n### (12) Typing under a flood: echo of a quiet session (gateway WebSocket, broker in process) while another session of the same broker writes {} MiB floods back to back to a controller that reads them, {} keystrokes, µs\n",
+        "\n### (12) Typing under a flood: echo of a quiet session (gateway WebSocket, broker in process) while another session of the same broker writes {} MiB floods back to back to a controller that reads them, {} keystrokes, µs, median of {rounds} runs (min-max)\n",
         sizes.typing_flood_bytes >> 20,
         sizes.echo_keys
     )?;
@@ -215,54 +256,46 @@ pub async fn typing_under_flood_section(
         "| path | idle p50 / p99 | flooded p50 / p99 / p99.9 | floods read meanwhile | flooded/idle p99 | target |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---|")?;
-    // The floor first: the same two terminals as bare PTYs of this process, which shows what
-    // the machine itself does to a keystroke while a flood takes its cores.
-    let paths = [
-        Path::BarePty,
-        Path::Gateway(Backend::Local, Screens::On),
-        Path::Gateway(Backend::Docker, Screens::On),
-    ];
-    for path in paths {
-        if path.needs_docker() && stack.docker.is_none() {
-            continue;
-        }
+    for (path, runs) in paths.iter().zip(&runs) {
         let name = path.label();
-        let target = if path == Path::BarePty { "" } else { "≤ 2x" };
-        let measured = scenarios::typing_under_flood_once(
-            stack,
-            path,
-            sizes.echo_keys,
-            sizes.typing_flood_bytes,
-        )
-        .await;
-        match measured {
-            Ok(typing) => {
-                if let (Some(idle), Some(flooded)) =
-                    (Latency::of(&typing.idle), Latency::of(&typing.flooded))
-                {
-                    let ratio = flooded.p99.as_secs_f64() / idle.p99.as_secs_f64();
-                    let verdict = match (target, ratio <= 2.0) {
-                        ("", _) => "",
-                        (_, true) => ": met",
-                        (_, false) => ": missed",
-                    };
-                    writeln!(
-                        out,
-                        "| {name} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {} | {ratio:.2}x | {target}{verdict} |",
-                        micros(idle.p50),
-                        micros(idle.p99),
-                        micros(flooded.p50),
-                        micros(flooded.p99),
-                        micros(flooded.p999),
-                        typing.floods,
-                    )?;
-                }
-            }
-            Err(error) => {
-                failures.push(format!("typing under a flood, {name}: {error:#}"));
-                writeln!(out, "| {name} | failed | | | | {target} |")?;
-            }
-        }
+        let target = if *path == Path::BarePty { "" } else { "≤ 2x" };
+        let ratios: Vec<f64> = runs
+            .iter()
+            .map(|run| run.flooded.p99.as_secs_f64() / run.idle.p99.as_secs_f64())
+            .collect();
+        let Some(ratio) = Spread::of(&ratios) else {
+            writeln!(out, "| {name} | failed | | | | {target} |")?;
+            continue;
+        };
+        let verdict = match (target, ratio.median <= 2.0) {
+            ("", _) => "",
+            (_, true) => ": met",
+            (_, false) => ": missed",
+        };
+        let floods: Vec<f64> = runs.iter().map(|run| run.floods as f64).collect();
+        let floods = Spread::of(&floods).map_or(0.0, |spread| spread.median);
+        let ratio_text = if runs.len() > 1 {
+            format!("{:.2}x ({:.2}-{:.2})", ratio.median, ratio.min, ratio.max)
+        } else {
+            format!("{:.2}x", ratio.median)
+        };
+        writeln!(
+            out,
+            "| {name} | {} / {} | {} / {} / {} | {floods:.0} | {ratio_text} | {target}{verdict} |",
+            spread_micros(runs.iter().map(|run| run.idle.p50)),
+            spread_micros(runs.iter().map(|run| run.idle.p99)),
+            spread_micros(runs.iter().map(|run| run.flooded.p50)),
+            spread_micros(runs.iter().map(|run| run.flooded.p99)),
+            spread_micros(runs.iter().map(|run| run.flooded.p999)),
+        )?;
     }
     Ok(())
+}
+
+/// One run of the typing-under-a-flood scenario on one path.
+#[derive(Debug, Clone, Copy)]
+struct FloodRun {
+    idle: Latency,
+    flooded: Latency,
+    floods: u64,
 }
