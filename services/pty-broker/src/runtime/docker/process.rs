@@ -24,6 +24,18 @@ fn exit_status_from_code(code: i64) -> ExitStatus {
     }
 }
 
+/// What one inspection of an exec says of its end: its status once the engine reports it
+/// stopped with an exit code. An exec reported not running and without an exit code has not
+/// started yet: the engine reports one so between its creation and its start (a failed start
+/// gets 126), and the start of one that was just asked for can take a while on a busy engine. So
+/// that is no end, or a session would be reported exited with no code while its process runs.
+fn exit_status_of(running: Option<bool>, exit_code: Option<i64>) -> Option<ExitStatus> {
+    match (running, exit_code) {
+        (Some(true), _) | (_, None) => None,
+        (_, Some(code)) => Some(exit_status_from_code(code)),
+    }
+}
+
 /// One exec in a container.
 #[derive(Debug)]
 pub(super) struct DockerProcess {
@@ -74,7 +86,7 @@ impl DockerProcess {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(RuntimeError::Other(format!(
-                    "exec in container {} still runs {:?} after its output ended",
+                    "exec in container {} has no exit status {:?} after its output ended",
                     self.container, self.exit_status_timeout
                 )));
             }
@@ -86,10 +98,7 @@ impl DockerProcess {
     /// One look at the exec: its exit status if it has stopped.
     async fn exit_status_now(&self) -> Result<Option<ExitStatus>, RuntimeError> {
         match self.engine.docker.inspect_exec(&self.exec_id).await {
-            Ok(inspected) if inspected.running != Some(true) => Ok(Some(exit_status_from_code(
-                inspected.exit_code.unwrap_or(-1),
-            ))),
-            Ok(_) => Ok(None),
+            Ok(inspected) => Ok(exit_status_of(inspected.running, inspected.exit_code)),
             // The container was removed, and every process in it with it.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
@@ -207,5 +216,23 @@ mod tests {
         assert_eq!(exit_status_from_code(137), ExitStatus::signalled(9));
         assert_eq!(exit_status_from_code(255), ExitStatus::exited(255));
         assert_eq!(exit_status_from_code(i64::MAX), ExitStatus::exited(-1));
+    }
+
+    #[test]
+    fn an_exec_not_started_yet_has_not_ended() {
+        // As the engine reports an exec between its creation and its start.
+        assert_eq!(exit_status_of(Some(false), None), None);
+        assert_eq!(exit_status_of(None, None), None);
+        assert_eq!(exit_status_of(Some(true), None), None);
+        assert_eq!(exit_status_of(Some(true), Some(0)), None);
+        assert_eq!(
+            exit_status_of(Some(false), Some(0)),
+            Some(ExitStatus::exited(0))
+        );
+        assert_eq!(
+            exit_status_of(Some(false), Some(137)),
+            Some(ExitStatus::signalled(9))
+        );
+        assert_eq!(exit_status_of(None, Some(3)), Some(ExitStatus::exited(3)));
     }
 }
