@@ -32,6 +32,28 @@ async fn control_state(stack: &TestStack, session_path: &str, token: &str) -> Va
     state
 }
 
+/// A page's socket on a session, opened with `token` (and `query`, such as `&mode=view`), its
+/// `connected` frame read.
+async fn open_tab(
+    stack: &TestStack,
+    instance: &str,
+    session_id: &str,
+    token: &str,
+    query: &str,
+) -> Terminal {
+    let mut tab = Terminal::open_url(
+        &format!(
+            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}{query}",
+            stack.websocket_url()
+        ),
+        &[],
+    )
+    .await
+    .expect("the socket opens");
+    tab.connected().await;
+    tab
+}
+
 async fn post(stack: &TestStack, path: &str, token: &str) -> (u16, Value) {
     send(stack, Method::POST, path, Some(token), None).await
 }
@@ -84,23 +106,11 @@ async fn a_request_over_rest_reaches_the_controllers_page_and_a_grant_over_rest_
     let instance = stack.instance_id.clone();
     let session_id = create_session(&stack, &instance, json!({})).await;
     let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
-    let socket_url = |token: &str, query: &str| {
-        format!(
-            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}{query}",
-            stack.websocket_url()
-        )
-    };
     let alice = stack.jwt("alice", &["*"], false);
     let bob = stack.jwt("bob", &["*"], false);
     let carol = stack.jwt("carol", &["*"], false);
-    let mut alice_tab = Terminal::open_url(&socket_url(&alice, ""), &[])
-        .await
-        .expect("alice's socket");
-    alice_tab.connected().await;
-    let mut bob_tab = Terminal::open_url(&socket_url(&bob, "&mode=view"), &[])
-        .await
-        .expect("bob's socket");
-    bob_tab.connected().await;
+    let mut alice_tab = open_tab(&stack, &instance, &session_id, &alice, "").await;
+    let mut bob_tab = open_tab(&stack, &instance, &session_id, &bob, "&mode=view").await;
 
     // Bob asks over REST, without using his socket: Alice's page is sent it as a stream's.
     let requests_path = format!("{session_path}/control/requests");
@@ -223,18 +233,9 @@ async fn control_granted_to_a_principal_without_a_stream_is_reserved_for_its_nex
     let instance = stack.instance_id.clone();
     let session_id = create_session(&stack, &instance, json!({})).await;
     let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
-    let socket_url = |token: &str, query: &str| {
-        format!(
-            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={token}{query}",
-            stack.websocket_url()
-        )
-    };
     let alice = stack.jwt("alice", &["*"], false);
     let agent = stack.jwt("agent", &["*"], false);
-    let mut alice_tab = Terminal::open_url(&socket_url(&alice, ""), &[])
-        .await
-        .expect("alice's socket");
-    alice_tab.connected().await;
+    let mut alice_tab = open_tab(&stack, &instance, &session_id, &alice, "").await;
 
     let (status, request) = post(&stack, &format!("{session_path}/control/requests"), &agent).await;
     assert_eq!(status, 202, "{request}");
@@ -270,10 +271,7 @@ async fn control_granted_to_a_principal_without_a_stream_is_reserved_for_its_nex
     alice_tab.read_until_output("agent-typed-42").await;
 
     // The agent's next attach, even one that asks only to view, is the controller.
-    let mut agent_tab = Terminal::open_url(&socket_url(&agent, "&mode=view"), &[])
-        .await
-        .expect("the agent's socket");
-    agent_tab.connected().await;
+    let mut agent_tab = open_tab(&stack, &instance, &session_id, &agent, "&mode=view").await;
     assert_eq!(
         agent_tab.read_until_text("role").await["role"],
         "controller"
@@ -316,16 +314,7 @@ async fn grpc_refuses_bad_requests_and_answers_with_their_codes_and_grants_the_c
     let session_id = create_session(&stack, &instance, json!({})).await;
     let alice = stack.jwt("alice", &["*"], false);
     let bob = stack.jwt("bob", &["*"], false);
-    let mut alice_tab = Terminal::open_url(
-        &format!(
-            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={alice}",
-            stack.websocket_url()
-        ),
-        &[],
-    )
-    .await
-    .expect("alice's socket");
-    alice_tab.connected().await;
+    let mut alice_tab = open_tab(&stack, &instance, &session_id, &alice, "").await;
     let channel = Channel::from_shared(stack.gateway_url.clone())
         .expect("gateway url")
         .connect()
@@ -434,16 +423,7 @@ async fn in_the_shared_mode_a_pages_request_is_granted_at_once_and_a_rest_one_re
     let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
     let bob = stack.jwt("bob", &["*"], false);
     let carol = stack.jwt("carol", &["*"], false);
-    let mut bob_tab = Terminal::open_url(
-        &format!(
-            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={bob}&mode=view",
-            stack.websocket_url()
-        ),
-        &[],
-    )
-    .await
-    .expect("bob's socket");
-    bob_tab.connected().await;
+    let mut bob_tab = open_tab(&stack, &instance, &session_id, &bob, "&mode=view").await;
 
     let shared = "the session is shared: nobody answers requests; attach to control, or ask on an \
                   attached stream, to type";
@@ -484,17 +464,7 @@ async fn a_request_to_a_session_whose_controller_left_is_granted_by_timeout_only
         let session_path =
             format!("/api/v1/instances/{instance_id}/terminal/sessions/{session_id}");
         // Alice controls, then leaves.
-        let mut alice_tab = Terminal::open_url(
-            &format!(
-                "{}/ws/tool-instances/{instance_id}/terminal/{session_id}?token={alice}",
-                stack.websocket_url()
-            ),
-            &[],
-        )
-        .await
-        .expect("alice's socket");
-        alice_tab.connected().await;
-        drop(alice_tab);
+        drop(open_tab(&stack, &instance_id, &session_id, &alice, "").await);
         let gone = ptyhub_test_support::poll_until(PATIENCE, Duration::from_millis(50), || async {
             let state = control_state(&stack, &session_path, &alice).await;
             state["controller"].is_null().then_some(())
@@ -565,16 +535,7 @@ async fn a_credential_that_names_nobody_may_not_ask_for_control_and_the_lease_st
     let session_id = create_session(&stack, &instance, json!({})).await;
     let session_path = format!("/api/v1/instances/{instance}/terminal/sessions/{session_id}");
     let alice = stack.jwt("alice", &["*"], false);
-    let mut alice_tab = Terminal::open_url(
-        &format!(
-            "{}/ws/tool-instances/{instance}/terminal/{session_id}?token={alice}",
-            stack.websocket_url()
-        ),
-        &[],
-    )
-    .await
-    .expect("alice's socket");
-    alice_tab.connected().await;
+    let _alice_tab = open_tab(&stack, &instance, &session_id, &alice, "").await;
     let before = control_state(&stack, &session_path, &alice).await;
     assert_eq!(before["controller"]["principal"], "alice", "{before}");
 
