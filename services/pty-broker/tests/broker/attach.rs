@@ -449,15 +449,35 @@ async fn stalled_controller_does_not_stop_another_session(backend: Backend) -> a
     // (400 KiB), rounded up.
     const IN_FLIGHT: u64 = 3 << 20;
     let attached_at = stalled.connected().offset;
-    let info = broker.get(&flood.session_id).await?;
     let bound = attached_at + ring + IN_FLIGHT;
-    ensure!(
-        info.output_offset <= bound,
-        "the flood was read without waiting for the controller: {} bytes past its start at {}, \
-         over the ring ({ring}) and what can be in flight ({IN_FLIGHT})",
-        info.output_offset - attached_at,
-        attached_at
-    );
+    // Checked until the flood stands still, held: a broker that does not hold it reads on past
+    // the bound however slowly its runtime delivers it (a `docker exec` stream is much slower
+    // than a local PTY), so one look would pass it before it got there. Standing still is what
+    // the test reads: the offset unchanged over a few reads a tenth of a second apart (a machine
+    // that stalls the flood that long only makes the check end earlier, never fail).
+    let mut unchanged = 0;
+    let mut last = None;
+    let started = tokio::time::Instant::now();
+    while unchanged < 5 {
+        let offset = broker.get(&flood.session_id).await?.output_offset;
+        ensure!(
+            offset <= bound,
+            "the flood was read without waiting for the controller: {} bytes past its start at \
+             {attached_at}, over the ring ({ring}) and what can be in flight ({IN_FLIGHT})",
+            offset - attached_at,
+        );
+        unchanged = if last == Some(offset) {
+            unchanged + 1
+        } else {
+            0
+        };
+        last = Some(offset);
+        ensure!(
+            started.elapsed() < PATIENCE,
+            "the flood never stood still within {PATIENCE:?}: at {offset}, under the bound {bound}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The stalled controller, once it reads, gets every byte in order: no gap, also past what
     // was in flight to it (which it would get even if the ring had let its bytes go).
     let mut taken = 0u64;
