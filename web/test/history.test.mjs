@@ -55,29 +55,46 @@ describe('the History view', { skip: skip ?? false }, () => {
     return session;
   }
 
-  test('a recording plays to its end and shows its last screen, at any speed', async () => {
-    const instance = await instanceRecording('output');
-    const session = await closedSessionThatRan(instance, 'taped', "printf 'history-%s\\n' one two three; echo LAST-$((6*7))", 'LAST-42');
+  /** Waits until the session's recording is published; returns its text. */
+  async function publishedRecording(instance, session) {
+    let cast = null;
     await waitFor('the recording to be published', async () => {
       const response = await fetch(`${stack.origin}/api/v1/instances/${instance.id}/terminal/sessions/${session.id}/recording`, {
         headers: { Authorization: `Bearer ${stack.token}` },
       });
-      return response.status === 200;
+      if (response.status !== 200) return false;
+      cast = await response.text();
+      return true;
     });
+    return cast;
+  }
 
+  /**
+   * Opens the History view in a new desktop page and plays the session named `name` at 8x
+   * until the player says it ended and its screen matches `last`; returns the page, the
+   * player's status and a reader of its screen.
+   */
+  async function playedToItsEnd(instance, session, name, last) {
     const page = await newDesktopPage(chromium.browser);
     await page.goto(`${stack.origin}/instances/${instance.id}?view=history&token=${stack.token}`);
     const row = page.locator(`[data-session-id="${session.id}"]`);
-    await row.getByText('taped').waitFor();
+    await row.getByText(name).waitFor();
     await page.getByLabel('Speed').selectOption('8');
     await row.getByRole('button', { name: 'Play' }).click();
-
-    const status = page.getByRole('status').filter({ hasText: 'taped' });
-    await waitFor('the player to reach the end', async () => (await status.textContent())?.startsWith('Ended taped'));
+    const status = page.getByRole('status').filter({ hasText: name });
+    await waitFor('the player to reach the end', async () => (await status.textContent())?.startsWith(`Ended ${name}`));
     const screen = async () => page.locator('.history-player .ap-term-text').innerText();
     // The status can say the player ended before its terminal shows the last frame: a clean-clone
     // CI run on a loaded machine once read an empty screen right after "Ended".
-    await waitFor('the last screen to be drawn', async () => /LAST-42/.test(await screen()));
+    await waitFor('the last screen to be drawn', async () => last.test(await screen()));
+    return { page, status, screen };
+  }
+
+  test('a recording plays to its end and shows its last screen, at any speed', async () => {
+    const instance = await instanceRecording('output');
+    const session = await closedSessionThatRan(instance, 'taped', "printf 'history-%s\\n' one two three; echo LAST-$((6*7))", 'LAST-42');
+    await publishedRecording(instance, session);
+    const { page, status, screen } = await playedToItsEnd(instance, session, 'taped', /LAST-42/);
     const last = await screen();
     assert.match(last, /history-three/, last);
     assert.equal(await page.locator('.history-player').getAttribute('data-state'), 'ended');
@@ -99,30 +116,13 @@ describe('the History view', { skip: skip ?? false }, () => {
   test('a recording with input plays to its end and shows its typists\' markers', async () => {
     const instance = await instanceRecording('output+input');
     const session = await closedSessionThatRan(instance, 'typed', 'echo TYPED-$((6*7))', 'TYPED-42');
-    let cast = null;
-    await waitFor('the recording to be published', async () => {
-      const response = await fetch(`${stack.origin}/api/v1/instances/${instance.id}/terminal/sessions/${session.id}/recording`, {
-        headers: { Authorization: `Bearer ${stack.token}` },
-      });
-      if (response.status !== 200) return false;
-      cast = await response.text();
-      return true;
-    });
+    const cast = await publishedRecording(instance, session);
     const events = cast.trimEnd().split('\n').slice(1).map((line) => JSON.parse(line));
     const markers = events.filter(([, code]) => code === 'm').map(([, , data]) => data);
     assert.ok(markers.length > 0 && markers.every((data) => data.startsWith('input: ')), JSON.stringify(markers));
     assert.ok(events.some(([, code, data]) => code === 'i' && data.includes('TYPED')), 'the input is recorded');
 
-    const page = await newDesktopPage(chromium.browser);
-    await page.goto(`${stack.origin}/instances/${instance.id}?view=history&token=${stack.token}`);
-    const row = page.locator(`[data-session-id="${session.id}"]`);
-    await row.getByText('typed').waitFor();
-    await page.getByLabel('Speed').selectOption('8');
-    await row.getByRole('button', { name: 'Play' }).click();
-    const status = page.getByRole('status').filter({ hasText: 'typed' });
-    await waitFor('the player to reach the end', async () => (await status.textContent())?.startsWith('Ended typed'));
-    const screen = async () => page.locator('.history-player .ap-term-text').innerText();
-    await waitFor('the last screen to be drawn', async () => /TYPED-42/.test(await screen()));
+    const { page } = await playedToItsEnd(instance, session, 'typed', /TYPED-42/);
     assert.equal(await page.locator('.history-player .ap-marker-container').count(), markers.length, 'one mark on the timeline per marker');
     await closePage(page);
   });
