@@ -15,7 +15,7 @@ use futures::TryStreamExt as _;
 use futures::future::BoxFuture;
 use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
 use ptyhub_wire::RecordingStore;
-use tokio::io::{AsyncReadExt as _, AsyncWrite};
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -54,6 +54,9 @@ pub(crate) trait SpoolFile: AsyncWrite + Send + Unpin {
     fn sync_data(&mut self) -> BoxFuture<'_, std::io::Result<()>>;
     /// As [`tokio::fs::File::sync_all`].
     fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>>;
+    /// Cuts the file back to its first `len` bytes and writes on from there: what a failed write
+    /// left of its buffer goes, so that the file ends with a whole event again.
+    fn truncate(&mut self, len: u64) -> BoxFuture<'_, std::io::Result<()>>;
 }
 
 impl SpoolFile for tokio::fs::File {
@@ -63,6 +66,15 @@ impl SpoolFile for tokio::fs::File {
 
     fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
         Box::pin(tokio::fs::File::sync_all(self))
+    }
+
+    fn truncate(&mut self, len: u64) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(async move {
+            self.set_len(len).await?;
+            // A file opened to append writes at its end whatever the position; one created for
+            // this recording writes at the position, which the failed write had moved on.
+            self.seek(std::io::SeekFrom::Start(len)).await.map(drop)
+        })
     }
 }
 

@@ -470,13 +470,22 @@ impl CastWriter {
             self.file_len += self.buffer.len() as u64;
             self.index_writer.flushed(&mut lock_index(&self.index));
         } else {
-            // How much of the buffer reached the file is not known.
+            // The output the buffer held is not in the file, so the index ends here.
             self.index_writer.stop();
         }
         if let Err(error) = written {
             tracing::warn!(session_id = %self.session_id, %error, lost = self.buffer.len(), "recording write failed");
             let lost = self.buffer.len();
             self.buffer.clear();
+            // A write that met a full disk may have written part of the buffer, which would end
+            // the file in the middle of an event, so the file goes back to where the buffer
+            // began. When even that fails, what the file holds is kept and nothing more is
+            // written: a recording cut short plays, one with a torn line does not.
+            if let Err(error) = file.truncate(self.file_len).await {
+                tracing::warn!(session_id = %self.session_id, %error, "cannot cut the recording back after a failed write; it ends here");
+                self.file = None;
+                return;
+            }
             let at = self.elapsed();
             self.encoder.marker(
                 at,
@@ -1129,6 +1138,9 @@ mod tests {
     #[derive(Default)]
     struct DiskTrouble {
         fail_next: AtomicBool,
+        /// The next write writes half of what it is given, and the one after it fails, as a disk
+        /// that fills up in the middle of a buffer does.
+        tear_next: AtomicBool,
         stall_next: AtomicBool,
         /// Set while a write is held.
         stalled: AtomicBool,
@@ -1162,6 +1174,11 @@ mod tests {
                 ready!(held.as_mut().poll(context));
                 this.held = None;
                 this.trouble.stalled.store(false, Ordering::SeqCst);
+            }
+            if data.len() > 1 && this.trouble.tear_next.swap(false, Ordering::SeqCst) {
+                let written = Pin::new(&mut this.file).poll_write(context, &data[..data.len() / 2]);
+                this.trouble.fail_next.store(true, Ordering::SeqCst);
+                return written;
             }
             if this.trouble.fail_next.swap(false, Ordering::SeqCst) {
                 this.trouble.refused.lock().unwrap().push(data.to_vec());
@@ -1198,6 +1215,10 @@ mod tests {
 
         fn sync_all(&mut self) -> BoxFuture<'_, std::io::Result<()>> {
             Box::pin(self.file.sync_all())
+        }
+
+        fn truncate(&mut self, len: u64) -> BoxFuture<'_, std::io::Result<()>> {
+            self.file.truncate(len)
         }
     }
 
@@ -1366,5 +1387,40 @@ mod tests {
             .map(|event| event.code.as_str())
             .collect();
         assert_eq!(codes, "omo");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_cut_short_by_the_disk_leaves_no_torn_event_in_the_file() {
+        let directory = tempfile::tempdir().unwrap();
+        let trouble = Arc::new(DiskTrouble::default());
+        let recording = troubled_recording(directory.path(), &trouble);
+        let mut fake = FakeSession::start(FakeSession::settings(), Some(recording)).await;
+        recorder_started(&fake, directory.path()).await;
+        recorded_and_flushed(&mut fake, b"kept ").await;
+        until("the first output is written", || {
+            trouble.flushed.load(Ordering::SeqCst) == 2
+        })
+        .await;
+
+        trouble.tear_next.store(true, Ordering::SeqCst);
+        recorded_and_flushed(&mut fake, b"torn in the middle ").await;
+        until("the disk refuses the rest of a write", || {
+            !trouble.refused.lock().unwrap().is_empty()
+        })
+        .await;
+        recorded_and_flushed(&mut fake, b"after").await;
+
+        // Parsed strictly: the half event the disk took is gone, and the marker counts the
+        // whole buffer it was part of.
+        let cast = published(fake, directory.path()).await;
+        let [marker] = markers(&cast)[..] else {
+            panic!("markers: {:?}", markers(&cast));
+        };
+        assert!(
+            marker.starts_with("ptyhub: lost ")
+                && marker.ends_with(" bytes of the recording (write failed: disk full)"),
+            "{marker}"
+        );
+        assert_eq!(cast.output(), b"kept after");
     }
 }
