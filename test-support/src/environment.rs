@@ -22,6 +22,9 @@ pub enum Requirement {
     S3Server,
     /// Network namespaces of the tests' own (root, and `ip` to bring up their loopback).
     NetworkNamespaces,
+    /// Mount namespaces of the tests' own, with a tmpfs mounted in them (root), so that a test
+    /// can give a process a small disk of its own to fill.
+    MountNamespaces,
     /// A Python with the packages of `interop/requirements.txt` (the MCP SDK among them) and
     /// `examples/python/requirements.txt`, at `PTYHUB_TEST_PYTHON` (default
     /// `/var/cache/ptyhub-py/bin/python`, which `cargo xtask deps` prepares).
@@ -77,6 +80,28 @@ impl Requirement {
                     None
                 } else {
                     Some("cannot make a network namespace (`unshare --net` needs root, and `ip` is needed)".into())
+                }
+            }
+            Requirement::MountNamespaces => {
+                let works = std::process::Command::new("unshare")
+                    .args([
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "--",
+                        "mount",
+                        "-t",
+                        "tmpfs",
+                    ])
+                    .args(["ptyhub-probe".as_ref(), std::env::temp_dir().as_os_str()])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success());
+                if works {
+                    None
+                } else {
+                    Some("cannot mount a tmpfs in a mount namespace of the test's own (`unshare --mount` and `mount` need root)".into())
                 }
             }
             Requirement::Python => {

@@ -367,3 +367,188 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
     drop(second);
     Ok(())
 }
+
+/// What the session of the full-disk test prints for `lost`: more than a page, so that the write
+/// that meets the full disk has filled the spool file's last page before it fails.
+const LOST_OUTPUT_END: &str = "end-of-lost";
+
+/// A spool on a disk that fills up, for real: the broker's own mount namespace with a small tmpfs
+/// over its spool directory, which the test fills through `/proc/<pid>/root` and then frees.
+/// The output the broker could not write is gone, a marker in the recording says how many bytes,
+/// the recording goes on once there is room, and the published file still parses.
+#[tokio::test]
+async fn a_full_spool_disk_costs_a_marked_span_and_the_file_still_plays() -> anyhow::Result<()> {
+    support::init_logging();
+    if !ptyhub_test_support::require(ptyhub_test_support::Requirement::MountNamespaces) {
+        return Ok(());
+    }
+    let (data_dir, store, spool) = (
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+    );
+    let broker = BrokerProcess::start_under(
+        &[
+            "unshare".as_ref(),
+            "--mount".as_ref(),
+            "--propagation".as_ref(),
+            "private".as_ref(),
+            "--".as_ref(),
+            "sh".as_ref(),
+            "-c".as_ref(),
+            r#"mount -t tmpfs -o size=64k ptyhub-spool "$0" && exec "$@""#.as_ref(),
+            spool.path().as_os_str(),
+        ],
+        data_dir.path(),
+        "local",
+        &[
+            "--recordings".as_ref(),
+            store.path().as_os_str(),
+            "--recording-spool".as_ref(),
+            spool.path().as_os_str(),
+        ],
+    )?;
+    // The spool as the broker sees it: its tmpfs, not the empty directory under it.
+    let spool_disk = Path::new(&format!("/proc/{}/root", broker.child.id()))
+        .join(spool.path().strip_prefix("/")?);
+    let mut client =
+        pb::pty_broker_client::PtyBrokerClient::connect(broker.endpoint.clone()).await?;
+    let session_id = uuid::Uuid::new_v4().to_string();
+    let script = format!(
+        r#"while read line; do echo "out:$line"; if [ "$line" = lost ]; then seq 2000; echo {LOST_OUTPUT_END}; fi; done"#
+    );
+    client
+        .spawn(authorized(pb::SpawnRequest {
+            session_id: session_id.clone(),
+            target: Some(pb::Target {
+                kind: Some(pb::target::Kind::Local(pb::LocalTarget {})),
+            }),
+            command: vec!["sh".into(), "-c".into(), script],
+            size: Some(pb::TerminalSize { cols: 80, rows: 24 }),
+            record: pb::RecordMode::Output as i32,
+            ..Default::default()
+        }))
+        .await?;
+    let spooled = spool_disk.join(format!("{session_id}.cast"));
+    let line = |text: &str| {
+        authorized(pb::SendInputRequest {
+            session_id: session_id.clone(),
+            items: [
+                pb::input_item::Item::Text(text.to_owned()),
+                pb::input_item::Item::Key("Enter".to_owned()),
+            ]
+            .map(|item| pb::InputItem { item: Some(item) })
+            .into(),
+            force: false,
+        })
+    };
+    let spool_holds = |text: &'static str| {
+        let spooled = spooled.clone();
+        ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, move || {
+            let holds = std::fs::read(&spooled)
+                .is_ok_and(|contents| String::from_utf8_lossy(&contents).contains(text));
+            async move { holds.then_some(()) }
+        })
+    };
+
+    client.send_input(line("before")).await?;
+    ensure!(
+        spool_holds("out:before").await.is_some(),
+        "the first output never reached the spool"
+    );
+    // Nothing more fits: the filler takes every free page of the tmpfs.
+    let filler = spool_disk.join("filler");
+    let mut file = std::fs::File::create(&filler)?;
+    let full = loop {
+        if let Err(error) = std::io::Write::write_all(&mut file, &[b'f'; 4096]) {
+            break error;
+        }
+    };
+    ensure!(
+        full.kind() == std::io::ErrorKind::StorageFull,
+        "filling the spool's tmpfs: {full}"
+    );
+    drop(file);
+
+    client.send_input(line("lost")).await?;
+    let failed = broker.first_logged("recording write failed").await?;
+    ensure!(
+        failed["fields"]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("No space left on device")),
+        "{failed}"
+    );
+    std::fs::remove_file(&filler)?;
+    client.send_input(line("after")).await?;
+    ensure!(
+        spool_holds("out:after").await.is_some(),
+        "the output after the disk had room again never reached the spool"
+    );
+    client
+        .kill(authorized(pb::KillRequest {
+            session_id: session_id.clone(),
+        }))
+        .await?;
+
+    // Strictly parsed: no event was cut in half by the write that met the full disk.
+    let cast = Cast::parse(&published(store.path(), &session_id).await?)?;
+    let failures: Vec<u64> = broker
+        .logged("recording write failed")
+        .iter()
+        .map(|line| line["fields"]["lost"].as_u64().unwrap_or_default())
+        .collect();
+    let codes: String = cast
+        .events
+        .iter()
+        .map(|event| event.code.as_str())
+        .collect();
+    let marker_at = codes
+        .find('m')
+        .with_context(|| format!("no marker in the recording: {codes}"))?;
+    ensure!(
+        codes[..marker_at].chars().all(|code| code == 'o')
+            && codes[marker_at + 1..].chars().all(|code| code == 'o'),
+        "one marker between output events: {codes}"
+    );
+    // The marker is the last failed write's (a marker written by an earlier failure was in a
+    // later failed write), and names its count and its cause.
+    let marker = &cast.events[marker_at].data;
+    let lost = failures.last().context("no failure logged")?;
+    ensure!(
+        *marker
+            == format!(
+                "ptyhub: lost {lost} bytes of the recording (write failed: No space left on device (os error 28))"
+            ),
+        "{marker:?}; failed writes lost {failures:?} bytes"
+    );
+    // Before the marker, exactly what was written before the disk filled up; after it, the end
+    // of the output that met the full disk (what no failed write held), then the rest.
+    let before: String = cast.events[..marker_at]
+        .iter()
+        .map(|event| event.data.as_str())
+        .collect();
+    ensure!(before == "before\r\nout:before\r\n", "{before:?}");
+    let after: String = cast.events[marker_at + 1..]
+        .iter()
+        .map(|event| event.data.as_str())
+        .collect();
+    let lost_output = format!(
+        "lost\r\nout:lost\r\n{}{LOST_OUTPUT_END}\r\n",
+        (1..=2000).map(|n| format!("{n}\r\n")).collect::<String>()
+    );
+    let kept_of_lost = after
+        .strip_suffix("after\r\nout:after\r\n")
+        .with_context(|| {
+            format!(
+                "the recording ends {:?}",
+                &after[after.len().saturating_sub(80)..]
+            )
+        })?;
+    ensure!(
+        lost_output.ends_with(kept_of_lost) && kept_of_lost.len() < lost_output.len(),
+        "after the marker, {} bytes that are not the end of the lost output",
+        kept_of_lost.len()
+    );
+    drop(broker);
+    Ok(())
+}

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, bail, ensure};
 use ptyhub_proto::broker::v1 as pb;
@@ -18,6 +19,8 @@ const STUBBORN_SESSION: &str = "trap '' HUP TERM; sleep 600 & sleep 600";
 pub(crate) struct BrokerProcess {
     pub(crate) child: Child,
     pub(crate) endpoint: String,
+    /// Every line the broker logged, as JSON, in order.
+    logs: Arc<Mutex<Vec<serde_json::Value>>>,
     /// The files the broker read its secrets from, as a deployment gives them.
     _secrets: tempfile::TempDir,
 }
@@ -33,12 +36,30 @@ impl BrokerProcess {
         backends: &str,
         extra: &[&std::ffi::OsStr],
     ) -> anyhow::Result<Self> {
+        Self::start_under(&[], data_dir, backends, extra)
+    }
+
+    /// [`Self::start_with`], the broker's command line given to `wrapper`: a program and its
+    /// first arguments, which ends by executing the rest of its command line in its own process
+    /// (so that the broker's pid is the child's, as `unshare` without `--fork` does).
+    pub(crate) fn start_under(
+        wrapper: &[&std::ffi::OsStr],
+        data_dir: &std::path::Path,
+        backends: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<Self> {
         let secrets = tempfile::tempdir()?;
         let token_file = secrets.path().join("session-api-token");
         std::fs::write(&token_file, format!("{SERVICE_TOKEN}\n"))?;
         let ticket_file = secrets.path().join("ticket-public-key.pem");
         std::fs::write(&ticket_file, TICKET_PUBLIC_KEY)?;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pty-broker"))
+        let broker = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_pty-broker"));
+        let (program, arguments) = match wrapper {
+            [program, arguments @ ..] => (*program, [arguments, &[broker]].concat()),
+            [] => (broker, Vec::new()),
+        };
+        let mut child = Command::new(program)
+            .args(arguments)
             .args([
                 "--listen",
                 "127.0.0.1:0",
@@ -59,6 +80,7 @@ impl BrokerProcess {
             .spawn()
             .context("start pty-broker")?;
         let stdout = child.stdout.take().context("broker stdout")?;
+        let logs = Arc::new(Mutex::new(Vec::new()));
         // The serving line carries the bound address; the reaping of old sessions comes before it.
         let mut lines = BufReader::new(stdout).lines();
         let address = loop {
@@ -66,20 +88,47 @@ impl BrokerProcess {
                 bail!("pty-broker exited before serving");
             };
             let line: serde_json::Value = serde_json::from_str(&line?)?;
-            if line["fields"]["message"] == "pty-broker serving" {
-                break line["fields"]["address"]
-                    .as_str()
-                    .context("serving line without address")?
-                    .to_owned();
+            let serving = (line["fields"]["message"] == "pty-broker serving")
+                .then(|| line["fields"]["address"].as_str().map(str::to_owned));
+            logs.lock().unwrap().push(line);
+            if let Some(address) = serving {
+                break address.context("serving line without address")?;
             }
         };
-        // Keep draining the logs so the broker never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // Keep reading the logs so the broker never blocks on a full pipe.
+        let kept = Arc::clone(&logs);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Ok(line) = serde_json::from_str(&line) {
+                    kept.lock().unwrap().push(line);
+                }
+            }
+        });
         Ok(Self {
             child,
             endpoint: format!("http://{address}"),
+            logs,
             _secrets: secrets,
         })
+    }
+
+    /// The lines the broker has logged with `message` so far.
+    pub(crate) fn logged(&self, message: &str) -> Vec<serde_json::Value> {
+        let logs = self.logs.lock().unwrap();
+        logs.iter()
+            .filter(|line| line["fields"]["message"] == message)
+            .cloned()
+            .collect()
+    }
+
+    /// The first line the broker logged with `message`, waiting for it within [`PATIENCE`].
+    pub(crate) async fn first_logged(&self, message: &str) -> anyhow::Result<serde_json::Value> {
+        ptyhub_test_support::poll_until(PATIENCE, POLL_INTERVAL, || {
+            let found = self.logged(message).into_iter().next();
+            async move { found }
+        })
+        .await
+        .with_context(|| format!("the broker never logged {message:?}"))
     }
 
     async fn spawn(&self, target: pb::target::Kind) -> anyhow::Result<pb::SessionInfo> {
