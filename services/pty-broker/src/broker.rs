@@ -682,6 +682,7 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
+    use futures::FutureExt as _;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::time::{Instant, advance};
 
@@ -904,6 +905,61 @@ mod tests {
         assert!(matches!(refused, Error::InterruptNotSent(_)), "{refused:?}");
         assert!(refused.to_string().contains("refuses signals"), "{refused}");
         assert!(matches!(paste.await.unwrap(), Err(Error::InputInterrupted)));
+        drop(terminal);
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interrupt_after_a_paste_the_terminal_refused_goes_as_a_signal_though_it_has_room_again()
+     {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let (_, mut events) = broker.watch_events();
+        let session = broker.spawn(spec()).await.unwrap();
+        let mut terminal = runtime.take_terminal().unwrap();
+        let attachment = broker.attach(hello(session.session_id)).await.unwrap();
+        let handle = attachment.handle();
+        // More than the fake terminal holds, never read by the program: the paste waits.
+        let paste = {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                handle
+                    .write_input(Bytes::from(vec![b'p'; 256 * 1024]))
+                    .await
+            })
+        };
+        settle().await;
+        // The terminal makes room before the paste's writer runs again, as a kernel does when it
+        // moves a piece of what it holds on to the line discipline: a byte written now would
+        // still wait behind the rest of the paste.
+        let mut moved_on = vec![0; 4096];
+        terminal.terminal.read_exact(&mut moved_on).await.unwrap();
+        let sent = handle
+            .write_input(Bytes::from_static(&[crate::session::INTERRUPT]))
+            .await
+            .unwrap();
+        assert_eq!(sent.bytes_written, 1);
+        assert!(matches!(paste.await.unwrap(), Err(Error::InputInterrupted)));
+        // SIGINT (the fake process ends by it), and no byte behind the paste.
+        let exit = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let BrokerEventKind::Exited { exit, .. } = events.recv().await.unwrap().kind {
+                    break exit;
+                }
+            }
+        })
+        .await
+        .expect("the process was sent no SIGINT");
+        assert_eq!(exit, crate::domain::ExitStatus::signalled(2));
+        let mut held = Vec::new();
+        while let Some(Ok(read)) = terminal.terminal.read_buf(&mut held).now_or_never() {
+            if read == 0 {
+                break;
+            }
+        }
+        assert!(
+            held.iter().all(|byte| *byte == b'p'),
+            "the terminal got more than the paste"
+        );
         drop(terminal);
         broker.shutdown().await;
     }

@@ -20,8 +20,12 @@
 //! and then goes next. When the PTY takes no byte at all (its input buffer is full of what the
 //! program did not read), the byte could not reach the line discipline that turns it into a
 //! signal, so the broker sends the program's process group SIGINT itself, as the line
-//! discipline would have.
+//! discipline would have. So it does after an input that the PTY had refused part of gave way
+//! to the interrupt: the PTY may have made room since (the kernel moves what it holds on to the
+//! line discipline a piece at a time), but a byte written there waits behind the rest of that
+//! input for as long as the program does not read.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -42,12 +46,16 @@ pub const INTERRUPT: u8 = 0x03;
 #[derive(Debug)]
 pub(super) struct Interrupts {
     count: watch::Sender<u64>,
+    /// Set by a write the terminal had refused part of when it gave way to an interrupt, for
+    /// the interrupt to read (see [`Shared::interrupt`]).
+    refused_write_gave_way: AtomicBool,
 }
 
 impl Default for Interrupts {
     fn default() -> Self {
         Self {
             count: watch::Sender::new(0),
+            refused_write_gave_way: AtomicBool::new(false),
         }
     }
 }
@@ -62,6 +70,11 @@ impl Interrupts {
     fn count_one(&self) -> watch::Receiver<u64> {
         self.count.send_modify(|count| *count += 1);
         self.count.subscribe()
+    }
+
+    /// Whether a write the terminal had refused part of gave way since this was last asked.
+    fn take_refused_write(&self) -> bool {
+        self.refused_write_gave_way.swap(false, Ordering::SeqCst)
     }
 }
 
@@ -185,11 +198,29 @@ impl Shared {
         }
         // The lock on the input side is held, so no other input goes in between.
         let output_offset = self.lock().ring.end();
-        let written = tokio::select! {
-            biased;
-            () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
-            _ = interrupts.changed() => return Err(Error::InputInterrupted),
-            written = writer.write_all(data) => written,
+        if ended.is_cancelled() {
+            return Err(Error::ProcessEndedBeforeInput);
+        }
+        if interrupted_since(&interrupts) {
+            return Err(Error::InputInterrupted);
+        }
+        let written = {
+            let mut write = std::pin::pin!(writer.write_all(data));
+            match write.as_mut().now_or_never() {
+                Some(written) => written,
+                // The terminal took what it had room for and refused the rest: the program has
+                // not read it. Until it does, what the terminal holds of this input stands ahead
+                // of any byte written after it, an interrupt's too.
+                None => tokio::select! {
+                    biased;
+                    () = ended.cancelled() => return Err(Error::ProcessEndedBeforeInput),
+                    _ = interrupts.changed() => {
+                        self.interrupts.refused_write_gave_way.store(true, Ordering::SeqCst);
+                        return Err(Error::InputInterrupted);
+                    }
+                    written = &mut write => written,
+                },
+            }
         };
         drop(input);
         written.map_err(Error::InputNotTaken)?;
@@ -224,14 +255,20 @@ impl Shared {
         };
         let output_offset = self.lock().ring.end();
         let typed = [INTERRUPT];
-        match writer.write(&typed).now_or_never() {
-            Some(Ok(1)) => {}
-            Some(Ok(_)) | None => {
-                drop(input);
-                tracing::debug!("the terminal takes no input: the interrupt goes as SIGINT");
-                signal.await?;
-            }
-            Some(Err(error)) => return Err(Error::InputNotTaken(error)),
+        // After a write the terminal refused part of, a byte it takes now (it may have made
+        // room meanwhile, moving what it held to the program's side) still waits behind what
+        // it took of that write for as long as the program does not read: that is a terminal
+        // that takes no input too, whichever way the race between the two went.
+        let taken = !self.interrupts.take_refused_write()
+            && match writer.write(&typed).now_or_never() {
+                Some(Ok(1)) => true,
+                Some(Ok(_)) | None => false,
+                Some(Err(error)) => return Err(Error::InputNotTaken(error)),
+            };
+        if !taken {
+            drop(input);
+            tracing::debug!("the terminal takes no input: the interrupt goes as SIGINT");
+            signal.await?;
         }
         self.record_input(client, &typed);
         self.note_input(client, 1);
