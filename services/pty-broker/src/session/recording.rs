@@ -1337,8 +1337,12 @@ mod tests {
         assert!(cast.output() == kept, "the output around the gap");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_write_the_disk_refuses_is_marked_with_what_it_lost_and_the_recording_goes_on() {
+    /// A recording of `kept `, then of `troubled`, whose write meets the trouble `arm` sets up
+    /// on the disk, then of `after`: the published recording, and what the disk refused.
+    async fn recorded_through_trouble(
+        arm: fn(&DiskTrouble),
+        troubled: &[u8],
+    ) -> (Cast, Vec<Vec<u8>>) {
         let directory = tempfile::tempdir().unwrap();
         let trouble = Arc::new(DiskTrouble::default());
         let recording = troubled_recording(directory.path(), &trouble);
@@ -1354,8 +1358,8 @@ mod tests {
         })
         .await;
 
-        trouble.fail_next.store(true, Ordering::SeqCst);
-        recorded_and_flushed(&mut fake, b"lost ").await;
+        arm(&trouble);
+        recorded_and_flushed(&mut fake, troubled).await;
         until("the disk refuses a write", || {
             !trouble.refused.lock().unwrap().is_empty()
         })
@@ -1364,6 +1368,16 @@ mod tests {
 
         let cast = published(fake, directory.path()).await;
         let refused = trouble.refused.lock().unwrap().clone();
+        (cast, refused)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_disk_refuses_is_marked_with_what_it_lost_and_the_recording_goes_on() {
+        let (cast, refused) = recorded_through_trouble(
+            |trouble| trouble.fail_next.store(true, Ordering::SeqCst),
+            b"lost ",
+        )
+        .await;
         let [refused] = refused.as_slice() else {
             panic!("{} writes refused", refused.len());
         };
@@ -1391,28 +1405,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_cut_short_by_the_disk_leaves_no_torn_event_in_the_file() {
-        let directory = tempfile::tempdir().unwrap();
-        let trouble = Arc::new(DiskTrouble::default());
-        let recording = troubled_recording(directory.path(), &trouble);
-        let mut fake = FakeSession::start(FakeSession::settings(), Some(recording)).await;
-        recorder_started(&fake, directory.path()).await;
-        recorded_and_flushed(&mut fake, b"kept ").await;
-        until("the first output is written", || {
-            trouble.flushed.load(Ordering::SeqCst) == 2
-        })
+        let (cast, _) = recorded_through_trouble(
+            |trouble| trouble.tear_next.store(true, Ordering::SeqCst),
+            b"torn in the middle ",
+        )
         .await;
-
-        trouble.tear_next.store(true, Ordering::SeqCst);
-        recorded_and_flushed(&mut fake, b"torn in the middle ").await;
-        until("the disk refuses the rest of a write", || {
-            !trouble.refused.lock().unwrap().is_empty()
-        })
-        .await;
-        recorded_and_flushed(&mut fake, b"after").await;
-
         // Parsed strictly: the half event the disk took is gone, and the marker counts the
         // whole buffer it was part of.
-        let cast = published(fake, directory.path()).await;
         let [marker] = markers(&cast)[..] else {
             panic!("markers: {:?}", markers(&cast));
         };

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, ensure};
 use ptyhub_proto::broker::v1 as pb;
-use ptyhub_test_support::asciicast::Cast;
+use ptyhub_test_support::asciicast::{Cast, CastEvent};
 
 use crate::restart::BrokerProcess;
 use crate::support::{self, Backend, PATIENCE, POLL_INTERVAL, TestBroker, authorized};
@@ -521,22 +521,25 @@ async fn a_full_spool_disk_costs_a_marked_span_and_the_file_still_plays() -> any
             ),
         "{marker:?}; failed writes lost {failures:?} bytes"
     );
-    // Before the marker, exactly what was written before the disk filled up; after it, the end
-    // of the output that met the full disk (what no failed write held), then the rest.
-    let before: String = cast.events[..marker_at]
-        .iter()
-        .map(|event| event.data.as_str())
-        .collect();
-    ensure!(before == "before\r\nout:before\r\n", "{before:?}");
-    let after: String = cast.events[marker_at + 1..]
-        .iter()
-        .map(|event| event.data.as_str())
-        .collect();
+    // Around the marker, what was written before the disk filled up and what was typed after it
+    // had room again, and between them the output that met the full disk with a stretch of it
+    // gone: the start that a write made before the first failure held (on a slow machine, the
+    // line's echo alone), and the end that no failed write held.
+    let text = |events: &[CastEvent]| -> String {
+        events.iter().map(|event| event.data.as_str()).collect()
+    };
+    let (before, after) = (
+        text(&cast.events[..marker_at]),
+        text(&cast.events[marker_at + 1..]),
+    );
     let lost_output = format!(
         "lost\r\nout:lost\r\n{}{LOST_OUTPUT_END}\r\n",
         (1..=2000).map(|n| format!("{n}\r\n")).collect::<String>()
     );
-    let kept_of_lost = after
+    let start_of_lost = before
+        .strip_prefix("before\r\nout:before\r\n")
+        .with_context(|| format!("the recording starts {before:?}"))?;
+    let end_of_lost = after
         .strip_suffix("after\r\nout:after\r\n")
         .with_context(|| {
             format!(
@@ -545,9 +548,12 @@ async fn a_full_spool_disk_costs_a_marked_span_and_the_file_still_plays() -> any
             )
         })?;
     ensure!(
-        lost_output.ends_with(kept_of_lost) && kept_of_lost.len() < lost_output.len(),
-        "after the marker, {} bytes that are not the end of the lost output",
-        kept_of_lost.len()
+        lost_output.starts_with(start_of_lost)
+            && lost_output.ends_with(end_of_lost)
+            && start_of_lost.len() + end_of_lost.len() < lost_output.len(),
+        "around the marker, {} and {} bytes that are not the start and the end of the lost output",
+        start_of_lost.len(),
+        end_of_lost.len()
     );
     drop(broker);
     Ok(())
