@@ -70,35 +70,26 @@ impl Requirement {
                 }
             }
             Requirement::NetworkNamespaces => {
-                let works = std::process::Command::new("unshare")
-                    .args(["--net", "ip", "link", "set", "lo", "up"])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|status| status.success());
-                if works {
+                if succeeds("unshare", &["--net", "ip", "link", "set", "lo", "up"]) {
                     None
                 } else {
                     Some("cannot make a network namespace (`unshare --net` needs root, and `ip` is needed)".into())
                 }
             }
             Requirement::MountNamespaces => {
-                let works = std::process::Command::new("unshare")
-                    .args([
-                        "--mount",
-                        "--propagation",
-                        "private",
-                        "--",
-                        "mount",
-                        "-t",
-                        "tmpfs",
-                    ])
-                    .args(["ptyhub-probe".as_ref(), std::env::temp_dir().as_os_str()])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|status| status.success());
-                if works {
+                let mount_point = std::env::temp_dir();
+                let mount = [
+                    "--mount".as_ref(),
+                    "--propagation".as_ref(),
+                    "private".as_ref(),
+                    "--".as_ref(),
+                    "mount".as_ref(),
+                    "-t".as_ref(),
+                    "tmpfs".as_ref(),
+                    "ptyhub-probe".as_ref(),
+                    mount_point.as_os_str(),
+                ];
+                if succeeds("unshare", &mount) {
                     None
                 } else {
                     Some("cannot mount a tmpfs in a mount namespace of the test's own (`unshare --mount` and `mount` need root)".into())
@@ -106,13 +97,10 @@ impl Requirement {
             }
             Requirement::Python => {
                 let python = python_path();
-                let works = std::process::Command::new(&python)
-                    .args(["-c", "import grpc, grpc_tools, grpc_reflection, mcp"])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|status| status.success());
-                if works {
+                if succeeds(
+                    &python,
+                    &["-c", "import grpc, grpc_tools, grpc_reflection, mcp"],
+                ) {
                     None
                 } else {
                     Some(format!(
@@ -134,6 +122,16 @@ impl Requirement {
             }
         }
     }
+}
+
+/// Whether `program` with `args` runs and exits 0, its output discarded.
+fn succeeds(program: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> bool {
+    std::process::Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// Why the MCP inspector cannot run, if it cannot: its launcher is missing, or the Node beside it
@@ -162,13 +160,7 @@ fn mcp_inspector_missing_because() -> Option<String> {
 /// Why the screen oracle cannot run, if it cannot: no `node`, or the page's packages (with
 /// `@xterm/headless`) not installed.
 fn xterm_oracle_missing_because() -> Option<String> {
-    let node_runs = std::process::Command::new("node")
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !node_runs {
+    if !succeeds("node", &["--version"]) {
         return Some("no node on PATH (cargo xtask test installs Debian's nodejs)".into());
     }
     let headless = web_dir().join("node_modules/@xterm/headless/package.json");
