@@ -119,6 +119,8 @@ export class SessionTab {
     this.windowTitle = session?.title ?? '';
     /** 'bell' or 'exited' while a tab in the background wants a look; the page sets and clears it. */
     this.attention = null;
+    /** A bell rang while the tab was in the background and it was not shown since (set and cleared by the page). */
+    this.bellUnseen = false;
     /** A key of ENDED_WORDS, or null while the tab connects: why the tab no longer connects. */
     this.ended = null;
     this.socket = null;

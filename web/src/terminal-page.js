@@ -524,6 +524,7 @@ class TerminalPage {
       tab.connect();
     }
     // Looking at the tab is what its mark asked for.
+    tab.bellUnseen = false;
     if (tab.attention) {
       tab.attention = null;
       this.renderTab(tab);
@@ -561,6 +562,8 @@ class TerminalPage {
   markAttention(tab, kind) {
     if (tab === this.active) this.rememberSeenBell(tab);
     if (tab === this.active || !this.tabs.includes(tab)) return;
+    // Kept under a wait that outranks it, for when the wait ends unseen.
+    if (kind === 'bell') tab.bellUnseen = true;
     // An exit outranks the rest (it is the last thing the tab will say), a wait a bell.
     if (tab.attention && ATTENTION_RANK[tab.attention] > ATTENTION_RANK[kind]) return;
     tab.attention = kind;
@@ -579,7 +582,9 @@ class TerminalPage {
       if (tab !== this.active) this.markAttention(tab, 'input');
       if (tab !== this.active || document.hidden) this.notifyWaiting(tab);
     } else if (!waiting && tab.attention === 'input') {
-      tab.attention = null;
+      // A bell the wait came with (a program that rings while it runs is waiting for input)
+      // is still unseen: its mark comes back.
+      tab.attention = tab.bellUnseen ? 'bell' : null;
     }
     this.renderTab(tab);
   }
