@@ -162,11 +162,7 @@ fn main() -> Result<()> {
 const CI_FUZZ_SECONDS: u64 = 60;
 
 /// The gateway's fuzz tests, one at a time (each gets the same share of `total_seconds`), through
-/// `cargo test` rather than nextest, whose slow-test timeout would end a long property. Built
-/// with `--workspace` (the gateway's `api` is the workspace's only test target of that name): the
-/// features are then unified as for nextest's `--workspace` build, so after the tests nothing is
-/// compiled again; `--package gateway` unifies them over the gateway's dependencies alone and
-/// rebuilt most of the tree.
+/// `cargo test` rather than nextest, whose slow-test timeout would end a long property.
 fn fuzz(total_seconds: u64, variables: &[(String, String)]) -> Result<()> {
     /// The `fuzz_` tests in `services/gateway/tests/api/fuzz.rs`.
     const FUZZ_TESTS: u64 = 6;
@@ -176,7 +172,8 @@ fn fuzz(total_seconds: u64, variables: &[(String, String)]) -> Result<()> {
     run::cargo_with_env(
         &[
             "test",
-            "--workspace",
+            "--package",
+            "gateway",
             "--test",
             "api",
             "fuzz::",
