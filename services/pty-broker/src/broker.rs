@@ -880,15 +880,11 @@ mod tests {
         broker.shutdown().await;
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_interrupt_the_runtime_cannot_send_says_why_not_that_the_process_exited() {
-        let (broker, runtime) = broker_with_fake_runtime();
-        let session = broker.spawn(spec()).await.unwrap();
-        let terminal = runtime.take_terminal().unwrap();
-        terminal.refuse_signals();
-        let attachment = broker.attach(hello(session.session_id)).await.unwrap();
-        let handle = attachment.handle();
-        // More than the fake terminal holds, never read: the Ctrl-C must go as a signal.
+    /// A paste of more than the fake terminal holds, which its program never reads: the task
+    /// writing it, once it waits on the terminal.
+    async fn waiting_paste(
+        handle: &crate::session::AttachmentHandle,
+    ) -> tokio::task::JoinHandle<Result<crate::session::InputSent, Error>> {
         let paste = {
             let handle = handle.clone();
             tokio::spawn(async move {
@@ -898,6 +894,19 @@ mod tests {
             })
         };
         settle().await;
+        paste
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interrupt_the_runtime_cannot_send_says_why_not_that_the_process_exited() {
+        let (broker, runtime) = broker_with_fake_runtime();
+        let session = broker.spawn(spec()).await.unwrap();
+        let terminal = runtime.take_terminal().unwrap();
+        terminal.refuse_signals();
+        let attachment = broker.attach(hello(session.session_id)).await.unwrap();
+        let handle = attachment.handle();
+        // The Ctrl-C must go as a signal.
+        let paste = waiting_paste(&handle).await;
         let refused = handle
             .write_input(Bytes::from_static(&[crate::session::INTERRUPT]))
             .await
@@ -918,16 +927,7 @@ mod tests {
         let mut terminal = runtime.take_terminal().unwrap();
         let attachment = broker.attach(hello(session.session_id)).await.unwrap();
         let handle = attachment.handle();
-        // More than the fake terminal holds, never read by the program: the paste waits.
-        let paste = {
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                handle
-                    .write_input(Bytes::from(vec![b'p'; 256 * 1024]))
-                    .await
-            })
-        };
-        settle().await;
+        let paste = waiting_paste(&handle).await;
         // The terminal makes room before the paste's writer runs again, as a kernel does when it
         // moves a piece of what it holds on to the line discipline: a byte written now would
         // still wait behind the rest of the paste.
