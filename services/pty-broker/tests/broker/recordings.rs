@@ -368,8 +368,9 @@ async fn a_broker_killed_with_sigkill_keeps_what_it_flushed_and_the_file_still_p
     Ok(())
 }
 
-/// What the session of the full-disk test prints for `lost`: more than a page, so that the write
-/// that meets the full disk has filled the spool file's last page before it fails.
+/// The last line the full-disk test's session prints for `lost`, after 2,000 numbers: more than
+/// a page in all, so that the write that meets the full disk fills the spool file's last page
+/// and then fails.
 const LOST_OUTPUT_END: &str = "end-of-lost";
 
 /// A spool on a disk that fills up, for real: the broker's own mount namespace with a small tmpfs
