@@ -36,8 +36,8 @@ use crate::streams::{CredentialWatch, StreamSlot};
 /// not: what a client sends is keystrokes, resizes and control frames of a few bytes to a few
 /// hundred. tungstenite's default (128 KiB) is zero-filled on the first read; 4 KiB was a fifth
 /// of an idle socket's cost on the gateway. A larger frame (a paste) still arrives whole, the
-/// buffer grows for it (and is read this much at a time: 1,024 reads for a 1 MiB paste).
-const READ_BUFFER_BYTES: usize = 1024;
+/// buffer grows for it (and is read this much at a time: 2,048 reads for a 1 MiB paste).
+const READ_BUFFER_BYTES: usize = 512;
 
 /// How much tungstenite gathers before it writes to the socket: nothing. The bridge flushes
 /// every frame it queues before it takes more output, so a buffer in front of the socket would
