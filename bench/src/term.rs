@@ -13,7 +13,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bytes::Bytes;
 use futures::{SinkExt as _, Stream, StreamExt as _};
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
@@ -524,6 +524,13 @@ pub(crate) fn open_pty(command: &[String]) -> Result<Term> {
         ws_ypixel: 0,
     };
     let pty = openpty(&size, None).context("openpty")?;
+    // Neither end may leak into the processes the bench spawns after this one (the next
+    // terminals' programs, the typists' client): a master held open there keeps the terminal
+    // from hanging up when the bench closes its end, so its program (`cat`, which reads until
+    // then) outlives the bench and keeps one of the kernel's PTYs (4,096 by default).
+    for end in [&pty.master, &pty.slave] {
+        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("set close-on-exec")?;
+    }
     let child = Command::new(&command[0])
         .args(&command[1..])
         .stdin(Stdio::from(pty.slave.try_clone()?))
