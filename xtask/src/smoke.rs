@@ -5,6 +5,7 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-/// How long the clone may take to build (the workspace crates compile again at their new path;
-/// dependencies come from the shared target directory) and print its URL.
+/// How long the clone may take to build (the workspace crates compile again, the clone's files
+/// being newer than their output; dependencies come from the shared target directory) and print
+/// its URL.
 const STARTUP_LIMIT: Duration = Duration::from_secs(30 * 60);
 /// How long a request, and the shutdown after Ctrl-C, may take.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -22,8 +24,15 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// Clones `root`'s HEAD into a temporary directory, runs `cargo xtask up --listen 127.0.0.1:0`
 /// there (with this process's `CARGO_TARGET_DIR`, if any), fetches `/` and `/healthz` and checks
 /// the token on the API, lists and calls the gRPC services with Python's `grpcio` (see
-/// `interop`), then stops it. The temporary directory is removed in every case.
+/// `interop`), then stops it. The temporary directory is removed in every case, and `root`'s
+/// sources are then marked newer than the clone's build ([`mark_sources_newer`]).
 pub fn fresh_clone_up(root: &Path) -> Result<()> {
+    let outcome = run_fresh_clone(root);
+    let marked = mark_sources_newer(root);
+    outcome.and(marked)
+}
+
+fn run_fresh_clone(root: &Path) -> Result<()> {
     let scratch = ScratchDir::create()?;
     let checkout = scratch.path.join("ptyhub");
     let data_dir = scratch.path.join("data");
@@ -63,6 +72,55 @@ pub fn fresh_clone_up(root: &Path) -> Result<()> {
     let result = check_running_system(&mut running, &checkout);
     let stopped = running.interrupt_and_wait();
     result.and(stopped)
+}
+
+/// Marks every file of `root` that git tracks or would track as modified now.
+///
+/// Cargo names a workspace crate's build output after the crate and its settings, not after the
+/// checkout it was built in, and takes the output for current when it is newer than the sources
+/// it was built from. The clone, built in the same target directory, has just replaced this
+/// checkout's output of every workspace crate with its own, which is HEAD's, and newer than any
+/// file here: without this, the next build here would take HEAD's code for current and leave out
+/// every change not committed yet.
+fn mark_sources_newer(root: &Path) -> Result<()> {
+    let listed = Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run git ls-files")?;
+    if !listed.status.success() {
+        bail!(
+            "git ls-files failed in {}: {}",
+            root.display(),
+            listed.status
+        );
+    }
+    let now = std::time::SystemTime::now();
+    for name in listed.stdout.split(|&byte| byte == 0) {
+        if name.is_empty() {
+            continue;
+        }
+        let path = root.join(std::ffi::OsStr::from_bytes(name));
+        // A tracked file deleted in the working tree is listed too.
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot open {}", path.display()));
+            }
+        };
+        file.set_modified(now)
+            .with_context(|| format!("cannot mark {} modified", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Waits for the URL, then checks what it serves.
@@ -260,4 +318,98 @@ fn http_get(address: SocketAddr, path: &str, token: Option<&str>) -> Result<Http
         status,
         body: body.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn git(root: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?} failed");
+    }
+
+    fn modified(path: &Path) -> SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    #[test]
+    fn the_sources_git_tracks_or_would_track_are_marked_newer_and_nothing_else() {
+        let scratch = ScratchDir::create().unwrap();
+        let root = &scratch.path;
+        git(root, &["init", "--quiet"]);
+        std::fs::write(root.join(".gitignore"), "ignored.rs\n").unwrap();
+        for name in [
+            "committed.rs",
+            "edited.rs",
+            "deleted.rs",
+            "new.rs",
+            "ignored.rs",
+        ] {
+            std::fs::write(root.join(name), "fn main() {}\n").unwrap();
+        }
+        git(
+            root,
+            &[
+                "add",
+                ".gitignore",
+                "committed.rs",
+                "edited.rs",
+                "deleted.rs",
+            ],
+        );
+        std::fs::write(root.join("edited.rs"), "fn main() { edited() }\n").unwrap();
+        std::fs::remove_file(root.join("deleted.rs")).unwrap();
+        let long_ago = SystemTime::now() - Duration::from_secs(24 * 3600);
+        for name in [
+            ".gitignore",
+            "committed.rs",
+            "edited.rs",
+            "new.rs",
+            "ignored.rs",
+        ] {
+            std::fs::File::open(root.join(name))
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+
+        let before = SystemTime::now() - Duration::from_secs(60);
+        mark_sources_newer(root).unwrap();
+
+        for name in [".gitignore", "committed.rs", "edited.rs", "new.rs"] {
+            assert!(
+                modified(&root.join(name)) > before,
+                "{name} is marked newer"
+            );
+        }
+        assert_eq!(
+            modified(&root.join("ignored.rs")),
+            long_ago,
+            "an ignored file is left alone"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("edited.rs")).unwrap(),
+            "fn main() { edited() }\n",
+            "only the time changes"
+        );
+    }
+
+    #[test]
+    fn a_directory_that_is_no_repository_is_an_error() {
+        let scratch = ScratchDir::create().unwrap();
+        let error = mark_sources_newer(&scratch.path).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("git ls-files failed"),
+            "{error:#}"
+        );
+    }
 }
