@@ -45,6 +45,12 @@ const FEED_SLICE: usize = 16 * 1024;
 pub const FAST_FORWARD_RING_PART: usize = 4;
 /// A reader that needs the screen now fast-forwards when it is at least this far behind.
 const FAST_FORWARD_LEAST: usize = 32 * 1024;
+/// The feeder waits for plain text to become a flood worth skipping only when at least this much
+/// of it is ahead (within a batching interval, 256 KiB/s): less is parsed at once, well under a
+/// millisecond of the emulator's time, rather than looked at again a [`FLOOD_TICK`] later. A
+/// keystroke's echo is a few bytes: the feeder parses it in the wake that ends its batching
+/// interval, instead of waking once more for a flood that is not coming.
+const FLOOD_LEAST: u64 = 4 * 1024;
 /// While a plain-text flood runs ahead, the feeder looks at it this often (at 46 MiB/s about a
 /// fifth of a 1 MiB ring arrives in between), and at once when the screen falls half a ring
 /// behind ([`FALLS_BEHIND_RING_PART`]: a local PTY's flood, at 200-300 MiB/s here, fills the
@@ -181,9 +187,10 @@ impl Shared {
     /// Lets the screen look at the output it has not parsed ([`Screen::look_ahead`]) and skip the
     /// part of a plain-text flood that would scroll out of it before the ring's end: a flood then
     /// costs the screen a scan, not a parse. Parsing waits only when `may_wait`, the output ahead
-    /// is plain text and too little of it is there yet to be worth skipping.
+    /// is plain text, too little of it is there yet to be worth skipping, and enough that it may
+    /// be a flood ([`FLOOD_LEAST`]).
     fn look_ahead(&self, screen: &mut Screen, may_wait: bool) -> Ahead {
-        let (output, try_skip) = {
+        let (output, behind, try_skip) = {
             let state = self.lock();
             let behind = state.ring.end().saturating_sub(screen.offset());
             if behind == 0 {
@@ -198,14 +205,14 @@ impl Shared {
                 FAST_FORWARD_LEAST
             };
             let output: Vec<Bytes> = state.ring.pieces_from(screen.offset()).collect();
-            (output, behind >= skip_from as u64)
+            (output, behind, behind >= skip_from as u64)
         };
         match screen.look_ahead(&output, try_skip) {
             LookAhead::Skipped(skipped) => {
                 tracing::trace!(skipped, "screen fast-forwarded over plain text");
                 Ahead::Skipped
             }
-            LookAhead::Plain if may_wait && !try_skip => Ahead::Wait,
+            LookAhead::Plain if may_wait && !try_skip && behind >= FLOOD_LEAST => Ahead::Wait,
             LookAhead::Plain | LookAhead::Parse => Ahead::Parse,
         }
     }
@@ -706,6 +713,39 @@ mod tests {
         advance(FEED_BATCH_INTERVAL).await;
         settle().await;
         assert_eq!(fake.session.info().title, "building");
+        fake.kill().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_echo_is_parsed_when_the_batching_interval_ends_not_a_flood_tick_later() {
+        let mut fake = FakeSession::start(FakeSession::settings(), None).await;
+        // What a typist's keystrokes echo: plain text, a few bytes at a time.
+        for key in [b"l", b"s"] {
+            fake.terminal.terminal.write_all(key).await.unwrap();
+            settle().await;
+            advance(FEED_BATCH_INTERVAL).await;
+            settle().await;
+            assert_eq!(
+                fed(&fake.session),
+                output_end(&fake.session),
+                "the feeder waited for the echo to become a flood"
+            );
+            advance(FEED_BATCH_INTERVAL * 4).await;
+        }
+        // As much plain text within one interval may be a flood starting: the feeder waits a
+        // tick to see whether it goes on, so that it can skip it rather than parse it.
+        fake.terminal
+            .terminal
+            .write_all(&plain_flood(1)[..FLOOD_LEAST as usize])
+            .await
+            .unwrap();
+        settle().await;
+        advance(FEED_BATCH_INTERVAL).await;
+        settle().await;
+        assert!(fed(&fake.session) < output_end(&fake.session));
+        advance(FLOOD_TICK).await;
+        settle().await;
+        assert_eq!(fed(&fake.session), output_end(&fake.session));
         fake.kill().await;
     }
 
