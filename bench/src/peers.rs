@@ -87,8 +87,14 @@ impl Ttyd {
         Ok(Self { child, port })
     }
 
-    fn url(&self) -> String {
+    /// Its WebSocket's URL.
+    pub(crate) fn url(&self) -> String {
         format!("ws://127.0.0.1:{}/ws", self.port)
+    }
+
+    /// Its process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     pub async fn stop(mut self) {

@@ -188,11 +188,17 @@ async fn throughput_python(
     result
 }
 
-/// User and system CPU time of this process so far (every thread, living or ended), in seconds,
-/// from `/proc/self/stat` (clock ticks of 1/100 s: Linux reports them in `USER_HZ`, always 100).
+/// User and system CPU time of this process so far (every thread, living or ended), in seconds.
 fn process_cpu_seconds() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").context("read /proc/self/stat")?;
-    parse_cpu_seconds(&stat).context("no utime and stime in /proc/self/stat")
+    cpu_seconds_of("self")
+}
+
+/// User and system CPU time so far of process `pid` (a number, or `self`), in seconds, from
+/// `/proc/<pid>/stat` (clock ticks of 1/100 s: Linux reports them in `USER_HZ`, always 100).
+pub(crate) fn cpu_seconds_of(pid: &str) -> Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    parse_cpu_seconds(&stat).with_context(|| format!("no utime and stime in {path}"))
 }
 
 /// `utime + stime` in seconds from the text of `/proc/PID/stat` (fields 14 and 15, counted after

@@ -245,6 +245,10 @@ pub enum Term {
         /// The role the gateway's `connected` status gave.
         controller: bool,
     },
+    /// A terminal of ttyd, the peer: its command runs for as long as the socket is open.
+    Ttyd {
+        socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    },
 }
 
 impl std::fmt::Debug for Term {
@@ -255,6 +259,7 @@ impl std::fmt::Debug for Term {
             Term::Exec { .. } => "Term::Exec",
             Term::Broker { .. } => "Term::Broker",
             Term::Gateway { .. } => "Term::Gateway",
+            Term::Ttyd { .. } => "Term::Ttyd",
         })
     }
 }
@@ -353,6 +358,13 @@ impl Term {
                     .await?;
                 Ok(())
             }
+            Term::Ttyd { socket } => {
+                let mut message = Vec::with_capacity(1 + data.len());
+                message.push(TTYD_INPUT);
+                message.extend_from_slice(data);
+                socket.send(Message::Binary(message.into())).await?;
+                Ok(())
+            }
         }
     }
 
@@ -441,6 +453,19 @@ impl Term {
                     _ => {}
                 }
             },
+            Term::Ttyd { socket } => loop {
+                let Some(message) = socket.next().await else {
+                    return Ok(None);
+                };
+                match message? {
+                    // Other commands (the window title, the page's preferences) are not output.
+                    Message::Binary(data) if data.first() == Some(&TTYD_OUTPUT) => {
+                        return Ok(Some(data.slice(1..)));
+                    }
+                    Message::Close(_) => return Ok(None),
+                    _ => {}
+                }
+            },
         }
     }
 
@@ -488,7 +513,7 @@ impl Term {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            Term::Exec { .. } => {}
+            Term::Exec { .. } | Term::Ttyd { .. } => {}
             Term::Broker {
                 instance,
                 session_id,
@@ -837,6 +862,38 @@ pub async fn connect_gateway_configured(
         session_id: session_id.to_owned(),
         controller,
     })
+}
+
+/// ttyd's command byte before input (client to server) and before output (server to client).
+const TTYD_INPUT: u8 = b'0';
+const TTYD_OUTPUT: u8 = b'0';
+
+/// A terminal of the ttyd at `url` (`ws://127.0.0.1:<port>/ws`), with the client's WebSocket
+/// settings. ttyd's protocol (1.7): the `tty` subprotocol; the client's first message is a JSON
+/// object with the terminal's size, which starts ttyd's command for this socket; then input is
+/// `0` and the bytes, and output arrives as `0` and the bytes.
+pub async fn connect_ttyd(url: &str, config: Option<WebSocketConfig>) -> Result<Term> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let mut request = url
+        .into_client_request()
+        .with_context(|| format!("a WebSocket URL: {url}"))?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        tokio_tungstenite::tungstenite::http::HeaderValue::from_static("tty"),
+    );
+    let (mut socket, _) = tokio::time::timeout(
+        READ_PATIENCE,
+        tokio_tungstenite::connect_async_with_config(request, config, false),
+    )
+    .await
+    .map_err(|_| anyhow!("the WebSocket upgrade took over {READ_PATIENCE:?}"))?
+    .context("open ttyd's WebSocket")?;
+    let hello = serde_json::json!({"AuthToken": "", "columns": 80, "rows": 24});
+    socket
+        .send(Message::Binary(hello.to_string().into_bytes().into()))
+        .await
+        .context("send ttyd its hello")?;
+    Ok(Term::Ttyd { socket })
 }
 
 #[cfg(test)]

@@ -6,10 +6,15 @@
 //!
 //! Beside it, in the same run, the floors: the same client process typing on as many bare PTYs
 //! of its own (each `cat` on a PTY the process holds), and on as many bare PTYs behind two
-//! loopback TCP relays (tasks in the client's process), as the echo scenario's (a) and (a2).
+//! loopback TCP relays (tasks in the client's process), as the echo scenario's (a) and (a2); and
+//! the peer: as many terminals of one ttyd (a one-hop web terminal in C, one process serving
+//! every socket, a command per socket). For the gateway and ttyd the bench also reads the
+//! server's CPU time (the bench's own process, which runs the services, or ttyd's) while the
+//! typists type, so the two are compared by what a keystroke costs as well as by its echo.
 //!
 //! The bench tells its client process what to open on stdin: `gateway <ws base>` then one
-//! `instance session` line per typist, or `pty <count>`, or `relayed <count>`, then end of file.
+//! `instance session` line per typist, or `pty <count>`, or `relayed <count>`, or
+//! `ttyd <ws url> <count>`, then end of file.
 //! The client answers on stdout with `ready` once every terminal is open, then `done <planned>`
 //! and one line per timed keystroke (nanoseconds). Anything else it prints is an error, and it
 //! exits non-zero.
@@ -24,11 +29,13 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
 use crate::child::open_files_limit;
+use crate::peers::{Ttyd, ttyd_binary};
 use crate::scale::{INSTANCE_CAP, all_opened, remove_all};
-use crate::scenarios::ECHO_SCRIPT;
+use crate::scenarios::{ECHO_SCRIPT, cpu_seconds_of};
 use crate::stack::Stack;
 use crate::term::{
-    Term, connect_gateway_configured, create_session_on, open_pty, open_relayed, typist_client,
+    Term, connect_gateway_configured, connect_ttyd, create_session_on, open_pty, open_relayed,
+    typist_client,
 };
 
 /// Keystrokes per second of one typist.
@@ -49,6 +56,8 @@ pub enum Typed {
     BarePty,
     /// Bare PTYs behind two loopback TCP relays, in the client process.
     Relayed,
+    /// Terminals of one ttyd process (the peer).
+    Ttyd,
 }
 
 impl Typed {
@@ -57,6 +66,7 @@ impl Typed {
             Self::Gateway => "through the gateway (local)",
             Self::BarePty => "on bare local PTYs (the floor)",
             Self::Relayed => "on bare PTYs behind two TCP relays",
+            Self::Ttyd => "on ttyd (the peer)",
         }
     }
 }
@@ -70,6 +80,40 @@ pub struct Typing {
     pub samples: Vec<Duration>,
     /// Keystrokes the typists were to send at 10 a second.
     pub planned: usize,
+    /// CPU time of the server's process (the services', or ttyd's) while the typists typed;
+    /// `None` for the floors, whose only process is the client.
+    pub server_cpu: Option<Duration>,
+}
+
+impl Typing {
+    /// The server's CPU time per keystroke typed.
+    pub fn server_cpu_per_keystroke(&self) -> Option<Duration> {
+        let typed = u32::try_from(self.samples.len())
+            .ok()
+            .filter(|typed| *typed > 0)?;
+        Some(self.server_cpu? / typed)
+    }
+}
+
+/// Whose CPU time is read while the typists type.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    /// No server: the floors' terminals are the client's own.
+    None,
+    /// The bench's own process (the services run in it).
+    Bench,
+    /// Another process.
+    Process(u32),
+}
+
+impl Server {
+    fn cpu_seconds(self) -> Result<Option<f64>> {
+        match self {
+            Self::None => Ok(None),
+            Self::Bench => cpu_seconds_of("self").map(Some),
+            Self::Process(pid) => cpu_seconds_of(&pid.to_string()).map(Some),
+        }
+    }
 }
 
 /// `typists` echo terminals of `typed`: for the gateway, sessions of the stack (local backend,
@@ -84,20 +128,25 @@ pub async fn typing(
     duration: Duration,
 ) -> Result<Typing> {
     ensure!(typists >= 1, "the typing scenario needs a typist");
-    if typed != Typed::Gateway {
-        let work = match typed {
-            Typed::BarePty => format!("pty {typists}\n"),
-            _ => format!("relayed {typists}\n"),
-        };
-        return type_through(work, typists, duration).await;
-    }
-    // This process holds every session's PTY and the gateway's end of every socket.
+    // The bench's process, or ttyd (its child, with its limits), holds a PTY and the server's
+    // end of a socket for every typist; the client process (also a child) the other ends.
     let needed = typists as u64 * 4 + 256;
     let limit = open_files_limit()?;
     ensure!(
         limit >= needed,
         "the open-files limit is {limit}, {typists} typists need about {needed} (raise `ulimit -n`)"
     );
+    match typed {
+        Typed::BarePty => {
+            return type_through(format!("pty {typists}\n"), typists, duration, Server::None).await;
+        }
+        Typed::Relayed => {
+            let work = format!("relayed {typists}\n");
+            return type_through(work, typists, duration, Server::None).await;
+        }
+        Typed::Ttyd => return type_on_ttyd(typists, duration).await,
+        Typed::Gateway => {}
+    }
     let mut instances = Vec::new();
     for index in 0..typists.div_ceil(INSTANCE_CAP) {
         let local = broker_pb::Target {
@@ -143,7 +192,7 @@ pub async fn typing(
         for (instance, session) in &sessions {
             work.push_str(&format!("{instance} {session}\n"));
         }
-        type_through(work, typists, duration).await
+        type_through(work, typists, duration, Server::Bench).await
     }
     .await;
     let created = created.into_inner().unwrap_or_default();
@@ -151,17 +200,44 @@ pub async fn typing(
     result
 }
 
+/// `typists` terminals of one ttyd started for them, running the echo program.
+async fn type_on_ttyd(typists: usize, duration: Duration) -> Result<Typing> {
+    let binary = ttyd_binary().map_err(|reason| anyhow!(reason))?;
+    let ttyd = Ttyd::start(&binary).await?;
+    let result = match ttyd.pid() {
+        Some(pid) => {
+            let work = format!("ttyd {} {typists}\n", ttyd.url());
+            type_through(work, typists, duration, Server::Process(pid)).await
+        }
+        None => Err(anyhow!("ttyd exited as it started")),
+    };
+    ttyd.stop().await;
+    result
+}
+
 /// Starts the client process with `work`, waits until its terminals are open, and collects what
-/// it timed.
-async fn type_through(work: String, typists: usize, duration: Duration) -> Result<Typing> {
+/// it timed, with the CPU time `server` spent from then until the client finished typing.
+async fn type_through(
+    work: String,
+    typists: usize,
+    duration: Duration,
+    server: Server,
+) -> Result<Typing> {
     let mut client = ClientProcess::start(&work, duration).await?;
     client.wait_ready().await?;
-    let (planned, samples) = client.results(duration).await?;
+    let cpu_at_ready = server.cpu_seconds()?;
+    let planned = client.done(duration).await?;
+    let server_cpu = match (cpu_at_ready, server.cpu_seconds()?) {
+        (Some(before), Some(after)) => Some(Duration::from_secs_f64((after - before).max(0.0))),
+        _ => None,
+    };
+    let samples = client.samples().await?;
     Ok(Typing {
         typists,
         duration,
         planned,
         samples,
+        server_cpu,
     })
 }
 
@@ -219,13 +295,16 @@ impl ClientProcess {
         Ok(())
     }
 
-    /// Keystrokes planned and every timed keystroke, once the client typed for `duration`.
-    async fn results(&mut self, duration: Duration) -> Result<(usize, Vec<Duration>)> {
+    /// Keystrokes planned, once the client typed for `duration`.
+    async fn done(&mut self, duration: Duration) -> Result<usize> {
         let line = self.line(duration + CALL_PATIENCE * 2).await?;
-        let planned = line
-            .strip_prefix("done ")
+        line.strip_prefix("done ")
             .and_then(|planned| planned.parse::<usize>().ok())
-            .with_context(|| format!("the typists' client answered {line:?} instead of done"))?;
+            .with_context(|| format!("the typists' client answered {line:?} instead of done"))
+    }
+
+    /// Every timed keystroke, after [`Self::done`], once the client exited.
+    async fn samples(&mut self) -> Result<Vec<Duration>> {
         let mut samples = Vec::new();
         loop {
             match tokio::time::timeout(CALL_PATIENCE, self.lines.next_line()).await {
@@ -241,7 +320,7 @@ impl ClientProcess {
         }
         let status = self.child.wait().await?;
         ensure!(status.success(), "the typists' client exited with {status}");
-        Ok((planned, samples))
+        Ok(samples)
     }
 }
 
@@ -275,6 +354,21 @@ pub async fn client(duration: Duration) -> Result<()> {
                     )
                     .await?;
                     echo_ready(term).await
+                })
+                .buffer_unordered(BATCH)
+                .collect()
+                .await
+        }
+        Some(("ttyd", work)) => {
+            let (url, count) = work
+                .split_once(' ')
+                .with_context(|| format!("not `ttyd <url> <count>`: {work:?}"))?;
+            let count: usize = count
+                .parse()
+                .with_context(|| format!("not a count: {count:?}"))?;
+            futures::stream::iter(0..count)
+                .map(|_| async move {
+                    echo_ready(connect_ttyd(url, Some(typist_client())).await?).await
                 })
                 .buffer_unordered(BATCH)
                 .collect()

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use crate::args::{Sizes, WAVE_SCREEN_SLEEP};
-use crate::stack::Stack;
+use crate::peers::ttyd_binary;
+use crate::stack::{self, Stack};
 use crate::stats::{Latency, micros};
 use crate::{scale, typists};
 
@@ -135,33 +136,50 @@ pub async fn scale_section(
     }
 
     let typists = sizes.typists;
-    // The bare PTYs' p99 and keystrokes typed in this run, which the gateway's are held to.
+    let mut paths = vec![typists::Typed::BarePty, typists::Typed::Relayed];
+    match ttyd_binary() {
+        Ok(_) => paths.push(typists::Typed::Ttyd),
+        Err(reason) if stack::in_ci() => failures.push(format!("typing on ttyd: {reason}")),
+        Err(reason) => stack::report_skip(&format!("SKIP: bench typing on ttyd: {reason}")),
+    }
+    paths.push(typists::Typed::Gateway);
+    // The bare PTYs' p99 and keystrokes typed in this run, which the others are held to.
     let mut floor = None;
-    for typed in [
-        typists::Typed::BarePty,
-        typists::Typed::Relayed,
-        typists::Typed::Gateway,
-    ] {
+    // ttyd's p99 against the bare PTYs', and its CPU per keystroke, in this run.
+    let mut peer = None;
+    for typed in paths {
         let what = typed.label();
         eprintln!("(4) scale: {typists} typists {what}");
-        let mut target = if typed == typists::Typed::Gateway {
-            format!("p99 ≤ {TYPING_TARGET_RATIO}x the bare PTYs'")
-        } else {
-            String::new()
+        let mut target = match typed {
+            typists::Typed::Gateway => format!("p99 ≤ {TYPING_TARGET_RATIO}x the bare PTYs'"),
+            _ => String::new(),
         };
         match typists::typing(stack, typed, typists, sizes.typing).await {
             Ok(typing) => match Latency::of(&typing.samples) {
                 Some(latency) => {
                     // Every keystroke typed is echoed and checked, or the run fails; a late
                     // echo delays the typist's next key, so fewer are typed than planned.
-                    match (typed, floor) {
-                        (typists::Typed::BarePty, _) => {
+                    let ratio = floor.map(|(floor_p99, _): (std::time::Duration, usize)| {
+                        latency.p99.as_secs_f64() / floor_p99.as_secs_f64()
+                    });
+                    match (typed, floor, ratio) {
+                        (typists::Typed::BarePty, _, _) => {
                             floor = Some((latency.p99, typing.samples.len()));
                         }
-                        (typists::Typed::Gateway, Some((floor_p99, floor_typed))) => {
-                            let ratio = latency.p99.as_secs_f64() / floor_p99.as_secs_f64();
+                        (typists::Typed::Ttyd, Some((_, floor_typed)), Some(ratio)) => {
+                            peer = Some((ratio, typing.server_cpu_per_keystroke()));
                             target = format!(
-                                "{target}: {ratio:.2}x, {}; every keystroke typed was echoed ({} typed, the bare PTYs {floor_typed})",
+                                "the peer: p99 {ratio:.2}x the bare PTYs' ({} typed, the bare PTYs {floor_typed})",
+                                typing.samples.len(),
+                            );
+                        }
+                        (typists::Typed::Gateway, Some((_, floor_typed)), Some(ratio)) => {
+                            let beside_peer = match peer {
+                                Some((peer_ratio, _)) => format!("; ttyd's {peer_ratio:.2}x"),
+                                None => String::new(),
+                            };
+                            target = format!(
+                                "{target}: {ratio:.2}x, {}{beside_peer}; every keystroke typed was echoed ({} typed, the bare PTYs {floor_typed})",
                                 met(ratio <= TYPING_TARGET_RATIO),
                                 typing.samples.len(),
                             );
@@ -179,6 +197,23 @@ pub async fn scale_section(
                         typing.samples.len(),
                         typing.planned
                     )?;
+                    if let Some(cpu) = typing.server_cpu_per_keystroke() {
+                        let whose = match typed {
+                            typists::Typed::Ttyd => "ttyd's process",
+                            _ => "the services' (the bench's process)",
+                        };
+                        let beside_peer = match (typed, peer) {
+                            (typists::Typed::Gateway, Some((_, Some(peer_cpu)))) => {
+                                format!("{:.2}x ttyd's", cpu.as_secs_f64() / peer_cpu.as_secs_f64())
+                            }
+                            _ => String::new(),
+                        };
+                        writeln!(
+                            out,
+                            "| same, server CPU per keystroke typed: {whose} user + system time from the first key to the last | {:.0} µs | {beside_peer} |",
+                            micros(cpu),
+                        )?;
+                    }
                 }
                 None => {
                     failures.push(format!(
