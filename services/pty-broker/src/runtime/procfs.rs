@@ -2,8 +2,14 @@
 //! processes by identity (pid and start time), for local sessions and for Docker sessions whose
 //! processes the broker sees directly (the host path).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::Notify;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
@@ -150,6 +156,165 @@ pub(crate) fn session_members(
     Ok(members)
 }
 
+/// The live processes of the Unix session `leader` leads, as [`session_members`] finds them with
+/// no namespace and no marker, from a walk of `/proc` that started after this call. Walks are
+/// shared: a caller that asks while one is under way waits for it to end, and every caller that
+/// asked meanwhile is answered by the next one. Sessions that end together (a broker's
+/// shutdown, many deletions at once) poll for their processes every few milliseconds, and a
+/// walk reads every process's `stat`: one walk per caller would cost the number of ending
+/// sessions times the number of processes. The walk runs on a blocking thread, so the runtime
+/// goes on running the other sessions' tasks, which ask in the meantime.
+pub(crate) async fn members_of_session(leader: Leader) -> io::Result<Vec<Member>> {
+    SESSION_WALKS.members_of(leader, Instant::now()).await
+}
+
+/// The broker's shared walks of `/proc`.
+static SESSION_WALKS: SharedWalks = SharedWalks::new();
+
+/// The last walk of `/proc` by Unix session, and whether the next is under way.
+struct SharedWalks {
+    state: Mutex<WalkState>,
+    /// Told when a walk ends.
+    walked: Notify,
+    /// Walks taken so far.
+    taken: AtomicU64,
+}
+
+struct WalkState {
+    last: Option<Arc<SessionWalk>>,
+    under_way: bool,
+}
+
+impl SharedWalks {
+    const fn new() -> Self {
+        Self {
+            state: Mutex::new(WalkState {
+                last: None,
+                under_way: false,
+            }),
+            walked: Notify::const_new(),
+            taken: AtomicU64::new(0),
+        }
+    }
+
+    /// `leader`'s session members from a walk that started at or after `asked`.
+    async fn members_of(&self, leader: Leader, asked: Instant) -> io::Result<Vec<Member>> {
+        loop {
+            let walked = self.walked.notified();
+            tokio::pin!(walked);
+            let walk_now = {
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(walk) = state.last.as_ref().filter(|walk| walk.started >= asked) {
+                    return Ok(walk.members_of(leader));
+                }
+                if state.under_way {
+                    // Registered before the lock is let go: the end of that walk is not missed.
+                    walked.as_mut().enable();
+                    false
+                } else {
+                    state.under_way = true;
+                    true
+                }
+            };
+            if walk_now {
+                return self.walk().await.map(|walk| walk.members_of(leader));
+            }
+            walked.await;
+        }
+    }
+
+    /// Takes a walk on a blocking thread, keeps it as the last, and wakes those waiting.
+    async fn walk(&self) -> io::Result<Arc<SessionWalk>> {
+        // Whatever becomes of this caller (its task dropped during the walk included), the walk
+        // ends for those waiting on it.
+        let _under_way = UnderWay(self);
+        let taken = tokio::task::spawn_blocking(SessionWalk::take)
+            .await
+            .unwrap_or_else(|join_error| Err(io::Error::other(join_error)))
+            .map(Arc::new);
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        if let Ok(walk) = &taken {
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last = Some(Arc::clone(walk));
+        }
+        taken
+    }
+}
+
+/// A walk under way; when it ends, those waiting are woken (after a failed walk too: the first
+/// to look again takes the next).
+struct UnderWay<'a>(&'a SharedWalks);
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .under_way = false;
+        self.0.walked.notify_waiters();
+    }
+}
+
+/// One walk of `/proc`: the live processes by Unix session, and every process's start time.
+struct SessionWalk {
+    started: Instant,
+    by_session: HashMap<u32, Vec<Member>>,
+    /// Zombies included: a pid still taken is a pid not yet reused.
+    start_times: HashMap<u32, u64>,
+}
+
+impl SessionWalk {
+    fn take() -> io::Result<Self> {
+        let started = Instant::now();
+        let mut by_session: HashMap<u32, Vec<Member>> = HashMap::new();
+        let mut start_times = HashMap::new();
+        for entry in std::fs::read_dir(Path::new("/proc"))? {
+            let entry = entry?;
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // A process may exit while we look; its files then vanish.
+            let Some(stat) = ProcStat::read(pid) else {
+                continue;
+            };
+            start_times.insert(pid, stat.start_time);
+            if stat.state != 'Z' {
+                by_session.entry(stat.session).or_default().push(Member {
+                    pid,
+                    start_time: stat.start_time,
+                });
+            }
+        }
+        Ok(Self {
+            started,
+            by_session,
+            start_times,
+        })
+    }
+
+    /// As [`session_members`]: nothing when the leader's pid names another process now.
+    fn members_of(&self, leader: Leader) -> Vec<Member> {
+        let reused = self
+            .start_times
+            .get(&leader.pid)
+            .is_some_and(|start_time| *start_time != leader.start_time);
+        if reused {
+            return Vec::new();
+        }
+        self.by_session
+            .get(&leader.pid)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
 /// Sends `signal` to each member that is still the process it was when found.
 pub(crate) fn signal_members(members: &[Member], signal: Signal) -> io::Result<()> {
     for member in members {
@@ -255,6 +420,105 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// A process in a Unix session of its own (`setsid sleep 60`), once it leads it.
+    fn session_leader() -> (std::process::Child, Leader) {
+        let child = std::process::Command::new("setsid")
+            .args(["sleep", "60"])
+            .spawn()
+            .expect("spawn setsid sleep");
+        let pid = child.id();
+        let stat = poll_until_blocking(PATIENCE, POLL_INTERVAL, || {
+            ProcStat::read(pid).filter(|stat| stat.session == pid)
+        })
+        .expect("setsid made the child a session leader");
+        let leader = Leader {
+            pid,
+            start_time: stat.start_time,
+        };
+        (child, leader)
+    }
+
+    #[tokio::test]
+    async fn a_shared_walk_finds_what_a_walk_of_ones_own_finds() {
+        let (mut child, leader) = session_leader();
+        let own = session_members(None, None, Some(leader)).unwrap();
+        assert_eq!(
+            own.iter().map(|member| member.pid).collect::<Vec<_>>(),
+            vec![leader.pid]
+        );
+        assert_eq!(members_of_session(leader).await.unwrap(), own);
+        let reused = Leader {
+            start_time: leader.start_time + 1,
+            ..leader
+        };
+        assert!(members_of_session(reused).await.unwrap().is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            members_of_session(leader).await.unwrap().is_empty(),
+            "a walk after the call sees the process gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_is_answered_by_a_walk_that_started_after_it_asked_and_by_no_older_one() {
+        let (mut child, leader) = session_leader();
+        let walks = SharedWalks::new();
+        let asked = Instant::now();
+        assert_eq!(walks.members_of(leader, asked).await.unwrap().len(), 1);
+        assert_eq!(walks.taken.load(Ordering::Relaxed), 1);
+        // Asked before that walk started: answered by it.
+        assert_eq!(walks.members_of(leader, asked).await.unwrap().len(), 1);
+        assert_eq!(walks.taken.load(Ordering::Relaxed), 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Asked after it started: a walk of its own, which sees the process gone.
+        assert!(
+            walks
+                .members_of(leader, Instant::now())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(walks.taken.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn callers_that_ask_while_a_walk_is_under_way_share_the_next_one() {
+        let (mut child, leader) = session_leader();
+        let walks: &'static SharedWalks = Box::leak(Box::new(SharedWalks::new()));
+        // A walk under way, started before the callers ask.
+        let before = Arc::new(SessionWalk::take().unwrap());
+        walks.state.lock().unwrap().under_way = true;
+        let callers: Vec<_> = (0..4)
+            .map(|_| {
+                let asked = Instant::now();
+                tokio::spawn(async move { walks.members_of(leader, asked).await.unwrap() })
+            })
+            .collect();
+        // The test's runtime has one thread: each caller runs until it waits for the walk.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(walks.taken.load(Ordering::Relaxed), 0, "all four wait");
+        {
+            let mut state = walks.state.lock().unwrap();
+            state.under_way = false;
+            state.last = Some(before);
+        }
+        walks.walked.notify_waiters();
+        for caller in callers {
+            assert_eq!(caller.await.unwrap().len(), 1);
+        }
+        assert_eq!(
+            walks.taken.load(Ordering::Relaxed),
+            1,
+            "the walk under way started before they asked; one more served all four"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

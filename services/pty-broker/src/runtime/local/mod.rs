@@ -594,7 +594,8 @@ impl PtyProcess for LocalProcess {
     }
 
     async fn signal_group(&self, signal: GroupSignal) -> Result<(), RuntimeError> {
-        let mut members = procfs::session_members(None, None, Some(self.leader))
+        let mut members = procfs::members_of_session(self.leader)
+            .await
             .map_err(|error| RuntimeError::io("list session processes", error))?;
         if signal == GroupSignal::Interrupt {
             members = procfs::foreground_members(members);
@@ -604,7 +605,8 @@ impl PtyProcess for LocalProcess {
     }
 
     async fn group_alive(&self) -> Result<bool, RuntimeError> {
-        Ok(!procfs::session_members(None, None, Some(self.leader))
+        Ok(!procfs::members_of_session(self.leader)
+            .await
             .map_err(|error| RuntimeError::io("list session processes", error))?
             .is_empty())
     }
