@@ -14,6 +14,9 @@ use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// How often [`Service::stop`] looks whether the process exited.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
 /// A running service process.
 #[derive(Debug)]
 pub struct Service {
@@ -117,24 +120,25 @@ impl Service {
         }
     }
 
-    /// SIGTERM, then up to `patience` for the process to exit, then SIGKILL.
-    pub async fn stop(mut self, patience: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
+    /// SIGTERM, then up to `patience` for the process to exit, then SIGKILL; how long it took to
+    /// exit by itself (to [`STOP_POLL`]), `None` when it had to be killed.
+    pub async fn stop(mut self, patience: Duration) -> Option<Duration> {
+        let mut child = self.child.take()?;
+        let signalled = tokio::time::Instant::now();
         if let Ok(pid) = i32::try_from(child.id()) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
         }
-        let deadline = tokio::time::Instant::now() + patience;
+        let deadline = signalled + patience;
         while tokio::time::Instant::now() < deadline {
             if !matches!(child.try_wait(), Ok(None)) {
-                return;
+                return Some(signalled.elapsed());
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(STOP_POLL).await;
         }
         eprintln!("{} did not stop within {patience:?}: killed", self.name);
         let _ = child.kill();
         let _ = child.wait();
+        None
     }
 }
 

@@ -68,6 +68,9 @@ pub struct BrokerMemory {
     /// the broker's `--screen-sleep` and slept (kept as its compressed snapshot), KiB; and that
     /// beyond the ring bytes.
     pub asleep: Option<(f64, f64)>,
+    /// From SIGTERM until the broker exited, every session's processes ended; `None` when it
+    /// had to be killed.
+    pub stopped: Option<Duration>,
 }
 
 /// Spawns `sessions` local shells on a broker of its own (a separate process, ring of
@@ -204,14 +207,15 @@ pub async fn broker_memory(
             ring_kib: ring_total as f64 / sessions as f64 / 1024.0,
             beyond_ring_kib: (after_bytes - ring_growth) / 1024.0 / others,
             asleep,
+            stopped: None,
         })
     }
     .await;
     // Ending the broker ends every session's process group (SIGHUP first: the shells and
     // `sleep`s go at once); anything still waiting on the FIFO goes with it.
-    service.stop(Duration::from_secs(40)).await;
+    let stopped = service.stop(Duration::from_secs(40)).await;
     drop(release);
-    result
+    result.map(|memory| BrokerMemory { stopped, ..memory })
 }
 
 /// Starts a pty-broker process of its own (local backend, ring of `ring_bytes`, screens with

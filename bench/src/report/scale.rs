@@ -96,6 +96,14 @@ pub async fn scale_section(
                     "| broker RSS with one session (baseline) | {:.1} MiB | |",
                     memory.baseline_kib as f64 / 1024.0
                 )?;
+                let stopped = match memory.stopped {
+                    Some(stopped) => format!("{} ms", stopped.as_millis()),
+                    None => "killed after 40 s".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "| same broker's stop: SIGTERM to exit, every session's processes ended | {stopped} | |",
+                )?;
             }
             Err(error) => {
                 failures.push(format!("scale {sessions} sessions, {what}: {error:#}"));
