@@ -127,6 +127,26 @@ pub(crate) fn session_members(
         ProcStat::read(leader.pid).is_none_or(|stat| stat.start_time == leader.start_time)
     });
     let mut members = Vec::new();
+    each_process(|pid, stat| {
+        if stat.state == 'Z'
+            || namespace.is_some_and(|namespace| pid_namespace(pid).as_deref() != Some(namespace))
+        {
+            return;
+        }
+        let in_session = follow_session.is_some_and(|leader| stat.session == leader.pid);
+        if in_session || marker.is_some_and(|marker| environment_has(pid, marker)) {
+            members.push(Member {
+                pid,
+                start_time: stat.start_time,
+            });
+        }
+    })?;
+    Ok(members)
+}
+
+/// Calls `visit` with every process `/proc` lists and its `stat`, zombies included; a process
+/// that exits while we look (its files vanish) is left out.
+fn each_process(mut visit: impl FnMut(u32, ProcStat)) -> io::Result<()> {
     for entry in std::fs::read_dir(Path::new("/proc"))? {
         let entry = entry?;
         let Some(pid) = entry
@@ -136,24 +156,11 @@ pub(crate) fn session_members(
         else {
             continue;
         };
-        // A process may exit while we look; its files then vanish.
-        let Some(stat) = ProcStat::read(pid) else {
-            continue;
-        };
-        if stat.state == 'Z'
-            || namespace.is_some_and(|namespace| pid_namespace(pid).as_deref() != Some(namespace))
-        {
-            continue;
-        }
-        let in_session = follow_session.is_some_and(|leader| stat.session == leader.pid);
-        if in_session || marker.is_some_and(|marker| environment_has(pid, marker)) {
-            members.push(Member {
-                pid,
-                start_time: stat.start_time,
-            });
+        if let Some(stat) = ProcStat::read(pid) {
+            visit(pid, stat);
         }
     }
-    Ok(members)
+    Ok(())
 }
 
 /// The live processes of the Unix session `leader` leads, as [`session_members`] finds them with
@@ -271,19 +278,7 @@ impl SessionWalk {
         let started = Instant::now();
         let mut by_session: HashMap<u32, Vec<Member>> = HashMap::new();
         let mut start_times = HashMap::new();
-        for entry in std::fs::read_dir(Path::new("/proc"))? {
-            let entry = entry?;
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|name| name.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            // A process may exit while we look; its files then vanish.
-            let Some(stat) = ProcStat::read(pid) else {
-                continue;
-            };
+        each_process(|pid, stat| {
             start_times.insert(pid, stat.start_time);
             if stat.state != 'Z' {
                 by_session.entry(stat.session).or_default().push(Member {
@@ -291,7 +286,7 @@ impl SessionWalk {
                     start_time: stat.start_time,
                 });
             }
-        }
+        })?;
         Ok(Self {
             started,
             by_session,
