@@ -518,22 +518,10 @@ mod tests {
 
     #[test]
     fn follows_a_session_only_while_its_leader_pid_names_the_recorded_process() {
-        let mut child = std::process::Command::new("setsid")
-            .args(["sleep", "60"])
-            .spawn()
-            .expect("spawn setsid sleep");
-        let pid = child.id();
-        let stat = poll_until_blocking(PATIENCE, POLL_INTERVAL, || {
-            ProcStat::read(pid).filter(|stat| stat.session == pid)
-        })
-        .unwrap_or_else(|| ProcStat::read(pid).expect("child stat"));
-        assert_eq!(stat.session, pid, "setsid made the child a session leader");
+        let (mut child, recorded) = session_leader();
+        let pid = recorded.pid;
         let namespace = pid_namespace(pid).expect("child pid namespace");
         let unrelated_marker = "PTYHUB_SESSION_ID=unrelated";
-        let recorded = Leader {
-            pid,
-            start_time: stat.start_time,
-        };
         let found =
             session_members(Some(&namespace), Some(unrelated_marker), Some(recorded)).unwrap();
         assert_eq!(
@@ -544,7 +532,7 @@ mod tests {
         // The same pid with another start time is a reused pid: never followed, never signalled.
         let reused = Leader {
             pid,
-            start_time: stat.start_time + 1,
+            start_time: recorded.start_time + 1,
         };
         assert!(
             session_members(Some(&namespace), Some(unrelated_marker), Some(reused))
@@ -554,7 +542,7 @@ mod tests {
         signal_members(
             &[Member {
                 pid,
-                start_time: stat.start_time + 1,
+                start_time: recorded.start_time + 1,
             }],
             Signal::SIGKILL,
         )
