@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use tokio::sync::Notify;
-
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 /// A session leader's identity in one PID namespace: a pid alone could have been reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
