@@ -496,7 +496,11 @@ mod tests {
         for _ in 0..8 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(walks.taken.load(Ordering::Relaxed), 0, "all four wait");
+        assert_eq!(
+            walks.taken.load(Ordering::Relaxed),
+            0,
+            "no walk while the one under way lasts"
+        );
         {
             let mut state = walks.state.lock().unwrap();
             state.under_way = false;
