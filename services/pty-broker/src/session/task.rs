@@ -510,6 +510,13 @@ impl SessionTask {
     }
 
     /// Serves one process until it exits or must end.
+    ///
+    /// The loop runs once for every read of output and every keystroke's wake, so what it waits
+    /// on is made once and kept: the shutdown, the task's wake, and one timer set to the first of
+    /// its deadlines (idle reaping, the activity report, the attachments' next change, the input
+    /// tally's window), moved only when that one changes. Made afresh at every turn, each would
+    /// be registered with its `Notify` or the runtime's timer and taken off it again, for every
+    /// keystroke of every session.
     async fn drive(&mut self, pty: &mut Pty) -> ProcessEnd {
         let Pty {
             output,
@@ -522,6 +529,11 @@ impl SessionTask {
         let mut output_ended = false;
         let mut pacer = ReadPacer::new(*output_buffered);
         let mut streak = ReadStreak::default();
+        let shutdown = self.context.shutdown.clone();
+        let mut shutdown = std::pin::pin!(shutdown.cancelled());
+        let shared = Arc::clone(&self.shared);
+        let mut woken = std::pin::pin!(shared.task_wake.notified());
+        let mut timer = std::pin::pin!(sleep_until(Instant::now()));
         loop {
             if streak.turn_is_due() {
                 // Between two slices of a flood, the worker runs what else is ready and looks
@@ -540,9 +552,23 @@ impl SessionTask {
             let activity_due = self.activity.due();
             let attachments_due = self.attachments_due;
             let typed_report_at = self.typed_report_at;
+            let due = [
+                idle_deadline,
+                activity_due,
+                attachments_due,
+                typed_report_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if let Some(due) = due
+                && timer.deadline() != due
+            {
+                timer.as_mut().reset(due);
+            }
             tokio::select! {
                 biased;
-                () = self.context.shutdown.cancelled() => {
+                () = &mut shutdown => {
                     return ProcessEnd::Close { reason: CloseReason::Shutdown, reply: None };
                 }
                 command = self.commands.recv() => {
@@ -556,7 +582,8 @@ impl SessionTask {
                         return end;
                     }
                 }
-                () = self.shared.task_wake.notified() => {
+                () = &mut woken => {
+                    woken.set(shared.task_wake.notified());
                     let state = self.shared.lock();
                     if state.input_since_report || state.marks_since_report {
                         self.activity.mark();
@@ -594,18 +621,22 @@ impl SessionTask {
                     }
                     return ProcessEnd::Exited(status);
                 }
-                () = sleep_until(idle_deadline.unwrap_or_else(Instant::now)), if idle_deadline.is_some() => {
-                    tracing::info!(session_id = %self.id, "no client attached for the detached timeout");
-                    return ProcessEnd::Close { reason: CloseReason::IdleReaped, reply: None };
-                }
-                () = sleep_until(activity_due.unwrap_or_else(Instant::now)), if activity_due.is_some() => {
-                    self.report_activity();
-                }
-                () = sleep_until(attachments_due.unwrap_or_else(Instant::now)), if attachments_due.is_some() => {
-                    self.attachments_changed();
-                }
-                () = sleep_until(typed_report_at.unwrap_or_else(Instant::now)), if typed_report_at.is_some() => {
-                    self.report_typed();
+                () = &mut timer, if due.is_some() => {
+                    let now = Instant::now();
+                    let past = |deadline: Option<Instant>| deadline.is_some_and(|at| at <= now);
+                    if past(idle_deadline) {
+                        tracing::info!(session_id = %self.id, "no client attached for the detached timeout");
+                        return ProcessEnd::Close { reason: CloseReason::IdleReaped, reply: None };
+                    }
+                    if past(activity_due) {
+                        self.report_activity();
+                    }
+                    if past(attachments_due) {
+                        self.attachments_changed();
+                    }
+                    if past(typed_report_at) {
+                        self.report_typed();
+                    }
                 }
             }
         }
