@@ -462,6 +462,10 @@ impl Bridge {
         let mut next_heartbeat = tokio::time::Instant::now() + self.heartbeat_interval;
         let timer = tokio::time::sleep_until(next_heartbeat);
         tokio::pin!(timer);
+        // Made once, as the timer is: every socket waits on the same token, and a wait made
+        // afresh at every turn would join and leave its list for every frame.
+        let shutdown = self.shutdown.clone();
+        let mut shutdown = std::pin::pin!(shutdown.cancelled());
         // An event read while batching output that is not output itself, handled next.
         let mut pending: Option<Box<EventOrFailure>> = None;
         let mut credential_end = self.credential.take().and_then(watch_credential);
@@ -484,7 +488,7 @@ impl Bridge {
                     pending = held;
                     tokio::select! {
                         biased;
-                        () = self.shutdown.cancelled() => {
+                        () = &mut shutdown => {
                             let _ = Box::pin(self.client.close(close_code::SERVICE_RESTART, "gateway shutting down")).await;
                             return Ending::closed("gateway shutdown");
                         }
