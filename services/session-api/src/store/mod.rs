@@ -18,7 +18,7 @@ mod webhooks;
 
 pub use audit::{AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEvent, TAKEN_OVER};
 pub use reservations::{Reservation, SessionReservation};
-pub use session_writes::{ActivityUpdate, closed_event};
+pub use session_writes::{ACTIVITY_ROWS_PER_UPDATE, ActivityUpdate, closed_event};
 pub use shares::ShareKey;
 pub use terminal::RecordedTerminal;
 pub use webhooks::{AttemptResult, ClaimedDelivery};

@@ -5,8 +5,11 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, IntoIden as _, Query, TableRef, ValueTuple};
+use sea_orm::{
+    ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect,
+};
 use uuid::Uuid;
 
 use ptyhub_model::{Attendee, ControlMode};
@@ -289,6 +292,10 @@ impl Store {
     /// Every replica writes the batches of every broker it follows, so two replicas update the
     /// same rows at once: rows are locked in id order, so that the batches never deadlock each
     /// other, and a deadlock with some other transaction is retried.
+    ///
+    /// A broker reports every session that did something once a second, so with many busy
+    /// sessions this runs once a second with a row for each: their activity times are written
+    /// by one statement per [`ACTIVITY_ROWS_PER_UPDATE`] rows, not one each.
     pub async fn record_activity(
         &self,
         updates: &HashMap<Uuid, ActivityUpdate>,
@@ -315,19 +322,20 @@ impl Store {
             return Ok(Vec::new());
         }
         let transaction = self.begin_write().await?;
+        lock_sessions_in_order(
+            &transaction,
+            updates.iter().map(|(session_id, _)| **session_id),
+        )
+        .await?;
+        let activity: Vec<(Uuid, DateTime<Utc>)> = updates
+            .iter()
+            .filter_map(|(session_id, update)| Some((**session_id, update.last_activity_at?)))
+            .collect();
+        for chunk in activity.chunks(ACTIVITY_ROWS_PER_UPDATE) {
+            record_last_activity(&transaction, chunk).await?;
+        }
         let mut changes = Vec::new();
         for &(session_id, update) in updates {
-            if let Some(at) = update.last_activity_at {
-                terminal_session::Entity::update_many()
-                    .col_expr(
-                        terminal_session::Column::LastActivityAt,
-                        Expr::value(at.trunc_subsecs(6)),
-                    )
-                    .filter(terminal_session::Column::Id.eq(*session_id))
-                    .filter(terminal_session::Column::LastActivityAt.lt(at.trunc_subsecs(6)))
-                    .exec(&transaction)
-                    .await?;
-            }
             if let Some(attached) = update.attached_clients
                 && record_attachments(
                     &transaction,
@@ -352,6 +360,75 @@ impl Store {
         transaction.commit().await?;
         Ok(changes)
     }
+}
+
+/// How many sessions' activity times one statement writes: two values each, well within
+/// SQLite's and PostgreSQL's limits on the values of one statement.
+pub const ACTIVITY_ROWS_PER_UPDATE: usize = 500;
+
+/// Locks the rows of `sessions` (in id order) for the rest of the transaction on PostgreSQL,
+/// one statement per chunk, so that writers of overlapping batches take them in one order; on
+/// SQLite the transaction already holds the write lock.
+async fn lock_sessions_in_order(
+    transaction: &DatabaseTransaction,
+    sessions: impl Iterator<Item = Uuid>,
+) -> Result<(), Error> {
+    if transaction.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    let sessions: Vec<Uuid> = sessions.collect();
+    for chunk in sessions.chunks(ACTIVITY_ROWS_PER_UPDATE) {
+        terminal_session::Entity::find()
+            .select_only()
+            .column(terminal_session::Column::Id)
+            .filter(terminal_session::Column::Id.is_in(chunk.iter().copied()))
+            .order_by_asc(terminal_session::Column::Id)
+            .lock_exclusive()
+            .into_tuple::<Uuid>()
+            .all(transaction)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Moves each session's `last_activity_at` forward to its time in `activity` (never back: a
+/// replica may write an older report after a newer one), in one statement:
+/// `UPDATE terminal_session SET last_activity_at = reported.column2 FROM (VALUES (id, at), ...)
+/// AS reported WHERE id = reported.column1 AND last_activity_at < reported.column2`. Both
+/// databases name the columns of a `VALUES` list `column1`, `column2`, ...
+async fn record_last_activity(
+    db: &impl ConnectionTrait,
+    activity: &[(Uuid, DateTime<Utc>)],
+) -> Result<(), Error> {
+    if activity.is_empty() {
+        return Ok(());
+    }
+    let reported = Alias::new("reported");
+    let id = (reported.clone(), Alias::new("column1"));
+    let at = (reported.clone(), Alias::new("column2"));
+    let rows = activity
+        .iter()
+        // Both databases keep microseconds: compare what would be stored.
+        .map(|(session_id, at)| ValueTuple::Two((*session_id).into(), at.trunc_subsecs(6).into()))
+        .collect();
+    let update = Query::update()
+        .table(terminal_session::Entity)
+        .value(
+            terminal_session::Column::LastActivityAt,
+            Expr::col(at.clone()),
+        )
+        .from(TableRef::ValuesList(rows, reported.into_iden()))
+        .and_where(Expr::col((terminal_session::Entity, terminal_session::Column::Id)).equals(id))
+        .and_where(
+            Expr::col((
+                terminal_session::Entity,
+                terminal_session::Column::LastActivityAt,
+            ))
+            .lt(Expr::col(at)),
+        )
+        .to_owned();
+    db.execute(&update).await?;
+    Ok(())
 }
 
 /// Writes how many clients are attached to a session and who they are (when the broker said),

@@ -13,7 +13,9 @@ use session_api::Error;
 use session_api::domain::{
     Alias, ChangeKind, CloseReason, NewInstance, ScreenFacts, Session, SessionName, Target,
 };
-use session_api::store::{ActivityUpdate, Reservation, SessionReservation, Store};
+use session_api::store::{
+    ACTIVITY_ROWS_PER_UPDATE, ActivityUpdate, Reservation, SessionReservation, Store,
+};
 
 use crate::support::{Backend, FreshDatabase};
 
@@ -439,6 +441,87 @@ both_databases!(
         assert_eq!(updated.rows_affected(), 1);
         let read = store.get_session(instance.id, session.id).await.unwrap();
         assert_eq!(read.terminal, Some(terminal));
+    }
+);
+
+both_databases!(
+    a_batch_moves_each_sessions_activity_time_forward_and_never_back,
+    |backend| async move {
+        let Some((database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let other = Store::connect(database.url()).await.expect("connect");
+        // More sessions than one statement writes, so that the batch takes several; and one
+        // that no batch names.
+        let count = ACTIVITY_ROWS_PER_UPDATE + 7;
+        let instance = store
+            .insert_instance(&new_instance("busy", count as u32 + 1), "b1")
+            .await
+            .unwrap();
+        let mut sessions = Vec::new();
+        for _ in 0..=count {
+            let Reservation::Created { session, .. } = store
+                .reserve_session(&reservation(instance.id, vec![], false))
+                .await
+                .unwrap()
+            else {
+                panic!("expected a new session")
+            };
+            sessions.push(session);
+        }
+        let untouched = sessions.pop().unwrap();
+        let activity = |at: DateTime<Utc>, attached: Option<u32>| ActivityUpdate {
+            last_activity_at: Some(at),
+            attached_clients: attached,
+            ..ActivityUpdate::default()
+        };
+        // Nanoseconds: both databases keep microseconds.
+        let newer = DateTime::from_timestamp(1_900_000_000, 123_456_789).unwrap();
+        let older = newer - chrono::Duration::seconds(1);
+        let batch = |at, attached| {
+            sessions
+                .iter()
+                .map(|session| (session.id, activity(at, attached)))
+                .collect::<HashMap<_, _>>()
+        };
+        // Two replicas write the same sessions at once, the one with the older reports second
+        // or first: neither waits on the other for ever, and the newer time stands.
+        let (newer_batch, older_batch) = (batch(newer, Some(1)), batch(older, None));
+        let (first, second) = tokio::join!(
+            store.record_activity(&newer_batch),
+            other.record_activity(&older_batch)
+        );
+        let changed = first.expect("first replica");
+        second.expect("second replica");
+        assert_eq!(changed.len(), count, "every attachment count changed");
+        let kept = DateTime::from_timestamp(1_900_000_000, 123_456_000).unwrap();
+        for session in &sessions {
+            let read = store.get_session(instance.id, session.id).await.unwrap();
+            assert_eq!(read.last_activity_at, kept, "{}", session.id);
+            assert_eq!(read.attached_clients, 1);
+        }
+        let read = store.get_session(instance.id, untouched.id).await.unwrap();
+        assert_eq!(
+            read.last_activity_at, untouched.last_activity_at,
+            "a session no batch names keeps its time"
+        );
+        // An older report alone changes nothing; a newer one for a few moves just those.
+        store.record_activity(&batch(older, None)).await.unwrap();
+        let later = newer + chrono::Duration::seconds(5);
+        let few: HashMap<_, _> = sessions[..3]
+            .iter()
+            .map(|session| (session.id, activity(later, None)))
+            .collect();
+        assert_eq!(store.record_activity(&few).await.unwrap(), []);
+        for (index, session) in sessions.iter().enumerate() {
+            let read = store.get_session(instance.id, session.id).await.unwrap();
+            let expected = if index < 3 {
+                kept + chrono::Duration::seconds(5)
+            } else {
+                kept
+            };
+            assert_eq!(read.last_activity_at, expected, "{index}");
+        }
     }
 );
 
