@@ -74,7 +74,8 @@ fn run_fresh_clone(root: &Path) -> Result<()> {
     result.and(stopped)
 }
 
-/// Marks every file of `root` that git tracks or would track as modified now.
+/// Marks every file of `root` that git tracks or would track as modified now. `root` is the
+/// top of a checkout: git does not look above it for one.
 ///
 /// Cargo names a workspace crate's build output after the crate and its settings, not after the
 /// checkout it was built in, and takes the output for current when it is newer than the sources
@@ -83,7 +84,13 @@ fn run_fresh_clone(root: &Path) -> Result<()> {
 /// file here: without this, the next build here would take HEAD's code for current and leave out
 /// every change not committed yet.
 fn mark_sources_newer(root: &Path) -> Result<()> {
-    let listed = Command::new("git")
+    let mut git = Command::new("git");
+    if let Some(parent) = root.parent() {
+        // A directory inside another checkout (a scratch directory under a `TMPDIR` in one)
+        // is no checkout of its own.
+        git.env("GIT_CEILING_DIRECTORIES", parent);
+    }
+    let listed = git
         .arg("-C")
         .arg(root)
         .args([
