@@ -117,9 +117,13 @@ export class SessionTab {
     this.exited = false;
     /** The window title the program set (OSC 0 or 2); the session list's until the terminal's own. */
     this.windowTitle = session?.title ?? '';
-    /** 'bell' or 'exited' while a tab in the background wants a look; the page sets and clears it. */
+    /**
+     * 'bell', 'input' or 'exited' while a tab in the background wants a look; the page sets and
+     * clears it by the rules of src/attention.js.
+     * @type {'bell' | 'input' | 'exited' | null}
+     */
     this.attention = null;
-    /** A bell rang while the tab was in the background and it was not shown since (set and cleared by the page). */
+    /** A bell rang while the tab was in the background and it was not shown since (src/attention.js). */
     this.bellUnseen = false;
     /** A key of ENDED_WORDS, or null while the tab connects: why the tab no longer connects. */
     this.ended = null;

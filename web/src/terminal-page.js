@@ -10,6 +10,7 @@
 // chrome (touch.js).
 
 import { api, ApiError } from './api.js';
+import { attentionSeen, markAttention, waitEnded } from './attention.js';
 import { tabClientId } from './client-id.js';
 import { ProgramClipboard, writeToClipboard } from './clipboard.js';
 import { CommandMenu } from './commands.js';
@@ -37,8 +38,6 @@ const THEME_WORDS = Object.freeze({ system: 'Theme: follows the system', light: 
 const NEXT_THEME = { system: 'light', light: 'dark', dark: 'system' };
 /** What a tab's attention mark says in the tab's accessible name (its look is in style.css). */
 const ATTENTION_WORDS = Object.freeze({ bell: 'bell rang', input: 'waiting for input', exited: 'process exited' });
-/** Which mark a tab keeps when another comes: an exit is the last word, input asks more than a bell. */
-const ATTENTION_RANK = Object.freeze({ bell: 1, input: 2, exited: 3 });
 const TOAST_MS = 10_000;
 
 /** Loads the instance and its sessions and shows the page; `onRefused(kind)` handles 401/403/404. */
@@ -524,11 +523,7 @@ class TerminalPage {
       tab.connect();
     }
     // Looking at the tab is what its mark asked for.
-    tab.bellUnseen = false;
-    if (tab.attention) {
-      tab.attention = null;
-      this.renderTab(tab);
-    }
+    if (attentionSeen(tab)) this.renderTab(tab);
     for (const other of this.tabs) {
       const selected = other === tab;
       other.ui.element.setAttribute('aria-selected', String(selected));
@@ -562,12 +557,9 @@ class TerminalPage {
   markAttention(tab, kind) {
     if (tab === this.active) this.rememberSeenBell(tab);
     if (tab === this.active || !this.tabs.includes(tab)) return;
-    // Kept under a wait that outranks it, for when the wait ends unseen.
-    if (kind === 'bell') tab.bellUnseen = true;
-    // An exit outranks the rest (it is the last thing the tab will say), a wait a bell.
-    if (tab.attention && ATTENTION_RANK[tab.attention] > ATTENTION_RANK[kind]) return;
-    tab.attention = kind;
-    this.renderTab(tab);
+    // An exit outranks the rest (it is the last thing the tab will say), a wait a bell; a bell
+    // is kept under a wait, for when the wait ends unseen.
+    if (markAttention(tab, kind)) this.renderTab(tab);
   }
 
   /**
@@ -581,10 +573,9 @@ class TerminalPage {
     if (waiting && previous !== 'waiting_for_input') {
       if (tab !== this.active) this.markAttention(tab, 'input');
       if (tab !== this.active || document.hidden) this.notifyWaiting(tab);
-    } else if (!waiting && tab.attention === 'input') {
-      // A bell the wait came with (a program that rings while it runs is waiting for input)
-      // is still unseen: its mark comes back.
-      tab.attention = tab.bellUnseen ? 'bell' : null;
+    } else if (!waiting) {
+      // A bell the wait came with is still unseen: its mark comes back.
+      waitEnded(tab);
     }
     this.renderTab(tab);
   }
