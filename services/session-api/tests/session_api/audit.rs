@@ -12,12 +12,11 @@ use ptyhub_wire::{Actor, Surface};
 use session_api::audit::{AuditFilter, AuditKind, NewAuditEvent, parse_page_token};
 use session_api::domain::CloseReason;
 use session_api::store::{
-    AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEvent, Reservation, Store,
-    TAKEN_OVER,
+    AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEvent, Store, TAKEN_OVER,
 };
 use uuid::Uuid;
 
-use crate::store::{migrated_store, new_instance, reservation};
+use crate::store::{migrated_store, new_instance, new_session};
 use crate::support::{Backend, FreshDatabase, eventually, session_client, start_session_api_with};
 use ptyhub_proto::session::v1 as pb;
 
@@ -52,13 +51,7 @@ async fn live_session(store: &Store, name: &str) -> (Uuid, Uuid) {
         .insert_instance(&new_instance(name, 5), "b1")
         .await
         .expect("instance");
-    let Reservation::Created { session, .. } = store
-        .reserve_session(&reservation(instance.id, vec![], false))
-        .await
-        .expect("reserve")
-    else {
-        panic!("expected a new session")
-    };
+    let session = new_session(store, instance.id).await;
     (instance.id, session.id)
 }
 
@@ -651,13 +644,7 @@ both_databases!(
             .expect("instance");
         let mut sessions = Vec::new();
         for _ in 0..count {
-            let Reservation::Created { session, .. } = store
-                .reserve_session(&reservation(instance.id, vec![], false))
-                .await
-                .expect("reserve")
-            else {
-                panic!("expected a new session")
-            };
+            let session = new_session(&store, instance.id).await;
             sessions.push(session.id);
         }
         let since = chrono::Utc::now() - chrono::Duration::seconds(2);

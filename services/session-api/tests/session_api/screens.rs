@@ -8,11 +8,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as pb;
-use session_api::store::{Reservation, Store};
+use session_api::store::Store;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
-use crate::store::{new_instance, reservation};
+use crate::store::{new_instance, new_session};
 use crate::support::*;
 
 /// Creates a session of `instance` running `script` under `sh -c`.
@@ -216,13 +216,7 @@ both_databases!(
                 .insert_instance(&new_instance("haunted", 5), "ghost")
                 .await
                 .expect("instance");
-            let Reservation::Created { session, .. } = store
-                .reserve_session(&reservation(instance.id, vec![], false))
-                .await
-                .expect("reserve")
-            else {
-                panic!("expected a new session")
-            };
+            let session = new_session(&store, instance.id).await;
             store
                 .mark_session_active(session.id)
                 .await

@@ -43,6 +43,18 @@ pub(crate) fn new_instance(name: &str, max_sessions: u32) -> NewInstance {
     }
 }
 
+/// Reserves a session without an alias on `instance_id`; panics unless a new one was created.
+pub(crate) async fn new_session(store: &Store, instance_id: uuid::Uuid) -> Session {
+    let Reservation::Created { session, .. } = store
+        .reserve_session(&reservation(instance_id, vec![], false))
+        .await
+        .expect("reserve")
+    else {
+        panic!("expected a new session")
+    };
+    session
+}
+
 pub(crate) fn reservation(
     instance_id: uuid::Uuid,
     aliases: Vec<Alias>,
@@ -167,13 +179,7 @@ both_databases!(
             .unwrap();
         let mut ids = Vec::new();
         for expected in ["Session 1", "Session 2", "Session 3"] {
-            let Reservation::Created { session, .. } = store
-                .reserve_session(&reservation(instance.id, vec![], false))
-                .await
-                .unwrap()
-            else {
-                panic!("expected a new session")
-            };
+            let session = new_session(&store, instance.id).await;
             assert_eq!(session.name, expected);
             ids.push(session.id);
         }
@@ -186,26 +192,14 @@ both_databases!(
             .await
             .unwrap()
             .expect("was live");
-        let Reservation::Created { session, .. } = store
-            .reserve_session(&reservation(instance.id, vec![], false))
-            .await
-            .unwrap()
-        else {
-            panic!("expected a new session")
-        };
+        let session = new_session(&store, instance.id).await;
         assert_eq!(session.name, "Session 2");
         let renamed = store
             .rename_session(instance.id, ids[0], &SessionName::parse("build").unwrap())
             .await
             .unwrap();
         assert_eq!(renamed.name, "build");
-        let Reservation::Created { session, .. } = store
-            .reserve_session(&reservation(instance.id, vec![], false))
-            .await
-            .unwrap()
-        else {
-            panic!("expected a new session")
-        };
+        let session = new_session(&store, instance.id).await;
         assert_eq!(session.name, "Session 1");
     }
 );
@@ -245,13 +239,7 @@ both_databases!(
             .insert_instance(&new_instance("screens", 5), "b1")
             .await
             .unwrap();
-        let Reservation::Created { session, .. } = store
-            .reserve_session(&reservation(instance.id, vec![], false))
-            .await
-            .unwrap()
-        else {
-            panic!("expected a new session")
-        };
+        let session = new_session(&store, instance.id).await;
         assert_eq!(
             (session.title.as_deref(), session.last_bell_at),
             (None, None)
@@ -381,13 +369,7 @@ both_databases!(
                 .shell_integration
         );
         assert_eq!(off.name, "plain");
-        let Reservation::Created { session, .. } = store
-            .reserve_session(&reservation(instance.id, vec![], false))
-            .await
-            .unwrap()
-        else {
-            panic!("expected a new session")
-        };
+        let session = new_session(&store, instance.id).await;
         assert_eq!(session.terminal, None, "nothing reported yet");
         let terminal = TerminalActivity {
             state: TerminalState::WaitingForInput,
@@ -460,13 +442,7 @@ both_databases!(
             .unwrap();
         let mut sessions = Vec::new();
         for _ in 0..=count {
-            let Reservation::Created { session, .. } = store
-                .reserve_session(&reservation(instance.id, vec![], false))
-                .await
-                .unwrap()
-            else {
-                panic!("expected a new session")
-            };
+            let session = new_session(&store, instance.id).await;
             sessions.push(session);
         }
         let untouched = sessions.pop().unwrap();
@@ -535,13 +511,7 @@ both_databases!(
             .insert_instance(&new_instance("presence", 5), "b1")
             .await
             .unwrap();
-        let Reservation::Created { session, .. } = store
-            .reserve_session(&reservation(instance.id, vec![], false))
-            .await
-            .unwrap()
-        else {
-            panic!("expected a new session")
-        };
+        let session = new_session(&store, instance.id).await;
         assert_eq!(session.presence, [], "nobody is attached to a new session");
         let since = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let alice = |typing| Attendee {

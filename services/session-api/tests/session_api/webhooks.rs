@@ -17,14 +17,14 @@ use ptyhub_test_support::webhooks::{Answer, ReceivedRequest, WebhookReceiver};
 use ptyhub_wire::{Actor, ErrorCode, Surface};
 use session_api::Error;
 use session_api::domain::Session;
-use session_api::store::{AttemptResult, Reservation, Store};
+use session_api::store::{AttemptResult, Store};
 use session_api::webhooks::{
     DeliveryOutcome, MAX_WEBHOOKS_PER_INSTANCE, NewWebhook, WebhookEvent, WebhookService,
 };
 use sha2::Sha256;
 use tonic::Code;
 
-use crate::store::{migrated_store, new_instance, reservation};
+use crate::store::{migrated_store, new_instance, new_session};
 use crate::support::*;
 
 const SECRET: &str = "webhook-secret-for-tests-0123456789";
@@ -50,13 +50,7 @@ async fn store_with_session(backend: Backend) -> Option<(FreshDatabase, Store, S
         .insert_instance(&new_instance("hooked", 5), "b1")
         .await
         .unwrap();
-    let Reservation::Created { session, .. } = store
-        .reserve_session(&reservation(instance.id, vec![], false))
-        .await
-        .unwrap()
-    else {
-        panic!("expected a new session")
-    };
+    let session = new_session(&store, instance.id).await;
     Some((database, store, session))
 }
 
