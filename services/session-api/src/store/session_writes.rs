@@ -368,7 +368,9 @@ pub const ACTIVITY_ROWS_PER_UPDATE: usize = 500;
 
 /// Locks the rows of `sessions` (in id order) for the rest of the transaction on PostgreSQL,
 /// one statement per chunk, so that writers of overlapping batches take them in one order; on
-/// SQLite the transaction already holds the write lock.
+/// SQLite the transaction already holds the write lock. A batch of one row (the presence
+/// written at once) takes no statement: a transaction that locks a single row waits on no
+/// other while it holds one, so it cannot deadlock.
 async fn lock_sessions_in_order(
     transaction: &DatabaseTransaction,
     sessions: impl Iterator<Item = Uuid>,
@@ -377,6 +379,9 @@ async fn lock_sessions_in_order(
         return Ok(());
     }
     let sessions: Vec<Uuid> = sessions.collect();
+    if sessions.len() < 2 {
+        return Ok(());
+    }
     for chunk in sessions.chunks(ACTIVITY_ROWS_PER_UPDATE) {
         terminal_session::Entity::find()
             .select_only()
