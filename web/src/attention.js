@@ -17,7 +17,7 @@ export const ATTENTION_RANK = Object.freeze({ bell: 1, input: 2, exited: 3 });
  * `kind` now (false: a mark that outranks it stays).
  * @param {Marked} tab @param {'bell' | 'input' | 'exited'} kind
  */
-export function markAttention(tab, kind) {
+export function attentionCame(tab, kind) {
   if (kind === 'bell') tab.bellUnseen = true;
   if (tab.attention && ATTENTION_RANK[tab.attention] > ATTENTION_RANK[kind]) return false;
   tab.attention = kind;

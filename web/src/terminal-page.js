@@ -10,7 +10,7 @@
 // chrome (touch.js).
 
 import { api, ApiError } from './api.js';
-import { attentionSeen, markAttention, waitEnded } from './attention.js';
+import { attentionCame, attentionSeen, waitEnded } from './attention.js';
 import { tabClientId } from './client-id.js';
 import { ProgramClipboard, writeToClipboard } from './clipboard.js';
 import { CommandMenu } from './commands.js';
@@ -559,7 +559,7 @@ class TerminalPage {
     if (tab === this.active || !this.tabs.includes(tab)) return;
     // An exit outranks the rest (it is the last thing the tab will say), a wait a bell; a bell
     // is kept under a wait, for when the wait ends unseen.
-    if (markAttention(tab, kind)) this.renderTab(tab);
+    if (attentionCame(tab, kind)) this.renderTab(tab);
   }
 
   /**

@@ -3,28 +3,28 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { attentionSeen, markAttention, waitEnded } from '../src/attention.js';
+import { attentionCame, attentionSeen, waitEnded } from '../src/attention.js';
 
 const freshTab = () => ({ attention: null, bellUnseen: false });
 
 describe('attention marks', () => {
   test('a mark that outranks the present one replaces it, a lesser one does not', () => {
     const tab = freshTab();
-    assert.equal(markAttention(tab, 'bell'), true);
+    assert.equal(attentionCame(tab, 'bell'), true);
     assert.equal(tab.attention, 'bell');
-    assert.equal(markAttention(tab, 'input'), true);
+    assert.equal(attentionCame(tab, 'input'), true);
     assert.equal(tab.attention, 'input');
-    assert.equal(markAttention(tab, 'bell'), false, 'a bell does not outrank a wait');
+    assert.equal(attentionCame(tab, 'bell'), false, 'a bell does not outrank a wait');
     assert.equal(tab.attention, 'input');
-    assert.equal(markAttention(tab, 'exited'), true);
-    assert.equal(markAttention(tab, 'input'), false, 'nothing outranks an exit');
+    assert.equal(attentionCame(tab, 'exited'), true);
+    assert.equal(attentionCame(tab, 'input'), false, 'nothing outranks an exit');
     assert.equal(tab.attention, 'exited');
   });
 
   test('a bell rung under a wait shows once the wait ends unseen', () => {
     const tab = freshTab();
-    markAttention(tab, 'input');
-    markAttention(tab, 'bell');
+    attentionCame(tab, 'input');
+    attentionCame(tab, 'bell');
     assert.equal(tab.attention, 'input');
     assert.equal(waitEnded(tab), true);
     assert.equal(tab.attention, 'bell');
@@ -32,22 +32,22 @@ describe('attention marks', () => {
 
   test('a bell the wait came after shows again too', () => {
     const tab = freshTab();
-    markAttention(tab, 'bell');
-    markAttention(tab, 'input');
+    attentionCame(tab, 'bell');
+    attentionCame(tab, 'input');
     waitEnded(tab);
     assert.equal(tab.attention, 'bell');
   });
 
   test('a wait that ends without a bell leaves no mark', () => {
     const tab = freshTab();
-    markAttention(tab, 'input');
+    attentionCame(tab, 'input');
     assert.equal(waitEnded(tab), true);
     assert.equal(tab.attention, null);
   });
 
   test('the end of a wait leaves a mark that is not the wait alone', () => {
     const tab = freshTab();
-    markAttention(tab, 'exited');
+    attentionCame(tab, 'exited');
     assert.equal(waitEnded(tab), false);
     assert.equal(tab.attention, 'exited');
     assert.equal(waitEnded(freshTab()), false);
@@ -55,11 +55,11 @@ describe('attention marks', () => {
 
   test('looking at the tab clears its mark and the bell under it', () => {
     const tab = freshTab();
-    markAttention(tab, 'bell');
-    markAttention(tab, 'input');
+    attentionCame(tab, 'bell');
+    attentionCame(tab, 'input');
     assert.equal(attentionSeen(tab), true);
     assert.deepEqual(tab, freshTab());
-    markAttention(tab, 'input');
+    attentionCame(tab, 'input');
     waitEnded(tab);
     assert.equal(tab.attention, null, 'the bell was seen with the tab');
     assert.equal(attentionSeen(tab), false, 'nothing to clear');
