@@ -3,6 +3,7 @@
 //! and leave it (when their task ends).
 
 use std::collections::HashMap;
+use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,8 +31,8 @@ use bytes::Bytes;
 
 use crate::session::{
     AttachRequest, Attachment, CommandPage, CommandWatch, ControlSettings, FrozenSession,
-    InputItem, InputSent, RunOutcome, ScreenReading, ScreenWait, Session, SessionRecording,
-    SessionSettings, TaskContext, WaitOutcome,
+    InputItem, InputSent, RecentInput, RunOutcome, ScreenReading, ScreenWait, Session,
+    SessionRecording, SessionSettings, TaskContext, WaitOutcome,
 };
 
 /// A running broker. Cheap to clone; every clone is the same broker.
@@ -54,6 +55,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// Every session task and every background group ending.
     tracker: TaskTracker,
+    /// Which sessions were typed in lately: a flood in one gives way to typing in another.
+    recent_input: Arc<RecentInput>,
     /// True while the sessions are being handed to the next broker process (`handoff/`).
     handing_over: watch::Sender<bool>,
     /// How many hand-offs have begun (frozen the sessions), whatever their end.
@@ -191,6 +194,7 @@ impl BrokerBuilder {
             kill_grace: config.kill_grace,
             idle_after: config.idle_after,
             commands_kept: config.commands_kept,
+            flood_rate_while_typing: NonZeroU64::new(config.flood_rate_while_typing),
         };
         let boot_id = Uuid::new_v4();
         let recordings = config.recordings.store.clone().map(|store| {
@@ -223,6 +227,7 @@ impl BrokerBuilder {
                 boot_id,
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
+                recent_input: Arc::default(),
                 handing_over: watch::Sender::new(false),
                 hand_offs_begun: std::sync::atomic::AtomicU64::new(0),
                 handed_over: std::sync::atomic::AtomicBool::new(false),
@@ -361,6 +366,7 @@ impl Broker {
             events: self.inner.events.clone(),
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
+            recent_input: Arc::clone(&self.inner.recent_input),
         };
         let (session, task) = Session::new(
             spec.session_id,
@@ -649,6 +655,7 @@ impl Broker {
             events: self.inner.events.clone(),
             shutdown: self.inner.shutdown.child_token(),
             tracker: self.inner.tracker.clone(),
+            recent_input: Arc::clone(&self.inner.recent_input),
         };
         let (session, task, pty) = Session::adopt(
             frozen,

@@ -53,6 +53,14 @@ pub struct Config {
     #[arg(long, env = "PTYHUB_BROKER_IDLE_AFTER", default_value = "5s", value_parser = parse_duration)]
     pub idle_after: Duration,
 
+    /// Bytes a second at most that a session reads its output at while another session of this
+    /// broker is typed in, so that a flood cannot slow the echo of the other's keystrokes; `0`
+    /// reads every session's output as fast as it comes. Output waits in the PTY meanwhile:
+    /// nothing is lost (docs/CONTRACT.md, "Typing first").
+    #[arg(long, env = "PTYHUB_BROKER_FLOOD_RATE_WHILE_TYPING",
+          default_value_t = Config::DEFAULT_FLOOD_RATE_WHILE_TYPING)]
+    pub flood_rate_while_typing: u64,
+
     /// How many of its commands each session keeps (the oldest go first).
     #[arg(long, env = "PTYHUB_BROKER_COMMANDS_KEPT", default_value_t = crate::activity::DEFAULT_COMMANDS_KEPT)]
     pub commands_kept: usize,
@@ -182,6 +190,7 @@ impl RecordingConfig {
 
 impl Config {
     pub const DEFAULT_RING_BYTES: u64 = 1 << 20;
+    pub const DEFAULT_FLOOD_RATE_WHILE_TYPING: u64 = 512 << 10;
     pub const DEFAULT_SCROLLBACK_LINES: u32 = ptyhub_wire::limits::DEFAULT_SCROLLBACK_LINES as u32;
 
     /// The defaults, for a broker with a credential of its own (`--service-token-file`), the one it
@@ -215,6 +224,7 @@ impl Config {
             kill_grace: Duration::from_secs(2),
             idle_after: crate::activity::DEFAULT_IDLE_AFTER,
             commands_kept: crate::activity::DEFAULT_COMMANDS_KEPT,
+            flood_rate_while_typing: Self::DEFAULT_FLOOD_RATE_WHILE_TYPING,
             shutdown_grace: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             secrets: BrokerSecrets {

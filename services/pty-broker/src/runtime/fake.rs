@@ -17,7 +17,9 @@ use uuid::Uuid;
 use super::{GroupSignal, PtyProcess, PtyRuntime, RuntimeError, SpawnSpec, SpawnedPty, Target};
 use crate::domain::{ExitStatus, TerminalSize};
 use crate::events::EventBus;
-use crate::session::{ControlSettings, Session, SessionRecording, SessionSettings, TaskContext};
+use crate::session::{
+    ControlSettings, RecentInput, Session, SessionRecording, SessionSettings, TaskContext,
+};
 
 /// Spawns fake processes and hands the test the other end of each.
 #[derive(Debug, Default)]
@@ -164,6 +166,7 @@ impl FakeSession {
             kill_grace: Duration::from_secs(2),
             idle_after: crate::activity::DEFAULT_IDLE_AFTER,
             commands_kept: crate::activity::DEFAULT_COMMANDS_KEPT,
+            flood_rate_while_typing: None,
         }
     }
 
@@ -183,7 +186,13 @@ impl FakeSession {
 
     /// Starts a session with `settings`, recorded as `recording` says, once its process runs.
     pub async fn start(settings: SessionSettings, recording: Option<SessionRecording>) -> Self {
-        Self::start_spec(settings, recording, Self::spec()).await
+        Self::start_spec(settings, recording, Self::spec(), Arc::default()).await
+    }
+
+    /// Starts a session with `settings` beside others of the same broker: they share its record
+    /// of which sessions were typed in lately.
+    pub async fn start_beside(settings: SessionSettings, recent_input: &Arc<RecentInput>) -> Self {
+        Self::start_spec(settings, None, Self::spec(), Arc::clone(recent_input)).await
     }
 
     /// Starts a session whose process is a shell with its integration (the test prints its
@@ -193,13 +202,14 @@ impl FakeSession {
             shell_integration: true,
             ..Self::spec()
         };
-        Self::start_spec(settings, None, spec).await
+        Self::start_spec(settings, None, spec, Arc::default()).await
     }
 
     async fn start_spec(
         settings: SessionSettings,
         recording: Option<SessionRecording>,
         spec: SpawnSpec,
+        recent_input: Arc<RecentInput>,
     ) -> Self {
         let runtime = Arc::new(FakeRuntime::default());
         let tracker = TaskTracker::new();
@@ -209,6 +219,7 @@ impl FakeSession {
             events: EventBus::new(),
             shutdown: CancellationToken::new(),
             tracker: tracker.clone(),
+            recent_input,
         };
         let (session, task) = Session::new(
             spec.session_id,

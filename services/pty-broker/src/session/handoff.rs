@@ -14,6 +14,7 @@ use super::attachments::{Attachments, FrozenControl};
 use super::input::PromptGate;
 use super::recording::{FrozenRecording, OutputTimeline, resumed_recorder};
 use super::task::{Pty, SessionTask, TaskContext};
+use super::typing_first::Typist;
 use super::{COMMAND_QUEUE, Command, PtyInput, Session, SessionSettings, Shared, State};
 use crate::activity::ActivityParts;
 use crate::domain::{ExitStatus, SessionPhase, TerminalActivity, TerminalSize};
@@ -231,6 +232,7 @@ impl Session {
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,
+            typist: Typist::new(Arc::clone(&context.recent_input), frozen.id),
         });
         // A shell that has not shown its first prompt yet still gets input only after it (the
         // screen lets it go at the prompt's mark, as for a shell started here).

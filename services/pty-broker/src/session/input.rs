@@ -286,6 +286,7 @@ impl Shared {
         state.last_activity_at = std::time::SystemTime::now();
         let now = Instant::now();
         state.last_input_at = Some(now);
+        self.typist.note_input(now);
         let noted = client.map(|client| state.attachments.note_input(client, bytes, now));
         let news = noted.is_some_and(|noted| noted.started_typing || noted.opened_tally);
         if !state.input_since_report || news {

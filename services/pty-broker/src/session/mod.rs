@@ -18,8 +18,10 @@ mod recording;
 mod run;
 mod screen;
 mod task;
+mod typing_first;
 mod wait;
 
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -51,6 +53,8 @@ use crate::error::{ClientAction, Error};
 use crate::ring::{OutputRing, RingRead};
 use crate::screen::Screen;
 use attachments::Attachments;
+pub(crate) use typing_first::RecentInput;
+use typing_first::Typist;
 
 /// Largest output frame sent to a client.
 const MAX_OUTPUT_FRAME: usize = 64 * 1024;
@@ -73,6 +77,9 @@ pub struct SessionSettings {
     pub idle_after: Duration,
     /// How many commands the session keeps.
     pub commands_kept: usize,
+    /// Bytes a second each session reads its output at, at most, while another session of the
+    /// broker is typed in (`session/typing_first.rs`); `None`: as fast as it comes.
+    pub flood_rate_while_typing: Option<NonZeroU64>,
 }
 
 /// A client's request to attach, after its ticket was checked.
@@ -129,6 +136,9 @@ struct Shared {
     recorder: Option<recording::RecorderTap>,
     /// A full-screen program whose output is quiet this long is `idle`.
     idle_after: Duration,
+    /// Notes the session's input in the broker's record, and tells whether another session was
+    /// typed in lately (`session/typing_first.rs`).
+    typist: Typist,
 }
 
 /// The session task's hold on the input side (see [`Shared::input`]).
@@ -339,6 +349,7 @@ impl Session {
             screen,
             recorder: recorder_tap,
             idle_after: settings.idle_after,
+            typist: Typist::new(Arc::clone(&context.recent_input), id),
         });
         // Held from the start, so input waits for the first spawn rather than finding nothing.
         let input = Arc::clone(&shared.input)

@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use super::handoff::{FrozenSession, Verdict};
 use super::recording::{Mark, Recorder};
+use super::typing_first::{FloodGate, RecentInput};
 use super::{
     AttachRequest, AttachedClient, Command, InputGuard, PtyInput, SessionSettings, Shared,
 };
@@ -65,6 +66,8 @@ pub(crate) struct TaskContext {
     pub events: EventBus,
     pub shutdown: CancellationToken,
     pub tracker: TaskTracker,
+    /// The broker's record of which sessions were typed in lately (`session/typing_first.rs`).
+    pub recent_input: Arc<RecentInput>,
 }
 
 /// The session task's own state.
@@ -299,7 +302,10 @@ impl SessionTask {
                 }
                 continue;
             };
-            match self.drive(running).await {
+            let end = self.drive(running).await;
+            // Whatever ends the process, nobody waits for the echo of input given to it.
+            self.shared.typist.forget();
+            match end {
                 ProcessEnd::Exited(status) => {
                     let ended = pty.take().expect("a process ran");
                     self.take_input(&ended.input_ended).await;
@@ -529,6 +535,7 @@ impl SessionTask {
         let mut output_ended = false;
         let mut pacer = ReadPacer::new(*output_buffered);
         let mut streak = ReadStreak::default();
+        let mut gate = FloodGate::new(self.settings.flood_rate_while_typing);
         let shutdown = self.context.shutdown.clone();
         let mut shutdown = std::pin::pin!(shutdown.cancelled());
         let shared = Arc::clone(&self.shared);
@@ -596,13 +603,15 @@ impl SessionTask {
                     self.report_terminal();
                     self.attachments_changed();
                 }
-                read = noting_wait(pacer.paced(read_some(output, &mut read_buf, allowance))), if allowance > 0 => {
+                read = noting_wait(pacer.paced(gate.not_before(), read_some(output, &mut read_buf, allowance))), if allowance > 0 => {
                     let (read, waited) = read;
                     match read {
                         Ok(0) => output_ended = true,
                         Ok(read) => {
                             let last_input_at = self.push_output(read_buf.split().freeze());
-                            pacer.read(read, last_input_at, Instant::now());
+                            let now = Instant::now();
+                            pacer.read(read, last_input_at, now);
+                            gate.read(read, last_input_at, &self.shared.typist, now);
                             streak.read(read, waited);
                         }
                         Err(error) => {
@@ -1354,9 +1363,9 @@ impl ReadPacer {
         }
     }
 
-    /// `read`, once the pace allows it.
-    async fn paced<T>(&self, read: impl Future<Output = T>) -> T {
-        if let Some(at) = self.next_read {
+    /// `read`, once the pace allows it, and not before `held_until` (the [`FloodGate`]'s).
+    async fn paced<T>(&self, held_until: Option<Instant>, read: impl Future<Output = T>) -> T {
+        if let Some(at) = self.next_read.max(held_until) {
             sleep_until(at).await;
         }
         read.await
@@ -1524,6 +1533,103 @@ mod tests {
             "the rest of the flood was never read"
         );
         fake.kill().await;
+    }
+
+    /// Writes `bytes` of output into `fake`'s terminal; the (paused) time until the session task
+    /// had read all of it.
+    async fn time_to_read(fake: &mut crate::runtime::fake::FakeSession, bytes: usize) -> Duration {
+        use tokio::io::AsyncWriteExt as _;
+        let started = Instant::now();
+        let until = fake.session.info().output_offset + bytes as u64;
+        fake.terminal
+            .terminal
+            .write_all(&vec![b'x'; bytes])
+            .await
+            .unwrap();
+        while fake.session.info().output_offset < until {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_is_read_at_the_typing_rate_only_while_another_session_is_typed_in() {
+        use crate::runtime::fake::FakeSession;
+        use crate::session::InputItem;
+        const RATE: u64 = 1 << 20;
+        const FLOOD: usize = 512 * 1024;
+        let settings = SessionSettings {
+            scrollback_lines: None,
+            flood_rate_while_typing: std::num::NonZeroU64::new(RATE),
+            ..FakeSession::settings()
+        };
+        let recent = Arc::new(RecentInput::default());
+        let mut flood = FakeSession::start_beside(settings, &recent).await;
+        let mut typed = FakeSession::start_beside(settings, &recent).await;
+        let type_into = async |fake: &FakeSession| {
+            let key = vec![InputItem::Text("x".to_owned())];
+            fake.session.send_input(key, false).await.unwrap();
+        };
+        let at_rate = Duration::from_secs_f64(FLOOD as f64 / RATE as f64);
+        // The last read starts before its own bytes are paid for: it may be a whole block.
+        let burst_and_last_read = Duration::from_secs_f64(
+            (super::super::typing_first::FLOOD_BURST_BYTES + READ_BLOCK as u64) as f64
+                / RATE as f64,
+        );
+
+        // Nobody types: the flood is read as it comes.
+        let alone = time_to_read(&mut flood, FLOOD).await;
+        assert!(alone < Duration::from_millis(20), "took {alone:?} alone");
+
+        // The flood's own input does not hold it back.
+        type_into(&flood).await;
+        let own = time_to_read(&mut flood, FLOOD).await;
+        assert!(
+            own < Duration::from_millis(20),
+            "took {own:?} after its own input"
+        );
+
+        // Another session is typed in: the flood goes at the rate, less its burst.
+        type_into(&typed).await;
+        let held = time_to_read(&mut flood, FLOOD).await;
+        assert!(
+            held >= at_rate - burst_and_last_read - Duration::from_millis(2) && held <= at_rate,
+            "{FLOOD} bytes at {RATE} bytes a second took {held:?}"
+        );
+
+        // The other session answers its input with a flood of its own: that input was not
+        // typing, so neither holds the other.
+        let answered = time_to_read(&mut typed, FLOOD).await;
+        assert!(
+            answered < Duration::from_millis(20),
+            "took {answered:?} to answer"
+        );
+        let after_answer = time_to_read(&mut flood, FLOOD).await;
+        assert!(
+            after_answer < Duration::from_millis(20),
+            "took {after_answer:?} after the other's input was answered by a flood"
+        );
+
+        // Typed in again, then not for a typing window: read as it comes again.
+        type_into(&typed).await;
+        tokio::time::sleep(crate::domain::TYPING_WINDOW).await;
+        let after = time_to_read(&mut flood, FLOOD).await;
+        assert!(
+            after < Duration::from_millis(20),
+            "took {after:?} after the typing"
+        );
+        // Typed in again, and its process is ended: nobody waits for that echo.
+        type_into(&typed).await;
+        typed.kill().await;
+        let after_end = time_to_read(&mut flood, FLOOD).await;
+        assert!(
+            after_end < Duration::from_millis(20),
+            "took {after_end:?} after the typed session was killed"
+        );
+
+        // Nothing was lost on the way.
+        assert_eq!(flood.session.info().output_offset, 6 * FLOOD as u64);
+        flood.kill().await;
     }
 
     #[test]
