@@ -2,6 +2,8 @@
 //! output throughput, keystroke echo, Ctrl-C under a flood, isolation from a stalled flood, and
 //! session start. Every loop is bounded in count and in time.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use ptyhub_attach_ticket::TicketRole;
@@ -325,8 +327,9 @@ pub async fn isolation_once(
 pub struct TypingUnderFlood {
     pub idle: Vec<Duration>,
     pub flooded: Vec<Duration>,
-    /// Floods of `flood_bytes` read completely, each checked, while the keys were typed.
-    pub floods: u64,
+    /// MiB a second of the floods read, each byte checked, while the keys were typed: what
+    /// typing first (the broker's `--flood-rate-while-typing`) left the flood.
+    pub flood_rate: f64,
 }
 
 /// An endless flood on demand: each newline asks for `bytes` more of the pattern.
@@ -351,16 +354,26 @@ pub async fn typing_under_flood_once(
             flood.close(stack).await;
             return Err(error.context("the flood's terminal"));
         }
-        let typing_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let reader = tokio::spawn(read_floods_until(flood, flood_bytes, typing_done.clone()));
+        let typing_done = Arc::new(AtomicBool::new(false));
+        let flood_read = Arc::new(AtomicU64::new(0));
+        let reader = tokio::spawn(read_floods_until(
+            flood,
+            flood_bytes,
+            typing_done.clone(),
+            flood_read.clone(),
+        ));
+        let typing = Instant::now();
         let flooded = echo_series(&mut quiet, keys).await;
-        typing_done.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (flood, floods) = reader.await.context("the flood's reader panicked")?;
+        let typed_for = typing.elapsed();
+        let read_meanwhile = flood_read.load(Ordering::Relaxed);
+        typing_done.store(true, Ordering::Relaxed);
+        let (flood, read) = reader.await.context("the flood's reader panicked")?;
         flood.close(stack).await;
+        read?;
         Ok(TypingUnderFlood {
             idle,
             flooded: flooded?,
-            floods: floods?,
+            flood_rate: read_meanwhile as f64 / f64::from(1 << 20) / typed_for.as_secs_f64(),
         })
     }
     .await;
@@ -369,15 +382,16 @@ pub async fn typing_under_flood_once(
 }
 
 /// Reads floods of `bytes` back to back, each asked for as soon as the previous one is
-/// complete, until `done` is set; the terminal back, and how many floods were read.
+/// complete, until `done` is set (the flood under way is read to its end); adds each byte
+/// checked to `read`. The terminal back.
 async fn read_floods_until(
     mut flood: Term,
     bytes: u64,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> (Term, Result<u64>) {
-    let mut floods = 0u64;
+    done: Arc<AtomicBool>,
+    read: Arc<AtomicU64>,
+) -> (Term, Result<()>) {
     let result = async {
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        while !done.load(Ordering::Relaxed) {
             flood.send(b"\n").await?;
             let mut received = 0u64;
             while received < bytes {
@@ -390,10 +404,10 @@ async fn read_floods_until(
                 );
                 verify_flood(&chunk, received)?;
                 received += chunk.len() as u64;
+                read.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             }
-            floods += 1;
         }
-        Ok(floods)
+        Ok(())
     }
     .await;
     (flood, result)

@@ -235,7 +235,7 @@ pub async fn typing_under_flood_section(
                         runs[index].push(FloodRun {
                             idle,
                             flooded,
-                            floods: typing.floods,
+                            flood_rate: typing.flood_rate,
                         });
                     }
                 }
@@ -247,13 +247,14 @@ pub async fn typing_under_flood_section(
     }
     writeln!(
         out,
-        "\n### (12) Typing under a flood: echo of a quiet session (gateway WebSocket, broker in process) while another session of the same broker writes {} MiB floods back to back to a controller that reads them, {} keystrokes, µs, median of {rounds} runs (min-max)\n",
+        "\n### (12) Typing under a flood: echo of a quiet session (gateway WebSocket, broker in process) while another session of the same broker writes {} MiB floods back to back to a controller that reads them (held by the broker to {} KiB/s while the other is typed in: typing first), {} keystrokes, µs, median of {rounds} runs (min-max)\n",
         sizes.typing_flood_bytes >> 20,
+        pty_broker::Config::DEFAULT_FLOOD_RATE_WHILE_TYPING >> 10,
         sizes.echo_keys
     )?;
     writeln!(
         out,
-        "| path | idle p50 / p99 | flooded p50 / p99 / p99.9 | floods read meanwhile | flooded/idle p99 | target |"
+        "| path | idle p50 / p99 | flooded p50 / p99 / p99.9 | flood read meanwhile, MiB/s | flooded/idle p99 | target |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---|")?;
     for (path, runs) in paths.iter().zip(&runs) {
@@ -272,8 +273,8 @@ pub async fn typing_under_flood_section(
             (_, true) => ": met",
             (_, false) => ": missed",
         };
-        let floods: Vec<f64> = runs.iter().map(|run| run.floods as f64).collect();
-        let floods = Spread::of(&floods).map_or(0.0, |spread| spread.median);
+        let rates: Vec<f64> = runs.iter().map(|run| run.flood_rate).collect();
+        let flood_rate = Spread::of(&rates).map_or(0.0, |spread| spread.median);
         let ratio_text = if runs.len() > 1 {
             format!("{:.2}x ({:.2}-{:.2})", ratio.median, ratio.min, ratio.max)
         } else {
@@ -281,7 +282,7 @@ pub async fn typing_under_flood_section(
         };
         writeln!(
             out,
-            "| {name} | {} / {} | {} / {} / {} | {floods:.0} | {ratio_text} | {target}{verdict} |",
+            "| {name} | {} / {} | {} / {} / {} | {flood_rate:.1} | {ratio_text} | {target}{verdict} |",
             spread_micros(runs.iter().map(|run| run.idle.p50)),
             spread_micros(runs.iter().map(|run| run.idle.p99)),
             spread_micros(runs.iter().map(|run| run.flooded.p50)),
@@ -297,5 +298,6 @@ pub async fn typing_under_flood_section(
 struct FloodRun {
     idle: Latency,
     flooded: Latency,
-    floods: u64,
+    /// MiB/s of the flood read while the keys were typed.
+    flood_rate: f64,
 }
