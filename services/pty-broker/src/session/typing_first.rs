@@ -18,7 +18,9 @@
 //! The rate is enforced with the generic cell rate algorithm: each read of `n` bytes moves the
 //! time the session has "paid until" forward by `n / rate`, and the next read waits while that
 //! time is more than a burst ahead of now. The burst lets output that comes in short spurts (a
-//! compiler's screenful) through at once.
+//! compiler's screenful) through at once. The broker's record is asked whether another session
+//! is typed in only when a read would be held: an echo, or any output slower than the rate,
+//! never takes its lock on the way from the PTY to the client.
 
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
@@ -188,23 +190,28 @@ impl FloodGate {
                 typist.flooded(at);
             }
         }
-        self.pace(len, typist.others_typing(now), now);
+        self.pace(len, now, || typist.others_typing(now));
     }
 
-    /// Moves the time paid until by a read of `len` bytes at `now`, while another session is
-    /// typed in (`others_typing`); forgets it otherwise.
-    fn pace(&mut self, len: usize, others_typing: bool, now: Instant) {
-        let Some(rate) = self.rate.filter(|_| others_typing) else {
-            self.paid_until = None;
-            self.held_until = None;
+    /// Moves the time paid until by a read of `len` bytes at `now`. When that holds the next
+    /// read, asks `others_typing`: if nobody else is typed in, the debt is forgiven instead, so
+    /// a flood nobody is held for asks once per burst, not once per read.
+    fn pace(&mut self, len: usize, now: Instant, others_typing: impl FnOnce() -> bool) {
+        let Some(rate) = self.rate else {
             return;
         };
         let paid_until =
             self.paid_until.map_or(now, |paid| paid.max(now)) + time_for(len as u64, rate);
-        self.paid_until = Some(paid_until);
-        self.held_until = paid_until
+        let held_until = paid_until
             .checked_sub(time_for(FLOOD_BURST_BYTES, rate))
             .filter(|at| *at > now);
+        if held_until.is_some() && !others_typing() {
+            self.paid_until = None;
+            self.held_until = None;
+        } else {
+            self.paid_until = Some(paid_until);
+            self.held_until = held_until;
+        }
     }
 
     /// When the next read may start, as of the last read; `None`: at once.
@@ -229,11 +236,15 @@ mod tests {
         NonZeroU64::new(bytes_per_second)
     }
 
+    /// `N` sessions of one broker, sharing its record.
+    fn typists<const N: usize>() -> [Typist; N] {
+        let recent = Arc::new(RecentInput::default());
+        std::array::from_fn(|_| Typist::new(Arc::clone(&recent), Uuid::new_v4()))
+    }
+
     #[test]
     fn a_session_is_told_of_input_to_another_never_of_its_own() {
-        let recent = Arc::new(RecentInput::default());
-        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        let [a, b, c] = [a, b, c].map(|id| Typist::new(Arc::clone(&recent), id));
+        let [a, b, c] = typists();
         let start = Instant::now();
         assert!(!a.others_typing(start), "nobody typed yet");
 
@@ -263,9 +274,7 @@ mod tests {
 
     #[test]
     fn input_answered_with_a_flood_is_not_typing() {
-        let recent = Arc::new(RecentInput::default());
-        let [a, b] =
-            [Uuid::new_v4(), Uuid::new_v4()].map(|id| Typist::new(Arc::clone(&recent), id));
+        let [a, b] = typists();
         let mut a_gate = FloodGate::new(rate(MIB));
         let start = Instant::now();
         a.note_input(start);
@@ -288,9 +297,7 @@ mod tests {
 
     #[test]
     fn input_to_a_session_whose_process_ended_is_forgotten() {
-        let recent = Arc::new(RecentInput::default());
-        let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()]
-            .map(|id| Typist::new(Arc::clone(&recent), id));
+        let [a, b, c] = typists();
         let start = Instant::now();
         a.note_input(start);
         b.note_input(start);
@@ -306,9 +313,7 @@ mod tests {
 
     #[test]
     fn a_session_typed_in_behind_one_that_flooded_still_counts() {
-        let recent = Arc::new(RecentInput::default());
-        let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()]
-            .map(|id| Typist::new(Arc::clone(&recent), id));
+        let [a, b, c] = typists();
         let start = Instant::now();
         b.note_input(start);
         a.note_input(start);
@@ -322,17 +327,28 @@ mod tests {
     fn a_flood_is_held_to_the_rate_only_while_another_session_is_typed_in() {
         let start = Instant::now();
         let mut gate = FloodGate::new(rate(4 * MIB));
-        // Nobody else types: read as fast as it comes.
+        // Nobody else types: read as fast as it comes, and the record is asked once a burst,
+        // not once a read.
+        let mut asked = 0;
         for _ in 0..1000 {
-            gate.pace(4095, false, start);
+            gate.pace(4095, start, || {
+                asked += 1;
+                false
+            });
         }
         assert_eq!(gate.not_before(), None);
+        assert!(
+            asked <= 1000 * 4095 / FLOOD_BURST_BYTES + 1,
+            "asked {asked} times"
+        );
 
-        // Someone else types: a burst goes at once, then the reads wait their turn.
+        // Someone else types (a second later, when what was read alone is paid for): a burst
+        // goes at once, then the reads wait their turn.
+        let start = start + Duration::from_secs(1);
         let mut now = start;
         let mut read = 0u64;
         while gate.not_before().is_none() {
-            gate.pace(4096, true, now);
+            gate.pace(4096, now, || true);
             read += 4096;
         }
         assert_eq!(
@@ -343,7 +359,7 @@ mod tests {
         // Each later read waits for its bytes' time at 4 MiB/s: 10 MiB take 2.5 s.
         for _ in 0..(10 * MIB / 4096) {
             now = gate.not_before().unwrap_or(now);
-            gate.pace(4096, true, now);
+            gate.pace(4096, now, || true);
         }
         let took = now - start;
         assert!(
@@ -352,7 +368,7 @@ mod tests {
         );
 
         // The typing stops: the next read is not held, and the debt is forgotten.
-        gate.pace(4096, false, now);
+        gate.pace(4096, now, || false);
         assert_eq!(gate.not_before(), None);
     }
 
@@ -367,7 +383,9 @@ mod tests {
                 gate.not_before().is_none_or(|at| at <= now),
                 "held at tick {tick}"
             );
-            gate.pace(1024, true, now);
+            gate.pace(1024, now, || {
+                panic!("the record asked for output slower than the rate, at tick {tick}")
+            });
         }
     }
 
