@@ -463,6 +463,28 @@ MC4CAQAwBQYDK2VwBCIEIMN0Jpn1HHtTfqtJ/ZDeRAn+L9og+Sxlzm4m2hAcsyHG
     }
 
     #[test]
+    fn the_flood_rate_while_typing_is_a_count_of_bytes_and_zero_turns_it_off() {
+        let files = SecretFiles::new();
+        let key = files.flag("ticket-public-key-file", PUBLIC_KEY);
+        let token = files.flag("session-api-token-file", "session-api-token-0123456789");
+        let rate = |extra: &[&str]| {
+            parse(&[&[key.as_str(), token.as_str()], extra].concat())
+                .map(|config| config.flood_rate_while_typing)
+        };
+        assert_eq!(rate(&[]), Ok(512 * 1024));
+        assert_eq!(rate(&["--flood-rate-while-typing=0"]), Ok(0));
+        assert_eq!(rate(&["--flood-rate-while-typing=1048576"]), Ok(1 << 20));
+        for bad in ["-1", "fast", "1.5", ""] {
+            let refused = rate(&[&format!("--flood-rate-while-typing={bad}")])
+                .expect_err("not a count of bytes");
+            assert!(
+                refused.contains("--flood-rate-while-typing"),
+                "{bad:?}: {refused}"
+            );
+        }
+    }
+
+    #[test]
     fn every_secret_can_come_from_a_file() {
         let files = SecretFiles::new();
         let config = parse(&[
