@@ -92,7 +92,7 @@ fn unscreened_broker_credential() -> Result<ServiceCredential> {
 pub struct OverTcp<'a> {
     in_process: &'a ptyhub_stack::InProcessBrokers,
     endpoint: &'a str,
-    service: Option<tonic::service::Routes>,
+    service: Option<ptyhub_wire::InProcessBroker>,
 }
 
 impl Drop for OverTcp<'_> {
@@ -348,7 +348,7 @@ impl Stack {
         // their screens alone.
         self.services
             .in_process_brokers()
-            .insert(endpoint.clone(), broker.in_process_service());
+            .insert(endpoint.clone(), broker.in_process());
         let (stop, stopped) = oneshot::channel::<()>();
         let served = tokio::spawn(broker.serve(listener, async move {
             let _ = stopped.await;

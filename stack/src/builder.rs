@@ -257,7 +257,7 @@ impl StackBuilder {
         if self.broker_in_process {
             self.gateway
                 .in_process_brokers
-                .insert(addresses.broker_endpoint(), broker.in_process_service());
+                .insert(addresses.broker_endpoint(), broker.in_process());
         }
         let credentials = self.credentials();
         let broker_id = self.broker.broker_id.clone();

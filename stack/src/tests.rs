@@ -106,11 +106,45 @@ async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
     assert!(stack.in_process_brokers().contains(&endpoint));
     local_instance(&stack, "in-process").await;
 
-    let service = stack
+    let broker = stack
         .in_process_brokers()
         .remove(&endpoint)
-        .expect("the broker's service");
-    let transport = gateway::brokers::BrokerTransport::InProcess(service);
+        .expect("the broker in process");
+    // Its `Attach`, which takes the frames as values, checks them as the port does: the first
+    // frame must be a hello, and the hello's ticket must be one session-api signed.
+    let attach = |frames: Vec<broker_pb::ClientFrame>| {
+        broker
+            .attach()
+            .attach(Box::pin(tokio_stream::iter(frames.into_iter().map(Ok))))
+    };
+    let refused = attach(vec![broker_pb::ClientFrame {
+        frame: Some(broker_pb::client_frame::Frame::Reset(
+            broker_pb::ResetTerminal {},
+        )),
+    }])
+    .await
+    .err()
+    .expect("no hello, no stream");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    let refused = attach(vec![broker_pb::ClientFrame {
+        frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
+            ticket: "not-a-ticket".to_owned(),
+            session_id: "6f1d2c3b-0000-4000-8000-000000000001".to_owned(),
+            role: broker_pb::Role::Controller as i32,
+            ..Default::default()
+        })),
+    }])
+    .await
+    .err()
+    .expect("no ticket of session-api's, no stream");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let refused = attach(Vec::new())
+        .await
+        .err()
+        .expect("an empty stream has no hello");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+
+    let transport = gateway::brokers::BrokerTransport::InProcess(broker.service().clone());
     let refused = broker_pb::pty_broker_client::PtyBrokerClient::new(transport.clone())
         .list(broker_pb::ListRequest {})
         .await

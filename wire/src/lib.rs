@@ -1,8 +1,8 @@
 //! The edge that every ptyhub service shares, written once: the contract's limits, service
 //! credentials with one client interceptor and one server check, health and reflection set up
 //! by one function, the closed table of error codes that every transport (gRPC, HTTP,
-//! WebSocket) maps from, and TLS for every hop. The contract's nouns (sizes, roles, statuses,
-//! names) are `ptyhub-model`'s.
+//! WebSocket) maps from, TLS for every hop, and the in-process road to a broker. The
+//! contract's nouns (sizes, roles, statuses, names) are `ptyhub-model`'s.
 //!
 //! Nothing here knows a service's domain: a service turns its own errors into an [`ErrorCode`],
 //! and this crate says what that code is on each wire.
@@ -12,6 +12,7 @@
 mod audit;
 mod code;
 mod credential;
+mod in_process;
 mod introspection;
 pub mod limits;
 #[cfg(feature = "recordings")]
@@ -31,6 +32,7 @@ pub use credential::{
     AUTHORIZATION_METADATA, BearerAuth, InvalidCredential, RequireCredential, ServiceCredential,
     TierCredentials, bearer_token,
 };
+pub use in_process::{AttachInProcess, ClientFrames, InProcessBroker, ServerFrames};
 pub use introspection::{HealthHandle, Introspection, IntrospectionError};
 #[cfg(feature = "recordings")]
 pub use recordings::{RecordingStore, RecordingStoreError};

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures::Stream;
+use futures::{Stream, TryStreamExt as _};
 use ptyhub_model::Role;
 use ptyhub_proto::broker::v1 as pb;
 use ptyhub_proto::broker::v1::pty_broker_server::{PtyBroker, PtyBrokerServer};
@@ -442,7 +442,7 @@ impl Drop for Relay {
 /// The stream to the broker: its frames, the relay's way to send it frames, and the reader of
 /// the client's frames that forwards them.
 struct Upstream {
-    frames: Streaming<pb::ServerFrame>,
+    frames: ptyhub_wire::ServerFrames,
     /// Kept beside the reader's, so that the relay can still send its last input once the
     /// client's side ended.
     sender: mpsc::Sender<pb::ClientFrame>,
@@ -488,7 +488,7 @@ impl Upstream {
             if sender.send(last).await.is_err() {
                 return;
             }
-            while let Ok(Some(frame)) = frames.message().await {
+            while let Ok(Some(frame)) = frames.try_next().await {
                 let answered = match &frame.frame {
                     Some(pb::server_frame::Frame::InputAck(ack)) => ack.input_id == last_id,
                     Some(pb::server_frame::Frame::Error(error)) => {
@@ -552,7 +552,7 @@ fn relay_frames(relay: Relay) -> impl Stream<Item = Result<pb::ServerFrame, Stat
                         continue;
                     }
                 },
-                frame = upstream_frames(&mut relay.upstream).message() => match frame {
+                frame = upstream_frames(&mut relay.upstream).try_next() => match frame {
                     Ok(Some(frame)) => Ok(frame),
                     Ok(None) => return None,
                     Err(status) => Err(broker_status(&status)),
@@ -607,7 +607,7 @@ fn follow_role_change(role: &watch::Sender<Role>, changed: i32) -> Role {
 }
 
 /// The broker's frames while the relay lives.
-fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut Streaming<pb::ServerFrame> {
+fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut ptyhub_wire::ServerFrames {
     &mut upstream
         .as_mut()
         .expect("the stream to the broker lives as long as the relay")
@@ -615,8 +615,9 @@ fn upstream_frames(upstream: &mut Option<Upstream>) -> &mut Streaming<pb::Server
 }
 
 /// Forwards the client's frames after its hello, refusing what the client may not send: a
-/// viewer's input, resize and reset (by its role when the frame comes, see [`Relay::role`]), a second hello, an empty frame (answered with an error
-/// frame, the stream goes on) and a frame over the limit (the stream ends). A refusal nobody
+/// viewer's input, resize and reset (by its role when the frame comes, see [`Relay::role`]), a
+/// second hello, an empty frame (answered with an error frame, the stream goes on) and a frame
+/// over the limit (the stream ends). A refusal nobody
 /// reads (the client's call is gone) stops nothing: what the client sent before it left is
 /// forwarded all the same. The side towards the broker stays open after the client closed its
 /// own, until the relay's last input was answered (see [`Upstream::finish_input`]).

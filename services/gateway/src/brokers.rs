@@ -1,15 +1,16 @@
 //! The gateway's way to a broker: one lazily connected gRPC channel per endpoint, or, for a
-//! broker in the gateway's own process (`ptyhub up`), that broker's gRPC service called
-//! directly.
+//! broker in the gateway's own process (`ptyhub up`), that broker called directly
+//! (`ptyhub_wire::InProcessBroker`).
 //!
 //! A call in process is the same gRPC call, with the same messages, checks and limits, but
-//! without HTTP/2, the loopback connection and the connection tasks on both sides of it: the
-//! gateway's WebSocket task polls the broker's `Attach` response stream itself, so an output
-//! byte goes from the session's ring to the WebSocket without crossing another task, and a
-//! keystroke crosses one (the broker's reader of the client's frames). Health checks still go
-//! over the network: `/healthz` reports whether the broker answers on the port session-api and
-//! every other client use. These are the only two roads: a broker in another process, on this
-//! host or another, is called over the network.
+//! without HTTP/2, the loopback connection and the connection tasks on both sides of it; and
+//! `Attach`, the call on a keystroke's path, hands its frames over as values, never encoded.
+//! The gateway's WebSocket task polls the broker's `Attach` response stream itself, so an
+//! output byte goes from the session's ring to the WebSocket without crossing another task,
+//! and a keystroke crosses one (the broker's reader of the client's frames). Health checks
+//! still go over the network: `/healthz` reports whether the broker answers on the port
+//! session-api and every other client use. These are the only two roads: a broker in another
+//! process, on this host or another, is called over the network.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
+use ptyhub_wire::{AttachInProcess, InProcessBroker};
 use tonic::body::Body;
 use tonic::service::Routes;
 use tonic::transport::Channel;
@@ -31,22 +33,22 @@ use crate::error::ApiError;
 /// process. Cloned handles share one table, so a broker started after the gateway can be added.
 #[derive(Clone, Default)]
 pub struct InProcessBrokers {
-    services: Arc<RwLock<HashMap<String, Routes>>>,
+    brokers: Arc<RwLock<HashMap<String, InProcessBroker>>>,
 }
 
 impl InProcessBrokers {
-    /// From now on, calls to `endpoint` go to `service` (a broker's `in_process_service()`).
-    pub fn insert(&self, endpoint: impl Into<String>, service: Routes) {
-        self.services
+    /// From now on, calls to `endpoint` go to `broker` (a broker's `in_process()`).
+    pub fn insert(&self, endpoint: impl Into<String>, broker: InProcessBroker) {
+        self.brokers
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(endpoint.into(), service);
+            .insert(endpoint.into(), broker);
     }
 
     /// From now on, calls to `endpoint` go over the network again (streams already open stay
-    /// as they are); returns the service it called.
-    pub fn remove(&self, endpoint: &str) -> Option<Routes> {
-        self.services
+    /// as they are); returns the broker it called.
+    pub fn remove(&self, endpoint: &str) -> Option<InProcessBroker> {
+        self.brokers
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(endpoint)
@@ -57,8 +59,8 @@ impl InProcessBrokers {
         self.get(endpoint).is_some()
     }
 
-    fn get(&self, endpoint: &str) -> Option<Routes> {
-        self.services
+    fn get(&self, endpoint: &str) -> Option<InProcessBroker> {
+        self.brokers
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(endpoint)
@@ -68,8 +70,8 @@ impl InProcessBrokers {
 
 impl fmt::Debug for InProcessBrokers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let services = self.services.read().unwrap_or_else(PoisonError::into_inner);
-        f.debug_set().entries(services.keys()).finish()
+        let brokers = self.brokers.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_set().entries(brokers.keys()).finish()
     }
 }
 
@@ -146,9 +148,17 @@ impl BrokerChannels {
     /// channel.
     pub fn transport(&self, endpoint: &str) -> Result<BrokerTransport, ApiError> {
         match self.in_process.get(endpoint) {
-            Some(service) => Ok(BrokerTransport::InProcess(service)),
+            Some(broker) => Ok(BrokerTransport::InProcess(broker.service().clone())),
             None => Ok(BrokerTransport::Network(self.channel(endpoint)?)),
         }
+    }
+
+    /// The `Attach` of the broker at `endpoint` when it runs in this process, which takes the
+    /// frames as values; `None` for a broker called over the network.
+    pub fn attach_in_process(&self, endpoint: &str) -> Option<Arc<dyn AttachInProcess>> {
+        self.in_process
+            .get(endpoint)
+            .map(|broker| broker.attach().clone())
     }
 
     fn channel(&self, endpoint: &str) -> Result<Channel, ApiError> {
@@ -203,13 +213,28 @@ mod tests {
 
     const HERE: &str = "http://127.0.0.1:1";
 
+    /// An `Attach` that refuses every stream, as a broker without sessions would.
+    struct RefusingAttach;
+
+    impl AttachInProcess for RefusingAttach {
+        fn attach(
+            &self,
+            _frames: ptyhub_wire::ClientFrames,
+        ) -> tonic::codegen::BoxFuture<ptyhub_wire::ServerFrames, tonic::Status> {
+            Box::pin(async { Err(tonic::Status::not_found("no such session")) })
+        }
+    }
+
     async fn brokers_with_a_health_service_in_process() -> BrokerChannels {
         let (reporter, service) = tonic_health::server::health_reporter();
         reporter
             .set_service_status("", tonic_health::ServingStatus::Serving)
             .await;
         let in_process = InProcessBrokers::default();
-        in_process.insert(HERE, Routes::new(service));
+        in_process.insert(
+            HERE,
+            InProcessBroker::new(Routes::new(service), Arc::new(RefusingAttach)),
+        );
         BrokerChannels::new(
             Duration::from_secs(2),
             ptyhub_wire::TlsConfig::plain(),
@@ -239,9 +264,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn attach_in_process_is_the_registered_brokers_own() {
+        let brokers = brokers_with_a_health_service_in_process().await;
+        let attach = brokers
+            .attach_in_process(HERE)
+            .expect("registered in process");
+        let refused = attach
+            .attach(Box::pin(futures::stream::empty()))
+            .await
+            .err()
+            .expect("the broker's own answer");
+        assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+        assert!(brokers.attach_in_process("http://127.0.0.1:2").is_none());
+    }
+
+    #[tokio::test]
     async fn an_unknown_or_removed_endpoint_goes_over_the_network() {
         let brokers = brokers_with_a_health_service_in_process().await;
         brokers.in_process.remove(HERE);
+        assert!(brokers.attach_in_process(HERE).is_none());
         let transport = brokers.transport(HERE).unwrap();
         assert!(matches!(transport, BrokerTransport::Network(_)));
         let status = check(transport).await.unwrap_err();

@@ -205,13 +205,19 @@ impl Broker {
         }
     }
 
-    /// This broker's gRPC service (`ptyhub.broker.v1.PtyBroker`) as a value another part of the
-    /// same process calls without a socket: `ptyhub up`'s gateway does. The same handlers,
-    /// checks and limits as on the port; no HTTP/2, no connection, no task between caller and
-    /// handler. It serves as long as the broker does, on the port or not (a hand-off ends its
-    /// streams as it ends those on the port; health and reflection are on the port only).
-    pub fn in_process_service(&self) -> tonic::service::Routes {
-        tonic::service::Routes::new(PtyBrokerService::new(self.clone()).into_server()).prepare()
+    /// This broker as another part of the same process calls it without a socket: `ptyhub
+    /// up`'s gateway does. Its gRPC service (`ptyhub.broker.v1.PtyBroker`) as a value, with the
+    /// same handlers, checks and limits as on the port, and no HTTP/2, no connection, no task
+    /// between caller and handler; and its `Attach` with the frames as values, not encoded
+    /// (`ptyhub_wire::InProcessBroker`). It serves as long as the broker does, on the port or
+    /// not (a hand-off ends its streams as it ends those on the port; health and reflection are
+    /// on the port only).
+    pub fn in_process(&self) -> ptyhub_wire::InProcessBroker {
+        let service = PtyBrokerService::new(self.clone());
+        ptyhub_wire::InProcessBroker::new(
+            tonic::service::Routes::new(service.clone().into_server()).prepare(),
+            std::sync::Arc::new(service),
+        )
     }
 
     /// The graceful end: not serving, every session closed, every stream ended, within `grace`.

@@ -2,14 +2,16 @@
 //! WebSocket bridge and the relay use them.
 
 use futures::channel::mpsc as queue;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt as _};
 use ptyhub_model::proto::ProtoEnum as _;
 use ptyhub_model::{Role, TerminalSize};
 use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
+use ptyhub_wire::ServerFrames;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::brokers::BrokerChannels;
 use crate::domain::{AttachTarget, TerminalCommand, TerminalEvent};
 use crate::error::ApiError;
 
@@ -26,7 +28,6 @@ impl Upstreams {
         since: Option<u64>,
         snapshot: bool,
     ) -> Result<(AttachEvents, AttachCommands), ApiError> {
-        let broker = self.brokers.transport(&target.broker_endpoint)?;
         let (commands, command_receiver) = AttachCommands::channel(ATTACH_COMMAND_QUEUE);
         let hello = broker_pb::ClientFrame {
             frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
@@ -39,16 +40,12 @@ impl Upstreams {
                 present_only: target.present_only,
             })),
         };
-        // The hello is boxed: the request body keeps its stream, the hello's room in it
-        // included, for as long as the stream lives, and sends the hello once.
+        // The hello is boxed: the broker keeps this stream of frames (on either road), the
+        // hello's room in it included, for as long as the call lives, and takes the hello once.
         let frames = futures::stream::once(std::future::ready(Box::new(hello)))
             .map(|hello| *hello)
             .chain(command_receiver.map(command_frame));
-        let events = broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
-            .attach(frames)
-            .await
-            .map_err(broker_error)?
-            .into_inner();
+        let events = open_attach(&self.brokers, &target.broker_endpoint, frames).await?;
         Ok((AttachEvents { events }, commands))
     }
 }
@@ -81,30 +78,51 @@ impl Upstreams {
         &self,
         broker_endpoint: &str,
         frames: mpsc::Receiver<broker_pb::ClientFrame>,
-    ) -> Result<tonic::Streaming<broker_pb::ServerFrame>, ApiError> {
-        let broker = self.brokers.transport(broker_endpoint)?;
-        broker_pb::pty_broker_client::PtyBrokerClient::new(broker)
-            .attach(ReceiverStream::new(frames))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(broker_error)
+    ) -> Result<ServerFrames, ApiError> {
+        open_attach(&self.brokers, broker_endpoint, ReceiverStream::new(frames)).await
     }
+}
+
+/// Opens `Attach` on the broker at `endpoint` with `frames`, the hello first: a broker in this
+/// process takes the frames as they are, one elsewhere over its channel.
+async fn open_attach(
+    brokers: &BrokerChannels,
+    endpoint: &str,
+    frames: impl Stream<Item = broker_pb::ClientFrame> + Send + 'static,
+) -> Result<ServerFrames, ApiError> {
+    if let Some(broker) = brokers.attach_in_process(endpoint) {
+        return broker
+            .attach(frames.map(Ok).boxed())
+            .await
+            .map_err(broker_error);
+    }
+    let events = broker_pb::pty_broker_client::PtyBrokerClient::new(brokers.transport(endpoint)?)
+        .attach(frames)
+        .await
+        .map_err(broker_error)?
+        .into_inner();
+    Ok(events.boxed())
 }
 
 /// How many client frames may wait for the broker before the WebSocket stops reading the client.
 const ATTACH_COMMAND_QUEUE: usize = 64;
 
 /// The server half of an `Attach` stream.
-#[derive(Debug)]
 pub struct AttachEvents {
-    events: tonic::Streaming<broker_pb::ServerFrame>,
+    events: ServerFrames,
+}
+
+impl std::fmt::Debug for AttachEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachEvents").finish_non_exhaustive()
+    }
 }
 
 impl AttachEvents {
     /// The next event; `None` when the broker ended the stream.
     pub async fn next(&mut self) -> Result<Option<TerminalEvent>, ApiError> {
         loop {
-            let message = match self.events.message().await {
+            let message = match self.events.try_next().await {
                 Err(status) if ptyhub_wire::is_handing_over(&status) => {
                     return Ok(Some(TerminalEvent::HandingOver));
                 }

@@ -6,16 +6,16 @@
 mod convert;
 mod registry_client;
 
-use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt as _, TryStreamExt as _};
 use ptyhub_proto::broker::v1 as pb;
-use ptyhub_wire::{RequireCredential, limits};
+use ptyhub_wire::{AttachInProcess, ClientFrames, RequireCredential, ServerFrames, limits};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tonic::codegen::{BoxFuture, BoxStream};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::broker::{Broker, Hello};
@@ -64,11 +64,11 @@ impl PtyBrokerService {
         }
     }
 
-    /// The tonic server for this service, with the client frame limit set.
     /// The service's full name, as health checks and reflection list it.
     pub const NAME: &'static str =
         <pb::pty_broker_server::PtyBrokerServer<Self> as tonic::server::NamedService>::NAME;
 
+    /// The tonic server for this service, with the client frame limit set.
     pub fn into_server(self) -> pb::pty_broker_server::PtyBrokerServer<Self> {
         pb::pty_broker_server::PtyBrokerServer::new(self)
             .max_decoding_message_size(MAX_CLIENT_FRAME_BYTES)
@@ -77,9 +77,48 @@ impl PtyBrokerService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         self.credential_check.check(request.metadata())
     }
+
+    /// `Attach` on a stream of client frames, from the port (decoded by tonic) or from the
+    /// gateway in this process (as they are): the hello first, then the session's frames for
+    /// this client while its frames are applied.
+    async fn attach_frames(&self, mut inbound: ClientFrames) -> Result<ServerFrames, Status> {
+        let malformed = |message: &str| Status::from(Error::MalformedStream(message.to_owned()));
+        let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.try_next()).await {
+            Err(_) => return Err(malformed("no hello frame within 10 seconds")),
+            Ok(Err(status)) => return Err(inbound_status(status)),
+            Ok(Ok(None)) => return Err(malformed("stream ended before the hello frame")),
+            Ok(Ok(Some(frame))) => frame,
+        };
+        let Some(pb::client_frame::Frame::Hello(hello)) = first.frame else {
+            return Err(malformed("the first client frame must be a hello"));
+        };
+        let hello = Hello::try_from(hello)?;
+        let attachment = self.broker.attach(hello).await?;
+        let (replies, reply_receiver) = mpsc::channel(OUTBOUND_REPLIES);
+        let response_gone = CancellationToken::new();
+        tokio::spawn(apply_client_frames_until(
+            attachment.input(),
+            inbound,
+            replies,
+            response_gone.clone(),
+        ));
+        Ok(Box::pin(outbound_frames(Outbound {
+            attachment,
+            replies: Some(reply_receiver),
+            _response_gone: response_gone.drop_guard(),
+            ended: false,
+        })))
+    }
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+/// The in-process road's `Attach` (`ptyhub_wire::AttachInProcess`): the port's handler, with
+/// the frames as values.
+impl AttachInProcess for PtyBrokerService {
+    fn attach(&self, frames: ClientFrames) -> BoxFuture<ServerFrames, Status> {
+        let service = self.clone();
+        Box::pin(async move { service.attach_frames(frames).await })
+    }
+}
 
 #[tonic::async_trait]
 impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
@@ -343,39 +382,14 @@ impl pb::pty_broker_server::PtyBroker for PtyBrokerService {
         Ok(Response::new(wait_response(session_id, outcome)))
     }
 
-    type AttachStream = BoxStream<pb::ServerFrame>;
+    type AttachStream = ServerFrames;
 
     async fn attach(
         &self,
         request: Request<Streaming<pb::ClientFrame>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        let mut inbound = request.into_inner();
-        let malformed = |message: &str| Status::from(Error::MalformedStream(message.to_owned()));
-        let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
-            Err(_) => return Err(malformed("no hello frame within 10 seconds")),
-            Ok(Err(status)) => return Err(inbound_status(status)),
-            Ok(Ok(None)) => return Err(malformed("stream ended before the hello frame")),
-            Ok(Ok(Some(frame))) => frame,
-        };
-        let Some(pb::client_frame::Frame::Hello(hello)) = first.frame else {
-            return Err(malformed("the first client frame must be a hello"));
-        };
-        let hello = Hello::try_from(hello)?;
-        let attachment = self.broker.attach(hello).await?;
-        let (replies, reply_receiver) = mpsc::channel(OUTBOUND_REPLIES);
-        let response_gone = CancellationToken::new();
-        tokio::spawn(apply_client_frames_until(
-            attachment.input(),
-            inbound,
-            replies,
-            response_gone.clone(),
-        ));
-        Ok(Response::new(Box::pin(outbound_frames(Outbound {
-            attachment,
-            replies: Some(reply_receiver),
-            _response_gone: response_gone.drop_guard(),
-            ended: false,
-        }))))
+        let inbound: Streaming<pb::ClientFrame> = request.into_inner();
+        self.attach_frames(inbound.boxed()).await.map(Response::new)
     }
 }
 
@@ -513,7 +527,7 @@ fn outbound_frames(outbound: Outbound) -> impl Stream<Item = Result<pb::ServerFr
 /// left without ending its side, or input the process does not read, holds nothing for long.
 async fn apply_client_frames_until(
     input: AttachedInput,
-    inbound: Streaming<pb::ClientFrame>,
+    inbound: ClientFrames,
     sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
     response_gone: CancellationToken,
 ) {
@@ -538,7 +552,7 @@ async fn apply_client_frames_until(
 /// still applied.
 async fn apply_client_frames(
     handle: &AttachmentHandle,
-    mut inbound: Streaming<pb::ClientFrame>,
+    mut inbound: ClientFrames,
     sender: mpsc::Sender<Result<pb::ServerFrame, Status>>,
 ) {
     // The one frame read while an input was being written, applied next.
@@ -546,7 +560,7 @@ async fn apply_client_frames(
     loop {
         let next = match ahead.take() {
             Some(next) => next,
-            None => inbound.message().await,
+            None => inbound.try_next().await,
         };
         let frame = match next {
             Ok(Some(frame)) => frame,
@@ -630,7 +644,7 @@ async fn write_input(
 async fn write_input_reading_ahead(
     handle: &AttachmentHandle,
     input: pb::Input,
-    inbound: &mut Streaming<pb::ClientFrame>,
+    inbound: &mut ClientFrames,
     ahead: &mut Option<Result<Option<pb::ClientFrame>, Status>>,
     sender: &mpsc::Sender<Result<pb::ServerFrame, Status>>,
 ) -> Result<(), Refusal> {
@@ -640,7 +654,7 @@ async fn write_input_reading_ahead(
         tokio::select! {
             biased;
             written = &mut write => return written,
-            next = inbound.message(), if ahead.is_none() => match next {
+            next = inbound.try_next(), if ahead.is_none() => match next {
                 Ok(Some(pb::ClientFrame {
                     frame: Some(pb::client_frame::Frame::Input(interrupt)),
                 })) if interrupt.data.as_ref() == [INTERRUPT] => {
