@@ -10,6 +10,7 @@ use ptyhub_proto::broker::v1 as broker_pb;
 use ptyhub_proto::session::v1 as session_pb;
 use ptyhub_test_support::tls::TestCertificates;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_stream::StreamExt as _;
 
 use crate::{Service, Stack, StackError};
 
@@ -172,6 +173,43 @@ async fn the_gateway_calls_the_stacks_broker_in_process_with_the_same_checks() {
     .await
     .expect("the credential session-api derives from the broker's own is admitted");
     assert!(listed.into_inner().sessions.is_empty());
+    // With session-api's ticket it attaches; once the session's process ended, the stream ends,
+    // and a caller that polls again hears the end again, as from tonic's `Streaming`.
+    let target = stack
+        .session_api_client()
+        .create_session(session_pb::CreateSessionRequest {
+            instance: local_instance(&stack, "in-process-ends").await,
+            command: vec!["/bin/sh".to_owned(), "-c".to_owned(), "exit 3".to_owned()],
+            ..Default::default()
+        })
+        .await
+        .expect("a session starts")
+        .into_inner()
+        .attach
+        .expect("an attach target");
+    let mut frames = attach(vec![broker_pb::ClientFrame {
+        frame: Some(broker_pb::client_frame::Frame::Hello(broker_pb::Hello {
+            ticket: target.ticket,
+            session_id: target.session_id,
+            role: broker_pb::Role::Controller as i32,
+            ..Default::default()
+        })),
+    }])
+    .await
+    .expect("session-api's ticket attaches");
+    let exited = tokio::time::timeout(PATIENCE, async {
+        let mut exited = None;
+        while let Some(frame) = frames.next().await {
+            if let Some(broker_pb::server_frame::Frame::Exit(exit)) = frame.expect("frames").frame {
+                exited = Some(exit);
+            }
+        }
+        exited
+    })
+    .await
+    .expect("the stream ends once the process did");
+    assert_eq!(exited.map(|exit| exit.code), Some(3));
+    assert!(frames.next().await.is_none(), "the end, once more");
     stack.shutdown().await.expect("a clean shutdown");
 
     let over_tcp = Stack::builder()

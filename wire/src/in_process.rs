@@ -22,7 +22,8 @@ use tonic::service::Routes;
 pub type ClientFrames = BoxStream<broker_pb::ClientFrame>;
 
 /// A broker's frames on an `Attach` stream; an error is the last item, as the status that ends
-/// the call on the port.
+/// the call on the port. Polled again after its end, it answers the end again (`None`), as
+/// tonic's `Streaming` does.
 pub type ServerFrames = BoxStream<broker_pb::ServerFrame>;
 
 /// A broker's `Attach` called in process: `frames` in, the response stream out, as the port's

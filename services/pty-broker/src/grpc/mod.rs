@@ -102,12 +102,17 @@ impl PtyBrokerService {
             replies,
             response_gone.clone(),
         ));
-        Ok(Box::pin(outbound_frames(Outbound {
-            attachment,
-            replies: Some(reply_receiver),
-            _response_gone: response_gone.drop_guard(),
-            ended: false,
-        })))
+        // Fused: a caller in process may poll again after the end (the relay does, for the
+        // receipt of its last input), and hears the end again, as from tonic's `Streaming`.
+        Ok(Box::pin(
+            outbound_frames(Outbound {
+                attachment,
+                replies: Some(reply_receiver),
+                _response_gone: response_gone.drop_guard(),
+                ended: false,
+            })
+            .fuse(),
+        ))
     }
 }
 
