@@ -20,6 +20,8 @@ mod stats;
 mod term;
 mod typists;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -36,6 +38,7 @@ async fn main() -> Result<()> {
     if args.typist_client {
         return typists::client(Duration::from_millis(args.typing_ms)).await;
     }
+    let panics = PanicCount::install();
     let sizes = args.sizes();
     let selected = |name: &str| args.selected(name);
     let browser = BrowserSetup {
@@ -67,7 +70,10 @@ async fn main() -> Result<()> {
         signal = interrupted.recv() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     stack.stop().await;
-    let (table, failures) = result?;
+    let (table, mut failures) = result?;
+    if let Some(failure) = panics.failure() {
+        failures.push(failure);
+    }
     let table = if args.record {
         format!("Recording on (output+input) for every session.\n\n{table}")
     } else {
@@ -123,5 +129,51 @@ impl Interrupts {
             })
         });
         futures::future::select_all(waits).await.0
+    }
+}
+
+/// How many panics the bench's process has had. The stack runs in this process, and a panic in
+/// one of its spawned tasks only ends that task: the task's log says so, and the scenario may
+/// still finish with figures. Every panic is therefore a failure of the run.
+#[derive(Debug, Clone)]
+struct PanicCount(Arc<AtomicUsize>);
+
+impl PanicCount {
+    /// Counts every panic from now on, and still prints each as before.
+    fn install() -> Self {
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&count);
+        let print = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            print(info);
+        }));
+        Self(count)
+    }
+
+    /// The run's failure, if anything panicked.
+    fn failure(&self) -> Option<String> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            panics => Some(format!(
+                "{panics} panic(s) in the bench's process (the stack's tasks or the bench's own): \
+                 each is printed above with its place"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_in_a_spawned_task_fails_the_run() {
+        let panics = PanicCount::install();
+        assert_eq!(panics.failure(), None);
+        let ended = tokio::spawn(async { panic!("a task of the stack panics") }).await;
+        assert!(ended.is_err_and(|error| error.is_panic()));
+        let failure = panics.failure().expect("the panic is counted");
+        assert!(failure.starts_with("1 panic(s)"), "{failure}");
     }
 }
