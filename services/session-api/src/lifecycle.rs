@@ -1,11 +1,12 @@
 //! What happens to sessions outside any API call: one watcher per broker follows its event
-//! stream (reconnecting with backoff), records exits, closes, activity, attachments and who
-//! they are (presence, at once), window titles and bells (the last three batched), who typed
-//! how much (batched: the audit's input windows), and reconciles the records with the broker's
-//! Snapshot each time the stream (re)connects; a supervisor starts watchers for new brokers,
-//! marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that stays
-//! down past the heartbeat timeout. Two sweeps keep the records from growing without bound:
-//! closed sessions past their retention, and audit events past theirs.
+//! stream (reconnecting with backoff), records exits, closes, attachments and who they are
+//! (presence) and what terminals do (both at once: after the events that arrived together,
+//! in one transaction each), activity, window titles and bells (the last three batched), who
+//! typed how much (batched: the audit's input windows), and reconciles the records with the
+//! broker's Snapshot each time the stream (re)connects; a supervisor starts watchers for new
+//! brokers, marks silent brokers down, and closes (`broker_lost`) the sessions of a broker that
+//! stays down past the heartbeat timeout. Two sweeps keep the records from growing without
+//! bound: closed sessions past their retention, and audit events past theirs.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use ptyhub_attach_ticket::TicketHolder;
 use ptyhub_model::{AuditKind, ControlChangeKind, surface_of_presence};
 use ptyhub_wire::{Actor, Surface};
@@ -28,7 +29,12 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::service::SessionService;
-use crate::store::{ActivityUpdate, ReportedEvent, now};
+use crate::store::{ActivityUpdate, ReportedEvent, TerminalReport, now};
+
+/// At most this many events that arrived together are applied before what they leave to be
+/// written at once is written: a stream that never pauses still has its presence and terminal
+/// reports written within this many events.
+const READY_EVENTS: usize = 1024;
 
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
@@ -310,20 +316,14 @@ impl Watcher {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
             tokio::select! {
-                event = events.next() => match event {
-                    None => break Ok(()),
-                    Some(Err(error)) => break Err(error),
-                    Some(Ok(event)) => {
-                        let snapshot = matches!(event, BrokerEvent::Snapshot { .. });
-                        if let Err(error) = self.apply(broker, event, &mut batch).await {
-                            break Err(error);
-                        }
-                        if snapshot && !*connected {
-                            *connected = true;
-                            self.service.store.record_heartbeat(&broker.id).await?;
-                        }
+                event = events.next() => {
+                    let ended = self
+                        .apply_arrived(broker, event, &mut events, &mut batch, connected)
+                        .await;
+                    if let Some(ended) = ended {
+                        break ended;
                     }
-                },
+                }
                 _ = flush.tick() => self.flush(&mut batch).await?,
                 _ = heartbeat.tick(), if *connected => {
                     self.service.store.record_heartbeat(&broker.id).await?;
@@ -335,7 +335,56 @@ impl Watcher {
         result.and(flushed)
     }
 
+    /// Applies `arrived` (what the stream gave: `None` once it ended) and every event after it
+    /// that is here already in `events` (a burst: a thousand terminals that start working
+    /// together; at most [`READY_EVENTS`]), then writes what they leave to be written at once:
+    /// one transaction for the burst's presence and one for its terminal reports, rather than
+    /// one per event. A lone event is written as soon as it is applied. Sets `connected` once a
+    /// Snapshot has been applied. `Some` with how the stream ended, once it has (what the
+    /// burst left is then written by the flush that follows); a failed write ends it too.
+    async fn apply_arrived<S>(
+        &self,
+        broker: &Broker,
+        arrived: Option<Result<BrokerEvent, Error>>,
+        events: &mut S,
+        batch: &mut Batch,
+        connected: &mut bool,
+    ) -> Option<Result<(), Error>>
+    where
+        S: futures::Stream<Item = Result<BrokerEvent, Error>> + Unpin,
+    {
+        let mut next = arrived;
+        let mut applied = 0;
+        loop {
+            let event = match next {
+                None => return Some(Ok(())),
+                Some(Err(error)) => return Some(Err(error)),
+                Some(Ok(event)) => event,
+            };
+            let snapshot = matches!(event, BrokerEvent::Snapshot { .. });
+            if let Err(error) = self.apply(broker, event, batch).await {
+                return Some(Err(error));
+            }
+            if snapshot && !*connected {
+                *connected = true;
+                if let Err(error) = self.service.store.record_heartbeat(&broker.id).await {
+                    return Some(Err(error));
+                }
+            }
+            applied += 1;
+            if applied == READY_EVENTS {
+                break;
+            }
+            match events.next().now_or_never() {
+                Some(ready) => next = ready,
+                None => break,
+            }
+        }
+        self.write_at_once(batch).await.err().map(Err)
+    }
+
     async fn flush(&self, batch: &mut Batch) -> Result<(), Error> {
+        self.write_at_once(batch).await?;
         self.record_typed(batch).await?;
         if batch.pending.is_empty() {
             return Ok(());
@@ -356,13 +405,18 @@ impl Watcher {
     ) -> Result<(), Error> {
         let store = &self.service.store;
         let changes = &self.service.changes;
-        // The trail keeps the stream's order: the input windows gathered so far are recorded
-        // before any event but another window or an activity report is applied (a close, or an
-        // answer to a request for control, writes to the trail itself).
+        // The records keep the stream's order: what is written at once (presence, terminal
+        // reports) and the input windows gathered so far are written before any other event
+        // is applied (a close, or an answer to a request for control, writes to the trail
+        // itself). Presence and terminal reports write nothing to the trail.
         if !matches!(
             event,
-            BrokerEvent::Typed { .. } | BrokerEvent::Activity { .. }
+            BrokerEvent::Typed { .. }
+                | BrokerEvent::Activity { .. }
+                | BrokerEvent::Attachments { .. }
+                | BrokerEvent::Terminal { .. }
         ) {
+            self.write_at_once(batch).await?;
             self.record_typed(batch).await?;
         }
         match event {
@@ -418,10 +472,11 @@ impl Watcher {
                 session_id,
                 terminal,
                 commands,
-            } => {
-                self.record_terminal(session_id, &terminal, commands)
-                    .await?
-            }
+            } => batch.terminals.push(TerminalReported {
+                session_id,
+                terminal,
+                commands,
+            }),
             BrokerEvent::Typed {
                 session_id,
                 principal,
@@ -453,18 +508,16 @@ impl Watcher {
             } => {
                 // Written at once, not batched: people wait on each other's presence (who
                 // came, who types), and it changes only when a client comes or goes, control
-                // moves, or typing starts or stops.
-                let update = ActivityUpdate {
-                    attached_clients: Some(attached_clients),
-                    presence: Some(presence),
-                    ..ActivityUpdate::default()
-                };
-                let changed = store
-                    .record_activity(&HashMap::from([(session_id, update)]))
-                    .await?;
-                for (kind, session) in &changed {
-                    changes.publish(*kind, session);
-                }
+                // moves, or typing starts or stops. A later report of the session's presence
+                // among the events that arrived together replaces an earlier one.
+                batch.presence.insert(
+                    session_id,
+                    ActivityUpdate {
+                        attached_clients: Some(attached_clients),
+                        presence: Some(presence),
+                        ..ActivityUpdate::default()
+                    },
+                );
             }
         }
         Ok(())
@@ -529,32 +582,54 @@ impl Watcher {
         Ok(())
     }
 
-    /// Records what a session's terminal is doing and publishes the change, with the commands
-    /// that started or ended since the last report.
-    async fn record_terminal(
-        &self,
-        session_id: Uuid,
-        terminal: &TerminalActivity,
-        commands: Vec<Command>,
-    ) -> Result<(), Error> {
+    /// Writes what the events applied since the last such write left to be written at once:
+    /// the presence of each session that reported it (one transaction for all of them), then
+    /// every terminal report in the stream's order (one more), and publishes the changes. What
+    /// could not be written is kept, and tried again by the next write.
+    async fn write_at_once(&self, batch: &mut Batch) -> Result<(), Error> {
         let store = &self.service.store;
         let changes = &self.service.changes;
-        let recorded = store
-            .record_terminal(session_id, terminal, &commands)
-            .await?;
-        if recorded.webhook_deliveries > 0 {
+        if !batch.presence.is_empty() {
+            let changed = store.record_activity(&batch.presence).await?;
+            batch.presence.clear();
+            for (kind, session) in &changed {
+                changes.publish(*kind, session);
+            }
+        }
+        if batch.terminals.is_empty() {
+            return Ok(());
+        }
+        let reports: Vec<TerminalReport<'_>> = batch
+            .terminals
+            .iter()
+            .map(|reported| TerminalReport {
+                session_id: reported.session_id,
+                terminal: &reported.terminal,
+                commands: &reported.commands,
+            })
+            .collect();
+        let recorded = store.record_terminals(&reports).await?;
+        if recorded
+            .iter()
+            .any(|recorded| recorded.webhook_deliveries > 0)
+        {
             self.service.webhooks.deliveries_queued();
         }
-        match recorded.changed {
-            Some(session) => changes.publish_terminal(&session, commands),
-            // The record said so already (a replay after a reconnect), but commands that
-            // started or ended are news all the same.
-            None if !commands.is_empty() => {
-                if let Some(session) = store.find_session(session_id).await? {
-                    changes.publish_terminal(&session, commands);
+        for (reported, recorded) in std::mem::take(&mut batch.terminals)
+            .into_iter()
+            .zip(recorded)
+        {
+            match recorded.changed {
+                Some(session) => changes.publish_terminal(&session, reported.commands),
+                // The record said so already (a replay after a reconnect), but commands that
+                // started or ended are news all the same.
+                None if !reported.commands.is_empty() => {
+                    if let Some(session) = store.find_session(reported.session_id).await? {
+                        changes.publish_terminal(&session, reported.commands);
+                    }
                 }
+                None => {}
             }
-            None => {}
         }
         Ok(())
     }
@@ -607,8 +682,11 @@ impl Watcher {
             if let Some(terminal) = &on_broker.terminal
                 && session.terminal.as_ref() != Some(terminal)
             {
-                self.record_terminal(session.id, terminal, Vec::new())
-                    .await?;
+                batch.terminals.push(TerminalReported {
+                    session_id: session.id,
+                    terminal: terminal.clone(),
+                    commands: Vec::new(),
+                });
             }
             if let Some(at) = on_broker.last_activity_at {
                 batch
@@ -616,6 +694,13 @@ impl Watcher {
                     .entry(session.id)
                     .or_default()
                     .last_activity_at = Some(at);
+            }
+            if matches!(
+                on_broker.state,
+                BrokerSessionState::Closed | BrokerSessionState::Exited
+            ) {
+                // What its terminal did is written before its end, as the broker reported it.
+                self.write_at_once(batch).await?;
             }
             match on_broker.state {
                 BrokerSessionState::Closed => {
@@ -694,6 +779,21 @@ struct Batch {
     reported_screens: HashMap<Uuid, ScreenFacts>,
     /// The input windows reported since the last flush, in the stream's order.
     typed: Vec<TypedWindow>,
+    /// Presence reported by the events being applied, written at once after them: the last
+    /// report of each session.
+    presence: HashMap<Uuid, ActivityUpdate>,
+    /// Terminal reports of the events being applied, written at once after them, in the
+    /// stream's order.
+    terminals: Vec<TerminalReported>,
+}
+
+/// What a session's terminal is doing, with the commands that started or ended since its last
+/// report, as the broker reported it (`BrokerEvent::Terminal`).
+#[derive(Debug)]
+struct TerminalReported {
+    session_id: Uuid,
+    terminal: TerminalActivity,
+    commands: Vec<Command>,
 }
 
 /// How many bytes one principal typed into a session on one surface in the window that began at
@@ -767,10 +867,10 @@ mod tests {
     use crate::audit::{AuditEvent, AuditFilter};
     use crate::broker_client::BrokerClients;
     use crate::changes::ChangeFeed;
-    use crate::domain::{NewInstance, Target};
+    use crate::domain::{NewInstance, Session, SessionChange, Target};
     use crate::store::{Reservation, SessionReservation, Store};
     use ptyhub_attach_ticket::TicketSigningKey;
-    use ptyhub_model::{ControlMode, TerminalSize};
+    use ptyhub_model::{Attendee, ControlMode, ExitStatus, TerminalSize, TerminalState};
     use ptyhub_wire::{ServiceCredential, TlsConfig};
 
     fn broker(up: bool, last_heartbeat_at: Option<chrono::DateTime<chrono::Utc>>) -> Broker {
@@ -1017,5 +1117,282 @@ mod tests {
             .map(|event| event.session_id)
             .collect();
         assert_eq!(recorded, [Some(sessions[0])]);
+    }
+
+    fn attendee(principal: &str, typing: bool) -> Attendee {
+        Attendee {
+            principal: principal.into(),
+            role: ptyhub_model::Role::Controller,
+            surface: "web".into(),
+            since: now(),
+            typing,
+        }
+    }
+
+    fn presence(session_id: Uuid, typing: bool) -> BrokerEvent {
+        BrokerEvent::Attachments {
+            session_id,
+            attached_clients: 1,
+            presence: vec![attendee("alice", typing)],
+        }
+    }
+
+    fn terminal(session_id: Uuid, state: TerminalState) -> BrokerEvent {
+        BrokerEvent::Terminal {
+            session_id,
+            terminal: TerminalActivity {
+                state,
+                notification: None,
+                progress: None,
+                cwd: None,
+                integrated: false,
+                running_command: None,
+            },
+            commands: Vec::new(),
+        }
+    }
+
+    /// `events`, then a stream that stays open with nothing more, as a broker's does.
+    fn live(events: Vec<BrokerEvent>) -> impl futures::Stream<Item = Result<BrokerEvent, Error>> {
+        futures::stream::iter(events.into_iter().map(Ok)).chain(futures::stream::pending())
+    }
+
+    /// Applies what arrived first on `stream` and what arrived with it.
+    async fn apply_first<S>(
+        watcher: &Watcher,
+        stream: &mut S,
+        batch: &mut Batch,
+    ) -> Option<Result<(), Error>>
+    where
+        S: futures::Stream<Item = Result<BrokerEvent, Error>> + Unpin,
+    {
+        let arrived = stream.next().await;
+        let mut connected = true;
+        watcher
+            .apply_arrived(&broker(true, None), arrived, stream, batch, &mut connected)
+            .await
+    }
+
+    fn changes_of(
+        feed: &mut tokio::sync::broadcast::Receiver<SessionChange>,
+    ) -> Vec<(ChangeKind, Uuid)> {
+        std::iter::from_fn(|| feed.try_recv().ok())
+            .map(|change| (change.kind, change.session.id))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_presence_and_terminal_reports_is_written_in_two_transactions() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(50).await;
+        let store = &watcher.service.store;
+        let mut feed = watcher.service.changes.subscribe();
+        // Every session starts typing and its terminal starts working, as a thousand typists
+        // who start at once do; the first session's terminal reports twice.
+        let mut events = Vec::new();
+        for session_id in &sessions {
+            events.push(presence(*session_id, true));
+            events.push(terminal(*session_id, TerminalState::Running));
+        }
+        events.push(terminal(sessions[0], TerminalState::WaitingForInput));
+        let mut stream = Box::pin(live(events));
+        let mut batch = Batch::default();
+        let before = store.write_transactions_begun();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none(),
+            "the stream goes on"
+        );
+        assert_eq!(
+            store.write_transactions_begun() - before,
+            2,
+            "one transaction for the presence of 50 sessions, one for 51 terminal reports"
+        );
+        for (index, session_id) in sessions.iter().enumerate() {
+            let session = store.find_session(*session_id).await.unwrap().unwrap();
+            assert_eq!(session.attached_clients, 1);
+            assert_eq!(session.presence.len(), 1);
+            assert!(session.presence[0].typing);
+            let expected = match index {
+                0 => TerminalState::WaitingForInput,
+                _ => TerminalState::Running,
+            };
+            assert_eq!(
+                session.terminal.map(|terminal| terminal.state),
+                Some(expected)
+            );
+        }
+        let published = changes_of(&mut feed);
+        let count = |kind| published.iter().filter(|(seen, _)| *seen == kind).count();
+        assert_eq!(count(ChangeKind::Attachments), 50);
+        assert_eq!(
+            count(ChangeKind::Terminal),
+            51,
+            "each report of a change is published"
+        );
+        let first_sessions: Vec<&Uuid> = published
+            .iter()
+            .filter(|(kind, session_id)| {
+                *kind == ChangeKind::Terminal && *session_id == sessions[0]
+            })
+            .map(|(_, session_id)| session_id)
+            .collect();
+        assert_eq!(first_sessions.len(), 2);
+        // Nothing is left for the next write.
+        watcher.flush(&mut batch).await.expect("flush");
+        assert_eq!(store.write_transactions_begun() - before, 2);
+    }
+
+    #[tokio::test]
+    async fn a_lone_report_is_written_as_soon_as_it_is_applied() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let store = &watcher.service.store;
+        let mut stream = Box::pin(live(vec![presence(sessions[0], false)]));
+        let mut batch = Batch::default();
+        let before = store.write_transactions_begun();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        assert_eq!(store.write_transactions_begun() - before, 1);
+        let session = store.find_session(sessions[0]).await.unwrap().unwrap();
+        assert_eq!(session.attached_clients, 1);
+        assert!(!session.presence[0].typing);
+    }
+
+    #[tokio::test]
+    async fn presence_and_terminal_reports_are_written_before_a_later_close() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(2).await;
+        let mut feed = watcher.service.changes.subscribe();
+        let [first, second] = sessions[..] else {
+            panic!("two sessions")
+        };
+        let mut stream = Box::pin(live(vec![
+            presence(first, true),
+            terminal(first, TerminalState::Running),
+            BrokerEvent::Closed {
+                session_id: first,
+                reason: CloseReason::Exited,
+            },
+            presence(second, true),
+        ]));
+        let mut batch = Batch::default();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        assert_eq!(
+            changes_of(&mut feed),
+            [
+                (ChangeKind::Attachments, first),
+                (ChangeKind::Terminal, first),
+                (ChangeKind::Closed, first),
+                (ChangeKind::Attachments, second),
+            ],
+            "in the stream's order"
+        );
+    }
+
+    #[tokio::test]
+    async fn what_arrived_before_the_stream_ended_is_written_by_the_flush_after_it() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let store = &watcher.service.store;
+        let mut stream = futures::stream::iter([Ok(presence(sessions[0], true))]);
+        let mut batch = Batch::default();
+        let ended = apply_first(&watcher, &mut stream, &mut batch).await;
+        assert!(matches!(ended, Some(Ok(()))), "the stream ended");
+        watcher.flush(&mut batch).await.expect("flush");
+        let session = store.find_session(sessions[0]).await.unwrap().unwrap();
+        assert!(session.presence[0].typing);
+    }
+
+    #[tokio::test]
+    async fn a_burst_longer_than_the_bound_is_written_in_parts() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let store = &watcher.service.store;
+        let events = (0..READY_EVENTS + 1)
+            .map(|index| presence(sessions[0], index % 2 == 0))
+            .collect();
+        let mut stream = Box::pin(live(events));
+        let mut batch = Batch::default();
+        let before = store.write_transactions_begun();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        assert_eq!(store.write_transactions_begun() - before, 1);
+        let session = store.find_session(sessions[0]).await.unwrap().unwrap();
+        assert!(!session.presence[0].typing, "the bound's last report");
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        assert_eq!(store.write_transactions_begun() - before, 2);
+        let session = store.find_session(sessions[0]).await.unwrap().unwrap();
+        assert!(session.presence[0].typing, "the report after the bound");
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_writes_what_terminals_do_and_each_before_its_sessions_end() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(2).await;
+        let store = &watcher.service.store;
+        let mut feed = watcher.service.changes.subscribe();
+        let [running, exited] = sessions[..] else {
+            panic!("two sessions")
+        };
+        let on_broker = |session_id, state, terminal: BrokerEvent| {
+            let BrokerEvent::Terminal { terminal, .. } = terminal else {
+                unreachable!("a terminal report")
+            };
+            BrokerSession {
+                session_id,
+                state,
+                exit: (state == BrokerSessionState::Exited).then(|| ExitStatus::exited(3)),
+                close_reason: None,
+                attached_clients: 0,
+                last_activity_at: None,
+                screen: ScreenFacts::default(),
+                terminal: Some(terminal),
+            }
+        };
+        let snapshot = BrokerEvent::Snapshot {
+            boot_id: "boot".into(),
+            sessions: vec![
+                on_broker(
+                    running,
+                    BrokerSessionState::Running,
+                    terminal(running, TerminalState::Running),
+                ),
+                on_broker(
+                    exited,
+                    BrokerSessionState::Exited,
+                    terminal(exited, TerminalState::WaitingForInput),
+                ),
+            ],
+        };
+        let mut stream = Box::pin(live(vec![snapshot]));
+        let mut batch = Batch::default();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        let state_of = |session: Session| session.terminal.map(|terminal| terminal.state);
+        let session = store.find_session(running).await.unwrap().unwrap();
+        assert_eq!(session.status, SessionStatus::Active);
+        assert_eq!(state_of(session), Some(TerminalState::Running));
+        let session = store.find_session(exited).await.unwrap().unwrap();
+        assert_eq!(session.status, SessionStatus::Exited);
+        assert_eq!(state_of(session), Some(TerminalState::WaitingForInput));
+        let of_exited: Vec<ChangeKind> = changes_of(&mut feed)
+            .into_iter()
+            .filter(|(_, session_id)| *session_id == exited)
+            .map(|(kind, _)| kind)
+            .collect();
+        assert_eq!(of_exited, [ChangeKind::Terminal, ChangeKind::Status]);
     }
 }

@@ -20,7 +20,7 @@ pub use audit::{AUDIT_PRUNE_BATCH, REPORTED_SESSIONS_PER_TRANSACTION, ReportedEv
 pub use reservations::{Reservation, SessionReservation};
 pub use session_writes::{ACTIVITY_ROWS_PER_UPDATE, ActivityUpdate, closed_event};
 pub use shares::ShareKey;
-pub use terminal::RecordedTerminal;
+pub use terminal::{RecordedTerminal, TerminalReport};
 pub use webhooks::{AttemptResult, ClaimedDelivery};
 
 use std::collections::{BTreeMap, HashMap};
@@ -177,6 +177,24 @@ async fn load_session(db: &impl ConnectionTrait, session_id: Uuid) -> Result<Ses
         .ok_or(Error::SessionNotFound(session_id))?;
     let mut sessions = sessions_from_models(db, vec![model]).await?;
     Ok(sessions.remove(0))
+}
+
+/// The sessions `session_ids` names that have a record, in no particular order: two reads
+/// (the rows, then their aliases) per 500 sessions, however many there are.
+async fn load_sessions(
+    db: &impl ConnectionTrait,
+    session_ids: &[Uuid],
+) -> Result<Vec<Session>, Error> {
+    let mut models = Vec::with_capacity(session_ids.len());
+    for chunk in session_ids.chunks(500) {
+        models.extend(
+            terminal_session::Entity::find()
+                .filter(terminal_session::Column::Id.is_in(chunk.iter().copied()))
+                .all(db)
+                .await?,
+        );
+    }
+    sessions_from_models(db, models).await
 }
 
 async fn sessions_from_models(

@@ -17,7 +17,7 @@ use ptyhub_wire::Actor;
 
 use super::audit::insert_audit_event;
 use super::entities::{session_alias, terminal_session};
-use super::{Store, load_session, now};
+use super::{Store, load_session, load_sessions, now};
 use crate::audit::{AuditKind, NewAuditEvent};
 use crate::domain::{
     ChangeKind, CloseReason, ExitStatus, ScreenFacts, Session, SessionName, SessionStatus,
@@ -335,6 +335,9 @@ impl Store {
             record_last_activity(&transaction, chunk).await?;
         }
         let mut changes = Vec::new();
+        // Sessions whose attachments changed and nothing else: read together once every row
+        // is written, since nothing else in this transaction writes them.
+        let mut attachments_changed = Vec::new();
         for &(session_id, update) in updates {
             if let Some(attached) = update.attached_clients
                 && record_attachments(
@@ -345,10 +348,14 @@ impl Store {
                 )
                 .await?
             {
-                // Read now, so that a screen change below is a change of its own to watchers,
-                // not one they have already seen.
-                let session = load_session(&transaction, *session_id).await?;
-                changes.push((ChangeKind::Attachments, session));
+                if update.screen.is_none() {
+                    attachments_changed.push(*session_id);
+                } else {
+                    // Read now, so that the screen change below is a change of its own to
+                    // watchers, not one they have already seen.
+                    let session = load_session(&transaction, *session_id).await?;
+                    changes.push((ChangeKind::Attachments, session));
+                }
             }
             if let Some(screen) = &update.screen
                 && record_screen(&transaction, *session_id, screen).await?
@@ -356,6 +363,9 @@ impl Store {
                 let session = load_session(&transaction, *session_id).await?;
                 changes.push((ChangeKind::Screen, session));
             }
+        }
+        for session in load_sessions(&transaction, &attachments_changed).await? {
+            changes.push((ChangeKind::Attachments, session));
         }
         transaction.commit().await?;
         Ok(changes)
@@ -368,10 +378,10 @@ pub const ACTIVITY_ROWS_PER_UPDATE: usize = 500;
 
 /// Locks the rows of `sessions` (in id order) for the rest of the transaction on PostgreSQL,
 /// one statement per chunk, so that writers of overlapping batches take them in one order; on
-/// SQLite the transaction already holds the write lock. A batch of one row (the presence
-/// written at once) takes no statement: a transaction that locks a single row waits on no
+/// SQLite the transaction already holds the write lock. A batch of one row (a lone presence or
+/// terminal report) takes no statement: a transaction that locks a single row waits on no
 /// other while it holds one, so it cannot deadlock.
-async fn lock_sessions_in_order(
+pub(super) async fn lock_sessions_in_order(
     transaction: &DatabaseTransaction,
     sessions: impl Iterator<Item = Uuid>,
 ) -> Result<(), Error> {
@@ -523,7 +533,7 @@ async fn release_aliases(
 
 /// Whether the database ended the statement's transaction to break a deadlock (PostgreSQL's
 /// SQLSTATE 40P01); retrying the transaction is then the right answer.
-fn is_deadlock(error: &sea_orm::DbErr) -> bool {
+pub(super) fn is_deadlock(error: &sea_orm::DbErr) -> bool {
     let runtime = match error {
         sea_orm::DbErr::Exec(runtime) | sea_orm::DbErr::Query(runtime) => runtime,
         _ => return false,

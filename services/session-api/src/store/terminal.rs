@@ -10,6 +10,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::terminal_session;
+use super::session_writes::{is_deadlock, lock_sessions_in_order};
 use super::webhooks::{TerminalEvents, queue_terminal_events};
 use super::{Store, load_session};
 use crate::domain::{Command, Session, SessionStatus, TerminalActivity};
@@ -37,6 +38,15 @@ pub struct RecordedTerminal {
     pub webhook_deliveries: usize,
 }
 
+/// One report of what a session's terminal is doing, for [`Store::record_terminals`].
+#[derive(Debug, Clone, Copy)]
+pub struct TerminalReport<'a> {
+    pub session_id: Uuid,
+    pub terminal: &'a TerminalActivity,
+    /// The commands that started or ended since the session's last report.
+    pub commands: &'a [Command],
+}
+
 impl Store {
     /// Records what the terminal of a session that is not closed is doing, unless the record
     /// says so already, and queues in the same transaction the webhook deliveries the report
@@ -48,63 +58,128 @@ impl Store {
         terminal: &TerminalActivity,
         commands: &[Command],
     ) -> Result<RecordedTerminal, Error> {
-        let stored = to_json(terminal);
-        let transaction = self.begin_write().await?;
-        let previous_state = stored_state(&transaction, session_id).await?;
-        let changed = terminal_session::Entity::update_many()
-            .col_expr(
-                terminal_session::Column::Terminal,
-                Expr::value(Some(stored.clone())),
-            )
-            .filter(terminal_session::Column::Id.eq(session_id))
-            .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
-            .filter(
-                Condition::any()
-                    .add(terminal_session::Column::Terminal.is_null())
-                    .add(terminal_session::Column::Terminal.ne(stored)),
-            )
-            .exec(&transaction)
-            .await?;
-        let changed = if changed.rows_affected == 0 {
-            None
-        } else {
-            Some(load_session(&transaction, session_id).await?)
+        let report = TerminalReport {
+            session_id,
+            terminal,
+            commands,
         };
-        let finished: Vec<&Command> = commands
-            .iter()
-            .filter(|command| command.ended_at.is_some())
-            .collect();
-        let session = match &changed {
-            Some(session) => Some(session.clone()),
-            None if !finished.is_empty() => Some(load_session(&transaction, session_id).await?),
-            None => None,
-        };
-        let webhook_deliveries = match &session {
-            Some(session) => {
-                let state_changed = changed
-                    .as_ref()
-                    .filter(|_| previous_state != Some(terminal.state))
-                    .map(|_| (previous_state, terminal));
-                queue_terminal_events(
-                    &transaction,
-                    TerminalEvents {
-                        session,
-                        state_changed,
-                        finished,
-                    },
-                )
-                .await?
+        let mut recorded = self.record_terminals(&[report]).await?;
+        Ok(recorded.remove(0))
+    }
+
+    /// Records `reports` as [`Store::record_terminal`] records each, in their order, in one
+    /// transaction: a broker's burst of reports (a thousand terminals that start working at
+    /// once) costs one write rather than one each. Answers one [`RecordedTerminal`] per report,
+    /// in the same order.
+    ///
+    /// On PostgreSQL the sessions' rows are locked in id order first, so that two replicas
+    /// recording overlapping bursts never deadlock each other; a deadlock with some other
+    /// transaction is retried.
+    pub async fn record_terminals(
+        &self,
+        reports: &[TerminalReport<'_>],
+    ) -> Result<Vec<RecordedTerminal>, Error> {
+        let mut attempt = 1;
+        loop {
+            match self.record_terminals_once(reports).await {
+                Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
+                    tracing::debug!(attempt, "terminal reports deadlocked: retrying");
+                    attempt += 1;
+                }
+                outcome => return outcome,
             }
-            None => 0,
-        };
-        if changed.is_some() || webhook_deliveries > 0 {
+        }
+    }
+
+    async fn record_terminals_once(
+        &self,
+        reports: &[TerminalReport<'_>],
+    ) -> Result<Vec<RecordedTerminal>, Error> {
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let transaction = self.begin_write().await?;
+        let mut sessions: Vec<Uuid> = reports.iter().map(|report| report.session_id).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        lock_sessions_in_order(&transaction, sessions.into_iter()).await?;
+        let mut recorded = Vec::with_capacity(reports.len());
+        for report in reports {
+            recorded.push(record_one(&transaction, report).await?);
+        }
+        // Nothing written and nothing queued: the transaction ends without a commit.
+        if recorded
+            .iter()
+            .any(|recorded| recorded.changed.is_some() || recorded.webhook_deliveries > 0)
+        {
             transaction.commit().await?;
         }
-        Ok(RecordedTerminal {
-            changed,
-            webhook_deliveries,
-        })
+        Ok(recorded)
     }
+}
+
+/// One report of [`Store::record_terminals`], within its transaction.
+async fn record_one(
+    transaction: &DatabaseTransaction,
+    report: &TerminalReport<'_>,
+) -> Result<RecordedTerminal, Error> {
+    let TerminalReport {
+        session_id,
+        terminal,
+        commands,
+    } = *report;
+    let stored = to_json(terminal);
+    let previous_state = stored_state(transaction, session_id).await?;
+    let changed = terminal_session::Entity::update_many()
+        .col_expr(
+            terminal_session::Column::Terminal,
+            Expr::value(Some(stored.clone())),
+        )
+        .filter(terminal_session::Column::Id.eq(session_id))
+        .filter(terminal_session::Column::Status.ne(SessionStatus::Closed.as_str()))
+        .filter(
+            Condition::any()
+                .add(terminal_session::Column::Terminal.is_null())
+                .add(terminal_session::Column::Terminal.ne(stored)),
+        )
+        .exec(transaction)
+        .await?;
+    let changed = if changed.rows_affected == 0 {
+        None
+    } else {
+        Some(load_session(transaction, session_id).await?)
+    };
+    let finished: Vec<&Command> = commands
+        .iter()
+        .filter(|command| command.ended_at.is_some())
+        .collect();
+    let session = match &changed {
+        Some(session) => Some(session.clone()),
+        None if !finished.is_empty() => Some(load_session(transaction, session_id).await?),
+        None => None,
+    };
+    let webhook_deliveries = match &session {
+        Some(session) => {
+            let state_changed = changed
+                .as_ref()
+                .filter(|_| previous_state != Some(terminal.state))
+                .map(|_| (previous_state, terminal));
+            queue_terminal_events(
+                transaction,
+                TerminalEvents {
+                    session,
+                    state_changed,
+                    finished,
+                },
+            )
+            .await?
+        }
+        None => 0,
+    };
+    Ok(RecordedTerminal {
+        changed,
+        webhook_deliveries,
+    })
 }
 
 /// The state the record holds for a session, read under the row's lock on PostgreSQL, so that

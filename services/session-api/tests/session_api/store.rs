@@ -15,6 +15,7 @@ use session_api::domain::{
 };
 use session_api::store::{
     ACTIVITY_ROWS_PER_UPDATE, ActivityUpdate, Reservation, SessionReservation, Store,
+    TerminalReport,
 };
 
 use crate::support::{Backend, FreshDatabase};
@@ -423,6 +424,105 @@ both_databases!(
         assert_eq!(updated.rows_affected(), 1);
         let read = store.get_session(instance.id, session.id).await.unwrap();
         assert_eq!(read.terminal, Some(terminal));
+    }
+);
+
+both_databases!(
+    a_burst_of_terminal_reports_is_written_in_one_transaction_in_its_order,
+    |backend| async move {
+        let Some((database, store)) = migrated_store(backend).await else {
+            return;
+        };
+        let instance = store
+            .insert_instance(&new_instance("burst", 5), "b1")
+            .await
+            .unwrap();
+        let mut sessions = Vec::new();
+        for _ in 0..3 {
+            sessions.push(new_session(&store, instance.id).await.id);
+        }
+        let doing = |state| TerminalActivity {
+            state,
+            progress: None,
+            notification: None,
+            cwd: None,
+            integrated: false,
+            running_command: None,
+        };
+        let running = doing(TerminalState::Running);
+        let waiting = doing(TerminalState::WaitingForInput);
+        let report = |session_id, terminal| TerminalReport {
+            session_id,
+            terminal,
+            commands: &[],
+        };
+        let reports = [
+            report(sessions[0], &running),
+            report(sessions[1], &running),
+            report(sessions[0], &waiting),
+            report(sessions[2], &running),
+            report(sessions[1], &running),
+        ];
+        let before = store.write_transactions_begun();
+        let recorded = store.record_terminals(&reports).await.unwrap();
+        assert_eq!(store.write_transactions_begun() - before, 1);
+        let states: Vec<Option<TerminalState>> = recorded
+            .iter()
+            .map(|recorded| {
+                let session = recorded.changed.as_ref()?;
+                Some(session.terminal.as_ref().expect("recorded").state)
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [
+                Some(TerminalState::Running),
+                Some(TerminalState::Running),
+                Some(TerminalState::WaitingForInput),
+                Some(TerminalState::Running),
+                None,
+            ],
+            "each report in its order; the same report again is no change"
+        );
+        let read = store.get_session(instance.id, sessions[0]).await.unwrap();
+        assert_eq!(read.terminal, Some(waiting.clone()));
+
+        // Two replicas recording the same sessions' bursts at once, in opposite orders:
+        // neither waits on the other forever, and each burst is written whole.
+        let other = Store::connect(database.url()).await.expect("connect");
+        for round in 0..10 {
+            let (first, second) = if round % 2 == 0 {
+                (&running, &waiting)
+            } else {
+                (&waiting, &running)
+            };
+            let forward: Vec<TerminalReport<'_>> =
+                sessions.iter().map(|id| report(*id, first)).collect();
+            let backward: Vec<TerminalReport<'_>> = sessions
+                .iter()
+                .rev()
+                .map(|id| report(*id, second))
+                .collect();
+            let (one, two) = tokio::join!(
+                store.record_terminals(&forward),
+                other.record_terminals(&backward)
+            );
+            one.expect("the first replica's burst");
+            two.expect("the second replica's burst");
+            let states: std::collections::HashSet<TerminalState> = {
+                let mut states = std::collections::HashSet::new();
+                for session_id in &sessions {
+                    let session = store.get_session(instance.id, *session_id).await.unwrap();
+                    states.insert(session.terminal.expect("recorded").state);
+                }
+                states
+            };
+            assert_eq!(
+                states.len(),
+                1,
+                "one burst was written after the other: {states:?}"
+            );
+        }
     }
 );
 
