@@ -302,16 +302,7 @@ impl Store {
     ) -> Result<Vec<(ChangeKind, Session)>, Error> {
         let mut ordered: Vec<(&Uuid, &ActivityUpdate)> = updates.iter().collect();
         ordered.sort_unstable_by_key(|(session_id, _)| **session_id);
-        let mut attempt = 1;
-        loop {
-            match self.record_activity_once(&ordered).await {
-                Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
-                    tracing::debug!(attempt, "activity batch deadlocked: retrying");
-                    attempt += 1;
-                }
-                outcome => return outcome,
-            }
-        }
+        retrying_deadlocks("activity batch", || self.record_activity_once(&ordered)).await
     }
 
     async fn record_activity_once(
@@ -531,9 +522,30 @@ async fn release_aliases(
     Ok(())
 }
 
+/// Runs `transaction` (a write transaction from its start to its commit) again when the
+/// database ended it to break a deadlock, up to three times in all.
+pub(super) async fn retrying_deadlocks<T, F>(
+    what: &str,
+    mut transaction: impl FnMut() -> F,
+) -> Result<T, Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match transaction().await {
+            Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
+                tracing::debug!(attempt, what, "deadlocked: retrying");
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Whether the database ended the statement's transaction to break a deadlock (PostgreSQL's
 /// SQLSTATE 40P01); retrying the transaction is then the right answer.
-pub(super) fn is_deadlock(error: &sea_orm::DbErr) -> bool {
+fn is_deadlock(error: &sea_orm::DbErr) -> bool {
     let runtime = match error {
         sea_orm::DbErr::Exec(runtime) | sea_orm::DbErr::Query(runtime) => runtime,
         _ => return false,

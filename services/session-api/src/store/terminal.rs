@@ -10,7 +10,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::terminal_session;
-use super::session_writes::{is_deadlock, lock_sessions_in_order};
+use super::session_writes::{lock_sessions_in_order, retrying_deadlocks};
 use super::webhooks::{TerminalEvents, queue_terminal_events};
 use super::{Store, load_session};
 use crate::domain::{Command, Session, SessionStatus, TerminalActivity};
@@ -79,16 +79,7 @@ impl Store {
         &self,
         reports: &[TerminalReport<'_>],
     ) -> Result<Vec<RecordedTerminal>, Error> {
-        let mut attempt = 1;
-        loop {
-            match self.record_terminals_once(reports).await {
-                Err(Error::Database(error)) if attempt < 3 && is_deadlock(&error) => {
-                    tracing::debug!(attempt, "terminal reports deadlocked: retrying");
-                    attempt += 1;
-                }
-                outcome => return outcome,
-            }
-        }
+        retrying_deadlocks("terminal reports", || self.record_terminals_once(reports)).await
     }
 
     async fn record_terminals_once(
