@@ -509,7 +509,11 @@ impl Watcher {
                 // Written at once, not batched: people wait on each other's presence (who
                 // came, who types), and it changes only when a client comes or goes, control
                 // moves, or typing starts or stops. A later report of the session's presence
-                // among the events that arrived together replaces an earlier one.
+                // among the events that arrived together replaces an earlier one; it also
+                // replaces the older count a start or snapshot left for the next flush.
+                if let Some(pending) = batch.pending.get_mut(&session_id) {
+                    pending.attached_clients = None;
+                }
                 batch.presence.insert(
                     session_id,
                     ActivityUpdate {
@@ -1394,5 +1398,35 @@ mod tests {
             .map(|(kind, _)| kind)
             .collect();
         assert_eq!(of_exited, [ChangeKind::Terminal, ChangeKind::Status]);
+    }
+
+    #[tokio::test]
+    async fn presence_reported_after_a_start_is_not_undone_by_the_starts_count() {
+        let (_directory, watcher, _instance_id, sessions) = watcher_with_sessions(1).await;
+        let store = &watcher.service.store;
+        let session_id = sessions[0];
+        // The broker reports the session started with nobody attached; a page attaches before
+        // the next flush of batched activity.
+        let started = BrokerEvent::Started(BrokerSession {
+            session_id,
+            state: BrokerSessionState::Running,
+            exit: None,
+            close_reason: None,
+            attached_clients: 0,
+            last_activity_at: None,
+            screen: ScreenFacts::default(),
+            terminal: None,
+        });
+        let mut stream = Box::pin(live(vec![started, presence(session_id, false)]));
+        let mut batch = Batch::default();
+        assert!(
+            apply_first(&watcher, &mut stream, &mut batch)
+                .await
+                .is_none()
+        );
+        watcher.flush(&mut batch).await.expect("flush");
+        let session = store.find_session(session_id).await.unwrap().unwrap();
+        assert_eq!(session.attached_clients, 1, "the later report's count");
+        assert_eq!(session.presence.len(), 1);
     }
 }
