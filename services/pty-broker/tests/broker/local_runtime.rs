@@ -1,11 +1,13 @@
-//! The local runtime's children start from a clean slate, whatever the broker inherited.
+//! The local runtime's children start from a clean slate, whatever the broker inherited; its
+//! PTY masters wake the broker for output, and for room to write only while a write waits.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use pty_broker::domain::TerminalSize;
 use pty_broker::runtime::local::LocalRuntime;
 use pty_broker::runtime::{PtyRuntime, SpawnSpec, Target};
-use tokio::io::AsyncReadExt as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use uuid::Uuid;
 
 /// The `SigIgn` mask of `/proc/<pid>/status` as a shell in a new session reports it.
@@ -132,4 +134,161 @@ async fn the_instance_environment_overrides_the_defaults() {
     )
     .await;
     assert!(output.contains("term=vt100 lang=de_DE.UTF-8"), "{output}");
+}
+
+/// `EPOLLOUT` in an epoll registration's event mask.
+const EPOLLOUT: u32 = 0x4;
+
+/// How many registrations of this process's epoll instance watch for room to write, read from
+/// the `/proc/self/fdinfo` entries of its epoll descriptors (`tfd: … events: <hex mask> …`;
+/// mio holds two descriptors of one instance, which list the same registrations).
+fn registrations_watching_for_room() -> usize {
+    let mut watching = HashSet::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("list this process's fds") {
+        let entry = entry.expect("an fd entry");
+        let is_epoll = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.as_os_str() == "anon_inode:[eventpoll]");
+        if !is_epoll {
+            continue;
+        }
+        let info_path = std::path::Path::new("/proc/self/fdinfo").join(entry.file_name());
+        let Ok(info) = std::fs::read_to_string(info_path) else {
+            continue;
+        };
+        for line in info.lines().filter(|line| line.starts_with("tfd:")) {
+            let mut fields = line.split_whitespace();
+            let mask = fields
+                .find(|field| *field == "events:")
+                .and_then(|_| fields.next())
+                .unwrap_or_else(|| panic!("no event mask in {line:?}"));
+            let mask = u32::from_str_radix(mask, 16)
+                .unwrap_or_else(|_| panic!("bad event mask in {line:?}"));
+            if mask & EPOLLOUT != 0 {
+                watching.insert(line.to_owned());
+            }
+        }
+    }
+    watching.len()
+}
+
+/// Reads `output` until what it printed contains `wanted`; what it printed.
+async fn read_until(output: &mut (impl AsyncRead + Unpin), wanted: &str) -> String {
+    let mut printed = Vec::new();
+    let mut chunk = [0u8; 4096];
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !String::from_utf8_lossy(&printed).contains(wanted) {
+            let read = output.read(&mut chunk).await.expect("read output");
+            assert_ne!(read, 0, "output ended before {wanted:?}: {printed:?}");
+            printed.extend_from_slice(&chunk[..read]);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {wanted:?} within 30 s: {printed:?}"));
+    String::from_utf8_lossy(&printed).into_owned()
+}
+
+/// Polls `condition` every 10 ms for up to 30 s.
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The kernel wakes a PTY master's writers each time the program reads its input: a master
+/// watched for room all along would wake the broker once a keystroke for nothing. It is watched
+/// only while a write waits for room, and every byte of that write still arrives.
+#[tokio::test]
+async fn the_master_is_watched_for_room_only_while_a_write_waits_for_it() {
+    const INPUT_BYTES: usize = 1 << 20;
+    let gate = tempfile::tempdir().expect("temporary directory");
+    let gate = gate.path().join("go");
+    let before = registrations_watching_for_room();
+    // Raw, so that every byte reaches the program as written; it reads nothing until the gate.
+    let command = format!(
+        "stty raw -echo; printf R; while [ ! -e '{}' ]; do sleep 0.01; done; \
+         head -c {INPUT_BYTES} | wc -c",
+        gate.display()
+    );
+    let spec = SpawnSpec {
+        session_id: Uuid::new_v4(),
+        target: Target::Local,
+        command: vec!["sh".into(), "-c".into(), command],
+        env: Vec::new(),
+        cwd: None,
+        user: None,
+        size: TerminalSize::DEFAULT,
+        shell_integration: false,
+    };
+    let pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
+    let (mut output, mut input) = (pty.output, pty.input);
+    read_until(&mut output, "R").await;
+    assert_eq!(
+        registrations_watching_for_room(),
+        before,
+        "a master no write waits on is watched for room"
+    );
+
+    // More than the terminal holds for a program that does not read.
+    let write = tokio::spawn(async move {
+        input.write_all(&vec![b'x'; INPUT_BYTES]).await?;
+        Ok::<_, std::io::Error>(input)
+    });
+    eventually("the refused write watches the master for room", || {
+        registrations_watching_for_room() == before + 1
+    })
+    .await;
+    assert!(!write.is_finished(), "the whole input went in unread");
+
+    std::fs::write(&gate, b"").expect("open the gate");
+    let input = tokio::time::timeout(Duration::from_secs(30), write)
+        .await
+        .expect("the input is taken once the program reads")
+        .expect("the writing task")
+        .expect("write the input");
+    let counted = read_until(&mut output, &INPUT_BYTES.to_string()).await;
+    assert!(counted.contains(&INPUT_BYTES.to_string()), "{counted:?}");
+    assert_eq!(
+        registrations_watching_for_room(),
+        before,
+        "the master is still watched for room after the write went in"
+    );
+    drop(input);
+}
+
+/// A read that empties the terminal lets its readiness go without another read: output that
+/// comes after it is still read, and so is the end.
+#[tokio::test]
+async fn output_after_a_read_that_emptied_the_terminal_is_read_and_so_is_the_end() {
+    let gate = tempfile::tempdir().expect("temporary directory");
+    let gate = gate.path().join("go");
+    let command = format!(
+        "printf first; while [ ! -e '{}' ]; do sleep 0.01; done; printf second",
+        gate.display()
+    );
+    let spec = SpawnSpec {
+        session_id: Uuid::new_v4(),
+        target: Target::Local,
+        command: vec!["sh".into(), "-c".into(), command],
+        env: Vec::new(),
+        cwd: None,
+        user: None,
+        size: TerminalSize::DEFAULT,
+        shell_integration: false,
+    };
+    let mut pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
+    read_until(&mut pty.output, "first").await;
+    // Nothing more until the gate opens: the read waits, rather than seeing an end.
+    let mut chunk = [0u8; 64];
+    let early = tokio::time::timeout(Duration::from_millis(200), pty.output.read(&mut chunk)).await;
+    assert!(early.is_err(), "read {early:?} before the gate opened");
+
+    std::fs::write(&gate, b"").expect("open the gate");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), pty.output.read_to_end(&mut rest))
+        .await
+        .expect("the output ends once the program exits")
+        .expect("read the rest");
+    assert_eq!(String::from_utf8_lossy(&rest), "second");
 }

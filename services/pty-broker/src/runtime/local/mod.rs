@@ -7,7 +7,8 @@
 //! only the leader's process group: an interactive shell puts each background job in a process
 //! group of its own.
 //!
-//! The master is non-blocking and registered with tokio (`AsyncFd`): no thread per session.
+//! The master is non-blocking and registered with tokio (`AsyncFd`): no thread per session. It is
+//! watched for output always, and for room to write only while a write waits for it.
 //!
 //! With a session keeper ([`LocalRuntime::with_session_keeper`], `keeper.rs`) the leader is the
 //! keeper's child rather than the broker's, and its exit status arrives over the keeper's pipe:
@@ -33,6 +34,7 @@ use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use nix::sys::signal::Signal;
 use nix::unistd::User;
+use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::unix::pipe;
@@ -422,9 +424,10 @@ fn spawned_pty(
     exit: ExitSource,
     record: Option<RecordGuard>,
 ) -> Result<SpawnedPty, RuntimeError> {
+    // Readable only: see `PtyMasterWriter` for why not writable.
     // SAFETY: an `OwnedFd` is a valid open descriptor, always returns the same raw fd, and
     // stays open until the `AsyncFd` that owns it is dropped.
-    let master = unsafe { AsyncFd::register(master) }
+    let master = unsafe { AsyncFd::register_with_interest(master, Interest::READABLE) }
         .map_err(|error| RuntimeError::io("register pty master", error.into_parts().1))?;
     let master = Arc::new(master);
     Ok(SpawnedPty {
@@ -435,6 +438,7 @@ fn spawned_pty(
         }),
         input: Box::pin(PtyMasterWriter {
             master: Arc::clone(&master),
+            waiting: None,
         }),
         process: Box::new(LocalProcess {
             master,
@@ -502,12 +506,20 @@ impl AsyncRead for PtyMasterReader {
             // SAFETY: `read` only writes into the slice (never de-initialises a byte), and it
             // returns the part it wrote.
             let unfilled = unsafe { buf.unfilled_mut() };
+            let room = unfilled.len();
             match guard.try_io(|master| {
                 rustix::io::read(master.get_ref(), &mut *unfilled)
                     .map(|(written, _)| written.len())
                     .map_err(io::Error::from)
             }) {
                 Ok(Ok(read)) => {
+                    // The terminal gives a reader all it holds, so a read that did not fill the
+                    // buffer emptied it: the next read would only say so (`EAGAIN`, one system
+                    // call more for every keystroke's echo). Output that comes after this read
+                    // is a new readiness event, which clearing this one does not lose.
+                    if read > 0 && read < room {
+                        guard.clear_ready();
+                    }
                     // SAFETY: `read` bytes at the start of the unfilled part were just written.
                     unsafe { buf.assume_init(read) };
                     buf.advance(read);
@@ -526,24 +538,57 @@ impl AsyncRead for PtyMasterReader {
 }
 
 /// The write half of a PTY master.
+///
+/// It writes without asking first, and watches the master for room only while a write waits
+/// for it. The kernel wakes a PTY master's writers each time the program reads its input, so a
+/// master watched for writability all along would wake the broker once for every keystroke the
+/// program reads, for nothing (the echo comes later, with its own wake-up). The master's own
+/// registration is readable only; a write the PTY refuses registers a duplicate of the master
+/// for writability, and drops it once that write went in.
 struct PtyMasterWriter {
     master: Arc<AsyncFd<OwnedFd>>,
+    /// The duplicate watched for room while a write waits for the program to read.
+    waiting: Option<AsyncFd<OwnedFd>>,
+}
+
+impl PtyMasterWriter {
+    /// Watches the master for room; a fresh registration reports room already there, so a read
+    /// by the program between the refused write and this call is not missed.
+    fn watch_for_room(&self) -> io::Result<AsyncFd<OwnedFd>> {
+        let duplicate = self.master.get_ref().try_clone()?;
+        // SAFETY: the duplicate is a valid open descriptor, owned by the `AsyncFd` until it is
+        // dropped, and always returns the same raw fd.
+        unsafe { AsyncFd::register_with_interest(duplicate, Interest::WRITABLE) }
+            .map_err(|error| error.into_parts().1)
+    }
 }
 
 impl AsyncWrite for PtyMasterWriter {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         loop {
-            let mut guard = ready!(self.master.poll_write_ready(cx))?;
-            match guard.try_io(|master| {
-                nix::unistd::write(master.get_ref().as_fd(), data).map_err(io::Error::from)
-            }) {
-                Ok(result) => return Poll::Ready(result),
-                Err(_would_block) => continue,
-            }
+            let Some(waiting) = &self.waiting else {
+                match nix::unistd::write(self.master.get_ref().as_fd(), data) {
+                    Err(nix::errno::Errno::EAGAIN) => self.waiting = Some(self.watch_for_room()?),
+                    Err(nix::errno::Errno::EINTR) => {}
+                    written => return Poll::Ready(written.map_err(io::Error::from)),
+                }
+                continue;
+            };
+            let written = {
+                let mut guard = ready!(waiting.poll_write_ready(cx))?;
+                match guard.try_io(|duplicate| {
+                    nix::unistd::write(duplicate.get_ref().as_fd(), data).map_err(io::Error::from)
+                }) {
+                    Ok(written) => written,
+                    Err(_would_block) => continue,
+                }
+            };
+            self.waiting = None;
+            return Poll::Ready(written);
         }
     }
 
