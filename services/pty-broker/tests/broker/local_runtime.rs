@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pty_broker::domain::TerminalSize;
 use pty_broker::runtime::local::LocalRuntime;
-use pty_broker::runtime::{PtyRuntime, SpawnSpec, Target};
+use pty_broker::runtime::{PtyRuntime, SpawnSpec, SpawnedPty, Target};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use uuid::Uuid;
 
@@ -61,8 +61,8 @@ async fn sessions_do_not_inherit_signals_the_broker_ignores() {
     }
 }
 
-/// Everything a local session prints, until it ends.
-async fn output_of(command: &str, env: Vec<(String, String)>) -> String {
+/// A local session running `sh -c command` with `env`.
+async fn spawn_shell(command: &str, env: Vec<(String, String)>) -> SpawnedPty {
     let spec = SpawnSpec {
         session_id: Uuid::new_v4(),
         target: Target::Local,
@@ -73,7 +73,12 @@ async fn output_of(command: &str, env: Vec<(String, String)>) -> String {
         size: TerminalSize::DEFAULT,
         shell_integration: false,
     };
-    let mut pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
+    LocalRuntime::new().spawn(&spec).await.expect("spawn")
+}
+
+/// Everything a local session prints, until it ends.
+async fn output_of(command: &str, env: Vec<(String, String)>) -> String {
+    let mut pty = spawn_shell(command, env).await;
     let mut output = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), pty.output.read_to_end(&mut output))
         .await
@@ -211,17 +216,7 @@ async fn the_master_is_watched_for_room_only_while_a_write_waits_for_it() {
          head -c {INPUT_BYTES} | wc -c",
         gate.display()
     );
-    let spec = SpawnSpec {
-        session_id: Uuid::new_v4(),
-        target: Target::Local,
-        command: vec!["sh".into(), "-c".into(), command],
-        env: Vec::new(),
-        cwd: None,
-        user: None,
-        size: TerminalSize::DEFAULT,
-        shell_integration: false,
-    };
-    let pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
+    let pty = spawn_shell(&command, Vec::new()).await;
     let (mut output, mut input) = (pty.output, pty.input);
     read_until(&mut output, "R").await;
     assert_eq!(
@@ -267,17 +262,7 @@ async fn output_after_a_read_that_emptied_the_terminal_is_read_and_so_is_the_end
         "printf first; while [ ! -e '{}' ]; do sleep 0.01; done; printf second",
         gate.display()
     );
-    let spec = SpawnSpec {
-        session_id: Uuid::new_v4(),
-        target: Target::Local,
-        command: vec!["sh".into(), "-c".into(), command],
-        env: Vec::new(),
-        cwd: None,
-        user: None,
-        size: TerminalSize::DEFAULT,
-        shell_integration: false,
-    };
-    let mut pty = LocalRuntime::new().spawn(&spec).await.expect("spawn");
+    let mut pty = spawn_shell(&command, Vec::new()).await;
     read_until(&mut pty.output, "first").await;
     // Nothing more until the gate opens: the read waits, rather than seeing an end.
     let mut chunk = [0u8; 64];
