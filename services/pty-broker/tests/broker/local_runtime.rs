@@ -251,29 +251,3 @@ async fn the_master_is_watched_for_room_only_while_a_write_waits_for_it() {
     );
     drop(input);
 }
-
-/// A read that empties the terminal lets its readiness go without another read: output that
-/// comes after it is still read, and so is the end.
-#[tokio::test]
-async fn output_after_a_read_that_emptied_the_terminal_is_read_and_so_is_the_end() {
-    let gate = tempfile::tempdir().expect("temporary directory");
-    let gate = gate.path().join("go");
-    let command = format!(
-        "printf first; while [ ! -e '{}' ]; do sleep 0.01; done; printf second",
-        gate.display()
-    );
-    let mut pty = spawn_shell(&command, Vec::new()).await;
-    read_until(&mut pty.output, "first").await;
-    // Nothing more until the gate opens: the read waits, rather than seeing an end.
-    let mut chunk = [0u8; 64];
-    let early = tokio::time::timeout(Duration::from_millis(200), pty.output.read(&mut chunk)).await;
-    assert!(early.is_err(), "read {early:?} before the gate opened");
-
-    std::fs::write(&gate, b"").expect("open the gate");
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), pty.output.read_to_end(&mut rest))
-        .await
-        .expect("the output ends once the program exits")
-        .expect("read the rest");
-    assert_eq!(String::from_utf8_lossy(&rest), "second");
-}

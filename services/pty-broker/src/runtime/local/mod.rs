@@ -506,20 +506,18 @@ impl AsyncRead for PtyMasterReader {
             // SAFETY: `read` only writes into the slice (never de-initialises a byte), and it
             // returns the part it wrote.
             let unfilled = unsafe { buf.unfilled_mut() };
-            let room = unfilled.len();
+            // A read that did not fill the buffer is not taken for an emptied terminal (which
+            // would spare the read that fails with `EAGAIN` after a keystroke's echo): the
+            // terminal hands over what its line discipline holds, a few KiB, and refills it in
+            // the background, so during a flood most reads are short, and waiting for the
+            // runtime's next look at epoll after each cost a local flood up to twice the CPU a
+            // MiB (docs/benchmarks-history.md, the runs of 2026-12-07 from 06:30).
             match guard.try_io(|master| {
                 rustix::io::read(master.get_ref(), &mut *unfilled)
                     .map(|(written, _)| written.len())
                     .map_err(io::Error::from)
             }) {
                 Ok(Ok(read)) => {
-                    // The terminal gives a reader all it holds, so a read that did not fill the
-                    // buffer emptied it: the next read would only say so (`EAGAIN`, one system
-                    // call more for every keystroke's echo). Output that comes after this read
-                    // is a new readiness event, which clearing this one does not lose.
-                    if read > 0 && read < room {
-                        guard.clear_ready();
-                    }
                     // SAFETY: `read` bytes at the start of the unfilled part were just written.
                     unsafe { buf.assume_init(read) };
                     buf.advance(read);
