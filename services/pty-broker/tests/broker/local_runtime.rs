@@ -1,5 +1,6 @@
 //! The local runtime's children start from a clean slate, whatever the broker inherited; its
-//! PTY masters wake the broker for output, and for room to write only while a write waits.
+//! PTY masters wake the broker for output, and for room to write only while a write waits; a
+//! small read that empties the terminal is not followed by one that fails.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -250,4 +251,50 @@ async fn the_master_is_watched_for_room_only_while_a_write_waits_for_it() {
         "the master is still watched for room after the write went in"
     );
     drop(input);
+}
+
+/// Read system calls made by this thread so far (`syscr` of `/proc/thread-self/io`), and how
+/// many reading that file itself makes, so that a caller can take them off.
+fn reads_of_this_thread() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").expect("read /proc/thread-self/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix("syscr: "))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("syscr in /proc/thread-self/io")
+}
+
+/// A small read that empties the terminal (an echo, a prompt) lets its readiness go: the next
+/// read waits for the runtime to hear of output instead of failing with `EAGAIN` first. Output
+/// that comes after it is still read, and so is the end.
+#[tokio::test]
+async fn a_small_read_that_empties_the_terminal_spares_the_read_that_would_fail() {
+    let gate = tempfile::tempdir().expect("temporary directory");
+    let gate = gate.path().join("go");
+    let command = format!(
+        "printf first; while [ ! -e '{}' ]; do sleep 0.01; done; printf second",
+        gate.display()
+    );
+    let mut pty = spawn_shell(&command, Vec::new()).await;
+    read_until(&mut pty.output, "first").await;
+
+    // The runtime is this thread's alone (`current_thread`): every read of the master is made
+    // here, between the two looks at the counter.
+    let reading_the_counter = {
+        let before = reads_of_this_thread();
+        reads_of_this_thread() - before
+    };
+    let before = reads_of_this_thread();
+    let mut chunk = [0u8; 64];
+    let early = futures::FutureExt::now_or_never(pty.output.read(&mut chunk));
+    let made = reads_of_this_thread() - before - reading_the_counter;
+    assert!(early.is_none(), "read {early:?} before the gate opened");
+    assert_eq!(made, 0, "read system calls made to learn that nothing came");
+
+    std::fs::write(&gate, b"").expect("open the gate");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), pty.output.read_to_end(&mut rest))
+        .await
+        .expect("the output ends once the program exits")
+        .expect("read the rest");
+    assert_eq!(String::from_utf8_lossy(&rest), "second");
 }

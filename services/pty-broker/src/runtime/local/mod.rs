@@ -492,6 +492,15 @@ struct PtyMasterReader {
     master: Arc<AsyncFd<OwnedFd>>,
 }
 
+/// A read of the master shorter than this ends what the terminal held: a keystroke's echo, a
+/// prompt, a line of a slow log. Only then is the master's readiness cleared, sparing the read
+/// that would fail with `EAGAIN` after each. A longer read that did not fill the buffer is not
+/// taken for an emptied terminal: the terminal hands over what its line discipline holds, a few
+/// KiB, and refills it in the background, so during a flood most reads are short, and waiting
+/// for the runtime's next look at epoll after each cost a local flood up to twice the CPU a MiB
+/// (docs/benchmarks-history.md, the runs of 2026-12-07 from 06:30).
+const SMALL_READ: usize = 256;
+
 impl AsyncRead for PtyMasterReader {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -506,12 +515,7 @@ impl AsyncRead for PtyMasterReader {
             // SAFETY: `read` only writes into the slice (never de-initialises a byte), and it
             // returns the part it wrote.
             let unfilled = unsafe { buf.unfilled_mut() };
-            // A read that did not fill the buffer is not taken for an emptied terminal (which
-            // would spare the read that fails with `EAGAIN` after a keystroke's echo): the
-            // terminal hands over what its line discipline holds, a few KiB, and refills it in
-            // the background, so during a flood most reads are short, and waiting for the
-            // runtime's next look at epoll after each cost a local flood up to twice the CPU a
-            // MiB (docs/benchmarks-history.md, the runs of 2026-12-07 from 06:30).
+            let room = unfilled.len();
             match guard.try_io(|master| {
                 rustix::io::read(master.get_ref(), &mut *unfilled)
                     .map(|(written, _)| written.len())
@@ -521,6 +525,13 @@ impl AsyncRead for PtyMasterReader {
                     // SAFETY: `read` bytes at the start of the unfilled part were just written.
                     unsafe { buf.assume_init(read) };
                     buf.advance(read);
+                    if read < SMALL_READ && read < room {
+                        // The terminal held no more than this: the next read waits for epoll
+                        // to say output came, rather than fail with `EAGAIN` first. A wake-up
+                        // that came since the guard was taken stays (tokio clears only the
+                        // readiness it handed out).
+                        guard.clear_ready();
+                    }
                     return Poll::Ready(Ok(()));
                 }
                 // Linux reports EIO on the master once no process holds the slave any more: that
