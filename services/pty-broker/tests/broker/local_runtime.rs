@@ -253,8 +253,8 @@ async fn the_master_is_watched_for_room_only_while_a_write_waits_for_it() {
     drop(input);
 }
 
-/// Read system calls made by this thread so far (`syscr` of `/proc/thread-self/io`), and how
-/// many reading that file itself makes, so that a caller can take them off.
+/// Read system calls made by this thread so far (`syscr` of `/proc/thread-self/io`). Reading
+/// the file makes some itself: a caller measures how many and takes them off.
 fn reads_of_this_thread() -> u64 {
     let io = std::fs::read_to_string("/proc/thread-self/io").expect("read /proc/thread-self/io");
     io.lines()
