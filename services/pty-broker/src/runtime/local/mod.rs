@@ -525,11 +525,13 @@ impl AsyncRead for PtyMasterReader {
                     // SAFETY: `read` bytes at the start of the unfilled part were just written.
                     unsafe { buf.assume_init(read) };
                     buf.advance(read);
-                    if read < SMALL_READ && read < room {
+                    if read > 0 && read < SMALL_READ && read < room {
                         // The terminal held no more than this: the next read waits for epoll
                         // to say output came, rather than fail with `EAGAIN` first. A wake-up
                         // that came since the guard was taken stays (tokio clears only the
-                        // readiness it handed out).
+                        // readiness it handed out). An end (a read of nothing) keeps its
+                        // readiness, so that a reader asking again is told again, not left
+                        // waiting for output that cannot come.
                         guard.clear_ready();
                     }
                     return Poll::Ready(Ok(()));
