@@ -553,8 +553,9 @@ impl SessionTask {
                 self.read_allowance()
             };
             if allowance > 0 && read_buf.capacity() - read_buf.len() < MIN_READ_SPACE {
-                read_buf.reserve(READ_BLOCK);
+                read_buf.reserve(pacer.read_block());
             }
+            let offered = (read_buf.capacity() - read_buf.len()).min(allowance);
             let idle_deadline = self.idle_deadline;
             let activity_due = self.activity.due();
             let attachments_due = self.attachments_due;
@@ -610,7 +611,7 @@ impl SessionTask {
                         Ok(read) => {
                             let last_input_at = self.push_output(read_buf.split().freeze());
                             let now = Instant::now();
-                            pacer.read(read, last_input_at, now);
+                            pacer.read(read, offered, last_input_at, now);
                             gate.read(read, last_input_at, &self.shared.typist, now);
                             streak.read(read, waited);
                         }
@@ -1326,30 +1327,45 @@ impl ActivityReport {
     }
 }
 
-/// Paces the reads of output that flows in small pieces, where the output is buffered on its
-/// way ([`crate::runtime::SpawnedPty::output_buffered`]: a container's). A container's output
-/// reaches the broker through the engine in reads of 64-256 bytes; read as they come, each costs
-/// a read, a ring chunk, a screen wake and a frame to every client, thousands of wakeups a
-/// second on the cores the engine needs to produce them.
+/// Paces the reads of output that flows in pieces, where the output is buffered on its way
+/// ([`crate::runtime::SpawnedPty::output_buffered`]: a container's). During a flood, a
+/// container's output reaches the broker through the engine in pieces of a few bytes to 8 KiB,
+/// a burst of them every 100 µs or so; read as they come, each costs a read, a ring chunk, a
+/// screen wake and a frame to every client (with a wake of each task on its way), thousands of
+/// wakeups a second on the cores the engine needs to produce them.
 ///
-/// Once two reads in a row come less than [`PACE`] apart and the second is shorter than
-/// [`PACE_BELOW`], the next read waits until [`PACE`] after it, and takes whatever arrived
-/// meanwhile at once. Never paced: the first read after a pause, a read after a long one (a fast
-/// producer is read as fast as it writes; a PTY gives at most 4095 bytes a read), and any read
-/// within [`ANSWER_WINDOW`] of input, which is taken as the input's answer (echo, a prompt, a
-/// program driven keystroke by keystroke).
+/// Once a read comes less than [`PACE`] after the one before it, or after the moment the pace
+/// allowed it, and takes all there was (less than the room it had), the next read waits until
+/// [`PACE`] after it and takes what arrived meanwhile: one read, one chunk and one frame a tick
+/// for as long as the output flows, with blocks of [`PACED_READ_BLOCK`] to read into. A held read counts
+/// from the moment it was allowed, give or take the timer's tick, not from when it ran: a
+/// socket a read emptied is ready again only at the runtime's next look, and other wakes of the
+/// task come between.
+///
+/// Never paced: the first read after a pause, a read that filled its room (a producer that
+/// outruns the pace is read as fast as it writes), a held read whose output came later (the
+/// flow stopped), and any read within [`ANSWER_WINDOW`] of input, which is taken as the input's
+/// answer (echo, a prompt, a program driven keystroke by keystroke).
 #[derive(Debug)]
 struct ReadPacer {
     enabled: bool,
     last_read: Option<Instant>,
     next_read: Option<Instant>,
+    /// The last read was part of a flow the pacer holds reads of (paced or not: one that
+    /// filled its room is followed at once, and the flow goes on).
+    flowing: bool,
 }
 
 /// How close two reads are for the output to count as flowing, and how long the next read then
 /// waits (tokio's timer rounds it up to its millisecond tick).
 const PACE: Duration = Duration::from_micros(500);
-/// A read shorter than this, while output flows, paces the next.
-const PACE_BELOW: usize = 1024;
+/// tokio's timer tick: a sleep ends at the first tick after its deadline.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+/// The block the read buffer gets when it runs out of room while output flows and is paced:
+/// what piles up in a tick at 64 MiB/s, twice the most a container's flood has measured here, and one output frame at
+/// most. Like [`READ_BLOCK`], it is replaced only once less than [`MIN_READ_SPACE`] is left, so
+/// the chunks the ring keeps never hold on to much more than their bytes.
+const PACED_READ_BLOCK: usize = 64 * 1024;
 /// Output read this soon after input is never paced.
 const ANSWER_WINDOW: Duration = Duration::from_millis(100);
 
@@ -1360,6 +1376,16 @@ impl ReadPacer {
             enabled,
             last_read: None,
             next_read: None,
+            flowing: false,
+        }
+    }
+
+    /// The block the read buffer gets when it runs out of room.
+    fn read_block(&self) -> usize {
+        if self.flowing {
+            PACED_READ_BLOCK
+        } else {
+            READ_BLOCK
         }
     }
 
@@ -1371,12 +1397,19 @@ impl ReadPacer {
         read.await
     }
 
-    /// Notes a read of `len` bytes made at `now`, with input last written at `last_input_at`.
-    fn read(&mut self, len: usize, last_input_at: Option<Instant>, now: Instant) {
-        let flowing = self.last_read.is_some_and(|last| now - last < PACE);
+    /// Notes a read of `len` bytes, done at `now` with room for `offered`, with input last
+    /// written at `last_input_at`.
+    fn read(&mut self, len: usize, offered: usize, last_input_at: Option<Instant>, now: Instant) {
+        // Soon after the read before it, or after the moment the pace let this one go (the
+        // timer's wake comes up to a tick later).
+        let flowing = self.last_read.is_some_and(|last| now - last < PACE)
+            || self
+                .next_read
+                .is_some_and(|allowed| now - allowed < PACE + TIMER_TICK);
+        let took_all = len < offered;
         let answering = last_input_at.is_some_and(|input| now - input < ANSWER_WINDOW);
-        self.next_read =
-            (self.enabled && flowing && len < PACE_BELOW && !answering).then(|| now + PACE);
+        self.flowing = self.enabled && flowing && !answering;
+        self.next_read = (self.flowing && took_all).then(|| now + PACE);
         self.last_read = Some(now);
     }
 }
@@ -1640,30 +1673,41 @@ mod tests {
         assert!(!streak.turn_is_due(), "typing-speed output never yields");
     }
 
+    /// Notes a read of `len` bytes at `at`, with room for [`READ_BLOCK`] and no input.
+    fn read_at(pacer: &mut ReadPacer, len: usize, at: Instant) {
+        pacer.read(len, READ_BLOCK, None, at);
+    }
+
     #[test]
-    fn small_reads_in_quick_succession_pace_the_next() {
+    fn reads_in_quick_succession_that_take_all_there_is_pace_the_next() {
         let mut pacer = ReadPacer::new(true);
         let start = Instant::now();
-        pacer.read(SMALL, None, start);
+        read_at(&mut pacer, 8 * 1024, start);
         assert_eq!(
             pacer.next_read, None,
             "the first read after a pause is never paced"
         );
+        assert_eq!(pacer.read_block(), READ_BLOCK);
         let second = start + Duration::from_micros(20);
-        pacer.read(SMALL, None, second);
+        read_at(&mut pacer, 8 * 1024, second);
         assert_eq!(pacer.next_read, Some(second + PACE));
+        assert_eq!(
+            pacer.read_block(),
+            PACED_READ_BLOCK,
+            "the held read gets room for what piles up"
+        );
     }
 
     #[test]
-    fn a_long_read_or_a_pause_lifts_the_pace() {
+    fn a_read_that_fills_its_room_or_a_pause_lifts_the_pace() {
         let mut pacer = ReadPacer::new(true);
         let start = Instant::now();
-        pacer.read(SMALL, None, start);
-        pacer.read(PACE_BELOW, None, start + Duration::from_micros(20));
-        assert_eq!(pacer.next_read, None, "a read as long as the threshold");
-        pacer.read(SMALL, None, start + Duration::from_micros(40));
-        assert!(pacer.next_read.is_some());
-        pacer.read(SMALL, None, start + Duration::from_micros(40) + PACE * 2);
+        read_at(&mut pacer, SMALL, start);
+        read_at(&mut pacer, READ_BLOCK, start + Duration::from_micros(20));
+        assert_eq!(pacer.next_read, None, "a read that filled its room");
+        read_at(&mut pacer, SMALL, start + Duration::from_micros(40));
+        let allowed = pacer.next_read.expect("paced");
+        read_at(&mut pacer, SMALL, allowed + PACE + TIMER_TICK);
         assert_eq!(pacer.next_read, None, "output that paused");
     }
 
@@ -1671,9 +1715,10 @@ mod tests {
     fn output_read_straight_from_a_pty_is_never_paced() {
         let mut pacer = ReadPacer::new(false);
         let start = Instant::now();
-        pacer.read(SMALL, None, start);
-        pacer.read(SMALL, None, start + Duration::from_micros(20));
+        read_at(&mut pacer, SMALL, start);
+        read_at(&mut pacer, SMALL, start + Duration::from_micros(20));
         assert_eq!(pacer.next_read, None);
+        assert_eq!(pacer.read_block(), READ_BLOCK);
     }
 
     #[test]
@@ -1681,13 +1726,55 @@ mod tests {
         let mut pacer = ReadPacer::new(true);
         let start = Instant::now();
         let typed = Some(start);
-        pacer.read(1, typed, start + Duration::from_micros(100));
-        pacer.read(1, typed, start + Duration::from_micros(150));
+        let first = start + Duration::from_micros(100);
+        pacer.read(1, READ_BLOCK, typed, first);
+        pacer.read(1, READ_BLOCK, typed, first + Duration::from_micros(50));
         assert_eq!(pacer.next_read, None);
-        // Long after the last keystroke, a flood of small reads is paced again.
+        assert_eq!(pacer.read_block(), READ_BLOCK);
+        // Long after the last keystroke, a flood is paced again.
         let later = start + ANSWER_WINDOW;
-        pacer.read(SMALL, typed, later);
-        pacer.read(SMALL, typed, later + Duration::from_micros(20));
+        pacer.read(SMALL, READ_BLOCK, typed, later);
+        pacer.read(SMALL, READ_BLOCK, typed, later + Duration::from_micros(20));
         assert!(pacer.next_read.is_some());
+    }
+
+    #[test]
+    fn a_held_read_that_gets_output_at_once_and_takes_all_of_it_keeps_the_pace() {
+        let mut pacer = ReadPacer::new(true);
+        let start = Instant::now();
+        read_at(&mut pacer, SMALL, start);
+        read_at(&mut pacer, SMALL, start + Duration::from_micros(20));
+        let allowed = pacer.next_read.expect("paced");
+        // The held read runs after the pace allowed it (at the timer's next tick, then the
+        // runtime's next look), with what piled up: the flow goes on, and so does the pace.
+        let read = allowed + Duration::from_micros(1200);
+        pacer.read(20 * 1024, PACED_READ_BLOCK, None, read);
+        assert_eq!(pacer.next_read, Some(read + PACE));
+        // A held read that filled its room: the producer outruns the pace, so the next read
+        // comes at once, still with the flow's blocks.
+        let full = read + PACE;
+        pacer.read(16 * 1024, 16 * 1024, None, full);
+        assert_eq!(pacer.next_read, None);
+        assert_eq!(pacer.read_block(), PACED_READ_BLOCK);
+        // It takes the rest: paced again.
+        let rest = full + Duration::from_micros(3);
+        pacer.read(12 * 1024, PACED_READ_BLOCK, None, rest);
+        assert_eq!(pacer.next_read, Some(rest + PACE));
+        // Output that paused: reads as they come, into ordinary blocks.
+        let later = rest + PACE + PACE + TIMER_TICK;
+        pacer.read(SMALL, PACED_READ_BLOCK, None, later);
+        assert_eq!(pacer.next_read, None);
+        assert_eq!(pacer.read_block(), READ_BLOCK);
+    }
+
+    #[test]
+    fn a_held_read_whose_output_came_later_lifts_the_pace() {
+        let mut pacer = ReadPacer::new(true);
+        let start = Instant::now();
+        read_at(&mut pacer, SMALL, start);
+        read_at(&mut pacer, SMALL, start + Duration::from_micros(20));
+        let allowed = pacer.next_read.expect("paced");
+        pacer.read(SMALL, PACED_READ_BLOCK, None, allowed + PACE + TIMER_TICK);
+        assert_eq!(pacer.next_read, None, "the flow had stopped");
     }
 }
