@@ -1337,10 +1337,10 @@ impl ActivityReport {
 /// Once a read comes less than [`PACE`] after the one before it, or after the moment the pace
 /// allowed it, and takes all there was (less than the room it had), the next read waits until
 /// [`PACE`] after it and takes what arrived meanwhile: one read, one chunk and one frame a tick
-/// for as long as the output flows, with blocks of [`PACED_READ_BLOCK`] to read into. A held read counts
-/// from the moment it was allowed, give or take the timer's tick, not from when it ran: a
-/// socket a read emptied is ready again only at the runtime's next look, and other wakes of the
-/// task come between.
+/// for as long as the output flows, with blocks of [`PACED_READ_BLOCK`] to read into. A held
+/// read counts from the moment it was allowed, give or take the timer's tick, not from when it
+/// ran: a socket a read emptied is ready again only at the runtime's next look, and other wakes
+/// of the task come between.
 ///
 /// Never paced: the first read after a pause, a read that filled its room (a producer that
 /// outruns the pace is read as fast as it writes), a held read whose output came later (the
@@ -1362,9 +1362,10 @@ const PACE: Duration = Duration::from_micros(500);
 /// tokio's timer tick: a sleep ends at the first tick after its deadline.
 const TIMER_TICK: Duration = Duration::from_millis(1);
 /// The block the read buffer gets when it runs out of room while output flows and is paced:
-/// what piles up in a tick at 64 MiB/s, twice the most a container's flood has measured here, and one output frame at
-/// most. Like [`READ_BLOCK`], it is replaced only once less than [`MIN_READ_SPACE`] is left, so
-/// the chunks the ring keeps never hold on to much more than their bytes.
+/// what piles up in a tick at 64 MiB/s (twice the fastest container flood measured here), and
+/// one output frame at most. Like [`READ_BLOCK`], it is replaced only once less than
+/// [`MIN_READ_SPACE`] is left, so the chunks the ring keeps never hold on to much more than
+/// their bytes.
 const PACED_READ_BLOCK: usize = 64 * 1024;
 /// Output read this soon after input is never paced.
 const ANSWER_WINDOW: Duration = Duration::from_millis(100);
