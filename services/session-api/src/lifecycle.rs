@@ -528,22 +528,32 @@ impl Watcher {
     }
 
     /// Records in the audit trail the input windows `batch` gathered (attribution: the count,
-    /// never the bytes), each once across replicas: with one read of their sessions' instances
-    /// and one write transaction for up to `REPORTED_SESSIONS_PER_TRANSACTION` sessions, rather
-    /// than a read and a transaction each. A window of a session without a record is dropped.
+    /// never the bytes), each once across replicas: with one read of the instances of the
+    /// sessions this connection had not recorded windows of before, and one write transaction
+    /// for up to `REPORTED_SESSIONS_PER_TRANSACTION` sessions, rather than a read and a
+    /// transaction each. A window of a session without a record is dropped.
     async fn record_typed(&self, batch: &mut Batch) -> Result<(), Error> {
         if batch.typed.is_empty() {
             return Ok(());
         }
         let store = &self.service.store;
-        let mut session_ids: Vec<Uuid> = batch.typed.iter().map(|typed| typed.session_id).collect();
-        session_ids.sort_unstable();
-        session_ids.dedup();
-        let instances = store.session_instances(&session_ids).await?;
+        let mut unknown: Vec<Uuid> = batch
+            .typed
+            .iter()
+            .map(|typed| typed.session_id)
+            .filter(|session_id| !batch.instances.contains_key(session_id))
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            unknown.dedup();
+            batch
+                .instances
+                .extend(store.session_instances(&unknown).await?);
+        }
         let reports: Vec<ReportedEvent> = batch
             .typed
             .iter()
-            .filter_map(|typed| Some(typed.report(*instances.get(&typed.session_id)?)))
+            .filter_map(|typed| Some(typed.report(*batch.instances.get(&typed.session_id)?)))
             .collect();
         store.record_reported(&reports).await?;
         // Kept until recorded: the flush at the end of a stream that failed tries once more.
@@ -789,6 +799,10 @@ struct Batch {
     /// Terminal reports of the events being applied, written at once after them, in the
     /// stream's order.
     terminals: Vec<TerminalReported>,
+    /// The instance of each session whose input windows were recorded, read once per session
+    /// (a session never changes instance): a broker whose sessions are all typed in reports
+    /// each of them every second.
+    instances: HashMap<Uuid, Uuid>,
 }
 
 /// What a session's terminal is doing, with the commands that started or ended since its last
@@ -855,6 +869,7 @@ impl Batch {
     /// A closed session reports nothing more.
     fn forget(&mut self, session_id: Uuid) {
         self.reported_screens.remove(&session_id);
+        self.instances.remove(&session_id);
     }
 }
 
@@ -1069,6 +1084,68 @@ mod tests {
         // A second flush has nothing left to write.
         watcher.flush(&mut batch).await.expect("flush again");
         assert_eq!(store.write_transactions_begun() - before, 1);
+    }
+
+    #[tokio::test]
+    async fn a_sessions_instance_is_looked_up_once_a_connection_and_forgotten_at_its_close() {
+        let (_directory, watcher, instance_id, sessions) = watcher_with_sessions(3).await;
+        let broker = broker(true, None);
+        let mut batch = Batch::default();
+        let first = now() - chrono::Duration::seconds(2);
+        let second = first + chrono::Duration::seconds(1);
+        for session_id in &sessions {
+            watcher
+                .apply(&broker, typed(*session_id, "alice", 1, first), &mut batch)
+                .await
+                .expect("typed");
+        }
+        watcher.flush(&mut batch).await.expect("flush");
+        let known: HashMap<Uuid, Uuid> = sessions.iter().map(|id| (*id, instance_id)).collect();
+        assert_eq!(batch.instances, known, "looked up with the first windows");
+        // The next second's windows are recorded in the same instance, from what is known.
+        for session_id in &sessions {
+            watcher
+                .apply(&broker, typed(*session_id, "alice", 2, second), &mut batch)
+                .await
+                .expect("typed again");
+        }
+        watcher.flush(&mut batch).await.expect("flush again");
+        let recorded: Vec<(Option<Uuid>, Option<Uuid>, String)> = trail(&watcher)
+            .await
+            .into_iter()
+            .map(|event| {
+                (
+                    event.session_id,
+                    event.instance_id,
+                    event.detail["bytes"].clone(),
+                )
+            })
+            .collect();
+        let expected: Vec<(Option<Uuid>, Option<Uuid>, String)> = ["1", "2"]
+            .iter()
+            .flat_map(|bytes| {
+                sessions
+                    .iter()
+                    .map(move |id| (Some(*id), Some(instance_id), (*bytes).to_owned()))
+            })
+            .collect();
+        assert_eq!(recorded, expected);
+        watcher
+            .apply(
+                &broker,
+                BrokerEvent::Closed {
+                    session_id: sessions[0],
+                    reason: CloseReason::Exited,
+                },
+                &mut batch,
+            )
+            .await
+            .expect("closed");
+        assert!(
+            !batch.instances.contains_key(&sessions[0]),
+            "forgotten at its close"
+        );
+        assert_eq!(batch.instances.len(), 2);
     }
 
     #[tokio::test]

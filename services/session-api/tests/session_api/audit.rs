@@ -636,7 +636,8 @@ both_databases!(
             return;
         };
         let other = second_replica(&database).await;
-        // More sessions than one transaction records, so that the batch takes several.
+        // More sessions than one transaction records on PostgreSQL, so that the batch takes
+        // several there.
         let count = REPORTED_SESSIONS_PER_TRANSACTION + 44;
         let instance = store
             .insert_instance(&new_instance("typists", count as u32), "b1")
@@ -677,6 +678,7 @@ both_databases!(
         // batch's, so neither waits on the other for ever.
         let mut other_order = reports.clone();
         other_order.sort_by_key(|report| std::cmp::Reverse(report.event.session_id));
+        let begun = store.write_transactions_begun();
         let (first, second) = tokio::join!(
             store.record_reported(&reports),
             other.record_reported(&other_order)
@@ -686,6 +688,13 @@ both_databases!(
             second.expect("second replica"),
         );
         assert_eq!(first + second, reports.len(), "{first} + {second}");
+        // PostgreSQL holds a lock per session, so a transaction takes a bounded number of
+        // sessions; SQLite's one writer takes none, and writes the batch in one.
+        let transactions = match backend {
+            Backend::Postgres => count.div_ceil(REPORTED_SESSIONS_PER_TRANSACTION) as u64,
+            Backend::Sqlite => 1,
+        };
+        assert_eq!(store.write_transactions_begun() - begun, transactions);
         // A replica that hears the batch again records nothing.
         assert_eq!(other.record_reported(&reports).await.expect("again"), 0);
 
