@@ -529,9 +529,10 @@ impl Watcher {
 
     /// Records in the audit trail the input windows `batch` gathered (attribution: the count,
     /// never the bytes), each once across replicas: with one read of the instances of the
-    /// sessions this connection had not recorded windows of before, and one write transaction
-    /// for up to `REPORTED_SESSIONS_PER_TRANSACTION` sessions, rather than a read and a
-    /// transaction each. A window of a session without a record is dropped.
+    /// sessions this connection had not recorded windows of before, and the store's write
+    /// transactions for the batch (one on SQLite, one per `REPORTED_SESSIONS_PER_TRANSACTION`
+    /// sessions on PostgreSQL), rather than a read and a transaction each. A window of a session
+    /// without a record is dropped.
     async fn record_typed(&self, batch: &mut Batch) -> Result<(), Error> {
         if batch.typed.is_empty() {
             return Ok(());
