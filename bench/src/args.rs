@@ -56,6 +56,10 @@ pub struct Args {
     /// Also write the table to this file.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Write every keystroke of the scale scenario's typists to this directory, a file a path
+    /// (`typing-gateway.tsv`, ...): which typist, when it was sent, how long its echo took.
+    #[arg(long)]
+    pub typing_timeline: Option<std::path::PathBuf>,
     /// Run as the typists' client process of the scale scenario (the bench starts it itself).
     #[arg(long, hide = true)]
     pub typist_client: bool,

@@ -66,7 +66,7 @@ async fn main() -> Result<()> {
     .await?;
     let started = Instant::now();
     let result = tokio::select! {
-        result = report::run(&stack, sizes, &args.only, &args.paths, &browser) => result,
+        result = report::run(&stack, sizes, &args.only, &args.paths, &browser, args.typing_timeline.as_deref()) => result,
         signal = interrupted.recv() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     stack.stop().await;

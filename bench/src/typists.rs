@@ -16,8 +16,12 @@
 //! `instance session` line per typist, or `pty <count>`, or `relayed <count>`, or
 //! `ttyd <ws url> <count>`, then end of file.
 //! The client answers on stdout with `ready` once every terminal is open, then `done <planned>`
-//! and one line per timed keystroke (nanoseconds). Anything else it prints is an error, and it
-//! exits non-zero.
+//! and one line per timed keystroke: `<typist> <sent> <echo>`, the typist's index, when the key
+//! was sent (from the moment the typists started) and how long its echo took, both in
+//! nanoseconds. Anything else it prints is an error, and it exits non-zero.
+//!
+//! With `--typing-timeline <dir>` the bench writes every path's keystrokes to
+//! `<dir>/typing-<path>.tsv`, for finding when the slow ones came (`typists::write_timeline`).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -69,6 +73,27 @@ impl Typed {
             Self::Ttyd => "on ttyd (the peer)",
         }
     }
+
+    /// The path's name in the file names of `--typing-timeline`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::BarePty => "bare-pty",
+            Self::Relayed => "relayed",
+            Self::Ttyd => "ttyd",
+        }
+    }
+}
+
+/// One timed keystroke.
+#[derive(Debug, Clone, Copy)]
+pub struct Keystroke {
+    /// Which typist sent it.
+    pub typist: u32,
+    /// When it was sent, from the moment the typists started.
+    pub sent: Duration,
+    /// How long its echo took.
+    pub echo: Duration,
 }
 
 /// Echo of many sessions typing at once.
@@ -78,6 +103,8 @@ pub struct Typing {
     pub duration: Duration,
     /// Every keystroke's round trip.
     pub samples: Vec<Duration>,
+    /// Every keystroke, in the order the client reported them.
+    pub keystrokes: Vec<Keystroke>,
     /// Keystrokes the typists were to send at 10 a second.
     pub planned: usize,
     /// CPU time of the server's process (the services', or ttyd's) while the typists typed;
@@ -231,12 +258,13 @@ async fn type_through(
         (Some(before), Some(after)) => Some(Duration::from_secs_f64((after - before).max(0.0))),
         _ => None,
     };
-    let samples = client.samples().await?;
+    let keystrokes = client.keystrokes().await?;
     Ok(Typing {
         typists,
         duration,
         planned,
-        samples,
+        samples: keystrokes.iter().map(|keystroke| keystroke.echo).collect(),
+        keystrokes,
         server_cpu,
     })
 }
@@ -304,24 +332,69 @@ impl ClientProcess {
     }
 
     /// Every timed keystroke, after [`Self::done`], once the client exited.
-    async fn samples(&mut self) -> Result<Vec<Duration>> {
-        let mut samples = Vec::new();
+    async fn keystrokes(&mut self) -> Result<Vec<Keystroke>> {
+        let mut keystrokes = Vec::new();
         loop {
             match tokio::time::timeout(CALL_PATIENCE, self.lines.next_line()).await {
                 Err(_) => bail!("the typists' client stopped in the middle of its results"),
                 Ok(line) => match line.context("read the typists' client")? {
                     None => break,
-                    Some(line) => samples
-                        .push(Duration::from_nanos(line.parse().with_context(|| {
-                            format!("a sample that is not a number: {line:?}")
-                        })?)),
+                    Some(line) => keystrokes.push(
+                        Keystroke::parse(&line)
+                            .with_context(|| format!("not `<typist> <sent> <echo>`: {line:?}"))?,
+                    ),
                 },
             }
         }
         let status = self.child.wait().await?;
         ensure!(status.success(), "the typists' client exited with {status}");
-        Ok(samples)
+        Ok(keystrokes)
     }
+}
+
+impl Keystroke {
+    /// A line of the client's results.
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.split(' ');
+        let mut next = || fields.next()?.parse::<u64>().ok();
+        let keystroke = Self {
+            typist: u32::try_from(next()?).ok()?,
+            sent: Duration::from_nanos(next()?),
+            echo: Duration::from_nanos(next()?),
+        };
+        fields.next().is_none().then_some(keystroke)
+    }
+
+    /// The line the client reports it by.
+    fn line(&self) -> String {
+        format!(
+            "{} {} {}\n",
+            self.typist,
+            self.sent.as_nanos(),
+            self.echo.as_nanos()
+        )
+    }
+}
+
+/// Writes `typing`'s keystrokes to `<directory>/typing-<name>.tsv`, sorted by when they were
+/// sent: a header, then the typist, the send time (ms from the typists' start) and the echo
+/// (µs) of each, to be read beside a profile or counted by window of time.
+pub fn write_timeline(directory: &std::path::Path, name: &str, typing: &Typing) -> Result<()> {
+    let mut keystrokes = typing.keystrokes.clone();
+    keystrokes.sort_by_key(|keystroke| keystroke.sent);
+    let mut text = String::from("typist\tsent_ms\techo_us\n");
+    for keystroke in keystrokes {
+        text.push_str(&format!(
+            "{}\t{:.3}\t{:.1}\n",
+            keystroke.typist,
+            keystroke.sent.as_secs_f64() * 1e3,
+            keystroke.echo.as_secs_f64() * 1e6
+        ));
+    }
+    std::fs::create_dir_all(directory)
+        .with_context(|| format!("cannot create {}", directory.display()))?;
+    let file = directory.join(format!("typing-{name}.tsv"));
+    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// The typists' process (`bench --typist-client`): reads its work from stdin, opens every socket,
@@ -407,15 +480,20 @@ pub async fn client(duration: Duration) -> Result<()> {
     stdout.flush().await?;
 
     let period = Duration::from_secs(1) / KEYS_PER_SECOND;
+    let started = Instant::now();
     let tasks: Vec<_> = terms
         .into_iter()
         .enumerate()
         .map(|(index, mut term)| {
             // Spread the typists' phases over one period.
             let phase = period * index as u32 / typists as u32;
+            let typist = Typist {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                started,
+            };
             tokio::spawn(async move {
                 tokio::time::sleep(phase).await;
-                type_for(&mut term, period, duration).await
+                type_for(&mut term, typist, period, duration).await
             })
         })
         .collect();
@@ -447,8 +525,8 @@ pub async fn client(duration: Duration) -> Result<()> {
     }
     let planned = typists * (duration.as_millis() / period.as_millis()) as usize;
     let mut report = format!("done {planned}\n");
-    for sample in samples {
-        report.push_str(&format!("{}\n", sample.as_nanos()));
+    for keystroke in samples {
+        report.push_str(&keystroke.line());
     }
     stdout.write_all(report.as_bytes()).await?;
     stdout.flush().await?;
@@ -462,8 +540,21 @@ async fn echo_ready(mut term: Term) -> Result<Term> {
     Ok(term)
 }
 
+/// Who types, for the keystrokes' record.
+#[derive(Debug, Clone, Copy)]
+struct Typist {
+    index: u32,
+    /// When the typists started, which the keystrokes' send times count from.
+    started: Instant,
+}
+
 /// One typist: a keystroke every `period` for `duration`, each timed until its echo.
-async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Result<Vec<Duration>> {
+async fn type_for(
+    term: &mut Term,
+    typist: Typist,
+    period: Duration,
+    duration: Duration,
+) -> Result<Vec<Keystroke>> {
     let alphabet = b"abcdefghijklmnopqrstuvwxyz";
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -487,12 +578,79 @@ async fn type_for(term: &mut Term, period: Duration, duration: Duration) -> Resu
                 .context("the terminal ended")?;
             echoed.extend_from_slice(&chunk);
         }
-        samples.push(sent.elapsed());
+        samples.push(Keystroke {
+            typist: typist.index,
+            sent: sent.duration_since(typist.started),
+            echo: sent.elapsed(),
+        });
         ensure!(
             echoed == [key],
             "keystroke {:?} came back as {:?}",
             key as char,
             String::from_utf8_lossy(&echoed)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keystroke_goes_through_the_clients_line_and_back() {
+        let keystroke = Keystroke {
+            typist: 7,
+            sent: Duration::from_nanos(1_234_567_890),
+            echo: Duration::from_nanos(987_654),
+        };
+        let line = keystroke.line();
+        assert_eq!(line, "7 1234567890 987654\n");
+        let parsed = Keystroke::parse(line.trim_end()).expect("its own line");
+        assert_eq!(
+            (parsed.typist, parsed.sent, parsed.echo),
+            (keystroke.typist, keystroke.sent, keystroke.echo)
+        );
+    }
+
+    #[test]
+    fn a_line_that_is_not_three_numbers_is_refused() {
+        for line in [
+            "",
+            "7",
+            "7 1",
+            "7 1 2 3",
+            "7 x 2",
+            "-1 1 2",
+            "4294967296 1 2",
+            "7  1 2",
+        ] {
+            assert!(Keystroke::parse(line).is_none(), "{line:?} was taken");
+        }
+    }
+
+    #[test]
+    fn the_timeline_lists_the_keystrokes_by_when_they_were_sent() {
+        let keystroke = |typist, sent_ms, echo_us| Keystroke {
+            typist,
+            sent: Duration::from_millis(sent_ms),
+            echo: Duration::from_micros(echo_us),
+        };
+        let keystrokes = vec![keystroke(1, 250, 900), keystroke(0, 100, 1_500)];
+        let typing = Typing {
+            typists: 2,
+            duration: Duration::from_secs(1),
+            samples: keystrokes.iter().map(|keystroke| keystroke.echo).collect(),
+            keystrokes,
+            planned: 20,
+            server_cpu: None,
+        };
+        let directory = tempfile::tempdir().expect("a temporary directory");
+        let nested = directory.path().join("timelines");
+        write_timeline(&nested, "gateway", &typing).expect("the timeline is written");
+        let written = std::fs::read_to_string(nested.join("typing-gateway.tsv")).expect("the file");
+        assert_eq!(
+            written,
+            "typist\tsent_ms\techo_us\n0\t100.000\t1500.0\n1\t250.000\t900.0\n"
         );
     }
 }

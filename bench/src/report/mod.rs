@@ -43,6 +43,7 @@ pub async fn run(
     only: &[String],
     path_filter: &[String],
     browser: &BrowserSetup,
+    typing_timeline: Option<&std::path::Path>,
 ) -> Result<(String, Vec<String>)> {
     let selected = |name: &str| only.is_empty() || only.iter().any(|wanted| wanted == name);
     let mut out = String::new();
@@ -76,7 +77,7 @@ pub async fn run(
         start_section(stack, sizes, &mut out, &mut failures).await?;
     }
     if selected("scale") {
-        scale_section(stack, sizes, &mut out, &mut failures).await?;
+        scale_section(stack, sizes, typing_timeline, &mut out, &mut failures).await?;
     }
     if selected("snapshot") {
         snapshot_section(sizes, &mut out, &mut failures)?;

@@ -24,6 +24,7 @@ fn met(met: bool) -> &'static str {
 pub async fn scale_section(
     stack: &Stack,
     sizes: Sizes,
+    typing_timeline: Option<&std::path::Path>,
     out: &mut String,
     failures: &mut Vec<String>,
 ) -> Result<()> {
@@ -162,7 +163,13 @@ pub async fn scale_section(
             typists::Typed::Gateway => format!("p99 ≤ {TYPING_TARGET_RATIO}x the bare PTYs'"),
             _ => String::new(),
         };
-        match typists::typing(stack, typed, typists, sizes.typing).await {
+        let typing = typists::typing(stack, typed, typists, sizes.typing).await;
+        if let (Ok(typing), Some(directory)) = (&typing, typing_timeline)
+            && let Err(error) = typists::write_timeline(directory, typed.file_name(), typing)
+        {
+            failures.push(format!("the typing timeline {what}: {error:#}"));
+        }
+        match typing {
             Ok(typing) => match Latency::of(&typing.samples) {
                 Some(latency) => {
                     // Every keystroke typed is echoed and checked, or the run fails; a late
