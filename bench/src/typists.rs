@@ -145,9 +145,11 @@ impl Server {
 
 /// `typists` echo terminals of `typed`: for the gateway, sessions of the stack (local backend,
 /// spread over instances of at most 50 sessions); each typing 10 keystrokes a second for `duration` from the client
-/// process, each keystroke timed until its echo. A typist whose echo is late sends its next key
-/// late (at most one keystroke in flight per session, as a person waiting on a laggy terminal),
-/// so a slow echo shows as fewer keystrokes than planned as well as in the percentiles.
+/// process, each keystroke timed until its echo. Each typist keeps to its own beat, a slot every
+/// 100 ms from its phase, with at most one keystroke in flight (as a person waiting on a laggy
+/// terminal): a key whose slot came while an echo was awaited goes when the echo comes, and
+/// slots that passed meanwhile are skipped, so a slow echo shows as fewer keystrokes than
+/// planned as well as in the percentiles.
 pub async fn typing(
     stack: &Stack,
     typed: Typed,
@@ -540,6 +542,18 @@ async fn echo_ready(mut term: Term) -> Result<Term> {
     Ok(term)
 }
 
+/// A typist's beat: a slot every `period` from now, the first at once. A slot served late (its
+/// echo before still awaited) does not move the slots after it, and slots that passed wholly
+/// are skipped. With tokio's `Delay`, a slot served more than 5 ms late (tokio's slack) started
+/// the beat again from then, and every typist served late by the same stall started again from
+/// the same moment: the phases, spread over the period at the start, gathered into bursts that
+/// grew as a run went on.
+fn beat(period: Duration) -> tokio::time::Interval {
+    let mut beat = tokio::time::interval(period);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    beat
+}
+
 /// Who types, for the keystrokes' record.
 #[derive(Debug, Clone, Copy)]
 struct Typist {
@@ -556,8 +570,7 @@ async fn type_for(
     duration: Duration,
 ) -> Result<Vec<Keystroke>> {
     let alphabet = b"abcdefghijklmnopqrstuvwxyz";
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = beat(period);
     let end = tokio::time::Instant::now() + duration;
     let mut samples = Vec::new();
     let mut index = 0;
@@ -595,6 +608,41 @@ async fn type_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PERIOD: Duration = Duration::from_millis(100);
+
+    /// When the beat's next slot comes, from `start`.
+    async fn next_slot(beat: &mut tokio::time::Interval, start: tokio::time::Instant) -> Duration {
+        beat.tick().await;
+        tokio::time::Instant::now() - start
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_sent_late_leaves_the_typists_beat_where_it_was() {
+        let start = tokio::time::Instant::now();
+        let mut beat = beat(PERIOD);
+        assert_eq!(next_slot(&mut beat, start).await, Duration::ZERO);
+        // The echo took 106 ms: the second slot is served 6 ms late, past tokio's 5 ms slack.
+        tokio::time::advance(Duration::from_millis(106)).await;
+        assert_eq!(
+            next_slot(&mut beat, start).await,
+            Duration::from_millis(106)
+        );
+        assert_eq!(
+            next_slot(&mut beat, start).await,
+            Duration::from_millis(200)
+        );
+        // An echo of 250 ms: the slots at 300 and 400 ms passed meanwhile and are skipped.
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(
+            next_slot(&mut beat, start).await,
+            Duration::from_millis(450)
+        );
+        assert_eq!(
+            next_slot(&mut beat, start).await,
+            Duration::from_millis(500)
+        );
+    }
 
     #[test]
     fn a_keystroke_goes_through_the_clients_line_and_back() {
