@@ -380,7 +380,7 @@ impl Keystroke {
 
 /// Writes `typing`'s keystrokes to `<directory>/typing-<name>.tsv`, sorted by when they were
 /// sent: a header, then the typist, the send time (ms from the typists' start) and the echo
-/// (µs) of each, to be read beside a profile or counted by window of time.
+/// (µs) of each, to be counted by window of time.
 pub fn write_timeline(directory: &std::path::Path, name: &str, typing: &Typing) -> Result<()> {
     let mut keystrokes = typing.keystrokes.clone();
     keystrokes.sort_by_key(|keystroke| keystroke.sent);
@@ -542,9 +542,9 @@ async fn echo_ready(mut term: Term) -> Result<Term> {
     Ok(term)
 }
 
-/// A typist's beat: a slot every `period` from now, the first at once. A slot served late (its
-/// echo before still awaited) does not move the slots after it, and slots that passed wholly
-/// are skipped. With tokio's `Delay`, a slot served more than 5 ms late (tokio's slack) started
+/// A typist's beat: a slot every `period` from now, the first at once. A slot served late (the
+/// echo of the key before it still awaited) does not move the slots after it, and slots that
+/// passed wholly are skipped. With tokio's `Delay`, a slot served more than 5 ms late (tokio's slack) started
 /// the beat again from then, and every typist served late by the same stall started again from
 /// the same moment: the phases, spread over the period at the start, gathered into bursts that
 /// grew as a run went on.
@@ -632,7 +632,8 @@ mod tests {
             next_slot(&mut beat, start).await,
             Duration::from_millis(200)
         );
-        // An echo of 250 ms: the slots at 300 and 400 ms passed meanwhile and are skipped.
+        // An echo of 250 ms: the slot of 300 ms goes at once, at 450; the one of 400 ms passed
+        // wholly and is skipped.
         tokio::time::advance(Duration::from_millis(250)).await;
         assert_eq!(
             next_slot(&mut beat, start).await,
