@@ -101,9 +101,7 @@ pub struct Keystroke {
 pub struct Typing {
     pub typists: usize,
     pub duration: Duration,
-    /// Every keystroke's round trip.
-    pub samples: Vec<Duration>,
-    /// Every keystroke, in the order the client reported them.
+    /// Every keystroke typed, in the order the client reported them.
     pub keystrokes: Vec<Keystroke>,
     /// Keystrokes the typists were to send at 10 a second.
     pub planned: usize,
@@ -113,9 +111,17 @@ pub struct Typing {
 }
 
 impl Typing {
+    /// Every keystroke's round trip.
+    pub fn echoes(&self) -> Vec<Duration> {
+        self.keystrokes
+            .iter()
+            .map(|keystroke| keystroke.echo)
+            .collect()
+    }
+
     /// The server's CPU time per keystroke typed.
     pub fn server_cpu_per_keystroke(&self) -> Option<Duration> {
-        let typed = u32::try_from(self.samples.len())
+        let typed = u32::try_from(self.keystrokes.len())
             .ok()
             .filter(|typed| *typed > 0)?;
         Some(self.server_cpu? / typed)
@@ -265,7 +271,6 @@ async fn type_through(
         typists,
         duration,
         planned,
-        samples: keystrokes.iter().map(|keystroke| keystroke.echo).collect(),
         keystrokes,
         server_cpu,
     })
@@ -499,14 +504,14 @@ pub async fn client(duration: Duration) -> Result<()> {
             })
         })
         .collect();
-    let mut samples = Vec::new();
+    let mut keystrokes = Vec::new();
     let mut first_error = None;
     let mut failed = 0;
     let bound = duration + CALL_PATIENCE;
     for task in tasks {
         let abort = task.abort_handle();
         match tokio::time::timeout(bound, task).await {
-            Ok(Ok(Ok(series))) => samples.extend(series),
+            Ok(Ok(Ok(typed))) => keystrokes.extend(typed),
             Ok(Ok(Err(error))) => {
                 failed += 1;
                 first_error.get_or_insert(error);
@@ -527,7 +532,7 @@ pub async fn client(duration: Duration) -> Result<()> {
     }
     let planned = typists * (duration.as_millis() / period.as_millis()) as usize;
     let mut report = format!("done {planned}\n");
-    for keystroke in samples {
+    for keystroke in keystrokes {
         report.push_str(&keystroke.line());
     }
     stdout.write_all(report.as_bytes()).await?;
@@ -572,12 +577,12 @@ async fn type_for(
     let alphabet = b"abcdefghijklmnopqrstuvwxyz";
     let mut ticker = beat(period);
     let end = tokio::time::Instant::now() + duration;
-    let mut samples = Vec::new();
+    let mut typed = Vec::new();
     let mut index = 0;
     loop {
         ticker.tick().await;
         if tokio::time::Instant::now() >= end {
-            return Ok(samples);
+            return Ok(typed);
         }
         let key = alphabet[index % alphabet.len()];
         index += 1;
@@ -591,7 +596,7 @@ async fn type_for(
                 .context("the terminal ended")?;
             echoed.extend_from_slice(&chunk);
         }
-        samples.push(Keystroke {
+        typed.push(Keystroke {
             typist: typist.index,
             sent: sent.duration_since(typist.started),
             echo: sent.elapsed(),
@@ -688,7 +693,6 @@ mod tests {
         let typing = Typing {
             typists: 2,
             duration: Duration::from_secs(1),
-            samples: keystrokes.iter().map(|keystroke| keystroke.echo).collect(),
             keystrokes,
             planned: 20,
             server_cpu: None,

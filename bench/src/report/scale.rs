@@ -170,7 +170,7 @@ pub async fn scale_section(
             failures.push(format!("the typing timeline {what}: {error:#}"));
         }
         match typing {
-            Ok(typing) => match Latency::of(&typing.samples) {
+            Ok(typing) => match Latency::of(&typing.echoes()) {
                 Some(latency) => {
                     // Every keystroke typed is echoed and checked, or the run fails; a late
                     // echo delays the typist's next key, so fewer are typed than planned.
@@ -179,13 +179,13 @@ pub async fn scale_section(
                     });
                     match (typed, floor, ratio) {
                         (typists::Typed::BarePty, _, _) => {
-                            floor = Some((latency.p99, typing.samples.len()));
+                            floor = Some((latency.p99, typing.keystrokes.len()));
                         }
                         (typists::Typed::Ttyd, Some((_, floor_typed)), Some(ratio)) => {
                             peer = Some((ratio, typing.server_cpu_per_keystroke()));
                             target = format!(
                                 "the peer: p99 {ratio:.2}x the bare PTYs' ({} typed, the bare PTYs {floor_typed})",
-                                typing.samples.len(),
+                                typing.keystrokes.len(),
                             );
                         }
                         (typists::Typed::Gateway, Some((_, floor_typed)), Some(ratio)) => {
@@ -196,7 +196,7 @@ pub async fn scale_section(
                             target = format!(
                                 "{target}: {ratio:.2}x, {}{beside_peer}; every keystroke typed was echoed ({} typed, the bare PTYs {floor_typed})",
                                 met(ratio <= TYPING_TARGET_RATIO),
-                                typing.samples.len(),
+                                typing.keystrokes.len(),
                             );
                         }
                         _ => {}
@@ -209,7 +209,7 @@ pub async fn scale_section(
                         micros(latency.p50),
                         micros(latency.p99),
                         micros(latency.p999),
-                        typing.samples.len(),
+                        typing.keystrokes.len(),
                         typing.planned
                     )?;
                     if let Some(cpu) = typing.server_cpu_per_keystroke() {
