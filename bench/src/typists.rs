@@ -549,10 +549,10 @@ async fn echo_ready(mut term: Term) -> Result<Term> {
 
 /// A typist's beat: a slot every `period` from now, the first at once. A slot served late (the
 /// echo of the key before it still awaited) does not move the slots after it, and slots that
-/// passed wholly are skipped. With tokio's `Delay`, a slot served more than 5 ms late (tokio's slack) started
-/// the beat again from then, and every typist served late by the same stall started again from
-/// the same moment: the phases, spread over the period at the start, gathered into bursts that
-/// grew as a run went on.
+/// passed wholly are skipped. With tokio's `Delay`, a slot served more than 5 ms late (tokio's
+/// slack) started the beat again from then, and every typist served late by the same stall
+/// started again from the same moment: the phases, spread over the period at the start,
+/// gathered into bursts that grew as a run went on.
 fn beat(period: Duration) -> tokio::time::Interval {
     let mut beat = tokio::time::interval(period);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
